@@ -1,0 +1,159 @@
+//! The processor boundary: one trait every adapter implements, with the contract it declares.
+//!
+//! An adapter never decides the operation's state; it reports one of four outcomes and the worker
+//! and reconciler apply them through the state machine.
+
+pub mod stripe;
+
+use crate::details::Details;
+use crate::id::{IdempotencyKey, OperationId, TenantId};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What a submission asks the processor to do. Everything comes from the ledger record.
+#[derive(Debug, Clone)]
+pub struct SubmitRequest<'a> {
+    /// The operation (sent as metadata so lookups can find it).
+    pub operation_id: &'a OperationId,
+    /// The tenant (sent as metadata).
+    pub tenant: &'a TenantId,
+    /// The stored key; the same on every attempt.
+    pub idempotency_key: &'a IdempotencyKey,
+    /// The approved details.
+    pub details: &'a Details,
+}
+
+/// The four outcomes of a submission. An ambiguous outcome is a state, not an error string.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SubmitOutcome {
+    /// The processor confirmed the payment.
+    Succeeded {
+        /// Processor reference, e.g. `pi_...`.
+        reference: String,
+        /// The processor's response body, stored as the result.
+        result: serde_json::Value,
+    },
+    /// A definitive unsuccessful outcome under the processor's documented semantics.
+    Declined {
+        /// Processor decline or error code.
+        code: String,
+        /// Processor message.
+        message: String,
+        /// Processor reference, when one was created.
+        reference: Option<String>,
+    },
+    /// Nothing ran at the processor (connection refused, rate limited before execution, ...). Safe to retry.
+    NotSubmitted {
+        /// Why.
+        reason: String,
+    },
+    /// The request may have reached the processor; nobody knows what it did. Only a lookup resolves it.
+    Unknown {
+        /// Why.
+        reason: String,
+        /// Processor reference, when known (e.g. a payment left `processing`).
+        reference: Option<String>,
+    },
+}
+
+/// What a lookup is asked to find.
+#[derive(Debug, Clone)]
+pub struct LookupQuery<'a> {
+    /// The operation (matched against metadata).
+    pub operation_id: &'a OperationId,
+    /// The stored key.
+    pub idempotency_key: &'a IdempotencyKey,
+    /// The processor reference, when the ledger has one.
+    pub reference: Option<&'a str>,
+    /// The customer (narrows list queries).
+    pub customer: &'a str,
+    /// Earliest time the payment could have been created, ms since the epoch (narrows list queries).
+    pub created_after_ms: i64,
+}
+
+/// A processor-side status found by lookup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum FoundStatus {
+    /// Paid.
+    Succeeded {
+        /// The processor's object, stored as the result.
+        result: serde_json::Value,
+    },
+    /// Definitively not paid.
+    Failed {
+        /// Decline or cancellation code.
+        code: String,
+        /// Processor message.
+        message: String,
+    },
+    /// Still in progress at the processor (e.g. `processing`); poll again later.
+    Pending {
+        /// The processor's own status word.
+        processor_status: String,
+    },
+}
+
+/// The result of a lookup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "lookup", rename_all = "snake_case")]
+pub enum LookupOutcome {
+    /// The processor has a record of this operation.
+    Found {
+        /// Processor reference.
+        reference: String,
+        /// Its status.
+        status: FoundStatus,
+    },
+    /// No record found. `consistent` says whether the lookup is read-after-write consistent, i.e.
+    /// whether "not found" means "never created".
+    NotFound {
+        /// Read-after-write consistent lookup.
+        consistent: bool,
+    },
+    /// The lookup itself failed; try again later.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How an adapter can find a past submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupSupport {
+    /// No lookup: unknown outcomes go to a human.
+    None,
+    /// Lookup reflects every committed write at once.
+    Consistent,
+    /// Lookup may lag behind writes; "not found" proves nothing.
+    EventuallyConsistent,
+}
+
+/// What an adapter promises; the reconciler's decisions depend on it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Contract {
+    /// Adapter name, e.g. `stripe`.
+    pub name: &'static str,
+    /// Whether the processor deduplicates by idempotency key.
+    pub honours_idempotency_keys: bool,
+    /// How long the processor remembers a key (Stripe: 24 h). `None` with keys honoured means forever.
+    pub key_retention: Option<Duration>,
+    /// How past submissions can be found.
+    pub lookup: LookupSupport,
+    /// Whether a replayed key returns the stored error response too (Stripe: yes, for errors after execution began).
+    pub replays_error_responses: bool,
+}
+
+/// One payment processor.
+#[async_trait]
+pub trait Processor: Send + Sync {
+    /// The contract this adapter declares.
+    fn contract(&self) -> &Contract;
+    /// Submits the operation once, with its stored key. Never retries with a different key.
+    async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome;
+    /// Looks for a past submission of the operation.
+    async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome;
+}

@@ -1,0 +1,1 @@
+//! The Stripe adapter (filled in by the processor-layer work).

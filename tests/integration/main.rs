@@ -1,0 +1,6 @@
+//! The one integration test binary: real processes, real Postgres, the simulator over real HTTP.
+//! Each area is a module; `support` holds the harness (databases, processes, waiting with deadlines).
+
+mod support;
+
+mod ledger_conformance;
