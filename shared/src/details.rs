@@ -233,13 +233,13 @@ mod tests {
     #[test]
     fn every_consequential_detail_changes_the_hash() {
         let base = Details::parse(&raw()).unwrap().hash();
-        let variants: Vec<Box<dyn Fn(&mut RawDetails)>> = vec![
-            Box::new(|r| r.amount = 2049),
-            Box::new(|r| r.currency = "eur".into()),
-            Box::new(|r| r.customer = "cus_124".into()),
-            Box::new(|r| r.payment_method = "pm_card_mastercard".into()),
-            Box::new(|r| r.invoice = "INV-2049".into()),
-            Box::new(|r| r.destination = Some("acct_1".into())),
+        let variants: [fn(&mut RawDetails); 6] = [
+            |r| r.amount = 2049,
+            |r| r.currency = "eur".into(),
+            |r| r.customer = "cus_124".into(),
+            |r| r.payment_method = "pm_card_mastercard".into(),
+            |r| r.invoice = "INV-2049".into(),
+            |r| r.destination = Some("acct_1".into()),
         ];
         for change in variants {
             let mut r = raw();

@@ -1,1 +1,19 @@
-//! placeholder
+//! payonce's shared library: what every daemon stands on.
+//!
+//! - [`money`]: integer minor units and ISO 4217 currencies.
+//! - [`id`]: operation ids, tenants, business keys, idempotency keys, parsed at the boundary.
+//! - [`details`]: an operation's consequential details and the hash approvals bind to.
+//! - [`state`]: the operation state machine, one transition function.
+//! - [`clock`]: injected time.
+//! - [`ledger`]: the durable execution ledger (Postgres, SQLite) — the queue, the leases, the audit trail.
+//! - [`processor`]: the processor trait, its contract, and the Stripe adapter.
+//! - [`failpoint`]: named failure points that crash tests arm.
+
+pub mod clock;
+pub mod details;
+pub mod failpoint;
+pub mod id;
+pub mod ledger;
+pub mod money;
+pub mod processor;
+pub mod state;

@@ -1,0 +1,60 @@
+//! A small, explicit migrator: numbered SQL files per store, embedded at build time, applied in
+//! order, each in its own transaction, recorded in `payonce_migrations`. (sqlx's `migrate!` would pull
+//! in the macro crates; this is all we need.)
+
+use super::LedgerError;
+
+/// One migration: version, name, SQL.
+pub(crate) type Migration = (i64, &'static str, &'static str);
+
+/// Postgres migrations, in order.
+pub(crate) const POSTGRES: &[Migration] =
+    &[(1, "ledger", include_str!("../../../migrations/postgres/0001_ledger.sql"))];
+/// SQLite migrations, in order.
+pub(crate) const SQLITE: &[Migration] = &[(1, "ledger", include_str!("../../../migrations/sqlite/0001_ledger.sql"))];
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
+     name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+const APPLIED: &str = "SELECT version FROM payonce_migrations ORDER BY version";
+const RECORD: &str = "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)";
+
+macro_rules! migrate_on {
+    ($conn:expr, $migrations:expr, $now_ms:expr) => {{
+        use sqlx::{Connection, Row};
+        let conn = $conn;
+        sqlx::raw_sql(CREATE_TABLE).execute(&mut *conn).await?;
+        let applied: Vec<i64> = sqlx::query(APPLIED)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<i64, _>("version"))
+            .collect::<Result<_, _>>()?;
+        let mut ran = 0_u32;
+        for (version, name, body) in $migrations {
+            if applied.contains(version) {
+                continue;
+            }
+            let mut tx = conn.begin().await?;
+            sqlx::raw_sql(*body).execute(&mut *tx).await?;
+            sqlx::query(RECORD).bind(*version).bind(*name).bind($now_ms).execute(&mut *tx).await?;
+            tx.commit().await?;
+            ran += 1;
+        }
+        Ok::<u32, LedgerError>(ran)
+    }};
+}
+
+/// Applies pending Postgres migrations under an advisory lock, so concurrent starters agree.
+pub(crate) async fn postgres(conn: &mut sqlx::PgConnection, now_ms: i64) -> Result<u32, LedgerError> {
+    // An arbitrary constant naming payonce's migration lock.
+    const LOCK_KEY: i64 = 0x7061_796f_6e63;
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(LOCK_KEY).execute(&mut *conn).await?;
+    let result = migrate_on!(&mut *conn, POSTGRES, now_ms);
+    sqlx::query("SELECT pg_advisory_unlock($1)").bind(LOCK_KEY).execute(&mut *conn).await?;
+    result
+}
+
+/// Applies pending SQLite migrations (one writer at a time by SQLite's own locking).
+pub(crate) async fn sqlite(conn: &mut sqlx::SqliteConnection, now_ms: i64) -> Result<u32, LedgerError> {
+    migrate_on!(&mut *conn, SQLITE, now_ms)
+}

@@ -1,0 +1,403 @@
+//! The durable execution ledger: one trait, two stores (Postgres for production, SQLite embedded),
+//! one conformance suite. The ledger is the queue: an approved row is the job.
+//!
+//! Every write out of `executing` is fenced by the attempt; every transition is logged by a database
+//! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
+
+mod migrate;
+pub mod report;
+mod sql;
+pub mod postgres;
+mod record;
+pub mod sqlite;
+mod store;
+
+pub use record::{
+    ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role, StatusCount,
+};
+
+use crate::details::{Details, DetailsHash};
+use crate::id::{BusinessKey, OperationId, TenantId};
+use crate::state::{IllegalTransition, Status};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// Largest claim batch a caller may ask for.
+pub const CLAIM_BATCH_MAX: u32 = 1_000;
+/// Largest sweep or listing page.
+pub const PAGE_MAX: u32 = 10_000;
+/// Longest free-text reason or detail written to the event log.
+pub const DETAIL_LEN_MAX: usize = 2_000;
+
+/// Shared handle to a ledger store.
+pub type SharedLedger = Arc<dyn Ledger>;
+
+/// What the ledger refuses, as callers branch on it.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The business key already names an operation with different details. Nothing was changed.
+    #[error("business key already used for operation {existing} with different details")]
+    Conflict {
+        /// The operation that owns the business key.
+        existing: OperationId,
+    },
+    /// No such operation in this tenant.
+    #[error("operation not found")]
+    NotFound,
+    /// The approval's details hash is not the operation's current one.
+    #[error("approval is for different details than the operation's current ones")]
+    ApprovalMismatch,
+    /// The operation's state does not allow the move.
+    #[error("operation {id} is {status:?}: {why}")]
+    WrongState {
+        /// The operation.
+        id: OperationId,
+        /// Its current state.
+        status: Status,
+        /// What was refused.
+        why: &'static str,
+    },
+    /// A fenced write lost: the attempt or state moved on (a stale worker, a racing reconciler).
+    #[error("fenced write lost for {id} at attempt {attempt}")]
+    Fenced {
+        /// The operation.
+        id: OperationId,
+        /// The attempt the writer held.
+        attempt: i64,
+    },
+    /// A caller asked for something outside a named limit.
+    #[error("limit exceeded: {0}")]
+    Limit(String),
+    /// The state machine refused a move (a bug in the caller).
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    /// A stored row could not be decoded (schema drift or corruption).
+    #[error("stored row is invalid: {0}")]
+    Corrupt(String),
+    /// The database failed.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+/// A new operation from a trusted upstream service.
+#[derive(Debug, Clone)]
+pub struct NewOperation {
+    /// Issued by the caller with [`OperationId::generate`]; used only when the business key is new.
+    pub id: OperationId,
+    /// The tenant from the authenticated key.
+    pub tenant: TenantId,
+    /// The trusted workflow's key.
+    pub business_key: BusinessKey,
+    /// The authoritative details.
+    pub details: Details,
+    /// Who created it (for the audit trail).
+    pub actor: String,
+}
+
+/// Whether create-or-get made a row.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The operation (new or existing with the same details).
+    pub operation: Operation,
+    /// True if this call inserted it.
+    pub inserted: bool,
+}
+
+/// An approval to record.
+#[derive(Debug, Clone)]
+pub struct NewApproval {
+    /// The hash of the details that were shown and approved.
+    pub details_hash: DetailsHash,
+    /// Who approved (customer id, on-call user, service).
+    pub approved_by: String,
+    /// How (`confirmation_page`, `service`, ...).
+    pub method: String,
+    /// When it stops being valid, ms.
+    pub expires_at_ms: i64,
+}
+
+/// The outcome a worker (or the reconciler under its own lease) records, fenced by the attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// Paid.
+    Succeeded {
+        /// Processor reference.
+        reference: String,
+        /// Processor response.
+        result: serde_json::Value,
+    },
+    /// Definitively declined.
+    Failed {
+        /// Decline code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Processor reference, if one was created.
+        reference: Option<String>,
+    },
+    /// Nothing was sent; back to `ready` at `available_at_ms`.
+    RetryLater {
+        /// Why.
+        reason: String,
+        /// When it may be claimed again.
+        available_at_ms: i64,
+    },
+    /// Nothing was sent and the attempt limit is spent.
+    Exhausted {
+        /// Why.
+        reason: String,
+    },
+    /// May have reached the processor; check at `next_check_at_ms`.
+    Unknown {
+        /// Why.
+        reason: String,
+        /// Processor reference, if known.
+        reference: Option<String>,
+        /// When the reconciler should look.
+        next_check_at_ms: i64,
+    },
+    /// Server-side checks failed before any request.
+    Rejected {
+        /// Stable code.
+        code: String,
+        /// Human message.
+        message: String,
+    },
+    /// Automatic progress would risk a duplicate.
+    NeedsAttention {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A processor's report about an operation (webhook or lookup), applied in any arrival order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    /// The processor says it is paid.
+    Succeeded {
+        /// Processor reference.
+        reference: String,
+        /// Processor object.
+        result: serde_json::Value,
+    },
+    /// The processor says it definitively failed.
+    Failed {
+        /// Code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Processor reference.
+        reference: Option<String>,
+    },
+}
+
+/// What applying a report did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The row moved to a new state.
+    Moved(Status),
+    /// The row already said the same thing.
+    AlreadyKnown,
+    /// The report contradicts the row; it is in `needs_attention` with both facts.
+    Conflict,
+    /// The state does not take reports (e.g. not yet submitted); kept as an event only.
+    Ignored(Status),
+}
+
+/// An on-call resolution, always with a reason.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// The payment happened; here is the processor reference.
+    Succeeded {
+        /// Processor reference.
+        reference: String,
+    },
+    /// The payment did not happen.
+    Failed,
+    /// Retry with the SAME key (only safe while the processor remembers it).
+    RetrySameKey,
+}
+
+/// A filter for on-call listings.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only these states (empty: all).
+    pub statuses: Vec<Status>,
+    /// Only rows last updated before this time, ms.
+    pub updated_before_ms: Option<i64>,
+    /// Only this tenant.
+    pub tenant: Option<TenantId>,
+    /// Page size, at most [`PAGE_MAX`].
+    pub limit: u32,
+}
+
+/// The ledger. Every method is atomic; none holds a transaction across a network call.
+#[async_trait]
+pub trait Ledger: Send + Sync {
+    /// Store name (`postgres`, `sqlite`).
+    fn store(&self) -> &'static str;
+
+    /// Creates the operation, or returns the existing one for the same business key and details.
+    /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.
+    async fn create_or_get(&self, new: NewOperation, now_ms: i64) -> Result<Created, LedgerError>;
+    /// Reads an operation within a tenant.
+    async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError>;
+    /// Reads an operation without tenant scope (workers, reconciler, on-call).
+    async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError>;
+    /// The operation's audit trail, oldest first.
+    async fn events(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError>;
+
+    /// Records an approval and enqueues the operation in one transaction, only if the approved hash
+    /// equals the current details hash.
+    async fn approve(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        approval: NewApproval,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError>;
+    /// The newest unrevoked approval of the operation, if any.
+    async fn latest_approval(&self, id: &OperationId) -> Result<Option<Approval>, LedgerError>;
+    /// Withdraws an operation that has not started executing.
+    async fn cancel(&self, tenant: &TenantId, id: &OperationId, actor: &str, now_ms: i64)
+    -> Result<Operation, LedgerError>;
+
+    /// Claims up to `batch` ready operations for `owner` with a lease; bumps each attempt.
+    async fn claim(&self, owner: &str, batch: u32, lease_ttl_ms: i64, now_ms: i64)
+    -> Result<Vec<Claimed>, LedgerError>;
+    /// Extends every unexpired lease `owner` holds; returns the (id, attempt) pairs still held.
+    async fn renew(&self, owner: &str, lease_ttl_ms: i64, now_ms: i64)
+    -> Result<Vec<(OperationId, i64)>, LedgerError>;
+    /// Records, committed, that a request is about to leave for the processor. Fenced; refused
+    /// once the lease has expired.
+    async fn mark_submitting(&self, id: &OperationId, attempt: i64, now_ms: i64) -> Result<(), LedgerError>;
+    /// Records a batch of `mark_submitting` in one transaction; returns which succeeded.
+    async fn mark_submitting_batch(&self, items: &[(OperationId, i64)], now_ms: i64)
+    -> Result<Vec<bool>, LedgerError>;
+    /// Gives the lease back before anything was sent (shutdown). Fenced.
+    async fn release(&self, id: &OperationId, attempt: i64, actor: &str, now_ms: i64) -> Result<(), LedgerError>;
+    /// Records an outcome, fenced by `attempt` and `status = 'executing'`.
+    async fn record(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        outcome: &Recorded,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError>;
+    /// Records many outcomes in one transaction; each is fenced on its own. Returns per item
+    /// whether it was recorded.
+    async fn record_batch(
+        &self,
+        items: &[(OperationId, i64, Recorded)],
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError>;
+
+    /// Expired leases, oldest first (served by a partial index).
+    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<ExpiredLease>, LedgerError>;
+    /// Moves an expired lease on: back to `ready` if nothing was submitted, to `unknown` if a
+    /// submission was recorded. Fenced by the attempt the sweep saw.
+    async fn expire_lease(&self, lease: &ExpiredLease, actor: &str, now_ms: i64, next_check_at_ms: i64)
+    -> Result<Status, LedgerError>;
+    /// Unknown operations whose check is due, soonest first (served by a partial index).
+    async fn due_for_check(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, LedgerError>;
+    /// Schedules the next check of an unknown operation. Fenced by status and attempt.
+    async fn defer_check(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        next_check_at_ms: i64,
+        detail: &str,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
+    /// Takes a lease over an `unknown` operation so its owner may retry with the SAME key.
+    async fn claim_unknown(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        owner: &str,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Claimed, LedgerError>;
+    /// Moves an `unknown` operation to `needs_attention` with the reason. Fenced.
+    async fn escalate(&self, id: &OperationId, attempt: i64, reason: &str, actor: &str, now_ms: i64)
+    -> Result<(), LedgerError>;
+    /// Applies a processor report in any arrival order, per the state machine.
+    async fn apply_report(&self, id: &OperationId, report: &Report, source: &str, now_ms: i64)
+    -> Result<Applied, LedgerError>;
+    /// On-call resolution of an `unknown` or `needs_attention` operation; the reason is recorded.
+    async fn resolve(
+        &self,
+        id: &OperationId,
+        resolution: &Resolution,
+        actor: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError>;
+
+    /// On-call listing, oldest update first.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError>;
+    /// Operations per state, and the oldest `updated_at` in each.
+    async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
+
+    /// Stores a single-use confirmation link (only the token's hash).
+    async fn create_approval_link(&self, link: &ApprovalLink) -> Result<(), LedgerError>;
+    /// Reads a link by token hash.
+    async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError>;
+    /// Marks a link used, once: true if this call used it.
+    async fn use_approval_link(&self, token_hash: &str, now_ms: i64) -> Result<bool, LedgerError>;
+
+    /// Stores a webhook once; false if (processor, event id) was already stored.
+    async fn insert_processor_event(
+        &self,
+        processor: &str,
+        event_id: &str,
+        event_type: &str,
+        operation: Option<&OperationId>,
+        payload: &str,
+        now_ms: i64,
+    ) -> Result<bool, LedgerError>;
+    /// Records what applying a stored webhook did.
+    async fn mark_processor_event(&self, processor: &str, event_id: &str, outcome: &str, now_ms: i64)
+    -> Result<(), LedgerError>;
+    /// Records a provider tool call for correlation (never identity).
+    async fn record_tool_call(
+        &self,
+        tenant: &TenantId,
+        operation: Option<&OperationId>,
+        provider: &str,
+        provider_call_id: Option<&str>,
+        tool: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
+    /// Tool calls recorded for an operation: (provider, provider call id, tool).
+    async fn tool_calls(&self, id: &OperationId) -> Result<Vec<(String, Option<String>, String)>, LedgerError>;
+
+    /// Waits until new work may be ready (an approval was committed here or, on Postgres, anywhere),
+    /// or until `max_wait` passes. Callers still poll: a wake-up can be missed.
+    async fn wait_for_ready(&self, max_wait: std::time::Duration);
+
+    /// Stores an API key's hash with its tenant and role.
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError>;
+    /// Finds an unrevoked API key by the hash of its secret.
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, LedgerError>;
+}
+
+/// Truncates free text to [`DETAIL_LEN_MAX`] characters for the event log.
+pub(crate) fn bounded(detail: &str) -> String {
+    detail.chars().take(DETAIL_LEN_MAX).collect()
+}
+
+/// Opens the store a URL names: `postgres://…` or `sqlite:…` (`sqlite::memory:` for tests), and
+/// runs its migrations.
+pub async fn connect(url: &str, max_connections: u32) -> Result<SharedLedger, LedgerError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PostgresLedger::connect(url, max_connections).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
+    } else {
+        Err(LedgerError::Limit(format!("unsupported database URL {url:?}: expected postgres:// or sqlite:")))
+    }
+}

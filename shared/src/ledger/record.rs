@@ -1,0 +1,286 @@
+//! Rows as the ledger returns them, decoded from either store.
+
+use super::LedgerError;
+use crate::details::{Details, DetailsHash, RawDetails};
+use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+use crate::state::Status;
+use serde::Serialize;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+/// One intended action, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Operation {
+    /// App-issued id.
+    pub id: OperationId,
+    /// Scope.
+    pub tenant: TenantId,
+    /// The trusted workflow's key.
+    pub business_key: BusinessKey,
+    /// The authoritative details.
+    #[serde(serialize_with = "serialize_details")]
+    pub details: Details,
+    /// Hash of the consequential details.
+    pub details_hash: DetailsHash,
+    /// Current state.
+    pub status: Status,
+    /// Fencing token: bumped by every claim.
+    pub attempt: i64,
+    /// Lease holder while executing.
+    pub lease_owner: Option<String>,
+    /// Lease expiry while executing, ms.
+    pub lease_expires_at_ms: Option<i64>,
+    /// The key forwarded to the processor, derived once.
+    pub idempotency_key: IdempotencyKey,
+    /// First time a request may have left for the processor, ms.
+    pub first_submitted_at_ms: Option<i64>,
+    /// The attempt that first submitted.
+    pub first_submitted_attempt: Option<i64>,
+    /// Latest submission, ms.
+    pub last_submitted_at_ms: Option<i64>,
+    /// How many requests may have left (all with the same key).
+    pub submit_count: i64,
+    /// Processor reference.
+    pub external_ref: Option<String>,
+    /// Stored processor result.
+    pub result: Option<serde_json::Value>,
+    /// Failure or rejection code.
+    pub failure_code: Option<String>,
+    /// Failure message or the latest reason.
+    pub failure_message: Option<String>,
+    /// When a ready row may be claimed, ms.
+    pub available_at_ms: i64,
+    /// When the reconciler should next look at an unknown row, ms.
+    pub next_check_at_ms: Option<i64>,
+    /// Lookups made so far.
+    pub check_count: i64,
+    /// Details hash the current approval binds to.
+    pub approved_hash: Option<DetailsHash>,
+    /// Who approved.
+    pub approved_by: Option<String>,
+    /// When the current approval expires, ms.
+    pub approval_expires_at_ms: Option<i64>,
+    /// Created, ms.
+    pub created_at_ms: i64,
+    /// Last changed, ms.
+    pub updated_at_ms: i64,
+}
+
+fn serialize_details<S: serde::Serializer>(d: &Details, s: S) -> Result<S::Ok, S::Error> {
+    d.to_raw().serialize(s)
+}
+
+impl Operation {
+    /// Whether the current approval binds to the current details and is unexpired at `now_ms`.
+    pub fn approval_valid_at(&self, now_ms: i64) -> bool {
+        let hash_matches = self.approved_hash.as_ref() == Some(&self.details.hash())
+            && self.details_hash == self.details.hash();
+        hash_matches && self.approval_expires_at_ms.is_some_and(|t| t > now_ms)
+    }
+}
+
+/// A claimed operation: the row after the claim, with the attempt the worker must fence with.
+pub type Claimed = Operation;
+
+/// A lease found expired by a sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpiredLease {
+    /// The operation.
+    pub id: OperationId,
+    /// The attempt whose lease expired.
+    pub attempt: i64,
+    /// The lease holder.
+    pub lease_owner: String,
+    /// When it expired, ms.
+    pub lease_expires_at_ms: i64,
+    /// Whether a submission was recorded (then the outcome is unknown).
+    pub submitted: bool,
+}
+
+/// One audit-trail entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OperationEvent {
+    /// When, ms.
+    pub at_ms: i64,
+    /// What happened (an event name of the state machine, or `create`, `submission_started`, ...).
+    pub event: String,
+    /// Who.
+    pub actor: String,
+    /// State before (none for `create`).
+    pub from_status: Option<String>,
+    /// State after.
+    pub to_status: String,
+    /// Attempt at the time.
+    pub attempt: i64,
+    /// Free-text detail.
+    pub detail: Option<String>,
+}
+
+/// A recorded approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    /// Approval id.
+    pub id: String,
+    /// The operation.
+    pub operation_id: OperationId,
+    /// The hash of the details shown.
+    pub details_hash: String,
+    /// Who approved.
+    pub approved_by: String,
+    /// How.
+    pub method: String,
+    /// When, ms.
+    pub approved_at_ms: i64,
+    /// Valid until, ms.
+    pub expires_at_ms: i64,
+}
+
+/// A single-use confirmation link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalLink {
+    /// SHA-256 of the token in the link.
+    pub token_hash: String,
+    /// The operation.
+    pub operation_id: OperationId,
+    /// The details hash the page will show.
+    pub details_hash: String,
+    /// Created, ms.
+    pub created_at_ms: i64,
+    /// Expires, ms.
+    pub expires_at_ms: i64,
+    /// Used, ms.
+    pub used_at_ms: Option<i64>,
+}
+
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Upstream services: create, approve on behalf of a customer flow, cancel, execute, read.
+    Service,
+    /// Assistants: read and request execution of the tenant's operations, nothing else.
+    Assistant,
+    /// On-call: list, inspect, resolve.
+    OnCall,
+}
+
+impl Role {
+    /// Stored form.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Service => "service",
+            Role::Assistant => "assistant",
+            Role::OnCall => "on_call",
+        }
+    }
+    /// Parses the stored form.
+    pub fn parse(raw: &str) -> Option<Role> {
+        match raw {
+            "service" => Some(Role::Service),
+            "assistant" => Some(Role::Assistant),
+            "on_call" => Some(Role::OnCall),
+            _ => None,
+        }
+    }
+}
+
+/// An API key as stored (hash only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    /// SHA-256 hex of the secret.
+    pub key_hash: String,
+    /// Tenant it acts for.
+    pub tenant: TenantId,
+    /// Role.
+    pub role: Role,
+    /// Human label.
+    pub label: String,
+    /// Created, ms.
+    pub created_at_ms: i64,
+}
+
+/// Rows per state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusCount {
+    /// The state.
+    pub status: Status,
+    /// How many rows.
+    pub count: i64,
+    /// Oldest `updated_at` among them, ms.
+    pub oldest_updated_at_ms: Option<i64>,
+}
+
+fn corrupt(e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Corrupt(e.to_string())
+}
+
+/// Decodes an `operations` row from either store.
+pub(crate) fn decode_operation<'r, R>(row: &'r R) -> Result<Operation, LedgerError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let s = |c: &'static str| row.try_get::<String, _>(c);
+    let os = |c: &'static str| row.try_get::<Option<String>, _>(c);
+    let i = |c: &'static str| row.try_get::<i64, _>(c);
+    let oi = |c: &'static str| row.try_get::<Option<i64>, _>(c);
+    let raw = RawDetails {
+        kind: s("kind")?,
+        amount: i("amount_minor")?,
+        currency: s("currency")?,
+        customer: s("customer")?,
+        payment_method: s("payment_method")?,
+        invoice: s("invoice")?,
+        destination: os("destination")?,
+        description: os("description")?,
+    };
+    let status_raw = s("status")?;
+    Ok(Operation {
+        id: OperationId::parse(&s("id")?).map_err(corrupt)?,
+        tenant: TenantId::parse(&s("tenant_id")?).map_err(corrupt)?,
+        business_key: BusinessKey::parse(&s("business_key")?).map_err(corrupt)?,
+        details: Details::parse(&raw).map_err(corrupt)?,
+        details_hash: DetailsHash::parse(&s("details_hash")?).map_err(corrupt)?,
+        status: Status::parse(&status_raw).ok_or_else(|| corrupt(format!("unknown status {status_raw}")))?,
+        attempt: i("attempt")?,
+        lease_owner: os("lease_owner")?,
+        lease_expires_at_ms: oi("lease_expires_at")?,
+        idempotency_key: IdempotencyKey::parse(&s("idempotency_key")?).map_err(corrupt)?,
+        first_submitted_at_ms: oi("first_submitted_at")?,
+        first_submitted_attempt: oi("first_submitted_attempt")?,
+        last_submitted_at_ms: oi("last_submitted_at")?,
+        submit_count: i("submit_count")?,
+        external_ref: os("external_ref")?,
+        result: os("result")?.map(|r| serde_json::from_str(&r)).transpose().map_err(corrupt)?,
+        failure_code: os("failure_code")?,
+        failure_message: os("failure_message")?,
+        available_at_ms: i("available_at")?,
+        next_check_at_ms: oi("next_check_at")?,
+        check_count: i("check_count")?,
+        approved_hash: os("approved_hash")?.map(|h| DetailsHash::parse(&h)).transpose().map_err(corrupt)?,
+        approved_by: os("approved_by")?,
+        approval_expires_at_ms: oi("approval_expires_at")?,
+        created_at_ms: i("created_at")?,
+        updated_at_ms: i("updated_at")?,
+    })
+}
+
+/// Decodes an `operation_events` row.
+pub(crate) fn decode_event<'r, R>(row: &'r R) -> Result<OperationEvent, LedgerError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(OperationEvent {
+        at_ms: row.try_get("at")?,
+        event: row.try_get("event")?,
+        actor: row.try_get("actor")?,
+        from_status: row.try_get("from_status")?,
+        to_status: row.try_get("to_status")?,
+        attempt: row.try_get("attempt")?,
+        detail: row.try_get("detail")?,
+    })
+}

@@ -1,0 +1,173 @@
+//! Planning a processor report (webhook, lookup) or an on-call resolution against the row as read:
+//! which move the state machine allows, and what to keep. The store writes the plan fenced by the
+//! status and attempt it was planned from.
+
+use super::{Applied, LedgerError, Operation, Report, Resolution};
+use crate::state::{Event, Status, transition};
+
+/// How many times a report is re-planned when a racing writer moved the row first.
+pub const REPORT_RETRIES_MAX: usize = 5;
+
+/// One fenced write (or none).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Nothing to write.
+    Nothing(Applied),
+    /// Log an event without changing state.
+    Note {
+        /// Event name.
+        event: &'static str,
+        /// Detail.
+        detail: String,
+        /// What to report back.
+        applied: Applied,
+    },
+    /// Move to `succeeded`.
+    Succeed {
+        /// Event name.
+        event: &'static str,
+        /// Processor reference.
+        reference: String,
+        /// Processor object, if any.
+        result: Option<serde_json::Value>,
+        /// Detail.
+        detail: String,
+        /// What to report back.
+        applied: Applied,
+    },
+    /// Move to `failed`.
+    Fail {
+        /// Event name.
+        event: &'static str,
+        /// Processor reference.
+        reference: Option<String>,
+        /// Code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Detail.
+        detail: String,
+        /// What to report back.
+        applied: Applied,
+    },
+    /// Move to `needs_attention`, keeping the stored result.
+    Conflict {
+        /// Both facts.
+        detail: String,
+    },
+    /// Back to `ready` for a retry with the same key.
+    Retry {
+        /// The reason.
+        detail: String,
+    },
+}
+
+/// Decides what a processor report does to the row as read.
+pub fn plan_report(current: &Operation, report: &Report, source: &str) -> Result<Plan, LedgerError> {
+    use Status as S;
+    let status = current.status;
+    let stored = format!(
+        "row says {} (reference {})",
+        status.as_str(),
+        current.external_ref.as_deref().unwrap_or("none")
+    );
+    let note = |what: &str| Plan::Note {
+        event: "report_ignored",
+        detail: format!("{source}: {what}; {stored}"),
+        applied: Applied::Ignored(status),
+    };
+    let conflict = |what: &str| -> Result<Plan, LedgerError> {
+        transition(status, Event::ConflictingReport)?;
+        Ok(Plan::Conflict { detail: format!("{source} reports {what}; {stored}") })
+    };
+    match report {
+        Report::Succeeded { reference, result } => match status {
+            S::Executing | S::Unknown => {
+                let to = transition(status, Event::ProcessorSucceeded)?;
+                Ok(Plan::Succeed {
+                    event: Event::ProcessorSucceeded.as_str(),
+                    reference: reference.clone(),
+                    result: Some(result.clone()),
+                    detail: format!("{source}: succeeded as {reference}"),
+                    applied: Applied::Moved(to),
+                })
+            }
+            S::Succeeded if current.external_ref.as_deref() == Some(reference.as_str()) => {
+                Ok(Plan::Nothing(Applied::AlreadyKnown))
+            }
+            S::Succeeded | S::Failed | S::Rejected | S::Cancelled => {
+                conflict(&format!("a successful payment {reference}"))
+            }
+            S::NeedsAttention => Ok(Plan::Note {
+                event: Event::ConflictingReport.as_str(),
+                detail: format!("{source}: succeeded as {reference}; {stored}"),
+                applied: Applied::Ignored(status),
+            }),
+            S::AwaitingApproval | S::Ready => Ok(note(&format!("succeeded as {reference}"))),
+        },
+        Report::Failed { code, message, reference } => match status {
+            S::Executing | S::Unknown => {
+                let to = transition(status, Event::ProcessorFailed)?;
+                Ok(Plan::Fail {
+                    event: Event::ProcessorFailed.as_str(),
+                    reference: reference.clone(),
+                    code: code.clone(),
+                    message: message.clone(),
+                    detail: format!("{source}: failed with {code}"),
+                    applied: Applied::Moved(to),
+                })
+            }
+            S::Failed => Ok(Plan::Nothing(Applied::AlreadyKnown)),
+            S::Succeeded => conflict(&format!("a failure ({code})")),
+            // No money moved on a failure: keep the fact, change nothing.
+            S::Rejected | S::Cancelled | S::NeedsAttention | S::AwaitingApproval | S::Ready => {
+                Ok(note(&format!("failed with {code}")))
+            }
+        },
+    }
+}
+
+/// Decides what an on-call resolution does; the reason is mandatory.
+pub fn plan_resolution(current: &Operation, resolution: &Resolution, reason: &str) -> Result<Plan, LedgerError> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(LedgerError::Limit("a resolution needs a reason".into()));
+    }
+    if !matches!(current.status, Status::Unknown | Status::NeedsAttention) {
+        return Err(LedgerError::WrongState {
+            id: current.id.clone(),
+            status: current.status,
+            why: "only unknown or needs_attention operations are resolved by hand",
+        });
+    }
+    match resolution {
+        Resolution::Succeeded { reference } => {
+            if reference.trim().is_empty() {
+                return Err(LedgerError::Limit("resolving as succeeded needs the processor reference".into()));
+            }
+            let to = transition(current.status, Event::ResolveSucceeded)?;
+            Ok(Plan::Succeed {
+                event: Event::ResolveSucceeded.as_str(),
+                reference: reference.clone(),
+                result: None,
+                detail: reason.to_string(),
+                applied: Applied::Moved(to),
+            })
+        }
+        Resolution::Failed => {
+            let to = transition(current.status, Event::ResolveFailed)?;
+            Ok(Plan::Fail {
+                event: Event::ResolveFailed.as_str(),
+                reference: None,
+                code: "resolved_failed_by_hand".into(),
+                message: reason.to_string(),
+                detail: reason.to_string(),
+                applied: Applied::Moved(to),
+            })
+        }
+        Resolution::RetrySameKey => {
+            transition(current.status, Event::ResolveRetry)?;
+            Ok(Plan::Retry { detail: reason.to_string() })
+        }
+    }
+}

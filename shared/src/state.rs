@@ -1,0 +1,404 @@
+//! The operation state machine of DESIGN.md: one transition function, no catch-all arm, so a new
+//! state or event breaks the build until every pair is decided. The database mirrors the states with
+//! a CHECK constraint.
+
+use serde::{Deserialize, Serialize};
+
+/// Where an operation stands. Each variant says who moves a row out of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Created; no valid approval for these exact details. Out: api (approve, cancel), expiry.
+    AwaitingApproval,
+    /// Approved and enqueued. Out: worker (claim), api (cancel).
+    Ready,
+    /// A worker holds the lease; a request may be in flight once `first_submitted_at` is set.
+    /// Out: worker (record), reconciler (expired lease).
+    Executing,
+    /// The processor confirmed; result stored. Terminal (a contradicting report goes to needs_attention).
+    Succeeded,
+    /// A definitive unsuccessful outcome from the processor. Terminal (contradictions: needs_attention).
+    Failed,
+    /// Validation or authorization failed before any external request. Terminal.
+    Rejected,
+    /// The request may have reached the processor; no reliable result. Out: reconciler only.
+    Unknown,
+    /// Automatic progress would risk a duplicate. Out: on-call (resolve).
+    NeedsAttention,
+    /// Withdrawn before execution. Terminal.
+    Cancelled,
+}
+
+/// Every status, in lifecycle order (for metrics, listings and exhaustive tests).
+pub const ALL_STATUSES: [Status; 9] = [
+    Status::AwaitingApproval,
+    Status::Ready,
+    Status::Executing,
+    Status::Succeeded,
+    Status::Failed,
+    Status::Rejected,
+    Status::Unknown,
+    Status::NeedsAttention,
+    Status::Cancelled,
+];
+
+impl Status {
+    /// Stable text form, as stored and as served.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::AwaitingApproval => "awaiting_approval",
+            Status::Ready => "ready",
+            Status::Executing => "executing",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Rejected => "rejected",
+            Status::Unknown => "unknown",
+            Status::NeedsAttention => "needs_attention",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the stored form.
+    pub fn parse(raw: &str) -> Option<Status> {
+        ALL_STATUSES.into_iter().find(|s| s.as_str() == raw)
+    }
+
+    /// Whether nothing automatic ever moves the row again.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Status::Succeeded | Status::Failed | Status::Rejected | Status::Cancelled => true,
+            Status::AwaitingApproval | Status::Ready | Status::Executing | Status::Unknown | Status::NeedsAttention => {
+                false
+            }
+        }
+    }
+}
+
+/// Something that happens to an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// A valid approval for the current details hash was recorded.
+    Approve,
+    /// Upstream or the customer withdrew the operation.
+    Cancel,
+    /// The approval window closed without an approval.
+    ExpireApproval,
+    /// A worker (or the reconciler, for a same-key retry) took the lease.
+    Claim,
+    /// The holder gave the lease back before submitting anything (shutdown).
+    Release,
+    /// The lease expired and no submission was ever recorded: safe to run again.
+    LeaseExpiredUnsubmitted,
+    /// The lease expired after a submission was recorded: the outcome is unknown.
+    LeaseExpiredSubmitted,
+    /// Server-side checks before submission failed (approval, tenant, limits): nothing was sent.
+    RejectBeforeSubmit,
+    /// The processor confirmed the payment (submission reply, lookup or webhook).
+    ProcessorSucceeded,
+    /// The processor gave a definitive unsuccessful outcome.
+    ProcessorFailed,
+    /// Nothing reached the processor; retry later with the same key.
+    NotSubmittedRetry,
+    /// Nothing reached the processor and the attempt limit is spent.
+    NotSubmittedExhausted,
+    /// The request may have reached the processor; no reliable result.
+    OutcomeUnknown,
+    /// The reconciler could not resolve without risking a duplicate.
+    Escalate,
+    /// A processor report contradicts a terminal state; both facts are kept.
+    ConflictingReport,
+    /// On-call resolved by hand: the payment happened (with a reference).
+    ResolveSucceeded,
+    /// On-call resolved by hand: the payment did not happen.
+    ResolveFailed,
+    /// On-call asked for a retry with the same key.
+    ResolveRetry,
+}
+
+/// Every event (for exhaustive tests).
+pub const ALL_EVENTS: [Event; 18] = [
+    Event::Approve,
+    Event::Cancel,
+    Event::ExpireApproval,
+    Event::Claim,
+    Event::Release,
+    Event::LeaseExpiredUnsubmitted,
+    Event::LeaseExpiredSubmitted,
+    Event::RejectBeforeSubmit,
+    Event::ProcessorSucceeded,
+    Event::ProcessorFailed,
+    Event::NotSubmittedRetry,
+    Event::NotSubmittedExhausted,
+    Event::OutcomeUnknown,
+    Event::Escalate,
+    Event::ConflictingReport,
+    Event::ResolveSucceeded,
+    Event::ResolveFailed,
+    Event::ResolveRetry,
+];
+
+impl Event {
+    /// Stable text form, as written to the event log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Event::Approve => "approve",
+            Event::Cancel => "cancel",
+            Event::ExpireApproval => "expire_approval",
+            Event::Claim => "claim",
+            Event::Release => "release",
+            Event::LeaseExpiredUnsubmitted => "lease_expired_unsubmitted",
+            Event::LeaseExpiredSubmitted => "lease_expired_submitted",
+            Event::RejectBeforeSubmit => "reject_before_submit",
+            Event::ProcessorSucceeded => "processor_succeeded",
+            Event::ProcessorFailed => "processor_failed",
+            Event::NotSubmittedRetry => "not_submitted_retry",
+            Event::NotSubmittedExhausted => "not_submitted_exhausted",
+            Event::OutcomeUnknown => "outcome_unknown",
+            Event::Escalate => "escalate",
+            Event::ConflictingReport => "conflicting_report",
+            Event::ResolveSucceeded => "resolve_succeeded",
+            Event::ResolveFailed => "resolve_failed",
+            Event::ResolveRetry => "resolve_retry",
+        }
+    }
+}
+
+/// A move the state machine does not allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("event {event:?} is not allowed in state {from:?}")]
+pub struct IllegalTransition {
+    /// The state the operation was in.
+    pub from: Status,
+    /// What was attempted.
+    pub event: Event,
+}
+
+/// The one transition function. Every (state, event) pair is decided here explicitly.
+pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransition> {
+    use Event as E;
+    use Status as S;
+    let illegal = Err(IllegalTransition { from, event });
+    match from {
+        S::AwaitingApproval => match event {
+            E::Approve => Ok(S::Ready),
+            E::Cancel | E::ExpireApproval => Ok(S::Cancelled),
+            E::Claim
+            | E::Release
+            | E::LeaseExpiredUnsubmitted
+            | E::LeaseExpiredSubmitted
+            | E::RejectBeforeSubmit
+            | E::ProcessorSucceeded
+            | E::ProcessorFailed
+            | E::NotSubmittedRetry
+            | E::NotSubmittedExhausted
+            | E::OutcomeUnknown
+            | E::Escalate
+            | E::ConflictingReport
+            | E::ResolveSucceeded
+            | E::ResolveFailed
+            | E::ResolveRetry => illegal,
+        },
+        S::Ready => match event {
+            E::Claim => Ok(S::Executing),
+            E::Cancel => Ok(S::Cancelled),
+            E::Approve
+            | E::ExpireApproval
+            | E::Release
+            | E::LeaseExpiredUnsubmitted
+            | E::LeaseExpiredSubmitted
+            | E::RejectBeforeSubmit
+            | E::ProcessorSucceeded
+            | E::ProcessorFailed
+            | E::NotSubmittedRetry
+            | E::NotSubmittedExhausted
+            | E::OutcomeUnknown
+            | E::Escalate
+            | E::ConflictingReport
+            | E::ResolveSucceeded
+            | E::ResolveFailed
+            | E::ResolveRetry => illegal,
+        },
+        S::Executing => match event {
+            E::Release | E::LeaseExpiredUnsubmitted | E::NotSubmittedRetry => Ok(S::Ready),
+            E::LeaseExpiredSubmitted | E::OutcomeUnknown => Ok(S::Unknown),
+            E::RejectBeforeSubmit => Ok(S::Rejected),
+            E::ProcessorSucceeded => Ok(S::Succeeded),
+            E::ProcessorFailed => Ok(S::Failed),
+            E::NotSubmittedExhausted | E::Escalate => Ok(S::NeedsAttention),
+            // Cancelling mid-flight could hide a payment that happened: refused.
+            E::Cancel
+            | E::Approve
+            | E::ExpireApproval
+            | E::Claim
+            | E::ConflictingReport
+            | E::ResolveSucceeded
+            | E::ResolveFailed
+            | E::ResolveRetry => illegal,
+        },
+        S::Unknown => match event {
+            E::ProcessorSucceeded | E::ResolveSucceeded => Ok(S::Succeeded),
+            E::ProcessorFailed | E::ResolveFailed => Ok(S::Failed),
+            // The reconciler retries with the SAME key under a fresh lease.
+            E::Claim => Ok(S::Executing),
+            E::OutcomeUnknown => Ok(S::Unknown),
+            E::Escalate => Ok(S::NeedsAttention),
+            E::ResolveRetry => Ok(S::Ready),
+            E::Approve
+            | E::Cancel
+            | E::ExpireApproval
+            | E::Release
+            | E::LeaseExpiredUnsubmitted
+            | E::LeaseExpiredSubmitted
+            | E::RejectBeforeSubmit
+            | E::NotSubmittedRetry
+            | E::NotSubmittedExhausted
+            | E::ConflictingReport => illegal,
+        },
+        S::NeedsAttention => match event {
+            E::ResolveSucceeded => Ok(S::Succeeded),
+            E::ResolveFailed => Ok(S::Failed),
+            E::ResolveRetry => Ok(S::Ready),
+            // Further reports are kept as events; the row waits for a human.
+            E::ConflictingReport => Ok(S::NeedsAttention),
+            E::Approve
+            | E::Cancel
+            | E::ExpireApproval
+            | E::Claim
+            | E::Release
+            | E::LeaseExpiredUnsubmitted
+            | E::LeaseExpiredSubmitted
+            | E::RejectBeforeSubmit
+            | E::ProcessorSucceeded
+            | E::ProcessorFailed
+            | E::NotSubmittedRetry
+            | E::NotSubmittedExhausted
+            | E::OutcomeUnknown
+            | E::Escalate => illegal,
+        },
+        // A terminal row keeps its result; a contradicting processor report moves it to
+        // needs_attention with both facts kept, and nothing else moves it.
+        S::Succeeded | S::Failed => match event {
+            E::ConflictingReport => Ok(S::NeedsAttention),
+            E::Approve
+            | E::Cancel
+            | E::ExpireApproval
+            | E::Claim
+            | E::Release
+            | E::LeaseExpiredUnsubmitted
+            | E::LeaseExpiredSubmitted
+            | E::RejectBeforeSubmit
+            | E::ProcessorSucceeded
+            | E::ProcessorFailed
+            | E::NotSubmittedRetry
+            | E::NotSubmittedExhausted
+            | E::OutcomeUnknown
+            | E::Escalate
+            | E::ResolveSucceeded
+            | E::ResolveFailed
+            | E::ResolveRetry => illegal,
+        },
+        // The processor reports a payment for an operation that never ran as far as we know.
+        S::Rejected | S::Cancelled => match event {
+            E::ConflictingReport => Ok(S::NeedsAttention),
+            E::Approve
+            | E::Cancel
+            | E::ExpireApproval
+            | E::Claim
+            | E::Release
+            | E::LeaseExpiredUnsubmitted
+            | E::LeaseExpiredSubmitted
+            | E::RejectBeforeSubmit
+            | E::ProcessorSucceeded
+            | E::ProcessorFailed
+            | E::NotSubmittedRetry
+            | E::NotSubmittedExhausted
+            | E::OutcomeUnknown
+            | E::Escalate
+            | E::ResolveSucceeded
+            | E::ResolveFailed
+            | E::ResolveRetry => illegal,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Event as E;
+    use Status as S;
+
+    /// The legal moves, written out independently of `transition` as the specification.
+    const LEGAL: &[(Status, Event, Status)] = &[
+        (S::AwaitingApproval, E::Approve, S::Ready),
+        (S::AwaitingApproval, E::Cancel, S::Cancelled),
+        (S::AwaitingApproval, E::ExpireApproval, S::Cancelled),
+        (S::Ready, E::Claim, S::Executing),
+        (S::Ready, E::Cancel, S::Cancelled),
+        (S::Executing, E::Release, S::Ready),
+        (S::Executing, E::LeaseExpiredUnsubmitted, S::Ready),
+        (S::Executing, E::NotSubmittedRetry, S::Ready),
+        (S::Executing, E::LeaseExpiredSubmitted, S::Unknown),
+        (S::Executing, E::OutcomeUnknown, S::Unknown),
+        (S::Executing, E::RejectBeforeSubmit, S::Rejected),
+        (S::Executing, E::ProcessorSucceeded, S::Succeeded),
+        (S::Executing, E::ProcessorFailed, S::Failed),
+        (S::Executing, E::NotSubmittedExhausted, S::NeedsAttention),
+        (S::Executing, E::Escalate, S::NeedsAttention),
+        (S::Unknown, E::ProcessorSucceeded, S::Succeeded),
+        (S::Unknown, E::ResolveSucceeded, S::Succeeded),
+        (S::Unknown, E::ProcessorFailed, S::Failed),
+        (S::Unknown, E::ResolveFailed, S::Failed),
+        (S::Unknown, E::Claim, S::Executing),
+        (S::Unknown, E::OutcomeUnknown, S::Unknown),
+        (S::Unknown, E::Escalate, S::NeedsAttention),
+        (S::Unknown, E::ResolveRetry, S::Ready),
+        (S::NeedsAttention, E::ResolveSucceeded, S::Succeeded),
+        (S::NeedsAttention, E::ResolveFailed, S::Failed),
+        (S::NeedsAttention, E::ResolveRetry, S::Ready),
+        (S::NeedsAttention, E::ConflictingReport, S::NeedsAttention),
+        (S::Succeeded, E::ConflictingReport, S::NeedsAttention),
+        (S::Failed, E::ConflictingReport, S::NeedsAttention),
+        (S::Rejected, E::ConflictingReport, S::NeedsAttention),
+        (S::Cancelled, E::ConflictingReport, S::NeedsAttention),
+    ];
+
+    #[test]
+    fn every_state_event_pair_matches_the_specification() {
+        let mut checked = 0;
+        for from in ALL_STATUSES {
+            for event in ALL_EVENTS {
+                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|(_, _, to)| *to);
+                match expected {
+                    Some(to) => assert_eq!(transition(from, event), Ok(to), "{from:?} + {event:?}"),
+                    None => assert_eq!(
+                        transition(from, event),
+                        Err(IllegalTransition { from, event }),
+                        "{from:?} + {event:?} must be illegal"
+                    ),
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 9 * 18);
+    }
+
+    #[test]
+    fn terminal_states_only_leave_on_a_contradiction() {
+        for from in ALL_STATUSES.into_iter().filter(Status::is_terminal) {
+            for event in ALL_EVENTS {
+                if let Ok(to) = transition(from, event) {
+                    assert_eq!((event, to), (E::ConflictingReport, S::NeedsAttention), "{from:?} left by {event:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn status_text_round_trips() {
+        for s in ALL_STATUSES {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Status::parse("processing"), None);
+    }
+}
