@@ -1,1 +1,60 @@
-//! placeholder
+//! payonce-simulator: a Stripe-compatible payment processor on loopback, with real idempotency semantics,
+//! durable state in SQLite, signed webhooks and seeded, deterministic fault injection.
+//!
+//! Crate map:
+//! - [`config`]: what a simulator is started with ([`SimulatorConfig`]).
+//! - `limits`: every bound the simulator enforces, with its name.
+//! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
+//! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
+//! - `routes`: the HTTP surface (Stripe API under `/v1`, admin under `/_sim`).
+//! - `payment_intents`, `refunds`, `events`: the Stripe resources.
+//! - `admin`: fault rules, audits and health for tests.
+//! - `audit`: the recent requests and the parameter names each sent.
+//! - `cards`: the test payment methods and the outcome each one decides.
+//! - `form`: form-encoded parameter parsing and validation, Stripe's way.
+//! - `idempotency`: `Idempotency-Key` handling: fingerprints, in-flight claims, replays.
+//! - `faults`: fault rules and the seeded decision of which request gets which fault.
+//! - `store`: the SQLite store; every statement in one place.
+//! - `objects`: rendering of PaymentIntent, Refund and Event JSON.
+//! - `webhooks`: signing and at-least-once delivery with duplicates, reordering and delay.
+//! - `search`: the search query language subset (`metadata['k']:'v'`).
+//! - `error`: Stripe's error shape and the simulator's start-up errors.
+//! - `rng`: the seeded generator behind every random decision, and id generation.
+//!
+//! Test payment methods (`payment_method=` on create, with `confirm=true`):
+//! `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined` is declined (`card_declined`,
+//! `generic_decline`); `pm_card_chargeDeclinedInsufficientFunds` is declined (`insufficient_funds`);
+//! `pm_card_authenticationRequired` fails with `authentication_required` when `off_session=true` and
+//! otherwise stops at `requires_action`; `pm_card_processing` (simulator-specific) stays `processing` for
+//! `processing_settle`, then succeeds and emits `payment_intent.succeeded`.
+
+// Errors here are rendered once per request into a response; boxing them would buy nothing measurable.
+#![allow(clippy::result_large_err)]
+
+pub mod config;
+
+mod admin;
+mod audit;
+mod cards;
+mod connection;
+mod error;
+mod events;
+mod faults;
+mod form;
+mod idempotency;
+mod limits;
+mod objects;
+mod payment_intents;
+mod refunds;
+mod rng;
+mod routes;
+mod search;
+mod server;
+mod store;
+mod webhooks;
+
+pub use config::SimulatorConfig;
+pub use error::SimulatorError;
+pub use faults::FaultKind;
+pub use server::{Simulator, run};
+pub use webhooks::{sign_payload, signature_header};

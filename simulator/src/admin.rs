@@ -1,0 +1,95 @@
+//! The admin API under `/_sim` (loopback, no authentication): fault rules, audits and health.
+
+use crate::faults::FaultRule;
+use crate::limits::AUDIT_PAYMENTS_MAX;
+use crate::payment_intents::{detached, settle_due};
+use crate::routes::Shared;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+fn admin_error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({ "error": { "type": "invalid_request_error", "message": message.into() } })),
+    )
+        .into_response()
+}
+
+/// `POST /_sim/faults`: appends rules (a JSON array of `{match, fault, times?, per_mille?}`).
+pub(crate) async fn arm_faults(State(app): State<Shared>, body: Bytes) -> Response {
+    let rules: Vec<FaultRule> = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("expected a JSON array of fault rules: {e}"),
+            );
+        }
+    };
+    if let Err(e) = app.faults.arm(rules) {
+        return admin_error(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    Json(json!({ "rules": app.faults.rules() })).into_response()
+}
+
+/// `DELETE /_sim/faults`: clears every rule.
+pub(crate) async fn clear_faults(State(app): State<Shared>) -> Response {
+    app.faults.clear();
+    Json(json!({ "rules": [] })).into_response()
+}
+
+/// `GET /_sim/faults`: the armed rules with what is left of their `times`.
+pub(crate) async fn list_faults(State(app): State<Shared>) -> Response {
+    Json(json!({ "rules": app.faults.rules() })).into_response()
+}
+
+/// `GET /_sim/audit/payments`: every PaymentIntent, oldest first.
+pub(crate) async fn audit_payments(State(app): State<Shared>) -> Response {
+    let worker = app.clone();
+    let rows = detached(async move {
+        settle_due(&worker).await?;
+        worker.store.all_payments(AUDIT_PAYMENTS_MAX).await
+    })
+    .await;
+    match rows {
+        Ok(rows) => {
+            let data: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "id": r.id,
+                        "idempotency_key": r.idempotency_key,
+                        "metadata": serde_json::from_str::<Value>(&r.metadata).unwrap_or_else(|_| json!({})),
+                        "amount": r.amount,
+                        "amount_refunded": r.amount_refunded,
+                        "currency": r.currency,
+                        "customer": r.customer,
+                        "payment_method": r.payment_method,
+                        "status": r.status,
+                        "created": r.created,
+                        "created_ms": r.created_ms,
+                    })
+                })
+                .collect();
+            Json(json!({ "data": data })).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "simulator payment audit failed");
+            admin_error(StatusCode::INTERNAL_SERVER_ERROR, "audit failed")
+        }
+    }
+}
+
+/// `GET /_sim/audit/requests`: the most recent API requests and the parameter names each sent.
+pub(crate) async fn audit_requests(State(app): State<Shared>) -> Response {
+    Json(json!({ "data": app.audit.all() })).into_response()
+}
+
+/// `GET /_sim/health`.
+pub(crate) async fn health(State(app): State<Shared>) -> Response {
+    Json(json!({ "status": "ok", "in_flight": app.in_flight.len() })).into_response()
+}

@@ -1,0 +1,82 @@
+//! What a simulator is started with.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// Default idempotency-key retention: Stripe's 24 hours.
+pub const KEY_RETENTION_DEFAULT: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default time a `pm_card_processing` payment stays `processing`.
+pub const PROCESSING_SETTLE_DEFAULT: Duration = Duration::from_secs(2);
+/// Default accepted secret key.
+pub const API_KEY_DEFAULT: &str = "sk_test_payonce";
+/// Default webhook signing secret.
+pub const WEBHOOK_SECRET_DEFAULT: &str = "whsec_payonce_simulator";
+
+/// Configuration of one simulator instance.
+#[derive(Clone)]
+pub struct SimulatorConfig {
+    /// Address to listen on; `127.0.0.1:0` picks a free port.
+    pub listen: SocketAddr,
+    /// `sqlite::memory:` or a file path (or a `sqlite:` URL).
+    pub database: String,
+    /// How long an idempotency key is remembered; afterwards the same key creates a new payment.
+    pub key_retention: Duration,
+    /// How long after creation a payment becomes visible to search (Stripe's search lags).
+    pub search_lag: Duration,
+    /// Where events are POSTed, if anywhere.
+    pub webhook_url: Option<String>,
+    /// The `whsec_...` secret webhooks are signed with.
+    pub webhook_secret: String,
+    /// Probability, out of 1000, that a delivered webhook is delivered a second time (seeded).
+    pub webhook_duplicates_per_mille: u32,
+    /// Hold deliveries and send them newest first.
+    pub webhook_reorder: bool,
+    /// Delay before an event's first delivery attempt.
+    pub webhook_delay: Duration,
+    /// How long a `pm_card_processing` payment stays `processing` before it succeeds.
+    pub processing_settle: Duration,
+    /// Seed of every probabilistic decision (faults, duplicate webhooks).
+    pub seed: u64,
+    /// The accepted bearer secret key.
+    pub api_key: String,
+}
+
+impl std::fmt::Debug for SimulatorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets are never printed.
+        f.debug_struct("SimulatorConfig")
+            .field("listen", &self.listen)
+            .field("database", &self.database)
+            .field("key_retention", &self.key_retention)
+            .field("search_lag", &self.search_lag)
+            .field("webhook_url", &self.webhook_url)
+            .field(
+                "webhook_duplicates_per_mille",
+                &self.webhook_duplicates_per_mille,
+            )
+            .field("webhook_reorder", &self.webhook_reorder)
+            .field("webhook_delay", &self.webhook_delay)
+            .field("processing_settle", &self.processing_settle)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SimulatorConfig {
+    fn default() -> Self {
+        SimulatorConfig {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            database: "sqlite::memory:".to_string(),
+            key_retention: KEY_RETENTION_DEFAULT,
+            search_lag: Duration::ZERO,
+            webhook_url: None,
+            webhook_secret: WEBHOOK_SECRET_DEFAULT.to_string(),
+            webhook_duplicates_per_mille: 0,
+            webhook_reorder: false,
+            webhook_delay: Duration::ZERO,
+            processing_settle: PROCESSING_SETTLE_DEFAULT,
+            seed: 0,
+            api_key: API_KEY_DEFAULT.to_string(),
+        }
+    }
+}

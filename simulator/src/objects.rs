@@ -1,0 +1,146 @@
+//! JSON rendering of the Stripe objects the simulator serves: PaymentIntent, Refund, Event, lists.
+//! Field names and enum values follow Stripe's spec (see `tests/fixtures/stripe/`).
+
+use crate::store::PaymentRow;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The API version the simulator speaks and stamps on events when the request pinned none.
+pub(crate) const API_VERSION: &str = "2026-10-28.endive";
+
+fn parse_json(raw: Option<&str>) -> Value {
+    raw.and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// A PaymentIntent object.
+pub(crate) fn payment_intent(row: &PaymentRow) -> Value {
+    let metadata: Value = serde_json::from_str(&row.metadata).unwrap_or_else(|_| json!({}));
+    let processing = if row.status == "processing" {
+        json!({ "type": "card" })
+    } else {
+        Value::Null
+    };
+    json!({
+        "id": row.id,
+        "object": "payment_intent",
+        "amount": row.amount,
+        "amount_capturable": 0,
+        "amount_received": row.amount_received,
+        "application": null,
+        "application_fee_amount": null,
+        "automatic_payment_methods": null,
+        "canceled_at": null,
+        "cancellation_reason": null,
+        "capture_method": "automatic",
+        "client_secret": row.client_secret,
+        "confirmation_method": "automatic",
+        "created": row.created,
+        "currency": row.currency,
+        "customer": row.customer,
+        "description": row.description,
+        "last_payment_error": parse_json(row.last_payment_error.as_deref()),
+        "latest_charge": row.latest_charge,
+        "livemode": false,
+        "metadata": metadata,
+        "next_action": parse_json(row.next_action.as_deref()),
+        "on_behalf_of": null,
+        "payment_method": row.payment_method,
+        "payment_method_options": {},
+        "payment_method_types": ["card"],
+        "processing": processing,
+        "receipt_email": null,
+        "review": null,
+        "setup_future_usage": null,
+        "shipping": null,
+        "statement_descriptor": null,
+        "statement_descriptor_suffix": null,
+        "status": row.status,
+        "transfer_data": row.transfer_destination.as_ref().map(|d| json!({ "destination": d })),
+        "transfer_group": null,
+    })
+}
+
+/// A Refund object.
+pub(crate) fn refund(
+    id: &str,
+    pi: &PaymentRow,
+    amount: i64,
+    created: i64,
+    reason: Option<&str>,
+    metadata: &BTreeMap<String, String>,
+) -> Value {
+    json!({
+        "id": id,
+        "object": "refund",
+        "amount": amount,
+        "balance_transaction": null,
+        "charge": pi.latest_charge,
+        "created": created,
+        "currency": pi.currency,
+        "description": null,
+        "metadata": metadata,
+        "payment_intent": pi.id,
+        "reason": reason,
+        "receipt_number": null,
+        "source_transfer_reversal": null,
+        "status": "succeeded",
+        "transfer_reversal": null,
+    })
+}
+
+/// A charge-shaped object for `charge.refunded` (only the fields a consumer needs).
+pub(crate) fn charge(pi: &PaymentRow, amount_refunded: i64) -> Value {
+    json!({
+        "id": pi.latest_charge,
+        "object": "charge",
+        "amount": pi.amount,
+        "amount_captured": pi.amount_received,
+        "amount_refunded": amount_refunded,
+        "currency": pi.currency,
+        "customer": pi.customer,
+        "metadata": serde_json::from_str::<Value>(&pi.metadata).unwrap_or_else(|_| json!({})),
+        "paid": true,
+        "payment_intent": pi.id,
+        "refunded": amount_refunded >= pi.amount_received,
+        "status": "succeeded",
+    })
+}
+
+/// Who caused an event.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventCause<'a> {
+    /// The API request id (`req_...`).
+    pub(crate) request_id: Option<&'a str>,
+    /// Its Idempotency-Key.
+    pub(crate) idempotency_key: Option<&'a str>,
+    /// The API version to stamp.
+    pub(crate) api_version: &'a str,
+}
+
+/// An Event object.
+pub(crate) fn event(
+    id: &str,
+    created: i64,
+    kind: &str,
+    object: Value,
+    cause: EventCause<'_>,
+) -> Value {
+    json!({
+        "id": id,
+        "object": "event",
+        "account": null,
+        "api_version": cause.api_version,
+        "created": created,
+        "data": { "object": object },
+        "livemode": false,
+        "pending_webhooks": 0,
+        "request": { "id": cause.request_id, "idempotency_key": cause.idempotency_key },
+        "type": kind,
+    })
+}
+
+/// A list page.
+pub(crate) fn list(url: &str, data: Vec<Value>, has_more: bool) -> Value {
+    json!({ "object": "list", "data": data, "has_more": has_more, "url": url })
+}

@@ -1,0 +1,560 @@
+//! PaymentIntents: create (with confirm), retrieve, list, search, and the settling of `processing` ones.
+
+use crate::cards::{self, CardOutcome};
+use crate::connection::ConnHandle;
+use crate::error::ApiError;
+use crate::faults::FaultKind;
+use crate::form::{self, Pairs};
+use crate::idempotency::{self, KeyState};
+use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
+use crate::objects::{self, EventCause};
+use crate::rng::now_ms;
+use crate::routes::{Ctx, Shared};
+use crate::search::Query;
+use crate::store::{KeyRecord, NewEvent, PaymentRow};
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde_json::json;
+
+/// Most `processing` payments settled in one pass.
+const SETTLE_BATCH_MAX: i64 = 100;
+const PATH: &str = "/v1/payment_intents";
+
+/// What executing a create produces, before it is committed.
+struct Execution {
+    row: PaymentRow,
+    events: Vec<NewEvent>,
+    status: StatusCode,
+    body: Vec<u8>,
+}
+
+fn new_event(
+    app: &Shared,
+    ctx: &Ctx,
+    created: i64,
+    kind: &'static str,
+    object: serde_json::Value,
+) -> NewEvent {
+    let id = app.ids.id("evt");
+    let cause = EventCause {
+        request_id: Some(&ctx.request_id),
+        idempotency_key: ctx.key.as_deref(),
+        api_version: ctx.api_version(),
+    };
+    let body =
+        serde_json::to_vec(&objects::event(&id, created, kind, object, cause)).unwrap_or_default();
+    NewEvent {
+        id,
+        created,
+        kind,
+        body,
+    }
+}
+
+fn execute(app: &Shared, ctx: &Ctx, p: form::PaymentIntentParams) -> Execution {
+    let id = app.ids.id("pi");
+    let created = ctx.now_ms / 1000;
+    let secret = app.ids.id("secret");
+    let mut row = PaymentRow {
+        seq: 0,
+        client_secret: format!("{id}_{secret}"),
+        id,
+        created,
+        created_ms: ctx.now_ms,
+        amount: p.amount,
+        currency: p.currency,
+        customer: p.customer,
+        description: p.description,
+        payment_method: p.payment_method.clone(),
+        status: String::new(),
+        metadata: serde_json::to_string(&p.metadata).unwrap_or_else(|_| "{}".into()),
+        transfer_destination: p.transfer_destination,
+        latest_charge: None,
+        last_payment_error: None,
+        next_action: None,
+        amount_received: 0,
+        amount_refunded: 0,
+        idempotency_key: ctx.key.clone(),
+        request_id: ctx.request_id.clone(),
+        settle_at_ms: None,
+    };
+    let mut kinds: Vec<&'static str> = vec!["payment_intent.created"];
+    let mut decline = None;
+    match (&p.payment_method, p.confirm) {
+        (None, _) => row.status = "requires_payment_method".into(),
+        (Some(_), false) => row.status = "requires_confirmation".into(),
+        (Some(pm), true) => match cards::confirm(pm, p.off_session) {
+            CardOutcome::Succeeded => {
+                row.status = "succeeded".into();
+                row.latest_charge = Some(app.ids.id("ch"));
+                row.amount_received = row.amount;
+                kinds.push("payment_intent.succeeded");
+            }
+            CardOutcome::Processing => {
+                row.status = "processing".into();
+                row.settle_at_ms =
+                    Some(ctx.now_ms + app.config.processing_settle.as_millis() as i64);
+                kinds.push("payment_intent.processing");
+            }
+            CardOutcome::RequiresAction(next_action) => {
+                row.status = "requires_action".into();
+                row.next_action = Some(next_action.to_string());
+                kinds.push("payment_intent.requires_action");
+            }
+            CardOutcome::Declined(mut e) => {
+                let charge = app.ids.id("ch");
+                row.status = "requires_payment_method".into();
+                row.latest_charge = Some(charge.clone());
+                e.charge = Some(charge);
+                let mut lpe = e.object();
+                if let Some(obj) = lpe.as_object_mut() {
+                    obj.insert(
+                        "payment_method".into(),
+                        json!({ "id": pm, "object": "payment_method" }),
+                    );
+                }
+                row.last_payment_error = Some(lpe.to_string());
+                kinds.push("payment_intent.payment_failed");
+                decline = Some(e);
+            }
+        },
+    }
+    let object = objects::payment_intent(&row);
+    let events = kinds
+        .into_iter()
+        .map(|k| new_event(app, ctx, created, k, object.clone()))
+        .collect();
+    let (status, body) = match decline {
+        Some(mut e) => {
+            e.payment_intent = Some(object);
+            (e.status, e.body())
+        }
+        None => (
+            StatusCode::OK,
+            serde_json::to_vec(&object).unwrap_or_default(),
+        ),
+    };
+    Execution {
+        row,
+        events,
+        status,
+        body,
+    }
+}
+
+/// `POST /v1/payment_intents`.
+pub(crate) async fn create(
+    State(app): State<Shared>,
+    ConnectInfo(conn): ConnectInfo<ConnHandle>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let pairs = form::parse_pairs(&body);
+    let ctx = match Ctx::begin(&app, conn, &headers, "POST", PATH, pairs.as_ref().ok()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    let pairs = match pairs {
+        Ok(p) => p,
+        Err(e) => return ctx.error(&e),
+    };
+    let claim = match &ctx.key {
+        None => None,
+        Some(key) => {
+            let fp = idempotency::fingerprint("POST", PATH, &pairs);
+            match idempotency::begin(
+                &app.in_flight,
+                &app.store,
+                key,
+                &fp,
+                app.key_not_before_ms(ctx.now_ms),
+            )
+            .await
+            {
+                Ok(KeyState::Fresh(claim)) => Some((claim, fp)),
+                Ok(KeyState::Replay(saved)) => return ctx.finish(ctx.replay(saved)),
+                Ok(KeyState::Mismatch) => return ctx.error(&ApiError::idempotency_mismatch(key)),
+                Ok(KeyState::InUse) => return ctx.error(&ApiError::key_in_use()),
+                Err(e) => return ctx.internal("idempotency lookup", &e),
+            }
+        }
+    };
+    match ctx.fault {
+        Some(FaultKind::Hang) => return ctx.hang(&app).await,
+        Some(FaultKind::Error500BeforeCommit) => {
+            return ctx.error(&ApiError::internal("An unknown error occurred."));
+        }
+        _ => {}
+    }
+    let params = match validate(&pairs) {
+        Ok(p) => p,
+        Err(e) => return ctx.error(&e),
+    };
+    let mut exec = execute(&app, &ctx, params);
+    if ctx.fault == Some(FaultKind::Error500AfterCommit) {
+        // Stripe remembers a 500 from a request that began executing, and replays it.
+        exec.status = StatusCode::INTERNAL_SERVER_ERROR;
+        exec.body = ApiError::internal("An unknown error occurred.").body();
+    }
+    let key_record = claim
+        .as_ref()
+        .zip(ctx.key.as_ref())
+        .map(|((_, fp), key)| KeyRecord {
+            key: key.clone(),
+            fingerprint: fp.clone(),
+            status: exec.status.as_u16(),
+            body: exec.body.clone(),
+            created_ms: ctx.now_ms,
+        });
+    let store = app.store.clone();
+    let due = app.webhooks_due_ms(ctx.now_ms);
+    let row = exec.row.clone();
+    let events = exec.events.clone();
+    // Spawned: a client hanging up must not cancel the transaction, and the claim is held until it commits.
+    let committed = tokio::spawn(async move {
+        let result = store
+            .commit_payment(&row, &events, key_record.as_ref(), due)
+            .await;
+        drop(claim);
+        result
+    })
+    .await;
+    match committed {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return ctx.internal("payment commit", &e),
+        Err(e) => return ctx.internal("payment commit task", &e),
+    }
+    app.webhook_wake.notify_one();
+    ctx.finish(ctx.respond(exec.status, exec.body, false))
+}
+
+fn validate(pairs: &Pairs) -> Result<form::PaymentIntentParams, ApiError> {
+    let p = form::payment_intent_params(pairs)?;
+    if let Some(pm) = &p.payment_method
+        && !cards::is_known(pm)
+    {
+        return Err(ApiError::invalid_param(
+            "resource_missing",
+            "payment_method",
+            format!("No such PaymentMethod: '{pm}'"),
+        ));
+    }
+    Ok(p)
+}
+
+/// Settles every `processing` payment whose time has come: `succeeded`, with `payment_intent.succeeded`.
+pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
+    let now = now_ms();
+    let due = app.store.processing_due(now, SETTLE_BATCH_MAX).await?;
+    let mut settled = 0;
+    for mut row in due {
+        let charge = app.ids.id("ch");
+        row.status = "succeeded".into();
+        row.latest_charge = Some(charge.clone());
+        row.amount_received = row.amount;
+        row.settle_at_ms = None;
+        let id = app.ids.id("evt");
+        let created = now / 1000;
+        let cause = EventCause {
+            request_id: Some(&row.request_id),
+            idempotency_key: row.idempotency_key.as_deref(),
+            api_version: objects::API_VERSION,
+        };
+        let body = serde_json::to_vec(&objects::event(
+            &id,
+            created,
+            "payment_intent.succeeded",
+            objects::payment_intent(&row),
+            cause,
+        ))
+        .unwrap_or_default();
+        let event = NewEvent {
+            id,
+            created,
+            kind: "payment_intent.succeeded",
+            body,
+        };
+        if app
+            .store
+            .settle(&row.id, &charge, &event, app.webhooks_due_ms(now))
+            .await?
+        {
+            settled += 1;
+        }
+    }
+    if settled > 0 {
+        app.webhook_wake.notify_one();
+    }
+    Ok(settled)
+}
+
+/// Runs store work in its own task so a client hanging up cannot cancel it half way.
+pub(crate) async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::spawn(work).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `GET /v1/payment_intents/{id}`.
+pub(crate) async fn retrieve(
+    State(app): State<Shared>,
+    ConnectInfo(conn): ConnectInfo<ConnHandle>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let path = format!("{PATH}/{id}");
+    let ctx = match Ctx::begin(&app, conn, &headers, "GET", &path, None) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    if let Some(r) = read_faults(&app, &ctx).await {
+        return r;
+    }
+    let worker = app.clone();
+    let found = detached(async move {
+        settle_due(&worker).await?;
+        worker.store.payment(&id).await.map(|row| (row, id))
+    })
+    .await;
+    match found {
+        Ok((Some(row), _)) => {
+            ctx.finish(ctx.respond(StatusCode::OK, body(&objects::payment_intent(&row)), false))
+        }
+        Ok((None, id)) => ctx.error(&ApiError::missing("intent", "payment_intent", &id)),
+        Err(e) => ctx.internal("payment retrieve", &e),
+    }
+}
+
+fn body(v: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// Faults on read endpoints: `hang` and `error_500_*` apply before reading (`reset` and 429 already did).
+pub(crate) async fn read_faults(app: &Shared, ctx: &Ctx) -> Option<Response> {
+    match ctx.fault {
+        Some(FaultKind::Hang) => Some(ctx.hang(app).await),
+        Some(FaultKind::Error500BeforeCommit | FaultKind::Error500AfterCommit) => {
+            Some(ctx.error(&ApiError::internal("An unknown error occurred.")))
+        }
+        _ => None,
+    }
+}
+
+fn query_pairs(raw: Option<&str>) -> Result<Pairs, ApiError> {
+    form::parse_pairs(raw.unwrap_or("").as_bytes())
+}
+
+/// `GET /v1/payment_intents?customer=&created[gte]=&created[lte]=&limit=&starting_after=`.
+pub(crate) async fn list(
+    State(app): State<Shared>,
+    ConnectInfo(conn): ConnectInfo<ConnHandle>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let pairs = query_pairs(raw.as_deref());
+    let ctx = match Ctx::begin(&app, conn, &headers, "GET", PATH, pairs.as_ref().ok()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    if let Some(r) = read_faults(&app, &ctx).await {
+        return r;
+    }
+    let filter = match pairs.and_then(|p| list_filter(&p)) {
+        Ok(f) => f,
+        Err(e) => return ctx.error(&e),
+    };
+    let worker = app.clone();
+    let page = detached(async move {
+        settle_due(&worker).await?;
+        let before_seq = match &filter.starting_after {
+            None => Some(i64::MAX),
+            Some(id) => worker.store.payment(id).await?.map(|r| r.seq),
+        };
+        let Some(before_seq) = before_seq else {
+            return Ok(None);
+        };
+        let rows = worker
+            .store
+            .list_payments(
+                filter.customer.as_deref(),
+                filter.gte,
+                filter.lte,
+                before_seq,
+                filter.limit + 1,
+            )
+            .await?;
+        Ok(Some((rows, filter.limit)))
+    })
+    .await;
+    match page {
+        Ok(Some((mut rows, limit))) => {
+            let has_more = rows.len() as i64 > limit;
+            rows.truncate(limit as usize);
+            let data = rows.iter().map(objects::payment_intent).collect();
+            ctx.finish(ctx.respond(
+                StatusCode::OK,
+                body(&objects::list(PATH, data, has_more)),
+                false,
+            ))
+        }
+        Ok(None) => ctx.error(&ApiError::invalid_param(
+            "resource_missing",
+            "starting_after",
+            "No such payment_intent given as starting_after",
+        )),
+        Err(e) => ctx.internal("payment list", &e),
+    }
+}
+
+struct ListFilter {
+    customer: Option<String>,
+    gte: i64,
+    lte: i64,
+    limit: i64,
+    starting_after: Option<String>,
+}
+
+fn list_filter(pairs: &Pairs) -> Result<ListFilter, ApiError> {
+    let mut f = ListFilter {
+        customer: None,
+        gte: i64::MIN,
+        lte: i64::MAX,
+        limit: 0,
+        starting_after: None,
+    };
+    let mut limit = None;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "customer" => f.customer = Some(v.clone()),
+            "created" => {
+                let t = form::timestamp(k, v)?;
+                f.gte = f.gte.max(t);
+                f.lte = f.lte.min(t);
+            }
+            "created[gte]" => f.gte = f.gte.max(form::timestamp(k, v)?),
+            "created[gt]" => f.gte = f.gte.max(form::timestamp(k, v)?.saturating_add(1)),
+            "created[lte]" => f.lte = f.lte.min(form::timestamp(k, v)?),
+            "created[lt]" => f.lte = f.lte.min(form::timestamp(k, v)?.saturating_sub(1)),
+            "limit" => limit = Some(v.as_str()),
+            "starting_after" => f.starting_after = Some(v.clone()),
+            other => {
+                return Err(ApiError::invalid_param(
+                    "parameter_unknown",
+                    other,
+                    format!("Received unknown parameter: {other}"),
+                ));
+            }
+        }
+    }
+    f.limit = form::limit(limit)?;
+    Ok(f)
+}
+
+/// `GET /v1/payment_intents/search?query=metadata['k']:'v'`: sees a payment only `search_lag` after creation.
+pub(crate) async fn search(
+    State(app): State<Shared>,
+    ConnectInfo(conn): ConnectInfo<ConnHandle>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let pairs = query_pairs(raw.as_deref());
+    let path = format!("{PATH}/search");
+    let ctx = match Ctx::begin(&app, conn, &headers, "GET", &path, pairs.as_ref().ok()) {
+        Ok(ctx) => ctx,
+        Err(response) => return response,
+    };
+    if let Some(r) = read_faults(&app, &ctx).await {
+        return r;
+    }
+    let parsed = pairs.and_then(|p| search_params(&p));
+    let (query, limit, page) = match parsed {
+        Ok(v) => v,
+        Err(e) => return ctx.error(&e),
+    };
+    let visible_ms = ctx.now_ms - app.config.search_lag.as_millis() as i64;
+    let worker = app.clone();
+    let rows = detached(async move {
+        settle_due(&worker).await?;
+        worker
+            .store
+            .payments_visible(visible_ms, AUDIT_PAYMENTS_MAX)
+            .await
+    })
+    .await;
+    match rows {
+        Ok(rows) => {
+            let matching: Vec<&PaymentRow> = rows
+                .iter()
+                .filter(|r| r.seq < page && query.matches(r))
+                .collect();
+            let has_more = matching.len() > limit;
+            let taken = &matching[..matching.len().min(limit)];
+            let next_page = if has_more {
+                taken.last().map(|r| r.seq.to_string())
+            } else {
+                None
+            };
+            let data: Vec<serde_json::Value> =
+                taken.iter().map(|r| objects::payment_intent(r)).collect();
+            let v = json!({
+                "object": "search_result",
+                "data": data,
+                "has_more": has_more,
+                "next_page": next_page,
+                "url": path,
+            });
+            ctx.finish(ctx.respond(StatusCode::OK, body(&v), false))
+        }
+        Err(e) => ctx.internal("payment search", &e),
+    }
+}
+
+fn search_params(pairs: &Pairs) -> Result<(Query, usize, i64), ApiError> {
+    let mut query = None;
+    let mut limit = None;
+    let mut page = i64::MAX;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "query" => {
+                if v.chars().count() > SEARCH_QUERY_LEN_MAX {
+                    return Err(ApiError::invalid_param(
+                        "parameter_invalid_string",
+                        k,
+                        "Search query is too long",
+                    ));
+                }
+                query =
+                    Some(Query::parse(v).map_err(|why| {
+                        ApiError::invalid_param("parameter_invalid_string", k, why)
+                    })?);
+            }
+            "limit" => limit = Some(v.as_str()),
+            "page" => {
+                page = v.parse().map_err(|_| {
+                    ApiError::invalid_param("parameter_invalid_string", k, "Invalid page")
+                })?
+            }
+            other => {
+                return Err(ApiError::invalid_param(
+                    "parameter_unknown",
+                    other,
+                    format!("Received unknown parameter: {other}"),
+                ));
+            }
+        }
+    }
+    let query = query.ok_or_else(|| {
+        ApiError::invalid_param(
+            "parameter_missing",
+            "query",
+            "Missing required param: query.",
+        )
+    })?;
+    Ok((query, form::limit(limit)? as usize, page))
+}

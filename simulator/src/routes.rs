@@ -1,0 +1,247 @@
+//! The HTTP surface: Stripe's API under `/v1`, the admin API under `/_sim`, and the per-request context
+//! (authentication, faults, idempotency headers, response shape) every `/v1` handler shares.
+
+use crate::audit::{AuditedRequest, RequestAudit};
+use crate::config::SimulatorConfig;
+use crate::connection::ConnHandle;
+use crate::error::ApiError;
+use crate::faults::{FaultKind, Faults};
+use crate::form::{self, Pairs};
+use crate::idempotency::InFlight;
+use crate::limits::{BODY_BYTES_MAX, IDEMPOTENCY_KEY_LEN_MAX};
+use crate::objects::API_VERSION;
+use crate::rng::{IdGen, now_ms};
+use crate::store::{SavedResponse, Store};
+use crate::{admin, events, payment_intents, refunds};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::sync::Arc;
+use tokio::sync::{Notify, watch};
+
+/// Everything a handler can reach.
+pub(crate) struct App {
+    pub(crate) config: SimulatorConfig,
+    pub(crate) store: Store,
+    pub(crate) faults: Faults,
+    pub(crate) in_flight: InFlight,
+    pub(crate) ids: IdGen,
+    pub(crate) audit: RequestAudit,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) webhook_wake: Notify,
+}
+
+/// Shared application state.
+pub(crate) type Shared = Arc<App>;
+
+impl App {
+    /// When webhooks for an event created now are first due, if webhooks are configured.
+    pub(crate) fn webhooks_due_ms(&self, now_ms: i64) -> Option<i64> {
+        self.config
+            .webhook_url
+            .as_ref()
+            .map(|_| now_ms + self.config.webhook_delay.as_millis() as i64)
+    }
+
+    /// The oldest save time a remembered key may have and still count.
+    pub(crate) fn key_not_before_ms(&self, now_ms: i64) -> i64 {
+        now_ms - self.config.key_retention.as_millis() as i64
+    }
+}
+
+/// The router.
+pub(crate) fn router(app: Shared) -> Router {
+    Router::new()
+        .route(
+            "/v1/payment_intents",
+            post(payment_intents::create).get(payment_intents::list),
+        )
+        .route("/v1/payment_intents/search", get(payment_intents::search))
+        .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
+        .route("/v1/refunds", post(refunds::create))
+        .route("/v1/events", get(events::list))
+        .route(
+            "/_sim/faults",
+            post(admin::arm_faults)
+                .delete(admin::clear_faults)
+                .get(admin::list_faults),
+        )
+        .route("/_sim/audit/payments", get(admin::audit_payments))
+        .route("/_sim/audit/requests", get(admin::audit_requests))
+        .route("/_sim/health", get(admin::health))
+        .fallback(unrecognized)
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(app)
+}
+
+async fn unrecognized() -> Response {
+    let e = ApiError {
+        status: StatusCode::NOT_FOUND,
+        ..ApiError::invalid_request("resource_missing", "Unrecognized request URL.")
+    };
+    (
+        e.status,
+        [(header::CONTENT_TYPE, "application/json")],
+        e.body(),
+    )
+        .into_response()
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str().map_err(|_| {
+                ApiError::invalid_request("header_invalid", format!("Invalid {name} header"))
+            })
+        })
+        .transpose()
+}
+
+/// One `/v1` request's context.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) request_id: String,
+    pub(crate) key: Option<String>,
+    pub(crate) stripe_version: Option<String>,
+    pub(crate) fault: Option<FaultKind>,
+    pub(crate) now_ms: i64,
+    conn: ConnHandle,
+}
+
+impl Ctx {
+    /// Audits the request, applies `reset` and `rate_limit_429`, authenticates and reads the headers.
+    /// `Err` is the response to send at once.
+    pub(crate) fn begin(
+        app: &App,
+        conn: ConnHandle,
+        headers: &HeaderMap,
+        method: &str,
+        path: &str,
+        pairs: Option<&Pairs>,
+    ) -> Result<Ctx, Response> {
+        let request_id = app.ids.id("req");
+        let now = now_ms();
+        let raw_key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let raw_version = headers
+            .get("stripe-version")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        app.audit.record(AuditedRequest {
+            request_id: request_id.clone(),
+            method: method.to_string(),
+            path: path.to_string(),
+            idempotency_key: raw_key.clone(),
+            stripe_version: raw_version.clone(),
+            param_keys: pairs.map(form::keys).unwrap_or_default(),
+            at_ms: now,
+        });
+        let mut ctx = Ctx {
+            request_id,
+            key: None,
+            stripe_version: raw_version,
+            fault: None,
+            now_ms: now,
+            conn,
+        };
+        ctx.fault = app.faults.decide(raw_key.as_deref());
+        match ctx.fault {
+            Some(FaultKind::Reset) => {
+                ctx.conn.kill();
+                return Err(StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            }
+            Some(FaultKind::RateLimit429) => return Err(ctx.error(&ApiError::rate_limited())),
+            _ => {}
+        }
+        let authorized = header_str(headers, "authorization")
+            .ok()
+            .flatten()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| token == app.config.api_key);
+        if !authorized {
+            return Err(ctx.error(&ApiError::unauthorized()));
+        }
+        let key = header_str(headers, "idempotency-key").map_err(|e| ctx.error(&e))?;
+        if let Some(key) = key {
+            if key.is_empty() || key.chars().count() > IDEMPOTENCY_KEY_LEN_MAX {
+                return Err(ctx.error(&ApiError::invalid_request(
+                    "idempotency_key_invalid",
+                    format!(
+                        "Idempotency keys must be 1 to {IDEMPOTENCY_KEY_LEN_MAX} characters long."
+                    ),
+                )));
+            }
+            ctx.key = Some(key.to_string());
+        }
+        Ok(ctx)
+    }
+
+    /// The API version events caused by this request are stamped with.
+    pub(crate) fn api_version(&self) -> &str {
+        self.stripe_version.as_deref().unwrap_or(API_VERSION)
+    }
+
+    /// A JSON response with Stripe's headers.
+    pub(crate) fn respond(&self, status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {
+        let mut response = (status, body).into_response();
+        let h = response.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&self.request_id) {
+            h.insert("request-id", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(self.api_version()) {
+            h.insert("stripe-version", v);
+        }
+        if let Some(key) = &self.key
+            && let Ok(v) = HeaderValue::from_str(key)
+        {
+            h.insert("idempotency-key", v);
+        }
+        if replayed {
+            h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+        }
+        response
+    }
+
+    /// An error response.
+    pub(crate) fn error(&self, e: &ApiError) -> Response {
+        self.respond(e.status, e.body(), false)
+    }
+
+    /// A storage failure: logged once here, opaque to the client.
+    pub(crate) fn internal(&self, what: &str, e: &dyn std::fmt::Display) -> Response {
+        tracing::error!(request_id = %self.request_id, error = %e, "simulator {what} failed");
+        self.error(&ApiError::internal("An unknown error occurred."))
+    }
+
+    /// Replays a remembered response.
+    pub(crate) fn replay(&self, saved: SavedResponse) -> Response {
+        let status =
+            StatusCode::from_u16(saved.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        self.respond(status, saved.body, true)
+    }
+
+    /// Sends a response after commit, or aborts the connection for `drop_after_commit`.
+    pub(crate) fn finish(&self, response: Response) -> Response {
+        if self.fault == Some(FaultKind::DropAfterCommit) {
+            self.conn.kill();
+        }
+        response
+    }
+
+    /// Never answers: waits for shutdown (or for the client to hang up, which drops this future), then aborts.
+    pub(crate) async fn hang(&self, app: &App) -> Response {
+        let mut shutdown = app.shutdown.clone();
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        self.conn.kill();
+        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    }
+}

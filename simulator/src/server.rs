@@ -1,0 +1,174 @@
+//! The running simulator: binds, opens the store, serves, and runs the background tasks (settling
+//! `processing` payments, forgetting expired keys, delivering webhooks) until shutdown.
+
+use crate::audit::RequestAudit;
+use crate::config::SimulatorConfig;
+use crate::connection::{ConnHandle, KillableListener};
+use crate::error::SimulatorError;
+use crate::faults::Faults;
+use crate::idempotency::InFlight;
+use crate::payment_intents::settle_due;
+use crate::rng::{IdGen, now_ms};
+use crate::routes::{self, App, Shared};
+use crate::store::Store;
+use crate::webhooks;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+/// Longest pause of the maintenance task between passes.
+const MAINTENANCE_TICK_MAX: Duration = Duration::from_millis(100);
+/// How long shutdown waits for open connections to finish before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A running simulator.
+#[derive(Debug)]
+pub struct Simulator {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+    store: Store,
+}
+
+fn install_crypto_provider() {
+    // Already installed by someone else is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+async fn maintenance(app: Shared) {
+    let mut shutdown = app.shutdown.clone();
+    let tick = app
+        .config
+        .processing_settle
+        .clamp(Duration::from_millis(10), MAINTENANCE_TICK_MAX);
+    while !*shutdown.borrow() {
+        if let Err(e) = settle_due(&app).await {
+            tracing::error!(error = %e, "settling processing payments failed");
+        }
+        if let Err(e) = app
+            .store
+            .forget_keys_before(app.key_not_before_ms(now_ms()))
+            .await
+        {
+            tracing::error!(error = %e, "forgetting expired idempotency keys failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+impl Simulator {
+    /// Binds `config.listen`, opens `config.database` and starts serving.
+    pub async fn start(config: SimulatorConfig) -> Result<Simulator, SimulatorError> {
+        if config.webhook_duplicates_per_mille > 1000 {
+            return Err(SimulatorError::Config(
+                "webhook_duplicates_per_mille must be at most 1000".into(),
+            ));
+        }
+        if config.api_key.is_empty() {
+            return Err(SimulatorError::Config("api_key must not be empty".into()));
+        }
+        if config.webhook_url.is_some() && !config.webhook_secret.starts_with("whsec_") {
+            return Err(SimulatorError::Config(
+                "webhook_secret must start with whsec_".into(),
+            ));
+        }
+        install_crypto_provider();
+        let store = Store::open(&config.database).await?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| SimulatorError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| SimulatorError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let (stop, shutdown) = watch::channel(false);
+        let app: Shared = Arc::new(App {
+            faults: Faults::new(config.seed),
+            config,
+            store: store.clone(),
+            in_flight: InFlight::default(),
+            ids: IdGen::from_os(),
+            audit: RequestAudit::default(),
+            shutdown: shutdown.clone(),
+            webhook_wake: Notify::new(),
+        });
+        let router = routes::router(app.clone());
+        let mut signal = shutdown.clone();
+        let server = tokio::spawn(async move {
+            let served = axum::serve(
+                KillableListener::new(listener),
+                router.into_make_service_with_connect_info::<ConnHandle>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = signal.wait_for(|stop| *stop).await;
+            })
+            .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "simulator server stopped");
+            }
+        });
+        let tasks = vec![
+            tokio::spawn(maintenance(app.clone())),
+            tokio::spawn(webhooks::run(app)),
+        ];
+        tracing::info!(%addr, "simulator listening");
+        Ok(Simulator {
+            addr,
+            stop,
+            server,
+            tasks,
+            store,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving (hung requests are aborted), stops the background tasks and closes the database.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let mut server = self.server;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+            .await
+            .is_err()
+        {
+            tracing::warn!("simulator connections still open after the grace period; cutting them");
+            server.abort();
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.store.close().await;
+    }
+}
+
+/// Binary mode: serves `config` until `shutdown` resolves.
+pub async fn run(
+    config: SimulatorConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), SimulatorError> {
+    let simulator = Simulator::start(config).await?;
+    shutdown.await;
+    simulator.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,622 @@
+//! The SQLite store: one connection, WAL for files, every statement named in one place.
+//!
+//! Writes that belong together (a payment, its events, its webhook deliveries and its idempotent response)
+//! commit in one transaction, so a key is never remembered without its payment or the other way round.
+//! Callers run store work in spawned tasks, so a client hanging up never cancels a transaction half way.
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+};
+use sqlx::{Connection, Row};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How long a statement waits for the database lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a caller waits for the one connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS payment_intents (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        created INTEGER NOT NULL,
+        created_ms INTEGER NOT NULL,
+        amount INTEGER NOT NULL,
+        currency TEXT NOT NULL,
+        customer TEXT,
+        description TEXT,
+        payment_method TEXT,
+        status TEXT NOT NULL CHECK (status IN ('requires_payment_method', 'requires_confirmation', 'requires_action',
+            'processing', 'requires_capture', 'canceled', 'succeeded')),
+        metadata TEXT NOT NULL,
+        transfer_destination TEXT,
+        latest_charge TEXT,
+        last_payment_error TEXT,
+        next_action TEXT,
+        amount_received INTEGER NOT NULL,
+        amount_refunded INTEGER NOT NULL DEFAULT 0 CHECK (amount_refunded <= amount_received),
+        client_secret TEXT NOT NULL,
+        idempotency_key TEXT,
+        request_id TEXT NOT NULL,
+        settle_at_ms INTEGER
+    )",
+    "CREATE INDEX IF NOT EXISTS payment_intents_customer ON payment_intents (customer, seq)",
+    "CREATE INDEX IF NOT EXISTS payment_intents_processing ON payment_intents (status, settle_at_ms)",
+    "CREATE TABLE IF NOT EXISTS idempotency_keys (
+        key TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        body BLOB NOT NULL,
+        created_ms INTEGER NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        created INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        body BLOB NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS refunds (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        payment_intent TEXT NOT NULL,
+        amount INTEGER NOT NULL,
+        body BLOB NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS webhook_outbox (
+        event_seq INTEGER PRIMARY KEY,
+        due_ms INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'abandoned'))
+    )",
+];
+
+macro_rules! payment_columns {
+    () => {
+        "seq, id, created, created_ms, amount, currency, customer, description, payment_method, status, metadata, \
+         transfer_destination, latest_charge, last_payment_error, next_action, amount_received, amount_refunded, \
+         client_secret, idempotency_key, request_id, settle_at_ms"
+    };
+}
+
+const SELECT_SAVED_RESPONSE: &str =
+    "SELECT fingerprint, status, body FROM idempotency_keys WHERE key = ?1 AND created_ms >= ?2";
+const DELETE_EXPIRED_KEYS: &str = "DELETE FROM idempotency_keys WHERE created_ms < ?1";
+const UPSERT_KEY: &str = "INSERT INTO idempotency_keys (key, fingerprint, status, body, created_ms) \
+    VALUES (?1, ?2, ?3, ?4, ?5) \
+    ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, \
+    body = excluded.body, created_ms = excluded.created_ms";
+const INSERT_PAYMENT: &str = "INSERT INTO payment_intents (id, created, created_ms, amount, currency, customer, \
+    description, payment_method, status, metadata, transfer_destination, latest_charge, last_payment_error, \
+    next_action, amount_received, amount_refunded, client_secret, idempotency_key, request_id, settle_at_ms) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+const INSERT_EVENT: &str = "INSERT INTO events (id, created, type, body) VALUES (?1, ?2, ?3, ?4)";
+const INSERT_OUTBOX: &str =
+    "INSERT INTO webhook_outbox (event_seq, due_ms, state) VALUES (?1, ?2, 'pending')";
+const SETTLE_PAYMENT: &str = "UPDATE payment_intents SET status = 'succeeded', latest_charge = ?2, \
+    amount_received = amount, settle_at_ms = NULL WHERE id = ?1 AND status = 'processing'";
+const ADD_REFUNDED: &str = "UPDATE payment_intents SET amount_refunded = amount_refunded + ?2 \
+    WHERE id = ?1 AND status = 'succeeded' AND amount_refunded + ?2 <= amount_received";
+const INSERT_REFUND: &str =
+    "INSERT INTO refunds (id, payment_intent, amount, body) VALUES (?1, ?2, ?3, ?4)";
+const SELECT_EVENTS: &str =
+    "SELECT seq, body FROM events WHERE seq < ?1 ORDER BY seq DESC LIMIT ?2";
+const SELECT_EVENT_SEQ: &str = "SELECT seq FROM events WHERE id = ?1";
+const SELECT_OUTBOX_DUE: &str = "SELECT o.event_seq, o.attempts, e.body FROM webhook_outbox o \
+    JOIN events e ON e.seq = o.event_seq WHERE o.state = 'pending' AND o.due_ms <= ?1 ORDER BY o.event_seq LIMIT ?2";
+const SELECT_OUTBOX_PENDING_OLDEST: &str =
+    "SELECT MIN(due_ms) FROM webhook_outbox WHERE state = 'pending'";
+const MARK_DELIVERED: &str =
+    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1 WHERE event_seq = ?1";
+const MARK_RETRY: &str =
+    "UPDATE webhook_outbox SET attempts = ?2, due_ms = ?3 WHERE event_seq = ?1";
+const MARK_ABANDONED: &str =
+    "UPDATE webhook_outbox SET state = 'abandoned', attempts = ?2 WHERE event_seq = ?1";
+
+const SELECT_PAYMENT_BY_ID: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payment_intents WHERE id = ?1"
+);
+const SELECT_PAYMENTS_LIST: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payment_intents WHERE (?1 IS NULL OR customer = ?1) AND created >= ?2 AND created <= ?3 AND seq < ?4 \
+     ORDER BY seq DESC LIMIT ?5"
+);
+const SELECT_PAYMENTS_VISIBLE: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payment_intents WHERE created_ms <= ?1 ORDER BY seq DESC LIMIT ?2"
+);
+const SELECT_PAYMENTS_ALL: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payment_intents ORDER BY seq ASC LIMIT ?1"
+);
+const SELECT_PROCESSING_DUE: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payment_intents WHERE status = 'processing' AND settle_at_ms <= ?1 ORDER BY seq LIMIT ?2"
+);
+
+/// One PaymentIntent as stored.
+#[derive(Debug, Clone)]
+pub(crate) struct PaymentRow {
+    pub(crate) seq: i64,
+    pub(crate) id: String,
+    pub(crate) created: i64,
+    pub(crate) created_ms: i64,
+    pub(crate) amount: i64,
+    pub(crate) currency: String,
+    pub(crate) customer: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) payment_method: Option<String>,
+    pub(crate) status: String,
+    /// JSON object text.
+    pub(crate) metadata: String,
+    pub(crate) transfer_destination: Option<String>,
+    pub(crate) latest_charge: Option<String>,
+    /// JSON text.
+    pub(crate) last_payment_error: Option<String>,
+    /// JSON text.
+    pub(crate) next_action: Option<String>,
+    pub(crate) amount_received: i64,
+    pub(crate) amount_refunded: i64,
+    pub(crate) client_secret: String,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) request_id: String,
+    pub(crate) settle_at_ms: Option<i64>,
+}
+
+fn payment_row(r: &SqliteRow) -> Result<PaymentRow, sqlx::Error> {
+    Ok(PaymentRow {
+        seq: r.try_get("seq")?,
+        id: r.try_get("id")?,
+        created: r.try_get("created")?,
+        created_ms: r.try_get("created_ms")?,
+        amount: r.try_get("amount")?,
+        currency: r.try_get("currency")?,
+        customer: r.try_get("customer")?,
+        description: r.try_get("description")?,
+        payment_method: r.try_get("payment_method")?,
+        status: r.try_get("status")?,
+        metadata: r.try_get("metadata")?,
+        transfer_destination: r.try_get("transfer_destination")?,
+        latest_charge: r.try_get("latest_charge")?,
+        last_payment_error: r.try_get("last_payment_error")?,
+        next_action: r.try_get("next_action")?,
+        amount_received: r.try_get("amount_received")?,
+        amount_refunded: r.try_get("amount_refunded")?,
+        client_secret: r.try_get("client_secret")?,
+        idempotency_key: r.try_get("idempotency_key")?,
+        request_id: r.try_get("request_id")?,
+        settle_at_ms: r.try_get("settle_at_ms")?,
+    })
+}
+
+/// An event to insert, rendered.
+#[derive(Debug, Clone)]
+pub(crate) struct NewEvent {
+    pub(crate) id: String,
+    pub(crate) created: i64,
+    pub(crate) kind: &'static str,
+    pub(crate) body: Vec<u8>,
+}
+
+/// A response remembered under an idempotency key.
+#[derive(Debug, Clone)]
+pub(crate) struct SavedResponse {
+    pub(crate) fingerprint: String,
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+}
+
+/// What to remember under a key, committed with the work it answers for.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyRecord {
+    pub(crate) key: String,
+    pub(crate) fingerprint: String,
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+    pub(crate) created_ms: i64,
+}
+
+/// A pending webhook delivery.
+#[derive(Debug, Clone)]
+pub(crate) struct OutboxRow {
+    pub(crate) event_seq: i64,
+    pub(crate) attempts: i64,
+    pub(crate) body: Vec<u8>,
+}
+
+/// Whether a refund fit in what is left to refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefundCommit {
+    /// Committed.
+    Done,
+    /// More than the unrefunded amount (or the payment is not refundable); nothing committed.
+    Exceeds,
+}
+
+/// The simulator's database.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    pool: SqlitePool,
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+async fn insert_events(
+    tx: &mut Tx<'_>,
+    events: &[NewEvent],
+    webhooks_due_ms: Option<i64>,
+) -> Result<(), sqlx::Error> {
+    for e in events {
+        let done = sqlx::query(INSERT_EVENT)
+            .bind(&e.id)
+            .bind(e.created)
+            .bind(e.kind)
+            .bind(&e.body)
+            .execute(&mut **tx)
+            .await?;
+        if let Some(due) = webhooks_due_ms {
+            sqlx::query(INSERT_OUTBOX)
+                .bind(done.last_insert_rowid())
+                .bind(due)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn upsert_key(tx: &mut Tx<'_>, key: &KeyRecord) -> Result<(), sqlx::Error> {
+    sqlx::query(UPSERT_KEY)
+        .bind(&key.key)
+        .bind(&key.fingerprint)
+        .bind(i64::from(key.status))
+        .bind(&key.body)
+        .bind(key.created_ms)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+impl Store {
+    /// Opens (creating if needed) `sqlite::memory:`, a `sqlite:` URL or a file path, and creates the schema.
+    pub(crate) async fn open(database: &str) -> Result<Store, sqlx::Error> {
+        let memory = database.contains(":memory:") || database.contains("mode=memory");
+        let options = if database.starts_with("sqlite:") {
+            SqliteConnectOptions::from_str(database)?
+        } else {
+            SqliteConnectOptions::new().filename(database)
+        };
+        let mut options = options.create_if_missing(true).busy_timeout(BUSY_TIMEOUT);
+        if !memory {
+            options = options.journal_mode(SqliteJournalMode::Wal);
+        }
+        // One connection, never recycled: an in-memory database lives exactly as long as its connection.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    // sqlx 0.9.0 can hand back a connection inside a transaction after a cancelled begin();
+                    // roll it back rather than let later writes vanish into it.
+                    if conn.is_in_transaction() {
+                        tracing::error!(
+                            "simulator connection released inside a transaction; rolling back"
+                        );
+                        sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .connect_with(options)
+            .await?;
+        for statement in SCHEMA {
+            sqlx::query(*statement).execute(&pool).await?;
+        }
+        Ok(Store { pool })
+    }
+
+    /// Closes the connection.
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The response remembered under `key`, if it was saved at or after `not_before_ms`.
+    pub(crate) async fn saved_response(
+        &self,
+        key: &str,
+        not_before_ms: i64,
+    ) -> Result<Option<SavedResponse>, sqlx::Error> {
+        let row = sqlx::query(SELECT_SAVED_RESPONSE)
+            .bind(key)
+            .bind(not_before_ms)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            let status: i64 = r.try_get("status")?;
+            Ok(SavedResponse {
+                fingerprint: r.try_get("fingerprint")?,
+                status: u16::try_from(status).unwrap_or(500),
+                body: r.try_get("body")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Forgets keys saved before `before_ms`.
+    pub(crate) async fn forget_keys_before(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(DELETE_EXPIRED_KEYS)
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    /// Commits a new PaymentIntent with its events, webhook deliveries and idempotent response.
+    pub(crate) async fn commit_payment(
+        &self,
+        pi: &PaymentRow,
+        events: &[NewEvent],
+        key: Option<&KeyRecord>,
+        webhooks_due_ms: Option<i64>,
+    ) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(INSERT_PAYMENT)
+            .bind(&pi.id)
+            .bind(pi.created)
+            .bind(pi.created_ms)
+            .bind(pi.amount)
+            .bind(&pi.currency)
+            .bind(&pi.customer)
+            .bind(&pi.description)
+            .bind(&pi.payment_method)
+            .bind(&pi.status)
+            .bind(&pi.metadata)
+            .bind(&pi.transfer_destination)
+            .bind(&pi.latest_charge)
+            .bind(&pi.last_payment_error)
+            .bind(&pi.next_action)
+            .bind(pi.amount_received)
+            .bind(pi.amount_refunded)
+            .bind(&pi.client_secret)
+            .bind(&pi.idempotency_key)
+            .bind(&pi.request_id)
+            .bind(pi.settle_at_ms)
+            .execute(&mut *tx)
+            .await?;
+        insert_events(&mut tx, events, webhooks_due_ms).await?;
+        if let Some(key) = key {
+            upsert_key(&mut tx, key).await?;
+        }
+        tx.commit().await
+    }
+
+    /// Moves a `processing` payment to `succeeded` with its event; false if it was no longer processing.
+    pub(crate) async fn settle(
+        &self,
+        id: &str,
+        latest_charge: &str,
+        event: &NewEvent,
+        webhooks_due_ms: Option<i64>,
+    ) -> Result<bool, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(SETTLE_PAYMENT)
+            .bind(id)
+            .bind(latest_charge)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_events(&mut tx, std::slice::from_ref(event), webhooks_due_ms).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Commits a refund if it fits in the unrefunded amount.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn commit_refund(
+        &self,
+        refund_id: &str,
+        payment_intent: &str,
+        amount: i64,
+        body: &[u8],
+        events: &[NewEvent],
+        key: Option<&KeyRecord>,
+        webhooks_due_ms: Option<i64>,
+    ) -> Result<RefundCommit, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(ADD_REFUNDED)
+            .bind(payment_intent)
+            .bind(amount)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(RefundCommit::Exceeds);
+        }
+        sqlx::query(INSERT_REFUND)
+            .bind(refund_id)
+            .bind(payment_intent)
+            .bind(amount)
+            .bind(body)
+            .execute(&mut *tx)
+            .await?;
+        insert_events(&mut tx, events, webhooks_due_ms).await?;
+        if let Some(key) = key {
+            upsert_key(&mut tx, key).await?;
+        }
+        tx.commit().await?;
+        Ok(RefundCommit::Done)
+    }
+
+    /// One PaymentIntent by id.
+    pub(crate) async fn payment(&self, id: &str) -> Result<Option<PaymentRow>, sqlx::Error> {
+        let row = sqlx::query(SELECT_PAYMENT_BY_ID)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(payment_row).transpose()
+    }
+
+    /// A page of PaymentIntents, newest first, older than `before_seq`.
+    pub(crate) async fn list_payments(
+        &self,
+        customer: Option<&str>,
+        created_gte: i64,
+        created_lte: i64,
+        before_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<PaymentRow>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_PAYMENTS_LIST)
+            .bind(customer)
+            .bind(created_gte)
+            .bind(created_lte)
+            .bind(before_seq)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(payment_row).collect()
+    }
+
+    /// PaymentIntents created at or before `created_ms_lte`, newest first (the search index's view).
+    pub(crate) async fn payments_visible(
+        &self,
+        created_ms_lte: i64,
+        limit: i64,
+    ) -> Result<Vec<PaymentRow>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_PAYMENTS_VISIBLE)
+            .bind(created_ms_lte)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(payment_row).collect()
+    }
+
+    /// Every PaymentIntent, oldest first, up to `limit`.
+    pub(crate) async fn all_payments(&self, limit: i64) -> Result<Vec<PaymentRow>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_PAYMENTS_ALL)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(payment_row).collect()
+    }
+
+    /// `processing` payments whose settle time has come.
+    pub(crate) async fn processing_due(
+        &self,
+        now_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<PaymentRow>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_PROCESSING_DUE)
+            .bind(now_ms)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(payment_row).collect()
+    }
+
+    /// A page of event bodies, newest first, older than `before_seq`.
+    pub(crate) async fn events(
+        &self,
+        before_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_EVENTS)
+            .bind(before_seq)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("seq")?, r.try_get("body")?)))
+            .collect()
+    }
+
+    /// The position of an event, for `starting_after`.
+    pub(crate) async fn event_seq(&self, id: &str) -> Result<Option<i64>, sqlx::Error> {
+        let row = sqlx::query(SELECT_EVENT_SEQ)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get("seq")).transpose()
+    }
+
+    /// Deliveries due now, oldest event first.
+    pub(crate) async fn outbox_due(
+        &self,
+        now_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxRow>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_OUTBOX_DUE)
+            .bind(now_ms)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(OutboxRow {
+                    event_seq: r.try_get("event_seq")?,
+                    attempts: r.try_get("attempts")?,
+                    body: r.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The earliest due time of any pending delivery.
+    pub(crate) async fn outbox_next_due(&self) -> Result<Option<i64>, sqlx::Error> {
+        let row = sqlx::query(SELECT_OUTBOX_PENDING_OLDEST)
+            .fetch_one(&self.pool)
+            .await?;
+        row.try_get(0)
+    }
+
+    /// Marks a delivery done.
+    pub(crate) async fn outbox_delivered(&self, event_seq: i64) -> Result<(), sqlx::Error> {
+        sqlx::query(MARK_DELIVERED)
+            .bind(event_seq)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Schedules another attempt.
+    pub(crate) async fn outbox_retry(
+        &self,
+        event_seq: i64,
+        attempts: i64,
+        due_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(MARK_RETRY)
+            .bind(event_seq)
+            .bind(attempts)
+            .bind(due_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives up on a delivery.
+    pub(crate) async fn outbox_abandon(
+        &self,
+        event_seq: i64,
+        attempts: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(MARK_ABANDONED)
+            .bind(event_seq)
+            .bind(attempts)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
