@@ -1,1 +1,229 @@
-//! The Stripe adapter (filled in by the processor-layer work).
+//! The Stripe adapter: Stripe's real wire format (form-encoded, `Idempotency-Key`, pinned `Stripe-Version`,
+//! the operation id in metadata), against api.stripe.com or the payonce simulator.
+//!
+//! - `wire`: the exact parameters a submission sends and the URLs it calls.
+//! - `classify`: the table from HTTP status, error type and transport failure to the four outcomes.
+//! - `lookup`: finding a past submission, by reference or by a consistent list query (never search).
+//!
+//! Contract: honours idempotency keys, remembers them 24 hours, lookup is read-after-write consistent
+//! (retrieve and list are; search is not and is never used), and replays stored error responses.
+
+mod classify;
+mod lookup;
+mod wire;
+
+pub use classify::{classify_response, classify_transport};
+
+use crate::processor::{
+    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome, SubmitRequest,
+};
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// The Stripe API version every request pins (the version the reference material was generated against).
+pub const STRIPE_VERSION: &str = "2026-10-28.endive";
+/// Stripe's idempotency-key retention.
+pub const STRIPE_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default TCP + TLS connect timeout.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// Default total timeout of one request (Stripe's own libraries use 80 s; payments here are single calls).
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Largest response body read; anything longer is treated as unreadable.
+pub const RESPONSE_BYTES_MAX: usize = 1024 * 1024;
+/// Idle pooled connections kept per host.
+const POOL_IDLE_PER_HOST_MAX: usize = 8;
+/// How long an idle pooled connection is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to reach Stripe (or the simulator).
+#[derive(Clone)]
+pub struct StripeConfig {
+    /// `https://api.stripe.com` or the simulator's base URL, without a trailing slash.
+    pub api_base: String,
+    /// The secret key (`sk_...`), sent as a bearer token.
+    pub secret_key: String,
+    /// TCP + TLS connect timeout: a failure within it means nothing was sent.
+    pub connect_timeout: Duration,
+    /// Total timeout of one request, connect included.
+    pub request_timeout: Duration,
+    /// The pinned `Stripe-Version`.
+    pub stripe_version: &'static str,
+}
+
+impl StripeConfig {
+    /// A configuration with the default timeouts and the pinned version.
+    pub fn new(api_base: impl Into<String>, secret_key: impl Into<String>) -> Self {
+        StripeConfig {
+            api_base: api_base.into(),
+            secret_key: secret_key.into(),
+            connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+            request_timeout: REQUEST_TIMEOUT_DEFAULT,
+            stripe_version: STRIPE_VERSION,
+        }
+    }
+}
+
+impl std::fmt::Debug for StripeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret key is never printed.
+        f.debug_struct("StripeConfig")
+            .field("api_base", &self.api_base)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("stripe_version", &self.stripe_version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the adapter could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StripeError {
+    /// The configuration is unusable.
+    #[error("stripe configuration: {0}")]
+    Config(String),
+    /// The HTTP client could not be built.
+    #[error("stripe http client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// The Stripe processor.
+#[derive(Debug, Clone)]
+pub struct StripeProcessor {
+    client: reqwest::Client,
+    config: StripeConfig,
+    contract: Contract,
+}
+
+impl StripeProcessor {
+    /// Builds the adapter and its HTTP client with explicit connect and total timeouts.
+    pub fn new(mut config: StripeConfig) -> Result<Self, StripeError> {
+        let base = config.api_base.trim_end_matches('/').to_string();
+        if !(base.starts_with("https://") || base.starts_with("http://")) {
+            return Err(StripeError::Config(format!(
+                "api_base must be an http(s) URL, got {base:?}"
+            )));
+        }
+        if config.secret_key.is_empty() {
+            return Err(StripeError::Config("secret_key must not be empty".into()));
+        }
+        if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
+            return Err(StripeError::Config("timeouts must be positive".into()));
+        }
+        config.api_base = base;
+        // reqwest is built without a default crypto provider; installing twice is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.request_timeout)
+            .pool_max_idle_per_host(POOL_IDLE_PER_HOST_MAX)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .user_agent(concat!("payonce/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        let contract = Contract {
+            name: "stripe",
+            honours_idempotency_keys: true,
+            key_retention: Some(STRIPE_KEY_RETENTION),
+            lookup: LookupSupport::Consistent,
+            replays_error_responses: true,
+        };
+        Ok(StripeProcessor {
+            client,
+            config,
+            contract,
+        })
+    }
+
+    /// Declares a different key retention, for a simulator configured with a short one. Stripe itself is 24 h.
+    pub fn with_key_retention(mut self, retention: Duration) -> Self {
+        self.contract.key_retention = Some(retention);
+        self
+    }
+
+    fn request(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, url)
+            .bearer_auth(&self.config.secret_key)
+            .header("Stripe-Version", self.config.stripe_version)
+    }
+}
+
+/// Reads a body of at most [`RESPONSE_BYTES_MAX`] bytes.
+async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading the response failed: {e}"))?
+    {
+        if body.len() + chunk.len() > RESPONSE_BYTES_MAX {
+            return Err(format!("response longer than {RESPONSE_BYTES_MAX} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[async_trait]
+impl Processor for StripeProcessor {
+    fn contract(&self) -> &Contract {
+        &self.contract
+    }
+
+    async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome {
+        let body = match wire::submit_body(request) {
+            Ok(b) => b,
+            Err(e) => {
+                return SubmitOutcome::NotSubmitted {
+                    reason: format!("could not encode the request: {e}"),
+                };
+            }
+        };
+        let sent = self
+            .request(
+                reqwest::Method::POST,
+                wire::create_url(&self.config.api_base),
+            )
+            .header("Idempotency-Key", request.idempotency_key.as_str())
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => return classify_transport(&e),
+        };
+        let status = response.status().as_u16();
+        match read_body(response).await {
+            Ok(bytes) => classify_response(status, &bytes),
+            // The status line arrived, so the request was received; what it did is not known.
+            Err(why) => SubmitOutcome::Unknown {
+                reason: format!("HTTP {status}, {why}"),
+                reference: None,
+            },
+        }
+    }
+
+    async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
+        lookup::run(self, query).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_validated_and_the_secret_is_never_printed() {
+        let ok = StripeConfig::new("http://127.0.0.1:1/", "sk_test_secret");
+        assert!(!format!("{ok:?}").contains("sk_test_secret"));
+        let p = StripeProcessor::new(ok).unwrap();
+        assert_eq!(p.config.api_base, "http://127.0.0.1:1");
+        assert_eq!(p.contract().key_retention, Some(STRIPE_KEY_RETENTION));
+        assert_eq!(p.contract().lookup, LookupSupport::Consistent);
+        assert!(StripeProcessor::new(StripeConfig::new("ftp://x", "sk")).is_err());
+        assert!(StripeProcessor::new(StripeConfig::new("http://x", "")).is_err());
+        let mut zero = StripeConfig::new("http://x", "sk");
+        zero.request_timeout = Duration::ZERO;
+        assert!(StripeProcessor::new(zero).is_err());
+    }
+}

@@ -1,0 +1,234 @@
+//! Finding a past submission: by reference (`GET /v1/payment_intents/{id}`) when the ledger has one, otherwise
+//! by a list query (customer + `created[gte]`, newest first, bounded pages) matched on
+//! `metadata[payonce_operation_id]`. Retrieve and list are read-after-write consistent; search lags (up to an
+//! hour, Stripe says) and is never used, so "not found" here means "never created".
+
+use super::StripeProcessor;
+use super::classify::failure_of;
+use super::read_body;
+use super::wire::METADATA_OPERATION_ID;
+use crate::processor::{FoundStatus, LookupOutcome, LookupQuery};
+use serde_json::Value;
+
+/// Most list pages read per lookup; more payments than this for one customer since submission is reported as
+/// `Unavailable`, never as "not found".
+pub const LOOKUP_PAGES_MAX: usize = 10;
+/// Page size of list lookups (Stripe's maximum).
+const LIST_PAGE_LIMIT: u32 = 100;
+/// How far before the recorded first submission a list lookup starts: `created` is Stripe's clock, the
+/// ledger's time is ours, and a skew must never hide a payment.
+pub const CLOCK_SKEW_MARGIN_SECS: i64 = 600;
+
+fn unavailable(reason: impl Into<String>) -> LookupOutcome {
+    LookupOutcome::Unavailable {
+        reason: reason.into(),
+    }
+}
+
+fn is_id(raw: &str) -> bool {
+    !raw.is_empty()
+        && raw.len() <= 255
+        && raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// What a PaymentIntent's status says about the operation.
+pub(crate) fn found_status(pi: &Value) -> FoundStatus {
+    let status = pi
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    match status.as_str() {
+        "succeeded" => FoundStatus::Succeeded { result: pi.clone() },
+        // Confirmed off-session with nobody to act on it: these do not turn into money on their own.
+        "requires_payment_method" | "requires_action" | "canceled" => {
+            let (code, message) = failure_of(pi, &status);
+            FoundStatus::Failed { code, message }
+        }
+        _ => FoundStatus::Pending {
+            processor_status: status,
+        },
+    }
+}
+
+fn rank(status: &FoundStatus) -> u8 {
+    match status {
+        FoundStatus::Succeeded { .. } => 0,
+        FoundStatus::Pending { .. } => 1,
+        FoundStatus::Failed { .. } => 2,
+    }
+}
+
+fn operation_of(pi: &Value) -> Option<&str> {
+    pi.get("metadata")?.get(METADATA_OPERATION_ID)?.as_str()
+}
+
+async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, Value), String> {
+    let response = p
+        .request(reqwest::Method::GET, url)
+        .send()
+        .await
+        .map_err(|e| format!("request failed: {e}"))?;
+    let status = response.status().as_u16();
+    let body = read_body(response).await?;
+    let v = serde_json::from_slice(&body)
+        .map_err(|e| format!("HTTP {status} with an unparseable body: {e}"))?;
+    Ok((status, v))
+}
+
+async fn by_reference(
+    p: &StripeProcessor,
+    query: &LookupQuery<'_>,
+    reference: &str,
+) -> LookupOutcome {
+    if !is_id(reference) {
+        return unavailable(format!("stored reference {reference:?} is not a Stripe id"));
+    }
+    let url = format!("{}/v1/payment_intents/{reference}", p.config.api_base);
+    match get_json(p, url).await {
+        Ok((200, pi)) => {
+            // A reference is only trusted when it carries this operation's id.
+            match operation_of(&pi) {
+                Some(op) if op == query.operation_id.as_str() => LookupOutcome::Found {
+                    reference: reference.to_string(),
+                    status: found_status(&pi),
+                },
+                other => unavailable(format!(
+                    "{reference} belongs to operation {other:?}, not {}",
+                    query.operation_id
+                )),
+            }
+        }
+        // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
+        Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
+        Ok((status, v)) => unavailable(format!(
+            "retrieve answered HTTP {status}: {}",
+            error_message(&v)
+        )),
+        Err(why) => unavailable(why),
+    }
+}
+
+fn error_message(v: &Value) -> String {
+    v.get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome {
+    let created_gte = query.created_after_ms.div_euclid(1000) - CLOCK_SKEW_MARGIN_SECS;
+    let mut starting_after: Option<String> = None;
+    let mut best: Option<(String, FoundStatus)> = None;
+    let mut matches = 0_usize;
+    for _ in 0..LOOKUP_PAGES_MAX {
+        let mut params: Vec<(&str, String)> = vec![
+            ("customer", query.customer.to_string()),
+            ("created[gte]", created_gte.to_string()),
+            ("limit", LIST_PAGE_LIMIT.to_string()),
+        ];
+        if let Some(after) = &starting_after {
+            params.push(("starting_after", after.clone()));
+        }
+        let Ok(qs) = serde_urlencoded::to_string(&params) else {
+            return unavailable("could not encode the list query");
+        };
+        let url = format!("{}/v1/payment_intents?{qs}", p.config.api_base);
+        let page = match get_json(p, url).await {
+            Ok((200, v)) => v,
+            Ok((status, v)) => {
+                return unavailable(format!(
+                    "list answered HTTP {status}: {}",
+                    error_message(&v)
+                ));
+            }
+            Err(why) => return unavailable(why),
+        };
+        let data = page
+            .get("data")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for pi in &data {
+            if operation_of(pi) != Some(query.operation_id.as_str()) {
+                continue;
+            }
+            let Some(id) = pi.get("id").and_then(Value::as_str) else {
+                continue;
+            };
+            matches += 1;
+            let status = found_status(pi);
+            if best.as_ref().is_none_or(|(_, b)| rank(&status) < rank(b)) {
+                best = Some((id.to_string(), status));
+            }
+        }
+        let has_more = page
+            .get("has_more")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let last = data
+            .last()
+            .and_then(|pi| pi.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        match (has_more, last) {
+            (true, Some(last)) => starting_after = Some(last),
+            _ => {
+                if matches > 1 {
+                    tracing::warn!(operation_id = %query.operation_id, matches, "several payments carry one operation id");
+                }
+                return match best {
+                    Some((reference, status)) => LookupOutcome::Found { reference, status },
+                    None => LookupOutcome::NotFound { consistent: true },
+                };
+            }
+        }
+    }
+    match best {
+        // A success is a success however many pages remain.
+        Some((reference, status @ FoundStatus::Succeeded { .. })) => {
+            LookupOutcome::Found { reference, status }
+        }
+        _ => unavailable(format!(
+            "more than {LOOKUP_PAGES_MAX} pages of payments for this customer since submission"
+        )),
+    }
+}
+
+/// Runs a lookup.
+pub(crate) async fn run(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome {
+    match query.reference {
+        Some(reference) => by_reference(p, query, reference).await,
+        None => by_list(p, query).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn statuses_map_to_found_status() {
+        assert!(matches!(
+            found_status(&json!({"status": "succeeded"})),
+            FoundStatus::Succeeded { .. }
+        ));
+        assert!(matches!(
+            found_status(&json!({"status": "processing"})),
+            FoundStatus::Pending { .. }
+        ));
+        assert!(matches!(
+            found_status(&json!({"status": "requires_capture"})),
+            FoundStatus::Pending { .. }
+        ));
+        match found_status(&json!({"status": "requires_payment_method",
+            "last_payment_error": {"code": "card_declined", "message": "no"}}))
+        {
+            FoundStatus::Failed { code, .. } => assert_eq!(code, "card_declined"),
+            other => panic!("{other:?}"),
+        }
+        assert!(is_id("pi_3Abc") && !is_id("pi/../x") && !is_id(""));
+    }
+}
