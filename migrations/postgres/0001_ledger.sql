@@ -150,3 +150,10 @@ CREATE TABLE api_keys (
     created_at  BIGINT NOT NULL,
     revoked_at  BIGINT
 );
+
+-- Maintenance leases: one reconciler sweeps at a time (correctness does not depend on it).
+CREATE TABLE maintenance_leases (
+    name        TEXT PRIMARY KEY,
+    owner       TEXT NOT NULL,
+    expires_at  BIGINT NOT NULL
+);

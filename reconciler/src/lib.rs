@@ -1,1 +1,16 @@
-//! placeholder
+//! The reconciler: never resolves an unknown outcome with a new key. Sweep, look up, converge.
+//!
+//! - [`config`]: sweep limits and the resubmission policy.
+//! - [`sweep`]: expired leases and unknown outcomes, in bounded batches, with a dry run.
+//! - [`webhooks`]: Stripe signature verification and event ingestion.
+//! - [`oncall`]: listing, showing and resolving operations by hand, as tables or JSON.
+//! - [`metrics`]: operations per state, oldest unknown, resolutions by path.
+
+pub mod config;
+pub mod metrics;
+pub mod oncall;
+pub mod sweep;
+pub mod webhooks;
+
+pub use config::ReconcilerConfig;
+pub use sweep::{Reconciler, SweepReport};

@@ -7,6 +7,7 @@
 //! - [`clock`]: injected time.
 //! - [`ledger`]: the durable execution ledger (Postgres, SQLite) — the queue, the leases, the audit trail.
 //! - [`processor`]: the processor trait, its contract, and the Stripe adapter.
+//! - [`metrics`]: counters and histograms in the Prometheus text format.
 //! - [`failpoint`]: named failure points that crash tests arm.
 
 pub mod clock;
@@ -14,6 +15,7 @@ pub mod details;
 pub mod failpoint;
 pub mod id;
 pub mod ledger;
+pub mod metrics;
 pub mod money;
 pub mod processor;
 pub mod state;

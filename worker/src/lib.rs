@@ -1,1 +1,17 @@
-//! placeholder
+//! The worker: turns approved operations into exactly one processor submission each, on as many
+//! machines as needed.
+//!
+//! - [`config`]: every limit, named, with defaults.
+//! - [`execution`]: one operation's path — server-side checks, submission record, submit, outcome.
+//! - [`daemon`]: the claim loop, lease renewal, group-committed recording, graceful shutdown.
+//! - [`metrics`]: what the worker counts.
+
+pub mod config;
+pub mod daemon;
+pub mod execution;
+pub mod metrics;
+
+pub use config::WorkerConfig;
+pub use daemon::Worker;
+pub use execution::{execute_one, precheck, to_recorded};
+pub use metrics::WorkerMetrics;

@@ -379,6 +379,13 @@ pub trait Ledger: Send + Sync {
     /// or until `max_wait` passes. Callers still poll: a wake-up can be missed.
     async fn wait_for_ready(&self, max_wait: std::time::Duration);
 
+    /// Takes or renews the named maintenance lease (e.g. `sweep`) for `owner`; false if another
+    /// owner holds an unexpired one.
+    async fn try_maintenance_lease(&self, name: &str, owner: &str, ttl_ms: i64, now_ms: i64)
+    -> Result<bool, LedgerError>;
+    /// Gives a maintenance lease back.
+    async fn drop_maintenance_lease(&self, name: &str, owner: &str) -> Result<(), LedgerError>;
+
     /// Stores an API key's hash with its tenant and role.
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError>;
     /// Finds an unrevoked API key by the hash of its secret.

@@ -143,3 +143,7 @@ pub const SELECT_TOOL_CALLS: &str =
 pub const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_hash, tenant_id, role, label, created_at) \
      VALUES ($1, $2, $3, $4, $5)";
 pub const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+pub const TRY_MAINTENANCE_LEASE: &str = "INSERT INTO maintenance_leases (name, owner, expires_at) VALUES ($1, $2, $3) \
+     ON CONFLICT (name) DO UPDATE SET owner = $2, expires_at = $3 \
+     WHERE maintenance_leases.expires_at <= $4 OR maintenance_leases.owner = $2";
+pub const DROP_MAINTENANCE_LEASE: &str = "DELETE FROM maintenance_leases WHERE name = $1 AND owner = $2";

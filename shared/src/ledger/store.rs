@@ -706,6 +706,28 @@ macro_rules! impl_ledger {
                     .collect()
             }
 
+            async fn try_maintenance_lease(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl_ms: i64,
+                now_ms: i64,
+            ) -> Result<bool, $crate::ledger::LedgerError> {
+                let done = sqlx::query($crate::ledger::sql::TRY_MAINTENANCE_LEASE)
+                    .bind(name)
+                    .bind(owner)
+                    .bind(now_ms + ttl_ms)
+                    .bind(now_ms)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn drop_maintenance_lease(&self, name: &str, owner: &str) -> Result<(), $crate::ledger::LedgerError> {
+                sqlx::query($crate::ledger::sql::DROP_MAINTENANCE_LEASE).bind(name).bind(owner).execute(&self.pool).await?;
+                Ok(())
+            }
+
             async fn insert_api_key(
                 &self,
                 key: &$crate::ledger::ApiKeyRecord,

@@ -157,3 +157,30 @@ pub trait Processor: Send + Sync {
     /// Looks for a past submission of the operation.
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome;
 }
+
+/// An adapter whose declared contract is replaced, e.g. to match a simulator configured with a
+/// key retention of seconds, or a deployment that forbids relying on lookups.
+pub struct WithContract {
+    inner: std::sync::Arc<dyn Processor>,
+    contract: Contract,
+}
+
+impl WithContract {
+    /// Wraps `inner`, declaring `contract` instead of its own.
+    pub fn new(inner: std::sync::Arc<dyn Processor>, contract: Contract) -> Self {
+        WithContract { inner, contract }
+    }
+}
+
+#[async_trait]
+impl Processor for WithContract {
+    fn contract(&self) -> &Contract {
+        &self.contract
+    }
+    async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome {
+        self.inner.submit(request).await
+    }
+    async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
+        self.inner.lookup(query).await
+    }
+}

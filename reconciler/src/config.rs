@@ -1,0 +1,50 @@
+//! Reconciler limits and policy, every one named.
+
+use payonce_worker::WorkerConfig;
+use std::time::Duration;
+
+/// How the reconciler sweeps and what it may do.
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    /// This process's name in leases and the audit trail.
+    pub owner: String,
+    /// Most rows handled per sweep step (expired leases; due checks).
+    pub batch_size: u32,
+    /// Time between sweeps in daemon mode.
+    pub interval: Duration,
+    /// How long the sweep lease lasts (one reconciler sweeps at a time).
+    pub sweep_lease_ttl: Duration,
+    /// First delay before re-checking an operation whose lookup was unavailable or pending; doubles.
+    pub check_backoff_base: Duration,
+    /// Longest delay between checks.
+    pub check_backoff_max: Duration,
+    /// A same-key retry is attempted only if it can reach the processor this long before the key's
+    /// retention window closes.
+    pub retention_margin: Duration,
+    /// Allow a resubmission after the retention window when the lookup is read-after-write
+    /// consistent and found nothing. Off: such operations go to a human.
+    pub resubmit_after_window: bool,
+    /// How far before the first submission a list lookup starts (clock skew between us and the processor).
+    pub lookup_skew: Duration,
+    /// Limits for same-key retries (lease TTL, submit timeout).
+    pub retry: WorkerConfig,
+}
+
+impl ReconcilerConfig {
+    /// Defaults for `owner`.
+    pub fn new(owner: impl Into<String>) -> Self {
+        let owner = owner.into();
+        ReconcilerConfig {
+            retry: WorkerConfig::new(owner.clone()),
+            owner,
+            batch_size: 200,
+            interval: Duration::from_secs(5),
+            sweep_lease_ttl: Duration::from_secs(60),
+            check_backoff_base: Duration::from_secs(2),
+            check_backoff_max: Duration::from_secs(300),
+            retention_margin: Duration::from_secs(300),
+            resubmit_after_window: false,
+            lookup_skew: Duration::from_secs(300),
+        }
+    }
+}

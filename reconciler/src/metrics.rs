@@ -1,0 +1,64 @@
+//! What the reconciler counts, rendered for `/metrics`.
+
+use payonce_shared::ledger::{LedgerError, SharedLedger};
+use payonce_shared::metrics::{Counter, Exposition};
+use payonce_shared::state::{ALL_STATUSES, Status};
+
+/// Resolutions and failures by path.
+#[derive(Debug, Default)]
+pub struct ReconcilerMetrics {
+    /// Expired leases sent back to ready.
+    pub requeued: Counter,
+    /// Expired leases with a submission, now unknown.
+    pub marked_unknown: Counter,
+    /// Unknowns resolved by a lookup that found the payment succeeded.
+    pub resolved_succeeded: Counter,
+    /// Unknowns resolved by a lookup that found a definitive failure.
+    pub resolved_failed: Counter,
+    /// Same-key retries.
+    pub retried_same_key: Counter,
+    /// Resubmissions after the window on a consistent "not found".
+    pub resubmitted: Counter,
+    /// Sent to a human.
+    pub escalated: Counter,
+    /// Checks put off (lookup unavailable or payment still processing).
+    pub deferred: Counter,
+    /// Writes that lost to a racing writer.
+    pub fenced: Counter,
+    /// Webhooks refused for their signature.
+    pub webhook_verify_failures: Counter,
+}
+
+impl ReconcilerMetrics {
+    /// Appends resolution counters, then rows per state and the oldest unknown's age from the ledger.
+    pub async fn render(&self, ledger: &SharedLedger, now_ms: i64, e: &mut Exposition) -> Result<(), LedgerError> {
+        let help = "Reconciler actions by path.";
+        for (path, c) in [
+            ("requeued", &self.requeued),
+            ("marked_unknown", &self.marked_unknown),
+            ("lookup_succeeded", &self.resolved_succeeded),
+            ("lookup_failed", &self.resolved_failed),
+            ("retry_same_key", &self.retried_same_key),
+            ("resubmitted", &self.resubmitted),
+            ("escalated", &self.escalated),
+            ("deferred", &self.deferred),
+            ("fenced", &self.fenced),
+        ] {
+            e.counter("payonce_reconciler_actions_total", help, &format!("path=\"{path}\""), c.get());
+        }
+        e.counter("payonce_webhook_verify_failures_total", "Webhooks refused for their signature.", "",
+            self.webhook_verify_failures.get());
+        let counts = ledger.count_by_status().await?;
+        for status in ALL_STATUSES {
+            let n = counts.iter().find(|c| c.status == status).map_or(0, |c| c.count);
+            e.gauge("payonce_operations", "Operations per state.", &format!("status=\"{}\"", status.as_str()), n);
+        }
+        let oldest = counts
+            .iter()
+            .find(|c| c.status == Status::Unknown)
+            .and_then(|c| c.oldest_updated_at_ms)
+            .map_or(0, |t| (now_ms - t).max(0) / 1000);
+        e.gauge("payonce_oldest_unknown_age_seconds", "Age of the oldest unknown outcome.", "", oldest);
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! On-call commands: list operations by state and age, show one with its full history and the
+//! processor's view, resolve one by hand with a mandatory reason. Tables by default, JSON on request.
+
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::{LedgerError, ListFilter, Operation, Resolution, SharedLedger};
+use payonce_shared::processor::{LookupQuery, Processor};
+use payonce_shared::state::Status;
+use serde_json::json;
+
+/// How output is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned columns for a terminal.
+    Table,
+    /// One JSON document.
+    Json,
+}
+
+fn age(now_ms: i64, then_ms: i64) -> String {
+    let s = (now_ms - then_ms).max(0) / 1000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7_199 => format!("{}m", s / 60),
+        7_200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// Renders rows as aligned columns.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect::<Vec<_>>().join("  ")
+    };
+    let mut out = line(headers.to_vec()).trim_end().to_string();
+    out.push('\n');
+    for row in rows {
+        out.push_str(line(row.iter().map(String::as_str).collect()).trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Lists operations in `statuses` (default: the ones that may need a look) older than `min_age_s`.
+pub async fn list(
+    ledger: &SharedLedger,
+    statuses: Vec<Status>,
+    min_age_s: i64,
+    limit: u32,
+    now_ms: i64,
+    format: Format,
+) -> Result<String, LedgerError> {
+    let statuses = if statuses.is_empty() {
+        vec![Status::Executing, Status::Unknown, Status::NeedsAttention]
+    } else {
+        statuses
+    };
+    let filter = ListFilter { statuses, updated_before_ms: Some(now_ms - min_age_s * 1000), tenant: None, limit };
+    let ops = ledger.list(&filter).await?;
+    Ok(match format {
+        Format::Json => json!({ "operations": ops }).to_string(),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = ops
+                .iter()
+                .map(|o| {
+                    vec![
+                        o.id.to_string(),
+                        o.tenant.to_string(),
+                        o.status.as_str().to_string(),
+                        age(now_ms, o.updated_at_ms),
+                        o.attempt.to_string(),
+                        o.details.money().display(),
+                        o.details.invoice().to_string(),
+                        o.external_ref.clone().unwrap_or_default(),
+                        o.failure_message.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            table(&["ID", "TENANT", "STATUS", "AGE", "ATTEMPT", "AMOUNT", "INVOICE", "REFERENCE", "REASON"], &rows)
+        }
+    })
+}
+
+/// Shows one operation: the row, every event, and what the processor says now.
+pub async fn show(
+    ledger: &SharedLedger,
+    processor: Option<&dyn Processor>,
+    id: &OperationId,
+    now_ms: i64,
+    format: Format,
+) -> Result<String, LedgerError> {
+    let op = ledger.get_unscoped(id).await?;
+    let events = ledger.events(id).await?;
+    let processor_view = match processor {
+        Some(p) => {
+            let query = LookupQuery {
+                operation_id: &op.id,
+                idempotency_key: &op.idempotency_key,
+                reference: op.external_ref.as_deref(),
+                customer: op.details.customer(),
+                created_after_ms: op.created_at_ms - 300_000,
+            };
+            Some(p.lookup(&query).await)
+        }
+        None => None,
+    };
+    Ok(match format {
+        Format::Json => json!({ "operation": op, "events": events, "processor": processor_view }).to_string(),
+        Format::Table => {
+            let mut out = describe(&op, now_ms);
+            out.push_str("\nEvents:\n");
+            let rows: Vec<Vec<String>> = events
+                .iter()
+                .map(|e| {
+                    vec![
+                        age(now_ms, e.at_ms),
+                        e.event.clone(),
+                        e.actor.clone(),
+                        format!("{} -> {}", e.from_status.as_deref().unwrap_or("-"), e.to_status),
+                        e.attempt.to_string(),
+                        e.detail.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            out.push_str(&table(&["AGO", "EVENT", "ACTOR", "TRANSITION", "ATTEMPT", "DETAIL"], &rows));
+            if let Some(view) = processor_view {
+                out.push_str(&format!("\nProcessor says: {}\n", json!(view)));
+            }
+            out
+        }
+    })
+}
+
+fn describe(op: &Operation, now_ms: i64) -> String {
+    let d = &op.details;
+    format!(
+        "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  tenant {tenant}, business key {bk}\n  \
+         {amount} from {customer} for invoice {invoice} via {pm}\n  idempotency key {key}, submitted {n} time(s)\n  \
+         reference {reference}, reason {reason}\n",
+        id = op.id,
+        status = op.status.as_str(),
+        attempt = op.attempt,
+        age = age(now_ms, op.updated_at_ms),
+        tenant = op.tenant,
+        bk = op.business_key,
+        amount = d.money().display(),
+        customer = d.customer(),
+        invoice = d.invoice(),
+        pm = d.payment_method(),
+        key = op.idempotency_key,
+        n = op.submit_count,
+        reference = op.external_ref.as_deref().unwrap_or("none"),
+        reason = op.failure_message.as_deref().unwrap_or("none"),
+    )
+}
+
+/// Resolves an `unknown` or `needs_attention` operation by hand; the reason is mandatory and is
+/// recorded as the actor's event.
+pub async fn resolve(
+    ledger: &SharedLedger,
+    id: &OperationId,
+    resolution: Resolution,
+    actor: &str,
+    reason: &str,
+    now_ms: i64,
+    format: Format,
+) -> Result<String, LedgerError> {
+    let op = ledger.resolve(id, &resolution, actor, reason, now_ms).await?;
+    Ok(match format {
+        Format::Json => json!({ "operation": op }).to_string(),
+        Format::Table => format!("{} is now {} (resolved by {actor}: {reason})\n", op.id, op.status.as_str()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_ages_read_naturally() {
+        let t = table(&["A", "LONGER"], &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]]);
+        assert_eq!(t, "A     LONGER\nxxxx  y\nz\n");
+        assert_eq!(age(10_000, 5_000), "5s");
+        assert_eq!(age(600_000, 0), "10m");
+        assert_eq!(age(10_800_000, 0), "3h");
+        assert_eq!(age(0, 10), "0s");
+    }
+}

@@ -1,0 +1,332 @@
+//! Sweeps, in bounded batches served by partial indexes:
+//! 1. expired leases: nothing submitted → `ready`; a submission recorded → `unknown`;
+//! 2. unknown outcomes: look up; found → record it; pending → poll later; not found while the key's
+//!    retention window is open → retry with the SAME key; not found after it → resubmit only on a
+//!    consistent lookup and an explicit policy, else `needs_attention`; lookup unavailable → back off.
+//!
+//! Every write is fenced, so two reconcilers at once stay correct; a sweep lease keeps it to one.
+
+use crate::config::ReconcilerConfig;
+use crate::metrics::ReconcilerMetrics;
+use payonce_shared::clock::SharedClock;
+use payonce_shared::failpoint::{self, FailPoint};
+use payonce_shared::ledger::{LedgerError, Operation, Report, SharedLedger};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor};
+use payonce_shared::state::Status;
+use payonce_worker::{WorkerMetrics, execute_one};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The maintenance lease name sweeps take.
+pub const SWEEP_LEASE: &str = "sweep";
+
+/// What one sweep did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct SweepReport {
+    /// True if nothing was written.
+    pub dry_run: bool,
+    /// False if another reconciler held the sweep lease and this one stood down.
+    pub swept: bool,
+    /// Expired leases sent back to ready.
+    pub requeued: u32,
+    /// Expired leases with a submission, now unknown.
+    pub marked_unknown: u32,
+    /// Unknowns found succeeded.
+    pub resolved_succeeded: u32,
+    /// Unknowns found failed.
+    pub resolved_failed: u32,
+    /// Same-key retries made.
+    pub retried_same_key: u32,
+    /// Resubmissions after the window (policy on, consistent lookup).
+    pub resubmitted: u32,
+    /// Sent to a human.
+    pub escalated: u32,
+    /// Put off for a later check.
+    pub deferred: u32,
+    /// Writes lost to a racing writer (harmless).
+    pub fenced: u32,
+    /// Errors (ledger or processor) that stopped an item.
+    pub errors: u32,
+    /// One line per action, for dry runs and logs.
+    pub actions: Vec<String>,
+}
+
+impl SweepReport {
+    /// The one-line summary cron and on-call read.
+    pub fn summary(&self) -> String {
+        format!(
+            "sweep{}: requeued={} unknown={} succeeded={} failed={} retried_same_key={} resubmitted={} \
+             escalated={} deferred={} fenced={} errors={}",
+            if self.dry_run { " (dry run)" } else { "" },
+            self.requeued,
+            self.marked_unknown,
+            self.resolved_succeeded,
+            self.resolved_failed,
+            self.retried_same_key,
+            self.resubmitted,
+            self.escalated,
+            self.deferred,
+            self.fenced,
+            self.errors
+        )
+    }
+}
+
+/// What to do with one unknown operation, decided from the lookup and the adapter's contract.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Record the processor's answer.
+    Record(Report),
+    /// The processor is still working on it: look again later.
+    Poll(String),
+    /// Retry with the same key (the processor still remembers it).
+    RetrySameKey,
+    /// Submit again: consistent lookup found nothing, the window closed, policy allows.
+    Resubmit,
+    /// A human decides.
+    Escalate(String),
+    /// The lookup failed: back off.
+    Defer(String),
+}
+
+/// The reconciler engine.
+pub struct Reconciler {
+    ledger: SharedLedger,
+    processor: Arc<dyn Processor>,
+    clock: SharedClock,
+    config: ReconcilerConfig,
+    metrics: Arc<ReconcilerMetrics>,
+    retry_metrics: WorkerMetrics,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Reconciler {
+    /// Builds a reconciler.
+    pub fn new(ledger: SharedLedger, processor: Arc<dyn Processor>, clock: SharedClock, config: ReconcilerConfig) -> Self {
+        Reconciler {
+            ledger,
+            processor,
+            clock,
+            config,
+            metrics: Arc::new(ReconcilerMetrics::default()),
+            retry_metrics: WorkerMetrics::default(),
+        }
+    }
+
+    /// The reconciler's counters.
+    pub fn metrics(&self) -> Arc<ReconcilerMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Decides what to do with an unknown operation given a lookup result.
+    pub fn decide(&self, op: &Operation, lookup: LookupOutcome, now_ms: i64) -> Decision {
+        let contract = self.processor.contract();
+        let window_open = contract.honours_idempotency_keys
+            && match (contract.key_retention, op.first_submitted_at_ms) {
+                (None, _) => true,
+                (Some(retention), Some(first)) => now_ms + ms(self.config.retention_margin) < first + ms(retention),
+                // No submission time recorded: nothing can have used the key yet.
+                (Some(_), None) => true,
+            };
+        match lookup {
+            LookupOutcome::Found { reference, status: FoundStatus::Succeeded { result } } => {
+                Decision::Record(Report::Succeeded { reference, result })
+            }
+            LookupOutcome::Found { reference, status: FoundStatus::Failed { code, message } } => {
+                Decision::Record(Report::Failed { code, message, reference: Some(reference) })
+            }
+            LookupOutcome::Found { reference, status: FoundStatus::Pending { processor_status } } => {
+                Decision::Poll(format!("{reference} is {processor_status} at the processor"))
+            }
+            LookupOutcome::NotFound { .. } if window_open => Decision::RetrySameKey,
+            LookupOutcome::NotFound { consistent: true } if self.config.resubmit_after_window => Decision::Resubmit,
+            LookupOutcome::NotFound { consistent } => Decision::Escalate(format!(
+                "not found at the processor ({} lookup) and the key's retention window has closed; \
+                 a new submission could pay twice",
+                if consistent { "consistent" } else { "eventually consistent" }
+            )),
+            LookupOutcome::Unavailable { reason } => Decision::Defer(format!("lookup unavailable: {reason}")),
+        }
+    }
+
+    fn backoff_ms(&self, op: &Operation) -> i64 {
+        let exp = u32::try_from(op.check_count.clamp(0, 20)).unwrap_or(20);
+        ms(self.config.check_backoff_base).saturating_mul(1_i64 << exp).min(ms(self.config.check_backoff_max))
+    }
+
+    /// One sweep. In a dry run nothing is written and lookups are still made (they are reads).
+    pub async fn sweep_once(&self, dry_run: bool) -> Result<SweepReport, LedgerError> {
+        let mut report = SweepReport { dry_run, ..Default::default() };
+        let owner = &self.config.owner;
+        if !dry_run
+            && !self.ledger.try_maintenance_lease(SWEEP_LEASE, owner, ms(self.config.sweep_lease_ttl), self.clock.now_ms()).await?
+        {
+            report.actions.push("another reconciler holds the sweep lease; standing down".into());
+            return Ok(report);
+        }
+        report.swept = true;
+        self.sweep_leases(&mut report).await?;
+        self.sweep_unknown(&mut report).await?;
+        if !dry_run {
+            self.ledger.drop_maintenance_lease(SWEEP_LEASE, owner).await?;
+        }
+        tracing::info!(summary = %report.summary(), "sweep done");
+        Ok(report)
+    }
+
+    async fn sweep_leases(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
+        let now = self.clock.now_ms();
+        for lease in self.ledger.expired_leases(now, self.config.batch_size).await? {
+            let target = if lease.submitted { "unknown" } else { "ready" };
+            report.actions.push(format!("{}: lease of {} expired -> {target}", lease.id, lease.lease_owner));
+            if report.dry_run {
+                continue;
+            }
+            match self.ledger.expire_lease(&lease, &self.config.owner, now, now).await {
+                Ok(Status::Unknown) => {
+                    report.marked_unknown += 1;
+                    self.metrics.marked_unknown.inc();
+                }
+                Ok(_) => {
+                    report.requeued += 1;
+                    self.metrics.requeued.inc();
+                }
+                Err(LedgerError::Fenced { .. }) => {
+                    report.fenced += 1;
+                    self.metrics.fenced.inc();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn sweep_unknown(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
+        let now = self.clock.now_ms();
+        let due = self.ledger.due_for_check(now, self.config.batch_size).await?;
+        for (i, op) in due.into_iter().enumerate() {
+            if i == 1 {
+                failpoint::hit(FailPoint::MidSweep);
+            }
+            if let Err(error) = self.resolve_unknown(&op, report).await {
+                report.errors += 1;
+                tracing::warn!(operation = %op.id, %error, "could not resolve unknown operation");
+            }
+        }
+        Ok(())
+    }
+
+    async fn resolve_unknown(&self, op: &Operation, report: &mut SweepReport) -> Result<(), LedgerError> {
+        let contract = self.processor.contract();
+        let lookup = if contract.lookup == LookupSupport::None {
+            LookupOutcome::NotFound { consistent: false }
+        } else {
+            let query = LookupQuery {
+                operation_id: &op.id,
+                idempotency_key: &op.idempotency_key,
+                reference: op.external_ref.as_deref(),
+                customer: op.details.customer(),
+                created_after_ms: op.first_submitted_at_ms.unwrap_or(op.created_at_ms) - ms(self.config.lookup_skew),
+            };
+            self.processor.lookup(&query).await
+        };
+        let now = self.clock.now_ms();
+        let decision = self.decide(op, lookup, now);
+        report.actions.push(format!("{}: {decision:?}", op.id));
+        if report.dry_run {
+            return Ok(());
+        }
+        let owner = self.config.owner.as_str();
+        let fenced = |report: &mut SweepReport, m: &ReconcilerMetrics| {
+            report.fenced += 1;
+            m.fenced.inc();
+        };
+        match decision {
+            Decision::Record(r) => {
+                let succeeded = matches!(r, Report::Succeeded { .. });
+                self.ledger.apply_report(&op.id, &r, &format!("lookup by {owner}"), now).await?;
+                if succeeded {
+                    report.resolved_succeeded += 1;
+                    self.metrics.resolved_succeeded.inc();
+                } else {
+                    report.resolved_failed += 1;
+                    self.metrics.resolved_failed.inc();
+                }
+            }
+            Decision::Poll(why) | Decision::Defer(why) => {
+                match self.ledger.defer_check(&op.id, op.attempt, now + self.backoff_ms(op), &why, owner, now).await {
+                    Ok(()) => {
+                        report.deferred += 1;
+                        self.metrics.deferred.inc();
+                    }
+                    Err(LedgerError::Fenced { .. }) => fenced(report, &self.metrics),
+                    Err(e) => return Err(e),
+                }
+            }
+            Decision::Escalate(why) => match self.ledger.escalate(&op.id, op.attempt, &why, owner, now).await {
+                Ok(()) => {
+                    report.escalated += 1;
+                    self.metrics.escalated.inc();
+                }
+                Err(LedgerError::Fenced { .. }) => fenced(report, &self.metrics),
+                Err(e) => return Err(e),
+            },
+            Decision::RetrySameKey | Decision::Resubmit => {
+                let resubmit = decision == Decision::Resubmit;
+                let claimed = match self
+                    .ledger
+                    .claim_unknown(&op.id, op.attempt, owner, ms(self.config.retry.lease_ttl), now)
+                    .await
+                {
+                    Ok(c) => c,
+                    Err(LedgerError::Fenced { .. }) => {
+                        fenced(report, &self.metrics);
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                };
+                let status = execute_one(
+                    &self.ledger,
+                    self.processor.as_ref(),
+                    &self.clock,
+                    &self.config.retry,
+                    &self.retry_metrics,
+                    &claimed,
+                )
+                .await?;
+                tracing::info!(operation = %op.id, attempt = claimed.attempt, status = status.as_str(),
+                    resubmit, "retried with the same key");
+                if resubmit {
+                    report.resubmitted += 1;
+                    self.metrics.resubmitted.inc();
+                } else {
+                    report.retried_same_key += 1;
+                    self.metrics.retried_same_key.inc();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sweeps every `interval` until `shutdown` resolves; a sweep in progress finishes first.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()> + Send) {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                _ = tick.tick() => {}
+            }
+            if let Err(error) = self.sweep_once(false).await {
+                tracing::warn!(%error, "sweep failed; next sweep at the next interval");
+            }
+        }
+        tracing::info!("reconciler stopped");
+    }
+}

@@ -1,0 +1,350 @@
+//! Stripe webhooks: verify `Stripe-Signature` exactly as Stripe's own libraries do, store each event
+//! once, match it to its operation, and apply only the moves the state machine allows, in any order.
+
+use hmac::{Hmac, KeyInit, Mac};
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::{Applied, LedgerError, Report, SharedLedger};
+use serde::Deserialize;
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+/// Oldest signature timestamp accepted, in seconds behind now (Stripe's default). Future timestamps
+/// are accepted, as Stripe's libraries do.
+pub const SIGNATURE_TOLERANCE_S: i64 = 300;
+/// Largest webhook body accepted.
+pub const PAYLOAD_LEN_MAX: usize = 512 * 1024;
+/// Longest `Stripe-Signature` header accepted.
+pub const SIGNATURE_HEADER_LEN_MAX: usize = 8 * 1024;
+/// Most `v1` signatures considered in one header (rotation uses two or three).
+pub const SIGNATURES_MAX: usize = 8;
+/// The processor name events are stored under.
+pub const PROCESSOR: &str = "stripe";
+/// Metadata key the Stripe adapter writes the operation id under.
+pub const METADATA_OPERATION_ID: &str = "payonce_operation_id";
+
+/// Why a webhook was refused or could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// No `Stripe-Signature` header.
+    #[error("missing Stripe-Signature header")]
+    MissingSignature,
+    /// The header has no timestamp or no v1 signature, or is too long.
+    #[error("malformed Stripe-Signature header: {0}")]
+    MalformedSignature(&'static str),
+    /// The timestamp is older than the tolerance.
+    #[error("signature timestamp outside the tolerance zone")]
+    StaleTimestamp,
+    /// No v1 signature matches any configured secret.
+    #[error("no signature matches the payload")]
+    BadSignature,
+    /// The body is larger than [`PAYLOAD_LEN_MAX`].
+    #[error("payload larger than {PAYLOAD_LEN_MAX} bytes")]
+    PayloadTooLarge,
+    /// The signed body is not a Stripe event.
+    #[error("payload is not a Stripe event: {0}")]
+    MalformedPayload(String),
+    /// No secret is configured: every webhook is refused.
+    #[error("no webhook secret configured")]
+    NoSecret,
+    /// The ledger failed; Stripe will redeliver.
+    #[error("ledger error")]
+    Ledger(#[from] LedgerError),
+}
+
+impl WebhookError {
+    /// The HTTP status to answer with: 4xx for what a redelivery won't fix, 5xx so Stripe retries.
+    pub fn status_code(&self) -> u16 {
+        match self {
+            WebhookError::MissingSignature
+            | WebhookError::MalformedSignature(_)
+            | WebhookError::StaleTimestamp
+            | WebhookError::BadSignature
+            | WebhookError::MalformedPayload(_) => 400,
+            WebhookError::PayloadTooLarge => 413,
+            WebhookError::NoSecret | WebhookError::Ledger(_) => 503,
+        }
+    }
+
+    /// Stable code for logs, metrics and API errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WebhookError::MissingSignature => "signature_missing",
+            WebhookError::MalformedSignature(_) => "signature_malformed",
+            WebhookError::StaleTimestamp => "signature_stale",
+            WebhookError::BadSignature => "signature_mismatch",
+            WebhookError::PayloadTooLarge => "payload_too_large",
+            WebhookError::MalformedPayload(_) => "payload_malformed",
+            WebhookError::NoSecret => "webhook_secret_missing",
+            WebhookError::Ledger(_) => "ledger_unavailable",
+        }
+    }
+}
+
+/// The parts of a `Stripe-Signature` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureHeader {
+    /// `t=`: unix seconds.
+    pub timestamp: i64,
+    /// Every `v1=` value, in order.
+    pub signatures: Vec<String>,
+}
+
+/// Parses `t=…,v1=…[,v1=…][,v0=…]`. Keys compare exactly (`" v1"` is not `v1`); items without `=`
+/// and other schemes are ignored, as Stripe's libraries do.
+pub fn parse_signature_header(header: &str) -> Result<SignatureHeader, WebhookError> {
+    if header.len() > SIGNATURE_HEADER_LEN_MAX {
+        return Err(WebhookError::MalformedSignature("header too long"));
+    }
+    let mut timestamp = None;
+    let mut signatures = Vec::new();
+    for item in header.split(',') {
+        let Some((key, value)) = item.split_once('=') else { continue };
+        match key {
+            "t" => timestamp = Some(value.parse::<i64>().map_err(|_| WebhookError::MalformedSignature("bad timestamp"))?),
+            "v1" if signatures.len() < SIGNATURES_MAX => signatures.push(value.to_string()),
+            _ => {}
+        }
+    }
+    let timestamp = timestamp.ok_or(WebhookError::MalformedSignature("no timestamp"))?;
+    if signatures.is_empty() {
+        return Err(WebhookError::MalformedSignature("no v1 signature"));
+    }
+    Ok(SignatureHeader { timestamp, signatures })
+}
+
+/// The v1 signature Stripe computes: lowercase hex HMAC-SHA256 of `"{t}.{payload}"`, keyed by the
+/// whole secret string (with its `whsec_` prefix).
+pub fn sign(secret: &str, timestamp: i64, payload: &[u8]) -> String {
+    // HMAC accepts keys of any length; this cannot fail.
+    let mut mac = match <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC takes keys of any length"),
+    };
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(payload);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Verifies a header against a payload with any of `secrets` (several during rotation), in
+/// constant time per comparison. `tolerance_s = None` skips the age check (for fixed test vectors).
+pub fn verify_signature(
+    secrets: &[String],
+    header: &str,
+    payload: &[u8],
+    now_s: i64,
+    tolerance_s: Option<i64>,
+) -> Result<(), WebhookError> {
+    if secrets.is_empty() {
+        return Err(WebhookError::NoSecret);
+    }
+    let parsed = parse_signature_header(header)?;
+    if let Some(tolerance) = tolerance_s
+        && now_s - parsed.timestamp > tolerance
+    {
+        return Err(WebhookError::StaleTimestamp);
+    }
+    let mut matched = subtle::Choice::from(0);
+    for secret in secrets {
+        let expected = sign(secret, parsed.timestamp, payload);
+        for candidate in &parsed.signatures {
+            matched |= expected.as_bytes().ct_eq(candidate.as_bytes());
+        }
+    }
+    if bool::from(matched) { Ok(()) } else { Err(WebhookError::BadSignature) }
+}
+
+#[derive(Debug, Deserialize)]
+struct Event {
+    id: String,
+    #[serde(rename = "type", default)]
+    event_type: String,
+    data: EventData,
+    #[serde(default)]
+    request: Option<EventRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EventData {
+    object: serde_json::Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct EventRequest {
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// What ingesting one webhook did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestOutcome {
+    /// The event id.
+    pub event_id: String,
+    /// Whether this delivery was a redelivery of a stored event.
+    pub duplicate: bool,
+    /// The operation it matched, if any.
+    pub operation: Option<OperationId>,
+    /// What applying it did (`None`: the event type carries no outcome, or no operation matched).
+    pub applied: Option<Applied>,
+}
+
+/// Finds the operation an event is about: metadata first, then the request's idempotency key.
+fn match_operation(event: &Event) -> Option<OperationId> {
+    let from_metadata = event.data.object.get("metadata").and_then(|m| m.get(METADATA_OPERATION_ID));
+    if let Some(id) = from_metadata.and_then(|v| v.as_str()).and_then(|s| OperationId::parse(s).ok()) {
+        return Some(id);
+    }
+    let key = event.request.as_ref()?.idempotency_key.as_deref()?;
+    OperationId::parse(key.strip_prefix("payonce-")?).ok()
+}
+
+/// Turns an event into a report, for the event types that carry an outcome.
+fn report_of(event: &Event) -> Option<Report> {
+    let object = &event.data.object;
+    let reference = object.get("id").and_then(|v| v.as_str())?.to_string();
+    let error = object.get("last_payment_error");
+    let error_field = |f: &str| error.and_then(|e| e.get(f)).and_then(|v| v.as_str()).map(str::to_string);
+    match event.event_type.as_str() {
+        "payment_intent.succeeded" => Some(Report::Succeeded { reference, result: object.clone() }),
+        "payment_intent.payment_failed" => Some(Report::Failed {
+            code: error_field("code").unwrap_or_else(|| "payment_failed".into()),
+            message: error_field("message").unwrap_or_else(|| "the payment failed".into()),
+            reference: Some(reference),
+        }),
+        "payment_intent.canceled" => Some(Report::Failed {
+            code: "canceled".into(),
+            message: object
+                .get("cancellation_reason")
+                .and_then(|v| v.as_str())
+                .unwrap_or("canceled at the processor")
+                .to_string(),
+            reference: Some(reference),
+        }),
+        _ => None,
+    }
+}
+
+/// Verifies, stores once and applies one webhook delivery. A redelivery is applied again (applying
+/// is idempotent), so a crash between storing and applying loses nothing.
+pub async fn ingest(
+    ledger: &SharedLedger,
+    secrets: &[String],
+    signature_header: Option<&str>,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<IngestOutcome, WebhookError> {
+    if body.len() > PAYLOAD_LEN_MAX {
+        return Err(WebhookError::PayloadTooLarge);
+    }
+    let header = signature_header.ok_or(WebhookError::MissingSignature)?;
+    verify_signature(secrets, header, body, now_ms.div_euclid(1000), Some(SIGNATURE_TOLERANCE_S))?;
+    let event: Event = serde_json::from_slice(body).map_err(|e| WebhookError::MalformedPayload(e.to_string()))?;
+    let operation = match_operation(&event);
+    let payload = String::from_utf8_lossy(body);
+    let stored =
+        ledger.insert_processor_event(PROCESSOR, &event.id, &event.event_type, operation.as_ref(), &payload, now_ms).await?;
+    let applied = match (&operation, report_of(&event)) {
+        (Some(id), Some(report)) => match ledger.apply_report(id, &report, &format!("webhook {}", event.id), now_ms).await {
+            Ok(applied) => Some(applied),
+            // Not ours (another deployment's operation id): stored, nothing to apply.
+            Err(LedgerError::NotFound) => None,
+            Err(other) => return Err(other.into()),
+        },
+        _ => None,
+    };
+    let outcome = match &applied {
+        Some(a) => format!("{a:?}"),
+        None if operation.is_none() => "unmatched".to_string(),
+        None => "no outcome in event".to_string(),
+    };
+    ledger.mark_processor_event(PROCESSOR, &event.id, &outcome, now_ms).await?;
+    tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");
+    Ok(IngestOutcome { event_id: event.id, duplicate: !stored, operation, applied })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Vector {
+        name: String,
+        secret: String,
+        timestamp: i64,
+        payload: String,
+        header: String,
+        v1: String,
+    }
+
+    fn vectors() -> Vec<Vector> {
+        serde_json::from_str(include_str!("../../tests/fixtures/stripe/webhook_vectors.json")).unwrap()
+    }
+
+    #[test]
+    fn stripe_library_vectors_sign_and_verify() {
+        for v in vectors() {
+            assert_eq!(sign(&v.secret, v.timestamp, v.payload.as_bytes()), v.v1, "{}", v.name);
+            verify_signature(std::slice::from_ref(&v.secret), &v.header, v.payload.as_bytes(), v.timestamp, Some(300))
+                .unwrap_or_else(|e| panic!("{}: {e}", v.name));
+        }
+    }
+
+    #[test]
+    fn negative_cases_match_stripe_libraries() {
+        let v = vectors().into_iter().find(|v| v.name == "compact_pi_succeeded").unwrap();
+        let p = v.payload.as_bytes();
+        let s = [v.secret.clone()];
+        let t = v.timestamp;
+        let check = |secrets: &[String], header: &str, payload: &[u8], now: i64| {
+            verify_signature(secrets, header, payload, now, Some(SIGNATURE_TOLERANCE_S))
+        };
+        assert!(matches!(check(&s, &v.header, p, t + 301), Err(WebhookError::StaleTimestamp)));
+        assert!(check(&s, &v.header, p, t + 300).is_ok());
+        assert!(check(&s, &v.header, p, t - 3600).is_ok(), "future timestamps are accepted");
+        assert!(matches!(check(&["whsec_other".into()], &v.header, p, t), Err(WebhookError::BadSignature)));
+        assert!(matches!(check(&["test_secret".into()], &v.header, p, t), Err(WebhookError::BadSignature)));
+        let spaced = String::from_utf8(p.to_vec()).unwrap().replacen(':', ": ", 1);
+        assert!(matches!(check(&s, &v.header, spaced.as_bytes(), t), Err(WebhookError::BadSignature)));
+        let upper = format!("t={t},v1={}", v.v1.to_uppercase());
+        assert!(matches!(check(&s, &upper, p, t), Err(WebhookError::BadSignature)));
+        let rotation = format!("t={t},v1={},v1={}", "0".repeat(64), v.v1);
+        assert!(check(&s, &rotation, p, t).is_ok());
+        let rotated_secrets = ["whsec_new".to_string(), v.secret.clone()];
+        assert!(check(&rotated_secrets, &v.header, p, t).is_ok(), "either configured secret verifies");
+        assert!(check(&s, &format!("v1={},t={t}", v.v1), p, t).is_ok(), "order does not matter");
+        assert!(matches!(check(&s, &format!("t={t},v0={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
+        assert!(matches!(check(&s, &format!("t={t}, v1={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
+        assert!(matches!(check(&s, &format!("v1={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
+        assert!(matches!(check(&s, &format!("t=abc,v1={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
+        assert!(matches!(check(&[], &v.header, p, t), Err(WebhookError::NoSecret)));
+        let long = format!("t={t},v1={}", "a".repeat(SIGNATURE_HEADER_LEN_MAX));
+        assert!(matches!(check(&s, &long, p, t), Err(WebhookError::MalformedSignature(_))));
+    }
+
+    #[test]
+    fn events_match_by_metadata_or_idempotency_key() {
+        let id = OperationId::generate();
+        let by_metadata: Event = serde_json::from_value(serde_json::json!({
+            "id": "evt_1", "type": "payment_intent.succeeded",
+            "data": {"object": {"id": "pi_1", "metadata": {"payonce_operation_id": id.as_str()}}}
+        }))
+        .unwrap();
+        assert_eq!(match_operation(&by_metadata), Some(id.clone()));
+        assert!(matches!(report_of(&by_metadata), Some(Report::Succeeded { ref reference, .. }) if reference == "pi_1"));
+        let by_key: Event = serde_json::from_value(serde_json::json!({
+            "id": "evt_2", "type": "payment_intent.payment_failed",
+            "data": {"object": {"id": "pi_2", "last_payment_error": {"code": "card_declined", "message": "Declined"}}},
+            "request": {"id": "req_1", "idempotency_key": format!("payonce-{}", id.as_str())}
+        }))
+        .unwrap();
+        assert_eq!(match_operation(&by_key), Some(id));
+        assert!(matches!(report_of(&by_key), Some(Report::Failed { ref code, .. }) if code == "card_declined"));
+        let unrelated: Event = serde_json::from_value(serde_json::json!({
+            "id": "evt_3", "type": "payment_intent.created", "data": {"object": {"id": "pi_3"}},
+            "request": {"id": null, "idempotency_key": "someone-else"}
+        }))
+        .unwrap();
+        assert_eq!(match_operation(&unrelated), None);
+        assert_eq!(report_of(&unrelated), None);
+    }
+}

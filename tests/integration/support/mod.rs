@@ -1,0 +1,101 @@
+//! The test harness: a fresh Postgres database per test, a fresh SQLite ledger, waiting on a condition
+//! with a deadline (never a bare sleep), and the `payonce` binary for tests that need real processes.
+
+pub mod postgres;
+
+use payonce_shared::details::{Details, RawDetails};
+use payonce_shared::id::{BusinessKey, OperationId, TenantId};
+use payonce_shared::ledger::{self, NewApproval, NewOperation, Operation, SharedLedger};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The `payonce` binary built for this test run.
+pub fn payonce_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_payonce")
+}
+
+/// A Postgres ledger on a database of its own.
+pub async fn postgres_ledger() -> (SharedLedger, String) {
+    let url = postgres::fresh_database().await;
+    let ledger = ledger::connect(&url, 20).await.expect("connect to the test database");
+    (ledger, url)
+}
+
+/// A private in-memory SQLite ledger.
+pub async fn sqlite_ledger() -> SharedLedger {
+    ledger::connect("sqlite::memory:", 1).await.expect("open in-memory sqlite")
+}
+
+/// Both stores, for the conformance suite: every test runs against each.
+pub async fn every_store() -> Vec<SharedLedger> {
+    vec![postgres_ledger().await.0, sqlite_ledger().await]
+}
+
+/// Waits until `check` returns `Some`, polling every 20 ms, failing the test after `deadline`.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The tenant most tests use.
+pub fn tenant() -> TenantId {
+    TenantId::parse("acme").unwrap()
+}
+
+/// Invoice details for `amount` minor units of usd with the given payment method.
+pub fn details(invoice: &str, amount: i64, payment_method: &str) -> Details {
+    Details::parse(&RawDetails {
+        kind: "payment".into(),
+        amount,
+        currency: "usd".into(),
+        customer: "cus_test".into(),
+        payment_method: payment_method.into(),
+        invoice: invoice.into(),
+        destination: None,
+        description: Some(format!("Invoice {invoice}")),
+    })
+    .unwrap()
+}
+
+/// Creates and approves an operation for `invoice`; returns it in `ready`.
+pub async fn ready_operation(ledger: &SharedLedger, invoice: &str, payment_method: &str, now_ms: i64) -> Operation {
+    let d = details(invoice, 2048, payment_method);
+    let hash = d.hash();
+    let created = ledger
+        .create_or_get(
+            NewOperation {
+                id: OperationId::generate(),
+                tenant: tenant(),
+                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                details: d,
+                actor: "service:test".into(),
+            },
+            now_ms,
+        )
+        .await
+        .unwrap();
+    ledger
+        .approve(
+            &tenant(),
+            &created.operation.id,
+            NewApproval {
+                details_hash: hash,
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at_ms: now_ms + 86_400_000,
+            },
+            now_ms,
+        )
+        .await
+        .unwrap()
+}

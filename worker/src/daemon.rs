@@ -1,0 +1,302 @@
+//! The worker daemon: claim batches with a lease, record submission starts in one commit per batch,
+//! submit concurrently (bounded), record outcomes through a group-committing recorder, renew leases
+//! in the background, and stop only at safe points.
+
+use crate::config::WorkerConfig;
+use crate::execution::{count, explain_fenced, precheck, submit, to_recorded};
+use crate::metrics::WorkerMetrics;
+use payonce_shared::clock::SharedClock;
+use payonce_shared::failpoint::{self, FailPoint};
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::{Operation, Recorded, SharedLedger};
+use payonce_shared::processor::{Processor, SubmitOutcome};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+/// Pause after a ledger error before the loop tries again (Postgres restarting, network blip).
+pub const LEDGER_ERROR_PAUSE: Duration = Duration::from_millis(250);
+/// Outcomes queued for the recorder before submitters wait.
+pub const RECORD_QUEUE_LEN: usize = 4_096;
+
+/// A worker process's engine.
+pub struct Worker {
+    ledger: SharedLedger,
+    processor: Arc<dyn Processor>,
+    clock: SharedClock,
+    config: WorkerConfig,
+    metrics: Arc<WorkerMetrics>,
+}
+
+/// What a run did, for the exit log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Operations claimed.
+    pub claimed: u64,
+    /// Leases given back at shutdown.
+    pub released: u64,
+}
+
+struct Pending {
+    op: Operation,
+    recorded: Recorded,
+}
+
+impl Worker {
+    /// Builds a worker; refuses an invalid configuration.
+    pub fn new(
+        ledger: SharedLedger,
+        processor: Arc<dyn Processor>,
+        clock: SharedClock,
+        config: WorkerConfig,
+    ) -> Result<Self, String> {
+        config.validate()?;
+        Ok(Worker { ledger, processor, clock, config, metrics: Arc::new(WorkerMetrics::default()) })
+    }
+
+    /// The worker's counters.
+    pub fn metrics(&self) -> Arc<WorkerMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Claims one batch and drives every operation in it to a recorded outcome. Returns how many
+    /// were claimed. For tests and `--once` runs; the daemon overlaps batches instead.
+    pub async fn run_once(&self) -> Result<usize, payonce_shared::ledger::LedgerError> {
+        let now = self.clock.now_ms();
+        let claimed = self.ledger.claim(&self.config.owner, self.config.batch_size, self.lease_ttl_ms(), now).await?;
+        let n = claimed.len();
+        self.metrics.claimed.add(n as u64);
+        let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let batch = self.batch(claimed, tx, stop_rx);
+        let recorder = self.recorder(rx);
+        let ((), ()) = tokio::join!(batch, recorder);
+        Ok(n)
+    }
+
+    /// Runs until `shutdown` resolves: then stops claiming, gives back leases of work not started,
+    /// lets in-flight submissions finish within `shutdown_grace`, flushes outcomes, and returns.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (record_tx, record_rx) = mpsc::channel(RECORD_QUEUE_LEN);
+        let recorder = {
+            let this = self.clone();
+            tokio::spawn(async move { this.recorder(record_rx).await })
+        };
+        let renewer = {
+            let this = self.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move { this.renew_loop(stop).await })
+        };
+        let slots = Arc::new(Semaphore::new(self.config.concurrency));
+        let mut batches = JoinSet::new();
+        let mut summary = RunSummary::default();
+        tokio::pin!(shutdown);
+        tracing::info!(owner = %self.config.owner, concurrency = self.config.concurrency, "worker started");
+        loop {
+            // Wait for at least one free slot, or shutdown.
+            let first = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
+            };
+            let free = 1 + slots.available_permits();
+            let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.config.batch_size);
+            let claimed = match self.ledger.claim(&self.config.owner, want, self.lease_ttl_ms(), self.clock.now_ms()).await {
+                Ok(c) => c,
+                Err(error) => {
+                    tracing::warn!(%error, "claim failed; pausing");
+                    drop(first);
+                    tokio::select! { () = &mut shutdown => break, () = tokio::time::sleep(LEDGER_ERROR_PAUSE) => {} }
+                    continue;
+                }
+            };
+            if claimed.is_empty() {
+                drop(first);
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = self.ledger.wait_for_ready(self.config.poll_interval) => {}
+                }
+                continue;
+            }
+            summary.claimed += claimed.len() as u64;
+            self.metrics.claimed.add(claimed.len() as u64);
+            let extra = u32::try_from(claimed.len() - 1).unwrap_or(0);
+            let more = if extra > 0 { slots.clone().acquire_many_owned(extra).await.ok() } else { None };
+            let this = self.clone();
+            let tx = record_tx.clone();
+            let stop = stop_rx.clone();
+            batches.spawn(async move {
+                this.batch(claimed, tx, stop).await;
+                drop((first, more));
+            });
+            while batches.try_join_next().is_some() {}
+        }
+        tracing::info!(owner = %self.config.owner, "shutdown: no new claims; finishing in-flight work");
+        let _ = stop_tx.send(true);
+        let drained = tokio::time::timeout(self.config.shutdown_grace, async {
+            while batches.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!("shutdown grace elapsed with submissions in flight; their leases will lapse to the reconciler");
+            batches.abort_all();
+        }
+        drop(record_tx);
+        let _ = tokio::time::timeout(self.config.shutdown_grace, recorder).await;
+        renewer.abort();
+        summary.released = self.metrics.released.get();
+        tracing::info!(claimed = summary.claimed, released = summary.released, "worker stopped");
+        summary
+    }
+
+    fn lease_ttl_ms(&self) -> i64 {
+        i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// One claimed batch: checks, one commit recording every submission start, then concurrent
+    /// submissions whose outcomes go to the recorder.
+    async fn batch(&self, claimed: Vec<Operation>, tx: mpsc::Sender<Pending>, stop: watch::Receiver<bool>) {
+        let claimed_at = Instant::now();
+        failpoint::hit(FailPoint::AfterClaim);
+        if *stop.borrow() {
+            self.release_all(&claimed).await;
+            return;
+        }
+        let now = self.clock.now_ms();
+        let mut to_submit = Vec::with_capacity(claimed.len());
+        for op in claimed {
+            match precheck(&op, now) {
+                Some(rejection) => {
+                    tracing::info!(operation = %op.id, tenant = %op.tenant, "rejected before submission: {rejection:?}");
+                    let _ = tx.send(Pending { op, recorded: rejection }).await;
+                }
+                None => to_submit.push(op),
+            }
+        }
+        if to_submit.is_empty() {
+            return;
+        }
+        let keys: Vec<(OperationId, i64)> = to_submit.iter().map(|o| (o.id.clone(), o.attempt)).collect();
+        let marked = match self.ledger.mark_submitting_batch(&keys, self.clock.now_ms()).await {
+            Ok(m) => m,
+            Err(error) => {
+                // Nothing was sent; the leases lapse and the reconciler re-queues them.
+                tracing::warn!(%error, "could not record submission starts; not submitting this batch");
+                return;
+            }
+        };
+        failpoint::hit(FailPoint::AfterSubmissionRecorded);
+        let mut submissions = JoinSet::new();
+        for (op, ok) in to_submit.into_iter().zip(marked) {
+            if !ok {
+                explain_fenced(&self.ledger, &self.metrics, &op).await;
+                continue;
+            }
+            self.metrics.claim_to_submit.observe_ms(u64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
+            let processor = self.processor.clone();
+            let clock = self.clock.clone();
+            let config = self.config.clone();
+            let metrics = self.metrics.clone();
+            let tx = tx.clone();
+            let span = tracing::info_span!("submit", operation = %op.id, tenant = %op.tenant, attempt = op.attempt,
+                key = %op.idempotency_key);
+            submissions.spawn(
+                async move {
+                    let started = Instant::now();
+                    let outcome = submit(processor.as_ref(), &op, config.submit_timeout).await;
+                    metrics.submit_latency.observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+                    if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
+                        failpoint::hit(FailPoint::AfterProcessorAccepted);
+                    }
+                    tracing::debug!(?outcome, "processor answered");
+                    let recorded = to_recorded(outcome, op.attempt, &config, clock.now_ms());
+                    let _ = tx.send(Pending { op, recorded }).await;
+                }
+                .instrument(span),
+            );
+        }
+        while submissions.join_next().await.is_some() {}
+    }
+
+    async fn release_all(&self, claimed: &[Operation]) {
+        for op in claimed {
+            match self.ledger.release(&op.id, op.attempt, &self.config.owner, self.clock.now_ms()).await {
+                Ok(()) => self.metrics.released.inc(),
+                Err(error) => tracing::warn!(operation = %op.id, %error, "could not release; the lease will lapse"),
+            }
+        }
+    }
+
+    /// Writes outcomes in group commits: whatever is queued when a write starts goes in it.
+    async fn recorder(&self, mut rx: mpsc::Receiver<Pending>) {
+        let max = self.config.record_batch_max;
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < max {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            self.record(batch).await;
+        }
+    }
+
+    async fn record(&self, batch: Vec<Pending>) {
+        let items: Vec<_> = batch.iter().map(|p| (p.op.id.clone(), p.op.attempt, p.recorded.clone())).collect();
+        // The outcome is the one fact we must not drop: retry through ledger outages for as long as
+        // the lease could still be ours; after that the reconciler owns the row.
+        let deadline = Instant::now() + self.config.lease_ttl;
+        let results = loop {
+            match self.ledger.record_batch(&items, &self.config.owner, self.clock.now_ms()).await {
+                Ok(r) => break r,
+                Err(error) if Instant::now() < deadline => {
+                    tracing::warn!(%error, n = items.len(), "recording outcomes failed; retrying");
+                    tokio::time::sleep(LEDGER_ERROR_PAUSE).await;
+                }
+                Err(error) => {
+                    tracing::error!(%error, n = items.len(), "could not record outcomes; the reconciler will resolve them");
+                    return;
+                }
+            }
+        };
+        for (pending, ok) in batch.iter().zip(results) {
+            if ok {
+                count(&self.metrics, &pending.recorded);
+                tracing::info!(operation = %pending.op.id, attempt = pending.op.attempt, "recorded {}", outcome_name(&pending.recorded));
+            } else {
+                explain_fenced(&self.ledger, &self.metrics, &pending.op).await;
+            }
+        }
+    }
+
+    async fn renew_loop(&self, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.config.renew_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => {}
+            }
+            // Renewal continues through shutdown so in-flight submissions keep their leases.
+            if let Err(error) = self.ledger.renew(&self.config.owner, self.lease_ttl_ms(), self.clock.now_ms()).await {
+                tracing::warn!(%error, "lease renewal failed");
+            }
+        }
+    }
+}
+
+fn outcome_name(r: &Recorded) -> &'static str {
+    match r {
+        Recorded::Succeeded { .. } => "succeeded",
+        Recorded::Failed { .. } => "failed",
+        Recorded::RetryLater { .. } => "retry_later",
+        Recorded::Exhausted { .. } => "exhausted",
+        Recorded::Unknown { .. } => "unknown",
+        Recorded::Rejected { .. } => "rejected",
+        Recorded::NeedsAttention { .. } => "needs_attention",
+    }
+}

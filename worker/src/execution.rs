@@ -1,0 +1,172 @@
+//! One operation's path through the worker: server-side checks, the committed submission record,
+//! the submission with its stored key, and the outcome mapped onto a fenced ledger write.
+
+use crate::config::WorkerConfig;
+use crate::metrics::WorkerMetrics;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use payonce_shared::clock::SharedClock;
+use payonce_shared::failpoint::{self, FailPoint};
+use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
+use payonce_shared::processor::{Processor, SubmitOutcome, SubmitRequest};
+use payonce_shared::state::Status;
+use std::time::Duration;
+
+/// Re-checks, server-side, everything a submission depends on. `Some` is the rejection to record;
+/// nothing external has happened.
+pub fn precheck(op: &Operation, now_ms: i64) -> Option<Recorded> {
+    let reject = |code: &str, message: &str| Some(Recorded::Rejected { code: code.into(), message: message.into() });
+    if op.details.hash() != op.details_hash {
+        return reject("details_changed", "the stored details no longer match their hash");
+    }
+    let Some(approved) = &op.approved_hash else {
+        return reject("approval_missing", "no approval is recorded for this operation");
+    };
+    if *approved != op.details_hash {
+        return reject("approval_mismatch", "the approval is for different details");
+    }
+    match op.approval_expires_at_ms {
+        Some(expiry) if expiry > now_ms => None,
+        _ => reject("approval_expired", "the approval expired before the payment was submitted"),
+    }
+}
+
+/// The retry delay after `attempt` not-submitted outcomes: exponential from `retry_base`, capped at
+/// `retry_max`, with jitter (backon).
+pub fn retry_delay(config: &WorkerConfig, attempt: i64) -> Duration {
+    let steps = usize::try_from(attempt.max(1)).unwrap_or(usize::MAX);
+    ExponentialBuilder::default()
+        .with_min_delay(config.retry_base)
+        .with_max_delay(config.retry_max)
+        .with_jitter()
+        .with_max_times(steps)
+        .build()
+        .nth(steps - 1)
+        .unwrap_or(config.retry_max)
+}
+
+/// Maps a submission outcome to the fenced write that records it.
+pub fn to_recorded(outcome: SubmitOutcome, attempt: i64, config: &WorkerConfig, now_ms: i64) -> Recorded {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    match outcome {
+        SubmitOutcome::Succeeded { reference, result } => Recorded::Succeeded { reference, result },
+        SubmitOutcome::Declined { code, message, reference } => Recorded::Failed { code, message, reference },
+        SubmitOutcome::NotSubmitted { reason } if attempt >= config.attempt_max => {
+            Recorded::Exhausted { reason: format!("{reason} (attempt {attempt} of {})", config.attempt_max) }
+        }
+        SubmitOutcome::NotSubmitted { reason } => {
+            Recorded::RetryLater { reason, available_at_ms: now_ms + ms(retry_delay(config, attempt)) }
+        }
+        SubmitOutcome::Unknown { reason, reference } => {
+            Recorded::Unknown { reason, reference, next_check_at_ms: now_ms + ms(config.first_check_delay) }
+        }
+    }
+}
+
+/// Submits with the operation's stored key and the recorded details, bounded by `timeout`. A timeout
+/// is an unknown outcome: the request may have arrived.
+pub async fn submit(processor: &dyn Processor, op: &Operation, timeout: Duration) -> SubmitOutcome {
+    let request = SubmitRequest {
+        operation_id: &op.id,
+        tenant: &op.tenant,
+        idempotency_key: &op.idempotency_key,
+        details: &op.details,
+    };
+    match tokio::time::timeout(timeout, processor.submit(&request)).await {
+        Ok(outcome) => outcome,
+        Err(_) => SubmitOutcome::Unknown { reason: format!("no answer within {timeout:?}"), reference: None },
+    }
+}
+
+/// Counts a recorded outcome.
+pub fn count(metrics: &WorkerMetrics, recorded: &Recorded) {
+    match recorded {
+        Recorded::Succeeded { .. } => metrics.succeeded.inc(),
+        Recorded::Failed { .. } => metrics.failed.inc(),
+        Recorded::RetryLater { .. } => metrics.retried.inc(),
+        Recorded::Unknown { .. } => metrics.unknown.inc(),
+        Recorded::Rejected { .. } => metrics.rejected.inc(),
+        Recorded::Exhausted { .. } | Recorded::NeedsAttention { .. } => metrics.needs_attention.inc(),
+    }
+}
+
+/// After a fenced write lost: was it someone else recording the truth first (a webhook), or did our
+/// lease lapse? Counts and logs either way; never overwrites.
+pub async fn explain_fenced(ledger: &SharedLedger, metrics: &WorkerMetrics, op: &Operation) {
+    match ledger.get_unscoped(&op.id).await {
+        Ok(now) if now.status.is_terminal() || now.status == Status::NeedsAttention => {
+            metrics.already_recorded.inc();
+            tracing::info!(operation = %op.id, attempt = op.attempt, status = now.status.as_str(),
+                "outcome already recorded by another path");
+        }
+        Ok(now) => {
+            metrics.lost_leases.inc();
+            tracing::warn!(operation = %op.id, attempt = op.attempt, current_attempt = now.attempt,
+                status = now.status.as_str(), "lease lost; the outcome was not recorded by this worker");
+        }
+        Err(error) => tracing::warn!(operation = %op.id, %error, "could not read the row after a fenced write"),
+    }
+}
+
+/// Runs one claimed operation end to end, sequentially (used by the reconciler's same-key retry and
+/// by tests; the daemon pipelines the same steps in batches). Returns the state it left the row in.
+pub async fn execute_one(
+    ledger: &SharedLedger,
+    processor: &dyn Processor,
+    clock: &SharedClock,
+    config: &WorkerConfig,
+    metrics: &WorkerMetrics,
+    op: &Operation,
+) -> Result<Status, LedgerError> {
+    let actor = config.owner.as_str();
+    if let Some(rejection) = precheck(op, clock.now_ms()) {
+        count(metrics, &rejection);
+        return Ok(ledger.record(&op.id, op.attempt, &rejection, actor, clock.now_ms()).await?.status);
+    }
+    ledger.mark_submitting(&op.id, op.attempt, clock.now_ms()).await?;
+    failpoint::hit(FailPoint::AfterSubmissionRecorded);
+    let started = std::time::Instant::now();
+    let outcome = submit(processor, op, config.submit_timeout).await;
+    metrics.submit_latency.observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
+        failpoint::hit(FailPoint::AfterProcessorAccepted);
+    }
+    let recorded = to_recorded(outcome, op.attempt, config, clock.now_ms());
+    count(metrics, &recorded);
+    match ledger.record(&op.id, op.attempt, &recorded, actor, clock.now_ms()).await {
+        Ok(row) => Ok(row.status),
+        Err(LedgerError::Fenced { .. }) => {
+            explain_fenced(ledger, metrics, op).await;
+            Ok(ledger.get_unscoped(&op.id).await?.status)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_submitted_retries_with_growing_bounded_delay_then_exhausts() {
+        let config = WorkerConfig::new("w");
+        let now = 1_000_000;
+        let delay = |attempt| match to_recorded(SubmitOutcome::NotSubmitted { reason: "refused".into() }, attempt, &config, now) {
+            Recorded::RetryLater { available_at_ms, .. } => available_at_ms - now,
+            other => panic!("expected a retry, got {other:?}"),
+        };
+        let first = delay(1);
+        assert!((500..=1_000).contains(&first), "first delay {first} ms");
+        assert!(delay(4) >= 4_000, "delays grow");
+        let last = to_recorded(SubmitOutcome::NotSubmitted { reason: "refused".into() }, config.attempt_max, &config, now);
+        assert!(matches!(last, Recorded::Exhausted { .. }));
+    }
+
+    #[test]
+    fn unknown_is_scheduled_for_a_check_and_declines_fail() {
+        let config = WorkerConfig::new("w");
+        let unknown = to_recorded(SubmitOutcome::Unknown { reason: "timeout".into(), reference: None }, 1, &config, 10);
+        assert!(matches!(unknown, Recorded::Unknown { next_check_at_ms: 2_010, .. }));
+        let declined = SubmitOutcome::Declined { code: "card_declined".into(), message: "no".into(), reference: None };
+        assert!(matches!(to_recorded(declined, 1, &config, 10), Recorded::Failed { .. }));
+    }
+}

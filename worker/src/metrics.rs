@@ -1,0 +1,51 @@
+//! What the worker counts, rendered for `/metrics`.
+
+use payonce_shared::metrics::{Counter, Exposition, Histogram};
+
+/// Worker counters.
+#[derive(Debug, Default)]
+pub struct WorkerMetrics {
+    /// Operations claimed.
+    pub claimed: Counter,
+    /// Outcomes recorded as succeeded.
+    pub succeeded: Counter,
+    /// Outcomes recorded as failed.
+    pub failed: Counter,
+    /// Not-submitted outcomes sent back to ready.
+    pub retried: Counter,
+    /// Outcomes recorded as unknown.
+    pub unknown: Counter,
+    /// Operations rejected before submission.
+    pub rejected: Counter,
+    /// Operations sent to a human.
+    pub needs_attention: Counter,
+    /// Fenced writes that lost (lease expired and moved on).
+    pub lost_leases: Counter,
+    /// Outcomes already recorded by someone else (a webhook beat the worker).
+    pub already_recorded: Counter,
+    /// Leases given back at shutdown.
+    pub released: Counter,
+    /// Processor submission latency.
+    pub submit_latency: Histogram,
+    /// Claim-to-submit latency.
+    pub claim_to_submit: Histogram,
+}
+
+impl WorkerMetrics {
+    /// Appends the worker's metrics.
+    pub fn render(&self, e: &mut Exposition) {
+        e.counter("payonce_worker_claimed_total", "Operations claimed.", "", self.claimed.get());
+        let outcomes = "Outcomes recorded by the worker.";
+        e.counter("payonce_worker_outcomes_total", outcomes, "outcome=\"succeeded\"", self.succeeded.get())
+            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"failed\"", self.failed.get())
+            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"retry\"", self.retried.get())
+            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"unknown\"", self.unknown.get())
+            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"rejected\"", self.rejected.get())
+            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"needs_attention\"", self.needs_attention.get());
+        e.counter("payonce_worker_lost_leases_total", "Fenced writes that lost.", "", self.lost_leases.get());
+        e.counter("payonce_worker_already_recorded_total", "Outcomes someone else recorded first.", "", self.already_recorded.get());
+        e.counter("payonce_worker_released_total", "Leases given back at shutdown.", "", self.released.get());
+        e.histogram("payonce_worker_submit_seconds", "Processor submission latency.", &self.submit_latency);
+        e.histogram("payonce_worker_claim_to_submit_seconds", "Claim to submission latency.", &self.claim_to_submit);
+    }
+}
