@@ -524,7 +524,10 @@ macro_rules! impl_ledger {
                 let current = self.get_unscoped(id).await?;
                 let plan = plan_resolution(&current, resolution, reason)?;
                 let mut conn = self.pool.acquire().await?;
-                match $crate::ledger::store::write_plan!(&mut *conn, &current, plan, actor, now_ms) {
+                let written = $crate::ledger::store::write_plan!(&mut *conn, &current, plan, actor, now_ms);
+                // SQLite has one connection: give it back before reading.
+                drop(conn);
+                match written {
                     Some(_) => self.get_unscoped(id).await,
                     None => Err(LedgerError::Fenced { id: id.clone(), attempt: current.attempt }),
                 }
