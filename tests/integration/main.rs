@@ -4,3 +4,5 @@
 mod support;
 
 mod ledger_conformance;
+mod simulator;
+mod stripe_adapter;
