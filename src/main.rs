@@ -1,1 +1,283 @@
-fn main() {}
+//! `payonce`: every deployable in one binary.
+//!
+//! - `payonce demo`: the quick start — api, worker, reconciler and the simulator on SQLite, walking
+//!   one invoice through a dropped response, a worker crash and duplicate webhooks.
+//! - `payonce all-in-one`: the same parts serving until Ctrl-C (single node).
+//! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale.
+//! - `payonce migrate`: run ledger migrations explicitly.
+//! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
+
+mod demo;
+mod ops;
+mod settings;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use payonce_reconciler::oncall::{self, Format};
+use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_shared::clock::{SharedClock, SystemClock};
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::{self, Resolution, SharedLedger};
+use payonce_shared::state::Status;
+use payonce_worker::Worker;
+use payonce_worker::config::owner_name;
+use settings::{Common, ReconcilerArgs, WorkerArgs};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "payonce", version, about = "Collect a payment at most once per approved intention.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Quick start: runs everything in one process on SQLite and the simulator and walks the INV-2048 story.
+    Demo(demo::DemoArgs),
+    /// Runs the ledger migrations and exits.
+    Migrate {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Runs the claim-and-submit daemon.
+    Worker {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// The reconciler daemon and on-call commands.
+    Reconciler {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: ReconcilerCommand,
+    },
+    /// Runs the Stripe-compatible simulator.
+    Simulator(demo::SimulatorArgs),
+}
+
+#[derive(Subcommand)]
+enum ReconcilerCommand {
+    /// Sweeps every interval until SIGTERM.
+    Run {
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// One sweep for cron. Exit 0: clean; 1: errors; 3: operations need attention.
+    Sweep {
+        /// Run one sweep (required: the daemon is `run`).
+        #[arg(long)]
+        once: bool,
+        /// Report what would be done; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// Lists operations by state and age (default: executing, unknown, needs_attention).
+    List {
+        /// States to list (repeatable).
+        #[arg(long = "status")]
+        statuses: Vec<String>,
+        /// Only rows unchanged for at least this many seconds.
+        #[arg(long, default_value_t = 0)]
+        min_age_s: i64,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one operation with its full event history and the processor's view.
+    Show {
+        /// Operation id.
+        id: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolves an unknown or needs_attention operation by hand.
+    Resolve {
+        /// Operation id.
+        id: String,
+        /// What happened.
+        #[arg(long = "as", value_enum)]
+        resolution: ResolveAs,
+        /// The processor reference (required with `--as succeeded`).
+        #[arg(long)]
+        reference: Option<String>,
+        /// Why (mandatory; recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// Who is resolving (recorded as the actor).
+        #[arg(long, env = "USER", default_value = "on-call")]
+        actor: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ResolveAs {
+    /// The payment happened (give --reference).
+    Succeeded,
+    /// The payment did not happen.
+    Failed,
+    /// Retry with the same key.
+    Retry,
+}
+
+fn format(json: bool) -> Format {
+    if json { Format::Json } else { Format::Table }
+}
+
+fn clock() -> SharedClock {
+    Arc::new(SystemClock)
+}
+
+async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
+    ledger::connect(&common.database_url, common.db_max_connections)
+        .await
+        .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
+}
+
+/// Hides a password in a database URL for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+fn reconciler(common: &Common, ledger: SharedLedger, r: &ReconcilerArgs, w: &WorkerArgs) -> anyhow::Result<Reconciler> {
+    let owner = owner_name("reconciler");
+    let config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
+    Ok(Reconciler::new(ledger, common.processor()?, clock(), config))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Simulator(args) => demo::run_simulator(args).await,
+        Command::Migrate { common } => {
+            open(&common).await?;
+            println!("migrations applied to {}", redact(&common.database_url));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Worker { common, worker } => {
+            let ledger = open(&common).await?;
+            let config = worker.config(owner_name("worker"));
+            let w = Arc::new(
+                Worker::new(ledger.clone(), common.processor()?, clock(), config).map_err(anyhow::Error::msg)?,
+            );
+            ops::spawn_metrics(
+                &common.metrics_listen,
+                ops::MetricsState { ledger, worker: Some(w.metrics()), reconciler: None },
+            )
+            .await?;
+            w.run(ops::shutdown_signal()).await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reconciler { common, command } => {
+            let ledger = open(&common).await?;
+            let now = || payonce_shared::clock::Clock::now_ms(&SystemClock);
+            match command {
+                ReconcilerCommand::Run { reconciler: r, worker: w } => {
+                    let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &w)?);
+                    ops::spawn_metrics(
+                        &common.metrics_listen,
+                        ops::MetricsState { ledger, worker: None, reconciler: Some(rec.metrics()) },
+                    )
+                    .await?;
+                    rec.run(ops::shutdown_signal()).await;
+                    Ok(ExitCode::SUCCESS)
+                }
+                ReconcilerCommand::Sweep { once, dry_run, json, reconciler: r, worker: w } => {
+                    anyhow::ensure!(once, "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)");
+                    let rec = reconciler(&common, ledger.clone(), &r, &w)?;
+                    let report = rec.sweep_once(dry_run).await?;
+                    let attention = ledger
+                        .count_by_status()
+                        .await?
+                        .iter()
+                        .find(|c| c.status == Status::NeedsAttention)
+                        .map_or(0, |c| c.count);
+                    if json {
+                        println!("{}", serde_json::json!({ "report": report, "needs_attention": attention }));
+                    } else {
+                        for action in &report.actions {
+                            println!("  {action}");
+                        }
+                        println!("{} needs_attention={attention}", report.summary());
+                    }
+                    Ok(if report.errors > 0 {
+                        ExitCode::from(1)
+                    } else if attention > 0 {
+                        ExitCode::from(3)
+                    } else {
+                        ExitCode::SUCCESS
+                    })
+                }
+                ReconcilerCommand::List { statuses, min_age_s, limit, json } => {
+                    let parsed = statuses
+                        .iter()
+                        .map(|s| Status::parse(s).with_context(|| format!("unknown status {s:?}")))
+                        .collect::<anyhow::Result<Vec<_>>>()?;
+                    print!("{}", oncall::list(&ledger, parsed, min_age_s, limit, now(), format(json)).await?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                ReconcilerCommand::Show { id, json } => {
+                    let id = OperationId::parse(&id)?;
+                    let processor = common.processor()?;
+                    print!("{}", oncall::show(&ledger, Some(processor.as_ref()), &id, now(), format(json)).await?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                ReconcilerCommand::Resolve { id, resolution, reference, reason, actor, json } => {
+                    let id = OperationId::parse(&id)?;
+                    let resolution = match resolution {
+                        ResolveAs::Succeeded => Resolution::Succeeded {
+                            reference: reference.context("--as succeeded needs --reference pi_…")?,
+                        },
+                        ResolveAs::Failed => Resolution::Failed,
+                        ResolveAs::Retry => Resolution::RetrySameKey,
+                    };
+                    let actor = format!("oncall:{actor}");
+                    print!("{}", oncall::resolve(&ledger, &id, resolution, &actor, &reason, now(), format(json)).await?);
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    ops::init_logging();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("payonce: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("payonce: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

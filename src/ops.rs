@@ -1,0 +1,103 @@
+//! Process plumbing: logging, shutdown signals, and the `/metrics` `/healthz` `/readyz` endpoint the
+//! worker and reconciler serve.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use payonce_reconciler::metrics::ReconcilerMetrics;
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::ledger::SharedLedger;
+use payonce_shared::metrics::Exposition;
+use payonce_worker::WorkerMetrics;
+use std::sync::Arc;
+
+/// Sets up tracing: human-readable by default, JSON with `PAYONCE_LOG_FORMAT=json`; level from
+/// `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let json = std::env::var("PAYONCE_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    tracing::info!("shutdown requested");
+}
+
+/// What a metrics endpoint reports.
+#[derive(Clone)]
+pub struct MetricsState {
+    /// The ledger (readiness, rows per state).
+    pub ledger: SharedLedger,
+    /// Worker counters, if this process runs a worker.
+    pub worker: Option<Arc<WorkerMetrics>>,
+    /// Reconciler counters, if this process runs a reconciler.
+    pub reconciler: Option<Arc<ReconcilerMetrics>>,
+}
+
+async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
+    let mut e = Exposition::default();
+    if let Some(w) = &s.worker {
+        w.render(&mut e);
+    }
+    if let Some(r) = &s.reconciler
+        && let Err(error) = r.render(&s.ledger, SystemClock.now_ms(), &mut e).await
+    {
+        tracing::warn!(%error, "metrics: ledger unavailable");
+        return (StatusCode::SERVICE_UNAVAILABLE, String::new());
+    }
+    (StatusCode::OK, e.finish())
+}
+
+async fn ready(State(s): State<MetricsState>) -> StatusCode {
+    match s.ledger.count_by_status().await {
+        Ok(_) => StatusCode::OK,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The metrics and probe routes.
+pub fn metrics_router(state: MetricsState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(state)
+}
+
+/// Serves the metrics routes on `listen` in the background, if set.
+pub async fn spawn_metrics(listen: &str, state: MetricsState) -> anyhow::Result<()> {
+    if listen.is_empty() {
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, metrics_router(state)).await {
+            tracing::error!(%error, "metrics server stopped");
+        }
+    });
+    Ok(())
+}

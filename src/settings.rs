@@ -1,0 +1,136 @@
+//! Process configuration from environment variables (and flags), with documented defaults. Every
+//! limit the daemons take is set here explicitly; docs/configuration.md lists them.
+
+use clap::Args;
+use payonce_reconciler::ReconcilerConfig;
+use payonce_shared::processor::Processor;
+use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_worker::WorkerConfig;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings shared by every daemon.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// Ledger: `postgres://…` (production) or `sqlite:FILE` / `sqlite::memory:` (single node).
+    #[arg(long, env = "PAYONCE_DATABASE_URL", default_value = "sqlite:payonce.db")]
+    pub database_url: String,
+    /// Most pooled ledger connections (Postgres).
+    #[arg(long, env = "PAYONCE_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+    /// Processor base URL: the simulator, or https://api.stripe.com.
+    #[arg(long, env = "PAYONCE_PROCESSOR_URL", default_value = "http://127.0.0.1:12111")]
+    pub processor_url: String,
+    /// Processor secret key.
+    #[arg(long, env = "PAYONCE_PROCESSOR_SECRET_KEY", default_value = "sk_test_payonce", hide_env_values = true)]
+    pub processor_secret_key: String,
+    /// Override of the processor's key retention in seconds (only for a simulator configured shorter).
+    #[arg(long, env = "PAYONCE_KEY_RETENTION_S")]
+    pub key_retention_s: Option<u64>,
+    /// Processor connect timeout, ms.
+    #[arg(long, env = "PAYONCE_PROCESSOR_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    pub processor_connect_timeout_ms: u64,
+    /// Processor total request timeout, ms.
+    #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
+    pub processor_timeout_ms: u64,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (worker, reconciler); empty: nowhere.
+    #[arg(long, env = "PAYONCE_METRICS_LISTEN", default_value = "")]
+    pub metrics_listen: String,
+}
+
+impl Common {
+    /// The Stripe adapter pointed at the configured processor.
+    pub fn processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
+        let mut config = StripeConfig::new(self.processor_url.trim_end_matches('/'), self.processor_secret_key.clone());
+        config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
+        config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
+        let mut stripe = StripeProcessor::new(config)?;
+        if let Some(s) = self.key_retention_s {
+            stripe = stripe.with_key_retention(Duration::from_secs(s));
+        }
+        Ok(Arc::new(stripe))
+    }
+}
+
+/// Worker limits.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Most submissions in flight.
+    #[arg(long, env = "PAYONCE_WORKER_CONCURRENCY", default_value_t = 64)]
+    pub concurrency: usize,
+    /// Most operations per claim.
+    #[arg(long, env = "PAYONCE_WORKER_BATCH", default_value_t = 32)]
+    pub batch_size: u32,
+    /// Lease TTL, ms.
+    #[arg(long, env = "PAYONCE_LEASE_TTL_MS", default_value_t = 30_000)]
+    pub lease_ttl_ms: u64,
+    /// Lease renewal interval, ms.
+    #[arg(long, env = "PAYONCE_LEASE_RENEW_MS", default_value_t = 10_000)]
+    pub renew_ms: u64,
+    /// Submission timeout, ms.
+    #[arg(long, env = "PAYONCE_SUBMIT_TIMEOUT_MS", default_value_t = 20_000)]
+    pub submit_timeout_ms: u64,
+    /// Claims before a never-submitted operation goes to a human.
+    #[arg(long, env = "PAYONCE_ATTEMPT_MAX", default_value_t = 5)]
+    pub attempt_max: i64,
+    /// Idle poll interval, ms (wake-ups usually come sooner).
+    #[arg(long, env = "PAYONCE_POLL_MS", default_value_t = 500)]
+    pub poll_ms: u64,
+    /// First check of an unknown outcome, ms after it was recorded.
+    #[arg(long, env = "PAYONCE_FIRST_CHECK_MS", default_value_t = 2_000)]
+    pub first_check_ms: u64,
+    /// Shutdown grace, ms.
+    #[arg(long, env = "PAYONCE_SHUTDOWN_GRACE_MS", default_value_t = 25_000)]
+    pub shutdown_grace_ms: u64,
+}
+
+impl WorkerArgs {
+    /// The worker configuration for `owner`.
+    pub fn config(&self, owner: String) -> WorkerConfig {
+        let mut c = WorkerConfig::new(owner);
+        c.concurrency = self.concurrency;
+        c.batch_size = self.batch_size;
+        c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);
+        c.renew_interval = Duration::from_millis(self.renew_ms);
+        c.submit_timeout = Duration::from_millis(self.submit_timeout_ms);
+        c.attempt_max = self.attempt_max;
+        c.poll_interval = Duration::from_millis(self.poll_ms);
+        c.first_check_delay = Duration::from_millis(self.first_check_ms);
+        c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        c
+    }
+}
+
+/// Reconciler limits and policy.
+#[derive(Debug, Clone, Args)]
+pub struct ReconcilerArgs {
+    /// Rows per sweep step.
+    #[arg(long, env = "PAYONCE_SWEEP_BATCH", default_value_t = 200)]
+    pub sweep_batch: u32,
+    /// Daemon sweep interval, ms.
+    #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_MS", default_value_t = 5_000)]
+    pub sweep_interval_ms: u64,
+    /// First back-off between checks, ms (doubles).
+    #[arg(long, env = "PAYONCE_CHECK_BACKOFF_MS", default_value_t = 2_000)]
+    pub check_backoff_ms: u64,
+    /// Same-key retries must land this long before the key's retention closes, ms.
+    #[arg(long, env = "PAYONCE_RETENTION_MARGIN_MS", default_value_t = 300_000)]
+    pub retention_margin_ms: u64,
+    /// Allow resubmission after the window on a consistent "not found".
+    #[arg(long, env = "PAYONCE_RESUBMIT_AFTER_WINDOW", default_value_t = false)]
+    pub resubmit_after_window: bool,
+}
+
+impl ReconcilerArgs {
+    /// The reconciler configuration for `owner`, with same-key retries bounded by `worker`.
+    pub fn config(&self, owner: String, worker: WorkerConfig) -> ReconcilerConfig {
+        let mut c = ReconcilerConfig::new(owner);
+        c.batch_size = self.sweep_batch;
+        c.interval = Duration::from_millis(self.sweep_interval_ms);
+        c.check_backoff_base = Duration::from_millis(self.check_backoff_ms);
+        c.retention_margin = Duration::from_millis(self.retention_margin_ms);
+        c.resubmit_after_window = self.resubmit_after_window;
+        c.retry = worker;
+        c
+    }
+}
