@@ -1,1 +1,38 @@
-//! placeholder
+//! payonce's HTTP front door: upstream services create and approve operations, customers confirm them
+//! on a trusted page, assistants ask about them through narrow tools, Stripe reports on them.
+//!
+//! - [`config`]: the API's settings and their named defaults.
+//! - [`app`]: the shared state handlers read, the router, and the server with graceful shutdown.
+//! - [`auth`]: bearer API keys, looked up by digest, mapped to a tenant and a role.
+//! - [`errors`]: the stable table of error codes and the JSON error body.
+//! - [`body`]: the JSON body extractor whose rejections speak the error table.
+//! - [`operations`]: the operations API for upstream services (create, approval links, approve, cancel, read).
+//! - [`answer`]: what a repeated request or a tool call returns: the operation's stored truth, as fields and a sentence.
+//! - [`confirm`]: the confirmation page and its single-use links.
+//! - [`page`]: HTML escaping and the layout the confirmation pages share.
+//! - [`tools`]: the assistant's two tools, their schema, and the provider-neutral call.
+//! - [`formats`]: tool definitions and tool-call/tool-result shapes of OpenAI Chat, OpenAI Responses, Anthropic, MCP.
+//! - [`mcp`]: the MCP server over streamable HTTP (the official `rmcp` SDK).
+//! - [`webhooks`]: the Stripe webhook route, handing raw bytes to the reconciler.
+//! - [`health`]: liveness and readiness.
+//! - [`openapi`]: the checked-in OpenAPI 3.1 document and the route table it must cover.
+
+pub mod answer;
+pub mod app;
+pub mod auth;
+pub mod body;
+pub mod config;
+pub mod confirm;
+pub mod errors;
+pub mod formats;
+pub mod health;
+pub mod mcp;
+pub mod openapi;
+pub mod operations;
+pub mod page;
+pub mod tools;
+pub mod webhooks;
+
+pub use app::{ApiError, AppState, router, serve, serve_listener};
+pub use auth::create_api_key;
+pub use config::ApiConfig;

@@ -1,0 +1,175 @@
+//! What a repeated request returns (DESIGN.md): the operation's stored truth, never a new action.
+//! The same answer serves `POST /v1/operations/{id}/execute` and both assistant tools, as structured
+//! fields plus one sentence an assistant can relay word for word.
+
+use crate::app::AppState;
+use crate::confirm::issue_link;
+use payonce_shared::ledger::{LedgerError, Operation};
+use payonce_shared::state::Status;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The sentence for an outcome that is still being checked; fixed, because an assistant must not
+/// improvise a promise here.
+pub const UNKNOWN_SENTENCE: &str = "The payment status is still being checked. I won't submit a separate payment while that check is in progress.";
+
+/// Fields of a stored processor result that are safe to show an assistant (a PaymentIntent also
+/// holds a client secret and payment method details, which a model must never see).
+const RESULT_FIELDS_SHOWN: &[&str] = &[
+    "id",
+    "object",
+    "status",
+    "amount",
+    "amount_received",
+    "currency",
+    "created",
+];
+
+/// What the caller should make of the operation's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Paid; the reference and result are the stored ones.
+    Succeeded,
+    /// Approved and queued or executing: the same operation is in progress.
+    Pending,
+    /// The processor may have it; the reconciler is finding out.
+    Checking,
+    /// A person is reviewing it.
+    UnderReview,
+    /// The customer must approve it first; a fresh confirmation link is included.
+    ApprovalRequired,
+    /// The processor definitively declined it.
+    Failed,
+    /// Refused before anything was sent.
+    Rejected,
+    /// Withdrawn before execution.
+    Cancelled,
+}
+
+/// The stored truth about one operation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answer {
+    /// The operation.
+    pub operation_id: String,
+    /// Its state, as stored.
+    pub status: Status,
+    /// What that means for the caller.
+    pub outcome: Outcome,
+    /// The sentence to relay.
+    pub message: String,
+    /// Amount and currency, from the operation record: `20.48 USD`.
+    pub amount: String,
+    /// Invoice, from the operation record.
+    pub invoice: String,
+    /// Processor reference, once there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The stored processor result (a safe subset of its fields).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Failure or rejection code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_code: Option<String>,
+    /// A fresh confirmation link, when approval is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmation_url: Option<String>,
+    /// When that link expires, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmation_expires_at_ms: Option<i64>,
+    /// Always false: answering never creates or submits a payment.
+    pub new_payment_submitted: bool,
+}
+
+fn shown_result(result: Option<&Value>) -> Option<Value> {
+    let object = result?.as_object()?;
+    let shown: Map<String, Value> = RESULT_FIELDS_SHOWN
+        .iter()
+        .filter_map(|k| object.get(*k).map(|v| ((*k).to_string(), v.clone())))
+        .collect();
+    Some(Value::Object(shown))
+}
+
+/// Builds the answer for `op`; creates a confirmation link when it awaits approval (nothing else is
+/// ever written).
+pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, LedgerError> {
+    let amount = op.details.money().display();
+    let invoice = op.details.invoice().to_string();
+    let what = format!("The payment of {amount} for invoice {invoice}");
+    let mut confirmation = None;
+    let (outcome, message) = match op.status {
+        Status::Succeeded => (
+            Outcome::Succeeded,
+            match &op.external_ref {
+                Some(r) => format!("{what} succeeded (reference {r})."),
+                None => format!("{what} succeeded."),
+            },
+        ),
+        Status::Ready | Status::Executing => (
+            Outcome::Pending,
+            format!(
+                "The payment is being processed: {} for invoice {invoice}. This is the same payment, not a new \
+                 one; ask again later for its result.",
+                amount
+            ),
+        ),
+        Status::Unknown => (Outcome::Checking, UNKNOWN_SENTENCE.to_string()),
+        Status::NeedsAttention => (
+            Outcome::UnderReview,
+            "The payment is being reviewed by a person. No new payment will be submitted while that review is open."
+                .to_string(),
+        ),
+        Status::AwaitingApproval => {
+            let link = issue_link(state, op).await?;
+            let sentence = format!(
+                "{what} needs the customer's approval before it can be made. Ask the customer to review and \
+                 approve it here: {}",
+                link.url
+            );
+            confirmation = Some(link);
+            (Outcome::ApprovalRequired, sentence)
+        }
+        Status::Failed => (
+            Outcome::Failed,
+            format!("{what} failed: {}.", op.failure_message.as_deref().unwrap_or("the processor declined it")),
+        ),
+        Status::Rejected => (
+            Outcome::Rejected,
+            format!(
+                "{what} was rejected before anything was sent to the processor: {}.",
+                op.failure_message.as_deref().unwrap_or("it did not pass the server's checks")
+            ),
+        ),
+        Status::Cancelled => (Outcome::Cancelled, format!("{what} was cancelled before it was made.")),
+    };
+    Ok(Answer {
+        operation_id: op.id.as_str().to_string(),
+        status: op.status,
+        outcome,
+        message,
+        amount,
+        invoice,
+        reference: op.external_ref.clone(),
+        result: shown_result(op.result.as_ref()),
+        failure_code: op.failure_code.clone(),
+        confirmation_url: confirmation.as_ref().map(|l| l.url.clone()),
+        confirmation_expires_at_ms: confirmation.map(|l| l.expires_at_ms),
+        new_payment_submitted: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_in_a_stored_result_are_not_shown() {
+        let stored = serde_json::json!({"id": "pi_1", "status": "succeeded", "client_secret": "pi_1_secret_x",
+                                        "payment_method": "pm_1", "amount": 2048});
+        let shown = shown_result(Some(&stored)).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({"id": "pi_1", "status": "succeeded", "amount": 2048})
+        );
+    }
+}

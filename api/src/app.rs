@@ -1,0 +1,170 @@
+//! The state every handler reads, the router that ties the modules' routes together, and the server:
+//! bind, log the bound address, stop on the shutdown signal after in-flight requests finish.
+
+use crate::config::{ApiConfig, REQUEST_TIMEOUT};
+use crate::errors::{ErrorCode, HttpError};
+use crate::{confirm, formats, health, mcp, openapi, operations, webhooks};
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use payonce_shared::clock::SharedClock;
+use payonce_shared::ledger::SharedLedger;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Accepting or serving connections failed.
+    #[error("serving HTTP failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// What every handler shares: the ledger, the clock, the settings.
+#[derive(Clone)]
+pub struct AppState {
+    ledger: SharedLedger,
+    clock: SharedClock,
+    config: Arc<ApiConfig>,
+    /// Cancelled at shutdown so long-lived MCP streams end and graceful shutdown can finish.
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.ledger.store())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl AppState {
+    /// Builds the state from its parts.
+    pub fn new(ledger: SharedLedger, clock: SharedClock, config: ApiConfig) -> Self {
+        AppState {
+            ledger,
+            clock,
+            config: Arc::new(config),
+            shutdown: CancellationToken::new(),
+        }
+    }
+    /// The ledger.
+    pub fn ledger(&self) -> &SharedLedger {
+        &self.ledger
+    }
+    /// Now, from the injected clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+    /// The settings.
+    pub fn config(&self) -> &ApiConfig {
+        &self.config
+    }
+    /// The token cancelled at shutdown.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+}
+
+/// Every route of the API (listed, with their roles, in docs/api.md and api/openapi.json).
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/healthz", get(health::live))
+        .route("/readyz", get(health::ready))
+        .route("/openapi.json", get(openapi::document))
+        .route("/v1/operations", post(operations::create))
+        .route("/v1/operations/{id}", get(operations::read))
+        .route(
+            "/v1/operations/{id}/approval-requests",
+            post(operations::request_approval),
+        )
+        .route("/v1/operations/{id}/approve", post(operations::approve))
+        .route("/v1/operations/{id}/cancel", post(operations::cancel))
+        .route("/v1/operations/{id}/execute", post(operations::execute))
+        .route("/v1/tools", get(formats::list))
+        .route("/v1/tool-calls", post(formats::call))
+        .route(
+            "/v1/webhooks/stripe",
+            post(webhooks::stripe).layer(DefaultBodyLimit::max(webhooks::BODY_LIMIT_BYTES)),
+        )
+        .merge(confirm::routes())
+        .merge(mcp::routes(&state))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.config.body_limit_bytes))
+        .layer(middleware::from_fn(time_limit));
+    api.with_state(state)
+}
+
+async fn not_found() -> HttpError {
+    HttpError::new(ErrorCode::NotFound, "no such route; see /openapi.json")
+}
+
+async fn method_not_allowed() -> HttpError {
+    HttpError::new(
+        ErrorCode::MethodNotAllowed,
+        "this route does not take that method; see /openapi.json",
+    )
+}
+
+/// Answers 503 `request_timeout` when a handler takes longer than [`REQUEST_TIMEOUT`] to produce its
+/// response head. Dropping the handler is safe: every ledger method is one atomic statement or
+/// transaction, and the ledger guards against cancelled transactions.
+async fn time_limit(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => HttpError::new(
+            ErrorCode::RequestTimeout,
+            "the request took too long; retry it",
+        )
+        .into_response(),
+    }
+}
+
+/// Binds `config.listen` and serves until `shutdown` resolves.
+pub async fn serve(
+    config: ApiConfig,
+    ledger: SharedLedger,
+    clock: SharedClock,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
+    let addr = config.listen;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ApiError::Bind { addr, source })?;
+    serve_listener(listener, AppState::new(ledger, clock, config), shutdown).await
+}
+
+/// Serves on an already bound listener (tests bind 127.0.0.1:0 first to learn the port).
+pub async fn serve_listener(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
+    let addr = listener.local_addr().map_err(ApiError::Serve)?;
+    tracing::info!(%addr, store = state.ledger.store(), "api listening on http://{addr}");
+    let token = state.shutdown.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            token.cancel();
+        })
+        .await
+        .map_err(ApiError::Serve)?;
+    tracing::info!(%addr, "api stopped");
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The API's settings. Every limit has a named default; the binary may override them.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// Default listen address: loopback only, so a quick start never exposes the API by accident.
+pub const LISTEN_DEFAULT: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
+/// How long a recorded approval stays valid by default: a day, so a queued payment is not executed
+/// on a week-old "yes".
+pub const APPROVAL_TTL_DEFAULT: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a confirmation link stays usable by default: long enough to read an email, short enough
+/// that a leaked link is soon worthless.
+pub const LINK_TTL_DEFAULT: Duration = Duration::from_secs(15 * 60);
+/// Largest request body accepted by default. Operation bodies are a few hundred bytes; 64 KiB leaves
+/// room for tool-call envelopes without letting a client make the server buffer megabytes.
+pub const BODY_LIMIT_BYTES_DEFAULT: usize = 64 * 1024;
+/// Longest any request may take before the server answers 503 `request_timeout`: no handler waits on
+/// anything but the ledger, so a slow request means a sick database.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the API listens and what it promises.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// The externally visible base URL (scheme, host, port), used to build confirmation links.
+    pub public_base_url: String,
+    /// How long an approval stays valid once given.
+    pub approval_ttl: Duration,
+    /// How long a confirmation link stays usable.
+    pub link_ttl: Duration,
+    /// Largest request body accepted (webhooks use the reconciler's own, larger limit).
+    pub body_limit_bytes: usize,
+    /// Stripe `whsec_` signing secrets; several during a rotation.
+    pub webhook_secrets: Vec<String>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: LISTEN_DEFAULT,
+            public_base_url: format!("http://{LISTEN_DEFAULT}"),
+            approval_ttl: APPROVAL_TTL_DEFAULT,
+            link_ttl: LINK_TTL_DEFAULT,
+            body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            webhook_secrets: Vec::new(),
+        }
+    }
+}
+
+impl ApiConfig {
+    /// The base URL without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        self.public_base_url.trim_end_matches('/')
+    }
+
+    /// The host (and port) of the public base URL, for the MCP transport's `Host` allow-list.
+    pub fn public_host(&self) -> Option<&str> {
+        let rest = self
+            .base_url()
+            .split_once("://")
+            .map_or(self.base_url(), |(_, rest)| rest);
+        let authority = rest.split('/').next().unwrap_or(rest);
+        (!authority.is_empty()).then_some(authority)
+    }
+}
+
+/// Milliseconds in a duration, saturating (a configured TTL never overflows the clock arithmetic).
+pub fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_host_is_the_authority_of_the_base_url() {
+        let mut c = ApiConfig {
+            public_base_url: "https://pay.example.com/".into(),
+            ..ApiConfig::default()
+        };
+        assert_eq!(c.public_host(), Some("pay.example.com"));
+        assert_eq!(c.base_url(), "https://pay.example.com");
+        c.public_base_url = "http://127.0.0.1:9000/base".into();
+        assert_eq!(c.public_host(), Some("127.0.0.1:9000"));
+    }
+}

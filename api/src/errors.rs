@@ -1,0 +1,266 @@
+//! The stable table of API error codes (documented in docs/api.md) and the JSON error body
+//! `{"error": {"code", "message"}}`. 5xx bodies are opaque; their cause chain is logged once, here.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use payonce_shared::ledger::LedgerError;
+
+/// Every error code the API answers with. The strings are a contract: never rename one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// No `Authorization: Bearer` header, or the key is unknown or revoked.
+    Unauthorized,
+    /// The key's role may not do this.
+    Forbidden,
+    /// No such operation in the key's tenant (unknown and other-tenant ids look the same).
+    OperationNotFound,
+    /// No such route.
+    NotFound,
+    /// The route exists but not with this method.
+    MethodNotAllowed,
+    /// The body is not valid JSON or does not have the documented shape.
+    InvalidJson,
+    /// A field is outside its limits or malformed (the message names it).
+    InvalidRequest,
+    /// The body is not `application/json`.
+    UnsupportedMediaType,
+    /// The body is larger than the configured limit.
+    BodyTooLarge,
+    /// The business key already names an operation with different details; nothing was changed.
+    BusinessKeyConflict,
+    /// The approved details hash is not the operation's current one; nothing was approved.
+    ApprovalMismatch,
+    /// The operation's state does not allow this (e.g. approving a cancelled operation).
+    WrongState,
+    /// `format` is not one of the supported tool-call formats.
+    UnsupportedFormat,
+    /// The tool-call envelope is not the named provider's shape (missing id, name, ...).
+    InvalidToolCall,
+    /// A webhook's signature is missing, malformed, stale or wrong.
+    WebhookSignatureInvalid,
+    /// A signed webhook body is not a Stripe event.
+    WebhookPayloadInvalid,
+    /// The ledger is unreachable (readiness) or the webhook cannot be stored now; retry later.
+    Unavailable,
+    /// The request took longer than the server allows.
+    RequestTimeout,
+    /// Something failed inside the server; the body says nothing more.
+    Internal,
+}
+
+/// Every code, for the documentation test.
+pub const ALL_ERROR_CODES: [ErrorCode; 19] = [
+    ErrorCode::Unauthorized,
+    ErrorCode::Forbidden,
+    ErrorCode::OperationNotFound,
+    ErrorCode::NotFound,
+    ErrorCode::MethodNotAllowed,
+    ErrorCode::InvalidJson,
+    ErrorCode::InvalidRequest,
+    ErrorCode::UnsupportedMediaType,
+    ErrorCode::BodyTooLarge,
+    ErrorCode::BusinessKeyConflict,
+    ErrorCode::ApprovalMismatch,
+    ErrorCode::WrongState,
+    ErrorCode::UnsupportedFormat,
+    ErrorCode::InvalidToolCall,
+    ErrorCode::WebhookSignatureInvalid,
+    ErrorCode::WebhookPayloadInvalid,
+    ErrorCode::Unavailable,
+    ErrorCode::RequestTimeout,
+    ErrorCode::Internal,
+];
+
+impl ErrorCode {
+    /// The stable string.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::OperationNotFound => "operation_not_found",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::InvalidJson => "invalid_json",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::BusinessKeyConflict => "business_key_conflict",
+            ErrorCode::ApprovalMismatch => "approval_mismatch",
+            ErrorCode::WrongState => "wrong_state",
+            ErrorCode::UnsupportedFormat => "unsupported_format",
+            ErrorCode::InvalidToolCall => "invalid_tool_call",
+            ErrorCode::WebhookSignatureInvalid => "webhook_signature_invalid",
+            ErrorCode::WebhookPayloadInvalid => "webhook_payload_invalid",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status that goes with it.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::OperationNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::InvalidJson
+            | ErrorCode::InvalidRequest
+            | ErrorCode::UnsupportedFormat
+            | ErrorCode::InvalidToolCall
+            | ErrorCode::WebhookSignatureInvalid
+            | ErrorCode::WebhookPayloadInvalid => StatusCode::BAD_REQUEST,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BusinessKeyConflict
+            | ErrorCode::ApprovalMismatch
+            | ErrorCode::WrongState => StatusCode::CONFLICT,
+            ErrorCode::Unavailable | ErrorCode::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// An error answer: a code, a human message, and for 5xx the cause (logged, never sent).
+#[derive(Debug)]
+pub struct HttpError {
+    code: ErrorCode,
+    message: String,
+    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// The message every 5xx body carries instead of its cause.
+const OPAQUE_MESSAGE: &str = "the server could not complete the request; it has been logged";
+
+impl HttpError {
+    /// A 4xx with a message the caller may read.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        HttpError {
+            code,
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A server-side failure: the cause is logged with its chain, the body stays opaque.
+    pub fn internal(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        HttpError {
+            code: ErrorCode::Internal,
+            message: OPAQUE_MESSAGE.into(),
+            cause: Some(Box::new(cause)),
+        }
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The unknown-or-other-tenant answer.
+    pub fn not_found() -> Self {
+        HttpError::new(ErrorCode::OperationNotFound, "no such operation")
+    }
+
+    /// The wrong-role answer.
+    pub fn forbidden(what: &str) -> Self {
+        HttpError::new(
+            ErrorCode::Forbidden,
+            format!("this key's role may not {what}"),
+        )
+    }
+}
+
+/// The cause chain as one line: `outer: inner: innermost`.
+pub fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(inner) = next {
+        out.push_str(": ");
+        out.push_str(&inner.to_string());
+        next = inner.source();
+    }
+    out
+}
+
+impl From<LedgerError> for HttpError {
+    fn from(e: LedgerError) -> Self {
+        match e {
+            LedgerError::NotFound => HttpError::not_found(),
+            LedgerError::Conflict { .. } => HttpError::new(
+                ErrorCode::BusinessKeyConflict,
+                "this business key already names an operation with different details; nothing was changed",
+            ),
+            LedgerError::ApprovalMismatch => HttpError::new(
+                ErrorCode::ApprovalMismatch,
+                "the approved details hash is not the operation's current details hash; nothing was approved",
+            ),
+            LedgerError::WrongState { status, why, .. } => HttpError::new(
+                ErrorCode::WrongState,
+                format!("the operation is {}: {why}", status.as_str()),
+            ),
+            LedgerError::Limit(why) => HttpError::new(ErrorCode::InvalidRequest, why),
+            other @ (LedgerError::Fenced { .. }
+            | LedgerError::Illegal(_)
+            | LedgerError::Corrupt(_)
+            | LedgerError::Database(_)) => HttpError::internal(other),
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct Inner<'a> {
+    code: &'static str,
+    message: &'a str,
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        if let Some(cause) = &self.cause {
+            tracing::error!(code = self.code.code(), cause = %cause_chain(cause.as_ref()), "request failed");
+        }
+        let body = Body {
+            error: Inner {
+                code: self.code.code(),
+                message: &self.message,
+            },
+        };
+        (self.code.status(), Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_snake_case_and_documented() {
+        let docs = include_str!("../../docs/api.md");
+        let mut seen = std::collections::HashSet::new();
+        for c in ALL_ERROR_CODES {
+            assert!(seen.insert(c.code()), "duplicate code {}", c.code());
+            assert!(
+                c.code()
+                    .chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch == '_')
+            );
+            assert!(
+                docs.contains(&format!("`{}`", c.code())),
+                "docs/api.md does not document {}",
+                c.code()
+            );
+        }
+    }
+
+    #[test]
+    fn internal_errors_are_opaque() {
+        let e = HttpError::from(LedgerError::Corrupt("secret table layout".into()));
+        assert_eq!(e.code(), ErrorCode::Internal);
+        assert!(!e.message.contains("secret"));
+    }
+}

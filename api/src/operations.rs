@@ -1,0 +1,238 @@
+//! The operations API for upstream services: create-or-get by business key, confirmation links,
+//! service approvals, cancel, request execution, read with history. Every query is scoped by the
+//! tenant of the caller's key; an id of another tenant is answered exactly like an unknown one.
+
+use crate::answer::{self, Answer};
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::body::ApiJson;
+use crate::config::duration_ms;
+use crate::confirm::{IssuedLink, issue_link};
+use crate::errors::{ErrorCode, HttpError};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use payonce_shared::details::{Details, DetailsHash, RawDetails};
+use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
+use payonce_shared::state::Status;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Longest `approved_by` accepted.
+pub const APPROVED_BY_LEN_MAX: usize = 128;
+
+/// `POST /v1/operations` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    /// The trusted workflow's key.
+    pub business_key: String,
+    /// The authoritative details.
+    pub details: RawDetails,
+}
+
+/// `POST /v1/operations/{id}/approve` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRequest {
+    /// The hash of the details the approver saw.
+    pub details_hash: String,
+    /// Who approved (e.g. `customer:cus_123` for an approval taken in the service's own checkout).
+    pub approved_by: String,
+}
+
+/// An operation as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationView {
+    /// Id.
+    pub id: String,
+    /// The trusted workflow's key.
+    pub business_key: String,
+    /// State.
+    pub status: Status,
+    /// The authoritative details.
+    pub details: RawDetails,
+    /// Their hash (what approvals bind to).
+    pub details_hash: String,
+    /// Attempts so far.
+    pub attempt: i64,
+    /// Whether a request may have left for the processor.
+    pub submitted: bool,
+    /// Processor reference.
+    pub external_ref: Option<String>,
+    /// Stored processor result.
+    pub result: Option<Value>,
+    /// Failure or rejection code.
+    pub failure_code: Option<String>,
+    /// Failure message or latest reason.
+    pub failure_message: Option<String>,
+    /// Who approved.
+    pub approved_by: Option<String>,
+    /// When the approval expires, ms.
+    pub approval_expires_at_ms: Option<i64>,
+    /// Created, ms.
+    pub created_at_ms: i64,
+    /// Updated, ms.
+    pub updated_at_ms: i64,
+}
+
+impl From<&Operation> for OperationView {
+    fn from(op: &Operation) -> Self {
+        OperationView {
+            id: op.id.as_str().to_string(),
+            business_key: op.business_key.as_str().to_string(),
+            status: op.status,
+            details: op.details.to_raw(),
+            details_hash: op.details_hash.as_str().to_string(),
+            attempt: op.attempt,
+            submitted: op.first_submitted_at_ms.is_some(),
+            external_ref: op.external_ref.clone(),
+            result: op.result.clone(),
+            failure_code: op.failure_code.clone(),
+            failure_message: op.failure_message.clone(),
+            approved_by: op.approved_by.clone(),
+            approval_expires_at_ms: op.approval_expires_at_ms,
+            created_at_ms: op.created_at_ms,
+            updated_at_ms: op.updated_at_ms,
+        }
+    }
+}
+
+/// `GET /v1/operations/{id}` answer: the operation and its audit trail.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationWithEvents {
+    /// The operation.
+    #[serde(flatten)]
+    pub operation: OperationView,
+    /// Every transition, oldest first.
+    pub events: Vec<OperationEvent>,
+}
+
+/// Parses a path id; a malformed one is answered like an unknown one.
+pub fn parse_id(raw: &str) -> Result<OperationId, HttpError> {
+    OperationId::parse(raw).map_err(|_| HttpError::not_found())
+}
+
+/// Reads an operation in the caller's tenant.
+pub async fn load(state: &AppState, caller: &Caller, raw_id: &str) -> Result<Operation, HttpError> {
+    let id = parse_id(raw_id)?;
+    Ok(state.ledger().get(&caller.tenant, &id).await?)
+}
+
+fn invalid(e: impl std::fmt::Display) -> HttpError {
+    HttpError::new(ErrorCode::InvalidRequest, e.to_string())
+}
+
+/// `POST /v1/operations` (service): 201 new, 200 existing with the same details, 409
+/// `business_key_conflict` when the key names different details.
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateRequest>,
+) -> Result<(StatusCode, Json<OperationView>), HttpError> {
+    caller.require(&[Role::Service], "create operations")?;
+    let business_key = BusinessKey::parse(&body.business_key).map_err(invalid)?;
+    let details = Details::parse(&body.details).map_err(invalid)?;
+    let new = NewOperation {
+        id: OperationId::generate(),
+        tenant: caller.tenant.clone(),
+        business_key,
+        details,
+        actor: caller.actor(),
+    };
+    let created = state.ledger().create_or_get(new, state.now_ms()).await?;
+    let status = if created.inserted {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(OperationView::from(&created.operation))))
+}
+
+/// `GET /v1/operations/{id}` (any role): state and event history.
+pub async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<OperationWithEvents>, HttpError> {
+    let op = load(&state, &caller, &id).await?;
+    let events = state.ledger().events(&op.id).await?;
+    Ok(Json(OperationWithEvents {
+        operation: OperationView::from(&op),
+        events,
+    }))
+}
+
+/// `POST /v1/operations/{id}/approval-requests` (service): a fresh single-use confirmation link.
+pub async fn request_approval(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<IssuedLink>), HttpError> {
+    caller.require(&[Role::Service], "request approvals")?;
+    let op = load(&state, &caller, &id).await?;
+    let link = issue_link(&state, &op).await?;
+    Ok((StatusCode::CREATED, Json(link)))
+}
+
+/// `POST /v1/operations/{id}/approve` (service): records an approval of `details_hash` and enqueues.
+pub async fn approve(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ApproveRequest>,
+) -> Result<Json<OperationView>, HttpError> {
+    caller.require(&[Role::Service], "approve operations")?;
+    let details_hash = DetailsHash::parse(&body.details_hash).map_err(invalid)?;
+    let approved_by = body.approved_by.trim();
+    if approved_by.is_empty()
+        || approved_by.chars().count() > APPROVED_BY_LEN_MAX
+        || approved_by.chars().any(char::is_control)
+    {
+        return Err(invalid(format!(
+            "approved_by must be 1 to {APPROVED_BY_LEN_MAX} printable characters"
+        )));
+    }
+    let id = parse_id(&id)?;
+    let now = state.now_ms();
+    let approval = NewApproval {
+        details_hash,
+        approved_by: approved_by.to_string(),
+        method: "service".to_string(),
+        expires_at_ms: now.saturating_add(duration_ms(state.config().approval_ttl)),
+    };
+    let op = state
+        .ledger()
+        .approve(&caller.tenant, &id, approval, now)
+        .await?;
+    Ok(Json(OperationView::from(&op)))
+}
+
+/// `POST /v1/operations/{id}/cancel` (service): withdraws an operation that has not started.
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<OperationView>, HttpError> {
+    caller.require(&[Role::Service], "cancel operations")?;
+    let id = parse_id(&id)?;
+    let op = state
+        .ledger()
+        .cancel(&caller.tenant, &id, &caller.actor(), state.now_ms())
+        .await?;
+    Ok(Json(OperationView::from(&op)))
+}
+
+/// `POST /v1/operations/{id}/execute` (service, assistant): requests execution and returns the stored
+/// truth. An approved operation is already enqueued (the ledger is the queue), so this never writes
+/// to the operation; it only issues a confirmation link when approval is missing.
+pub async fn execute(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Answer>, HttpError> {
+    caller.require(&[Role::Service, Role::Assistant], "request execution")?;
+    let op = load(&state, &caller, &id).await?;
+    Ok(Json(answer::of_operation(&state, &op).await?))
+}

@@ -1,0 +1,71 @@
+//! `POST /v1/webhooks/stripe`: the raw body and `Stripe-Signature` go to the reconciler, which
+//! verifies, stores once and applies. Signature verification lives there, not here.
+
+use crate::app::AppState;
+use crate::errors::{ErrorCode, HttpError};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use payonce_reconciler::webhooks::{self, WebhookError};
+use serde_json::{Value, json};
+
+/// Body limit of this route: the reconciler's payload limit, so a large but genuine event is judged
+/// by the reconciler (413 `body_too_large` beyond it).
+pub const BODY_LIMIT_BYTES: usize = webhooks::PAYLOAD_LEN_MAX;
+/// Stripe's signature header.
+pub const SIGNATURE_HEADER: &str = "stripe-signature";
+
+fn refuse(e: WebhookError) -> HttpError {
+    let message = format!("{} ({})", e, e.code());
+    match e.status_code() {
+        400 => match e {
+            WebhookError::MalformedPayload(_) => {
+                HttpError::new(ErrorCode::WebhookPayloadInvalid, message)
+            }
+            _ => HttpError::new(ErrorCode::WebhookSignatureInvalid, message),
+        },
+        413 => HttpError::new(ErrorCode::BodyTooLarge, message),
+        _ => match e {
+            // No secret configured: a deployment problem, say so (Stripe will retry).
+            WebhookError::NoSecret => {
+                tracing::error!("a Stripe webhook arrived but no webhook secret is configured");
+                HttpError::new(
+                    ErrorCode::Unavailable,
+                    "webhooks are not configured on this server",
+                )
+            }
+            other => {
+                tracing::error!(cause = %crate::errors::cause_chain(&other), "webhook could not be stored");
+                HttpError::new(
+                    ErrorCode::Unavailable,
+                    "the webhook could not be stored now; redeliver it",
+                )
+            }
+        },
+    }
+}
+
+/// `POST /v1/webhooks/stripe`: 200 for stored or duplicate events, 400 for bad signatures.
+pub async fn stripe(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, HttpError> {
+    let signature = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
+    let outcome = webhooks::ingest(
+        state.ledger(),
+        &state.config().webhook_secrets,
+        signature,
+        &body,
+        state.now_ms(),
+    )
+    .await
+    .map_err(refuse)?;
+    Ok(Json(json!({
+        "received": true,
+        "event_id": outcome.event_id,
+        "duplicate": outcome.duplicate,
+        "operation_id": outcome.operation.map(|o| o.as_str().to_string()),
+    })))
+}
