@@ -1,6 +1,9 @@
 //! The simulator over real HTTP: Stripe's idempotency semantics, test cards, lists and search, refunds,
 //! events, signed webhooks, and every fault the admin API can arm.
 
+// Test harness: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use crate::support::wait_for;
 use payonce_simulator::{Simulator, SimulatorConfig, sign_payload};
 use reqwest::header::HeaderMap;
@@ -919,7 +922,7 @@ fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
     }
     let Some(t) = t else { return false };
     let expected = sign_payload(secret, t, body);
-    v1.iter().any(|s| *s == expected)
+    v1.contains(&expected)
 }
 
 #[tokio::test]

@@ -1,6 +1,9 @@
 //! The Stripe adapter against the simulator over real HTTP: every row of the classification table, lookups by
 //! reference and by list, and every parameter it sends checked against Stripe's spec.
 
+// Test harness: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use crate::simulator::{API_KEY, DEADLINE, Sim, start, start_default};
 use crate::support::{details, tenant, wait_for};
 use payonce_shared::details::Details;
