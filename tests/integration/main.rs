@@ -6,3 +6,5 @@ mod support;
 mod ledger_conformance;
 mod simulator;
 mod stripe_adapter;
+mod worker;
+mod reconciler;

@@ -1077,6 +1077,7 @@ async fn binary_mode_serves_until_shutdown() {
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         ..SimulatorConfig::default()
     };
+    payonce_simulator::install_crypto_provider();
     let running = tokio::spawn(payonce_simulator::run(config, async move {
         let _ = stopped.await;
     }));

@@ -2,6 +2,7 @@
 //! with a deadline (never a bare sleep), and the `payonce` binary for tests that need real processes.
 
 pub mod postgres;
+pub mod processes;
 
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};

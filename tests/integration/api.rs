@@ -1,0 +1,273 @@
+//! The API over real HTTP: an in-process router on 127.0.0.1:0, driven with reqwest; the confirmation
+//! page in a real headless Chromium; the MCP server with the official Python SDK client; two `payonce
+//! api` processes on one Postgres database.
+
+mod browser;
+mod confirm;
+mod mcp;
+mod operations;
+mod processes;
+mod tools;
+mod webhooks;
+
+use payonce_api::{ApiConfig, AppState, create_api_key, serve_listener};
+use payonce_shared::clock::ManualClock;
+use payonce_shared::details::RawDetails;
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{Role, SharedLedger};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the test clock starts (2027-01-15): a fixed, realistic epoch in ms.
+pub const T0_MS: i64 = 1_800_000_000_000;
+/// The other tenant of isolation tests.
+pub const OTHER_TENANT: &str = "globex";
+/// Webhook secret the test API is configured with.
+pub const WEBHOOK_SECRET: &str = "whsec_test_payonce_api";
+
+/// A running API with keys for every role, in two tenants.
+pub struct TestApi {
+    pub base: String,
+    pub ledger: SharedLedger,
+    pub clock: Arc<ManualClock>,
+    pub http: reqwest::Client,
+    pub service: String,
+    pub assistant: String,
+    pub on_call: String,
+    pub other_service: String,
+    pub other_assistant: String,
+    pub config: ApiConfig,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// One HTTP answer, fully read.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error code in {}", self.text))
+            .to_string()
+    }
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+/// An HTTP client with explicit timeouts (never library defaults).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(20))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The tenant most tests use.
+pub fn tenant() -> TenantId {
+    crate::support::tenant()
+}
+
+/// Starts the API on `ledger` with a manual clock at [`T0_MS`].
+pub async fn spawn(ledger: SharedLedger) -> TestApi {
+    spawn_with(ledger, |_| {}).await
+}
+
+/// Starts the API with `tweak` applied to its config (listen and base URL are forced).
+pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)) -> TestApi {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = ApiConfig {
+        listen: addr,
+        public_base_url: format!("http://{addr}"),
+        webhook_secrets: vec![WEBHOOK_SECRET.to_string()],
+        ..ApiConfig::default()
+    };
+    tweak(&mut config);
+    config.listen = addr;
+    config.public_base_url = format!("http://{addr}");
+    let clock = ManualClock::new(T0_MS);
+    let other = TenantId::parse(OTHER_TENANT).unwrap();
+    let key = |t: TenantId, role: Role, label: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            create_api_key(&ledger, &t, role, label, T0_MS)
+                .await
+                .unwrap()
+        }
+    };
+    let service = key(tenant(), Role::Service, "billing").await;
+    let assistant = key(tenant(), Role::Assistant, "support-bot").await;
+    let on_call = key(tenant(), Role::OnCall, "alice").await;
+    let other_service = key(other.clone(), Role::Service, "globex-billing").await;
+    let other_assistant = key(other, Role::Assistant, "globex-bot").await;
+    let state = AppState::new(ledger.clone(), clock.clone(), config.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        serve_listener(listener, state, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    TestApi {
+        base: format!("http://{addr}"),
+        ledger,
+        clock,
+        http: http_client(),
+        service,
+        assistant,
+        on_call,
+        other_service,
+        other_assistant,
+        config,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+impl TestApi {
+    /// Sends a request with an optional bearer key and JSON body.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        Reply {
+            status,
+            headers,
+            text,
+        }
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Reply {
+        self.send("GET", path, Some(key), None).await
+    }
+
+    pub async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
+        self.send("POST", path, Some(key), Some(body)).await
+    }
+
+    /// Creates an operation for `invoice` as the service; returns its JSON.
+    pub async fn create(&self, invoice: &str, amount: i64) -> Value {
+        let r = self
+            .post(
+                "/v1/operations",
+                &self.service,
+                json!({"business_key": format!("invoice:{invoice}:pay"), "details": raw_details(invoice, amount)}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        r.json()
+    }
+
+    /// Creates and approves (as the service) an operation; returns its JSON, now `ready`.
+    pub async fn create_ready(&self, invoice: &str) -> Value {
+        let op = self.create(invoice, 2048).await;
+        let r = self
+            .post(
+                &format!("/v1/operations/{}/approve", op["id"].as_str().unwrap()),
+                &self.service,
+                json!({"details_hash": op["details_hash"], "approved_by": "customer:cus_test"}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()
+    }
+
+    /// A confirmation link for an operation, from the service route.
+    pub async fn link(&self, id: &str) -> String {
+        let r = self
+            .post(
+                &format!("/v1/operations/{id}/approval-requests"),
+                &self.service,
+                json!({}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        r.json()["url"].as_str().unwrap().to_string()
+    }
+
+    /// Operation rows in the test tenant (every state).
+    pub async fn operation_count(&self) -> usize {
+        let all = self
+            .ledger
+            .list(&payonce_shared::ledger::ListFilter {
+                tenant: Some(tenant()),
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        all.len()
+    }
+
+    /// Stops the server and waits for it to finish (graceful shutdown).
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("graceful shutdown within 10 s")
+                .unwrap();
+        }
+    }
+}
+
+/// Details as an upstream service sends them.
+pub fn raw_details(invoice: &str, amount: i64) -> Value {
+    serde_json::to_value(RawDetails {
+        kind: "payment".into(),
+        amount,
+        currency: "usd".into(),
+        customer: "cus_test".into(),
+        payment_method: "pm_card_visa".into(),
+        invoice: invoice.into(),
+        destination: None,
+        description: Some(format!("Hosting <b>\"{invoice}\"</b> & support")),
+    })
+    .unwrap()
+}
+
+/// The repository root (for scripts under tests/).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The token in a confirmation URL.
+pub fn token_of(url: &str) -> &str {
+    url.rsplit('/').next().unwrap()
+}

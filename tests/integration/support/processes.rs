@@ -1,0 +1,69 @@
+//! Real processes and the simulator for end-to-end tests.
+
+use payonce_shared::processor::Processor;
+use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_simulator::{Simulator, SimulatorConfig};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// Starts an in-process simulator on a free loopback port.
+pub async fn simulator(config: SimulatorConfig) -> Simulator {
+    Simulator::start(config).await.expect("start the simulator")
+}
+
+/// The Stripe adapter pointed at `sim`, declaring `retention` if given.
+pub fn stripe(sim: &Simulator, retention: Option<Duration>) -> Arc<dyn Processor> {
+    let mut p = StripeProcessor::new(StripeConfig::new(sim.base_url(), "sk_test_payonce")).unwrap();
+    if let Some(r) = retention {
+        p = p.with_key_retention(r);
+    }
+    Arc::new(p)
+}
+
+/// Every payment the simulator holds, as JSON rows.
+pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
+    let body: serde_json::Value = reqwest::get(format!("{}/_sim/audit/payments", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["data"].as_array().unwrap().clone()
+}
+
+/// Payments the simulator holds for one operation (by metadata).
+pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
+    audit(sim).await.iter().filter(|p| p["metadata"]["payonce_operation_id"] == operation).count()
+}
+
+/// Arms simulator faults (a JSON array of rules).
+pub async fn arm_faults(sim: &Simulator, rules: serde_json::Value) {
+    let r = reqwest::Client::new().post(format!("{}/_sim/faults", sim.base_url())).json(&rules).send().await.unwrap();
+    assert!(r.status().is_success(), "arming faults failed: {}", r.text().await.unwrap());
+}
+
+/// Spawns `payonce worker` against `database_url` and `sim` with extra environment.
+pub fn worker_process(database_url: &str, sim: &Simulator, env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(super::payonce_bin());
+    cmd.arg("worker")
+        .env("PAYONCE_DATABASE_URL", database_url)
+        .env("PAYONCE_PROCESSOR_URL", sim.base_url())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn payonce worker")
+}
+
+/// Sends SIGTERM and waits for the exit status.
+pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("child still running");
+    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    assert!(status.success());
+    tokio::time::timeout(Duration::from_secs(40), child.wait()).await.expect("worker exits within its grace").unwrap()
+}
