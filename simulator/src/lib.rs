@@ -56,5 +56,5 @@ mod webhooks;
 pub use config::SimulatorConfig;
 pub use error::SimulatorError;
 pub use faults::FaultKind;
-pub use server::{Simulator, run};
+pub use server::{Simulator, install_crypto_provider, run};
 pub use webhooks::{sign_payload, signature_header};

@@ -34,8 +34,9 @@ pub struct Simulator {
     store: Store,
 }
 
-fn install_crypto_provider() {
-    // Already installed by someone else is fine.
+/// Installs rustls' ring provider for the process (reqwest is built without one and panics otherwise).
+/// Calling it again, or after someone else installed one, is harmless.
+pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
