@@ -4,7 +4,7 @@ use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SharedClock, SystemClock};
-use payonce_shared::ledger::{LedgerError, ListFilter, Recorded, SharedLedger};
+use payonce_shared::ledger::{LedgerError, Recorded, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use payonce_worker::{Worker, WorkerConfig};
