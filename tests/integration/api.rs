@@ -38,7 +38,6 @@ pub struct TestApi {
     pub on_call: String,
     pub other_service: String,
     pub other_assistant: String,
-    pub config: ApiConfig,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -53,8 +52,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.text)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
     }
     pub fn code(&self) -> String {
         self.json()["error"]["code"]
@@ -72,6 +70,7 @@ impl Reply {
 
 /// An HTTP client with explicit timeouts (never library defaults).
 pub fn http_client() -> reqwest::Client {
+    payonce_simulator::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(20))
@@ -118,7 +117,7 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
     let on_call = key(tenant(), Role::OnCall, "alice").await;
     let other_service = key(other.clone(), Role::Service, "globex-billing").await;
     let other_assistant = key(other, Role::Assistant, "globex-bot").await;
-    let state = AppState::new(ledger.clone(), clock.clone(), config.clone());
+    let state = AppState::new(ledger.clone(), clock.clone(), config);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         serve_listener(listener, state, async move {
@@ -137,7 +136,6 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
         on_call,
         other_service,
         other_assistant,
-        config,
         stop: Some(stop),
         task: Some(task),
     }

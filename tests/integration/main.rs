@@ -3,6 +3,8 @@
 
 mod support;
 
+mod api;
+
 mod ledger_conformance;
 mod simulator;
 mod stripe_adapter;

@@ -1,0 +1,187 @@
+//! The confirmation page over plain HTTP: single use, expiry, tampering, racing submits, escaping and
+//! security headers. (The browser test drives the same page in Chromium.)
+
+use super::{Reply, TestApi, spawn, token_of};
+use crate::support::{postgres_ledger, sqlite_ledger};
+use payonce_shared::id::OperationId;
+use serde_json::Value;
+
+async fn page(api: &TestApi, url: &str) -> Reply {
+    let resp = api.http.get(url).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    Reply {
+        status,
+        headers,
+        text: resp.text().await.unwrap(),
+    }
+}
+
+async fn submit(api: &TestApi, url: &str, details_hash: &str) -> Reply {
+    let resp = api
+        .http
+        .post(url)
+        .form(&[("details_hash", details_hash)])
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    Reply {
+        status,
+        headers,
+        text: resp.text().await.unwrap(),
+    }
+}
+
+/// The hidden field's value on a rendered page.
+pub fn hidden_hash(html: &str) -> String {
+    let marker = "name=\"details_hash\" value=\"";
+    let start = html.find(marker).unwrap() + marker.len();
+    html[start..start + 64].to_string()
+}
+
+async fn status_of(api: &TestApi, op: &Value) -> String {
+    let r = api
+        .get(
+            &format!("/v1/operations/{}", op["id"].as_str().unwrap()),
+            &api.service,
+        )
+        .await;
+    r.json()["status"].as_str().unwrap().to_string()
+}
+
+fn assert_secure(r: &Reply) {
+    assert_eq!(r.header("cache-control"), "no-store");
+    assert_eq!(r.header("x-frame-options"), "DENY");
+    assert_eq!(r.header("referrer-policy"), "no-referrer");
+    let csp = r.header("content-security-policy");
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"));
+}
+
+#[tokio::test]
+async fn a_link_shows_the_exact_details_and_approves_once() {
+    let api = spawn(postgres_ledger().await.0).await;
+    let op = api.create("INV-70", 2048).await;
+    let url = api.link(op["id"].as_str().unwrap()).await;
+    assert_eq!(token_of(&url).len(), 64, "256-bit token");
+    let shown = page(&api, &url).await;
+    assert_eq!(shown.status, 200);
+    assert_secure(&shown);
+    assert!(shown.text.contains("20.48 USD"));
+    assert!(shown.text.contains("INV-70") && shown.text.contains("cus_test"));
+    assert!(
+        shown
+            .text
+            .contains("Hosting &lt;b&gt;&quot;INV-70&quot;&lt;/b&gt; &amp; support"),
+        "the description is escaped"
+    );
+    assert!(!shown.text.contains("<b>"));
+    assert!(!shown.text.contains("<script"), "no JavaScript");
+    let hash = hidden_hash(&shown.text);
+    assert_eq!(hash, op["details_hash"].as_str().unwrap());
+    // The token is stored only as its hash.
+    let stored = api.ledger.approval_link(token_of(&url)).await.unwrap();
+    assert!(stored.is_none(), "the raw token is not a key in the ledger");
+    let by_hash = api
+        .ledger
+        .approval_link(&payonce_api::auth::sha256_hex(token_of(&url)))
+        .await
+        .unwrap();
+    assert!(by_hash.is_some());
+
+    let approved = submit(&api, &url, &hash).await;
+    assert_eq!(approved.status, 200, "{}", approved.text);
+    assert_secure(&approved);
+    assert!(approved.text.contains("Payment approved"));
+    assert_eq!(status_of(&api, &op).await, "ready");
+    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+    let approval = api.ledger.latest_approval(&id).await.unwrap().unwrap();
+    assert_eq!(approval.method, "confirmation_page");
+    assert_eq!(approval.approved_by, "customer:cus_test");
+    assert_eq!(approval.details_hash, hash);
+
+    let again = submit(&api, &url, &hash).await;
+    assert_eq!(again.status, 409);
+    assert!(again.text.contains("already used"));
+    let reopened = page(&api, &url).await;
+    assert_eq!(reopened.status, 409);
+    let events = api.ledger.events(&id).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event == "approve").count(), 1);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_link_approves_nothing() {
+    let api = spawn(sqlite_ledger().await).await;
+    let op = api.create("INV-71", 2048).await;
+    let url = api.link(op["id"].as_str().unwrap()).await;
+    let hash = hidden_hash(&page(&api, &url).await.text);
+    api.clock.advance_ms(15 * 60 * 1000);
+    let shown = page(&api, &url).await;
+    assert_eq!(shown.status, 410);
+    assert!(shown.text.contains("expired"));
+    let posted = submit(&api, &url, &hash).await;
+    assert_eq!(posted.status, 410);
+    assert_eq!(status_of(&api, &op).await, "awaiting_approval");
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn tampered_details_approve_nothing() {
+    let api = spawn(sqlite_ledger().await).await;
+    let op = api.create("INV-72", 2048).await;
+    let other = api.create("INV-73", 999_999).await;
+    let url = api.link(op["id"].as_str().unwrap()).await;
+    // The hash of another operation's (bigger) details, and garbage.
+    let tampered = submit(&api, &url, other["details_hash"].as_str().unwrap()).await;
+    assert_eq!(tampered.status, 409);
+    assert!(tampered.text.contains("did not match"));
+    assert_eq!(status_of(&api, &op).await, "awaiting_approval");
+    assert_eq!(status_of(&api, &other).await, "awaiting_approval");
+    // The link is spent: a tamperer gets one try, and the customer asks for a new link.
+    let retry = submit(&api, &url, op["details_hash"].as_str().unwrap()).await;
+    assert_eq!(retry.status, 409);
+    assert_eq!(status_of(&api, &op).await, "awaiting_approval");
+
+    let url2 = api.link(op["id"].as_str().unwrap()).await;
+    let garbage = submit(&api, &url2, "<script>alert(1)</script>").await;
+    assert_eq!(garbage.status, 409);
+    assert!(!garbage.text.contains("<script>"));
+    let invalid = page(&api, &format!("{}/confirm/{}", api.base, "f".repeat(64))).await;
+    assert_eq!(invalid.status, 404);
+    let short = page(&api, &format!("{}/confirm/abc", api.base)).await;
+    assert_eq!(short.status, 404);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn racing_submits_of_one_link_approve_exactly_once() {
+    let api = std::sync::Arc::new(spawn(postgres_ledger().await.0).await);
+    let op = api.create("INV-74", 2048).await;
+    let url = api.link(op["id"].as_str().unwrap()).await;
+    let hash = op["details_hash"].as_str().unwrap().to_string();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (api, url, hash) = (api.clone(), url.clone(), hash.clone());
+        tasks.spawn(async move { submit(&api, &url, &hash).await.status });
+    }
+    let statuses = tasks.join_all().await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        19,
+        "{statuses:?}"
+    );
+    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+    let events = api.ledger.events(&id).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event == "approve").count(), 1);
+}
