@@ -3,7 +3,8 @@
 //! - `payonce demo`: the quick start — api, worker, reconciler and the simulator on SQLite, walking
 //!   one invoice through a dropped response, a worker crash and duplicate webhooks.
 //! - `payonce all-in-one`: the same parts serving until Ctrl-C (single node).
-//! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale.
+//! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
+//!   `payonce create-key` issues API keys.
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 
@@ -21,7 +22,7 @@ use payonce_shared::ledger::{self, Resolution, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_worker::Worker;
 use payonce_worker::config::owner_name;
-use settings::{Common, ReconcilerArgs, WorkerArgs};
+use settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -40,6 +41,27 @@ enum Command {
     Migrate {
         #[command(flatten)]
         common: Common,
+    },
+    /// Runs the HTTP front door (operations, confirmation pages, assistant tools, MCP, webhooks).
+    Api {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Creates an API key for a tenant and role; prints the secret once.
+    CreateKey {
+        #[command(flatten)]
+        common: Common,
+        /// Tenant the key acts for.
+        #[arg(long)]
+        tenant: String,
+        /// service, assistant or on_call.
+        #[arg(long)]
+        role: String,
+        /// Human label.
+        #[arg(long, default_value = "created by payonce create-key")]
+        label: String,
     },
     /// Runs the claim-and-submit daemon.
     Worker {
@@ -174,6 +196,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate { common } => {
             open(&common).await?;
             println!("migrations applied to {}", redact(&common.database_url));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Api { common, api } => {
+            let ledger = open(&common).await?;
+            payonce_api::serve(api.config(), ledger, clock(), ops::shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CreateKey { common, tenant, role, label } => {
+            let ledger = open(&common).await?;
+            let tenant = payonce_shared::id::TenantId::parse(&tenant)?;
+            let role = payonce_shared::ledger::Role::parse(&role)
+                .context("role must be service, assistant or on_call")?;
+            let now = payonce_shared::clock::Clock::now_ms(&SystemClock);
+            println!("{}", payonce_api::create_api_key(&ledger, &tenant, role, &label, now).await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Worker { common, worker } => {

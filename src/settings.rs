@@ -134,3 +134,43 @@ impl ReconcilerArgs {
         c
     }
 }
+
+/// API settings.
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// Listen address.
+    #[arg(long, env = "PAYONCE_API_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Externally visible base URL for confirmation links (default: http://LISTEN).
+    #[arg(long, env = "PAYONCE_PUBLIC_BASE_URL")]
+    pub public_base_url: Option<String>,
+    /// Stripe webhook secrets, comma-separated (several during rotation).
+    #[arg(long, env = "PAYONCE_WEBHOOK_SECRETS", default_value = "", hide_env_values = true)]
+    pub webhook_secrets: String,
+    /// How long an approval stays valid, seconds.
+    #[arg(long, env = "PAYONCE_APPROVAL_TTL_S", default_value_t = 86_400)]
+    pub approval_ttl_s: u64,
+    /// How long a confirmation link stays usable, seconds.
+    #[arg(long, env = "PAYONCE_LINK_TTL_S", default_value_t = 900)]
+    pub link_ttl_s: u64,
+}
+
+impl ApiArgs {
+    /// The API configuration.
+    pub fn config(&self) -> payonce_api::ApiConfig {
+        payonce_api::ApiConfig {
+            listen: self.listen,
+            public_base_url: self.public_base_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)),
+            approval_ttl: Duration::from_secs(self.approval_ttl_s),
+            link_ttl: Duration::from_secs(self.link_ttl_s),
+            webhook_secrets: self
+                .webhook_secrets
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            ..payonce_api::ApiConfig::default()
+        }
+    }
+}
