@@ -24,22 +24,43 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Args)]
 pub struct SimulatorArgs {
     /// Listen address.
-    #[arg(long, env = "PAYONCE_SIMULATOR_LISTEN", default_value = "127.0.0.1:12111")]
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_LISTEN",
+        default_value = "127.0.0.1:12111"
+    )]
     pub listen: SocketAddr,
     /// `sqlite::memory:` or a file.
-    #[arg(long, env = "PAYONCE_SIMULATOR_DATABASE", default_value = "sqlite::memory:")]
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_DATABASE",
+        default_value = "sqlite::memory:"
+    )]
     pub database: String,
     /// Idempotency key retention, seconds (Stripe: 86400).
-    #[arg(long, env = "PAYONCE_SIMULATOR_KEY_RETENTION_S", default_value_t = 86_400)]
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_KEY_RETENTION_S",
+        default_value_t = 86_400
+    )]
     pub key_retention_s: u64,
     /// Where to deliver signed webhooks.
     #[arg(long, env = "PAYONCE_SIMULATOR_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
     /// Webhook signing secret.
-    #[arg(long, env = "PAYONCE_SIMULATOR_WEBHOOK_SECRET", default_value = "whsec_payonce_simulator", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_WEBHOOK_SECRET",
+        default_value = "whsec_payonce_simulator",
+        hide_env_values = true
+    )]
     pub webhook_secret: String,
     /// Per mille of webhooks delivered twice.
-    #[arg(long, env = "PAYONCE_SIMULATOR_WEBHOOK_DUPLICATES", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_WEBHOOK_DUPLICATES",
+        default_value_t = 0
+    )]
     pub webhook_duplicates_per_mille: u32,
     /// Seed for every random decision.
     #[arg(long, env = "PAYONCE_SIMULATOR_SEED", default_value_t = 1)]
@@ -83,20 +104,30 @@ struct Progress {
 impl Progress {
     fn say(&mut self, what: &str) {
         self.step += 1;
-        println!("[{:>5.1}s] {}. {what}", self.started.elapsed().as_secs_f64(), self.step);
+        println!(
+            "[{:>5.1}s] {}. {what}",
+            self.started.elapsed().as_secs_f64(),
+            self.step
+        );
     }
 }
 
 /// The demo story for invoice INV-2048.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let mut p = Progress { started: Instant::now(), step: 0 };
+    let mut p = Progress {
+        started: Instant::now(),
+        step: 0,
+    };
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", args.database));
     }
     let db_url = format!("sqlite:{}", args.database);
     let ledger = ledger::connect(&db_url, 1).await?;
     let sim = Simulator::start(SimulatorConfig::default()).await?;
-    p.say(&format!("simulator (Stripe-compatible) on {}; ledger {db_url}", sim.base_url()));
+    p.say(&format!(
+        "simulator (Stripe-compatible) on {}; ledger {db_url}",
+        sim.base_url()
+    ));
 
     let clock = SystemClock;
     let tenant = TenantId::parse("acme")?;
@@ -124,7 +155,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         )
         .await?
         .operation;
-    p.say(&format!("billing created {} for {} (invoice INV-2048)", op.id, details.money().display()));
+    p.say(&format!(
+        "billing created {} for {} (invoice INV-2048)",
+        op.id,
+        details.money().display()
+    ));
     ledger
         .approve(
             &tenant,
@@ -155,55 +190,111 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .stdin(std::process::Stdio::null())
         .status()
         .await?;
-    p.say(&format!("worker process submitted the payment and crashed before recording it ({status})"));
+    p.say(&format!(
+        "worker process submitted the payment and crashed before recording it ({status})"
+    ));
 
     let mid = ledger.get(&tenant, &op.id).await?;
-    p.say(&format!("ledger says {} (submission recorded at attempt {}): a sweep will find out", mid.status.as_str(), mid.attempt));
+    p.say(&format!(
+        "ledger says {} (submission recorded at attempt {}): a sweep will find out",
+        mid.status.as_str(),
+        mid.attempt
+    ));
 
-    let stripe: Arc<dyn Processor> = Arc::new(StripeProcessor::new(StripeConfig::new(sim.base_url(), "sk_test_payonce"))?);
+    let stripe: Arc<dyn Processor> = Arc::new(StripeProcessor::new(StripeConfig::new(
+        sim.base_url(),
+        "sk_test_payonce",
+    ))?);
     let mut config = ReconcilerConfig::new("reconciler-demo");
     config.retry.owner = "reconciler-demo".into();
-    let reconciler = Reconciler::new(ledger.clone(), stripe.clone(), Arc::new(SystemClock), config);
+    let reconciler = Reconciler::new(
+        ledger.clone(),
+        stripe.clone(),
+        Arc::new(SystemClock),
+        config,
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let report = reconciler.sweep_once(false).await?;
-        if report.requeued + report.marked_unknown + report.resolved_succeeded + report.resolved_failed > 0 {
+        if report.requeued
+            + report.marked_unknown
+            + report.resolved_succeeded
+            + report.resolved_failed
+            > 0
+        {
             p.say(&report.summary());
         }
         let now = ledger.get(&tenant, &op.id).await?;
         if now.status != Status::Executing && now.status != Status::Unknown {
             break;
         }
-        anyhow::ensure!(Instant::now() < deadline, "the operation did not converge: {}", now.status.as_str());
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the operation did not converge: {}",
+            now.status.as_str()
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let done = ledger.get(&tenant, &op.id).await?;
     let audit: serde_json::Value =
-        reqwest_get_json(&format!("{}/_sim/audit/payments", sim.base_url())).await.context("reading the simulator audit")?;
+        reqwest_get_json(&format!("{}/_sim/audit/payments", sim.base_url()))
+            .await
+            .context("reading the simulator audit")?;
     let payments = audit_count(&audit, op.id.as_str());
     p.say(&format!(
         "reconciled by lookup: {} ({}); payments at the processor for this operation: {payments}",
         done.status.as_str(),
         done.external_ref.as_deref().unwrap_or("-")
     ));
-    println!("\n{}", oncall::show(&ledger, Some(stripe.as_ref()), &op.id, clock.now_ms(), Format::Table).await?);
+    println!(
+        "\n{}",
+        oncall::show(
+            &ledger,
+            Some(stripe.as_ref()),
+            &op.id,
+            clock.now_ms(),
+            Format::Table
+        )
+        .await?
+    );
     sim.shutdown().await;
-    anyhow::ensure!(payments == 1 && done.status == Status::Succeeded, "expected exactly one successful payment");
-    println!("One approved intention, one payment. Ledger kept in {}.", args.database);
+    anyhow::ensure!(
+        payments == 1 && done.status == Status::Succeeded,
+        "expected exactly one successful payment"
+    );
+    println!(
+        "One approved intention, one payment. Ledger kept in {}.",
+        args.database
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 async fn reqwest_get_json(url: &str) -> anyhow::Result<serde_json::Value> {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-    Ok(client.get(url).send().await?.error_for_status()?.json().await?)
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    Ok(client
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
 }
 
 /// Counts audit entries whose metadata names the operation.
 fn audit_count(audit: &serde_json::Value, operation: &str) -> usize {
-    let rows = audit.get("data").or_else(|| audit.get("payments")).and_then(|d| d.as_array());
+    let rows = audit
+        .get("data")
+        .or_else(|| audit.get("payments"))
+        .and_then(|d| d.as_array());
     rows.map_or(0, |rows| {
         rows.iter()
-            .filter(|r| r.pointer("/metadata/payonce_operation_id").and_then(|v| v.as_str()) == Some(operation))
+            .filter(|r| {
+                r.pointer("/metadata/payonce_operation_id")
+                    .and_then(|v| v.as_str())
+                    == Some(operation)
+            })
             .count()
     })
 }

@@ -2,7 +2,6 @@
 //!
 //! - `payonce demo`: the quick start — api, worker, reconciler and the simulator on SQLite, walking
 //!   one invoice through a dropped response, a worker crash and duplicate webhooks.
-//! - `payonce all-in-one`: the same parts serving until Ctrl-C (single node).
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
 //!   `payonce create-key` issues API keys.
 //! - `payonce migrate`: run ledger migrations explicitly.
@@ -27,7 +26,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "payonce", version, about = "Collect a payment at most once per approved intention.")]
+#[command(
+    name = "payonce",
+    version,
+    about = "Collect a payment at most once per approved intention."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -183,10 +186,20 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn reconciler(common: &Common, ledger: SharedLedger, r: &ReconcilerArgs, w: &WorkerArgs) -> anyhow::Result<Reconciler> {
+fn reconciler(
+    common: &Common,
+    ledger: SharedLedger,
+    r: &ReconcilerArgs,
+    w: &WorkerArgs,
+) -> anyhow::Result<Reconciler> {
     let owner = owner_name("reconciler");
     let config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
-    Ok(Reconciler::new(ledger, common.processor()?, clock(), config))
+    Ok(Reconciler::new(
+        ledger,
+        common.processor()?,
+        clock(),
+        config,
+    ))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -203,24 +216,37 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             payonce_api::serve(api.config(), ledger, clock(), ops::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CreateKey { common, tenant, role, label } => {
+        Command::CreateKey {
+            common,
+            tenant,
+            role,
+            label,
+        } => {
             let ledger = open(&common).await?;
             let tenant = payonce_shared::id::TenantId::parse(&tenant)?;
             let role = payonce_shared::ledger::Role::parse(&role)
                 .context("role must be service, assistant or on_call")?;
             let now = payonce_shared::clock::Clock::now_ms(&SystemClock);
-            println!("{}", payonce_api::create_api_key(&ledger, &tenant, role, &label, now).await?);
+            println!(
+                "{}",
+                payonce_api::create_api_key(&ledger, &tenant, role, &label, now).await?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Worker { common, worker } => {
             let ledger = open(&common).await?;
             let config = worker.config(owner_name("worker"));
             let w = Arc::new(
-                Worker::new(ledger.clone(), common.processor()?, clock(), config).map_err(anyhow::Error::msg)?,
+                Worker::new(ledger.clone(), common.processor()?, clock(), config)
+                    .map_err(anyhow::Error::msg)?,
             );
             ops::spawn_metrics(
                 &common.metrics_listen,
-                ops::MetricsState { ledger, worker: Some(w.metrics()), reconciler: None },
+                ops::MetricsState {
+                    ledger,
+                    worker: Some(w.metrics()),
+                    reconciler: None,
+                },
             )
             .await?;
             w.run(ops::shutdown_signal()).await;
@@ -230,18 +256,34 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let ledger = open(&common).await?;
             let now = || payonce_shared::clock::Clock::now_ms(&SystemClock);
             match command {
-                ReconcilerCommand::Run { reconciler: r, worker: w } => {
+                ReconcilerCommand::Run {
+                    reconciler: r,
+                    worker: w,
+                } => {
                     let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &w)?);
                     ops::spawn_metrics(
                         &common.metrics_listen,
-                        ops::MetricsState { ledger, worker: None, reconciler: Some(rec.metrics()) },
+                        ops::MetricsState {
+                            ledger,
+                            worker: None,
+                            reconciler: Some(rec.metrics()),
+                        },
                     )
                     .await?;
                     rec.run(ops::shutdown_signal()).await;
                     Ok(ExitCode::SUCCESS)
                 }
-                ReconcilerCommand::Sweep { once, dry_run, json, reconciler: r, worker: w } => {
-                    anyhow::ensure!(once, "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)");
+                ReconcilerCommand::Sweep {
+                    once,
+                    dry_run,
+                    json,
+                    reconciler: r,
+                    worker: w,
+                } => {
+                    anyhow::ensure!(
+                        once,
+                        "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)"
+                    );
                     let rec = reconciler(&common, ledger.clone(), &r, &w)?;
                     let report = rec.sweep_once(dry_run).await?;
                     let attention = ledger
@@ -251,7 +293,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .find(|c| c.status == Status::NeedsAttention)
                         .map_or(0, |c| c.count);
                     if json {
-                        println!("{}", serde_json::json!({ "report": report, "needs_attention": attention }));
+                        println!(
+                            "{}",
+                            serde_json::json!({ "report": report, "needs_attention": attention })
+                        );
                     } else {
                         for action in &report.actions {
                             println!("  {action}");
@@ -266,31 +311,64 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         ExitCode::SUCCESS
                     })
                 }
-                ReconcilerCommand::List { statuses, min_age_s, limit, json } => {
+                ReconcilerCommand::List {
+                    statuses,
+                    min_age_s,
+                    limit,
+                    json,
+                } => {
                     let parsed = statuses
                         .iter()
                         .map(|s| Status::parse(s).with_context(|| format!("unknown status {s:?}")))
                         .collect::<anyhow::Result<Vec<_>>>()?;
-                    print!("{}", oncall::list(&ledger, parsed, min_age_s, limit, now(), format(json)).await?);
+                    print!(
+                        "{}",
+                        oncall::list(&ledger, parsed, min_age_s, limit, now(), format(json))
+                            .await?
+                    );
                     Ok(ExitCode::SUCCESS)
                 }
                 ReconcilerCommand::Show { id, json } => {
                     let id = OperationId::parse(&id)?;
                     let processor = common.processor()?;
-                    print!("{}", oncall::show(&ledger, Some(processor.as_ref()), &id, now(), format(json)).await?);
+                    print!(
+                        "{}",
+                        oncall::show(&ledger, Some(processor.as_ref()), &id, now(), format(json))
+                            .await?
+                    );
                     Ok(ExitCode::SUCCESS)
                 }
-                ReconcilerCommand::Resolve { id, resolution, reference, reason, actor, json } => {
+                ReconcilerCommand::Resolve {
+                    id,
+                    resolution,
+                    reference,
+                    reason,
+                    actor,
+                    json,
+                } => {
                     let id = OperationId::parse(&id)?;
                     let resolution = match resolution {
                         ResolveAs::Succeeded => Resolution::Succeeded {
-                            reference: reference.context("--as succeeded needs --reference pi_…")?,
+                            reference: reference
+                                .context("--as succeeded needs --reference pi_…")?,
                         },
                         ResolveAs::Failed => Resolution::Failed,
                         ResolveAs::Retry => Resolution::RetrySameKey,
                     };
                     let actor = format!("oncall:{actor}");
-                    print!("{}", oncall::resolve(&ledger, &id, resolution, &actor, &reason, now(), format(json)).await?);
+                    print!(
+                        "{}",
+                        oncall::resolve(
+                            &ledger,
+                            &id,
+                            resolution,
+                            &actor,
+                            &reason,
+                            now(),
+                            format(json)
+                        )
+                        .await?
+                    );
                     Ok(ExitCode::SUCCESS)
                 }
             }
@@ -301,7 +379,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     ops::init_logging();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("payonce: cannot start the runtime: {e}");

@@ -13,22 +13,39 @@ use std::time::Duration;
 #[derive(Debug, Clone, Args)]
 pub struct Common {
     /// Ledger: `postgres://…` (production) or `sqlite:FILE` / `sqlite::memory:` (single node).
-    #[arg(long, env = "PAYONCE_DATABASE_URL", default_value = "sqlite:payonce.db")]
+    #[arg(
+        long,
+        env = "PAYONCE_DATABASE_URL",
+        default_value = "sqlite:payonce.db"
+    )]
     pub database_url: String,
     /// Most pooled ledger connections (Postgres).
     #[arg(long, env = "PAYONCE_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
     /// Processor base URL: the simulator, or https://api.stripe.com.
-    #[arg(long, env = "PAYONCE_PROCESSOR_URL", default_value = "http://127.0.0.1:12111")]
+    #[arg(
+        long,
+        env = "PAYONCE_PROCESSOR_URL",
+        default_value = "http://127.0.0.1:12111"
+    )]
     pub processor_url: String,
     /// Processor secret key.
-    #[arg(long, env = "PAYONCE_PROCESSOR_SECRET_KEY", default_value = "sk_test_payonce", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "PAYONCE_PROCESSOR_SECRET_KEY",
+        default_value = "sk_test_payonce",
+        hide_env_values = true
+    )]
     pub processor_secret_key: String,
     /// Override of the processor's key retention in seconds (only for a simulator configured shorter).
     #[arg(long, env = "PAYONCE_KEY_RETENTION_S")]
     pub key_retention_s: Option<u64>,
     /// Processor connect timeout, ms.
-    #[arg(long, env = "PAYONCE_PROCESSOR_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    #[arg(
+        long,
+        env = "PAYONCE_PROCESSOR_CONNECT_TIMEOUT_MS",
+        default_value_t = 2_000
+    )]
     pub processor_connect_timeout_ms: u64,
     /// Processor total request timeout, ms.
     #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
@@ -41,7 +58,10 @@ pub struct Common {
 impl Common {
     /// The Stripe adapter pointed at the configured processor.
     pub fn processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
-        let mut config = StripeConfig::new(self.processor_url.trim_end_matches('/'), self.processor_secret_key.clone());
+        let mut config = StripeConfig::new(
+            self.processor_url.trim_end_matches('/'),
+            self.processor_secret_key.clone(),
+        );
         config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
         config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
         let mut stripe = StripeProcessor::new(config)?;
@@ -145,7 +165,12 @@ pub struct ApiArgs {
     #[arg(long, env = "PAYONCE_PUBLIC_BASE_URL")]
     pub public_base_url: Option<String>,
     /// Stripe webhook secrets, comma-separated (several during rotation).
-    #[arg(long, env = "PAYONCE_WEBHOOK_SECRETS", default_value = "", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "PAYONCE_WEBHOOK_SECRETS",
+        default_value = "",
+        hide_env_values = true
+    )]
     pub webhook_secrets: String,
     /// How long an approval stays valid, seconds.
     #[arg(long, env = "PAYONCE_APPROVAL_TTL_S", default_value_t = 86_400)]
@@ -160,7 +185,10 @@ impl ApiArgs {
     pub fn config(&self) -> payonce_api::ApiConfig {
         payonce_api::ApiConfig {
             listen: self.listen,
-            public_base_url: self.public_base_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)),
+            public_base_url: self
+                .public_base_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", self.listen)),
             approval_ttl: Duration::from_secs(self.approval_ttl_s),
             link_ttl: Duration::from_secs(self.link_ttl_s),
             webhook_secrets: self

@@ -31,7 +31,12 @@ pub struct ReconcilerMetrics {
 
 impl ReconcilerMetrics {
     /// Appends resolution counters, then rows per state and the oldest unknown's age from the ledger.
-    pub async fn render(&self, ledger: &SharedLedger, now_ms: i64, e: &mut Exposition) -> Result<(), LedgerError> {
+    pub async fn render(
+        &self,
+        ledger: &SharedLedger,
+        now_ms: i64,
+        e: &mut Exposition,
+    ) -> Result<(), LedgerError> {
         let help = "Reconciler actions by path.";
         for (path, c) in [
             ("requeued", &self.requeued),
@@ -44,21 +49,43 @@ impl ReconcilerMetrics {
             ("deferred", &self.deferred),
             ("fenced", &self.fenced),
         ] {
-            e.counter("payonce_reconciler_actions_total", help, &format!("path=\"{path}\""), c.get());
+            e.counter(
+                "payonce_reconciler_actions_total",
+                help,
+                &format!("path=\"{path}\""),
+                c.get(),
+            );
         }
-        e.counter("payonce_webhook_verify_failures_total", "Webhooks refused for their signature.", "",
-            self.webhook_verify_failures.get());
+        e.counter(
+            "payonce_webhook_verify_failures_total",
+            "Webhooks refused for their signature.",
+            "",
+            self.webhook_verify_failures.get(),
+        );
         let counts = ledger.count_by_status().await?;
         for status in ALL_STATUSES {
-            let n = counts.iter().find(|c| c.status == status).map_or(0, |c| c.count);
-            e.gauge("payonce_operations", "Operations per state.", &format!("status=\"{}\"", status.as_str()), n);
+            let n = counts
+                .iter()
+                .find(|c| c.status == status)
+                .map_or(0, |c| c.count);
+            e.gauge(
+                "payonce_operations",
+                "Operations per state.",
+                &format!("status=\"{}\"", status.as_str()),
+                n,
+            );
         }
         let oldest = counts
             .iter()
             .find(|c| c.status == Status::Unknown)
             .and_then(|c| c.oldest_updated_at_ms)
             .map_or(0, |t| (now_ms - t).max(0) / 1000);
-        e.gauge("payonce_oldest_unknown_age_seconds", "Age of the oldest unknown outcome.", "", oldest);
+        e.gauge(
+            "payonce_oldest_unknown_age_seconds",
+            "Age of the oldest unknown outcome.",
+            "",
+            oldest,
+        );
         Ok(())
     }
 }

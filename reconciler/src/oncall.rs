@@ -35,7 +35,12 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let line = |cells: Vec<&str>| {
-        cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect::<Vec<_>>().join("  ")
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
     };
     let mut out = line(headers.to_vec()).trim_end().to_string();
     out.push('\n');
@@ -60,7 +65,12 @@ pub async fn list(
     } else {
         statuses
     };
-    let filter = ListFilter { statuses, updated_before_ms: Some(now_ms - min_age_s * 1000), tenant: None, limit };
+    let filter = ListFilter {
+        statuses,
+        updated_before_ms: Some(now_ms - min_age_s * 1000),
+        tenant: None,
+        limit,
+    };
     let ops = ledger.list(&filter).await?;
     Ok(match format {
         Format::Json => json!({ "operations": ops }).to_string(),
@@ -81,7 +91,20 @@ pub async fn list(
                     ]
                 })
                 .collect();
-            table(&["ID", "TENANT", "STATUS", "AGE", "ATTEMPT", "AMOUNT", "INVOICE", "REFERENCE", "REASON"], &rows)
+            table(
+                &[
+                    "ID",
+                    "TENANT",
+                    "STATUS",
+                    "AGE",
+                    "ATTEMPT",
+                    "AMOUNT",
+                    "INVOICE",
+                    "REFERENCE",
+                    "REASON",
+                ],
+                &rows,
+            )
         }
     })
 }
@@ -110,7 +133,9 @@ pub async fn show(
         None => None,
     };
     Ok(match format {
-        Format::Json => json!({ "operation": op, "events": events, "processor": processor_view }).to_string(),
+        Format::Json => {
+            json!({ "operation": op, "events": events, "processor": processor_view }).to_string()
+        }
         Format::Table => {
             let mut out = describe(&op, now_ms);
             out.push_str("\nEvents:\n");
@@ -121,13 +146,20 @@ pub async fn show(
                         age(now_ms, e.at_ms),
                         e.event.clone(),
                         e.actor.clone(),
-                        format!("{} -> {}", e.from_status.as_deref().unwrap_or("-"), e.to_status),
+                        format!(
+                            "{} -> {}",
+                            e.from_status.as_deref().unwrap_or("-"),
+                            e.to_status
+                        ),
                         e.attempt.to_string(),
                         e.detail.clone().unwrap_or_default(),
                     ]
                 })
                 .collect();
-            out.push_str(&table(&["AGO", "EVENT", "ACTOR", "TRANSITION", "ATTEMPT", "DETAIL"], &rows));
+            out.push_str(&table(
+                &["AGO", "EVENT", "ACTOR", "TRANSITION", "ATTEMPT", "DETAIL"],
+                &rows,
+            ));
             if let Some(view) = processor_view {
                 out.push_str(&format!("\nProcessor says: {}\n", json!(view)));
             }
@@ -170,10 +202,16 @@ pub async fn resolve(
     now_ms: i64,
     format: Format,
 ) -> Result<String, LedgerError> {
-    let op = ledger.resolve(id, &resolution, actor, reason, now_ms).await?;
+    let op = ledger
+        .resolve(id, &resolution, actor, reason, now_ms)
+        .await?;
     Ok(match format {
         Format::Json => json!({ "operation": op }).to_string(),
-        Format::Table => format!("{} is now {} (resolved by {actor}: {reason})\n", op.id, op.status.as_str()),
+        Format::Table => format!(
+            "{} is now {} (resolved by {actor}: {reason})\n",
+            op.id,
+            op.status.as_str()
+        ),
     })
 }
 
@@ -183,7 +221,10 @@ mod tests {
 
     #[test]
     fn tables_align_and_ages_read_naturally() {
-        let t = table(&["A", "LONGER"], &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]]);
+        let t = table(
+            &["A", "LONGER"],
+            &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]],
+        );
         assert_eq!(t, "A     LONGER\nxxxx  y\nz\n");
         assert_eq!(age(10_000, 5_000), "5s");
         assert_eq!(age(600_000, 0), "10m");

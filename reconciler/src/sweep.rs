@@ -11,7 +11,9 @@ use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{LedgerError, Operation, Report, SharedLedger};
-use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor};
+use payonce_shared::processor::{
+    FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor,
+};
 use payonce_shared::state::Status;
 use payonce_worker::{WorkerMetrics, execute_one};
 use serde::Serialize;
@@ -106,7 +108,12 @@ fn ms(d: Duration) -> i64 {
 
 impl Reconciler {
     /// Builds a reconciler.
-    pub fn new(ledger: SharedLedger, processor: Arc<dyn Processor>, clock: SharedClock, config: ReconcilerConfig) -> Self {
+    pub fn new(
+        ledger: SharedLedger,
+        processor: Arc<dyn Processor>,
+        clock: SharedClock,
+        config: ReconcilerConfig,
+    ) -> Self {
         Reconciler {
             ledger,
             processor,
@@ -128,51 +135,87 @@ impl Reconciler {
         let window_open = contract.honours_idempotency_keys
             && match (contract.key_retention, op.first_submitted_at_ms) {
                 (None, _) => true,
-                (Some(retention), Some(first)) => now_ms + ms(self.config.retention_margin) < first + ms(retention),
+                (Some(retention), Some(first)) => {
+                    now_ms + ms(self.config.retention_margin) < first + ms(retention)
+                }
                 // No submission time recorded: nothing can have used the key yet.
                 (Some(_), None) => true,
             };
         match lookup {
-            LookupOutcome::Found { reference, status: FoundStatus::Succeeded { result } } => {
-                Decision::Record(Report::Succeeded { reference, result })
-            }
-            LookupOutcome::Found { reference, status: FoundStatus::Failed { code, message } } => {
-                Decision::Record(Report::Failed { code, message, reference: Some(reference) })
-            }
-            LookupOutcome::Found { reference, status: FoundStatus::Pending { processor_status } } => {
-                Decision::Poll(format!("{reference} is {processor_status} at the processor"))
-            }
+            LookupOutcome::Found {
+                reference,
+                status: FoundStatus::Succeeded { result },
+            } => Decision::Record(Report::Succeeded { reference, result }),
+            LookupOutcome::Found {
+                reference,
+                status: FoundStatus::Failed { code, message },
+            } => Decision::Record(Report::Failed {
+                code,
+                message,
+                reference: Some(reference),
+            }),
+            LookupOutcome::Found {
+                reference,
+                status: FoundStatus::Pending { processor_status },
+            } => Decision::Poll(format!(
+                "{reference} is {processor_status} at the processor"
+            )),
             LookupOutcome::NotFound { .. } if window_open => Decision::RetrySameKey,
-            LookupOutcome::NotFound { consistent: true } if self.config.resubmit_after_window => Decision::Resubmit,
+            LookupOutcome::NotFound { consistent: true } if self.config.resubmit_after_window => {
+                Decision::Resubmit
+            }
             LookupOutcome::NotFound { consistent } => Decision::Escalate(format!(
                 "not found at the processor ({} lookup) and the key's retention window has closed; \
                  a new submission could pay twice",
-                if consistent { "consistent" } else { "eventually consistent" }
+                if consistent {
+                    "consistent"
+                } else {
+                    "eventually consistent"
+                }
             )),
-            LookupOutcome::Unavailable { reason } => Decision::Defer(format!("lookup unavailable: {reason}")),
+            LookupOutcome::Unavailable { reason } => {
+                Decision::Defer(format!("lookup unavailable: {reason}"))
+            }
         }
     }
 
     fn backoff_ms(&self, op: &Operation) -> i64 {
         let exp = u32::try_from(op.check_count.clamp(0, 20)).unwrap_or(20);
-        ms(self.config.check_backoff_base).saturating_mul(1_i64 << exp).min(ms(self.config.check_backoff_max))
+        ms(self.config.check_backoff_base)
+            .saturating_mul(1_i64 << exp)
+            .min(ms(self.config.check_backoff_max))
     }
 
     /// One sweep. In a dry run nothing is written and lookups are still made (they are reads).
     pub async fn sweep_once(&self, dry_run: bool) -> Result<SweepReport, LedgerError> {
-        let mut report = SweepReport { dry_run, ..Default::default() };
+        let mut report = SweepReport {
+            dry_run,
+            ..Default::default()
+        };
         let owner = &self.config.owner;
         if !dry_run
-            && !self.ledger.try_maintenance_lease(SWEEP_LEASE, owner, ms(self.config.sweep_lease_ttl), self.clock.now_ms()).await?
+            && !self
+                .ledger
+                .try_maintenance_lease(
+                    SWEEP_LEASE,
+                    owner,
+                    ms(self.config.sweep_lease_ttl),
+                    self.clock.now_ms(),
+                )
+                .await?
         {
-            report.actions.push("another reconciler holds the sweep lease; standing down".into());
+            report
+                .actions
+                .push("another reconciler holds the sweep lease; standing down".into());
             return Ok(report);
         }
         report.swept = true;
         self.sweep_leases(&mut report).await?;
         self.sweep_unknown(&mut report).await?;
         if !dry_run {
-            self.ledger.drop_maintenance_lease(SWEEP_LEASE, owner).await?;
+            self.ledger
+                .drop_maintenance_lease(SWEEP_LEASE, owner)
+                .await?;
         }
         tracing::info!(summary = %report.summary(), "sweep done");
         Ok(report)
@@ -180,13 +223,24 @@ impl Reconciler {
 
     async fn sweep_leases(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
         let now = self.clock.now_ms();
-        for lease in self.ledger.expired_leases(now, self.config.batch_size).await? {
+        for lease in self
+            .ledger
+            .expired_leases(now, self.config.batch_size)
+            .await?
+        {
             let target = if lease.submitted { "unknown" } else { "ready" };
-            report.actions.push(format!("{}: lease of {} expired -> {target}", lease.id, lease.lease_owner));
+            report.actions.push(format!(
+                "{}: lease of {} expired -> {target}",
+                lease.id, lease.lease_owner
+            ));
             if report.dry_run {
                 continue;
             }
-            match self.ledger.expire_lease(&lease, &self.config.owner, now, now).await {
+            match self
+                .ledger
+                .expire_lease(&lease, &self.config.owner, now, now)
+                .await
+            {
                 Ok(Status::Unknown) => {
                     report.marked_unknown += 1;
                     self.metrics.marked_unknown.inc();
@@ -207,7 +261,10 @@ impl Reconciler {
 
     async fn sweep_unknown(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
         let now = self.clock.now_ms();
-        let due = self.ledger.due_for_check(now, self.config.batch_size).await?;
+        let due = self
+            .ledger
+            .due_for_check(now, self.config.batch_size)
+            .await?;
         for (i, op) in due.into_iter().enumerate() {
             if i == 1 {
                 failpoint::hit(FailPoint::MidSweep);
@@ -220,7 +277,11 @@ impl Reconciler {
         Ok(())
     }
 
-    async fn resolve_unknown(&self, op: &Operation, report: &mut SweepReport) -> Result<(), LedgerError> {
+    async fn resolve_unknown(
+        &self,
+        op: &Operation,
+        report: &mut SweepReport,
+    ) -> Result<(), LedgerError> {
         let contract = self.processor.contract();
         let lookup = if contract.lookup == LookupSupport::None {
             LookupOutcome::NotFound { consistent: false }
@@ -230,7 +291,8 @@ impl Reconciler {
                 idempotency_key: &op.idempotency_key,
                 reference: op.external_ref.as_deref(),
                 customer: op.details.customer(),
-                created_after_ms: op.first_submitted_at_ms.unwrap_or(op.created_at_ms) - ms(self.config.lookup_skew),
+                created_after_ms: op.first_submitted_at_ms.unwrap_or(op.created_at_ms)
+                    - ms(self.config.lookup_skew),
             };
             self.processor.lookup(&query).await
         };
@@ -248,7 +310,9 @@ impl Reconciler {
         match decision {
             Decision::Record(r) => {
                 let succeeded = matches!(r, Report::Succeeded { .. });
-                self.ledger.apply_report(&op.id, &r, &format!("lookup by {owner}"), now).await?;
+                self.ledger
+                    .apply_report(&op.id, &r, &format!("lookup by {owner}"), now)
+                    .await?;
                 if succeeded {
                     report.resolved_succeeded += 1;
                     self.metrics.resolved_succeeded.inc();
@@ -258,7 +322,18 @@ impl Reconciler {
                 }
             }
             Decision::Poll(why) | Decision::Defer(why) => {
-                match self.ledger.defer_check(&op.id, op.attempt, now + self.backoff_ms(op), &why, owner, now).await {
+                match self
+                    .ledger
+                    .defer_check(
+                        &op.id,
+                        op.attempt,
+                        now + self.backoff_ms(op),
+                        &why,
+                        owner,
+                        now,
+                    )
+                    .await
+                {
                     Ok(()) => {
                         report.deferred += 1;
                         self.metrics.deferred.inc();
@@ -267,7 +342,11 @@ impl Reconciler {
                     Err(e) => return Err(e),
                 }
             }
-            Decision::Escalate(why) => match self.ledger.escalate(&op.id, op.attempt, &why, owner, now).await {
+            Decision::Escalate(why) => match self
+                .ledger
+                .escalate(&op.id, op.attempt, &why, owner, now)
+                .await
+            {
                 Ok(()) => {
                     report.escalated += 1;
                     self.metrics.escalated.inc();
@@ -279,7 +358,13 @@ impl Reconciler {
                 let resubmit = decision == Decision::Resubmit;
                 let claimed = match self
                     .ledger
-                    .claim_unknown(&op.id, op.attempt, owner, ms(self.config.retry.lease_ttl), now)
+                    .claim_unknown(
+                        &op.id,
+                        op.attempt,
+                        owner,
+                        ms(self.config.retry.lease_ttl),
+                        now,
+                    )
                     .await
                 {
                     Ok(c) => c,

@@ -98,9 +98,17 @@ pub fn parse_signature_header(header: &str) -> Result<SignatureHeader, WebhookEr
     let mut timestamp = None;
     let mut signatures = Vec::new();
     for item in header.split(',') {
-        let Some((key, value)) = item.split_once('=') else { continue };
+        let Some((key, value)) = item.split_once('=') else {
+            continue;
+        };
         match key {
-            "t" => timestamp = Some(value.parse::<i64>().map_err(|_| WebhookError::MalformedSignature("bad timestamp"))?),
+            "t" => {
+                timestamp = Some(
+                    value
+                        .parse::<i64>()
+                        .map_err(|_| WebhookError::MalformedSignature("bad timestamp"))?,
+                )
+            }
             "v1" if signatures.len() < SIGNATURES_MAX => signatures.push(value.to_string()),
             _ => {}
         }
@@ -109,7 +117,10 @@ pub fn parse_signature_header(header: &str) -> Result<SignatureHeader, WebhookEr
     if signatures.is_empty() {
         return Err(WebhookError::MalformedSignature("no v1 signature"));
     }
-    Ok(SignatureHeader { timestamp, signatures })
+    Ok(SignatureHeader {
+        timestamp,
+        signatures,
+    })
 }
 
 /// The v1 signature Stripe computes: lowercase hex HMAC-SHA256 of `"{t}.{payload}"`, keyed by the
@@ -151,7 +162,11 @@ pub fn verify_signature(
             matched |= expected.as_bytes().ct_eq(candidate.as_bytes());
         }
     }
-    if bool::from(matched) { Ok(()) } else { Err(WebhookError::BadSignature) }
+    if bool::from(matched) {
+        Ok(())
+    } else {
+        Err(WebhookError::BadSignature)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,8 +205,15 @@ pub struct IngestOutcome {
 
 /// Finds the operation an event is about: metadata first, then the request's idempotency key.
 fn match_operation(event: &Event) -> Option<OperationId> {
-    let from_metadata = event.data.object.get("metadata").and_then(|m| m.get(METADATA_OPERATION_ID));
-    if let Some(id) = from_metadata.and_then(|v| v.as_str()).and_then(|s| OperationId::parse(s).ok()) {
+    let from_metadata = event
+        .data
+        .object
+        .get("metadata")
+        .and_then(|m| m.get(METADATA_OPERATION_ID));
+    if let Some(id) = from_metadata
+        .and_then(|v| v.as_str())
+        .and_then(|s| OperationId::parse(s).ok())
+    {
         return Some(id);
     }
     let key = event.request.as_ref()?.idempotency_key.as_deref()?;
@@ -203,9 +225,17 @@ fn report_of(event: &Event) -> Option<Report> {
     let object = &event.data.object;
     let reference = object.get("id").and_then(|v| v.as_str())?.to_string();
     let error = object.get("last_payment_error");
-    let error_field = |f: &str| error.and_then(|e| e.get(f)).and_then(|v| v.as_str()).map(str::to_string);
+    let error_field = |f: &str| {
+        error
+            .and_then(|e| e.get(f))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
     match event.event_type.as_str() {
-        "payment_intent.succeeded" => Some(Report::Succeeded { reference, result: object.clone() }),
+        "payment_intent.succeeded" => Some(Report::Succeeded {
+            reference,
+            result: object.clone(),
+        }),
         "payment_intent.payment_failed" => Some(Report::Failed {
             code: error_field("code").unwrap_or_else(|| "payment_failed".into()),
             message: error_field("message").unwrap_or_else(|| "the payment failed".into()),
@@ -237,14 +267,32 @@ pub async fn ingest(
         return Err(WebhookError::PayloadTooLarge);
     }
     let header = signature_header.ok_or(WebhookError::MissingSignature)?;
-    verify_signature(secrets, header, body, now_ms.div_euclid(1000), Some(SIGNATURE_TOLERANCE_S))?;
-    let event: Event = serde_json::from_slice(body).map_err(|e| WebhookError::MalformedPayload(e.to_string()))?;
+    verify_signature(
+        secrets,
+        header,
+        body,
+        now_ms.div_euclid(1000),
+        Some(SIGNATURE_TOLERANCE_S),
+    )?;
+    let event: Event =
+        serde_json::from_slice(body).map_err(|e| WebhookError::MalformedPayload(e.to_string()))?;
     let operation = match_operation(&event);
     let payload = String::from_utf8_lossy(body);
-    let stored =
-        ledger.insert_processor_event(PROCESSOR, &event.id, &event.event_type, operation.as_ref(), &payload, now_ms).await?;
+    let stored = ledger
+        .insert_processor_event(
+            PROCESSOR,
+            &event.id,
+            &event.event_type,
+            operation.as_ref(),
+            &payload,
+            now_ms,
+        )
+        .await?;
     let applied = match (&operation, report_of(&event)) {
-        (Some(id), Some(report)) => match ledger.apply_report(id, &report, &format!("webhook {}", event.id), now_ms).await {
+        (Some(id), Some(report)) => match ledger
+            .apply_report(id, &report, &format!("webhook {}", event.id), now_ms)
+            .await
+        {
             Ok(applied) => Some(applied),
             // Not ours (another deployment's operation id): stored, nothing to apply.
             Err(LedgerError::NotFound) => None,
@@ -257,9 +305,16 @@ pub async fn ingest(
         None if operation.is_none() => "unmatched".to_string(),
         None => "no outcome in event".to_string(),
     };
-    ledger.mark_processor_event(PROCESSOR, &event.id, &outcome, now_ms).await?;
+    ledger
+        .mark_processor_event(PROCESSOR, &event.id, &outcome, now_ms)
+        .await?;
     tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");
-    Ok(IngestOutcome { event_id: event.id, duplicate: !stored, operation, applied })
+    Ok(IngestOutcome {
+        event_id: event.id,
+        duplicate: !stored,
+        operation,
+        applied,
+    })
 }
 
 #[cfg(test)]
@@ -277,48 +332,109 @@ mod tests {
     }
 
     fn vectors() -> Vec<Vector> {
-        serde_json::from_str(include_str!("../../tests/fixtures/stripe/webhook_vectors.json")).unwrap()
+        serde_json::from_str(include_str!(
+            "../../tests/fixtures/stripe/webhook_vectors.json"
+        ))
+        .unwrap()
     }
 
     #[test]
     fn stripe_library_vectors_sign_and_verify() {
         for v in vectors() {
-            assert_eq!(sign(&v.secret, v.timestamp, v.payload.as_bytes()), v.v1, "{}", v.name);
-            verify_signature(std::slice::from_ref(&v.secret), &v.header, v.payload.as_bytes(), v.timestamp, Some(300))
-                .unwrap_or_else(|e| panic!("{}: {e}", v.name));
+            assert_eq!(
+                sign(&v.secret, v.timestamp, v.payload.as_bytes()),
+                v.v1,
+                "{}",
+                v.name
+            );
+            verify_signature(
+                std::slice::from_ref(&v.secret),
+                &v.header,
+                v.payload.as_bytes(),
+                v.timestamp,
+                Some(300),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", v.name));
         }
     }
 
     #[test]
     fn negative_cases_match_stripe_libraries() {
-        let v = vectors().into_iter().find(|v| v.name == "compact_pi_succeeded").unwrap();
+        let v = vectors()
+            .into_iter()
+            .find(|v| v.name == "compact_pi_succeeded")
+            .unwrap();
         let p = v.payload.as_bytes();
         let s = [v.secret.clone()];
         let t = v.timestamp;
         let check = |secrets: &[String], header: &str, payload: &[u8], now: i64| {
             verify_signature(secrets, header, payload, now, Some(SIGNATURE_TOLERANCE_S))
         };
-        assert!(matches!(check(&s, &v.header, p, t + 301), Err(WebhookError::StaleTimestamp)));
+        assert!(matches!(
+            check(&s, &v.header, p, t + 301),
+            Err(WebhookError::StaleTimestamp)
+        ));
         assert!(check(&s, &v.header, p, t + 300).is_ok());
-        assert!(check(&s, &v.header, p, t - 3600).is_ok(), "future timestamps are accepted");
-        assert!(matches!(check(&["whsec_other".into()], &v.header, p, t), Err(WebhookError::BadSignature)));
-        assert!(matches!(check(&["test_secret".into()], &v.header, p, t), Err(WebhookError::BadSignature)));
-        let spaced = String::from_utf8(p.to_vec()).unwrap().replacen(':', ": ", 1);
-        assert!(matches!(check(&s, &v.header, spaced.as_bytes(), t), Err(WebhookError::BadSignature)));
+        assert!(
+            check(&s, &v.header, p, t - 3600).is_ok(),
+            "future timestamps are accepted"
+        );
+        assert!(matches!(
+            check(&["whsec_other".into()], &v.header, p, t),
+            Err(WebhookError::BadSignature)
+        ));
+        assert!(matches!(
+            check(&["test_secret".into()], &v.header, p, t),
+            Err(WebhookError::BadSignature)
+        ));
+        let spaced = String::from_utf8(p.to_vec())
+            .unwrap()
+            .replacen(':', ": ", 1);
+        assert!(matches!(
+            check(&s, &v.header, spaced.as_bytes(), t),
+            Err(WebhookError::BadSignature)
+        ));
         let upper = format!("t={t},v1={}", v.v1.to_uppercase());
-        assert!(matches!(check(&s, &upper, p, t), Err(WebhookError::BadSignature)));
+        assert!(matches!(
+            check(&s, &upper, p, t),
+            Err(WebhookError::BadSignature)
+        ));
         let rotation = format!("t={t},v1={},v1={}", "0".repeat(64), v.v1);
         assert!(check(&s, &rotation, p, t).is_ok());
         let rotated_secrets = ["whsec_new".to_string(), v.secret.clone()];
-        assert!(check(&rotated_secrets, &v.header, p, t).is_ok(), "either configured secret verifies");
-        assert!(check(&s, &format!("v1={},t={t}", v.v1), p, t).is_ok(), "order does not matter");
-        assert!(matches!(check(&s, &format!("t={t},v0={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
-        assert!(matches!(check(&s, &format!("t={t}, v1={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
-        assert!(matches!(check(&s, &format!("v1={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
-        assert!(matches!(check(&s, &format!("t=abc,v1={}", v.v1), p, t), Err(WebhookError::MalformedSignature(_))));
-        assert!(matches!(check(&[], &v.header, p, t), Err(WebhookError::NoSecret)));
+        assert!(
+            check(&rotated_secrets, &v.header, p, t).is_ok(),
+            "either configured secret verifies"
+        );
+        assert!(
+            check(&s, &format!("v1={},t={t}", v.v1), p, t).is_ok(),
+            "order does not matter"
+        );
+        assert!(matches!(
+            check(&s, &format!("t={t},v0={}", v.v1), p, t),
+            Err(WebhookError::MalformedSignature(_))
+        ));
+        assert!(matches!(
+            check(&s, &format!("t={t}, v1={}", v.v1), p, t),
+            Err(WebhookError::MalformedSignature(_))
+        ));
+        assert!(matches!(
+            check(&s, &format!("v1={}", v.v1), p, t),
+            Err(WebhookError::MalformedSignature(_))
+        ));
+        assert!(matches!(
+            check(&s, &format!("t=abc,v1={}", v.v1), p, t),
+            Err(WebhookError::MalformedSignature(_))
+        ));
+        assert!(matches!(
+            check(&[], &v.header, p, t),
+            Err(WebhookError::NoSecret)
+        ));
         let long = format!("t={t},v1={}", "a".repeat(SIGNATURE_HEADER_LEN_MAX));
-        assert!(matches!(check(&s, &long, p, t), Err(WebhookError::MalformedSignature(_))));
+        assert!(matches!(
+            check(&s, &long, p, t),
+            Err(WebhookError::MalformedSignature(_))
+        ));
     }
 
     #[test]
@@ -330,7 +446,9 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(match_operation(&by_metadata), Some(id.clone()));
-        assert!(matches!(report_of(&by_metadata), Some(Report::Succeeded { ref reference, .. }) if reference == "pi_1"));
+        assert!(
+            matches!(report_of(&by_metadata), Some(Report::Succeeded { ref reference, .. }) if reference == "pi_1")
+        );
         let by_key: Event = serde_json::from_value(serde_json::json!({
             "id": "evt_2", "type": "payment_intent.payment_failed",
             "data": {"object": {"id": "pi_2", "last_payment_error": {"code": "card_declined", "message": "Declined"}}},
@@ -338,7 +456,9 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(match_operation(&by_key), Some(id));
-        assert!(matches!(report_of(&by_key), Some(Report::Failed { ref code, .. }) if code == "card_declined"));
+        assert!(
+            matches!(report_of(&by_key), Some(Report::Failed { ref code, .. }) if code == "card_declined")
+        );
         let unrelated: Event = serde_json::from_value(serde_json::json!({
             "id": "evt_3", "type": "payment_intent.created", "data": {"object": {"id": "pi_3"}},
             "request": {"id": null, "idempotency_key": "someone-else"}

@@ -18,7 +18,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
     }
 }
@@ -32,7 +34,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// Starts at `now_ms`.
     pub fn new(now_ms: i64) -> Arc<Self> {
-        Arc::new(ManualClock { now_ms: AtomicI64::new(now_ms) })
+        Arc::new(ManualClock {
+            now_ms: AtomicI64::new(now_ms),
+        })
     }
     /// Moves time forward.
     pub fn advance_ms(&self, delta_ms: i64) {

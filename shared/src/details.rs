@@ -29,7 +29,10 @@ impl OperationKind {
     pub fn parse(raw: &str) -> Result<Self, DetailsError> {
         match raw {
             "payment" => Ok(OperationKind::Payment),
-            other => Err(DetailsError::Field { field: "kind", why: format!("unknown kind {other:?}; expected \"payment\"") }),
+            other => Err(DetailsError::Field {
+                field: "kind",
+                why: format!("unknown kind {other:?}; expected \"payment\""),
+            }),
         }
     }
 }
@@ -93,10 +96,19 @@ pub struct Details {
 
 fn reference(field: &'static str, raw: &str) -> Result<String, DetailsError> {
     if raw.is_empty() || raw.len() > REFERENCE_LEN_MAX {
-        return Err(DetailsError::Field { field, why: format!("must be 1 to {REFERENCE_LEN_MAX} characters") });
+        return Err(DetailsError::Field {
+            field,
+            why: format!("must be 1 to {REFERENCE_LEN_MAX} characters"),
+        });
     }
-    if !raw.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/')) {
-        return Err(DetailsError::Field { field, why: "may hold only letters, digits and _ - . : /".to_string() });
+    if !raw
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/'))
+    {
+        return Err(DetailsError::Field {
+            field,
+            why: "may hold only letters, digits and _ - . : /".to_string(),
+        });
     }
     Ok(raw.to_string())
 }
@@ -113,7 +125,10 @@ impl Details {
                 });
             }
             Some(d) if d.chars().any(char::is_control) => {
-                return Err(DetailsError::Field { field: "description", why: "must not hold control characters".into() });
+                return Err(DetailsError::Field {
+                    field: "description",
+                    why: "must not hold control characters".into(),
+                });
             }
             other => other.clone(),
         };
@@ -123,7 +138,11 @@ impl Details {
             customer: reference("customer", &raw.customer)?,
             payment_method: reference("payment_method", &raw.payment_method)?,
             invoice: reference("invoice", &raw.invoice)?,
-            destination: raw.destination.as_deref().map(|d| reference("destination", d)).transpose()?,
+            destination: raw
+                .destination
+                .as_deref()
+                .map(|d| reference("destination", d))
+                .transpose()?,
             description,
         })
     }
@@ -182,7 +201,10 @@ impl Details {
             ("customer", &self.customer),
             ("payment_method", &self.payment_method),
             ("invoice", &self.invoice),
-            ("destination", self.destination.as_deref().unwrap_or("\u{0}none")),
+            (
+                "destination",
+                self.destination.as_deref().unwrap_or("\u{0}none"),
+            ),
         ];
         h.update(b"payonce-details-v1");
         for (name, value) in fields {
@@ -202,8 +224,15 @@ pub struct DetailsHash(String);
 impl DetailsHash {
     /// Parses a stored or submitted hash: 64 lowercase hex digits.
     pub fn parse(raw: &str) -> Result<Self, DetailsError> {
-        if raw.len() != 64 || !raw.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
-            return Err(DetailsError::Field { field: "details_hash", why: "must be 64 lowercase hex digits".into() });
+        if raw.len() != 64
+            || !raw
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        {
+            return Err(DetailsError::Field {
+                field: "details_hash",
+                why: "must be 64 lowercase hex digits".into(),
+            });
         }
         Ok(DetailsHash(raw.to_string()))
     }
@@ -248,7 +277,11 @@ mod tests {
         }
         let mut r = raw();
         r.description = Some("other words".into());
-        assert_eq!(Details::parse(&r).unwrap().hash(), base, "description is not consequential");
+        assert_eq!(
+            Details::parse(&r).unwrap().hash(),
+            base,
+            "description is not consequential"
+        );
         assert_eq!(DetailsHash::parse(base.as_str()).unwrap(), base);
     }
 
@@ -256,18 +289,39 @@ mod tests {
     fn bad_fields_are_refused_with_their_name() {
         let mut r = raw();
         r.customer = String::new();
-        assert!(matches!(Details::parse(&r), Err(DetailsError::Field { field: "customer", .. })));
+        assert!(matches!(
+            Details::parse(&r),
+            Err(DetailsError::Field {
+                field: "customer",
+                ..
+            })
+        ));
         let mut r = raw();
         r.invoice = "x".repeat(REFERENCE_LEN_MAX + 1);
-        assert!(matches!(Details::parse(&r), Err(DetailsError::Field { field: "invoice", .. })));
+        assert!(matches!(
+            Details::parse(&r),
+            Err(DetailsError::Field {
+                field: "invoice",
+                ..
+            })
+        ));
         let mut r = raw();
         r.description = Some("d".repeat(DESCRIPTION_LEN_MAX + 1));
-        assert!(matches!(Details::parse(&r), Err(DetailsError::Field { field: "description", .. })));
+        assert!(matches!(
+            Details::parse(&r),
+            Err(DetailsError::Field {
+                field: "description",
+                ..
+            })
+        ));
         let mut r = raw();
         r.amount = 0;
         assert!(matches!(Details::parse(&r), Err(DetailsError::Money(_))));
         let mut r = raw();
         r.kind = "transfer".into();
-        assert!(matches!(Details::parse(&r), Err(DetailsError::Field { field: "kind", .. })));
+        assert!(matches!(
+            Details::parse(&r),
+            Err(DetailsError::Field { field: "kind", .. })
+        ));
     }
 }

@@ -38,7 +38,14 @@ fn armed() -> &'static Mutex<HashSet<String>> {
     static ARMED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     ARMED.get_or_init(|| {
         let from_env = std::env::var(ENV).unwrap_or_default();
-        Mutex::new(from_env.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+        Mutex::new(
+            from_env
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+        )
     })
 }
 
@@ -51,7 +58,10 @@ pub fn arm(point: FailPoint) {
 
 /// Aborts the process if `point` is armed.
 pub fn hit(point: FailPoint) {
-    let is_armed = armed().lock().map(|set| set.contains(point.name())).unwrap_or(false);
+    let is_armed = armed()
+        .lock()
+        .map(|set| set.contains(point.name()))
+        .unwrap_or(false);
     if is_armed {
         eprintln!("payonce: failure point {} hit; aborting", point.name());
         std::process::abort();

@@ -28,7 +28,11 @@ pub enum IdError {
 }
 
 fn malformed(what: &'static str, value: &str, why: &'static str) -> IdError {
-    IdError::Malformed { what, value: value.chars().take(80).collect(), why }
+    IdError::Malformed {
+        what,
+        value: value.chars().take(80).collect(),
+        why,
+    }
 }
 
 /// Random bytes from the operating system; panics only if the OS has no entropy source, which is not recoverable.
@@ -107,9 +111,15 @@ impl OperationId {
             .strip_prefix("op_")
             .ok_or_else(|| malformed("operation id", raw, "must start with op_"))?;
         if hex_part.len() != OPERATION_ID_RANDOM_BYTES * 2
-            || !hex_part.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+            || !hex_part
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
         {
-            return Err(malformed("operation id", raw, "must be op_ followed by 32 lowercase hex digits"));
+            return Err(malformed(
+                "operation id",
+                raw,
+                "must be op_ followed by 32 lowercase hex digits",
+            ));
         }
         Ok(OperationId(raw.to_string()))
     }
@@ -121,8 +131,15 @@ impl TenantId {
         if raw.is_empty() || raw.len() > TENANT_ID_LEN_MAX {
             return Err(malformed("tenant id", raw, "must be 1 to 64 characters"));
         }
-        if !raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            return Err(malformed("tenant id", raw, "may hold only letters, digits, _ and -"));
+        if !raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(malformed(
+                "tenant id",
+                raw,
+                "may hold only letters, digits, _ and -",
+            ));
         }
         Ok(TenantId(raw.to_string()))
     }
@@ -132,10 +149,18 @@ impl BusinessKey {
     /// Parses a business key: 1..=200 printable token characters (`[A-Za-z0-9_.:/-]`).
     pub fn parse(raw: &str) -> Result<Self, IdError> {
         if raw.is_empty() || raw.len() > BUSINESS_KEY_LEN_MAX {
-            return Err(malformed("business key", raw, "must be 1 to 200 characters"));
+            return Err(malformed(
+                "business key",
+                raw,
+                "must be 1 to 200 characters",
+            ));
         }
         if !raw.chars().all(is_token_char) {
-            return Err(malformed("business key", raw, "may hold only letters, digits and _ - . : /"));
+            return Err(malformed(
+                "business key",
+                raw,
+                "may hold only letters, digits and _ - . : /",
+            ));
         }
         Ok(BusinessKey(raw.to_string()))
     }
@@ -151,10 +176,18 @@ impl IdempotencyKey {
     /// Parses a stored key.
     pub fn parse(raw: &str) -> Result<Self, IdError> {
         if raw.is_empty() || raw.len() > IDEMPOTENCY_KEY_LEN_MAX {
-            return Err(malformed("idempotency key", raw, "must be 1 to 255 characters"));
+            return Err(malformed(
+                "idempotency key",
+                raw,
+                "must be 1 to 255 characters",
+            ));
         }
         if !raw.chars().all(is_token_char) {
-            return Err(malformed("idempotency key", raw, "may hold only letters, digits and _ - . : /"));
+            return Err(malformed(
+                "idempotency key",
+                raw,
+                "may hold only letters, digits and _ - . : /",
+            ));
         }
         Ok(IdempotencyKey(raw.to_string()))
     }
@@ -175,7 +208,13 @@ mod tests {
 
     #[test]
     fn malformed_operation_ids_are_refused() {
-        for bad in ["", "op_", "op_123", "pi_0123456789abcdef0123456789abcdef", "op_0123456789ABCDEF0123456789ABCDEF"] {
+        for bad in [
+            "",
+            "op_",
+            "op_123",
+            "pi_0123456789abcdef0123456789abcdef",
+            "op_0123456789ABCDEF0123456789ABCDEF",
+        ] {
             assert!(OperationId::parse(bad).is_err(), "{bad} should be refused");
         }
     }

@@ -39,7 +39,8 @@ impl Gauge {
 }
 
 /// Upper bounds of the latency buckets, in milliseconds.
-pub const LATENCY_BUCKETS_MS: [u64; 12] = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 5_000, 30_000];
+pub const LATENCY_BUCKETS_MS: [u64; 12] =
+    [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 5_000, 30_000];
 
 /// A latency histogram with fixed millisecond buckets.
 #[derive(Debug, Default)]
@@ -88,11 +89,19 @@ impl Exposition {
         self.header(name, help, "histogram");
         for (i, bound) in LATENCY_BUCKETS_MS.iter().enumerate() {
             let le = *bound as f64 / 1000.0;
-            let _ = writeln!(self.0, "{name}_bucket{{le=\"{le}\"}} {}", h.buckets[i].load(Ordering::Relaxed));
+            let _ = writeln!(
+                self.0,
+                "{name}_bucket{{le=\"{le}\"}} {}",
+                h.buckets[i].load(Ordering::Relaxed)
+            );
         }
         let count = h.count.load(Ordering::Relaxed);
         let _ = writeln!(self.0, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(self.0, "{name}_sum {}", h.sum_ms.load(Ordering::Relaxed) as f64 / 1000.0);
+        let _ = writeln!(
+            self.0,
+            "{name}_sum {}",
+            h.sum_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        );
         let _ = writeln!(self.0, "{name}_count {count}");
         self
     }
@@ -109,7 +118,11 @@ impl Exposition {
 }
 
 fn braces(labels: &str) -> String {
-    if labels.is_empty() { String::new() } else { format!("{{{labels}}}") }
+    if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    }
 }
 
 #[cfg(test)]
@@ -123,8 +136,18 @@ mod tests {
         h.observe_ms(700);
         let mut e = Exposition::default();
         e.counter("payonce_claims_total", "Claims.", "", 7)
-            .gauge("payonce_operations", "Rows per state.", "status=\"ready\"", 2)
-            .gauge("payonce_operations", "Rows per state.", "status=\"unknown\"", 1)
+            .gauge(
+                "payonce_operations",
+                "Rows per state.",
+                "status=\"ready\"",
+                2,
+            )
+            .gauge(
+                "payonce_operations",
+                "Rows per state.",
+                "status=\"unknown\"",
+                1,
+            )
             .histogram("payonce_submit_seconds", "Submit latency.", &h);
         let text = e.finish();
         assert!(text.contains("payonce_claims_total 7\n"));

@@ -69,7 +69,10 @@ impl Currency {
         CURRENCIES
             .iter()
             .find(|(code, _)| *code == lower)
-            .map(|(code, exponent)| Currency { code, exponent: *exponent })
+            .map(|(code, exponent)| Currency {
+                code,
+                exponent: *exponent,
+            })
             .ok_or_else(|| MoneyError::UnknownCurrency(raw.to_string()))
     }
 
@@ -113,7 +116,10 @@ impl Money {
         if amount_minor > AMOUNT_MINOR_MAX {
             return Err(MoneyError::TooLarge(amount_minor));
         }
-        Ok(Money { amount_minor, currency })
+        Ok(Money {
+            amount_minor,
+            currency,
+        })
     }
 
     /// The amount in minor units (cents for usd).
@@ -152,8 +158,14 @@ mod tests {
         assert_eq!(Currency::parse("USD").unwrap().code(), "usd");
         assert_eq!(Currency::parse("jpy").unwrap().exponent(), 0);
         assert_eq!(Currency::parse("kwd").unwrap().exponent(), 3);
-        assert!(matches!(Currency::parse("xxx"), Err(MoneyError::UnknownCurrency(_))));
-        assert!(matches!(Currency::parse(""), Err(MoneyError::UnknownCurrency(_))));
+        assert!(matches!(
+            Currency::parse("xxx"),
+            Err(MoneyError::UnknownCurrency(_))
+        ));
+        assert!(matches!(
+            Currency::parse(""),
+            Err(MoneyError::UnknownCurrency(_))
+        ));
     }
 
     #[test]
@@ -161,13 +173,23 @@ mod tests {
         let usd = Currency::parse("usd").unwrap();
         assert_eq!(Money::new(0, usd), Err(MoneyError::NotPositive(0)));
         assert_eq!(Money::new(-5, usd), Err(MoneyError::NotPositive(-5)));
-        assert_eq!(Money::new(AMOUNT_MINOR_MAX + 1, usd), Err(MoneyError::TooLarge(AMOUNT_MINOR_MAX + 1)));
-        assert_eq!(Money::new(AMOUNT_MINOR_MAX, usd).unwrap().amount_minor(), AMOUNT_MINOR_MAX);
+        assert_eq!(
+            Money::new(AMOUNT_MINOR_MAX + 1, usd),
+            Err(MoneyError::TooLarge(AMOUNT_MINOR_MAX + 1))
+        );
+        assert_eq!(
+            Money::new(AMOUNT_MINOR_MAX, usd).unwrap().amount_minor(),
+            AMOUNT_MINOR_MAX
+        );
     }
 
     #[test]
     fn display_uses_the_currency_exponent() {
-        let m = |a, c| Money::new(a, Currency::parse(c).unwrap()).unwrap().display();
+        let m = |a, c| {
+            Money::new(a, Currency::parse(c).unwrap())
+                .unwrap()
+                .display()
+        };
         assert_eq!(m(2048, "usd"), "20.48 USD");
         assert_eq!(m(5, "eur"), "0.05 EUR");
         assert_eq!(m(1500, "jpy"), "1500 JPY");

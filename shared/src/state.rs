@@ -67,9 +67,11 @@ impl Status {
     pub fn is_terminal(&self) -> bool {
         match self {
             Status::Succeeded | Status::Failed | Status::Rejected | Status::Cancelled => true,
-            Status::AwaitingApproval | Status::Ready | Status::Executing | Status::Unknown | Status::NeedsAttention => {
-                false
-            }
+            Status::AwaitingApproval
+            | Status::Ready
+            | Status::Executing
+            | Status::Unknown
+            | Status::NeedsAttention => false,
         }
     }
 }
@@ -368,7 +370,10 @@ mod tests {
         let mut checked = 0;
         for from in ALL_STATUSES {
             for event in ALL_EVENTS {
-                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|(_, _, to)| *to);
+                let expected = LEGAL
+                    .iter()
+                    .find(|(f, e, _)| *f == from && *e == event)
+                    .map(|(_, _, to)| *to);
                 match expected {
                     Some(to) => assert_eq!(transition(from, event), Ok(to), "{from:?} + {event:?}"),
                     None => assert_eq!(
@@ -388,7 +393,11 @@ mod tests {
         for from in ALL_STATUSES.into_iter().filter(Status::is_terminal) {
             for event in ALL_EVENTS {
                 if let Ok(to) = transition(from, event) {
-                    assert_eq!((event, to), (E::ConflictingReport, S::NeedsAttention), "{from:?} left by {event:?}");
+                    assert_eq!(
+                        (event, to),
+                        (E::ConflictingReport, S::NeedsAttention),
+                        "{from:?} left by {event:?}"
+                    );
                 }
             }
         }

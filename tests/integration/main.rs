@@ -1,12 +1,15 @@
 //! The one integration test binary: real processes, real Postgres, the simulator over real HTTP.
 //! Each area is a module; `support` holds the harness (databases, processes, waiting with deadlines).
 
+// Test code: helpers outside #[test] functions panic on failure by design.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 mod api;
 
 mod ledger_conformance;
+mod reconciler;
 mod simulator;
 mod stripe_adapter;
 mod worker;
-mod reconciler;

@@ -62,7 +62,9 @@ impl WorkerConfig {
             return Err("the renewal interval must be shorter than the lease TTL".into());
         }
         if self.submit_timeout >= self.shutdown_grace + self.lease_ttl {
-            return Err("the submit timeout must end before a lease could lapse during shutdown".into());
+            return Err(
+                "the submit timeout must end before a lease could lapse during shutdown".into(),
+            );
         }
         if self.attempt_max < 1 {
             return Err("attempt_max must be at least 1".into());
@@ -75,9 +77,17 @@ impl WorkerConfig {
 pub fn owner_name(role: &str) -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
         .unwrap_or_else(|| "host".into());
-    format!("{role}-{host}-{}-{}", std::process::id(), payonce_shared::id::random_hex(3))
+    format!(
+        "{role}-{host}-{}-{}",
+        std::process::id(),
+        payonce_shared::id::random_hex(3)
+    )
 }
 
 #[cfg(test)]

@@ -53,7 +53,13 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, String> {
         config.validate()?;
-        Ok(Worker { ledger, processor, clock, config, metrics: Arc::new(WorkerMetrics::default()) })
+        Ok(Worker {
+            ledger,
+            processor,
+            clock,
+            config,
+            metrics: Arc::new(WorkerMetrics::default()),
+        })
     }
 
     /// The worker's counters.
@@ -65,7 +71,15 @@ impl Worker {
     /// were claimed. For tests and `--once` runs; the daemon overlaps batches instead.
     pub async fn run_once(&self) -> Result<usize, payonce_shared::ledger::LedgerError> {
         let now = self.clock.now_ms();
-        let claimed = self.ledger.claim(&self.config.owner, self.config.batch_size, self.lease_ttl_ms(), now).await?;
+        let claimed = self
+            .ledger
+            .claim(
+                &self.config.owner,
+                self.config.batch_size,
+                self.lease_ttl_ms(),
+                now,
+            )
+            .await?;
         let n = claimed.len();
         self.metrics.claimed.add(n as u64);
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
@@ -103,8 +117,19 @@ impl Worker {
                 permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
             };
             let free = 1 + slots.available_permits();
-            let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.config.batch_size);
-            let claimed = match self.ledger.claim(&self.config.owner, want, self.lease_ttl_ms(), self.clock.now_ms()).await {
+            let want = u32::try_from(free)
+                .unwrap_or(u32::MAX)
+                .min(self.config.batch_size);
+            let claimed = match self
+                .ledger
+                .claim(
+                    &self.config.owner,
+                    want,
+                    self.lease_ttl_ms(),
+                    self.clock.now_ms(),
+                )
+                .await
+            {
                 Ok(c) => c,
                 Err(error) => {
                     tracing::warn!(%error, "claim failed; pausing");
@@ -124,7 +149,11 @@ impl Worker {
             summary.claimed += claimed.len() as u64;
             self.metrics.claimed.add(claimed.len() as u64);
             let extra = u32::try_from(claimed.len() - 1).unwrap_or(0);
-            let more = if extra > 0 { slots.clone().acquire_many_owned(extra).await.ok() } else { None };
+            let more = if extra > 0 {
+                slots.clone().acquire_many_owned(extra).await.ok()
+            } else {
+                None
+            };
             let this = self.clone();
             let tx = record_tx.clone();
             let stop = stop_rx.clone();
@@ -141,14 +170,20 @@ impl Worker {
         })
         .await;
         if drained.is_err() {
-            tracing::warn!("shutdown grace elapsed with submissions in flight; their leases will lapse to the reconciler");
+            tracing::warn!(
+                "shutdown grace elapsed with submissions in flight; their leases will lapse to the reconciler"
+            );
             batches.abort_all();
         }
         drop(record_tx);
         let _ = tokio::time::timeout(self.config.shutdown_grace, recorder).await;
         renewer.abort();
         summary.released = self.metrics.released.get();
-        tracing::info!(claimed = summary.claimed, released = summary.released, "worker stopped");
+        tracing::info!(
+            claimed = summary.claimed,
+            released = summary.released,
+            "worker stopped"
+        );
         summary
     }
 
@@ -158,7 +193,12 @@ impl Worker {
 
     /// One claimed batch: checks, one commit recording every submission start, then concurrent
     /// submissions whose outcomes go to the recorder.
-    async fn batch(&self, claimed: Vec<Operation>, tx: mpsc::Sender<Pending>, stop: watch::Receiver<bool>) {
+    async fn batch(
+        &self,
+        claimed: Vec<Operation>,
+        tx: mpsc::Sender<Pending>,
+        stop: watch::Receiver<bool>,
+    ) {
         let claimed_at = Instant::now();
         failpoint::hit(FailPoint::AfterClaim);
         if *stop.borrow() {
@@ -171,7 +211,12 @@ impl Worker {
             match precheck(&op, now) {
                 Some(rejection) => {
                     tracing::info!(operation = %op.id, tenant = %op.tenant, "rejected before submission: {rejection:?}");
-                    let _ = tx.send(Pending { op, recorded: rejection }).await;
+                    let _ = tx
+                        .send(Pending {
+                            op,
+                            recorded: rejection,
+                        })
+                        .await;
                 }
                 None => to_submit.push(op),
             }
@@ -179,8 +224,15 @@ impl Worker {
         if to_submit.is_empty() {
             return;
         }
-        let keys: Vec<(OperationId, i64)> = to_submit.iter().map(|o| (o.id.clone(), o.attempt)).collect();
-        let marked = match self.ledger.mark_submitting_batch(&keys, self.clock.now_ms()).await {
+        let keys: Vec<(OperationId, i64)> = to_submit
+            .iter()
+            .map(|o| (o.id.clone(), o.attempt))
+            .collect();
+        let marked = match self
+            .ledger
+            .mark_submitting_batch(&keys, self.clock.now_ms())
+            .await
+        {
             Ok(m) => m,
             Err(error) => {
                 // Nothing was sent; the leases lapse and the reconciler re-queues them.
@@ -195,7 +247,9 @@ impl Worker {
                 explain_fenced(&self.ledger, &self.metrics, &op).await;
                 continue;
             }
-            self.metrics.claim_to_submit.observe_ms(u64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
+            self.metrics
+                .claim_to_submit
+                .observe_ms(u64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
             let processor = self.processor.clone();
             let clock = self.clock.clone();
             let config = self.config.clone();
@@ -207,7 +261,9 @@ impl Worker {
                 async move {
                     let started = Instant::now();
                     let outcome = submit(processor.as_ref(), &op, config.submit_timeout).await;
-                    metrics.submit_latency.observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+                    metrics.submit_latency.observe_ms(
+                        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    );
                     if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
                         failpoint::hit(FailPoint::AfterProcessorAccepted);
                     }
@@ -223,9 +279,15 @@ impl Worker {
 
     async fn release_all(&self, claimed: &[Operation]) {
         for op in claimed {
-            match self.ledger.release(&op.id, op.attempt, &self.config.owner, self.clock.now_ms()).await {
+            match self
+                .ledger
+                .release(&op.id, op.attempt, &self.config.owner, self.clock.now_ms())
+                .await
+            {
                 Ok(()) => self.metrics.released.inc(),
-                Err(error) => tracing::warn!(operation = %op.id, %error, "could not release; the lease will lapse"),
+                Err(error) => {
+                    tracing::warn!(operation = %op.id, %error, "could not release; the lease will lapse")
+                }
             }
         }
     }
@@ -246,12 +308,19 @@ impl Worker {
     }
 
     async fn record(&self, batch: Vec<Pending>) {
-        let items: Vec<_> = batch.iter().map(|p| (p.op.id.clone(), p.op.attempt, p.recorded.clone())).collect();
+        let items: Vec<_> = batch
+            .iter()
+            .map(|p| (p.op.id.clone(), p.op.attempt, p.recorded.clone()))
+            .collect();
         // The outcome is the one fact we must not drop: retry through ledger outages for as long as
         // the lease could still be ours; after that the reconciler owns the row.
         let deadline = Instant::now() + self.config.lease_ttl;
         let results = loop {
-            match self.ledger.record_batch(&items, &self.config.owner, self.clock.now_ms()).await {
+            match self
+                .ledger
+                .record_batch(&items, &self.config.owner, self.clock.now_ms())
+                .await
+            {
                 Ok(r) => break r,
                 Err(error) if Instant::now() < deadline => {
                     tracing::warn!(%error, n = items.len(), "recording outcomes failed; retrying");
@@ -282,7 +351,11 @@ impl Worker {
                 _ = stop.changed() => {}
             }
             // Renewal continues through shutdown so in-flight submissions keep their leases.
-            if let Err(error) = self.ledger.renew(&self.config.owner, self.lease_ttl_ms(), self.clock.now_ms()).await {
+            if let Err(error) = self
+                .ledger
+                .renew(&self.config.owner, self.lease_ttl_ms(), self.clock.now_ms())
+                .await
+            {
                 tracing::warn!(%error, "lease renewal failed");
             }
         }

@@ -14,19 +14,33 @@ use std::time::Duration;
 /// Re-checks, server-side, everything a submission depends on. `Some` is the rejection to record;
 /// nothing external has happened.
 pub fn precheck(op: &Operation, now_ms: i64) -> Option<Recorded> {
-    let reject = |code: &str, message: &str| Some(Recorded::Rejected { code: code.into(), message: message.into() });
+    let reject = |code: &str, message: &str| {
+        Some(Recorded::Rejected {
+            code: code.into(),
+            message: message.into(),
+        })
+    };
     if op.details.hash() != op.details_hash {
-        return reject("details_changed", "the stored details no longer match their hash");
+        return reject(
+            "details_changed",
+            "the stored details no longer match their hash",
+        );
     }
     let Some(approved) = &op.approved_hash else {
-        return reject("approval_missing", "no approval is recorded for this operation");
+        return reject(
+            "approval_missing",
+            "no approval is recorded for this operation",
+        );
     };
     if *approved != op.details_hash {
         return reject("approval_mismatch", "the approval is for different details");
     }
     match op.approval_expires_at_ms {
         Some(expiry) if expiry > now_ms => None,
-        _ => reject("approval_expired", "the approval expired before the payment was submitted"),
+        _ => reject(
+            "approval_expired",
+            "the approval expired before the payment was submitted",
+        ),
     }
 }
 
@@ -45,20 +59,38 @@ pub fn retry_delay(config: &WorkerConfig, attempt: i64) -> Duration {
 }
 
 /// Maps a submission outcome to the fenced write that records it.
-pub fn to_recorded(outcome: SubmitOutcome, attempt: i64, config: &WorkerConfig, now_ms: i64) -> Recorded {
+pub fn to_recorded(
+    outcome: SubmitOutcome,
+    attempt: i64,
+    config: &WorkerConfig,
+    now_ms: i64,
+) -> Recorded {
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     match outcome {
         SubmitOutcome::Succeeded { reference, result } => Recorded::Succeeded { reference, result },
-        SubmitOutcome::Declined { code, message, reference } => Recorded::Failed { code, message, reference },
+        SubmitOutcome::Declined {
+            code,
+            message,
+            reference,
+        } => Recorded::Failed {
+            code,
+            message,
+            reference,
+        },
         SubmitOutcome::NotSubmitted { reason } if attempt >= config.attempt_max => {
-            Recorded::Exhausted { reason: format!("{reason} (attempt {attempt} of {})", config.attempt_max) }
+            Recorded::Exhausted {
+                reason: format!("{reason} (attempt {attempt} of {})", config.attempt_max),
+            }
         }
-        SubmitOutcome::NotSubmitted { reason } => {
-            Recorded::RetryLater { reason, available_at_ms: now_ms + ms(retry_delay(config, attempt)) }
-        }
-        SubmitOutcome::Unknown { reason, reference } => {
-            Recorded::Unknown { reason, reference, next_check_at_ms: now_ms + ms(config.first_check_delay) }
-        }
+        SubmitOutcome::NotSubmitted { reason } => Recorded::RetryLater {
+            reason,
+            available_at_ms: now_ms + ms(retry_delay(config, attempt)),
+        },
+        SubmitOutcome::Unknown { reason, reference } => Recorded::Unknown {
+            reason,
+            reference,
+            next_check_at_ms: now_ms + ms(config.first_check_delay),
+        },
     }
 }
 
@@ -73,7 +105,10 @@ pub async fn submit(processor: &dyn Processor, op: &Operation, timeout: Duration
     };
     match tokio::time::timeout(timeout, processor.submit(&request)).await {
         Ok(outcome) => outcome,
-        Err(_) => SubmitOutcome::Unknown { reason: format!("no answer within {timeout:?}"), reference: None },
+        Err(_) => SubmitOutcome::Unknown {
+            reason: format!("no answer within {timeout:?}"),
+            reference: None,
+        },
     }
 }
 
@@ -85,7 +120,9 @@ pub fn count(metrics: &WorkerMetrics, recorded: &Recorded) {
         Recorded::RetryLater { .. } => metrics.retried.inc(),
         Recorded::Unknown { .. } => metrics.unknown.inc(),
         Recorded::Rejected { .. } => metrics.rejected.inc(),
-        Recorded::Exhausted { .. } | Recorded::NeedsAttention { .. } => metrics.needs_attention.inc(),
+        Recorded::Exhausted { .. } | Recorded::NeedsAttention { .. } => {
+            metrics.needs_attention.inc()
+        }
     }
 }
 
@@ -103,7 +140,9 @@ pub async fn explain_fenced(ledger: &SharedLedger, metrics: &WorkerMetrics, op: 
             tracing::warn!(operation = %op.id, attempt = op.attempt, current_attempt = now.attempt,
                 status = now.status.as_str(), "lease lost; the outcome was not recorded by this worker");
         }
-        Err(error) => tracing::warn!(operation = %op.id, %error, "could not read the row after a fenced write"),
+        Err(error) => {
+            tracing::warn!(operation = %op.id, %error, "could not read the row after a fenced write")
+        }
     }
 }
 
@@ -120,19 +159,29 @@ pub async fn execute_one(
     let actor = config.owner.as_str();
     if let Some(rejection) = precheck(op, clock.now_ms()) {
         count(metrics, &rejection);
-        return Ok(ledger.record(&op.id, op.attempt, &rejection, actor, clock.now_ms()).await?.status);
+        return Ok(ledger
+            .record(&op.id, op.attempt, &rejection, actor, clock.now_ms())
+            .await?
+            .status);
     }
-    ledger.mark_submitting(&op.id, op.attempt, clock.now_ms()).await?;
+    ledger
+        .mark_submitting(&op.id, op.attempt, clock.now_ms())
+        .await?;
     failpoint::hit(FailPoint::AfterSubmissionRecorded);
     let started = std::time::Instant::now();
     let outcome = submit(processor, op, config.submit_timeout).await;
-    metrics.submit_latency.observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    metrics
+        .submit_latency
+        .observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
     if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
         failpoint::hit(FailPoint::AfterProcessorAccepted);
     }
     let recorded = to_recorded(outcome, op.attempt, config, clock.now_ms());
     count(metrics, &recorded);
-    match ledger.record(&op.id, op.attempt, &recorded, actor, clock.now_ms()).await {
+    match ledger
+        .record(&op.id, op.attempt, &recorded, actor, clock.now_ms())
+        .await
+    {
         Ok(row) => Ok(row.status),
         Err(LedgerError::Fenced { .. }) => {
             explain_fenced(ledger, metrics, op).await;
@@ -150,23 +199,60 @@ mod tests {
     fn not_submitted_retries_with_growing_bounded_delay_then_exhausts() {
         let config = WorkerConfig::new("w");
         let now = 1_000_000;
-        let delay = |attempt| match to_recorded(SubmitOutcome::NotSubmitted { reason: "refused".into() }, attempt, &config, now) {
-            Recorded::RetryLater { available_at_ms, .. } => available_at_ms - now,
+        let delay = |attempt| match to_recorded(
+            SubmitOutcome::NotSubmitted {
+                reason: "refused".into(),
+            },
+            attempt,
+            &config,
+            now,
+        ) {
+            Recorded::RetryLater {
+                available_at_ms, ..
+            } => available_at_ms - now,
             other => panic!("expected a retry, got {other:?}"),
         };
         let first = delay(1);
         assert!((500..=1_000).contains(&first), "first delay {first} ms");
         assert!(delay(4) >= 4_000, "delays grow");
-        let last = to_recorded(SubmitOutcome::NotSubmitted { reason: "refused".into() }, config.attempt_max, &config, now);
+        let last = to_recorded(
+            SubmitOutcome::NotSubmitted {
+                reason: "refused".into(),
+            },
+            config.attempt_max,
+            &config,
+            now,
+        );
         assert!(matches!(last, Recorded::Exhausted { .. }));
     }
 
     #[test]
     fn unknown_is_scheduled_for_a_check_and_declines_fail() {
         let config = WorkerConfig::new("w");
-        let unknown = to_recorded(SubmitOutcome::Unknown { reason: "timeout".into(), reference: None }, 1, &config, 10);
-        assert!(matches!(unknown, Recorded::Unknown { next_check_at_ms: 2_010, .. }));
-        let declined = SubmitOutcome::Declined { code: "card_declined".into(), message: "no".into(), reference: None };
-        assert!(matches!(to_recorded(declined, 1, &config, 10), Recorded::Failed { .. }));
+        let unknown = to_recorded(
+            SubmitOutcome::Unknown {
+                reason: "timeout".into(),
+                reference: None,
+            },
+            1,
+            &config,
+            10,
+        );
+        assert!(matches!(
+            unknown,
+            Recorded::Unknown {
+                next_check_at_ms: 2_010,
+                ..
+            }
+        ));
+        let declined = SubmitOutcome::Declined {
+            code: "card_declined".into(),
+            message: "no".into(),
+            reference: None,
+        };
+        assert!(matches!(
+            to_recorded(declined, 1, &config, 10),
+            Recorded::Failed { .. }
+        ));
     }
 }

@@ -34,18 +34,76 @@ pub struct WorkerMetrics {
 impl WorkerMetrics {
     /// Appends the worker's metrics.
     pub fn render(&self, e: &mut Exposition) {
-        e.counter("payonce_worker_claimed_total", "Operations claimed.", "", self.claimed.get());
+        e.counter(
+            "payonce_worker_claimed_total",
+            "Operations claimed.",
+            "",
+            self.claimed.get(),
+        );
         let outcomes = "Outcomes recorded by the worker.";
-        e.counter("payonce_worker_outcomes_total", outcomes, "outcome=\"succeeded\"", self.succeeded.get())
-            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"failed\"", self.failed.get())
-            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"retry\"", self.retried.get())
-            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"unknown\"", self.unknown.get())
-            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"rejected\"", self.rejected.get())
-            .counter("payonce_worker_outcomes_total", outcomes, "outcome=\"needs_attention\"", self.needs_attention.get());
-        e.counter("payonce_worker_lost_leases_total", "Fenced writes that lost.", "", self.lost_leases.get());
-        e.counter("payonce_worker_already_recorded_total", "Outcomes someone else recorded first.", "", self.already_recorded.get());
-        e.counter("payonce_worker_released_total", "Leases given back at shutdown.", "", self.released.get());
-        e.histogram("payonce_worker_submit_seconds", "Processor submission latency.", &self.submit_latency);
-        e.histogram("payonce_worker_claim_to_submit_seconds", "Claim to submission latency.", &self.claim_to_submit);
+        e.counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"succeeded\"",
+            self.succeeded.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"failed\"",
+            self.failed.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"retry\"",
+            self.retried.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"unknown\"",
+            self.unknown.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"rejected\"",
+            self.rejected.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"needs_attention\"",
+            self.needs_attention.get(),
+        );
+        e.counter(
+            "payonce_worker_lost_leases_total",
+            "Fenced writes that lost.",
+            "",
+            self.lost_leases.get(),
+        );
+        e.counter(
+            "payonce_worker_already_recorded_total",
+            "Outcomes someone else recorded first.",
+            "",
+            self.already_recorded.get(),
+        );
+        e.counter(
+            "payonce_worker_released_total",
+            "Leases given back at shutdown.",
+            "",
+            self.released.get(),
+        );
+        e.histogram(
+            "payonce_worker_submit_seconds",
+            "Processor submission latency.",
+            &self.submit_latency,
+        );
+        e.histogram(
+            "payonce_worker_claim_to_submit_seconds",
+            "Claim to submission latency.",
+            &self.claim_to_submit,
+        );
     }
 }

@@ -8,15 +8,23 @@ use super::LedgerError;
 pub(crate) type Migration = (i64, &'static str, &'static str);
 
 /// Postgres migrations, in order.
-pub(crate) const POSTGRES: &[Migration] =
-    &[(1, "ledger", include_str!("../../../migrations/postgres/0001_ledger.sql"))];
+pub(crate) const POSTGRES: &[Migration] = &[(
+    1,
+    "ledger",
+    include_str!("../../../migrations/postgres/0001_ledger.sql"),
+)];
 /// SQLite migrations, in order.
-pub(crate) const SQLITE: &[Migration] = &[(1, "ledger", include_str!("../../../migrations/sqlite/0001_ledger.sql"))];
+pub(crate) const SQLITE: &[Migration] = &[(
+    1,
+    "ledger",
+    include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+)];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
      name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
 const APPLIED: &str = "SELECT version FROM payonce_migrations ORDER BY version";
-const RECORD: &str = "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)";
+const RECORD: &str =
+    "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)";
 
 macro_rules! migrate_on {
     ($conn:expr, $migrations:expr, $now_ms:expr) => {{
@@ -36,7 +44,12 @@ macro_rules! migrate_on {
             }
             let mut tx = conn.begin().await?;
             sqlx::raw_sql(*body).execute(&mut *tx).await?;
-            sqlx::query(RECORD).bind(*version).bind(*name).bind($now_ms).execute(&mut *tx).await?;
+            sqlx::query(RECORD)
+                .bind(*version)
+                .bind(*name)
+                .bind($now_ms)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             ran += 1;
         }
@@ -45,16 +58,28 @@ macro_rules! migrate_on {
 }
 
 /// Applies pending Postgres migrations under an advisory lock, so concurrent starters agree.
-pub(crate) async fn postgres(conn: &mut sqlx::PgConnection, now_ms: i64) -> Result<u32, LedgerError> {
+pub(crate) async fn postgres(
+    conn: &mut sqlx::PgConnection,
+    now_ms: i64,
+) -> Result<u32, LedgerError> {
     // An arbitrary constant naming payonce's migration lock.
     const LOCK_KEY: i64 = 0x7061_796f_6e63;
-    sqlx::query("SELECT pg_advisory_lock($1)").bind(LOCK_KEY).execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *conn)
+        .await?;
     let result = migrate_on!(&mut *conn, POSTGRES, now_ms);
-    sqlx::query("SELECT pg_advisory_unlock($1)").bind(LOCK_KEY).execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *conn)
+        .await?;
     result
 }
 
 /// Applies pending SQLite migrations (one writer at a time by SQLite's own locking).
-pub(crate) async fn sqlite(conn: &mut sqlx::SqliteConnection, now_ms: i64) -> Result<u32, LedgerError> {
+pub(crate) async fn sqlite(
+    conn: &mut sqlx::SqliteConnection,
+    now_ms: i64,
+) -> Result<u32, LedgerError> {
     migrate_on!(&mut *conn, SQLITE, now_ms)
 }

@@ -5,15 +5,16 @@
 //! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
 
 mod migrate;
-pub mod report;
-mod sql;
 pub mod postgres;
 mod record;
+pub mod report;
+mod sql;
 pub mod sqlite;
 mod store;
 
 pub use record::{
-    ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role, StatusCount,
+    ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,
+    StatusCount,
 };
 
 use crate::details::{Details, DetailsHash};
@@ -259,23 +260,51 @@ pub trait Ledger: Send + Sync {
     /// The newest unrevoked approval of the operation, if any.
     async fn latest_approval(&self, id: &OperationId) -> Result<Option<Approval>, LedgerError>;
     /// Withdraws an operation that has not started executing.
-    async fn cancel(&self, tenant: &TenantId, id: &OperationId, actor: &str, now_ms: i64)
-    -> Result<Operation, LedgerError>;
+    async fn cancel(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError>;
 
     /// Claims up to `batch` ready operations for `owner` with a lease; bumps each attempt.
-    async fn claim(&self, owner: &str, batch: u32, lease_ttl_ms: i64, now_ms: i64)
-    -> Result<Vec<Claimed>, LedgerError>;
+    async fn claim(
+        &self,
+        owner: &str,
+        batch: u32,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<Claimed>, LedgerError>;
     /// Extends every unexpired lease `owner` holds; returns the (id, attempt) pairs still held.
-    async fn renew(&self, owner: &str, lease_ttl_ms: i64, now_ms: i64)
-    -> Result<Vec<(OperationId, i64)>, LedgerError>;
+    async fn renew(
+        &self,
+        owner: &str,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<(OperationId, i64)>, LedgerError>;
     /// Records, committed, that a request is about to leave for the processor. Fenced; refused
     /// once the lease has expired.
-    async fn mark_submitting(&self, id: &OperationId, attempt: i64, now_ms: i64) -> Result<(), LedgerError>;
+    async fn mark_submitting(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
     /// Records a batch of `mark_submitting` in one transaction; returns which succeeded.
-    async fn mark_submitting_batch(&self, items: &[(OperationId, i64)], now_ms: i64)
-    -> Result<Vec<bool>, LedgerError>;
+    async fn mark_submitting_batch(
+        &self,
+        items: &[(OperationId, i64)],
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError>;
     /// Gives the lease back before anything was sent (shutdown). Fenced.
-    async fn release(&self, id: &OperationId, attempt: i64, actor: &str, now_ms: i64) -> Result<(), LedgerError>;
+    async fn release(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
     /// Records an outcome, fenced by `attempt` and `status = 'executing'`.
     async fn record(
         &self,
@@ -295,11 +324,20 @@ pub trait Ledger: Send + Sync {
     ) -> Result<Vec<bool>, LedgerError>;
 
     /// Expired leases, oldest first (served by a partial index).
-    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<ExpiredLease>, LedgerError>;
+    async fn expired_leases(
+        &self,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ExpiredLease>, LedgerError>;
     /// Moves an expired lease on: back to `ready` if nothing was submitted, to `unknown` if a
     /// submission was recorded. Fenced by the attempt the sweep saw.
-    async fn expire_lease(&self, lease: &ExpiredLease, actor: &str, now_ms: i64, next_check_at_ms: i64)
-    -> Result<Status, LedgerError>;
+    async fn expire_lease(
+        &self,
+        lease: &ExpiredLease,
+        actor: &str,
+        now_ms: i64,
+        next_check_at_ms: i64,
+    ) -> Result<Status, LedgerError>;
     /// Unknown operations whose check is due, soonest first (served by a partial index).
     async fn due_for_check(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, LedgerError>;
     /// Schedules the next check of an unknown operation. Fenced by status and attempt.
@@ -322,11 +360,22 @@ pub trait Ledger: Send + Sync {
         now_ms: i64,
     ) -> Result<Claimed, LedgerError>;
     /// Moves an `unknown` operation to `needs_attention` with the reason. Fenced.
-    async fn escalate(&self, id: &OperationId, attempt: i64, reason: &str, actor: &str, now_ms: i64)
-    -> Result<(), LedgerError>;
+    async fn escalate(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        reason: &str,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
     /// Applies a processor report in any arrival order, per the state machine.
-    async fn apply_report(&self, id: &OperationId, report: &Report, source: &str, now_ms: i64)
-    -> Result<Applied, LedgerError>;
+    async fn apply_report(
+        &self,
+        id: &OperationId,
+        report: &Report,
+        source: &str,
+        now_ms: i64,
+    ) -> Result<Applied, LedgerError>;
     /// On-call resolution of an `unknown` or `needs_attention` operation; the reason is recorded.
     async fn resolve(
         &self,
@@ -360,8 +409,13 @@ pub trait Ledger: Send + Sync {
         now_ms: i64,
     ) -> Result<bool, LedgerError>;
     /// Records what applying a stored webhook did.
-    async fn mark_processor_event(&self, processor: &str, event_id: &str, outcome: &str, now_ms: i64)
-    -> Result<(), LedgerError>;
+    async fn mark_processor_event(
+        &self,
+        processor: &str,
+        event_id: &str,
+        outcome: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
     /// Records a provider tool call for correlation (never identity).
     async fn record_tool_call(
         &self,
@@ -373,7 +427,10 @@ pub trait Ledger: Send + Sync {
         now_ms: i64,
     ) -> Result<(), LedgerError>;
     /// Tool calls recorded for an operation: (provider, provider call id, tool).
-    async fn tool_calls(&self, id: &OperationId) -> Result<Vec<(String, Option<String>, String)>, LedgerError>;
+    async fn tool_calls(
+        &self,
+        id: &OperationId,
+    ) -> Result<Vec<(String, Option<String>, String)>, LedgerError>;
 
     /// Waits until new work may be ready (an approval was committed here or, on Postgres, anywhere),
     /// or until `max_wait` passes. Callers still poll: a wake-up can be missed.
@@ -381,8 +438,13 @@ pub trait Ledger: Send + Sync {
 
     /// Takes or renews the named maintenance lease (e.g. `sweep`) for `owner`; false if another
     /// owner holds an unexpired one.
-    async fn try_maintenance_lease(&self, name: &str, owner: &str, ttl_ms: i64, now_ms: i64)
-    -> Result<bool, LedgerError>;
+    async fn try_maintenance_lease(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, LedgerError>;
     /// Gives a maintenance lease back.
     async fn drop_maintenance_lease(&self, name: &str, owner: &str) -> Result<(), LedgerError>;
 
@@ -401,10 +463,14 @@ pub(crate) fn bounded(detail: &str) -> String {
 /// runs its migrations.
 pub async fn connect(url: &str, max_connections: u32) -> Result<SharedLedger, LedgerError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PostgresLedger::connect(url, max_connections).await?))
+        Ok(Arc::new(
+            postgres::PostgresLedger::connect(url, max_connections).await?,
+        ))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
     } else {
-        Err(LedgerError::Limit(format!("unsupported database URL {url:?}: expected postgres:// or sqlite:")))
+        Err(LedgerError::Limit(format!(
+            "unsupported database URL {url:?}: expected postgres:// or sqlite:"
+        )))
     }
 }

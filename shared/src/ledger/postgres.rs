@@ -44,13 +44,19 @@ impl PostgresLedger {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .after_release(|conn, _meta| Box::pin(async move { Ok(!still_in_transaction(conn).await) }))
+            .after_release(|conn, _meta| {
+                Box::pin(async move { Ok(!still_in_transaction(conn).await) })
+            })
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
         migrate::postgres(&mut conn, SystemClock.now_ms()).await?;
         drop(conn);
-        Ok(PostgresLedger { pool, ready: Arc::new(Notify::new()), listening: Arc::new(AtomicBool::new(false)) })
+        Ok(PostgresLedger {
+            pool,
+            ready: Arc::new(Notify::new()),
+            listening: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// The pool, for tests and benchmarks that inspect the database directly.
@@ -68,7 +74,9 @@ impl PostgresLedger {
             loop {
                 match listen(&pool, &ready).await {
                     Ok(()) => return,
-                    Err(error) => tracing::warn!(%error, "LISTEN connection failed; polling until it is back"),
+                    Err(error) => {
+                        tracing::warn!(%error, "LISTEN connection failed; polling until it is back")
+                    }
                 }
                 tokio::time::sleep(LISTEN_RETRY).await;
             }
@@ -101,7 +109,10 @@ async fn still_in_transaction(conn: &mut sqlx::PgConnection) -> bool {
     if conn.is_in_transaction() {
         return true;
     }
-    match sqlx::raw_sql("SAVEPOINT payonce_release_probe").execute(&mut *conn).await {
+    match sqlx::raw_sql("SAVEPOINT payonce_release_probe")
+        .execute(&mut *conn)
+        .await
+    {
         Ok(_) => true,
         // 25P01 no_active_sql_transaction: the healthy case.
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P01") => false,

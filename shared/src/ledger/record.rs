@@ -242,7 +242,8 @@ where
         business_key: BusinessKey::parse(&s("business_key")?).map_err(corrupt)?,
         details: Details::parse(&raw).map_err(corrupt)?,
         details_hash: DetailsHash::parse(&s("details_hash")?).map_err(corrupt)?,
-        status: Status::parse(&status_raw).ok_or_else(|| corrupt(format!("unknown status {status_raw}")))?,
+        status: Status::parse(&status_raw)
+            .ok_or_else(|| corrupt(format!("unknown status {status_raw}")))?,
         attempt: i("attempt")?,
         lease_owner: os("lease_owner")?,
         lease_expires_at_ms: oi("lease_expires_at")?,
@@ -252,13 +253,19 @@ where
         last_submitted_at_ms: oi("last_submitted_at")?,
         submit_count: i("submit_count")?,
         external_ref: os("external_ref")?,
-        result: os("result")?.map(|r| serde_json::from_str(&r)).transpose().map_err(corrupt)?,
+        result: os("result")?
+            .map(|r| serde_json::from_str(&r))
+            .transpose()
+            .map_err(corrupt)?,
         failure_code: os("failure_code")?,
         failure_message: os("failure_message")?,
         available_at_ms: i("available_at")?,
         next_check_at_ms: oi("next_check_at")?,
         check_count: i("check_count")?,
-        approved_hash: os("approved_hash")?.map(|h| DetailsHash::parse(&h)).transpose().map_err(corrupt)?,
+        approved_hash: os("approved_hash")?
+            .map(|h| DetailsHash::parse(&h))
+            .transpose()
+            .map_err(corrupt)?,
         approved_by: os("approved_by")?,
         approval_expires_at_ms: oi("approval_expires_at")?,
         created_at_ms: i("created_at")?,

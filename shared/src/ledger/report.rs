@@ -63,7 +63,11 @@ pub enum Plan {
 }
 
 /// Decides what a processor report does to the row as read.
-pub fn plan_report(current: &Operation, report: &Report, source: &str) -> Result<Plan, LedgerError> {
+pub fn plan_report(
+    current: &Operation,
+    report: &Report,
+    source: &str,
+) -> Result<Plan, LedgerError> {
     use Status as S;
     let status = current.status;
     let stored = format!(
@@ -78,7 +82,9 @@ pub fn plan_report(current: &Operation, report: &Report, source: &str) -> Result
     };
     let conflict = |what: &str| -> Result<Plan, LedgerError> {
         transition(status, Event::ConflictingReport)?;
-        Ok(Plan::Conflict { detail: format!("{source} reports {what}; {stored}") })
+        Ok(Plan::Conflict {
+            detail: format!("{source} reports {what}; {stored}"),
+        })
     };
     match report {
         Report::Succeeded { reference, result } => match status {
@@ -105,7 +111,11 @@ pub fn plan_report(current: &Operation, report: &Report, source: &str) -> Result
             }),
             S::AwaitingApproval | S::Ready => Ok(note(&format!("succeeded as {reference}"))),
         },
-        Report::Failed { code, message, reference } => match status {
+        Report::Failed {
+            code,
+            message,
+            reference,
+        } => match status {
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorFailed)?;
                 Ok(Plan::Fail {
@@ -128,7 +138,11 @@ pub fn plan_report(current: &Operation, report: &Report, source: &str) -> Result
 }
 
 /// Decides what an on-call resolution does; the reason is mandatory.
-pub fn plan_resolution(current: &Operation, resolution: &Resolution, reason: &str) -> Result<Plan, LedgerError> {
+pub fn plan_resolution(
+    current: &Operation,
+    resolution: &Resolution,
+    reason: &str,
+) -> Result<Plan, LedgerError> {
     let reason = reason.trim();
     if reason.is_empty() {
         return Err(LedgerError::Limit("a resolution needs a reason".into()));
@@ -143,7 +157,9 @@ pub fn plan_resolution(current: &Operation, resolution: &Resolution, reason: &st
     match resolution {
         Resolution::Succeeded { reference } => {
             if reference.trim().is_empty() {
-                return Err(LedgerError::Limit("resolving as succeeded needs the processor reference".into()));
+                return Err(LedgerError::Limit(
+                    "resolving as succeeded needs the processor reference".into(),
+                ));
             }
             let to = transition(current.status, Event::ResolveSucceeded)?;
             Ok(Plan::Succeed {
@@ -167,7 +183,9 @@ pub fn plan_resolution(current: &Operation, resolution: &Resolution, reason: &st
         }
         Resolution::RetrySameKey => {
             transition(current.status, Event::ResolveRetry)?;
-            Ok(Plan::Retry { detail: reason.to_string() })
+            Ok(Plan::Retry {
+                detail: reason.to_string(),
+            })
         }
     }
 }

@@ -8,10 +8,13 @@ pub const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, busin
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'awaiting_approval', 0, $13, $14, 'create', $15, NULL, $14, $14) \
      ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
 
-pub const SELECT_BY_BUSINESS_KEY: &str = "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
-pub const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
+pub const SELECT_BY_BUSINESS_KEY: &str =
+    "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
+pub const SELECT_BY_ID_IN_TENANT: &str =
+    "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 pub const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
-pub const SELECT_EVENTS: &str = "SELECT * FROM operation_events WHERE operation_id = $1 ORDER BY id";
+pub const SELECT_EVENTS: &str =
+    "SELECT * FROM operation_events WHERE operation_id = $1 ORDER BY id";
 
 pub const APPROVE: &str = "UPDATE operations SET status = 'ready', approved_hash = $3, approved_by = $4, \
      approval_expires_at = $5, available_at = $6, updated_at = $6, last_event = 'approve', last_actor = $4, \
@@ -134,8 +137,7 @@ pub const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_h
 
 pub const INSERT_PROCESSOR_EVENT: &str = "INSERT INTO processor_events (processor, event_id, event_type, \
      operation_id, payload, received_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (processor, event_id) DO NOTHING";
-pub const MARK_PROCESSOR_EVENT: &str =
-    "UPDATE processor_events SET applied_at = $3, outcome = $4 WHERE processor = $1 AND event_id = $2";
+pub const MARK_PROCESSOR_EVENT: &str = "UPDATE processor_events SET applied_at = $3, outcome = $4 WHERE processor = $1 AND event_id = $2";
 pub const INSERT_TOOL_CALL: &str = "INSERT INTO tool_calls (tenant_id, operation_id, provider, provider_call_id, \
      tool, at) VALUES ($1, $2, $3, $4, $5, $6)";
 pub const SELECT_TOOL_CALLS: &str =
@@ -146,4 +148,5 @@ pub const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND r
 pub const TRY_MAINTENANCE_LEASE: &str = "INSERT INTO maintenance_leases (name, owner, expires_at) VALUES ($1, $2, $3) \
      ON CONFLICT (name) DO UPDATE SET owner = $2, expires_at = $3 \
      WHERE maintenance_leases.expires_at <= $4 OR maintenance_leases.owner = $2";
-pub const DROP_MAINTENANCE_LEASE: &str = "DELETE FROM maintenance_leases WHERE name = $1 AND owner = $2";
+pub const DROP_MAINTENANCE_LEASE: &str =
+    "DELETE FROM maintenance_leases WHERE name = $1 AND owner = $2";

@@ -46,13 +46,18 @@ impl SqliteLedger {
             // An in-memory database lives as long as its one connection: never let it be reaped.
             .idle_timeout(None)
             .max_lifetime(None)
-            .after_release(|conn, _meta| Box::pin(async move { Ok(!still_in_transaction(conn).await) }))
+            .after_release(|conn, _meta| {
+                Box::pin(async move { Ok(!still_in_transaction(conn).await) })
+            })
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
         migrate::sqlite(&mut conn, SystemClock.now_ms()).await?;
         drop(conn);
-        Ok(SqliteLedger { pool, ready: Arc::new(Notify::new()) })
+        Ok(SqliteLedger {
+            pool,
+            ready: Arc::new(Notify::new()),
+        })
     }
 
     /// The pool, for tests that inspect the database directly.

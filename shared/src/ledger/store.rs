@@ -921,7 +921,11 @@ macro_rules! write_plan {
         let from = current.status.as_str();
         match $plan {
             Plan::Nothing(applied) => Some(applied),
-            Plan::Note { event, detail, applied } => {
+            Plan::Note {
+                event,
+                detail,
+                applied,
+            } => {
                 sqlx::query(sql::NOTE)
                     .bind(id)
                     .bind(now_ms)
@@ -932,7 +936,13 @@ macro_rules! write_plan {
                     .await?;
                 Some(applied)
             }
-            Plan::Succeed { event, reference, result, detail, applied } => sqlx::query(sql::SET_SUCCEEDED)
+            Plan::Succeed {
+                event,
+                reference,
+                result,
+                detail,
+                applied,
+            } => sqlx::query(sql::SET_SUCCEEDED)
                 .bind(id)
                 .bind(current.attempt)
                 .bind(from)
@@ -945,7 +955,14 @@ macro_rules! write_plan {
                 .fetch_optional(&mut *exec)
                 .await?
                 .map(|_| applied),
-            Plan::Fail { event, reference, code, message, detail, applied } => sqlx::query(sql::SET_FAILED)
+            Plan::Fail {
+                event,
+                reference,
+                code,
+                message,
+                detail,
+                applied,
+            } => sqlx::query(sql::SET_FAILED)
                 .bind(id)
                 .bind(current.attempt)
                 .bind(from)

@@ -18,13 +18,17 @@ pub fn payonce_bin() -> &'static str {
 /// A Postgres ledger on a database of its own.
 pub async fn postgres_ledger() -> (SharedLedger, String) {
     let url = postgres::fresh_database().await;
-    let ledger = ledger::connect(&url, 20).await.expect("connect to the test database");
+    let ledger = ledger::connect(&url, 20)
+        .await
+        .expect("connect to the test database");
     (ledger, url)
 }
 
 /// A private in-memory SQLite ledger.
 pub async fn sqlite_ledger() -> SharedLedger {
-    ledger::connect("sqlite::memory:", 1).await.expect("open in-memory sqlite")
+    ledger::connect("sqlite::memory:", 1)
+        .await
+        .expect("open in-memory sqlite")
 }
 
 /// Both stores, for the conformance suite: every test runs against each.
@@ -43,7 +47,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -69,7 +76,12 @@ pub fn details(invoice: &str, amount: i64, payment_method: &str) -> Details {
 }
 
 /// Creates and approves an operation for `invoice`; returns it in `ready`.
-pub async fn ready_operation(ledger: &SharedLedger, invoice: &str, payment_method: &str, now_ms: i64) -> Operation {
+pub async fn ready_operation(
+    ledger: &SharedLedger,
+    invoice: &str,
+    payment_method: &str,
+    now_ms: i64,
+) -> Operation {
     let d = details(invoice, 2048, payment_method);
     let hash = d.hash();
     let created = ledger

@@ -13,8 +13,13 @@ const THROWAWAY_PORT: u16 = 55432;
 pub async fn fresh_database() -> String {
     let admin = admin_url().await;
     let name = format!("payonce_t_{}", payonce_shared::id::random_hex(8));
-    let mut conn = sqlx::PgConnection::connect(&admin).await.expect("connect to the admin database");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to the admin database");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     conn.close().await.ok();
     match admin.rsplit_once('/') {
         Some((base, _)) => format!("{base}/{name}"),
@@ -34,7 +39,10 @@ async fn reachable(url: &str) -> bool {
 
 async fn admin_url() -> String {
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        assert!(reachable(&url).await, "DATABASE_URL={url} is set but not reachable");
+        assert!(
+            reachable(&url).await,
+            "DATABASE_URL={url} is set but not reachable"
+        );
         return url;
     }
     if reachable(LOCAL_SERVER).await {
@@ -51,7 +59,9 @@ async fn admin_url() -> String {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("started a throwaway Postgres cluster on port {THROWAWAY_PORT} but cannot connect to it");
+    panic!(
+        "started a throwaway Postgres cluster on port {THROWAWAY_PORT} but cannot connect to it"
+    );
 }
 
 fn postgres_bin_dir() -> Option<PathBuf> {
@@ -81,15 +91,36 @@ fn start_throwaway_cluster() {
             .args(args)
             .status()
             .expect("run runuser");
-        assert!(status.success(), "throwaway Postgres command failed: {status}");
+        assert!(
+            status.success(),
+            "throwaway Postgres command failed: {status}"
+        );
     };
     if !dir.join("PG_VERSION").exists() {
         std::fs::create_dir_all(&dir).unwrap();
-        let _ = Command::new("chown").args(["postgres:postgres"]).arg(&dir).status();
+        let _ = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&dir)
+            .status();
         let d = dir.to_string_lossy().to_string();
-        as_postgres(bin.join("initdb"), &["-D", &d, "-A", "trust", "-U", "postgres"]);
+        as_postgres(
+            bin.join("initdb"),
+            &["-D", &d, "-A", "trust", "-U", "postgres"],
+        );
     }
     let d = dir.to_string_lossy().to_string();
     let opts = format!("-p {THROWAWAY_PORT} -k {d} -c listen_addresses=127.0.0.1 -c fsync=off");
-    as_postgres(bin.join("pg_ctl"), &["-D", &d, "-o", &opts, "-l", &format!("{d}/log"), "-w", "start"]);
+    as_postgres(
+        bin.join("pg_ctl"),
+        &[
+            "-D",
+            &d,
+            "-o",
+            &opts,
+            "-l",
+            &format!("{d}/log"),
+            "-w",
+            "start",
+        ],
+    );
 }

@@ -35,13 +35,26 @@ pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
 
 /// Payments the simulator holds for one operation (by metadata).
 pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
-    audit(sim).await.iter().filter(|p| p["metadata"]["payonce_operation_id"] == operation).count()
+    audit(sim)
+        .await
+        .iter()
+        .filter(|p| p["metadata"]["payonce_operation_id"] == operation)
+        .count()
 }
 
 /// Arms simulator faults (a JSON array of rules).
 pub async fn arm_faults(sim: &Simulator, rules: serde_json::Value) {
-    let r = reqwest::Client::new().post(format!("{}/_sim/faults", sim.base_url())).json(&rules).send().await.unwrap();
-    assert!(r.status().is_success(), "arming faults failed: {}", r.text().await.unwrap());
+    let r = reqwest::Client::new()
+        .post(format!("{}/_sim/faults", sim.base_url()))
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_success(),
+        "arming faults failed: {}",
+        r.text().await.unwrap()
+    );
 }
 
 /// Spawns `payonce worker` against `database_url` and `sim` with extra environment.
@@ -63,7 +76,13 @@ pub fn worker_process(database_url: &str, sim: &Simulator, env: &[(&str, &str)])
 /// Sends SIGTERM and waits for the exit status.
 pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let pid = child.id().expect("child still running");
-    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
-    tokio::time::timeout(Duration::from_secs(40), child.wait()).await.expect("worker exits within its grace").unwrap()
+    tokio::time::timeout(Duration::from_secs(40), child.wait())
+        .await
+        .expect("worker exits within its grace")
+        .unwrap()
 }
