@@ -4,7 +4,8 @@
 use crate::support::{self, details, every_store, ready_operation, tenant};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
-    Applied, LedgerError, ListFilter, NewApproval, NewOperation, Recorded, Report, Resolution, SharedLedger,
+    Applied, LedgerError, ListFilter, NewApproval, NewOperation, Recorded, Report, Resolution,
+    SharedLedger,
 };
 use payonce_shared::state::Status;
 use std::collections::HashSet;
@@ -36,23 +37,42 @@ where
 #[tokio::test]
 async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() {
     for_each_store(|ledger| async move {
-        let first = ledger.create_or_get(new_op("INV-1", 2048), T0).await.unwrap();
+        let first = ledger
+            .create_or_get(new_op("INV-1", 2048), T0)
+            .await
+            .unwrap();
         assert!(first.inserted);
         assert_eq!(first.operation.status, Status::AwaitingApproval);
         assert_eq!(first.operation.attempt, 0);
-        let again = ledger.create_or_get(new_op("INV-1", 2048), T0 + 1).await.unwrap();
+        let again = ledger
+            .create_or_get(new_op("INV-1", 2048), T0 + 1)
+            .await
+            .unwrap();
         assert!(!again.inserted);
-        assert_eq!(again.operation.id, first.operation.id, "same business key and details: same operation");
-        assert_eq!(again.operation.idempotency_key, first.operation.idempotency_key);
+        assert_eq!(
+            again.operation.id, first.operation.id,
+            "same business key and details: same operation"
+        );
+        assert_eq!(
+            again.operation.idempotency_key,
+            first.operation.idempotency_key
+        );
         let changed = ledger.create_or_get(new_op("INV-1", 9999), T0 + 2).await;
         match changed {
             Err(LedgerError::Conflict { existing }) => assert_eq!(existing, first.operation.id),
             other => panic!("expected a conflict, got {other:?}"),
         }
         let stored = ledger.get(&tenant(), &first.operation.id).await.unwrap();
-        assert_eq!(stored.details.money().amount_minor(), 2048, "a conflict never updates");
+        assert_eq!(
+            stored.details.money().amount_minor(),
+            2048,
+            "a conflict never updates"
+        );
         let other_tenant = payonce_shared::id::TenantId::parse("globex").unwrap();
-        assert!(matches!(ledger.get(&other_tenant, &first.operation.id).await, Err(LedgerError::NotFound)));
+        assert!(matches!(
+            ledger.get(&other_tenant, &first.operation.id).await,
+            Err(LedgerError::NotFound)
+        ));
         let events = ledger.events(&first.operation.id).await.unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event, "create");
@@ -64,7 +84,11 @@ async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() 
 #[tokio::test]
 async fn approval_binds_to_the_details_hash() {
     for_each_store(|ledger| async move {
-        let op = ledger.create_or_get(new_op("INV-2", 2048), T0).await.unwrap().operation;
+        let op = ledger
+            .create_or_get(new_op("INV-2", 2048), T0)
+            .await
+            .unwrap()
+            .operation;
         let wrong = details("INV-2", 2049, "pm_card_visa").hash();
         let approval = |hash| NewApproval {
             details_hash: hash,
@@ -73,14 +97,33 @@ async fn approval_binds_to_the_details_hash() {
             expires_at_ms: T0 + 60_000,
         };
         let refused = ledger.approve(&tenant(), &op.id, approval(wrong), T0).await;
-        assert!(matches!(refused, Err(LedgerError::ApprovalMismatch)), "{refused:?}");
-        assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::AwaitingApproval);
-        let approved = ledger.approve(&tenant(), &op.id, approval(op.details_hash.clone()), T0).await.unwrap();
+        assert!(
+            matches!(refused, Err(LedgerError::ApprovalMismatch)),
+            "{refused:?}"
+        );
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::AwaitingApproval
+        );
+        let approved = ledger
+            .approve(&tenant(), &op.id, approval(op.details_hash.clone()), T0)
+            .await
+            .unwrap();
         assert_eq!(approved.status, Status::Ready);
         assert!(approved.approval_valid_at(T0 + 1));
-        assert!(!approved.approval_valid_at(T0 + 60_000), "expired at its expiry");
-        let twice = ledger.approve(&tenant(), &op.id, approval(op.details_hash.clone()), T0 + 5).await.unwrap();
-        assert_eq!(twice.status, Status::Ready, "approving twice is the same approval");
+        assert!(
+            !approved.approval_valid_at(T0 + 60_000),
+            "expired at its expiry"
+        );
+        let twice = ledger
+            .approve(&tenant(), &op.id, approval(op.details_hash.clone()), T0 + 5)
+            .await
+            .unwrap();
+        assert_eq!(
+            twice.status,
+            Status::Ready,
+            "approving twice is the same approval"
+        );
         let stored = ledger.latest_approval(&op.id).await.unwrap().unwrap();
         assert_eq!(stored.details_hash, op.details_hash.as_str());
         assert_eq!(stored.method, "confirmation_page");
@@ -95,25 +138,69 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         let claimed = ledger.claim("worker-a", 10, LEASE_MS, T0).await.unwrap();
         assert_eq!(claimed.len(), 1);
         let c = &claimed[0];
-        assert_eq!((c.id.clone(), c.status, c.attempt), (op.id.clone(), Status::Executing, 1));
+        assert_eq!(
+            (c.id.clone(), c.status, c.attempt),
+            (op.id.clone(), Status::Executing, 1)
+        );
         assert_eq!(c.lease_owner.as_deref(), Some("worker-a"));
-        assert!(ledger.claim("worker-b", 10, LEASE_MS, T0).await.unwrap().is_empty(), "claimed once");
+        assert!(
+            ledger
+                .claim("worker-b", 10, LEASE_MS, T0)
+                .await
+                .unwrap()
+                .is_empty(),
+            "claimed once"
+        );
 
         ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
         // A stale attempt can neither mark nor record.
-        assert!(matches!(ledger.mark_submitting(&op.id, 0, T0 + 1).await, Err(LedgerError::Fenced { .. })));
-        let ok = Recorded::Succeeded { reference: "pi_1".into(), result: serde_json::json!({"id": "pi_1"}) };
-        assert!(matches!(ledger.record(&op.id, 2, &ok, "worker-a", T0 + 2).await, Err(LedgerError::Fenced { .. })));
-        let done = ledger.record(&op.id, 1, &ok, "worker-a", T0 + 2).await.unwrap();
+        assert!(matches!(
+            ledger.mark_submitting(&op.id, 0, T0 + 1).await,
+            Err(LedgerError::Fenced { .. })
+        ));
+        let ok = Recorded::Succeeded {
+            reference: "pi_1".into(),
+            result: serde_json::json!({"id": "pi_1"}),
+        };
+        assert!(matches!(
+            ledger.record(&op.id, 2, &ok, "worker-a", T0 + 2).await,
+            Err(LedgerError::Fenced { .. })
+        ));
+        let done = ledger
+            .record(&op.id, 1, &ok, "worker-a", T0 + 2)
+            .await
+            .unwrap();
         assert_eq!(done.status, Status::Succeeded);
         assert_eq!(done.external_ref.as_deref(), Some("pi_1"));
         assert_eq!(done.first_submitted_at_ms, Some(T0 + 1));
         assert_eq!(done.lease_owner, None);
         // Terminal: a second record loses.
-        let declined = Recorded::Failed { code: "card_declined".into(), message: "no".into(), reference: None };
-        assert!(matches!(ledger.record(&op.id, 1, &declined, "w", T0 + 3).await, Err(LedgerError::Fenced { .. })));
-        let events: Vec<String> = ledger.events(&op.id).await.unwrap().into_iter().map(|e| e.event).collect();
-        assert_eq!(events, ["create", "approve", "claim", "submission_started", "processor_succeeded"]);
+        let declined = Recorded::Failed {
+            code: "card_declined".into(),
+            message: "no".into(),
+            reference: None,
+        };
+        assert!(matches!(
+            ledger.record(&op.id, 1, &declined, "w", T0 + 3).await,
+            Err(LedgerError::Fenced { .. })
+        ));
+        let events: Vec<String> = ledger
+            .events(&op.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "create",
+                "approve",
+                "claim",
+                "submission_started",
+                "processor_succeeded"
+            ]
+        );
     })
     .await;
 }
@@ -127,32 +214,77 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         assert_eq!(claimed.len(), 2);
         // a: submission recorded then the worker vanished; b: vanished before submitting.
         ledger.mark_submitting(&a.id, 1, T0 + 3).await.unwrap();
-        assert!(ledger.expired_leases(T0 + 10, 100).await.unwrap().is_empty(), "not expired yet");
+        assert!(
+            ledger
+                .expired_leases(T0 + 10, 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "not expired yet"
+        );
         let renewed = ledger.renew("w", LEASE_MS, T0 + 10).await.unwrap();
         assert_eq!(renewed.len(), 2);
         let later = T0 + 10 + LEASE_MS;
         let expired = ledger.expired_leases(later, 100).await.unwrap();
         assert_eq!(expired.len(), 2);
-        assert!(matches!(ledger.mark_submitting(&b.id, 1, later).await, Err(LedgerError::Fenced { .. })),
-            "an expired lease may not start a submission");
+        assert!(
+            matches!(
+                ledger.mark_submitting(&b.id, 1, later).await,
+                Err(LedgerError::Fenced { .. })
+            ),
+            "an expired lease may not start a submission"
+        );
         for lease in &expired {
-            let to = ledger.expire_lease(lease, "reconciler", later, later + 1_000).await.unwrap();
-            let expected = if lease.id == a.id { Status::Unknown } else { Status::Ready };
+            let to = ledger
+                .expire_lease(lease, "reconciler", later, later + 1_000)
+                .await
+                .unwrap();
+            let expected = if lease.id == a.id {
+                Status::Unknown
+            } else {
+                Status::Ready
+            };
             assert_eq!(to, expected);
         }
-        assert_eq!(ledger.get(&tenant(), &a.id).await.unwrap().status, Status::Unknown);
+        assert_eq!(
+            ledger.get(&tenant(), &a.id).await.unwrap().status,
+            Status::Unknown
+        );
         let due = ledger.due_for_check(later + 1_000, 10).await.unwrap();
-        assert_eq!(due.iter().map(|o| o.id.clone()).collect::<Vec<_>>(), vec![a.id.clone()]);
+        assert_eq!(
+            due.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
+            vec![a.id.clone()]
+        );
         // b runs again at attempt 2, nothing reaches the processor: back to ready with a delay.
         let again = ledger.claim("w2", 10, LEASE_MS, later + 1).await.unwrap();
         assert_eq!((again.len(), again[0].attempt), (1, 2));
         ledger.mark_submitting(&b.id, 2, later + 2).await.unwrap();
-        let retry = Recorded::RetryLater { reason: "connection refused".into(), available_at_ms: later + 5_000 };
-        let op = ledger.record(&b.id, 2, &retry, "w2", later + 3).await.unwrap();
+        let retry = Recorded::RetryLater {
+            reason: "connection refused".into(),
+            available_at_ms: later + 5_000,
+        };
+        let op = ledger
+            .record(&b.id, 2, &retry, "w2", later + 3)
+            .await
+            .unwrap();
         assert_eq!(op.status, Status::Ready);
         assert_eq!(op.first_submitted_at_ms, None, "nothing ever left");
-        assert!(ledger.claim("w3", 10, LEASE_MS, later + 4_999).await.unwrap().is_empty(), "backoff respected");
-        assert_eq!(ledger.claim("w3", 10, LEASE_MS, later + 5_000).await.unwrap().len(), 1);
+        assert!(
+            ledger
+                .claim("w3", 10, LEASE_MS, later + 4_999)
+                .await
+                .unwrap()
+                .is_empty(),
+            "backoff respected"
+        );
+        assert_eq!(
+            ledger
+                .claim("w3", 10, LEASE_MS, later + 5_000)
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
     })
     .await;
 }
@@ -163,21 +295,55 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         let op = ready_operation(&ledger, "INV-5", "pm_card_visa", T0).await;
         ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
         ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
-        let unknown = Recorded::Unknown { reason: "timeout".into(), reference: None, next_check_at_ms: T0 + 100 };
-        ledger.record(&op.id, 1, &unknown, "w", T0 + 2).await.unwrap();
+        let unknown = Recorded::Unknown {
+            reason: "timeout".into(),
+            reference: None,
+            next_check_at_ms: T0 + 100,
+        };
+        ledger
+            .record(&op.id, 1, &unknown, "w", T0 + 2)
+            .await
+            .unwrap();
         // The reconciler retries with the same key under its own lease; that request is refused.
-        let c = ledger.claim_unknown(&op.id, 1, "reconciler", LEASE_MS, T0 + 200).await.unwrap();
+        let c = ledger
+            .claim_unknown(&op.id, 1, "reconciler", LEASE_MS, T0 + 200)
+            .await
+            .unwrap();
         assert_eq!(c.attempt, 2);
-        assert!(matches!(ledger.claim_unknown(&op.id, 1, "r2", LEASE_MS, T0 + 200).await, Err(LedgerError::Fenced { .. })));
+        assert!(matches!(
+            ledger
+                .claim_unknown(&op.id, 1, "r2", LEASE_MS, T0 + 200)
+                .await,
+            Err(LedgerError::Fenced { .. })
+        ));
         ledger.mark_submitting(&op.id, 2, T0 + 201).await.unwrap();
-        let retry = Recorded::RetryLater { reason: "connection refused".into(), available_at_ms: T0 + 300 };
-        let after = ledger.record(&op.id, 2, &retry, "reconciler", T0 + 202).await.unwrap();
-        assert_eq!(after.status, Status::Unknown, "attempt 1 may have reached the processor");
+        let retry = Recorded::RetryLater {
+            reason: "connection refused".into(),
+            available_at_ms: T0 + 300,
+        };
+        let after = ledger
+            .record(&op.id, 2, &retry, "reconciler", T0 + 202)
+            .await
+            .unwrap();
+        assert_eq!(
+            after.status,
+            Status::Unknown,
+            "attempt 1 may have reached the processor"
+        );
         assert_eq!(after.submit_count, 2);
         // Rejected would hide the earlier submission: it becomes needs_attention instead.
-        let c = ledger.claim_unknown(&op.id, 2, "reconciler", LEASE_MS, T0 + 400).await.unwrap();
-        let rejected = Recorded::Rejected { code: "approval_expired".into(), message: "expired".into() };
-        let after = ledger.record(&op.id, c.attempt, &rejected, "reconciler", T0 + 401).await.unwrap();
+        let c = ledger
+            .claim_unknown(&op.id, 2, "reconciler", LEASE_MS, T0 + 400)
+            .await
+            .unwrap();
+        let rejected = Recorded::Rejected {
+            code: "approval_expired".into(),
+            message: "expired".into(),
+        };
+        let after = ledger
+            .record(&op.id, c.attempt, &rejected, "reconciler", T0 + 401)
+            .await
+            .unwrap();
         assert_eq!(after.status, Status::NeedsAttention);
     })
     .await;
@@ -190,29 +356,80 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
         ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
         ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
         // The webhook beats the worker.
-        let ok = Report::Succeeded { reference: "pi_9".into(), result: serde_json::json!({"id": "pi_9"}) };
-        assert_eq!(ledger.apply_report(&op.id, &ok, "webhook", T0 + 2).await.unwrap(), Applied::Moved(Status::Succeeded));
-        assert_eq!(ledger.apply_report(&op.id, &ok, "webhook", T0 + 3).await.unwrap(), Applied::AlreadyKnown);
-        let late = Recorded::Succeeded { reference: "pi_9".into(), result: serde_json::json!({}) };
-        assert!(matches!(ledger.record(&op.id, 1, &late, "w", T0 + 4).await, Err(LedgerError::Fenced { .. })));
-        let failed = Report::Failed { code: "card_declined".into(), message: "declined".into(), reference: Some("pi_9".into()) };
-        assert_eq!(ledger.apply_report(&op.id, &failed, "webhook", T0 + 5).await.unwrap(), Applied::Conflict);
+        let ok = Report::Succeeded {
+            reference: "pi_9".into(),
+            result: serde_json::json!({"id": "pi_9"}),
+        };
+        assert_eq!(
+            ledger
+                .apply_report(&op.id, &ok, "webhook", T0 + 2)
+                .await
+                .unwrap(),
+            Applied::Moved(Status::Succeeded)
+        );
+        assert_eq!(
+            ledger
+                .apply_report(&op.id, &ok, "webhook", T0 + 3)
+                .await
+                .unwrap(),
+            Applied::AlreadyKnown
+        );
+        let late = Recorded::Succeeded {
+            reference: "pi_9".into(),
+            result: serde_json::json!({}),
+        };
+        assert!(matches!(
+            ledger.record(&op.id, 1, &late, "w", T0 + 4).await,
+            Err(LedgerError::Fenced { .. })
+        ));
+        let failed = Report::Failed {
+            code: "card_declined".into(),
+            message: "declined".into(),
+            reference: Some("pi_9".into()),
+        };
+        assert_eq!(
+            ledger
+                .apply_report(&op.id, &failed, "webhook", T0 + 5)
+                .await
+                .unwrap(),
+            Applied::Conflict
+        );
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
         assert_eq!(row.status, Status::NeedsAttention);
-        assert_eq!(row.external_ref.as_deref(), Some("pi_9"), "the stored result is kept");
-        assert!(row.failure_message.unwrap().contains("failure"), "the contradicting report is kept");
+        assert_eq!(
+            row.external_ref.as_deref(),
+            Some("pi_9"),
+            "the stored result is kept"
+        );
+        assert!(
+            row.failure_message.unwrap().contains("failure"),
+            "the contradicting report is kept"
+        );
         // On-call resolves with a reason.
         assert!(matches!(
-            ledger.resolve(&op.id, &Resolution::Failed, "oncall:ann", "  ", T0 + 6).await,
+            ledger
+                .resolve(&op.id, &Resolution::Failed, "oncall:ann", "  ", T0 + 6)
+                .await,
             Err(LedgerError::Limit(_))
         ));
         let fixed = ledger
-            .resolve(&op.id, &Resolution::Succeeded { reference: "pi_9".into() }, "oncall:ann", "checked dashboard", T0 + 7)
+            .resolve(
+                &op.id,
+                &Resolution::Succeeded {
+                    reference: "pi_9".into(),
+                },
+                "oncall:ann",
+                "checked dashboard",
+                T0 + 7,
+            )
             .await
             .unwrap();
         assert_eq!(fixed.status, Status::Succeeded);
         let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
-        assert_eq!((last.event.as_str(), last.actor.as_str()), ("resolve_succeeded", "oncall:ann"));
+        assert_eq!(
+            (last.event.as_str(), last.actor.as_str()),
+            ("resolve_succeeded", "oncall:ann")
+        );
         assert_eq!(last.detail.as_deref(), Some("checked dashboard"));
     })
     .await;
@@ -221,30 +438,101 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
 #[tokio::test]
 async fn cancel_listing_links_events_keys_and_limits() {
     for_each_store(|ledger| async move {
-        let op = ledger.create_or_get(new_op("INV-7", 100), T0).await.unwrap().operation;
-        let cancelled = ledger.cancel(&tenant(), &op.id, "service:test", T0 + 1).await.unwrap();
+        let op = ledger
+            .create_or_get(new_op("INV-7", 100), T0)
+            .await
+            .unwrap()
+            .operation;
+        let cancelled = ledger
+            .cancel(&tenant(), &op.id, "service:test", T0 + 1)
+            .await
+            .unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         let running = ready_operation(&ledger, "INV-7b", "pm_card_visa", T0).await;
         ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
         assert!(matches!(
-            ledger.cancel(&tenant(), &running.id, "service:test", T0 + 1).await,
-            Err(LedgerError::WrongState { status: Status::Executing, .. })
+            ledger
+                .cancel(&tenant(), &running.id, "service:test", T0 + 1)
+                .await,
+            Err(LedgerError::WrongState {
+                status: Status::Executing,
+                ..
+            })
         ));
         let listed = ledger
-            .list(&ListFilter { statuses: vec![Status::Cancelled], limit: 10, ..Default::default() })
+            .list(&ListFilter {
+                statuses: vec![Status::Cancelled],
+                limit: 10,
+                ..Default::default()
+            })
             .await
             .unwrap();
         assert_eq!(listed.len(), 1);
         let counts = ledger.count_by_status().await.unwrap();
-        assert!(counts.iter().any(|c| c.status == Status::Executing && c.count == 1));
-        assert!(matches!(ledger.claim("w", 0, LEASE_MS, T0).await, Err(LedgerError::Limit(_))));
-        assert!(matches!(ledger.claim("w", 1_001, LEASE_MS, T0).await, Err(LedgerError::Limit(_))));
-        assert!(matches!(ledger.list(&ListFilter { limit: 0, ..Default::default() }).await, Err(LedgerError::Limit(_))));
+        assert!(
+            counts
+                .iter()
+                .any(|c| c.status == Status::Executing && c.count == 1)
+        );
+        assert!(matches!(
+            ledger.claim("w", 0, LEASE_MS, T0).await,
+            Err(LedgerError::Limit(_))
+        ));
+        assert!(matches!(
+            ledger.claim("w", 1_001, LEASE_MS, T0).await,
+            Err(LedgerError::Limit(_))
+        ));
+        assert!(matches!(
+            ledger
+                .list(&ListFilter {
+                    limit: 0,
+                    ..Default::default()
+                })
+                .await,
+            Err(LedgerError::Limit(_))
+        ));
 
-        assert!(ledger.insert_processor_event("stripe", "evt_1", "payment_intent.succeeded", Some(&op.id), "{}", T0).await.unwrap());
-        assert!(!ledger.insert_processor_event("stripe", "evt_1", "payment_intent.succeeded", Some(&op.id), "{}", T0).await.unwrap());
-        ledger.record_tool_call(&tenant(), Some(&op.id), "openai", Some("call_1"), "pay_invoice", T0).await.unwrap();
-        assert_eq!(ledger.tool_calls(&op.id).await.unwrap()[0].1.as_deref(), Some("call_1"));
+        assert!(
+            ledger
+                .insert_processor_event(
+                    "stripe",
+                    "evt_1",
+                    "payment_intent.succeeded",
+                    Some(&op.id),
+                    "{}",
+                    T0
+                )
+                .await
+                .unwrap()
+        );
+        assert!(
+            !ledger
+                .insert_processor_event(
+                    "stripe",
+                    "evt_1",
+                    "payment_intent.succeeded",
+                    Some(&op.id),
+                    "{}",
+                    T0
+                )
+                .await
+                .unwrap()
+        );
+        ledger
+            .record_tool_call(
+                &tenant(),
+                Some(&op.id),
+                "openai",
+                Some("call_1"),
+                "pay_invoice",
+                T0,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.tool_calls(&op.id).await.unwrap()[0].1.as_deref(),
+            Some("call_1")
+        );
 
         let link = payonce_shared::ledger::ApprovalLink {
             token_hash: "h1".into(),
@@ -255,9 +543,15 @@ async fn cancel_listing_links_events_keys_and_limits() {
             used_at_ms: None,
         };
         ledger.create_approval_link(&link).await.unwrap();
-        assert!(!ledger.use_approval_link("h1", T0 + 1_000).await.unwrap(), "expired");
+        assert!(
+            !ledger.use_approval_link("h1", T0 + 1_000).await.unwrap(),
+            "expired"
+        );
         assert!(ledger.use_approval_link("h1", T0 + 10).await.unwrap());
-        assert!(!ledger.use_approval_link("h1", T0 + 11).await.unwrap(), "single use");
+        assert!(
+            !ledger.use_approval_link("h1", T0 + 11).await.unwrap(),
+            "single use"
+        );
     })
     .await;
 }
@@ -274,7 +568,10 @@ async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let batch = ledger.claim(&format!("w{w}"), 7, LEASE_MS, T0 + 1).await.unwrap();
+                let batch = ledger
+                    .claim(&format!("w{w}"), 7, LEASE_MS, T0 + 1)
+                    .await
+                    .unwrap();
                 if batch.is_empty() {
                     return mine;
                 }
@@ -299,7 +596,12 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let ledger = ledger.clone();
-        tasks.push(tokio::spawn(async move { ledger.create_or_get(new_op("INV-RACE", 2048), T0).await.unwrap() }));
+        tasks.push(tokio::spawn(async move {
+            ledger
+                .create_or_get(new_op("INV-RACE", 2048), T0)
+                .await
+                .unwrap()
+        }));
     }
     let mut ids = HashSet::new();
     let mut inserted = 0;
@@ -309,7 +611,13 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
         ids.insert(c.operation.id);
     }
     assert_eq!((ids.len(), inserted), (1, 1));
-    let listed = ledger.list(&ListFilter { limit: 100, ..Default::default() }).await.unwrap();
+    let listed = ledger
+        .list(&ListFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
 }
 
@@ -319,19 +627,35 @@ async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
     let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", T0).await;
     ledger.claim("zombie", 1, LEASE_MS, T0).await.unwrap();
     let expired = ledger.expired_leases(T0 + LEASE_MS, 10).await.unwrap();
-    ledger.expire_lease(&expired[0], "reconciler", T0 + LEASE_MS, T0 + LEASE_MS).await.unwrap();
-    let fresh = ledger.claim("fresh", 1, LEASE_MS, T0 + LEASE_MS + 1).await.unwrap();
+    ledger
+        .expire_lease(&expired[0], "reconciler", T0 + LEASE_MS, T0 + LEASE_MS)
+        .await
+        .unwrap();
+    let fresh = ledger
+        .claim("fresh", 1, LEASE_MS, T0 + LEASE_MS + 1)
+        .await
+        .unwrap();
     assert_eq!(fresh[0].attempt, 2);
     // The zombie wakes up and races the fresh worker: every zombie write loses.
-    let zombie = Recorded::Failed { code: "x".into(), message: "stale".into(), reference: None };
-    let fresh_ok = Recorded::Succeeded { reference: "pi_f".into(), result: serde_json::json!({}) };
+    let zombie = Recorded::Failed {
+        code: "x".into(),
+        message: "stale".into(),
+        reference: None,
+    };
+    let fresh_ok = Recorded::Succeeded {
+        reference: "pi_f".into(),
+        result: serde_json::json!({}),
+    };
     let (z, f) = tokio::join!(
         ledger.record(&op.id, 1, &zombie, "zombie", T0 + LEASE_MS + 2),
         ledger.record(&op.id, 2, &fresh_ok, "fresh", T0 + LEASE_MS + 2)
     );
     assert!(matches!(z, Err(LedgerError::Fenced { attempt: 1, .. })));
     assert_eq!(f.unwrap().status, Status::Succeeded);
-    assert!(matches!(ledger.mark_submitting(&op.id, 1, T0 + LEASE_MS + 3).await, Err(LedgerError::Fenced { .. })));
+    assert!(matches!(
+        ledger.mark_submitting(&op.id, 1, T0 + LEASE_MS + 3).await,
+        Err(LedgerError::Fenced { .. })
+    ));
 }
 
 /// sqlx 0.9 can return a connection to the pool inside an open transaction when a `begin()` future
@@ -344,13 +668,31 @@ async fn postgres_cancelled_begins_lose_no_writes() {
     let t = tenant();
     for i in 0..120 {
         let d = details(&format!("INV-X{i}"), 100, "pm_card_visa");
-        let op = ledger.create_or_get(NewOperation {
-            id: OperationId::generate(), tenant: tenant(),
-            business_key: BusinessKey::parse(&format!("x:{i}")).unwrap(), details: d.clone(), actor: "t".into(),
-        }, T0).await.unwrap().operation;
-        let approve = ledger.approve(&t, &op.id, NewApproval {
-            details_hash: d.hash(), approved_by: "c".into(), method: "t".into(), expires_at_ms: T0 + 1_000_000,
-        }, T0);
+        let op = ledger
+            .create_or_get(
+                NewOperation {
+                    id: OperationId::generate(),
+                    tenant: tenant(),
+                    business_key: BusinessKey::parse(&format!("x:{i}")).unwrap(),
+                    details: d.clone(),
+                    actor: "t".into(),
+                },
+                T0,
+            )
+            .await
+            .unwrap()
+            .operation;
+        let approve = ledger.approve(
+            &t,
+            &op.id,
+            NewApproval {
+                details_hash: d.hash(),
+                approved_by: "c".into(),
+                method: "t".into(),
+                expires_at_ms: T0 + 1_000_000,
+            },
+            T0,
+        );
         let budget = std::time::Duration::from_micros(50 + (i % 7) * 40);
         if tokio::time::timeout(budget, approve).await.is_err() {
             cancelled += 1;
@@ -358,12 +700,22 @@ async fn postgres_cancelled_begins_lose_no_writes() {
     }
     let mut written = Vec::new();
     for i in 0..200 {
-        written.push(ledger.create_or_get(new_op(&format!("INV-W{i}"), 100), T0).await.unwrap().operation.id);
+        written.push(
+            ledger
+                .create_or_get(new_op(&format!("INV-W{i}"), 100), T0)
+                .await
+                .unwrap()
+                .operation
+                .id,
+        );
     }
     // Read through fresh connections: every autocommit write must be visible.
     let reader = payonce_shared::ledger::connect(&url, 2).await.unwrap();
     for id in &written {
-        reader.get(&tenant(), id).await.unwrap_or_else(|e| panic!("write of {id} lost: {e}"));
+        reader
+            .get(&tenant(), id)
+            .await
+            .unwrap_or_else(|e| panic!("write of {id} lost: {e}"));
     }
     eprintln!("cancelled approvals: {cancelled}");
 }

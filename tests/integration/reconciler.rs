@@ -18,7 +18,12 @@ fn now() -> i64 {
     SystemClock.now_ms()
 }
 
-fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>, name: &str, margin: Duration) -> Reconciler {
+fn reconciler(
+    ledger: &SharedLedger,
+    processor: Arc<dyn Processor>,
+    name: &str,
+    margin: Duration,
+) -> Reconciler {
     let mut config = ReconcilerConfig::new(name);
     config.retry = WorkerConfig::new(name);
     config.check_backoff_base = Duration::from_millis(50);
@@ -28,15 +33,38 @@ fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>, name: &str, 
 
 /// Claims with a short lease and records a submission start, then leaves the row as a crashed
 /// worker would; with `submit` the request reaches the processor and its response is dropped.
-async fn crashed_mid_flight(ledger: &SharedLedger, sim: &Simulator, invoice: &str, submit: bool) -> Operation {
+async fn crashed_mid_flight(
+    ledger: &SharedLedger,
+    sim: &Simulator,
+    invoice: &str,
+    submit: bool,
+) -> Operation {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let claimed = ledger.claim("crashed-worker", 1, 300, now()).await.unwrap().remove(0);
+    let claimed = ledger
+        .claim("crashed-worker", 1, 300, now())
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(claimed.id, op.id);
-    ledger.mark_submitting(&claimed.id, claimed.attempt, now()).await.unwrap();
+    ledger
+        .mark_submitting(&claimed.id, claimed.attempt, now())
+        .await
+        .unwrap();
     if submit {
         processes::arm_faults(sim, serde_json::json!([{"match": op.id.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
-        let outcome = payonce_worker::execution::submit(processes::stripe(sim, None).as_ref(), &claimed, Duration::from_secs(5)).await;
-        assert!(matches!(outcome, payonce_shared::processor::SubmitOutcome::Unknown { .. }), "{outcome:?}");
+        let outcome = payonce_worker::execution::submit(
+            processes::stripe(sim, None).as_ref(),
+            &claimed,
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(
+            matches!(
+                outcome,
+                payonce_shared::processor::SubmitOutcome::Unknown { .. }
+            ),
+            "{outcome:?}"
+        );
         assert_eq!(payments_for(sim, op.id.as_str()).await, 1);
     }
     ledger.get(&tenant(), &op.id).await.unwrap()
@@ -55,58 +83,142 @@ async fn converge(ledger: &SharedLedger, rec: &Reconciler, op: &Operation) -> Op
 async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_key() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(&ledger, processes::stripe(&sim, None), "rec", Duration::from_secs(60));
+    let rec = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec",
+        Duration::from_secs(60),
+    );
     // Paid but the response was lost: found by lookup.
     let paid = ready_operation(&ledger, "INV-R1", "pm_card_visa", now()).await;
     let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger.mark_submitting(&c.id, c.attempt, now()).await.unwrap();
-    processes::arm_faults(&sim, serde_json::json!([{"match": paid.id.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
-    let outcome = payonce_worker::execution::submit(processes::stripe(&sim, None).as_ref(), &c, Duration::from_secs(5)).await;
-    let recorded = payonce_worker::to_recorded(outcome, c.attempt, &WorkerConfig::new("w"), now() - 10_000);
-    ledger.record(&c.id, c.attempt, &recorded, "w", now()).await.unwrap();
-    assert_eq!(ledger.get(&tenant(), &paid.id).await.unwrap().status, Status::Unknown);
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
+    processes::arm_faults(
+        &sim,
+        serde_json::json!([{"match": paid.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
+    )
+    .await;
+    let outcome = payonce_worker::execution::submit(
+        processes::stripe(&sim, None).as_ref(),
+        &c,
+        Duration::from_secs(5),
+    )
+    .await;
+    let recorded =
+        payonce_worker::to_recorded(outcome, c.attempt, &WorkerConfig::new("w"), now() - 10_000);
+    ledger
+        .record(&c.id, c.attempt, &recorded, "w", now())
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.get(&tenant(), &paid.id).await.unwrap().status,
+        Status::Unknown
+    );
     // Never submitted although recorded as started: not found, window open, same-key retry.
     let lost = ready_operation(&ledger, "INV-R2", "pm_card_visa", now()).await;
     let c2 = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger.mark_submitting(&c2.id, c2.attempt, now()).await.unwrap();
-    let unknown = payonce_shared::ledger::Recorded::Unknown { reason: "timeout".into(), reference: None, next_check_at_ms: now() };
-    ledger.record(&c2.id, c2.attempt, &unknown, "w", now()).await.unwrap();
+    ledger
+        .mark_submitting(&c2.id, c2.attempt, now())
+        .await
+        .unwrap();
+    let unknown = payonce_shared::ledger::Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: None,
+        next_check_at_ms: now(),
+    };
+    ledger
+        .record(&c2.id, c2.attempt, &unknown, "w", now())
+        .await
+        .unwrap();
 
     let dry = rec.sweep_once(true).await.unwrap();
     assert!(dry.dry_run && dry.actions.len() >= 2, "{dry:?}");
-    assert_eq!(ledger.get(&tenant(), &paid.id).await.unwrap().status, Status::Unknown, "a dry run writes nothing");
+    assert_eq!(
+        ledger.get(&tenant(), &paid.id).await.unwrap().status,
+        Status::Unknown,
+        "a dry run writes nothing"
+    );
 
     let report = rec.sweep_once(false).await.unwrap();
-    assert_eq!((report.resolved_succeeded, report.retried_same_key), (1, 1), "{report:?}");
+    assert_eq!(
+        (report.resolved_succeeded, report.retried_same_key),
+        (1, 1),
+        "{report:?}"
+    );
     for op in [&paid, &lost] {
-        assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::Succeeded);
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::Succeeded
+        );
         assert_eq!(payments_for(&sim, op.id.as_str()).await, 1, "{}", op.id);
     }
     let retried = ledger.get(&tenant(), &lost.id).await.unwrap();
-    assert_eq!(retried.idempotency_key, lost.idempotency_key, "never a new key");
+    assert_eq!(
+        retried.idempotency_key, lost.idempotency_key,
+        "never a new key"
+    );
     let audit = processes::audit(&sim).await;
-    let row = audit.iter().find(|p| p["metadata"]["payonce_operation_id"] == lost.id.as_str()).unwrap();
+    let row = audit
+        .iter()
+        .find(|p| p["metadata"]["payonce_operation_id"] == lost.id.as_str())
+        .unwrap();
     assert_eq!(row["idempotency_key"], lost.idempotency_key.as_str());
 }
 
 #[tokio::test]
 async fn expired_leases_split_on_submission_and_processing_payments_are_polled() {
     let (ledger, _) = support::postgres_ledger().await;
-    let sim = processes::simulator(SimulatorConfig { processing_settle: Duration::from_millis(600), ..Default::default() }).await;
-    let rec = reconciler(&ledger, processes::stripe(&sim, None), "rec", Duration::from_secs(60));
+    let sim = processes::simulator(SimulatorConfig {
+        processing_settle: Duration::from_millis(600),
+        ..Default::default()
+    })
+    .await;
+    let rec = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec",
+        Duration::from_secs(60),
+    );
     let a = ready_operation(&ledger, "INV-L1", "pm_card_visa", now()).await;
     let b = ready_operation(&ledger, "INV-L2", "pm_card_processing", now() + 1).await;
     let claimed = ledger.claim("w", 2, 100, now() + 2).await.unwrap();
     assert_eq!(claimed.len(), 2);
     // b was submitted and left processing at the processor; a never got further than the claim.
     let cb = claimed.iter().find(|c| c.id == b.id).unwrap();
-    ledger.mark_submitting(&cb.id, cb.attempt, now()).await.unwrap();
-    let outcome = payonce_worker::execution::submit(processes::stripe(&sim, None).as_ref(), cb, Duration::from_secs(5)).await;
-    assert!(matches!(outcome, payonce_shared::processor::SubmitOutcome::Unknown { reference: Some(_), .. }), "{outcome:?}");
+    ledger
+        .mark_submitting(&cb.id, cb.attempt, now())
+        .await
+        .unwrap();
+    let outcome = payonce_worker::execution::submit(
+        processes::stripe(&sim, None).as_ref(),
+        cb,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        matches!(
+            outcome,
+            payonce_shared::processor::SubmitOutcome::Unknown {
+                reference: Some(_),
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
     tokio::time::sleep(Duration::from_millis(150)).await;
     let report = rec.sweep_once(false).await.unwrap();
-    assert_eq!((report.requeued, report.marked_unknown), (1, 1), "{report:?}");
-    assert_eq!(ledger.get(&tenant(), &a.id).await.unwrap().status, Status::Ready);
+    assert_eq!(
+        (report.requeued, report.marked_unknown),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &a.id).await.unwrap().status,
+        Status::Ready
+    );
     let done = converge(&ledger, &rec, &b).await;
     assert_eq!(done.status, Status::Succeeded);
     assert!(done.check_count >= 1, "polled while processing");
@@ -117,9 +229,18 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
 async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
     let (ledger, _) = support::postgres_ledger().await;
     let retention = Duration::from_secs(2);
-    let sim = processes::simulator(SimulatorConfig { key_retention: retention, ..Default::default() }).await;
+    let sim = processes::simulator(SimulatorConfig {
+        key_retention: retention,
+        ..Default::default()
+    })
+    .await;
     let processor = processes::stripe(&sim, Some(retention));
-    let rec = reconciler(&ledger, processor.clone(), "rec", Duration::from_millis(200));
+    let rec = reconciler(
+        &ledger,
+        processor.clone(),
+        "rec",
+        Duration::from_millis(200),
+    );
     // Paid, response dropped, and the window closes before anyone looks: the lookup still finds it.
     let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
     // Submission recorded but nothing reached the processor; the window closes.
@@ -128,7 +249,11 @@ async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
     let a = converge(&ledger, &rec, &paid).await;
     let b = converge(&ledger, &rec, &never).await;
     assert_eq!(a.status, Status::Succeeded);
-    assert_eq!(b.status, Status::NeedsAttention, "a new submission after the window could pay twice");
+    assert_eq!(
+        b.status,
+        Status::NeedsAttention,
+        "a new submission after the window could pay twice"
+    );
     assert!(b.failure_message.unwrap().contains("retention window"));
     assert_eq!(payments_for(&sim, paid.id.as_str()).await, 1);
     assert_eq!(payments_for(&sim, never.id.as_str()).await, 0);
@@ -142,19 +267,47 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
     for i in 0..40 {
         let op = ready_operation(&ledger, &format!("INV-RR{i}"), "pm_card_visa", now()).await;
         let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-        ledger.mark_submitting(&c.id, c.attempt, now()).await.unwrap();
+        ledger
+            .mark_submitting(&c.id, c.attempt, now())
+            .await
+            .unwrap();
         if i % 2 == 0 {
             // Half reached the processor before the worker vanished.
-            let _ = payonce_worker::execution::submit(processes::stripe(&sim, None).as_ref(), &c, Duration::from_secs(5)).await;
+            let _ = payonce_worker::execution::submit(
+                processes::stripe(&sim, None).as_ref(),
+                &c,
+                Duration::from_secs(5),
+            )
+            .await;
         }
-        let unknown = payonce_shared::ledger::Recorded::Unknown { reason: "crash".into(), reference: None, next_check_at_ms: now() };
-        ledger.record(&c.id, c.attempt, &unknown, "w", now()).await.unwrap();
+        let unknown = payonce_shared::ledger::Recorded::Unknown {
+            reason: "crash".into(),
+            reference: None,
+            next_check_at_ms: now(),
+        };
+        ledger
+            .record(&c.id, c.attempt, &unknown, "w", now())
+            .await
+            .unwrap();
         ops.push(op);
     }
-    let r1 = reconciler(&ledger, processes::stripe(&sim, None), "rec-1", Duration::from_secs(60));
-    let r2 = reconciler(&ledger, processes::stripe(&sim, None), "rec-2", Duration::from_secs(60));
+    let r1 = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec-1",
+        Duration::from_secs(60),
+    );
+    let r2 = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec-2",
+        Duration::from_secs(60),
+    );
     // Ignore the sweep lease so both really race on the same rows.
-    ledger.drop_maintenance_lease("sweep", "nobody").await.unwrap();
+    ledger
+        .drop_maintenance_lease("sweep", "nobody")
+        .await
+        .unwrap();
     let (a, b) = tokio::join!(r1.sweep_once(false), r2.sweep_once(false));
     let (a, b) = (a.unwrap(), b.unwrap());
     eprintln!("{}\n{}", a.summary(), b.summary());
@@ -164,7 +317,12 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
         y.unwrap();
     }
     for op in &ops {
-        assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::Succeeded, "{}", op.id);
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::Succeeded,
+            "{}",
+            op.id
+        );
         assert_eq!(payments_for(&sim, op.id.as_str()).await, 1, "{}", op.id);
     }
 }
@@ -179,7 +337,10 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     let secrets = vec!["whsec_test".to_string()];
     let op = ready_operation(&ledger, "INV-WH", "pm_card_visa", now()).await;
     let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger.mark_submitting(&c.id, c.attempt, now()).await.unwrap();
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
     let event = |id: &str, kind: &str| {
         serde_json::json!({
             "id": id, "object": "event", "type": kind, "created": now() / 1000,
@@ -192,27 +353,87 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     // Out of order: succeeded arrives before created, and before the worker records anything.
     let succeeded = event("evt_2", "payment_intent.succeeded");
     let created = event("evt_1", "payment_intent.created");
-    let r = webhooks::ingest(&ledger, &secrets, Some(&signed("whsec_test", &succeeded)), succeeded.as_bytes(), now()).await.unwrap();
+    let r = webhooks::ingest(
+        &ledger,
+        &secrets,
+        Some(&signed("whsec_test", &succeeded)),
+        succeeded.as_bytes(),
+        now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.applied, Some(Applied::Moved(Status::Succeeded)));
-    let dup = webhooks::ingest(&ledger, &secrets, Some(&signed("whsec_test", &succeeded)), succeeded.as_bytes(), now()).await.unwrap();
+    let dup = webhooks::ingest(
+        &ledger,
+        &secrets,
+        Some(&signed("whsec_test", &succeeded)),
+        succeeded.as_bytes(),
+        now(),
+    )
+    .await
+    .unwrap();
     assert!(dup.duplicate);
     assert_eq!(dup.applied, Some(Applied::AlreadyKnown));
-    let r = webhooks::ingest(&ledger, &secrets, Some(&signed("whsec_test", &created)), created.as_bytes(), now()).await.unwrap();
+    let r = webhooks::ingest(
+        &ledger,
+        &secrets,
+        Some(&signed("whsec_test", &created)),
+        created.as_bytes(),
+        now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.applied, None, "created carries no outcome");
     // The worker's late record loses to the stored truth.
-    let late = payonce_shared::ledger::Recorded::Succeeded { reference: "pi_wh".into(), result: serde_json::json!({}) };
-    assert!(ledger.record(&c.id, c.attempt, &late, "w", now()).await.is_err());
+    let late = payonce_shared::ledger::Recorded::Succeeded {
+        reference: "pi_wh".into(),
+        result: serde_json::json!({}),
+    };
+    assert!(
+        ledger
+            .record(&c.id, c.attempt, &late, "w", now())
+            .await
+            .is_err()
+    );
     // Forged, stale and unsigned deliveries change nothing.
     let failed = event("evt_3", "payment_intent.payment_failed");
-    let forged = webhooks::ingest(&ledger, &secrets, Some(&signed("whsec_wrong", &failed)), failed.as_bytes(), now()).await;
+    let forged = webhooks::ingest(
+        &ledger,
+        &secrets,
+        Some(&signed("whsec_wrong", &failed)),
+        failed.as_bytes(),
+        now(),
+    )
+    .await;
     assert!(matches!(forged, Err(WebhookError::BadSignature)));
-    let stale = payonce_simulator::signature_header("whsec_test", now() / 1000 - 301, failed.as_bytes());
-    assert!(matches!(webhooks::ingest(&ledger, &secrets, Some(&stale), failed.as_bytes(), now()).await, Err(WebhookError::StaleTimestamp)));
-    assert!(matches!(webhooks::ingest(&ledger, &secrets, None, failed.as_bytes(), now()).await, Err(WebhookError::MissingSignature)));
+    let stale =
+        payonce_simulator::signature_header("whsec_test", now() / 1000 - 301, failed.as_bytes());
+    assert!(matches!(
+        webhooks::ingest(&ledger, &secrets, Some(&stale), failed.as_bytes(), now()).await,
+        Err(WebhookError::StaleTimestamp)
+    ));
+    assert!(matches!(
+        webhooks::ingest(&ledger, &secrets, None, failed.as_bytes(), now()).await,
+        Err(WebhookError::MissingSignature)
+    ));
     let row = ledger.get(&tenant(), &op.id).await.unwrap();
-    assert_eq!((row.status, row.external_ref.as_deref()), (Status::Succeeded, Some("pi_wh")));
+    assert_eq!(
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some("pi_wh"))
+    );
     // A genuine contradicting report keeps both facts.
-    let r = webhooks::ingest(&ledger, &secrets, Some(&signed("whsec_test", &failed)), failed.as_bytes(), now()).await.unwrap();
+    let r = webhooks::ingest(
+        &ledger,
+        &secrets,
+        Some(&signed("whsec_test", &failed)),
+        failed.as_bytes(),
+        now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.applied, Some(Applied::Conflict));
-    assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::NeedsAttention);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::NeedsAttention
+    );
 }

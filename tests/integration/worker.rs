@@ -31,9 +31,16 @@ async fn two_worker_processes_pay_each_of_500_operations_exactly_once() {
     let t0 = now();
     let mut ids = Vec::new();
     for i in 0..500 {
-        ids.push(ready_operation(&ledger, &format!("INV-P{i}"), "pm_card_visa", t0).await.id);
+        ids.push(
+            ready_operation(&ledger, &format!("INV-P{i}"), "pm_card_visa", t0)
+                .await
+                .id,
+        );
     }
-    let env = [("PAYONCE_WORKER_CONCURRENCY", "16"), ("PAYONCE_WORKER_BATCH", "8")];
+    let env = [
+        ("PAYONCE_WORKER_CONCURRENCY", "16"),
+        ("PAYONCE_WORKER_BATCH", "8"),
+    ];
     let mut a = processes::worker_process(&url, &sim, &env);
     let mut b = processes::worker_process(&url, &sim, &env);
     wait_for("all 500 succeeded", Duration::from_secs(120), || {
@@ -48,17 +55,28 @@ async fn two_worker_processes_pay_each_of_500_operations_exactly_once() {
     assert_eq!(audit.len(), 500, "exactly 500 payments at the processor");
     let mut per_op: HashMap<String, usize> = HashMap::new();
     for p in &audit {
-        *per_op.entry(p["metadata"]["payonce_operation_id"].as_str().unwrap().to_string()).or_default() += 1;
+        *per_op
+            .entry(
+                p["metadata"]["payonce_operation_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+            .or_default() += 1;
     }
     for id in &ids {
         assert_eq!(per_op.get(id.as_str()), Some(&1), "{id} paid once");
     }
     // Both processes did work: the claims are shared, not one-worker-takes-all.
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await.unwrap();
-    let claimers: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT actor) FROM operation_events WHERE event = 'claim'")
-        .fetch_one(&mut conn)
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
         .await
         .unwrap();
+    let claimers: i64 = sqlx::query_scalar(
+        "SELECT COUNT(DISTINCT actor) FROM operation_events WHERE event = 'claim'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
     assert_eq!(claimers, 2);
 }
 
@@ -66,7 +84,12 @@ fn reconciler(ledger: &SharedLedger, sim: &payonce_simulator::Simulator) -> Reco
     let mut config = ReconcilerConfig::new("reconciler-test");
     config.retry = WorkerConfig::new("reconciler-test");
     config.check_backoff_base = Duration::from_millis(50);
-    Reconciler::new(ledger.clone(), processes::stripe(sim, None), Arc::new(SystemClock), config)
+    Reconciler::new(
+        ledger.clone(),
+        processes::stripe(sim, None),
+        Arc::new(SystemClock),
+        config,
+    )
 }
 
 /// A worker killed at each failure point leaves a row the reconciler (and a fresh worker) finishes
@@ -75,39 +98,87 @@ fn reconciler(ledger: &SharedLedger, sim: &payonce_simulator::Simulator) -> Reco
 async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_payment() {
     let (ledger, url) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    for point in ["after_claim", "after_submission_recorded", "after_processor_accepted"] {
+    for point in [
+        "after_claim",
+        "after_submission_recorded",
+        "after_processor_accepted",
+    ] {
         let op = ready_operation(&ledger, &format!("INV-K-{point}"), "pm_card_visa", now()).await;
         let mut child = processes::worker_process(
             &url,
             &sim,
-            &[("PAYONCE_FAILPOINTS", point), ("PAYONCE_LEASE_TTL_MS", "800"), ("PAYONCE_LEASE_RENEW_MS", "200")],
+            &[
+                ("PAYONCE_FAILPOINTS", point),
+                ("PAYONCE_LEASE_TTL_MS", "800"),
+                ("PAYONCE_LEASE_RENEW_MS", "200"),
+            ],
         );
-        let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
-        assert!(!status.success(), "{point}: the worker died at the failure point ({status})");
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !status.success(),
+            "{point}: the worker died at the failure point ({status})"
+        );
         let crashed = ledger.get(&tenant(), &op.id).await.unwrap();
-        assert_eq!(crashed.status, Status::Executing, "{point}: left mid-flight");
-        assert_eq!(crashed.first_submitted_at_ms.is_some(), point != "after_claim", "{point}");
+        assert_eq!(
+            crashed.status,
+            Status::Executing,
+            "{point}: left mid-flight"
+        );
+        assert_eq!(
+            crashed.first_submitted_at_ms.is_some(),
+            point != "after_claim",
+            "{point}"
+        );
         let expected_payments_now = usize::from(point == "after_processor_accepted");
-        assert_eq!(payments_for(&sim, op.id.as_str()).await, expected_payments_now, "{point}");
+        assert_eq!(
+            payments_for(&sim, op.id.as_str()).await,
+            expected_payments_now,
+            "{point}"
+        );
 
         let rec = reconciler(&ledger, &sim);
-        let fresh = Worker::new(ledger.clone(), processes::stripe(&sim, None), Arc::new(SystemClock), WorkerConfig::new("fresh"))
-            .unwrap();
-        let done = wait_for(&format!("{point}: converged"), Duration::from_secs(30), || {
-            let (ledger, rec, fresh, id) = (ledger.clone(), &rec, &fresh, op.id.clone());
-            async move {
-                rec.sweep_once(false).await.unwrap();
-                fresh.run_once().await.unwrap();
-                let row = ledger.get(&tenant(), &id).await.unwrap();
-                row.status.is_terminal().then_some(row)
-            }
-        })
+        let fresh = Worker::new(
+            ledger.clone(),
+            processes::stripe(&sim, None),
+            Arc::new(SystemClock),
+            WorkerConfig::new("fresh"),
+        )
+        .unwrap();
+        let done = wait_for(
+            &format!("{point}: converged"),
+            Duration::from_secs(30),
+            || {
+                let (ledger, rec, fresh, id) = (ledger.clone(), &rec, &fresh, op.id.clone());
+                async move {
+                    rec.sweep_once(false).await.unwrap();
+                    fresh.run_once().await.unwrap();
+                    let row = ledger.get(&tenant(), &id).await.unwrap();
+                    row.status.is_terminal().then_some(row)
+                }
+            },
+        )
         .await;
         assert_eq!(done.status, Status::Succeeded, "{point}");
-        assert_eq!(payments_for(&sim, op.id.as_str()).await, 1, "{point}: exactly one payment");
-        let events: Vec<String> = ledger.events(&op.id).await.unwrap().into_iter().map(|e| e.event).collect();
+        assert_eq!(
+            payments_for(&sim, op.id.as_str()).await,
+            1,
+            "{point}: exactly one payment"
+        );
+        let events: Vec<String> = ledger
+            .events(&op.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
         eprintln!("{point}: {events:?}");
-        assert!(events.iter().any(|e| e.starts_with("lease_expired")), "{point}: the history explains the crash");
+        assert!(
+            events.iter().any(|e| e.starts_with("lease_expired")),
+            "{point}: the history explains the crash"
+        );
     }
 }
 
@@ -117,8 +188,15 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let clock: SharedClock = Arc::new(SystemClock);
     let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", now()).await;
-    let zombie = ledger.claim("zombie", 1, 300, now()).await.unwrap().remove(0);
-    ledger.mark_submitting(&zombie.id, zombie.attempt, now()).await.unwrap();
+    let zombie = ledger
+        .claim("zombie", 1, 300, now())
+        .await
+        .unwrap()
+        .remove(0);
+    ledger
+        .mark_submitting(&zombie.id, zombie.attempt, now())
+        .await
+        .unwrap();
     // The zombie stalls past its lease; the reconciler takes over and finishes with the same key.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let rec = reconciler(&ledger, &sim);
@@ -133,12 +211,42 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     .await;
     // The zombie wakes, submits with the same key (replayed, not a new charge) and tries to record.
     let processor = processes::stripe(&sim, None);
-    let outcome = payonce_worker::execution::submit(processor.as_ref(), &zombie, Duration::from_secs(5)).await;
-    let recorded = payonce_worker::to_recorded(outcome, zombie.attempt, &WorkerConfig::new("zombie"), clock.now_ms());
-    let write = ledger.record(&zombie.id, zombie.attempt, &recorded, "zombie", clock.now_ms()).await;
-    assert!(matches!(write, Err(LedgerError::Fenced { .. })), "{write:?}");
-    let failed = Recorded::Failed { code: "zombie".into(), message: "stale".into(), reference: None };
-    assert!(matches!(ledger.record(&zombie.id, zombie.attempt, &failed, "zombie", now()).await, Err(LedgerError::Fenced { .. })));
+    let outcome =
+        payonce_worker::execution::submit(processor.as_ref(), &zombie, Duration::from_secs(5))
+            .await;
+    let recorded = payonce_worker::to_recorded(
+        outcome,
+        zombie.attempt,
+        &WorkerConfig::new("zombie"),
+        clock.now_ms(),
+    );
+    let write = ledger
+        .record(
+            &zombie.id,
+            zombie.attempt,
+            &recorded,
+            "zombie",
+            clock.now_ms(),
+        )
+        .await;
+    assert!(
+        matches!(write, Err(LedgerError::Fenced { .. })),
+        "{write:?}"
+    );
+    let failed = Recorded::Failed {
+        code: "zombie".into(),
+        message: "stale".into(),
+        reference: None,
+    };
+    assert!(matches!(
+        ledger
+            .record(&zombie.id, zombie.attempt, &failed, "zombie", now())
+            .await,
+        Err(LedgerError::Fenced { .. })
+    ));
     assert_eq!(payments_for(&sim, op.id.as_str()).await, 1);
-    assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::Succeeded);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Succeeded
+    );
 }
