@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the confirmation-page browser test needs, from the machine's package registries only:
+# Debian's chromium (playwright's own browser download is never used) and playwright-core pinned in
+# package-lock.json. Idempotent: a second run changes nothing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ ! -x /usr/bin/chromium ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq chromium
+fi
+
+# Playwright must not try to download browsers of its own.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+locked=$(node -p "require('./package-lock.json').packages['node_modules/playwright-core'].version")
+installed=$(node -p "try { require('./node_modules/playwright-core/package.json').version } catch { '' }")
+if [ "$locked" != "$installed" ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+/usr/bin/chromium --version >/dev/null 2>&1
+echo "browser test prerequisites ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), playwright-core $(node -p "require('./node_modules/playwright-core/package.json').version")"
