@@ -8,9 +8,8 @@ use clap::Args;
 use payonce_reconciler::oncall::{self, Format};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{self, NewApproval, NewOperation};
+use payonce_shared::id::{OperationId, TenantId};
+use payonce_shared::ledger::{self, Role};
 use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_shared::state::Status;
@@ -123,57 +122,108 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     let db_url = format!("sqlite:{}", args.database);
     let ledger = ledger::connect(&db_url, 1).await?;
-    let sim = Simulator::start(SimulatorConfig::default()).await?;
+    let clock = SystemClock;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+
+    // The front door first, so the simulator can deliver webhooks to it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let api_base = format!("http://{}", listener.local_addr()?);
+    let secret = payonce_simulator::config::WEBHOOK_SECRET_DEFAULT.to_string();
+    let api_config = payonce_api::ApiConfig {
+        public_base_url: api_base.clone(),
+        webhook_secrets: vec![secret.clone()],
+        ..payonce_api::ApiConfig::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let api_state = payonce_api::AppState::new(ledger.clone(), Arc::new(SystemClock), api_config);
+    let api = tokio::spawn(payonce_api::serve_listener(listener, api_state, async {
+        let _ = stop_rx.await;
+    }));
+    let sim = Simulator::start(SimulatorConfig {
+        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
+        webhook_secret: secret,
+        webhook_duplicates_per_mille: 1000,
+        ..SimulatorConfig::default()
+    })
+    .await?;
     p.say(&format!(
-        "simulator (Stripe-compatible) on {}; ledger {db_url}",
+        "api on {api_base}; simulator (Stripe-compatible) on {}; ledger {db_url}",
         sim.base_url()
     ));
 
-    let clock = SystemClock;
     let tenant = TenantId::parse("acme")?;
-    let details = Details::parse(&RawDetails {
-        kind: "payment".into(),
-        amount: 2048,
-        currency: "usd".into(),
-        customer: "cus_demo".into(),
-        payment_method: "pm_card_visa".into(),
-        invoice: "INV-2048".into(),
-        destination: None,
-        description: Some("Hosting, March".into()),
-    })?;
-    let hash = details.hash();
-    let op = ledger
-        .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant.clone(),
-                business_key: BusinessKey::parse("invoice:INV-2048:pay")?,
-                details: details.clone(),
-                actor: "service:billing".into(),
-            },
-            clock.now_ms(),
-        )
+    let service =
+        payonce_api::create_api_key(&ledger, &tenant, Role::Service, "billing", clock.now_ms())
+            .await?;
+    let assistant = payonce_api::create_api_key(
+        &ledger,
+        &tenant,
+        Role::Assistant,
+        "assistant",
+        clock.now_ms(),
+    )
+    .await?;
+    let created: serde_json::Value = http
+        .post(format!("{api_base}/v1/operations"))
+        .bearer_auth(&service)
+        .json(&serde_json::json!({
+            "business_key": "invoice:INV-2048:pay",
+            "details": {"amount": 2048, "currency": "usd", "customer": "cus_demo", "payment_method": "pm_card_visa",
+                        "invoice": "INV-2048", "description": "Hosting, March"}
+        }))
+        .send()
         .await?
-        .operation;
-    p.say(&format!(
-        "billing created {} for {} (invoice INV-2048)",
-        op.id,
-        details.money().display()
-    ));
-    ledger
-        .approve(
-            &tenant,
-            &op.id,
-            NewApproval {
-                details_hash: hash,
-                approved_by: "customer:cus_demo".into(),
-                method: "confirmation_page".into(),
-                expires_at_ms: clock.now_ms() + 86_400_000,
-            },
-            clock.now_ms(),
-        )
+        .error_for_status()?
+        .json()
         .await?;
-    p.say("the customer approved exactly these details; the operation is enqueued");
+    let op_id = OperationId::parse(created["id"].as_str().context("no operation id")?)?;
+    p.say(&format!(
+        "billing created {op_id} for 20.48 USD, invoice INV-2048 (status {})",
+        created["status"]
+    ));
+
+    let link: serde_json::Value = http
+        .post(format!(
+            "{api_base}/v1/operations/{op_id}/approval-requests"
+        ))
+        .bearer_auth(&service)
+        .json(&serde_json::json!({}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let url = link["url"]
+        .as_str()
+        .context("no confirmation link")?
+        .to_string();
+    p.say(&format!("confirmation link for the customer: {url}"));
+    let page = http
+        .get(&url)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let marker = "name=\"details_hash\" value=\"";
+    let at = page
+        .find(marker)
+        .context("the confirmation page has no approval form")?
+        + marker.len();
+    let shown_hash = page[at..].chars().take(64).collect::<String>();
+    let approved = http
+        .post(&url)
+        .form(&[("details_hash", shown_hash.as_str())])
+        .send()
+        .await?;
+    anyhow::ensure!(
+        approved.status().is_success(),
+        "approval failed: {}",
+        approved.status()
+    );
+    p.say("the customer saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
 
     // A worker in its own process, armed to die right after the processor accepts the payment.
     let exe = std::env::current_exe().context("locating the payonce binary")?;
@@ -191,14 +241,33 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .status()
         .await?;
     p.say(&format!(
-        "worker process submitted the payment and crashed before recording it ({status})"
+        "a worker process submitted the payment and crashed before recording it ({status})"
     ));
 
-    let mid = ledger.get(&tenant, &op.id).await?;
+    // The assistant asks to pay; the first answer is lost on the way back, so it asks again.
+    let tool_call = |call_id: &'static str| {
+        http.post(format!("{api_base}/v1/tool-calls")).bearer_auth(&assistant).json(&serde_json::json!({
+            "format": "openai_chat",
+            "call": {"id": call_id, "type": "function",
+                     "function": {"name": "pay_invoice", "arguments": format!("{{\"operation_id\":\"{op_id}\"}}")}}
+        }))
+    };
+    let lost = tokio::time::timeout(Duration::from_millis(1), tool_call("call_first").send()).await;
     p.say(&format!(
-        "ledger says {} (submission recorded at attempt {}): a sweep will find out",
-        mid.status.as_str(),
-        mid.attempt
+        "assistant: pay_invoice, response lost on the way back ({})",
+        if lost.is_err() { "dropped" } else { "arrived" }
+    ));
+    let retry: serde_json::Value = tool_call("call_regenerated")
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let answer: serde_json::Value =
+        serde_json::from_str(retry["content"].as_str().unwrap_or("{}"))?;
+    p.say(&format!(
+        "assistant retried with a new call id; payonce answered: \"{}\"",
+        answer["message"].as_str().unwrap_or("?")
     ));
 
     let stripe: Arc<dyn Processor> = Arc::new(StripeProcessor::new(StripeConfig::new(
@@ -222,10 +291,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             + report.resolved_failed
             > 0
         {
-            p.say(&report.summary());
+            p.say(&format!("reconciler {}", report.summary()));
         }
-        let now = ledger.get(&tenant, &op.id).await?;
-        if now.status != Status::Executing && now.status != Status::Unknown {
+        let now = ledger.get(&tenant, &op_id).await?;
+        if now.status.is_terminal() {
             break;
         }
         anyhow::ensure!(
@@ -235,29 +304,41 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let done = ledger.get(&tenant, &op.id).await?;
+    let done = ledger.get(&tenant, &op_id).await?;
+    // Let the duplicate webhook deliveries land, then count them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let audit: serde_json::Value =
         reqwest_get_json(&format!("{}/_sim/audit/payments", sim.base_url()))
             .await
             .context("reading the simulator audit")?;
-    let payments = audit_count(&audit, op.id.as_str());
+    let payments = audit_count(&audit, op_id.as_str());
     p.say(&format!(
-        "reconciled by lookup: {} ({}); payments at the processor for this operation: {payments}",
+        "outcome: {} ({}); payments at the processor for this operation: {payments}",
         done.status.as_str(),
         done.external_ref.as_deref().unwrap_or("-")
     ));
+    let status: serde_json::Value = http
+        .post(format!("{api_base}/v1/tool-calls"))
+        .bearer_auth(&assistant)
+        .json(&serde_json::json!({"format": "anthropic", "call": {"type": "tool_use", "id": "toolu_status",
+            "name": "get_payment_status", "input": {"operation_id": op_id.as_str()}}}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let answer: serde_json::Value =
+        serde_json::from_str(status["content"].as_str().unwrap_or("{}"))?;
+    p.say(&format!(
+        "assistant asks again: \"{}\"",
+        answer["message"].as_str().unwrap_or("?")
+    ));
     println!(
         "\n{}",
-        oncall::show(
-            &ledger,
-            Some(stripe.as_ref()),
-            &op.id,
-            clock.now_ms(),
-            Format::Table
-        )
-        .await?
+        oncall::show(&ledger, None, &op_id, clock.now_ms(), Format::Table).await?
     );
     sim.shutdown().await;
+    let _ = stop_tx.send(());
+    let _ = api.await;
     anyhow::ensure!(
         payments == 1 && done.status == Status::Succeeded,
         "expected exactly one successful payment"

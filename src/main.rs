@@ -378,6 +378,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn main() -> ExitCode {
     ops::init_logging();
+    // reqwest is built without a default TLS provider: install ring's before any client exists.
+    payonce_simulator::install_crypto_provider();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
