@@ -9,6 +9,7 @@ use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
 use crate::tools::{self, TOOLS, ToolCall, ToolReply};
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use payonce_shared::ledger::Role;
 use serde::Deserialize;
@@ -192,12 +193,16 @@ pub struct FormatQuery {
 }
 
 /// `GET /v1/tools?format=…` (assistant, service): `{format, tools: [...]}`.
-pub async fn list(caller: Caller, Query(q): Query<FormatQuery>) -> Result<Json<Value>, HttpError> {
+pub async fn list(
+    caller: Caller,
+    query: Result<Query<FormatQuery>, QueryRejection>,
+) -> Result<Json<Value>, HttpError> {
     caller.require(
         &[Role::Assistant, Role::Service],
         "list the assistant's tools",
     )?;
-    let format = Format::parse(q.format.as_deref().unwrap_or(""))?;
+    let requested = query.ok().and_then(|Query(q)| q.format).unwrap_or_default();
+    let format = Format::parse(&requested)?;
     Ok(Json(
         json!({"format": format.as_str(), "tools": definitions(format)}),
     ))
@@ -262,6 +267,12 @@ mod tests {
             Some("toolu_1")
         );
         assert!(parse_call(Format::Anthropic, &json!({"type": "text", "text": "hi"})).is_err());
+        let long_id = json!({"type": "tool_use", "id": "t".repeat(CALL_ID_LEN_MAX + 1),
+                             "name": "pay_invoice", "input": {}});
+        assert!(
+            parse_call(Format::Anthropic, &long_id).is_err(),
+            "call ids are bounded"
+        );
         assert!(
             parse_call(
                 Format::OpenaiChat,

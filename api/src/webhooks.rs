@@ -6,7 +6,9 @@ use crate::errors::{ErrorCode, HttpError};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
+use axum::http::StatusCode;
 use payonce_reconciler::webhooks::{self, WebhookError};
 use serde_json::{Value, json};
 
@@ -50,8 +52,18 @@ fn refuse(e: WebhookError) -> HttpError {
 pub async fn stripe(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            HttpError::new(
+                ErrorCode::BodyTooLarge,
+                format!("webhook bodies are at most {BODY_LIMIT_BYTES} bytes"),
+            )
+        } else {
+            HttpError::new(ErrorCode::WebhookPayloadInvalid, e.body_text())
+        }
+    })?;
     let signature = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let outcome = webhooks::ingest(
         state.ledger(),

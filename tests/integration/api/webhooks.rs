@@ -80,5 +80,11 @@ async fn signed_events_are_stored_once_and_applied_and_bad_signatures_refused() 
         (status, bad["error"]["code"].as_str()),
         (400, Some("webhook_payload_invalid"))
     );
+    let huge = "x".repeat(payonce_reconciler::webhooks::PAYLOAD_LEN_MAX + 1);
+    let (status, bad) = post(header, huge).await;
+    assert_eq!(
+        (status, bad["error"]["code"].as_str()),
+        (413, Some("body_too_large"))
+    );
     api.stop().await;
 }
