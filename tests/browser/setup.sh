@@ -5,10 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-if [ ! -x /usr/bin/chromium ]; then
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq chromium
+  apt-get install -y -qq "${missing[@]}"
 fi
 
 # Playwright must not try to download browsers of its own.

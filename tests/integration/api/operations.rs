@@ -421,7 +421,8 @@ async fn bad_bodies_get_stable_codes_and_limits_hold() {
 
 #[tokio::test]
 async fn health_and_readiness() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let (ledger, url) = postgres_ledger().await;
+    let api = spawn(ledger).await;
     let live = api.send("GET", "/healthz", None, None).await;
     assert_eq!(
         (live.status, live.json()["status"].as_str()),
@@ -430,6 +431,37 @@ async fn health_and_readiness() {
     let ready = api.send("GET", "/readyz", None, None).await;
     assert_eq!(ready.status, 200);
     assert_eq!(ready.json()["store"], "postgres");
+
+    // The database goes away: not ready, an opaque 503, still alive.
+    let (admin, name) = url.rsplit_once('/').unwrap();
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&format!("{admin}/postgres"))
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {name} WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let gone = api.send("GET", "/readyz", None, None).await;
+    assert_eq!((gone.status, gone.code().as_str()), (503, "unavailable"));
+    assert!(!gone.text.contains(name), "no internals in the body");
+    let op = api
+        .get(
+            &format!(
+                "/v1/operations/{}",
+                payonce_shared::id::OperationId::generate()
+            ),
+            &api.service,
+        )
+        .await;
+    assert!(op.status == 500 || op.status == 503, "{}", op.text);
+    assert!(
+        !op.text.contains("database"),
+        "5xx bodies are opaque: {}",
+        op.text
+    );
+    assert_eq!(api.send("GET", "/healthz", None, None).await.status, 200);
     api.stop().await;
 }
 
