@@ -718,4 +718,8 @@ async fn postgres_cancelled_begins_lose_no_writes() {
             .unwrap_or_else(|e| panic!("write of {id} lost: {e}"));
     }
     eprintln!("cancelled approvals: {cancelled}");
+    assert!(
+        cancelled > 0,
+        "the test must actually cancel transactions mid-flight"
+    );
 }
