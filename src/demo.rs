@@ -1,23 +1,38 @@
-//! The quick start. `payonce demo` runs the simulator, the ledger (SQLite), a worker that crashes
-//! after the processor accepted the payment (a real child process, aborted at a failure point), and
-//! the reconciler, then prints the one payment and the operation's full history.
+//! The quick start. `payonce demo` starts the all-in-one [`Stack`] (api, simulator, ledger on SQLite),
+//! walks invoice INV-2048 through its front door, stages a worker crash after the processor accepted
+//! the payment (a real child process, aborted at a failure point), then lets the stack's own worker and
+//! reconciler converge, and prints the one payment and the operation's full history.
 //! `payonce simulator` runs the simulator on its own.
 
+use crate::progress::Progress;
+use crate::serve::{Plan, Stack};
+use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs, builtin_defaults};
 use anyhow::Context;
 use clap::Args;
 use payonce_reconciler::oncall::{self, Format};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::{self, Role};
-use payonce_shared::processor::Processor;
-use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_shared::ledger::{Operation, Role};
 use payonce_shared::state::Status;
-use payonce_simulator::{Simulator, SimulatorConfig};
+use payonce_simulator::SimulatorConfig;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Longest the demo waits for the crashed payment to be reconciled: the worker's lease (1.5 s) must
+/// lapse and the first check (2 s) come due; ten times that is a sick machine, not a slow one.
+const CONVERGE_DEADLINE: Duration = Duration::from_secs(30);
+/// Longest the demo waits for the duplicate webhook deliveries to reach the api.
+const WEBHOOK_DEADLINE: Duration = Duration::from_secs(10);
+/// How long the simulator holds each webhook before its first delivery: twice the crashed worker's
+/// lease (1.5 s), so the story shows the lookup path resolving the crash and the late, duplicated
+/// webhooks changing nothing. Should a slow machine let a webhook win instead, the demo says so; the
+/// outcome is the same.
+const WEBHOOK_DELAY: Duration = Duration::from_secs(3);
+/// How often the demo looks at the ledger or the api's metrics while waiting.
+const POLL: Duration = Duration::from_millis(100);
+/// Every step the demo prints, for the progress display's "n/total".
+const STEPS: u32 = 11;
 
 /// `payonce simulator` settings.
 #[derive(Debug, Clone, Args)]
@@ -95,65 +110,74 @@ pub struct DemoArgs {
     pub database: String,
 }
 
-struct Progress {
-    started: Instant,
-    step: u32,
+/// The all-in-one plan the demo runs: built-in defaults (never the environment, so the demo runs the
+/// same everywhere), a fresh SQLite file, free ports, a fast sweep, every webhook delivered twice.
+fn plan(db_url: &str) -> anyhow::Result<Plan> {
+    let mut common: Common = builtin_defaults()?;
+    common.database_url = db_url.to_string();
+    let mut api: ApiArgs = builtin_defaults()?;
+    api.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut reconciler: ReconcilerArgs = builtin_defaults()?;
+    reconciler.sweep_interval_ms = 250;
+    Ok(Plan {
+        common,
+        api,
+        worker: builtin_defaults::<WorkerArgs>()?,
+        reconciler,
+        simulator: Some(SimulatorConfig {
+            webhook_duplicates_per_mille: 1000,
+            webhook_delay: WEBHOOK_DELAY,
+            ..SimulatorConfig::default()
+        }),
+    })
 }
 
-impl Progress {
-    fn say(&mut self, what: &str) {
-        self.step += 1;
-        println!(
-            "[{:>5.1}s] {}. {what}",
-            self.started.elapsed().as_secs_f64(),
-            self.step
+/// Waits until `check` yields a value, polling every [`POLL`], failing with `what` after `deadline`.
+async fn until<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        anyhow::ensure!(
+            started.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
         );
+        tokio::time::sleep(POLL).await;
     }
+}
+
+/// Reads one unlabelled-or-labelled sample from a Prometheus text page.
+fn sample(page: &str, series: &str) -> u64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The demo story for invoice INV-2048.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let mut p = Progress {
-        started: Instant::now(),
-        step: 0,
-    };
+    let mut p = Progress::new(STEPS);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", args.database));
     }
     let db_url = format!("sqlite:{}", args.database);
-    let ledger = ledger::connect(&db_url, 1).await?;
+    let mut stack = Stack::start(plan(&db_url)?).await?;
+    let api_base = stack.api_url.clone();
     let clock = SystemClock;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()?;
-
-    // The front door first, so the simulator can deliver webhooks to it.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let api_base = format!("http://{}", listener.local_addr()?);
-    let secret = payonce_simulator::config::WEBHOOK_SECRET_DEFAULT.to_string();
-    let api_config = payonce_api::ApiConfig {
-        public_base_url: api_base.clone(),
-        webhook_secrets: vec![secret.clone()],
-        ..payonce_api::ApiConfig::default()
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let api_state = payonce_api::AppState::new(ledger.clone(), Arc::new(SystemClock), api_config);
-    let api = tokio::spawn(payonce_api::serve_listener(listener, api_state, async {
-        let _ = stop_rx.await;
-    }));
-    let sim = Simulator::start(SimulatorConfig {
-        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
-        webhook_secret: secret,
-        webhook_duplicates_per_mille: 1000,
-        ..SimulatorConfig::default()
-    })
-    .await?;
-    p.say(&format!(
-        "api on {api_base}; simulator (Stripe-compatible) on {}; ledger {db_url}",
-        sim.base_url()
+    p.done(&format!(
+        "all-in-one stack up: api {api_base}, simulator (Stripe-compatible) {}, ledger {db_url}",
+        stack.processor_url
     ));
 
     let tenant = TenantId::parse("acme")?;
+    let ledger = stack.ledger.clone();
     let service =
         payonce_api::create_api_key(&ledger, &tenant, Role::Service, "billing", clock.now_ms())
             .await?;
@@ -179,7 +203,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .json()
         .await?;
     let op_id = OperationId::parse(created["id"].as_str().context("no operation id")?)?;
-    p.say(&format!(
+    p.done(&format!(
         "billing created {op_id} for 20.48 USD, invoice INV-2048 (status {})",
         created["status"]
     ));
@@ -199,7 +223,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("no confirmation link")?
         .to_string();
-    p.say(&format!("confirmation link for the customer: {url}"));
+    p.done("confirmation link for the customer:");
+    p.detail(&url);
     let page = http
         .get(&url)
         .send()
@@ -223,26 +248,42 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         "approval failed: {}",
         approved.status()
     );
-    p.say("the customer saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
+    p.done("the customer saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
 
-    // A worker in its own process, armed to die right after the processor accepts the payment.
+    // A worker in its own process, armed to die right after the processor accepts the payment. The
+    // stack's own worker starts only afterwards, so this one is the one that claims the payment.
     let exe = std::env::current_exe().context("locating the payonce binary")?;
-    let status = tokio::process::Command::new(exe)
+    let crash = tokio::process::Command::new(exe)
         .arg("worker")
         .env("PAYONCE_DATABASE_URL", &db_url)
-        .env("PAYONCE_PROCESSOR_URL", sim.base_url())
+        .env("PAYONCE_PROCESSOR_URL", &stack.processor_url)
         .env("PAYONCE_LEASE_TTL_MS", "1500")
         .env("PAYONCE_LEASE_RENEW_MS", "500")
         .env("PAYONCE_SUBMIT_TIMEOUT_MS", "5000")
         .env("PAYONCE_SHUTDOWN_GRACE_MS", "5000")
         .env(payonce_shared::failpoint::ENV, "after_processor_accepted")
         .env("RUST_LOG", "error")
+        .env_remove("PAYONCE_CONFIG")
         .stdin(std::process::Stdio::null())
-        .status()
+        .status();
+    let status = p
+        .wait(
+            "a worker process claims the payment and submits it",
+            crash,
+            |s| match s {
+                Ok(s) => format!(
+                    "the worker submitted the payment and crashed before recording it ({s})"
+                ),
+                Err(e) => format!("the worker process could not run: {e}"),
+            },
+        )
         .await?;
-    p.say(&format!(
-        "a worker process submitted the payment and crashed before recording it ({status})"
-    ));
+    anyhow::ensure!(
+        !status.success(),
+        "the worker was meant to crash, but exited cleanly"
+    );
+    let worker = stack.start_worker()?;
+    let reconciler = stack.start_reconciler();
 
     // The assistant asks to pay; the first answer is lost on the way back, so it asks again.
     let tool_call = |call_id: &'static str| {
@@ -253,7 +294,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         }))
     };
     let lost = tokio::time::timeout(Duration::from_millis(1), tool_call("call_first").send()).await;
-    p.say(&format!(
+    p.done(&format!(
         "assistant: pay_invoice, response lost on the way back ({})",
         if lost.is_err() { "dropped" } else { "arrived" }
     ));
@@ -265,54 +306,56 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .await?;
     let answer: serde_json::Value =
         serde_json::from_str(retry["content"].as_str().unwrap_or("{}"))?;
-    p.say(&format!(
+    p.done(&format!(
         "assistant retried with a new call id; payonce answered: \"{}\"",
         answer["message"].as_str().unwrap_or("?")
     ));
 
-    let stripe: Arc<dyn Processor> = Arc::new(StripeProcessor::new(StripeConfig::new(
-        sim.base_url(),
-        "sk_test_payonce",
-    ))?);
-    let mut config = ReconcilerConfig::new("reconciler-demo");
-    config.retry.owner = "reconciler-demo".into();
-    let reconciler = Reconciler::new(
-        ledger.clone(),
-        stripe.clone(),
-        Arc::new(SystemClock),
-        config,
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let report = reconciler.sweep_once(false).await?;
-        if report.requeued
-            + report.marked_unknown
-            + report.resolved_succeeded
-            + report.resolved_failed
-            > 0
-        {
-            p.say(&format!("reconciler {}", report.summary()));
-        }
-        let now = ledger.get(&tenant, &op_id).await?;
-        if now.status.is_terminal() {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the operation did not converge: {}",
-            now.status.as_str()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let done = ledger.get(&tenant, &op_id).await?;
-    // Let the duplicate webhook deliveries land, then count them.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let done: Operation = p
+        .wait(
+            "the stack's reconciler waits for the crashed worker's lease, then looks the payment up",
+            until("the operation to reach a final state", CONVERGE_DEADLINE, || async {
+                let op = ledger.get(&tenant, &op_id).await?;
+                Ok(op.status.is_terminal().then_some(op))
+            }),
+            |r| match r {
+                Ok(op) => format!("reconciled: {} ({})", op.status.as_str(), op.external_ref.as_deref().unwrap_or("-")),
+                Err(e) => format!("not reconciled: {e:#}"),
+            },
+        )
+        .await?;
+    let m = reconciler.metrics();
+    p.detail(&format!(
+        "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resolved by looking the payment up ({})",
+        m.marked_unknown.get(),
+        m.resolved_succeeded.get(),
+        if m.resolved_succeeded.get() > 0 { "no retry, no new key" } else { "a webhook got there first" }
+    ));
+    p.detail(&format!(
+        "the stack's own worker claimed {} operation(s): nothing was left to pay",
+        worker.metrics().claimed.get()
+    ));
+
+    let deliveries = p
+        .wait(
+            "the simulator delivers each webhook twice",
+            until("two webhook deliveries at the api", WEBHOOK_DEADLINE, || async {
+                let page = http.get(format!("{api_base}/metrics")).send().await?.text().await?;
+                let n = sample(&page, "payonce_api_webhook_deliveries_total{result=\"accepted\"}");
+                Ok((n >= 2).then_some(n))
+            }),
+            |r| match r {
+                Ok(n) => format!("{n} webhook deliveries accepted; each event is stored once, applying it again changes nothing"),
+                Err(e) => format!("webhooks: {e:#}"),
+            },
+        )
+        .await?;
     let audit: serde_json::Value =
-        reqwest_get_json(&format!("{}/_sim/audit/payments", sim.base_url()))
+        reqwest_get_json(&format!("{}/_sim/audit/payments", stack.processor_url))
             .await
             .context("reading the simulator audit")?;
     let payments = audit_count(&audit, op_id.as_str());
-    p.say(&format!(
+    p.done(&format!(
         "outcome: {} ({}); payments at the processor for this operation: {payments}",
         done.status.as_str(),
         done.external_ref.as_deref().unwrap_or("-")
@@ -328,7 +371,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .await?;
     let answer: serde_json::Value =
         serde_json::from_str(status["content"].as_str().unwrap_or("{}"))?;
-    p.say(&format!(
+    p.done(&format!(
         "assistant asks again: \"{}\"",
         answer["message"].as_str().unwrap_or("?")
     ));
@@ -336,11 +379,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         "\n{}",
         oncall::show(&ledger, None, &op_id, clock.now_ms(), Format::Table).await?
     );
-    sim.shutdown().await;
-    let _ = stop_tx.send(());
-    let _ = api.await;
+    stack.shutdown().await;
     anyhow::ensure!(
-        payments == 1 && done.status == Status::Succeeded,
+        payments == 1 && done.status == Status::Succeeded && deliveries >= 2,
         "expected exactly one successful payment"
     );
     println!(

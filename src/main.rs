@@ -1,18 +1,30 @@
 //! `payonce`: every deployable in one binary.
 //!
-//! - `payonce demo`: the quick start — api, worker, reconciler and the simulator on SQLite, walking
-//!   one invoice through a dropped response, a worker crash and duplicate webhooks.
+//! - `payonce demo`: the quick start — the all-in-one stack on SQLite, walking one invoice through a
+//!   dropped response, a worker crash and duplicate webhooks.
+//! - `payonce serve`: the all-in-one process (api, worker, reconciler, simulator) for trying payonce.
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
 //!   `payonce create-key` issues API keys.
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
+//! - `payonce config show | reference`: effective settings and the generated configuration reference.
+//!
+//! Modules: `settings` (the flags and environment variables), `config_file` (the optional TOML file),
+//! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
+//! stack), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
+//! signals, the daemons' metrics endpoint).
 
+mod config_file;
+mod config_reference;
 mod demo;
 mod ops;
+mod progress;
+mod serve;
 mod settings;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use config_file::ConfigFile;
 use payonce_reconciler::oncall::{self, Format};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{SharedClock, SystemClock};
@@ -32,6 +44,18 @@ use std::sync::Arc;
     about = "Collect a payment at most once per approved intention."
 )]
 struct Cli {
+    /// Optional TOML config file; its keys are the environment variables without PAYONCE_, lowercased.
+    #[arg(long, global = true, env = "PAYONCE_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Log format on stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: ops::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,6 +64,24 @@ struct Cli {
 enum Command {
     /// Quick start: runs everything in one process on SQLite and the simulator and walks the INV-2048 story.
     Demo(demo::DemoArgs),
+    /// All in one process: api, worker, reconciler and the simulator (SQLite unless database_url says postgres).
+    Serve {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        serve: serve::ServeArgs,
+    },
+    /// Effective settings and the configuration reference.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Runs the ledger migrations and exits.
     Migrate {
         #[command(flatten)]
@@ -82,6 +124,27 @@ enum Command {
     },
     /// Runs the Stripe-compatible simulator.
     Simulator(demo::SimulatorArgs),
+}
+
+// Parsed once per process; boxing the settings would only make the derive harder to read.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Prints every setting's effective value and its source (flag, env, file, default) as TOML.
+    Show {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        serve: serve::ServeArgs,
+    },
+    /// Prints the Markdown table of every setting (docs/configuration.md holds it).
+    Reference,
 }
 
 #[derive(Subcommand)]
@@ -172,14 +235,15 @@ fn clock() -> SharedClock {
     Arc::new(SystemClock)
 }
 
-async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
+/// Opens the ledger named by `common`, running migrations.
+pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
     ledger::connect(&common.database_url, common.db_max_connections)
         .await
         .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
 }
 
 /// Hides a password in a database URL for logs.
-fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),
@@ -202,9 +266,70 @@ fn reconciler(
     ))
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
+/// The parsed command line with what produced it: `config show` reports sources.
+struct Parsed {
+    cli: Cli,
+    matches: ArgMatches,
+    file: Option<ConfigFile>,
+}
+
+/// Reads the config file (if any), makes its values the defaults, and parses the command line.
+/// Exits like clap on `--help` and usage errors (status 2).
+fn parse() -> Parsed {
+    let exit = |message: String| -> ! {
+        eprintln!("payonce: {message}");
+        std::process::exit(2)
+    };
+    let path = config_file::locate(std::env::args_os(), std::env::var_os(config_file::ENV));
+    let file = path.map(|p| ConfigFile::load(&p).unwrap_or_else(|e| exit(format!("{e:#}"))));
+    let mut command = Cli::command();
+    if let Some(f) = &file {
+        command = config_file::apply(command, f).unwrap_or_else(|e| exit(e.to_string()));
+    }
+    let matches = command.get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    Parsed {
+        cli,
+        matches,
+        file,
+    }
+}
+
+async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
+    match parsed.cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Serve {
+            common,
+            api,
+            worker,
+            reconciler,
+            serve,
+        } => serve::run(common, api, worker, reconciler, serve).await,
+        Command::Config {
+            command: ConfigCommand::Reference,
+        } => {
+            print!("{}", config_reference::markdown(&Cli::command()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config {
+            command: ConfigCommand::Show { .. },
+        } => {
+            let show = |name: &str, c: &clap::Command| c.find_subcommand(name).cloned();
+            // The definition, not the file-applied copy: clap moves an argument it modified to the end.
+            let cmd = show("config", &Cli::command())
+                .and_then(|c| show("show", &c))
+                .context("the config show command")?;
+            let matches = parsed
+                .matches
+                .subcommand_matches("config")
+                .and_then(|m| m.subcommand_matches("show"))
+                .context("config show matches")?;
+            print!(
+                "{}",
+                config_reference::show(&cmd, matches, parsed.file.as_ref())
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Simulator(args) => demo::run_simulator(args).await,
         Command::Migrate { common } => {
             open(&common).await?;
@@ -377,10 +502,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    ops::init_logging();
+    let parsed = parse();
+    let filter = match parsed.cli.command {
+        Command::Demo(_) | Command::Config { .. } => ops::LOG_FILTER_QUIET,
+        _ => ops::LOG_FILTER_DEFAULT,
+    };
+    ops::init_logging(parsed.cli.log_format, filter);
     // reqwest is built without a default TLS provider: install ring's before any client exists.
     payonce_simulator::install_crypto_provider();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -391,7 +520,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(parsed)) {
         Ok(code) => code,
         Err(error) => {
             tracing::error!("{error:#}");

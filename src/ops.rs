@@ -12,19 +12,31 @@ use payonce_shared::metrics::Exposition;
 use payonce_worker::WorkerMetrics;
 use std::sync::Arc;
 
-/// Sets up tracing: human-readable by default, JSON with `PAYONCE_LOG_FORMAT=json`; level from
-/// `RUST_LOG` (default `info`).
-pub fn init_logging() {
+/// How logs are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// The log filter when `RUST_LOG` is unset: daemons log at info.
+pub const LOG_FILTER_DEFAULT: &str = "info,sqlx=warn";
+/// The log filter of interactive commands (demo, config) when `RUST_LOG` is unset: their stdout is the
+/// story; logs would bury it.
+pub const LOG_FILTER_QUIET: &str = "warn";
+
+/// Sets up tracing in `format`; level from `RUST_LOG`, else `default_filter`.
+pub fn init_logging(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let json = std::env::var("PAYONCE_LOG_FORMAT").is_ok_and(|v| v == "json");
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }
 

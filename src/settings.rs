@@ -1,13 +1,25 @@
 //! Process configuration from environment variables (and flags), with documented defaults. Every
 //! limit the daemons take is set here explicitly; docs/configuration.md lists them.
 
-use clap::Args;
+use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
 use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The built-in defaults of a group of settings, ignoring the environment and any config file: the
+/// demo runs the same way on every machine.
+pub fn builtin_defaults<T: Args + FromArgMatches>() -> anyhow::Result<T> {
+    let mut cmd = T::augment_args(Command::new("defaults").no_binary_name(true));
+    let ids: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+    for id in ids {
+        cmd = cmd.mut_arg(id, |a| a.env(None));
+    }
+    let matches = cmd.try_get_matches_from(Vec::<String>::new())?;
+    Ok(T::from_arg_matches(&matches)?)
+}
 
 /// Settings shared by every daemon.
 #[derive(Debug, Clone, Args)]
@@ -50,7 +62,7 @@ pub struct Common {
     /// Processor total request timeout, ms.
     #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
     pub processor_timeout_ms: u64,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served (worker, reconciler); empty: nowhere.
+    /// Where worker and reconciler serve `/metrics`, `/healthz` and `/readyz` (worker, reconciler run, serve; the api serves them on its own address); empty: nowhere.
     #[arg(long, env = "PAYONCE_METRICS_LISTEN", default_value = "")]
     pub metrics_listen: String,
 }

@@ -3,7 +3,8 @@
 
 use crate::config::{ApiConfig, REQUEST_TIMEOUT};
 use crate::errors::{ErrorCode, HttpError};
-use crate::{confirm, formats, health, mcp, openapi, operations, webhooks};
+use crate::metrics::ApiMetrics;
+use crate::{confirm, formats, health, mcp, metrics, openapi, operations, webhooks};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
@@ -41,6 +42,8 @@ pub struct AppState {
     config: Arc<ApiConfig>,
     /// Cancelled at shutdown so long-lived MCP streams end and graceful shutdown can finish.
     shutdown: CancellationToken,
+    /// Responses and latency, for `/metrics`.
+    metrics: Arc<ApiMetrics>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -60,6 +63,7 @@ impl AppState {
             clock,
             config: Arc::new(config),
             shutdown: CancellationToken::new(),
+            metrics: Arc::new(ApiMetrics::default()),
         }
     }
     /// The ledger.
@@ -78,6 +82,10 @@ impl AppState {
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.shutdown
     }
+    /// The API's counters.
+    pub fn metrics(&self) -> &ApiMetrics {
+        &self.metrics
+    }
 }
 
 /// Every route of the API (listed, with their roles, in docs/api.md and api/openapi.json).
@@ -85,6 +93,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
+        .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::document))
         .route("/v1/operations", post(operations::create))
         .route("/v1/operations/{id}", get(operations::read))
@@ -106,7 +115,11 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config.body_limit_bytes))
-        .layer(middleware::from_fn(time_limit));
+        .layer(middleware::from_fn(time_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::count,
+        ));
     api.with_state(state)
 }
 

@@ -11,6 +11,7 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
 pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/readyz"),
+    ("get", "/metrics"),
     ("get", "/openapi.json"),
     ("post", "/v1/operations"),
     ("get", "/v1/operations/{id}"),

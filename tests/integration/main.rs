@@ -10,6 +10,7 @@ mod api;
 
 mod ledger_conformance;
 mod reconciler;
+mod serve;
 mod simulator;
 mod stripe_adapter;
 mod worker;

@@ -1,0 +1,146 @@
+//! `GET /metrics`: what the front door counts (responses by status class, latency) and the ledger's
+//! rows per state, in the Prometheus text format. Scraped from inside the cluster; it names no tenant.
+
+use crate::app::AppState;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::Response;
+use payonce_shared::metrics::{Counter, Exposition, Histogram};
+use payonce_shared::state::ALL_STATUSES;
+use std::time::Instant;
+
+/// The webhook route, whose deliveries are counted apart: a rise in refusals means a wrong secret.
+const WEBHOOK_PATH: &str = "/v1/webhooks/stripe";
+/// Status classes counted, in label order: 1xx..5xx.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// The API's counters.
+#[derive(Debug, Default)]
+pub struct ApiMetrics {
+    /// Responses by status class (index 0 = 1xx).
+    responses: [Counter; CLASSES.len()],
+    /// Time to the response head.
+    latency: Histogram,
+    /// Webhook deliveries answered 2xx (stored, or recognised as a duplicate).
+    webhooks_accepted: Counter,
+    /// Webhook deliveries refused (signature, payload, size, or the ledger unavailable).
+    webhooks_refused: Counter,
+}
+
+impl ApiMetrics {
+    /// Counts one response.
+    pub fn record(&self, status: StatusCode, elapsed_ms: u64) {
+        let class = usize::from(status.as_u16() / 100).clamp(1, CLASSES.len()) - 1;
+        self.responses[class].inc();
+        self.latency.observe_ms(elapsed_ms);
+    }
+
+    /// Counts one webhook delivery.
+    pub fn record_webhook(&self, status: StatusCode) {
+        if status.is_success() {
+            self.webhooks_accepted.inc();
+        } else {
+            self.webhooks_refused.inc();
+        }
+    }
+
+    /// Webhook deliveries accepted so far.
+    pub fn webhooks_accepted(&self) -> u64 {
+        self.webhooks_accepted.get()
+    }
+
+    /// Appends the counters.
+    pub fn render(&self, e: &mut Exposition) {
+        let help = "Webhook deliveries by result.";
+        e.counter(
+            "payonce_api_webhook_deliveries_total",
+            help,
+            "result=\"accepted\"",
+            self.webhooks_accepted.get(),
+        )
+        .counter(
+            "payonce_api_webhook_deliveries_total",
+            help,
+            "result=\"refused\"",
+            self.webhooks_refused.get(),
+        );
+        for (class, counter) in CLASSES.iter().zip(&self.responses) {
+            e.counter(
+                "payonce_api_responses_total",
+                "HTTP responses by status class.",
+                &format!("class=\"{class}\""),
+                counter.get(),
+            );
+        }
+        e.histogram(
+            "payonce_api_response_seconds",
+            "Time to the response head.",
+            &self.latency,
+        );
+    }
+}
+
+/// Middleware: counts every response and its latency.
+pub async fn count(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let webhook = request.uri().path() == WEBHOOK_PATH;
+    let response = next.run(request).await;
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    state.metrics().record(response.status(), elapsed_ms);
+    if webhook {
+        state.metrics().record_webhook(response.status());
+    }
+    response
+}
+
+/// `GET /metrics`: the counters, then rows per state (503 with an empty body when the ledger is down,
+/// so a scrape failure is visible rather than a page of zeros).
+pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
+    let mut e = Exposition::default();
+    state.metrics().render(&mut e);
+    match state.ledger().count_by_status().await {
+        Ok(counts) => {
+            for status in ALL_STATUSES {
+                let n = counts
+                    .iter()
+                    .find(|c| c.status == status)
+                    .map_or(0, |c| c.count);
+                e.gauge(
+                    "payonce_operations",
+                    "Operations per state.",
+                    &format!("status=\"{}\"", status.as_str()),
+                    n,
+                );
+            }
+            (StatusCode::OK, e.finish())
+        }
+        Err(error) => {
+            tracing::warn!(%error, "metrics: ledger unavailable");
+            (StatusCode::SERVICE_UNAVAILABLE, String::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_are_counted_by_class() {
+        let m = ApiMetrics::default();
+        m.record(StatusCode::OK, 3);
+        m.record(StatusCode::CREATED, 3);
+        m.record(StatusCode::SERVICE_UNAVAILABLE, 40);
+        m.record_webhook(StatusCode::OK);
+        m.record_webhook(StatusCode::BAD_REQUEST);
+        let mut e = Exposition::default();
+        m.render(&mut e);
+        let text = e.finish();
+        assert!(text.contains("payonce_api_responses_total{class=\"2xx\"} 2\n"));
+        assert!(text.contains("payonce_api_responses_total{class=\"5xx\"} 1\n"));
+        assert!(text.contains("payonce_api_response_seconds_count 3\n"));
+        assert!(text.contains("payonce_api_webhook_deliveries_total{result=\"accepted\"} 1\n"));
+        assert!(text.contains("payonce_api_webhook_deliveries_total{result=\"refused\"} 1\n"));
+    }
+}

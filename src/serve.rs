@@ -1,0 +1,286 @@
+//! The all-in-one process: api, worker, reconciler and (by default) the simulator around one ledger —
+//! SQLite unless the database URL says Postgres. `payonce serve` runs it for a newcomer; the demo
+//! runs its story on the same [`Stack`].
+
+use crate::ops;
+use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
+use anyhow::Context;
+use clap::{ArgAction, Args};
+use payonce_reconciler::Reconciler;
+use payonce_shared::clock::{Clock, SharedClock, SystemClock};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{Role, SharedLedger};
+use payonce_shared::processor::Processor;
+use payonce_simulator::{Simulator, SimulatorConfig};
+use payonce_worker::Worker;
+use payonce_worker::config::owner_name;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// `payonce serve` settings beyond those every deployable shares.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Start the built-in simulator and use it as the processor (false: use processor_url).
+    #[arg(long = "simulator", env = "PAYONCE_SERVE_SIMULATOR", default_value_t = true, action = ArgAction::Set)]
+    pub simulator: bool,
+    /// Where the built-in simulator listens.
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_LISTEN",
+        default_value = "127.0.0.1:12111"
+    )]
+    pub simulator_listen: SocketAddr,
+    /// Tenant to create quick-start API keys for at start-up (service and assistant); empty: none.
+    #[arg(long, env = "PAYONCE_SERVE_TENANT", default_value = "demo")]
+    pub tenant: String,
+}
+
+/// What an all-in-one process runs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Ledger and processor settings.
+    pub common: Common,
+    /// The api.
+    pub api: ApiArgs,
+    /// The in-process worker.
+    pub worker: WorkerArgs,
+    /// The in-process reconciler.
+    pub reconciler: ReconcilerArgs,
+    /// The built-in simulator, if any; its webhooks are pointed at this api and signed with its secret.
+    pub simulator: Option<SimulatorConfig>,
+}
+
+/// A running all-in-one process. The worker and reconciler start separately so the demo can stage its
+/// crash before the in-process worker competes for the operation.
+pub struct Stack {
+    /// The ledger every component shares.
+    pub ledger: SharedLedger,
+    /// The api's base URL (what confirmation links use).
+    pub api_url: String,
+    /// The processor's base URL.
+    pub processor_url: String,
+    processor: Arc<dyn Processor>,
+    clock: SharedClock,
+    plan: Plan,
+    simulator: Option<Simulator>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A future that resolves when `stop` is set.
+fn stopped(stop: &watch::Sender<bool>) -> impl Future<Output = ()> + Send + 'static {
+    let mut rx = stop.subscribe();
+    async move {
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// A loopback address for a socket bound to "any", so in-process callers can reach it.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+    } else {
+        addr
+    }
+}
+
+impl Stack {
+    /// Opens the ledger (running migrations), starts the simulator if planned, and serves the api.
+    pub async fn start(plan: Plan) -> anyhow::Result<Stack> {
+        let ledger = crate::open(&plan.common).await?;
+        let listener = tokio::net::TcpListener::bind(plan.api.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (api_listen)", plan.api.listen))?;
+        let bound = reachable(listener.local_addr()?);
+        let mut api_config = plan.api.config();
+        api_config.listen = bound;
+        if plan.api.public_base_url.is_none() {
+            api_config.public_base_url = format!("http://{bound}");
+        }
+        let mut common = plan.common.clone();
+        let simulator = match plan.simulator.clone() {
+            Some(mut sim) => {
+                if api_config.webhook_secrets.is_empty() {
+                    api_config.webhook_secrets.push(sim.webhook_secret.clone());
+                } else {
+                    sim.webhook_secret = api_config.webhook_secrets[0].clone();
+                }
+                sim.webhook_url = Some(format!("http://{bound}/v1/webhooks/stripe"));
+                sim.api_key = common.processor_secret_key.clone();
+                let sim = Simulator::start(sim)
+                    .await
+                    .context("starting the built-in simulator (simulator_listen)")?;
+                common.processor_url = sim.base_url();
+                Some(sim)
+            }
+            None => None,
+        };
+        let processor = common.processor()?;
+        let clock: SharedClock = Arc::new(SystemClock);
+        let (stop, _) = watch::channel(false);
+        let state = payonce_api::AppState::new(ledger.clone(), clock.clone(), api_config.clone());
+        let api_stopped = stopped(&stop);
+        let api = tokio::spawn(async move {
+            if let Err(error) = payonce_api::serve_listener(listener, state, api_stopped).await {
+                tracing::error!(error = %anyhow::Error::from(error), "api stopped");
+            }
+        });
+        Ok(Stack {
+            ledger,
+            api_url: api_config.base_url().to_string(),
+            processor_url: common.processor_url.clone(),
+            processor,
+            clock,
+            plan: Plan { common, ..plan },
+            simulator,
+            stop,
+            tasks: vec![api],
+        })
+    }
+
+    /// Starts the in-process worker.
+    pub fn start_worker(&mut self) -> anyhow::Result<Arc<Worker>> {
+        let config = self.plan.worker.config(owner_name("serve-worker"));
+        let worker = Arc::new(
+            Worker::new(
+                self.ledger.clone(),
+                self.processor.clone(),
+                self.clock.clone(),
+                config,
+            )
+            .map_err(anyhow::Error::msg)
+            .context("worker settings")?,
+        );
+        let run = worker.clone().run(stopped(&self.stop));
+        self.tasks.push(tokio::spawn(async move {
+            run.await;
+        }));
+        Ok(worker)
+    }
+
+    /// Starts the in-process reconciler daemon.
+    pub fn start_reconciler(&mut self) -> Arc<Reconciler> {
+        let owner = owner_name("serve-reconciler");
+        let config = self
+            .plan
+            .reconciler
+            .config(owner.clone(), self.plan.worker.config(owner));
+        let reconciler = Arc::new(Reconciler::new(
+            self.ledger.clone(),
+            self.processor.clone(),
+            self.clock.clone(),
+            config,
+        ));
+        let run = reconciler.clone().run(stopped(&self.stop));
+        self.tasks.push(tokio::spawn(run));
+        reconciler
+    }
+
+    /// Stops everything: the worker and reconciler reach a safe point, the api finishes in-flight
+    /// requests, then the simulator stops.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        if let Some(sim) = self.simulator {
+            sim.shutdown().await;
+        }
+    }
+}
+
+/// `payonce serve`: runs the stack until SIGTERM or Ctrl-C, after printing its URLs and fresh API keys.
+pub async fn run(
+    common: Common,
+    api: ApiArgs,
+    worker: WorkerArgs,
+    reconciler: ReconcilerArgs,
+    serve: ServeArgs,
+) -> anyhow::Result<ExitCode> {
+    let simulator = serve.simulator.then(|| SimulatorConfig {
+        listen: serve.simulator_listen,
+        ..SimulatorConfig::default()
+    });
+    let metrics_listen = common.metrics_listen.clone();
+    let mut stack = Stack::start(Plan {
+        common,
+        api,
+        worker,
+        reconciler,
+        simulator,
+    })
+    .await?;
+    let w = stack.start_worker()?;
+    let r = stack.start_reconciler();
+    ops::spawn_metrics(
+        &metrics_listen,
+        ops::MetricsState {
+            ledger: stack.ledger.clone(),
+            worker: Some(w.metrics()),
+            reconciler: Some(r.metrics()),
+        },
+    )
+    .await?;
+    println!(
+        "payonce serve: api, worker, reconciler{} in one process",
+        if stack.simulator.is_some() {
+            " and simulator"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  api        {}  (/openapi.json, /healthz, /readyz, /metrics)",
+        stack.api_url
+    );
+    println!(
+        "  processor  {}{}",
+        stack.processor_url,
+        if stack.simulator.is_some() {
+            "  (built-in simulator)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  ledger     {}",
+        crate::redact(&stack.plan.common.database_url)
+    );
+    if !metrics_listen.is_empty() {
+        println!("  metrics    http://{metrics_listen}/metrics  (worker and reconciler)");
+    }
+    if !serve.tenant.is_empty() {
+        let tenant = TenantId::parse(&serve.tenant).context("serve_tenant")?;
+        let now = SystemClock.now_ms();
+        let service = payonce_api::create_api_key(
+            &stack.ledger,
+            &tenant,
+            Role::Service,
+            "payonce serve",
+            now,
+        )
+        .await?;
+        let assistant = payonce_api::create_api_key(
+            &stack.ledger,
+            &tenant,
+            Role::Assistant,
+            "payonce serve",
+            now,
+        )
+        .await?;
+        println!("  service key    ({tenant}) {service}");
+        println!("  assistant key  ({tenant}) {assistant}");
+        println!("Create an operation:");
+        println!(
+            "  curl -s {}/v1/operations -H 'authorization: Bearer {service}' -H 'content-type: application/json' \\\n    -d '{{\"business_key\":\"invoice:INV-1:pay\",\"details\":{{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}}}'",
+            stack.api_url
+        );
+    }
+    println!("Stop with Ctrl-C.");
+    ops::shutdown_signal().await;
+    stack.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
