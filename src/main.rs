@@ -8,6 +8,7 @@
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
+//! - `payonce probe URL`: the container healthcheck.
 //!
 //! Modules: `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
@@ -81,6 +82,14 @@ enum Command {
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+    /// Exits 0 if GET URL answers 2xx in time, else 1: the container healthcheck (the image has no curl).
+    Probe {
+        /// What to ask, e.g. http://127.0.0.1:8080/readyz.
+        url: String,
+        /// Give up after this many ms.
+        #[arg(long, default_value_t = 2_000)]
+        timeout_ms: u64,
     },
     /// Runs the ledger migrations and exits.
     Migrate {
@@ -288,16 +297,13 @@ fn parse() -> Parsed {
     }
     let matches = command.get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    Parsed {
-        cli,
-        matches,
-        file,
-    }
+    Parsed { cli, matches, file }
 }
 
 async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
     match parsed.cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Probe { url, timeout_ms } => Ok(ops::probe(&url, timeout_ms).await),
         Command::Serve {
             common,
             api,
@@ -504,7 +510,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let parsed = parse();
     let filter = match parsed.cli.command {
-        Command::Demo(_) | Command::Config { .. } => ops::LOG_FILTER_QUIET,
+        Command::Demo(_) | Command::Config { .. } | Command::Probe { .. } => ops::LOG_FILTER_QUIET,
         _ => ops::LOG_FILTER_DEFAULT,
     };
     ops::init_logging(parsed.cli.log_format, filter);

@@ -40,6 +40,29 @@ pub fn init_logging(format: LogFormat, default_filter: &str) {
     }
 }
 
+/// GETs `url`; success on a 2xx within `timeout_ms`. Prints why not on stderr.
+pub async fn probe(url: &str, timeout_ms: u64) -> std::process::ExitCode {
+    let timeout = std::time::Duration::from_millis(timeout_ms);
+    let client = match reqwest::Client::builder().timeout(timeout).build() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("probe: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match client.get(url).send().await {
+        Ok(r) if r.status().is_success() => std::process::ExitCode::SUCCESS,
+        Ok(r) => {
+            eprintln!("probe: {url} answered {}", r.status());
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("probe: {url}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

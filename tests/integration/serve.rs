@@ -415,6 +415,19 @@ async fn every_deployable_answers_liveness_readiness_and_metrics() {
         (get(&format!("http://{sim_listen}/_sim/health")).await.0 == 200).then_some(())
     })
     .await;
+    // The container healthcheck: `payonce probe` succeeds on a ready deployable, fails on a closed port.
+    let probe = |url: String| {
+        let dir = dir.clone();
+        async move {
+            payonce(&dir, &["probe", &url])
+                .status()
+                .await
+                .unwrap()
+                .success()
+        }
+    };
+    assert!(probe(format!("http://{api_listen}/readyz")).await);
+    assert!(!probe(format!("http://127.0.0.1:{}/readyz", free_port())).await);
     for child in &mut children {
         let exit = sigterm_and_wait(child).await;
         assert!(
@@ -422,4 +435,80 @@ async fn every_deployable_answers_liveness_readiness_and_metrics() {
             "a deployable exits cleanly on SIGTERM: {exit}"
         );
     }
+}
+
+/// Every `PAYONCE_…` name in `text`.
+fn payonce_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("PAYONCE_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        names.push(name);
+    }
+    names
+}
+
+#[tokio::test]
+async fn deploy_files_name_only_real_settings() {
+    let dir = scratch("deploy-names");
+    let out = payonce(&dir, &["config", "reference"])
+        .output()
+        .await
+        .unwrap();
+    let reference = String::from_utf8(out.stdout).unwrap();
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut files = vec![deploy.join("compose.yaml"), deploy.join("Dockerfile")];
+    for sub in ["k8s", "systemd"] {
+        for entry in std::fs::read_dir(deploy.join(sub)).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+    }
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for name in payonce_names(&text) {
+            // Not settings: the config file's own variable, and the test-only failure points.
+            if name == "PAYONCE_CONFIG" || name == "PAYONCE_FAILPOINTS" {
+                continue;
+            }
+            assert!(
+                reference.contains(&format!("`{name}`")),
+                "{} names {name}, which no payonce command reads",
+                file.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} settings found in deploy/");
+
+    // The Kubernetes ConfigMap's payonce.toml is a config file every deployable accepts.
+    let config = std::fs::read_to_string(deploy.join("k8s/config.yaml")).unwrap();
+    let toml: String = config
+        .split("payonce.toml: |\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    assert!(toml.contains("processor_url"), "{toml}");
+    std::fs::write(dir.join("payonce.toml"), &toml).unwrap();
+    let out = payonce(&dir, &["--config", "payonce.toml", "config", "show"])
+        .output()
+        .await
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the ConfigMap's payonce.toml is refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("lease_ttl_ms = \"30000\"  # file"),
+        "{shown}"
+    );
 }
