@@ -253,7 +253,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     // A worker in its own process, armed to die right after the processor accepts the payment. The
     // stack's own worker starts only afterwards, so this one is the one that claims the payment.
     let exe = std::env::current_exe().context("locating the payonce binary")?;
-    let crash = tokio::process::Command::new(exe)
+    let mut worker_cmd = tokio::process::Command::new(exe);
+    // Like the stack, the crashing worker ignores the caller's settings: only what the story sets.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("PAYONCE_") {
+            worker_cmd.env_remove(name);
+        }
+    }
+    let crash = worker_cmd
         .arg("worker")
         .env("PAYONCE_DATABASE_URL", &db_url)
         .env("PAYONCE_PROCESSOR_URL", &stack.processor_url)
@@ -263,8 +270,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .env("PAYONCE_SHUTDOWN_GRACE_MS", "5000")
         .env(payonce_shared::failpoint::ENV, "after_processor_accepted")
         .env("RUST_LOG", "error")
-        .env_remove("PAYONCE_CONFIG")
         .stdin(std::process::Stdio::null())
+        // Its last words ("failure point … hit; aborting") are the next step's line.
+        .stderr(std::process::Stdio::null())
         .status();
     let status = p
         .wait(

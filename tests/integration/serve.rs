@@ -245,6 +245,42 @@ async fn demo_tells_the_inv_2048_story_with_one_payment() {
     assert!(dir.join("demo.db").exists());
 }
 
+#[tokio::test]
+async fn demo_on_a_terminal_shows_a_spinner_with_elapsed_time() {
+    // `script` (util-linux, on every Debian) gives the demo a pseudo-terminal.
+    let dir = scratch("demo-tty");
+    let bin = payonce_bin();
+    let mut script = Command::new("script");
+    script
+        .args([
+            "-qec",
+            &format!("{bin} demo --database tty.db"),
+            "/dev/null",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PAYONCE_") {
+            script.env_remove(k);
+        }
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), script.output())
+        .await
+        .expect("the demo finishes")
+        .expect("`script` is installed (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // Redrawn in place with a spinner frame and a running clock, then replaced by the finished step.
+    assert!(text.contains("\r\x1b[2K"), "no in-place redraw: {text:?}");
+    assert!(text.contains('⠋'), "no spinner frame: {text:?}");
+    assert!(text.contains("(waited "), "{text:?}");
+    assert!(
+        text.contains("One approved intention, one payment."),
+        "{text:?}"
+    );
+}
+
 /// `payonce config show` in `dir` with `env`, returning stdout or panicking with stderr.
 async fn config_show(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = payonce(dir, args);
