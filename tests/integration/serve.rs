@@ -68,8 +68,20 @@ async fn get(url: &str) -> (u16, String) {
 }
 
 #[tokio::test]
-async fn serve_runs_every_component_in_one_process_and_pays_once() {
-    let dir = scratch("serve");
+async fn serve_runs_every_component_in_one_process_and_pays_once_on_sqlite() {
+    serve_pays_once("serve-sqlite", "sqlite:serve.db").await;
+}
+
+#[tokio::test]
+async fn serve_runs_every_component_in_one_process_and_pays_once_on_postgres() {
+    let url = crate::support::postgres::fresh_database().await;
+    serve_pays_once("serve-postgres", &url).await;
+}
+
+/// Starts `payonce serve` on `database_url`, pays one operation through it with the printed key, and
+/// checks the one payment, the probes, the metrics, the JSON logs and a clean SIGTERM.
+async fn serve_pays_once(name: &str, database_url: &str) {
+    let dir = scratch(name);
     let mut child = payonce(
         &dir,
         &[
@@ -77,7 +89,7 @@ async fn serve_runs_every_component_in_one_process_and_pays_once() {
             "json",
             "serve",
             "--database-url",
-            "sqlite:serve.db",
+            database_url,
             "--listen",
             "127.0.0.1:0",
             "--simulator-listen",
