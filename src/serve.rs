@@ -278,6 +278,11 @@ pub async fn run(
             "  curl -s {}/v1/operations -H 'authorization: Bearer {service}' -H 'content-type: application/json' \\\n    -d '{{\"business_key\":\"invoice:INV-1:pay\",\"details\":{{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}}}'",
             stack.api_url
         );
+        println!(
+            "Then POST {}/v1/operations/OP_ID/approval-requests with the service key: the customer's \
+             confirmation link; approving there enqueues the payment (every route: docs/api.md).",
+            stack.api_url
+        );
     }
     println!("Stop with Ctrl-C.");
     ops::shutdown_signal().await;
