@@ -560,3 +560,55 @@ async fn deploy_files_name_only_real_settings() {
         "{shown}"
     );
 }
+
+#[tokio::test]
+async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
+    use payonce_shared::ledger::{self, Recorded};
+    let dir = scratch("sweep-codes");
+    let db = format!("sqlite:{}", dir.join("sweep.db").display());
+    let sweep = || async {
+        payonce(&dir, &["reconciler", "sweep", "--once", "--json"])
+            .env("PAYONCE_DATABASE_URL", &db)
+            .output()
+            .await
+            .unwrap()
+    };
+    let clean = sweep().await;
+    assert_eq!(clean.status.code(), Some(0), "{clean:?}");
+    let report: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert_eq!(report["needs_attention"], 0, "{report}");
+
+    // One operation whose attempts ran out without a request leaving: needs a human.
+    let ledger = ledger::connect(&db, 1).await.unwrap();
+    let now = payonce_shared::clock::Clock::now_ms(&payonce_shared::clock::SystemClock);
+    crate::support::ready_operation(&ledger, "INV-3", "pm_card_visa", now).await;
+    let claimed = ledger.claim("test", 1, 60_000, now).await.unwrap();
+    let op = &claimed[0];
+    let exhausted = Recorded::Exhausted {
+        reason: "the processor refused every connection".into(),
+    };
+    ledger
+        .record(&op.id, op.attempt, &exhausted, "test", now)
+        .await
+        .unwrap();
+    drop(ledger);
+    let attention = sweep().await;
+    assert_eq!(attention.status.code(), Some(3), "{attention:?}");
+    let report: serde_json::Value = serde_json::from_slice(&attention.stdout).unwrap();
+    assert_eq!(report["needs_attention"], 1, "{report}");
+
+    // `sweep` without --once is refused (the daemon is `reconciler run`); a ledger that cannot be
+    // opened is an error: both exit 1, which cron reports as a failure.
+    let no_once = payonce(&dir, &["reconciler", "sweep"])
+        .env("PAYONCE_DATABASE_URL", &db)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(no_once.status.code(), Some(1), "{no_once:?}");
+    let broken = payonce(&dir, &["reconciler", "sweep", "--once"])
+        .env("PAYONCE_DATABASE_URL", "sqlite:/nonexistent/dir/sweep.db")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(broken.status.code(), Some(1), "{broken:?}");
+}
