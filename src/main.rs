@@ -10,11 +10,12 @@
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
 //! - `payonce probe URL`: the container healthcheck.
 //!
-//! Modules: `settings` (the flags and environment variables), `config_file` (the optional TOML file),
+//! Modules: `cli` (the subcommands), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
 //! stack), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
+mod cli;
 mod config_file;
 mod config_reference;
 mod demo;
@@ -24,7 +25,8 @@ mod serve;
 mod settings;
 
 use anyhow::Context;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
+use cli::{Cli, Command, ConfigCommand, ReconcilerCommand, ResolveAs};
 use config_file::ConfigFile;
 use payonce_reconciler::oncall::{self, Format};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
@@ -34,207 +36,9 @@ use payonce_shared::ledger::{self, Resolution, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_worker::Worker;
 use payonce_worker::config::owner_name;
-use settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
+use settings::{Common, ReconcilerArgs, WorkerArgs};
 use std::process::ExitCode;
 use std::sync::Arc;
-
-#[derive(Parser)]
-#[command(
-    name = "payonce",
-    version,
-    about = "Collect a payment at most once per approved intention."
-)]
-struct Cli {
-    /// Optional TOML config file; its keys are the environment variables without PAYONCE_, lowercased.
-    #[arg(long, global = true, env = "PAYONCE_CONFIG", value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
-    /// Log format on stderr.
-    #[arg(
-        long,
-        global = true,
-        env = "PAYONCE_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    log_format: ops::LogFormat,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Quick start: runs everything in one process on SQLite and the simulator and walks the INV-2048 story.
-    Demo(demo::DemoArgs),
-    /// All in one process: api, worker, reconciler and the simulator (SQLite unless database_url says postgres).
-    Serve {
-        #[command(flatten)]
-        common: Common,
-        #[command(flatten)]
-        api: ApiArgs,
-        #[command(flatten)]
-        worker: WorkerArgs,
-        #[command(flatten)]
-        reconciler: ReconcilerArgs,
-        #[command(flatten)]
-        serve: serve::ServeArgs,
-    },
-    /// Effective settings and the configuration reference.
-    Config {
-        #[command(subcommand)]
-        command: ConfigCommand,
-    },
-    /// Exits 0 if GET URL answers 2xx in time, else 1: the container healthcheck (the image has no curl).
-    Probe {
-        /// What to ask, e.g. http://127.0.0.1:8080/readyz.
-        url: String,
-        /// Give up after this many ms.
-        #[arg(long, default_value_t = 2_000)]
-        timeout_ms: u64,
-    },
-    /// Runs the ledger migrations and exits.
-    Migrate {
-        #[command(flatten)]
-        common: Common,
-    },
-    /// Runs the HTTP front door (operations, confirmation pages, assistant tools, MCP, webhooks).
-    Api {
-        #[command(flatten)]
-        common: Common,
-        #[command(flatten)]
-        api: ApiArgs,
-    },
-    /// Creates an API key for a tenant and role; prints the secret once.
-    CreateKey {
-        #[command(flatten)]
-        common: Common,
-        /// Tenant the key acts for.
-        #[arg(long)]
-        tenant: String,
-        /// service, assistant or on_call.
-        #[arg(long)]
-        role: String,
-        /// Human label.
-        #[arg(long, default_value = "created by payonce create-key")]
-        label: String,
-    },
-    /// Runs the claim-and-submit daemon.
-    Worker {
-        #[command(flatten)]
-        common: Common,
-        #[command(flatten)]
-        worker: WorkerArgs,
-    },
-    /// The reconciler daemon and on-call commands.
-    Reconciler {
-        #[command(flatten)]
-        common: Common,
-        #[command(subcommand)]
-        command: ReconcilerCommand,
-    },
-    /// Runs the Stripe-compatible simulator.
-    Simulator(demo::SimulatorArgs),
-}
-
-// Parsed once per process; boxing the settings would only make the derive harder to read.
-#[allow(clippy::large_enum_variant)]
-#[derive(Subcommand)]
-enum ConfigCommand {
-    /// Prints every setting's effective value and its source (flag, env, file, default) as TOML.
-    Show {
-        #[command(flatten)]
-        common: Common,
-        #[command(flatten)]
-        api: ApiArgs,
-        #[command(flatten)]
-        worker: WorkerArgs,
-        #[command(flatten)]
-        reconciler: ReconcilerArgs,
-        #[command(flatten)]
-        serve: serve::ServeArgs,
-    },
-    /// Prints the Markdown table of every setting (docs/configuration.md holds it).
-    Reference,
-}
-
-#[derive(Subcommand)]
-enum ReconcilerCommand {
-    /// Sweeps every interval until SIGTERM.
-    Run {
-        #[command(flatten)]
-        reconciler: ReconcilerArgs,
-        #[command(flatten)]
-        worker: WorkerArgs,
-    },
-    /// One sweep for cron. Exit 0: clean; 1: errors; 3: operations need attention.
-    Sweep {
-        /// Run one sweep (required: the daemon is `run`).
-        #[arg(long)]
-        once: bool,
-        /// Report what would be done; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        reconciler: ReconcilerArgs,
-        #[command(flatten)]
-        worker: WorkerArgs,
-    },
-    /// Lists operations by state and age (default: executing, unknown, needs_attention).
-    List {
-        /// States to list (repeatable).
-        #[arg(long = "status")]
-        statuses: Vec<String>,
-        /// Only rows unchanged for at least this many seconds.
-        #[arg(long, default_value_t = 0)]
-        min_age_s: i64,
-        /// Most rows.
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Shows one operation with its full event history and the processor's view.
-    Show {
-        /// Operation id.
-        id: String,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Resolves an unknown or needs_attention operation by hand.
-    Resolve {
-        /// Operation id.
-        id: String,
-        /// What happened.
-        #[arg(long = "as", value_enum)]
-        resolution: ResolveAs,
-        /// The processor reference (required with `--as succeeded`).
-        #[arg(long)]
-        reference: Option<String>,
-        /// Why (mandatory; recorded in the audit trail).
-        #[arg(long)]
-        reason: String,
-        /// Who is resolving (recorded as the actor).
-        #[arg(long, env = "USER", default_value = "on-call")]
-        actor: String,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ResolveAs {
-    /// The payment happened (give --reference).
-    Succeeded,
-    /// The payment did not happen.
-    Failed,
-    /// Retry with the same key.
-    Retry,
-}
 
 fn format(json: bool) -> Format {
     if json { Format::Json } else { Format::Table }

@@ -1,0 +1,205 @@
+//! The command line: every subcommand and its flags. The settings groups live in `settings`; what each
+//! command does lives in `main` (`run`).
+
+use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
+use crate::{demo, ops, serve};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// `payonce`: global flags and one subcommand.
+#[derive(Parser)]
+#[command(
+    name = "payonce",
+    version,
+    about = "Collect a payment at most once per approved intention."
+)]
+pub struct Cli {
+    /// Optional TOML config file; its keys are the environment variables without PAYONCE_, lowercased.
+    #[arg(long, global = true, env = "PAYONCE_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Log format on stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: ops::LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Quick start: the all-in-one stack on a fresh SQLite file walks INV-2048 through a crash, a lost response and duplicate webhooks.
+    Demo(demo::DemoArgs),
+    /// All in one process: api, worker, reconciler and the simulator (SQLite unless database_url says postgres).
+    Serve {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        serve: serve::ServeArgs,
+    },
+    /// Effective settings and the configuration reference.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Exits 0 if GET URL answers 2xx in time, else 1: the container healthcheck (the image has no curl).
+    Probe {
+        /// What to ask, e.g. http://127.0.0.1:8080/readyz.
+        url: String,
+        /// Give up after this many ms.
+        #[arg(long, default_value_t = 2_000)]
+        timeout_ms: u64,
+    },
+    /// Runs the ledger migrations and exits.
+    Migrate {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Runs the HTTP front door (operations, confirmation pages, assistant tools, MCP, webhooks).
+    Api {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Creates an API key for a tenant and role; prints the secret once.
+    CreateKey {
+        #[command(flatten)]
+        common: Common,
+        /// Tenant the key acts for.
+        #[arg(long)]
+        tenant: String,
+        /// service, assistant or on_call.
+        #[arg(long)]
+        role: String,
+        /// Human label.
+        #[arg(long, default_value = "created by payonce create-key")]
+        label: String,
+    },
+    /// Runs the claim-and-submit daemon.
+    Worker {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// The reconciler daemon and on-call commands.
+    Reconciler {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: ReconcilerCommand,
+    },
+    /// Runs the Stripe-compatible simulator.
+    Simulator(demo::SimulatorArgs),
+}
+
+// Parsed once per process; boxing the settings would only make the derive harder to read.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Prints every setting's effective value and its source (flag, env, file, default) as TOML.
+    Show {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        serve: serve::ServeArgs,
+    },
+    /// Prints the Markdown table of every setting (docs/configuration.md holds it).
+    Reference,
+}
+
+#[derive(Subcommand)]
+pub enum ReconcilerCommand {
+    /// Sweeps every interval until SIGTERM.
+    Run {
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// One sweep for cron. Exit 0: clean; 1: errors; 3: operations need attention.
+    Sweep {
+        /// Run one sweep (required: the daemon is `run`).
+        #[arg(long)]
+        once: bool,
+        /// Report what would be done; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// Lists operations by state and age (default: executing, unknown, needs_attention).
+    List {
+        /// States to list (repeatable).
+        #[arg(long = "status")]
+        statuses: Vec<String>,
+        /// Only rows unchanged for at least this many seconds.
+        #[arg(long, default_value_t = 0)]
+        min_age_s: i64,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one operation with its full event history and the processor's view.
+    Show {
+        /// Operation id.
+        id: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolves an unknown or needs_attention operation by hand.
+    Resolve {
+        /// Operation id.
+        id: String,
+        /// What happened.
+        #[arg(long = "as", value_enum)]
+        resolution: ResolveAs,
+        /// The processor reference (required with `--as succeeded`).
+        #[arg(long)]
+        reference: Option<String>,
+        /// Why (mandatory; recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// Who is resolving (recorded as the actor).
+        #[arg(long, env = "USER", default_value = "on-call")]
+        actor: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ResolveAs {
+    /// The payment happened (give --reference).
+    Succeeded,
+    /// The payment did not happen.
+    Failed,
+    /// Retry with the same key.
+    Retry,
+}
