@@ -20,7 +20,14 @@ k8s_versions="1.30.0 1.37.0"
 install() {
   if [ -f "$venv/.pins" ] && [ "$(cat "$venv/.pins")" = "$pins" ]; then return; fi
   echo "deploy/check.sh: installing validators into $venv ($pins)"
-  python3 -m venv "$venv"
+  if ! python3 -m venv "$venv"; then
+    # Debian's system python ships venv separately.
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$venv"
+    else
+      echo "deploy/check.sh: python3 -m venv failed; install python3-venv" >&2; exit 1
+    fi
+  fi
   # shellcheck disable=SC2086 # the pins are separate words
   "$venv/bin/pip" install --quiet --disable-pip-version-check $pins
   echo "$pins" > "$venv/.pins"
