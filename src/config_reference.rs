@@ -4,7 +4,7 @@
 
 use crate::config_file::{ConfigFile, key_of, walk};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Command};
+use clap::{Arg, ArgMatches, Command};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -75,15 +75,19 @@ pub fn markdown(cmd: &Command) -> String {
     out
 }
 
-/// Every setting of `cmd` (the `config show` subcommand as defined, for its order) with its effective
-/// value in `matches` and its source, as TOML that could be saved as a config file. Secrets print as
+/// Every setting in `args` (the `config show` subcommand's, as defined, for their order, and the global
+/// ones) with its effective value in `matches` and its source, as TOML that could be saved as a config file. Secrets print as
 /// `"(set)"`.
-pub fn show(cmd: &Command, matches: &ArgMatches, file: Option<&ConfigFile>) -> String {
+pub fn show<'a>(
+    args: impl Iterator<Item = &'a Arg>,
+    matches: &ArgMatches,
+    file: Option<&ConfigFile>,
+) -> String {
     let mut out = String::new();
     if let Some(f) = file {
         let _ = writeln!(out, "# config file: {}", f.path().display());
     }
-    for arg in cmd.get_arguments() {
+    for arg in args {
         let Some(key) = key_of(arg) else { continue };
         let id = arg.get_id().as_str();
         let value = matches

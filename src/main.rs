@@ -126,9 +126,15 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         } => {
             let show = |name: &str, c: &clap::Command| c.find_subcommand(name).cloned();
             // The definition, not the file-applied copy: clap moves an argument it modified to the end.
-            let cmd = show("config", &Cli::command())
+            let root = Cli::command();
+            let cmd = show("config", &root)
                 .and_then(|c| show("show", &c))
                 .context("the config show command")?;
+            // Global flags (log_format) are defined on the root and reach every subcommand's matches.
+            let args = root
+                .get_arguments()
+                .filter(|a| a.is_global_set())
+                .chain(cmd.get_arguments());
             let matches = parsed
                 .matches
                 .subcommand_matches("config")
@@ -136,7 +142,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 .context("config show matches")?;
             print!(
                 "{}",
-                config_reference::show(&cmd, matches, parsed.file.as_ref())
+                config_reference::show(args, matches, parsed.file.as_ref())
             );
             Ok(ExitCode::SUCCESS)
         }

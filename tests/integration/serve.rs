@@ -332,6 +332,7 @@ async fn config_file_sits_between_the_environment_and_the_defaults() {
         "resubmit_after_window = \"true\"  # file", // booleans too
         "sweep_batch = \"200\"  # default",         // default when nobody says
         "database_url = \"sqlite:payonce.db\"  # default",
+        "log_format = \"text\"  # default", // global flags too
     ] {
         assert!(shown.contains(line), "{line:?} missing from:\n{shown}");
     }
