@@ -560,6 +560,28 @@ async fn deploy_files_name_only_real_settings() {
         shown.contains("lease_ttl_ms = \"30000\"  # file"),
         "{shown}"
     );
+
+    // So is the systemd example.
+    let out = payonce(
+        &dir,
+        &[
+            "--config",
+            deploy
+                .join("systemd/payonce.toml.example")
+                .to_str()
+                .unwrap(),
+            "config",
+            "show",
+        ],
+    )
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "payonce.toml.example is refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]
