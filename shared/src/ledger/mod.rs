@@ -390,6 +390,9 @@ pub trait Ledger: Send + Sync {
 
     /// On-call listing, oldest update first.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError>;
+    /// One cheap round trip (`SELECT 1`), for readiness probes: unlike counting, its cost does not
+    /// grow with the table.
+    async fn ping(&self) -> Result<(), LedgerError>;
     /// Operations per state, and the oldest `updated_at` in each.
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
 

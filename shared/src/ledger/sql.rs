@@ -126,6 +126,7 @@ pub const NOTE: &str = "UPDATE operations SET updated_at = $2, last_event = $3, 
 
 pub const LIST: &str = "SELECT * FROM operations WHERE status = $1 AND updated_at < $2 \
      AND ($3 IS NULL OR tenant_id = $3) ORDER BY updated_at LIMIT $4";
+pub const PING: &str = "SELECT 1";
 pub const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest, \
      MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 

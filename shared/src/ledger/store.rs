@@ -566,6 +566,11 @@ macro_rules! impl_ledger {
                 Ok(all)
             }
 
+            async fn ping(&self) -> Result<(), $crate::ledger::LedgerError> {
+                sqlx::query($crate::ledger::sql::PING).execute(&self.pool).await?;
+                Ok(())
+            }
+
             async fn count_by_status(
                 &self,
             ) -> Result<Vec<$crate::ledger::StatusCount>, $crate::ledger::LedgerError> {
