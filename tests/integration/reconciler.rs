@@ -39,7 +39,18 @@ async fn crashed_mid_flight(
     invoice: &str,
     submit: bool,
 ) -> Operation {
-    let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
+    crashed_paying_with(ledger, sim, invoice, "pm_card_visa", submit).await
+}
+
+/// [`crashed_mid_flight`] with a given test payment method.
+async fn crashed_paying_with(
+    ledger: &SharedLedger,
+    sim: &Simulator,
+    invoice: &str,
+    payment_method: &str,
+    submit: bool,
+) -> Operation {
+    let op = ready_operation(ledger, invoice, payment_method, now()).await;
     let claimed = ledger
         .claim("crashed-worker", 1, 300, now())
         .await
@@ -539,4 +550,55 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
         text.contains("payonce_operations{status=\"unknown\"} 1\n"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec",
+        Duration::from_secs(60),
+    );
+    // Declined at the processor, the response lost, the worker gone.
+    let declined =
+        crashed_paying_with(&ledger, &sim, "INV-D1", "pm_card_chargeDeclined", true).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    // Every processor request is rate limited for a while: the lookup is unavailable.
+    processes::arm_faults(
+        &sim,
+        serde_json::json!([{"match": "*", "fault": "rate_limit_429", "times": 4}]),
+    )
+    .await;
+    let first = rec.sweep_once(false).await.unwrap();
+    assert_eq!((first.marked_unknown, first.deferred), (1, 1), "{first:?}");
+    let deferred = ledger.get(&tenant(), &declined.id).await.unwrap();
+    assert_eq!(deferred.status, Status::Unknown);
+    assert!(deferred.check_count >= 1);
+    assert!(
+        deferred.next_check_at_ms.unwrap() > now(),
+        "the next check waits for the backoff"
+    );
+    // Not due yet: a sweep right away does not look again.
+    let early = rec.sweep_once(false).await.unwrap();
+    assert_eq!(early.deferred + early.resolved_failed, 0, "{early:?}");
+    // The rate limit passes (the remaining armed faults are used up by the checks that find it
+    // still limited); the decline is found and recorded, never paid.
+    let done = converge(&ledger, &rec, &declined).await;
+    assert_eq!(done.status, Status::Failed, "{:?}", done.failure_message);
+    assert_eq!(done.failure_code.as_deref(), Some("card_declined"));
+    assert!(
+        done.external_ref.is_some(),
+        "the declined attempt's reference is kept"
+    );
+    assert_eq!(rec.metrics().resolved_failed.get(), 1);
+    assert!(rec.metrics().deferred.get() >= 1);
+    let audit = processes::audit(&sim).await;
+    let row = audit
+        .iter()
+        .find(|p| p["metadata"]["payonce_operation_id"] == declined.id.as_str())
+        .unwrap();
+    assert_ne!(row["status"], "succeeded");
 }
