@@ -556,36 +556,39 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
 async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
-        &ledger,
+    let mut config = ReconcilerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec");
+    config.check_backoff_base = Duration::from_secs(2);
+    let rec = Reconciler::new(
+        ledger.clone(),
         processes::stripe(&sim, None),
-        "rec",
-        Duration::from_secs(60),
+        Arc::new(SystemClock),
+        config,
     );
     // Declined at the processor, the response lost, the worker gone.
     let declined =
         crashed_paying_with(&ledger, &sim, "INV-D1", "pm_card_chargeDeclined", true).await;
     tokio::time::sleep(Duration::from_millis(350)).await;
-    // Every processor request is rate limited for a while: the lookup is unavailable.
+    // The next processor request is rate limited: the lookup is unavailable.
     processes::arm_faults(
         &sim,
-        serde_json::json!([{"match": "*", "fault": "rate_limit_429", "times": 4}]),
+        serde_json::json!([{"match": "*", "fault": "rate_limit_429", "times": 1}]),
     )
     .await;
+    let before = now();
     let first = rec.sweep_once(false).await.unwrap();
     assert_eq!((first.marked_unknown, first.deferred), (1, 1), "{first:?}");
     let deferred = ledger.get(&tenant(), &declined.id).await.unwrap();
     assert_eq!(deferred.status, Status::Unknown);
     assert!(deferred.check_count >= 1);
     assert!(
-        deferred.next_check_at_ms.unwrap() > now(),
-        "the next check waits for the backoff"
+        deferred.next_check_at_ms.unwrap() >= before + 2_000,
+        "the next check waits for the backoff base"
     );
     // Not due yet: a sweep right away does not look again.
     let early = rec.sweep_once(false).await.unwrap();
     assert_eq!(early.deferred + early.resolved_failed, 0, "{early:?}");
-    // The rate limit passes (the remaining armed faults are used up by the checks that find it
-    // still limited); the decline is found and recorded, never paid.
+    // Once due, the lookup answers: the decline is found and recorded, never paid.
     let done = converge(&ledger, &rec, &declined).await;
     assert_eq!(done.status, Status::Failed, "{:?}", done.failure_message);
     assert_eq!(done.failure_code.as_deref(), Some("card_declined"));
