@@ -109,7 +109,7 @@ async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
 }
 
 async fn ready(State(s): State<MetricsState>) -> StatusCode {
-    match s.ledger.count_by_status().await {
+    match s.ledger.ping().await {
         Ok(_) => StatusCode::OK,
         Err(_) => StatusCode::SERVICE_UNAVAILABLE,
     }

@@ -120,13 +120,22 @@ pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, Le
                 .to_string(),
         ),
         Status::AwaitingApproval => {
-            let link = issue_link(state, op).await?;
-            let sentence = format!(
-                "{what} needs the customer's approval before it can be made. Ask the customer to review and \
-                 approve it here: {}",
-                link.url
-            );
-            confirmation = Some(link);
+            let sentence = match issue_link(state, op).await? {
+                Some(link) => {
+                    let sentence = format!(
+                        "{what} needs the customer's approval before it can be made. Ask the customer to \
+                         review and approve it here: {}",
+                        link.url
+                    );
+                    confirmation = Some(link);
+                    sentence
+                }
+                None => format!(
+                    "{what} needs the customer's approval before it can be made. Confirmation links were \
+                     already sent and are still open, so no new one was issued; ask the customer to use the \
+                     link they received."
+                ),
+            };
             (Outcome::ApprovalRequired, sentence)
         }
         Status::Failed => (

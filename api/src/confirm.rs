@@ -39,9 +39,17 @@ pub struct IssuedLink {
     pub expires_at_ms: i64,
 }
 
+/// Most unused, unexpired confirmation links one operation may have: an assistant calling
+/// `pay_invoice` in a loop must not mint links (and rows) without end.
+pub const OPEN_LINKS_MAX: u32 = 5;
+
 /// Issues a single-use, expiring link for an operation awaiting approval. Only the token's hash is
-/// stored; the URL is the one place the token exists.
-pub async fn issue_link(state: &AppState, op: &Operation) -> Result<IssuedLink, LedgerError> {
+/// stored; the URL is the one place the token exists. `None`: [`OPEN_LINKS_MAX`] links are
+/// already open, so none was issued; the customer should use one of those.
+pub async fn issue_link(
+    state: &AppState,
+    op: &Operation,
+) -> Result<Option<IssuedLink>, LedgerError> {
     if op.status != Status::AwaitingApproval {
         return Err(LedgerError::WrongState {
             id: op.id.clone(),
@@ -60,11 +68,17 @@ pub async fn issue_link(state: &AppState, op: &Operation) -> Result<IssuedLink, 
         expires_at_ms,
         used_at_ms: None,
     };
-    state.ledger().create_approval_link(&link).await?;
-    Ok(IssuedLink {
+    if !state
+        .ledger()
+        .create_approval_link(&link, OPEN_LINKS_MAX)
+        .await?
+    {
+        return Ok(None);
+    }
+    Ok(Some(IssuedLink {
         url: format!("{}/confirm/{token}", state.config().base_url()),
         expires_at_ms,
-    })
+    }))
 }
 
 /// The confirmation routes, with their security headers.

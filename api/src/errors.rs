@@ -33,6 +33,8 @@ pub enum ErrorCode {
     ApprovalMismatch,
     /// The operation's state does not allow this (e.g. approving a cancelled operation).
     WrongState,
+    /// The operation already has the most unused confirmation links allowed; nothing was issued.
+    TooManyOpenLinks,
     /// `format` is not one of the supported tool-call formats.
     UnsupportedFormat,
     /// The tool-call envelope is not the named provider's shape (missing id, name, ...).
@@ -50,7 +52,7 @@ pub enum ErrorCode {
 }
 
 /// Every code, for the documentation test.
-pub const ALL_ERROR_CODES: [ErrorCode; 19] = [
+pub const ALL_ERROR_CODES: [ErrorCode; 20] = [
     ErrorCode::Unauthorized,
     ErrorCode::Forbidden,
     ErrorCode::OperationNotFound,
@@ -63,6 +65,7 @@ pub const ALL_ERROR_CODES: [ErrorCode; 19] = [
     ErrorCode::BusinessKeyConflict,
     ErrorCode::ApprovalMismatch,
     ErrorCode::WrongState,
+    ErrorCode::TooManyOpenLinks,
     ErrorCode::UnsupportedFormat,
     ErrorCode::InvalidToolCall,
     ErrorCode::WebhookSignatureInvalid,
@@ -88,6 +91,7 @@ impl ErrorCode {
             ErrorCode::BusinessKeyConflict => "business_key_conflict",
             ErrorCode::ApprovalMismatch => "approval_mismatch",
             ErrorCode::WrongState => "wrong_state",
+            ErrorCode::TooManyOpenLinks => "too_many_open_links",
             ErrorCode::UnsupportedFormat => "unsupported_format",
             ErrorCode::InvalidToolCall => "invalid_tool_call",
             ErrorCode::WebhookSignatureInvalid => "webhook_signature_invalid",
@@ -115,7 +119,8 @@ impl ErrorCode {
             ErrorCode::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::BusinessKeyConflict
             | ErrorCode::ApprovalMismatch
-            | ErrorCode::WrongState => StatusCode::CONFLICT,
+            | ErrorCode::WrongState
+            | ErrorCode::TooManyOpenLinks => StatusCode::CONFLICT,
             ErrorCode::Unavailable | ErrorCode::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -13,7 +13,7 @@ pub async fn live() -> Json<Value> {
 
 /// `GET /readyz`: 200 when the ledger answers a cheap query, 503 `unavailable` otherwise.
 pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, HttpError> {
-    match state.ledger().count_by_status().await {
+    match state.ledger().ping().await {
         Ok(_) => Ok(Json(
             json!({"status": "ready", "store": state.ledger().store()}),
         )),

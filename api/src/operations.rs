@@ -7,7 +7,7 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::config::duration_ms;
-use crate::confirm::{IssuedLink, issue_link};
+use crate::confirm::{IssuedLink, OPEN_LINKS_MAX, issue_link};
 use crate::errors::{ErrorCode, HttpError};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -172,7 +172,15 @@ pub async fn request_approval(
 ) -> Result<(StatusCode, Json<IssuedLink>), HttpError> {
     caller.require(&[Role::Service], "request approvals")?;
     let op = load(&state, &caller, &id).await?;
-    let link = issue_link(&state, &op).await?;
+    let link = issue_link(&state, &op).await?.ok_or_else(|| {
+        HttpError::new(
+            ErrorCode::TooManyOpenLinks,
+            format!(
+                "this operation already has {OPEN_LINKS_MAX} unused, unexpired confirmation links; \
+                 use one of them or wait until they expire"
+            ),
+        )
+    })?;
     Ok((StatusCode::CREATED, Json(link)))
 }
 

@@ -78,11 +78,11 @@ impl ReconcilerMetrics {
         let oldest = counts
             .iter()
             .find(|c| c.status == Status::Unknown)
-            .and_then(|c| c.oldest_updated_at_ms)
+            .and_then(|c| c.oldest_submitted_at_ms.or(c.oldest_updated_at_ms))
             .map_or(0, |t| (now_ms - t).max(0) / 1000);
         e.gauge(
             "payonce_oldest_unknown_age_seconds",
-            "Age of the oldest unknown outcome.",
+            "Time since the first submission of the oldest unknown outcome.",
             "",
             oldest,
         );

@@ -3,7 +3,7 @@
 
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{LedgerError, ListFilter, Operation, Resolution, SharedLedger};
-use payonce_shared::processor::{LookupQuery, Processor};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupQuery, Processor};
 use payonce_shared::state::Status;
 use serde_json::json;
 
@@ -160,12 +160,38 @@ pub async fn show(
                 &["AGO", "EVENT", "ACTOR", "TRANSITION", "ATTEMPT", "DETAIL"],
                 &rows,
             ));
-            if let Some(view) = processor_view {
-                out.push_str(&format!("\nProcessor says: {}\n", json!(view)));
+            if let Some(view) = &processor_view {
+                out.push_str(&format!("\nProcessor says: {}\n", summarize(view)));
             }
             out
         }
     })
+}
+
+/// One line on-call can act on; the whole processor object is in `--json`.
+fn summarize(lookup: &LookupOutcome) -> String {
+    match lookup {
+        LookupOutcome::Found { reference, status } => match status {
+            FoundStatus::Succeeded { result } => format!(
+                "{reference} succeeded ({} {})",
+                result["amount"],
+                result["currency"].as_str().unwrap_or("?")
+            ),
+            FoundStatus::Failed { code, message } => {
+                format!("{reference} failed: {code}: {message}")
+            }
+            FoundStatus::Pending { processor_status } => {
+                format!("{reference} is still {processor_status}; it will be polled")
+            }
+        },
+        LookupOutcome::NotFound { consistent: true } => {
+            "no payment found (consistent lookup: it was never created)".to_string()
+        }
+        LookupOutcome::NotFound { consistent: false } => {
+            "no payment found yet (the lookup may lag; this proves nothing)".to_string()
+        }
+        LookupOutcome::Unavailable { reason } => format!("lookup unavailable: {reason}"),
+    }
 }
 
 fn describe(op: &Operation, now_ms: i64) -> String {
@@ -230,5 +256,20 @@ mod tests {
         assert_eq!(age(600_000, 0), "10m");
         assert_eq!(age(10_800_000, 0), "3h");
         assert_eq!(age(0, 10), "0s");
+    }
+
+    #[test]
+    fn the_processor_view_is_one_line_that_says_what_it_proves() {
+        let paid = LookupOutcome::Found {
+            reference: "pi_1".into(),
+            status: FoundStatus::Succeeded {
+                result: json!({"amount": 2048, "currency": "usd", "client_secret": "secret"}),
+            },
+        };
+        assert_eq!(summarize(&paid), "pi_1 succeeded (2048 usd)");
+        assert!(
+            summarize(&LookupOutcome::NotFound { consistent: false }).contains("proves nothing")
+        );
+        assert!(summarize(&LookupOutcome::NotFound { consistent: true }).contains("never created"));
     }
 }

@@ -356,6 +356,12 @@ impl Reconciler {
             },
             Decision::RetrySameKey | Decision::Resubmit => {
                 let resubmit = decision == Decision::Resubmit;
+                let why = if resubmit {
+                    "resubmit after the key's retention window: a consistent lookup found no payment \
+                     and policy allows it"
+                } else {
+                    "not found at the processor while it still remembers the key: retry with the same key"
+                };
                 let claimed = match self
                     .ledger
                     .claim_unknown(
@@ -363,6 +369,7 @@ impl Reconciler {
                         op.attempt,
                         owner,
                         ms(self.config.retry.lease_ttl),
+                        why,
                         now,
                     )
                     .await

@@ -306,13 +306,27 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
             .unwrap();
         // The reconciler retries with the same key under its own lease; that request is refused.
         let c = ledger
-            .claim_unknown(&op.id, 1, "reconciler", LEASE_MS, T0 + 200)
+            .claim_unknown(
+                &op.id,
+                1,
+                "reconciler",
+                LEASE_MS,
+                "retry with the same key",
+                T0 + 200,
+            )
             .await
             .unwrap();
         assert_eq!(c.attempt, 2);
         assert!(matches!(
             ledger
-                .claim_unknown(&op.id, 1, "r2", LEASE_MS, T0 + 200)
+                .claim_unknown(
+                    &op.id,
+                    1,
+                    "r2",
+                    LEASE_MS,
+                    "retry with the same key",
+                    T0 + 200
+                )
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
@@ -333,7 +347,14 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         assert_eq!(after.submit_count, 2);
         // Rejected would hide the earlier submission: it becomes needs_attention instead.
         let c = ledger
-            .claim_unknown(&op.id, 2, "reconciler", LEASE_MS, T0 + 400)
+            .claim_unknown(
+                &op.id,
+                2,
+                "reconciler",
+                LEASE_MS,
+                "retry with the same key",
+                T0 + 400,
+            )
             .await
             .unwrap();
         let rejected = Recorded::Rejected {
@@ -542,7 +563,28 @@ async fn cancel_listing_links_events_keys_and_limits() {
             expires_at_ms: T0 + 1_000,
             used_at_ms: None,
         };
-        ledger.create_approval_link(&link).await.unwrap();
+        assert!(ledger.create_approval_link(&link, 2).await.unwrap());
+        let second = payonce_shared::ledger::ApprovalLink {
+            token_hash: "h2".into(),
+            ..link.clone()
+        };
+        let third = payonce_shared::ledger::ApprovalLink {
+            token_hash: "h3".into(),
+            ..link.clone()
+        };
+        assert!(ledger.create_approval_link(&second, 2).await.unwrap());
+        assert!(
+            !ledger.create_approval_link(&third, 2).await.unwrap(),
+            "two links are open: the third is refused"
+        );
+        assert!(ledger.approval_link("h3").await.unwrap().is_none());
+        // Once the open ones have expired, a new one may be issued.
+        let later = payonce_shared::ledger::ApprovalLink {
+            created_at_ms: T0 + 1_000,
+            expires_at_ms: T0 + 2_000,
+            ..third.clone()
+        };
+        assert!(ledger.create_approval_link(&later, 2).await.unwrap());
         assert!(
             !ledger.use_approval_link("h1", T0 + 1_000).await.unwrap(),
             "expired"

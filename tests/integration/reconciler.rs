@@ -7,7 +7,7 @@ use payonce_reconciler::webhooks::{self, WebhookError};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::ledger::{Applied, Operation, SharedLedger};
-use payonce_shared::processor::Processor;
+use payonce_shared::processor::{LookupSupport, Processor};
 use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::WorkerConfig;
@@ -39,7 +39,18 @@ async fn crashed_mid_flight(
     invoice: &str,
     submit: bool,
 ) -> Operation {
-    let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
+    crashed_paying_with(ledger, sim, invoice, "pm_card_visa", submit).await
+}
+
+/// [`crashed_mid_flight`] with a given test payment method.
+async fn crashed_paying_with(
+    ledger: &SharedLedger,
+    sim: &Simulator,
+    invoice: &str,
+    payment_method: &str,
+    submit: bool,
+) -> Operation {
+    let op = ready_operation(ledger, invoice, payment_method, now()).await;
     let claimed = ledger
         .claim("crashed-worker", 1, 300, now())
         .await
@@ -260,6 +271,57 @@ async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
 }
 
 #[tokio::test]
+async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_landed() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let retention = Duration::from_secs(2);
+    let sim = processes::simulator(SimulatorConfig {
+        key_retention: retention,
+        ..Default::default()
+    })
+    .await;
+    let processor = processes::stripe(&sim, Some(retention));
+    assert_eq!(
+        processor.contract().lookup,
+        LookupSupport::Consistent,
+        "the policy only acts on a read-after-write consistent lookup"
+    );
+    let mut config = ReconcilerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec");
+    config.check_backoff_base = Duration::from_millis(50);
+    config.retention_margin = Duration::from_millis(200);
+    config.resubmit_after_window = true;
+    let rec = Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config);
+    // Paid with the response dropped: the lookup must find it; a resubmit would pay twice.
+    let paid = crashed_mid_flight(&ledger, &sim, "INV-R1", true).await;
+    // Submission recorded, nothing reached the processor: the policy may submit it once.
+    let never = crashed_mid_flight(&ledger, &sim, "INV-R2", false).await;
+    tokio::time::sleep(retention + Duration::from_millis(300)).await;
+    let a = converge(&ledger, &rec, &paid).await;
+    let b = converge(&ledger, &rec, &never).await;
+    assert_eq!(a.status, Status::Succeeded);
+    assert_eq!(b.status, Status::Succeeded, "{:?}", b.failure_message);
+    assert_eq!(payments_for(&sim, paid.id.as_str()).await, 1);
+    assert_eq!(payments_for(&sim, never.id.as_str()).await, 1);
+    assert_eq!(
+        rec.metrics().resubmitted.get(),
+        1,
+        "only the one that never landed"
+    );
+    // Another sweep finds nothing left to do and pays nothing more.
+    rec.sweep_once(false).await.unwrap();
+    assert_eq!(payments_for(&sim, never.id.as_str()).await, 1);
+    let history = ledger.events(&never.id).await.unwrap();
+    assert!(
+        history.iter().any(|e| e.event == "claim"
+            && e.detail
+                .as_deref()
+                .unwrap_or("")
+                .contains("resubmit after the key's retention window")),
+        "the history explains why it was submitted again: {history:?}"
+    );
+}
+
+#[tokio::test]
 async fn two_reconcilers_racing_pay_each_operation_once() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
@@ -433,4 +495,113 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
         ledger.get(&tenant(), &op.id).await.unwrap().status,
         Status::NeedsAttention
     );
+}
+
+#[tokio::test]
+async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec",
+        Duration::from_secs(60),
+    );
+    let t0 = now();
+    let op = ready_operation(&ledger, "INV-AGE", "pm_card_visa", t0).await;
+    let claimed = ledger.claim("w", 1, 100, t0).await.unwrap().remove(0);
+    ledger
+        .mark_submitting(&claimed.id, claimed.attempt, t0)
+        .await
+        .unwrap();
+    let lease = ledger
+        .expired_leases(t0 + 1_000, 10)
+        .await
+        .unwrap()
+        .remove(0);
+    let status = ledger
+        .expire_lease(&lease, "rec", t0 + 1_000, t0 + 1_000)
+        .await
+        .unwrap();
+    assert_eq!(status, Status::Unknown);
+    // A check 100 s later moves updated_at; the doubt is still as old as the submission.
+    ledger
+        .defer_check(
+            &op.id,
+            claimed.attempt,
+            t0 + 200_000,
+            "lookup unavailable",
+            "rec",
+            t0 + 100_000,
+        )
+        .await
+        .unwrap();
+    let mut exposition = payonce_shared::metrics::Exposition::default();
+    rec.metrics()
+        .render(&ledger, t0 + 120_000, &mut exposition)
+        .await
+        .unwrap();
+    let text = exposition.finish();
+    assert!(
+        text.contains("payonce_oldest_unknown_age_seconds 120\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("payonce_operations{status=\"unknown\"} 1\n"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let mut config = ReconcilerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec");
+    config.check_backoff_base = Duration::from_secs(2);
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    // Declined at the processor, the response lost, the worker gone.
+    let declined =
+        crashed_paying_with(&ledger, &sim, "INV-D1", "pm_card_chargeDeclined", true).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    // The next processor request is rate limited: the lookup is unavailable.
+    processes::arm_faults(
+        &sim,
+        serde_json::json!([{"match": "*", "fault": "rate_limit_429", "times": 1}]),
+    )
+    .await;
+    let before = now();
+    let first = rec.sweep_once(false).await.unwrap();
+    assert_eq!((first.marked_unknown, first.deferred), (1, 1), "{first:?}");
+    let deferred = ledger.get(&tenant(), &declined.id).await.unwrap();
+    assert_eq!(deferred.status, Status::Unknown);
+    assert!(deferred.check_count >= 1);
+    assert!(
+        deferred.next_check_at_ms.unwrap() >= before + 2_000,
+        "the next check waits for the backoff base"
+    );
+    // Not due yet: a sweep right away does not look again.
+    let early = rec.sweep_once(false).await.unwrap();
+    assert_eq!(early.deferred + early.resolved_failed, 0, "{early:?}");
+    // Once due, the lookup answers: the decline is found and recorded, never paid.
+    let done = converge(&ledger, &rec, &declined).await;
+    assert_eq!(done.status, Status::Failed, "{:?}", done.failure_message);
+    assert_eq!(done.failure_code.as_deref(), Some("card_declined"));
+    assert!(
+        done.external_ref.is_some(),
+        "the declined attempt's reference is kept"
+    );
+    assert_eq!(rec.metrics().resolved_failed.get(), 1);
+    assert!(rec.metrics().deferred.get() >= 1);
+    let audit = processes::audit(&sim).await;
+    let row = audit
+        .iter()
+        .find(|p| p["metadata"]["payonce_operation_id"] == declined.id.as_str())
+        .unwrap();
+    assert_ne!(row["status"], "succeeded");
 }

@@ -350,13 +350,15 @@ pub trait Ledger: Send + Sync {
         actor: &str,
         now_ms: i64,
     ) -> Result<(), LedgerError>;
-    /// Takes a lease over an `unknown` operation so its owner may retry with the SAME key.
+    /// Takes a lease over an `unknown` operation so its owner may retry with the SAME key; `why`
+    /// goes to the audit trail (same-key retry inside the window, or resubmission after it).
     async fn claim_unknown(
         &self,
         id: &OperationId,
         attempt: i64,
         owner: &str,
         lease_ttl_ms: i64,
+        why: &str,
         now_ms: i64,
     ) -> Result<Claimed, LedgerError>;
     /// Moves an `unknown` operation to `needs_attention` with the reason. Fenced.
@@ -388,11 +390,20 @@ pub trait Ledger: Send + Sync {
 
     /// On-call listing, oldest update first.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError>;
+    /// One cheap round trip (`SELECT 1`), for readiness probes: unlike counting, its cost does not
+    /// grow with the table.
+    async fn ping(&self) -> Result<(), LedgerError>;
     /// Operations per state, and the oldest `updated_at` in each.
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
 
-    /// Stores a single-use confirmation link (only the token's hash).
-    async fn create_approval_link(&self, link: &ApprovalLink) -> Result<(), LedgerError>;
+    /// Stores a single-use confirmation link (only the token's hash), unless the operation already
+    /// has `open_max` unused, unexpired links: then stores nothing and returns false. (Concurrent
+    /// callers can overshoot the bound by their number; it bounds a retry loop, not a race.)
+    async fn create_approval_link(
+        &self,
+        link: &ApprovalLink,
+        open_max: u32,
+    ) -> Result<bool, LedgerError>;
     /// Reads a link by token hash.
     async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError>;
     /// Marks a link used, once: true if this call used it.

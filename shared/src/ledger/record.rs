@@ -207,6 +207,9 @@ pub struct StatusCount {
     pub count: i64,
     /// Oldest `updated_at` among them, ms.
     pub oldest_updated_at_ms: Option<i64>,
+    /// Earliest first submission among them, ms: how long the oldest outcome has been in doubt
+    /// (`updated_at` moves with every re-check, so it cannot say that).
+    pub oldest_submitted_at_ms: Option<i64>,
 }
 
 fn corrupt(e: impl std::fmt::Display) -> LedgerError {

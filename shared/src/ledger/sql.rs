@@ -95,7 +95,7 @@ pub const DEFER_CHECK: &str = "UPDATE operations SET next_check_at = $3, check_c
      WHERE id = $1 AND attempt = $2 AND status = 'unknown'";
 pub const CLAIM_UNKNOWN: &str = "UPDATE operations SET status = 'executing', attempt = attempt + 1, lease_owner = $3, \
      lease_expires_at = $4, next_check_at = NULL, updated_at = $5, last_event = 'claim', last_actor = $3, \
-     last_detail = 'retry with the same key' \
+     last_detail = $6 \
      WHERE id = $1 AND attempt = $2 AND status = 'unknown' RETURNING *";
 pub const ESCALATE_UNKNOWN: &str = "UPDATE operations SET status = 'needs_attention', failure_message = $3, \
      next_check_at = NULL, updated_at = $5, last_event = 'escalate', last_actor = $4, last_detail = $3 \
@@ -126,11 +126,14 @@ pub const NOTE: &str = "UPDATE operations SET updated_at = $2, last_event = $3, 
 
 pub const LIST: &str = "SELECT * FROM operations WHERE status = $1 AND updated_at < $2 \
      AND ($3 IS NULL OR tenant_id = $3) ORDER BY updated_at LIMIT $4";
-pub const COUNT_BY_STATUS: &str =
-    "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM operations GROUP BY status";
+pub const PING: &str = "SELECT 1";
+pub const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest, \
+     MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 
+/// Inserts a link only while the operation has fewer than `$6` unused, unexpired ones.
 pub const INSERT_LINK: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
-     expires_at) VALUES ($1, $2, $3, $4, $5)";
+     expires_at) SELECT $1, $2, $3, $4, $5 WHERE (SELECT COUNT(*) FROM approval_links WHERE operation_id = $2 \
+     AND used_at IS NULL AND expires_at > $4) < $6";
 pub const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
 pub const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
      AND expires_at > $2";

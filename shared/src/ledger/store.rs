@@ -453,6 +453,7 @@ macro_rules! impl_ledger {
                 attempt: i64,
                 owner: &str,
                 lease_ttl_ms: i64,
+                why: &str,
                 now_ms: i64,
             ) -> Result<$crate::ledger::Claimed, $crate::ledger::LedgerError> {
                 use $crate::ledger::{LedgerError, record::decode_operation, sql};
@@ -463,6 +464,7 @@ macro_rules! impl_ledger {
                     .bind(owner)
                     .bind(now_ms + lease_ttl_ms)
                     .bind(now_ms)
+                    .bind($crate::ledger::bounded(why))
                     .fetch_optional(&self.pool)
                     .await?
                     .ok_or_else(|| LedgerError::Fenced { id: id.clone(), attempt })?;
@@ -564,6 +566,11 @@ macro_rules! impl_ledger {
                 Ok(all)
             }
 
+            async fn ping(&self) -> Result<(), $crate::ledger::LedgerError> {
+                sqlx::query($crate::ledger::sql::PING).execute(&self.pool).await?;
+                Ok(())
+            }
+
             async fn count_by_status(
                 &self,
             ) -> Result<Vec<$crate::ledger::StatusCount>, $crate::ledger::LedgerError> {
@@ -578,6 +585,7 @@ macro_rules! impl_ledger {
                                 .ok_or_else(|| LedgerError::Corrupt(format!("unknown status {s}")))?,
                             count: r.try_get("n")?,
                             oldest_updated_at_ms: r.try_get("oldest")?,
+                            oldest_submitted_at_ms: r.try_get("oldest_submitted")?,
                         })
                     })
                     .collect()
@@ -586,16 +594,18 @@ macro_rules! impl_ledger {
             async fn create_approval_link(
                 &self,
                 link: &$crate::ledger::ApprovalLink,
-            ) -> Result<(), $crate::ledger::LedgerError> {
-                sqlx::query($crate::ledger::sql::INSERT_LINK)
+                open_max: u32,
+            ) -> Result<bool, $crate::ledger::LedgerError> {
+                let done = sqlx::query($crate::ledger::sql::INSERT_LINK)
                     .bind(&link.token_hash)
                     .bind(link.operation_id.as_str())
                     .bind(&link.details_hash)
                     .bind(link.created_at_ms)
                     .bind(link.expires_at_ms)
+                    .bind(i64::from(open_max))
                     .execute(&self.pool)
                     .await?;
-                Ok(())
+                Ok(done.rows_affected() == 1)
             }
 
             async fn approval_link(

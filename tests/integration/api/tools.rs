@@ -3,6 +3,7 @@
 
 use super::{TestApi, spawn};
 use crate::support::{postgres_ledger, sqlite_ledger};
+use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Recorded;
@@ -415,6 +416,38 @@ async fn every_state_has_its_answer() {
     assert!(a["message"].as_str().unwrap().contains(url));
     let b = ask(waiting["id"].as_str().unwrap().into()).await;
     assert_ne!(b["confirmation_url"], a["confirmation_url"], "a fresh link");
+    // A loop of calls stops minting links at the named bound, and still says approval is required.
+    let mut issued = 2;
+    for _ in 0..OPEN_LINKS_MAX + 2 {
+        let c = ask(waiting["id"].as_str().unwrap().into()).await;
+        assert_eq!(c["outcome"], "approval_required");
+        if c["confirmation_url"].is_string() {
+            issued += 1;
+        } else {
+            assert!(
+                c["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("no new one was issued"),
+                "{c}"
+            );
+        }
+    }
+    assert_eq!(issued, OPEN_LINKS_MAX);
+    let refused = api
+        .http
+        .post(format!(
+            "{}/v1/operations/{}/approval-requests",
+            api.base,
+            waiting["id"].as_str().unwrap()
+        ))
+        .bearer_auth(&api.service)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_open_links");
 
     // succeeded: stored reference and a safe subset of the result.
     let op = api.create_ready("INV-61").await;
