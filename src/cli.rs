@@ -25,10 +25,12 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: ops::LogFormat,
+    // What to run (clap takes its help from the variants).
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Every subcommand.
 #[derive(Subcommand)]
 pub enum Command {
     /// Quick start: the all-in-one stack on a fresh SQLite file walks INV-2048 through a crash, a lost response and duplicate webhooks.
@@ -105,6 +107,7 @@ pub enum Command {
 
 // Parsed once per process; boxing the settings would only make the derive harder to read.
 #[allow(clippy::large_enum_variant)]
+/// `payonce config …`.
 #[derive(Subcommand)]
 pub enum ConfigCommand {
     /// Prints every setting's effective value and its source (flag, env, file, default) as TOML.
@@ -124,6 +127,7 @@ pub enum ConfigCommand {
     Reference,
 }
 
+/// `payonce reconciler …`: the daemon, cron's sweep and the on-call commands.
 #[derive(Subcommand)]
 pub enum ReconcilerCommand {
     /// Sweeps every interval until SIGTERM.
@@ -194,6 +198,7 @@ pub enum ReconcilerCommand {
     },
 }
 
+/// What on-call found out about an operation.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ResolveAs {
     /// The payment happened (give --reference).
