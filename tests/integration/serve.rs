@@ -82,12 +82,15 @@ async fn serve_runs_every_component_in_one_process_and_pays_once_on_postgres() {
 /// checks the one payment, the probes, the metrics, the JSON logs and a clean SIGTERM.
 async fn serve_pays_once(name: &str, database_url: &str) {
     let dir = scratch(name);
+    let metrics_listen = format!("127.0.0.1:{}", free_port());
     let mut child = payonce(
         &dir,
         &[
             "--log-format",
             "json",
             "serve",
+            "--metrics-listen",
+            &metrics_listen,
             "--database-url",
             database_url,
             "--listen",
@@ -193,6 +196,18 @@ async fn serve_pays_once(name: &str, database_url: &str) {
     assert!(
         metrics.contains("payonce_api_responses_total{class=\"2xx\"}"),
         "{metrics}"
+    );
+
+    // The in-process worker paid it; its and the reconciler's counters are on metrics_listen.
+    let (status, inner) = get(&format!("http://{metrics_listen}/metrics")).await;
+    assert_eq!(status, 200);
+    assert!(
+        inner.contains("payonce_worker_outcomes_total{outcome=\"succeeded\"} 1\n"),
+        "{inner}"
+    );
+    assert!(
+        inner.contains("payonce_reconciler_actions_total"),
+        "{inner}"
     );
 
     let exit = sigterm_and_wait(&mut child).await;
