@@ -7,6 +7,7 @@
 mod support;
 
 mod api;
+mod deployables;
 
 mod ledger_conformance;
 mod reconciler;
