@@ -71,6 +71,9 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/_sim/audit/payments", get(admin::audit_payments))
         .route("/_sim/audit/requests", get(admin::audit_requests))
         .route("/_sim/health", get(admin::health))
+        // The probe paths every payonce deployable answers (the store is open once serving).
+        .route("/healthz", get(admin::health))
+        .route("/readyz", get(admin::health))
         .fallback(unrecognized)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)

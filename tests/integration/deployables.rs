@@ -174,10 +174,12 @@ async fn every_deployable_answers_liveness_readiness_and_metrics() {
         );
         assert!(page.contains("# TYPE "), "{who}: {page}");
     }
-    wait_for("simulator health", START_DEADLINE, || async {
-        (get(&format!("http://{sim_listen}/_sim/health")).await.0 == 200).then_some(())
-    })
-    .await;
+    for path in ["/healthz", "/readyz"] {
+        wait_for(&format!("simulator {path}"), START_DEADLINE, || async {
+            (get(&format!("http://{sim_listen}{path}")).await.0 == 200).then_some(())
+        })
+        .await;
+    }
     // The container healthcheck: `payonce probe` succeeds on a ready deployable, fails on a closed port.
     let probe = |url: String| {
         let dir = dir.clone();
