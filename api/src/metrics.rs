@@ -6,6 +6,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
+use payonce_reconciler::webhooks::WebhookError;
 use payonce_shared::metrics::{Counter, Exposition, Histogram};
 use payonce_shared::state::ALL_STATUSES;
 use std::time::Instant;
@@ -26,6 +27,8 @@ pub struct ApiMetrics {
     webhooks_accepted: Counter,
     /// Webhook deliveries refused (signature, payload, size, or the ledger unavailable).
     webhooks_refused: Counter,
+    /// Webhooks refused for their signature, by reason ([`WebhookError::SIGNATURE_CODES`] order).
+    webhook_verify_failures: [Counter; WebhookError::SIGNATURE_CODES.len()],
 }
 
 impl ApiMetrics {
@@ -42,6 +45,16 @@ impl ApiMetrics {
             self.webhooks_accepted.inc();
         } else {
             self.webhooks_refused.inc();
+        }
+    }
+
+    /// Counts a webhook refused for its signature; other refusals are not verify failures.
+    pub fn record_verify_failure(&self, error: &WebhookError) {
+        if let Some(i) = WebhookError::SIGNATURE_CODES
+            .iter()
+            .position(|c| *c == error.code())
+        {
+            self.webhook_verify_failures[i].inc();
         }
     }
 
@@ -65,6 +78,17 @@ impl ApiMetrics {
             "result=\"refused\"",
             self.webhooks_refused.get(),
         );
+        for (reason, counter) in WebhookError::SIGNATURE_CODES
+            .iter()
+            .zip(&self.webhook_verify_failures)
+        {
+            e.counter(
+                "payonce_webhook_verify_failures_total",
+                "Webhooks refused for their signature, by reason.",
+                &format!("reason=\"{reason}\""),
+                counter.get(),
+            );
+        }
         for (class, counter) in CLASSES.iter().zip(&self.responses) {
             e.counter(
                 "payonce_api_responses_total",

@@ -73,7 +73,10 @@ pub async fn stripe(
         state.now_ms(),
     )
     .await
-    .map_err(refuse)?;
+    .map_err(|e| {
+        state.metrics().record_verify_failure(&e);
+        refuse(e)
+    })?;
     Ok(Json(json!({
         "received": true,
         "event_id": outcome.event_id,

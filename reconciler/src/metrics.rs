@@ -25,8 +25,6 @@ pub struct ReconcilerMetrics {
     pub deferred: Counter,
     /// Writes that lost to a racing writer.
     pub fenced: Counter,
-    /// Webhooks refused for their signature.
-    pub webhook_verify_failures: Counter,
 }
 
 impl ReconcilerMetrics {
@@ -56,12 +54,6 @@ impl ReconcilerMetrics {
                 c.get(),
             );
         }
-        e.counter(
-            "payonce_webhook_verify_failures_total",
-            "Webhooks refused for their signature.",
-            "",
-            self.webhook_verify_failures.get(),
-        );
         let counts = ledger.count_by_status().await?;
         for status in ALL_STATUSES {
             let n = counts

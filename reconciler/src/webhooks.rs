@@ -65,6 +65,19 @@ impl WebhookError {
         }
     }
 
+    /// The signature reasons, in the order metrics label them.
+    pub const SIGNATURE_CODES: [&'static str; 4] = [
+        "signature_missing",
+        "signature_malformed",
+        "signature_stale",
+        "signature_mismatch",
+    ];
+
+    /// Whether the delivery was refused for its signature (a wrong or rotated secret, or a forger).
+    pub fn is_signature_failure(&self) -> bool {
+        Self::SIGNATURE_CODES.contains(&self.code())
+    }
+
     /// Stable code for logs, metrics and API errors.
     pub fn code(&self) -> &'static str {
         match self {

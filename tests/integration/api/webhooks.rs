@@ -86,5 +86,22 @@ async fn signed_events_are_stored_once_and_applied_and_bad_signatures_refused() 
         (status, bad["error"]["code"].as_str()),
         (413, Some("body_too_large"))
     );
+    // One forged and one unsigned delivery are verify failures; the bad payload and size are not.
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "payonce_webhook_verify_failures_total{reason=\"signature_mismatch\"} 1\n",
+        "payonce_webhook_verify_failures_total{reason=\"signature_missing\"} 1\n",
+        "payonce_webhook_verify_failures_total{reason=\"signature_stale\"} 0\n",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     api.stop().await;
 }
