@@ -551,3 +551,48 @@ async fn every_sent_parameter_is_a_documented_payment_intent_create_parameter() 
     }
     s.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_lookup_past_its_page_limit_is_inconclusive_and_the_same_key_replays_the_payment() {
+    let s = start_default().await;
+    let p = std::sync::Arc::new(adapter(&s.base));
+    let op = Op::new("pm_card_visa");
+    with_fault(&s, &op, "drop_after_commit").await;
+    assert!(matches!(op.submit(&p).await, SubmitOutcome::Unknown { .. }));
+    // The same customer pays more than the lookup's pages hold after it (the list is newest first).
+    let others = payonce_shared::processor::stripe::LOOKUP_PAGES_MAX * 100 + 5;
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..16 {
+        let p = p.clone();
+        tasks.spawn(async move {
+            for _ in (worker..others).step_by(16) {
+                let other = Op::new("pm_card_visa");
+                assert!(matches!(
+                    other.submit(&p).await,
+                    SubmitOutcome::Succeeded { .. }
+                ));
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let found = op.lookup(&p, None).await;
+    assert_eq!(
+        found,
+        LookupOutcome::NotFound { consistent: false },
+        "unseen is not absent, and waiting would not help"
+    );
+    // Inside the retention window the reconciler retries with the same key: the processor replays.
+    let again = op.submit(&p).await;
+    assert!(
+        matches!(again, SubmitOutcome::Succeeded { .. }),
+        "{again:?}"
+    );
+    assert_eq!(
+        s.payments_with_key(op.key.as_str()).await.len(),
+        1,
+        "exactly one payment"
+    );
+    s.sim.shutdown().await;
+}

@@ -13,6 +13,7 @@ mod lookup;
 mod wire;
 
 pub use classify::{classify_response, classify_transport};
+pub use lookup::LOOKUP_PAGES_MAX;
 
 use crate::processor::{
     Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome, SubmitRequest,

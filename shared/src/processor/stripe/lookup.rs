@@ -10,8 +10,9 @@ use super::wire::METADATA_OPERATION_ID;
 use crate::processor::{FoundStatus, LookupOutcome, LookupQuery};
 use serde_json::Value;
 
-/// Most list pages read per lookup; more payments than this for one customer since submission is reported as
-/// `Unavailable`, never as "not found".
+/// Most list pages read per lookup; when more payments than this for one customer came since submission, a
+/// payment not seen in them is reported as `NotFound { consistent: false }`: it proves nothing, so the
+/// reconciler only retries with the same key (the processor replays it if it landed) or asks a human.
 pub const LOOKUP_PAGES_MAX: usize = 10;
 /// Page size of list lookups (Stripe's maximum).
 const LIST_PAGE_LIMIT: u32 = 100;
@@ -190,9 +191,13 @@ async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome 
         Some((reference, status @ FoundStatus::Succeeded { .. })) => {
             LookupOutcome::Found { reference, status }
         }
-        _ => unavailable(format!(
-            "more than {LOOKUP_PAGES_MAX} pages of payments for this customer since submission"
-        )),
+        // Waiting would not help: the pages only grow. What was not seen is not proven absent.
+        _ => {
+            tracing::warn!(operation_id = %query.operation_id,
+                "more than {LOOKUP_PAGES_MAX} pages of payments for this customer since submission; \
+                 the lookup is inconclusive");
+            LookupOutcome::NotFound { consistent: false }
+        }
     }
 }
 
