@@ -26,6 +26,7 @@ pub mod inprocess;
 pub mod latency;
 pub mod load;
 pub mod memory;
+pub mod profile;
 pub mod report;
 pub mod run;
 pub mod settings;

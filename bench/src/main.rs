@@ -16,16 +16,69 @@ struct Args {
     /// The Postgres server's admin database; each section creates (and drops) its own database.
     #[arg(long, env = "PAYONCE_BENCH_DATABASE_URL", default_value = ADMIN_URL_DEFAULT)]
     database_url: String,
+    /// Only time the hot-path ledger calls one after another (where a batch's time goes).
+    #[arg(long)]
+    profile: bool,
+    /// Only the zero-latency Postgres section (for tuning the hot path).
+    #[arg(long)]
+    throughput_only: bool,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // Warnings from the engines under test (lost leases, ledger errors) must be visible: they
+    // would explain a bad figure. RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if args.profile {
+        return match payonce_bench::profile::hot_path(&args.database_url, 32, 100).await {
+            Ok(c) => {
+                println!("{c:?}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("payonce-bench: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = if args.quick {
         Settings::quick(&args.database_url)
     } else {
         Settings::full(&args.database_url)
     };
+    if args.throughput_only {
+        let t = payonce_bench::throughput::postgres(
+            &settings.admin_url,
+            settings.clients,
+            &settings.fleet,
+            settings.operations,
+            settings.deadline,
+        )
+        .await;
+        return match t {
+            Ok(t) => {
+                println!(
+                    "payonce {:.0}/s, plain single {:.0}/s, plain batched {:.0}/s, peak {:?} KiB",
+                    t.payonce.per_second(),
+                    t.baseline_single.per_second(),
+                    t.baseline_batched.per_second(),
+                    t.peak_kib
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("payonce-bench: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(&settings).await {
         Ok(outcome) => {
             print!("{}", outcome.table.markdown());
