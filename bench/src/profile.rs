@@ -34,7 +34,9 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
     };
     for _ in 0..batches {
         let t = Instant::now();
-        let claimed = ledger.claim("profile", batch, 30_000, crate::now_ms()).await?;
+        let claimed = ledger
+            .claim("profile", batch, 30_000, crate::now_ms())
+            .await?;
         costs.claim += t.elapsed();
         let keys: Vec<_> = claimed.iter().map(|o| (o.id.clone(), o.attempt)).collect();
         let t = Instant::now();
@@ -55,7 +57,9 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
             })
             .collect();
         let t = Instant::now();
-        let recorded = ledger.record_batch(&items, "profile", crate::now_ms()).await?;
+        let recorded = ledger
+            .record_batch(&items, "profile", crate::now_ms())
+            .await?;
         costs.record += t.elapsed();
         anyhow::ensure!(recorded.iter().all(|r| *r), "a fresh claim lost its fence");
     }

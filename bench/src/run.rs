@@ -1,9 +1,10 @@
 //! Runs every section in order and puts each figure next to its baseline or target.
 
-use crate::report::{Table, Target, per_second, thousands};
+use crate::report::{Rate, Table, Target, per_second, thousands};
 use crate::settings::Settings;
 use crate::sweep::SweepCost;
 use crate::{embedded, http, latency, sweep, throughput};
+use std::time::Duration;
 
 /// The least payonce/baseline ratio the issue asks for: 3,000 ops/s against ~1,700 jobs/s.
 pub const TARGET_VS_SINGLE: f64 = 3_000.0 / 1_745.0;
@@ -14,33 +15,71 @@ pub const TARGET_SWEEP_GROWTH: f64 = 1.5;
 /// The absolute throughput target on the reference machine (2 cores).
 pub const TARGET_OPS_PER_SECOND: f64 = 3_000.0;
 
-/// Everything a run measured.
-#[derive(Debug, Clone)]
+/// One part of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    /// Zero-latency Postgres throughput and its baselines, worker peak memory.
+    Throughput,
+    /// Throughput over HTTP with processor latency.
+    Http,
+    /// Claim-to-submit latency at moderate load.
+    Latency,
+    /// Reconciler sweep cost against table size.
+    Sweep,
+    /// SQLite embedded throughput.
+    Sqlite,
+}
+
+/// Everything a run measured (a section not run is `None`).
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// The results table.
     pub table: Table,
     /// Zero-latency Postgres section.
-    pub throughput: throughput::Throughput,
+    pub throughput: Option<throughput::Throughput>,
     /// HTTP section: (rate, concurrency / latency).
-    pub http: (crate::report::Rate, f64),
+    pub http: Option<(Rate, f64)>,
     /// Latency section.
-    pub latency: latency::Latencies,
+    pub latency: Option<latency::Latencies>,
     /// Sweep section, small and large table.
-    pub sweep: (SweepCost, SweepCost),
+    pub sweep: Option<(SweepCost, SweepCost)>,
     /// SQLite section.
-    pub sqlite: crate::report::Rate,
+    pub sqlite: Option<Rate>,
 }
 
-/// Runs every section; fails on the first section whose correctness check fails.
-pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
-    let mut table = Table::default();
-    let progress = |what: &str| eprintln!("payonce-bench: {what}");
+/// Runs every section (or only `only`); fails on the first section whose correctness check fails.
+pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome> {
+    let mut out = Outcome::default();
+    let wanted = |section: Section| only.is_none_or(|o| o == section);
+    if wanted(Section::Throughput) {
+        throughput_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Http) {
+        http_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Latency) {
+        latency_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Sweep) {
+        sweep_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Sqlite) {
+        sqlite_rows(s, &mut out).await?;
+    }
+    Ok(out)
+}
 
+fn progress(what: &str) {
+    eprintln!("payonce-bench: {what}");
+}
+
+async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("zero-latency throughput on Postgres (baselines first)");
     let t =
         throughput::postgres(&s.admin_url, s.clients, &s.fleet, s.operations, s.deadline).await?;
     let ops = t.payonce.per_second();
-    table.compare(
+    let figure = per_second(&t.payonce);
+    out.table.compare(
         format!(
             "Postgres end to end, in-process processor, {} ops, {} worker(s) × concurrency {}, claim batch {}, {} connections",
             thousands(s.operations),
@@ -49,13 +88,16 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             s.fleet.config.batch_size,
             s.clients
         ),
-        (ops, &per_second(&t.payonce)),
-        (t.baseline_single.per_second(), &format!("{} plain lifecycle, 1 job/statement", per_second(&t.baseline_single))),
+        (ops, &figure),
+        (
+            t.baseline_single.per_second(),
+            &format!("{} plain lifecycle, 1 job/statement", per_second(&t.baseline_single)),
+        ),
         Some(Target::AtLeast(TARGET_VS_SINGLE)),
     );
-    table.compare(
+    out.table.compare(
         "same, against the batched plain lifecycle",
-        (ops, &per_second(&t.payonce)),
+        (ops, &figure),
         (
             t.baseline_batched.per_second(),
             &format!(
@@ -66,13 +108,13 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         ),
         None,
     );
-    table.compare(
+    out.table.compare(
         "same, against the absolute target",
-        (ops, &per_second(&t.payonce)),
+        (ops, &figure),
         (TARGET_OPS_PER_SECOND, "3,000/s"),
         Some(Target::AtLeast(1.0)),
     );
-    table.fact(
+    out.table.fact(
         format!(
             "peak RSS (VmHWM) of the bench process while the workers ran{}",
             if t.peak_reset {
@@ -84,7 +126,11 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         t.peak_kib
             .map_or("unavailable".into(), |k| format!("{} MiB", k / 1024)),
     );
+    out.throughput = Some(t);
+    Ok(())
+}
 
+async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("throughput over HTTP with processor latency");
     let h = http::postgres(
         &s.admin_url,
@@ -97,7 +143,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     .await?;
     let in_flight = (s.http_fleet.workers * s.http_fleet.config.concurrency) as f64;
     let bound = in_flight / s.http_latency.as_secs_f64();
-    table.compare(
+    out.table.compare(
         format!(
             "Postgres end to end over HTTP, simulator latency {} ms, {} ops, {} in flight",
             s.http_latency.as_millis(),
@@ -114,7 +160,11 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         ),
         Some(Target::AtLeast(TARGET_HTTP_SHARE)),
     );
+    out.http = Some((h, bound));
+    Ok(())
+}
 
+async fn latency_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("claim-to-submit latency at moderate load");
     let l = latency::moderate_load(
         &s.admin_url,
@@ -125,7 +175,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         s.deadline,
     )
     .await?;
-    table.fact(
+    out.table.fact(
         format!(
             "claim → submission recorded, p50 / p99, {} ops offered at {}/s",
             thousands(l.operations),
@@ -136,54 +186,71 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             l.claim_to_submit_ms.0, l.claim_to_submit_ms.1
         ),
     );
-    table.fact(
+    out.table.fact(
         "approval committed → claimed (queue wait, NOTIFY wake-up), p50 / p99",
         format!(
             "{} ms / {} ms",
             l.approve_to_claim_ms.0, l.approve_to_claim_ms.1
         ),
     );
+    out.latency = Some(l);
+    Ok(())
+}
 
+async fn sweep_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("reconciler sweep cost (bulk loads first)");
     let small =
         sweep::measure(&s.admin_url, s.sweep_rows.0, s.sweep_stuck, s.sweep_repeats).await?;
     progress("reconciler sweep cost, larger table");
     let large =
         sweep::measure(&s.admin_url, s.sweep_rows.1, s.sweep_stuck, s.sweep_repeats).await?;
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1_000.0;
-    table.compare(
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    let samples = |c: &SweepCost| {
+        c.samples
+            .iter()
+            .map(|d| format!("{:.0}", ms(*d)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    out.table.compare(
         format!(
-            "sweep resolving {} stuck among {} rows vs among {} (median of {})",
-            thousands(s.sweep_stuck as u64),
-            thousands(large.rows as u64),
-            thousands(small.rows as u64),
-            s.sweep_repeats
+            "sweep resolving {} stuck among {} rows vs among {} (median of {}; samples {} / {} ms)",
+            thousands(s.sweep_stuck.unsigned_abs()),
+            thousands(large.rows.unsigned_abs()),
+            thousands(small.rows.unsigned_abs()),
+            s.sweep_repeats,
+            samples(&large),
+            samples(&small)
         ),
         (ms(large.median), &format!("{:.0} ms", ms(large.median))),
         (ms(small.median), &format!("{:.0} ms", ms(small.median))),
         Some(Target::AtMost(TARGET_SWEEP_GROWTH)),
     );
+    out.sweep = Some((small, large));
+    Ok(())
+}
 
+async fn sqlite_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("SQLite embedded throughput");
     let q = embedded::throughput(&s.fleet, s.operations, s.deadline).await?;
-    table.compare(
-        format!(
-            "SQLite file (WAL, synchronous=FULL), in-process processor, {} ops",
-            thousands(s.operations)
-        ),
-        (q.per_second(), &per_second(&q)),
-        (ops, &format!("{} Postgres above", per_second(&t.payonce))),
-        None,
+    let what = format!(
+        "SQLite file (WAL, synchronous=FULL), in-process processor, {} ops",
+        thousands(s.operations)
     );
-
-    Ok(Outcome {
-        table,
-        throughput: t,
-        http: (h, bound),
-        latency: l,
-        sweep: (small, large),
-        sqlite: q,
-    })
+    match &out.throughput {
+        Some(t) => out.table.compare(
+            what,
+            (q.per_second(), &per_second(&q)),
+            (
+                t.payonce.per_second(),
+                &format!("{} Postgres above", per_second(&t.payonce)),
+            ),
+            None,
+        ),
+        None => out.table.fact(what, per_second(&q)),
+    }
+    out.sqlite = Some(q);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -198,18 +265,22 @@ mod tests {
     async fn quick_run_pays_every_operation_exactly_once_in_every_section() {
         let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| ADMIN_URL_DEFAULT.to_string());
         let s = Settings::quick(&admin);
-        let outcome = match run(&s).await {
+        let outcome = match run(&s, None).await {
             Ok(o) => o,
             Err(e) => panic!("quick bench run failed: {e:#}"),
         };
-        assert_eq!(outcome.throughput.payonce.count, s.operations);
-        assert!(outcome.throughput.baseline_single.count > 0);
-        assert!(outcome.throughput.baseline_batched.count > 0);
-        assert_eq!(outcome.http.0.count, s.http_operations);
-        assert_eq!(outcome.latency.operations, s.latency_operations);
-        assert_eq!(outcome.sweep.0.samples.len(), s.sweep_repeats);
-        assert_eq!(outcome.sweep.1.rows, s.sweep_rows.1);
-        assert_eq!(outcome.sqlite.count, s.operations);
+        let t = outcome.throughput.as_ref().expect("throughput ran");
+        assert_eq!(t.payonce.count, s.operations);
+        assert!(t.baseline_single.count > 0 && t.baseline_batched.count > 0);
+        assert_eq!(outcome.http.expect("http ran").0.count, s.http_operations);
+        assert_eq!(
+            outcome.latency.expect("latency ran").operations,
+            s.latency_operations
+        );
+        let (small, large) = outcome.sweep.expect("sweep ran");
+        assert_eq!(small.samples.len(), s.sweep_repeats);
+        assert_eq!(large.rows, s.sweep_rows.1);
+        assert_eq!(outcome.sqlite.expect("sqlite ran").count, s.operations);
         assert_eq!(outcome.table.rows.len(), 10, "{}", outcome.table.markdown());
     }
 }

@@ -2,12 +2,12 @@
 
 use super::store::{impl_ledger, record_on};
 use super::{LedgerError, Recorded, bounded, migrate};
+use crate::clock::{Clock, SystemClock};
 use crate::id::OperationId;
 use crate::state::{Event, Status, transition};
-use std::collections::{HashMap, HashSet};
-use crate::clock::{Clock, SystemClock};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Connection, PgPool};
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -163,7 +163,10 @@ pub(crate) async fn mark_submitting_batch(
     items: &[(OperationId, i64)],
     now_ms: i64,
 ) -> Result<Vec<bool>, LedgerError> {
-    let ids: Vec<String> = items.iter().map(|(id, _)| id.as_str().to_string()).collect();
+    let ids: Vec<String> = items
+        .iter()
+        .map(|(id, _)| id.as_str().to_string())
+        .collect();
     let attempts: Vec<i64> = items.iter().map(|(_, attempt)| *attempt).collect();
     let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING_BATCH)
         .bind(&ids)
@@ -188,7 +191,10 @@ pub(crate) async fn record_batch(
 ) -> Result<Vec<bool>, LedgerError> {
     let mut recorded = vec![false; items.len()];
     let mut tx = pool.begin().await?;
-    let all: Vec<String> = items.iter().map(|(id, _, _)| id.as_str().to_string()).collect();
+    let all: Vec<String> = items
+        .iter()
+        .map(|(id, _, _)| id.as_str().to_string())
+        .collect();
     sqlx::query(LOCK_BATCH).bind(&all).execute(&mut *tx).await?;
     let (mut ids, mut attempts, mut references, mut results) = (vec![], vec![], vec![], vec![]);
     // The first occurrence of an id is the one recorded; a repeat loses its fence, as it would

@@ -3,8 +3,8 @@
 
 use super::store::{impl_ledger, record_on};
 use super::{LedgerError, Recorded, migrate, sql};
-use crate::id::OperationId;
 use crate::clock::{Clock, SystemClock};
+use crate::id::OperationId;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqlitePool};
 use std::str::FromStr;
