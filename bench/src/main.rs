@@ -20,6 +20,15 @@ struct Args {
     /// Only time the hot-path ledger calls one after another (where a batch's time goes).
     #[arg(long)]
     profile: bool,
+    /// Override the HTTP section's simulator latency, ms.
+    #[arg(long)]
+    http_latency_ms: Option<u64>,
+    /// Override the HTTP section's in-flight submissions per worker.
+    #[arg(long)]
+    http_concurrency: Option<usize>,
+    /// Override the HTTP section's claim batch.
+    #[arg(long)]
+    http_batch: Option<u32>,
     /// Run one section only.
     #[arg(long, value_enum)]
     only: Option<Section>,
@@ -54,11 +63,20 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let settings = if args.quick {
+    let mut settings = if args.quick {
         Settings::quick(&args.database_url)
     } else {
         Settings::full(&args.database_url)
     };
+    if let Some(ms) = args.http_latency_ms {
+        settings.http_latency = std::time::Duration::from_millis(ms.max(1));
+    }
+    if let Some(n) = args.http_batch {
+        settings.http_fleet.config.batch_size = n.max(1);
+    }
+    if let Some(n) = args.http_concurrency {
+        settings.http_fleet.config.concurrency = n.max(1);
+    }
     match run(&settings, args.only).await {
         Ok(outcome) => {
             print!("{}", outcome.table.markdown());

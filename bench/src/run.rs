@@ -145,21 +145,37 @@ async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     let bound = in_flight / s.http_latency.as_secs_f64();
     out.table.compare(
         format!(
-            "Postgres end to end over HTTP, simulator latency {} ms, {} ops, {} in flight",
+            "Postgres end to end over HTTP, simulator latency {} ms, {} ops, {} in flight, claim batch {}",
             s.http_latency.as_millis(),
             thousands(s.http_operations),
-            in_flight
+            in_flight,
+            s.http_fleet.config.batch_size
         ),
         (h.per_second(), &per_second(&h)),
-        (
-            bound,
-            &format!(
-                "{}/s = concurrency / latency",
-                thousands(bound.round() as u64)
-            ),
-        ),
+        (bound, &format!("{}/s = concurrency / latency", thousands(bound.round() as u64))),
         Some(Target::AtLeast(TARGET_HTTP_SHARE)),
     );
+    if let Some((fleet, latency)) = &s.http_ceiling {
+        progress("HTTP path ceiling (near-zero latency)");
+        let c = http::postgres(
+            &s.admin_url,
+            s.clients,
+            fleet,
+            s.http_operations,
+            *latency,
+            s.deadline,
+        )
+        .await?;
+        out.table.fact(
+            format!(
+                "same path's ceiling: simulator latency {} ms, {} in flight, claim batch {}",
+                latency.as_millis(),
+                fleet.workers * fleet.config.concurrency,
+                fleet.config.batch_size
+            ),
+            per_second(&c),
+        );
+    }
     out.http = Some((h, bound));
     Ok(())
 }

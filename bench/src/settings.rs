@@ -22,6 +22,8 @@ pub struct Settings {
     pub http_operations: u64,
     /// The simulator's added latency.
     pub http_latency: Duration,
+    /// A second HTTP run, near zero latency with more in flight: the HTTP path's own ceiling.
+    pub http_ceiling: Option<(Fleet, Duration)>,
     /// Operations offered in the latency run.
     pub latency_operations: u64,
     /// Offered rate in the latency run, per second.
@@ -53,9 +55,14 @@ impl Settings {
             clients: 10,
             fleet: fleet("bench-worker", 1, 64, 32),
             operations: 20_000,
-            http_fleet: fleet("bench-http-worker", 1, 64, 32),
+            // Claim batches of a quarter of the in-flight limit, so claims overlap submissions.
+            http_fleet: fleet("bench-http-worker", 1, 32, 8),
             http_operations: 5_000,
             http_latency: Duration::from_millis(50),
+            http_ceiling: Some((
+                fleet("bench-http-worker", 1, 64, 16),
+                Duration::from_millis(1),
+            )),
             latency_operations: 3_000,
             latency_per_second: 300,
             sweep_stuck: 1_000,
@@ -75,6 +82,7 @@ impl Settings {
             http_fleet: fleet("bench-http-worker", 1, 16, 8),
             http_operations: 48,
             http_latency: Duration::from_millis(5),
+            http_ceiling: None,
             latency_operations: 40,
             latency_per_second: 200,
             sweep_stuck: 20,
