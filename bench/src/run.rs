@@ -297,6 +297,12 @@ mod tests {
         assert_eq!(small.samples.len(), s.sweep_repeats);
         assert_eq!(large.rows, s.sweep_rows.1);
         assert_eq!(outcome.sqlite.expect("sqlite ran").count, s.operations);
-        assert_eq!(outcome.table.rows.len(), 10, "{}", outcome.table.markdown());
+        let rows = 9 + usize::from(s.http_ceiling.is_some());
+        assert_eq!(
+            outcome.table.rows.len(),
+            rows,
+            "{}",
+            outcome.table.markdown()
+        );
     }
 }
