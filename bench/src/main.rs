@@ -20,6 +20,15 @@ struct Args {
     /// Only time the hot-path ledger calls one after another (where a batch's time goes).
     #[arg(long)]
     profile: bool,
+    /// Override the zero-latency sections' worker engines.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Override the zero-latency sections' in-flight submissions per worker.
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Override the zero-latency sections' claim batch.
+    #[arg(long)]
+    batch: Option<u32>,
     /// Override the HTTP section's simulator latency, ms.
     #[arg(long)]
     http_latency_ms: Option<u64>,
@@ -68,6 +77,15 @@ async fn main() -> ExitCode {
     } else {
         Settings::full(&args.database_url)
     };
+    if let Some(n) = args.workers {
+        settings.fleet.workers = n.max(1);
+    }
+    if let Some(n) = args.concurrency {
+        settings.fleet.config.concurrency = n.max(1);
+    }
+    if let Some(n) = args.batch {
+        settings.fleet.config.batch_size = n.max(1);
+    }
     if let Some(ms) = args.http_latency_ms {
         settings.http_latency = std::time::Duration::from_millis(ms.max(1));
     }
