@@ -15,6 +15,7 @@
 //! - [`load`]: bulk loads through the real schema.
 //! - [`database`]: fresh Postgres databases and SQLite files.
 //! - [`memory`]: peak resident memory.
+//! - [`profile`]: the hot-path ledger calls timed one by one (`--profile`).
 //! - [`report`]: rates and the Markdown table.
 
 pub mod baseline;
