@@ -39,6 +39,9 @@ pub struct SimulatorConfig {
     pub seed: u64,
     /// The accepted bearer secret key.
     pub api_key: String,
+    /// Added before every `/v1` request is handled: a processor's own latency, for benchmarks that
+    /// must be bound by in-flight concurrency rather than by the database.
+    pub latency: Duration,
 }
 
 impl std::fmt::Debug for SimulatorConfig {
@@ -58,6 +61,7 @@ impl std::fmt::Debug for SimulatorConfig {
             .field("webhook_delay", &self.webhook_delay)
             .field("processing_settle", &self.processing_settle)
             .field("seed", &self.seed)
+            .field("latency", &self.latency)
             .finish_non_exhaustive()
     }
 }
@@ -77,6 +81,7 @@ impl Default for SimulatorConfig {
             processing_settle: PROCESSING_SETTLE_DEFAULT,
             seed: 0,
             api_key: API_KEY_DEFAULT.to_string(),
+            latency: Duration::ZERO,
         }
     }
 }

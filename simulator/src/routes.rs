@@ -51,9 +51,9 @@ impl App {
     }
 }
 
-/// The router.
+/// The router. The configured latency applies to the Stripe API only, never to the admin API.
 pub(crate) fn router(app: Shared) -> Router {
-    Router::new()
+    let api = Router::new()
         .route(
             "/v1/payment_intents",
             post(payment_intents::create).get(payment_intents::list),
@@ -62,6 +62,9 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
         .route("/v1/refunds", post(refunds::create))
         .route("/v1/events", get(events::list))
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), delay));
+    Router::new()
+        .merge(api)
         .route(
             "/_sim/faults",
             post(admin::arm_faults)
@@ -77,6 +80,23 @@ pub(crate) fn router(app: Shared) -> Router {
         .fallback(unrecognized)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
+}
+
+/// Holds each Stripe API request for the configured latency before handling it.
+async fn delay(
+    axum::extract::State(app): axum::extract::State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !app.config.latency.is_zero() {
+        // A held request must not keep a shutting-down simulator alive for the whole latency.
+        let mut shutdown = app.shutdown.clone();
+        tokio::select! {
+            () = tokio::time::sleep(app.config.latency) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        }
+    }
+    next.run(request).await
 }
 
 async fn unrecognized() -> Response {

@@ -765,3 +765,143 @@ async fn postgres_cancelled_begins_lose_no_writes() {
         "the test must actually cancel transactions mid-flight"
     );
 }
+
+#[tokio::test]
+async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
+    for_each_store(|ledger| async move {
+        let a = ready_operation(&ledger, "INV-B1", "pm_card_visa", T0).await;
+        let b = ready_operation(&ledger, "INV-B2", "pm_card_visa", T0 + 1).await;
+        let c = ready_operation(&ledger, "INV-B3", "pm_card_visa", T0 + 2).await;
+        let claimed = ledger.claim("w", 10, LEASE_MS, T0 + 3).await.unwrap();
+        assert_eq!(claimed.len(), 3);
+        // b's item carries a stale attempt: only b loses.
+        let marked = ledger
+            .mark_submitting_batch(
+                &[(a.id.clone(), 1), (b.id.clone(), 0), (c.id.clone(), 1)],
+                T0 + 4,
+            )
+            .await
+            .unwrap();
+        assert_eq!(marked, vec![true, false, true]);
+        let paid = |reference: &str| Recorded::Succeeded {
+            reference: reference.into(),
+            result: serde_json::json!({ "id": reference }),
+        };
+        let recorded = ledger
+            .record_batch(
+                &[
+                    (a.id.clone(), 1, paid("pi_a")),
+                    (
+                        c.id.clone(),
+                        1,
+                        Recorded::Failed {
+                            code: "card_declined".into(),
+                            message: "declined".into(),
+                            reference: Some("pi_c".into()),
+                        },
+                    ),
+                    (b.id.clone(), 0, paid("pi_stale")),
+                    (a.id.clone(), 1, paid("pi_a_again")),
+                    (b.id.clone(), 1, paid("pi_b")),
+                ],
+                "w",
+                T0 + 5,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            recorded,
+            vec![true, true, false, false, true],
+            "a stale attempt and a repeat of a recorded outcome lose their fence"
+        );
+        let a_now = ledger.get(&tenant(), &a.id).await.unwrap();
+        assert_eq!(
+            (a_now.status, a_now.external_ref.as_deref()),
+            (Status::Succeeded, Some("pi_a"))
+        );
+        assert_eq!(a_now.first_submitted_at_ms, Some(T0 + 4));
+        assert_eq!(a_now.result, Some(serde_json::json!({ "id": "pi_a" })));
+        let b_now = ledger.get(&tenant(), &b.id).await.unwrap();
+        assert_eq!(
+            (b_now.status, b_now.first_submitted_at_ms),
+            (Status::Succeeded, None),
+            "b's submission start was refused, its outcome was not"
+        );
+        assert_eq!(
+            ledger.get(&tenant(), &c.id).await.unwrap().status,
+            Status::Failed
+        );
+        let events: Vec<String> = ledger
+            .events(&a.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        assert_eq!(
+            events,
+            vec![
+                "create",
+                "approve",
+                "claim",
+                "submission_started",
+                "processor_succeeded"
+            ],
+            "the trigger logs batched writes like single ones"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
+    // Renewal locks every row its owner holds; batches lock theirs. Before both locked in id order
+    // they deadlocked: Postgres killed one after deadlock_timeout and the renewal failed.
+    let (ledger, _) = support::postgres_ledger().await;
+    let mut ops = Vec::new();
+    for i in 0..200 {
+        ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", T0).await);
+    }
+    let claimed = ledger.claim("w", 200, LEASE_MS, T0 + 1).await.unwrap();
+    assert_eq!(claimed.len(), 200);
+    let renewer = {
+        let ledger = ledger.clone();
+        tokio::spawn(async move {
+            for round in 0..40 {
+                ledger
+                    .renew("w", LEASE_MS, T0 + 2 + round)
+                    .await
+                    .expect("renewal never fails");
+            }
+        })
+    };
+    // Batches in descending id order: the order most likely to cross the renewal's.
+    let mut keys: Vec<_> = claimed.iter().map(|o| (o.id.clone(), o.attempt)).collect();
+    keys.sort_by(|x, y| y.0.as_str().cmp(x.0.as_str()));
+    for chunk in keys.chunks(20) {
+        let marked = ledger
+            .mark_submitting_batch(chunk, T0 + 2)
+            .await
+            .expect("marking never fails");
+        assert!(marked.iter().all(|m| *m));
+        let items: Vec<_> = chunk
+            .iter()
+            .map(|(id, attempt)| {
+                (
+                    id.clone(),
+                    *attempt,
+                    Recorded::Succeeded {
+                        reference: format!("pi_{}", id.as_str()),
+                        result: serde_json::json!({}),
+                    },
+                )
+            })
+            .collect();
+        let recorded = ledger
+            .record_batch(&items, "w", T0 + 3)
+            .await
+            .expect("recording never fails");
+        assert!(recorded.iter().all(|r| *r));
+    }
+    renewer.await.unwrap();
+}

@@ -1106,3 +1106,35 @@ async fn binary_mode_serves_until_shutdown() {
         "nothing listens any more"
     );
 }
+
+#[tokio::test]
+async fn configured_latency_holds_stripe_requests_but_not_the_admin_api() {
+    // An hour of latency: the request cannot complete inside the short window below whatever the
+    // machine's load, so the check has no timing assumption that could flake.
+    let s = start(SimulatorConfig {
+        latency: Duration::from_secs(3_600),
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let form = create_form(300, "pm_card_visa", "op_latency");
+    let held = tokio::time::timeout(
+        Duration::from_millis(300),
+        s.try_post("/v1/payment_intents", Some("key-latency"), &form),
+    )
+    .await;
+    assert!(held.is_err(), "a Stripe API request waits for the latency");
+    let health = s
+        .http
+        .get(format!("{}/_sim/health", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200, "the admin API is not delayed");
+    assert!(
+        s.payments().await.is_empty(),
+        "the held request was not handled"
+    );
+    tokio::time::timeout(DEADLINE, s.sim.shutdown())
+        .await
+        .expect("shutdown does not wait out the latency");
+}

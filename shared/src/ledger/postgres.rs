@@ -1,9 +1,13 @@
 //! The production store: many workers on many machines share one Postgres.
 
-use super::{LedgerError, migrate, store::impl_ledger};
+use super::store::{impl_ledger, record_on};
+use super::{LedgerError, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock};
+use crate::id::OperationId;
+use crate::state::{Event, Status, transition};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Connection, PgPool};
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +30,37 @@ pub(crate) const CLAIM: &str = "WITH picked AS ( \
        lease_expires_at = $4, updated_at = $1, last_event = 'claim', last_actor = $3, last_detail = NULL \
      FROM picked WHERE o.id = picked.id RETURNING o.*";
 pub(crate) const NOTIFY_READY: Option<&str> = Some("SELECT pg_notify('payonce_ready', '')");
+/// Renewal locks the owner's rows in id order, as the batches below do: a renewal racing a batch
+/// then waits instead of deadlocking (which cost a 1 s `deadlock_timeout` stall and a failed renewal).
+pub(crate) const RENEW: &str = "WITH held AS MATERIALIZED ( \
+       SELECT id FROM operations WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 \
+       ORDER BY id FOR UPDATE) \
+     UPDATE operations o SET lease_expires_at = $3, last_event = NULL FROM held WHERE o.id = held.id \
+     RETURNING o.id, o.attempt";
+/// `MARK_SUBMITTING` for a whole claimed batch in one statement (one round trip, one commit), rows
+/// locked in id order. Returns the ids marked; the others lost their fence.
+const MARK_SUBMITTING_BATCH: &str = "WITH b AS MATERIALIZED ( \
+       SELECT * FROM unnest($1::text[], $2::bigint[]) AS b(id, attempt)), \
+     locked AS MATERIALIZED ( \
+       SELECT o.id FROM operations o JOIN b ON o.id = b.id AND o.attempt = b.attempt \
+       WHERE o.status = 'executing' AND o.lease_expires_at > $3 ORDER BY o.id FOR UPDATE OF o) \
+     UPDATE operations o SET first_submitted_at = COALESCE(o.first_submitted_at, $3), \
+       first_submitted_attempt = COALESCE(o.first_submitted_attempt, b.attempt), last_submitted_at = $3, \
+       submit_count = o.submit_count + 1, updated_at = $3, last_event = 'submission_started', \
+       last_actor = o.lease_owner, last_detail = NULL \
+     FROM b, locked WHERE o.id = locked.id AND o.id = b.id AND o.attempt = b.attempt \
+       AND o.status = 'executing' AND o.lease_expires_at > $3 \
+     RETURNING o.id";
+/// Locks a batch's rows in id order before any of them is written (see `RENEW`).
+const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
+/// `RECORD_SUCCEEDED` for many rows in one statement, each fenced by its own attempt.
+const RECORD_SUCCEEDED_BATCH: &str = "UPDATE operations o SET status = 'succeeded', external_ref = b.reference, \
+       result = b.result, failure_code = NULL, failure_message = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+       next_check_at = NULL, updated_at = $6, last_event = 'processor_succeeded', last_actor = $5, \
+       last_detail = b.reference \
+     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS b(id, attempt, reference, result) \
+     WHERE o.id = b.id AND o.attempt = b.attempt AND o.status = 'executing' \
+     RETURNING o.id";
 
 /// The Postgres ledger.
 #[derive(Debug, Clone)]
@@ -122,7 +157,94 @@ async fn still_in_transaction(conn: &mut sqlx::PgConnection) -> bool {
 
 impl_ledger!(PostgresLedger, "postgres", self_dialect);
 
-/// The statements only Postgres has.
+/// Records submission starts for a claimed batch in one statement.
+pub(crate) async fn mark_submitting_batch(
+    pool: &PgPool,
+    items: &[(OperationId, i64)],
+    now_ms: i64,
+) -> Result<Vec<bool>, LedgerError> {
+    let ids: Vec<String> = items
+        .iter()
+        .map(|(id, _)| id.as_str().to_string())
+        .collect();
+    let attempts: Vec<i64> = items.iter().map(|(_, attempt)| *attempt).collect();
+    let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING_BATCH)
+        .bind(&ids)
+        .bind(&attempts)
+        .bind(now_ms)
+        .fetch_all(pool)
+        .await?;
+    let marked: HashSet<&str> = marked.iter().map(String::as_str).collect();
+    Ok(items
+        .iter()
+        .map(|(id, _)| marked.contains(id.as_str()))
+        .collect())
+}
+
+/// Records outcomes in one transaction: every row locked first in id order, succeeded outcomes
+/// (the common case) in one statement, the rest one by one. Each is fenced on its own.
+pub(crate) async fn record_batch(
+    pool: &PgPool,
+    items: &[(OperationId, i64, Recorded)],
+    actor: &str,
+    now_ms: i64,
+) -> Result<Vec<bool>, LedgerError> {
+    let mut recorded = vec![false; items.len()];
+    let mut tx = pool.begin().await?;
+    let all: Vec<String> = items
+        .iter()
+        .map(|(id, _, _)| id.as_str().to_string())
+        .collect();
+    sqlx::query(LOCK_BATCH).bind(&all).execute(&mut *tx).await?;
+    let (mut ids, mut attempts, mut references, mut results) = (vec![], vec![], vec![], vec![]);
+    // The first occurrence of an id is the one recorded; a repeat loses its fence, as it would
+    // one by one.
+    let mut position: HashMap<&str, usize> = HashMap::new();
+    let mut others = Vec::new();
+    for (i, (id, attempt, outcome)) in items.iter().enumerate() {
+        match outcome {
+            Recorded::Succeeded { reference, result } if !position.contains_key(id.as_str()) => {
+                position.insert(id.as_str(), i);
+                ids.push(id.as_str().to_string());
+                attempts.push(*attempt);
+                references.push(reference.clone());
+                results.push(result.to_string());
+            }
+            _ => others.push(i),
+        }
+    }
+    if !ids.is_empty() {
+        transition(Status::Executing, Event::ProcessorSucceeded)?;
+        let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH)
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(&references)
+            .bind(&results)
+            .bind(bounded(actor))
+            .bind(now_ms)
+            .fetch_all(&mut *tx)
+            .await?;
+        for id in &written {
+            if let Some(i) = position.get(id.as_str()) {
+                recorded[*i] = true;
+            }
+        }
+    }
+    for i in others {
+        let (id, attempt, outcome) = &items[i];
+        let result: Result<_, LedgerError> =
+            record_on!(&mut *tx, id, *attempt, outcome, actor, now_ms);
+        match result {
+            Ok(_) => recorded[i] = true,
+            Err(LedgerError::Fenced { .. }) => {}
+            Err(other) => return Err(other),
+        }
+    }
+    tx.commit().await?;
+    Ok(recorded)
+}
+
+/// The statements and batches only Postgres has.
 mod self_dialect {
-    pub(crate) use super::{CLAIM, NOTIFY_READY};
+    pub(crate) use super::{CLAIM, NOTIFY_READY, RENEW, mark_submitting_batch, record_batch};
 }

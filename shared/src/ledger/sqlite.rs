@@ -1,8 +1,10 @@
 //! The embedded store: a file (single node) or memory (tests). One connection serializes every
 //! statement, which is what SQLite does with writers anyway, and rules out `SQLITE_BUSY`.
 
-use super::{LedgerError, migrate, store::impl_ledger};
+use super::store::{impl_ledger, record_on};
+use super::{LedgerError, Recorded, migrate, sql};
 use crate::clock::{Clock, SystemClock};
+use crate::id::OperationId;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqlitePool};
 use std::str::FromStr;
@@ -88,7 +90,52 @@ async fn still_in_transaction(conn: &mut sqlx::SqliteConnection) -> bool {
 
 impl_ledger!(SqliteLedger, "sqlite", self_dialect);
 
-/// The statements only SQLite has.
+/// Records submission starts for a claimed batch in one transaction, one statement each: SQLite
+/// runs in-process (no round trips) and serializes writers, so there is no lock order to keep.
+pub(crate) async fn mark_submitting_batch(
+    pool: &SqlitePool,
+    items: &[(OperationId, i64)],
+    now_ms: i64,
+) -> Result<Vec<bool>, LedgerError> {
+    let mut tx = pool.begin().await?;
+    let mut marked = Vec::with_capacity(items.len());
+    for (id, attempt) in items {
+        let done = sqlx::query(sql::MARK_SUBMITTING)
+            .bind(id.as_str())
+            .bind(*attempt)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        marked.push(done.rows_affected() == 1);
+    }
+    tx.commit().await?;
+    Ok(marked)
+}
+
+/// Records outcomes in one transaction, one statement each, each fenced on its own.
+pub(crate) async fn record_batch(
+    pool: &SqlitePool,
+    items: &[(OperationId, i64, Recorded)],
+    actor: &str,
+    now_ms: i64,
+) -> Result<Vec<bool>, LedgerError> {
+    let mut tx = pool.begin().await?;
+    let mut recorded = Vec::with_capacity(items.len());
+    for (id, attempt, outcome) in items {
+        let result: Result<_, LedgerError> =
+            record_on!(&mut *tx, id, *attempt, outcome, actor, now_ms);
+        match result {
+            Ok(_) => recorded.push(true),
+            Err(LedgerError::Fenced { .. }) => recorded.push(false),
+            Err(other) => return Err(other),
+        }
+    }
+    tx.commit().await?;
+    Ok(recorded)
+}
+
+/// The statements and batches only SQLite has.
 mod self_dialect {
-    pub(crate) use super::{CLAIM, NOTIFY_READY};
+    pub(crate) use super::super::sql::RENEW;
+    pub(crate) use super::{CLAIM, NOTIFY_READY, mark_submitting_batch, record_batch};
 }

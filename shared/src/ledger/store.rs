@@ -1,5 +1,7 @@
 //! The one implementation of [`Ledger`](super::Ledger), expanded once per store. The statements are
-//! shared (`sql.rs`) except where a store needs its own (`$dialect::CLAIM`, `$dialect::NOTIFY_READY`).
+//! shared (`sql.rs`) except where a store needs its own (`$dialect::CLAIM`, `$dialect::NOTIFY_READY`,
+//! `$dialect::RENEW`) and the two hot-path batches (`$dialect::mark_submitting_batch`,
+//! `$dialect::record_batch`), which Postgres writes with array statements.
 //! Each method asserts its move through [`crate::state::transition`] before writing it.
 
 macro_rules! impl_ledger {
@@ -238,9 +240,9 @@ macro_rules! impl_ledger {
                 lease_ttl_ms: i64,
                 now_ms: i64,
             ) -> Result<Vec<($crate::id::OperationId, i64)>, $crate::ledger::LedgerError> {
-                use $crate::ledger::{LedgerError, sql};
+                use $crate::ledger::LedgerError;
                 use sqlx::Row;
-                let rows = sqlx::query(sql::RENEW)
+                let rows = sqlx::query($dialect::RENEW)
                     .bind(owner)
                     .bind(now_ms)
                     .bind(now_ms + lease_ttl_ms)
@@ -277,20 +279,7 @@ macro_rules! impl_ledger {
                 items: &[($crate::id::OperationId, i64)],
                 now_ms: i64,
             ) -> Result<Vec<bool>, $crate::ledger::LedgerError> {
-                use $crate::ledger::sql;
-                let mut tx = self.pool.begin().await?;
-                let mut marked = Vec::with_capacity(items.len());
-                for (id, attempt) in items {
-                    let done = sqlx::query(sql::MARK_SUBMITTING)
-                        .bind(id.as_str())
-                        .bind(*attempt)
-                        .bind(now_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                    marked.push(done.rows_affected() == 1);
-                }
-                tx.commit().await?;
-                Ok(marked)
+                $dialect::mark_submitting_batch(&self.pool, items, now_ms).await
             }
 
             async fn release(
@@ -329,20 +318,7 @@ macro_rules! impl_ledger {
                 actor: &str,
                 now_ms: i64,
             ) -> Result<Vec<bool>, $crate::ledger::LedgerError> {
-                use $crate::ledger::LedgerError;
-                let mut tx = self.pool.begin().await?;
-                let mut recorded = Vec::with_capacity(items.len());
-                for (id, attempt, outcome) in items {
-                    let result: Result<_, LedgerError> =
-                        $crate::ledger::store::record_on!(&mut *tx, id, *attempt, outcome, actor, now_ms);
-                    match result {
-                        Ok(_) => recorded.push(true),
-                        Err(LedgerError::Fenced { .. }) => recorded.push(false),
-                        Err(other) => return Err(other),
-                    }
-                }
-                tx.commit().await?;
-                Ok(recorded)
+                $dialect::record_batch(&self.pool, items, actor, now_ms).await
             }
 
             async fn expired_leases(

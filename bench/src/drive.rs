@@ -1,0 +1,101 @@
+//! Runs real worker engines (`payonce_worker::Worker::run`, the daemon's loop) over a ledger until a
+//! given number of operations are recorded, and checks every one was paid exactly once.
+
+use crate::report::Rate;
+use anyhow::Context;
+use payonce_shared::clock::SystemClock;
+use payonce_shared::ledger::SharedLedger;
+use payonce_shared::processor::Processor;
+use payonce_shared::state::Status;
+use payonce_worker::{Worker, WorkerConfig};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the driver looks at the workers' counters (in memory: no load on the database).
+pub const PROGRESS_POLL: Duration = Duration::from_millis(2);
+
+/// What the workers are given.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    /// Worker engines sharing the ledger (as processes would share the database).
+    pub workers: usize,
+    /// Each engine's limits.
+    pub config: WorkerConfig,
+}
+
+/// Starts the fleet, waits until `expected` outcomes are recorded (failing after `deadline`), stops
+/// it gracefully, and returns the recording rate from start to the last outcome.
+pub async fn until_recorded(
+    ledger: &SharedLedger,
+    processor: Arc<dyn Processor>,
+    fleet: &Fleet,
+    expected: u64,
+    deadline: Duration,
+) -> anyhow::Result<Rate> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut metrics = Vec::new();
+    let mut runs = Vec::new();
+    let started = Instant::now();
+    for n in 0..fleet.workers {
+        let mut config = fleet.config.clone();
+        config.owner = format!("{}-{n}", config.owner);
+        let worker = Arc::new(
+            Worker::new(
+                ledger.clone(),
+                processor.clone(),
+                Arc::new(SystemClock),
+                config,
+            )
+            .map_err(|e| anyhow::anyhow!("worker config: {e}"))?,
+        );
+        metrics.push(worker.metrics());
+        let mut stop = stop_rx.clone();
+        runs.push(tokio::spawn(worker.run(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })));
+    }
+    let recorded = || -> u64 {
+        metrics
+            .iter()
+            .map(|m| {
+                m.succeeded.get()
+                    + m.failed.get()
+                    + m.unknown.get()
+                    + m.rejected.get()
+                    + m.needs_attention.get()
+            })
+            .sum()
+    };
+    while recorded() < expected {
+        if started.elapsed() > deadline {
+            let _ = stop_tx.send(true);
+            anyhow::bail!(
+                "only {} of {expected} operations recorded within {deadline:?}",
+                recorded()
+            );
+        }
+        tokio::time::sleep(PROGRESS_POLL).await;
+    }
+    let elapsed = started.elapsed();
+    let _ = stop_tx.send(true);
+    for run in runs {
+        run.await.context("a worker engine panicked")?;
+    }
+    Ok(Rate::new(recorded(), elapsed))
+}
+
+/// Checks the ledger holds exactly `expected` succeeded operations and nothing else in flight.
+pub async fn check_all_succeeded(ledger: &SharedLedger, expected: u64) -> anyhow::Result<()> {
+    let mut succeeded = 0_u64;
+    for c in ledger.count_by_status().await? {
+        match c.status {
+            Status::Succeeded => succeeded = c.count as u64,
+            other => anyhow::bail!("{} operations left {}", c.count, other.as_str()),
+        }
+    }
+    anyhow::ensure!(
+        succeeded == expected,
+        "{succeeded} operations succeeded, expected {expected}"
+    );
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! End to end over real HTTP: the Stripe adapter against the simulator with a fixed processor
+//! latency. Throughput should then be bound by in-flight concurrency (concurrency / latency), not
+//! by the database.
+
+use crate::database::ScratchDatabase;
+use crate::drive::{self, Fleet};
+use crate::load::{self, Kind};
+use crate::report::Rate;
+use anyhow::Context;
+use payonce_shared::ledger::SharedLedger;
+use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_simulator::{Simulator, SimulatorConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest wait for the simulator's payment audit.
+const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Drains `operations` through the simulator at `latency`; checks the simulator holds exactly one
+/// payment per operation.
+pub async fn postgres(
+    admin_url: &str,
+    clients: u32,
+    fleet: &Fleet,
+    operations: u64,
+    latency: Duration,
+    deadline: Duration,
+) -> anyhow::Result<Rate> {
+    let db = ScratchDatabase::create(admin_url).await?;
+    let ledger = db.ledger(clients).await?;
+    load::postgres(
+        &db.url,
+        Kind::Ready,
+        1,
+        i64::try_from(operations)?,
+        crate::now_ms(),
+    )
+    .await?;
+    let sim = Simulator::start(SimulatorConfig {
+        latency,
+        ..SimulatorConfig::default()
+    })
+    .await?;
+    let processor = Arc::new(StripeProcessor::new(StripeConfig::new(
+        sim.base_url(),
+        payonce_simulator::config::API_KEY_DEFAULT,
+    ))?);
+    let shared: SharedLedger = Arc::new(ledger.clone());
+    let rate = drive::until_recorded(&shared, processor, fleet, operations, deadline).await?;
+    drive::check_all_succeeded(&shared, operations).await?;
+    let payments = simulator_payments(&sim.base_url()).await?;
+    anyhow::ensure!(
+        payments == operations,
+        "the simulator holds {payments} payments for {operations} operations"
+    );
+    sim.shutdown().await;
+    ledger.pool().close().await;
+    db.drop_now().await?;
+    Ok(rate)
+}
+
+async fn simulator_payments(base: &str) -> anyhow::Result<u64> {
+    let client = reqwest::Client::builder().timeout(AUDIT_TIMEOUT).build()?;
+    let body: serde_json::Value = client
+        .get(format!("{base}/_sim/audit/payments"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let data = body["data"].as_array().context("audit has no data")?;
+    Ok(data.len() as u64)
+}

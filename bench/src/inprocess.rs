@@ -1,0 +1,140 @@
+//! The simulator's payment semantics without HTTP, for the zero-latency figures: on 2 cores an HTTP
+//! server with its own SQLite store would measure itself, not the ledger and the worker.
+//!
+//! Kept: one payment per idempotency key (a repeated key replays the first answer), decline cards,
+//! consistent lookups by operation. Dropped: the wire format, faults, webhooks, persistence.
+
+use async_trait::async_trait;
+use payonce_shared::processor::{
+    Contract, FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome,
+    SubmitRequest,
+};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The payment method the in-process processor declines, as the simulator does.
+pub const DECLINE_CARD: &str = "pm_card_chargeDeclined";
+
+#[derive(Debug, Default)]
+struct Book {
+    /// Idempotency key → the answer first given under it.
+    by_key: HashMap<String, SubmitOutcome>,
+    /// Operation id → payment reference (lookups).
+    by_operation: HashMap<String, String>,
+    /// Submissions received, replays included.
+    requests: u64,
+}
+
+/// An in-memory processor with the simulator's idempotency semantics.
+#[derive(Debug)]
+pub struct InProcessProcessor {
+    contract: Contract,
+    book: Mutex<Book>,
+}
+
+impl Default for InProcessProcessor {
+    fn default() -> Self {
+        InProcessProcessor {
+            contract: Contract {
+                name: "in-process simulator",
+                honours_idempotency_keys: true,
+                key_retention: Some(Duration::from_secs(24 * 60 * 60)),
+                lookup: LookupSupport::Consistent,
+                replays_error_responses: true,
+            },
+            book: Mutex::new(Book::default()),
+        }
+    }
+}
+
+impl InProcessProcessor {
+    /// Payments created (distinct keys that succeeded).
+    pub fn payments(&self) -> u64 {
+        self.with_book(|b| b.by_operation.len() as u64)
+    }
+
+    /// Submissions received, replays included.
+    pub fn requests(&self) -> u64 {
+        self.with_book(|b| b.requests)
+    }
+
+    /// The reference paid for `operation`, if any.
+    pub fn reference_of(&self, operation: &str) -> Option<String> {
+        self.with_book(|b| b.by_operation.get(operation).cloned())
+    }
+
+    /// Records a payment made before a crash (the worker died before recording it), so a lookup
+    /// finds it.
+    pub fn preload_payment(&self, operation: &str, idempotency_key: &str) {
+        self.with_book(|b| {
+            let reference = format!("pi_pre_{}", b.by_operation.len());
+            b.by_operation
+                .insert(operation.to_string(), reference.clone());
+            b.by_key.insert(
+                idempotency_key.to_string(),
+                SubmitOutcome::Succeeded {
+                    result: serde_json::json!({ "id": reference, "status": "succeeded" }),
+                    reference,
+                },
+            );
+        })
+    }
+
+    fn with_book<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
+        // A panic while holding the lock is a bench bug; the book itself stays consistent.
+        let mut guard = match self.book.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+}
+
+#[async_trait]
+impl Processor for InProcessProcessor {
+    fn contract(&self) -> &Contract {
+        &self.contract
+    }
+
+    async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome {
+        self.with_book(|b| {
+            b.requests += 1;
+            if let Some(first) = b.by_key.get(request.idempotency_key.as_str()) {
+                return first.clone();
+            }
+            let reference = format!("pi_{}", b.by_key.len());
+            let outcome = if request.details.payment_method() == DECLINE_CARD {
+                SubmitOutcome::Declined {
+                    code: "card_declined".into(),
+                    message: "Your card was declined.".into(),
+                    reference: Some(reference),
+                }
+            } else {
+                b.by_operation
+                    .insert(request.operation_id.as_str().to_string(), reference.clone());
+                SubmitOutcome::Succeeded {
+                    result: serde_json::json!({ "id": reference, "status": "succeeded" }),
+                    reference,
+                }
+            };
+            b.by_key.insert(
+                request.idempotency_key.as_str().to_string(),
+                outcome.clone(),
+            );
+            outcome
+        })
+    }
+
+    async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
+        match self.reference_of(query.operation_id.as_str()) {
+            Some(reference) => LookupOutcome::Found {
+                status: FoundStatus::Succeeded {
+                    result: serde_json::json!({ "id": reference, "status": "succeeded" }),
+                },
+                reference,
+            },
+            None => LookupOutcome::NotFound { consistent: true },
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! payonce-bench: throughput, latency and cost growth, each figure measured next to its baseline or
+//! target in the same run on the same database server (fresh databases per section).
+//!
+//! Crate map:
+//! - [`settings`]: the full and quick configurations, every size and limit named.
+//! - [`run`]: runs every section in order and builds the results table.
+//! - [`baseline`]: the plain job lifecycle (insert, claim with SKIP LOCKED, mark done).
+//! - [`throughput`]: payonce end to end on Postgres with the in-process processor.
+//! - [`http`]: payonce end to end over HTTP against the simulator with a fixed latency.
+//! - [`latency`]: claim-to-submit percentiles at moderate load, from the audit trail.
+//! - [`sweep`]: reconciler sweep cost, stuck work among 100k and 1M rows.
+//! - [`embedded`]: SQLite single-node throughput.
+//! - [`drive`]: runs worker engines until a count of outcomes is recorded.
+//! - [`inprocess`]: the simulator's payment semantics without HTTP.
+//! - [`load`]: bulk loads through the real schema.
+//! - [`database`]: fresh Postgres databases and SQLite files.
+//! - [`memory`]: peak resident memory.
+//! - [`profile`]: the hot-path ledger calls timed one by one (`--profile`).
+//! - [`report`]: rates and the Markdown table.
+
+pub mod baseline;
+pub mod database;
+pub mod drive;
+pub mod embedded;
+pub mod http;
+pub mod inprocess;
+pub mod latency;
+pub mod load;
+pub mod memory;
+pub mod profile;
+pub mod report;
+pub mod run;
+pub mod settings;
+pub mod sweep;
+pub mod throughput;
+
+pub use run::{Outcome, run};
+pub use settings::Settings;
+
+use payonce_shared::clock::{Clock, SystemClock};
+
+/// Now, in ms since the epoch (the ledger's unit).
+pub fn now_ms() -> i64 {
+    SystemClock.now_ms()
+}
+
+/// Checks the in-process processor made exactly one payment per operation and was asked once per
+/// operation (no resubmission in a clean run).
+pub fn check_paid_once(
+    processor: &inprocess::InProcessProcessor,
+    operations: u64,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        processor.payments() == operations && processor.requests() == operations,
+        "{} payments from {} requests for {operations} operations",
+        processor.payments(),
+        processor.requests()
+    );
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `payonce-bench [--quick] [--database-url URL]`: runs every benchmark section and prints the
+//! results as a Markdown table (progress goes to stderr).
+
+use clap::Parser;
+use payonce_bench::database::ADMIN_URL_DEFAULT;
+use payonce_bench::run::Section;
+use payonce_bench::{Settings, run};
+use std::process::ExitCode;
+
+/// Benchmarks measured side by side in one run.
+#[derive(Debug, Parser)]
+#[command(name = "payonce-bench")]
+struct Args {
+    /// Tiny sizes: checks every section works; the figures mean nothing.
+    #[arg(long)]
+    quick: bool,
+    /// The Postgres server's admin database; each section creates (and drops) its own database.
+    #[arg(long, env = "PAYONCE_BENCH_DATABASE_URL", default_value = ADMIN_URL_DEFAULT)]
+    database_url: String,
+    /// Only time the hot-path ledger calls one after another (where a batch's time goes).
+    #[arg(long)]
+    profile: bool,
+    /// Override the zero-latency sections' worker engines.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Override the zero-latency sections' in-flight submissions per worker.
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Override the zero-latency sections' claim batch.
+    #[arg(long)]
+    batch: Option<u32>,
+    /// Override the HTTP section's simulator latency, ms.
+    #[arg(long)]
+    http_latency_ms: Option<u64>,
+    /// Override the HTTP section's in-flight submissions per worker.
+    #[arg(long)]
+    http_concurrency: Option<usize>,
+    /// Override the HTTP section's claim batch.
+    #[arg(long)]
+    http_batch: Option<u32>,
+    /// Run one section only.
+    #[arg(long, value_enum)]
+    only: Option<Section>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    // Warnings from the engines under test (lost leases, ledger errors) must be visible: they
+    // would explain a bad figure. RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                // The LISTEN task of a ledger whose pool a section closed warns once; not a finding.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(
+                        "warn,payonce_shared::ledger::postgres=error",
+                    )
+                }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if args.profile {
+        return match payonce_bench::profile::hot_path(&args.database_url, 32, 100).await {
+            Ok(c) => {
+                println!("{c:?}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("payonce-bench: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let mut settings = if args.quick {
+        Settings::quick(&args.database_url)
+    } else {
+        Settings::full(&args.database_url)
+    };
+    if let Some(n) = args.workers {
+        settings.fleet.workers = n.max(1);
+    }
+    if let Some(n) = args.concurrency {
+        settings.fleet.config.concurrency = n.max(1);
+    }
+    if let Some(n) = args.batch {
+        settings.fleet.config.batch_size = n.max(1);
+    }
+    if let Some(ms) = args.http_latency_ms {
+        settings.http_latency = std::time::Duration::from_millis(ms.max(1));
+    }
+    if let Some(n) = args.http_batch {
+        settings.http_fleet.config.batch_size = n.max(1);
+    }
+    if let Some(n) = args.http_concurrency {
+        settings.http_fleet.config.concurrency = n.max(1);
+    }
+    match run(&settings, args.only).await {
+        Ok(outcome) => {
+            print!("{}", outcome.table.markdown());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("payonce-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Where one batch's time goes: the hot-path ledger calls (claim, submission record, outcome
+//! record) timed one after another on one connection, with nothing else running.
+
+use crate::database::ScratchDatabase;
+use crate::load::{self, Kind};
+use payonce_shared::ledger::{Ledger, Recorded};
+use std::time::{Duration, Instant};
+
+/// Mean time per call of each hot-path step.
+#[derive(Debug, Clone, Default)]
+pub struct StepCosts {
+    /// Batches timed.
+    pub batches: u32,
+    /// Operations per batch.
+    pub batch: u32,
+    /// `claim`.
+    pub claim: Duration,
+    /// `mark_submitting_batch`.
+    pub mark: Duration,
+    /// `record_batch` (succeeded outcomes).
+    pub record: Duration,
+}
+
+/// Times `batches` rounds of claim → mark → record of `batch` operations each.
+pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Result<StepCosts> {
+    let db = ScratchDatabase::create(admin_url).await?;
+    let ledger = db.ledger(2).await?;
+    let n = i64::from(batch) * i64::from(batches);
+    load::postgres(&db.url, Kind::Ready, 1, n, crate::now_ms()).await?;
+    let mut costs = StepCosts {
+        batches,
+        batch,
+        ..StepCosts::default()
+    };
+    for _ in 0..batches {
+        let t = Instant::now();
+        let claimed = ledger
+            .claim("profile", batch, 30_000, crate::now_ms())
+            .await?;
+        costs.claim += t.elapsed();
+        let keys: Vec<_> = claimed.iter().map(|o| (o.id.clone(), o.attempt)).collect();
+        let t = Instant::now();
+        let marked = ledger.mark_submitting_batch(&keys, crate::now_ms()).await?;
+        costs.mark += t.elapsed();
+        anyhow::ensure!(marked.iter().all(|m| *m), "a fresh claim lost its fence");
+        let items: Vec<_> = claimed
+            .iter()
+            .map(|o| {
+                (
+                    o.id.clone(),
+                    o.attempt,
+                    Recorded::Succeeded {
+                        reference: format!("pi_{}", o.id.as_str()),
+                        result: serde_json::json!({ "status": "succeeded" }),
+                    },
+                )
+            })
+            .collect();
+        let t = Instant::now();
+        let recorded = ledger
+            .record_batch(&items, "profile", crate::now_ms())
+            .await?;
+        costs.record += t.elapsed();
+        anyhow::ensure!(recorded.iter().all(|r| *r), "a fresh claim lost its fence");
+    }
+    costs.claim /= batches;
+    costs.mark /= batches;
+    costs.record /= batches;
+    ledger.pool().close().await;
+    db.drop_now().await?;
+    Ok(costs)
+}

@@ -1,0 +1,308 @@
+//! Runs every section in order and puts each figure next to its baseline or target.
+
+use crate::report::{Rate, Table, Target, per_second, thousands};
+use crate::settings::Settings;
+use crate::sweep::SweepCost;
+use crate::{embedded, http, latency, sweep, throughput};
+use std::time::Duration;
+
+/// The least payonce/baseline ratio the issue asks for: 3,000 ops/s against ~1,700 jobs/s.
+pub const TARGET_VS_SINGLE: f64 = 3_000.0 / 1_745.0;
+/// The least share of concurrency / latency the HTTP run must reach.
+pub const TARGET_HTTP_SHARE: f64 = 0.8;
+/// The most sweep(large) / sweep(small) may be: cost follows stuck work, not table size.
+pub const TARGET_SWEEP_GROWTH: f64 = 1.5;
+/// The absolute throughput target on the reference machine (2 cores).
+pub const TARGET_OPS_PER_SECOND: f64 = 3_000.0;
+
+/// One part of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    /// Zero-latency Postgres throughput and its baselines, worker peak memory.
+    Throughput,
+    /// Throughput over HTTP with processor latency.
+    Http,
+    /// Claim-to-submit latency at moderate load.
+    Latency,
+    /// Reconciler sweep cost against table size.
+    Sweep,
+    /// SQLite embedded throughput.
+    Sqlite,
+}
+
+/// Everything a run measured (a section not run is `None`).
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The results table.
+    pub table: Table,
+    /// Zero-latency Postgres section.
+    pub throughput: Option<throughput::Throughput>,
+    /// HTTP section: (rate, concurrency / latency).
+    pub http: Option<(Rate, f64)>,
+    /// Latency section.
+    pub latency: Option<latency::Latencies>,
+    /// Sweep section, small and large table.
+    pub sweep: Option<(SweepCost, SweepCost)>,
+    /// SQLite section.
+    pub sqlite: Option<Rate>,
+}
+
+/// Runs every section (or only `only`); fails on the first section whose correctness check fails.
+pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome> {
+    let mut out = Outcome::default();
+    let wanted = |section: Section| only.is_none_or(|o| o == section);
+    if wanted(Section::Throughput) {
+        throughput_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Http) {
+        http_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Latency) {
+        latency_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Sweep) {
+        sweep_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Sqlite) {
+        sqlite_rows(s, &mut out).await?;
+    }
+    Ok(out)
+}
+
+fn progress(what: &str) {
+    eprintln!("payonce-bench: {what}");
+}
+
+async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress("zero-latency throughput on Postgres (baselines first)");
+    let t =
+        throughput::postgres(&s.admin_url, s.clients, &s.fleet, s.operations, s.deadline).await?;
+    let ops = t.payonce.per_second();
+    let figure = per_second(&t.payonce);
+    out.table.compare(
+        format!(
+            "Postgres end to end, in-process processor, {} ops, {} worker(s) × concurrency {}, claim batch {}, {} connections",
+            thousands(s.operations),
+            s.fleet.workers,
+            s.fleet.config.concurrency,
+            s.fleet.config.batch_size,
+            s.clients
+        ),
+        (ops, &figure),
+        (
+            t.baseline_single.per_second(),
+            &format!("{} plain lifecycle, 1 job/statement", per_second(&t.baseline_single)),
+        ),
+        Some(Target::AtLeast(TARGET_VS_SINGLE)),
+    );
+    out.table.compare(
+        "same, against the batched plain lifecycle",
+        (ops, &figure),
+        (
+            t.baseline_batched.per_second(),
+            &format!(
+                "{} plain lifecycle, {} jobs/statement",
+                per_second(&t.baseline_batched),
+                s.fleet.config.batch_size
+            ),
+        ),
+        None,
+    );
+    out.table.compare(
+        "same, against the absolute target",
+        (ops, &figure),
+        (TARGET_OPS_PER_SECOND, "3,000/s"),
+        Some(Target::AtLeast(1.0)),
+    );
+    out.table.fact(
+        format!(
+            "peak RSS (VmHWM) of the bench process while the workers ran{}",
+            if t.peak_reset {
+                ""
+            } else {
+                " (not reset: covers the run so far)"
+            }
+        ),
+        t.peak_kib
+            .map_or("unavailable".into(), |k| format!("{} MiB", k / 1024)),
+    );
+    out.throughput = Some(t);
+    Ok(())
+}
+
+async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress("throughput over HTTP with processor latency");
+    let h = http::postgres(
+        &s.admin_url,
+        s.clients,
+        &s.http_fleet,
+        s.http_operations,
+        s.http_latency,
+        s.deadline,
+    )
+    .await?;
+    let in_flight = (s.http_fleet.workers * s.http_fleet.config.concurrency) as f64;
+    let bound = in_flight / s.http_latency.as_secs_f64();
+    out.table.compare(
+        format!(
+            "Postgres end to end over HTTP, simulator latency {} ms, {} ops, {} in flight, claim batch {}",
+            s.http_latency.as_millis(),
+            thousands(s.http_operations),
+            in_flight,
+            s.http_fleet.config.batch_size
+        ),
+        (h.per_second(), &per_second(&h)),
+        (bound, &format!("{}/s = concurrency / latency", thousands(bound.round() as u64))),
+        Some(Target::AtLeast(TARGET_HTTP_SHARE)),
+    );
+    if let Some((fleet, latency)) = &s.http_ceiling {
+        progress("HTTP path ceiling (near-zero latency)");
+        let c = http::postgres(
+            &s.admin_url,
+            s.clients,
+            fleet,
+            s.http_operations,
+            *latency,
+            s.deadline,
+        )
+        .await?;
+        out.table.fact(
+            format!(
+                "same path's ceiling: simulator latency {} ms, {} in flight, claim batch {}",
+                latency.as_millis(),
+                fleet.workers * fleet.config.concurrency,
+                fleet.config.batch_size
+            ),
+            per_second(&c),
+        );
+    }
+    out.http = Some((h, bound));
+    Ok(())
+}
+
+async fn latency_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress("claim-to-submit latency at moderate load");
+    let l = latency::moderate_load(
+        &s.admin_url,
+        s.clients,
+        &s.fleet,
+        s.latency_operations,
+        s.latency_per_second,
+        s.deadline,
+    )
+    .await?;
+    out.table.fact(
+        format!(
+            "claim → submission recorded, p50 / p99, {} ops offered at {}/s",
+            thousands(l.operations),
+            l.offered_per_second
+        ),
+        format!(
+            "{} ms / {} ms",
+            l.claim_to_submit_ms.0, l.claim_to_submit_ms.1
+        ),
+    );
+    out.table.fact(
+        "approval committed → claimed (queue wait, NOTIFY wake-up), p50 / p99",
+        format!(
+            "{} ms / {} ms",
+            l.approve_to_claim_ms.0, l.approve_to_claim_ms.1
+        ),
+    );
+    out.latency = Some(l);
+    Ok(())
+}
+
+async fn sweep_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress("reconciler sweep cost (bulk loads first)");
+    let small =
+        sweep::measure(&s.admin_url, s.sweep_rows.0, s.sweep_stuck, s.sweep_repeats).await?;
+    progress("reconciler sweep cost, larger table");
+    let large =
+        sweep::measure(&s.admin_url, s.sweep_rows.1, s.sweep_stuck, s.sweep_repeats).await?;
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    let samples = |c: &SweepCost| {
+        c.samples
+            .iter()
+            .map(|d| format!("{:.0}", ms(*d)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    out.table.compare(
+        format!(
+            "sweep resolving {} stuck among {} rows vs among {} (median of {}; samples {} / {} ms)",
+            thousands(s.sweep_stuck.unsigned_abs()),
+            thousands(large.rows.unsigned_abs()),
+            thousands(small.rows.unsigned_abs()),
+            s.sweep_repeats,
+            samples(&large),
+            samples(&small)
+        ),
+        (ms(large.median), &format!("{:.0} ms", ms(large.median))),
+        (ms(small.median), &format!("{:.0} ms", ms(small.median))),
+        Some(Target::AtMost(TARGET_SWEEP_GROWTH)),
+    );
+    out.sweep = Some((small, large));
+    Ok(())
+}
+
+async fn sqlite_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress("SQLite embedded throughput");
+    let q = embedded::throughput(&s.fleet, s.operations, s.deadline).await?;
+    let what = format!(
+        "SQLite file (WAL, synchronous=FULL), in-process processor, {} ops",
+        thousands(s.operations)
+    );
+    match &out.throughput {
+        Some(t) => out.table.compare(
+            what,
+            (q.per_second(), &per_second(&q)),
+            (
+                t.payonce.per_second(),
+                &format!("{} Postgres above", per_second(&t.payonce)),
+            ),
+            None,
+        ),
+        None => out.table.fact(what, per_second(&q)),
+    }
+    out.sqlite = Some(q);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::database::ADMIN_URL_DEFAULT;
+
+    /// Runs every section at quick sizes against the local Postgres: the bench code does not rot.
+    /// Asserts correctness facts only (each section already checks one payment per operation and
+    /// fails the run otherwise); never a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn quick_run_pays_every_operation_exactly_once_in_every_section() {
+        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| ADMIN_URL_DEFAULT.to_string());
+        let s = Settings::quick(&admin);
+        let outcome = match run(&s, None).await {
+            Ok(o) => o,
+            Err(e) => panic!("quick bench run failed: {e:#}"),
+        };
+        let t = outcome.throughput.as_ref().expect("throughput ran");
+        assert_eq!(t.payonce.count, s.operations);
+        assert!(t.baseline_single.count > 0 && t.baseline_batched.count > 0);
+        assert_eq!(outcome.http.expect("http ran").0.count, s.http_operations);
+        assert_eq!(
+            outcome.latency.expect("latency ran").operations,
+            s.latency_operations
+        );
+        let (small, large) = outcome.sweep.expect("sweep ran");
+        assert_eq!(small.samples.len(), s.sweep_repeats);
+        assert_eq!(large.rows, s.sweep_rows.1);
+        assert_eq!(outcome.sqlite.expect("sqlite ran").count, s.operations);
+        let rows = 9 + usize::from(s.http_ceiling.is_some());
+        assert_eq!(
+            outcome.table.rows.len(),
+            rows,
+            "{}",
+            outcome.table.markdown()
+        );
+    }
+}

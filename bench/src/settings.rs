@@ -1,0 +1,94 @@
+//! What a run measures, and how big. `full` is what docs/benchmarks.md reports; `quick` is the CI
+//! smoke configuration (correctness only, seconds).
+
+use crate::drive::Fleet;
+use payonce_worker::WorkerConfig;
+use std::time::Duration;
+
+/// One run's sizes and limits.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The server fresh databases are created on (its `postgres` database URL).
+    pub admin_url: String,
+    /// Database connections: the baseline's clients, and the worker fleet's pool.
+    pub clients: u32,
+    /// Worker engines and their limits for the zero-latency runs.
+    pub fleet: Fleet,
+    /// Operations drained per zero-latency throughput run (Postgres and SQLite).
+    pub operations: u64,
+    /// Worker engines and their limits for the HTTP run.
+    pub http_fleet: Fleet,
+    /// Operations drained over HTTP.
+    pub http_operations: u64,
+    /// The simulator's added latency.
+    pub http_latency: Duration,
+    /// A second HTTP run, near zero latency with more in flight: the HTTP path's own ceiling.
+    pub http_ceiling: Option<(Fleet, Duration)>,
+    /// Operations offered in the latency run.
+    pub latency_operations: u64,
+    /// Offered rate in the latency run, per second.
+    pub latency_per_second: u64,
+    /// Stuck operations in the sweep runs.
+    pub sweep_stuck: i64,
+    /// The two table sizes the sweep is measured at.
+    pub sweep_rows: (i64, i64),
+    /// Sweeps per table size (the median is reported).
+    pub sweep_repeats: usize,
+    /// Longest any one section's drain may take before the run fails.
+    pub deadline: Duration,
+}
+
+fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
+    let mut config = WorkerConfig::new(owner);
+    config.concurrency = concurrency;
+    config.batch_size = batch;
+    // Idle workers poll this often when no wake-up arrives; short, so a drained run ends promptly.
+    config.poll_interval = Duration::from_millis(50);
+    Fleet { workers, config }
+}
+
+impl Settings {
+    /// The figures docs/benchmarks.md reports.
+    pub fn full(admin_url: &str) -> Self {
+        Settings {
+            admin_url: admin_url.to_string(),
+            clients: 10,
+            fleet: fleet("bench-worker", 1, 64, 32),
+            operations: 20_000,
+            // Claim batches of a quarter of the in-flight limit, so claims overlap submissions.
+            http_fleet: fleet("bench-http-worker", 1, 32, 8),
+            http_operations: 5_000,
+            http_latency: Duration::from_millis(50),
+            http_ceiling: Some((
+                fleet("bench-http-worker", 1, 64, 16),
+                Duration::from_millis(1),
+            )),
+            latency_operations: 3_000,
+            latency_per_second: 300,
+            sweep_stuck: 1_000,
+            sweep_rows: (100_000, 1_000_000),
+            sweep_repeats: 3,
+            deadline: Duration::from_secs(300),
+        }
+    }
+
+    /// Tiny sizes for the smoke test: every code path, no meaningful figure.
+    pub fn quick(admin_url: &str) -> Self {
+        Settings {
+            admin_url: admin_url.to_string(),
+            clients: 4,
+            fleet: fleet("bench-worker", 2, 16, 8),
+            operations: 200,
+            http_fleet: fleet("bench-http-worker", 1, 16, 8),
+            http_operations: 48,
+            http_latency: Duration::from_millis(5),
+            http_ceiling: None,
+            latency_operations: 40,
+            latency_per_second: 200,
+            sweep_stuck: 20,
+            sweep_rows: (200, 2_000),
+            sweep_repeats: 2,
+            deadline: Duration::from_secs(120),
+        }
+    }
+}
