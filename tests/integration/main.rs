@@ -8,6 +8,7 @@ mod support;
 
 mod api;
 
+mod failure_injection;
 mod ledger_conformance;
 mod reconciler;
 mod simulator;
