@@ -10,6 +10,7 @@ mod api;
 
 mod failure_injection;
 mod ledger_conformance;
+mod properties;
 mod reconciler;
 mod simulator;
 mod stripe_adapter;
