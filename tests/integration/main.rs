@@ -9,6 +9,7 @@ mod support;
 mod api;
 
 mod failure_injection;
+mod fuzz_bodies;
 mod ledger_conformance;
 mod properties;
 mod reconciler;
