@@ -21,10 +21,11 @@ async fn scenario_4_a_duplicated_webhook_before_the_worker_records_settles_once(
     })
     .await;
     let op = ready_operation(&ledger, "INV-FI4", "pm_card_visa", SystemClock.now_ms()).await;
+    // 8 s: ample for the simulator's immediate delivery to land first, even on a loaded CI machine.
     let worker = fleet::worker(
         &url,
         &sim,
-        &[("PAYONCE_FAILPOINTS", "after_processor_accepted=sleep:4000")],
+        &[("PAYONCE_FAILPOINTS", "after_processor_accepted=sleep:8000")],
     );
     worker
         .wait_said("failure point after_processor_accepted sleeping")
