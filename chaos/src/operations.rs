@@ -14,6 +14,10 @@ pub const TENANT: &str = "chaos";
 pub const AMOUNT_MINOR: i64 = 2048;
 /// Tool calls in flight at once.
 const TOOL_CALLS_IN_FLIGHT: usize = 8;
+/// Customers the operations are spread over. The Stripe adapter's list lookup pages through one
+/// customer's recent payments and gives up after `LOOKUP_PAGES_MAX` pages, so one customer for
+/// thousands of operations leaves lost answers `unknown` for good (found by the long soak).
+const CUSTOMERS: usize = 100;
 /// Timeout of one tool call (the api answers from the ledger; it never waits for the processor).
 const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -51,7 +55,7 @@ pub async fn create(
             kind: "payment".into(),
             amount: AMOUNT_MINOR,
             currency: "usd".into(),
-            customer: "cus_chaos".into(),
+            customer: format!("cus_chaos_{}", i % CUSTOMERS),
             payment_method: payment_method(i).into(),
             invoice: invoice.clone(),
             destination: None,
