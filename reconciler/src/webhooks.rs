@@ -163,8 +163,10 @@ pub fn verify_signature(
         return Err(WebhookError::NoSecret);
     }
     let parsed = parse_signature_header(header)?;
+    // Saturating: `t=-9223372036854775808` overflowed here (a panic in debug builds, and in release
+    // a wrapped negative age that passed the check). Found by the fuzz seed corpus.
     if let Some(tolerance) = tolerance_s
-        && now_s - parsed.timestamp > tolerance
+        && now_s.saturating_sub(parsed.timestamp) > tolerance
     {
         return Err(WebhookError::StaleTimestamp);
     }

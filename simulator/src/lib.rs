@@ -58,3 +58,22 @@ pub use error::SimulatorError;
 pub use faults::FaultKind;
 pub use server::{Simulator, install_crypto_provider, run};
 pub use webhooks::{sign_payload, signature_header};
+
+/// Fuzzing entry point (fuzz/ and the integration tests' corpus replay): decodes `raw` as a form body
+/// the way the API does, then as PaymentIntent and refund parameters. True if either decoding
+/// accepted it. Must never panic, whatever the bytes.
+#[doc(hidden)]
+pub fn decode_form_for_fuzzing(raw: &[u8]) -> bool {
+    let Ok(pairs) = form::parse_pairs(raw) else {
+        return false;
+    };
+    let _ = form::keys(&pairs);
+    let intent = form::payment_intent_params(&pairs).is_ok();
+    let refund = form::refund_params(&pairs).is_ok();
+    let lookup = pairs.iter().any(|(k, v)| match k.as_str() {
+        "limit" => form::limit(Some(v)).is_ok(),
+        "created" => form::timestamp(k, v).is_ok(),
+        _ => false,
+    });
+    intent || refund || lookup
+}

@@ -244,6 +244,11 @@ pub(crate) enum RefundCommit {
 #[derive(Debug, Clone)]
 pub(crate) struct Store {
     pool: SqlitePool,
+    /// For an in-memory database: a second connection that is never used, so the database outlives
+    /// the pool's connection. sqlx closes that connection when it cannot trust its state (a query
+    /// cancelled half way, a failed release check); without the anchor that silently replaced the
+    /// whole simulator with an empty database (found by the chaos soak: "no such table").
+    _anchor: Option<std::sync::Arc<sqlx::SqliteConnection>>,
 }
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
@@ -288,16 +293,25 @@ impl Store {
     /// Opens (creating if needed) `sqlite::memory:`, a `sqlite:` URL or a file path, and creates the schema.
     pub(crate) async fn open(database: &str) -> Result<Store, sqlx::Error> {
         let memory = database.contains(":memory:") || database.contains("mode=memory");
+        // sqlx opens `sqlite::memory:` as a uniquely named shared-cache database, so the anchor
+        // below and the pool's (possibly replaced) connection see the same data.
         let options = if database.starts_with("sqlite:") {
             SqliteConnectOptions::from_str(database)?
         } else {
             SqliteConnectOptions::new().filename(database)
         };
+        let anchor = if memory {
+            Some(std::sync::Arc::new(
+                sqlx::ConnectOptions::connect(&options).await?,
+            ))
+        } else {
+            None
+        };
         let mut options = options.create_if_missing(true).busy_timeout(BUSY_TIMEOUT);
         if !memory {
             options = options.journal_mode(SqliteJournalMode::Wal);
         }
-        // One connection, never recycled: an in-memory database lives exactly as long as its connection.
+        // One connection, never recycled (the anchor keeps an in-memory database alive if it is).
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -322,7 +336,10 @@ impl Store {
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await?;
         }
-        Ok(Store { pool })
+        Ok(Store {
+            pool,
+            _anchor: anchor,
+        })
     }
 
     /// Closes the connection.
@@ -618,5 +635,30 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// sqlx closes the one pooled connection when it cannot trust it; an in-memory simulator must
+    /// keep its data (and schema) through that.
+    #[tokio::test]
+    async fn an_in_memory_store_survives_its_connection_being_closed() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        sqlx::query("INSERT INTO idempotency_keys (key, fingerprint, status, body, created_ms) VALUES ('k', 'f', 200, x'00', 1)")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let mut conn = store.pool.acquire().await.unwrap();
+        conn.close_on_drop();
+        drop(conn);
+        let saved = store.saved_response("k", 0).await.unwrap();
+        assert_eq!(
+            saved.map(|s| s.fingerprint).as_deref(),
+            Some("f"),
+            "the data outlived the connection"
+        );
     }
 }

@@ -9,7 +9,10 @@ mod support;
 mod api;
 mod deployables;
 
+mod failure_injection;
+mod fuzz_bodies;
 mod ledger_conformance;
+mod properties;
 mod reconciler;
 mod serve;
 mod simulator;

@@ -1,6 +1,7 @@
 //! The test harness: a fresh Postgres database per test, a fresh SQLite ledger, waiting on a condition
 //! with a deadline (never a bare sleep), and the `payonce` binary for tests that need real processes.
 
+pub mod cluster;
 pub mod postgres;
 pub mod processes;
 

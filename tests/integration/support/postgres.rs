@@ -64,7 +64,8 @@ async fn admin_url() -> String {
     );
 }
 
-fn postgres_bin_dir() -> Option<PathBuf> {
+/// The newest installed Postgres `bin` directory, if any.
+pub fn postgres_bin_dir() -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path().join("bin")))

@@ -1,0 +1,419 @@
+//! payonce-chaos: the failure-injection soak. It creates many operations on a fresh ledger, runs real
+//! `payonce worker` and `payonce reconciler run` processes against the simulator with processor faults
+//! armed, SIGKILLs them at random intervals (and arms failure points in some), sends duplicate tool
+//! calls while the simulator duplicates webhooks, waits until every operation reaches a final state,
+//! and compares the processor's audit with the ledger.
+//!
+//! Crate map:
+//! - `fleet`: spawning, killing and respawning the `payonce` processes.
+//! - `operations`: the soak's operations and the assistant's tool calls.
+//! - `tally`: reading the processor's audit and the ledger into a [`SoakReport`].
+//! - `report`: the report and the table it prints.
+//! - `rng`: the seeded generator behind every choice of the plan.
+
+pub mod fleet;
+pub mod operations;
+pub mod report;
+pub mod rng;
+pub mod tally;
+
+pub use report::SoakReport;
+
+use anyhow::Context;
+use fleet::{Launch, exited, sigkill};
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::failpoint::FailPoint;
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{self, Role, SharedLedger};
+use payonce_shared::state::Status;
+use payonce_simulator::{Simulator, SimulatorConfig};
+use rng::SoakRng;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::process::Child;
+
+/// The most operations one soak may create: the simulator's payment audit returns at most 10,000 rows.
+pub const OPERATIONS_MAX: usize = 9_000;
+/// The worker failure points a respawned worker may be armed with.
+const WORKER_POINTS: [FailPoint; 3] = [
+    FailPoint::AfterClaim,
+    FailPoint::AfterSubmissionRecorded,
+    FailPoint::AfterProcessorAccepted,
+];
+/// How often convergence is checked.
+const POLL: Duration = Duration::from_millis(200);
+/// How often a progress line is printed.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How long the api may take to become ready.
+const API_READY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Everything a soak is run with.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    /// The `payonce` binary under test.
+    pub payonce_bin: PathBuf,
+    /// A fresh Postgres (or SQLite file) ledger; it must hold no operations.
+    pub database_url: String,
+    /// Operations to create.
+    pub operations: usize,
+    /// One operation in this many is never approved (0: all approved).
+    pub unapproved_every: usize,
+    /// Worker processes running at once.
+    pub workers: usize,
+    /// Seed of the plan (and of the simulator's fault and webhook-duplicate rolls).
+    pub seed: u64,
+    /// Probability out of 1000 that a processor request gets a fault (5xx before or after commit, a
+    /// dropped response, a reset, a 429; plus a few hangs).
+    pub fault_per_mille: u32,
+    /// Probability out of 1000 that a webhook is delivered twice, and that a tool call is sent twice.
+    pub duplicate_per_mille: u32,
+    /// Probability out of 1000 that a (re)spawned worker is armed with a random failure point.
+    pub failpoint_per_mille: u32,
+    /// Shortest and longest pause between two SIGKILLs.
+    pub kill_every: (Duration, Duration),
+    /// Most SIGKILLs of the reconciler (one kill in five picks it until then). Each costs up to the
+    /// reconciler's sweep lease (60 s, not settable from the environment) before the next one sweeps.
+    pub reconciler_kills_max: usize,
+    /// Longest the chaos phase (kills, faults) lasts; it also ends when everything has converged.
+    pub chaos_window: Duration,
+    /// Longest the whole run may take before it is declared not converged.
+    pub deadline: Duration,
+    /// Where the processes' stderr goes.
+    pub log: PathBuf,
+}
+
+impl SoakConfig {
+    /// The defaults of the long soak (2,000 operations) for `payonce_bin` on `database_url`.
+    pub fn new(payonce_bin: PathBuf, database_url: String, seed: u64) -> Self {
+        SoakConfig {
+            payonce_bin,
+            database_url,
+            operations: 2_000,
+            unapproved_every: 50,
+            workers: 3,
+            seed,
+            fault_per_mille: 100,
+            duplicate_per_mille: 200,
+            failpoint_per_mille: 250,
+            kill_every: (Duration::from_millis(300), Duration::from_millis(1500)),
+            reconciler_kills_max: 3,
+            chaos_window: Duration::from_secs(120),
+            deadline: Duration::from_secs(900),
+            log: std::env::temp_dir().join(format!("payonce-chaos-{seed}.log")),
+        }
+    }
+}
+
+/// The processes of a running soak and what was done to them.
+struct Running {
+    launch: Launch,
+    workers: Vec<(Child, bool)>,
+    reconciler: (Child, bool),
+    sigkills: usize,
+    reconciler_kills: usize,
+    failpoint_aborts: usize,
+}
+
+impl Running {
+    fn worker_point(rng: &mut SoakRng, per_mille: u32) -> Option<FailPoint> {
+        let i = usize::try_from(rng.below(WORKER_POINTS.len() as u64)).unwrap_or(0);
+        rng.per_mille(per_mille).then(|| WORKER_POINTS[i])
+    }
+
+    /// Respawns every process that exited on its own (aborted at its failure point).
+    fn respawn_exited(&mut self, rng: &mut SoakRng, per_mille: u32) -> anyhow::Result<()> {
+        for slot in &mut self.workers {
+            if exited(&mut slot.0) {
+                self.failpoint_aborts += 1;
+                let point = Self::worker_point(rng, per_mille);
+                *slot = (self.launch.worker(point)?, point.is_some());
+            }
+        }
+        if exited(&mut self.reconciler.0) {
+            self.failpoint_aborts += 1;
+            self.reconciler = (self.launch.reconciler(None)?, false);
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs one process (a worker, or one time in five the reconciler) and starts a replacement.
+    async fn kill_one(
+        &mut self,
+        rng: &mut SoakRng,
+        per_mille: u32,
+        reconciler_kills_max: usize,
+    ) -> anyhow::Result<()> {
+        self.sigkills += 1;
+        if rng.below(5) == 0 && self.reconciler_kills < reconciler_kills_max {
+            self.reconciler_kills += 1;
+            sigkill(&mut self.reconciler.0).await;
+            let point = rng.per_mille(per_mille).then_some(FailPoint::MidSweep);
+            self.reconciler = (self.launch.reconciler(point)?, point.is_some());
+        } else {
+            let i = usize::try_from(rng.below(self.workers.len() as u64)).unwrap_or(0);
+            sigkill(&mut self.workers[i].0).await;
+            let point = Self::worker_point(rng, per_mille);
+            self.workers[i] = (self.launch.worker(point)?, point.is_some());
+        }
+        Ok(())
+    }
+
+    /// Replaces every process armed with a failure point by a clean one, so the calm phase converges.
+    async fn disarm(&mut self) -> anyhow::Result<()> {
+        for slot in &mut self.workers {
+            if slot.1 || exited(&mut slot.0) {
+                sigkill(&mut slot.0).await;
+                *slot = (self.launch.worker(None)?, false);
+            }
+        }
+        if self.reconciler.1 || exited(&mut self.reconciler.0) {
+            sigkill(&mut self.reconciler.0).await;
+            self.reconciler = (self.launch.reconciler(None)?, false);
+        }
+        Ok(())
+    }
+
+    async fn stop(&mut self) {
+        for slot in &mut self.workers {
+            sigkill(&mut slot.0).await;
+        }
+        sigkill(&mut self.reconciler.0).await;
+    }
+}
+
+/// One progress line on stderr: rows per state.
+async fn progress(ledger: &SharedLedger, phase: &str, started: Instant) {
+    if let Ok(counts) = ledger.count_by_status().await {
+        let states: Vec<String> = counts
+            .iter()
+            .filter(|c| c.count > 0)
+            .map(|c| format!("{} {}", c.status.as_str(), c.count))
+            .collect();
+        eprintln!(
+            "payonce-chaos: {:>6.1} s {phase}: {}",
+            started.elapsed().as_secs_f64(),
+            states.join(", ")
+        );
+    }
+}
+
+/// Operations not yet in a final state (ready, executing or unknown).
+async fn in_progress(ledger: &SharedLedger) -> anyhow::Result<i64> {
+    let counts = ledger.count_by_status().await?;
+    Ok(counts
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.status,
+                Status::Ready | Status::Executing | Status::Unknown
+            )
+        })
+        .map(|c| c.count)
+        .sum())
+}
+
+async fn arm_faults(
+    http: &reqwest::Client,
+    sim: &Simulator,
+    config: &SoakConfig,
+) -> anyhow::Result<()> {
+    if config.fault_per_mille == 0 {
+        return Ok(());
+    }
+    let each = (config.fault_per_mille / 5).max(1);
+    let hangs = u32::try_from(config.operations / 200)
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let mut rules = vec![
+        serde_json::json!({"match": "*", "fault": "hang", "per_mille": (each / 2).max(1), "times": hangs}),
+    ];
+    for fault in [
+        "error_500_before_commit",
+        "error_500_after_commit",
+        "drop_after_commit",
+        "reset",
+        "rate_limit_429",
+    ] {
+        rules.push(serde_json::json!({"match": "*", "fault": fault, "per_mille": each}));
+    }
+    let r = http
+        .post(format!("{}/_sim/faults", sim.base_url()))
+        .json(&rules)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        r.status().is_success(),
+        "arming faults: {}",
+        r.text().await?
+    );
+    Ok(())
+}
+
+async fn clear_faults(http: &reqwest::Client, sim: &Simulator) -> anyhow::Result<()> {
+    http.delete(format!("{}/_sim/faults", sim.base_url()))
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(())
+}
+
+async fn wait_ready(http: &reqwest::Client, base: &str, api: &mut Child) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            !exited(api),
+            "payonce api exited during start-up (see the log)"
+        );
+        anyhow::ensure!(
+            start.elapsed() < API_READY_DEADLINE,
+            "payonce api not ready after {API_READY_DEADLINE:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Runs one soak and reports what happened; an error means the soak itself could not run.
+pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
+    anyhow::ensure!(
+        (1..=OPERATIONS_MAX).contains(&config.operations),
+        "operations must be between 1 and {OPERATIONS_MAX}"
+    );
+    anyhow::ensure!(config.workers >= 1, "at least one worker");
+    let started = Instant::now();
+    let mut rng = SoakRng::new(config.seed);
+    payonce_simulator::install_crypto_provider();
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let ledger = ledger::connect(&config.database_url, 8)
+        .await
+        .context("opening the soak ledger")?;
+    anyhow::ensure!(
+        ledger.count_by_status().await?.iter().all(|c| c.count == 0),
+        "the soak needs a fresh ledger: this one already holds operations"
+    );
+    let now = SystemClock.now_ms();
+    let tenant = TenantId::parse(operations::TENANT).map_err(anyhow::Error::msg)?;
+    let assistant =
+        payonce_api::create_api_key(&ledger, &tenant, Role::Assistant, "chaos", now).await?;
+
+    let port = fleet::free_port()?;
+    let api_base = format!("http://127.0.0.1:{port}");
+    let sim = Simulator::start(SimulatorConfig {
+        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
+        webhook_duplicates_per_mille: config.duplicate_per_mille,
+        processing_settle: Duration::from_millis(500),
+        seed: config.seed,
+        ..SimulatorConfig::default()
+    })
+    .await?;
+    let launch = Launch {
+        bin: config.payonce_bin.clone(),
+        database_url: config.database_url.clone(),
+        processor_url: sim.base_url(),
+        log: config.log.clone(),
+    };
+    let mut api = launch.api(port, &SimulatorConfig::default().webhook_secret)?;
+    wait_ready(&http, &api_base, &mut api).await?;
+
+    let ops = operations::create(&ledger, config.operations, config.unapproved_every, now).await?;
+    let mut targets: Vec<_> = ops
+        .iter()
+        .map(|o| (o.id.clone(), rng.per_mille(config.duplicate_per_mille)))
+        .collect();
+    // Shuffled so tool calls do not follow the workers' claim order.
+    for i in (1..targets.len()).rev() {
+        let j = usize::try_from(rng.below(i as u64 + 1)).unwrap_or(0);
+        targets.swap(i, j);
+    }
+    let calls = tokio::spawn(operations::tool_calls(
+        http.clone(),
+        api_base.clone(),
+        assistant,
+        targets,
+    ));
+
+    arm_faults(&http, &sim, &config).await?;
+    let mut workers = Vec::with_capacity(config.workers);
+    for _ in 0..config.workers {
+        let point = Running::worker_point(&mut rng, config.failpoint_per_mille);
+        workers.push((launch.worker(point)?, point.is_some()));
+    }
+    let reconciler = (launch.reconciler(None)?, false);
+    let mut fleet = Running {
+        launch,
+        workers,
+        reconciler,
+        sigkills: 0,
+        reconciler_kills: 0,
+        failpoint_aborts: 0,
+    };
+
+    // Chaos phase: kill at random until everything converged or the window closes.
+    let chaos_start = Instant::now();
+    let mut last_progress = Instant::now();
+    while chaos_start.elapsed() < config.chaos_window {
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress(&ledger, "chaos", started).await;
+            last_progress = Instant::now();
+        }
+        tokio::time::sleep(rng.between(config.kill_every.0, config.kill_every.1)).await;
+        fleet.respawn_exited(&mut rng, config.failpoint_per_mille)?;
+        if in_progress(&ledger).await? == 0 {
+            break;
+        }
+        fleet
+            .kill_one(
+                &mut rng,
+                config.failpoint_per_mille,
+                config.reconciler_kills_max,
+            )
+            .await?;
+    }
+    let chaos_time = chaos_start.elapsed();
+
+    // Calm phase: no faults, no failure points; wait for every operation to reach a final state.
+    clear_faults(&http, &sim).await?;
+    fleet.disarm().await?;
+    let mut converged = false;
+    while started.elapsed() < config.deadline {
+        if in_progress(&ledger).await? == 0 && calls.is_finished() {
+            converged = true;
+            break;
+        }
+        fleet.respawn_exited(&mut rng, 0)?;
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress(&ledger, "calm", started).await;
+            last_progress = Instant::now();
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let tool_calls = if calls.is_finished() {
+        calls.await.unwrap_or_default()
+    } else {
+        calls.abort();
+        operations::ToolCallTally::default()
+    };
+    fleet.stop().await;
+    sigkill(&mut api).await;
+
+    let mut report = tally::tally(&http, &sim, &ledger, &ops).await?;
+    sim.shutdown().await;
+    report.seed = config.seed;
+    report.sigkills = fleet.sigkills;
+    report.reconciler_sigkills = fleet.reconciler_kills;
+    report.failpoint_aborts = fleet.failpoint_aborts;
+    report.tool_calls = tool_calls.sent;
+    report.duplicate_tool_calls = tool_calls.duplicates;
+    report.bad_tool_answers = tool_calls.bad;
+    report.converged = converged;
+    report.chaos_time = chaos_time;
+    report.wall_time = started.elapsed();
+    Ok(report)
+}

@@ -1,0 +1,183 @@
+//! The soak's operations (created and approved straight in the ledger, as upstream would through the
+//! api) and the assistant's tool calls against them, some sent twice at once.
+
+use anyhow::Context;
+use payonce_shared::details::{Details, RawDetails};
+use payonce_shared::id::{BusinessKey, OperationId, TenantId};
+use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The tenant every soak operation belongs to.
+pub const TENANT: &str = "chaos";
+/// Amount of every soak payment, minor units.
+pub const AMOUNT_MINOR: i64 = 2048;
+/// Tool calls in flight at once.
+const TOOL_CALLS_IN_FLIGHT: usize = 8;
+/// Customers the operations are spread over. The Stripe adapter's list lookup pages through one
+/// customer's recent payments and gives up after `LOOKUP_PAGES_MAX` pages, so one customer for
+/// thousands of operations leaves lost answers `unknown` for good (found by the long soak).
+const CUSTOMERS: usize = 100;
+/// Timeout of one tool call (the api answers from the ledger; it never waits for the processor).
+const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One soak operation and what the plan made of it.
+#[derive(Debug, Clone)]
+pub struct PlannedOp {
+    /// The operation id.
+    pub id: OperationId,
+    /// Whether it was approved (unapproved ones must never be paid).
+    pub approved: bool,
+}
+
+/// The payment method for operation `i`: mostly cards that succeed, some declines (definitive
+/// failures) and some that stay `processing` for a while (unknown until looked up or a webhook).
+fn payment_method(i: usize) -> &'static str {
+    match i % 25 {
+        0 => "pm_card_chargeDeclined",
+        1 | 2 => "pm_card_processing",
+        _ => "pm_card_visa",
+    }
+}
+
+/// Creates `count` operations; every `unapproved_every`-th one is left awaiting approval.
+pub async fn create(
+    ledger: &SharedLedger,
+    count: usize,
+    unapproved_every: usize,
+    now_ms: i64,
+) -> anyhow::Result<Vec<PlannedOp>> {
+    let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
+    let mut ops = Vec::with_capacity(count);
+    for i in 0..count {
+        let invoice = format!("CHAOS-{i}");
+        let details = Details::parse(&RawDetails {
+            kind: "payment".into(),
+            amount: AMOUNT_MINOR,
+            currency: "usd".into(),
+            customer: format!("cus_chaos_{}", i % CUSTOMERS),
+            payment_method: payment_method(i).into(),
+            invoice: invoice.clone(),
+            destination: None,
+            description: Some(format!("Invoice {invoice}")),
+        })
+        .map_err(|e| anyhow::anyhow!("details: {e:?}"))?;
+        let hash = details.hash();
+        let created = ledger
+            .create_or_get(
+                NewOperation {
+                    id: OperationId::generate(),
+                    tenant: tenant.clone(),
+                    business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay"))
+                        .map_err(|e| anyhow::anyhow!("business key: {e:?}"))?,
+                    details,
+                    actor: "service:chaos".into(),
+                },
+                now_ms,
+            )
+            .await
+            .context("creating a soak operation")?;
+        let approved = unapproved_every == 0 || i % unapproved_every != unapproved_every - 1;
+        if approved {
+            ledger
+                .approve(
+                    &tenant,
+                    &created.operation.id,
+                    NewApproval {
+                        details_hash: hash,
+                        approved_by: "customer:cus_chaos".into(),
+                        method: "chaos".into(),
+                        expires_at_ms: now_ms + 86_400_000,
+                    },
+                    now_ms,
+                )
+                .await
+                .context("approving a soak operation")?;
+        }
+        ops.push(PlannedOp {
+            id: created.operation.id,
+            approved,
+        });
+    }
+    Ok(ops)
+}
+
+/// What the tool calls saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToolCallTally {
+    /// Calls sent.
+    pub sent: usize,
+    /// Calls that were the concurrent second copy of another.
+    pub duplicates: usize,
+    /// Answers that were not 200 or claimed a new payment was submitted.
+    pub bad: usize,
+}
+
+/// Sends `pay_invoice` for each of `targets` (in the given order); an operation whose flag is true
+/// gets two calls at once.
+pub async fn tool_calls(
+    http: reqwest::Client,
+    api_base: String,
+    assistant_key: String,
+    targets: Vec<(OperationId, bool)>,
+) -> ToolCallTally {
+    let mut tally = ToolCallTally::default();
+    let mut in_flight: tokio::task::JoinSet<bool> = tokio::task::JoinSet::new();
+    let mut n = 0usize;
+    for (id, twice) in targets {
+        let copies = if twice { 2 } else { 1 };
+        tally.duplicates += copies - 1;
+        for _ in 0..copies {
+            while in_flight.len() >= TOOL_CALLS_IN_FLIGHT {
+                if let Some(Ok(ok)) = in_flight.join_next().await {
+                    tally.bad += usize::from(!ok);
+                }
+            }
+            n += 1;
+            tally.sent += 1;
+            let (http, base, key, id) = (
+                http.clone(),
+                api_base.clone(),
+                assistant_key.clone(),
+                id.clone(),
+            );
+            in_flight.spawn(async move { one_call(&http, &base, &key, &id, n).await });
+        }
+    }
+    while let Some(r) = in_flight.join_next().await {
+        tally.bad += usize::from(!matches!(r, Ok(true)));
+    }
+    tally
+}
+
+/// One Anthropic-shaped tool call; true if the answer is well-formed and submitted nothing new.
+async fn one_call(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    id: &OperationId,
+    n: usize,
+) -> bool {
+    let call_id = format!("toolu_chaos_{n}");
+    let body = json!({"format": "anthropic", "call": {"type": "tool_use", "id": call_id,
+        "name": "pay_invoice", "input": {"operation_id": id.as_str()}}});
+    let sent = http
+        .post(format!("{base}/v1/tool-calls"))
+        .bearer_auth(key)
+        .timeout(TOOL_CALL_TIMEOUT)
+        .json(&body)
+        .send()
+        .await;
+    let Ok(r) = sent else { return false };
+    if !r.status().is_success() {
+        return false;
+    }
+    let Ok(result) = r.json::<Value>().await else {
+        return false;
+    };
+    let answer: Value = result["content"]
+        .as_str()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null);
+    answer["operation_id"] == id.as_str() && answer["new_payment_submitted"] != true
+}

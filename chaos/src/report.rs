@@ -1,0 +1,252 @@
+//! What a soak found: the processor's audit against the ledger, per operation, and the table printed
+//! at the end.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// How an operation reached its final state, read from its event history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Path {
+    /// The worker recorded the processor's answer.
+    Worker,
+    /// The reconciler found the outcome by lookup (from `unknown`).
+    ReconcilerLookup,
+    /// The reconciler retried with the same key under its own lease.
+    ReconcilerRetry,
+    /// A processor webhook carried the outcome.
+    Webhook,
+}
+
+impl Path {
+    /// Row label in the table.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Path::Worker => "resolved by worker",
+            Path::ReconcilerLookup => "resolved by reconciler lookup",
+            Path::ReconcilerRetry => "resolved by reconciler same-key retry",
+            Path::Webhook => "resolved by webhook",
+        }
+    }
+
+    /// Classifies the event that moved a row into its final state.
+    pub fn of(from_status: Option<&str>, actor: &str, detail: Option<&str>) -> Path {
+        let says_webhook =
+            |s: &str| s.starts_with("webhook") || s.contains(" webhook") || s.contains("evt_");
+        if says_webhook(actor) || detail.is_some_and(says_webhook) {
+            Path::Webhook
+        } else if from_status == Some("unknown") {
+            Path::ReconcilerLookup
+        } else if actor.starts_with("reconciler") {
+            Path::ReconcilerRetry
+        } else {
+            Path::Worker
+        }
+    }
+}
+
+/// The soak's result. `duplicates`, `lost`, `mismatched` and `unexplained` must all be zero.
+#[derive(Debug, Clone, Default)]
+pub struct SoakReport {
+    /// The seed the plan was drawn from.
+    pub seed: u64,
+    /// Approved operations created.
+    pub approved: usize,
+    /// Operations created and never approved (must never be paid).
+    pub unapproved: usize,
+    /// Successful payments the processor holds for this run's operations.
+    pub payments: usize,
+    /// Successful payments beyond the first per operation, plus any for an unapproved operation.
+    pub duplicates: usize,
+    /// Approved operations with no payment that are not failed, rejected or needs_attention
+    /// (including a row that says succeeded with no payment behind it).
+    pub lost: usize,
+    /// Rows whose state contradicts the processor without saying so (paid but failed or rejected).
+    pub mismatched: usize,
+    /// Rows whose last event does not lead to the row's state (the history does not explain it).
+    pub unexplained: usize,
+    /// Final states by how they were reached.
+    pub paths: BTreeMap<Path, usize>,
+    /// Rows in each final state.
+    pub statuses: BTreeMap<String, usize>,
+    /// Operations whose history shows an expired lease (a crash or kill hit them).
+    pub recovered_after_crash: usize,
+    /// Processes SIGKILLed by the soak.
+    pub sigkills: usize,
+    /// Of those, reconciler processes.
+    pub reconciler_sigkills: usize,
+    /// Processes that aborted at an armed failure point.
+    pub failpoint_aborts: usize,
+    /// Tool calls sent (duplicates included) and how many of them were duplicates.
+    pub tool_calls: usize,
+    /// Tool calls sent a second time, concurrently with the first.
+    pub duplicate_tool_calls: usize,
+    /// Tool-call answers that claimed a new payment was submitted, or were not 200.
+    pub bad_tool_answers: usize,
+    /// Whether every operation reached a final state before the deadline.
+    pub converged: bool,
+    /// How long the chaos phase (kills, faults) lasted.
+    pub chaos_time: Duration,
+    /// Start to finish.
+    pub wall_time: Duration,
+}
+
+impl SoakReport {
+    /// Whether the run proved what it must: converged, nothing paid twice, nothing lost or unexplained.
+    pub fn is_clean(&self) -> bool {
+        self.converged
+            && self.duplicates == 0
+            && self.lost == 0
+            && self.mismatched == 0
+            && self.unexplained == 0
+            && self.bad_tool_answers == 0
+    }
+
+    /// Rows in `status` at the end.
+    pub fn status_count(&self, status: &str) -> usize {
+        self.statuses.get(status).copied().unwrap_or(0)
+    }
+}
+
+impl fmt::Display for SoakReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rows: Vec<(String, String)> = vec![
+            (
+                "operations (approved + unapproved)".into(),
+                format!(
+                    "{} ({} + {})",
+                    self.approved + self.unapproved,
+                    self.approved,
+                    self.unapproved
+                ),
+            ),
+            (
+                "payments at the processor".into(),
+                self.payments.to_string(),
+            ),
+            ("duplicates".into(), self.duplicates.to_string()),
+            ("lost".into(), self.lost.to_string()),
+            (
+                "ledger/processor mismatches".into(),
+                self.mismatched.to_string(),
+            ),
+            (
+                "histories that do not explain the state".into(),
+                self.unexplained.to_string(),
+            ),
+        ];
+        for (path, n) in &self.paths {
+            rows.push((path.label().into(), n.to_string()));
+        }
+        for status in [
+            "succeeded",
+            "failed",
+            "rejected",
+            "needs_attention",
+            "awaiting_approval",
+        ] {
+            rows.push((
+                format!("final state {status}"),
+                self.status_count(status).to_string(),
+            ));
+        }
+        rows.extend([
+            (
+                "operations recovered after a crash".into(),
+                self.recovered_after_crash.to_string(),
+            ),
+            (
+                "processes SIGKILLed (of which reconcilers)".into(),
+                format!("{} ({})", self.sigkills, self.reconciler_sigkills),
+            ),
+            (
+                "processes aborted at a failure point".into(),
+                self.failpoint_aborts.to_string(),
+            ),
+            (
+                "tool calls (of which concurrent duplicates)".into(),
+                format!("{} ({})", self.tool_calls, self.duplicate_tool_calls),
+            ),
+            ("bad tool answers".into(), self.bad_tool_answers.to_string()),
+            ("converged".into(), self.converged.to_string()),
+            (
+                "chaos phase".into(),
+                format!("{:.1} s", self.chaos_time.as_secs_f64()),
+            ),
+            (
+                "wall time".into(),
+                format!("{:.1} s", self.wall_time.as_secs_f64()),
+            ),
+        ]);
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        writeln!(f, "payonce chaos soak (seed {})", self.seed)?;
+        for (k, v) in rows {
+            writeln!(f, "  {k:<width$}  {v:>12}")?;
+        }
+        write!(
+            f,
+            "  verdict: {}",
+            if self.is_clean() { "CLEAN" } else { "FAILED" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_read_from_the_final_event() {
+        assert_eq!(
+            Path::of(Some("executing"), "worker-h-1", None),
+            Path::Worker
+        );
+        assert_eq!(
+            Path::of(Some("unknown"), "reconciler-h-2", None),
+            Path::ReconcilerLookup
+        );
+        assert_eq!(
+            Path::of(Some("executing"), "reconciler-h-2", None),
+            Path::ReconcilerRetry
+        );
+        assert_eq!(
+            Path::of(Some("executing"), "webhook evt_1", None),
+            Path::Webhook
+        );
+        assert_eq!(
+            Path::of(Some("unknown"), "api", Some("webhook evt_9")),
+            Path::Webhook
+        );
+    }
+
+    #[test]
+    fn any_duplicate_or_loss_makes_the_report_fail() {
+        let clean = SoakReport {
+            converged: true,
+            ..Default::default()
+        };
+        assert!(clean.is_clean());
+        assert!(
+            !SoakReport {
+                duplicates: 1,
+                ..clean.clone()
+            }
+            .is_clean()
+        );
+        assert!(
+            !SoakReport {
+                lost: 1,
+                ..clean.clone()
+            }
+            .is_clean()
+        );
+        assert!(
+            !SoakReport {
+                converged: false,
+                ..clean.clone()
+            }
+            .is_clean()
+        );
+        assert!(clean.to_string().contains("CLEAN"));
+    }
+}

@@ -1,0 +1,93 @@
+//! Reads the processor's audit and the ledger after a soak and counts what matters: payments per
+//! operation, duplicates, losses, contradictions, and how each operation reached its final state.
+
+use crate::operations::{PlannedOp, TENANT};
+use crate::report::{Path, SoakReport};
+use anyhow::Context;
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::SharedLedger;
+use payonce_shared::state::Status;
+use payonce_simulator::Simulator;
+use std::collections::HashMap;
+
+/// Successful payments per operation id, from `GET /_sim/audit/payments`.
+pub async fn successful_payments(
+    http: &reqwest::Client,
+    sim: &Simulator,
+) -> anyhow::Result<HashMap<String, usize>> {
+    let body: serde_json::Value = http
+        .get(format!("{}/_sim/audit/payments", sim.base_url()))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let rows = body["data"].as_array().context("audit has no data array")?;
+    let mut paid: HashMap<String, usize> = HashMap::new();
+    for p in rows.iter().filter(|p| p["status"] == "succeeded") {
+        let op = p["metadata"]["payonce_operation_id"].as_str().unwrap_or("");
+        *paid.entry(op.to_string()).or_default() += 1;
+    }
+    Ok(paid)
+}
+
+/// Compares every planned operation's row and history with the processor's payments.
+pub async fn tally(
+    http: &reqwest::Client,
+    sim: &Simulator,
+    ledger: &SharedLedger,
+    ops: &[PlannedOp],
+) -> anyhow::Result<SoakReport> {
+    let paid = successful_payments(http, sim).await?;
+    let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
+    let mut report = SoakReport::default();
+    for op in ops {
+        let row = ledger.get(&tenant, &op.id).await?;
+        let events = ledger.events(&op.id).await?;
+        let payments = paid.get(op.id.as_str()).copied().unwrap_or(0);
+        report.payments += payments;
+        *report
+            .statuses
+            .entry(row.status.as_str().to_string())
+            .or_default() += 1;
+        if op.approved {
+            report.approved += 1;
+            report.duplicates += payments.saturating_sub(1);
+        } else {
+            report.unapproved += 1;
+            report.duplicates += payments;
+        }
+        let honest_without_payment = matches!(
+            row.status,
+            Status::Failed
+                | Status::Rejected
+                | Status::NeedsAttention
+                | Status::AwaitingApproval
+                | Status::Cancelled
+        );
+        if op.approved && payments == 0 && !honest_without_payment {
+            report.lost += 1;
+        }
+        if payments > 0 && !matches!(row.status, Status::Succeeded | Status::NeedsAttention) {
+            report.mismatched += 1;
+        }
+        let last_to = events.last().map(|e| e.to_status.as_str());
+        if last_to != Some(row.status.as_str()) {
+            report.unexplained += 1;
+        }
+        if events.iter().any(|e| e.event.starts_with("lease_expired")) {
+            report.recovered_after_crash += 1;
+        }
+        if row.status.is_terminal() && row.status != Status::AwaitingApproval {
+            let into_final = events.iter().rev().find(|e| {
+                e.to_status == row.status.as_str()
+                    && e.from_status.as_deref() != Some(row.status.as_str())
+            });
+            if let Some(e) = into_final {
+                let path = Path::of(e.from_status.as_deref(), &e.actor, e.detail.as_deref());
+                *report.paths.entry(path).or_default() += 1;
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,44 @@
+//! The short chaos soak CI runs: a few hundred operations, workers and the reconciler SIGKILLed at
+//! random, failure points, processor faults, duplicate tool calls and webhooks. The long soak is the
+//! same code run by the `payonce-chaos` binary (docs/failure-injection.md).
+
+use crate::support::{self, postgres};
+use payonce_chaos::{SoakConfig, run};
+use std::time::Duration;
+
+/// Operations in the CI soak.
+const OPERATIONS: usize = 300;
+
+// Multi-threaded like the `payonce-chaos` binary: the in-process simulator must not share one
+// thread with the chaos loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
+    let url = postgres::fresh_database().await;
+    // A fixed seed by default so CI is repeatable; PAYONCE_CHAOS_SEED replays another plan.
+    let seed = std::env::var("PAYONCE_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_202);
+    let mut config = SoakConfig::new(support::payonce_bin().into(), url, seed);
+    config.operations = OPERATIONS;
+    config.kill_every = (Duration::from_millis(200), Duration::from_millis(700));
+    // One reconciler kill: each one stalls sweeping for the 60 s sweep lease.
+    config.reconciler_kills_max = 1;
+    config.chaos_window = Duration::from_secs(30);
+    config.deadline = Duration::from_secs(150);
+    let report = run(config).await.expect("the soak runs");
+    eprintln!("{report}");
+    assert!(report.converged, "every operation reached a final state");
+    assert_eq!(report.duplicates, 0, "nothing paid twice");
+    assert_eq!(report.lost, 0, "nothing lost");
+    assert_eq!(report.mismatched, 0, "no silent contradiction");
+    assert_eq!(report.unexplained, 0, "every history explains its state");
+    assert_eq!(report.bad_tool_answers, 0);
+    assert_eq!(report.approved + report.unapproved, OPERATIONS);
+    assert_eq!(report.status_count("awaiting_approval"), report.unapproved);
+    assert!(report.payments > 0, "payments happened");
+    // The chaos really happened: processes were killed and operations were recovered after crashes.
+    assert!(report.sigkills >= 5, "{report}");
+    assert!(report.recovered_after_crash > 0, "{report}");
+    assert!(report.duplicate_tool_calls > 0, "{report}");
+}

@@ -1,0 +1,189 @@
+//! Property tests (proptest): the state machine under any sequence of events, and any interleaving of
+//! duplicate or reordered webhook reports, lookups and worker records against a real ledger (SQLite
+//! in memory, for speed) converging to one final state with one success.
+
+use crate::support::{ready_operation, sqlite_ledger, tenant};
+use payonce_shared::ledger::{Recorded, Report, SharedLedger};
+use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
+use proptest::prelude::*;
+
+/// Cases per ledger property: each builds a fresh in-memory ledger, so they are kept few.
+const LEDGER_CASES: u32 = 48;
+
+fn any_status() -> impl Strategy<Value = Status> {
+    proptest::sample::select(ALL_STATUSES.to_vec())
+}
+
+fn any_event() -> impl Strategy<Value = Event> {
+    proptest::sample::select(ALL_EVENTS.to_vec())
+}
+
+proptest! {
+    /// From any state, under any sequence of events (illegal ones refused): a terminal state is left
+    /// only by a conflicting report, only to needs_attention; succeeded is entered only on the
+    /// processor's or on-call's word; executing is entered only by a claim.
+    #[test]
+    fn terminal_states_are_left_only_through_the_conflict_path(
+        start in any_status(),
+        events in proptest::collection::vec(any_event(), 0..40),
+    ) {
+        let mut state = start;
+        for event in events {
+            let Ok(next) = transition(state, event) else { continue };
+            if state.is_terminal() {
+                prop_assert_eq!(event, Event::ConflictingReport, "{:?} left by {:?}", state, event);
+                prop_assert_eq!(next, Status::NeedsAttention);
+            }
+            if next == Status::Succeeded && state != Status::Succeeded {
+                prop_assert!(matches!(event, Event::ProcessorSucceeded | Event::ResolveSucceeded), "{:?}", event);
+            }
+            if next == Status::Executing {
+                prop_assert_eq!(event, Event::Claim);
+            }
+            if next == Status::Ready {
+                prop_assert!(state != Status::Unknown || event == Event::ResolveRetry,
+                    "an unknown outcome is re-run only by an on-call retry (same key)");
+            }
+            state = next;
+        }
+    }
+}
+
+/// One thing that can happen to an operation whose payment truly succeeded as `pi_truth`.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// `payment_intent.succeeded` webhook (possibly a duplicate delivery).
+    WebhookSucceeded,
+    /// The reconciler's lookup found the payment.
+    LookupSucceeded,
+    /// The worker records the processor's answer (fenced by its attempt).
+    WorkerRecordsSucceeded,
+    /// The worker lost the answer and records unknown.
+    WorkerRecordsUnknown,
+}
+
+fn any_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        Just(Step::WebhookSucceeded),
+        Just(Step::LookupSucceeded),
+        Just(Step::WorkerRecordsSucceeded),
+        Just(Step::WorkerRecordsUnknown),
+    ]
+}
+
+fn succeeded_report() -> Report {
+    Report::Succeeded {
+        reference: "pi_truth".into(),
+        result: serde_json::json!({"id": "pi_truth", "status": "succeeded"}),
+    }
+}
+
+async fn apply(
+    ledger: &SharedLedger,
+    id: &payonce_shared::id::OperationId,
+    attempt: i64,
+    step: Step,
+    at: i64,
+) {
+    // Errors are the point: a fenced or stale write must simply lose.
+    let _ = match step {
+        Step::WebhookSucceeded => ledger
+            .apply_report(id, &succeeded_report(), "webhook evt_prop", at)
+            .await
+            .map(drop),
+        Step::LookupSucceeded => ledger
+            .apply_report(id, &succeeded_report(), "lookup by prop", at)
+            .await
+            .map(drop),
+        Step::WorkerRecordsSucceeded => {
+            let r = Recorded::Succeeded {
+                reference: "pi_truth".into(),
+                result: serde_json::json!({"id": "pi_truth"}),
+            };
+            ledger
+                .record(id, attempt, &r, "worker-prop", at)
+                .await
+                .map(drop)
+        }
+        Step::WorkerRecordsUnknown => {
+            let r = Recorded::Unknown {
+                reason: "answer lost".into(),
+                reference: None,
+                next_check_at_ms: at,
+            };
+            ledger
+                .record(id, attempt, &r, "worker-prop", at)
+                .await
+                .map(drop)
+        }
+    };
+}
+
+/// Runs `steps` against a fresh ledger, then the reconciler's eventual lookup; returns the status
+/// before that lookup, and after it (status, reference, moves into succeeded).
+fn run_interleaving(steps: &[Step]) -> (Status, (Status, Option<String>, usize)) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ledger = sqlite_ledger().await;
+        let t0 = 1_800_000_000_000;
+        let op = ready_operation(&ledger, "INV-PROP", "pm_card_visa", t0).await;
+        let claimed = ledger
+            .claim("worker-prop", 1, 60_000, t0)
+            .await
+            .unwrap()
+            .remove(0);
+        ledger
+            .mark_submitting(&claimed.id, claimed.attempt, t0)
+            .await
+            .unwrap();
+        for (i, step) in steps.iter().enumerate() {
+            apply(&ledger, &op.id, claimed.attempt, *step, t0 + 1 + i as i64).await;
+        }
+        let before = ledger.get(&tenant(), &op.id).await.unwrap().status;
+        apply(
+            &ledger,
+            &op.id,
+            claimed.attempt,
+            Step::LookupSucceeded,
+            t0 + 100,
+        )
+        .await;
+        let row = ledger.get(&tenant(), &op.id).await.unwrap();
+        let into_succeeded = ledger
+            .events(&op.id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.to_status == "succeeded" && e.from_status.as_deref() != Some("succeeded"))
+            .count();
+        (before, (row.status, row.external_ref, into_succeeded))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(LEDGER_CASES))]
+
+    /// Any interleaving of duplicate and reordered webhooks, lookups and worker records of one true
+    /// success never reaches needs_attention or a second success; once the reconciler's lookup has
+    /// run it ends succeeded with the one reference, entered once, whatever the order. (A worker's
+    /// record after its own `unknown` is fenced: only a lookup or a webhook settles that row.)
+    #[test]
+    fn reports_and_lookups_in_any_order_converge_to_one_success(
+        steps in proptest::collection::vec(any_step(), 1..12),
+        rotate in 0usize..12,
+    ) {
+        let (before, after) = run_interleaving(&steps);
+        prop_assert!(matches!(before, Status::Executing | Status::Unknown | Status::Succeeded), "{:?}: {:?}", steps, before);
+        prop_assert_eq!(after.0, Status::Succeeded, "{:?}", steps);
+        prop_assert_eq!(after.1.as_deref(), Some("pi_truth"));
+        prop_assert_eq!(after.2, 1, "one move into succeeded: {:?}", steps);
+        let mut other = steps.clone();
+        let n = other.len();
+        other.rotate_left(rotate % n);
+        let (_, after2) = run_interleaving(&other);
+        prop_assert_eq!(after, after2, "order changed the outcome: {:?}", other);
+    }
+}
