@@ -145,6 +145,15 @@ pub struct ReconcilerArgs {
     /// First back-off between checks, ms (doubles).
     #[arg(long, env = "PAYONCE_CHECK_BACKOFF_MS", default_value_t = 2_000)]
     pub check_backoff_ms: u64,
+    /// Longest back-off between checks of one operation, ms: how late a recovered processor is noticed.
+    #[arg(long, env = "PAYONCE_CHECK_BACKOFF_MAX_MS", default_value_t = 300_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub check_backoff_max_ms: u64,
+    /// How long one reconciler's sweep lease lasts, ms: a killed reconciler holds off the others
+    /// this long (two sweeping at once is still safe, every write is fenced; it is only wasteful).
+    #[arg(long, env = "PAYONCE_SWEEP_LEASE_TTL_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1_000..))]
+    pub sweep_lease_ttl_ms: u64,
     /// Same-key retries must land this long before the key's retention closes, ms.
     #[arg(long, env = "PAYONCE_RETENTION_MARGIN_MS", default_value_t = 300_000)]
     pub retention_margin_ms: u64,
@@ -160,6 +169,8 @@ impl ReconcilerArgs {
         c.batch_size = self.sweep_batch;
         c.interval = Duration::from_millis(self.sweep_interval_ms);
         c.check_backoff_base = Duration::from_millis(self.check_backoff_ms);
+        c.check_backoff_max = Duration::from_millis(self.check_backoff_max_ms);
+        c.sweep_lease_ttl = Duration::from_millis(self.sweep_lease_ttl_ms);
         c.retention_margin = Duration::from_millis(self.retention_margin_ms);
         c.resubmit_after_window = self.resubmit_after_window;
         c.retry = worker;

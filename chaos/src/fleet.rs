@@ -11,7 +11,7 @@ use tokio::process::{Child, Command};
 
 /// Worker and reconciler limits for the soak: short leases so a killed process's work is taken over
 /// within seconds, and processor timeouts short enough that a hanging request is given up quickly.
-const DAEMON_ENV: [(&str, &str); 13] = [
+const DAEMON_ENV: [(&str, &str); 15] = [
     ("RUST_LOG", "warn"),
     ("PAYONCE_LEASE_TTL_MS", "1500"),
     ("PAYONCE_LEASE_RENEW_MS", "400"),
@@ -24,6 +24,9 @@ const DAEMON_ENV: [(&str, &str); 13] = [
     ("PAYONCE_SHUTDOWN_GRACE_MS", "2000"),
     ("PAYONCE_SWEEP_INTERVAL_MS", "300"),
     ("PAYONCE_CHECK_BACKOFF_MS", "300"),
+    ("PAYONCE_CHECK_BACKOFF_MAX_MS", "5000"),
+    // A killed reconciler holds off the next one for this long.
+    ("PAYONCE_SWEEP_LEASE_TTL_MS", "3000"),
     ("PAYONCE_DB_MAX_CONNECTIONS", "8"),
 ];
 

@@ -72,7 +72,7 @@ pub struct SoakConfig {
     /// Shortest and longest pause between two SIGKILLs.
     pub kill_every: (Duration, Duration),
     /// Most SIGKILLs of the reconciler (one kill in five picks it until then). Each costs up to the
-    /// reconciler's sweep lease (60 s, not settable from the environment) before the next one sweeps.
+    /// reconciler's sweep lease (3 s in the soak's fleet) before the next one sweeps.
     pub reconciler_kills_max: usize,
     /// Longest the chaos phase (kills, faults) lasts; it also ends when everything has converged.
     pub chaos_window: Duration,

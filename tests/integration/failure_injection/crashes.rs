@@ -103,7 +103,13 @@ async fn scenario_9_a_reconciler_sigkilled_mid_sweep_is_finished_by_a_fresh_one(
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
     let ops = unknown_rows(&ledger, &sim, 6).await;
-    let mut doomed = fleet::reconciler(&url, &sim, &[("PAYONCE_FAILPOINTS", "mid_sweep=pause")]);
+    // The dead reconciler's sweep lease holds off the next one this long.
+    let lease = [("PAYONCE_SWEEP_LEASE_TTL_MS", "3000")];
+    let mut doomed = fleet::reconciler(
+        &url,
+        &sim,
+        &[lease[0], ("PAYONCE_FAILPOINTS", "mid_sweep=pause")],
+    );
     doomed.wait_paused("mid_sweep").await;
     doomed.sigkill().await;
     let mut still_unknown = 0;
@@ -116,13 +122,12 @@ async fn scenario_9_a_reconciler_sigkilled_mid_sweep_is_finished_by_a_fresh_one(
         "killed mid-sweep: most rows untouched ({still_unknown} unknown)"
     );
 
-    // The fresh reconciler must first wait out the dead one's sweep lease (60 s by default; not
-    // settable from the environment), then resolve every row: by lookup where the payment landed,
-    // by a same-key retry where it did not.
-    let _fresh = fleet::reconciler(&url, &sim, &[]);
+    // The fresh reconciler must first wait out the dead one's sweep lease, then resolve every row:
+    // by lookup where the payment landed, by a same-key retry where it did not.
+    let _fresh = fleet::reconciler(&url, &sim, &lease);
     for op in &ops {
         assert_eq!(
-            settled(&ledger, &op.id, Duration::from_secs(120)).await,
+            settled(&ledger, &op.id, Duration::from_secs(60)).await,
             Status::Succeeded
         );
         let events = assert_paid_once(&ledger, &sim, &op.id).await;

@@ -1,4 +1,4 @@
-//! The short chaos soak CI runs: a few hundred operations, workers and the reconciler SIGKILLed at
+//! The short chaos soak CI runs: a thousand operations, workers and the reconciler SIGKILLed at
 //! random, failure points, processor faults, duplicate tool calls and webhooks. The long soak is the
 //! same code run by the `payonce-chaos` binary (docs/failure-injection.md).
 
@@ -7,7 +7,7 @@ use payonce_chaos::{SoakConfig, run};
 use std::time::Duration;
 
 /// Operations in the CI soak.
-const OPERATIONS: usize = 300;
+const OPERATIONS: usize = 1_000;
 
 // Multi-threaded like the `payonce-chaos` binary: the in-process simulator must not share one
 // thread with the chaos loop.
@@ -22,8 +22,8 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     let mut config = SoakConfig::new(support::payonce_bin().into(), url, seed);
     config.operations = OPERATIONS;
     config.kill_every = (Duration::from_millis(200), Duration::from_millis(700));
-    // One reconciler kill: each one stalls sweeping for the 60 s sweep lease.
-    config.reconciler_kills_max = 1;
+    // Each reconciler kill stalls sweeping for the fleet's 3 s sweep lease.
+    config.reconciler_kills_max = 3;
     config.chaos_window = Duration::from_secs(30);
     config.deadline = Duration::from_secs(150);
     let report = run(config).await.expect("the soak runs");
@@ -39,6 +39,7 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     assert!(report.payments > 0, "payments happened");
     // The chaos really happened: processes were killed and operations were recovered after crashes.
     assert!(report.sigkills >= 5, "{report}");
+    assert!(report.reconciler_sigkills >= 1, "{report}");
     assert!(report.recovered_after_crash > 0, "{report}");
     assert!(report.duplicate_tool_calls > 0, "{report}");
 }
