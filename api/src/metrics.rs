@@ -8,7 +8,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use payonce_reconciler::webhooks::WebhookError;
 use payonce_shared::metrics::{Counter, Exposition, Histogram};
-use payonce_shared::state::ALL_STATUSES;
 use std::time::Instant;
 
 /// The webhook route, whose deliveries are counted apart: a rise in refusals means a wrong secret.
@@ -125,18 +124,7 @@ pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
     state.metrics().render(&mut e);
     match state.ledger().count_by_status().await {
         Ok(counts) => {
-            for status in ALL_STATUSES {
-                let n = counts
-                    .iter()
-                    .find(|c| c.status == status)
-                    .map_or(0, |c| c.count);
-                e.gauge(
-                    "payonce_operations",
-                    "Operations per state.",
-                    &format!("status=\"{}\"", status.as_str()),
-                    n,
-                );
-            }
+            e.operations_per_state(&counts);
             (StatusCode::OK, e.finish())
         }
         Err(error) => {

@@ -2,7 +2,7 @@
 
 use payonce_shared::ledger::{LedgerError, SharedLedger};
 use payonce_shared::metrics::{Counter, Exposition};
-use payonce_shared::state::{ALL_STATUSES, Status};
+use payonce_shared::state::Status;
 
 /// Resolutions and failures by path.
 #[derive(Debug, Default)]
@@ -55,18 +55,7 @@ impl ReconcilerMetrics {
             );
         }
         let counts = ledger.count_by_status().await?;
-        for status in ALL_STATUSES {
-            let n = counts
-                .iter()
-                .find(|c| c.status == status)
-                .map_or(0, |c| c.count);
-            e.gauge(
-                "payonce_operations",
-                "Operations per state.",
-                &format!("status=\"{}\"", status.as_str()),
-                n,
-            );
-        }
+        e.operations_per_state(&counts);
         let oldest = counts
             .iter()
             .find(|c| c.status == Status::Unknown)

@@ -111,6 +111,23 @@ impl Exposition {
             let _ = writeln!(self.0, "{help_line}{help}\n# TYPE {name} {kind}");
         }
     }
+    /// `payonce_operations{status=…}` for every state, zero where `counts` has none: a state that
+    /// empties must read 0, not vanish from the scrape.
+    pub fn operations_per_state(&mut self, counts: &[crate::ledger::StatusCount]) -> &mut Self {
+        for status in crate::state::ALL_STATUSES {
+            let n = counts
+                .iter()
+                .find(|c| c.status == status)
+                .map_or(0, |c| c.count);
+            self.gauge(
+                "payonce_operations",
+                "Operations per state.",
+                &format!("status=\"{}\"", status.as_str()),
+                n,
+            );
+        }
+        self
+    }
     /// The document.
     pub fn finish(self) -> String {
         self.0
