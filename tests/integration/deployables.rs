@@ -193,6 +193,13 @@ async fn every_deployable_answers_liveness_readiness_and_metrics() {
     };
     assert!(probe(format!("http://{api_listen}/readyz")).await);
     assert!(!probe(format!("http://127.0.0.1:{}/readyz", free_port())).await);
+    // As the image's healthcheck runs it: the URL from the environment.
+    let from_env = payonce(&dir, &["probe"])
+        .env("PAYONCE_PROBE_URL", format!("http://{api_listen}/readyz"))
+        .status()
+        .await
+        .unwrap();
+    assert!(from_env.success());
     for child in &mut children {
         let exit = sigterm_and_wait(child).await;
         assert!(
