@@ -56,7 +56,10 @@ pub enum Command {
     /// Exits 0 if GET URL answers 2xx in time, else 1: the container healthcheck (the image has no curl).
     Probe {
         /// What to ask, e.g. http://127.0.0.1:8080/readyz (the image's healthcheck sets it per deployable).
-        #[arg(env = "PAYONCE_PROBE_URL", default_value = "http://127.0.0.1:8080/readyz")]
+        #[arg(
+            env = "PAYONCE_PROBE_URL",
+            default_value = "http://127.0.0.1:8080/readyz"
+        )]
         url: String,
         /// Give up after this many ms.
         #[arg(long, default_value_t = 2_000)]
