@@ -59,7 +59,8 @@ pub async fn postgres(
     Ok(rate)
 }
 
-async fn simulator_payments(base: &str) -> anyhow::Result<u64> {
+/// Payments the simulator at `base` holds (its audit endpoint).
+pub async fn simulator_payments(base: &str) -> anyhow::Result<u64> {
     let client = reqwest::Client::builder().timeout(AUDIT_TIMEOUT).build()?;
     let body: serde_json::Value = client
         .get(format!("{base}/_sim/audit/payments"))

@@ -10,6 +10,7 @@
 //! - [`latency`]: claim-to-submit percentiles at moderate load, from the audit trail.
 //! - [`sweep`]: reconciler sweep cost, stuck work among 100k and 1M rows.
 //! - [`embedded`]: SQLite single-node throughput.
+//! - [`process`]: a real `payonce worker` process draining over HTTP, and its own peak memory.
 //! - [`drive`]: runs worker engines until a count of outcomes is recorded.
 //! - [`inprocess`]: the simulator's payment semantics without HTTP.
 //! - [`load`]: bulk loads through the real schema.
@@ -27,6 +28,7 @@ pub mod inprocess;
 pub mod latency;
 pub mod load;
 pub mod memory;
+pub mod process;
 pub mod profile;
 pub mod report;
 pub mod run;

@@ -41,6 +41,9 @@ struct Args {
     /// Run one section only.
     #[arg(long, value_enum)]
     only: Option<Section>,
+    /// The `payonce` binary whose worker process is measured (default: the one beside this binary).
+    #[arg(long)]
+    payonce_bin: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -77,6 +80,9 @@ async fn main() -> ExitCode {
     } else {
         Settings::full(&args.database_url)
     };
+    if let Some(bin) = args.payonce_bin {
+        settings.payonce_bin = Some(bin);
+    }
     if let Some(n) = args.workers {
         settings.fleet.workers = n.max(1);
     }

@@ -9,7 +9,11 @@ pub fn reset_peak() -> bool {
 
 /// The peak resident set size in KiB, if the platform reports it.
 pub fn peak_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    vm_hwm_kib(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// `VmHWM` in KiB from the text of a `/proc/PID/status` file.
+pub fn vm_hwm_kib(status: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))

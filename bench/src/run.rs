@@ -3,7 +3,7 @@
 use crate::report::{Rate, Table, Target, per_second, thousands};
 use crate::settings::Settings;
 use crate::sweep::SweepCost;
-use crate::{embedded, http, latency, sweep, throughput};
+use crate::{embedded, http, latency, process, sweep, throughput};
 use std::time::Duration;
 
 /// The least payonce/baseline ratio the issue asks for: 3,000 ops/s against ~1,700 jobs/s.
@@ -28,6 +28,8 @@ pub enum Section {
     Sweep,
     /// SQLite embedded throughput.
     Sqlite,
+    /// A real `payonce worker` process: its peak memory.
+    Process,
 }
 
 /// Everything a run measured (a section not run is `None`).
@@ -45,6 +47,8 @@ pub struct Outcome {
     pub sweep: Option<(SweepCost, SweepCost)>,
     /// SQLite section.
     pub sqlite: Option<Rate>,
+    /// Worker process section.
+    pub process: Option<process::WorkerProcess>,
 }
 
 /// Runs every section (or only `only`); fails on the first section whose correctness check fails.
@@ -66,7 +70,34 @@ pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome>
     if wanted(Section::Sqlite) {
         sqlite_rows(s, &mut out).await?;
     }
+    if wanted(Section::Process) {
+        process_rows(s, &mut out).await?;
+    }
     Ok(out)
+}
+
+async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    let Some(bin) = &s.payonce_bin else {
+        progress(
+            "worker process: skipped (no payonce binary next to payonce-bench; build it with `cargo build --release -p payonce`)",
+        );
+        return Ok(());
+    };
+    progress("a payonce worker process draining over HTTP");
+    let p = process::drain(&s.admin_url, bin, s.process_operations, s.deadline).await?;
+    out.table.fact(
+        format!(
+            "peak RSS (VmHWM) of a `payonce worker` process (defaults) draining {} ops over HTTP",
+            thousands(s.process_operations)
+        ),
+        format!(
+            "{} MiB ({} while the bench polled)",
+            p.peak_kib / 1024,
+            per_second(&p.rate)
+        ),
+    );
+    out.process = Some(p);
+    Ok(())
 }
 
 fn progress(what: &str) {

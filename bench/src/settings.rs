@@ -36,6 +36,10 @@ pub struct Settings {
     pub sweep_repeats: usize,
     /// Longest any one section's drain may take before the run fails.
     pub deadline: Duration,
+    /// The `payonce` binary whose `worker` process is measured; `None`: that section is not run.
+    pub payonce_bin: Option<std::path::PathBuf>,
+    /// Operations the worker process drains.
+    pub process_operations: u64,
 }
 
 fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
@@ -69,6 +73,9 @@ impl Settings {
             sweep_rows: (100_000, 1_000_000),
             sweep_repeats: 3,
             deadline: Duration::from_secs(300),
+            payonce_bin: crate::process::sibling_binary(),
+            // At most the simulator audit's 10,000 rows, so every payment can be counted.
+            process_operations: 10_000,
         }
     }
 
@@ -89,6 +96,8 @@ impl Settings {
             sweep_rows: (200, 2_000),
             sweep_repeats: 2,
             deadline: Duration::from_secs(120),
+            payonce_bin: None,
+            process_operations: 100,
         }
     }
 }

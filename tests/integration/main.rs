@@ -7,6 +7,7 @@
 mod support;
 
 mod api;
+mod bench;
 mod deployables;
 
 mod failure_injection;

@@ -1,0 +1,22 @@
+//! The bench's worker-process section against the real `payonce` binary: it drains every operation,
+//! pays each once, exits cleanly on SIGTERM, and reads that process's own peak memory.
+
+use payonce_bench::database::ADMIN_URL_DEFAULT;
+use std::path::Path;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_process_drains_over_http_and_reports_its_own_peak_memory() {
+    let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| ADMIN_URL_DEFAULT.to_string());
+    let measured = payonce_bench::process::drain(
+        &admin,
+        Path::new(crate::support::payonce_bin()),
+        100,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("worker process section failed: {e:#}"));
+    assert_eq!(measured.rate.count, 100);
+    // A process's peak resident set is at least a few MiB; zero would mean the wrong file was read.
+    assert!(measured.peak_kib > 1_024, "{measured:?}");
+}
