@@ -18,17 +18,27 @@ fn now() -> i64 {
     SystemClock.now_ms()
 }
 
+/// Test limits: quick re-checks, the given retention margin.
+fn config(name: &str, margin: Duration) -> ReconcilerConfig {
+    let mut config = ReconcilerConfig::new(name);
+    config.retry = WorkerConfig::new(name);
+    config.check_backoff_base = Duration::from_millis(50);
+    config.retention_margin = margin;
+    config
+}
+
 fn reconciler(
     ledger: &SharedLedger,
     processor: Arc<dyn Processor>,
     name: &str,
     margin: Duration,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new(name);
-    config.retry = WorkerConfig::new(name);
-    config.check_backoff_base = Duration::from_millis(50);
-    config.retention_margin = margin;
-    Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config)
+    Reconciler::new(
+        ledger.clone(),
+        processor,
+        Arc::new(SystemClock),
+        config(name, margin),
+    )
 }
 
 /// Claims with a short lease and records a submission start, then leaves the row as a crashed
@@ -236,42 +246,17 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
     assert_eq!(payments_for(&sim, b.id.as_str()).await, 1);
 }
 
-#[tokio::test]
-async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
-    let (ledger, _) = support::postgres_ledger().await;
-    let retention = Duration::from_secs(2);
-    let sim = processes::simulator(SimulatorConfig {
-        key_retention: retention,
-        ..Default::default()
-    })
-    .await;
-    let processor = processes::stripe(&sim, Some(retention));
-    let rec = reconciler(
-        &ledger,
-        processor.clone(),
-        "rec",
-        Duration::from_millis(200),
-    );
-    // Paid, response dropped, and the window closes before anyone looks: the lookup still finds it.
-    let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
-    // Submission recorded but nothing reached the processor; the window closes.
-    let never = crashed_mid_flight(&ledger, &sim, "INV-W2", false).await;
-    tokio::time::sleep(retention + Duration::from_millis(300)).await;
-    let a = converge(&ledger, &rec, &paid).await;
-    let b = converge(&ledger, &rec, &never).await;
-    assert_eq!(a.status, Status::Succeeded);
-    assert_eq!(
-        b.status,
-        Status::NeedsAttention,
-        "a new submission after the window could pay twice"
-    );
-    assert!(b.failure_message.unwrap().contains("retention window"));
-    assert_eq!(payments_for(&sim, paid.id.as_str()).await, 1);
-    assert_eq!(payments_for(&sim, never.id.as_str()).await, 0);
+/// Two crashed operations whose key retention (2 s) closes before the reconciler looks: one paid
+/// with its response dropped, one that never reached the processor. Returns both once converged.
+struct PastTheWindow {
+    ledger: SharedLedger,
+    sim: Simulator,
+    rec: Reconciler,
+    paid: Operation,
+    never: Operation,
 }
 
-#[tokio::test]
-async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_landed() {
+async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     let (ledger, _) = support::postgres_ledger().await;
     let retention = Duration::from_secs(2);
     let sim = processes::simulator(SimulatorConfig {
@@ -285,21 +270,57 @@ async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_land
         LookupSupport::Consistent,
         "the policy only acts on a read-after-write consistent lookup"
     );
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec");
-    config.check_backoff_base = Duration::from_millis(50);
-    config.retention_margin = Duration::from_millis(200);
-    config.resubmit_after_window = true;
+    let mut config = config("rec", Duration::from_millis(200));
+    config.resubmit_after_window = resubmit_after_window;
     let rec = Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config);
-    // Paid with the response dropped: the lookup must find it; a resubmit would pay twice.
-    let paid = crashed_mid_flight(&ledger, &sim, "INV-R1", true).await;
-    // Submission recorded, nothing reached the processor: the policy may submit it once.
-    let never = crashed_mid_flight(&ledger, &sim, "INV-R2", false).await;
+    let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
+    let never = crashed_mid_flight(&ledger, &sim, "INV-W2", false).await;
     tokio::time::sleep(retention + Duration::from_millis(300)).await;
-    let a = converge(&ledger, &rec, &paid).await;
-    let b = converge(&ledger, &rec, &never).await;
-    assert_eq!(a.status, Status::Succeeded);
-    assert_eq!(b.status, Status::Succeeded, "{:?}", b.failure_message);
+    let paid = converge(&ledger, &rec, &paid).await;
+    let never = converge(&ledger, &rec, &never).await;
+    PastTheWindow {
+        ledger,
+        sim,
+        rec,
+        paid,
+        never,
+    }
+}
+
+#[tokio::test]
+async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
+    let PastTheWindow {
+        sim, paid, never, ..
+    } = past_the_window(false).await;
+    // The paid one is still found by lookup after the window.
+    assert_eq!(paid.status, Status::Succeeded);
+    assert_eq!(
+        never.status,
+        Status::NeedsAttention,
+        "a new submission after the window could pay twice"
+    );
+    assert!(never.failure_message.unwrap().contains("retention window"));
+    assert_eq!(payments_for(&sim, paid.id.as_str()).await, 1);
+    assert_eq!(payments_for(&sim, never.id.as_str()).await, 0);
+}
+
+#[tokio::test]
+async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_landed() {
+    let PastTheWindow {
+        ledger,
+        sim,
+        rec,
+        paid,
+        never,
+    } = past_the_window(true).await;
+    // The paid one must be found by lookup (a resubmit would pay twice); the other may be submitted once.
+    assert_eq!(paid.status, Status::Succeeded);
+    assert_eq!(
+        never.status,
+        Status::Succeeded,
+        "{:?}",
+        never.failure_message
+    );
     assert_eq!(payments_for(&sim, paid.id.as_str()).await, 1);
     assert_eq!(payments_for(&sim, never.id.as_str()).await, 1);
     assert_eq!(
@@ -556,8 +577,7 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
 async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec");
+    let mut config = config("rec", Duration::from_secs(60));
     config.check_backoff_base = Duration::from_secs(2);
     let rec = Reconciler::new(
         ledger.clone(),
