@@ -222,9 +222,34 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
                 .is_empty(),
             "not expired yet"
         );
-        let renewed = ledger.renew("w", LEASE_MS, T0 + 10).await.unwrap();
+        let both = [a.id.clone(), b.id.clone()];
+        let renewed = ledger.renew("w", &both, LEASE_MS, T0 + 10).await.unwrap();
         assert_eq!(renewed.len(), 2);
-        let later = T0 + 10 + LEASE_MS;
+        assert!(
+            ledger
+                .renew("w", &[], LEASE_MS, T0 + 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "nothing held, nothing renewed"
+        );
+        // The owner gave up on b (say, its outcome could not be recorded): only a is renewed, and
+        // b's lease lapses to the reconciler on time.
+        let renewed = ledger
+            .renew("w", &both[..1], LEASE_MS, T0 + 20)
+            .await
+            .unwrap();
+        assert_eq!(renewed, vec![(a.id.clone(), 1)]);
+        let lapsed = ledger
+            .expired_leases(T0 + 10 + LEASE_MS, 100)
+            .await
+            .unwrap();
+        assert_eq!(
+            lapsed.iter().map(|l| l.id.clone()).collect::<Vec<_>>(),
+            vec![b.id.clone()],
+            "only the lease left off the list lapsed"
+        );
+        let later = T0 + 20 + LEASE_MS;
         let expired = ledger.expired_leases(later, 100).await.unwrap();
         assert_eq!(expired.len(), 2);
         assert!(
@@ -864,12 +889,13 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     }
     let claimed = ledger.claim("w", 200, LEASE_MS, T0 + 1).await.unwrap();
     assert_eq!(claimed.len(), 200);
+    let held: Vec<_> = claimed.iter().map(|o| o.id.clone()).collect();
     let renewer = {
         let ledger = ledger.clone();
         tokio::spawn(async move {
             for round in 0..40 {
                 ledger
-                    .renew("w", LEASE_MS, T0 + 2 + round)
+                    .renew("w", &held, LEASE_MS, T0 + 2 + round)
                     .await
                     .expect("renewal never fails");
             }

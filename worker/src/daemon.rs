@@ -10,7 +10,8 @@ use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{Operation, Recorded, SharedLedger};
 use payonce_shared::processor::{Processor, SubmitOutcome};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
@@ -28,6 +29,9 @@ pub struct Worker {
     clock: SharedClock,
     config: WorkerConfig,
     metrics: Arc<WorkerMetrics>,
+    /// Operations claimed and not yet finished (recorded, fenced, released or given up): the only
+    /// leases renewal extends. A lease the worker gave up on must lapse to the reconciler.
+    held: Mutex<HashSet<OperationId>>,
 }
 
 /// What a run did, for the exit log line.
@@ -59,6 +63,7 @@ impl Worker {
             clock,
             config,
             metrics: Arc::new(WorkerMetrics::default()),
+            held: Mutex::new(HashSet::new()),
         })
     }
 
@@ -82,6 +87,7 @@ impl Worker {
             .await?;
         let n = claimed.len();
         self.metrics.claimed.add(n as u64);
+        self.hold(&claimed);
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
         let batch = self.batch(claimed, tx, stop_rx);
@@ -148,6 +154,7 @@ impl Worker {
             }
             summary.claimed += claimed.len() as u64;
             self.metrics.claimed.add(claimed.len() as u64);
+            self.hold(&claimed);
             let extra = u32::try_from(claimed.len() - 1).unwrap_or(0);
             let more = if extra > 0 {
                 slots.clone().acquire_many_owned(extra).await.ok()
@@ -185,6 +192,25 @@ impl Worker {
             "worker stopped"
         );
         summary
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashSet<OperationId>> {
+        // The set stays consistent even if a holder panicked: inserts and removes are single steps.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn hold(&self, claimed: &[Operation]) {
+        self.held().extend(claimed.iter().map(|op| op.id.clone()));
+    }
+
+    /// This worker is done with `op`'s lease: recorded, fenced, released, or given up.
+    fn let_go<'a>(&self, ops: impl IntoIterator<Item = &'a Operation>) {
+        let mut held = self.held();
+        for op in ops {
+            held.remove(&op.id);
+        }
     }
 
     fn lease_ttl_ms(&self) -> i64 {
@@ -237,6 +263,7 @@ impl Worker {
             Err(error) => {
                 // Nothing was sent; the leases lapse and the reconciler re-queues them.
                 tracing::warn!(%error, "could not record submission starts; not submitting this batch");
+                self.let_go(&to_submit);
                 return;
             }
         };
@@ -244,6 +271,7 @@ impl Worker {
         let mut submissions = JoinSet::new();
         for (op, ok) in to_submit.into_iter().zip(marked) {
             if !ok {
+                self.let_go([&op]);
                 explain_fenced(&self.ledger, &self.metrics, &op).await;
                 continue;
             }
@@ -278,6 +306,7 @@ impl Worker {
     }
 
     async fn release_all(&self, claimed: &[Operation]) {
+        self.let_go(claimed);
         for op in claimed {
             match self
                 .ledger
@@ -328,10 +357,12 @@ impl Worker {
                 }
                 Err(error) => {
                     tracing::error!(%error, n = items.len(), "could not record outcomes; the reconciler will resolve them");
+                    self.let_go(batch.iter().map(|p| &p.op));
                     return;
                 }
             }
         };
+        self.let_go(batch.iter().map(|p| &p.op));
         for (pending, ok) in batch.iter().zip(results) {
             if ok {
                 count(&self.metrics, &pending.recorded);
@@ -351,9 +382,15 @@ impl Worker {
                 _ = stop.changed() => {}
             }
             // Renewal continues through shutdown so in-flight submissions keep their leases.
+            let held: Vec<OperationId> = self.held().iter().cloned().collect();
             if let Err(error) = self
                 .ledger
-                .renew(&self.config.owner, self.lease_ttl_ms(), self.clock.now_ms())
+                .renew(
+                    &self.config.owner,
+                    &held,
+                    self.lease_ttl_ms(),
+                    self.clock.now_ms(),
+                )
                 .await
             {
                 tracing::warn!(%error, "lease renewal failed");

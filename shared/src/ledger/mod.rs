@@ -276,10 +276,13 @@ pub trait Ledger: Send + Sync {
         lease_ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Vec<Claimed>, LedgerError>;
-    /// Extends every unexpired lease `owner` holds; returns the (id, attempt) pairs still held.
+    /// Extends the unexpired leases `owner` holds on the operations in `held` (the work it is still
+    /// doing; a lease it gave up on must lapse to the reconciler); returns the (id, attempt) pairs
+    /// renewed.
     async fn renew(
         &self,
         owner: &str,
+        held: &[OperationId],
         lease_ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Vec<(OperationId, i64)>, LedgerError>;

@@ -32,9 +32,10 @@ pub(crate) const CLAIM: &str = "WITH picked AS ( \
 pub(crate) const NOTIFY_READY: Option<&str> = Some("SELECT pg_notify('payonce_ready', '')");
 /// Renewal locks the owner's rows in id order, as the batches below do: a renewal racing a batch
 /// then waits instead of deadlocking (which cost a 1 s `deadlock_timeout` stall and a failed renewal).
+/// Only the ids in `$4` (a JSON array) are renewed: those the owner is still working on.
 pub(crate) const RENEW: &str = "WITH held AS MATERIALIZED ( \
        SELECT id FROM operations WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 \
-       ORDER BY id FOR UPDATE) \
+       AND id IN (SELECT jsonb_array_elements_text($4::jsonb)) ORDER BY id FOR UPDATE) \
      UPDATE operations o SET lease_expires_at = $3, last_event = NULL FROM held WHERE o.id = held.id \
      RETURNING o.id, o.attempt";
 /// `MARK_SUBMITTING` for a whole claimed batch in one statement (one round trip, one commit), rows

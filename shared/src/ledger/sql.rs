@@ -28,8 +28,11 @@ pub const CANCEL: &str = "UPDATE operations SET status = 'cancelled', updated_at
      last_actor = $4, last_detail = NULL \
      WHERE id = $1 AND tenant_id = $2 AND status IN ('awaiting_approval', 'ready') RETURNING *";
 
+/// Renews only the leases named in `$4` (a JSON array of ids): an owner-wide renewal would keep alive
+/// a lease whose work the owner gave up on (an outcome it could not record through an outage).
 pub const RENEW: &str = "UPDATE operations SET lease_expires_at = $3, last_event = NULL \
-     WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 RETURNING id, attempt";
+     WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 \
+     AND id IN (SELECT value FROM json_each($4)) RETURNING id, attempt";
 pub const MARK_SUBMITTING: &str = "UPDATE operations SET first_submitted_at = COALESCE(first_submitted_at, $3), \
      first_submitted_attempt = COALESCE(first_submitted_attempt, $2), last_submitted_at = $3, \
      submit_count = submit_count + 1, updated_at = $3, last_event = 'submission_started', last_actor = lease_owner, \

@@ -237,15 +237,22 @@ macro_rules! impl_ledger {
             async fn renew(
                 &self,
                 owner: &str,
+                held: &[$crate::id::OperationId],
                 lease_ttl_ms: i64,
                 now_ms: i64,
             ) -> Result<Vec<($crate::id::OperationId, i64)>, $crate::ledger::LedgerError> {
                 use $crate::ledger::LedgerError;
                 use sqlx::Row;
+                if held.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ids: Vec<&str> = held.iter().map(|id| id.as_str()).collect();
+                let ids = serde_json::to_string(&ids).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
                 let rows = sqlx::query($dialect::RENEW)
                     .bind(owner)
                     .bind(now_ms)
                     .bind(now_ms + lease_ttl_ms)
+                    .bind(ids)
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter()

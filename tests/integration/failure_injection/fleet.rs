@@ -38,7 +38,7 @@ const FAST: [(&str, &str); 10] = [
 /// A running `payonce` process whose stderr lines are kept.
 pub struct Proc {
     child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    pub lines: Arc<Mutex<Vec<String>>>,
 }
 
 /// Starts `payonce ARGS` on `database_url` and `processor_url` with the fast limits and `env`.
