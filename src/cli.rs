@@ -2,7 +2,7 @@
 //! command does lives in `main` (`run`).
 
 use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
-use crate::{demo, ops, serve};
+use crate::{demo, keys, ops, serve};
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// `payonce`: global flags and one subcommand.
@@ -77,19 +77,19 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Creates an API key for a tenant and role; prints the secret once.
+    /// Creates an API key (as `keys create`) and prints only its secret: kept for scripts.
     CreateKey {
         #[command(flatten)]
         common: Common,
-        /// Tenant the key acts for.
-        #[arg(long)]
-        tenant: String,
-        /// service, assistant or on_call.
-        #[arg(long)]
-        role: String,
-        /// Human label.
-        #[arg(long, default_value = "created by payonce create-key")]
-        label: String,
+        #[command(flatten)]
+        args: keys::CreateArgs,
+    },
+    /// API keys: create, list, revoke, rotate (expiry and grace periods).
+    Keys {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: keys::KeysCommand,
     },
     /// Runs the claim-and-submit daemon.
     Worker {

@@ -4,7 +4,7 @@
 //!   dropped response, a worker crash and duplicate webhooks.
 //! - `payonce serve`: the all-in-one process (api, worker, reconciler, simulator) for trying payonce.
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
-//!   `payonce create-key` issues API keys.
+//!   `payonce keys create | list | revoke | rotate` manages API keys (`create-key` is the older spelling).
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
@@ -12,13 +12,14 @@
 //!
 //! Modules: `cli` (the subcommands), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
+//! stack), `keys` (the API key commands), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
 mod cli;
 mod config_file;
 mod config_reference;
 mod demo;
+mod keys;
 mod ops;
 mod progress;
 mod serve;
@@ -157,23 +158,8 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             payonce_api::serve(api.config(), ledger, clock(), ops::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CreateKey {
-            common,
-            tenant,
-            role,
-            label,
-        } => {
-            let ledger = open(&common).await?;
-            let tenant = payonce_shared::id::TenantId::parse(&tenant)?;
-            let role = payonce_shared::ledger::Role::parse(&role)
-                .context("role must be service, assistant or on_call")?;
-            let now = payonce_shared::clock::Clock::now_ms(&SystemClock);
-            println!(
-                "{}",
-                payonce_api::create_api_key(&ledger, &tenant, role, &label, now).await?
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::CreateKey { common, args } => keys::create(&open(&common).await?, args, true).await,
+        Command::Keys { common, command } => keys::run(&open(&common).await?, command).await,
         Command::Worker { common, worker } => {
             let ledger = open(&common).await?;
             let config = worker.config(owner_name("worker"));

@@ -8,17 +8,17 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use payonce_shared::id::{TenantId, random_hex};
-use payonce_shared::ledger::{ApiKeyRecord, LedgerError, Role, SharedLedger};
+use crate::keys::{self, KeyError};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{LedgerError, Role, SharedLedger};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// Bytes of randomness in a key secret (256 bits).
-const KEY_RANDOM_BYTES: usize = 32;
 /// Longest `Authorization` value considered; anything longer is refused without hashing.
 pub const KEY_LEN_MAX: usize = 128;
-/// Longest key label stored.
-pub const LABEL_LEN_MAX: usize = 100;
+/// How precisely a key's last use is recorded: an accepted request writes `last_used_at` only when
+/// the stored one is older than this, so a busy key costs one write a minute, not one per request.
+pub const LAST_USED_RESOLUTION_MS: i64 = 60_000;
 
 /// Who is calling: the tenant and role of an authenticated key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +52,8 @@ pub fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-/// Makes a new key for `tenant` with `role`, stores its hash, and returns the secret (shown once).
+/// Makes a new never-expiring key for `tenant` with `role`, stores its hash, and returns the secret
+/// (shown once). [`crate::keys::issue`] also sets an expiry and returns the key's public id.
 pub async fn create_api_key(
     ledger: &SharedLedger,
     tenant: &TenantId,
@@ -60,24 +61,11 @@ pub async fn create_api_key(
     label: &str,
     now_ms: i64,
 ) -> Result<String, LedgerError> {
-    if label.is_empty()
-        || label.chars().count() > LABEL_LEN_MAX
-        || label.chars().any(char::is_control)
-    {
-        return Err(LedgerError::Limit(format!(
-            "a key label must be 1 to {LABEL_LEN_MAX} printable characters"
-        )));
+    match keys::issue(ledger, tenant, role, label, None, now_ms).await {
+        Ok(key) => Ok(key.secret),
+        Err(KeyError::Ledger(e)) => Err(e),
+        Err(other) => Err(LedgerError::Limit(other.to_string())),
     }
-    let secret = format!("po_{}_{}", role.as_str(), random_hex(KEY_RANDOM_BYTES));
-    let record = ApiKeyRecord {
-        key_hash: sha256_hex(&secret),
-        tenant: tenant.clone(),
-        role,
-        label: label.to_string(),
-        created_at_ms: now_ms,
-    };
-    ledger.insert_api_key(&record).await?;
-    Ok(secret)
 }
 
 fn unauthorized(why: &str) -> HttpError {
@@ -98,19 +86,37 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
         .or_else(|| value.strip_prefix("bearer "))
         .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <key>`"))?
         .trim();
+    // One answer for unknown, revoked and expired keys: a caller learns nothing about which.
+    let refused = || unauthorized("unknown, revoked or expired API key");
     if secret.is_empty() || secret.len() > KEY_LEN_MAX {
-        return Err(unauthorized("unknown or revoked API key"));
+        return Err(refused());
     }
     let digest = sha256_hex(secret);
+    // Read from the ledger on every request (no cache), so a revocation or expiry takes effect at
+    // once in every api process.
+    let now = state.now_ms();
     let record = state
         .ledger()
-        .find_api_key(&digest)
+        .find_api_key(&digest, now)
         .await?
-        .ok_or_else(|| unauthorized("unknown or revoked API key"))?;
+        .ok_or_else(refused)?;
     // The store looked the row up by digest; compare again in constant time so a store that matched
-    // loosely (collation, truncation) can never let a different key through.
-    if !bool::from(record.key_hash.as_bytes().ct_eq(digest.as_bytes())) {
-        return Err(unauthorized("unknown or revoked API key"));
+    // loosely (collation, truncation) can never let a different key through. The expiry is checked
+    // again here against the same clock.
+    if !bool::from(record.key_hash.as_bytes().ct_eq(digest.as_bytes())) || !record.is_active(now)
+    {
+        return Err(refused());
+    }
+    if record
+        .last_used_at_ms
+        .is_none_or(|at| at <= now.saturating_sub(LAST_USED_RESOLUTION_MS))
+        && let Err(error) = state
+            .ledger()
+            .touch_api_key(&record.key_id, now, LAST_USED_RESOLUTION_MS)
+            .await
+    {
+        // Bookkeeping only: the key was valid, so the request goes on.
+        tracing::warn!(%error, key_id = %record.key_id, "could not record an API key's last use");
     }
     Ok(Caller {
         tenant: record.tenant,

@@ -4,6 +4,7 @@
 //! - [`config`]: the API's settings and their named defaults.
 //! - [`app`]: the shared state handlers read, the router, and the server with graceful shutdown.
 //! - [`auth`]: bearer API keys, looked up by digest, mapped to a tenant and a role.
+//! - [`keys`]: the API key lifecycle: issue with an expiry, rotate with a grace period, revoke.
 //! - [`errors`]: the stable table of error codes and the JSON error body.
 //! - [`body`]: the JSON body extractor whose rejections speak the error table.
 //! - [`operations`]: the operations API for upstream services (create, approval links, approve, cancel, read).
@@ -27,6 +28,7 @@ pub mod confirm;
 pub mod errors;
 pub mod formats;
 pub mod health;
+pub mod keys;
 pub mod mcp;
 pub mod metrics;
 pub mod openapi;

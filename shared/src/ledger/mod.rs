@@ -462,10 +462,49 @@ pub trait Ledger: Send + Sync {
     /// Gives a maintenance lease back.
     async fn drop_maintenance_lease(&self, name: &str, owner: &str) -> Result<(), LedgerError>;
 
-    /// Stores an API key's hash with its tenant and role.
+    /// Stores an API key's hash with its id, tenant, role and expiry.
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError>;
-    /// Finds an unrevoked API key by the hash of its secret.
-    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, LedgerError>;
+    /// Finds the key whose secret hashes to `key_hash` if it is accepted at `now_ms`: unrevoked and
+    /// unexpired.
+    async fn find_api_key(
+        &self,
+        key_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<ApiKeyRecord>, LedgerError>;
+    /// The key with public id `key_id`, in any state.
+    async fn api_key(&self, key_id: &str) -> Result<Option<ApiKeyRecord>, LedgerError>;
+    /// Keys, newest first, of one tenant or all; at most `limit` (capped at [`PAGE_MAX`]).
+    async fn list_api_keys(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>, LedgerError>;
+    /// Revokes a key. `Ok(false)`: it was already revoked (nothing changed); `NotFound`: no such id.
+    async fn revoke_api_key(
+        &self,
+        key_id: &str,
+        revoked_by: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<bool, LedgerError>;
+    /// Rotation, in one transaction: stores `new` and makes the active key `old_id` expire at
+    /// `old_until_ms` (or keep an earlier expiry), naming `new` as its replacement. `Ok(false)`: the
+    /// old key is revoked, expired or already rotated (nothing changed); `NotFound`: no such id.
+    async fn rotate_api_key(
+        &self,
+        old_id: &str,
+        new: &ApiKeyRecord,
+        old_until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, LedgerError>;
+    /// Records that the key was used at `now_ms` unless a use within `resolution_ms` is already
+    /// recorded (so accepted requests write at most once per key per resolution).
+    async fn touch_api_key(
+        &self,
+        key_id: &str,
+        now_ms: i64,
+        resolution_ms: i64,
+    ) -> Result<(), LedgerError>;
 }
 
 /// Truncates free text to [`DETAIL_LEN_MAX`] characters for the event log.

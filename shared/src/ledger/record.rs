@@ -186,6 +186,8 @@ impl Role {
 /// An API key as stored (hash only).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRecord {
+    /// Public id (`key_…`): names the key in listings, revocation and rotation without its secret.
+    pub key_id: String,
     /// SHA-256 hex of the secret.
     pub key_hash: String,
     /// Tenant it acts for.
@@ -196,6 +198,54 @@ pub struct ApiKeyRecord {
     pub label: String,
     /// Created, ms.
     pub created_at_ms: i64,
+    /// Refused from this instant on, ms; `None`: never expires.
+    pub expires_at_ms: Option<i64>,
+    /// Revoked at, ms.
+    pub revoked_at_ms: Option<i64>,
+    /// Who revoked it.
+    pub revoked_by: Option<String>,
+    /// Why it was revoked.
+    pub revoked_reason: Option<String>,
+    /// The key a rotation issued in its place.
+    pub replaced_by: Option<String>,
+    /// Last accepted, ms, to within the api's last-used resolution.
+    pub last_used_at_ms: Option<i64>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key is accepted at `now_ms`: not revoked and not expired.
+    pub fn is_active(&self, now_ms: i64) -> bool {
+        self.revoked_at_ms.is_none() && self.expires_at_ms.is_none_or(|at| at > now_ms)
+    }
+}
+
+/// Decodes an `api_keys` row from either store.
+pub(crate) fn decode_api_key<'r, R>(row: &'r R) -> Result<ApiKeyRecord, LedgerError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let s = |c: &'static str| row.try_get::<String, _>(c);
+    let os = |c: &'static str| row.try_get::<Option<String>, _>(c);
+    let oi = |c: &'static str| row.try_get::<Option<i64>, _>(c);
+    let tenant = s("tenant_id")?;
+    let role = s("role")?;
+    Ok(ApiKeyRecord {
+        key_id: s("key_id")?,
+        key_hash: s("key_hash")?,
+        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+        role: Role::parse(&role).ok_or_else(|| corrupt(format!("role {role}")))?,
+        label: s("label")?,
+        created_at_ms: row.try_get::<i64, _>("created_at")?,
+        expires_at_ms: oi("expires_at")?,
+        revoked_at_ms: oi("revoked_at")?,
+        revoked_by: os("revoked_by")?,
+        revoked_reason: os("revoked_reason")?,
+        replaced_by: os("replaced_by")?,
+        last_used_at_ms: oi("last_used_at")?,
+    })
 }
 
 /// Rows per state.

@@ -148,9 +148,21 @@ pub const INSERT_TOOL_CALL: &str = "INSERT INTO tool_calls (tenant_id, operation
      tool, at) VALUES ($1, $2, $3, $4, $5, $6)";
 pub const SELECT_TOOL_CALLS: &str =
     "SELECT provider, provider_call_id, tool FROM tool_calls WHERE operation_id = $1 ORDER BY id";
-pub const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_hash, tenant_id, role, label, created_at) \
-     VALUES ($1, $2, $3, $4, $5)";
-pub const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+pub const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_id, key_hash, tenant_id, role, label, created_at, \
+     expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+pub const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL \
+     AND (expires_at IS NULL OR expires_at > $2)";
+pub const SELECT_API_KEY: &str = "SELECT * FROM api_keys WHERE key_id = $1";
+pub const LIST_API_KEYS: &str = "SELECT * FROM api_keys WHERE ($1 IS NULL OR tenant_id = $1) \
+     ORDER BY created_at DESC, key_id LIMIT $2";
+pub const REVOKE_API_KEY: &str = "UPDATE api_keys SET revoked_at = $2, revoked_by = $3, revoked_reason = $4 \
+     WHERE key_id = $1 AND revoked_at IS NULL";
+pub const RETIRE_API_KEY: &str = "UPDATE api_keys SET replaced_by = $2, \
+     expires_at = CASE WHEN expires_at IS NULL OR expires_at > $3 THEN $3 ELSE expires_at END \
+     WHERE key_id = $1 AND revoked_at IS NULL AND replaced_by IS NULL \
+     AND (expires_at IS NULL OR expires_at > $4)";
+pub const TOUCH_API_KEY: &str = "UPDATE api_keys SET last_used_at = $2 WHERE key_id = $1 \
+     AND (last_used_at IS NULL OR last_used_at <= $3)";
 pub const TRY_MAINTENANCE_LEASE: &str = "INSERT INTO maintenance_leases (name, owner, expires_at) VALUES ($1, $2, $3) \
      ON CONFLICT (name) DO UPDATE SET owner = $2, expires_at = $3 \
      WHERE maintenance_leases.expires_at <= $4 OR maintenance_leases.owner = $2";

@@ -729,11 +729,13 @@ macro_rules! impl_ledger {
                 key: &$crate::ledger::ApiKeyRecord,
             ) -> Result<(), $crate::ledger::LedgerError> {
                 sqlx::query($crate::ledger::sql::INSERT_API_KEY)
+                    .bind(&key.key_id)
                     .bind(&key.key_hash)
                     .bind(key.tenant.as_str())
                     .bind(key.role.as_str())
                     .bind($crate::ledger::bounded(&key.label))
                     .bind(key.created_at_ms)
+                    .bind(key.expires_at_ms)
                     .execute(&self.pool)
                     .await?;
                 Ok(())
@@ -742,26 +744,112 @@ macro_rules! impl_ledger {
             async fn find_api_key(
                 &self,
                 key_hash: &str,
+                now_ms: i64,
             ) -> Result<Option<$crate::ledger::ApiKeyRecord>, $crate::ledger::LedgerError> {
-                use $crate::ledger::{ApiKeyRecord, LedgerError, Role};
-                use sqlx::Row;
                 let row = sqlx::query($crate::ledger::sql::FIND_API_KEY)
                     .bind(key_hash)
+                    .bind(now_ms)
                     .fetch_optional(&self.pool)
                     .await?;
-                row.map(|r| {
-                    let tenant: String = r.try_get("tenant_id")?;
-                    let role: String = r.try_get("role")?;
-                    Ok::<_, LedgerError>(ApiKeyRecord {
-                        key_hash: r.try_get("key_hash")?,
-                        tenant: $crate::id::TenantId::parse(&tenant)
-                            .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-                        role: Role::parse(&role).ok_or_else(|| LedgerError::Corrupt(format!("role {role}")))?,
-                        label: r.try_get("label")?,
-                        created_at_ms: r.try_get("created_at")?,
-                    })
-                })
-                .transpose()
+                row.as_ref().map($crate::ledger::record::decode_api_key).transpose()
+            }
+
+            async fn api_key(
+                &self,
+                key_id: &str,
+            ) -> Result<Option<$crate::ledger::ApiKeyRecord>, $crate::ledger::LedgerError> {
+                let row = sqlx::query($crate::ledger::sql::SELECT_API_KEY)
+                    .bind(key_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map($crate::ledger::record::decode_api_key).transpose()
+            }
+
+            async fn list_api_keys(
+                &self,
+                tenant: Option<&$crate::id::TenantId>,
+                limit: u32,
+            ) -> Result<Vec<$crate::ledger::ApiKeyRecord>, $crate::ledger::LedgerError> {
+                let rows = sqlx::query($crate::ledger::sql::LIST_API_KEYS)
+                    .bind(tenant.map($crate::id::TenantId::as_str))
+                    .bind(i64::from(limit.min($crate::ledger::PAGE_MAX)))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map($crate::ledger::record::decode_api_key).collect()
+            }
+
+            async fn revoke_api_key(
+                &self,
+                key_id: &str,
+                revoked_by: &str,
+                reason: &str,
+                now_ms: i64,
+            ) -> Result<bool, $crate::ledger::LedgerError> {
+                let done = sqlx::query($crate::ledger::sql::REVOKE_API_KEY)
+                    .bind(key_id)
+                    .bind(now_ms)
+                    .bind($crate::ledger::bounded(revoked_by))
+                    .bind($crate::ledger::bounded(reason))
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 1 {
+                    return Ok(true);
+                }
+                match self.api_key(key_id).await? {
+                    Some(_) => Ok(false),
+                    None => Err($crate::ledger::LedgerError::NotFound),
+                }
+            }
+
+            async fn rotate_api_key(
+                &self,
+                old_id: &str,
+                new: &$crate::ledger::ApiKeyRecord,
+                old_until_ms: i64,
+                now_ms: i64,
+            ) -> Result<bool, $crate::ledger::LedgerError> {
+                let mut tx = self.pool.begin().await?;
+                let retired = sqlx::query($crate::ledger::sql::RETIRE_API_KEY)
+                    .bind(old_id)
+                    .bind(&new.key_id)
+                    .bind(old_until_ms)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                if retired.rows_affected() != 1 {
+                    tx.rollback().await?;
+                    return match self.api_key(old_id).await? {
+                        Some(_) => Ok(false),
+                        None => Err($crate::ledger::LedgerError::NotFound),
+                    };
+                }
+                sqlx::query($crate::ledger::sql::INSERT_API_KEY)
+                    .bind(&new.key_id)
+                    .bind(&new.key_hash)
+                    .bind(new.tenant.as_str())
+                    .bind(new.role.as_str())
+                    .bind($crate::ledger::bounded(&new.label))
+                    .bind(new.created_at_ms)
+                    .bind(new.expires_at_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn touch_api_key(
+                &self,
+                key_id: &str,
+                now_ms: i64,
+                resolution_ms: i64,
+            ) -> Result<(), $crate::ledger::LedgerError> {
+                sqlx::query($crate::ledger::sql::TOUCH_API_KEY)
+                    .bind(key_id)
+                    .bind(now_ms)
+                    .bind(now_ms.saturating_sub(resolution_ms))
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
             }
         }
     };

@@ -1,0 +1,296 @@
+//! `payonce keys create | list | revoke | rotate`: the API key lifecycle from the command line (and
+//! `payonce create-key`, its older spelling). Secrets are printed once, at creation or rotation;
+//! everything else names a key by its public id (`key_…`). The logic is `payonce_api::keys`.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use payonce_api::keys::{self, IssuedKey, KeyError};
+use payonce_reconciler::oncall::table;
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{ApiKeyRecord, Role, SharedLedger};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// `payonce keys …`.
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Issues a key for a tenant and role; prints its id and its secret (shown once, stored hashed).
+    Create(CreateArgs),
+    /// Lists keys (id, tenant, role, label, created, expires, state, last used); never a secret or hash.
+    List {
+        /// Only this tenant's keys.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes a key at once: every api process refuses it from its next request (401).
+    Revoke {
+        /// The key's id (`key_…`, from `keys list`).
+        id: String,
+        /// Why (recorded with the key).
+        #[arg(long, default_value = "revoked with payonce keys revoke")]
+        reason: String,
+        /// Who is revoking (recorded with the key).
+        #[arg(long, env = "USER", default_value = "on-call")]
+        actor: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Issues a new key with the same tenant, role and label; the old one keeps working for the grace period, then is refused.
+    Rotate {
+        /// The key's id (`key_…`).
+        id: String,
+        /// The new key's lifetime (e.g. 90d, 12h); default: never expires.
+        #[arg(long, value_parser = lifetime)]
+        expires_in: Option<Duration>,
+        /// How long the old key keeps working (0s: stop it at once).
+        #[arg(long, value_parser = grace, default_value = "1h")]
+        grace: Duration,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `keys create` (and `create-key`) arguments.
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Tenant the key acts for.
+    #[arg(long)]
+    pub tenant: String,
+    /// service, assistant or on_call.
+    #[arg(long)]
+    pub role: String,
+    /// Human label (who or what holds the key).
+    #[arg(long, default_value = "created by payonce keys create")]
+    pub label: String,
+    /// Lifetime (e.g. 90d, 12h, 30m); default: never expires.
+    #[arg(long, value_parser = lifetime)]
+    pub expires_in: Option<Duration>,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn lifetime(raw: &str) -> Result<Duration, String> {
+    keys::parse_lifetime(raw, false).map_err(|e| e.to_string())
+}
+
+fn grace(raw: &str) -> Result<Duration, String> {
+    keys::parse_lifetime(raw, true).map_err(|e| e.to_string())
+}
+
+fn now() -> i64 {
+    SystemClock.now_ms()
+}
+
+/// A time relative to now, for tables: `3m ago`, `in 89d`.
+fn when(now_ms: i64, at_ms: i64) -> String {
+    let s = ((at_ms - now_ms).abs() + 500) / 1000;
+    // Rounded to the nearest unit: a key made `--expires-in 90d` a moment ago expires "in 90d".
+    let span = match s {
+        0..=119 => format!("{s}s"),
+        120..=7_199 => format!("{}m", (s + 30) / 60),
+        7_200..=172_799 => format!("{}h", (s + 1_800) / 3_600),
+        _ => format!("{}d", (s + 43_200) / 86_400),
+    };
+    if at_ms > now_ms {
+        format!("in {span}")
+    } else {
+        format!("{span} ago")
+    }
+}
+
+/// `active`, `expired`, `revoked`, or `rotated` (still in its grace period).
+fn state(key: &ApiKeyRecord, now_ms: i64) -> &'static str {
+    if key.revoked_at_ms.is_some() {
+        "revoked"
+    } else if !key.is_active(now_ms) {
+        "expired"
+    } else if key.replaced_by.is_some() {
+        "rotated"
+    } else {
+        "active"
+    }
+}
+
+/// A key as listed: never its secret or hash.
+fn view(key: &ApiKeyRecord, now_ms: i64) -> Value {
+    json!({
+        "id": key.key_id,
+        "tenant": key.tenant.as_str(),
+        "role": key.role.as_str(),
+        "label": key.label,
+        "state": state(key, now_ms),
+        "created_at_ms": key.created_at_ms,
+        "expires_at_ms": key.expires_at_ms,
+        "revoked_at_ms": key.revoked_at_ms,
+        "revoked_by": key.revoked_by,
+        "revoked_reason": key.revoked_reason,
+        "replaced_by": key.replaced_by,
+        "last_used_at_ms": key.last_used_at_ms,
+    })
+}
+
+fn issued_json(key: &IssuedKey, now_ms: i64) -> Value {
+    let mut v = view(&key.record, now_ms);
+    v["secret"] = json!(key.secret);
+    v
+}
+
+fn print_issued(key: &IssuedKey, now_ms: i64) {
+    let r = &key.record;
+    println!(
+        "{}  tenant {}  role {}  label {:?}  expires {}",
+        key.key_id,
+        r.tenant,
+        r.role.as_str(),
+        r.label,
+        r.expires_at_ms
+            .map_or_else(|| "never".to_string(), |at| when(now_ms, at))
+    );
+    println!("{}", key.secret);
+    eprintln!("The secret above is shown once; payonce keeps only its SHA-256.");
+}
+
+fn refused(e: KeyError) -> anyhow::Error {
+    anyhow::Error::new(e)
+}
+
+/// `keys create` and `create-key`. `secret_only`: print just the secret (create-key's output).
+pub async fn create(
+    ledger: &SharedLedger,
+    args: CreateArgs,
+    secret_only: bool,
+) -> anyhow::Result<ExitCode> {
+    let tenant = TenantId::parse(&args.tenant)?;
+    let role = Role::parse(&args.role).context("role must be service, assistant or on_call")?;
+    let now = now();
+    let key = keys::issue(ledger, &tenant, role, &args.label, args.expires_in, now)
+        .await
+        .map_err(refused)?;
+    if args.json {
+        println!("{}", issued_json(&key, now));
+    } else if secret_only {
+        println!("{}", key.secret);
+    } else {
+        print_issued(&key, now);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one `keys` subcommand.
+pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        KeysCommand::Create(args) => create(ledger, args, false).await,
+        KeysCommand::List { tenant, json } => {
+            let tenant = tenant.as_deref().map(TenantId::parse).transpose()?;
+            let now = now();
+            let listed = ledger.list_api_keys(tenant.as_ref(), keys::LIST_MAX).await?;
+            if json {
+                let keys: Vec<Value> = listed.iter().map(|k| view(k, now)).collect();
+                println!("{}", json!({ "keys": keys }));
+            } else {
+                let rows: Vec<Vec<String>> = listed
+                    .iter()
+                    .map(|k| {
+                        vec![
+                            k.key_id.clone(),
+                            k.tenant.to_string(),
+                            k.role.as_str().to_string(),
+                            k.label.clone(),
+                            when(now, k.created_at_ms),
+                            k.expires_at_ms
+                                .map_or_else(|| "never".into(), |at| when(now, at)),
+                            match (&k.replaced_by, state(k, now)) {
+                                (Some(new), "rotated") => format!("rotated to {new}"),
+                                (_, s) => s.to_string(),
+                            },
+                            k.last_used_at_ms
+                                .map_or_else(|| "never".into(), |at| when(now, at)),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table(
+                        &[
+                            "ID",
+                            "TENANT",
+                            "ROLE",
+                            "LABEL",
+                            "CREATED",
+                            "EXPIRES",
+                            "STATE",
+                            "LAST USED"
+                        ],
+                        &rows
+                    )
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KeysCommand::Revoke {
+            id,
+            reason,
+            actor,
+            json,
+        } => {
+            let revoked = keys::revoke(ledger, &id, &format!("oncall:{actor}"), &reason, now())
+                .await
+                .map_err(refused)?;
+            if json {
+                println!("{}", json!({"id": id, "revoked": true, "already": !revoked}));
+            } else if revoked {
+                println!("{id} revoked: every api process refuses it from its next request");
+            } else {
+                println!("{id} was already revoked; nothing changed");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KeysCommand::Rotate {
+            id,
+            expires_in,
+            grace,
+            json,
+        } => {
+            let now = now();
+            let rotated = keys::rotate(ledger, &id, expires_in, grace, now)
+                .await
+                .map_err(refused)?;
+            if json {
+                let mut v = issued_json(&rotated.new, now);
+                v["replaces"] = json!(rotated.old_id);
+                v["old_until_ms"] = json!(rotated.old_until_ms);
+                println!("{v}");
+            } else {
+                print_issued(&rotated.new, now);
+                let until = if rotated.old_until_ms > now {
+                    format!("keeps working; it expires {}", when(now, rotated.old_until_ms))
+                } else {
+                    "is refused from now on".to_string()
+                };
+                println!("{} {until}: deploy the new secret", rotated.old_id);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_relative_to_now() {
+        assert_eq!(when(1_000_000, 1_000_000 - 5_000), "5s ago");
+        assert_eq!(when(0, 90 * 86_400_000), "in 90d");
+        assert_eq!(when(0, 3 * 3_600_000), "in 3h");
+        assert_eq!(when(13, 90 * 86_400_000), "in 90d");
+    }
+}
