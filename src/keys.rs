@@ -294,3 +294,149 @@ mod tests {
         assert_eq!(when(13, 90 * 86_400_000), "in 90d");
     }
 }
+
+/// The label of the keys `payonce serve` issues for its tenant.
+pub const SERVE_LABEL: &str = "payonce serve";
+/// The roles `payonce serve` prints keys for.
+pub const SERVE_ROLES: [Role; 2] = [Role::Service, Role::Assistant];
+/// Suffix of the file next to a SQLite database that keeps `payonce serve`'s key secrets (mode 0600).
+pub const SERVE_KEYS_FILE_SUFFIX: &str = ".serve-keys.json";
+
+/// One of `payonce serve`'s quick-start keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServeKey {
+    /// Issued now; the secret was saved to the keys file (if any).
+    Issued {
+        /// Role.
+        role: Role,
+        /// Public id.
+        key_id: String,
+        /// Secret.
+        secret: String,
+    },
+    /// Read back from the keys file and still accepted by the ledger.
+    Reused {
+        /// Role.
+        role: Role,
+        /// Public id.
+        key_id: String,
+        /// Secret.
+        secret: String,
+    },
+    /// An active `payonce serve` key exists but its secret is not at hand (Postgres, or the file is
+    /// gone): nothing was issued.
+    Elsewhere {
+        /// Role.
+        role: Role,
+        /// Public id.
+        key_id: String,
+    },
+}
+
+/// Where `payonce serve` keeps its key secrets for `database_url`: next to a SQLite file; none for
+/// Postgres or an in-memory database.
+pub fn serve_keys_file(database_url: &str) -> Option<std::path::PathBuf> {
+    let rest = database_url
+        .strip_prefix("sqlite://")
+        .or_else(|| database_url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    Some(std::path::PathBuf::from(format!("{path}{SERVE_KEYS_FILE_SUFFIX}")))
+}
+
+/// The secrets in the keys file, by `tenant/role`; empty when it is missing, unreadable, or readable
+/// by anyone but its owner (it is then ignored, with a warning).
+fn read_serve_keys(path: &std::path::Path) -> serde_json::Map<String, Value> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return serde_json::Map::new();
+    };
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(path = %path.display(), "ignoring a serve keys file others can read; chmod 600 it");
+        return serde_json::Map::new();
+    }
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default()
+}
+
+/// Writes the keys file with mode 0600 (a temporary file renamed into place).
+fn write_serve_keys(
+    path: &std::path::Path,
+    keys: &serde_json::Map<String, Value>,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    file.write_all(Value::Object(keys.clone()).to_string().as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// `payonce serve`'s keys for `tenant`, one per [`SERVE_ROLES`]: the saved secret while the ledger
+/// still accepts it; else, if an active `payonce serve` key of that role exists, its id only;
+/// else a new never-expiring key, saved to `keys_file`. Restarts therefore add no key rows.
+pub async fn serve_keys(
+    ledger: &SharedLedger,
+    tenant: &TenantId,
+    keys_file: Option<&std::path::Path>,
+    now_ms: i64,
+) -> anyhow::Result<Vec<ServeKey>> {
+    let mut saved = keys_file.map(read_serve_keys).unwrap_or_default();
+    let existing = ledger.list_api_keys(Some(tenant), keys::LIST_MAX).await?;
+    let mut out = Vec::new();
+    let mut changed = false;
+    for role in SERVE_ROLES {
+        let slot = format!("{tenant}/{}", role.as_str());
+        let secret = saved.get(&slot).and_then(Value::as_str).map(String::from);
+        if let Some(secret) = secret {
+            let digest = payonce_api::auth::sha256_hex(&secret);
+            if let Some(key) = ledger.find_api_key(&digest, now_ms).await?
+                && key.tenant == *tenant
+                && key.role == role
+            {
+                out.push(ServeKey::Reused {
+                    role,
+                    key_id: key.key_id,
+                    secret,
+                });
+                continue;
+            }
+        }
+        if let Some(key) = existing.iter().find(|k| {
+            k.role == role && k.label == SERVE_LABEL && k.is_active(now_ms) && k.replaced_by.is_none()
+        }) {
+            out.push(ServeKey::Elsewhere {
+                role,
+                key_id: key.key_id.clone(),
+            });
+            continue;
+        }
+        let key = keys::issue(ledger, tenant, role, SERVE_LABEL, None, now_ms)
+            .await
+            .map_err(refused)?;
+        saved.insert(slot, json!(key.secret));
+        changed = true;
+        out.push(ServeKey::Issued {
+            role,
+            key_id: key.key_id,
+            secret: key.secret,
+        });
+    }
+    if changed && let Some(path) = keys_file {
+        write_serve_keys(path, &saved)?;
+    }
+    Ok(out)
+}

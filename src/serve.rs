@@ -33,7 +33,7 @@ pub struct ServeArgs {
         default_value = "127.0.0.1:12111"
     )]
     pub simulator_listen: SocketAddr,
-    /// Tenant to create quick-start API keys for at start-up (service and assistant); empty: none.
+    /// Tenant of the quick-start API keys (service, assistant) issued at the first start and reused after; empty: none.
     #[arg(long, env = "PAYONCE_SERVE_TENANT", default_value = "demo")]
     pub tenant: String,
 }
@@ -192,7 +192,49 @@ impl Stack {
     }
 }
 
-/// `payonce serve`: runs the stack until SIGTERM or Ctrl-C, after printing its URLs and fresh API keys.
+/// Prints `payonce serve`'s keys (or how to create one whose secret is not at hand); returns the
+/// service key for the first `curl`, or a placeholder.
+fn print_serve_keys(
+    tenant: &TenantId,
+    keys: &[crate::keys::ServeKey],
+    keys_file: Option<&std::path::Path>,
+) -> String {
+    use crate::keys::ServeKey;
+    let mut service = "$SERVICE_KEY".to_string();
+    for key in keys {
+        let (role, line) = match key {
+            ServeKey::Issued { role, secret, .. } | ServeKey::Reused { role, secret, .. } => {
+                (*role, format!("({tenant}) {secret}"))
+            }
+            ServeKey::Elsewhere { role, key_id } => (
+                *role,
+                format!(
+                    "({tenant}) {key_id} exists; its secret was shown when it was made. Another: \
+                     payonce keys create --tenant {tenant} --role {} --label '{}'",
+                    role.as_str(),
+                    crate::keys::SERVE_LABEL
+                ),
+            ),
+        };
+        if let (Role::Service, ServeKey::Issued { secret, .. } | ServeKey::Reused { secret, .. }) =
+            (role, key)
+        {
+            service = secret.clone();
+        }
+        let name = format!("{} key", role.as_str());
+        println!("  {name:<14} {line}");
+    }
+    if let Some(path) = keys_file {
+        println!(
+            "  keys file      {} (mode 0600; reused at the next start while valid)",
+            path.display()
+        );
+    }
+    service
+}
+
+/// `payonce serve`: runs the stack until SIGTERM or Ctrl-C, after printing its URLs and its API keys
+/// (issued at the first start, reused after).
 pub async fn run(
     common: Common,
     api: ApiArgs,
@@ -254,25 +296,15 @@ pub async fn run(
     }
     if !serve.tenant.is_empty() {
         let tenant = TenantId::parse(&serve.tenant).context("serve_tenant")?;
-        let now = SystemClock.now_ms();
-        let service = payonce_api::create_api_key(
+        let keys_file = crate::keys::serve_keys_file(&stack.plan.common.database_url);
+        let keys = crate::keys::serve_keys(
             &stack.ledger,
             &tenant,
-            Role::Service,
-            "payonce serve",
-            now,
+            keys_file.as_deref(),
+            SystemClock.now_ms(),
         )
         .await?;
-        let assistant = payonce_api::create_api_key(
-            &stack.ledger,
-            &tenant,
-            Role::Assistant,
-            "payonce serve",
-            now,
-        )
-        .await?;
-        println!("  service key    ({tenant}) {service}");
-        println!("  assistant key  ({tenant}) {assistant}");
+        let service = print_serve_keys(&tenant, &keys, keys_file.as_deref());
         println!("Create an operation:");
         println!(
             "  curl -s {}/v1/operations -H 'authorization: Bearer {service}' -H 'content-type: application/json' \\\n    -d '{{\"business_key\":\"invoice:INV-1:pay\",\"details\":{{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}}}'",
