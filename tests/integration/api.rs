@@ -4,6 +4,7 @@
 
 mod browser;
 mod confirm;
+mod keys;
 mod mcp;
 mod operations;
 mod processes;

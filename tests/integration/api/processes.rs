@@ -19,7 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// Concurrent assistant requests across the two processes.
 const CALLS: usize = 50;
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -27,7 +27,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn api_process(database_url: &str, port: u16) -> Child {
+pub(super) fn api_process(database_url: &str, port: u16) -> Child {
     Command::new(payonce_bin())
         .arg("api")
         .arg("--listen")
