@@ -309,3 +309,113 @@ async fn demo_on_a_terminal_shows_a_spinner_with_elapsed_time() {
         "{text:?}"
     );
 }
+
+/// Starts `payonce serve` in `dir` on `database_url` and returns it with its banner lines.
+async fn serve_banner(dir: &Path, database_url: &str) -> (Child, Vec<String>) {
+    let mut child = payonce(
+        dir,
+        &[
+            "serve",
+            "--database-url",
+            database_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--simulator-listen",
+            "127.0.0.1:0",
+            "--tenant",
+            "acme",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    tokio::time::timeout(START_DEADLINE, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            let stop = line.starts_with("Stop with Ctrl-C");
+            banner.push(line);
+            if stop {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("serve prints its banner");
+    (child, banner)
+}
+
+/// The last word of the banner line starting with `label`.
+fn banner_word(banner: &[String], label: &str) -> String {
+    banner
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in {banner:#?}"))
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn serve_keeps_its_keys_across_restarts() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("serve-restart");
+    let database_url = format!("sqlite:{}", dir.join("keep.db").display());
+    let mut keys_seen = Vec::new();
+    for start in 0..2 {
+        let (mut child, banner) = serve_banner(&dir, &database_url).await;
+        let api = banner
+            .iter()
+            .find_map(|l| l.trim_start().strip_prefix("api "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no api line in {banner:#?}"))
+            .to_string();
+        let service = banner_word(&banner, "service key");
+        let assistant = banner_word(&banner, "assistant key");
+        assert!(service.starts_with("po_service_"), "{banner:#?}");
+        assert!(assistant.starts_with("po_assistant_"), "{banner:#?}");
+        // The printed keys are accepted: the service reads (an unknown id is a 404, not a 401).
+        let r = reqwest::Client::new()
+            .get(format!("{api}/v1/operations/op_00000000000000000000000000000000"))
+            .bearer_auth(&service)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "start {start}: the service key is accepted");
+        let r = reqwest::Client::new()
+            .get(format!("{api}/v1/tools?format=mcp"))
+            .bearer_auth(&assistant)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "start {start}: the assistant key is accepted");
+        keys_seen.push((service, assistant));
+        assert!(sigterm_and_wait(&mut child).await.success());
+    }
+    assert_eq!(keys_seen[0], keys_seen[1], "the second start reuses the keys");
+    let file = dir.join("keep.db.serve-keys.json");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the keys file is private");
+    let ledger = payonce_shared::ledger::connect(&database_url, 1)
+        .await
+        .unwrap();
+    let rows = ledger.list_api_keys(None, 100).await.unwrap();
+    assert_eq!(rows.len(), 2, "no new key rows on restart: {rows:#?}");
+
+    // Without the file (as on Postgres) a restart names the existing keys and adds none.
+    std::fs::remove_file(&file).unwrap();
+    let (mut child, banner) = serve_banner(&dir, &database_url).await;
+    let line = banner
+        .iter()
+        .find(|l| l.trim_start().starts_with("service key"))
+        .unwrap();
+    assert!(
+        line.contains(&rows.iter().find(|k| k.role == payonce_shared::ledger::Role::Service).unwrap().key_id)
+            && line.contains("payonce keys create --tenant acme --role service"),
+        "{banner:#?}"
+    );
+    assert!(sigterm_and_wait(&mut child).await.success());
+    assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 2);
+}
