@@ -191,7 +191,9 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
         KeysCommand::List { tenant, json } => {
             let tenant = tenant.as_deref().map(TenantId::parse).transpose()?;
             let now = now();
-            let listed = ledger.list_api_keys(tenant.as_ref(), keys::LIST_MAX).await?;
+            let listed = ledger
+                .list_api_keys(tenant.as_ref(), keys::LIST_MAX)
+                .await?;
             if json {
                 let keys: Vec<Value> = listed.iter().map(|k| view(k, now)).collect();
                 println!("{}", json!({ "keys": keys }));
@@ -245,7 +247,10 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
                 .await
                 .map_err(refused)?;
             if json {
-                println!("{}", json!({"id": id, "revoked": true, "already": !revoked}));
+                println!(
+                    "{}",
+                    json!({"id": id, "revoked": true, "already": !revoked})
+                );
             } else if revoked {
                 println!("{id} revoked: every api process refuses it from its next request");
             } else {
@@ -271,7 +276,10 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             } else {
                 print_issued(&rotated.new, now);
                 let until = if rotated.old_until_ms > now {
-                    format!("keeps working; it expires {}", when(now, rotated.old_until_ms))
+                    format!(
+                        "keeps working; it expires {}",
+                        when(now, rotated.old_until_ms)
+                    )
                 } else {
                     "is refused from now on".to_string()
                 };
@@ -343,7 +351,9 @@ pub fn serve_keys_file(database_url: &str) -> Option<std::path::PathBuf> {
     if path.is_empty() || path == ":memory:" {
         return None;
     }
-    Some(std::path::PathBuf::from(format!("{path}{SERVE_KEYS_FILE_SUFFIX}")))
+    Some(std::path::PathBuf::from(format!(
+        "{path}{SERVE_KEYS_FILE_SUFFIX}"
+    )))
 }
 
 /// The secrets in the keys file, by `tenant/role`; empty when it is missing, unreadable, or readable
@@ -416,7 +426,10 @@ pub async fn serve_keys(
             }
         }
         if let Some(key) = existing.iter().find(|k| {
-            k.role == role && k.label == SERVE_LABEL && k.is_active(now_ms) && k.replaced_by.is_none()
+            k.role == role
+                && k.label == SERVE_LABEL
+                && k.is_active(now_ms)
+                && k.replaced_by.is_none()
         }) {
             out.push(ServeKey::Elsewhere {
                 role,

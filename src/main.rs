@@ -158,7 +158,9 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             payonce_api::serve(api.config(), ledger, clock(), ops::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CreateKey { common, args } => keys::create(&open(&common).await?, args, true).await,
+        Command::CreateKey { common, args } => {
+            keys::create(&open(&common).await?, args, true).await
+        }
         Command::Keys { common, command } => keys::run(&open(&common).await?, command).await,
         Command::Worker { common, worker } => {
             let ledger = open(&common).await?;

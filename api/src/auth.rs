@@ -3,12 +3,12 @@
 
 use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
+use crate::keys::{self, KeyError};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use crate::keys::{self, KeyError};
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::{LedgerError, Role, SharedLedger};
 use sha2::{Digest, Sha256};
@@ -103,8 +103,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
     // The store looked the row up by digest; compare again in constant time so a store that matched
     // loosely (collation, truncation) can never let a different key through. The expiry is checked
     // again here against the same clock.
-    if !bool::from(record.key_hash.as_bytes().ct_eq(digest.as_bytes())) || !record.is_active(now)
-    {
+    if !bool::from(record.key_hash.as_bytes().ct_eq(digest.as_bytes())) || !record.is_active(now) {
         return Err(refused());
     }
     if record

@@ -55,7 +55,9 @@ pub enum KeyError {
     #[error("no API key has the id {0:?}")]
     UnknownKey(String),
     /// Rotation of a key that is revoked, expired or already rotated.
-    #[error("API key {0} is revoked, expired or already rotated; issue a new one with `keys create`")]
+    #[error(
+        "API key {0} is revoked, expired or already rotated; issue a new one with `keys create`"
+    )]
     NotActive(String),
     /// The ledger failed.
     #[error(transparent)]
@@ -189,7 +191,9 @@ pub async fn rotate(
         Ok(true) => Ok(Rotated {
             new,
             old_id: old_id.to_string(),
-            old_until_ms: old.expires_at_ms.map_or(old_until_ms, |e| e.min(old_until_ms)),
+            old_until_ms: old
+                .expires_at_ms
+                .map_or(old_until_ms, |e| e.min(old_until_ms)),
         }),
         Ok(false) => Err(KeyError::NotActive(old_id.to_string())),
         Err(LedgerError::NotFound) => Err(KeyError::UnknownKey(old_id.to_string())),
@@ -230,8 +234,14 @@ mod tests {
             parse_lifetime("12h", false).unwrap(),
             Duration::from_secs(43_200)
         );
-        assert_eq!(parse_lifetime("30m", false).unwrap(), Duration::from_secs(1_800));
-        assert_eq!(parse_lifetime("45s", false).unwrap(), Duration::from_secs(45));
+        assert_eq!(
+            parse_lifetime("30m", false).unwrap(),
+            Duration::from_secs(1_800)
+        );
+        assert_eq!(
+            parse_lifetime("45s", false).unwrap(),
+            Duration::from_secs(45)
+        );
         assert_eq!(parse_lifetime("0s", true).unwrap(), Duration::ZERO);
         let max_days = KEY_LIFETIME_MAX.as_secs() / 86_400;
         assert!(parse_lifetime(&format!("{max_days}d"), false).is_ok());

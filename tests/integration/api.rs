@@ -8,6 +8,7 @@ mod keys;
 mod mcp;
 mod operations;
 mod processes;
+mod role_matrix;
 mod tools;
 mod webhooks;
 

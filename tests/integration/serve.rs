@@ -378,23 +378,36 @@ async fn serve_keeps_its_keys_across_restarts() {
         assert!(assistant.starts_with("po_assistant_"), "{banner:#?}");
         // The printed keys are accepted: the service reads (an unknown id is a 404, not a 401).
         let r = reqwest::Client::new()
-            .get(format!("{api}/v1/operations/op_00000000000000000000000000000000"))
+            .get(format!(
+                "{api}/v1/operations/op_00000000000000000000000000000000"
+            ))
             .bearer_auth(&service)
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 404, "start {start}: the service key is accepted");
+        assert_eq!(
+            r.status(),
+            404,
+            "start {start}: the service key is accepted"
+        );
         let r = reqwest::Client::new()
             .get(format!("{api}/v1/tools?format=mcp"))
             .bearer_auth(&assistant)
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200, "start {start}: the assistant key is accepted");
+        assert_eq!(
+            r.status(),
+            200,
+            "start {start}: the assistant key is accepted"
+        );
         keys_seen.push((service, assistant));
         assert!(sigterm_and_wait(&mut child).await.success());
     }
-    assert_eq!(keys_seen[0], keys_seen[1], "the second start reuses the keys");
+    assert_eq!(
+        keys_seen[0], keys_seen[1],
+        "the second start reuses the keys"
+    );
     let file = dir.join("keep.db.serve-keys.json");
     let mode = std::fs::metadata(&file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the keys file is private");
@@ -412,8 +425,13 @@ async fn serve_keeps_its_keys_across_restarts() {
         .find(|l| l.trim_start().starts_with("service key"))
         .unwrap();
     assert!(
-        line.contains(&rows.iter().find(|k| k.role == payonce_shared::ledger::Role::Service).unwrap().key_id)
-            && line.contains("payonce keys create --tenant acme --role service"),
+        line.contains(
+            &rows
+                .iter()
+                .find(|k| k.role == payonce_shared::ledger::Role::Service)
+                .unwrap()
+                .key_id
+        ) && line.contains("payonce keys create --tenant acme --role service"),
         "{banner:#?}"
     );
     assert!(sigterm_and_wait(&mut child).await.success());

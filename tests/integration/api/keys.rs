@@ -57,7 +57,10 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
         let ours = ledger.list_api_keys(Some(&tenant()), 100).await.unwrap();
         assert_eq!(ours.len(), 2, "{store}");
         assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 3);
-        assert_eq!(ledger.list_api_keys(None, 1).await.unwrap()[0].tenant, other);
+        assert_eq!(
+            ledger.list_api_keys(None, 1).await.unwrap()[0].tenant,
+            other
+        );
 
         // Revocation: immediate, idempotent, unknown ids named.
         assert!(
@@ -98,10 +101,19 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
         );
         assert_eq!(rotated.old_until_ms, t0 + 100 + 60_000);
         assert!(find(&rotated.new.secret, t0 + 100).await.is_some());
-        assert!(find(&forever.secret, t0 + 60_099).await.is_some(), "{store}");
-        assert!(find(&forever.secret, t0 + 60_100).await.is_none(), "{store}");
+        assert!(
+            find(&forever.secret, t0 + 60_099).await.is_some(),
+            "{store}"
+        );
+        assert!(
+            find(&forever.secret, t0 + 60_100).await.is_none(),
+            "{store}"
+        );
         let old = ledger.api_key(&forever.key_id).await.unwrap().unwrap();
-        assert_eq!(old.replaced_by.as_deref(), Some(rotated.new.key_id.as_str()));
+        assert_eq!(
+            old.replaced_by.as_deref(),
+            Some(rotated.new.key_id.as_str())
+        );
         assert!(
             matches!(
                 keys::rotate(&ledger, &forever.key_id, None, grace, t0 + 200).await,
@@ -124,7 +136,10 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
                 .await
                 .unwrap()
         );
-        assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), before + 1);
+        assert_eq!(
+            ledger.list_api_keys(None, 100).await.unwrap().len(),
+            before + 1
+        );
         // Zero grace ends the old key at once; a shorter existing expiry is kept.
         let zero = keys::rotate(
             &ledger,
@@ -154,14 +169,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
             .unwrap();
         let used = |ledger: &payonce_shared::ledger::SharedLedger| {
             let (ledger, id) = (ledger.clone(), id.clone());
-            async move {
-                ledger
-                    .api_key(&id)
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .last_used_at_ms
-            }
+            async move { ledger.api_key(&id).await.unwrap().unwrap().last_used_at_ms }
         };
         assert_eq!(used(&ledger).await, Some(t0 + 3_000), "{store}");
         let later = t0 + 3_000 + LAST_USED_RESOLUTION_MS;
@@ -186,22 +194,39 @@ async fn expired_and_revoked_keys_are_refused_with_401() {
     )
     .await
     .unwrap();
-    let doomed = keys::issue(&api.ledger, &tenant(), Role::Assistant, "doomed", None, T0_MS)
-        .await
-        .unwrap();
+    let doomed = keys::issue(
+        &api.ledger,
+        &tenant(),
+        Role::Assistant,
+        "doomed",
+        None,
+        T0_MS,
+    )
+    .await
+    .unwrap();
     let tools = "/v1/tools?format=mcp";
     assert_eq!(api.get(tools, &expiring.secret).await.status, 200);
     assert_eq!(api.get(tools, &doomed.secret).await.status, 200);
     let used = api.ledger.api_key(&doomed.key_id).await.unwrap().unwrap();
-    assert_eq!(used.last_used_at_ms, Some(T0_MS), "an accepted request is recorded");
+    assert_eq!(
+        used.last_used_at_ms,
+        Some(T0_MS),
+        "an accepted request is recorded"
+    );
 
     api.clock.advance_ms(60_000);
     let expired = api.get(tools, &expiring.secret).await;
     assert_eq!(expired.status, 401, "{}", expired.text);
     assert_eq!(expired.code(), "unauthorized");
-    keys::revoke(&api.ledger, &doomed.key_id, "oncall:alice", "test", payonce_shared::clock::Clock::now_ms(api.clock.as_ref()))
-        .await
-        .unwrap();
+    keys::revoke(
+        &api.ledger,
+        &doomed.key_id,
+        "oncall:alice",
+        "test",
+        payonce_shared::clock::Clock::now_ms(api.clock.as_ref()),
+    )
+    .await
+    .unwrap();
     let revoked = api.get(tools, &doomed.secret).await;
     assert_eq!(revoked.status, 401);
     // Unknown, revoked and expired keys get one answer.
@@ -237,7 +262,9 @@ async fn statuses(http: &reqwest::Client, bases: &[String], key: &str) -> Vec<u1
     let mut out = Vec::new();
     for base in bases {
         let r = http
-            .get(format!("{base}/v1/operations/op_00000000000000000000000000000000"))
+            .get(format!(
+                "{base}/v1/operations/op_00000000000000000000000000000000"
+            ))
             .bearer_auth(key)
             .send()
             .await
@@ -253,8 +280,17 @@ async fn a_key_revoked_with_the_cli_is_refused_by_every_api_process_within_a_sec
     let created = keys_cli(
         &url,
         &[
-            "keys", "create", "--tenant", "acme", "--role", "service", "--label", "billing",
-            "--expires-in", "90d", "--json",
+            "keys",
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            "service",
+            "--label",
+            "billing",
+            "--expires-in",
+            "90d",
+            "--json",
         ],
     )
     .await;
@@ -290,18 +326,29 @@ async fn a_key_revoked_with_the_cli_is_refused_by_every_api_process_within_a_sec
     let new_id = rotated["id"].as_str().unwrap().to_string();
     let new_secret = rotated["secret"].as_str().unwrap().to_string();
     assert_eq!(rotated["replaces"], id.as_str());
-    assert_eq!((rotated["role"].as_str(), rotated["label"].as_str()), (Some("service"), Some("billing")));
+    assert_eq!(
+        (rotated["role"].as_str(), rotated["label"].as_str()),
+        (Some("service"), Some("billing"))
+    );
     assert_eq!(statuses(&http, &bases, &secret).await, [401, 401]);
     assert_eq!(statuses(&http, &bases, &new_secret).await, [404, 404]);
 
     // Revoke the new key with the CLI; from then on both processes refuse it within a second.
-    let revoked = keys_cli(&url, &["keys", "revoke", &new_id, "--reason", "leaked", "--json"]).await;
+    let revoked = keys_cli(
+        &url,
+        &["keys", "revoke", &new_id, "--reason", "leaked", "--json"],
+    )
+    .await;
     assert_eq!(revoked["revoked"], true);
     let start = Instant::now();
-    wait_for("both api processes refuse the revoked key", REVOCATION_DEADLINE, || {
-        let (http, bases, key) = (http.clone(), bases.clone(), new_secret.clone());
-        async move { (statuses(&http, &bases, &key).await == [401, 401]).then_some(()) }
-    })
+    wait_for(
+        "both api processes refuse the revoked key",
+        REVOCATION_DEADLINE,
+        || {
+            let (http, bases, key) = (http.clone(), bases.clone(), new_secret.clone());
+            async move { (statuses(&http, &bases, &key).await == [401, 401]).then_some(()) }
+        },
+    )
     .await;
     assert!(start.elapsed() < REVOCATION_DEADLINE);
 
