@@ -377,3 +377,75 @@ async fn a_key_revoked_with_the_cli_is_refused_by_every_api_process_within_a_sec
         assert!(terminate(api).await.success());
     }
 }
+
+/// A key issued before migration 0004: the 0001 schema, a raw row, then the current migrations.
+async fn legacy_key_survives_migration<C: sqlx::Connection>(
+    conn: &mut C,
+    schema: &'static str,
+    url: &str,
+) where
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    sqlx::raw_sql(schema).execute(&mut *conn).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE payonce_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL);
+         INSERT INTO payonce_migrations VALUES (1, 'ledger', 0);",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let secret = "po_service_legacy";
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO api_keys (key_hash, tenant_id, role, label, created_at) \
+         VALUES ('{}', 'acme', 'service', 'old', 1)",
+        sha256_hex(secret)
+    )))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let ledger = payonce_shared::ledger::connect(url, 2).await.unwrap();
+    let key = ledger
+        .find_api_key(&sha256_hex(secret), T0_MS)
+        .await
+        .unwrap()
+        .expect("the old key still works");
+    assert_eq!(key.key_id, format!("key_{}", &sha256_hex(secret)[..16]));
+    assert_eq!(key.expires_at_ms, None);
+    assert!(
+        keys::revoke(&ledger, &key.key_id, "oncall:a", "old", T0_MS)
+            .await
+            .unwrap()
+    );
+    assert!(
+        ledger
+            .find_api_key(&sha256_hex(secret), T0_MS)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn keys_issued_before_migration_0004_get_an_id_and_keep_working() {
+    let url = crate::support::postgres::fresh_database().await;
+    let mut pg = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    legacy_key_survives_migration(
+        &mut pg,
+        include_str!("../../../migrations/postgres/0001_ledger.sql"),
+        &url,
+    )
+    .await;
+    let dir = crate::serve::scratch("legacy-keys");
+    let url = format!("sqlite:{}?mode=rwc", dir.join("old.db").display());
+    let mut lite = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    legacy_key_survives_migration(
+        &mut lite,
+        include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+        &url,
+    )
+    .await;
+}
