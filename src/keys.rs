@@ -194,6 +194,12 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             let listed = ledger
                 .list_api_keys(tenant.as_ref(), keys::LIST_MAX)
                 .await?;
+            if listed.len() >= keys::LIST_MAX as usize {
+                eprintln!(
+                    "showing the newest {} keys; narrow with --tenant",
+                    keys::LIST_MAX
+                );
+            }
             if json {
                 let keys: Vec<Value> = listed.iter().map(|k| view(k, now)).collect();
                 println!("{}", json!({ "keys": keys }));

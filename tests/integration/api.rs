@@ -1,6 +1,6 @@
 //! The API over real HTTP: an in-process router on 127.0.0.1:0, driven with reqwest; the confirmation
 //! page in a real headless Chromium; the MCP server with the official Python SDK client; two `payonce
-//! api` processes on one Postgres database.
+//! api` processes on one Postgres database; the API key lifecycle; the role matrix of every route.
 
 mod browser;
 mod confirm;
