@@ -296,19 +296,6 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_read_relative_to_now() {
-        assert_eq!(when(1_000_000, 1_000_000 - 5_000), "5s ago");
-        assert_eq!(when(0, 90 * 86_400_000), "in 90d");
-        assert_eq!(when(0, 3 * 3_600_000), "in 3h");
-        assert_eq!(when(13, 90 * 86_400_000), "in 90d");
-    }
-}
-
 /// The label of the keys `payonce serve` issues for its tenant.
 pub const SERVE_LABEL: &str = "payonce serve";
 /// The roles `payonce serve` prints keys for.
@@ -458,4 +445,57 @@ pub async fn serve_keys(
         write_serve_keys(path, &saved)?;
     }
     Ok(out)
+}
+
+/// Prints `payonce serve`'s keys (or how to create one whose secret is not at hand); returns the
+/// service key for the first `curl`, or a placeholder.
+pub fn print_serve_keys(
+    tenant: &TenantId,
+    keys: &[ServeKey],
+    keys_file: Option<&std::path::Path>,
+) -> String {
+    let mut service = "$SERVICE_KEY".to_string();
+    for key in keys {
+        let (role, line) = match key {
+            ServeKey::Issued { role, secret, .. } | ServeKey::Reused { role, secret, .. } => {
+                (*role, format!("({tenant}) {secret}"))
+            }
+            ServeKey::Elsewhere { role, key_id } => (
+                *role,
+                format!(
+                    "({tenant}) {key_id} exists; its secret was shown when it was made. Another: \
+                     payonce keys create --tenant {tenant} --role {} --label '{}'",
+                    role.as_str(),
+                    SERVE_LABEL
+                ),
+            ),
+        };
+        if let (Role::Service, ServeKey::Issued { secret, .. } | ServeKey::Reused { secret, .. }) =
+            (role, key)
+        {
+            service = secret.clone();
+        }
+        let name = format!("{} key", role.as_str());
+        println!("  {name:<14} {line}");
+    }
+    if let Some(path) = keys_file {
+        println!(
+            "  keys file      {} (mode 0600; reused at the next start while valid)",
+            path.display()
+        );
+    }
+    service
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_relative_to_now() {
+        assert_eq!(when(1_000_000, 1_000_000 - 5_000), "5s ago");
+        assert_eq!(when(0, 90 * 86_400_000), "in 90d");
+        assert_eq!(when(0, 3 * 3_600_000), "in 3h");
+        assert_eq!(when(13, 90 * 86_400_000), "in 90d");
+    }
 }

@@ -9,7 +9,7 @@ use clap::{ArgAction, Args};
 use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{Clock, SharedClock, SystemClock};
 use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{Role, SharedLedger};
+use payonce_shared::ledger::SharedLedger;
 use payonce_shared::processor::Processor;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::Worker;
@@ -192,47 +192,6 @@ impl Stack {
     }
 }
 
-/// Prints `payonce serve`'s keys (or how to create one whose secret is not at hand); returns the
-/// service key for the first `curl`, or a placeholder.
-fn print_serve_keys(
-    tenant: &TenantId,
-    keys: &[crate::keys::ServeKey],
-    keys_file: Option<&std::path::Path>,
-) -> String {
-    use crate::keys::ServeKey;
-    let mut service = "$SERVICE_KEY".to_string();
-    for key in keys {
-        let (role, line) = match key {
-            ServeKey::Issued { role, secret, .. } | ServeKey::Reused { role, secret, .. } => {
-                (*role, format!("({tenant}) {secret}"))
-            }
-            ServeKey::Elsewhere { role, key_id } => (
-                *role,
-                format!(
-                    "({tenant}) {key_id} exists; its secret was shown when it was made. Another: \
-                     payonce keys create --tenant {tenant} --role {} --label '{}'",
-                    role.as_str(),
-                    crate::keys::SERVE_LABEL
-                ),
-            ),
-        };
-        if let (Role::Service, ServeKey::Issued { secret, .. } | ServeKey::Reused { secret, .. }) =
-            (role, key)
-        {
-            service = secret.clone();
-        }
-        let name = format!("{} key", role.as_str());
-        println!("  {name:<14} {line}");
-    }
-    if let Some(path) = keys_file {
-        println!(
-            "  keys file      {} (mode 0600; reused at the next start while valid)",
-            path.display()
-        );
-    }
-    service
-}
-
 /// `payonce serve`: runs the stack until SIGTERM or Ctrl-C, after printing its URLs and its API keys
 /// (issued at the first start, reused after).
 pub async fn run(
@@ -304,7 +263,7 @@ pub async fn run(
             SystemClock.now_ms(),
         )
         .await?;
-        let service = print_serve_keys(&tenant, &keys, keys_file.as_deref());
+        let service = crate::keys::print_serve_keys(&tenant, &keys, keys_file.as_deref());
         println!("Create an operation:");
         println!(
             "  curl -s {}/v1/operations -H 'authorization: Bearer {service}' -H 'content-type: application/json' \\\n    -d '{{\"business_key\":\"invoice:INV-1:pay\",\"details\":{{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}}}'",
