@@ -4,7 +4,8 @@
 //!   dropped response, a worker crash and duplicate webhooks.
 //! - `payonce serve`: the all-in-one process (api, worker, reconciler, simulator) for trying payonce.
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
-//!   `payonce create-key` issues API keys.
+//!   `payonce create-key` issues API keys; `payonce tenant set-verification` sets how customers
+//!   prove who they are on the confirmation page.
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
@@ -23,6 +24,7 @@ mod ops;
 mod progress;
 mod serve;
 mod settings;
+mod tenant;
 
 use anyhow::Context;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
@@ -172,6 +174,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 "{}",
                 payonce_api::create_api_key(&ledger, &tenant, role, &label, now).await?
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tenant { common, command } => {
+            tenant::run(&open(&common).await?, command).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Worker { common, worker } => {

@@ -8,17 +8,31 @@ use super::LedgerError;
 pub(crate) type Migration = (i64, &'static str, &'static str);
 
 /// Postgres migrations, in order.
-pub(crate) const POSTGRES: &[Migration] = &[(
-    1,
-    "ledger",
-    include_str!("../../../migrations/postgres/0001_ledger.sql"),
-)];
+pub(crate) const POSTGRES: &[Migration] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../../../migrations/postgres/0001_ledger.sql"),
+    ),
+    (
+        2,
+        "customer_verification",
+        include_str!("../../../migrations/postgres/0002_customer_verification.sql"),
+    ),
+];
 /// SQLite migrations, in order.
-pub(crate) const SQLITE: &[Migration] = &[(
-    1,
-    "ledger",
-    include_str!("../../../migrations/sqlite/0001_ledger.sql"),
-)];
+pub(crate) const SQLITE: &[Migration] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+    ),
+    (
+        2,
+        "customer_verification",
+        include_str!("../../../migrations/sqlite/0002_customer_verification.sql"),
+    ),
+];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
      name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
