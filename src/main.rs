@@ -13,7 +13,7 @@
 //!
 //! Modules: `cli` (the subcommands), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
+//! stack), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
 mod cli;
@@ -25,6 +25,7 @@ mod progress;
 mod serve;
 mod settings;
 mod tenant;
+mod tenant_app;
 
 use anyhow::Context;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
