@@ -44,10 +44,20 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
     let bigger = api.create("INV-93", 999_999).await;
 
     // The expired link is made first; the clock then passes its TTL before the others are made.
-    let expired_url = api.link(expire["id"].as_str().unwrap()).await;
+    // Every URL is the one the tenant's app redirects its logged-in customer to (link + assertion).
+    let expired_url = api.signed_in(
+        &api.link(expire["id"].as_str().unwrap()).await,
+        expire["id"].as_str().unwrap(),
+    );
     api.clock.advance_ms(15 * 60 * 1000 + 1_000);
-    let confirm_url = api.link(approve["id"].as_str().unwrap()).await;
-    let tamper_url = api.link(tamper["id"].as_str().unwrap()).await;
+    let confirm_url = api.signed_in(
+        &api.link(approve["id"].as_str().unwrap()).await,
+        approve["id"].as_str().unwrap(),
+    );
+    let tamper_url = api.signed_in(
+        &api.link(tamper["id"].as_str().unwrap()).await,
+        tamper["id"].as_str().unwrap(),
+    );
 
     let screens = std::env::temp_dir().join("payonce-browser");
     std::fs::create_dir_all(&screens).unwrap();
