@@ -33,14 +33,14 @@ const DELIVERY_DEADLINE: Duration = Duration::from_secs(20);
 
 /// One POST the tenant's endpoint received.
 #[derive(Debug, Clone)]
-struct Received {
-    signature: String,
-    delivery_id: String,
-    body: Vec<u8>,
+pub(super) struct Received {
+    pub(super) signature: String,
+    pub(super) delivery_id: String,
+    pub(super) body: Vec<u8>,
 }
 
 impl Received {
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap()
     }
 }
@@ -54,8 +54,8 @@ struct InboxState {
 
 /// A tenant's notification endpoint, played by the test: records every POST; the first
 /// `fail_first` get a 500.
-struct Inbox {
-    url: String,
+pub(super) struct Inbox {
+    pub(super) url: String,
     state: InboxState,
 }
 
@@ -85,7 +85,7 @@ async fn receive(State(state): State<InboxState>, headers: HeaderMap, body: Byte
 }
 
 impl Inbox {
-    async fn start(fail_first: usize) -> Inbox {
+    pub(super) async fn start(fail_first: usize) -> Inbox {
         let state = InboxState::default();
         state.fail_first.store(fail_first, Ordering::SeqCst);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -105,7 +105,7 @@ impl Inbox {
     }
 
     /// Waits until at least `n` POSTs arrived.
-    async fn wait_for(&self, n: usize) -> Vec<Received> {
+    pub(super) async fn wait_for(&self, n: usize) -> Vec<Received> {
         tokio::time::timeout(DELIVERY_DEADLINE, async {
             loop {
                 let arrived = self.state.arrived.notified();
@@ -123,9 +123,14 @@ impl Inbox {
 
 /// Switches the test tenant to one-time codes sent to `inbox`; returns the signing secret.
 async fn use_codes(api: &TestApi, inbox: &Inbox) -> String {
+    use_codes_for(api, &tenant(), inbox).await
+}
+
+/// Switches `tenant` to one-time codes sent to `inbox`; returns the signing secret.
+pub(super) async fn use_codes_for(api: &TestApi, tenant: &TenantId, inbox: &Inbox) -> String {
     set_tenant_verification(
         &api.ledger,
-        &tenant(),
+        tenant,
         &VerificationRequest {
             method: VerificationMethod::OneTimeCode,
             assertion_key_id: None,
@@ -655,4 +660,64 @@ async fn a_tenant_without_verification_approves_nothing_on_the_page() {
     assert_eq!(stored.status.as_str(), "awaiting_approval");
     assert!(api.ledger.latest_approval(&id).await.unwrap().is_none());
     api.stop().await;
+}
+
+/// The issue's reproduction over plain HTTP, written so it also compiles against the old code (where
+/// it fails: the execute answer held a link, and GET + POST of its hash approved).
+#[tokio::test]
+async fn repro_assistant_self_approval() {
+    let api = spawn(sqlite_ledger().await).await;
+    let op = api.create("INV-R1", 2048).await;
+    let id = op["id"].as_str().unwrap();
+    let answer = api
+        .post(
+            &format!("/v1/operations/{id}/execute"),
+            &api.assistant,
+            json!({}),
+        )
+        .await
+        .json();
+    if let Some(url) = answer["confirmation_url"].as_str() {
+        let page = api.http.get(url).send().await.unwrap().text().await.unwrap();
+        let marker = "name=\"details_hash\" value=\"";
+        if let Some(at) = page.find(marker) {
+            let hash = &page[at + marker.len()..at + marker.len() + 64];
+            api.http
+                .post(url)
+                .form(&[("details_hash", hash)])
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        status_of(&api, &op).await,
+        "awaiting_approval",
+        "the assistant approved its own payment"
+    );
+}
+
+/// Defect 4's reproduction, also old-code compatible (there the service got `409
+/// too_many_open_links` after an assistant's calls).
+#[tokio::test]
+async fn repro_assistant_starves_service_links() {
+    let api = spawn(sqlite_ledger().await).await;
+    let op = api.create("INV-R2", 2048).await;
+    let id = op["id"].as_str().unwrap();
+    for _ in 0..OPEN_LINKS_MAX + 2 {
+        api.post(
+            &format!("/v1/operations/{id}/execute"),
+            &api.assistant,
+            json!({}),
+        )
+        .await;
+    }
+    let r = api
+        .post(
+            &format!("/v1/operations/{id}/approval-requests"),
+            &api.service,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "the service was starved: {}", r.text);
 }
