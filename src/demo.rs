@@ -239,7 +239,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("no confirmation link")?
         .to_string();
-    p.done("confirmation link for the customer (it approves nothing without the customer's sign-in):");
+    p.done(
+        "confirmation link for the customer (it approves nothing without the customer's sign-in):",
+    );
     p.detail(&url);
     let assertion = payonce_api::assertion::sign(
         &assertion_key,

@@ -66,7 +66,9 @@ pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Resul
                 println!("assertion key (for the tenant's app; shown once): {key}");
             }
             if let Some(secret) = secrets.notify_secret {
-                println!("notification signing secret (for the tenant's endpoint; shown once): {secret}");
+                println!(
+                    "notification signing secret (for the tenant's endpoint; shown once): {secret}"
+                );
             }
             Ok(())
         }

@@ -64,7 +64,15 @@ async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let now_s = SystemClock.now_ms().div_euclid(1000);
-    if verify(&state.secret, signature, &body, now_s, TIMESTAMP_TOLERANCE_S).is_err() {
+    if verify(
+        &state.secret,
+        signature,
+        &body,
+        now_s,
+        TIMESTAMP_TOLERANCE_S,
+    )
+    .is_err()
+    {
         return StatusCode::UNAUTHORIZED;
     }
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(&body) else {

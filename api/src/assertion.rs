@@ -213,7 +213,13 @@ mod tests {
             good.rsplit_once('.').unwrap().1
         );
         assert_eq!(v(&forged, 9_000), AssertionError::BadSignature);
-        for bad in ["", "v1.x", "v2.a.b", "v1.a.b.c", &"a".repeat(ASSERTION_LEN_MAX + 1)] {
+        for bad in [
+            "",
+            "v1.x",
+            "v2.a.b",
+            "v1.a.b.c",
+            &"a".repeat(ASSERTION_LEN_MAX + 1),
+        ] {
             assert_eq!(v(bad, 9_000), AssertionError::Malformed, "{bad}");
         }
         let mut short = claims(&op, 10_000);

@@ -73,7 +73,10 @@ async fn security_headers(request: Request, next: Next) -> Response {
 /// What the page can say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
-    Approved { amount: String, invoice: String },
+    Approved {
+        amount: String,
+        invoice: String,
+    },
     AlreadyUsed,
     Expired,
     Tampered,
@@ -91,7 +94,9 @@ enum Outcome {
     /// No code (or not six digits) was typed.
     CodeRequired,
     /// The code is wrong; this many attempts remain.
-    CodeWrong { remaining: i64 },
+    CodeWrong {
+        remaining: i64,
+    },
     /// Every attempt at the code was spent.
     CodeExhausted,
     /// The code expired.
@@ -266,7 +271,12 @@ fn result_page(outcome: &Outcome) -> Response {
     };
     let code = outcome.code();
     let code_line = code
-        .map(|c| format!("\n<p class=\"fine\">Error code: <code id=\"error-code\">{}</code></p>", escape(c)))
+        .map(|c| {
+            format!(
+                "\n<p class=\"fine\">Error code: <code id=\"error-code\">{}</code></p>",
+                escape(c)
+            )
+        })
         .unwrap_or_default();
     let body = format!(
         "<h1>{}</h1>\n<div class=\"result {class}\"><p>{text}</p></div>{code_line}",
@@ -402,7 +412,9 @@ fn check_assertion(
     raw: Option<&str>,
     now_ms: i64,
 ) -> Result<assertion::Claims, Outcome> {
-    let raw = raw.filter(|a| !a.is_empty()).ok_or(Outcome::AssertionRequired)?;
+    let raw = raw
+        .filter(|a| !a.is_empty())
+        .ok_or(Outcome::AssertionRequired)?;
     let (Some(kid), Some(key)) = (&config.assertion_key_id, &config.assertion_key) else {
         return Err(Outcome::NotConfigured);
     };

@@ -106,7 +106,11 @@ pub async fn issue_link(
         });
     }
     let ledger = state.ledger();
-    let Some(config) = ledger.verification().tenant_verification(&op.tenant).await? else {
+    let Some(config) = ledger
+        .verification()
+        .tenant_verification(&op.tenant)
+        .await?
+    else {
         return Ok(Issue::NotConfigured);
     };
     let token = random_hex(TOKEN_RANDOM_BYTES);
@@ -146,7 +150,16 @@ pub async fn issue_link(
     }
     let url = format!("{}/confirm/{token}", state.config().base_url());
     if code.is_some() || origin == LinkOrigin::Assistant {
-        notify(state, &config, op, &url, expires_at_ms, origin, &delivery, code.as_deref());
+        notify(
+            state,
+            &config,
+            op,
+            &url,
+            expires_at_ms,
+            origin,
+            &delivery,
+            code.as_deref(),
+        );
     }
     Ok(Issue::Issued(IssuedLink {
         url,
@@ -220,7 +233,10 @@ pub async fn ask_customer(
     op: &Operation,
 ) -> Result<(Asked, Option<VerificationMethod>), LedgerError> {
     let ledger = state.ledger();
-    let config = ledger.verification().tenant_verification(&op.tenant).await?;
+    let config = ledger
+        .verification()
+        .tenant_verification(&op.tenant)
+        .await?;
     let Some(config) = config.filter(|c| c.notify_url.is_some()) else {
         return Ok((Asked::Unavailable, None));
     };
@@ -294,7 +310,10 @@ pub async fn set_tenant_verification(
     }
     let key_id = match request.method {
         VerificationMethod::SignedAssertion => {
-            let kid = request.assertion_key_id.clone().unwrap_or_else(|| "k1".into());
+            let kid = request
+                .assertion_key_id
+                .clone()
+                .unwrap_or_else(|| "k1".into());
             let kid_ok = !kid.is_empty()
                 && kid.len() <= KEY_ID_LEN_MAX
                 && kid
@@ -331,7 +350,10 @@ pub async fn set_tenant_verification(
         notify_secret: notify_secret.clone(),
         updated_at_ms: now_ms,
     };
-    ledger.verification().set_tenant_verification(&record).await?;
+    ledger
+        .verification()
+        .set_tenant_verification(&record)
+        .await?;
     Ok(IssuedSecrets {
         assertion_key,
         notify_secret,

@@ -253,7 +253,10 @@ impl TestApi {
 
     /// `url` as the tenant's app redirects its logged-in customer (`cus_test`) to it.
     pub fn signed_in(&self, url: &str, op_id: &str) -> String {
-        format!("{url}?assertion={}", self.assertion(op_id, "cus_test", 60_000))
+        format!(
+            "{url}?assertion={}",
+            self.assertion(op_id, "cus_test", 60_000)
+        )
     }
 
     /// Operation rows in the test tenant (every state).

@@ -90,7 +90,10 @@ async fn a_link_shows_the_exact_details_and_approves_once() {
         .unwrap();
     assert!(by_hash.is_some());
 
-    let form = [("details_hash", hash.as_str()), ("assertion", assertion.as_str())];
+    let form = [
+        ("details_hash", hash.as_str()),
+        ("assertion", assertion.as_str()),
+    ];
     let approved = submit(&api, &url, &form).await;
     assert_eq!(approved.status, 200, "{}", approved.text);
     assert_secure(&approved);
@@ -127,7 +130,11 @@ async fn an_expired_link_approves_nothing() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create("INV-71", 2048).await;
     let url = api.link(op["id"].as_str().unwrap()).await;
-    let hash = hidden_hash(&page(&api, &api.signed_in(&url, op["id"].as_str().unwrap())).await.text);
+    let hash = hidden_hash(
+        &page(&api, &api.signed_in(&url, op["id"].as_str().unwrap()))
+            .await
+            .text,
+    );
     api.clock.advance_ms(15 * 60 * 1000);
     let assertion = api.assertion(op["id"].as_str().unwrap(), "cus_test", 60_000);
     let shown = page(&api, &format!("{url}?assertion={assertion}")).await;
@@ -218,9 +225,13 @@ async fn racing_submits_of_one_link_approve_exactly_once() {
             assertion.clone(),
         );
         tasks.spawn(async move {
-            submit(&api, &url, &[("details_hash", &hash), ("assertion", &assertion)])
-                .await
-                .status
+            submit(
+                &api,
+                &url,
+                &[("details_hash", &hash), ("assertion", &assertion)],
+            )
+            .await
+            .status
         });
     }
     let statuses = tasks.join_all().await;

@@ -152,11 +152,15 @@ fn assert_refused(r: &super::Reply, status: u16, code: &str) {
     assert_eq!(r.status, status, "{code}: {}", r.text);
     assert_eq!(r.header("payonce-error-code"), code, "{}", r.text);
     assert!(
-        r.text.contains(&format!("<code id=\"error-code\">{code}</code>")),
+        r.text
+            .contains(&format!("<code id=\"error-code\">{code}</code>")),
         "{}",
         r.text
     );
-    assert!(!r.text.contains("<form"), "a refusal offers no approval form");
+    assert!(
+        !r.text.contains("<form"),
+        "a refusal offers no approval form"
+    );
 }
 
 /// Nothing was approved: still awaiting approval, no approval row, no approve event.
@@ -211,9 +215,7 @@ fn assert_no_capability(seen: &[String], details_hash: &str, code: Option<&str>)
             .any(|w| w.len() >= 64 && w != details_hash);
         assert!(!hex_run, "a token-like value leaked: {text}");
         if let Some(code) = code {
-            let leaked = text
-                .split(|c: char| !c.is_ascii_digit())
-                .any(|w| w == code);
+            let leaked = text.split(|c: char| !c.is_ascii_digit()).any(|w| w == code);
             assert!(!leaked, "the code leaked: {text}");
         }
     }
@@ -236,7 +238,11 @@ async fn an_assistant_cannot_approve_its_own_payment() {
     // carry nothing that approves.
     let seen = everything_an_assistant_sees(&api, &op).await;
     assert_no_capability(&seen, op["details_hash"].as_str().unwrap(), None);
-    assert!(seen[0].contains("needs the customer's approval"), "{}", seen[0]);
+    assert!(
+        seen[0].contains("needs the customer's approval"),
+        "{}",
+        seen[0]
+    );
 
     // Even a link the assistant got hold of (leaked from the tenant's email, say) approves nothing:
     // the old two-request attack (GET the page, POST its hash back) is refused.
@@ -306,7 +312,10 @@ async fn an_assistant_cannot_approve_its_own_payment() {
     let approved = submit(
         &api,
         &real,
-        &[("details_hash", hash), ("code", sent["code"].as_str().unwrap())],
+        &[
+            ("details_hash", hash),
+            ("code", sent["code"].as_str().unwrap()),
+        ],
     )
     .await;
     assert_eq!(approved.status, 200, "{}", approved.text);
@@ -348,7 +357,12 @@ async fn bad_assertions_are_refused_with_stable_codes_and_change_nothing() {
             "assertion_lifetime_too_long",
         ),
         (
-            signed(claims("cus_someone_else", &id_of(&op), 60_000, &"c".repeat(32))),
+            signed(claims(
+                "cus_someone_else",
+                &id_of(&op),
+                60_000,
+                &"c".repeat(32),
+            )),
             403,
             "assertion_wrong_customer",
         ),
@@ -397,7 +411,12 @@ async fn bad_assertions_are_refused_with_stable_codes_and_change_nothing() {
         .await
         .unwrap();
     assert!(first_use);
-    let posted = submit(&api, &url, &[("details_hash", hash), ("assertion", &replay)]).await;
+    let posted = submit(
+        &api,
+        &url,
+        &[("details_hash", hash), ("assertion", &replay)],
+    )
+    .await;
     assert_refused(&posted, 409, "assertion_replayed");
     assert_unapproved(&api, &op).await;
 
@@ -448,7 +467,10 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     let wrong = if code == "123456" { "654321" } else { "123456" };
     let r = submit(&api, &url, &[("details_hash", hash), ("code", wrong)]).await;
     assert_refused(&r, 401, "code_wrong");
-    assert!(r.text.contains(&format!("{} attempts left", CODE_ATTEMPTS_MAX - 1)));
+    assert!(
+        r.text
+            .contains(&format!("{} attempts left", CODE_ATTEMPTS_MAX - 1))
+    );
     let r = submit(&api, &url, &[("details_hash", hash), ("code", "12ab")]).await;
     assert_refused(&r, 400, "code_required");
     assert_unapproved(&api, &op).await;
@@ -491,15 +513,34 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     let guessed_url = api.link(&id_of(&guessed)).await;
     let got = inbox.wait_for(3).await;
     let right = got[2].json()["code"].as_str().unwrap().to_string();
-    let wrong = if right == "000000" { "000001" } else { "000000" };
+    let wrong = if right == "000000" {
+        "000001"
+    } else {
+        "000000"
+    };
     let ghash = guessed["details_hash"].as_str().unwrap();
     for _ in 0..CODE_ATTEMPTS_MAX - 1 {
-        let r = submit(&api, &guessed_url, &[("details_hash", ghash), ("code", wrong)]).await;
+        let r = submit(
+            &api,
+            &guessed_url,
+            &[("details_hash", ghash), ("code", wrong)],
+        )
+        .await;
         assert_refused(&r, 401, "code_wrong");
     }
-    let r = submit(&api, &guessed_url, &[("details_hash", ghash), ("code", wrong)]).await;
+    let r = submit(
+        &api,
+        &guessed_url,
+        &[("details_hash", ghash), ("code", wrong)],
+    )
+    .await;
     assert_refused(&r, 403, "code_exhausted");
-    let r = submit(&api, &guessed_url, &[("details_hash", ghash), ("code", &right)]).await;
+    let r = submit(
+        &api,
+        &guessed_url,
+        &[("details_hash", ghash), ("code", &right)],
+    )
+    .await;
     assert_refused(&r, 403, "code_exhausted");
     assert_unapproved(&api, &guessed).await;
     api.stop().await;
@@ -678,7 +719,15 @@ async fn repro_assistant_self_approval() {
         .await
         .json();
     if let Some(url) = answer["confirmation_url"].as_str() {
-        let page = api.http.get(url).send().await.unwrap().text().await.unwrap();
+        let page = api
+            .http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         let marker = "name=\"details_hash\" value=\"";
         if let Some(at) = page.find(marker) {
             let hash = &page[at + marker.len()..at + marker.len() + 64];
