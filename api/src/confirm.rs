@@ -589,6 +589,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_refusal_code_is_documented() {
+        let doc = include_str!("../../docs/api.md");
+        let mut outcomes = vec![
+            Outcome::AlreadyUsed,
+            Outcome::Expired,
+            Outcome::Tampered,
+            Outcome::Invalid,
+            Outcome::NotAwaiting(Status::Ready),
+            Outcome::Unavailable,
+            Outcome::NotConfigured,
+            Outcome::AssertionRequired,
+            Outcome::AssertionReplayed,
+            Outcome::CodeRequired,
+            Outcome::CodeWrong { remaining: 1 },
+            Outcome::CodeExhausted,
+            Outcome::CodeExpired,
+            Outcome::CodeUsed,
+            Outcome::CodeMissing,
+        ];
+        outcomes.extend(
+            [
+                AssertionError::Malformed,
+                AssertionError::UnknownKey,
+                AssertionError::BadSignature,
+                AssertionError::Expired,
+                AssertionError::LifetimeTooLong,
+                AssertionError::WrongCustomer,
+                AssertionError::WrongOperation,
+            ]
+            .map(Outcome::Assertion),
+        );
+        for outcome in &outcomes {
+            let code = outcome.code().unwrap();
+            let status = result_page(outcome).status();
+            assert!(status.is_client_error() || code == "unavailable", "{code}");
+            let row = format!("| `{code}` | {} |", status.as_u16());
+            assert!(doc.contains(&row), "docs/api.md lacks {row}");
+        }
+    }
+
+    #[test]
     fn only_well_formed_tokens_are_looked_up() {
         assert!(token_hash(&"a".repeat(64)).is_some());
         assert!(token_hash(&"A".repeat(64)).is_none());

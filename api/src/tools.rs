@@ -43,7 +43,7 @@ pub const TOOLS: [ToolDef; 2] = [
         description: "Ask for the payment of an invoice that the billing system already set up, by its operation id. \
                       Amount, currency, customer and invoice come from the billing record and cannot be changed here. \
                       Calling it again is safe: it never creates a second payment and always returns the payment's \
-                      real state (succeeded, being processed, needs the customer's approval with a link, being \
+                      real state (succeeded, being processed, needs the customer's approval (payonce asks the customer itself), being \
                       checked, failed, ...). Relay the returned `message` to the user.",
         read_only: false,
     },

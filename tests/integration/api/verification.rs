@@ -770,3 +770,132 @@ async fn repro_assistant_starves_service_links() {
         .await;
     assert_eq!(r.status, 201, "the service was starved: {}", r.text);
 }
+
+/// `payonce serve` plays its tenant's app: an assistant's pay_invoice makes payonce send the link
+/// and a code to the in-process tenant app, which prints them (its "SMS"); typing that code on the
+/// page approves, and the stack pays once.
+#[tokio::test]
+async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_code() {
+    use crate::serve::{payonce, scratch, sigterm_and_wait};
+    use std::process::Stdio;
+    use tokio::io::AsyncBufReadExt;
+    const SERVE_DEADLINE: Duration = Duration::from_secs(60);
+    let dir = scratch("serve-tenant-app");
+    let mut child = payonce(
+        &dir,
+        &[
+            "serve",
+            "--database-url",
+            "sqlite:serve.db",
+            "--listen",
+            "127.0.0.1:0",
+            "--simulator-listen",
+            "127.0.0.1:0",
+            "--tenant",
+            "acme",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    tokio::time::timeout(SERVE_DEADLINE, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            let stop = line.starts_with("Stop with Ctrl-C");
+            banner.push(line);
+            if stop {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("serve prints its banner");
+    let field = |label: &str| -> String {
+        banner
+            .iter()
+            .find_map(|l| l.trim_start().strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label:?} line in {banner:#?}"))
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .to_string()
+    };
+    let api = banner
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("api "))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let service = field("service key");
+    let assistant = field("assistant key");
+    assert!(
+        banner.iter().any(|l| l.contains("one-time code")),
+        "{banner:#?}"
+    );
+    let http = super::http_client();
+    let created: Value = http
+        .post(format!("{api}/v1/operations"))
+        .bearer_auth(&service)
+        .json(&json!({"business_key": "invoice:INV-9:pay",
+            "details": {"amount": 900, "currency": "usd", "customer": "cus_9", "payment_method": "pm_card_visa", "invoice": "INV-9"}}))
+        .send().await.unwrap().error_for_status().unwrap().json().await.unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    let answer: Value = http
+        .post(format!("{api}/v1/operations/{id}/execute"))
+        .bearer_auth(&assistant)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["approval_request"]["status"], "sent", "{answer}");
+    assert!(!answer.to_string().contains("/confirm/"), "{answer}");
+
+    // The tenant app's "SMS": "[tenant app] to customer cus_9: please confirm … at URL with code N".
+    let line = tokio::time::timeout(SERVE_DEADLINE, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            if line.starts_with("[tenant app]") {
+                return line;
+            }
+        }
+        panic!("serve's stdout ended")
+    })
+    .await
+    .expect("the tenant app prints the request");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let url = words.iter().find(|w| w.contains("/confirm/")).unwrap();
+    let code = words.last().unwrap();
+    assert!(line.contains("cus_9") && line.contains("9.00 USD"), "{line}");
+    let approved = http
+        .post(*url)
+        .form(&[
+            ("details_hash", created["details_hash"].as_str().unwrap()),
+            ("code", code),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    let paid = crate::support::wait_for("the payment", SERVE_DEADLINE, || async {
+        let op: Value = http
+            .get(format!("{api}/v1/operations/{id}"))
+            .bearer_auth(&service)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (op["status"] == "succeeded").then_some(op)
+    })
+    .await;
+    assert!(paid["approved_by"] == "customer:cus_9", "{paid}");
+    let exit = sigterm_and_wait(&mut child).await;
+    assert!(exit.success(), "{exit}");
+}
