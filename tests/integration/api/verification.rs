@@ -871,7 +871,10 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
     let words: Vec<&str> = line.split_whitespace().collect();
     let url = words.iter().find(|w| w.contains("/confirm/")).unwrap();
     let code = words.last().unwrap();
-    assert!(line.contains("cus_9") && line.contains("9.00 USD"), "{line}");
+    assert!(
+        line.contains("cus_9") && line.contains("9.00 USD"),
+        "{line}"
+    );
     let approved = http
         .post(*url)
         .form(&[
