@@ -112,9 +112,18 @@ fn shown_result(result: Option<&Value>) -> Option<Value> {
     Some(Value::Object(shown))
 }
 
-/// Builds the answer for `op`; when it awaits approval, asks the customer (within the per-operation
-/// limits of `verify`), which is the only thing ever written.
+/// Builds the answer to a request to pay `op` (`execute`, `pay_invoice`); when it awaits approval,
+/// asks the customer (within the per-operation limits of `verify`), the only thing ever written.
 pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, LedgerError> {
+    build(state, op, true).await
+}
+
+/// Builds the answer to a status read (`get_payment_status`): never asks the customer, writes nothing.
+pub async fn status_of(state: &AppState, op: &Operation) -> Result<Answer, LedgerError> {
+    build(state, op, false).await
+}
+
+async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, LedgerError> {
     let amount = op.details.money().display();
     let invoice = op.details.invoice().to_string();
     let what = format!("The payment of {amount} for invoice {invoice}");
@@ -140,6 +149,13 @@ pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, Le
             Outcome::UnderReview,
             "The payment is being reviewed by a person. No new payment will be submitted while that review is open."
                 .to_string(),
+        ),
+        Status::AwaitingApproval if !ask => (
+            Outcome::ApprovalRequired,
+            format!(
+                "{what} needs the customer's approval before it can be made. Nothing will be paid until they \
+                 confirm it."
+            ),
         ),
         Status::AwaitingApproval => {
             let (asked, method) = verify::ask_customer(state, op).await?;

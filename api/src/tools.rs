@@ -223,7 +223,13 @@ pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &Tool
     if let Err(e) = record(Some(op.id.clone())).await {
         return internal(&e);
     }
-    match answer::of_operation(state, &op).await {
+    // Only a request to pay asks the customer; a status read writes nothing.
+    let answered = if call.name == GET_PAYMENT_STATUS {
+        answer::status_of(state, &op).await
+    } else {
+        answer::of_operation(state, &op).await
+    };
+    match answered {
         Ok(answer) => match serde_json::to_value(&answer) {
             Ok(structured) => ToolReply {
                 structured,

@@ -408,21 +408,34 @@ async fn every_state_has_its_answer() {
     let ready_id = |op: &Value| OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = || api.clock.now_ms();
 
-    // awaiting_approval: never a link (a capability) in the answer; this tenant has no notification
-    // endpoint, so the billing system must ask the customer, and the answer says so.
+    // awaiting_approval: never a link (a capability) in the answer. A status read asks nobody; a
+    // pay request would, but this tenant has no notification endpoint, so the billing system must
+    // ask the customer, and the answer says so.
     let waiting = api.create("INV-60", 2048).await;
     for _ in 0..OPEN_LINKS_MAX + 2 {
         let a = ask(waiting["id"].as_str().unwrap().into()).await;
         assert_eq!(a["outcome"], "approval_required");
         assert!(a.get("confirmation_url").is_none(), "{a}");
+        assert!(a.get("approval_request").is_none(), "{a}");
         assert!(!a.to_string().contains("/confirm/"), "{a}");
-        assert_eq!(a["approval_request"]["status"], "unavailable", "{a}");
+        let (p, _) = call_tool(
+            &api,
+            &api.assistant,
+            "openai_chat",
+            "call_pay",
+            "pay_invoice",
+            json!({"operation_id": waiting["id"]}),
+        )
+        .await;
+        assert_eq!(p["outcome"], "approval_required");
+        assert!(!p.to_string().contains("/confirm/"), "{p}");
+        assert_eq!(p["approval_request"]["status"], "unavailable", "{p}");
         assert!(
-            a["message"]
+            p["message"]
                 .as_str()
                 .unwrap()
                 .contains("must confirm it through the billing system"),
-            "{a}"
+            "{p}"
         );
     }
     // The service's own request is not starved by the assistant's calls.

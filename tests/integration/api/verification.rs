@@ -603,6 +603,20 @@ async fn an_assistant_cannot_starve_the_services_links_and_asks_the_customer_wit
             .0
         }
     };
+    // Status reads ask nobody.
+    for _ in 0..3 {
+        let (status, _) = call_tool(
+            &api,
+            &api.assistant,
+            "anthropic",
+            "toolu_status",
+            "get_payment_status",
+            json!({"operation_id": id_of(&op)}),
+        )
+        .await;
+        assert_eq!(status["outcome"], "approval_required");
+        assert!(status.get("approval_request").is_none(), "{status}");
+    }
     // An assistant in a loop: one request to the customer, then "already asked".
     let mut sent = 0;
     let first = pay().await;
