@@ -916,3 +916,80 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
     let exit = sigterm_and_wait(&mut child).await;
     assert!(exit.success(), "{exit}");
 }
+
+/// `payonce tenant set-verification`: generated secrets printed once, stored; bad settings refused
+/// with nothing stored.
+#[tokio::test]
+async fn the_operator_command_sets_a_tenants_verification() {
+    use crate::serve::{payonce, scratch};
+    let dir = scratch("tenant-set-verification");
+    let db = format!("sqlite:{}", dir.join("tenant.db").display());
+    let run = |args: Vec<&str>| {
+        let mut all = vec!["tenant", "--database-url", db.as_str()];
+        all.extend(args);
+        let mut command = payonce(&dir, &all);
+        async move { command.output().await.unwrap() }
+    };
+    let refused = run(vec![
+        "set-verification",
+        "--tenant",
+        "acme",
+        "--method",
+        "one-time-code",
+    ])
+    .await;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("needs a notify URL"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let set = run(vec![
+        "set-verification",
+        "--tenant",
+        "acme",
+        "--method",
+        "signed-assertion",
+        "--key-id",
+        "acme-2027",
+    ])
+    .await;
+    assert!(set.status.success(), "{set:?}");
+    let out = String::from_utf8_lossy(&set.stdout).to_string();
+    let key = out
+        .lines()
+        .find_map(|l| l.strip_prefix("assertion key (for the tenant's app; shown once): "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    assert_eq!(key.len(), 64, "256 bits, hex");
+    let ledger = payonce_shared::ledger::connect(&db, 1).await.unwrap();
+    let stored = ledger
+        .verification()
+        .tenant_verification(&TenantId::parse("acme").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.method, VerificationMethod::SignedAssertion);
+    assert_eq!(stored.assertion_key_id.as_deref(), Some("acme-2027"));
+    assert_eq!(stored.assertion_key.as_deref(), Some(key.as_str()));
+    assert!(stored.notify_url.is_none());
+    // A bad key id is refused and the stored setting is unchanged.
+    let bad = run(vec![
+        "set-verification",
+        "--tenant",
+        "acme",
+        "--method",
+        "signed-assertion",
+        "--key-id",
+        "no spaces allowed",
+    ])
+    .await;
+    assert!(!bad.status.success());
+    let after = ledger
+        .verification()
+        .tenant_verification(&TenantId::parse("acme").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, stored);
+}
