@@ -91,6 +91,13 @@ pub enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Tenant settings: `payonce tenant set-verification` (customer verification on the page).
+    Tenant {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: crate::tenant::TenantCommand,
+    },
     /// Runs the claim-and-submit daemon.
     Worker {
         #[command(flatten)]

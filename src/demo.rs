@@ -208,6 +208,22 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         created["status"]
     ));
 
+    // The demo plays acme's own app too: acme's customers approve with an assertion its app signs
+    // once they are logged in (a link alone approves nothing).
+    let secrets = payonce_api::verify::set_tenant_verification(
+        &ledger,
+        &tenant,
+        &payonce_api::verify::VerificationRequest {
+            method: payonce_shared::ledger::verification::VerificationMethod::SignedAssertion,
+            assertion_key_id: Some("acme-app".into()),
+            notify_url: None,
+        },
+        clock.now_ms(),
+    )
+    .await?;
+    let assertion_key = secrets
+        .assertion_key
+        .context("a signed-assertion tenant has a key")?;
     let link: serde_json::Value = http
         .post(format!(
             "{api_base}/v1/operations/{op_id}/approval-requests"
@@ -223,10 +239,23 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("no confirmation link")?
         .to_string();
-    p.done("confirmation link for the customer:");
+    p.done(
+        "confirmation link for the customer (it approves nothing without the customer's sign-in):",
+    );
     p.detail(&url);
+    let assertion = payonce_api::assertion::sign(
+        &assertion_key,
+        &payonce_api::assertion::Claims {
+            kid: "acme-app".into(),
+            sub: "cus_demo".into(),
+            op: op_id.as_str().into(),
+            exp: clock.now_ms() + 60_000,
+            nonce: payonce_shared::id::random_hex(16),
+        },
+    );
     let page = http
-        .get(&url)
+        // An assertion is base64url and dots: safe in a query as it is.
+        .get(format!("{url}?assertion={assertion}"))
         .send()
         .await?
         .error_for_status()?
@@ -240,7 +269,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let shown_hash = page[at..].chars().take(64).collect::<String>();
     let approved = http
         .post(&url)
-        .form(&[("details_hash", shown_hash.as_str())])
+        .form(&[
+            ("details_hash", shown_hash.as_str()),
+            ("assertion", assertion.as_str()),
+        ])
         .send()
         .await?;
     anyhow::ensure!(
@@ -248,7 +280,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         "approval failed: {}",
         approved.status()
     );
-    p.done("the customer saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
+    p.done("the customer signed in to acme's app (signed assertion), saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
 
     // A worker in its own process, armed to die right after the processor accepts the payment. The
     // stack's own worker starts only afterwards, so this one is the one that claims the payment.

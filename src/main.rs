@@ -5,6 +5,7 @@
 //! - `payonce serve`: the all-in-one process (api, worker, reconciler, simulator) for trying payonce.
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
 //!   `payonce keys create | list | revoke | rotate` manages API keys (`create-key` is the older spelling).
+//!   `payonce tenant set-verification` sets how customers prove who they are on the confirmation page.
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
@@ -12,7 +13,7 @@
 //!
 //! Modules: `cli` (the subcommands), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `keys` (the API key commands), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
+//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
 mod cli;
@@ -24,6 +25,8 @@ mod ops;
 mod progress;
 mod serve;
 mod settings;
+mod tenant;
+mod tenant_app;
 
 use anyhow::Context;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
@@ -162,6 +165,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             keys::create(&open(&common).await?, args, true).await
         }
         Command::Keys { common, command } => keys::run(&open(&common).await?, command).await,
+        Command::Tenant { common, command } => {
+            tenant::run(&open(&common).await?, command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Worker { common, worker } => {
             let ledger = open(&common).await?;
             let config = worker.config(owner_name("worker"));

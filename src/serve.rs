@@ -192,6 +192,27 @@ impl Stack {
     }
 }
 
+/// Plays the serve tenant's own app: registers one-time codes as its customers' verification, with
+/// the in-process tenant app (`tenant_app.rs`) as the notification endpoint.
+async fn start_tenant_app(stack: &mut Stack, tenant: &TenantId) -> anyhow::Result<()> {
+    use payonce_api::verify::{VerificationRequest, set_tenant_verification};
+    use payonce_shared::ledger::verification::VerificationMethod;
+    let (listener, notify_url) = crate::tenant_app::bind().await?;
+    let request = VerificationRequest {
+        method: VerificationMethod::OneTimeCode,
+        assertion_key_id: None,
+        notify_url: Some(notify_url),
+    };
+    let secrets =
+        set_tenant_verification(&stack.ledger, tenant, &request, SystemClock.now_ms()).await?;
+    let secret = secrets
+        .notify_secret
+        .context("a one-time-code tenant has a notification secret")?;
+    let app = crate::tenant_app::start(listener, secret, stack.stop.subscribe());
+    stack.tasks.push(app);
+    Ok(())
+}
+
 /// `payonce serve`: runs the stack until SIGTERM or Ctrl-C, after printing its URLs and its API keys
 /// (issued at the first start, reused after).
 pub async fn run(
@@ -264,6 +285,11 @@ pub async fn run(
         )
         .await?;
         let service = crate::keys::print_serve_keys(&tenant, &keys, keys_file.as_deref());
+        start_tenant_app(&mut stack, &tenant).await?;
+        println!(
+            "  customers of {tenant} approve with a one-time code; the built-in tenant app prints each \
+             link and code here (a real tenant sends them by email or SMS)"
+        );
         println!("Create an operation:");
         println!(
             "  curl -s {}/v1/operations -H 'authorization: Bearer {service}' -H 'content-type: application/json' \\\n    -d '{{\"business_key\":\"invoice:INV-1:pay\",\"details\":{{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}}}'",

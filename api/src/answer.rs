@@ -1,9 +1,12 @@
 //! What a repeated request returns (DESIGN.md): the operation's stored truth, never a new action.
 //! The same answer serves `POST /v1/operations/{id}/execute` and both assistant tools, as structured
-//! fields plus one sentence an assistant can relay word for word.
+//! fields plus one sentence an assistant can relay word for word. An answer never carries a
+//! capability: when the customer must approve, payonce asks them itself (through the tenant's
+//! endpoint, `verify::ask_customer`) and the answer says so, with no link or token in it.
 
 use crate::app::AppState;
-use crate::confirm::issue_link;
+use crate::verify::{self, Asked};
+use payonce_shared::ledger::verification::VerificationMethod;
 use payonce_shared::ledger::{LedgerError, Operation};
 use payonce_shared::state::Status;
 use serde::Serialize;
@@ -37,7 +40,7 @@ pub enum Outcome {
     Checking,
     /// A person is reviewing it.
     UnderReview,
-    /// The customer must approve it first; a fresh confirmation link is included.
+    /// The customer must approve it first; payonce asked them (see `approval_request`).
     ApprovalRequired,
     /// The processor definitively declined it.
     Failed,
@@ -71,14 +74,33 @@ pub struct Answer {
     /// Failure or rejection code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_code: Option<String>,
-    /// A fresh confirmation link, when approval is required.
+    /// When approval is required: how the customer was asked (never a link or token).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub confirmation_url: Option<String>,
-    /// When that link expires, ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confirmation_expires_at_ms: Option<i64>,
+    pub approval_request: Option<ApprovalRequest>,
     /// Always false: answering never creates or submits a payment.
     pub new_payment_submitted: bool,
+}
+
+/// How the customer was asked to approve, as an assistant may see it: no capability, only facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalRequest {
+    /// What payonce did just now.
+    pub status: Asked,
+    /// How the customer proves who they are (`signed_assertion`, `one_time_code`), if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<VerificationMethod>,
+}
+
+fn how(method: Option<VerificationMethod>) -> &'static str {
+    match method {
+        Some(VerificationMethod::OneTimeCode) => {
+            "they receive a confirmation link and a one-time code from the merchant"
+        }
+        Some(VerificationMethod::SignedAssertion) => {
+            "they confirm it after signing in to the merchant's app"
+        }
+        None => "through the billing system",
+    }
 }
 
 fn shown_result(result: Option<&Value>) -> Option<Value> {
@@ -90,13 +112,22 @@ fn shown_result(result: Option<&Value>) -> Option<Value> {
     Some(Value::Object(shown))
 }
 
-/// Builds the answer for `op`; creates a confirmation link when it awaits approval (nothing else is
-/// ever written).
+/// Builds the answer to a request to pay `op` (`execute`, `pay_invoice`); when it awaits approval,
+/// asks the customer (within the per-operation limits of `verify`), the only thing ever written.
 pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, LedgerError> {
+    build(state, op, true).await
+}
+
+/// Builds the answer to a status read (`get_payment_status`): never asks the customer, writes nothing.
+pub async fn status_of(state: &AppState, op: &Operation) -> Result<Answer, LedgerError> {
+    build(state, op, false).await
+}
+
+async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, LedgerError> {
     let amount = op.details.money().display();
     let invoice = op.details.invoice().to_string();
     let what = format!("The payment of {amount} for invoice {invoice}");
-    let mut confirmation = None;
+    let mut approval_request = None;
     let (outcome, message) = match op.status {
         Status::Succeeded => (
             Outcome::Succeeded,
@@ -119,23 +150,35 @@ pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, Le
             "The payment is being reviewed by a person. No new payment will be submitted while that review is open."
                 .to_string(),
         ),
+        Status::AwaitingApproval if !ask => (
+            Outcome::ApprovalRequired,
+            format!(
+                "{what} needs the customer's approval before it can be made. Nothing will be paid until they \
+                 confirm it."
+            ),
+        ),
         Status::AwaitingApproval => {
-            let sentence = match issue_link(state, op).await? {
-                Some(link) => {
-                    let sentence = format!(
-                        "{what} needs the customer's approval before it can be made. Ask the customer to \
-                         review and approve it here: {}",
-                        link.url
-                    );
-                    confirmation = Some(link);
-                    sentence
-                }
-                None => format!(
-                    "{what} needs the customer's approval before it can be made. Confirmation links were \
-                     already sent and are still open, so no new one was issued; ask the customer to use the \
-                     link they received."
+            let (asked, method) = verify::ask_customer(state, op).await?;
+            let sentence = match asked {
+                Asked::Sent => format!(
+                    "{what} needs the customer's approval before it can be made. The customer has been asked to \
+                     confirm it ({}). Nothing will be paid until they do.",
+                    how(method)
+                ),
+                Asked::AlreadyAsked => format!(
+                    "{what} needs the customer's approval before it can be made. The customer was already asked to \
+                     confirm it ({}), so no new request was sent. Nothing will be paid until they do.",
+                    how(method)
+                ),
+                Asked::Unavailable => format!(
+                    "{what} needs the customer's approval before it can be made. The customer must confirm it \
+                     through the billing system; nothing will be paid until they do."
                 ),
             };
+            approval_request = Some(ApprovalRequest {
+                status: asked,
+                method,
+            });
             (Outcome::ApprovalRequired, sentence)
         }
         Status::Failed => (
@@ -161,8 +204,7 @@ pub async fn of_operation(state: &AppState, op: &Operation) -> Result<Answer, Le
         reference: op.external_ref.clone(),
         result: shown_result(op.result.as_ref()),
         failure_code: op.failure_code.clone(),
-        confirmation_url: confirmation.as_ref().map(|l| l.url.clone()),
-        confirmation_expires_at_ms: confirmation.map(|l| l.expires_at_ms),
+        approval_request,
         new_payment_submitted: false,
     })
 }

@@ -44,6 +44,8 @@ pub struct AppState {
     shutdown: CancellationToken,
     /// Responses and latency, for `/metrics`.
     metrics: Arc<ApiMetrics>,
+    /// Deliveries to tenants' notification endpoints (`None` if its client could not be built).
+    notifier: Option<crate::notify::Notifier>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -64,6 +66,9 @@ impl AppState {
             config: Arc::new(config),
             shutdown: CancellationToken::new(),
             metrics: Arc::new(ApiMetrics::default()),
+            notifier: crate::notify::Notifier::new()
+                .inspect_err(|e| tracing::error!(error = %e, "no notification client: customer requests will not be sent"))
+                .ok(),
         }
     }
     /// The ledger.
@@ -85,6 +90,10 @@ impl AppState {
     /// The API's counters.
     pub fn metrics(&self) -> &ApiMetrics {
         &self.metrics
+    }
+    /// The notification client.
+    pub fn notifier(&self) -> Option<&crate::notify::Notifier> {
+        self.notifier.as_ref()
     }
 }
 

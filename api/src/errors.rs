@@ -35,6 +35,8 @@ pub enum ErrorCode {
     WrongState,
     /// The operation already has the most unused confirmation links allowed; nothing was issued.
     TooManyOpenLinks,
+    /// The tenant has no customer verification method, so no link could approve anything.
+    VerificationNotConfigured,
     /// `format` is not one of the supported tool-call formats.
     UnsupportedFormat,
     /// The tool-call envelope is not the named provider's shape (missing id, name, ...).
@@ -52,7 +54,7 @@ pub enum ErrorCode {
 }
 
 /// Every code, for the documentation test.
-pub const ALL_ERROR_CODES: [ErrorCode; 20] = [
+pub const ALL_ERROR_CODES: [ErrorCode; 21] = [
     ErrorCode::Unauthorized,
     ErrorCode::Forbidden,
     ErrorCode::OperationNotFound,
@@ -66,6 +68,7 @@ pub const ALL_ERROR_CODES: [ErrorCode; 20] = [
     ErrorCode::ApprovalMismatch,
     ErrorCode::WrongState,
     ErrorCode::TooManyOpenLinks,
+    ErrorCode::VerificationNotConfigured,
     ErrorCode::UnsupportedFormat,
     ErrorCode::InvalidToolCall,
     ErrorCode::WebhookSignatureInvalid,
@@ -92,6 +95,7 @@ impl ErrorCode {
             ErrorCode::ApprovalMismatch => "approval_mismatch",
             ErrorCode::WrongState => "wrong_state",
             ErrorCode::TooManyOpenLinks => "too_many_open_links",
+            ErrorCode::VerificationNotConfigured => "verification_not_configured",
             ErrorCode::UnsupportedFormat => "unsupported_format",
             ErrorCode::InvalidToolCall => "invalid_tool_call",
             ErrorCode::WebhookSignatureInvalid => "webhook_signature_invalid",
@@ -120,7 +124,8 @@ impl ErrorCode {
             ErrorCode::BusinessKeyConflict
             | ErrorCode::ApprovalMismatch
             | ErrorCode::WrongState
-            | ErrorCode::TooManyOpenLinks => StatusCode::CONFLICT,
+            | ErrorCode::TooManyOpenLinks
+            | ErrorCode::VerificationNotConfigured => StatusCode::CONFLICT,
             ErrorCode::Unavailable | ErrorCode::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -9,7 +9,10 @@
 //! - [`body`]: the JSON body extractor whose rejections speak the error table.
 //! - [`operations`]: the operations API for upstream services (create, approval links, approve, cancel, read).
 //! - [`answer`]: what a repeated request or a tool call returns: the operation's stored truth, as fields and a sentence.
-//! - [`confirm`]: the confirmation page and its single-use links.
+//! - [`confirm`]: the confirmation page: a single-use link plus the customer's own proof.
+//! - [`verify`]: customer verification per tenant: links with their codes, requests on an assistant's behalf.
+//! - [`assertion`]: the signed customer assertion a tenant's app hands the page.
+//! - [`notify`]: signed, retried deliveries to a tenant's notification endpoint.
 //! - [`page`]: HTML escaping and the layout the confirmation pages share.
 //! - [`tools`]: the assistant's two tools, their schema, and the provider-neutral call.
 //! - [`formats`]: tool definitions and tool-call/tool-result shapes of OpenAI Chat, OpenAI Responses, Anthropic, MCP.
@@ -21,6 +24,7 @@
 
 pub mod answer;
 pub mod app;
+pub mod assertion;
 pub mod auth;
 pub mod body;
 pub mod config;
@@ -31,10 +35,12 @@ pub mod health;
 pub mod keys;
 pub mod mcp;
 pub mod metrics;
+pub mod notify;
 pub mod openapi;
 pub mod operations;
 pub mod page;
 pub mod tools;
+pub mod verify;
 pub mod webhooks;
 
 pub use app::{ApiError, AppState, router, serve, serve_listener};

@@ -7,13 +7,14 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::config::duration_ms;
-use crate::confirm::{IssuedLink, OPEN_LINKS_MAX, issue_link};
 use crate::errors::{ErrorCode, HttpError};
+use crate::verify::{self, Issue, IssuedLink, OPEN_LINKS_MAX};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use payonce_shared::details::{Details, DetailsHash, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
 use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
@@ -164,7 +165,8 @@ pub async fn read(
     }))
 }
 
-/// `POST /v1/operations/{id}/approval-requests` (service): a fresh single-use confirmation link.
+/// `POST /v1/operations/{id}/approval-requests` (service): a fresh single-use confirmation link for
+/// the tenant's app to send; the page still needs the customer's own proof (`confirm.rs`).
 pub async fn request_approval(
     State(state): State<AppState>,
     caller: Caller,
@@ -172,15 +174,25 @@ pub async fn request_approval(
 ) -> Result<(StatusCode, Json<IssuedLink>), HttpError> {
     caller.require(&[Role::Service], "request approvals")?;
     let op = load(&state, &caller, &id).await?;
-    let link = issue_link(&state, &op).await?.ok_or_else(|| {
-        HttpError::new(
-            ErrorCode::TooManyOpenLinks,
-            format!(
-                "this operation already has {OPEN_LINKS_MAX} unused, unexpired confirmation links; \
-                 use one of them or wait until they expire"
-            ),
-        )
-    })?;
+    let link = match verify::issue_link(&state, &op, LinkOrigin::Service).await? {
+        Issue::Issued(link) => link,
+        Issue::TooManyOpen => {
+            return Err(HttpError::new(
+                ErrorCode::TooManyOpenLinks,
+                format!(
+                    "this operation already has {OPEN_LINKS_MAX} unused, unexpired confirmation links; \
+                     use one of them or wait until they expire"
+                ),
+            ));
+        }
+        Issue::NotConfigured => {
+            return Err(HttpError::new(
+                ErrorCode::VerificationNotConfigured,
+                "this tenant has no customer verification method, so a link could approve nothing; \
+                 an operator sets one with `payonce tenant set-verification`",
+            ));
+        }
+    };
     Ok((StatusCode::CREATED, Json(link)))
 }
 
@@ -234,7 +246,7 @@ pub async fn cancel(
 
 /// `POST /v1/operations/{id}/execute` (service, assistant): requests execution and returns the stored
 /// truth. An approved operation is already enqueued (the ledger is the queue), so this never writes
-/// to the operation; it only issues a confirmation link when approval is missing.
+/// to the operation; when approval is missing it asks the customer (never returning a link).
 pub async fn execute(
     State(state): State<AppState>,
     caller: Caller,

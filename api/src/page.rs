@@ -25,6 +25,9 @@ button:hover { background: #1a5fd0; }
 .result.warn { border-color: #bf8700; }
 .result.bad { border-color: #cf222e; }
 .fine { color: #6b7385; font-size: .85rem; margin-top: 1.5rem; }
+label { display: block; font-weight: 600; margin: 0 0 .4rem; }
+input.code { width: 100%; box-sizing: border-box; padding: .7rem; font-size: 1.3rem; letter-spacing: .3em;
+             border: 1px solid #c4c9d4; border-radius: 8px; margin: 0 0 1rem; }
 "#;
 
 /// Path the stylesheet is served at.

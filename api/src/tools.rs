@@ -43,7 +43,7 @@ pub const TOOLS: [ToolDef; 2] = [
         description: "Ask for the payment of an invoice that the billing system already set up, by its operation id. \
                       Amount, currency, customer and invoice come from the billing record and cannot be changed here. \
                       Calling it again is safe: it never creates a second payment and always returns the payment's \
-                      real state (succeeded, being processed, needs the customer's approval with a link, being \
+                      real state (succeeded, being processed, needs the customer's approval (payonce asks the customer itself), being \
                       checked, failed, ...). Relay the returned `message` to the user.",
         read_only: false,
     },
@@ -223,7 +223,13 @@ pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &Tool
     if let Err(e) = record(Some(op.id.clone())).await {
         return internal(&e);
     }
-    match answer::of_operation(state, &op).await {
+    // Only a request to pay asks the customer; a status read writes nothing.
+    let answered = if call.name == GET_PAYMENT_STATUS {
+        answer::status_of(state, &op).await
+    } else {
+        answer::of_operation(state, &op).await
+    };
+    match answered {
         Ok(answer) => match serde_json::to_value(&answer) {
             Ok(structured) => ToolReply {
                 structured,

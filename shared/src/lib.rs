@@ -9,6 +9,7 @@
 //! - [`processor`]: the processor trait, its contract, and the Stripe adapter.
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
 //! - [`failpoint`]: named failure points that crash tests arm.
+//! - [`signing`]: the HMAC signature every outbound call of payonce carries.
 
 pub mod clock;
 pub mod details;
@@ -18,4 +19,5 @@ pub mod ledger;
 pub mod metrics;
 pub mod money;
 pub mod processor;
+pub mod signing;
 pub mod state;

@@ -10,10 +10,11 @@ mod operations;
 mod processes;
 mod role_matrix;
 mod tools;
+mod verification;
 mod webhooks;
 
 use payonce_api::{ApiConfig, AppState, create_api_key, serve_listener};
-use payonce_shared::clock::ManualClock;
+use payonce_shared::clock::{Clock, ManualClock};
 use payonce_shared::details::RawDetails;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::{Role, SharedLedger};
@@ -28,6 +29,8 @@ pub const T0_MS: i64 = 1_800_000_000_000;
 pub const OTHER_TENANT: &str = "globex";
 /// Webhook secret the test API is configured with.
 pub const WEBHOOK_SECRET: &str = "whsec_test_payonce_api";
+/// The assertion key id of the test tenant's app.
+pub const ASSERTION_KEY_ID: &str = "k1";
 
 /// A running API with keys for every role, in two tenants.
 pub struct TestApi {
@@ -40,6 +43,8 @@ pub struct TestApi {
     pub on_call: String,
     pub other_service: String,
     pub other_assistant: String,
+    /// The test tenant's assertion key (its customers approve with signed assertions by default).
+    pub assertion_key: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -119,6 +124,19 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
     let on_call = key(tenant(), Role::OnCall, "alice").await;
     let other_service = key(other.clone(), Role::Service, "globex-billing").await;
     let other_assistant = key(other, Role::Assistant, "globex-bot").await;
+    let secrets = payonce_api::verify::set_tenant_verification(
+        &ledger,
+        &tenant(),
+        &payonce_api::verify::VerificationRequest {
+            method: payonce_shared::ledger::verification::VerificationMethod::SignedAssertion,
+            assertion_key_id: Some(ASSERTION_KEY_ID.into()),
+            notify_url: None,
+        },
+        T0_MS,
+    )
+    .await
+    .unwrap();
+    let assertion_key = secrets.assertion_key.unwrap();
     let state = AppState::new(ledger.clone(), clock.clone(), config);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -138,6 +156,7 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
         on_call,
         other_service,
         other_assistant,
+        assertion_key,
         stop: Some(stop),
         task: Some(task),
     }
@@ -217,6 +236,29 @@ impl TestApi {
             .await;
         assert_eq!(r.status, 201, "{}", r.text);
         r.json()["url"].as_str().unwrap().to_string()
+    }
+
+    /// An assertion the tenant's app signs for `customer` approving operation `op_id`, valid for
+    /// `ttl_ms` from the test clock's now, with a fresh nonce.
+    pub fn assertion(&self, op_id: &str, customer: &str, ttl_ms: i64) -> String {
+        payonce_api::assertion::sign(
+            &self.assertion_key,
+            &payonce_api::assertion::Claims {
+                kid: ASSERTION_KEY_ID.into(),
+                sub: customer.into(),
+                op: op_id.into(),
+                exp: self.clock.now_ms() + ttl_ms,
+                nonce: payonce_shared::id::random_hex(16),
+            },
+        )
+    }
+
+    /// `url` as the tenant's app redirects its logged-in customer (`cus_test`) to it.
+    pub fn signed_in(&self, url: &str, op_id: &str) -> String {
+        format!(
+            "{url}?assertion={}",
+            self.assertion(op_id, "cus_test", 60_000)
+        )
     }
 
     /// Operation rows in the test tenant (every state).

@@ -931,3 +931,154 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     }
     renewer.await.unwrap();
 }
+
+fn code_for(
+    op: &OperationId,
+    link_hash: &str,
+    delivery: &str,
+    expires_at_ms: i64,
+    attempt_max: i64,
+) -> payonce_shared::ledger::verification::ApprovalCode {
+    payonce_shared::ledger::verification::ApprovalCode {
+        delivery_id: delivery.into(),
+        operation_id: op.clone(),
+        link_hash: link_hash.into(),
+        code_hash: format!("hash-of-{delivery}"),
+        created_at_ms: T0,
+        expires_at_ms,
+        attempts: 0,
+        attempt_max,
+        used_at_ms: None,
+    }
+}
+
+fn link_for(
+    op: &payonce_shared::ledger::Operation,
+    token_hash: &str,
+) -> payonce_shared::ledger::ApprovalLink {
+    payonce_shared::ledger::ApprovalLink {
+        token_hash: token_hash.into(),
+        operation_id: op.id.clone(),
+        details_hash: op.details_hash.as_str().into(),
+        created_at_ms: T0,
+        expires_at_ms: T0 + 10_000,
+        used_at_ms: None,
+    }
+}
+
+#[tokio::test]
+async fn customer_verification_is_stored_single_use_and_bounded() {
+    use payonce_shared::ledger::verification::{
+        CodeAttempt, LinkOrigin, TenantVerification, VerificationMethod,
+    };
+    for_each_store(|ledger| async move {
+        let store = ledger.verification();
+        assert!(store.tenant_verification(&tenant()).await.unwrap().is_none());
+        let mut config = TenantVerification {
+            tenant: tenant(),
+            method: VerificationMethod::SignedAssertion,
+            assertion_key_id: Some("k1".into()),
+            assertion_key: Some("key".into()),
+            notify_url: None,
+            notify_secret: None,
+            updated_at_ms: T0,
+        };
+        store.set_tenant_verification(&config).await.unwrap();
+        assert_eq!(store.tenant_verification(&tenant()).await.unwrap(), Some(config.clone()));
+        config.method = VerificationMethod::OneTimeCode;
+        config.notify_url = Some("http://127.0.0.1:9/n".into());
+        config.notify_secret = Some("nsec".into());
+        store.set_tenant_verification(&config).await.unwrap();
+        assert_eq!(store.tenant_verification(&tenant()).await.unwrap(), Some(config.clone()));
+        // The CHECK constraints refuse a code method with nowhere to send codes.
+        let nowhere = TenantVerification { notify_url: None, notify_secret: None, ..config.clone() };
+        assert!(store.set_tenant_verification(&nowhere).await.is_err());
+
+        let op = ledger.create_or_get(new_op("INV-V1", 2048), T0).await.unwrap().operation;
+        assert!(store.use_assertion_nonce(&tenant(), "nonce-1", &op.id, T0, T0 + 1).await.unwrap());
+        assert!(!store.use_assertion_nonce(&tenant(), "nonce-1", &op.id, T0, T0 + 1).await.unwrap(), "replay");
+
+        // Budgets per origin: the assistant's links never use up the service's.
+        let code = code_for(&op.id, "a1", "dlv_a1", T0 + 5_000, 2);
+        assert!(store.create_link(&link_for(&op, "a1"), LinkOrigin::Assistant, 1, Some(&code)).await.unwrap());
+        assert!(!store.create_link(&link_for(&op, "a2"), LinkOrigin::Assistant, 1, None).await.unwrap());
+        assert!(store.create_link(&link_for(&op, "s1"), LinkOrigin::Service, 1, None).await.unwrap());
+        assert!(!ledger.create_approval_link(&link_for(&op, "s2"), 1).await.unwrap());
+
+        // Attempts are counted before comparing; the limit holds; a used or expired code is dead.
+        match store.count_code_attempt("a1", T0).await.unwrap() {
+            CodeAttempt::Counted(c) => assert_eq!((c.attempts, c.delivery_id.as_str()), (1, "dlv_a1")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(store.count_code_attempt("a1", T0).await.unwrap(), CodeAttempt::Counted(c) if c.attempts == 2));
+        assert_eq!(store.count_code_attempt("a1", T0).await.unwrap(), CodeAttempt::Exhausted);
+        assert_eq!(store.count_code_attempt("s1", T0).await.unwrap(), CodeAttempt::Missing);
+        let op2 = ledger.create_or_get(new_op("INV-V2", 2048), T0).await.unwrap().operation;
+        let code2 = code_for(&op2.id, "b1", "dlv_b1", T0 + 5_000, 5);
+        assert!(store.create_link(&link_for(&op2, "b1"), LinkOrigin::Service, 5, Some(&code2)).await.unwrap());
+        assert!(!store.use_code("dlv_b1", T0 + 5_000).await.unwrap(), "expired");
+        assert_eq!(store.count_code_attempt("b1", T0 + 5_000).await.unwrap(), CodeAttempt::Expired);
+        assert!(store.use_code("dlv_b1", T0).await.unwrap());
+        assert!(!store.use_code("dlv_b1", T0).await.unwrap(), "single use");
+        assert_eq!(store.count_code_attempt("b1", T0).await.unwrap(), CodeAttempt::Used);
+
+        // Customer requests: one per interval, a maximum per operation.
+        assert!(store.record_approval_notice(&op.id, T0, 2, 100).await.unwrap());
+        assert!(!store.record_approval_notice(&op.id, T0 + 99, 2, 100).await.unwrap());
+        assert!(store.record_approval_notice(&op.id, T0 + 100, 2, 100).await.unwrap());
+        assert!(!store.record_approval_notice(&op.id, T0 + 1_000, 2, 100).await.unwrap(), "max");
+        assert!(store.record_approval_notice(&op2.id, T0, 2, 100).await.unwrap(), "per operation");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_racing_proofs_and_requests_each_win_once() {
+    use payonce_shared::ledger::verification::{CodeAttempt, LinkOrigin};
+    let (ledger, _) = support::postgres_ledger().await;
+    let op = ledger
+        .create_or_get(new_op("INV-V3", 2048), T0)
+        .await
+        .unwrap()
+        .operation;
+    let code = code_for(&op.id, "r1", "dlv_r1", T0 + 5_000, 5);
+    assert!(
+        ledger
+            .verification()
+            .create_link(&link_for(&op, "r1"), LinkOrigin::Service, 5, Some(&code))
+            .await
+            .unwrap()
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let (ledger, id) = (ledger.clone(), op.id.clone());
+        tasks.spawn(async move {
+            let store = ledger.verification();
+            let nonce = store
+                .use_assertion_nonce(&tenant(), "racy", &id, T0, T0 + 1)
+                .await
+                .unwrap();
+            let notice = store
+                .record_approval_notice(&id, T0 + i, 3, 1_000)
+                .await
+                .unwrap();
+            let counted = matches!(
+                store.count_code_attempt("r1", T0).await.unwrap(),
+                CodeAttempt::Counted(_)
+            );
+            (nonce, notice, counted)
+        });
+    }
+    let results = tasks.join_all().await;
+    assert_eq!(results.iter().filter(|r| r.0).count(), 1, "one nonce use");
+    assert_eq!(
+        results.iter().filter(|r| r.1).count(),
+        1,
+        "one request per interval"
+    );
+    assert_eq!(
+        results.iter().filter(|r| r.2).count(),
+        5,
+        "exactly the allowed attempts"
+    );
+}

@@ -15,6 +15,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         include_str!("../../../migrations/postgres/0001_ledger.sql"),
     ),
     (
+        2,
+        "customer_verification",
+        include_str!("../../../migrations/postgres/0002_customer_verification.sql"),
+    ),
+    (
         4,
         "api_key_lifecycle",
         include_str!("../../../migrations/postgres/0004_api_key_lifecycle.sql"),
@@ -26,6 +31,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         1,
         "ledger",
         include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+    ),
+    (
+        2,
+        "customer_verification",
+        include_str!("../../../migrations/sqlite/0002_customer_verification.sql"),
     ),
     (
         4,

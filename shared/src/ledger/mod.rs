@@ -11,6 +11,7 @@ pub mod report;
 mod sql;
 pub mod sqlite;
 mod store;
+pub mod verification;
 
 pub use record::{
     ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,
@@ -237,6 +238,8 @@ pub struct ListFilter {
 pub trait Ledger: Send + Sync {
     /// Store name (`postgres`, `sqlite`).
     fn store(&self) -> &'static str;
+    /// The customer verification store (migration 0002) on the same database.
+    fn verification(&self) -> &dyn verification::VerificationLedger;
 
     /// Creates the operation, or returns the existing one for the same business key and details.
     /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.

@@ -133,10 +133,11 @@ pub const PING: &str = "SELECT 1";
 pub const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest, \
      MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 
-/// Inserts a link only while the operation has fewer than `$6` unused, unexpired ones.
+/// Inserts a service link only while the operation has fewer than `$6` unused, unexpired service
+/// links (links payonce minted for an assistant's request have their own budget: `verification.rs`).
 pub const INSERT_LINK: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
      expires_at) SELECT $1, $2, $3, $4, $5 WHERE (SELECT COUNT(*) FROM approval_links WHERE operation_id = $2 \
-     AND used_at IS NULL AND expires_at > $4) < $6";
+     AND used_at IS NULL AND expires_at > $4 AND origin = 'service') < $6";
 pub const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
 pub const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
      AND expires_at > $2";

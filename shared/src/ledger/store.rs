@@ -12,6 +12,10 @@ macro_rules! impl_ledger {
                 $name
             }
 
+            fn verification(&self) -> &dyn $crate::ledger::verification::VerificationLedger {
+                self
+            }
+
             async fn create_or_get(
                 &self,
                 new: $crate::ledger::NewOperation,

@@ -2,9 +2,16 @@
 //! Debian's chromium): approve, double submit, expired link, tampered details; then the ledger must
 //! show exactly one approval and nothing approved for the expired or tampered links.
 
-use super::{repo_root, spawn};
+use super::verification::{Inbox, use_codes_for};
+use super::{OTHER_TENANT, raw_details, repo_root, spawn};
 use crate::support::postgres_ledger;
-use payonce_shared::id::OperationId;
+use crate::support::processes::{self, payments_for};
+use payonce_shared::clock::Clock;
+use payonce_shared::id::{OperationId, TenantId};
+use payonce_shared::signing::TIMESTAMP_TOLERANCE_S;
+use payonce_simulator::SimulatorConfig;
+use payonce_worker::{Worker, WorkerConfig};
+use serde_json::json;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -44,10 +51,20 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
     let bigger = api.create("INV-93", 999_999).await;
 
     // The expired link is made first; the clock then passes its TTL before the others are made.
-    let expired_url = api.link(expire["id"].as_str().unwrap()).await;
+    // Every URL is the one the tenant's app redirects its logged-in customer to (link + assertion).
+    let expired_url = api.signed_in(
+        &api.link(expire["id"].as_str().unwrap()).await,
+        expire["id"].as_str().unwrap(),
+    );
     api.clock.advance_ms(15 * 60 * 1000 + 1_000);
-    let confirm_url = api.link(approve["id"].as_str().unwrap()).await;
-    let tamper_url = api.link(tamper["id"].as_str().unwrap()).await;
+    let confirm_url = api.signed_in(
+        &api.link(approve["id"].as_str().unwrap()).await,
+        approve["id"].as_str().unwrap(),
+    );
+    let tamper_url = api.signed_in(
+        &api.link(tamper["id"].as_str().unwrap()).await,
+        tamper["id"].as_str().unwrap(),
+    );
 
     let screens = std::env::temp_dir().join("payonce-browser");
     std::fs::create_dir_all(&screens).unwrap();
@@ -100,5 +117,153 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
         assert_eq!(op.status.as_str(), "awaiting_approval", "{}", op.id);
         assert!(api.ledger.latest_approval(&op.id).await.unwrap().is_none());
     }
+    api.stop().await;
+}
+
+/// Runs one node test file with `envs`; returns its stdout after asserting it passed.
+async fn run_node(script: &str, envs: &[(&str, String)]) -> String {
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg("--test")
+        .arg("--test-reporter=spec")
+        .arg(repo_root().join("tests/browser").join(script))
+        .current_dir(repo_root().join("tests/browser"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let child = command.spawn().expect("run node (is Node.js installed?)");
+    let output = tokio::time::timeout(BROWSER_RUN_DEADLINE, child.wait_with_output())
+        .await
+        .expect("the browser test finishes in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "node --test {script} failed");
+    stdout
+}
+
+#[tokio::test]
+async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code() {
+    ensure_browser();
+    let api = spawn(postgres_ledger().await.0).await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let worker = Worker::new(
+        api.ledger.clone(),
+        processes::stripe(&sim, None),
+        api.clock.clone(),
+        WorkerConfig::new("browser-worker"),
+    )
+    .unwrap();
+
+    // The assistant's target, in the signed-assertion tenant: its answer has no link, and a link it
+    // got hold of anyway, bare or with an assertion it signed itself, is refused.
+    let target = api.create("INV-140", 2048).await;
+    let target_id = target["id"].as_str().unwrap();
+    let answer = api
+        .post(
+            &format!("/v1/operations/{target_id}/execute"),
+            &api.assistant,
+            json!({}),
+        )
+        .await;
+    assert!(!answer.text.contains("/confirm/"), "{}", answer.text);
+    let leaked = api.link(target_id).await;
+    let forged = payonce_api::assertion::sign(
+        "a key the assistant guessed",
+        &payonce_api::assertion::Claims {
+            kid: super::ASSERTION_KEY_ID.into(),
+            sub: "cus_test".into(),
+            op: target_id.into(),
+            exp: api.clock.now_ms() + 60_000,
+            nonce: "n".repeat(32),
+        },
+    );
+
+    // A one-time-code tenant: the test plays its endpoint, checks the signature, reads the code.
+    let globex = TenantId::parse(OTHER_TENANT).unwrap();
+    let inbox = Inbox::start(0).await;
+    let secret = use_codes_for(&api, &globex, &inbox).await;
+    let created = api
+        .post(
+            "/v1/operations",
+            &api.other_service,
+            json!({"business_key": "invoice:G-140:pay", "details": raw_details("G-140", 2048)}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let paid = created.json();
+    let paid_id = paid["id"].as_str().unwrap();
+    let link = api
+        .post(
+            &format!("/v1/operations/{paid_id}/approval-requests"),
+            &api.other_service,
+            json!({}),
+        )
+        .await;
+    assert_eq!(link.status, 201, "{}", link.text);
+    let code_url = link.json()["url"].as_str().unwrap().to_string();
+    let delivery = inbox.wait_for(1).await.remove(0);
+    payonce_shared::signing::verify(
+        &secret,
+        &delivery.signature,
+        &delivery.body,
+        api.clock.now_ms() / 1000,
+        TIMESTAMP_TOLERANCE_S,
+    )
+    .expect("signed with the tenant's secret");
+    let code = delivery.json()["code"].as_str().unwrap().to_string();
+    let wrong = if code == "000000" { "000001" } else { "000000" };
+
+    let screens = std::env::temp_dir().join("payonce-browser");
+    std::fs::create_dir_all(&screens).unwrap();
+    let stdout = run_node(
+        "verification.test.mjs",
+        &[
+            ("PAYONCE_LEAKED_URL", leaked.clone()),
+            ("PAYONCE_FORGED_URL", format!("{leaked}?assertion={forged}")),
+            ("PAYONCE_CODE_URL", code_url),
+            ("PAYONCE_CODE", code),
+            ("PAYONCE_WRONG_CODE", wrong.to_string()),
+            (
+                "PAYONCE_SCREENSHOT_DIR",
+                screens.to_string_lossy().to_string(),
+            ),
+        ],
+    )
+    .await;
+    assert!(stdout.contains("pass 2"), "two browser tests passed");
+
+    // The assistant's target never left awaiting_approval and was never paid; the customer's was,
+    // once (so the processor check could see a payment).
+    let target_op = api
+        .ledger
+        .get_unscoped(&OperationId::parse(target_id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(target_op.status.as_str(), "awaiting_approval");
+    assert!(
+        api.ledger
+            .latest_approval(&target_op.id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(worker.run_once().await.unwrap(), 1, "only the customer's");
+    assert_eq!(payments_for(&sim, target_id).await, 0);
+    assert_eq!(payments_for(&sim, paid_id).await, 1);
+    let events = api
+        .ledger
+        .events(&OperationId::parse(paid_id).unwrap())
+        .await
+        .unwrap();
+    let approve = events.iter().find(|e| e.event == "approve").unwrap();
+    assert_eq!(
+        approve.detail.as_deref(),
+        Some(format!("one_time_code:{}", delivery.delivery_id).as_str())
+    );
+    sim.shutdown().await;
     api.stop().await;
 }

@@ -1,12 +1,13 @@
-//! The confirmation page over plain HTTP: single use, expiry, tampering, racing submits, escaping and
-//! security headers. (The browser test drives the same page in Chromium.)
+//! The confirmation page over plain HTTP, for a tenant whose app signs customer assertions: single
+//! use, expiry, tampering, racing submits, escaping and security headers. (The browser test drives
+//! the same page in Chromium; `verification.rs` covers the proofs themselves.)
 
 use super::{Reply, TestApi, spawn, token_of};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_shared::id::OperationId;
 use serde_json::Value;
 
-async fn page(api: &TestApi, url: &str) -> Reply {
+pub async fn page(api: &TestApi, url: &str) -> Reply {
     let resp = api.http.get(url).send().await.unwrap();
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
@@ -17,14 +18,8 @@ async fn page(api: &TestApi, url: &str) -> Reply {
     }
 }
 
-async fn submit(api: &TestApi, url: &str, details_hash: &str) -> Reply {
-    let resp = api
-        .http
-        .post(url)
-        .form(&[("details_hash", details_hash)])
-        .send()
-        .await
-        .unwrap();
+pub async fn submit(api: &TestApi, url: &str, fields: &[(&str, &str)]) -> Reply {
+    let resp = api.http.post(url).form(fields).send().await.unwrap();
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     Reply {
@@ -41,7 +36,7 @@ pub fn hidden_hash(html: &str) -> String {
     html[start..start + 64].to_string()
 }
 
-async fn status_of(api: &TestApi, op: &Value) -> String {
+pub async fn status_of(api: &TestApi, op: &Value) -> String {
     let r = api
         .get(
             &format!("/v1/operations/{}", op["id"].as_str().unwrap()),
@@ -51,7 +46,7 @@ async fn status_of(api: &TestApi, op: &Value) -> String {
     r.json()["status"].as_str().unwrap().to_string()
 }
 
-fn assert_secure(r: &Reply) {
+pub fn assert_secure(r: &Reply) {
     assert_eq!(r.header("cache-control"), "no-store");
     assert_eq!(r.header("x-frame-options"), "DENY");
     assert_eq!(r.header("referrer-policy"), "no-referrer");
@@ -69,7 +64,8 @@ async fn a_link_shows_the_exact_details_and_approves_once() {
     let op = api.create("INV-70", 2048).await;
     let url = api.link(op["id"].as_str().unwrap()).await;
     assert_eq!(token_of(&url).len(), 64, "256-bit token");
-    let shown = page(&api, &url).await;
+    let assertion = api.assertion(op["id"].as_str().unwrap(), "cus_test", 60_000);
+    let shown = page(&api, &format!("{url}?assertion={assertion}")).await;
     assert_eq!(shown.status, 200);
     assert_secure(&shown);
     assert!(shown.text.contains("20.48 USD"));
@@ -94,24 +90,38 @@ async fn a_link_shows_the_exact_details_and_approves_once() {
         .unwrap();
     assert!(by_hash.is_some());
 
-    let approved = submit(&api, &url, &hash).await;
+    let form = [
+        ("details_hash", hash.as_str()),
+        ("assertion", assertion.as_str()),
+    ];
+    let approved = submit(&api, &url, &form).await;
     assert_eq!(approved.status, 200, "{}", approved.text);
     assert_secure(&approved);
     assert!(approved.text.contains("Payment approved"));
     assert_eq!(status_of(&api, &op).await, "ready");
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let approval = api.ledger.latest_approval(&id).await.unwrap().unwrap();
-    assert_eq!(approval.method, "confirmation_page");
+    // The audit trail names the method and its evidence (the assertion's nonce), never a secret.
+    let nonce = approval.method.strip_prefix("signed_assertion:").unwrap();
+    assert_eq!(nonce.len(), 32, "{}", approval.method);
+    assert!(!approval.method.contains(&api.assertion_key));
     assert_eq!(approval.approved_by, "customer:cus_test");
     assert_eq!(approval.details_hash, hash);
 
-    let again = submit(&api, &url, &hash).await;
+    let again = submit(&api, &url, &form).await;
     assert_eq!(again.status, 409);
     assert!(again.text.contains("already used"));
+    assert_eq!(again.header("payonce-error-code"), "link_used");
     let reopened = page(&api, &url).await;
     assert_eq!(reopened.status, 409);
     let events = api.ledger.events(&id).await.unwrap();
-    assert_eq!(events.iter().filter(|e| e.event == "approve").count(), 1);
+    let approvals: Vec<_> = events.iter().filter(|e| e.event == "approve").collect();
+    assert_eq!(approvals.len(), 1);
+    assert_eq!(approvals[0].actor, "customer:cus_test");
+    assert_eq!(
+        approvals[0].detail.as_deref(),
+        Some(format!("signed_assertion:{nonce}").as_str())
+    );
     api.stop().await;
 }
 
@@ -120,12 +130,23 @@ async fn an_expired_link_approves_nothing() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create("INV-71", 2048).await;
     let url = api.link(op["id"].as_str().unwrap()).await;
-    let hash = hidden_hash(&page(&api, &url).await.text);
+    let hash = hidden_hash(
+        &page(&api, &api.signed_in(&url, op["id"].as_str().unwrap()))
+            .await
+            .text,
+    );
     api.clock.advance_ms(15 * 60 * 1000);
-    let shown = page(&api, &url).await;
+    let assertion = api.assertion(op["id"].as_str().unwrap(), "cus_test", 60_000);
+    let shown = page(&api, &format!("{url}?assertion={assertion}")).await;
     assert_eq!(shown.status, 410);
     assert!(shown.text.contains("expired"));
-    let posted = submit(&api, &url, &hash).await;
+    assert_eq!(shown.header("payonce-error-code"), "link_expired");
+    let posted = submit(
+        &api,
+        &url,
+        &[("details_hash", &hash), ("assertion", &assertion)],
+    )
+    .await;
     assert_eq!(posted.status, 410);
     assert_eq!(status_of(&api, &op).await, "awaiting_approval");
     api.stop().await;
@@ -137,21 +158,46 @@ async fn tampered_details_approve_nothing() {
     let op = api.create("INV-72", 2048).await;
     let other = api.create("INV-73", 999_999).await;
     let url = api.link(op["id"].as_str().unwrap()).await;
+    let assertion = api.assertion(op["id"].as_str().unwrap(), "cus_test", 60_000);
     // The hash of another operation's (bigger) details, and garbage.
-    let tampered = submit(&api, &url, other["details_hash"].as_str().unwrap()).await;
+    let tampered = submit(
+        &api,
+        &url,
+        &[
+            ("details_hash", other["details_hash"].as_str().unwrap()),
+            ("assertion", &assertion),
+        ],
+    )
+    .await;
     assert_eq!(tampered.status, 409);
     assert!(tampered.text.contains("did not match"));
+    assert_eq!(tampered.header("payonce-error-code"), "details_mismatch");
     assert_eq!(status_of(&api, &op).await, "awaiting_approval");
     assert_eq!(status_of(&api, &other).await, "awaiting_approval");
-    // The link is spent: a tamperer gets one try, and the customer asks for a new link.
-    let retry = submit(&api, &url, op["details_hash"].as_str().unwrap()).await;
-    assert_eq!(retry.status, 409);
-    assert_eq!(status_of(&api, &op).await, "awaiting_approval");
-
-    let url2 = api.link(op["id"].as_str().unwrap()).await;
-    let garbage = submit(&api, &url2, "<script>alert(1)</script>").await;
+    let garbage = submit(
+        &api,
+        &url,
+        &[
+            ("details_hash", "<script>alert(1)</script>"),
+            ("assertion", &assertion),
+        ],
+    )
+    .await;
     assert_eq!(garbage.status, 409);
     assert!(!garbage.text.contains("<script>"));
+    // A refusal changed nothing: neither the link nor the assertion was spent, so the customer's
+    // real approval still goes through.
+    let real = submit(
+        &api,
+        &url,
+        &[
+            ("details_hash", op["details_hash"].as_str().unwrap()),
+            ("assertion", &assertion),
+        ],
+    )
+    .await;
+    assert_eq!(real.status, 200, "{}", real.text);
+    assert_eq!(status_of(&api, &other).await, "awaiting_approval");
     let invalid = page(&api, &format!("{}/confirm/{}", api.base, "f".repeat(64))).await;
     assert_eq!(invalid.status, 404);
     let short = page(&api, &format!("{}/confirm/abc", api.base)).await;
@@ -163,12 +209,30 @@ async fn tampered_details_approve_nothing() {
 async fn racing_submits_of_one_link_approve_exactly_once() {
     let api = std::sync::Arc::new(spawn(postgres_ledger().await.0).await);
     let op = api.create("INV-74", 2048).await;
-    let url = api.link(op["id"].as_str().unwrap()).await;
+    // Two links and one assertion, raced: the nonce and each link are single-use.
+    let urls = [
+        api.link(op["id"].as_str().unwrap()).await,
+        api.link(op["id"].as_str().unwrap()).await,
+    ];
+    let assertion = api.assertion(op["id"].as_str().unwrap(), "cus_test", 60_000);
     let hash = op["details_hash"].as_str().unwrap().to_string();
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..20 {
-        let (api, url, hash) = (api.clone(), url.clone(), hash.clone());
-        tasks.spawn(async move { submit(&api, &url, &hash).await.status });
+    for i in 0..20 {
+        let (api, url, hash, assertion) = (
+            api.clone(),
+            urls[i % 2].clone(),
+            hash.clone(),
+            assertion.clone(),
+        );
+        tasks.spawn(async move {
+            submit(
+                &api,
+                &url,
+                &[("details_hash", &hash), ("assertion", &assertion)],
+            )
+            .await
+            .status
+        });
     }
     let statuses = tasks.join_all().await;
     assert_eq!(

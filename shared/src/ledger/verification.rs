@@ -1,0 +1,401 @@
+//! What customer verification stores (migration 0002): each tenant's verification method and keys,
+//! used assertion nonces, one-time codes and the approval requests payonce sent for an assistant.
+//! A trait of its own, reached through [`Ledger::verification`](super::Ledger::verification), so the
+//! core ledger stays about operations.
+
+use super::LedgerError;
+use crate::id::{OperationId, TenantId};
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+/// How a tenant's customers prove, on the confirmation page, that they are the customer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerificationMethod {
+    /// The tenant's app signs a short-lived assertion for its logged-in customer.
+    SignedAssertion,
+    /// payonce sends a one-time code to the tenant's notification endpoint, which delivers it.
+    OneTimeCode,
+}
+
+impl VerificationMethod {
+    /// The stored (and CLI) name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            VerificationMethod::SignedAssertion => "signed_assertion",
+            VerificationMethod::OneTimeCode => "one_time_code",
+        }
+    }
+
+    /// Parses a stored or typed name.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "signed_assertion" => Some(VerificationMethod::SignedAssertion),
+            "one_time_code" => Some(VerificationMethod::OneTimeCode),
+            _ => None,
+        }
+    }
+}
+
+/// A tenant's verification settings. The keys are symmetric HMAC keys (payonce computes the same MAC
+/// the tenant does), so they are stored as issued; the table is as sensitive as the API key table's
+/// owner, and no read path shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TenantVerification {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The method its confirmation page requires.
+    pub method: VerificationMethod,
+    /// The id of the assertion key, carried in every assertion (`kid`).
+    pub assertion_key_id: Option<String>,
+    /// The assertion key (signed-assertion method).
+    pub assertion_key: Option<String>,
+    /// Where approval requests and codes are POSTed.
+    pub notify_url: Option<String>,
+    /// What those POSTs are signed with.
+    pub notify_secret: Option<String>,
+    /// Last set, ms.
+    pub updated_at_ms: i64,
+}
+
+impl std::fmt::Debug for TenantVerification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the keys.
+        f.debug_struct("TenantVerification")
+            .field("tenant", &self.tenant)
+            .field("method", &self.method)
+            .field("assertion_key_id", &self.assertion_key_id)
+            .field("notify_url", &self.notify_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One one-time code, as stored (only its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalCode {
+    /// The delivery id, sent with the code and recorded as the approval's evidence.
+    pub delivery_id: String,
+    /// The operation.
+    pub operation_id: OperationId,
+    /// The link the code belongs to (its token's hash).
+    pub link_hash: String,
+    /// SHA-256 of the delivery id and the code.
+    pub code_hash: String,
+    /// Created, ms.
+    pub created_at_ms: i64,
+    /// Expires, ms.
+    pub expires_at_ms: i64,
+    /// Attempts counted so far.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub attempt_max: i64,
+    /// Used, ms.
+    pub used_at_ms: Option<i64>,
+}
+
+/// Who asked for a confirmation link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkOrigin {
+    /// The tenant's service (`POST /v1/operations/{id}/approval-requests`).
+    Service,
+    /// payonce itself, because an assistant asked to pay.
+    Assistant,
+}
+
+impl LinkOrigin {
+    /// The stored name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LinkOrigin::Service => "service",
+            LinkOrigin::Assistant => "assistant",
+        }
+    }
+}
+
+/// The result of counting one attempt at a link's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeAttempt {
+    /// The attempt was counted; compare the typed code with this one's hash.
+    Counted(ApprovalCode),
+    /// The link has no code.
+    Missing,
+    /// The code was already used.
+    Used,
+    /// Every allowed attempt was spent.
+    Exhausted,
+    /// The code expired.
+    Expired,
+}
+
+/// The verification store.
+#[async_trait]
+pub trait VerificationLedger: Send + Sync {
+    /// Sets (replaces) a tenant's verification settings.
+    async fn set_tenant_verification(&self, v: &TenantVerification) -> Result<(), LedgerError>;
+    /// A tenant's settings; `None` when none were set.
+    async fn tenant_verification(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<TenantVerification>, LedgerError>;
+    /// Records an assertion nonce as used. False: it was used before (a replay, or a race lost).
+    async fn use_assertion_nonce(
+        &self,
+        tenant: &TenantId,
+        nonce: &str,
+        operation: &OperationId,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool, LedgerError>;
+    /// Inserts a link (and its code, in the same transaction) while the operation has fewer than
+    /// `open_max` unused, unexpired links of the same origin. False: none was inserted.
+    async fn create_link(
+        &self,
+        link: &super::ApprovalLink,
+        origin: LinkOrigin,
+        open_max: u32,
+        code: Option<&ApprovalCode>,
+    ) -> Result<bool, LedgerError>;
+    /// Counts one attempt at the link's live code (before the caller compares it), or says why
+    /// there is none to try.
+    async fn count_code_attempt(
+        &self,
+        link_hash: &str,
+        now_ms: i64,
+    ) -> Result<CodeAttempt, LedgerError>;
+    /// Marks a code used. False: it was used already or expired (a racing second use loses).
+    async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError>;
+    /// Records that payonce asked the customer to approve, if the operation has had fewer than
+    /// `max` such requests and none in the last `interval_ms`. False: over the limit, nothing sent.
+    async fn record_approval_notice(
+        &self,
+        operation: &OperationId,
+        now_ms: i64,
+        max: u32,
+        interval_ms: i64,
+    ) -> Result<bool, LedgerError>;
+}
+
+const UPSERT_TENANT: &str = "INSERT INTO tenant_verification (tenant_id, method, assertion_key_id, assertion_key, \
+     notify_url, notify_secret, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+     ON CONFLICT (tenant_id) DO UPDATE SET method = $2, assertion_key_id = $3, assertion_key = $4, \
+     notify_url = $5, notify_secret = $6, updated_at = $7";
+const SELECT_TENANT: &str = "SELECT * FROM tenant_verification WHERE tenant_id = $1";
+const INSERT_NONCE: &str = "INSERT INTO used_assertions (tenant_id, nonce, operation_id, used_at, expires_at) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, nonce) DO NOTHING";
+/// A link counted against the open links of its own origin only.
+const INSERT_LINK_OF: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
+     expires_at, origin) SELECT $1, $2, $3, $4, $5, $7 WHERE (SELECT COUNT(*) FROM approval_links \
+     WHERE operation_id = $2 AND used_at IS NULL AND expires_at > $4 AND origin = $7) < $6";
+const INSERT_CODE: &str = "INSERT INTO approval_codes (delivery_id, operation_id, link_hash, code_hash, created_at, \
+     expires_at, attempts, attempt_max) VALUES ($1, $2, $3, $4, $5, $6, 0, $7)";
+/// Counts an attempt first, in one conditional statement: two racing guesses cannot both slip under
+/// the limit.
+const COUNT_CODE_ATTEMPT: &str = "UPDATE approval_codes SET attempts = attempts + 1 WHERE link_hash = $1 \
+     AND used_at IS NULL AND expires_at > $2 AND attempts < attempt_max RETURNING *";
+const LATEST_CODE: &str =
+    "SELECT * FROM approval_codes WHERE link_hash = $1 ORDER BY created_at DESC LIMIT 1";
+const USE_CODE: &str = "UPDATE approval_codes SET used_at = $2 WHERE delivery_id = $1 AND used_at IS NULL \
+     AND expires_at > $2";
+/// Numbered per operation: two racing requests compute the same number and the primary key lets
+/// only one in.
+const INSERT_NOTICE: &str = "INSERT INTO approval_notices (operation_id, seq, at) \
+     SELECT $1, COUNT(*), $2 FROM approval_notices WHERE operation_id = $1 \
+     HAVING COUNT(*) < $3 AND COALESCE(MAX(at), $2 - $4) <= $2 - $4 \
+     ON CONFLICT (operation_id, seq) DO NOTHING";
+
+fn corrupt(e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Corrupt(e.to_string())
+}
+
+fn decode_tenant<'r, R>(row: &'r R) -> Result<TenantVerification, LedgerError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let method: String = row.try_get("method")?;
+    let tenant: String = row.try_get("tenant_id")?;
+    Ok(TenantVerification {
+        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+        method: VerificationMethod::parse(&method)
+            .ok_or_else(|| corrupt(format!("verification method {method}")))?,
+        assertion_key_id: row.try_get("assertion_key_id")?,
+        assertion_key: row.try_get("assertion_key")?,
+        notify_url: row.try_get("notify_url")?,
+        notify_secret: row.try_get("notify_secret")?,
+        updated_at_ms: row.try_get("updated_at")?,
+    })
+}
+
+fn decode_code<'r, R>(row: &'r R) -> Result<ApprovalCode, LedgerError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let op: String = row.try_get("operation_id")?;
+    Ok(ApprovalCode {
+        delivery_id: row.try_get("delivery_id")?,
+        operation_id: OperationId::parse(&op).map_err(corrupt)?,
+        link_hash: row.try_get("link_hash")?,
+        code_hash: row.try_get("code_hash")?,
+        created_at_ms: row.try_get("created_at")?,
+        expires_at_ms: row.try_get("expires_at")?,
+        attempts: row.try_get("attempts")?,
+        attempt_max: row.try_get("attempt_max")?,
+        used_at_ms: row.try_get("used_at")?,
+    })
+}
+
+macro_rules! impl_verification {
+    ($store:ty) => {
+        #[async_trait]
+        impl VerificationLedger for $store {
+            async fn set_tenant_verification(
+                &self,
+                v: &TenantVerification,
+            ) -> Result<(), LedgerError> {
+                sqlx::query(UPSERT_TENANT)
+                    .bind(v.tenant.as_str())
+                    .bind(v.method.as_str())
+                    .bind(v.assertion_key_id.as_deref())
+                    .bind(v.assertion_key.as_deref())
+                    .bind(v.notify_url.as_deref())
+                    .bind(v.notify_secret.as_deref())
+                    .bind(v.updated_at_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn tenant_verification(
+                &self,
+                tenant: &TenantId,
+            ) -> Result<Option<TenantVerification>, LedgerError> {
+                let row = sqlx::query(SELECT_TENANT)
+                    .bind(tenant.as_str())
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.as_ref().map(decode_tenant).transpose()
+            }
+
+            async fn use_assertion_nonce(
+                &self,
+                tenant: &TenantId,
+                nonce: &str,
+                operation: &OperationId,
+                now_ms: i64,
+                expires_at_ms: i64,
+            ) -> Result<bool, LedgerError> {
+                let done = sqlx::query(INSERT_NONCE)
+                    .bind(tenant.as_str())
+                    .bind(nonce)
+                    .bind(operation.as_str())
+                    .bind(now_ms)
+                    .bind(expires_at_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn create_link(
+                &self,
+                link: &super::ApprovalLink,
+                origin: LinkOrigin,
+                open_max: u32,
+                code: Option<&ApprovalCode>,
+            ) -> Result<bool, LedgerError> {
+                let mut tx = self.pool().begin().await?;
+                let done = sqlx::query(INSERT_LINK_OF)
+                    .bind(&link.token_hash)
+                    .bind(link.operation_id.as_str())
+                    .bind(&link.details_hash)
+                    .bind(link.created_at_ms)
+                    .bind(link.expires_at_ms)
+                    .bind(i64::from(open_max))
+                    .bind(origin.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() != 1 {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+                if let Some(c) = code {
+                    sqlx::query(INSERT_CODE)
+                        .bind(&c.delivery_id)
+                        .bind(c.operation_id.as_str())
+                        .bind(&c.link_hash)
+                        .bind(&c.code_hash)
+                        .bind(c.created_at_ms)
+                        .bind(c.expires_at_ms)
+                        .bind(c.attempt_max)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn count_code_attempt(
+                &self,
+                link_hash: &str,
+                now_ms: i64,
+            ) -> Result<CodeAttempt, LedgerError> {
+                let counted = sqlx::query(COUNT_CODE_ATTEMPT)
+                    .bind(link_hash)
+                    .bind(now_ms)
+                    .fetch_optional(self.pool())
+                    .await?;
+                if let Some(row) = counted {
+                    return Ok(CodeAttempt::Counted(decode_code(&row)?));
+                }
+                let latest = sqlx::query(LATEST_CODE)
+                    .bind(link_hash)
+                    .fetch_optional(self.pool())
+                    .await?;
+                let Some(row) = latest else {
+                    return Ok(CodeAttempt::Missing);
+                };
+                let code = decode_code(&row)?;
+                Ok(if code.used_at_ms.is_some() {
+                    CodeAttempt::Used
+                } else if code.attempts >= code.attempt_max {
+                    CodeAttempt::Exhausted
+                } else {
+                    CodeAttempt::Expired
+                })
+            }
+
+            async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError> {
+                let done = sqlx::query(USE_CODE)
+                    .bind(delivery_id)
+                    .bind(now_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn record_approval_notice(
+                &self,
+                operation: &OperationId,
+                now_ms: i64,
+                max: u32,
+                interval_ms: i64,
+            ) -> Result<bool, LedgerError> {
+                let done = sqlx::query(INSERT_NOTICE)
+                    .bind(operation.as_str())
+                    .bind(now_ms)
+                    .bind(i64::from(max))
+                    .bind(interval_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+        }
+    };
+}
+
+impl_verification!(super::postgres::PostgresLedger);
+impl_verification!(super::sqlite::SqliteLedger);

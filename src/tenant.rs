@@ -1,0 +1,76 @@
+//! `payonce tenant set-verification`: how a tenant's customers prove, on the confirmation page, that
+//! they are the customer (docs/runbook.md). The secrets are generated here and printed once: the
+//! operator never types one, so none lands in a shell history.
+
+use clap::{Subcommand, ValueEnum};
+use payonce_api::verify::{VerificationRequest, set_tenant_verification};
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::SharedLedger;
+use payonce_shared::ledger::verification::VerificationMethod;
+
+/// The tenant commands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TenantCommand {
+    /// Sets the tenant's customer verification method; prints the generated key and secret once.
+    SetVerification {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// signed-assertion (the tenant's app signs for its logged-in customer) or one-time-code.
+        #[arg(long, value_enum)]
+        method: Method,
+        /// The assertion key's id, carried in every assertion (signed-assertion only).
+        #[arg(long)]
+        key_id: Option<String>,
+        /// The tenant's endpoint for approval requests and codes (required for one-time-code).
+        #[arg(long)]
+        notify_url: Option<String>,
+    },
+}
+
+/// A verification method as typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// A signed customer assertion from the tenant's app.
+    SignedAssertion,
+    /// A one-time code sent to the tenant's endpoint.
+    OneTimeCode,
+}
+
+/// Runs a tenant command.
+pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Result<()> {
+    match command {
+        TenantCommand::SetVerification {
+            tenant,
+            method,
+            key_id,
+            notify_url,
+        } => {
+            let tenant = TenantId::parse(&tenant)?;
+            let request = VerificationRequest {
+                method: match method {
+                    Method::SignedAssertion => VerificationMethod::SignedAssertion,
+                    Method::OneTimeCode => VerificationMethod::OneTimeCode,
+                },
+                assertion_key_id: key_id,
+                notify_url,
+            };
+            let secrets =
+                set_tenant_verification(ledger, &tenant, &request, SystemClock.now_ms()).await?;
+            println!(
+                "tenant {tenant}: customers approve with {}",
+                request.method.as_str()
+            );
+            if let Some(key) = secrets.assertion_key {
+                println!("assertion key (for the tenant's app; shown once): {key}");
+            }
+            if let Some(secret) = secrets.notify_secret {
+                println!(
+                    "notification signing secret (for the tenant's endpoint; shown once): {secret}"
+                );
+            }
+            Ok(())
+        }
+    }
+}
