@@ -8,6 +8,7 @@ mod mcp;
 mod operations;
 mod processes;
 mod tools;
+mod views;
 mod webhooks;
 
 use payonce_api::{ApiConfig, AppState, create_api_key, serve_listener};

@@ -4,6 +4,7 @@
 //! and reconciler apply them through the state machine.
 
 pub mod stripe;
+pub mod summary;
 
 use crate::details::Details;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
@@ -79,7 +80,8 @@ pub struct LookupQuery<'a> {
 pub enum FoundStatus {
     /// Paid.
     Succeeded {
-        /// The processor's object, stored as the result.
+        /// The processor's object, stored as the result; serialized as its summary only.
+        #[serde(serialize_with = "summary::serialize_summary_of")]
         result: serde_json::Value,
     },
     /// Definitively not paid.
