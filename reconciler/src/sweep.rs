@@ -4,9 +4,13 @@
 //!    retention window is open → retry with the SAME key; not found after it → resubmit only on a
 //!    consistent lookup and an explicit policy, else `needs_attention`; lookup unavailable → back off.
 //!
+//! 3. webhook hints: retrieve the object each stored webhook names, check it against the operation,
+//!    apply only what the processor holds ([`crate::evidence`]).
+//!
 //! Every write is fenced, so two reconcilers at once stay correct; a sweep lease keeps it to one.
 
 use crate::config::ReconcilerConfig;
+use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
@@ -50,6 +54,8 @@ pub struct SweepReport {
     pub fenced: u32,
     /// Errors (ledger or processor) that stopped an item.
     pub errors: u32,
+    /// Webhook hints checked against the processor (what each did).
+    pub hints: HintReport,
     /// One line per action, for dry runs and logs.
     pub actions: Vec<String>,
 }
@@ -59,7 +65,8 @@ impl SweepReport {
     pub fn summary(&self) -> String {
         format!(
             "sweep{}: requeued={} unknown={} succeeded={} failed={} retried_same_key={} resubmitted={} \
-             escalated={} deferred={} fenced={} errors={}",
+             escalated={} deferred={} fenced={} errors={} hints_applied={} hints_deferred={} \
+             hint_mismatches={} payments_without_approval={}",
             if self.dry_run { " (dry run)" } else { "" },
             self.requeued,
             self.marked_unknown,
@@ -70,7 +77,11 @@ impl SweepReport {
             self.escalated,
             self.deferred,
             self.fenced,
-            self.errors
+            self.errors,
+            self.hints.applied,
+            self.hints.deferred,
+            self.hints.mismatched + self.hints.unproven,
+            self.hints.without_approval
         )
     }
 }
@@ -212,6 +223,9 @@ impl Reconciler {
         report.swept = true;
         self.sweep_leases(&mut report).await?;
         self.sweep_unknown(&mut report).await?;
+        if !dry_run {
+            report.hints = self.check_hints_once().await?;
+        }
         if !dry_run {
             self.ledger
                 .drop_maintenance_lease(SWEEP_LEASE, owner)
@@ -402,6 +416,23 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// Checks the pending webhook hints once (a step of every sweep; callable alone, e.g. by tests).
+    pub async fn check_hints_once(&self) -> Result<HintReport, LedgerError> {
+        let limits = HintLimits {
+            batch_size: self.config.batch_size,
+            backoff_base: self.config.check_backoff_base,
+            backoff_max: self.config.check_backoff_max,
+        };
+        check_hints(
+            &self.ledger,
+            self.processor.as_ref(),
+            &self.metrics,
+            &limits,
+            self.clock.now_ms(),
+        )
+        .await
     }
 
     /// Sweeps every `interval` until `shutdown` resolves; a sweep in progress finishes first.

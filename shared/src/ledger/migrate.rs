@@ -8,17 +8,31 @@ use super::LedgerError;
 pub(crate) type Migration = (i64, &'static str, &'static str);
 
 /// Postgres migrations, in order.
-pub(crate) const POSTGRES: &[Migration] = &[(
-    1,
-    "ledger",
-    include_str!("../../../migrations/postgres/0001_ledger.sql"),
-)];
+pub(crate) const POSTGRES: &[Migration] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../../../migrations/postgres/0001_ledger.sql"),
+    ),
+    (
+        3,
+        "evidence",
+        include_str!("../../../migrations/postgres/0003_evidence.sql"),
+    ),
+];
 /// SQLite migrations, in order.
-pub(crate) const SQLITE: &[Migration] = &[(
-    1,
-    "ledger",
-    include_str!("../../../migrations/sqlite/0001_ledger.sql"),
-)];
+pub(crate) const SQLITE: &[Migration] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+    ),
+    (
+        3,
+        "evidence",
+        include_str!("../../../migrations/sqlite/0003_evidence.sql"),
+    ),
+];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
      name TEXT NOT NULL, applied_at BIGINT NOT NULL)";

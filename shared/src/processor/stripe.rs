@@ -16,6 +16,7 @@ pub use classify::{classify_response, classify_transport};
 pub use lookup::LOOKUP_PAGES_MAX;
 
 use crate::processor::{
+    Retrieved,
     Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome, SubmitRequest,
 };
 use async_trait::async_trait;
@@ -206,6 +207,10 @@ impl Processor for StripeProcessor {
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
         lookup::run(self, query).await
+    }
+
+    async fn retrieve(&self, reference: &str) -> Retrieved {
+        lookup::retrieve(self, reference).await
     }
 }
 
