@@ -7,6 +7,7 @@ mod confirm;
 mod mcp;
 mod operations;
 mod processes;
+mod slow_clients;
 mod tools;
 mod views;
 mod webhooks;
