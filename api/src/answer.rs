@@ -5,15 +5,14 @@
 use crate::app::AppState;
 use crate::confirm::issue_link;
 use payonce_shared::ledger::{LedgerError, Operation};
+use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::Serialize;
-use payonce_shared::processor::summary::summary;
 use serde_json::Value;
 
 /// The sentence for an outcome that is still being checked; fixed, because an assistant must not
 /// improvise a promise here.
 pub const UNKNOWN_SENTENCE: &str = "The payment status is still being checked. I won't submit a separate payment while that check is in progress.";
-
 
 /// What the caller should make of the operation's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

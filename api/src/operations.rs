@@ -15,9 +15,9 @@ use axum::http::StatusCode;
 use payonce_shared::details::{Details, DetailsHash, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
+use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
-use payonce_shared::processor::summary::summary;
 use serde_json::Value;
 
 /// Longest `approved_by` accepted.

@@ -13,7 +13,9 @@
 
 use crate::metrics::ReconcilerMetrics;
 use crate::webhooks::reference_of;
-use payonce_shared::ledger::{Applied, LedgerError, Operation, Report, SharedLedger, StoredProcessorEvent};
+use payonce_shared::ledger::{
+    Applied, LedgerError, Operation, Report, SharedLedger, StoredProcessorEvent,
+};
 use payonce_shared::processor::{FoundStatus, Processor, ProcessorObject, Retrieved};
 use std::time::Duration;
 
@@ -126,7 +128,17 @@ pub async fn check_hints(
         .pending_processor_events(now_ms, limits.batch_size)
         .await?
     {
-        if let Err(error) = check_one(ledger, processor, metrics, limits, &hint, now_ms, &mut report).await {
+        if let Err(error) = check_one(
+            ledger,
+            processor,
+            metrics,
+            limits,
+            &hint,
+            now_ms,
+            &mut report,
+        )
+        .await
+        {
             // Left pending: the next pass tries again.
             report.errors += 1;
             tracing::warn!(event_id = %hint.event_id, %error, "webhook hint could not be checked");
@@ -199,7 +211,10 @@ async fn check_one(
         ))
         .await;
     };
-    let source = format!("webhook {} checked by retrieving {reference}", hint.event_id);
+    let source = format!(
+        "webhook {} checked by retrieving {reference}",
+        hint.event_id
+    );
     let applied = match ledger.apply_report(&op.id, &checked, &source, now_ms).await {
         Ok(applied) => applied,
         Err(LedgerError::NotFound) => {

@@ -293,7 +293,12 @@ pub async fn ingest(
         )
         .await?;
     let claims_outcome = OUTCOME_EVENT_TYPES.contains(&event.event_type.as_str())
-        && event.data.object.get("id").and_then(|v| v.as_str()).is_some();
+        && event
+            .data
+            .object
+            .get("id")
+            .and_then(|v| v.as_str())
+            .is_some();
     let pending_check = operation.is_some() && claims_outcome;
     let outcome = if pending_check {
         "pending: to be checked against the processor"
@@ -460,8 +465,11 @@ mod tests {
         .unwrap();
         assert_eq!(match_operation(&unrelated), None);
         assert_eq!(
-            reference_of(&serde_json::to_string(&serde_json::json!({"id": "evt_4", "type": "x",
-                "data": {"object": {"id": "pi_4"}}})).unwrap()),
+            reference_of(
+                &serde_json::to_string(&serde_json::json!({"id": "evt_4", "type": "x",
+                "data": {"object": {"id": "pi_4"}}}))
+                .unwrap()
+            ),
             Some("pi_4".to_string())
         );
         assert_eq!(reference_of("not json"), None);

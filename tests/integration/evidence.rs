@@ -36,14 +36,21 @@ fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconcile
 
 /// A signed delivery of `event_type` about `object` (as a forger with the secret, or Stripe).
 fn delivery(event_id: &str, event_type: &str, object: Value) -> (String, String) {
-    let body = json!({"id": event_id, "object": "event", "type": event_type, "created": now() / 1000,
+    let body =
+        json!({"id": event_id, "object": "event", "type": event_type, "created": now() / 1000,
         "data": {"object": object}})
-    .to_string();
+        .to_string();
     let t = now() / 1000;
-    (format!("t={t},v1={}", sign(SECRET, t, body.as_bytes())), body)
+    (
+        format!("t={t},v1={}", sign(SECRET, t, body.as_bytes())),
+        body,
+    )
 }
 
-async fn deliver(ledger: &SharedLedger, (header, body): &(String, String)) -> webhooks::IngestOutcome {
+async fn deliver(
+    ledger: &SharedLedger,
+    (header, body): &(String, String),
+) -> webhooks::IngestOutcome {
     webhooks::ingest(
         ledger,
         &[SECRET.to_string()],
@@ -82,9 +89,16 @@ async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, custom
 /// the worker still holds its lease.
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = ledger.claim("w", 1, 600_000, now()).await.unwrap().remove(0);
+    let c = ledger
+        .claim("w", 1, 600_000, now())
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(c.id, op.id);
-    ledger.mark_submitting(&c.id, c.attempt, now()).await.unwrap();
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
     (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
 }
 
@@ -119,19 +133,36 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     );
     assert!(deliver(&ledger, &genuine).await.duplicate, "stored once");
     let pass = rec.check_hints_once().await.unwrap();
-    assert_eq!((pass.applied, pass.mismatched, pass.unproven), (1, 0, 0), "{pass:?}");
+    assert_eq!(
+        (pass.applied, pass.mismatched, pass.unproven),
+        (1, 0, 0),
+        "{pass:?}"
+    );
     let row = ledger.get(&tenant(), &paid.id).await.unwrap();
-    assert_eq!((row.status, row.external_ref.as_deref()), (Status::Succeeded, Some(pi_id.as_str())));
+    assert_eq!(
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some(pi_id.as_str()))
+    );
     assert_eq!(
         row.result.as_ref().unwrap()["client_secret"],
         pi["client_secret"],
         "the stored result is the retrieved object, not the webhook's"
     );
     let into = ledger.events(&paid.id).await.unwrap().pop().unwrap();
-    assert!(into.actor.contains("webhook evt_e1") && into.actor.contains(&pi_id), "{into:?}");
-    assert_eq!(rec.check_hints_once().await.unwrap().applied, 0, "checked once");
+    assert!(
+        into.actor.contains("webhook evt_e1") && into.actor.contains(&pi_id),
+        "{into:?}"
+    );
+    assert_eq!(
+        rec.check_hints_once().await.unwrap().applied,
+        0,
+        "checked once"
+    );
     // The worker's late record loses to the stored truth.
-    let late = Recorded::Succeeded { reference: pi_id.clone(), result: json!({}) };
+    let late = Recorded::Succeeded {
+        reference: pi_id.clone(),
+        result: json!({}),
+    };
     assert!(matches!(
         ledger.record(&paid.id, attempt, &late, "w", now()).await,
         Err(LedgerError::Fenced { .. })
@@ -140,19 +171,34 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     // nothing contradicts the row (the hint's own claim is never applied).
     let mut lie = slim(&pi);
     lie["status"] = json!("requires_payment_method");
-    deliver(&ledger, &delivery("evt_e1_lie", "payment_intent.payment_failed", lie)).await;
+    deliver(
+        &ledger,
+        &delivery("evt_e1_lie", "payment_intent.payment_failed", lie),
+    )
+    .await;
     rec.check_hints_once().await.unwrap();
-    assert_eq!(ledger.get(&tenant(), &paid.id).await.unwrap().status, Status::Succeeded);
+    assert_eq!(
+        ledger.get(&tenant(), &paid.id).await.unwrap().status,
+        Status::Succeeded
+    );
 
     // Forged: signed "succeeded" of amount 1 with no payment behind it. Nothing applied.
     let (forged_op, forged_attempt) = executing(&ledger, "INV-E2").await;
     let forged = json!({"id": "pi_forged_e2", "object": "payment_intent", "status": "succeeded", "amount": 1,
         "currency": "usd", "metadata": {"payonce_operation_id": forged_op.id.as_str()}});
-    deliver(&ledger, &delivery("evt_e2", "payment_intent.succeeded", forged)).await;
+    deliver(
+        &ledger,
+        &delivery("evt_e2", "payment_intent.succeeded", forged),
+    )
+    .await;
     let pass = rec.check_hints_once().await.unwrap();
     assert_eq!(pass.unproven, 1, "{pass:?}");
     let row = ledger.get(&tenant(), &forged_op.id).await.unwrap();
-    assert_eq!((row.status, row.external_ref), (Status::Executing, None), "no payment, no change");
+    assert_eq!(
+        (row.status, row.external_ref),
+        (Status::Executing, None),
+        "no payment, no change"
+    );
     assert_eq!(payments_for(&sim, forged_op.id.as_str()).await, 0);
     // The worker still records its own outcome.
     let declined = Recorded::Failed {
@@ -160,33 +206,62 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
         message: "declined".into(),
         reference: None,
     };
-    ledger.record(&forged_op.id, forged_attempt, &declined, "w", now()).await.unwrap();
+    ledger
+        .record(&forged_op.id, forged_attempt, &declined, "w", now())
+        .await
+        .unwrap();
 
     // A real object naming the operation but not its approved details (amount 1): both facts, a
     // human, and the worker's record is fenced.
     let (odd, odd_attempt) = executing(&ledger, "INV-E3").await;
     let wrong = pay_at_processor(&sim, &odd.id, 1, "cus_test").await;
-    deliver(&ledger, &delivery("evt_e3", "payment_intent.succeeded", slim(&wrong))).await;
+    deliver(
+        &ledger,
+        &delivery("evt_e3", "payment_intent.succeeded", slim(&wrong)),
+    )
+    .await;
     let pass = rec.check_hints_once().await.unwrap();
     assert_eq!(pass.mismatched, 1, "{pass:?}");
     let row = ledger.get(&tenant(), &odd.id).await.unwrap();
     assert_eq!(row.status, Status::NeedsAttention);
     let why = row.failure_message.unwrap();
-    assert!(why.contains("amount Some(1) at the processor, 2048 approved"), "{why}");
+    assert!(
+        why.contains("amount Some(1) at the processor, 2048 approved"),
+        "{why}"
+    );
     assert!(why.contains(wrong["id"].as_str().unwrap()), "{why}");
-    assert!(ledger.record(&odd.id, odd_attempt, &declined, "w", now()).await.is_err());
+    assert!(
+        ledger
+            .record(&odd.id, odd_attempt, &declined, "w", now())
+            .await
+            .is_err()
+    );
     // Another customer's payment carrying the operation id: the same.
     let (other, _) = executing(&ledger, "INV-E4").await;
     let theirs = pay_at_processor(&sim, &other.id, 2048, "cus_someone_else").await;
-    deliver(&ledger, &delivery("evt_e4", "payment_intent.succeeded", slim(&theirs))).await;
+    deliver(
+        &ledger,
+        &delivery("evt_e4", "payment_intent.succeeded", slim(&theirs)),
+    )
+    .await;
     assert_eq!(rec.check_hints_once().await.unwrap().mismatched, 1);
     let row = ledger.get(&tenant(), &other.id).await.unwrap();
     assert_eq!(row.status, Status::NeedsAttention);
-    assert!(row.failure_message.unwrap().contains("customer Some(\"cus_someone_else\")"));
+    assert!(
+        row.failure_message
+            .unwrap()
+            .contains("customer Some(\"cus_someone_else\")")
+    );
 
     let page = metrics_of(&rec, &ledger).await;
-    assert!(page.contains("payonce_webhook_evidence_mismatch_total 3\n"), "{page}");
-    assert!(page.contains("payonce_payment_without_approval_total 0\n"), "{page}");
+    assert!(
+        page.contains("payonce_webhook_evidence_mismatch_total 3\n"),
+        "{page}"
+    );
+    assert!(
+        page.contains("payonce_payment_without_approval_total 0\n"),
+        "{page}"
+    );
 }
 
 #[tokio::test]
@@ -195,11 +270,18 @@ async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E5").await;
     let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
-    deliver(&ledger, &delivery("evt_e5", "payment_intent.succeeded", slim(&pi))).await;
+    deliver(
+        &ledger,
+        &delivery("evt_e5", "payment_intent.succeeded", slim(&pi)),
+    )
+    .await;
     // Nothing listens on port 9: the retrieve fails before anything is known.
     let dead = Arc::new(
         payonce_shared::processor::stripe::StripeProcessor::new(
-            payonce_shared::processor::stripe::StripeConfig::new("http://127.0.0.1:9", "sk_test_payonce"),
+            payonce_shared::processor::stripe::StripeConfig::new(
+                "http://127.0.0.1:9",
+                "sk_test_payonce",
+            ),
         )
         .unwrap(),
     );
@@ -207,14 +289,33 @@ async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
     for _ in 0..2 {
         let pass = cut_off.check_hints_once().await.unwrap();
         assert_eq!((pass.deferred, pass.applied), (1, 0), "{pass:?}");
-        assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::Executing);
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::Executing
+        );
     }
-    let pending = ledger.pending_processor_events(now() + 1, 10).await.unwrap();
-    assert_eq!((pending.len(), pending[0].checks), (1, 2), "kept, tries counted");
+    let pending = ledger
+        .pending_processor_events(now() + 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (pending.len(), pending[0].checks),
+        (1, 2),
+        "kept, tries counted"
+    );
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     assert_eq!(rec.check_hints_once().await.unwrap().applied, 1);
-    assert_eq!(ledger.get(&tenant(), &op.id).await.unwrap().status, Status::Succeeded);
-    assert!(ledger.pending_processor_events(now() + 1, 10).await.unwrap().is_empty());
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Succeeded
+    );
+    assert!(
+        ledger
+            .pending_processor_events(now() + 1, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// An operation created and never approved.
@@ -243,13 +344,20 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
         let rec = reconciler(&ledger, processes::stripe(&sim, None));
         // Cancelled before approval, then money moved anyway.
         let cancelled = unapproved(&ledger, "INV-E6").await;
-        ledger.cancel(&tenant(), &cancelled.id, "service:test", now()).await.unwrap();
+        ledger
+            .cancel(&tenant(), &cancelled.id, "service:test", now())
+            .await
+            .unwrap();
         // Still awaiting approval, and money moved.
         let waiting = unapproved(&ledger, "INV-E7").await;
         for (i, op) in [&cancelled, &waiting].into_iter().enumerate() {
             let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
             let event_id = format!("evt_e6_{i}_{}", ledger.store());
-            let outcome = deliver(&ledger, &delivery(&event_id, "payment_intent.succeeded", slim(&pi))).await;
+            let outcome = deliver(
+                &ledger,
+                &delivery(&event_id, "payment_intent.succeeded", slim(&pi)),
+            )
+            .await;
             assert!(outcome.pending_check, "stored and acknowledged");
         }
         let pass = rec.check_hints_once().await.unwrap();
@@ -264,14 +372,31 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
             assert_eq!(last.event, "conflicting_report");
         }
         let page = metrics_of(&rec, &ledger).await;
-        assert!(page.contains("payonce_payment_without_approval_total 2\n"), "{page}");
+        assert!(
+            page.contains("payonce_payment_without_approval_total 2\n"),
+            "{page}"
+        );
         // A retry would run an unapproved payment: refused. Resolving by hand works.
         assert!(matches!(
-            ledger.resolve(&cancelled.id, &Resolution::RetrySameKey, "oncall:ann", "try", now()).await,
+            ledger
+                .resolve(
+                    &cancelled.id,
+                    &Resolution::RetrySameKey,
+                    "oncall:ann",
+                    "try",
+                    now()
+                )
+                .await,
             Err(LedgerError::WrongState { .. })
         ));
         let fixed = ledger
-            .resolve(&cancelled.id, &Resolution::Failed, "oncall:ann", "refunded at Stripe", now())
+            .resolve(
+                &cancelled.id,
+                &Resolution::Failed,
+                "oncall:ann",
+                "refunded at Stripe",
+                now(),
+            )
             .await
             .unwrap();
         assert_eq!(fixed.status, Status::Failed);
@@ -282,14 +407,25 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
 async fn the_ledger_keeps_a_payment_reported_for_a_cancelled_unapproved_operation() {
     for ledger in every_store().await {
         let op = unapproved(&ledger, "INV-E8").await;
-        ledger.cancel(&tenant(), &op.id, "service:test", now()).await.unwrap();
+        ledger
+            .cancel(&tenant(), &op.id, "service:test", now())
+            .await
+            .unwrap();
         let paid = Report::Succeeded {
             reference: "pi_e8".into(),
             result: json!({"id": "pi_e8"}),
         };
         let applied = ledger.apply_report(&op.id, &paid, "lookup", now()).await;
-        assert_eq!(applied.unwrap(), Applied::PaymentWithoutApproval, "{}", ledger.store());
+        assert_eq!(
+            applied.unwrap(),
+            Applied::PaymentWithoutApproval,
+            "{}",
+            ledger.store()
+        );
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
-        assert_eq!((row.status, row.approved_hash), (Status::NeedsAttention, None));
+        assert_eq!(
+            (row.status, row.approved_hash),
+            (Status::NeedsAttention, None)
+        );
     }
 }

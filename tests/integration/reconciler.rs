@@ -415,7 +415,12 @@ fn signed(secret: &str, body: &str) -> String {
 async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(&ledger, processes::stripe(&sim, None), "rec", Duration::from_secs(60));
+    let rec = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec",
+        Duration::from_secs(60),
+    );
     let secrets = vec!["whsec_test".to_string()];
     // Paid at the processor; the worker's response was lost and it has not recorded anything.
     let op = crashed_mid_flight(&ledger, &sim, "INV-WH", true).await;

@@ -84,12 +84,15 @@ pub fn plan_report(
     };
     // Money that moved for an operation nobody approved (or whose approval was withdrawn by a
     // cancel) is the loudest alert payonce raises; the row says so in its detail.
-    let unapproved = current.approved_hash.is_none()
-        || matches!(status, S::AwaitingApproval | S::Cancelled);
+    let unapproved =
+        current.approved_hash.is_none() || matches!(status, S::AwaitingApproval | S::Cancelled);
     let conflict = |what: &str, paid: bool| -> Result<Plan, LedgerError> {
         transition(status, Event::ConflictingReport)?;
         let (applied, alert) = if paid && unapproved {
-            (Applied::PaymentWithoutApproval, "PAYMENT WITHOUT APPROVAL: ")
+            (
+                Applied::PaymentWithoutApproval,
+                "PAYMENT WITHOUT APPROVAL: ",
+            )
         } else {
             (Applied::Conflict, "")
         };

@@ -16,8 +16,8 @@ pub use classify::{classify_response, classify_transport};
 pub use lookup::LOOKUP_PAGES_MAX;
 
 use crate::processor::{
-    Retrieved,
-    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome, SubmitRequest,
+    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, Retrieved, SubmitOutcome,
+    SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;

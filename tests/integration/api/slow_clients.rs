@@ -59,7 +59,10 @@ async fn slow_loris_connections_are_closed_after_the_header_read_timeout() {
         .collect();
     for client in clients {
         let held = client.await.unwrap().expect("closed before the deadline");
-        assert!(held >= TIMEOUT, "closed only once the timeout passed: {held:?}");
+        assert!(
+            held >= TIMEOUT,
+            "closed only once the timeout passed: {held:?}"
+        );
     }
     // A well-behaved client is served as before.
     let r = api.get("/healthz", &api.service).await;

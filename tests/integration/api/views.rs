@@ -27,8 +27,16 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     let op = api.create_ready("INV-V1").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock.now_ms();
-    let c = api.ledger.claim("w", 1, 30_000, now).await.unwrap().remove(0);
-    api.ledger.mark_submitting(&id, c.attempt, now).await.unwrap();
+    let c = api
+        .ledger
+        .claim("w", 1, 30_000, now)
+        .await
+        .unwrap()
+        .remove(0);
+    api.ledger
+        .mark_submitting(&id, c.attempt, now)
+        .await
+        .unwrap();
     let stored = json!({"id": "pi_v", "object": "payment_intent", "status": "succeeded", "amount": 2048,
         "amount_received": 2048, "currency": "usd", "customer": "cus_test", "created": T0_MS / 1000,
         "client_secret": "pi_v_secret_abc", "latest_charge": "ch_v", "payment_method": "pm_card_visa_v",
@@ -76,7 +84,11 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     for hidden in HIDDEN {
-        assert!(!r.text.contains(hidden), "execute shows {hidden}: {}", r.text);
+        assert!(
+            !r.text.contains(hidden),
+            "execute shows {hidden}: {}",
+            r.text
+        );
     }
     assert_eq!(r.json()["result"]["id"], "pi_v");
     // The on-call CLI's JSON (show and list) serializes the same summary.
@@ -96,7 +108,10 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     for (what, text) in [("show", &shown), ("list", &listed)] {
         assert!(text.contains("pi_v"), "{what}: {text}");
         for hidden in HIDDEN {
-            assert!(!text.contains(hidden), "oncall {what} shows {hidden}: {text}");
+            assert!(
+                !text.contains(hidden),
+                "oncall {what} shows {hidden}: {text}"
+            );
         }
     }
     api.stop().await;

@@ -7,8 +7,8 @@ use super::{T0_MS, WEBHOOK_SECRET, spawn};
 use crate::support::sqlite_ledger;
 use payonce_reconciler::webhooks::sign;
 use payonce_shared::clock::Clock;
-use payonce_shared::state::Status;
 use payonce_shared::id::OperationId;
+use payonce_shared::state::Status;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -68,7 +68,11 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
         answer["outcome"], "pending",
         "a webhook is a hint: nothing changes before the processor is asked"
     );
-    let pending = api.ledger.pending_processor_events(i64::MAX, 10).await.unwrap();
+    let pending = api
+        .ledger
+        .pending_processor_events(i64::MAX, 10)
+        .await
+        .unwrap();
     assert_eq!(pending.len(), 1, "stored once, waiting for its check");
     assert_eq!(pending[0].operation.as_ref(), Some(&id));
 
@@ -135,8 +139,15 @@ async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create_ready("INV-81").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let c = api.ledger.claim("w", 1, 30_000, api.clock.now_ms()).await.unwrap();
-    api.ledger.mark_submitting(&id, c[0].attempt, api.clock.now_ms()).await.unwrap();
+    let c = api
+        .ledger
+        .claim("w", 1, 30_000, api.clock.now_ms())
+        .await
+        .unwrap();
+    api.ledger
+        .mark_submitting(&id, c[0].attempt, api.clock.now_ms())
+        .await
+        .unwrap();
     // Whoever holds the signing secret says amount 1 succeeded; no payment exists anywhere.
     let forged = json!({"id": "evt_81", "object": "event", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_forged", "object": "payment_intent", "status": "succeeded", "amount": 1,
@@ -157,7 +168,13 @@ async fn a_signed_success_for_an_operation_cancelled_before_approval_is_acknowle
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create("INV-82", 2048).await;
     let raw = op["id"].as_str().unwrap();
-    let r = api.post(&format!("/v1/operations/{raw}/cancel"), &api.service, json!({})).await;
+    let r = api
+        .post(
+            &format!("/v1/operations/{raw}/cancel"),
+            &api.service,
+            json!({}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let event = json!({"id": "evt_82", "object": "event", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_82", "object": "payment_intent", "status": "succeeded", "amount": 2048,
@@ -167,7 +184,11 @@ async fn a_signed_success_for_an_operation_cancelled_before_approval_is_acknowle
         let (status, body) = post_signed(&api, &event).await;
         assert_eq!(status, 200, "{body}");
     }
-    let pending = api.ledger.pending_processor_events(i64::MAX, 10).await.unwrap();
+    let pending = api
+        .ledger
+        .pending_processor_events(i64::MAX, 10)
+        .await
+        .unwrap();
     assert_eq!(pending.len(), 1, "stored once for the reconciler's check");
     api.stop().await;
 }
