@@ -103,6 +103,20 @@ pub enum Decision {
     Defer(String),
 }
 
+impl Decision {
+    /// One line for dry runs, logs and `sweep --json`: a found object appears as its summary only
+    /// (a PaymentIntent's client secret must not reach on-call output).
+    pub fn describe(&self) -> String {
+        match self {
+            Decision::Record(Report::Succeeded { reference, result }) => format!(
+                "Record(Succeeded {{ reference: {reference:?}, result: {} }})",
+                payonce_shared::processor::summary::summary(result)
+            ),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
 /// The reconciler engine.
 pub struct Reconciler {
     ledger: SharedLedger,
@@ -311,8 +325,18 @@ impl Reconciler {
             self.processor.lookup(&query).await
         };
         let now = self.clock.now_ms();
-        let decision = self.decide(op, lookup, now);
-        report.actions.push(format!("{}: {decision:?}", op.id));
+        let mut decision = self.decide(op, lookup, now);
+        // Evidence before trust, for lookups too: a found payment is applied only if it is the
+        // approved one (amount, currency, customer, operation id); otherwise a human sees both facts.
+        if let Decision::Record(Report::Succeeded { reference, result }) = &decision
+            && let Some(object) = self.processor.facts(reference, result)
+            && let Some(checked @ Report::Mismatch { .. }) = crate::evidence::report_of(op, &object)
+        {
+            decision = Decision::Record(checked);
+        }
+        report
+            .actions
+            .push(format!("{}: {}", op.id, decision.describe()));
         if report.dry_run {
             return Ok(());
         }
@@ -324,10 +348,19 @@ impl Reconciler {
         match decision {
             Decision::Record(r) => {
                 let succeeded = matches!(r, Report::Succeeded { .. });
-                self.ledger
+                let applied = self
+                    .ledger
                     .apply_report(&op.id, &r, &format!("lookup by {owner}"), now)
                     .await?;
-                if succeeded {
+                if let Report::Mismatch {
+                    reference, detail, ..
+                } = &r
+                {
+                    report.escalated += 1;
+                    self.metrics.webhook_mismatches.inc();
+                    tracing::error!(alert = "webhook_lookup_mismatch", operation = %op.id, %reference, %detail,
+                        ?applied, "the payment found by lookup does not match the approved details; it needs attention");
+                } else if succeeded {
                     report.resolved_succeeded += 1;
                     self.metrics.resolved_succeeded.inc();
                 } else {

@@ -429,3 +429,53 @@ async fn the_ledger_keeps_a_payment_reported_for_a_cancelled_unapproved_operatio
         );
     }
 }
+
+#[tokio::test]
+async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    // Unknown outcome; the processor holds a payment carrying the operation id, for amount 1.
+    let (op, attempt) = executing(&ledger, "INV-E9").await;
+    let unknown = Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: None,
+        next_check_at_ms: now(),
+    };
+    ledger
+        .record(&op.id, attempt, &unknown, "w", now())
+        .await
+        .unwrap();
+    let wrong = pay_at_processor(&sim, &op.id, 1, "cus_test").await;
+    // And one whose payment is the approved one: a dry run names it by its summary only (on-call
+    // output never carries the client secret).
+    let (fine, fine_attempt) = executing(&ledger, "INV-E10").await;
+    ledger
+        .record(&fine.id, fine_attempt, &unknown, "w", now())
+        .await
+        .unwrap();
+    pay_at_processor(&sim, &fine.id, 2048, "cus_test").await;
+    let dry = rec.sweep_once(true).await.unwrap();
+    let actions = dry.actions.join("\n");
+    assert!(actions.contains("Record(Succeeded"), "{actions}");
+    assert!(actions.contains("Mismatch"), "{actions}");
+    assert!(!actions.contains("secret"), "{actions}");
+    let sweep = rec.sweep_once(false).await.unwrap();
+    assert_eq!(
+        (sweep.resolved_succeeded, sweep.escalated),
+        (1, 1),
+        "{sweep:?}"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &fine.id).await.unwrap().status,
+        Status::Succeeded
+    );
+    let row = ledger.get(&tenant(), &op.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let why = row.failure_message.unwrap();
+    assert!(
+        why.contains("amount Some(1) at the processor, 2048 approved")
+            && why.contains(wrong["id"].as_str().unwrap()),
+        "{why}"
+    );
+}

@@ -192,6 +192,12 @@ pub trait Processor: Send + Sync {
     async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome;
     /// Looks for a past submission of the operation.
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome;
+    /// The facts of an object this adapter returned (a lookup's result), for checking them against
+    /// the operation; `None` when the adapter cannot read its own objects (nothing is checked).
+    fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
+        let _ = (reference, object);
+        None
+    }
     /// Retrieves one object by its reference (checking a webhook's claim). An adapter that cannot
     /// leaves every hint unapplied.
     async fn retrieve(&self, reference: &str) -> Retrieved {
@@ -228,6 +234,9 @@ impl Processor for WithContract {
     }
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
         self.inner.lookup(query).await
+    }
+    fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
+        self.inner.facts(reference, object)
     }
     async fn retrieve(&self, reference: &str) -> Retrieved {
         self.inner.retrieve(reference).await
