@@ -4,10 +4,9 @@
 --    both facts (and may then be resolved by hand); before this, the approval CHECK refused it and
 --    the webhook failed with 503 forever. The invariant kept: nothing is ready, executing, unknown
 --    or rejected (states that run or ran the payment) without an approval on the row.
---    SQLite cannot alter a CHECK: the table is rebuilt (sqlite.org/lang_altertable.html, "other
---    kinds of table schema changes"). Rows referencing operations are checked at commit.
-PRAGMA defer_foreign_keys = ON;
-
+--    SQLite cannot alter a CHECK: the table is rebuilt as sqlite.org/lang_altertable.html describes
+--    (new table, copy, drop, rename). The migrator runs SQLite migrations with foreign keys off, as
+--    that procedure requires, and runs PRAGMA foreign_key_check before it commits.
 CREATE TABLE operations_rebuilt (
     id                      TEXT PRIMARY KEY CHECK (id GLOB 'op_[0-9a-f]*' AND length(id) = 35),
     tenant_id               TEXT NOT NULL,

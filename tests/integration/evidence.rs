@@ -479,3 +479,119 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
         "{why}"
     );
 }
+
+/// Migration 0003 rebuilds SQLite's operations table (a CHECK cannot be altered there): rows,
+/// their approvals and audit trail survive, the audit triggers still fire, and the relaxed CHECK
+/// holds for the states that run a payment.
+#[tokio::test]
+async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let path = std::env::temp_dir().join(format!(
+        "payonce-0003-{}.db",
+        payonce_shared::id::random_hex(8)
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let id = OperationId::generate();
+    let hash = details("INV-M1", 2048, "pm_card_visa").hash();
+    {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../../migrations/sqlite/0001_ledger.sql"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE payonce_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+             applied_at BIGINT NOT NULL); INSERT INTO payonce_migrations VALUES (1, 'ledger', 0)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer, \
+             payment_method, invoice, details_hash, status, attempt, idempotency_key, external_ref, available_at, \
+             approved_hash, approved_by, approval_expires_at, last_event, last_actor, created_at, updated_at) \
+             VALUES ($1, 'acme', 'invoice:INV-M1:pay', 'payment', 2048, 'usd', 'cus_test', 'pm_card_visa', \
+             'INV-M1', $2, 'succeeded', 1, $3, 'pi_m1', 1, $2, 'customer:cus_test', 2, 'create', 'service:test', 1, 1)",
+        )
+        .bind(id.as_str())
+        .bind(hash.as_str())
+        .bind(format!("payonce-{}", id.as_str()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, approved_at, expires_at) \
+             VALUES ('apr_m1', $1, $2, 'customer:cus_test', 'test', 1, 2)",
+        )
+        .bind(id.as_str())
+        .bind(hash.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let row = ledger.get_unscoped(&id).await.unwrap();
+    assert_eq!(
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some("pi_m1"))
+    );
+    assert_eq!(
+        ledger.events(&id).await.unwrap().len(),
+        1,
+        "the audit trail survives"
+    );
+    assert!(
+        ledger.latest_approval(&id).await.unwrap().is_some(),
+        "approvals still reference it"
+    );
+    // The triggers were recreated: a new operation and its cancel are both logged.
+    let new = unapproved(&ledger, "INV-M2").await;
+    ledger
+        .cancel(&tenant(), &new.id, "service:test", now())
+        .await
+        .unwrap();
+    let events: Vec<String> = ledger
+        .events(&new.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(events, ["create", "cancel"]);
+    // Nothing runs without an approval: claiming finds nothing, and the CHECK refuses a forced move.
+    assert!(
+        ledger
+            .claim("w", 10, 1_000, now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    drop(ledger);
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url).unwrap();
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    let forced = sqlx::query("UPDATE operations SET status = 'ready' WHERE id = $1")
+        .bind(new.id.as_str())
+        .execute(&mut conn)
+        .await;
+    assert!(
+        forced.is_err(),
+        "ready without an approval must violate the CHECK"
+    );
+    let dangling = sqlx::query("PRAGMA foreign_key_check")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(dangling.is_empty());
+    conn.close().await.unwrap();
+    let _ = std::fs::remove_file(&path);
+}
