@@ -77,4 +77,20 @@ mod tests {
         assert!(!shown.to_string().contains("secret"));
         assert_eq!(summary(&json!("pi_1_secret_x")), Value::Null);
     }
+
+    #[test]
+    fn a_lookup_result_serializes_as_its_summary() {
+        // `reconciler show --json` prints the processor's view of the operation.
+        let found = crate::processor::LookupOutcome::Found {
+            reference: "pi_1".into(),
+            status: crate::processor::FoundStatus::Succeeded {
+                result: json!({"id": "pi_1", "amount": 5, "client_secret": "pi_1_secret_x"}),
+            },
+        };
+        let text = serde_json::to_string(&found).unwrap();
+        assert!(
+            text.contains("\"amount\":5") && !text.contains("secret"),
+            "{text}"
+        );
+    }
 }

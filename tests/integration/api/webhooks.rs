@@ -52,6 +52,7 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     assert_eq!(status, 200, "{first}");
     assert_eq!(first["duplicate"], false);
     assert_eq!(first["operation_id"], id.as_str());
+    assert_eq!(first["pending_check"], true);
     let (status, again) = post(header.clone(), body.clone()).await;
     assert_eq!((status, again["duplicate"].as_bool()), (200, Some(true)));
 
