@@ -385,7 +385,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 Ok((n >= 2).then_some(n))
             }),
             |r| match r {
-                Ok(n) => format!("{n} webhook deliveries accepted; each event is stored once, applying it again changes nothing"),
+                Ok(n) => format!("{n} webhook deliveries accepted; each event is stored once, as a hint the reconciler checks against the processor"),
                 Err(e) => format!("webhooks: {e:#}"),
             },
         )

@@ -104,7 +104,11 @@ impl Stack {
         let simulator = match plan.simulator.clone() {
             Some(mut sim) => {
                 if api_config.webhook_secrets.is_empty() {
-                    api_config.webhook_secrets.push(sim.webhook_secret.clone());
+                    // A fresh secret per run: the simulator's published default would let anyone
+                    // who reads the docs sign webhooks for this stack.
+                    let secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
+                    api_config.webhook_secrets.push(secret.clone());
+                    sim.webhook_secret = secret;
                 } else {
                     sim.webhook_secret = api_config.webhook_secrets[0].clone();
                 }

@@ -201,6 +201,15 @@ pub struct ApiArgs {
     /// How long a confirmation link stays usable, seconds.
     #[arg(long, env = "PAYONCE_LINK_TTL_S", default_value_t = 900)]
     pub link_ttl_s: u64,
+    /// Accept the simulator's published webhook secret (a sandbox that only talks to the simulator).
+    #[arg(long, env = "PAYONCE_SIMULATOR_DEV_MODE", default_value_t = false)]
+    pub simulator_dev_mode: bool,
+    /// Longest a client may take to send a request's headers before its connection is closed, ms.
+    #[arg(long, env = "PAYONCE_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_read_timeout_ms: u64,
+    /// Most HTTP connections the api serves at once.
+    #[arg(long, env = "PAYONCE_CONNECTIONS_MAX", default_value_t = 1024)]
+    pub connections_max: usize,
 }
 
 impl ApiArgs {
@@ -221,6 +230,9 @@ impl ApiArgs {
                 .filter(|s| !s.is_empty())
                 .map(String::from)
                 .collect(),
+            simulator_dev_mode: self.simulator_dev_mode,
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            connections_max: self.connections_max,
             ..payonce_api::ApiConfig::default()
         }
     }

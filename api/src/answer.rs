@@ -8,25 +8,14 @@ use crate::app::AppState;
 use crate::verify::{self, Asked};
 use payonce_shared::ledger::verification::VerificationMethod;
 use payonce_shared::ledger::{LedgerError, Operation};
+use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The sentence for an outcome that is still being checked; fixed, because an assistant must not
 /// improvise a promise here.
 pub const UNKNOWN_SENTENCE: &str = "The payment status is still being checked. I won't submit a separate payment while that check is in progress.";
-
-/// Fields of a stored processor result that are safe to show an assistant (a PaymentIntent also
-/// holds a client secret and payment method details, which a model must never see).
-const RESULT_FIELDS_SHOWN: &[&str] = &[
-    "id",
-    "object",
-    "status",
-    "amount",
-    "amount_received",
-    "currency",
-    "created",
-];
 
 /// What the caller should make of the operation's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -103,13 +92,10 @@ fn how(method: Option<VerificationMethod>) -> &'static str {
     }
 }
 
+/// A stored result as any caller sees it: the one shared summary (no client secret, payment
+/// method or metadata).
 fn shown_result(result: Option<&Value>) -> Option<Value> {
-    let object = result?.as_object()?;
-    let shown: Map<String, Value> = RESULT_FIELDS_SHOWN
-        .iter()
-        .filter_map(|k| object.get(*k).map(|v| ((*k).to_string(), v.clone())))
-        .collect();
-    Some(Value::Object(shown))
+    result.map(summary)
 }
 
 /// Builds the answer to a request to pay `op` (`execute`, `pay_invoice`); when it awaits approval,
@@ -222,5 +208,6 @@ mod tests {
             shown,
             serde_json::json!({"id": "pi_1", "status": "succeeded", "amount": 2048})
         );
+        assert!(!shown.to_string().contains("secret"));
     }
 }

@@ -32,6 +32,9 @@ pub enum ApiError {
     /// Accepting or serving connections failed.
     #[error("serving HTTP failed")]
     Serve(#[source] std::io::Error),
+    /// The configuration is refused (e.g. a published webhook secret).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// What every handler shares: the ledger, the clock, the settings.
@@ -179,14 +182,17 @@ pub async fn serve_listener(
 ) -> Result<(), ApiError> {
     let addr = listener.local_addr().map_err(ApiError::Serve)?;
     tracing::info!(%addr, store = state.ledger.store(), "api listening on http://{addr}");
+    state.config.check()?;
     let token = state.shutdown.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            token.cancel();
-        })
-        .await
-        .map_err(ApiError::Serve)?;
+    let limits = crate::listener::ConnectionLimits {
+        header_read_timeout: state.config.header_read_timeout,
+        connections_max: state.config.connections_max,
+    };
+    crate::listener::serve(listener, router(state), limits, async move {
+        shutdown.await;
+        token.cancel();
+    })
+    .await?;
     tracing::info!(%addr, "api stopped");
     Ok(())
 }

@@ -19,6 +19,32 @@ pub const BODY_LIMIT_BYTES_DEFAULT: usize = 64 * 1024;
 /// anything but the ledger, so a slow request means a sick database.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest a client may take to send a request's complete header block (every request on a
+/// connection, the first and each keep-alive one) before the connection is closed: slow-loris
+/// clients trickling header lines must not hold sockets (issue 13).
+pub const HEADER_READ_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Most connections served at once; further ones wait in the listen backlog until one closes, so a
+/// flood of idle sockets cannot exhaust file descriptors.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// The simulator's published webhook secret (`payonce_simulator::config::WEBHOOK_SECRET_DEFAULT`):
+/// anyone can sign with it, so the api refuses it unless `simulator_dev_mode` is on.
+pub const SIMULATOR_WEBHOOK_SECRET: &str = "whsec_payonce_simulator";
+
+/// A configuration the api refuses to start with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A webhook secret everyone knows would let anyone sign webhooks.
+    #[error(
+        "webhook_secrets contains the simulator's published default secret, which anyone can sign with; \
+         set a secret of your own (serve and demo generate one per run), or turn on simulator_dev_mode \
+         for a sandbox that only ever talks to the simulator"
+    )]
+    PublishedWebhookSecret,
+    /// A limit set to zero would refuse everything.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+}
+
 /// How the API listens and what it promises.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -34,6 +60,12 @@ pub struct ApiConfig {
     pub body_limit_bytes: usize,
     /// Stripe `whsec_` signing secrets; several during a rotation.
     pub webhook_secrets: Vec<String>,
+    /// Accept the simulator's published webhook secret (a sandbox against the simulator only).
+    pub simulator_dev_mode: bool,
+    /// Longest a client may take to send a request's header block.
+    pub header_read_timeout: Duration,
+    /// Most connections served at once.
+    pub connections_max: usize,
 }
 
 impl Default for ApiConfig {
@@ -45,11 +77,33 @@ impl Default for ApiConfig {
             link_ttl: LINK_TTL_DEFAULT,
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             webhook_secrets: Vec::new(),
+            simulator_dev_mode: false,
+            header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
         }
     }
 }
 
 impl ApiConfig {
+    /// Refuses a configuration the api must not serve with (checked before it listens).
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if !self.simulator_dev_mode
+            && self
+                .webhook_secrets
+                .iter()
+                .any(|s| s == SIMULATOR_WEBHOOK_SECRET)
+        {
+            return Err(ConfigError::PublishedWebhookSecret);
+        }
+        if self.header_read_timeout.is_zero() {
+            return Err(ConfigError::Zero("header_read_timeout"));
+        }
+        if self.connections_max == 0 {
+            return Err(ConfigError::Zero("connections_max"));
+        }
+        Ok(())
+    }
+
     /// The base URL without a trailing slash.
     pub fn base_url(&self) -> &str {
         self.public_base_url.trim_end_matches('/')
@@ -74,6 +128,25 @@ pub fn duration_ms(d: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_published_simulator_secret_is_refused_outside_dev_mode() {
+        let mut c = ApiConfig {
+            webhook_secrets: vec!["whsec_own".into(), SIMULATOR_WEBHOOK_SECRET.into()],
+            ..ApiConfig::default()
+        };
+        assert_eq!(c.check(), Err(ConfigError::PublishedWebhookSecret));
+        c.simulator_dev_mode = true;
+        assert_eq!(c.check(), Ok(()));
+        c.simulator_dev_mode = false;
+        c.webhook_secrets = vec!["whsec_own".into()];
+        assert_eq!(c.check(), Ok(()));
+        c.connections_max = 0;
+        assert_eq!(c.check(), Err(ConfigError::Zero("connections_max")));
+        c.connections_max = 1;
+        c.header_read_timeout = Duration::ZERO;
+        assert_eq!(c.check(), Err(ConfigError::Zero("header_read_timeout")));
+    }
 
     #[test]
     fn public_host_is_the_authority_of_the_base_url() {

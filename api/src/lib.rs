@@ -19,6 +19,7 @@
 //! - [`mcp`]: the MCP server over streamable HTTP (the official `rmcp` SDK).
 //! - [`webhooks`]: the Stripe webhook route, handing raw bytes to the reconciler.
 //! - [`health`]: liveness and readiness.
+//! - [`listener`]: the accept loop with its header-read timeout and connection limit.
 //! - [`metrics`]: the Prometheus `/metrics` endpoint and the response counters behind it.
 //! - [`openapi`]: the checked-in OpenAPI 3.1 document and the route table it must cover.
 
@@ -33,6 +34,7 @@ pub mod errors;
 pub mod formats;
 pub mod health;
 pub mod keys;
+pub mod listener;
 pub mod mcp;
 pub mod metrics;
 pub mod notify;

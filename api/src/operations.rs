@@ -16,6 +16,7 @@ use payonce_shared::details::{Details, DetailsHash, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
+use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -62,7 +63,7 @@ pub struct OperationView {
     pub submitted: bool,
     /// Processor reference.
     pub external_ref: Option<String>,
-    /// Stored processor result.
+    /// Summary of the stored processor object (`processor::summary`: never the client secret).
     pub result: Option<Value>,
     /// Failure or rejection code.
     pub failure_code: Option<String>,
@@ -89,7 +90,7 @@ impl From<&Operation> for OperationView {
             attempt: op.attempt,
             submitted: op.first_submitted_at_ms.is_some(),
             external_ref: op.external_ref.clone(),
-            result: op.result.clone(),
+            result: op.result.as_ref().map(summary),
             failure_code: op.failure_code.clone(),
             failure_message: op.failure_message.clone(),
             approved_by: op.approved_by.clone(),
@@ -106,8 +107,10 @@ pub struct OperationWithEvents {
     /// The operation.
     #[serde(flatten)]
     pub operation: OperationView,
-    /// Every transition, oldest first.
-    pub events: Vec<OperationEvent>,
+    /// Every transition, oldest first; absent for assistant keys (actors, key labels and on-call
+    /// reasons are internal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<OperationEvent>>,
 }
 
 /// Parses a path id; a malformed one is answered like an unknown one.
@@ -151,14 +154,18 @@ pub async fn create(
     Ok((status, Json(OperationView::from(&created.operation))))
 }
 
-/// `GET /v1/operations/{id}` (any role): state and event history.
+/// `GET /v1/operations/{id}` (any role): state, the processor object's summary, and (service and
+/// on-call) the event history.
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<OperationWithEvents>, HttpError> {
     let op = load(&state, &caller, &id).await?;
-    let events = state.ledger().events(&op.id).await?;
+    let events = match caller.role {
+        Role::Service | Role::OnCall => Some(state.ledger().events(&op.id).await?),
+        Role::Assistant => None,
+    };
     Ok(Json(OperationWithEvents {
         operation: OperationView::from(&op),
         events,

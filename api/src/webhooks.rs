@@ -1,5 +1,6 @@
 //! `POST /v1/webhooks/stripe`: the raw body and `Stripe-Signature` go to the reconciler, which
-//! verifies, stores once and applies. Signature verification lives there, not here.
+//! verifies and stores once; the stored event is a hint the reconciler checks against the
+//! processor before anything changes. Signature verification lives there, not here.
 
 use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
@@ -48,7 +49,8 @@ fn refuse(e: WebhookError) -> HttpError {
     }
 }
 
-/// `POST /v1/webhooks/stripe`: 200 for stored or duplicate events, 400 for bad signatures.
+/// `POST /v1/webhooks/stripe`: 200 for stored or duplicate events (a hint, not yet applied), 400 for
+/// bad signatures.
 pub async fn stripe(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -82,5 +84,7 @@ pub async fn stripe(
         "event_id": outcome.event_id,
         "duplicate": outcome.duplicate,
         "operation_id": outcome.operation.map(|o| o.as_str().to_string()),
+        // A hint, not applied: the reconciler checks it against the processor (docs/api.md).
+        "pending_check": outcome.pending_check,
     })))
 }

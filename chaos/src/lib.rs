@@ -305,8 +305,11 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
 
     let port = fleet::free_port()?;
     let api_base = format!("http://127.0.0.1:{port}");
+    // A secret of this run: the api refuses the simulator's published default.
+    let webhook_secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
     let sim = Simulator::start(SimulatorConfig {
         webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
+        webhook_secret: webhook_secret.clone(),
         webhook_duplicates_per_mille: config.duplicate_per_mille,
         processing_settle: Duration::from_millis(500),
         seed: config.seed,
@@ -319,7 +322,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         processor_url: sim.base_url(),
         log: config.log.clone(),
     };
-    let mut api = launch.api(port, &SimulatorConfig::default().webhook_secret)?;
+    let mut api = launch.api(port, &webhook_secret)?;
     wait_ready(&http, &api_base, &mut api).await?;
 
     let ops = operations::create(&ledger, config.operations, config.unapproved_every, now).await?;

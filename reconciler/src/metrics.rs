@@ -25,6 +25,15 @@ pub struct ReconcilerMetrics {
     pub deferred: Counter,
     /// Writes that lost to a racing writer.
     pub fenced: Counter,
+    /// Webhook hints whose retrieved object matched and was applied.
+    pub hints_applied: Counter,
+    /// Webhook hints kept pending because the processor could not be asked.
+    pub hints_deferred: Counter,
+    /// Alert: a webhook named an object the processor does not have, or one that does not match
+    /// the operation's approved details.
+    pub webhook_mismatches: Counter,
+    /// Alert: the processor holds a payment for an operation nobody approved.
+    pub payments_without_approval: Counter,
 }
 
 impl ReconcilerMetrics {
@@ -54,6 +63,29 @@ impl ReconcilerMetrics {
                 c.get(),
             );
         }
+        for (result, c) in [
+            ("applied", &self.hints_applied),
+            ("deferred", &self.hints_deferred),
+        ] {
+            e.counter(
+                "payonce_webhook_hints_total",
+                "Stored webhooks checked against the processor, by result.",
+                &format!("result=\"{result}\""),
+                c.get(),
+            );
+        }
+        e.counter(
+            "payonce_webhook_evidence_mismatch_total",
+            "Alert: a signed webhook named a processor object that is missing or does not match the operation.",
+            "",
+            self.webhook_mismatches.get(),
+        );
+        e.counter(
+            "payonce_payment_without_approval_total",
+            "Alert: the processor holds a payment for an operation nobody approved.",
+            "",
+            self.payments_without_approval.get(),
+        );
         let counts = ledger.count_by_status().await?;
         e.operations_per_state(&counts);
         let oldest = counts

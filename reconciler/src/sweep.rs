@@ -4,9 +4,13 @@
 //!    retention window is open → retry with the SAME key; not found after it → resubmit only on a
 //!    consistent lookup and an explicit policy, else `needs_attention`; lookup unavailable → back off.
 //!
+//! 3. webhook hints: retrieve the object each stored webhook names, check it against the operation,
+//!    apply only what the processor holds ([`crate::evidence`]).
+//!
 //! Every write is fenced, so two reconcilers at once stay correct; a sweep lease keeps it to one.
 
 use crate::config::ReconcilerConfig;
+use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
@@ -50,6 +54,8 @@ pub struct SweepReport {
     pub fenced: u32,
     /// Errors (ledger or processor) that stopped an item.
     pub errors: u32,
+    /// Webhook hints checked against the processor (what each did).
+    pub hints: HintReport,
     /// One line per action, for dry runs and logs.
     pub actions: Vec<String>,
 }
@@ -59,7 +65,8 @@ impl SweepReport {
     pub fn summary(&self) -> String {
         format!(
             "sweep{}: requeued={} unknown={} succeeded={} failed={} retried_same_key={} resubmitted={} \
-             escalated={} deferred={} fenced={} errors={}",
+             escalated={} deferred={} fenced={} errors={} hints_applied={} hints_deferred={} \
+             hint_mismatches={} payments_without_approval={}",
             if self.dry_run { " (dry run)" } else { "" },
             self.requeued,
             self.marked_unknown,
@@ -70,7 +77,11 @@ impl SweepReport {
             self.escalated,
             self.deferred,
             self.fenced,
-            self.errors
+            self.errors,
+            self.hints.applied,
+            self.hints.deferred,
+            self.hints.mismatched + self.hints.unproven,
+            self.hints.without_approval
         )
     }
 }
@@ -90,6 +101,20 @@ pub enum Decision {
     Escalate(String),
     /// The lookup failed: back off.
     Defer(String),
+}
+
+impl Decision {
+    /// One line for dry runs, logs and `sweep --json`: a found object appears as its summary only
+    /// (a PaymentIntent's client secret must not reach on-call output).
+    pub fn describe(&self) -> String {
+        match self {
+            Decision::Record(Report::Succeeded { reference, result }) => format!(
+                "Record(Succeeded {{ reference: {reference:?}, result: {} }})",
+                payonce_shared::processor::summary::summary(result)
+            ),
+            other => format!("{other:?}"),
+        }
+    }
 }
 
 /// The reconciler engine.
@@ -213,6 +238,9 @@ impl Reconciler {
         self.sweep_leases(&mut report).await?;
         self.sweep_unknown(&mut report).await?;
         if !dry_run {
+            report.hints = self.check_hints_once().await?;
+        }
+        if !dry_run {
             self.ledger
                 .drop_maintenance_lease(SWEEP_LEASE, owner)
                 .await?;
@@ -297,8 +325,18 @@ impl Reconciler {
             self.processor.lookup(&query).await
         };
         let now = self.clock.now_ms();
-        let decision = self.decide(op, lookup, now);
-        report.actions.push(format!("{}: {decision:?}", op.id));
+        let mut decision = self.decide(op, lookup, now);
+        // Evidence before trust, for lookups too: a found payment is applied only if it is the
+        // approved one (amount, currency, customer, operation id); otherwise a human sees both facts.
+        if let Decision::Record(Report::Succeeded { reference, result }) = &decision
+            && let Some(object) = self.processor.facts(reference, result)
+            && let Some(checked @ Report::Mismatch { .. }) = crate::evidence::report_of(op, &object)
+        {
+            decision = Decision::Record(checked);
+        }
+        report
+            .actions
+            .push(format!("{}: {}", op.id, decision.describe()));
         if report.dry_run {
             return Ok(());
         }
@@ -310,10 +348,19 @@ impl Reconciler {
         match decision {
             Decision::Record(r) => {
                 let succeeded = matches!(r, Report::Succeeded { .. });
-                self.ledger
+                let applied = self
+                    .ledger
                     .apply_report(&op.id, &r, &format!("lookup by {owner}"), now)
                     .await?;
-                if succeeded {
+                if let Report::Mismatch {
+                    reference, detail, ..
+                } = &r
+                {
+                    report.escalated += 1;
+                    self.metrics.webhook_mismatches.inc();
+                    tracing::error!(alert = "webhook_lookup_mismatch", operation = %op.id, %reference, %detail,
+                        ?applied, "the payment found by lookup does not match the approved details; it needs attention");
+                } else if succeeded {
                     report.resolved_succeeded += 1;
                     self.metrics.resolved_succeeded.inc();
                 } else {
@@ -402,6 +449,23 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// Checks the pending webhook hints once (a step of every sweep; callable alone, e.g. by tests).
+    pub async fn check_hints_once(&self) -> Result<HintReport, LedgerError> {
+        let limits = HintLimits {
+            batch_size: self.config.batch_size,
+            backoff_base: self.config.check_backoff_base,
+            backoff_max: self.config.check_backoff_max,
+        };
+        check_hints(
+            &self.ledger,
+            self.processor.as_ref(),
+            &self.metrics,
+            &limits,
+            self.clock.now_ms(),
+        )
+        .await
     }
 
     /// Sweeps every `interval` until `shutdown` resolves; a sweep in progress finishes first.

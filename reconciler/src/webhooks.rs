@@ -1,9 +1,12 @@
 //! Stripe webhooks: verify `Stripe-Signature` exactly as Stripe's own libraries do, store each event
-//! once, match it to its operation, and apply only the moves the state machine allows, in any order.
+//! once and match it to its operation. A webhook is a hint, never evidence (docs/decisions.md): an
+//! event that may carry an outcome stays pending until [`crate::evidence`] has retrieved the object
+//! it names from the processor and checked it against the operation; nothing here changes an
+//! operation.
 
 use hmac::{Hmac, KeyInit, Mac};
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{Applied, LedgerError, Report, SharedLedger};
+use payonce_shared::ledger::{LedgerError, SharedLedger};
 use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -214,8 +217,9 @@ pub struct IngestOutcome {
     pub duplicate: bool,
     /// The operation it matched, if any.
     pub operation: Option<OperationId>,
-    /// What applying it did (`None`: the event type carries no outcome, or no operation matched).
-    pub applied: Option<Applied>,
+    /// Whether it waits for a check against the processor (it may carry an outcome and names an
+    /// operation); false for events that change nothing (no outcome, no operation).
+    pub pending_check: bool,
 }
 
 /// Finds the operation an event is about: metadata first, then the request's idempotency key.
@@ -235,42 +239,27 @@ fn match_operation(event: &Event) -> Option<OperationId> {
     OperationId::parse(key.strip_prefix("payonce-")?).ok()
 }
 
-/// Turns an event into a report, for the event types that carry an outcome.
-fn report_of(event: &Event) -> Option<Report> {
-    let object = &event.data.object;
-    let reference = object.get("id").and_then(|v| v.as_str())?.to_string();
-    let error = object.get("last_payment_error");
-    let error_field = |f: &str| {
-        error
-            .and_then(|e| e.get(f))
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-    };
-    match event.event_type.as_str() {
-        "payment_intent.succeeded" => Some(Report::Succeeded {
-            reference,
-            result: object.clone(),
-        }),
-        "payment_intent.payment_failed" => Some(Report::Failed {
-            code: error_field("code").unwrap_or_else(|| "payment_failed".into()),
-            message: error_field("message").unwrap_or_else(|| "the payment failed".into()),
-            reference: Some(reference),
-        }),
-        "payment_intent.canceled" => Some(Report::Failed {
-            code: "canceled".into(),
-            message: object
-                .get("cancellation_reason")
-                .and_then(|v| v.as_str())
-                .unwrap_or("canceled at the processor")
-                .to_string(),
-            reference: Some(reference),
-        }),
-        _ => None,
-    }
+/// The event types that may carry an outcome; only these are checked against the processor.
+pub const OUTCOME_EVENT_TYPES: [&str; 3] = [
+    "payment_intent.succeeded",
+    "payment_intent.payment_failed",
+    "payment_intent.canceled",
+];
+
+/// The processor reference a stored event names (`data.object.id`), if it reads as an event.
+pub fn reference_of(payload: &str) -> Option<String> {
+    let event: Event = serde_json::from_str(payload).ok()?;
+    event
+        .data
+        .object
+        .get("id")
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
 }
 
-/// Verifies, stores once and applies one webhook delivery. A redelivery is applied again (applying
-/// is idempotent), so a crash between storing and applying loses nothing.
+/// Verifies and stores one webhook delivery once. An event that may carry an outcome for one of
+/// our operations is left pending for [`crate::evidence::check_hints`]; any other is marked done at
+/// once. A redelivery of a stored event changes nothing.
 pub async fn ingest(
     ledger: &SharedLedger,
     secrets: &[String],
@@ -303,32 +292,33 @@ pub async fn ingest(
             now_ms,
         )
         .await?;
-    let applied = match (&operation, report_of(&event)) {
-        (Some(id), Some(report)) => match ledger
-            .apply_report(id, &report, &format!("webhook {}", event.id), now_ms)
-            .await
-        {
-            Ok(applied) => Some(applied),
-            // Not ours (another deployment's operation id): stored, nothing to apply.
-            Err(LedgerError::NotFound) => None,
-            Err(other) => return Err(other.into()),
-        },
-        _ => None,
+    let claims_outcome = OUTCOME_EVENT_TYPES.contains(&event.event_type.as_str())
+        && event
+            .data
+            .object
+            .get("id")
+            .and_then(|v| v.as_str())
+            .is_some();
+    let pending_check = operation.is_some() && claims_outcome;
+    let outcome = if pending_check {
+        "pending: to be checked against the processor"
+    } else if operation.is_none() {
+        "unmatched"
+    } else {
+        "no outcome in event"
     };
-    let outcome = match &applied {
-        Some(a) => format!("{a:?}"),
-        None if operation.is_none() => "unmatched".to_string(),
-        None => "no outcome in event".to_string(),
-    };
-    ledger
-        .mark_processor_event(PROCESSOR, &event.id, &outcome, now_ms)
-        .await?;
+    // A redelivery leaves the stored event as it is (pending, or already checked).
+    if stored && !pending_check {
+        ledger
+            .mark_processor_event(PROCESSOR, &event.id, outcome, now_ms)
+            .await?;
+    }
     tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");
     Ok(IngestOutcome {
         event_id: event.id,
         duplicate: !stored,
         operation,
-        applied,
+        pending_check,
     })
 }
 
@@ -461,9 +451,6 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(match_operation(&by_metadata), Some(id.clone()));
-        assert!(
-            matches!(report_of(&by_metadata), Some(Report::Succeeded { ref reference, .. }) if reference == "pi_1")
-        );
         let by_key: Event = serde_json::from_value(serde_json::json!({
             "id": "evt_2", "type": "payment_intent.payment_failed",
             "data": {"object": {"id": "pi_2", "last_payment_error": {"code": "card_declined", "message": "Declined"}}},
@@ -471,15 +458,20 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(match_operation(&by_key), Some(id));
-        assert!(
-            matches!(report_of(&by_key), Some(Report::Failed { ref code, .. }) if code == "card_declined")
-        );
         let unrelated: Event = serde_json::from_value(serde_json::json!({
             "id": "evt_3", "type": "payment_intent.created", "data": {"object": {"id": "pi_3"}},
             "request": {"id": null, "idempotency_key": "someone-else"}
         }))
         .unwrap();
         assert_eq!(match_operation(&unrelated), None);
-        assert_eq!(report_of(&unrelated), None);
+        assert_eq!(
+            reference_of(
+                &serde_json::to_string(&serde_json::json!({"id": "evt_4", "type": "x",
+                "data": {"object": {"id": "pi_4"}}}))
+                .unwrap()
+            ),
+            Some("pi_4".to_string())
+        );
+        assert_eq!(reference_of("not json"), None);
     }
 }

@@ -108,7 +108,8 @@ pub enum Event {
     OutcomeUnknown,
     /// The reconciler could not resolve without risking a duplicate.
     Escalate,
-    /// A processor report contradicts a terminal state; both facts are kept.
+    /// A processor report contradicts the row (a terminal state, a payment nobody approved, or a
+    /// retrieved object that does not match the approved details); both facts are kept.
     ConflictingReport,
     /// On-call resolved by hand: the payment happened (with a reference).
     ResolveSucceeded,
@@ -185,6 +186,8 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
         S::AwaitingApproval => match event {
             E::Approve => Ok(S::Ready),
             E::Cancel | E::ExpireApproval => Ok(S::Cancelled),
+            // The processor holds a payment nobody approved: the loudest alert (runbook).
+            E::ConflictingReport => Ok(S::NeedsAttention),
             E::Claim
             | E::Release
             | E::LeaseExpiredUnsubmitted
@@ -196,7 +199,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             | E::NotSubmittedExhausted
             | E::OutcomeUnknown
             | E::Escalate
-            | E::ConflictingReport
             | E::ResolveSucceeded
             | E::ResolveFailed
             | E::ResolveRetry => illegal,
@@ -204,6 +206,8 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
         S::Ready => match event {
             E::Claim => Ok(S::Executing),
             E::Cancel => Ok(S::Cancelled),
+            // A processor object for this operation that does not match its approved details.
+            E::ConflictingReport => Ok(S::NeedsAttention),
             E::Approve
             | E::ExpireApproval
             | E::Release
@@ -216,7 +220,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             | E::NotSubmittedExhausted
             | E::OutcomeUnknown
             | E::Escalate
-            | E::ConflictingReport
             | E::ResolveSucceeded
             | E::ResolveFailed
             | E::ResolveRetry => illegal,
@@ -227,13 +230,14 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             E::RejectBeforeSubmit => Ok(S::Rejected),
             E::ProcessorSucceeded => Ok(S::Succeeded),
             E::ProcessorFailed => Ok(S::Failed),
-            E::NotSubmittedExhausted | E::Escalate => Ok(S::NeedsAttention),
+            // A retrieved processor object that contradicts the approved details (amount, currency,
+            // customer, operation id) stops the worker's write too: its record is fenced.
+            E::NotSubmittedExhausted | E::Escalate | E::ConflictingReport => Ok(S::NeedsAttention),
             // Cancelling mid-flight could hide a payment that happened: refused.
             E::Cancel
             | E::Approve
             | E::ExpireApproval
             | E::Claim
-            | E::ConflictingReport
             | E::ResolveSucceeded
             | E::ResolveFailed
             | E::ResolveRetry => illegal,
@@ -244,7 +248,7 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             // The reconciler retries with the SAME key under a fresh lease.
             E::Claim => Ok(S::Executing),
             E::OutcomeUnknown => Ok(S::Unknown),
-            E::Escalate => Ok(S::NeedsAttention),
+            E::Escalate | E::ConflictingReport => Ok(S::NeedsAttention),
             E::ResolveRetry => Ok(S::Ready),
             E::Approve
             | E::Cancel
@@ -254,8 +258,7 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             | E::LeaseExpiredSubmitted
             | E::RejectBeforeSubmit
             | E::NotSubmittedRetry
-            | E::NotSubmittedExhausted
-            | E::ConflictingReport => illegal,
+            | E::NotSubmittedExhausted => illegal,
         },
         S::NeedsAttention => match event {
             E::ResolveSucceeded => Ok(S::Succeeded),
@@ -335,6 +338,10 @@ mod tests {
         (S::AwaitingApproval, E::Approve, S::Ready),
         (S::AwaitingApproval, E::Cancel, S::Cancelled),
         (S::AwaitingApproval, E::ExpireApproval, S::Cancelled),
+        (S::AwaitingApproval, E::ConflictingReport, S::NeedsAttention),
+        (S::Ready, E::ConflictingReport, S::NeedsAttention),
+        (S::Executing, E::ConflictingReport, S::NeedsAttention),
+        (S::Unknown, E::ConflictingReport, S::NeedsAttention),
         (S::Ready, E::Claim, S::Executing),
         (S::Ready, E::Cancel, S::Cancelled),
         (S::Executing, E::Release, S::Ready),

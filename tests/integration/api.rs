@@ -9,8 +9,10 @@ mod mcp;
 mod operations;
 mod processes;
 mod role_matrix;
+mod slow_clients;
 mod tools;
 mod verification;
+mod views;
 mod webhooks;
 
 use payonce_api::{ApiConfig, AppState, create_api_key, serve_listener};

@@ -9,6 +9,7 @@ mod support;
 mod api;
 mod bench;
 mod deployables;
+mod evidence;
 
 mod failure_injection;
 mod fuzz_bodies;

@@ -6,7 +6,7 @@ use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_reconciler::webhooks::{self, WebhookError};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::{Applied, Operation, SharedLedger};
+use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::{LookupSupport, Processor};
 use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
@@ -414,17 +414,26 @@ fn signed(secret: &str, body: &str) -> String {
 #[tokio::test]
 async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(
+        &ledger,
+        processes::stripe(&sim, None),
+        "rec",
+        Duration::from_secs(60),
+    );
     let secrets = vec!["whsec_test".to_string()];
-    let op = ready_operation(&ledger, "INV-WH", "pm_card_visa", now()).await;
-    let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger
-        .mark_submitting(&c.id, c.attempt, now())
+    // Paid at the processor; the worker's response was lost and it has not recorded anything.
+    let op = crashed_mid_flight(&ledger, &sim, "INV-WH", true).await;
+    let pi = processes::audit(&sim)
         .await
+        .into_iter()
+        .find(|p| p["metadata"]["payonce_operation_id"] == op.id.as_str())
         .unwrap();
+    let reference = pi["id"].as_str().unwrap().to_string();
     let event = |id: &str, kind: &str| {
         serde_json::json!({
             "id": id, "object": "event", "type": kind, "created": now() / 1000,
-            "data": {"object": {"id": "pi_wh", "object": "payment_intent", "status": "succeeded",
+            "data": {"object": {"id": reference, "object": "payment_intent", "status": "succeeded",
                 "metadata": {"payonce_operation_id": op.id.as_str()}}},
             "request": {"id": "req_1", "idempotency_key": op.idempotency_key.as_str()}
         })
@@ -442,7 +451,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     )
     .await
     .unwrap();
-    assert_eq!(r.applied, Some(Applied::Moved(Status::Succeeded)));
+    assert!(r.pending_check, "stored as a hint");
     let dup = webhooks::ingest(
         &ledger,
         &secrets,
@@ -453,7 +462,6 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     .await
     .unwrap();
     assert!(dup.duplicate);
-    assert_eq!(dup.applied, Some(Applied::AlreadyKnown));
     let r = webhooks::ingest(
         &ledger,
         &secrets,
@@ -463,15 +471,19 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     )
     .await
     .unwrap();
-    assert_eq!(r.applied, None, "created carries no outcome");
+    assert!(!r.pending_check, "created carries no outcome");
+    // One check of the stored hint, by retrieving the object: applied once.
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!((pass.applied, pass.closed), (1, 0), "{pass:?}");
+    assert_eq!(rec.check_hints_once().await.unwrap().applied, 0);
     // The worker's late record loses to the stored truth.
     let late = payonce_shared::ledger::Recorded::Succeeded {
-        reference: "pi_wh".into(),
+        reference: reference.clone(),
         result: serde_json::json!({}),
     };
     assert!(
         ledger
-            .record(&c.id, c.attempt, &late, "w", now())
+            .record(&op.id, op.attempt, &late, "w", now())
             .await
             .is_err()
     );
@@ -496,13 +508,8 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
         webhooks::ingest(&ledger, &secrets, None, failed.as_bytes(), now()).await,
         Err(WebhookError::MissingSignature)
     ));
-    let row = ledger.get(&tenant(), &op.id).await.unwrap();
-    assert_eq!(
-        (row.status, row.external_ref.as_deref()),
-        (Status::Succeeded, Some("pi_wh"))
-    );
-    // A genuine contradicting report keeps both facts.
-    let r = webhooks::ingest(
+    // A signed "failed" about a payment the processor holds as succeeded: checked, nothing moves.
+    webhooks::ingest(
         &ledger,
         &secrets,
         Some(&signed("whsec_test", &failed)),
@@ -511,11 +518,13 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     )
     .await
     .unwrap();
-    assert_eq!(r.applied, Some(Applied::Conflict));
+    rec.check_hints_once().await.unwrap();
+    let row = ledger.get(&tenant(), &op.id).await.unwrap();
     assert_eq!(
-        ledger.get(&tenant(), &op.id).await.unwrap().status,
-        Status::NeedsAttention
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some(reference.as_str()))
     );
+    assert_eq!(payments_for(&sim, op.id.as_str()).await, 1);
 }
 
 #[tokio::test]

@@ -20,6 +20,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         include_str!("../../../migrations/postgres/0002_customer_verification.sql"),
     ),
     (
+        3,
+        "evidence",
+        include_str!("../../../migrations/postgres/0003_evidence.sql"),
+    ),
+    (
         4,
         "api_key_lifecycle",
         include_str!("../../../migrations/postgres/0004_api_key_lifecycle.sql"),
@@ -36,6 +41,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         2,
         "customer_verification",
         include_str!("../../../migrations/sqlite/0002_customer_verification.sql"),
+    ),
+    (
+        3,
+        "evidence",
+        include_str!("../../../migrations/sqlite/0003_evidence.sql"),
     ),
     (
         4,
@@ -100,10 +110,28 @@ pub(crate) async fn postgres(
     result
 }
 
-/// Applies pending SQLite migrations (one writer at a time by SQLite's own locking).
+/// Applies pending SQLite migrations (one writer at a time by SQLite's own locking). Foreign keys
+/// are off while they run: SQLite changes a constraint only by rebuilding the table, and dropping a
+/// parent table with foreign keys on deletes (or orphans) its children's references
+/// (sqlite.org/lang_altertable.html). The references are checked before anything is used.
 pub(crate) async fn sqlite(
     conn: &mut sqlx::SqliteConnection,
     now_ms: i64,
 ) -> Result<u32, LedgerError> {
-    migrate_on!(&mut *conn, SQLITE, now_ms)
+    sqlx::query("PRAGMA foreign_keys = OFF")
+        .execute(&mut *conn)
+        .await?;
+    let ran = migrate_on!(&mut *conn, SQLITE, now_ms);
+    let dangling = sqlx::query("PRAGMA foreign_key_check")
+        .fetch_all(&mut *conn)
+        .await;
+    sqlx::query("PRAGMA foreign_keys = ON")
+        .execute(&mut *conn)
+        .await?;
+    if !dangling?.is_empty() {
+        return Err(LedgerError::Corrupt(
+            "a migration left rows referencing missing operations".into(),
+        ));
+    }
+    ran
 }

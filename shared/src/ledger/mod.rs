@@ -191,6 +191,35 @@ pub enum Report {
         /// Processor reference.
         reference: Option<String>,
     },
+    /// A retrieved processor object names this operation but does not match its approved details
+    /// (amount, currency, customer or operation id): never applied as an outcome, always sent to a
+    /// human with both facts.
+    Mismatch {
+        /// Processor reference.
+        reference: String,
+        /// Whether the object says money moved (a succeeded payment).
+        paid: bool,
+        /// What differs: the processor's facts next to the approved ones.
+        detail: String,
+    },
+}
+
+/// A stored webhook: a hint that the processor has news about an operation, to be checked by
+/// retrieving the object it names before anything is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredProcessorEvent {
+    /// Processor name (`stripe`).
+    pub processor: String,
+    /// The processor's event id.
+    pub event_id: String,
+    /// The event type (`payment_intent.succeeded`).
+    pub event_type: String,
+    /// The operation the event named, if it named one of ours.
+    pub operation: Option<OperationId>,
+    /// The signed body as received.
+    pub payload: String,
+    /// Checks tried so far (the processor could not be asked).
+    pub checks: i64,
 }
 
 /// What applying a report did.
@@ -202,6 +231,9 @@ pub enum Applied {
     AlreadyKnown,
     /// The report contradicts the row; it is in `needs_attention` with both facts.
     Conflict,
+    /// The processor holds a payment for an operation that was never approved or was cancelled:
+    /// the row is in `needs_attention` with both facts, and callers raise the loudest alert.
+    PaymentWithoutApproval,
     /// The state does not take reports (e.g. not yet submitted); kept as an event only.
     Ignored(Status),
 }
@@ -425,7 +457,24 @@ pub trait Ledger: Send + Sync {
         payload: &str,
         now_ms: i64,
     ) -> Result<bool, LedgerError>;
-    /// Records what applying a stored webhook did.
+    /// Stored webhooks not yet checked against the processor, whose next check is due, oldest
+    /// first, at most `limit` (served by a partial index).
+    async fn pending_processor_events(
+        &self,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredProcessorEvent>, LedgerError>;
+    /// Leaves a stored webhook pending (the processor could not be asked): counts the try and
+    /// puts the next one off until `check_after_ms`.
+    async fn defer_processor_event(
+        &self,
+        processor: &str,
+        event_id: &str,
+        check_after_ms: i64,
+        why: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
+    /// Records what checking a stored webhook did; it is no longer pending.
     async fn mark_processor_event(
         &self,
         processor: &str,

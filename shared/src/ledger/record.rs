@@ -41,7 +41,8 @@ pub struct Operation {
     pub submit_count: i64,
     /// Processor reference.
     pub external_ref: Option<String>,
-    /// Stored processor result.
+    /// Stored processor result (kept whole as evidence; serialized as its summary only).
+    #[serde(serialize_with = "crate::processor::summary::serialize_summary")]
     pub result: Option<serde_json::Value>,
     /// Failure or rejection code.
     pub failure_code: Option<String>,

@@ -54,6 +54,8 @@ pub enum Plan {
     Conflict {
         /// Both facts.
         detail: String,
+        /// What to report back ([`Applied::Conflict`] or [`Applied::PaymentWithoutApproval`]).
+        applied: Applied,
     },
     /// Back to `ready` for a retry with the same key.
     Retry {
@@ -80,10 +82,23 @@ pub fn plan_report(
         detail: format!("{source}: {what}; {stored}"),
         applied: Applied::Ignored(status),
     };
-    let conflict = |what: &str| -> Result<Plan, LedgerError> {
+    // Money that moved for an operation nobody approved (or whose approval was withdrawn by a
+    // cancel) is the loudest alert payonce raises; the row says so in its detail.
+    let unapproved =
+        current.approved_hash.is_none() || matches!(status, S::AwaitingApproval | S::Cancelled);
+    let conflict = |what: &str, paid: bool| -> Result<Plan, LedgerError> {
         transition(status, Event::ConflictingReport)?;
+        let (applied, alert) = if paid && unapproved {
+            (
+                Applied::PaymentWithoutApproval,
+                "PAYMENT WITHOUT APPROVAL: ",
+            )
+        } else {
+            (Applied::Conflict, "")
+        };
         Ok(Plan::Conflict {
-            detail: format!("{source} reports {what}; {stored}"),
+            detail: format!("{alert}{source} reports {what}; {stored}"),
+            applied,
         })
     };
     match report {
@@ -101,15 +116,17 @@ pub fn plan_report(
             S::Succeeded if current.external_ref.as_deref() == Some(reference.as_str()) => {
                 Ok(Plan::Nothing(Applied::AlreadyKnown))
             }
-            S::Succeeded | S::Failed | S::Rejected | S::Cancelled => {
-                conflict(&format!("a successful payment {reference}"))
+            S::Succeeded | S::Failed | S::Rejected | S::Cancelled | S::AwaitingApproval => {
+                conflict(&format!("a successful payment {reference}"), true)
             }
             S::NeedsAttention => Ok(Plan::Note {
                 event: Event::ConflictingReport.as_str(),
                 detail: format!("{source}: succeeded as {reference}; {stored}"),
                 applied: Applied::Ignored(status),
             }),
-            S::AwaitingApproval | S::Ready => Ok(note(&format!("succeeded as {reference}"))),
+            // Approved and not yet claimed: an earlier attempt's payment (before an on-call retry);
+            // the same-key claim finds it, so the fact is kept and nothing moves.
+            S::Ready => Ok(note(&format!("succeeded as {reference}"))),
         },
         Report::Failed {
             code,
@@ -128,12 +145,41 @@ pub fn plan_report(
                 })
             }
             S::Failed => Ok(Plan::Nothing(Applied::AlreadyKnown)),
-            S::Succeeded => conflict(&format!("a failure ({code})")),
+            S::Succeeded => conflict(&format!("a failure ({code})"), false),
             // No money moved on a failure: keep the fact, change nothing.
             S::Rejected | S::Cancelled | S::NeedsAttention | S::AwaitingApproval | S::Ready => {
                 Ok(note(&format!("failed with {code}")))
             }
         },
+        Report::Mismatch {
+            reference,
+            paid,
+            detail,
+        } => {
+            let what = format!(
+                "{} {reference} that does not match the approved details ({detail})",
+                if *paid {
+                    "a successful payment"
+                } else {
+                    "a processor object"
+                }
+            );
+            match status {
+                S::NeedsAttention => Ok(Plan::Note {
+                    event: Event::ConflictingReport.as_str(),
+                    detail: format!("{source}: {what}; {stored}"),
+                    applied: Applied::Ignored(status),
+                }),
+                S::AwaitingApproval
+                | S::Ready
+                | S::Executing
+                | S::Unknown
+                | S::Succeeded
+                | S::Failed
+                | S::Rejected
+                | S::Cancelled => conflict(&what, *paid),
+            }
+        }
     }
 }
 
@@ -182,6 +228,15 @@ pub fn plan_resolution(
             })
         }
         Resolution::RetrySameKey => {
+            // A retry runs the payment: never for an operation nobody approved (a payment the
+            // processor holds for it is refunded there, then resolved by hand).
+            if current.approved_hash.is_none() {
+                return Err(LedgerError::WrongState {
+                    id: current.id.clone(),
+                    status: current.status,
+                    why: "never approved: it cannot be retried, only resolved as succeeded or failed",
+                });
+            }
             transition(current.status, Event::ResolveRetry)?;
             Ok(Plan::Retry {
                 detail: reason.to_string(),

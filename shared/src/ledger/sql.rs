@@ -144,6 +144,12 @@ pub const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_h
 
 pub const INSERT_PROCESSOR_EVENT: &str = "INSERT INTO processor_events (processor, event_id, event_type, \
      operation_id, payload, received_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (processor, event_id) DO NOTHING";
+/// Hints still to check: not applied, next check due (served by `processor_events_pending_idx`).
+pub const PENDING_PROCESSOR_EVENTS: &str = "SELECT processor, event_id, event_type, operation_id, payload, \
+     checks FROM processor_events WHERE applied_at IS NULL AND (check_after IS NULL OR check_after <= $1) \
+     ORDER BY received_at LIMIT $2";
+pub const DEFER_PROCESSOR_EVENT: &str = "UPDATE processor_events SET check_after = $3, checks = checks + 1, \
+     outcome = $4 WHERE processor = $1 AND event_id = $2 AND applied_at IS NULL";
 pub const MARK_PROCESSOR_EVENT: &str = "UPDATE processor_events SET applied_at = $3, outcome = $4 WHERE processor = $1 AND event_id = $2";
 pub const INSERT_TOOL_CALL: &str = "INSERT INTO tool_calls (tenant_id, operation_id, provider, provider_call_id, \
      tool, at) VALUES ($1, $2, $3, $4, $5, $6)";

@@ -654,6 +654,56 @@ macro_rules! impl_ledger {
                 Ok(done.rows_affected() == 1)
             }
 
+            async fn pending_processor_events(
+                &self,
+                now_ms: i64,
+                limit: u32,
+            ) -> Result<Vec<$crate::ledger::StoredProcessorEvent>, $crate::ledger::LedgerError> {
+                use sqlx::Row;
+                use $crate::ledger::LedgerError;
+                let limit = limit.min($crate::ledger::PAGE_MAX);
+                let rows = sqlx::query($crate::ledger::sql::PENDING_PROCESSOR_EVENTS)
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        let operation: Option<String> = r.try_get("operation_id")?;
+                        let operation = operation
+                            .map(|o| $crate::id::OperationId::parse(&o))
+                            .transpose()
+                            .map_err(|e| LedgerError::Corrupt(format!("processor event operation id: {e}")))?;
+                        Ok($crate::ledger::StoredProcessorEvent {
+                            processor: r.try_get("processor")?,
+                            event_id: r.try_get("event_id")?,
+                            event_type: r.try_get("event_type")?,
+                            operation,
+                            payload: r.try_get("payload")?,
+                            checks: r.try_get("checks")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn defer_processor_event(
+                &self,
+                processor: &str,
+                event_id: &str,
+                check_after_ms: i64,
+                why: &str,
+                _now_ms: i64,
+            ) -> Result<(), $crate::ledger::LedgerError> {
+                sqlx::query($crate::ledger::sql::DEFER_PROCESSOR_EVENT)
+                    .bind(processor)
+                    .bind(event_id)
+                    .bind(check_after_ms)
+                    .bind($crate::ledger::bounded(why))
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
             async fn mark_processor_event(
                 &self,
                 processor: &str,
@@ -1061,7 +1111,7 @@ macro_rules! write_plan {
                 .fetch_optional(&mut *exec)
                 .await?
                 .map(|_| applied),
-            Plan::Conflict { detail } => sqlx::query(sql::SET_CONFLICT)
+            Plan::Conflict { detail, applied } => sqlx::query(sql::SET_CONFLICT)
                 .bind(id)
                 .bind(current.attempt)
                 .bind(from)
@@ -1070,7 +1120,7 @@ macro_rules! write_plan {
                 .bind(now_ms)
                 .fetch_optional(&mut *exec)
                 .await?
-                .map(|_| $crate::ledger::Applied::Conflict),
+                .map(|_| applied),
             Plan::Retry { detail } => sqlx::query(sql::SET_RETRY)
                 .bind(id)
                 .bind(current.attempt)

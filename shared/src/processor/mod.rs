@@ -4,6 +4,7 @@
 //! and reconciler apply them through the state machine.
 
 pub mod stripe;
+pub mod summary;
 
 use crate::details::Details;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
@@ -79,7 +80,8 @@ pub struct LookupQuery<'a> {
 pub enum FoundStatus {
     /// Paid.
     Succeeded {
-        /// The processor's object, stored as the result.
+        /// The processor's object, stored as the result; serialized as its summary only.
+        #[serde(serialize_with = "summary::serialize_summary_of")]
         result: serde_json::Value,
     },
     /// Definitively not paid.
@@ -114,6 +116,40 @@ pub enum LookupOutcome {
         consistent: bool,
     },
     /// The lookup itself failed; try again later.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A processor object retrieved by its reference, parsed at the boundary into the facts payonce
+/// checks against the operation before it believes anything a webhook said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessorObject {
+    /// Processor reference, e.g. `pi_...`.
+    pub reference: String,
+    /// Amount in minor units, as the processor holds it.
+    pub amount_minor: Option<i64>,
+    /// Currency, lowercase, as the processor holds it.
+    pub currency: Option<String>,
+    /// The processor's customer, if any.
+    pub customer: Option<String>,
+    /// The operation id the object carries in its metadata, if any.
+    pub operation_id: Option<String>,
+    /// What its status says about the operation.
+    pub status: FoundStatus,
+    /// The whole object (stored as the result; shown only through [`summary::summary`]).
+    pub object: serde_json::Value,
+}
+
+/// The result of retrieving one object by reference.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Retrieved {
+    /// The processor has it.
+    Found(Box<ProcessorObject>),
+    /// The processor has no object with this reference (a hint naming one is not evidence).
+    NotFound,
+    /// The processor could not be asked; try again later, apply nothing.
     Unavailable {
         /// Why.
         reason: String,
@@ -156,6 +192,22 @@ pub trait Processor: Send + Sync {
     async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome;
     /// Looks for a past submission of the operation.
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome;
+    /// The facts of an object this adapter returned (a lookup's result), for checking them against
+    /// the operation; `None` when the adapter cannot read its own objects (nothing is checked).
+    fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
+        let _ = (reference, object);
+        None
+    }
+    /// Retrieves one object by its reference (checking a webhook's claim). An adapter that cannot
+    /// leaves every hint unapplied.
+    async fn retrieve(&self, reference: &str) -> Retrieved {
+        Retrieved::Unavailable {
+            reason: format!(
+                "the {} adapter cannot retrieve {reference} by reference",
+                self.contract().name
+            ),
+        }
+    }
 }
 
 /// An adapter whose declared contract is replaced, e.g. to match a simulator configured with a
@@ -182,5 +234,11 @@ impl Processor for WithContract {
     }
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
         self.inner.lookup(query).await
+    }
+    fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
+        self.inner.facts(reference, object)
+    }
+    async fn retrieve(&self, reference: &str) -> Retrieved {
+        self.inner.retrieve(reference).await
     }
 }

@@ -16,7 +16,8 @@ pub use classify::{classify_response, classify_transport};
 pub use lookup::LOOKUP_PAGES_MAX;
 
 use crate::processor::{
-    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome, SubmitRequest,
+    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject, Retrieved,
+    SubmitOutcome, SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -206,6 +207,14 @@ impl Processor for StripeProcessor {
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
         lookup::run(self, query).await
+    }
+
+    fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
+        Some(lookup::object_of(reference, object))
+    }
+
+    async fn retrieve(&self, reference: &str) -> Retrieved {
+        lookup::retrieve(self, reference).await
     }
 }
 

@@ -1,5 +1,6 @@
 //! `POST /v1/webhooks/stripe`: the raw body and signature reach the reconciler; signed events are
-//! stored once and applied; bad signatures are 400.
+//! stored once as hints (applied only after the reconciler retrieved the object: evidence.rs); bad
+//! signatures are 400; the simulator's published secret is refused.
 
 use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
@@ -7,10 +8,11 @@ use crate::support::sqlite_ledger;
 use payonce_reconciler::webhooks::sign;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
+use payonce_shared::state::Status;
 use serde_json::{Value, json};
 
 #[tokio::test]
-async fn signed_events_are_stored_once_and_applied_and_bad_signatures_refused() {
+async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create_ready("INV-80").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
@@ -50,6 +52,7 @@ async fn signed_events_are_stored_once_and_applied_and_bad_signatures_refused() 
     assert_eq!(status, 200, "{first}");
     assert_eq!(first["duplicate"], false);
     assert_eq!(first["operation_id"], id.as_str());
+    assert_eq!(first["pending_check"], true);
     let (status, again) = post(header.clone(), body.clone()).await;
     assert_eq!((status, again["duplicate"].as_bool()), (200, Some(true)));
 
@@ -62,8 +65,17 @@ async fn signed_events_are_stored_once_and_applied_and_bad_signatures_refused() 
         json!({"operation_id": id.as_str()}),
     )
     .await;
-    assert_eq!(answer["outcome"], "succeeded");
-    assert_eq!(answer["reference"], "pi_80");
+    assert_eq!(
+        answer["outcome"], "pending",
+        "a webhook is a hint: nothing changes before the processor is asked"
+    );
+    let pending = api
+        .ledger
+        .pending_processor_events(i64::MAX, 10)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "stored once, waiting for its check");
+    assert_eq!(pending[0].operation.as_ref(), Some(&id));
 
     let forged = format!("t={t},v1={}", sign("whsec_attacker", t, body.as_bytes()));
     let (status, bad) = post(forged, body.clone()).await;
@@ -104,4 +116,106 @@ async fn signed_events_are_stored_once_and_applied_and_bad_signatures_refused() 
         assert!(metrics.contains(line), "{line} in {metrics}");
     }
     api.stop().await;
+}
+
+/// Signs `event` with the test api's secret and posts it; returns the status and body.
+async fn post_signed(api: &super::TestApi, event: &Value) -> (u16, Value) {
+    let body = event.to_string();
+    let t = T0_MS / 1000;
+    let header = format!("t={t},v1={}", sign(WEBHOOK_SECRET, t, body.as_bytes()));
+    let r = api
+        .http
+        .post(format!("{}/v1/webhooks/stripe", api.base))
+        .header("stripe-signature", header)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json::<Value>().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
+    let api = spawn(sqlite_ledger().await).await;
+    let op = api.create_ready("INV-81").await;
+    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+    let c = api
+        .ledger
+        .claim("w", 1, 30_000, api.clock.now_ms())
+        .await
+        .unwrap();
+    api.ledger
+        .mark_submitting(&id, c[0].attempt, api.clock.now_ms())
+        .await
+        .unwrap();
+    // Whoever holds the signing secret says amount 1 succeeded; no payment exists anywhere.
+    let forged = json!({"id": "evt_81", "object": "event", "type": "payment_intent.succeeded",
+        "data": {"object": {"id": "pi_forged", "object": "payment_intent", "status": "succeeded", "amount": 1,
+                            "currency": "usd", "metadata": {"payonce_operation_id": id.as_str()}}}});
+    let (status, body) = post_signed(&api, &forged).await;
+    assert_eq!(status, 200, "stored and acknowledged: {body}");
+    let row = api.ledger.get_unscoped(&id).await.unwrap();
+    assert_eq!(
+        (row.status, row.external_ref),
+        (Status::Executing, None),
+        "a signature alone is not evidence of a payment"
+    );
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn a_signed_success_for_an_operation_cancelled_before_approval_is_acknowledged() {
+    let api = spawn(sqlite_ledger().await).await;
+    let op = api.create("INV-82", 2048).await;
+    let raw = op["id"].as_str().unwrap();
+    let r = api
+        .post(
+            &format!("/v1/operations/{raw}/cancel"),
+            &api.service,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let event = json!({"id": "evt_82", "object": "event", "type": "payment_intent.succeeded",
+        "data": {"object": {"id": "pi_82", "object": "payment_intent", "status": "succeeded", "amount": 2048,
+                            "currency": "usd", "metadata": {"payonce_operation_id": raw}}}});
+    // Before issue 13 this was 503 on every delivery, forever (a CHECK refused the move).
+    for _ in 0..2 {
+        let (status, body) = post_signed(&api, &event).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let pending = api
+        .ledger
+        .pending_processor_events(i64::MAX, 10)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "stored once for the reconciler's check");
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn the_simulators_published_secret_is_refused_outside_its_dev_mode() {
+    assert_eq!(
+        payonce_api::config::SIMULATOR_WEBHOOK_SECRET,
+        payonce_simulator::config::WEBHOOK_SECRET_DEFAULT
+    );
+    let start = |dev_mode: bool| async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = payonce_api::ApiConfig {
+            webhook_secrets: vec![payonce_simulator::config::WEBHOOK_SECRET_DEFAULT.to_string()],
+            simulator_dev_mode: dev_mode,
+            ..payonce_api::ApiConfig::default()
+        };
+        let clock = payonce_shared::clock::ManualClock::new(T0_MS);
+        let state = payonce_api::AppState::new(sqlite_ledger().await, clock, config);
+        // A dev-mode server starts and stops at once (the shutdown future is ready).
+        payonce_api::serve_listener(listener, state, async {}).await
+    };
+    let refused = start(false).await;
+    assert!(
+        matches!(refused, Err(payonce_api::ApiError::Config(_))),
+        "{refused:?}"
+    );
+    assert!(start(true).await.is_ok());
 }

@@ -82,8 +82,12 @@ pub fn reconciler(database_url: &str, sim: &Simulator, env: &[(&str, &str)]) -> 
     spawn(&["reconciler", "run"], database_url, &sim.base_url(), env)
 }
 
-/// `payonce api` on a free port, accepting webhooks signed with the simulator's default secret;
-/// returns the process and its base URL once it is ready.
+/// The webhook secret fleet apis accept; simulators that deliver to them sign with it (the api
+/// refuses the simulator's published default).
+pub const WEBHOOK_SECRET: &str = "whsec_fleet_c0ffee_not_the_published_default";
+
+/// `payonce api` on a free port, accepting webhooks signed with [`WEBHOOK_SECRET`]; returns the
+/// process and its base URL once it is ready.
 pub async fn api(database_url: &str) -> (Proc, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -91,7 +95,7 @@ pub async fn api(database_url: &str) -> (Proc, String) {
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let secret = payonce_simulator::config::WEBHOOK_SECRET_DEFAULT;
+    let secret = WEBHOOK_SECRET;
     let p = spawn(
         &["api", "--listen", &listen],
         database_url,

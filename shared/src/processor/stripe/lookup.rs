@@ -7,7 +7,7 @@ use super::StripeProcessor;
 use super::classify::failure_of;
 use super::read_body;
 use super::wire::METADATA_OPERATION_ID;
-use crate::processor::{FoundStatus, LookupOutcome, LookupQuery};
+use crate::processor::{FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved};
 use serde_json::Value;
 
 /// Most list pages read per lookup; when more payments than this for one customer came since submission, a
@@ -198,6 +198,42 @@ async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome 
                  the lookup is inconclusive");
             LookupOutcome::NotFound { consistent: false }
         }
+    }
+}
+
+/// The facts of a PaymentIntent payonce checks, parsed from Stripe's wire shape.
+pub(crate) fn object_of(reference: &str, pi: &Value) -> ProcessorObject {
+    let text = |field: &str| pi.get(field).and_then(Value::as_str).map(str::to_string);
+    ProcessorObject {
+        reference: reference.to_string(),
+        amount_minor: pi.get("amount").and_then(Value::as_i64),
+        currency: text("currency").map(|c| c.to_ascii_lowercase()),
+        customer: text("customer"),
+        operation_id: operation_of(pi).map(str::to_string),
+        status: found_status(pi),
+        object: pi.clone(),
+    }
+}
+
+/// `GET /v1/payment_intents/{reference}`: the object a webhook named, or why it cannot be had.
+pub(crate) async fn retrieve(p: &StripeProcessor, reference: &str) -> Retrieved {
+    if !is_id(reference) {
+        // Not a Stripe id: no object can carry it.
+        return Retrieved::NotFound;
+    }
+    let url = format!("{}/v1/payment_intents/{reference}", p.config.api_base);
+    match get_json(p, url).await {
+        Ok((200, pi)) => match pi.get("id").and_then(Value::as_str) {
+            Some(id) if id == reference => Retrieved::Found(Box::new(object_of(reference, &pi))),
+            other => Retrieved::Unavailable {
+                reason: format!("retrieve of {reference} answered the object {other:?}"),
+            },
+        },
+        Ok((404, _)) => Retrieved::NotFound,
+        Ok((status, v)) => Retrieved::Unavailable {
+            reason: format!("retrieve answered HTTP {status}: {}", error_message(&v)),
+        },
+        Err(reason) => Retrieved::Unavailable { reason },
     }
 }
 

@@ -1,0 +1,247 @@
+//! Evidence before trust: a stored webhook is a hint that the processor has news about an
+//! operation. Before anything changes, the object the hint names is retrieved from the processor
+//! and its amount, currency, customer and operation id are checked against the operation; only the
+//! retrieved object's facts are applied, through the same fenced report path as every lookup.
+//!
+//! - matches: its status is applied (succeeded, failed; still processing: nothing);
+//! - differs, or money moved for an operation nobody approved: `needs_attention` with both facts
+//!   and an alert distinct from ordinary escalations;
+//! - no such object: nothing is applied (a hint is not evidence), the hint is closed with an alert;
+//! - the processor cannot be asked: the hint stays pending and is retried with backoff.
+//!
+//! The reconciler runs this every sweep, so a webhook takes effect within one sweep interval.
+
+use crate::metrics::ReconcilerMetrics;
+use crate::webhooks::reference_of;
+use payonce_shared::ledger::{
+    Applied, LedgerError, Operation, Report, SharedLedger, StoredProcessorEvent,
+};
+use payonce_shared::processor::{FoundStatus, Processor, ProcessorObject, Retrieved};
+use std::time::Duration;
+
+/// Limits of one pass over pending hints.
+#[derive(Debug, Clone)]
+pub struct HintLimits {
+    /// Most hints checked per pass.
+    pub batch_size: u32,
+    /// First delay before retrying a hint whose retrieval failed; doubles per try.
+    pub backoff_base: Duration,
+    /// Longest delay between tries.
+    pub backoff_max: Duration,
+}
+
+/// What one pass over pending hints did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HintReport {
+    /// Hints whose retrieved object matched and was applied (or already known).
+    pub applied: u32,
+    /// Hints left pending: the processor could not be asked.
+    pub deferred: u32,
+    /// Hints closed without a change (no outcome yet, not ours, unreadable).
+    pub closed: u32,
+    /// Retrieved objects that contradict the operation: now `needs_attention`.
+    pub mismatched: u32,
+    /// Payments for operations nobody approved: now `needs_attention`, the loudest alert.
+    pub without_approval: u32,
+    /// Hints naming an object the processor does not have: nothing applied.
+    pub unproven: u32,
+    /// Ledger errors that left a hint pending.
+    pub errors: u32,
+}
+
+/// Why a retrieved object is not this operation's approved payment; empty when it is.
+pub fn differences(op: &Operation, object: &ProcessorObject) -> Vec<String> {
+    let money = op.details.money();
+    let mut diffs = Vec::new();
+    if object.operation_id.as_deref() != Some(op.id.as_str()) {
+        diffs.push(format!(
+            "operation id {:?} at the processor, {} approved",
+            object.operation_id, op.id
+        ));
+    }
+    if object.amount_minor != Some(money.amount_minor()) {
+        diffs.push(format!(
+            "amount {:?} at the processor, {} approved",
+            object.amount_minor,
+            money.amount_minor()
+        ));
+    }
+    if object.currency.as_deref() != Some(money.currency().code()) {
+        diffs.push(format!(
+            "currency {:?} at the processor, {} approved",
+            object.currency,
+            money.currency().code()
+        ));
+    }
+    if object.customer.as_deref() != Some(op.details.customer()) {
+        diffs.push(format!(
+            "customer {:?} at the processor, {} approved",
+            object.customer,
+            op.details.customer()
+        ));
+    }
+    diffs
+}
+
+/// The report the retrieved object supports, if any (`None`: still processing, nothing to apply).
+pub fn report_of(op: &Operation, object: &ProcessorObject) -> Option<Report> {
+    let diffs = differences(op, object);
+    if !diffs.is_empty() {
+        return Some(Report::Mismatch {
+            reference: object.reference.clone(),
+            paid: matches!(object.status, FoundStatus::Succeeded { .. }),
+            detail: diffs.join("; "),
+        });
+    }
+    match &object.status {
+        FoundStatus::Succeeded { .. } => Some(Report::Succeeded {
+            reference: object.reference.clone(),
+            result: object.object.clone(),
+        }),
+        FoundStatus::Failed { code, message } => Some(Report::Failed {
+            code: code.clone(),
+            message: message.clone(),
+            reference: Some(object.reference.clone()),
+        }),
+        FoundStatus::Pending { .. } => None,
+    }
+}
+
+fn backoff_ms(limits: &HintLimits, checks: i64) -> i64 {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let exp = u32::try_from(checks.clamp(0, 20)).unwrap_or(20);
+    ms(limits.backoff_base)
+        .saturating_mul(1_i64 << exp)
+        .min(ms(limits.backoff_max))
+}
+
+/// Checks every due pending hint once: retrieve, compare, apply what the processor says.
+pub async fn check_hints(
+    ledger: &SharedLedger,
+    processor: &dyn Processor,
+    metrics: &ReconcilerMetrics,
+    limits: &HintLimits,
+    now_ms: i64,
+) -> Result<HintReport, LedgerError> {
+    let mut report = HintReport::default();
+    for hint in ledger
+        .pending_processor_events(now_ms, limits.batch_size)
+        .await?
+    {
+        if let Err(error) = check_one(
+            ledger,
+            processor,
+            metrics,
+            limits,
+            &hint,
+            now_ms,
+            &mut report,
+        )
+        .await
+        {
+            // Left pending: the next pass tries again.
+            report.errors += 1;
+            tracing::warn!(event_id = %hint.event_id, %error, "webhook hint could not be checked");
+        }
+    }
+    Ok(report)
+}
+
+async fn check_one(
+    ledger: &SharedLedger,
+    processor: &dyn Processor,
+    metrics: &ReconcilerMetrics,
+    limits: &HintLimits,
+    hint: &StoredProcessorEvent,
+    now_ms: i64,
+    report: &mut HintReport,
+) -> Result<(), LedgerError> {
+    let close = |outcome: String| async move {
+        ledger
+            .mark_processor_event(&hint.processor, &hint.event_id, &outcome, now_ms)
+            .await
+    };
+    let (Some(id), Some(reference)) = (&hint.operation, reference_of(&hint.payload)) else {
+        report.closed += 1;
+        return close("closed: names no operation or object".into()).await;
+    };
+    let op = match ledger.get_unscoped(id).await {
+        Ok(op) => op,
+        // Another deployment's operation id: stored, nothing to check.
+        Err(LedgerError::NotFound) => {
+            report.closed += 1;
+            return close("closed: not an operation of this ledger".into()).await;
+        }
+        Err(e) => return Err(e),
+    };
+    let object = match processor.retrieve(&reference).await {
+        Retrieved::Found(object) => object,
+        Retrieved::NotFound => {
+            report.unproven += 1;
+            metrics.webhook_mismatches.inc();
+            tracing::error!(alert = "webhook_lookup_mismatch", event_id = %hint.event_id, event_type = %hint.event_type,
+                operation = %op.id, %reference,
+                "a signed webhook names a payment the processor does not have; nothing applied");
+            return close(format!(
+                "unproven: the processor has no {reference}; nothing applied (status stays {})",
+                op.status.as_str()
+            ))
+            .await;
+        }
+        Retrieved::Unavailable { reason } => {
+            report.deferred += 1;
+            metrics.hints_deferred.inc();
+            let next = now_ms.saturating_add(backoff_ms(limits, hint.checks));
+            tracing::info!(event_id = %hint.event_id, %reason, "webhook hint kept: the processor could not be asked");
+            return ledger
+                .defer_processor_event(
+                    &hint.processor,
+                    &hint.event_id,
+                    next,
+                    &format!("pending: retrieve failed ({reason})"),
+                    now_ms,
+                )
+                .await;
+        }
+    };
+    let Some(checked) = report_of(&op, &object) else {
+        report.closed += 1;
+        return close(format!(
+            "checked: {reference} is still in progress at the processor; nothing applied"
+        ))
+        .await;
+    };
+    let source = format!(
+        "webhook {} checked by retrieving {reference}",
+        hint.event_id
+    );
+    let applied = match ledger.apply_report(&op.id, &checked, &source, now_ms).await {
+        Ok(applied) => applied,
+        Err(LedgerError::NotFound) => {
+            report.closed += 1;
+            return close("closed: not an operation of this ledger".into()).await;
+        }
+        Err(e) => return Err(e),
+    };
+    match (&applied, &checked) {
+        (Applied::PaymentWithoutApproval, _) => {
+            report.without_approval += 1;
+            metrics.payments_without_approval.inc();
+            tracing::error!(alert = "payment_without_approval", operation = %op.id, %reference,
+                event_id = %hint.event_id, was = op.status.as_str(),
+                "the processor holds a payment for an operation nobody approved; it needs attention now");
+        }
+        (Applied::Conflict, Report::Mismatch { detail, .. }) => {
+            report.mismatched += 1;
+            metrics.webhook_mismatches.inc();
+            tracing::error!(alert = "webhook_lookup_mismatch", operation = %op.id, %reference,
+                event_id = %hint.event_id, %detail,
+                "the processor's object does not match the approved details; it needs attention");
+        }
+        _ => {
+            report.applied += 1;
+            metrics.hints_applied.inc();
+        }
+    }
+    close(format!("checked: {applied:?}")).await
+}

@@ -1,0 +1,597 @@
+//! Issue 13, defects 3 and 5: a webhook is a hint. A signed event is stored once and changes
+//! nothing; the reconciler retrieves the object it names from the processor (the simulator over
+//! real HTTP), checks amount, currency, customer and operation id against the operation, and applies
+//! only what the processor holds. Money that moved without an approval is the loudest alert.
+
+use crate::support::processes::{self, payments_for};
+use crate::support::{self, details, every_store, ready_operation, tenant};
+use payonce_reconciler::webhooks::{self, sign};
+use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::ledger::{
+    Applied, LedgerError, NewOperation, Operation, Recorded, Report, Resolution, SharedLedger,
+};
+use payonce_shared::metrics::Exposition;
+use payonce_shared::processor::Processor;
+use payonce_shared::state::Status;
+use payonce_simulator::{Simulator, SimulatorConfig};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECRET: &str = "whsec_evidence_test";
+
+fn now() -> i64 {
+    SystemClock.now_ms()
+}
+
+fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
+    let mut config = ReconcilerConfig::new("rec-evidence");
+    // Short backoff: a deferred hint is due again at once in these tests (the clock is real).
+    config.check_backoff_base = Duration::from_millis(1);
+    config.check_backoff_max = Duration::from_millis(1);
+    Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config)
+}
+
+/// A signed delivery of `event_type` about `object` (as a forger with the secret, or Stripe).
+fn delivery(event_id: &str, event_type: &str, object: Value) -> (String, String) {
+    let body =
+        json!({"id": event_id, "object": "event", "type": event_type, "created": now() / 1000,
+        "data": {"object": object}})
+        .to_string();
+    let t = now() / 1000;
+    (
+        format!("t={t},v1={}", sign(SECRET, t, body.as_bytes())),
+        body,
+    )
+}
+
+async fn deliver(
+    ledger: &SharedLedger,
+    (header, body): &(String, String),
+) -> webhooks::IngestOutcome {
+    webhooks::ingest(
+        ledger,
+        &[SECRET.to_string()],
+        Some(header),
+        body.as_bytes(),
+        now(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Creates a PaymentIntent at the simulator directly (someone else's request, or Stripe's record of
+/// ours), naming `op` in its metadata; returns the object.
+async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, customer: &str) -> Value {
+    let form = [
+        ("amount", amount.to_string()),
+        ("currency", "usd".to_string()),
+        ("customer", customer.to_string()),
+        ("payment_method", "pm_card_visa".to_string()),
+        ("confirm", "true".to_string()),
+        ("off_session", "true".to_string()),
+        ("metadata[payonce_operation_id]", op.as_str().to_string()),
+    ];
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/payment_intents", sim.base_url()))
+        .bearer_auth("sk_test_payonce")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    r.json().await.unwrap()
+}
+
+/// An executing operation whose submission reached the processor (the response is not recorded):
+/// the worker still holds its lease.
+async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
+    let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
+    let c = ledger
+        .claim("w", 1, 600_000, now())
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, op.id);
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
+    (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
+}
+
+fn slim(pi: &Value) -> Value {
+    json!({"id": pi["id"], "object": "payment_intent", "status": pi["status"], "amount": pi["amount"],
+        "currency": "usd", "metadata": pi["metadata"]})
+}
+
+async fn metrics_of(rec: &Reconciler, ledger: &SharedLedger) -> String {
+    let mut e = Exposition::default();
+    rec.metrics().render(ledger, now(), &mut e).await.unwrap();
+    e.finish()
+}
+
+#[tokio::test]
+async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+
+    // A genuine payment: the hint is stored, nothing changes until the object is retrieved.
+    let (paid, attempt) = executing(&ledger, "INV-E1").await;
+    let pi = pay_at_processor(&sim, &paid.id, 2048, "cus_test").await;
+    let pi_id = pi["id"].as_str().unwrap().to_string();
+    let genuine = delivery("evt_e1", "payment_intent.succeeded", slim(&pi));
+    let first = deliver(&ledger, &genuine).await;
+    assert!(first.pending_check && !first.duplicate);
+    assert_eq!(
+        ledger.get(&tenant(), &paid.id).await.unwrap().status,
+        Status::Executing,
+        "a webhook alone changes nothing"
+    );
+    assert!(deliver(&ledger, &genuine).await.duplicate, "stored once");
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        (pass.applied, pass.mismatched, pass.unproven),
+        (1, 0, 0),
+        "{pass:?}"
+    );
+    let row = ledger.get(&tenant(), &paid.id).await.unwrap();
+    assert_eq!(
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some(pi_id.as_str()))
+    );
+    assert_eq!(
+        row.result.as_ref().unwrap()["client_secret"],
+        pi["client_secret"],
+        "the stored result is the retrieved object, not the webhook's"
+    );
+    let into = ledger.events(&paid.id).await.unwrap().pop().unwrap();
+    assert!(
+        into.actor.contains("webhook evt_e1") && into.actor.contains(&pi_id),
+        "{into:?}"
+    );
+    assert_eq!(
+        rec.check_hints_once().await.unwrap().applied,
+        0,
+        "checked once"
+    );
+    // The worker's late record loses to the stored truth.
+    let late = Recorded::Succeeded {
+        reference: pi_id.clone(),
+        result: json!({}),
+    };
+    assert!(matches!(
+        ledger.record(&paid.id, attempt, &late, "w", now()).await,
+        Err(LedgerError::Fenced { .. })
+    ));
+    // A signed "failed" about a payment that succeeded: the processor's object says succeeded, so
+    // nothing contradicts the row (the hint's own claim is never applied).
+    let mut lie = slim(&pi);
+    lie["status"] = json!("requires_payment_method");
+    deliver(
+        &ledger,
+        &delivery("evt_e1_lie", "payment_intent.payment_failed", lie),
+    )
+    .await;
+    rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        ledger.get(&tenant(), &paid.id).await.unwrap().status,
+        Status::Succeeded
+    );
+
+    // Forged: signed "succeeded" of amount 1 with no payment behind it. Nothing applied.
+    let (forged_op, forged_attempt) = executing(&ledger, "INV-E2").await;
+    let forged = json!({"id": "pi_forged_e2", "object": "payment_intent", "status": "succeeded", "amount": 1,
+        "currency": "usd", "metadata": {"payonce_operation_id": forged_op.id.as_str()}});
+    deliver(
+        &ledger,
+        &delivery("evt_e2", "payment_intent.succeeded", forged),
+    )
+    .await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(pass.unproven, 1, "{pass:?}");
+    let row = ledger.get(&tenant(), &forged_op.id).await.unwrap();
+    assert_eq!(
+        (row.status, row.external_ref),
+        (Status::Executing, None),
+        "no payment, no change"
+    );
+    assert_eq!(payments_for(&sim, forged_op.id.as_str()).await, 0);
+    // The worker still records its own outcome.
+    let declined = Recorded::Failed {
+        code: "card_declined".into(),
+        message: "declined".into(),
+        reference: None,
+    };
+    ledger
+        .record(&forged_op.id, forged_attempt, &declined, "w", now())
+        .await
+        .unwrap();
+
+    // A real object naming the operation but not its approved details (amount 1): both facts, a
+    // human, and the worker's record is fenced.
+    let (odd, odd_attempt) = executing(&ledger, "INV-E3").await;
+    let wrong = pay_at_processor(&sim, &odd.id, 1, "cus_test").await;
+    deliver(
+        &ledger,
+        &delivery("evt_e3", "payment_intent.succeeded", slim(&wrong)),
+    )
+    .await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(pass.mismatched, 1, "{pass:?}");
+    let row = ledger.get(&tenant(), &odd.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let why = row.failure_message.unwrap();
+    assert!(
+        why.contains("amount Some(1) at the processor, 2048 approved"),
+        "{why}"
+    );
+    assert!(why.contains(wrong["id"].as_str().unwrap()), "{why}");
+    assert!(
+        ledger
+            .record(&odd.id, odd_attempt, &declined, "w", now())
+            .await
+            .is_err()
+    );
+    // Another customer's payment carrying the operation id: the same.
+    let (other, _) = executing(&ledger, "INV-E4").await;
+    let theirs = pay_at_processor(&sim, &other.id, 2048, "cus_someone_else").await;
+    deliver(
+        &ledger,
+        &delivery("evt_e4", "payment_intent.succeeded", slim(&theirs)),
+    )
+    .await;
+    assert_eq!(rec.check_hints_once().await.unwrap().mismatched, 1);
+    let row = ledger.get(&tenant(), &other.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    assert!(
+        row.failure_message
+            .unwrap()
+            .contains("customer Some(\"cus_someone_else\")")
+    );
+
+    let page = metrics_of(&rec, &ledger).await;
+    assert!(
+        page.contains("payonce_webhook_evidence_mismatch_total 3\n"),
+        "{page}"
+    );
+    assert!(
+        page.contains("payonce_payment_without_approval_total 0\n"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (op, _) = executing(&ledger, "INV-E5").await;
+    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    deliver(
+        &ledger,
+        &delivery("evt_e5", "payment_intent.succeeded", slim(&pi)),
+    )
+    .await;
+    // Nothing listens on port 9: the retrieve fails before anything is known.
+    let dead = Arc::new(
+        payonce_shared::processor::stripe::StripeProcessor::new(
+            payonce_shared::processor::stripe::StripeConfig::new(
+                "http://127.0.0.1:9",
+                "sk_test_payonce",
+            ),
+        )
+        .unwrap(),
+    );
+    let cut_off = reconciler(&ledger, dead);
+    for _ in 0..2 {
+        let pass = cut_off.check_hints_once().await.unwrap();
+        assert_eq!((pass.deferred, pass.applied), (1, 0), "{pass:?}");
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::Executing
+        );
+    }
+    let pending = ledger
+        .pending_processor_events(now() + 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (pending.len(), pending[0].checks),
+        (1, 2),
+        "kept, tries counted"
+    );
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    assert_eq!(rec.check_hints_once().await.unwrap().applied, 1);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Succeeded
+    );
+    assert!(
+        ledger
+            .pending_processor_events(now() + 1, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// An operation created and never approved.
+async fn unapproved(ledger: &SharedLedger, invoice: &str) -> Operation {
+    ledger
+        .create_or_get(
+            NewOperation {
+                id: OperationId::generate(),
+                tenant: tenant(),
+                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                details: details(invoice, 2048, "pm_card_visa"),
+                actor: "service:test".into(),
+            },
+            now(),
+        )
+        .await
+        .unwrap()
+        .operation
+}
+
+#[tokio::test]
+async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    for ledger in every_store().await {
+        eprintln!("store: {}", ledger.store());
+        let rec = reconciler(&ledger, processes::stripe(&sim, None));
+        // Cancelled before approval, then money moved anyway.
+        let cancelled = unapproved(&ledger, "INV-E6").await;
+        ledger
+            .cancel(&tenant(), &cancelled.id, "service:test", now())
+            .await
+            .unwrap();
+        // Still awaiting approval, and money moved.
+        let waiting = unapproved(&ledger, "INV-E7").await;
+        for (i, op) in [&cancelled, &waiting].into_iter().enumerate() {
+            let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+            let event_id = format!("evt_e6_{i}_{}", ledger.store());
+            let outcome = deliver(
+                &ledger,
+                &delivery(&event_id, "payment_intent.succeeded", slim(&pi)),
+            )
+            .await;
+            assert!(outcome.pending_check, "stored and acknowledged");
+        }
+        let pass = rec.check_hints_once().await.unwrap();
+        assert_eq!((pass.without_approval, pass.errors), (2, 0), "{pass:?}");
+        for op in [&cancelled, &waiting] {
+            let row = ledger.get(&tenant(), &op.id).await.unwrap();
+            assert_eq!(row.status, Status::NeedsAttention, "{}", op.id);
+            let why = row.failure_message.unwrap();
+            assert!(why.starts_with("PAYMENT WITHOUT APPROVAL: "), "{why}");
+            assert!(why.contains("row says"), "both facts: {why}");
+            let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+            assert_eq!(last.event, "conflicting_report");
+        }
+        let page = metrics_of(&rec, &ledger).await;
+        assert!(
+            page.contains("payonce_payment_without_approval_total 2\n"),
+            "{page}"
+        );
+        // A retry would run an unapproved payment: refused. Resolving by hand works.
+        assert!(matches!(
+            ledger
+                .resolve(
+                    &cancelled.id,
+                    &Resolution::RetrySameKey,
+                    "oncall:ann",
+                    "try",
+                    now()
+                )
+                .await,
+            Err(LedgerError::WrongState { .. })
+        ));
+        let fixed = ledger
+            .resolve(
+                &cancelled.id,
+                &Resolution::Failed,
+                "oncall:ann",
+                "refunded at Stripe",
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(fixed.status, Status::Failed);
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_keeps_a_payment_reported_for_a_cancelled_unapproved_operation() {
+    for ledger in every_store().await {
+        let op = unapproved(&ledger, "INV-E8").await;
+        ledger
+            .cancel(&tenant(), &op.id, "service:test", now())
+            .await
+            .unwrap();
+        let paid = Report::Succeeded {
+            reference: "pi_e8".into(),
+            result: json!({"id": "pi_e8"}),
+        };
+        let applied = ledger.apply_report(&op.id, &paid, "lookup", now()).await;
+        assert_eq!(
+            applied.unwrap(),
+            Applied::PaymentWithoutApproval,
+            "{}",
+            ledger.store()
+        );
+        let row = ledger.get(&tenant(), &op.id).await.unwrap();
+        assert_eq!(
+            (row.status, row.approved_hash),
+            (Status::NeedsAttention, None)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    // Unknown outcome; the processor holds a payment carrying the operation id, for amount 1.
+    let (op, attempt) = executing(&ledger, "INV-E9").await;
+    let unknown = Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: None,
+        next_check_at_ms: now(),
+    };
+    ledger
+        .record(&op.id, attempt, &unknown, "w", now())
+        .await
+        .unwrap();
+    let wrong = pay_at_processor(&sim, &op.id, 1, "cus_test").await;
+    // And one whose payment is the approved one: a dry run names it by its summary only (on-call
+    // output never carries the client secret).
+    let (fine, fine_attempt) = executing(&ledger, "INV-E10").await;
+    ledger
+        .record(&fine.id, fine_attempt, &unknown, "w", now())
+        .await
+        .unwrap();
+    pay_at_processor(&sim, &fine.id, 2048, "cus_test").await;
+    let dry = rec.sweep_once(true).await.unwrap();
+    let actions = dry.actions.join("\n");
+    assert!(actions.contains("Record(Succeeded"), "{actions}");
+    assert!(actions.contains("Mismatch"), "{actions}");
+    assert!(!actions.contains("secret"), "{actions}");
+    let sweep = rec.sweep_once(false).await.unwrap();
+    assert_eq!(
+        (sweep.resolved_succeeded, sweep.escalated),
+        (1, 1),
+        "{sweep:?}"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &fine.id).await.unwrap().status,
+        Status::Succeeded
+    );
+    let row = ledger.get(&tenant(), &op.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let why = row.failure_message.unwrap();
+    assert!(
+        why.contains("amount Some(1) at the processor, 2048 approved")
+            && why.contains(wrong["id"].as_str().unwrap()),
+        "{why}"
+    );
+}
+
+/// Migration 0003 rebuilds SQLite's operations table (a CHECK cannot be altered there): rows,
+/// their approvals and audit trail survive, the audit triggers still fire, and the relaxed CHECK
+/// holds for the states that run a payment.
+#[tokio::test]
+async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let path = std::env::temp_dir().join(format!(
+        "payonce-0003-{}.db",
+        payonce_shared::id::random_hex(8)
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let id = OperationId::generate();
+    let hash = details("INV-M1", 2048, "pm_card_visa").hash();
+    {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../../migrations/sqlite/0001_ledger.sql"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE payonce_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+             applied_at BIGINT NOT NULL); INSERT INTO payonce_migrations VALUES (1, 'ledger', 0)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer, \
+             payment_method, invoice, details_hash, status, attempt, idempotency_key, external_ref, available_at, \
+             approved_hash, approved_by, approval_expires_at, last_event, last_actor, created_at, updated_at) \
+             VALUES ($1, 'acme', 'invoice:INV-M1:pay', 'payment', 2048, 'usd', 'cus_test', 'pm_card_visa', \
+             'INV-M1', $2, 'succeeded', 1, $3, 'pi_m1', 1, $2, 'customer:cus_test', 2, 'create', 'service:test', 1, 1)",
+        )
+        .bind(id.as_str())
+        .bind(hash.as_str())
+        .bind(format!("payonce-{}", id.as_str()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, approved_at, expires_at) \
+             VALUES ('apr_m1', $1, $2, 'customer:cus_test', 'test', 1, 2)",
+        )
+        .bind(id.as_str())
+        .bind(hash.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let row = ledger.get_unscoped(&id).await.unwrap();
+    assert_eq!(
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some("pi_m1"))
+    );
+    assert_eq!(
+        ledger.events(&id).await.unwrap().len(),
+        1,
+        "the audit trail survives"
+    );
+    assert!(
+        ledger.latest_approval(&id).await.unwrap().is_some(),
+        "approvals still reference it"
+    );
+    // The triggers were recreated: a new operation and its cancel are both logged.
+    let new = unapproved(&ledger, "INV-M2").await;
+    ledger
+        .cancel(&tenant(), &new.id, "service:test", now())
+        .await
+        .unwrap();
+    let events: Vec<String> = ledger
+        .events(&new.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(events, ["create", "cancel"]);
+    // Nothing runs without an approval: claiming finds nothing, and the CHECK refuses a forced move.
+    assert!(
+        ledger
+            .claim("w", 10, 1_000, now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    drop(ledger);
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url).unwrap();
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    let forced = sqlx::query("UPDATE operations SET status = 'ready' WHERE id = $1")
+        .bind(new.id.as_str())
+        .execute(&mut conn)
+        .await;
+    assert!(
+        forced.is_err(),
+        "ready without an approval must violate the CHECK"
+    );
+    let dangling = sqlx::query("PRAGMA foreign_key_check")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(dangling.is_empty());
+    conn.close().await.unwrap();
+    let _ = std::fs::remove_file(&path);
+}
