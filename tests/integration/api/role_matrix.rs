@@ -24,8 +24,11 @@ enum Who {
     Service,
     Assistant,
     OnCall,
-    /// Holds the operation's confirmation link, no key.
+    /// The customer: holds the operation's confirmation link and the tenant app's signed assertion
+    /// for the operation's customer, no key.
     Customer,
+    /// Holds the confirmation link but nothing only the customer has (what an assistant can get).
+    LinkHolder,
     NoKey,
     InvalidKey,
     RevokedService,
@@ -37,11 +40,12 @@ enum Who {
     OtherOnCall,
 }
 
-const EVERYONE: [Who; 13] = [
+const EVERYONE: [Who; 14] = [
     Who::Service,
     Who::Assistant,
     Who::OnCall,
     Who::Customer,
+    Who::LinkHolder,
     Who::NoKey,
     Who::InvalidKey,
     Who::RevokedService,
@@ -113,6 +117,8 @@ struct Cols {
     assistant: Expect,
     on_call: Expect,
     customer: Expect,
+    /// A link without proof of being the customer.
+    link_holder: Expect,
     none: Expect,
     other_service: Expect,
     other_assistant: Expect,
@@ -127,6 +133,7 @@ impl Cols {
             assistant: e,
             on_call: e,
             customer: e,
+            link_holder: e,
             none: e,
             other_service: e,
             other_assistant: e,
@@ -140,6 +147,7 @@ impl Cols {
             Who::Assistant => self.assistant,
             Who::OnCall => self.on_call,
             Who::Customer => self.customer,
+            Who::LinkHolder => self.link_holder,
             Who::NoKey
             | Who::InvalidKey
             | Who::RevokedService
@@ -208,6 +216,7 @@ fn cases() -> Vec<Case> {
         assistant: FORBIDDEN,
         on_call: FORBIDDEN,
         customer: UNAUTHORIZED,
+link_holder: UNAUTHORIZED,
         none: UNAUTHORIZED,
         other_service: HIDDEN,
         other_assistant: FORBIDDEN,
@@ -218,13 +227,17 @@ fn cases() -> Vec<Case> {
         assistant: TOOL_ANSWER,
         on_call: FORBIDDEN,
         customer: UNAUTHORIZED,
+link_holder: UNAUTHORIZED,
         none: UNAUTHORIZED,
         other_service: TOOL_NOT_FOUND,
         other_assistant: TOOL_NOT_FOUND,
         other_on_call: FORBIDDEN,
     };
+    // Only a real link opens the page; only the customer's proof approves on it (issue 13: a link
+    // alone, which an assistant could be handed, is refused with `assertion_required`).
     let link_holder_only = |customer| Cols {
         customer,
+        link_holder: UNAUTHORIZED,
         ..Cols::all(HIDDEN)
     };
     let mut out = vec![
@@ -242,6 +255,7 @@ fn cases() -> Vec<Case> {
                 assistant: FORBIDDEN,
                 on_call: FORBIDDEN,
                 customer: UNAUTHORIZED,
+link_holder: UNAUTHORIZED,
                 none: UNAUTHORIZED,
                 // Created in the other tenant; nothing of ours changes.
                 other_service: ok(201),
@@ -258,6 +272,7 @@ fn cases() -> Vec<Case> {
                 assistant: ok(200),
                 on_call: ok(200),
                 customer: UNAUTHORIZED,
+link_holder: UNAUTHORIZED,
                 none: UNAUTHORIZED,
                 other_service: HIDDEN,
                 other_assistant: HIDDEN,
@@ -292,6 +307,7 @@ fn cases() -> Vec<Case> {
                 assistant: writes(200),
                 on_call: FORBIDDEN,
                 customer: UNAUTHORIZED,
+link_holder: UNAUTHORIZED,
                 none: UNAUTHORIZED,
                 other_service: HIDDEN,
                 other_assistant: HIDDEN,
@@ -335,6 +351,7 @@ fn cases() -> Vec<Case> {
                     assistant: ok(200),
                     on_call: FORBIDDEN,
                     customer: UNAUTHORIZED,
+link_holder: UNAUTHORIZED,
                     none: UNAUTHORIZED,
                     other_service: ok(200),
                     other_assistant: ok(200),
@@ -404,7 +421,7 @@ impl Keys {
             Who::Service => Some(api.service.clone()),
             Who::Assistant => Some(api.assistant.clone()),
             Who::OnCall => Some(api.on_call.clone()),
-            Who::Customer | Who::NoKey => None,
+            Who::Customer | Who::LinkHolder | Who::NoKey => None,
             Who::InvalidKey => Some(format!("po_service_{}", "0".repeat(64))),
             Who::RevokedService => Some(self.revoked_service.clone()),
             Who::RevokedAssistant => Some(self.revoked_assistant.clone()),
@@ -433,6 +450,11 @@ async fn snapshot(db: &sqlx::PgPool) -> Vec<(&'static str, String)> {
         ("approvals", tenant_ops.to_string()),
         ("approval_links", tenant_ops.to_string()),
         ("tool_calls", "tenant_id = 'acme'".to_string()),
+        ("tool_call_keys", "tenant_id = 'acme'".to_string()),
+        ("used_assertions", "tenant_id = 'acme'".to_string()),
+        ("approval_codes", tenant_ops.to_string()),
+        ("approval_notices", tenant_ops.to_string()),
+        ("tenant_verification", "tenant_id = 'acme'".to_string()),
         ("processor_events", "true".to_string()),
     ];
     let mut out = Vec::new();
@@ -458,7 +480,7 @@ async fn send(
     fixture: &Fixture,
     cell: usize,
 ) -> (u16, String) {
-    let token = if who == Who::Customer {
+    let token = if matches!(who, Who::Customer | Who::LinkHolder) {
         fixture.token.clone()
     } else {
         // Anyone else guesses: a well-formed token that is not the link's.
@@ -468,6 +490,12 @@ async fn send(
         .route
         .replace("{id}", &fixture.id)
         .replace("{token}", &token);
+    // The customer arrives as the tenant's app sends them: signed in, with an assertion.
+    let assertion = (who == Who::Customer).then(|| api.assertion(&fixture.id, "cus_test", 60_000));
+    let path = match (&assertion, case.route.starts_with("/confirm/"), case.method) {
+        (Some(a), true, "get") => format!("{path}?assertion={a}"),
+        _ => path,
+    };
     let method = reqwest::Method::from_bytes(case.method.to_uppercase().as_bytes()).unwrap();
     let mut req = api
         .http
@@ -505,7 +533,13 @@ async fn send(
         Body::UnsignedWebhook => req.json(&json!({"id": format!("evt_m{cell}"),
             "object": "event", "type": "payment_intent.succeeded",
             "data": {"object": {"id": "pi_x", "metadata": {"payonce_operation_id": fixture.id}}}})),
-        Body::ConfirmForm => req.form(&[("details_hash", fixture.details_hash.as_str())]),
+        Body::ConfirmForm => match &assertion {
+            Some(a) => req.form(&[
+                ("details_hash", fixture.details_hash.as_str()),
+                ("assertion", a.as_str()),
+            ]),
+            None => req.form(&[("details_hash", fixture.details_hash.as_str())]),
+        },
     };
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
