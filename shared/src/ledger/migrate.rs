@@ -12,12 +12,20 @@ pub(crate) const POSTGRES: &[Migration] = &[(
     1,
     "ledger",
     include_str!("../../../migrations/postgres/0001_ledger.sql"),
+), (
+    5,
+    "tool_call_keys",
+    include_str!("../../../migrations/postgres/0005_tool_call_keys.sql"),
 )];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[(
     1,
     "ledger",
     include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+), (
+    5,
+    "tool_call_keys",
+    include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
 )];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
