@@ -201,6 +201,9 @@ pub struct ApiArgs {
     /// How long a confirmation link stays usable, seconds.
     #[arg(long, env = "PAYONCE_LINK_TTL_S", default_value_t = 900)]
     pub link_ttl_s: u64,
+    /// Browser origins allowed to call /mcp besides the public base URL's, comma-separated (`https://app.example.com`).
+    #[arg(long, env = "PAYONCE_MCP_ALLOWED_ORIGINS", default_value = "")]
+    pub mcp_allowed_origins: String,
 }
 
 impl ApiArgs {
@@ -216,6 +219,13 @@ impl ApiArgs {
             link_ttl: Duration::from_secs(self.link_ttl_s),
             webhook_secrets: self
                 .webhook_secrets
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            mcp_allowed_origins: self
+                .mcp_allowed_origins
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())

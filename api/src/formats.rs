@@ -76,9 +76,9 @@ pub fn definitions(format: Format) -> Vec<Value> {
             Format::Anthropic => json!({"name": t.name, "description": t.description,
                 "input_schema": tools::input_schema()}),
             Format::Mcp => json!({"name": t.name, "title": t.title, "description": t.description,
-                "inputSchema": tools::input_schema(),
-                "annotations": {"title": t.title, "readOnlyHint": t.read_only, "destructiveHint": false,
-                                "idempotentHint": true, "openWorldHint": false}}),
+                "inputSchema": tools::input_schema(), "outputSchema": tools::output_schema(),
+                "annotations": {"title": t.title, "readOnlyHint": t.read_only, "destructiveHint": t.destructive,
+                                "idempotentHint": t.idempotent, "openWorldHint": t.open_world}}),
         })
         .collect()
 }

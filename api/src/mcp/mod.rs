@@ -1,7 +1,18 @@
 //! The MCP server at `/mcp`, over streamable HTTP, built on the official Rust SDK (`rmcp`). Stateless
 //! JSON responses: every POST carries its own bearer key, so no session state is needed and any API
-//! process can answer any request. The key's tenant and role reach the handler through the HTTP
-//! request parts rmcp hands over; the tools are the same two as everywhere else.
+//! process can answer any request. Every version a current client may negotiate is served:
+//! 2026-07-28 (stateless, per-request `_meta`), 2025-11-25, 2025-06-18 and 2025-03-26 (initialize
+//! handshake). The key's tenant and role reach the handler through the HTTP request parts rmcp hands
+//! over; the tools are the same two as everywhere else.
+//!
+//! Beyond plain tool calls: a `pay_invoice` awaiting the customer's approval asks the *client* to
+//! show the customer the confirmation page (URL-mode elicitation, [`confirmation`]) so the URL
+//! never enters the model's context; and a `tools/call` may carry an `idempotencyKey`
+//! ([`idempotency`]).
+
+mod confirmation;
+mod idempotency;
+pub mod transport;
 
 use crate::app::AppState;
 use crate::auth::{Caller, require_tool_caller};
@@ -11,7 +22,7 @@ use axum::Router;
 use axum::middleware;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -19,6 +30,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::sync::Arc;
+pub use transport::{IDEMPOTENCY_KEY_LEN_MAX, JSON_DEPTH_MAX};
 
 /// The route.
 pub const PATH: &str = "/mcp";
@@ -45,19 +57,38 @@ fn mcp_tools() -> Vec<Tool> {
         .collect()
 }
 
+fn parts_of(context: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
+    context.extensions.get::<axum::http::request::Parts>()
+}
+
 fn caller_of(context: &RequestContext<RoleServer>) -> Option<Caller> {
-    let parts = context.extensions.get::<axum::http::request::Parts>()?;
-    parts.extensions.get::<Caller>().cloned()
+    parts_of(context)?.extensions.get::<Caller>().cloned()
+}
+
+/// A tool reply as an MCP `CallToolResult`. `resultType: "complete"` is set here: the 2026-07-28
+/// schema requires it, and rmcp drops it for peers that negotiated an older version.
+fn call_tool_result(reply: &tools::ToolReply) -> Result<CallToolResult, ErrorData> {
+    let rendered = formats::render_result(Format::Mcp, None, reply);
+    let mut result: CallToolResult = serde_json::from_value(rendered).map_err(|e| {
+        ErrorData::internal_error(format!("tool result does not encode: {e}"), None)
+    })?;
+    result.result_type = Some(ResultType::COMPLETE);
+    Ok(result)
 }
 
 impl ServerHandler for PayonceMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_experimental_with(idempotency::capability())
+            .build();
+        capabilities.tools.get_or_insert_default();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("payonce", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "payonce answers with the real state of a payment the billing system set up. Call pay_invoice or \
-                 get_payment_status with the operation id you were given, and relay the returned message. Calling \
-                 again never creates a second payment.",
+                 get_payment_status with the operation id you were given, branch on the returned `outcome`, follow \
+                 `retry_advice` and relay `message`. Calling again never creates a second payment.",
             )
     }
 
@@ -81,24 +112,45 @@ impl ServerHandler for PayonceMcp {
                 None,
             ));
         };
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let key = parts_of(&context)
+            .and_then(|p| p.extensions.get::<transport::IdempotencyKey>())
+            .cloned();
+        let keyed = key
+            .as_ref()
+            .map(|k| (k, idempotency::fingerprint(&request.name, &arguments)));
+        if let Some((key, fingerprint)) = &keyed
+            && let Some(stored) =
+                idempotency::replay(&self.state, &caller, key, fingerprint).await?
+        {
+            return Ok(CallToolResponse::Complete(stored));
+        }
+
         let call = ToolCall {
             call_id: Some(context.id.to_string()),
             name: request.name.to_string(),
-            arguments: Ok(request
-                .arguments
-                .map(Value::Object)
-                .unwrap_or_else(|| Value::Object(Default::default()))),
+            arguments: Ok(arguments),
         };
         let reply = tools::call(&self.state, &caller, Format::Mcp.as_str(), &call).await;
-        let rendered = formats::render_result(Format::Mcp, None, &reply);
-        let result: CallToolResult = serde_json::from_value(rendered).map_err(|e| {
-            ErrorData::internal_error(format!("tool result does not encode: {e}"), None)
-        })?;
-        Ok(CallToolResponse::Complete(result))
+        let reply = match confirmation::step(&self.state, &caller, &request, &context, reply).await? {
+            confirmation::Step::AskTheUser(input_required) => {
+                // Not kept under the key: it is a question, not an answer.
+                return Ok(CallToolResponse::InputRequired(input_required));
+            }
+            confirmation::Step::Answer(reply) => reply,
+        };
+        let result = call_tool_result(&reply)?;
+        match &keyed {
+            Some((key, fingerprint)) => Ok(CallToolResponse::Complete(
+                idempotency::keep(&self.state, &caller, key, fingerprint, result).await?,
+            )),
+            None => Ok(CallToolResponse::Complete(result)),
+        }
     }
 }
 
-/// The `/mcp` route, behind bearer auth (assistant or service keys).
+/// The `/mcp` route: Origin check, bearer auth (assistant or service keys), then the message check,
+/// then rmcp.
 pub fn routes(state: &AppState) -> Router<AppState> {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_string()).collect();
     if let Some(public) = state.config().public_host() {
@@ -125,6 +177,14 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .route_service(PATH, service)
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            transport::check_message_body,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             require_tool_caller,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            transport::check_origin,
         ))
 }
