@@ -35,20 +35,23 @@ fn structured(call: &Value) -> &Value {
     &call["structuredContent"]
 }
 
-#[tokio::test]
-async fn the_official_python_client_lists_and_calls_both_tools() {
-    let python = ensure_client();
-    let api = spawn(sqlite_ledger().await).await;
-    let ready = api.create_ready("INV-100").await;
-    let waiting = api.create("INV-101", 5_000).await;
-    let ready_id = ready["id"].as_str().unwrap();
-
-    let child = tokio::process::Command::new(&python)
+/// Runs tests/mcp/client.py in `mode` (`default` or an explicit older version) against `api`.
+async fn run_client(
+    python: &std::path::Path,
+    api: &super::TestApi,
+    mode: &str,
+    elicit: bool,
+    ready: &str,
+    waiting: &str,
+) -> Value {
+    let child = tokio::process::Command::new(python)
         .arg(repo_root().join("tests/mcp/client.py"))
         .env("PAYONCE_MCP_URL", format!("{}/mcp", api.base))
         .env("PAYONCE_MCP_KEY", &api.assistant)
-        .env("PAYONCE_READY_OP", ready_id)
-        .env("PAYONCE_WAITING_OP", waiting["id"].as_str().unwrap())
+        .env("PAYONCE_READY_OP", ready)
+        .env("PAYONCE_WAITING_OP", waiting)
+        .env("PAYONCE_MCP_MODE", mode)
+        .env("PAYONCE_MCP_ELICIT", if elicit { "1" } else { "0" })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -59,51 +62,89 @@ async fn the_official_python_client_lists_and_calls_both_tools() {
         .expect("the MCP client finishes in time")
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "client.py failed:\n{stderr}");
-    let out: Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("client.py printed no JSON ({e}):\n{stderr}"));
-    eprintln!("{}", serde_json::to_string_pretty(&out).unwrap());
+    assert!(output.status.success(), "client.py ({mode}) failed:\n{stderr}");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("client.py ({mode}) printed no JSON ({e}):\n{stderr}"))
+}
 
-    assert_eq!(out["server"]["name"], "payonce");
-    let names: Vec<&str> = out["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["pay_invoice", "get_payment_status"]);
-    assert_eq!(
-        out["tools"][0]["inputSchema"]["additionalProperties"],
-        false
-    );
+/// The SDK's default client negotiates 2026-07-28; its session client negotiates each older version
+/// explicitly. Every one lists both tools with their output schema and gets structured outcomes.
+#[tokio::test]
+async fn the_official_python_client_works_at_every_protocol_version() {
+    let python = ensure_client();
+    let api = spawn(sqlite_ledger().await).await;
+    let ready = api.create_ready("INV-100").await;
+    let waiting = api.create("INV-101", 5_000).await;
+    let ready_id = ready["id"].as_str().unwrap();
+    let waiting_id = waiting["id"].as_str().unwrap();
 
-    let calls = &out["calls"];
-    for label in ["status_ready", "pay_ready", "pay_ready_again"] {
-        let c = &calls[label];
-        assert_eq!(c["isError"], false, "{label}: {c}");
-        assert_eq!(structured(c)["operation_id"], ready_id);
-        assert_eq!(structured(c)["outcome"], "pending");
-        let text: Value = serde_json::from_str(c["content"][0]["text"].as_str().unwrap()).unwrap();
-        assert_eq!(&text, structured(c), "the text carries the same fields");
-    }
-    let waiting_answer = structured(&calls["pay_waiting"]);
-    assert_eq!(waiting_answer["outcome"], "approval_required");
-    assert!(
-        waiting_answer["confirmation_url"]
-            .as_str()
+    for (mode, expected_version) in [
+        ("default", "2026-07-28"),
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+    ] {
+        let out = run_client(&python, &api, mode, false, ready_id, waiting_id).await;
+        assert_eq!(out["protocol_version"], expected_version, "{mode}: {out}");
+        let names: Vec<&str> = out["tools"]
+            .as_array()
             .unwrap()
-            .contains("/confirm/")
-    );
-    assert_eq!(waiting_answer["amount"], "50.00 USD");
-    assert_eq!(calls["pay_with_amount"]["isError"], true);
-    assert_eq!(
-        structured(&calls["pay_with_amount"])["error"]["code"],
-        "invalid_arguments"
-    );
-    assert_eq!(
-        structured(&calls["status_unknown_op"])["error"]["code"],
-        "operation_not_found"
-    );
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["pay_invoice", "get_payment_status"], "{mode}");
+        let pay = &out["tools"][0];
+        assert_eq!(pay["inputSchema"]["additionalProperties"], false);
+        assert_eq!(pay["outputSchema"]["required"][0], "outcome", "{mode}: {pay}");
+        assert_eq!(
+            (
+                pay["annotations"]["destructiveHint"].as_bool(),
+                pay["annotations"]["idempotentHint"].as_bool()
+            ),
+            (Some(false), Some(true))
+        );
+        assert_eq!(out["tools"][1]["annotations"]["readOnlyHint"], true);
+
+        let calls = &out["calls"];
+        for label in ["status_ready", "pay_ready", "pay_ready_again"] {
+            let c = &calls[label];
+            assert_eq!(c["isError"], false, "{mode} {label}: {c}");
+            assert_eq!(structured(c)["operation_id"], ready_id);
+            assert_eq!(structured(c)["outcome"], "pending");
+            assert!(
+                structured(c)["retry_advice"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Do not propose or start a new payment")
+            );
+            assert_eq!(structured(c)["amount_minor"], 2048);
+            let text: Value =
+                serde_json::from_str(c["content"][0]["text"].as_str().unwrap()).unwrap();
+            assert_eq!(&text, structured(c), "the text carries the same fields");
+        }
+        // No elicitation declared: the plain outcome, and the URL nowhere the model could read it.
+        let waiting_call = &calls["pay_waiting"];
+        assert_eq!(
+            structured(waiting_call)["outcome"],
+            "approval_required",
+            "{mode}"
+        );
+        assert_eq!(structured(waiting_call)["amount"], "50.00 USD");
+        assert!(
+            !waiting_call.to_string().contains("/confirm/"),
+            "{mode}: {waiting_call}"
+        );
+        assert!(out["elicitations"].as_array().unwrap().is_empty());
+        assert_eq!(calls["pay_with_amount"]["isError"], true);
+        assert_eq!(
+            structured(&calls["pay_with_amount"])["error"]["code"],
+            "invalid_arguments"
+        );
+        assert_eq!(
+            structured(&calls["status_unknown_op"])["outcome"],
+            "not_found"
+        );
+    }
 
     // Every call is recorded under provider "mcp" with its JSON-RPC id; no operation was created.
     let recorded = api
@@ -111,7 +152,7 @@ async fn the_official_python_client_lists_and_calls_both_tools() {
         .tool_calls(&OperationId::parse(ready_id).unwrap())
         .await
         .unwrap();
-    assert_eq!(recorded.len(), 3, "{recorded:?}");
+    assert_eq!(recorded.len(), 4 * 3, "{recorded:?}");
     assert!(recorded.iter().all(|(p, id, _)| p == "mcp" && id.is_some()));
     assert_eq!(api.operation_count().await, 2);
     let after = api
@@ -119,6 +160,53 @@ async fn the_official_python_client_lists_and_calls_both_tools() {
         .await
         .json();
     assert_eq!(after["status"], "ready");
+    let still = api
+        .get(&format!("/v1/operations/{waiting_id}"), &api.service)
+        .await
+        .json();
+    assert_eq!(still["status"], "awaiting_approval");
+    api.stop().await;
+}
+
+/// A client that declares URL-mode elicitation is asked to show the person the confirmation page;
+/// the URL reaches the person (the callback), never a tool result; once the customer approved
+/// there, the retried call proceeds.
+#[tokio::test]
+async fn url_elicitation_takes_the_customer_to_the_page_and_the_retry_proceeds() {
+    let python = ensure_client();
+    let api = spawn(sqlite_ledger().await).await;
+    let ready = api.create_ready("INV-110").await;
+    let waiting = api.create("INV-111", 7_500).await;
+    let waiting_id = waiting["id"].as_str().unwrap();
+    let out = run_client(
+        &python,
+        &api,
+        "default",
+        true,
+        ready["id"].as_str().unwrap(),
+        waiting_id,
+    )
+    .await;
+    assert_eq!(out["protocol_version"], "2026-07-28");
+    let asked = out["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{out}");
+    assert_eq!(asked[0]["mode"], "url");
+    assert!(asked[0]["url"].as_str().unwrap().contains("/confirm/"));
+    assert!(asked[0]["message"].as_str().unwrap().contains("75.00 USD"));
+    let paid = &out["calls"]["pay_waiting"];
+    assert_eq!(structured(paid)["outcome"], "pending", "{paid}");
+    for call in out["calls"].as_object().unwrap().values() {
+        assert!(!call.to_string().contains("/confirm/"), "{call}");
+    }
+    let after = api
+        .get(&format!("/v1/operations/{waiting_id}"), &api.service)
+        .await
+        .json();
+    assert_eq!(
+        after["status"], "ready",
+        "the customer's approval went through the page"
+    );
+    assert_eq!(api.operation_count().await, 2);
     api.stop().await;
 }
 
