@@ -242,3 +242,225 @@ async fn mcp_needs_an_assistant_or_service_key() {
     assert!(body["result"]["capabilities"]["tools"].is_object());
     api.stop().await;
 }
+
+/// POSTs a raw body to /mcp with the assistant key and optional extra headers.
+async fn raw_post(
+    api: &super::TestApi,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut req = api
+        .http
+        .post(format!("{}/mcp", api.base))
+        .bearer_auth(&api.assistant)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let h = r.headers().clone();
+    (status, h, r.text().await.unwrap())
+}
+
+/// A 2026-07-28 `tools/call` as the spec writes it: version header and per-request `_meta`.
+fn modern_call(id: u64, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+const MODERN: [(&str, &str); 1] = [("mcp-protocol-version", "2026-07-28")];
+/// A 2026-07-28 `tools/call` of pay_invoice: the SEP-2243 headers the transport requires.
+const MODERN_PAY: [(&str, &str); 3] = [
+    ("mcp-protocol-version", "2026-07-28"),
+    ("mcp-method", "tools/call"),
+    ("mcp-name", "pay_invoice"),
+];
+const MODERN_LIST: [(&str, &str); 2] = [
+    ("mcp-protocol-version", "2026-07-28"),
+    ("mcp-method", "tools/list"),
+];
+
+#[tokio::test]
+async fn malformed_messages_get_400_and_the_json_rpc_code() {
+    let api = spawn(sqlite_ledger().await).await;
+    let deep = format!(
+        "{}{}",
+        "[".repeat(payonce_api::mcp::JSON_DEPTH_MAX + 1),
+        "]".repeat(payonce_api::mcp::JSON_DEPTH_MAX + 1)
+    );
+    for (what, body, code) in [
+        ("malformed JSON", b"{\"jsonrpc\": \"2.0\", ".to_vec(), -32700),
+        ("invalid UTF-8", vec![b'{', 0xff, 0xfe, b'}'], -32700),
+        ("over-deep nesting", deep.into_bytes(), -32700),
+        ("not an object", b"[]".to_vec(), -32600),
+        ("no jsonrpc", br#"{"id": 1, "method": "tools/list"}"#.to_vec(), -32600),
+        (
+            "tools/call without a name",
+            br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"arguments": {}}}"#
+                .to_vec(),
+            -32602,
+        ),
+    ] {
+        let (status, headers, text) = raw_post(&api, body, &MODERN).await;
+        assert_eq!(status, 400, "{what}: {text}");
+        assert_eq!(headers["content-type"], "application/json", "{what}");
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+        assert_eq!(body["jsonrpc"], "2.0");
+        assert_eq!(body["error"]["code"], code, "{what}: {text}");
+    }
+    // The id is echoed when it could be read.
+    let (_, _, text) = raw_post(
+        &api,
+        br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {}}"#.to_vec(),
+        &MODERN,
+    )
+    .await;
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["id"], 7);
+    assert_eq!(api.operation_count().await, 0);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn a_disallowed_origin_is_refused_and_allowed_ones_pass() {
+    let api = super::spawn_with(sqlite_ledger().await, |c| {
+        c.mcp_allowed_origins = vec!["https://inspector.example".into()];
+    })
+    .await;
+    let list = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                             "io.modelcontextprotocol/clientCapabilities": {}}}}))
+    .unwrap();
+    let (status, _, text) = raw_post(
+        &api,
+        list.clone(),
+        &[MODERN_LIST[0], MODERN_LIST[1], ("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["id"], Value::Null);
+    assert_eq!(body["error"]["code"], -32600);
+    // Unauthenticated or not, a foreign page gets nothing.
+    let anonymous = api
+        .http
+        .post(format!("{}/mcp", api.base))
+        .header("origin", "http://attacker.test")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 403);
+    for origin in ["https://inspector.example", api.base.as_str()] {
+        let (status, _, text) = raw_post(
+            &api,
+            list.clone(),
+            &[MODERN_LIST[0], MODERN_LIST[1], ("origin", origin)],
+        )
+        .await;
+        assert_eq!(status, 200, "{origin}: {text}");
+    }
+    let (status, _, _) = raw_post(&api, list, &MODERN_LIST).await;
+    assert_eq!(status, 200, "no Origin: not a browser, the key decides");
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn every_401_names_the_bearer_scheme() {
+    let api = spawn(sqlite_ledger().await).await;
+    for (method, path) in [
+        ("POST", "/mcp"),
+        ("GET", "/v1/tools?format=mcp"),
+        ("POST", "/v1/operations"),
+    ] {
+        let r = api.send(method, path, None, Some(json!({}))).await;
+        assert_eq!(r.status, 401, "{path}");
+        assert_eq!(r.header("www-authenticate"), "Bearer realm=\"payonce\"", "{path}");
+    }
+    let r = api.send("GET", "/v1/tools?format=mcp", Some("pk_wrong"), None).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), "Bearer realm=\"payonce\"");
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
+    let api = spawn(sqlite_ledger().await).await;
+    let ready = api.create_ready("INV-120").await;
+    let id = ready["id"].as_str().unwrap();
+    let call = |rpc_id: u64, key: Option<&str>, op: &str| {
+        let mut params = json!({"name": "pay_invoice", "arguments": {"operation_id": op}});
+        if let Some(k) = key {
+            params["idempotencyKey"] = json!(k);
+        }
+        serde_json::to_vec(&modern_call(rpc_id, params)).unwrap()
+    };
+    let (status, _, text) = raw_post(&api, call(1, None, id), &MODERN_PAY).await;
+    assert_eq!(status, 200, "{text}");
+    let first: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(first["result"]["resultType"], "complete", "{text}");
+    assert_eq!(first["result"]["structuredContent"]["outcome"], "pending");
+
+    // The key's first answer is kept; a retry with the same arguments gets it back without the tool
+    // running (no new correlation record), even after the operation moved on.
+    let (_, _, text) = raw_post(&api, call(2, Some("retry-1"), id), &MODERN_PAY).await;
+    let keyed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(keyed["result"]["structuredContent"]["outcome"], "pending");
+    let op_id = OperationId::parse(id).unwrap();
+    let recorded = api.ledger.tool_calls(&op_id).await.unwrap().len();
+    api.post(&format!("/v1/operations/{id}/cancel"), &api.service, json!({}))
+        .await;
+    let (_, _, text) = raw_post(&api, call(3, Some("retry-1"), id), &MODERN_PAY).await;
+    let replayed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(replayed["id"], 3);
+    assert_eq!(replayed["result"], keyed["result"], "the stored answer, replayed");
+    assert_eq!(api.ledger.tool_calls(&op_id).await.unwrap().len(), recorded);
+    // Without the key the truth is read again.
+    let (_, _, text) = raw_post(&api, call(4, None, id), &MODERN_PAY).await;
+    let fresh: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(fresh["result"]["structuredContent"]["outcome"], "conflict");
+
+    // The same key with other arguments is an invalid-params error and runs nothing.
+    let other = api.create_ready("INV-121").await;
+    let (status, _, text) = raw_post(
+        &api,
+        call(5, Some("retry-1"), other["id"].as_str().unwrap()),
+        &MODERN_PAY,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let refused: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(refused["error"]["code"], -32602, "{text}");
+    assert_eq!(refused["error"]["data"]["reason"], "idempotency_key_reused");
+    let other_id = OperationId::parse(other["id"].as_str().unwrap()).unwrap();
+    assert!(api.ledger.tool_calls(&other_id).await.unwrap().is_empty());
+
+    // Keys are bounded.
+    let long = "k".repeat(payonce_api::mcp::IDEMPOTENCY_KEY_LEN_MAX + 1);
+    let (status, _, text) = raw_post(&api, call(6, Some(&long), id), &MODERN_PAY).await;
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], -32602);
+
+    // The capability is advertised.
+    let discover = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 9, "method": "server/discover",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                             "io.modelcontextprotocol/clientCapabilities": {}}}}))
+    .unwrap();
+    let (_, _, text) = raw_post(
+        &api,
+        discover,
+        &[MODERN[0], ("mcp-method", "server/discover")],
+    )
+    .await;
+    assert!(text.contains("io.payonce/idempotency"), "{text}");
+    api.stop().await;
+}
