@@ -17,6 +17,7 @@ pub fn ensure_client() -> std::path::PathBuf {
     let dir = repo_root().join("tests/mcp");
     let python = dir.join(".venv/bin/python");
     let installed = python.exists()
+        && dir.join("node_modules/.bin/mcp-inspector").exists()
         && std::process::Command::new(&python)
             .args(["-c", "import mcp"])
             .status()
@@ -462,5 +463,55 @@ async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
     )
     .await;
     assert!(text.contains("io.payonce/idempotency"), "{text}");
+    api.stop().await;
+}
+
+/// Runs the MCP Inspector CLI (tests/mcp/node_modules, pinned) against `api` with the assistant key.
+async fn inspector(api: &super::TestApi, args: &[&str]) -> Value {
+    ensure_client();
+    let cli = repo_root().join("tests/mcp/node_modules/.bin/mcp-inspector");
+    let auth = format!("Authorization: Bearer {}", api.assistant);
+    let child = tokio::process::Command::new(cli)
+        .arg("--cli")
+        .arg(format!("{}/mcp", api.base))
+        .args(["--transport", "http", "--header", &auth])
+        .args(args)
+        .env("MCP_CATALOG_PATH", std::env::temp_dir().join(format!("payonce-mcp-{}.json", std::process::id())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run the MCP Inspector CLI");
+    let output = tokio::time::timeout(CLIENT_DEADLINE, child.wait_with_output())
+        .await
+        .expect("the Inspector finishes in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "inspector {args:?} failed:\n{stdout}\n{stderr}");
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("inspector {args:?} printed no JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
+/// The MCP Inspector CLI (2.12.0) lists the tools and calls them.
+#[tokio::test]
+async fn the_mcp_inspector_cli_lists_and_calls_the_tools() {
+    let api = spawn(sqlite_ledger().await).await;
+    let ready = api.create_ready("INV-130").await;
+    let id = ready["id"].as_str().unwrap();
+    let listed = inspector(&api, &["--method", "tools/list"]).await;
+    eprintln!("{listed}");
+    let tools = listed["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 2, "{listed}");
+    assert!(tools.iter().all(|t| t["outputSchema"].is_object()));
+    let arg = format!("operation_id={id}");
+    let paid = inspector(
+        &api,
+        &["--method", "tools/call", "--tool-name", "pay_invoice", "--tool-arg", &arg],
+    )
+    .await;
+    eprintln!("{paid}");
+    assert_eq!(paid["structuredContent"]["outcome"], "pending", "{paid}");
+    assert_eq!(paid["isError"], false);
     api.stop().await;
 }
