@@ -3,6 +3,7 @@
 //! api` processes on one Postgres database.
 
 mod browser;
+mod agents;
 mod confirm;
 mod mcp;
 mod operations;
