@@ -282,7 +282,12 @@ mod tests {
             WWW_AUTHENTICATE
         );
         let forbidden = HttpError::new(ErrorCode::Forbidden, "no").into_response();
-        assert!(forbidden.headers().get(axum::http::header::WWW_AUTHENTICATE).is_none());
+        assert!(
+            forbidden
+                .headers()
+                .get(axum::http::header::WWW_AUTHENTICATE)
+                .is_none()
+        );
     }
 
     #[test]

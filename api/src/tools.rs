@@ -192,7 +192,7 @@ pub fn output_schema() -> Value {
             "status": {"type": "string", "description": "The operation's stored state."},
             "amount": {"type": "string", "description": "Amount and currency as approved, e.g. 20.48 USD."},
             "amount_minor": {"type": "integer", "description": "The amount in the currency's minor unit."},
-            "currency": {"type": "string", "description": "ISO 4217 code."},
+            "currency": {"type": "string", "description": "ISO 4217 code, lowercase as the processor writes it."},
             "invoice": {"type": "string"},
             "reference": {"type": "string", "description": "The processor's reference, once there is one."},
             "result": {"type": "object", "description": "The processor's stored result (safe fields only)."},
@@ -464,17 +464,30 @@ mod tests {
     #[test]
     fn every_status_maps_to_an_outcome_the_schema_lists() {
         let schema = output_schema();
-        let listed = schema["properties"]["outcome"]["enum"].as_array().unwrap().clone();
+        let listed = schema["properties"]["outcome"]["enum"]
+            .as_array()
+            .unwrap()
+            .clone();
         assert_eq!(listed.len(), 9);
         for status in payonce_shared::state::ALL_STATUSES {
             let o = ToolOutcome::of_status(status);
             assert!(listed.contains(&json!(o.as_str())), "{status:?}");
             assert_eq!(serde_json::to_value(o).unwrap(), json!(o.as_str()));
         }
-        assert_eq!(ToolOutcome::of_status(Status::Unknown), ToolOutcome::BeingChecked);
-        assert_eq!(ToolOutcome::of_status(Status::Failed), ToolOutcome::Declined);
+        assert_eq!(
+            ToolOutcome::of_status(Status::Unknown),
+            ToolOutcome::BeingChecked
+        );
+        assert_eq!(
+            ToolOutcome::of_status(Status::Failed),
+            ToolOutcome::Declined
+        );
         for pending in [ToolOutcome::Pending, ToolOutcome::BeingChecked] {
-            assert!(pending.retry_advice().contains("Do not propose or start a new payment"));
+            assert!(
+                pending
+                    .retry_advice()
+                    .contains("Do not propose or start a new payment")
+            );
         }
     }
 
@@ -494,7 +507,10 @@ mod tests {
                 assert!(reply.structured.get(required.as_str().unwrap()).is_some());
             }
         }
-        assert_eq!(ToolReply::error("operation_not_found", "no").outcome(), Some("not_found"));
+        assert_eq!(
+            ToolReply::error("operation_not_found", "no").outcome(),
+            Some("not_found")
+        );
         assert!(!approval_sentence("1.00 USD", "INV-1").contains("http"));
     }
 

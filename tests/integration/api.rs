@@ -2,8 +2,8 @@
 //! page in a real headless Chromium; the MCP server with the official Python SDK client; two `payonce
 //! api` processes on one Postgres database.
 
-mod browser;
 mod agents;
+mod browser;
 mod confirm;
 mod mcp;
 mod operations;

@@ -61,7 +61,10 @@ fn client_takes_url_elicitation(context: &RequestContext<RoleServer>) -> bool {
 
 fn internal(e: &LedgerError) -> ErrorData {
     tracing::error!(cause = %cause_chain(e), "confirmation elicitation failed");
-    ErrorData::internal_error("the confirmation could not be prepared; retry shortly", None)
+    ErrorData::internal_error(
+        "the confirmation could not be prepared; retry shortly",
+        None,
+    )
 }
 
 /// The answer once the person has responded to the question: the state as it is now, said plainly.
@@ -114,7 +117,10 @@ pub async fn step(
         .as_ref()
         .and_then(|r| r.get(INPUT_KEY))
     {
-        let action = response.get("action").and_then(Value::as_str).unwrap_or("cancel");
+        let action = response
+            .get("action")
+            .and_then(Value::as_str)
+            .unwrap_or("cancel");
         return Ok(Step::Answer(after_question(reply, action)));
     }
     if !client_takes_url_elicitation(context) {

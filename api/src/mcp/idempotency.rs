@@ -118,10 +118,19 @@ mod tests {
 
     #[test]
     fn fingerprints_ignore_key_order_and_see_every_value() {
-        let a = fingerprint("pay_invoice", &json!({"operation_id": "op_1", "x": {"b": 1, "a": 2}}));
-        let b = fingerprint("pay_invoice", &json!({"x": {"a": 2, "b": 1}, "operation_id": "op_1"}));
+        let a = fingerprint(
+            "pay_invoice",
+            &json!({"operation_id": "op_1", "x": {"b": 1, "a": 2}}),
+        );
+        let b = fingerprint(
+            "pay_invoice",
+            &json!({"x": {"a": 2, "b": 1}, "operation_id": "op_1"}),
+        );
         assert_eq!(a, b);
-        assert_ne!(a, fingerprint("pay_invoice", &json!({"operation_id": "op_2"})));
+        assert_ne!(
+            a,
+            fingerprint("pay_invoice", &json!({"operation_id": "op_2"}))
+        );
         assert_ne!(
             fingerprint("pay_invoice", &json!({"operation_id": "op_1"})),
             fingerprint("get_payment_status", &json!({"operation_id": "op_1"}))

@@ -132,13 +132,14 @@ impl ServerHandler for PayonceMcp {
             arguments: Ok(arguments),
         };
         let reply = tools::call(&self.state, &caller, Format::Mcp.as_str(), &call).await;
-        let reply = match confirmation::step(&self.state, &caller, &request, &context, reply).await? {
-            confirmation::Step::AskTheUser(input_required) => {
-                // Not kept under the key: it is a question, not an answer.
-                return Ok(CallToolResponse::InputRequired(input_required));
-            }
-            confirmation::Step::Answer(reply) => reply,
-        };
+        let reply =
+            match confirmation::step(&self.state, &caller, &request, &context, reply).await? {
+                confirmation::Step::AskTheUser(input_required) => {
+                    // Not kept under the key: it is a question, not an answer.
+                    return Ok(CallToolResponse::InputRequired(input_required));
+                }
+                confirmation::Step::Answer(reply) => reply,
+            };
         let result = call_tool_result(&reply)?;
         match &keyed {
             Some((key, fingerprint)) => Ok(CallToolResponse::Complete(

@@ -120,7 +120,10 @@ fn check_message(message: &Value) -> Result<Option<IdempotencyKey>, (i32, &'stat
         return Err((INVALID_PARAMS, "tools/call needs a `params` object"));
     };
     if !params.get("name").is_some_and(Value::is_string) {
-        return Err((INVALID_PARAMS, "tools/call needs `params.name`, the tool's name"));
+        return Err((
+            INVALID_PARAMS,
+            "tools/call needs `params.name`, the tool's name",
+        ));
     }
     if params.get("arguments").is_some_and(|a| !a.is_object()) {
         return Err((INVALID_PARAMS, "`params.arguments` must be an object"));
@@ -178,7 +181,8 @@ pub async fn check_message_body(
             );
         }
     };
-    let bad = |code: i32, message: &str, id: Value| rpc_error(StatusCode::BAD_REQUEST, id, code, message);
+    let bad =
+        |code: i32, message: &str, id: Value| rpc_error(StatusCode::BAD_REQUEST, id, code, message);
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return bad(PARSE_ERROR, "the body is not valid UTF-8", Value::Null);
     };
@@ -207,7 +211,8 @@ pub async fn check_message_body(
             return bad(code, why, id);
         }
     }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 #[cfg(test)]
@@ -216,9 +221,17 @@ mod tests {
 
     #[test]
     fn nesting_is_counted_outside_strings() {
-        let deep = format!("{}{}", "[".repeat(JSON_DEPTH_MAX + 1), "]".repeat(JSON_DEPTH_MAX + 1));
+        let deep = format!(
+            "{}{}",
+            "[".repeat(JSON_DEPTH_MAX + 1),
+            "]".repeat(JSON_DEPTH_MAX + 1)
+        );
         assert!(nesting_exceeds(deep.as_bytes(), JSON_DEPTH_MAX));
-        let fine = format!("{}{}", "[".repeat(JSON_DEPTH_MAX), "]".repeat(JSON_DEPTH_MAX));
+        let fine = format!(
+            "{}{}",
+            "[".repeat(JSON_DEPTH_MAX),
+            "]".repeat(JSON_DEPTH_MAX)
+        );
         assert!(!nesting_exceeds(fine.as_bytes(), JSON_DEPTH_MAX));
         let quoted = format!("{{\"a\":\"{}\\\"{}\"}}", "[".repeat(100), "{".repeat(100));
         assert!(!nesting_exceeds(quoted.as_bytes(), JSON_DEPTH_MAX));
@@ -228,20 +241,38 @@ mod tests {
     fn messages_get_the_json_rpc_code_for_what_is_wrong() {
         let code = |v: Value| check_message(&v).err().map(|(c, _)| c);
         assert_eq!(code(json!([1])), Some(INVALID_REQUEST));
-        assert_eq!(code(json!({"id": 1, "method": "ping"})), Some(INVALID_REQUEST));
-        assert_eq!(code(json!({"jsonrpc": "2.0", "id": {}, "method": "ping"})), Some(INVALID_REQUEST));
-        assert_eq!(code(json!({"jsonrpc": "2.0", "id": 1, "method": 5})), Some(INVALID_REQUEST));
-        assert_eq!(code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})),
-                   Some(INVALID_PARAMS));
-        assert_eq!(code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        assert_eq!(
+            code(json!({"id": 1, "method": "ping"})),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": {}, "method": "ping"})),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1, "method": 5})),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})),
+            Some(INVALID_PARAMS)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                "params": {"name": "x", "idempotencyKey": "k".repeat(IDEMPOTENCY_KEY_LEN_MAX + 1)}})),
-                   Some(INVALID_PARAMS));
-        assert_eq!(code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            Some(INVALID_PARAMS)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                "params": {"name": "x", "idempotencyKey": "a\nb"}})),
-                   Some(INVALID_PARAMS));
+            Some(INVALID_PARAMS)
+        );
         let ok = check_message(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                        "params": {"name": "x", "idempotencyKey": "k".repeat(IDEMPOTENCY_KEY_LEN_MAX)}}));
         assert_eq!(ok.unwrap().unwrap().0.len(), IDEMPOTENCY_KEY_LEN_MAX);
-        assert_eq!(check_message(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})), Ok(None));
+        assert_eq!(
+            check_message(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+            Ok(None)
+        );
     }
 }

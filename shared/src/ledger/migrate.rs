@@ -8,25 +8,31 @@ use super::LedgerError;
 pub(crate) type Migration = (i64, &'static str, &'static str);
 
 /// Postgres migrations, in order.
-pub(crate) const POSTGRES: &[Migration] = &[(
-    1,
-    "ledger",
-    include_str!("../../../migrations/postgres/0001_ledger.sql"),
-), (
-    5,
-    "tool_call_keys",
-    include_str!("../../../migrations/postgres/0005_tool_call_keys.sql"),
-)];
+pub(crate) const POSTGRES: &[Migration] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../../../migrations/postgres/0001_ledger.sql"),
+    ),
+    (
+        5,
+        "tool_call_keys",
+        include_str!("../../../migrations/postgres/0005_tool_call_keys.sql"),
+    ),
+];
 /// SQLite migrations, in order.
-pub(crate) const SQLITE: &[Migration] = &[(
-    1,
-    "ledger",
-    include_str!("../../../migrations/sqlite/0001_ledger.sql"),
-), (
-    5,
-    "tool_call_keys",
-    include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
-)];
+pub(crate) const SQLITE: &[Migration] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+    ),
+    (
+        5,
+        "tool_call_keys",
+        include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
+    ),
+];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
      name TEXT NOT NULL, applied_at BIGINT NOT NULL)";

@@ -37,7 +37,12 @@ fn ensure_agents() -> std::path::PathBuf {
     python
 }
 
-async fn run_agent(python: &std::path::Path, provider: &str, api: &super::TestApi, op: &str) -> Value {
+async fn run_agent(
+    python: &std::path::Path,
+    provider: &str,
+    api: &super::TestApi,
+    op: &str,
+) -> Value {
     let child = tokio::process::Command::new(python)
         .arg(repo_root().join("tests/agents/agent.py"))
         .arg(provider)
@@ -54,7 +59,10 @@ async fn run_agent(python: &std::path::Path, provider: &str, api: &super::TestAp
         .expect("the agent finishes in time")
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "agent.py {provider} failed:\n{stderr}");
+    assert!(
+        output.status.success(),
+        "agent.py {provider} failed:\n{stderr}"
+    );
     serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("agent.py {provider} printed no JSON ({e}):\n{stderr}"))
 }
@@ -66,33 +74,44 @@ async fn openai_and_anthropic_agent_loops_pay_once_and_hear_the_stored_truth() {
     let sim = simulator(SimulatorConfig::default()).await;
     let api = spawn(ledger).await;
     // The worker process runs on the system clock; the API's manual clock starts in the future.
-    api.clock
-        .advance_ms(SystemClock.now_ms() - super::T0_MS);
+    api.clock.advance_ms(SystemClock.now_ms() - super::T0_MS);
     let op = api.create_ready("INV-140").await;
     let id = op["id"].as_str().unwrap().to_string();
     let mut worker = worker_process(&url, &sim, &[]);
 
-    for (provider, ids) in [("openai", ["call_1", "call_2"]), ("anthropic", ["toolu_1", "toolu_2"])] {
+    for (provider, ids) in [
+        ("openai", ["call_1", "call_2"]),
+        ("anthropic", ["toolu_1", "toolu_2"]),
+    ] {
         let out = run_agent(&python, provider, &api, &id).await;
         assert_eq!(out["call_ids"], json!(ids), "{provider}: {out}");
         let answers = out["answers"].as_array().unwrap();
         assert_eq!(answers.len(), 2, "{provider}: {out}");
         for a in answers {
             assert_eq!(a["operation_id"], id.as_str());
-            assert!(matches!(a["outcome"].as_str(), Some("pending" | "succeeded")), "{a}");
+            assert!(
+                matches!(a["outcome"].as_str(), Some("pending" | "succeeded")),
+                "{a}"
+            );
             assert_eq!(a["new_payment_submitted"], false);
         }
         // The model was handed each result in its provider's own shape, under the call's own id.
         let requests = out["model_requests"].as_array().unwrap();
         let last = requests.last().unwrap().to_string();
-        assert!(last.contains(ids[0]) && last.contains(ids[1]), "{provider}: {last}");
+        assert!(
+            last.contains(ids[0]) && last.contains(ids[1]),
+            "{provider}: {last}"
+        );
     }
 
     // Both loops asked twice; the processor was asked once.
     let paid = wait_for("the operation succeeded", PAID_DEADLINE, || {
         let (api, id) = (&api, id.clone());
         async move {
-            let op = api.get(&format!("/v1/operations/{id}"), &api.service).await.json();
+            let op = api
+                .get(&format!("/v1/operations/{id}"), &api.service)
+                .await
+                .json();
             (op["status"] == "succeeded").then_some(op)
         }
     })
@@ -114,8 +133,16 @@ async fn openai_and_anthropic_agent_loops_pay_once_and_hear_the_stored_truth() {
         .await
         .unwrap();
     assert_eq!(recorded.len(), 8, "{recorded:?}");
-    assert!(recorded.iter().any(|(p, call, _)| p == "openai_chat" && call.as_deref() == Some("call_2")));
-    assert!(recorded.iter().any(|(p, call, _)| p == "anthropic" && call.as_deref() == Some("toolu_2")));
+    assert!(
+        recorded
+            .iter()
+            .any(|(p, call, _)| p == "openai_chat" && call.as_deref() == Some("call_2"))
+    );
+    assert!(
+        recorded
+            .iter()
+            .any(|(p, call, _)| p == "anthropic" && call.as_deref() == Some("toolu_2"))
+    );
     terminate(&mut worker).await;
     api.stop().await;
 }

@@ -63,7 +63,10 @@ async fn run_client(
         .expect("the MCP client finishes in time")
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "client.py ({mode}) failed:\n{stderr}");
+    assert!(
+        output.status.success(),
+        "client.py ({mode}) failed:\n{stderr}"
+    );
     serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("client.py ({mode}) printed no JSON ({e}):\n{stderr}"))
 }
@@ -96,7 +99,10 @@ async fn the_official_python_client_works_at_every_protocol_version() {
         assert_eq!(names, ["pay_invoice", "get_payment_status"], "{mode}");
         let pay = &out["tools"][0];
         assert_eq!(pay["inputSchema"]["additionalProperties"], false);
-        assert_eq!(pay["outputSchema"]["required"][0], "outcome", "{mode}: {pay}");
+        assert_eq!(
+            pay["outputSchema"]["required"][0], "outcome",
+            "{mode}: {pay}"
+        );
         assert_eq!(
             (
                 pay["annotations"]["destructiveHint"].as_bool(),
@@ -298,11 +304,19 @@ async fn malformed_messages_get_400_and_the_json_rpc_code() {
         "]".repeat(payonce_api::mcp::JSON_DEPTH_MAX + 1)
     );
     for (what, body, code) in [
-        ("malformed JSON", b"{\"jsonrpc\": \"2.0\", ".to_vec(), -32700),
+        (
+            "malformed JSON",
+            b"{\"jsonrpc\": \"2.0\", ".to_vec(),
+            -32700,
+        ),
         ("invalid UTF-8", vec![b'{', 0xff, 0xfe, b'}'], -32700),
         ("over-deep nesting", deep.into_bytes(), -32700),
         ("not an object", b"[]".to_vec(), -32600),
-        ("no jsonrpc", br#"{"id": 1, "method": "tools/list"}"#.to_vec(), -32600),
+        (
+            "no jsonrpc",
+            br#"{"id": 1, "method": "tools/list"}"#.to_vec(),
+            -32600,
+        ),
         (
             "tools/call without a name",
             br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"arguments": {}}}"#
@@ -313,7 +327,8 @@ async fn malformed_messages_get_400_and_the_json_rpc_code() {
         let (status, headers, text) = raw_post(&api, body, &MODERN).await;
         assert_eq!(status, 400, "{what}: {text}");
         assert_eq!(headers["content-type"], "application/json", "{what}");
-        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
         assert_eq!(body["jsonrpc"], "2.0");
         assert_eq!(body["error"]["code"], code, "{what}: {text}");
     }
@@ -343,7 +358,11 @@ async fn a_disallowed_origin_is_refused_and_allowed_ones_pass() {
     let (status, _, text) = raw_post(
         &api,
         list.clone(),
-        &[MODERN_LIST[0], MODERN_LIST[1], ("origin", "https://evil.example")],
+        &[
+            MODERN_LIST[0],
+            MODERN_LIST[1],
+            ("origin", "https://evil.example"),
+        ],
     )
     .await;
     assert_eq!(status, 403, "{text}");
@@ -384,9 +403,15 @@ async fn every_401_names_the_bearer_scheme() {
     ] {
         let r = api.send(method, path, None, Some(json!({}))).await;
         assert_eq!(r.status, 401, "{path}");
-        assert_eq!(r.header("www-authenticate"), "Bearer realm=\"payonce\"", "{path}");
+        assert_eq!(
+            r.header("www-authenticate"),
+            "Bearer realm=\"payonce\"",
+            "{path}"
+        );
     }
-    let r = api.send("GET", "/v1/tools?format=mcp", Some("pk_wrong"), None).await;
+    let r = api
+        .send("GET", "/v1/tools?format=mcp", Some("pk_wrong"), None)
+        .await;
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), "Bearer realm=\"payonce\"");
     api.stop().await;
@@ -417,12 +442,19 @@ async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
     assert_eq!(keyed["result"]["structuredContent"]["outcome"], "pending");
     let op_id = OperationId::parse(id).unwrap();
     let recorded = api.ledger.tool_calls(&op_id).await.unwrap().len();
-    api.post(&format!("/v1/operations/{id}/cancel"), &api.service, json!({}))
-        .await;
+    api.post(
+        &format!("/v1/operations/{id}/cancel"),
+        &api.service,
+        json!({}),
+    )
+    .await;
     let (_, _, text) = raw_post(&api, call(3, Some("retry-1"), id), &MODERN_PAY).await;
     let replayed: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(replayed["id"], 3);
-    assert_eq!(replayed["result"], keyed["result"], "the stored answer, replayed");
+    assert_eq!(
+        replayed["result"], keyed["result"],
+        "the stored answer, replayed"
+    );
     assert_eq!(api.ledger.tool_calls(&op_id).await.unwrap().len(), recorded);
     // Without the key the truth is read again.
     let (_, _, text) = raw_post(&api, call(4, None, id), &MODERN_PAY).await;
@@ -448,13 +480,18 @@ async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
     let long = "k".repeat(payonce_api::mcp::IDEMPOTENCY_KEY_LEN_MAX + 1);
     let (status, _, text) = raw_post(&api, call(6, Some(&long), id), &MODERN_PAY).await;
     assert_eq!(status, 400, "{text}");
-    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], -32602);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["code"],
+        -32602
+    );
 
     // The capability is advertised.
-    let discover = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 9, "method": "server/discover",
+    let discover = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "server/discover",
         "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                              "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-                             "io.modelcontextprotocol/clientCapabilities": {}}}}))
+                             "io.modelcontextprotocol/clientCapabilities": {}}}}),
+    )
     .unwrap();
     let (_, _, text) = raw_post(
         &api,
@@ -476,7 +513,10 @@ async fn inspector(api: &super::TestApi, args: &[&str]) -> Value {
         .arg(format!("{}/mcp", api.base))
         .args(["--transport", "http", "--header", &auth])
         .args(args)
-        .env("MCP_CATALOG_PATH", std::env::temp_dir().join(format!("payonce-mcp-{}.json", std::process::id())))
+        .env(
+            "MCP_CATALOG_PATH",
+            std::env::temp_dir().join(format!("payonce-mcp-{}.json", std::process::id())),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -488,7 +528,10 @@ async fn inspector(api: &super::TestApi, args: &[&str]) -> Value {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "inspector {args:?} failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "inspector {args:?} failed:\n{stdout}\n{stderr}"
+    );
     serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("inspector {args:?} printed no JSON ({e}):\n{stdout}\n{stderr}"))
 }
@@ -507,7 +550,14 @@ async fn the_mcp_inspector_cli_lists_and_calls_the_tools() {
     let arg = format!("operation_id={id}");
     let paid = inspector(
         &api,
-        &["--method", "tools/call", "--tool-name", "pay_invoice", "--tool-arg", &arg],
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "pay_invoice",
+            "--tool-arg",
+            &arg,
+        ],
     )
     .await;
     eprintln!("{paid}");

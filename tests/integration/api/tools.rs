@@ -415,9 +415,15 @@ async fn every_state_has_its_answer() {
         let a = ask(waiting["id"].as_str().unwrap().into()).await;
         assert_eq!(a["outcome"], "approval_required");
         assert!(a.get("confirmation_url").is_none(), "{a}");
-        assert!(!a.to_string().contains("/confirm/"), "no URL reaches a model: {a}");
+        assert!(
+            !a.to_string().contains("/confirm/"),
+            "no URL reaches a model: {a}"
+        );
         assert!(a["retry_advice"].as_str().unwrap().contains("approve"));
-        assert_eq!((a["amount_minor"].as_i64(), a["currency"].as_str()), (Some(2048), Some("USD")));
+        assert_eq!(
+            (a["amount_minor"].as_i64(), a["currency"].as_str()),
+            (Some(2048), Some("usd"))
+        );
     }
     let issued = api
         .http
