@@ -307,6 +307,47 @@ mod tests {
     }
 
     #[test]
+    fn every_format_carries_the_same_structured_outcome() {
+        let reply = ToolReply {
+            structured: json!({"outcome": "being_checked", "operation_id": "op_1", "message": "m",
+                               "retry_advice": "wait", "new_payment_submitted": false}),
+            is_error: false,
+        };
+        let text_of = |f: Format| -> Value {
+            let r = render_result(f, Some("c"), &reply);
+            let text = match f {
+                Format::OpenaiChat | Format::Anthropic => {
+                    r["content"].as_str().unwrap().to_string()
+                }
+                Format::OpenaiResponses => r["output"].as_str().unwrap().to_string(),
+                Format::Mcp => r["content"][0]["text"].as_str().unwrap().to_string(),
+            };
+            serde_json::from_str(&text).unwrap()
+        };
+        for f in ALL_FORMATS {
+            assert_eq!(text_of(f), reply.structured, "{f:?}");
+        }
+        let mcp = render_result(Format::Mcp, None, &reply);
+        assert_eq!(mcp["structuredContent"]["outcome"], "being_checked");
+    }
+
+    #[test]
+    fn mcp_definitions_declare_output_schema_and_true_hints() {
+        let defs = definitions(Format::Mcp);
+        for (d, t) in defs.iter().zip(TOOLS) {
+            assert_eq!(d["outputSchema"], tools::output_schema());
+            assert_eq!(d["annotations"]["readOnlyHint"], t.read_only);
+            assert_eq!(d["annotations"]["destructiveHint"], false);
+            assert_eq!(d["annotations"]["idempotentHint"], true);
+        }
+        assert_eq!(
+            defs[0]["annotations"]["openWorldHint"], true,
+            "pay_invoice ends at the processor"
+        );
+        assert_eq!(defs[1]["annotations"]["readOnlyHint"], true);
+    }
+
+    #[test]
     fn definitions_use_each_providers_schema_key() {
         assert!(definitions(Format::OpenaiChat)[0]["function"]["parameters"].is_object());
         assert!(definitions(Format::OpenaiResponses)[0]["parameters"].is_object());

@@ -132,6 +132,19 @@ impl ServerHandler for PayonceMcp {
             arguments: Ok(arguments),
         };
         let reply = tools::call(&self.state, &caller, Format::Mcp.as_str(), &call).await;
+        if reply.structured["error"]["code"] == "unknown_tool" {
+            // The spec makes an unknown tool a protocol error (-32602), not a tool result; the call
+            // was still recorded for correlation.
+            let shown: String = request
+                .name
+                .chars()
+                .take(tools::TOOL_NAME_LEN_MAX)
+                .collect();
+            return Err(ErrorData::invalid_params(
+                format!("Unknown tool: {shown}"),
+                None,
+            ));
+        }
         let reply =
             match confirmation::step(&self.state, &caller, &request, &context, reply).await? {
                 confirmation::Step::AskTheUser(input_required) => {
