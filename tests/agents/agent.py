@@ -77,8 +77,16 @@ def payonce(path, key, body=None):
         return json.loads(r.read())
 
 
+def as_sdk_type(sdk_type, value):
+    """Validates payonce's result object against the SDK's own parameter type (a TypedDict)."""
+    import pydantic
+
+    return pydantic.TypeAdapter(sdk_type).validate_python(value, strict=True)
+
+
 def run_openai(model_url, key, out):
     import openai
+    from openai.types.chat import ChatCompletionToolMessageParam
 
     client = openai.OpenAI(base_url=model_url + "/v1", api_key="offline", timeout=TIMEOUT_S, max_retries=0)
     tools = payonce("/v1/tools?format=openai_chat", key)["tools"]
@@ -93,11 +101,12 @@ def run_openai(model_url, key, out):
             result = payonce("/v1/tool-calls", key, {"format": "openai_chat", "call": call.model_dump()})
             out["call_ids"].append(call.id)
             out["answers"].append(json.loads(result["content"]))
-            messages.append(result)
+            messages.append(as_sdk_type(ChatCompletionToolMessageParam, result))
 
 
 def run_anthropic(model_url, key, out):
     import anthropic
+    from anthropic.types import ToolResultBlockParam
 
     client = anthropic.Anthropic(base_url=model_url, api_key="offline", timeout=TIMEOUT_S, max_retries=0)
     tools = payonce("/v1/tools?format=anthropic", key)["tools"]
@@ -113,7 +122,7 @@ def run_anthropic(model_url, key, out):
             result = payonce("/v1/tool-calls", key, {"format": "anthropic", "call": block.model_dump()})
             out["call_ids"].append(block.id)
             out["answers"].append(json.loads(result["content"]))
-            results.append(result)
+            results.append(as_sdk_type(ToolResultBlockParam, result))
         messages.append({"role": "user", "content": results})
 
 
