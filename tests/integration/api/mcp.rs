@@ -569,7 +569,10 @@ async fn the_mcp_inspector_cli_lists_and_calls_the_tools() {
             ],
         )
         .await;
-        assert_eq!(paid["structuredContent"]["outcome"], "pending", "{era}: {paid}");
+        assert_eq!(
+            paid["structuredContent"]["outcome"], "pending",
+            "{era}: {paid}"
+        );
         assert_eq!(paid["isError"], false);
     }
     api.stop().await;
