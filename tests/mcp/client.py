@@ -101,7 +101,14 @@ async def main() -> int:
                         types.InitializeRequest(
                             params=types.InitializeRequestParams(
                                 protocol_version=mode,
-                                capabilities=types.ClientCapabilities(),
+                                capabilities=types.ClientCapabilities(
+                                    elicitation=types.ElicitationCapability(
+                                        form=types.FormElicitationCapability(),
+                                        url=types.UrlElicitationCapability(),
+                                    )
+                                    if elicit
+                                    else None
+                                ),
                                 client_info=types.Implementation(name="payonce-test", version="0"),
                             )
                         ),

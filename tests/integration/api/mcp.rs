@@ -214,6 +214,23 @@ async fn url_elicitation_takes_the_customer_to_the_page_and_the_retry_proceeds()
         "the customer's approval went through the page"
     );
     assert_eq!(api.operation_count().await, 2);
+
+    // A 2025-era client that declared URL elicitation at initialize: a stateless server cannot know
+    // that on its tools/call, so it is not asked; it gets the plain outcome, without the URL.
+    let older = api.create("INV-112", 7_500).await;
+    let out = run_client(
+        &python,
+        &api,
+        "2025-11-25",
+        true,
+        ready["id"].as_str().unwrap(),
+        older["id"].as_str().unwrap(),
+    )
+    .await;
+    assert!(out["elicitations"].as_array().unwrap().is_empty(), "{out}");
+    let waiting_call = &out["calls"]["pay_waiting"];
+    assert_eq!(structured(waiting_call)["outcome"], "approval_required");
+    assert!(!waiting_call.to_string().contains("/confirm/"));
     api.stop().await;
 }
 
