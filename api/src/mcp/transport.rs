@@ -29,9 +29,13 @@ pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey(pub String);
 
-/// A JSON-RPC error answer with an HTTP status; `id` is null when the request's id is unknown.
+/// A JSON-RPC error answer with an HTTP status. `id` is left out when the request's id is unknown
+/// (`Value::Null`), as the MCP schema's `JSONRPCErrorResponse` allows.
 pub fn rpc_error(status: StatusCode, id: Value, code: i32, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let mut body = json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}});
+    if !id.is_null() {
+        body["id"] = id;
+    }
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -384,7 +384,7 @@ async fn a_disallowed_origin_is_refused_and_allowed_ones_pass() {
     .await;
     assert_eq!(status, 403, "{text}");
     let body: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(body["id"], Value::Null);
+    assert!(body.get("id").is_none(), "no id: {body}");
     assert_eq!(body["error"]["code"], -32600);
     // Unauthenticated or not, a foreign page gets nothing.
     let anonymous = api
@@ -592,5 +592,131 @@ async fn the_mcp_inspector_cli_lists_and_calls_the_tools() {
         );
         assert_eq!(paid["isError"], false);
     }
+    api.stop().await;
+}
+
+/// The 2026-07-28 wire shape of the confirmation question, and of the answer after the person
+/// declined: the URL is only in the input request, addressed to the client.
+#[tokio::test]
+async fn the_confirmation_question_and_a_declined_retry_on_the_wire() {
+    let api = spawn(sqlite_ledger().await).await;
+    let waiting = api.create("INV-150", 1_000).await;
+    let id = waiting["id"].as_str().unwrap();
+    let with_url_elicitation = |rpc_id: u64, extra: Value| {
+        let mut params = json!({"name": "pay_invoice", "arguments": {"operation_id": id}});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        let mut call = modern_call(rpc_id, params);
+        call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+            json!({"elicitation": {"url": {}}});
+        serde_json::to_vec(&call).unwrap()
+    };
+    let (status, _, text) = raw_post(&api, with_url_elicitation(1, json!({})), &MODERN_PAY).await;
+    assert_eq!(status, 200, "{text}");
+    let asked: Value = serde_json::from_str(&text).unwrap();
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{text}");
+    let request = &result["inputRequests"]["payonce_confirmation"];
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["mode"], "url");
+    assert!(
+        request["params"]["url"]
+            .as_str()
+            .unwrap()
+            .contains("/confirm/")
+    );
+    assert!(result.get("content").is_none() && result.get("structuredContent").is_none());
+
+    let (_, _, text) = raw_post(
+        &api,
+        with_url_elicitation(
+            2,
+            json!({"inputResponses": {"payonce_confirmation": {"action": "decline"}}}),
+        ),
+        &MODERN_PAY,
+    )
+    .await;
+    let answered: Value = serde_json::from_str(&text).unwrap();
+    let result = &answered["result"];
+    assert_eq!(result["resultType"], "complete", "{text}");
+    assert_eq!(result["structuredContent"]["outcome"], "approval_required");
+    assert!(
+        result["structuredContent"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not open")
+    );
+    assert!(!text.contains("/confirm/"), "{text}");
+
+    // Without the capability: the plain outcome, no question.
+    let plain = serde_json::to_vec(&modern_call(
+        3,
+        json!({"name": "pay_invoice", "arguments": {"operation_id": id}}),
+    ))
+    .unwrap();
+    let (_, _, text) = raw_post(&api, plain, &MODERN_PAY).await;
+    let plain: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plain["result"]["resultType"], "complete");
+    assert_eq!(
+        plain["result"]["structuredContent"]["outcome"],
+        "approval_required"
+    );
+    assert!(!text.contains("/confirm/"), "{text}");
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_methods_and_oversized_bodies_get_json_rpc_errors() {
+    let api = spawn(sqlite_ledger().await).await;
+    let unknown = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "payments/steal",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                             "io.modelcontextprotocol/clientCapabilities": {}}}}),
+    )
+    .unwrap();
+    let (_, _, text) = raw_post(
+        &api,
+        unknown,
+        &[MODERN[0], ("mcp-method", "payments/steal")],
+    )
+    .await;
+    let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(body["error"]["code"], -32601, "{text}");
+    let unknown_tool = serde_json::to_vec(&modern_call(
+        5,
+        json!({"name": "refund_everything", "arguments": {}}),
+    ))
+    .unwrap();
+    let (_, _, text) = raw_post(
+        &api,
+        unknown_tool,
+        &[
+            MODERN[0],
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "refund_everything"),
+        ],
+    )
+    .await;
+    let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(body["error"]["code"], -32602, "{text}");
+    assert_eq!(body["error"]["message"], "Unknown tool: refund_everything");
+
+    let limit = payonce_api::config::BODY_LIMIT_BYTES_DEFAULT;
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"pad\":\"{}\"}}",
+        "x".repeat(limit)
+    );
+    let (status, _, text) = raw_post(&api, big.into_bytes(), &MODERN_LIST).await;
+    assert_eq!(status, 413, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], -32600);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&limit.to_string())
+    );
     api.stop().await;
 }
