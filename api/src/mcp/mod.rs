@@ -116,8 +116,12 @@ impl ServerHandler for PayonceMcp {
         let key = parts_of(&context)
             .and_then(|p| p.extensions.get::<transport::IdempotencyKey>())
             .cloned();
+        // A multi round-trip continuation (it carries the person's responses) is its own request:
+        // it neither replays nor keeps a keyed answer, as SEP-3182's discussion scopes it.
+        let continuation = request.input_responses.is_some() || request.request_state.is_some();
         let keyed = key
             .as_ref()
+            .filter(|_| !continuation)
             .map(|k| (k, idempotency::fingerprint(&request.name, &arguments)));
         if let Some((key, fingerprint)) = &keyed
             && let Some(stored) =

@@ -632,7 +632,8 @@ async fn the_confirmation_question_and_a_declined_retry_on_the_wire() {
         &api,
         with_url_elicitation(
             2,
-            json!({"inputResponses": {"payonce_confirmation": {"action": "decline"}}}),
+            json!({"inputResponses": {"payonce_confirmation": {"action": "decline"}},
+                   "idempotencyKey": "k-continuation"}),
         ),
         &MODERN_PAY,
     )
@@ -648,6 +649,16 @@ async fn the_confirmation_question_and_a_declined_retry_on_the_wire() {
             .contains("did not open")
     );
     assert!(!text.contains("/confirm/"), "{text}");
+
+    // The continuation kept nothing under its key: the key's first plain call runs the tool.
+    let (_, _, text) = raw_post(
+        &api,
+        with_url_elicitation(4, json!({"idempotencyKey": "k-continuation"})),
+        &MODERN_PAY,
+    )
+    .await;
+    let keyed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(keyed["result"]["resultType"], "input_required", "{text}");
 
     // Without the capability: the plain outcome, no question.
     let plain = serde_json::to_vec(&modern_call(
