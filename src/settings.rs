@@ -210,6 +210,9 @@ pub struct ApiArgs {
     /// Most HTTP connections the api serves at once.
     #[arg(long, env = "PAYONCE_CONNECTIONS_MAX", default_value_t = 1024)]
     pub connections_max: usize,
+    /// Browser origins allowed to call /mcp besides the public base URL's, comma-separated (`https://app.example.com`).
+    #[arg(long, env = "PAYONCE_MCP_ALLOWED_ORIGINS", default_value = "")]
+    pub mcp_allowed_origins: String,
 }
 
 impl ApiArgs {
@@ -233,6 +236,13 @@ impl ApiArgs {
             simulator_dev_mode: self.simulator_dev_mode,
             header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
             connections_max: self.connections_max,
+            mcp_allowed_origins: self
+                .mcp_allowed_origins
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
             ..payonce_api::ApiConfig::default()
         }
     }

@@ -66,6 +66,9 @@ pub struct ApiConfig {
     pub header_read_timeout: Duration,
     /// Most connections served at once.
     pub connections_max: usize,
+    /// Browser origins (`scheme://host[:port]`) allowed to call `/mcp` besides the public base
+    /// URL's own; a request without `Origin` (not from a browser) is not affected.
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -80,6 +83,7 @@ impl Default for ApiConfig {
             simulator_dev_mode: false,
             header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            mcp_allowed_origins: Vec::new(),
         }
     }
 }
@@ -117,6 +121,48 @@ impl ApiConfig {
             .map_or(self.base_url(), |(_, rest)| rest);
         let authority = rest.split('/').next().unwrap_or(rest);
         (!authority.is_empty()).then_some(authority)
+    }
+}
+
+/// An origin as RFC 6454 compares it: lowercase scheme and host, and the port, the scheme's default
+/// when none is written. `None` for anything that is not `http(s)://host[:port]` (`null` included).
+pub fn normalized_origin(raw: &str) -> Option<(String, String, u16)> {
+    let (scheme, rest) = raw.trim().trim_end_matches('/').split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return None;
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse::<u16>().ok()?),
+        _ => (rest, default_port),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((scheme, host.to_ascii_lowercase(), port))
+}
+
+impl ApiConfig {
+    /// Whether a browser `Origin` header value may call `/mcp`: the public base URL's origin and
+    /// the configured ones, compared as RFC 6454 origins.
+    pub fn mcp_origin_allowed(&self, origin: &str) -> bool {
+        let Some(origin) = normalized_origin(origin) else {
+            return false;
+        };
+        std::iter::once(self.base_url())
+            .chain(self.mcp_allowed_origins.iter().map(String::as_str))
+            .filter_map(|allowed| {
+                // The base URL may carry a path; its origin is what precedes it.
+                let (scheme, rest) = allowed.split_once("://")?;
+                let authority = rest.split('/').next().unwrap_or(rest);
+                normalized_origin(&format!("{scheme}://{authority}"))
+            })
+            .any(|allowed| allowed == origin)
     }
 }
 
@@ -158,5 +204,22 @@ mod tests {
         assert_eq!(c.base_url(), "https://pay.example.com");
         c.public_base_url = "http://127.0.0.1:9000/base".into();
         assert_eq!(c.public_host(), Some("127.0.0.1:9000"));
+    }
+
+    #[test]
+    fn mcp_origins_are_the_base_urls_and_the_configured_ones() {
+        let c = ApiConfig {
+            public_base_url: "https://pay.example.com/base".into(),
+            mcp_allowed_origins: vec!["http://localhost:6274".into()],
+            ..ApiConfig::default()
+        };
+        assert!(c.mcp_origin_allowed("https://pay.example.com"));
+        assert!(c.mcp_origin_allowed("HTTPS://PAY.example.com:443"));
+        assert!(c.mcp_origin_allowed("http://localhost:6274"));
+        assert!(!c.mcp_origin_allowed("http://localhost:6275"));
+        assert!(!c.mcp_origin_allowed("http://pay.example.com"));
+        assert!(!c.mcp_origin_allowed("https://pay.example.com.evil.test"));
+        assert!(!c.mcp_origin_allowed("null"));
+        assert!(!c.mcp_origin_allowed("https://pay.example.com/path"));
     }
 }

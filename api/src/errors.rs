@@ -240,9 +240,20 @@ impl IntoResponse for HttpError {
                 message: &self.message,
             },
         };
-        (self.code.status(), Json(body)).into_response()
+        let mut response = (self.code.status(), Json(body)).into_response();
+        if self.code == ErrorCode::Unauthorized {
+            // RFC 6750 §3 (and MCP's authorization spec): a 401 names the scheme it wants.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static(WWW_AUTHENTICATE),
+            );
+        }
+        response
     }
 }
+
+/// The `WWW-Authenticate` challenge every 401 carries.
+pub const WWW_AUTHENTICATE: &str = "Bearer realm=\"payonce\"";
 
 #[cfg(test)]
 mod tests {
@@ -265,6 +276,23 @@ mod tests {
                 c.code()
             );
         }
+    }
+
+    #[test]
+    fn every_unauthorized_answer_names_the_bearer_scheme() {
+        let r = HttpError::new(ErrorCode::Unauthorized, "no key").into_response();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            r.headers()[axum::http::header::WWW_AUTHENTICATE],
+            WWW_AUTHENTICATE
+        );
+        let forbidden = HttpError::new(ErrorCode::Forbidden, "no").into_response();
+        assert!(
+            forbidden
+                .headers()
+                .get(axum::http::header::WWW_AUTHENTICATE)
+                .is_none()
+        );
     }
 
     #[test]

@@ -76,9 +76,9 @@ pub fn definitions(format: Format) -> Vec<Value> {
             Format::Anthropic => json!({"name": t.name, "description": t.description,
                 "input_schema": tools::input_schema()}),
             Format::Mcp => json!({"name": t.name, "title": t.title, "description": t.description,
-                "inputSchema": tools::input_schema(),
-                "annotations": {"title": t.title, "readOnlyHint": t.read_only, "destructiveHint": false,
-                                "idempotentHint": true, "openWorldHint": false}}),
+                "inputSchema": tools::input_schema(), "outputSchema": tools::output_schema(),
+                "annotations": {"title": t.title, "readOnlyHint": t.read_only, "destructiveHint": t.destructive,
+                                "idempotentHint": t.idempotent, "openWorldHint": t.open_world}}),
         })
         .collect()
 }
@@ -304,6 +304,47 @@ mod tests {
             render_result(Format::Mcp, None, &reply)["structuredContent"]["message"],
             "ok"
         );
+    }
+
+    #[test]
+    fn every_format_carries_the_same_structured_outcome() {
+        let reply = ToolReply {
+            structured: json!({"outcome": "being_checked", "operation_id": "op_1", "message": "m",
+                               "retry_advice": "wait", "new_payment_submitted": false}),
+            is_error: false,
+        };
+        let text_of = |f: Format| -> Value {
+            let r = render_result(f, Some("c"), &reply);
+            let text = match f {
+                Format::OpenaiChat | Format::Anthropic => {
+                    r["content"].as_str().unwrap().to_string()
+                }
+                Format::OpenaiResponses => r["output"].as_str().unwrap().to_string(),
+                Format::Mcp => r["content"][0]["text"].as_str().unwrap().to_string(),
+            };
+            serde_json::from_str(&text).unwrap()
+        };
+        for f in ALL_FORMATS {
+            assert_eq!(text_of(f), reply.structured, "{f:?}");
+        }
+        let mcp = render_result(Format::Mcp, None, &reply);
+        assert_eq!(mcp["structuredContent"]["outcome"], "being_checked");
+    }
+
+    #[test]
+    fn mcp_definitions_declare_output_schema_and_true_hints() {
+        let defs = definitions(Format::Mcp);
+        for (d, t) in defs.iter().zip(TOOLS) {
+            assert_eq!(d["outputSchema"], tools::output_schema());
+            assert_eq!(d["annotations"]["readOnlyHint"], t.read_only);
+            assert_eq!(d["annotations"]["destructiveHint"], false);
+            assert_eq!(d["annotations"]["idempotentHint"], true);
+        }
+        assert_eq!(
+            defs[0]["annotations"]["openWorldHint"], true,
+            "pay_invoice ends at the processor"
+        );
+        assert_eq!(defs[1]["annotations"]["readOnlyHint"], true);
     }
 
     #[test]

@@ -8,7 +8,9 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{LedgerError, Role};
+use payonce_shared::ledger::{LedgerError, Operation, Role};
+use payonce_shared::state::Status;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 /// Asks for the payment of an invoice the customer's workflow already set up.
@@ -22,7 +24,7 @@ pub const ARGUMENTS_LEN_MAX: usize = 4 * 1024;
 /// Longest tool name considered (OpenAI's and Anthropic's limit).
 pub const TOOL_NAME_LEN_MAX: usize = 64;
 
-/// A tool's name, title and description, shared by every provider format.
+/// A tool's name, title, description and behaviour hints, shared by every provider format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolDef {
     /// Name the model calls.
@@ -31,8 +33,16 @@ pub struct ToolDef {
     pub title: &'static str,
     /// What the model reads to decide when to call it.
     pub description: &'static str,
-    /// Whether it only reads (MCP annotation).
+    /// MCP `readOnlyHint`: the tool changes nothing a caller can observe (only the correlation record).
     pub read_only: bool,
+    /// MCP `destructiveHint`: the tool may undo or overwrite something. Never, for either tool: the
+    /// only argument is an operation id, so a call cannot change amount, payee or state backwards.
+    pub destructive: bool,
+    /// MCP `idempotentHint`: calling again with the same arguments has no further effect (the ledger's
+    /// one operation per business key enforces it).
+    pub idempotent: bool,
+    /// MCP `openWorldHint`: the tool's effect reaches outside payonce (the payment processor).
+    pub open_world: bool,
 }
 
 /// Both tools.
@@ -43,18 +53,155 @@ pub const TOOLS: [ToolDef; 2] = [
         description: "Ask for the payment of an invoice that the billing system already set up, by its operation id. \
                       Amount, currency, customer and invoice come from the billing record and cannot be changed here. \
                       Calling it again is safe: it never creates a second payment and always returns the payment's \
-                      real state (succeeded, being processed, needs the customer's approval (payonce asks the customer itself), being \
-                      checked, failed, ...). Relay the returned `message` to the user.",
+                      real state in `outcome` (succeeded, pending, being_checked, approval_required: payonce asks \
+                      the customer itself, ...) with `retry_advice`. Relay the returned `message` to the user.",
         read_only: false,
+        destructive: false,
+        idempotent: true,
+        open_world: true,
     },
     ToolDef {
         name: GET_PAYMENT_STATUS,
         title: "Get payment status",
         description: "Read where the payment of an operation stands, by its operation id. Returns the stored state \
-                      and a `message` to relay to the user; never starts a payment.",
+                      in `outcome` and a `message` to relay to the user; never starts a payment.",
         read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
     },
 ];
+
+/// What a tool answer means for the assistant: one field a model can branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    /// Paid; the reference is the processor's.
+    Succeeded,
+    /// The processor definitively declined it (e.g. the card was declined).
+    Declined,
+    /// It will not be made (refused by the server's checks), or the call itself failed (`error`).
+    Failed,
+    /// Approved and queued or executing: the same payment is in progress.
+    Pending,
+    /// The processor may have it; payonce is finding out.
+    BeingChecked,
+    /// A person is reviewing it.
+    NeedsAttention,
+    /// The customer must approve it first.
+    ApprovalRequired,
+    /// The operation's state rules the request out (it was cancelled).
+    Conflict,
+    /// No such operation for this key.
+    NotFound,
+}
+
+/// Every outcome, in the order the output schema lists them.
+pub const ALL_OUTCOMES: [ToolOutcome; 9] = [
+    ToolOutcome::Succeeded,
+    ToolOutcome::Declined,
+    ToolOutcome::Failed,
+    ToolOutcome::Pending,
+    ToolOutcome::BeingChecked,
+    ToolOutcome::NeedsAttention,
+    ToolOutcome::ApprovalRequired,
+    ToolOutcome::Conflict,
+    ToolOutcome::NotFound,
+];
+
+impl ToolOutcome {
+    /// The wire name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ToolOutcome::Succeeded => "succeeded",
+            ToolOutcome::Declined => "declined",
+            ToolOutcome::Failed => "failed",
+            ToolOutcome::Pending => "pending",
+            ToolOutcome::BeingChecked => "being_checked",
+            ToolOutcome::NeedsAttention => "needs_attention",
+            ToolOutcome::ApprovalRequired => "approval_required",
+            ToolOutcome::Conflict => "conflict",
+            ToolOutcome::NotFound => "not_found",
+        }
+    }
+
+    /// The outcome of an operation in `status`.
+    pub fn of_status(status: Status) -> Self {
+        match status {
+            Status::Succeeded => ToolOutcome::Succeeded,
+            Status::Failed => ToolOutcome::Declined,
+            Status::Rejected => ToolOutcome::Failed,
+            Status::Ready | Status::Executing => ToolOutcome::Pending,
+            Status::Unknown => ToolOutcome::BeingChecked,
+            Status::NeedsAttention => ToolOutcome::NeedsAttention,
+            Status::AwaitingApproval => ToolOutcome::ApprovalRequired,
+            Status::Cancelled => ToolOutcome::Conflict,
+        }
+    }
+
+    /// What a model should do next; fixed sentences, so a model never improvises a retry policy.
+    pub fn retry_advice(&self) -> &'static str {
+        match self {
+            ToolOutcome::Succeeded => {
+                "The payment is complete. Do not propose paying this invoice again."
+            }
+            ToolOutcome::Pending | ToolOutcome::BeingChecked | ToolOutcome::NeedsAttention => {
+                "Do not propose or start a new payment while this one is pending or being checked: it may \
+                 still succeed. Call get_payment_status later with the same operation id for its result."
+            }
+            ToolOutcome::ApprovalRequired => {
+                "Nothing has been charged. The customer must approve this payment first; call pay_invoice \
+                 again with the same operation id after they have. Do not propose another payment."
+            }
+            ToolOutcome::Declined => {
+                "The processor declined this payment and it will not be retried. Do not call again to retry; \
+                 a new attempt needs a new payment set up by the billing system."
+            }
+            ToolOutcome::Failed => {
+                "This payment was not made. Calling again with the same arguments gives the same answer; \
+                 do not propose a new payment yourself."
+            }
+            ToolOutcome::Conflict => {
+                "This payment was cancelled and will not be made. Do not call again to retry."
+            }
+            ToolOutcome::NotFound => {
+                "No payment has this operation id; nothing was charged. Check the id you were given."
+            }
+        }
+    }
+}
+
+/// The output schema both tools share (MCP `outputSchema`): every field a tool answer can carry.
+pub fn output_schema() -> Value {
+    let outcomes: Vec<&str> = ALL_OUTCOMES.iter().map(ToolOutcome::as_str).collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "outcome": {"type": "string", "enum": outcomes,
+                        "description": "What the answer means; branch on this field."},
+            "operation_id": {"type": "string"},
+            "status": {"type": "string", "description": "The operation's stored state."},
+            "amount": {"type": "string", "description": "Amount and currency as approved, e.g. 20.48 USD."},
+            "amount_minor": {"type": "integer", "description": "The amount in the currency's minor unit."},
+            "currency": {"type": "string", "description": "ISO 4217 code, lowercase as the processor writes it."},
+            "invoice": {"type": "string"},
+            "reference": {"type": "string", "description": "The processor's reference, once there is one."},
+            "result": {"type": "object", "description": "The processor's stored result (safe fields only)."},
+            "failure_code": {"type": "string"},
+            "approval_request": {"type": "object", "description": "When approval is required: whether payonce just asked the customer (sent, already_asked, unavailable) and how they prove who they are. Never a link.",
+                                 "properties": {"status": {"type": "string", "enum": ["sent", "already_asked", "unavailable"]},
+                                                "method": {"type": "string", "enum": ["signed_assertion", "one_time_code"]}},
+                                 "required": ["status"], "additionalProperties": false},
+            "message": {"type": "string", "description": "One sentence to relay to the user."},
+            "retry_advice": {"type": "string", "description": "What to do next; never start a new payment while pending or being checked."},
+            "error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                      "required": ["code", "message"]},
+            "new_payment_submitted": {"type": "boolean", "const": false}
+        },
+        "required": ["outcome", "message", "retry_advice", "new_payment_submitted"],
+        "additionalProperties": false
+    })
+}
 
 /// The input schema both tools share: exactly one field, nothing else allowed.
 pub fn input_schema() -> Value {
@@ -83,11 +230,29 @@ pub struct ToolReply {
 
 impl ToolReply {
     fn error(code: &str, message: &str) -> Self {
+        let outcome = if code == "operation_not_found" {
+            ToolOutcome::NotFound
+        } else {
+            ToolOutcome::Failed
+        };
+        let advice = match code {
+            "unavailable" => {
+                "The state could not be read; this call did not submit any payment. Do not propose a new \
+                 payment: call again shortly with the same operation id."
+            }
+            "operation_not_found" => outcome.retry_advice(),
+            _ => "Fix the call as the error says; nothing was charged.",
+        };
         ToolReply {
-            structured: json!({"error": {"code": code, "message": message}, "message": message,
-                               "new_payment_submitted": false}),
+            structured: json!({"outcome": outcome, "error": {"code": code, "message": message},
+                               "message": message, "retry_advice": advice, "new_payment_submitted": false}),
             is_error: true,
         }
+    }
+
+    /// The outcome field.
+    pub fn outcome(&self) -> Option<&str> {
+        self.structured.get("outcome").and_then(Value::as_str)
     }
 
     /// The text form every provider carries: the structured fields as JSON.
@@ -224,21 +389,55 @@ pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &Tool
         return internal(&e);
     }
     // Only a request to pay asks the customer; a status read writes nothing.
-    let answered = if call.name == GET_PAYMENT_STATUS {
-        answer::status_of(state, &op).await
-    } else {
-        answer::of_operation(state, &op).await
-    };
-    match answered {
-        Ok(answer) => match serde_json::to_value(&answer) {
-            Ok(structured) => ToolReply {
-                structured,
-                is_error: false,
-            },
-            Err(e) => internal(&LedgerError::Corrupt(e.to_string())),
-        },
+    match reply_of(state, &op, call.name != GET_PAYMENT_STATUS).await {
+        Ok(reply) => reply,
         Err(e) => internal(&e),
     }
+}
+
+/// The structured answer for `op`: the stored truth, with no capability (link, token, code) in it.
+/// `ask`: a request to pay, which asks the customer when the operation awaits approval.
+async fn reply_of(state: &AppState, op: &Operation, ask: bool) -> Result<ToolReply, LedgerError> {
+    let money = op.details.money();
+    let amount = money.display();
+    let invoice = op.details.invoice().to_string();
+    let outcome = ToolOutcome::of_status(op.status);
+    let answer = if ask {
+        answer::of_operation(state, op).await?
+    } else {
+        answer::status_of(state, op).await?
+    };
+    let (message, result) = (answer.message, answer.result);
+    let mut structured = json!({
+        "outcome": outcome,
+        "operation_id": op.id.as_str(),
+        "status": op.status,
+        "amount": amount,
+        "amount_minor": money.amount_minor(),
+        "currency": money.currency().code(),
+        "invoice": invoice,
+        "message": message,
+        "retry_advice": outcome.retry_advice(),
+        "new_payment_submitted": false,
+    });
+    if let Some(fields) = structured.as_object_mut() {
+        if let Some(r) = &op.external_ref {
+            fields.insert("reference".into(), json!(r));
+        }
+        if let Some(r) = result {
+            fields.insert("result".into(), r);
+        }
+        if let Some(c) = &op.failure_code {
+            fields.insert("failure_code".into(), json!(c));
+        }
+        if let Some(asked) = &answer.approval_request {
+            fields.insert("approval_request".into(), json!(asked));
+        }
+    }
+    Ok(ToolReply {
+        structured,
+        is_error: false,
+    })
 }
 
 #[cfg(test)]
@@ -259,6 +458,58 @@ mod tests {
         assert!(operation_id_of(&json!({"operation_id": 5})).is_err());
         assert!(operation_id_of(&json!("op_x")).is_err());
         assert!(operation_id_of(&json!({"operation_id": "op_123"})).is_err());
+    }
+
+    #[test]
+    fn every_status_maps_to_an_outcome_the_schema_lists() {
+        let schema = output_schema();
+        let listed = schema["properties"]["outcome"]["enum"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(listed.len(), 9);
+        for status in payonce_shared::state::ALL_STATUSES {
+            let o = ToolOutcome::of_status(status);
+            assert!(listed.contains(&json!(o.as_str())), "{status:?}");
+            assert_eq!(serde_json::to_value(o).unwrap(), json!(o.as_str()));
+        }
+        assert_eq!(
+            ToolOutcome::of_status(Status::Unknown),
+            ToolOutcome::BeingChecked
+        );
+        assert_eq!(
+            ToolOutcome::of_status(Status::Failed),
+            ToolOutcome::Declined
+        );
+        for pending in [ToolOutcome::Pending, ToolOutcome::BeingChecked] {
+            assert!(
+                pending
+                    .retry_advice()
+                    .contains("Do not propose or start a new payment")
+            );
+        }
+    }
+
+    #[test]
+    fn error_replies_fit_the_output_schema_and_carry_no_url() {
+        let schema = output_schema();
+        let allowed: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        for reply in [
+            ToolReply::error("operation_not_found", "no"),
+            ToolReply::error("invalid_arguments", "bad"),
+            ToolReply::error("unavailable", "later"),
+        ] {
+            for key in reply.structured.as_object().unwrap().keys() {
+                assert!(allowed.contains(&key), "{key} is not in the output schema");
+            }
+            for required in schema["required"].as_array().unwrap() {
+                assert!(reply.structured.get(required.as_str().unwrap()).is_some());
+            }
+        }
+        assert_eq!(
+            ToolReply::error("operation_not_found", "no").outcome(),
+            Some("not_found")
+        );
     }
 
     #[test]

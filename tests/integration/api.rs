@@ -2,6 +2,7 @@
 //! page in a real headless Chromium; the MCP server with the official Python SDK client; two `payonce
 //! api` processes on one Postgres database; the API key lifecycle; the role matrix of every route.
 
+mod agents;
 mod browser;
 mod confirm;
 mod keys;

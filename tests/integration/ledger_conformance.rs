@@ -2,7 +2,7 @@
 //! concurrency tests the design depends on.
 
 use crate::support::{self, details, every_store, ready_operation, tenant};
-use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
     Applied, LedgerError, ListFilter, NewApproval, NewOperation, Recorded, Report, Resolution,
     SharedLedger,
@@ -1081,4 +1081,35 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
         5,
         "exactly the allowed attempts"
     );
+}
+
+#[tokio::test]
+async fn a_tool_call_key_keeps_its_first_answer_per_tenant() {
+    for_each_store(|ledger| async move {
+        let other = TenantId::parse("globex").unwrap();
+        assert_eq!(ledger.tool_answer(&tenant(), "k1").await.unwrap(), None);
+        let kept = ledger
+            .keep_tool_answer(&tenant(), "k1", "fp-a", "{\"first\":1}", T0)
+            .await
+            .unwrap();
+        assert_eq!(kept, ("fp-a".to_string(), "{\"first\":1}".to_string()));
+        // A second answer for the same key changes nothing: the first one is returned.
+        let again = ledger
+            .keep_tool_answer(&tenant(), "k1", "fp-b", "{\"second\":2}", T0 + 1)
+            .await
+            .unwrap();
+        assert_eq!(again, kept);
+        assert_eq!(
+            ledger.tool_answer(&tenant(), "k1").await.unwrap(),
+            Some(kept)
+        );
+        // Keys are per tenant: the same key in another tenant is its own.
+        assert_eq!(ledger.tool_answer(&other, "k1").await.unwrap(), None);
+        let theirs = ledger
+            .keep_tool_answer(&other, "k1", "fp-c", "{}", T0)
+            .await
+            .unwrap();
+        assert_eq!(theirs.0, "fp-c");
+    })
+    .await;
 }

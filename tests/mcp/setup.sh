@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates tests/mcp/.venv with the official MCP Python SDK pinned in requirements.txt (from PyPI only).
-# Idempotent: does nothing when the venv already holds exactly those pins.
+# Creates tests/mcp/.venv with the official MCP Python SDK pinned in requirements.txt (from PyPI only),
+# and tests/mcp/node_modules with the MCP Inspector CLI pinned in package-lock.json (from npm only;
+# node and npm from Debian, no global installs). Idempotent: does nothing when both hold exactly those pins.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,3 +23,18 @@ if [ "$want" != "$have" ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check --no-input -r requirements.txt
 fi
 .venv/bin/python -c "import mcp, importlib.metadata as m; print('mcp client ready:', m.version('mcp'))"
+
+missing=()
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi
+locked=$(node -p "require('./package-lock.json').packages['node_modules/@modelcontextprotocol/inspector'].version")
+installed=$(node -p "try { require('./node_modules/@modelcontextprotocol/inspector/package.json').version } catch { '' }")
+if [ "$locked" != "$installed" ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+echo "mcp inspector ready: $(node -p "require('./node_modules/@modelcontextprotocol/inspector/package.json').version")"

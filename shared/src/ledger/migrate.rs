@@ -29,6 +29,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "api_key_lifecycle",
         include_str!("../../../migrations/postgres/0004_api_key_lifecycle.sql"),
     ),
+    (
+        5,
+        "tool_call_keys",
+        include_str!("../../../migrations/postgres/0005_tool_call_keys.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -51,6 +56,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         4,
         "api_key_lifecycle",
         include_str!("../../../migrations/sqlite/0004_api_key_lifecycle.sql"),
+    ),
+    (
+        5,
+        "tool_call_keys",
+        include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
     ),
 ];
 

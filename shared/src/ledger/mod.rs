@@ -498,6 +498,24 @@ pub trait Ledger: Send + Sync {
         id: &OperationId,
     ) -> Result<Vec<(String, Option<String>, String)>, LedgerError>;
 
+    /// Keeps `answer` as the answer to the tool call keyed `key` (with arguments `fingerprint`)
+    /// unless the key already has one; returns the kept `(fingerprint, answer)` either way, so a
+    /// concurrent first call and its retry agree on one answer.
+    async fn keep_tool_answer(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        fingerprint: &str,
+        answer: &str,
+        now_ms: i64,
+    ) -> Result<(String, String), LedgerError>;
+    /// The `(fingerprint, answer)` kept for a tool-call key, if any.
+    async fn tool_answer(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+    ) -> Result<Option<(String, String)>, LedgerError>;
+
     /// Waits until new work may be ready (an approval was committed here or, on Postgres, anywhere),
     /// or until `max_wait` passes. Callers still poll: a wake-up can be missed.
     async fn wait_for_ready(&self, max_wait: std::time::Duration);

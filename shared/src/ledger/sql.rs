@@ -155,6 +155,10 @@ pub const INSERT_TOOL_CALL: &str = "INSERT INTO tool_calls (tenant_id, operation
      tool, at) VALUES ($1, $2, $3, $4, $5, $6)";
 pub const SELECT_TOOL_CALLS: &str =
     "SELECT provider, provider_call_id, tool FROM tool_calls WHERE operation_id = $1 ORDER BY id";
+pub const KEEP_TOOL_ANSWER: &str = "INSERT INTO tool_call_keys (tenant_id, idempotency_key, fingerprint, answer, \
+     created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING";
+pub const SELECT_TOOL_ANSWER: &str =
+    "SELECT fingerprint, answer FROM tool_call_keys WHERE tenant_id = $1 AND idempotency_key = $2";
 pub const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_id, key_hash, tenant_id, role, label, created_at, \
      expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 pub const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL \

@@ -756,6 +756,42 @@ macro_rules! impl_ledger {
                     .collect()
             }
 
+            async fn keep_tool_answer(
+                &self,
+                tenant: &$crate::id::TenantId,
+                key: &str,
+                fingerprint: &str,
+                answer: &str,
+                now_ms: i64,
+            ) -> Result<(String, String), $crate::ledger::LedgerError> {
+                sqlx::query($crate::ledger::sql::KEEP_TOOL_ANSWER)
+                    .bind(tenant.as_str())
+                    .bind(key)
+                    .bind(fingerprint)
+                    .bind(answer)
+                    .bind(now_ms)
+                    .execute(&self.pool)
+                    .await?;
+                self.tool_answer(tenant, key).await?.ok_or_else(|| {
+                    $crate::ledger::LedgerError::Corrupt("a kept tool answer is missing".into())
+                })
+            }
+
+            async fn tool_answer(
+                &self,
+                tenant: &$crate::id::TenantId,
+                key: &str,
+            ) -> Result<Option<(String, String)>, $crate::ledger::LedgerError> {
+                use sqlx::Row;
+                let row = sqlx::query($crate::ledger::sql::SELECT_TOOL_ANSWER)
+                    .bind(tenant.as_str())
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.map(|r| Ok((r.try_get("fingerprint")?, r.try_get("answer")?)))
+                    .transpose()
+            }
+
             async fn try_maintenance_lease(
                 &self,
                 name: &str,
