@@ -10,8 +10,9 @@ Lists the tools, calls get_payment_status and pay_invoice, and prints one JSON d
 the Rust integration test (tests/integration/api/mcp.rs) to check.
 
 With PAYONCE_MCP_ELICIT=1 the client declares elicitation support; its callback plays the customer:
-it records what it was asked (never the model's context), opens the URL, approves the payment on
-the confirmation page, and answers "accept".
+it records what it was asked (never the model's context), opens the URL as the customer signed in to
+the merchant's app (the link plus PAYONCE_CUSTOMER_ASSERTION, the tenant app's signed assertion: a link
+alone approves nothing), approves the payment on the confirmation page, and answers "accept".
 
 Env: PAYONCE_MCP_URL (e.g. http://127.0.0.1:PORT/mcp), PAYONCE_MCP_KEY (an assistant key),
 PAYONCE_READY_OP (an approved operation), PAYONCE_WAITING_OP (one awaiting approval).
@@ -45,13 +46,18 @@ def make_elicitation_callback(seen, timeout):
         url = asked.get("url")
         if asked.get("mode") != "url" or not url:
             return types.ErrorData(code=types.INVALID_REQUEST, message="only URL mode is expected")
-        # The customer opens the page and approves what it shows.
+        # The customer opens the page from the merchant's app and approves what it shows.
+        assertion = os.environ["PAYONCE_CUSTOMER_ASSERTION"]
         async with httpx2.AsyncClient(timeout=timeout) as browser:
-            page = await browser.get(url)
+            page = await browser.get(url, params={"assertion": assertion})
             found = HIDDEN_HASH.search(page.text)
             if found is None:
                 return types.ElicitResult(action="decline")
-            await browser.post(url, data={"details_hash": found.group(1)})
+            approved = await browser.post(
+                url, data={"details_hash": found.group(1), "assertion": assertion}
+            )
+            if approved.status_code != 200:
+                return types.ElicitResult(action="decline")
         return types.ElicitResult(action="accept")
 
     return on_elicit

@@ -53,6 +53,12 @@ async fn run_client(
         .env("PAYONCE_WAITING_OP", waiting)
         .env("PAYONCE_MCP_MODE", mode)
         .env("PAYONCE_MCP_ELICIT", if elicit { "1" } else { "0" })
+        // The person the client shows the page to is the customer, signed in to the merchant's app:
+        // the page needs the tenant app's assertion besides the link (issue 13).
+        .env(
+            "PAYONCE_CUSTOMER_ASSERTION",
+            api.assertion(waiting, "cus_test", 120_000),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

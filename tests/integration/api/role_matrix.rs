@@ -699,6 +699,20 @@ fn routes_in(source: &str) -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// Every `.rs` file under `dir`, module folders included.
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
 #[test]
 fn every_route_the_router_serves_is_in_the_route_table() {
     // Paths given by a constant rather than a literal: name each constant here.
@@ -707,10 +721,8 @@ fn every_route_the_router_serves_is_in_the_route_table() {
         ("page::STYLESHEET_PATH", payonce_api::page::STYLESHEET_PATH),
     ];
     let table = payonce_api::openapi::ROUTES;
-    let dir = super::repo_root().join("api/src");
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in rust_files(&super::repo_root().join("api/src")) {
         let source = std::fs::read_to_string(&path).unwrap();
         for (arg, methods) in routes_in(&source) {
             seen += 1;
