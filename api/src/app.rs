@@ -4,7 +4,7 @@
 use crate::config::{ApiConfig, REQUEST_TIMEOUT};
 use crate::errors::{ErrorCode, HttpError};
 use crate::metrics::ApiMetrics;
-use crate::{confirm, formats, health, mcp, metrics, openapi, operations, webhooks};
+use crate::{confirm, console, formats, health, mcp, metrics, openapi, operations, webhooks};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
@@ -123,6 +123,7 @@ pub fn router(state: AppState) -> Router {
             post(webhooks::stripe).layer(DefaultBodyLimit::max(webhooks::BODY_LIMIT_BYTES)),
         )
         .merge(confirm::routes())
+        .merge(console::routes())
         .merge(mcp::routes(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -45,7 +45,8 @@ pub fn routes() -> Router<AppState> {
         .layer(middleware::from_fn(security_headers))
 }
 
-async fn security_headers(request: Request, next: Next) -> Response {
+/// The page security headers (CSP, no framing, no caching, no referrer), for every HTML page.
+pub(crate) async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let h = response.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -162,6 +162,11 @@ impl HttpError {
         }
     }
 
+    /// The message the caller may read (opaque for 5xx).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The code.
     pub fn code(&self) -> ErrorCode {
         self.code

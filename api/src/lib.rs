@@ -9,6 +9,7 @@
 //! - [`body`]: the JSON body extractor whose rejections speak the error table.
 //! - [`operations`]: the operations API for upstream services (create, approval links, approve, cancel, read).
 //! - [`answer`]: what a repeated request or a tool call returns: the operation's stored truth, as fields and a sentence.
+//! - [`console`]: the on-call console: sessions, overview, lists, one operation's evidence chain, resolve.
 //! - [`confirm`]: the confirmation page: a single-use link plus the customer's own proof.
 //! - [`verify`]: customer verification per tenant: links with their codes, requests on an assistant's behalf.
 //! - [`assertion`]: the signed customer assertion a tenant's app hands the page.
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod body;
 pub mod config;
 pub mod confirm;
+pub mod console;
 pub mod errors;
 pub mod formats;
 pub mod health;

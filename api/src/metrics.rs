@@ -57,6 +57,11 @@ impl ApiMetrics {
         }
     }
 
+    /// Webhook deliveries refused so far (the console's overview shows it).
+    pub fn webhooks_refused(&self) -> u64 {
+        self.webhooks_refused.get()
+    }
+
     /// Webhook deliveries accepted so far.
     pub fn webhooks_accepted(&self) -> u64 {
         self.webhooks_accepted.get()

@@ -26,6 +26,15 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/confirm/{token}"),
     ("get", "/static/confirm.css"),
     ("post", "/mcp"),
+    ("get", "/console"),
+    ("get", "/console/sign-in"),
+    ("post", "/console/sign-in"),
+    ("post", "/console/sign-out"),
+    ("get", "/console/operations"),
+    ("get", "/console/operations/{id}"),
+    ("get", "/console/operations/{id}/export"),
+    ("post", "/console/operations/{id}/resolve"),
+    ("get", "/static/console.css"),
 ];
 
 /// `GET /openapi.json`.

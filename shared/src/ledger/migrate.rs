@@ -34,6 +34,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "tool_call_keys",
         include_str!("../../../migrations/postgres/0005_tool_call_keys.sql"),
     ),
+    (
+        7,
+        "console",
+        include_str!("../../../migrations/postgres/0007_console.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -61,6 +66,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         5,
         "tool_call_keys",
         include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
+    ),
+    (
+        7,
+        "console",
+        include_str!("../../../migrations/sqlite/0007_console.sql"),
     ),
 ];
 

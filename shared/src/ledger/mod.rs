@@ -4,6 +4,7 @@
 //! Every write out of `executing` is fenced by the attempt; every transition is logged by a database
 //! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
 
+pub mod console;
 mod migrate;
 pub mod postgres;
 mod record;
@@ -272,6 +273,8 @@ pub trait Ledger: Send + Sync {
     fn store(&self) -> &'static str;
     /// The customer verification store (migration 0002) on the same database.
     fn verification(&self) -> &dyn verification::VerificationLedger;
+    /// The on-call console's store (migration 0007) on the same database.
+    fn console(&self) -> &dyn console::ConsoleLedger;
 
     /// Creates the operation, or returns the existing one for the same business key and details.
     /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.

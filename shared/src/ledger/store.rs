@@ -16,6 +16,8 @@ macro_rules! impl_ledger {
                 self
             }
 
+            fn console(&self) -> &dyn $crate::ledger::console::ConsoleLedger { self }
+
             async fn create_or_get(
                 &self,
                 new: $crate::ledger::NewOperation,

@@ -1,0 +1,553 @@
+//! The on-call console at `/console`: sign in with an on-call key, see the tenant's operations by state
+//! with the last hour's chart, filter and search them with keyset pages, open one as its evidence
+//! chain, resolve a `needs_attention` one with a reason (the CLI's rules: `oncall::resolve`), export
+//! the chain as JSON. Server-rendered HTML without scripts; every query is scoped to the session's
+//! tenant (another tenant's operation is "not found"); the processor object is shown only through its
+//! redacted summary.
+
+pub mod session;
+pub mod views;
+
+use crate::app::AppState;
+use crate::confirm::{ERROR_CODE_HEADER, security_headers};
+use crate::errors::{ErrorCode, HttpError};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use payonce_reconciler::oncall;
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, OperationQuery, Related};
+use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution};
+use payonce_shared::processor::summary::summary;
+use payonce_shared::state::Status;
+use serde_json::{Value, json};
+use session::{OnCall, SIGN_IN_COOKIE, SIGN_IN_FORM_TTL, SESSION_COOKIE, SESSION_TTL};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Operations per list page unless `limit` says otherwise (at most [`CONSOLE_PAGE_MAX`]).
+pub const PAGE_SIZE_DEFAULT: u32 = 50;
+/// The overview chart: this many buckets of [`CHART_BUCKET`] (the last hour).
+pub const CHART_BUCKETS: u32 = 12;
+/// One chart bucket.
+pub const CHART_BUCKET: Duration = Duration::from_secs(5 * 60);
+/// Longest search text looked up.
+pub const SEARCH_LEN_MAX: usize = 255;
+
+/// The console's routes, behind the page security headers the confirmation page sends.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/console", get(overview))
+        .route("/console/sign-in", get(sign_in_form).post(sign_in))
+        .route("/console/sign-out", post(sign_out))
+        .route("/console/operations", get(list))
+        .route("/console/operations/{id}", get(operation))
+        .route("/console/operations/{id}/export", get(export))
+        .route("/console/operations/{id}/resolve", post(resolve))
+        .route("/static/console.css", get(stylesheet))
+        .layer(middleware::from_fn(security_headers))
+}
+
+/// One line of an operation's evidence chain.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TimelineEntry {
+    /// When, ms.
+    pub at_ms: i64,
+    /// `event`, `approval`, `link`, `webhook`, `tool_call`.
+    pub kind: &'static str,
+    /// What happened.
+    pub what: String,
+    /// Who did it.
+    pub actor: String,
+    /// More.
+    pub detail: String,
+}
+
+fn html(status: StatusCode, markup: maud::Markup) -> Response {
+    (status, Html(markup.into_string())).into_response()
+}
+
+/// A refusal as a page with the stable code in its header (and the sign-in form for `unauthorized`).
+fn refuse(csrf: Option<&str>, e: HttpError) -> Response {
+    let code = e.code();
+    if code == ErrorCode::Internal {
+        // HttpError logs its cause when answered as JSON; a page answers instead, so log here.
+        tracing::error!(message = e.message(), "console request failed");
+    }
+    let mut response = if code == ErrorCode::Unauthorized {
+        let token = session::new_token();
+        let mut r = html(
+            code.status(),
+            views::sign_in(&token, Some(e.message())),
+        );
+        set_cookie(&mut r, &sign_in_cookie(&token));
+        r
+    } else {
+        html(
+            code.status(),
+            views::refusal(csrf, code.code(), e.message()),
+        )
+    };
+    response
+        .headers_mut()
+        .insert(ERROR_CODE_HEADER, HeaderValue::from_static(code.code()));
+    response
+}
+
+fn set_cookie(r: &mut Response, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+}
+
+fn sign_in_cookie(token: &str) -> String {
+    format!(
+        "{SIGN_IN_COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
+        SIGN_IN_FORM_TTL.as_secs()
+    )
+}
+
+/// The signed-in caller, or the refusal page.
+async fn caller(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Response> {
+    session::current(state, headers)
+        .await
+        .map_err(|e| refuse(None, e))
+}
+
+/// `GET /static/console.css`.
+async fn stylesheet() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        views::STYLESHEET,
+    )
+        .into_response()
+}
+
+/// `GET /console/sign-in`.
+async fn sign_in_form(State(state): State<AppState>) -> Response {
+    let token = session::new_token();
+    let mut r = html(StatusCode::OK, views::sign_in(&token, None));
+    // A sign-in form token in an HttpOnly cookie and the form (double submit): another site cannot
+    // sign a browser in to the attacker's tenant.
+    let cookie = session::set_cookie(&state, SIGN_IN_COOKIE, &token, SIGN_IN_FORM_TTL);
+    set_cookie(&mut r, &cookie);
+    r
+}
+
+/// `POST /console/sign-in` (form: `key`, `csrf`).
+async fn sign_in(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<HashMap<String, String>>, FormRejection>,
+) -> Response {
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let expected = session::cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
+    if !session::tokens_equal(form.get("csrf").map(String::as_str), &expected) {
+        return refuse(None, session::csrf_refused());
+    }
+    let key = form.get("key").map(String::as_str).unwrap_or_default();
+    match session::sign_in(&state, key).await {
+        Ok(id) => {
+            let mut r = Redirect::to("/console").into_response();
+            set_cookie(
+                &mut r,
+                &session::set_cookie(&state, SESSION_COOKIE, &id, SESSION_TTL),
+            );
+            set_cookie(
+                &mut r,
+                &session::set_cookie(&state, SIGN_IN_COOKIE, "", Duration::ZERO),
+            );
+            r
+        }
+        Err(session::SignInError::Unknown) => refuse(
+            None,
+            HttpError::new(
+                ErrorCode::Unauthorized,
+                "unknown, revoked or expired API key",
+            ),
+        ),
+        Err(session::SignInError::NotOnCall) => refuse(
+            None,
+            HttpError::forbidden("sign in to the console (only on-call keys may)"),
+        ),
+        Err(session::SignInError::Ledger(e)) => refuse(None, e),
+    }
+}
+
+/// `POST /console/sign-out` (form: `csrf`).
+async fn sign_out(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<HashMap<String, String>>, FormRejection>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(Some(&who.csrf), e);
+    }
+    if let Err(e) = state
+        .ledger()
+        .console()
+        .end_session(&who.session_hash, state.now_ms())
+        .await
+    {
+        return refuse(Some(&who.csrf), e.into());
+    }
+    let mut r = Redirect::to("/console/sign-in").into_response();
+    set_cookie(
+        &mut r,
+        &session::set_cookie(&state, SESSION_COOKIE, "", Duration::ZERO),
+    );
+    r
+}
+
+/// `GET /console`.
+async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let now = state.now_ms();
+    let bucket_ms = i64::try_from(CHART_BUCKET.as_millis()).unwrap_or(i64::MAX);
+    match state
+        .ledger()
+        .console()
+        .overview(&who.tenant, now, bucket_ms, CHART_BUCKETS)
+        .await
+    {
+        Ok(o) => html(
+            StatusCode::OK,
+            views::overview(&who.csrf, &o, now, state.metrics().webhooks_refused()),
+        ),
+        Err(e) => refuse(Some(&who.csrf), e.into()),
+    }
+}
+
+fn invalid(why: impl Into<String>) -> HttpError {
+    HttpError::new(ErrorCode::InvalidRequest, why)
+}
+
+/// Parses the list's query string into filters and the ledger query.
+fn parse_list(
+    raw: &HashMap<String, String>,
+    now_ms: i64,
+) -> Result<(views::Filters, OperationQuery), HttpError> {
+    let get = |k: &str| raw.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let status = get("status")
+        .map(|s| Status::parse(s).ok_or_else(|| invalid(format!("{s:?} is not a state"))))
+        .transpose()?;
+    let since = get("since")
+        .map(|s| crate::keys::parse_lifetime(s, false).map_err(|e| invalid(e.to_string())))
+        .transpose()?;
+    let q = get("q").map(str::to_string);
+    if q.as_ref().is_some_and(|q| q.len() > SEARCH_LEN_MAX) {
+        return Err(invalid(format!(
+            "the search text is longer than {SEARCH_LEN_MAX} bytes"
+        )));
+    }
+    let limit = get("limit")
+        .map(|l| {
+            l.parse::<u32>()
+                .ok()
+                .filter(|l| (1..=CONSOLE_PAGE_MAX).contains(l))
+                .ok_or_else(|| invalid(format!("limit must be 1 to {CONSOLE_PAGE_MAX}")))
+        })
+        .transpose()?
+        .unwrap_or(PAGE_SIZE_DEFAULT);
+    let after = get("after")
+        .map(|a| {
+            a.split_once('.')
+                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, OperationId::parse(id).ok()?)))
+                .ok_or_else(|| invalid("after must be a cursor from a previous page"))
+        })
+        .transpose()?;
+    let filters = views::Filters {
+        status: status.map(|s| s.as_str().to_string()).unwrap_or_default(),
+        since: get("since").unwrap_or_default().to_string(),
+        q: q.clone().unwrap_or_default(),
+        limit,
+    };
+    let query = OperationQuery {
+        status,
+        created_from_ms: since
+            .map(|d| now_ms.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
+        created_before_ms: None,
+        search: q,
+        after,
+        limit,
+    };
+    Ok((filters, query))
+}
+
+/// `GET /console/operations?status=&since=&q=&after=&limit=`.
+async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(raw): Query<HashMap<String, String>>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let now = state.now_ms();
+    let (filters, mut query) = match parse_list(&raw, now) {
+        Ok(p) => p,
+        Err(e) => return refuse(Some(&who.csrf), e),
+    };
+    // One row more than the page tells whether an older page exists.
+    let page = query.limit;
+    query.limit = page + 1;
+    let mut ops = match state.ledger().console().page(&who.tenant, &query).await {
+        Ok(ops) => ops,
+        Err(e) => return refuse(Some(&who.csrf), e.into()),
+    };
+    let next = (ops.len() > page as usize).then(|| {
+        ops.truncate(page as usize);
+        ops.last()
+            .map(|o| format!("{}.{}", o.created_at_ms, o.id))
+            .unwrap_or_default()
+    });
+    html(
+        StatusCode::OK,
+        views::list(&who.csrf, &filters, &ops, next, now),
+    )
+}
+
+/// Reads an operation of the caller's tenant with its trail and related rows.
+async fn chain(
+    state: &AppState,
+    who: &OnCall,
+    raw_id: &str,
+) -> Result<(Operation, Vec<OperationEvent>, Related), HttpError> {
+    let id = OperationId::parse(raw_id).map_err(|_| HttpError::not_found())?;
+    let op = state.ledger().get(&who.tenant, &id).await?;
+    let events = state.ledger().events(&id).await?;
+    let related = state.ledger().console().related(&who.tenant, &id).await?;
+    Ok((op, events, related))
+}
+
+/// The summary of a stored webhook's object (never the raw payload).
+fn webhook_summary(payload: &str) -> Value {
+    serde_json::from_str::<Value>(payload)
+        .map(|v| summary(&v["data"]["object"]))
+        .unwrap_or(Value::Null)
+}
+
+/// The evidence chain, oldest first.
+fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> {
+    let mut out: Vec<TimelineEntry> = events
+        .iter()
+        .map(|e| TimelineEntry {
+            at_ms: e.at_ms,
+            kind: "event",
+            what: format!(
+                "{} ({} → {}, attempt {})",
+                e.event,
+                e.from_status.as_deref().unwrap_or("-"),
+                e.to_status,
+                e.attempt
+            ),
+            actor: e.actor.clone(),
+            detail: e.detail.clone().unwrap_or_default(),
+        })
+        .collect();
+    out.extend(related.approvals.iter().map(|a| TimelineEntry {
+        at_ms: a.approved_at_ms,
+        kind: "approval",
+        what: format!("approved details {}", a.details_hash),
+        actor: a.approved_by.clone(),
+        detail: format!(
+            "method {}; valid until {}{}",
+            a.method,
+            views::utc(a.expires_at_ms),
+            a.revoked_at_ms
+                .map(|r| format!("; revoked {}", views::utc(r)))
+                .unwrap_or_default()
+        ),
+    }));
+    out.extend(related.links.iter().map(|l| TimelineEntry {
+        at_ms: l.created_at_ms,
+        kind: "link",
+        what: format!("confirmation link issued ({})", l.origin),
+        actor: l.origin.clone(),
+        detail: match l.used_at_ms {
+            Some(u) => format!("used {}", views::utc(u)),
+            None => format!("unused; expires {}", views::utc(l.expires_at_ms)),
+        },
+    }));
+    out.extend(related.webhooks.iter().map(|w| TimelineEntry {
+        at_ms: w.received_at_ms,
+        kind: "webhook",
+        what: format!("webhook {} {}", w.event_type, w.event_id),
+        actor: w.processor.clone(),
+        detail: format!(
+            "{}; {}",
+            w.outcome.as_deref().unwrap_or("not applied yet"),
+            webhook_summary(&w.payload)
+        ),
+    }));
+    out.extend(related.tool_calls.iter().map(|t| TimelineEntry {
+        at_ms: t.at_ms,
+        kind: "tool_call",
+        what: format!("tool call {}", t.tool),
+        actor: format!("assistant ({})", t.provider),
+        detail: String::new(),
+    }));
+    // Stable: entries at the same millisecond keep the audit trail's order first.
+    out.sort_by_key(|e| e.at_ms);
+    out
+}
+
+/// `GET /console/operations/{id}`.
+async fn operation(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    match chain(&state, &who, &id).await {
+        Ok((op, events, related)) => {
+            let processor = op.result.as_ref().map(summary);
+            html(
+                StatusCode::OK,
+                views::operation(
+                    &who.csrf,
+                    &op,
+                    processor.as_ref(),
+                    &timeline(&events, &related),
+                    state.now_ms(),
+                ),
+            )
+        }
+        Err(e) => refuse(Some(&who.csrf), e),
+    }
+}
+
+/// The operation as exported: its row with the processor object replaced by its summary.
+fn redacted(op: &Operation) -> Value {
+    let mut v = serde_json::to_value(op).unwrap_or(Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "result".into(),
+            op.result.as_ref().map(summary).unwrap_or(Value::Null),
+        );
+    }
+    v
+}
+
+/// `GET /console/operations/{id}/export`: the evidence chain as one JSON document.
+async fn export(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    match chain(&state, &who, &id).await {
+        Ok((op, events, related)) => {
+            let webhooks: Vec<Value> = related
+                .webhooks
+                .iter()
+                .map(|w| {
+                    json!({"processor": w.processor, "event_id": w.event_id, "event_type": w.event_type,
+                           "received_at_ms": w.received_at_ms, "applied_at_ms": w.applied_at_ms,
+                           "outcome": w.outcome, "object": webhook_summary(&w.payload)})
+                })
+                .collect();
+            let body = json!({
+                "exported_at_ms": state.now_ms(),
+                "exported_by": who.actor(),
+                "operation": redacted(&op),
+                "events": events,
+                "approvals": related.approvals,
+                "links": related.links,
+                "webhooks": webhooks,
+                "tool_calls": related.tool_calls,
+                "timeline": timeline(&events, &related),
+            });
+            let mut r = Json(body).into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!(
+                "attachment; filename=\"{}-evidence.json\"",
+                op.id
+            )) {
+                r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+            }
+            r
+        }
+        Err(e) => refuse(Some(&who.csrf), e),
+    }
+}
+
+/// `POST /console/operations/{id}/resolve` (form: `csrf`, `as`, `reason`, `reference`).
+async fn resolve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<HashMap<String, String>>, FormRejection>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(Some(&who.csrf), e);
+    }
+    match resolve_checked(&state, &who, &id, &form).await {
+        Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
+        Err(e) => refuse(Some(&who.csrf), e),
+    }
+}
+
+async fn resolve_checked(
+    state: &AppState,
+    who: &OnCall,
+    raw_id: &str,
+    form: &HashMap<String, String>,
+) -> Result<OperationId, HttpError> {
+    let id = OperationId::parse(raw_id).map_err(|_| HttpError::not_found())?;
+    // Tenant scope first: another tenant's operation is not found, whatever the form says.
+    state.ledger().get(&who.tenant, &id).await?;
+    let field = |k: &str| form.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let reason = field("reason")
+        .ok_or_else(|| invalid("a reason is required: say what you checked (nothing was changed)"))?;
+    if reason.chars().count() > DETAIL_LEN_MAX {
+        return Err(invalid(format!(
+            "the reason is longer than {DETAIL_LEN_MAX} characters"
+        )));
+    }
+    let resolution = match field("as") {
+        Some("succeeded") => Resolution::Succeeded {
+            reference: field("reference")
+                .ok_or_else(|| invalid("succeeded needs the processor reference"))?
+                .to_string(),
+        },
+        Some("failed") => Resolution::Failed,
+        Some("retry") => Resolution::RetrySameKey,
+        _ => return Err(invalid("as must be succeeded, failed or retry")),
+    };
+    // The CLI's resolve: the same rules and the same audit event, with the console's actor.
+    oncall::resolve(
+        state.ledger(),
+        &id,
+        resolution,
+        &who.actor(),
+        reason,
+        state.now_ms(),
+        oncall::Format::Json,
+    )
+    .await?;
+    Ok(id)
+}

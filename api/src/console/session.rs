@@ -1,0 +1,232 @@
+//! Console sessions: an on-call key signs in once; the browser then holds a random session id in an
+//! HttpOnly, SameSite=Strict cookie (Secure when the base URL is https). The ledger stores only the
+//! id's SHA-256, so several api processes share sessions and a database reader cannot replay one.
+//! Every request re-reads the session and the key behind it: a revoked or expired key, or a key that
+//! is no longer on-call, ends the session at once. Forms carry a CSRF token derived from the session
+//! id (so it is bound to the session and never stored), compared in constant time.
+
+use crate::app::AppState;
+use crate::auth::sha256_hex;
+use crate::errors::{ErrorCode, HttpError};
+use axum::http::HeaderMap;
+use axum::http::header::COOKIE;
+use payonce_shared::id::{TenantId, random_hex};
+use payonce_shared::ledger::Role;
+use payonce_shared::ledger::console::ConsoleSession;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// The session cookie.
+pub const SESSION_COOKIE: &str = "payonce_console";
+/// The sign-in form's CSRF cookie (before a session exists).
+pub const SIGN_IN_COOKIE: &str = "payonce_console_sign_in";
+/// How long a session lasts after sign-in (one on-call shift); it is never extended.
+pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+/// How long a sign-in form stays usable.
+pub const SIGN_IN_FORM_TTL: Duration = Duration::from_secs(15 * 60);
+/// Bytes of randomness in a session id and a sign-in form token (256 bits).
+const TOKEN_RANDOM_BYTES: usize = 32;
+/// Longest `Cookie` header read.
+const COOKIE_HEADER_MAX: usize = 4096;
+
+/// The signed-in on-call engineer.
+#[derive(Debug, Clone)]
+pub struct OnCall {
+    /// Every query is scoped to it.
+    pub tenant: TenantId,
+    /// The key's label.
+    pub label: String,
+    /// The stored session's hash (sign-out ends it).
+    pub session_hash: String,
+    /// The CSRF token every form of this session carries.
+    pub csrf: String,
+}
+
+impl OnCall {
+    /// The audit-trail actor, as the API writes it for the same key: `on_call:<label>`.
+    pub fn actor(&self) -> String {
+        format!("{}:{}", Role::OnCall.as_str(), self.label)
+    }
+
+    /// Refuses a form whose CSRF token is not this session's.
+    pub fn check_csrf(&self, sent: Option<&str>) -> Result<(), HttpError> {
+        if tokens_equal(sent, &self.csrf) {
+            Ok(())
+        } else {
+            Err(csrf_refused())
+        }
+    }
+}
+
+/// The 403 for a form without this session's token; nothing was changed.
+pub fn csrf_refused() -> HttpError {
+    HttpError::new(
+        ErrorCode::Forbidden,
+        "the form's CSRF token is missing or wrong; reload the page and try again (nothing was changed)",
+    )
+}
+
+/// Constant-time equality of a sent token and the expected one (a missing token never matches).
+pub fn tokens_equal(sent: Option<&str>, expected: &str) -> bool {
+    match sent {
+        Some(s) if !expected.is_empty() => bool::from(s.as_bytes().ct_eq(expected.as_bytes())),
+        _ => false,
+    }
+}
+
+/// A fresh random token (session ids, sign-in form tokens).
+pub fn new_token() -> String {
+    random_hex(TOKEN_RANDOM_BYTES)
+}
+
+/// The CSRF token of the session whose id is `session_id`.
+fn csrf_of(session_id: &str) -> String {
+    sha256_hex(&format!("payonce-console-csrf:{session_id}"))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The value of cookie `name` in the request, if well-formed (64 lowercase hex digits).
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter(|v| v.len() <= COOKIE_HEADER_MAX)
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+        .filter(|v| {
+            v.len() == TOKEN_RANDOM_BYTES * 2
+                && v.chars()
+                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        })
+}
+
+/// A `Set-Cookie` value: HttpOnly, SameSite=Strict, scoped to `/console`, Secure on https.
+pub fn set_cookie(state: &AppState, name: &str, value: &str, max_age: Duration) -> String {
+    let secure = if state.config().base_url().starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!(
+        "{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        max_age.as_secs()
+    )
+}
+
+/// The signed-in caller of a console request, or why there is none (`unauthorized`).
+pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, HttpError> {
+    let signed_out = || HttpError::new(ErrorCode::Unauthorized, "sign in with an on-call key");
+    let id = cookie(headers, SESSION_COOKIE).ok_or_else(signed_out)?;
+    let hash = sha256_hex(&id);
+    let now = state.now_ms();
+    let session = state
+        .ledger()
+        .console()
+        .session(&hash, now)
+        .await?
+        .ok_or_else(signed_out)?;
+    // The key is read on every request (no cache): a revocation or expiry ends the session in every
+    // api process from the next request.
+    let key = state.ledger().api_key(&session.key_id).await?;
+    let live = key.filter(|k| k.is_active(now) && k.role == Role::OnCall && k.tenant == session.tenant);
+    let Some(key) = live else {
+        if let Err(e) = state.ledger().console().end_session(&hash, now).await {
+            tracing::warn!(error = %e, "could not end a console session whose key is no longer active");
+        }
+        return Err(signed_out());
+    };
+    Ok(OnCall {
+        tenant: session.tenant,
+        label: key.label,
+        session_hash: hash,
+        csrf: csrf_of(&id),
+    })
+}
+
+/// Why a sign-in was refused.
+#[derive(Debug)]
+pub enum SignInError {
+    /// Unknown, revoked or expired key (one answer for all three).
+    Unknown,
+    /// A valid key whose role is not on-call.
+    NotOnCall,
+    /// The ledger failed.
+    Ledger(HttpError),
+}
+
+/// Checks an on-call key and stores a new session; returns the session id for the cookie.
+pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInError> {
+    let secret = secret.trim();
+    if secret.is_empty() || secret.len() > crate::auth::KEY_LEN_MAX {
+        return Err(SignInError::Unknown);
+    }
+    let digest = sha256_hex(secret);
+    let now = state.now_ms();
+    let record = state
+        .ledger()
+        .find_api_key(&digest, now)
+        .await
+        .map_err(|e| SignInError::Ledger(e.into()))?
+        .ok_or(SignInError::Unknown)?;
+    if !bool::from(record.key_hash.as_bytes().ct_eq(digest.as_bytes())) || !record.is_active(now) {
+        return Err(SignInError::Unknown);
+    }
+    if record.role != Role::OnCall {
+        return Err(SignInError::NotOnCall);
+    }
+    let id = new_token();
+    let session = ConsoleSession {
+        session_hash: sha256_hex(&id),
+        tenant: record.tenant,
+        key_id: record.key_id,
+        created_at_ms: now,
+        expires_at_ms: now.saturating_add(ms(SESSION_TTL)),
+    };
+    state
+        .ledger()
+        .console()
+        .create_session(&session)
+        .await
+        .map_err(|e| SignInError::Ledger(e.into()))?;
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn cookies_are_read_only_when_well_formed() {
+        let good = "a".repeat(64);
+        let mut h = HeaderMap::new();
+        h.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("x=1; {SESSION_COOKIE}={good}")).unwrap(),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some(good));
+        assert_eq!(cookie(&h, SIGN_IN_COOKIE), None);
+        h.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("{SESSION_COOKIE}=ABC")).unwrap(),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), None);
+    }
+
+    #[test]
+    fn csrf_tokens_compare_exactly_and_never_match_when_missing() {
+        let t = csrf_of("session");
+        assert!(tokens_equal(Some(&t), &t));
+        assert!(!tokens_equal(None, &t));
+        assert!(!tokens_equal(Some(""), &t));
+        assert!(!tokens_equal(Some(&t[..10]), &t));
+        assert!(!tokens_equal(Some(""), ""));
+        assert_ne!(csrf_of("a"), csrf_of("b"));
+    }
+}

@@ -1,0 +1,554 @@
+//! What the on-call console reads and writes (migration 0007): server-side sessions (only the session
+//! id's hash), keyset pages of a tenant's operations with search, the overview's counts and last-hour
+//! chart, and the rows an operation's timeline is built from. A trait of its own, reached through
+//! [`Ledger::console`](super::Ledger::console), so the core ledger stays about operations. Every
+//! operation query is scoped to one tenant.
+
+use super::record::decode_operation;
+use super::{LedgerError, Operation};
+use crate::id::{OperationId, TenantId};
+use crate::state::Status;
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+/// Largest console page.
+pub const CONSOLE_PAGE_MAX: u32 = 200;
+/// Most related rows of one kind (approvals, webhooks, links, tool calls) read for one timeline.
+pub const RELATED_MAX: i64 = 500;
+
+/// One console session, as stored (the session id itself is never stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    /// SHA-256 hex of the session id the browser holds.
+    pub session_hash: String,
+    /// The tenant of the key that signed in.
+    pub tenant: TenantId,
+    /// The key that signed in (`key_…`); re-checked on every request.
+    pub key_id: String,
+    /// Signed in, ms.
+    pub created_at_ms: i64,
+    /// Ends, ms.
+    pub expires_at_ms: i64,
+}
+
+/// A page request: filters, search and the keyset cursor (newest first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperationQuery {
+    /// Only this state.
+    pub status: Option<Status>,
+    /// Only operations created at or after this time, ms.
+    pub created_from_ms: Option<i64>,
+    /// Only operations created before this time, ms.
+    pub created_before_ms: Option<i64>,
+    /// An operation id, or an exact business key, invoice, customer or processor reference.
+    pub search: Option<String>,
+    /// Only operations strictly older than this `(created_at, id)` (the last row of the previous page).
+    pub after: Option<(i64, OperationId)>,
+    /// Page size, 1 to [`CONSOLE_PAGE_MAX`].
+    pub limit: u32,
+}
+
+/// Operations of each kind per chart bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Bucket {
+    /// Submissions started (`submission_started`).
+    pub submissions: i64,
+    /// Moves into `succeeded`.
+    pub successes: i64,
+    /// Moves into `failed` or `rejected`.
+    pub failures: i64,
+}
+
+/// The overview's figures for one tenant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overview {
+    /// (state, count, oldest `updated_at`) for every state with rows.
+    pub by_status: Vec<(Status, i64, Option<i64>)>,
+    /// The chart's buckets, oldest first.
+    pub buckets: Vec<Bucket>,
+}
+
+/// An approval as the timeline shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ApprovalRow {
+    /// Its id.
+    pub id: String,
+    /// The approved details hash.
+    pub details_hash: String,
+    /// Who approved.
+    pub approved_by: String,
+    /// How (the verification method and its evidence id).
+    pub method: String,
+    /// When, ms.
+    pub approved_at_ms: i64,
+    /// Valid until, ms.
+    pub expires_at_ms: i64,
+    /// Revoked, ms.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// A processor webhook stored for the operation (its payload is summarised by the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRow {
+    /// The processor.
+    pub processor: String,
+    /// The processor's event id.
+    pub event_id: String,
+    /// Its type.
+    pub event_type: String,
+    /// The raw payload (never shown as is: callers show `summary()` of its object).
+    pub payload: String,
+    /// Received, ms.
+    pub received_at_ms: i64,
+    /// Applied, ms.
+    pub applied_at_ms: Option<i64>,
+    /// What applying it did.
+    pub outcome: Option<String>,
+}
+
+/// A confirmation link (never its token or hash).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LinkRow {
+    /// Who asked for it (`service`, `assistant`).
+    pub origin: String,
+    /// Issued, ms.
+    pub created_at_ms: i64,
+    /// Expires, ms.
+    pub expires_at_ms: i64,
+    /// Used, ms.
+    pub used_at_ms: Option<i64>,
+}
+
+/// A tool call about the operation.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ToolCallRow {
+    /// The provider format.
+    pub provider: String,
+    /// The tool.
+    pub tool: String,
+    /// When, ms.
+    pub at_ms: i64,
+}
+
+/// The rows besides the audit trail that an operation's timeline shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Related {
+    /// Approvals, oldest first.
+    pub approvals: Vec<ApprovalRow>,
+    /// Webhooks, oldest first.
+    pub webhooks: Vec<WebhookRow>,
+    /// Confirmation links, oldest first.
+    pub links: Vec<LinkRow>,
+    /// Tool calls, oldest first.
+    pub tool_calls: Vec<ToolCallRow>,
+}
+
+/// The console store.
+#[async_trait]
+pub trait ConsoleLedger: Send + Sync {
+    /// Stores a new session.
+    async fn create_session(&self, session: &ConsoleSession) -> Result<(), LedgerError>;
+    /// The live session with this hash (not ended, not expired at `now_ms`).
+    async fn session(
+        &self,
+        session_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<ConsoleSession>, LedgerError>;
+    /// Ends a session. False: it was not live.
+    async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError>;
+    /// One page of a tenant's operations, newest first.
+    async fn page(
+        &self,
+        tenant: &TenantId,
+        query: &OperationQuery,
+    ) -> Result<Vec<Operation>, LedgerError>;
+    /// Counts by state and the chart of `buckets` buckets of `bucket_ms` ending at `now_ms`.
+    async fn overview(
+        &self,
+        tenant: &TenantId,
+        now_ms: i64,
+        bucket_ms: i64,
+        buckets: u32,
+    ) -> Result<Overview, LedgerError>;
+    /// The related rows of an operation of the tenant (another tenant's: [`LedgerError::NotFound`]).
+    async fn related(&self, tenant: &TenantId, id: &OperationId) -> Result<Related, LedgerError>;
+}
+
+const INSERT_SESSION: &str = "INSERT INTO console_sessions (session_hash, tenant_id, key_id, created_at, expires_at) \
+     VALUES ($1, $2, $3, $4, $5)";
+const SELECT_SESSION: &str = "SELECT * FROM console_sessions WHERE session_hash = $1 AND ended_at IS NULL \
+     AND expires_at > $2";
+const END_SESSION: &str = "UPDATE console_sessions SET ended_at = $2 WHERE session_hash = $1 AND ended_at IS NULL";
+const COUNTS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM operations \
+     WHERE tenant_id = $1 GROUP BY status";
+/// Joined to operations for the tenant; `operation_events_at_idx` bounds the scan to the hour.
+const CHART: &str = "SELECT (e.at - $2) / $3 AS bucket, e.event AS event, e.to_status AS to_status, \
+     COUNT(*) AS n FROM operation_events e JOIN operations o ON o.id = e.operation_id \
+     WHERE o.tenant_id = $1 AND e.at >= $2 AND e.at < $4 \
+     AND (e.event = 'submission_started' OR e.to_status IN ('succeeded', 'failed', 'rejected')) \
+     GROUP BY (e.at - $2) / $3, e.event, e.to_status";
+const OWNED: &str = "SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2";
+const APPROVALS: &str = "SELECT id, details_hash, approved_by, method, approved_at, expires_at, revoked_at \
+     FROM approvals WHERE operation_id = $1 ORDER BY approved_at, id LIMIT $2";
+const WEBHOOKS: &str = "SELECT processor, event_id, event_type, payload, received_at, applied_at, outcome \
+     FROM processor_events WHERE operation_id = $1 ORDER BY received_at, event_id LIMIT $2";
+const LINKS: &str = "SELECT origin, created_at, expires_at, used_at FROM approval_links \
+     WHERE operation_id = $1 ORDER BY created_at LIMIT $2";
+const TOOL_CALLS: &str = "SELECT provider, tool, at FROM tool_calls WHERE operation_id = $1 AND tenant_id = $2 \
+     ORDER BY id LIMIT $3";
+
+/// A bound value of a page query.
+#[derive(Debug, Clone)]
+enum Arg {
+    Text(String),
+    Int(i64),
+}
+
+/// The page statement and its arguments, in placeholder order. Only the conditions asked for are
+/// in the text, so each shape gets its own plan (a `$n IS NULL OR …` pattern would defeat the
+/// indexes in a generic plan).
+fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>), LedgerError> {
+    if q.limit == 0 || q.limit > CONSOLE_PAGE_MAX {
+        return Err(LedgerError::Limit(format!(
+            "page size must be 1..={CONSOLE_PAGE_MAX}"
+        )));
+    }
+    let mut args = vec![Arg::Text(tenant.as_str().to_string())];
+    let mut sql = String::from("SELECT * FROM operations WHERE tenant_id = $1");
+    fn push(sql: &mut String, args: &mut Vec<Arg>, cond: &str, arg: Arg) {
+        args.push(arg);
+        sql.push_str(&cond.replace("$n", &format!("${}", args.len())));
+    }
+    if let Some(status) = q.status {
+        push(
+            &mut sql,
+            &mut args,
+            " AND status = $n",
+            Arg::Text(status.as_str().to_string()),
+        );
+    }
+    if let Some(from) = q.created_from_ms {
+        push(&mut sql, &mut args, " AND created_at >= $n", Arg::Int(from));
+    }
+    if let Some(before) = q.created_before_ms {
+        push(&mut sql, &mut args, " AND created_at < $n", Arg::Int(before));
+    }
+    if let Some(search) = q.search.as_deref() {
+        match OperationId::parse(search) {
+            Ok(id) => push(&mut sql, &mut args, " AND id = $n", Arg::Text(id.as_str().to_string())),
+            Err(_) => push(
+                &mut sql,
+                &mut args,
+                " AND (business_key = $n OR invoice = $n OR customer = $n OR external_ref = $n)",
+                Arg::Text(search.to_string()),
+            ),
+        }
+    }
+    if let Some((created, id)) = &q.after {
+        push(&mut sql, &mut args, " AND (created_at < $n", Arg::Int(*created));
+        let at = args.len();
+        push(
+            &mut sql,
+            &mut args,
+            &format!(" OR (created_at = ${at} AND id < $n))"),
+            Arg::Text(id.as_str().to_string()),
+        );
+    }
+    args.push(Arg::Int(i64::from(q.limit)));
+    sql.push_str(&format!(
+        " ORDER BY created_at DESC, id DESC LIMIT ${}",
+        args.len()
+    ));
+    Ok((sql, args))
+}
+
+/// The page statement for a tenant and query, as the store runs it (for `EXPLAIN` in tests).
+pub fn page_statement(tenant: &TenantId, q: &OperationQuery) -> Result<String, LedgerError> {
+    page_sql(tenant, q).map(|(sql, _)| sql)
+}
+
+fn corrupt(e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Corrupt(e.to_string())
+}
+
+fn decode_session<'r, R>(row: &'r R) -> Result<ConsoleSession, LedgerError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let tenant: String = row.try_get("tenant_id")?;
+    Ok(ConsoleSession {
+        session_hash: row.try_get("session_hash")?,
+        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+        key_id: row.try_get("key_id")?,
+        created_at_ms: row.try_get("created_at")?,
+        expires_at_ms: row.try_get("expires_at")?,
+    })
+}
+
+/// Adds one chart row to its bucket.
+fn tally(buckets: &mut [Bucket], bucket: i64, event: &str, to_status: &str, n: i64) {
+    let Some(b) = usize::try_from(bucket).ok().and_then(|i| buckets.get_mut(i)) else {
+        return;
+    };
+    if event == "submission_started" {
+        b.submissions += n;
+    }
+    match to_status {
+        "succeeded" => b.successes += n,
+        "failed" | "rejected" => b.failures += n,
+        _ => {}
+    }
+}
+
+macro_rules! impl_console {
+    ($store:ty) => {
+        #[async_trait]
+        impl ConsoleLedger for $store {
+            async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
+                sqlx::query(INSERT_SESSION)
+                    .bind(&s.session_hash)
+                    .bind(s.tenant.as_str())
+                    .bind(&s.key_id)
+                    .bind(s.created_at_ms)
+                    .bind(s.expires_at_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn session(
+                &self,
+                session_hash: &str,
+                now_ms: i64,
+            ) -> Result<Option<ConsoleSession>, LedgerError> {
+                let row = sqlx::query(SELECT_SESSION)
+                    .bind(session_hash)
+                    .bind(now_ms)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.as_ref().map(decode_session).transpose()
+            }
+
+            async fn end_session(
+                &self,
+                session_hash: &str,
+                now_ms: i64,
+            ) -> Result<bool, LedgerError> {
+                let done = sqlx::query(END_SESSION)
+                    .bind(session_hash)
+                    .bind(now_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn page(
+                &self,
+                tenant: &TenantId,
+                q: &OperationQuery,
+            ) -> Result<Vec<Operation>, LedgerError> {
+                let (sql, args) = page_sql(tenant, q)?;
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for arg in args {
+                    query = match arg {
+                        Arg::Text(s) => query.bind(s),
+                        Arg::Int(i) => query.bind(i),
+                    };
+                }
+                let rows = query.fetch_all(self.pool()).await?;
+                rows.iter().map(decode_operation).collect()
+            }
+
+            async fn overview(
+                &self,
+                tenant: &TenantId,
+                now_ms: i64,
+                bucket_ms: i64,
+                buckets: u32,
+            ) -> Result<Overview, LedgerError> {
+                let mut by_status = Vec::new();
+                for row in sqlx::query(COUNTS)
+                    .bind(tenant.as_str())
+                    .fetch_all(self.pool())
+                    .await?
+                {
+                    let status: String = row.try_get("status")?;
+                    let status = Status::parse(&status)
+                        .ok_or_else(|| corrupt(format!("status {status}")))?;
+                    by_status.push((status, row.try_get("n")?, row.try_get("oldest")?));
+                }
+                by_status.sort_by_key(|(s, _, _)| s.as_str());
+                let bucket_ms = bucket_ms.max(1);
+                let start = now_ms - bucket_ms * i64::from(buckets);
+                let mut chart = vec![Bucket::default(); buckets as usize];
+                for row in sqlx::query(CHART)
+                    .bind(tenant.as_str())
+                    .bind(start)
+                    .bind(bucket_ms)
+                    .bind(now_ms)
+                    .fetch_all(self.pool())
+                    .await?
+                {
+                    let event: String = row.try_get("event")?;
+                    let to_status: String = row.try_get("to_status")?;
+                    tally(
+                        &mut chart,
+                        row.try_get("bucket")?,
+                        &event,
+                        &to_status,
+                        row.try_get("n")?,
+                    );
+                }
+                Ok(Overview {
+                    by_status,
+                    buckets: chart,
+                })
+            }
+
+            async fn related(
+                &self,
+                tenant: &TenantId,
+                id: &OperationId,
+            ) -> Result<Related, LedgerError> {
+                sqlx::query(OWNED)
+                    .bind(id.as_str())
+                    .bind(tenant.as_str())
+                    .fetch_optional(self.pool())
+                    .await?
+                    .ok_or(LedgerError::NotFound)?;
+                let mut out = Related::default();
+                for r in sqlx::query(APPROVALS)
+                    .bind(id.as_str())
+                    .bind(RELATED_MAX)
+                    .fetch_all(self.pool())
+                    .await?
+                {
+                    out.approvals.push(ApprovalRow {
+                        id: r.try_get("id")?,
+                        details_hash: r.try_get("details_hash")?,
+                        approved_by: r.try_get("approved_by")?,
+                        method: r.try_get("method")?,
+                        approved_at_ms: r.try_get("approved_at")?,
+                        expires_at_ms: r.try_get("expires_at")?,
+                        revoked_at_ms: r.try_get("revoked_at")?,
+                    });
+                }
+                for r in sqlx::query(WEBHOOKS)
+                    .bind(id.as_str())
+                    .bind(RELATED_MAX)
+                    .fetch_all(self.pool())
+                    .await?
+                {
+                    out.webhooks.push(WebhookRow {
+                        processor: r.try_get("processor")?,
+                        event_id: r.try_get("event_id")?,
+                        event_type: r.try_get("event_type")?,
+                        payload: r.try_get("payload")?,
+                        received_at_ms: r.try_get("received_at")?,
+                        applied_at_ms: r.try_get("applied_at")?,
+                        outcome: r.try_get("outcome")?,
+                    });
+                }
+                for r in sqlx::query(LINKS)
+                    .bind(id.as_str())
+                    .bind(RELATED_MAX)
+                    .fetch_all(self.pool())
+                    .await?
+                {
+                    out.links.push(LinkRow {
+                        origin: r.try_get("origin")?,
+                        created_at_ms: r.try_get("created_at")?,
+                        expires_at_ms: r.try_get("expires_at")?,
+                        used_at_ms: r.try_get("used_at")?,
+                    });
+                }
+                for r in sqlx::query(TOOL_CALLS)
+                    .bind(id.as_str())
+                    .bind(tenant.as_str())
+                    .bind(RELATED_MAX)
+                    .fetch_all(self.pool())
+                    .await?
+                {
+                    out.tool_calls.push(ToolCallRow {
+                        provider: r.try_get("provider")?,
+                        tool: r.try_get("tool")?,
+                        at_ms: r.try_get("at")?,
+                    });
+                }
+                Ok(out)
+            }
+        }
+    };
+}
+
+impl_console!(super::postgres::PostgresLedger);
+impl_console!(super::sqlite::SqliteLedger);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_statements_carry_only_the_conditions_asked_for() {
+        let t = TenantId::parse("acme").unwrap();
+        let plain = page_statement(
+            &t,
+            &OperationQuery {
+                limit: 50,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            plain,
+            "SELECT * FROM operations WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+        );
+        let id = OperationId::parse(&format!("op_{}", "a".repeat(32))).unwrap();
+        let (sql, args) = page_sql(
+            &t,
+            &OperationQuery {
+                status: Some(Status::NeedsAttention),
+                search: Some("INV-1".into()),
+                after: Some((5, id)),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(sql.contains("status = $2"), "{sql}");
+        assert!(sql.contains("invoice = $3"), "{sql}");
+        assert!(
+            sql.contains("(created_at < $4 OR (created_at = $4 AND id < $5))"),
+            "{sql}"
+        );
+        assert!(sql.ends_with("LIMIT $6"), "{sql}");
+        assert_eq!(args.len(), 6);
+        for bad in [0, CONSOLE_PAGE_MAX + 1] {
+            assert!(
+                page_sql(
+                    &t,
+                    &OperationQuery {
+                        limit: bad,
+                        ..Default::default()
+                    }
+                )
+                .is_err()
+            );
+        }
+    }
+
+    #[test]
+    fn chart_rows_land_in_their_bucket() {
+        let mut b = vec![Bucket::default(); 2];
+        tally(&mut b, 0, "submission_started", "executing", 3);
+        tally(&mut b, 1, "processor_succeeded", "succeeded", 2);
+        tally(&mut b, 1, "processor_failed", "failed", 1);
+        tally(&mut b, 7, "processor_failed", "failed", 1);
+        tally(&mut b, -1, "processor_failed", "failed", 1);
+        assert_eq!(b[0].submissions, 3);
+        assert_eq!((b[1].successes, b[1].failures), (2, 1));
+    }
+}
