@@ -5,6 +5,7 @@
 mod agents;
 mod browser;
 mod confirm;
+mod console;
 mod keys;
 mod mcp;
 mod operations;

@@ -25,7 +25,7 @@ use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resoluti
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
-use session::{OnCall, SIGN_IN_COOKIE, SIGN_IN_FORM_TTL, SESSION_COOKIE, SESSION_TTL};
+use session::{OnCall, SESSION_COOKIE, SESSION_TTL, SIGN_IN_COOKIE, SIGN_IN_FORM_TTL};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -42,7 +42,8 @@ pub const SEARCH_LEN_MAX: usize = 255;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/console", get(overview))
-        .route("/console/sign-in", get(sign_in_form).post(sign_in))
+        .route("/console/sign-in", get(sign_in_form))
+        .route("/console/sign-in", post(sign_in))
         .route("/console/sign-out", post(sign_out))
         .route("/console/operations", get(list))
         .route("/console/operations/{id}", get(operation))
@@ -80,10 +81,7 @@ fn refuse(csrf: Option<&str>, e: HttpError) -> Response {
     }
     let mut response = if code == ErrorCode::Unauthorized {
         let token = session::new_token();
-        let mut r = html(
-            code.status(),
-            views::sign_in(&token, Some(e.message())),
-        );
+        let mut r = html(code.status(), views::sign_in(&token, Some(e.message())));
         set_cookie(&mut r, &sign_in_cookie(&token));
         r
     } else {
@@ -478,10 +476,9 @@ async fn export(
                 "timeline": timeline(&events, &related),
             });
             let mut r = Json(body).into_response();
-            if let Ok(v) = HeaderValue::from_str(&format!(
-                "attachment; filename=\"{}-evidence.json\"",
-                op.id
-            )) {
+            if let Ok(v) =
+                HeaderValue::from_str(&format!("attachment; filename=\"{}-evidence.json\"", op.id))
+            {
                 r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
             }
             r
@@ -521,8 +518,9 @@ async fn resolve_checked(
     // Tenant scope first: another tenant's operation is not found, whatever the form says.
     state.ledger().get(&who.tenant, &id).await?;
     let field = |k: &str| form.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let reason = field("reason")
-        .ok_or_else(|| invalid("a reason is required: say what you checked (nothing was changed)"))?;
+    let reason = field("reason").ok_or_else(|| {
+        invalid("a reason is required: say what you checked (nothing was changed)")
+    })?;
     if reason.chars().count() > DETAIL_LEN_MAX {
         return Err(invalid(format!(
             "the reason is longer than {DETAIL_LEN_MAX} characters"

@@ -134,7 +134,8 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
     // The key is read on every request (no cache): a revocation or expiry ends the session in every
     // api process from the next request.
     let key = state.ledger().api_key(&session.key_id).await?;
-    let live = key.filter(|k| k.is_active(now) && k.role == Role::OnCall && k.tenant == session.tenant);
+    let live =
+        key.filter(|k| k.is_active(now) && k.role == Role::OnCall && k.tenant == session.tenant);
     let Some(key) = live else {
         if let Err(e) = state.ledger().console().end_session(&hash, now).await {
             tracing::warn!(error = %e, "could not end a console session whose key is no longer active");

@@ -178,7 +178,8 @@ const INSERT_SESSION: &str = "INSERT INTO console_sessions (session_hash, tenant
      VALUES ($1, $2, $3, $4, $5)";
 const SELECT_SESSION: &str = "SELECT * FROM console_sessions WHERE session_hash = $1 AND ended_at IS NULL \
      AND expires_at > $2";
-const END_SESSION: &str = "UPDATE console_sessions SET ended_at = $2 WHERE session_hash = $1 AND ended_at IS NULL";
+const END_SESSION: &str =
+    "UPDATE console_sessions SET ended_at = $2 WHERE session_hash = $1 AND ended_at IS NULL";
 const COUNTS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM operations \
      WHERE tenant_id = $1 GROUP BY status";
 /// Joined to operations for the tenant; `operation_events_at_idx` bounds the scan to the hour.
@@ -231,11 +232,21 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
         push(&mut sql, &mut args, " AND created_at >= $n", Arg::Int(from));
     }
     if let Some(before) = q.created_before_ms {
-        push(&mut sql, &mut args, " AND created_at < $n", Arg::Int(before));
+        push(
+            &mut sql,
+            &mut args,
+            " AND created_at < $n",
+            Arg::Int(before),
+        );
     }
     if let Some(search) = q.search.as_deref() {
         match OperationId::parse(search) {
-            Ok(id) => push(&mut sql, &mut args, " AND id = $n", Arg::Text(id.as_str().to_string())),
+            Ok(id) => push(
+                &mut sql,
+                &mut args,
+                " AND id = $n",
+                Arg::Text(id.as_str().to_string()),
+            ),
             Err(_) => push(
                 &mut sql,
                 &mut args,
@@ -245,7 +256,12 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
         }
     }
     if let Some((created, id)) = &q.after {
-        push(&mut sql, &mut args, " AND (created_at < $n", Arg::Int(*created));
+        push(
+            &mut sql,
+            &mut args,
+            " AND (created_at < $n",
+            Arg::Int(*created),
+        );
         let at = args.len();
         push(
             &mut sql,
@@ -290,7 +306,10 @@ where
 
 /// Adds one chart row to its bucket.
 fn tally(buckets: &mut [Bucket], bucket: i64, event: &str, to_status: &str, n: i64) {
-    let Some(b) = usize::try_from(bucket).ok().and_then(|i| buckets.get_mut(i)) else {
+    let Some(b) = usize::try_from(bucket)
+        .ok()
+        .and_then(|i| buckets.get_mut(i))
+    else {
         return;
     };
     if event == "submission_started" {

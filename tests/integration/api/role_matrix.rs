@@ -216,7 +216,7 @@ fn cases() -> Vec<Case> {
         assistant: FORBIDDEN,
         on_call: FORBIDDEN,
         customer: UNAUTHORIZED,
-link_holder: UNAUTHORIZED,
+        link_holder: UNAUTHORIZED,
         none: UNAUTHORIZED,
         other_service: HIDDEN,
         other_assistant: FORBIDDEN,
@@ -227,7 +227,7 @@ link_holder: UNAUTHORIZED,
         assistant: TOOL_ANSWER,
         on_call: FORBIDDEN,
         customer: UNAUTHORIZED,
-link_holder: UNAUTHORIZED,
+        link_holder: UNAUTHORIZED,
         none: UNAUTHORIZED,
         other_service: TOOL_NOT_FOUND,
         other_assistant: TOOL_NOT_FOUND,
@@ -255,7 +255,7 @@ link_holder: UNAUTHORIZED,
                 assistant: FORBIDDEN,
                 on_call: FORBIDDEN,
                 customer: UNAUTHORIZED,
-link_holder: UNAUTHORIZED,
+                link_holder: UNAUTHORIZED,
                 none: UNAUTHORIZED,
                 // Created in the other tenant; nothing of ours changes.
                 other_service: ok(201),
@@ -272,7 +272,7 @@ link_holder: UNAUTHORIZED,
                 assistant: ok(200),
                 on_call: ok(200),
                 customer: UNAUTHORIZED,
-link_holder: UNAUTHORIZED,
+                link_holder: UNAUTHORIZED,
                 none: UNAUTHORIZED,
                 other_service: HIDDEN,
                 other_assistant: HIDDEN,
@@ -307,7 +307,7 @@ link_holder: UNAUTHORIZED,
                 assistant: writes(200),
                 on_call: FORBIDDEN,
                 customer: UNAUTHORIZED,
-link_holder: UNAUTHORIZED,
+                link_holder: UNAUTHORIZED,
                 none: UNAUTHORIZED,
                 other_service: HIDDEN,
                 other_assistant: HIDDEN,
@@ -334,6 +334,28 @@ link_holder: UNAUTHORIZED,
             link_holder_only(writes(200)),
         ),
     ];
+    // The console authenticates by its session cookie only: no bearer key of any role opens a page
+    // (401, the sign-in form) or acts (401 before the form is read); a sign-in without the sign-in
+    // form's token is refused (403). The sessions themselves are tested in console.rs.
+    out.push(case("get", "/static/console.css", Body::None, public));
+    out.push(case("get", "/console/sign-in", Body::None, public));
+    out.push(case(
+        "post",
+        "/console/sign-in",
+        Body::None,
+        Cols::all(FORBIDDEN),
+    ));
+    for route in [
+        "/console",
+        "/console/operations",
+        "/console/operations/{id}",
+        "/console/operations/{id}/export",
+    ] {
+        out.push(case("get", route, Body::None, Cols::all(UNAUTHORIZED)));
+    }
+    for route in ["/console/sign-out", "/console/operations/{id}/resolve"] {
+        out.push(case("post", route, Body::None, Cols::all(UNAUTHORIZED)));
+    }
     for format in ["openai_chat", "openai_responses", "anthropic", "mcp"] {
         out.push(Case {
             query: match format {
@@ -351,7 +373,7 @@ link_holder: UNAUTHORIZED,
                     assistant: ok(200),
                     on_call: FORBIDDEN,
                     customer: UNAUTHORIZED,
-link_holder: UNAUTHORIZED,
+                    link_holder: UNAUTHORIZED,
                     none: UNAUTHORIZED,
                     other_service: ok(200),
                     other_assistant: ok(200),
