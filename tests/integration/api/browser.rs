@@ -267,3 +267,55 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
     sim.shutdown().await;
     api.stop().await;
 }
+
+#[tokio::test]
+async fn chromium_on_call_console_signs_in_searches_and_resolves() {
+    ensure_browser();
+    let api = spawn(postgres_ledger().await.0).await;
+    for i in 0..3 {
+        api.create(&format!("INV-C{i}"), 2048).await;
+    }
+    let attention = super::console::needs_attention(&api, "INV-C9").await;
+    let other = api
+        .post(
+            "/v1/operations",
+            &api.other_service,
+            json!({"business_key": "invoice:G-C1:pay", "details": raw_details("G-C1", 2048)}),
+        )
+        .await;
+    assert_eq!(other.status, 201, "{}", other.text);
+    // Screenshots are kept as test artifacts (docs/runbook.md shows them).
+    let screens = repo_root().join("target/console-screenshots");
+    std::fs::create_dir_all(&screens).unwrap();
+    let stdout = run_node(
+        "console.test.mjs",
+        &[
+            ("PAYONCE_CONSOLE_BASE", api.base.clone()),
+            ("PAYONCE_ON_CALL_KEY", api.on_call.clone()),
+            ("PAYONCE_ATTENTION_ID", attention.to_string()),
+            ("PAYONCE_ATTENTION_INVOICE", "INV-C9".to_string()),
+            (
+                "PAYONCE_OTHER_ID",
+                other.json()["id"].as_str().unwrap().to_string(),
+            ),
+            (
+                "PAYONCE_SCREENSHOT_DIR",
+                screens.to_string_lossy().to_string(),
+            ),
+        ],
+    )
+    .await;
+    assert!(stdout.contains("pass 1"), "the console browser test passed");
+    for shot in ["overview.png", "operation.png", "resolved.png"] {
+        assert!(screens.join(shot).exists(), "{shot}");
+    }
+    let op = api.ledger.get_unscoped(&attention).await.unwrap();
+    assert_eq!(op.status.as_str(), "failed");
+    let last = api.ledger.events(&attention).await.unwrap().pop().unwrap();
+    assert_eq!(last.actor, "on_call:alice");
+    assert_eq!(
+        last.detail.as_deref(),
+        Some("No payment in the processor dashboard; customer told to retry.")
+    );
+    api.stop().await;
+}

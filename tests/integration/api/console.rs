@@ -145,7 +145,7 @@ impl Now for TestApi {
 }
 
 /// An operation of the test tenant escalated to `needs_attention` after a submission.
-async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId {
+pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId {
     let op = api.create_ready(invoice).await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();

@@ -1,0 +1,124 @@
+// Drives payonce's on-call console in a real headless Chromium: sign in with an on-call key, the
+// overview, filter and search, open an operation and read its timeline, resolve it (first without a
+// reason, refused), another tenant's operation not found, sign out. The Rust integration test
+// (tests/integration/api/browser.rs) starts the API, makes the operations, runs this file with
+// `node --test`, and then checks the ledger.
+//
+// Env: PAYONCE_CONSOLE_BASE (the api's base URL), PAYONCE_ON_CALL_KEY, PAYONCE_ATTENTION_ID (an
+// operation in needs_attention), PAYONCE_ATTENTION_INVOICE, PAYONCE_OTHER_ID (another tenant's
+// operation), PAYONCE_SCREENSHOT_DIR (where overview.png and operation.png go).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const env = (name) => {
+  const value = process.env[name];
+  assert.ok(value, `${name} must be set`);
+  return value;
+};
+
+const NAVIGATION_TIMEOUT_MS = 15_000;
+let browser;
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    timeout: 30_000,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+async function click(page, selector) {
+  const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
+  return response;
+}
+
+test('on-call signs in, finds the operation, reads its chain and resolves it', async () => {
+  const base = env('PAYONCE_CONSOLE_BASE');
+  const id = env('PAYONCE_ATTENTION_ID');
+  const shots = env('PAYONCE_SCREENSHOT_DIR');
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(NAVIGATION_TIMEOUT_MS);
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => {
+    // Refusal pages (401 sign-in, 400 missing reason, 404 other tenant) are logged as failed loads:
+    // that is the console working. Anything else (a CSP violation, a missing stylesheet) is a problem.
+    const expected = /^Failed to load resource: the server responded with a status of 40(0|1|4)/;
+    if (m.type() === 'error' && !expected.test(m.text())) problems.push(`console error: ${m.text()}`);
+  });
+
+  // Signed out: the sign-in form.
+  const first = await page.goto(`${base}/console`);
+  assert.equal(first.status(), 401);
+  assert.match(first.headers()['content-security-policy'], /default-src 'none'/);
+  await page.fill('#key', env('PAYONCE_ON_CALL_KEY'));
+  const signedIn = await click(page, '#sign-in');
+  assert.equal(signedIn.status(), 200);
+  assert.equal(new URL(page.url()).pathname, '/console');
+  assert.equal((await page.locator('h1').textContent()).trim(), 'Overview');
+  assert.equal(await page.locator('#chart').count(), 1);
+  assert.equal((await page.locator('#by-state tr:has(a[href$="needs_attention"]) td').nth(1).textContent()).trim(), '1');
+  // The stylesheet loaded under the CSP (the button is styled, not the browser default).
+  const background = await page.locator('#sign-out').evaluate((el) => getComputedStyle(el).borderTopStyle);
+  assert.equal(background, 'solid');
+  await page.screenshot({ path: path.join(shots, 'overview.png'), fullPage: true });
+
+  // The state link, then the filter form, then a search by invoice.
+  await click(page, 'a[href="/console/operations?status=needs_attention"]');
+  assert.equal(await page.locator('#operations tbody tr').count(), 1);
+  await page.selectOption('#status', 'succeeded');
+  await click(page, '#filter');
+  assert.equal(await page.locator('#operations tbody tr').count(), 0);
+  assert.equal(await page.locator('#empty').count(), 1);
+  await page.selectOption('#status', '');
+  await page.fill('#q', env('PAYONCE_ATTENTION_INVOICE'));
+  await click(page, '#filter');
+  assert.equal(await page.locator('#operations tbody tr').count(), 1);
+  await click(page, `a[href="/console/operations/${id}"]`);
+
+  // The operation and its evidence chain.
+  assert.equal((await page.locator('#operation-id').textContent()).trim(), id);
+  const chain = await page.locator('#timeline').textContent();
+  for (const step of ['create', 'approve', 'claim', 'submission_started', 'outcome_unknown', 'escalate', 'customer:cus_test']) {
+    assert.ok(chain.includes(step), `the timeline shows ${step}`);
+  }
+  await page.screenshot({ path: path.join(shots, 'operation.png'), fullPage: true });
+
+  // Without a reason: refused, nothing changed.
+  const refused = await click(page, '#resolve-submit');
+  assert.equal(refused.status(), 400);
+  assert.equal((await page.locator('#error-code').textContent()).trim(), 'invalid_request');
+  await page.goto(`${base}/console/operations/${id}`);
+  await page.selectOption('#as', 'failed');
+  await page.fill('#reason', 'No payment in the processor dashboard; customer told to retry.');
+  const resolved = await click(page, '#resolve-submit');
+  assert.equal(resolved.status(), 200);
+  assert.match(await page.locator('h1 .state').textContent(), /failed/);
+  const after = await page.locator('#timeline').textContent();
+  assert.ok(after.includes('resolve_failed') && after.includes('on_call:alice'), after);
+  assert.ok(after.includes('customer told to retry'));
+  await page.screenshot({ path: path.join(shots, 'resolved.png'), fullPage: true });
+
+  // Another tenant's operation does not exist here.
+  const other = await page.goto(`${base}/console/operations/${env('PAYONCE_OTHER_ID')}`);
+  assert.equal(other.status(), 404);
+  assert.equal((await page.locator('#error-code').textContent()).trim(), 'operation_not_found');
+
+  // Sign out: the session is over.
+  await page.goto(`${base}/console`);
+  await click(page, '#sign-out');
+  assert.equal(new URL(page.url()).pathname, '/console/sign-in');
+  const gone = await page.goto(`${base}/console`);
+  assert.equal(gone.status(), 401);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
