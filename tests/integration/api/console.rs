@@ -784,3 +784,127 @@ async fn list_queries_use_indexes_on_a_large_table() {
     );
     let _ = T0_MS;
 }
+
+/// The console store on both stores: sessions live until their expiry or their end; pages walk
+/// `(created_at, id)` newest first across ties exactly once; related rows are tenant-scoped.
+#[tokio::test]
+async fn the_console_store_behaves_the_same_on_both_stores() {
+    use crate::support::{every_store, ready_operation};
+    use payonce_shared::ledger::LedgerError;
+    use payonce_shared::ledger::console::ConsoleSession;
+    for ledger in every_store().await {
+        let store = ledger.store();
+        let c = ledger.console();
+        let session = ConsoleSession {
+            session_hash: "a".repeat(64),
+            tenant: tenant(),
+            key_id: "key_0123456789abcdef".into(),
+            created_at_ms: T0_MS,
+            expires_at_ms: T0_MS + 1_000,
+        };
+        c.create_session(&session).await.unwrap();
+        assert_eq!(
+            c.session(&session.session_hash, T0_MS + 999).await.unwrap(),
+            Some(session.clone()),
+            "{store}"
+        );
+        assert_eq!(
+            c.session(&session.session_hash, T0_MS + 1_000)
+                .await
+                .unwrap(),
+            None,
+            "{store}: expired"
+        );
+        assert_eq!(
+            c.session(&"b".repeat(64), T0_MS).await.unwrap(),
+            None,
+            "{store}"
+        );
+        assert!(
+            c.end_session(&session.session_hash, T0_MS + 1)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !c.end_session(&session.session_hash, T0_MS + 2)
+                .await
+                .unwrap(),
+            "{store}: ended once"
+        );
+        assert_eq!(
+            c.session(&session.session_hash, T0_MS + 3).await.unwrap(),
+            None,
+            "{store}: ended"
+        );
+
+        // Five operations at two creation times: ties are broken by id.
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let at = if i < 3 { T0_MS } else { T0_MS + 10 };
+            ids.push(
+                ready_operation(&ledger, &format!("INV-K{i}"), "pm_card_visa", at)
+                    .await
+                    .id,
+            );
+        }
+        let mut expected: Vec<(i64, OperationId)> = Vec::new();
+        for id in &ids {
+            let op = ledger.get(&tenant(), id).await.unwrap();
+            expected.push((op.created_at_ms, op.id));
+        }
+        expected.sort_by(|a, b| b.cmp(a));
+        let mut walked = Vec::new();
+        let mut after = None;
+        loop {
+            let page = c
+                .page(
+                    &tenant(),
+                    &OperationQuery {
+                        after: after.clone(),
+                        limit: 2,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            after = page.last().map(|o| (o.created_at_ms, o.id.clone()));
+            walked.extend(page.into_iter().map(|o| (o.created_at_ms, o.id)));
+        }
+        assert_eq!(walked, expected, "{store}");
+        let found = c
+            .page(
+                &tenant(),
+                &OperationQuery {
+                    search: Some("INV-K2".into()),
+                    limit: 10,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 1, "{store}");
+        let other = TenantId::parse(OTHER_TENANT).unwrap();
+        assert!(
+            c.page(
+                &other,
+                &OperationQuery {
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .is_empty()
+        );
+        let related = c.related(&tenant(), &ids[0]).await.unwrap();
+        assert_eq!(related.approvals.len(), 1, "{store}");
+        assert_eq!(related.approvals[0].approved_by, "customer:cus_test");
+        assert!(
+            matches!(c.related(&other, &ids[0]).await, Err(LedgerError::NotFound)),
+            "{store}"
+        );
+    }
+}
