@@ -630,7 +630,7 @@ async fn the_overview_counts_states_and_charts_the_last_hour() {
     let api = spawn(sqlite_ledger().await).await;
     let session = sign_in(&api, &api.on_call).await;
     needs_attention(&api, "INV-O1").await;
-    api.create(&"INV-O2".to_string(), 2048).await;
+    api.create("INV-O2", 2048).await;
     create_in(&api, &api.other_service, "INV-O3").await;
     api.clock.advance_ms(90_000);
     let o = api
