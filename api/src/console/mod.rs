@@ -73,7 +73,7 @@ fn html(status: StatusCode, markup: maud::Markup) -> Response {
 }
 
 /// A refusal as a page with the stable code in its header (and the sign-in form for `unauthorized`).
-fn refuse(csrf: Option<&str>, e: HttpError) -> Response {
+fn refuse(state: &AppState, csrf: Option<&str>, e: HttpError) -> Response {
     let code = e.code();
     if code == ErrorCode::Internal {
         // HttpError logs its cause when answered as JSON; a page answers instead, so log here.
@@ -82,7 +82,10 @@ fn refuse(csrf: Option<&str>, e: HttpError) -> Response {
     let mut response = if code == ErrorCode::Unauthorized {
         let token = session::new_token();
         let mut r = html(code.status(), views::sign_in(&token, Some(e.message())));
-        set_cookie(&mut r, &sign_in_cookie(&token));
+        set_cookie(
+            &mut r,
+            &session::set_cookie(state, SIGN_IN_COOKIE, &token, SIGN_IN_FORM_TTL),
+        );
         r
     } else {
         html(
@@ -102,18 +105,11 @@ fn set_cookie(r: &mut Response, value: &str) {
     }
 }
 
-fn sign_in_cookie(token: &str) -> String {
-    format!(
-        "{SIGN_IN_COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
-        SIGN_IN_FORM_TTL.as_secs()
-    )
-}
-
 /// The signed-in caller, or the refusal page.
 async fn caller(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Response> {
     session::current(state, headers)
         .await
-        .map_err(|e| refuse(None, e))
+        .map_err(|e| refuse(state, None, e))
 }
 
 /// `GET /static/console.css`.
@@ -145,7 +141,7 @@ async fn sign_in(
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let expected = session::cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
     if !session::tokens_equal(form.get("csrf").map(String::as_str), &expected) {
-        return refuse(None, session::csrf_refused());
+        return refuse(&state, None, session::csrf_refused());
     }
     let key = form.get("key").map(String::as_str).unwrap_or_default();
     match session::sign_in(&state, key).await {
@@ -162,6 +158,7 @@ async fn sign_in(
             r
         }
         Err(session::SignInError::Unknown) => refuse(
+            &state,
             None,
             HttpError::new(
                 ErrorCode::Unauthorized,
@@ -169,10 +166,11 @@ async fn sign_in(
             ),
         ),
         Err(session::SignInError::NotOnCall) => refuse(
+            &state,
             None,
             HttpError::forbidden("sign in to the console (only on-call keys may)"),
         ),
-        Err(session::SignInError::Ledger(e)) => refuse(None, e),
+        Err(session::SignInError::Ledger(e)) => refuse(&state, None, e),
     }
 }
 
@@ -188,7 +186,7 @@ async fn sign_out(
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
     if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
-        return refuse(Some(&who.csrf), e);
+        return refuse(&state, Some(&who.csrf), e);
     }
     if let Err(e) = state
         .ledger()
@@ -196,7 +194,7 @@ async fn sign_out(
         .end_session(&who.session_hash, state.now_ms())
         .await
     {
-        return refuse(Some(&who.csrf), e.into());
+        return refuse(&state, Some(&who.csrf), e.into());
     }
     let mut r = Redirect::to("/console/sign-in").into_response();
     set_cookie(
@@ -224,7 +222,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
             StatusCode::OK,
             views::overview(&who.csrf, &o, now, state.metrics().webhooks_refused()),
         ),
-        Err(e) => refuse(Some(&who.csrf), e.into()),
+        Err(e) => refuse(&state, Some(&who.csrf), e.into()),
     }
 }
 
@@ -297,14 +295,14 @@ async fn list(
     let now = state.now_ms();
     let (filters, mut query) = match parse_list(&raw, now) {
         Ok(p) => p,
-        Err(e) => return refuse(Some(&who.csrf), e),
+        Err(e) => return refuse(&state, Some(&who.csrf), e),
     };
     // One row more than the page tells whether an older page exists.
     let page = query.limit;
     query.limit = page + 1;
     let mut ops = match state.ledger().console().page(&who.tenant, &query).await {
         Ok(ops) => ops,
-        Err(e) => return refuse(Some(&who.csrf), e.into()),
+        Err(e) => return refuse(&state, Some(&who.csrf), e.into()),
     };
     let next = (ops.len() > page as usize).then(|| {
         ops.truncate(page as usize);
@@ -427,7 +425,7 @@ async fn operation(
                 ),
             )
         }
-        Err(e) => refuse(Some(&who.csrf), e),
+        Err(e) => refuse(&state, Some(&who.csrf), e),
     }
 }
 
@@ -483,7 +481,7 @@ async fn export(
             }
             r
         }
-        Err(e) => refuse(Some(&who.csrf), e),
+        Err(e) => refuse(&state, Some(&who.csrf), e),
     }
 }
 
@@ -500,11 +498,11 @@ async fn resolve(
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
     if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
-        return refuse(Some(&who.csrf), e);
+        return refuse(&state, Some(&who.csrf), e);
     }
     match resolve_checked(&state, &who, &id, &form).await {
         Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
-        Err(e) => refuse(Some(&who.csrf), e),
+        Err(e) => refuse(&state, Some(&who.csrf), e),
     }
 }
 

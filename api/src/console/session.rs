@@ -108,11 +108,17 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// A `Set-Cookie` value: HttpOnly, SameSite=Strict, scoped to `/console`, Secure on https.
 pub fn set_cookie(state: &AppState, name: &str, value: &str, max_age: Duration) -> String {
-    let secure = if state.config().base_url().starts_with("https://") {
-        "; Secure"
-    } else {
-        ""
-    };
+    cookie_header(
+        name,
+        value,
+        max_age,
+        state.config().base_url().starts_with("https://"),
+    )
+}
+
+/// The `Set-Cookie` value itself (`secure`: the api is reached over TLS).
+fn cookie_header(name: &str, value: &str, max_age: Duration, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
     format!(
         "{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         max_age.as_secs()
@@ -218,6 +224,17 @@ mod tests {
             HeaderValue::from_str(&format!("{SESSION_COOKIE}=ABC")).unwrap(),
         );
         assert_eq!(cookie(&h, SESSION_COOKIE), None);
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_over_tls() {
+        let tls = cookie_header(SESSION_COOKIE, "v", SESSION_TTL, true);
+        assert_eq!(
+            tls,
+            "payonce_console=v; Path=/console; HttpOnly; SameSite=Strict; Max-Age=28800; Secure"
+        );
+        let plain = cookie_header(SESSION_COOKIE, "v", SESSION_TTL, false);
+        assert!(!plain.contains("Secure") && plain.contains("HttpOnly"));
     }
 
     #[test]
