@@ -663,7 +663,9 @@ async fn the_overview_counts_states_and_charts_the_last_hour() {
 }
 
 /// The list's statements at scale: on a Postgres table of realistic size and spread, with fresh
-/// planner statistics and sequential scans allowed, no shape reads the whole operations table.
+/// planner statistics and sequential scans allowed, no shape reads the whole operations table, each
+/// uses the index migration 0007 made for it, and pages without a search walk the index in order (no
+/// Sort). Without 0007's indexes this test fails (checked).
 #[tokio::test]
 async fn list_queries_use_indexes_on_a_large_table() {
     let (ledger, url) = postgres_ledger().await;
@@ -689,52 +691,77 @@ async fn list_queries_use_indexes_on_a_large_table() {
     .unwrap();
     let t = TenantId::parse("tenant7").unwrap();
     let after = Some((
-        1_800_000_100_000,
-        OperationId::parse(&format!("op_{:032x}", 100)).unwrap(),
+        1_800_000_000_000 + 150_007_000,
+        OperationId::parse(&format!("op_{:032x}", 150_007)).unwrap(),
     ));
+    // Each shape and the index that must serve it (and, without a search, in order: no Sort).
     let shapes = [
-        OperationQuery {
-            limit: 51,
-            ..Default::default()
-        },
-        OperationQuery {
-            limit: 51,
-            after: after.clone(),
-            ..Default::default()
-        },
-        OperationQuery {
-            status: Some(Status::NeedsAttention),
-            limit: 51,
-            ..Default::default()
-        },
-        OperationQuery {
-            status: Some(Status::NeedsAttention),
-            after,
-            limit: 51,
-            ..Default::default()
-        },
-        OperationQuery {
-            created_from_ms: Some(1_800_000_000_000 + 190_000_000),
-            limit: 51,
-            ..Default::default()
-        },
-        OperationQuery {
-            search: Some("INV-107".into()),
-            limit: 51,
-            ..Default::default()
-        },
-        OperationQuery {
-            search: Some("cus_7".into()),
-            limit: 51,
-            ..Default::default()
-        },
-        OperationQuery {
-            search: Some(format!("op_{:032x}", 107)),
-            limit: 51,
-            ..Default::default()
-        },
+        (
+            OperationQuery {
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_console_tenant_idx",
+        ),
+        (
+            OperationQuery {
+                limit: 51,
+                after: after.clone(),
+                ..Default::default()
+            },
+            "operations_console_tenant_idx",
+        ),
+        (
+            OperationQuery {
+                status: Some(Status::NeedsAttention),
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_console_status_idx",
+        ),
+        (
+            OperationQuery {
+                status: Some(Status::NeedsAttention),
+                after,
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_console_status_idx",
+        ),
+        (
+            OperationQuery {
+                created_from_ms: Some(1_800_000_000_000 + 190_000_000),
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_console_tenant_idx",
+        ),
+        (
+            OperationQuery {
+                search: Some("INV-107".into()),
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_console_invoice_idx",
+        ),
+        (
+            OperationQuery {
+                search: Some("cus_7".into()),
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_console_customer_idx",
+        ),
+        (
+            OperationQuery {
+                search: Some(format!("op_{:032x}", 107)),
+                limit: 51,
+                ..Default::default()
+            },
+            "operations_pkey",
+        ),
     ];
-    for q in shapes {
+    for (q, index) in shapes {
         let sql = page_statement(&t, &q).unwrap();
         // Inline the arguments (EXPLAIN cannot take binds here); each is this test's own value.
         let mut inlined = sql.clone();
@@ -766,6 +793,13 @@ async fn list_queries_use_indexes_on_a_large_table() {
             !plan.contains("Seq Scan on operations"),
             "{q:?}\n{inlined}\n{plan}"
         );
+        assert!(plan.contains(index), "{q:?} does not use {index}:\n{plan}");
+        if q.search.is_none() {
+            assert!(
+                !plan.contains("Sort"),
+                "{q:?} sorts instead of walking the index:\n{plan}"
+            );
+        }
         // And the store runs it.
         let rows = ledger.console().page(&t, &q).await.unwrap();
         assert!(rows.iter().all(|o| o.tenant == t));
