@@ -196,6 +196,7 @@ async fn sign_out(
     {
         return refuse(&state, Some(&who.csrf), e.into());
     }
+    tracing::info!(tenant = %who.tenant, actor = %who.actor(), "console sign-out");
     let mut r = Redirect::to("/console/sign-in").into_response();
     set_cookie(
         &mut r,

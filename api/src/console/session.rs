@@ -201,6 +201,7 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
         .create_session(&session)
         .await
         .map_err(|e| SignInError::Ledger(e.into()))?;
+    tracing::info!(tenant = %session.tenant, key_id = %session.key_id, "console sign-in");
     Ok(id)
 }
 
