@@ -339,67 +339,107 @@ fn webhook_summary(payload: &str) -> Value {
 
 /// The evidence chain, oldest first.
 fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> {
-    let mut out: Vec<TimelineEntry> = events
+    let mut out: Vec<(i64, usize, TimelineEntry)> = events
         .iter()
-        .map(|e| TimelineEntry {
-            at_ms: e.at_ms,
-            kind: "event",
-            what: format!(
-                "{} ({} → {}, attempt {})",
-                e.event,
-                e.from_status.as_deref().unwrap_or("-"),
-                e.to_status,
-                e.attempt
-            ),
-            actor: e.actor.clone(),
-            detail: e.detail.clone().unwrap_or_default(),
+        .enumerate()
+        .map(|(i, e)| {
+            (
+                e.at_ms,
+                2 * i,
+                TimelineEntry {
+                    at_ms: e.at_ms,
+                    kind: "event",
+                    what: format!(
+                        "{} ({} → {}, attempt {})",
+                        e.event,
+                        e.from_status.as_deref().unwrap_or("-"),
+                        e.to_status,
+                        e.attempt
+                    ),
+                    actor: e.actor.clone(),
+                    detail: e.detail.clone().unwrap_or_default(),
+                },
+            )
         })
         .collect();
-    out.extend(related.approvals.iter().map(|a| TimelineEntry {
-        at_ms: a.approved_at_ms,
-        kind: "approval",
-        what: format!("approved details {}", a.details_hash),
-        actor: a.approved_by.clone(),
-        detail: format!(
-            "method {}; valid until {}{}",
-            a.method,
-            views::utc(a.expires_at_ms),
-            a.revoked_at_ms
-                .map(|r| format!("; revoked {}", views::utc(r)))
-                .unwrap_or_default()
-        ),
+    // Same-millisecond rows: an approval right after its `approve` event, everything else after
+    // the audit trail's own rows of that millisecond.
+    let after_events = 2 * events.len() + 1;
+    let approve_at = |at_ms: i64| {
+        events
+            .iter()
+            .position(|e| e.event == "approve" && e.at_ms == at_ms)
+            .map_or(after_events, |i| 2 * i + 1)
+    };
+    out.extend(related.approvals.iter().map(|a| {
+        (
+            a.approved_at_ms,
+            approve_at(a.approved_at_ms),
+            TimelineEntry {
+                at_ms: a.approved_at_ms,
+                kind: "approval",
+                what: format!("approved details {}", a.details_hash),
+                actor: a.approved_by.clone(),
+                detail: format!(
+                    "method {}; valid until {}{}",
+                    a.method,
+                    views::utc(a.expires_at_ms),
+                    a.revoked_at_ms
+                        .map(|r| format!("; revoked {}", views::utc(r)))
+                        .unwrap_or_default()
+                ),
+            },
+        )
     }));
-    out.extend(related.links.iter().map(|l| TimelineEntry {
-        at_ms: l.created_at_ms,
-        kind: "link",
-        what: format!("confirmation link issued ({})", l.origin),
-        actor: l.origin.clone(),
-        detail: match l.used_at_ms {
-            Some(u) => format!("used {}", views::utc(u)),
-            None => format!("unused; expires {}", views::utc(l.expires_at_ms)),
-        },
+    out.extend(related.links.iter().map(|l| {
+        (
+            l.created_at_ms,
+            after_events,
+            TimelineEntry {
+                at_ms: l.created_at_ms,
+                kind: "link",
+                what: format!("confirmation link issued ({})", l.origin),
+                actor: l.origin.clone(),
+                detail: match l.used_at_ms {
+                    Some(u) => format!("used {}", views::utc(u)),
+                    None => format!("unused; expires {}", views::utc(l.expires_at_ms)),
+                },
+            },
+        )
     }));
-    out.extend(related.webhooks.iter().map(|w| TimelineEntry {
-        at_ms: w.received_at_ms,
-        kind: "webhook",
-        what: format!("webhook {} {}", w.event_type, w.event_id),
-        actor: w.processor.clone(),
-        detail: format!(
-            "{}; {}",
-            w.outcome.as_deref().unwrap_or("not applied yet"),
-            webhook_summary(&w.payload)
-        ),
+    out.extend(related.webhooks.iter().map(|w| {
+        (
+            w.received_at_ms,
+            after_events,
+            TimelineEntry {
+                at_ms: w.received_at_ms,
+                kind: "webhook",
+                what: format!("webhook {} {}", w.event_type, w.event_id),
+                actor: w.processor.clone(),
+                detail: format!(
+                    "{}; {}",
+                    w.outcome.as_deref().unwrap_or("not applied yet"),
+                    webhook_summary(&w.payload)
+                ),
+            },
+        )
     }));
-    out.extend(related.tool_calls.iter().map(|t| TimelineEntry {
-        at_ms: t.at_ms,
-        kind: "tool_call",
-        what: format!("tool call {}", t.tool),
-        actor: format!("assistant ({})", t.provider),
-        detail: String::new(),
+    out.extend(related.tool_calls.iter().map(|t| {
+        (
+            t.at_ms,
+            after_events,
+            TimelineEntry {
+                at_ms: t.at_ms,
+                kind: "tool_call",
+                what: format!("tool call {}", t.tool),
+                actor: format!("assistant ({})", t.provider),
+                detail: String::new(),
+            },
+        )
     }));
-    // Stable: entries at the same millisecond keep the audit trail's order first.
-    out.sort_by_key(|e| e.at_ms);
-    out
+    // Stable: entries at the same millisecond and rank keep their order.
+    out.sort_by_key(|(at, rank, _)| (*at, *rank));
+    out.into_iter().map(|(_, _, e)| e).collect()
 }
 
 /// `GET /console/operations/{id}`.
@@ -547,4 +587,51 @@ async fn resolve_checked(
     )
     .await?;
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_shared::ledger::console::ApprovalRow;
+
+    fn event(at_ms: i64, name: &str) -> OperationEvent {
+        OperationEvent {
+            at_ms,
+            event: name.into(),
+            actor: "a".into(),
+            from_status: None,
+            to_status: "ready".into(),
+            attempt: 0,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn an_approval_follows_its_approve_event_in_the_same_millisecond() {
+        let events = [event(1, "create"), event(1, "approve"), event(1, "claim")];
+        let related = Related {
+            approvals: vec![ApprovalRow {
+                id: "apr_1".into(),
+                details_hash: "h".into(),
+                approved_by: "customer:c".into(),
+                method: "signed_assertion:n".into(),
+                approved_at_ms: 1,
+                expires_at_ms: 2,
+                revoked_at_ms: None,
+            }],
+            ..Related::default()
+        };
+        let kinds: Vec<&str> = timeline(&events, &related).iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["event", "event", "approval", "event"]);
+        let later = timeline(&[event(0, "create"), event(5, "claim")], &related);
+        assert_eq!(later.iter().map(|e| e.at_ms).collect::<Vec<_>>(), [0, 1, 5]);
+    }
+
+    #[test]
+    fn webhook_payloads_show_only_the_objects_summary() {
+        let payload = r#"{"data":{"object":{"id":"pi_1","status":"succeeded","client_secret":"pi_1_secret_x"}}}"#;
+        let shown = webhook_summary(payload).to_string();
+        assert!(shown.contains("pi_1") && !shown.contains("secret"));
+        assert_eq!(webhook_summary("not json"), Value::Null);
+    }
 }
