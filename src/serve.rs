@@ -305,8 +305,9 @@ pub async fn run(
             stack.api_url
         );
     }
+    let stop = ops::shutdown_signal();
     println!("Stop with Ctrl-C.");
-    ops::shutdown_signal().await;
+    stop.await;
     stack.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
