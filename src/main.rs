@@ -71,7 +71,8 @@ fn reconciler(
     w: &WorkerArgs,
 ) -> anyhow::Result<Reconciler> {
     let owner = owner_name("reconciler");
-    let config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
+    let mut config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
+    config.retry.limiter = common.limiter()?;
     Ok(Reconciler::new(
         ledger,
         common.processor()?,
@@ -164,7 +165,9 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         Command::Keys { common, command } => keys::run(&open(&common).await?, command).await,
         Command::Worker { common, worker } => {
             let ledger = open(&common).await?;
-            let config = worker.config(owner_name("worker"));
+            let mut config = worker.config(owner_name("worker"));
+            config.limiter = common.limiter()?;
+            let limiter = config.limiter.clone();
             let w = Arc::new(
                 Worker::new(ledger.clone(), common.processor()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
@@ -175,6 +178,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     ledger,
                     worker: Some(w.metrics()),
                     reconciler: None,
+                    limiter: Some(limiter),
                 },
             )
             .await?;
@@ -196,6 +200,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                             ledger,
                             worker: None,
                             reconciler: Some(rec.metrics()),
+                            limiter: Some(rec.limiter()),
                         },
                     )
                     .await?;

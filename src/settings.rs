@@ -3,6 +3,9 @@
 
 use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
+use payonce_shared::limiter::{
+    LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
+};
 use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_worker::WorkerConfig;
@@ -62,6 +65,63 @@ pub struct Common {
     /// Processor total request timeout, ms.
     #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
     pub processor_timeout_ms: u64,
+    /// Fleet limiter: `local` (in-process; embedded mode), `redis` (shared by every process of the
+    /// account through `limiter_redis_url`), or `off` (no pacing; 429s are still retried).
+    #[arg(long, env = "PAYONCE_LIMITER", default_value = "local",
+          value_parser = ["local", "redis", "off"])]
+    pub limiter: String,
+    /// Redis of the shared limiter (`limiter = redis`).
+    #[arg(
+        long,
+        env = "PAYONCE_LIMITER_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub limiter_redis_url: String,
+    /// Prefix of the shared limiter's Redis keys.
+    #[arg(
+        long,
+        env = "PAYONCE_LIMITER_KEY_PREFIX",
+        default_value = "payonce:limiter"
+    )]
+    pub limiter_key_prefix: String,
+    /// The processor account the budget belongs to (one budget per account).
+    #[arg(long, env = "PAYONCE_LIMITER_ACCOUNT", default_value = "default")]
+    pub limiter_account: String,
+    /// Submissions per second across the fleet.
+    #[arg(long, env = "PAYONCE_LIMITER_WRITE_PER_SECOND", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limiter_write_per_second: u32,
+    /// Lookups per second across the fleet.
+    #[arg(long, env = "PAYONCE_LIMITER_READ_PER_SECOND", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limiter_read_per_second: u32,
+    /// Reads and writes together per second across the fleet (Stripe: 100 live, 25 sandbox); 0: no
+    /// account-wide cap beyond the two budgets.
+    #[arg(long, env = "PAYONCE_LIMITER_GLOBAL_PER_SECOND", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub limiter_global_per_second: u32,
+    /// Percent of the global rate reserved for lookups (submissions can never take it).
+    #[arg(long, env = "PAYONCE_LIMITER_READ_RESERVED_PERCENT", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(0..100))]
+    pub limiter_read_reserved_percent: u32,
+    /// Percent of the global rate reserved for submissions (lookups can never take it).
+    #[arg(long, env = "PAYONCE_LIMITER_WRITE_RESERVED_PERCENT", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(0..100))]
+    pub limiter_write_reserved_percent: u32,
+    /// Permits one budget may grant at once after an idle spell.
+    #[arg(long, env = "PAYONCE_LIMITER_BURST", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limiter_burst: u32,
+    /// Processes sharing the budget: while Redis is unreachable each one limits itself to the budget
+    /// divided by this.
+    #[arg(long, env = "PAYONCE_LIMITER_EXPECTED_PROCESSES", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub limiter_expected_processes: u32,
+    /// Connect and response timeout of each shared-limiter call, ms; past it the local share decides.
+    #[arg(long, env = "PAYONCE_LIMITER_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limiter_timeout_ms: u64,
     /// Where worker and reconciler serve `/metrics`, `/healthz` and `/readyz` (worker, reconciler run, serve; the api serves them on its own address); empty: nowhere.
     #[arg(long, env = "PAYONCE_METRICS_LISTEN", default_value = "")]
     pub metrics_listen: String,
@@ -81,6 +141,42 @@ impl Common {
             stripe = stripe.with_key_retention(Duration::from_secs(s));
         }
         Ok(Arc::new(stripe))
+    }
+
+    /// The account's budget.
+    pub fn limiter_rates(&self) -> Rates {
+        Rates {
+            write_per_second: self.limiter_write_per_second,
+            read_per_second: self.limiter_read_per_second,
+            global_per_second: (self.limiter_global_per_second > 0)
+                .then_some(self.limiter_global_per_second),
+            read_reserved_percent: self.limiter_read_reserved_percent,
+            write_reserved_percent: self.limiter_write_reserved_percent,
+            burst: self.limiter_burst,
+        }
+    }
+
+    /// This process's fleet limiter (one per process: the worker and the reconciler in it share it).
+    pub fn limiter(&self) -> anyhow::Result<SharedLimiter> {
+        let rates = self.limiter_rates();
+        Ok(match self.limiter.as_str() {
+            "off" => Arc::new(Unlimited::default()),
+            "redis" => Arc::new(
+                RedisLimiter::new(RedisLimiterConfig {
+                    url: self.limiter_redis_url.clone(),
+                    key_prefix: self.limiter_key_prefix.clone(),
+                    account: self.limiter_account.clone(),
+                    rates,
+                    expected_processes: self.limiter_expected_processes,
+                    timeout: Duration::from_millis(self.limiter_timeout_ms),
+                })
+                .map_err(anyhow::Error::msg)?,
+            ),
+            _ => {
+                rates.validate().map_err(anyhow::Error::msg)?;
+                Arc::new(LocalLimiter::new(rates))
+            }
+        })
     }
 }
 

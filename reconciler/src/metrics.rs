@@ -25,6 +25,8 @@ pub struct ReconcilerMetrics {
     pub deferred: Counter,
     /// Writes that lost to a racing writer.
     pub fenced: Counter,
+    /// Lookups the processor refused with 429 (the check is deferred).
+    pub lookups_rate_limited: Counter,
 }
 
 impl ReconcilerMetrics {
@@ -54,6 +56,12 @@ impl ReconcilerMetrics {
                 c.get(),
             );
         }
+        e.counter(
+            "payonce_processor_rate_limited_total",
+            "Requests the processor refused with 429, by kind.",
+            "kind=\"lookup\"",
+            self.lookups_rate_limited.get(),
+        );
         let counts = ledger.count_by_status().await?;
         e.operations_per_state(&counts);
         let oldest = counts
