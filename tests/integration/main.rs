@@ -13,6 +13,7 @@ mod deployables;
 mod failure_injection;
 mod fuzz_bodies;
 mod ledger_conformance;
+mod limiter;
 mod properties;
 mod reconciler;
 mod serve;

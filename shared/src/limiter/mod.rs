@@ -15,7 +15,7 @@ mod local;
 mod redis;
 
 pub use local::LocalLimiter;
-pub use redis::{RedisLimiter, RedisLimiterConfig};
+pub use redis::{FALLBACK_PROBE_INTERVAL, RedisLimiter, RedisLimiterConfig};
 
 use crate::metrics::{Counter, Exposition, Gauge, Histogram};
 use async_trait::async_trait;

@@ -16,6 +16,9 @@ use std::time::Duration;
 pub const KEY_PREFIX_LEN_MAX: usize = 128;
 /// Longest accepted account name.
 pub const ACCOUNT_LEN_MAX: usize = 64;
+/// While in the fallback, how often Redis is asked again: in between, the local share decides at once
+/// instead of every acquire paying a failed call.
+pub const FALLBACK_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// Redis reconnection attempts per reconnect cycle of the connection manager.
 const RECONNECT_RETRIES: usize = 2;
 /// Longest pause between the connection manager's reconnect attempts.
@@ -72,6 +75,8 @@ pub struct RedisLimiter {
     timeout: Duration,
     fallback: LocalLimiter,
     in_fallback: AtomicBool,
+    /// While in the fallback: when Redis may be asked again.
+    next_probe: std::sync::Mutex<Option<tokio::time::Instant>>,
     metrics: LimiterMetrics,
     account: String,
 }
@@ -142,6 +147,7 @@ impl RedisLimiter {
             timeout: config.timeout,
             fallback: LocalLimiter::new(config.rates.share(config.expected_processes)),
             in_fallback: AtomicBool::new(false),
+            next_probe: std::sync::Mutex::new(None),
             metrics: LimiterMetrics::default(),
             account: config.account,
         })
@@ -182,8 +188,25 @@ impl RedisLimiter {
 #[async_trait]
 impl Limiter for RedisLimiter {
     async fn try_acquire(&self, budget: Budget) -> Decision {
-        let decision = match self.shared(budget).await {
+        let now = tokio::time::Instant::now();
+        let probe_due = {
+            let next = self
+                .next_probe
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            next.is_none_or(|at| now >= at)
+        };
+        let answer = if probe_due {
+            self.shared(budget).await
+        } else {
+            Err(String::new())
+        };
+        let decision = match answer {
             Ok(d) => {
+                *self
+                    .next_probe
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                 if self.in_fallback.swap(false, Ordering::Relaxed) {
                     self.metrics.fallback.set(0);
                     tracing::info!(account = %self.account, "fleet limiter: Redis answers again; back on the shared budget");
@@ -191,7 +214,14 @@ impl Limiter for RedisLimiter {
                 d
             }
             Err(error) => {
-                self.metrics.backend_errors.inc();
+                if probe_due {
+                    self.metrics.backend_errors.inc();
+                    *self
+                        .next_probe
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        Some(now + FALLBACK_PROBE_INTERVAL);
+                }
                 if !self.in_fallback.swap(true, Ordering::Relaxed) {
                     self.metrics.fallback.set(1);
                     self.metrics.fallback_entered.inc();
