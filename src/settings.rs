@@ -210,6 +210,19 @@ pub struct WorkerArgs {
     /// Shutdown grace, ms.
     #[arg(long, env = "PAYONCE_SHUTDOWN_GRACE_MS", default_value_t = 25_000)]
     pub shutdown_grace_ms: u64,
+    /// First pause after a processor 429 without `Retry-After`, ms (doubles, with jitter).
+    #[arg(long, env = "PAYONCE_RATE_LIMIT_BACKOFF_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_backoff_ms: u64,
+    /// Longest pause after a processor 429, ms.
+    #[arg(long, env = "PAYONCE_RATE_LIMIT_BACKOFF_MAX_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_backoff_max_ms: u64,
+    /// Longest a claimed submission waits for permits and retries 429s in place before going back to
+    /// ready (never counted as a failed attempt), ms.
+    #[arg(long, env = "PAYONCE_RATE_LIMIT_WAIT_MAX_MS", default_value_t = 120_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_wait_max_ms: u64,
 }
 
 impl WorkerArgs {
@@ -225,6 +238,9 @@ impl WorkerArgs {
         c.poll_interval = Duration::from_millis(self.poll_ms);
         c.first_check_delay = Duration::from_millis(self.first_check_ms);
         c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        c.rate_limit_backoff_base = Duration::from_millis(self.rate_limit_backoff_ms);
+        c.rate_limit_backoff_max = Duration::from_millis(self.rate_limit_backoff_max_ms);
+        c.rate_limit_wait_max = Duration::from_millis(self.rate_limit_wait_max_ms);
         c
     }
 }
@@ -253,6 +269,10 @@ pub struct ReconcilerArgs {
     /// Same-key retries must land this long before the key's retention closes, ms.
     #[arg(long, env = "PAYONCE_RETENTION_MARGIN_MS", default_value_t = 300_000)]
     pub retention_margin_ms: u64,
+    /// Longest a lookup waits for a read permit from the fleet limiter before the check is deferred, ms.
+    #[arg(long, env = "PAYONCE_LOOKUP_PERMIT_WAIT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lookup_permit_wait_ms: u64,
     /// Allow resubmission after the window on a consistent "not found".
     #[arg(long, env = "PAYONCE_RESUBMIT_AFTER_WINDOW", default_value_t = false)]
     pub resubmit_after_window: bool,
@@ -269,6 +289,7 @@ impl ReconcilerArgs {
         c.sweep_lease_ttl = Duration::from_millis(self.sweep_lease_ttl_ms);
         c.retention_margin = Duration::from_millis(self.retention_margin_ms);
         c.resubmit_after_window = self.resubmit_after_window;
+        c.lookup_permit_wait_max = Duration::from_millis(self.lookup_permit_wait_ms);
         c.retry = worker;
         c
     }

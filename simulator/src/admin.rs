@@ -118,10 +118,18 @@ pub(crate) async fn set_rate_limits(State(app): State<Shared>, body: Bytes) -> R
     Json(json!({ "rate_limits": app.limiter.limits() })).into_response()
 }
 
-/// `GET /_sim/audit/rate_limits`: how many requests each endpoint refused with 429 `rate_limit`, from
-/// the limiters (fault-injected 429s are not counted here).
+/// `GET /_sim/audit/rate_limits`: per endpoint, how many authenticated requests reached the limiters and
+/// how many they refused with 429 `rate_limit` (fault-injected 429s are counted in neither).
 pub(crate) async fn audit_rate_limits(State(app): State<Shared>) -> Response {
     let refused = app.limiter.refused();
     let total: u64 = refused.values().sum();
-    Json(json!({ "refused_429": refused, "total_429": total })).into_response()
+    let requests = app.limiter.checked();
+    let requests_total: u64 = requests.values().sum();
+    Json(json!({
+        "refused_429": refused,
+        "total_429": total,
+        "requests": requests,
+        "requests_total": requests_total,
+    }))
+    .into_response()
 }

@@ -109,6 +109,7 @@ struct State {
     limits: RateLimits,
     buckets: HashMap<String, Bucket>,
     refused: BTreeMap<String, u64>,
+    checked: BTreeMap<String, u64>,
 }
 
 /// The account's buckets and the count of refusals per endpoint.
@@ -151,10 +152,16 @@ impl Limiter {
         self.lock().refused.clone()
     }
 
+    /// Requests checked so far (admitted or refused), per endpoint.
+    pub(crate) fn checked(&self) -> BTreeMap<String, u64> {
+        self.lock().checked.clone()
+    }
+
     /// Takes one token from every scope of the request at `now_ms`, or none and counts a refusal.
     pub(crate) fn admit(&self, method: &str, path: &str, now_ms: i64) -> bool {
         let endpoint = endpoint_of(method, path);
         let mut s = self.lock();
+        *s.checked.entry(endpoint.clone()).or_default() += 1;
         let l = &s.limits;
         let per_endpoint = l
             .endpoints

@@ -1244,6 +1244,11 @@ async fn a_rate_limited_post_gets_stripes_429_and_nothing_is_stored_under_its_ke
         .unwrap();
     assert!(counted > limited_again, "{audit}");
     assert_eq!(audit["total_429"].as_u64().unwrap(), counted);
+    let requests = audit["requests"]["POST /v1/payment_intents"]
+        .as_u64()
+        .unwrap();
+    assert!(requests > counted, "{audit}");
+    assert_eq!(audit["requests_total"].as_u64().unwrap(), requests);
     s.sim.shutdown().await;
 }
 

@@ -1,7 +1,7 @@
 //! The in-process limiter: GCRA over the same buckets as the Redis script, for one process (embedded
 //! mode) and as each process's fallback share while Redis is unreachable.
 
-use super::{BucketRate, Budget, Decision, Limiter, LimiterMetrics, Rates};
+use super::{BucketRate, Budget, Decision, Limiter, LimiterMetrics, Rates, WaitingLines};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -35,6 +35,7 @@ pub struct LocalLimiter {
     epoch: Instant,
     tats: Mutex<HashMap<&'static str, i64>>,
     metrics: LimiterMetrics,
+    lines: WaitingLines,
 }
 
 impl LocalLimiter {
@@ -45,6 +46,7 @@ impl LocalLimiter {
             epoch: Instant::now(),
             tats: Mutex::new(HashMap::new()),
             metrics: LimiterMetrics::default(),
+            lines: WaitingLines::default(),
         }
     }
 
@@ -99,6 +101,9 @@ impl Limiter for LocalLimiter {
     }
     fn metrics(&self) -> &LimiterMetrics {
         &self.metrics
+    }
+    fn lines(&self) -> &WaitingLines {
+        &self.lines
     }
 }
 

@@ -249,6 +249,24 @@ impl LimiterMetrics {
     }
 }
 
+/// The queue a process's waiters stand in, one per budget: only the head of the line asks the limiter,
+/// so a hundred waiting submissions cost one Redis call per retry, not a hundred (no thundering herd),
+/// and they are served in arrival order.
+#[derive(Debug, Default)]
+pub struct WaitingLines {
+    write: tokio::sync::Mutex<()>,
+    read: tokio::sync::Mutex<()>,
+}
+
+impl WaitingLines {
+    fn of(&self, budget: Budget) -> &tokio::sync::Mutex<()> {
+        match budget {
+            Budget::Write => &self.write,
+            Budget::Read => &self.read,
+        }
+    }
+}
+
 /// A request budget shared by whoever holds it.
 #[async_trait]
 pub trait Limiter: Send + Sync + std::fmt::Debug {
@@ -256,6 +274,8 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     async fn try_acquire(&self, budget: Budget) -> Decision;
     /// The limiter's counters.
     fn metrics(&self) -> &LimiterMetrics;
+    /// This process's waiting lines.
+    fn lines(&self) -> &WaitingLines;
 }
 
 /// Shared handle to a limiter.
@@ -265,6 +285,7 @@ pub type SharedLimiter = Arc<dyn Limiter>;
 #[derive(Debug, Default)]
 pub struct Unlimited {
     metrics: LimiterMetrics,
+    lines: WaitingLines,
 }
 
 #[async_trait]
@@ -278,6 +299,9 @@ impl Limiter for Unlimited {
     }
     fn metrics(&self) -> &LimiterMetrics {
         &self.metrics
+    }
+    fn lines(&self) -> &WaitingLines {
+        &self.lines
     }
 }
 
@@ -299,12 +323,20 @@ pub async fn acquire(
     wait_max: Duration,
 ) -> Result<Duration, Denied> {
     let started = tokio::time::Instant::now();
+    let deny = |waited| {
+        limiter.metrics().denied.inc();
+        Denied { budget, waited }
+    };
+    // Wait in this process's line first; only its head asks the limiter.
+    let Ok(_turn) = tokio::time::timeout(wait_max, limiter.lines().of(budget).lock()).await else {
+        return Err(deny(started.elapsed()));
+    };
     let mut waited_once = false;
     loop {
         match limiter.try_acquire(budget).await {
             Decision::Granted => {
                 let waited = started.elapsed();
-                if waited_once {
+                if waited_once || waited > Duration::from_millis(1) {
                     limiter.metrics().waited.inc();
                 }
                 limiter
@@ -316,8 +348,7 @@ pub async fn acquire(
             Decision::Retry(after) => {
                 let waited = started.elapsed();
                 if waited >= wait_max {
-                    limiter.metrics().denied.inc();
-                    return Err(Denied { budget, waited });
+                    return Err(deny(waited));
                 }
                 waited_once = true;
                 let pause = after

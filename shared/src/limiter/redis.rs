@@ -6,7 +6,7 @@
 //! Nothing is lost or duplicated either way: a permit only paces a request, it never decides one.
 
 use super::local::LocalLimiter;
-use super::{Budget, Decision, Limiter, LimiterMetrics, Rates};
+use super::{Budget, Decision, Limiter, LimiterMetrics, Rates, WaitingLines};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +78,7 @@ pub struct RedisLimiter {
     /// While in the fallback: when Redis may be asked again.
     next_probe: std::sync::Mutex<Option<tokio::time::Instant>>,
     metrics: LimiterMetrics,
+    lines: WaitingLines,
     account: String,
 }
 
@@ -149,6 +150,7 @@ impl RedisLimiter {
             in_fallback: AtomicBool::new(false),
             next_probe: std::sync::Mutex::new(None),
             metrics: LimiterMetrics::default(),
+            lines: WaitingLines::default(),
             account: config.account,
         })
     }
@@ -244,5 +246,8 @@ impl Limiter for RedisLimiter {
     }
     fn metrics(&self) -> &LimiterMetrics {
         &self.metrics
+    }
+    fn lines(&self) -> &WaitingLines {
+        &self.lines
     }
 }
