@@ -401,3 +401,122 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
     );
     sim.shutdown().await;
 }
+
+/// An operation whose submission was recorded and never sent, now `unknown` and due for a check.
+async fn unknown_never_sent(
+    ledger: &payonce_shared::ledger::SharedLedger,
+    invoice: &str,
+) -> payonce_shared::ledger::Operation {
+    let now = SystemClock.now_ms();
+    let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
+    let c = ledger
+        .claim("crashed-worker", 1, 60_000, now)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, op.id);
+    ledger.mark_submitting(&c.id, c.attempt, now).await.unwrap();
+    let unknown = payonce_shared::ledger::Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: None,
+        next_check_at_ms: now,
+    };
+    ledger
+        .record(&c.id, c.attempt, &unknown, "crashed-worker", now)
+        .await
+        .unwrap();
+    op
+}
+
+async fn sim_requests(sim: &payonce_simulator::Simulator) -> u64 {
+    let v: serde_json::Value = reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["requests_total"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check() {
+    use payonce_reconciler::{Reconciler, ReconcilerConfig};
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let op = unknown_never_sent(&ledger, "INV-LK1").await;
+
+    // The fleet limiter has no read permit to give within the wait bound: deferred, nothing sent.
+    let mut config = ReconcilerConfig::new("rec-limited");
+    config.retry = WorkerConfig::new("rec-limited");
+    config.check_backoff_base = Duration::from_millis(20);
+    config.lookup_permit_wait_max = Duration::from_millis(1);
+    let spent = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
+    assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
+    config.retry.limiter = spent.clone();
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    let before = sim_requests(&sim).await;
+    let report = rec.sweep_once(false).await.unwrap();
+    assert_eq!(report.deferred, 1, "{report:?}");
+    assert_eq!(sim_requests(&sim).await, before, "no lookup was sent");
+    assert!(spent.metrics().denied.get() >= 1);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Unknown
+    );
+
+    // The processor answers every request 429: the check is deferred, counted, never escalated.
+    processes::arm_faults(
+        &sim,
+        serde_json::json!([{ "match": "*", "fault": "rate_limit_429" }]),
+    )
+    .await;
+    let mut config = ReconcilerConfig::new("rec-429");
+    config.retry = WorkerConfig::new("rec-429");
+    config.check_backoff_base = Duration::from_millis(20);
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    let deferred = wait_for("a sweep that checks the operation", DEADLINE, || async {
+        let r = rec.sweep_once(false).await.unwrap();
+        (r.deferred > 0).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        (
+            deferred.escalated,
+            deferred.retried_same_key,
+            deferred.resolved_succeeded
+        ),
+        (0, 0, 0),
+        "{deferred:?}"
+    );
+    assert_eq!(rec.metrics().lookups_rate_limited.get(), 1);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Unknown
+    );
+    // Once the processor answers, the check resolves it: not found, same-key retry, one payment.
+    let r = reqwest::Client::new()
+        .delete(format!("{}/_sim/faults", sim.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let done = wait_for("the operation to be resolved", DEADLINE, || async {
+        rec.sweep_once(false).await.unwrap();
+        let row = ledger.get(&tenant(), &op.id).await.unwrap();
+        row.status.is_terminal().then_some(row)
+    })
+    .await;
+    assert_eq!(done.status, Status::Succeeded);
+    assert_eq!(processes::payments_for(&sim, op.id.as_str()).await, 1);
+    sim.shutdown().await;
+}
