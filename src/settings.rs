@@ -342,3 +342,31 @@ impl ApiArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_shared::limiter::Budget;
+
+    #[tokio::test]
+    async fn the_limiter_settings_build_each_mode_and_refuse_bad_values() {
+        let mut common: Common = builtin_defaults().unwrap();
+        let rates = common.limiter_rates();
+        assert_eq!(rates.global_per_second, None, "0 means no account-wide cap");
+        assert_eq!(rates.class_per_second(Budget::Write), 100);
+        assert!(common.limiter().is_ok(), "local by default");
+        common.limiter = "off".into();
+        assert!(common.limiter().is_ok());
+        common.limiter = "redis".into();
+        assert!(common.limiter().is_ok(), "lazy: Redis need not be up");
+        common.limiter_key_prefix = "bad prefix!".into();
+        assert!(common.limiter().is_err());
+        common.limiter = "local".into();
+        common.limiter_global_per_second = 3;
+        // 20% of 3/s is less than one request per second.
+        assert!(common.limiter().is_err());
+        let parsed = Common::augment_args(Command::new("t").no_binary_name(true))
+            .try_get_matches_from(["--limiter-write-per-second", "0"]);
+        assert!(parsed.is_err(), "a zero rate is refused at the boundary");
+    }
+}

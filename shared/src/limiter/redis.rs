@@ -101,7 +101,7 @@ fn valid_name(s: &str, max: usize) -> bool {
 
 impl RedisLimiter {
     /// Validates the configuration and prepares a lazily connecting, self-reconnecting connection:
-    /// a Redis that is down at start-up only means starting in the fallback.
+    /// a Redis that is down at start-up only means starting in the fallback. Call it inside a Tokio runtime.
     pub fn new(config: RedisLimiterConfig) -> Result<Self, String> {
         config.rates.validate()?;
         if !valid_name(&config.key_prefix, KEY_PREFIX_LEN_MAX) {
