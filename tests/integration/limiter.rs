@@ -520,3 +520,66 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
     assert_eq!(processes::payments_for(&sim, op.id.as_str()).await, 1);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn shutdown_does_not_wait_for_permits_and_unsent_operations_go_back_to_ready() {
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let now = SystemClock.now_ms();
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        ids.push(
+            ready_operation(&ledger, &format!("INV-SD{i}"), "pm_card_visa", now)
+                .await
+                .id,
+        );
+    }
+    // One write permit per second: draining all thirty would take half a minute.
+    let mut config = WorkerConfig::new("worker-shutdown");
+    config.concurrency = 30;
+    config.batch_size = 30;
+    config.limiter = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
+    let worker = Arc::new(
+        Worker::new(
+            ledger.clone(),
+            processes::stripe(&sim, None),
+            Arc::new(SystemClock),
+            config,
+        )
+        .unwrap(),
+    );
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(worker.clone().run(async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
+    }));
+    wait_for("the first payment", DEADLINE, || async {
+        (processes::audit(&sim).await.len() == 1).then_some(())
+    })
+    .await;
+    stop_tx.send(true).unwrap();
+    // Well under the 29 s the remaining permits would take.
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("shutdown does not wait for permits")
+        .unwrap();
+    let paid = processes::audit(&sim).await.len();
+    assert!(paid < ids.len(), "{paid}");
+    let mut ready = 0;
+    for id in &ids {
+        let op = ledger.get(&tenant(), id).await.unwrap();
+        match op.status {
+            Status::Succeeded => {}
+            Status::Ready => {
+                ready += 1;
+                assert_eq!(processes::payments_for(&sim, id.as_str()).await, 0);
+            }
+            other => panic!("{id} left {other:?}"),
+        }
+    }
+    assert_eq!(
+        ready,
+        ids.len() - paid,
+        "every unsent operation is ready again"
+    );
+    sim.shutdown().await;
+}

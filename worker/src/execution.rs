@@ -141,10 +141,24 @@ pub async fn submit_paced(
     let mut refusals: u32 = 0;
     loop {
         let left = give_up_at.saturating_duration_since(tokio::time::Instant::now());
-        if let Err(denied) = acquire(config.limiter.as_ref(), Budget::Write, left).await {
+        let permit = acquire(config.limiter.as_ref(), Budget::Write, left);
+        // Shutdown does not wait for a permit: nothing was sent, so the row goes back to ready.
+        let permit = match stop {
+            Some(stop) => {
+                let mut stop = stop.clone();
+                tokio::select! {
+                    p = permit => p.map_err(|denied| format!("fleet limiter: {denied}")),
+                    _ = stop.wait_for(|s| *s) => Err("shutdown while waiting for a permit".to_string()),
+                }
+            }
+            None => permit
+                .await
+                .map_err(|denied| format!("fleet limiter: {denied}")),
+        };
+        if let Err(reason) = permit {
             metrics.rate_limited_requeued.inc();
             return SubmitOutcome::RateLimited {
-                reason: format!("fleet limiter: {denied}"),
+                reason,
                 retry_after_ms: None,
             };
         }

@@ -29,7 +29,7 @@ pub struct WorkerMetrics {
     pub rate_limited: Counter,
     /// Submissions that went back to `ready` after waiting `rate_limit_wait_max` for permits or past 429s.
     pub rate_limited_requeued: Counter,
-    /// Processor submission latency.
+    /// Submission latency: the processor call, plus any wait for a limiter permit and in-place 429 retries.
     pub submit_latency: Histogram,
     /// Claim-to-submit latency.
     pub claim_to_submit: Histogram,
@@ -113,7 +113,7 @@ impl WorkerMetrics {
         );
         e.histogram(
             "payonce_worker_submit_seconds",
-            "Processor submission latency.",
+            "Submission latency, including limiter waits and in-place 429 retries.",
             &self.submit_latency,
         );
         e.histogram(
