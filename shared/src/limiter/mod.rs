@@ -392,6 +392,48 @@ mod tests {
     }
 
     #[test]
+    fn metrics_render_every_series_even_at_zero() {
+        let m = LimiterMetrics::default();
+        m.fallback.set(1);
+        m.granted_write.add(3);
+        let mut e = Exposition::default();
+        m.render(&mut e);
+        let text = e.finish();
+        for line in [
+            "payonce_limiter_granted_total{budget=\"write\"} 3",
+            "payonce_limiter_granted_total{budget=\"read\"} 0",
+            "payonce_limiter_fallback 1",
+            "payonce_limiter_fallback_entered_total 0",
+            "payonce_limiter_denied_total 0",
+            "payonce_limiter_wait_seconds_count 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn acquire_waits_for_a_permit_and_gives_up_at_its_bound() {
+        let l = LocalLimiter::new(Rates {
+            write_per_second: 1,
+            read_per_second: 1000,
+            global_per_second: None,
+            read_reserved_percent: 0,
+            write_reserved_percent: 0,
+            burst: 1,
+        });
+        assert!(acquire(&l, Budget::Write, Duration::ZERO).await.is_ok());
+        let denied = acquire(&l, Budget::Write, Duration::from_millis(5)).await;
+        assert_eq!(denied.map_err(|d| d.budget), Err(Budget::Write));
+        assert_eq!(l.metrics().denied.get(), 1);
+        // Reads are another line and another budget.
+        assert!(
+            acquire(&l, Budget::Read, Duration::from_millis(5))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn bad_rates_are_refused_and_shares_divide() {
         let r = rates();
         for bad in [
