@@ -105,12 +105,17 @@ pub struct MetricsState {
     pub worker: Option<Arc<WorkerMetrics>>,
     /// Reconciler counters, if this process runs a reconciler.
     pub reconciler: Option<Arc<ReconcilerMetrics>>,
+    /// The process's fleet limiter (waits, denials, fallback).
+    pub limiter: Option<payonce_shared::limiter::SharedLimiter>,
 }
 
 async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     if let Some(w) = &s.worker {
         w.render(&mut e);
+    }
+    if let Some(l) = &s.limiter {
+        l.metrics().render(&mut e);
     }
     if let Some(r) = &s.reconciler
         && let Err(error) = r.render(&s.ledger, SystemClock.now_ms(), &mut e).await
