@@ -14,7 +14,7 @@ use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::{Operation, Role};
 use payonce_shared::state::Status;
-use payonce_simulator::SimulatorConfig;
+use payonce_simulator::{RateLimits, SimulatorConfig};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -79,6 +79,19 @@ pub struct SimulatorArgs {
     /// Seed for every random decision.
     #[arg(long, env = "PAYONCE_SIMULATOR_SEED", default_value_t = 1)]
     pub seed: u64,
+    /// Stripe's rate limits to enforce, as JSON (`{"global_per_second":25,"endpoint_per_second":25,
+    /// "search_per_second":20}`; also `read_per_second`, `write_per_second`, `endpoints`); `{}`: none.
+    #[arg(long, env = "PAYONCE_SIMULATOR_RATE_LIMITS", default_value = "{}",
+          value_parser = parse_rate_limits)]
+    pub rate_limits: RateLimits,
+}
+
+/// Parses and validates `--rate-limits`.
+fn parse_rate_limits(raw: &str) -> Result<RateLimits, String> {
+    let limits: RateLimits =
+        serde_json::from_str(raw).map_err(|e| format!("rate limits JSON: {e}"))?;
+    limits.validate()?;
+    Ok(limits)
 }
 
 impl SimulatorArgs {
@@ -91,6 +104,7 @@ impl SimulatorArgs {
             webhook_secret: self.webhook_secret.clone(),
             webhook_duplicates_per_mille: self.webhook_duplicates_per_mille,
             seed: self.seed,
+            rate_limits: self.rate_limits.clone(),
             ..SimulatorConfig::default()
         }
     }
@@ -459,4 +473,25 @@ fn audit_count(audit: &serde_json::Value, operation: &str) -> usize {
             })
             .count()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulator_rate_limits_are_parsed_and_validated_at_the_boundary() {
+        let sandbox = parse_rate_limits(
+            r#"{"global_per_second":25,"endpoint_per_second":25,"search_per_second":20}"#,
+        )
+        .unwrap();
+        assert_eq!(sandbox, RateLimits::stripe_sandbox());
+        assert_eq!(parse_rate_limits("{}").unwrap(), RateLimits::default());
+        assert!(parse_rate_limits(r#"{"global_per_second":0}"#).is_err());
+        assert!(
+            parse_rate_limits(r#"{"global":25}"#).is_err(),
+            "unknown keys are refused"
+        );
+        assert!(parse_rate_limits("25").is_err());
+    }
 }

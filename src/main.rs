@@ -74,7 +74,8 @@ fn reconciler(
     w: &WorkerArgs,
 ) -> anyhow::Result<Reconciler> {
     let owner = owner_name("reconciler");
-    let config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
+    let mut config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
+    config.retry.limiter = common.limiter()?;
     Ok(Reconciler::new(
         ledger,
         common.processor()?,
@@ -171,7 +172,9 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         }
         Command::Worker { common, worker } => {
             let ledger = open(&common).await?;
-            let config = worker.config(owner_name("worker"));
+            let mut config = worker.config(owner_name("worker"));
+            config.limiter = common.limiter()?;
+            let limiter = config.limiter.clone();
             let w = Arc::new(
                 Worker::new(ledger.clone(), common.processor()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
@@ -182,6 +185,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     ledger,
                     worker: Some(w.metrics()),
                     reconciler: None,
+                    limiter: Some(limiter),
                 },
             )
             .await?;
@@ -203,6 +207,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                             ledger,
                             worker: None,
                             reconciler: Some(rec.metrics()),
+                            limiter: Some(rec.limiter()),
                         },
                     )
                     .await?;

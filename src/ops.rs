@@ -64,23 +64,36 @@ pub async fn probe(url: &str, timeout_ms: u64) -> std::process::ExitCode {
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    // The handlers are registered now, not at the first poll: a SIGTERM that arrives between a
+    // caller's "ready" line and its first await must not kill the process with the default action.
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (term, interrupt) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
-    tracing::info!("shutdown requested");
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! { () = wait(term) => {}, () = wait(interrupt) => {} }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown requested");
+    }
 }
 
 /// What a metrics endpoint reports.
@@ -92,12 +105,17 @@ pub struct MetricsState {
     pub worker: Option<Arc<WorkerMetrics>>,
     /// Reconciler counters, if this process runs a reconciler.
     pub reconciler: Option<Arc<ReconcilerMetrics>>,
+    /// The process's fleet limiter (waits, denials, fallback).
+    pub limiter: Option<payonce_shared::limiter::SharedLimiter>,
 }
 
 async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     if let Some(w) = &s.worker {
         w.render(&mut e);
+    }
+    if let Some(l) = &s.limiter {
+        l.metrics().render(&mut e);
     }
     if let Some(r) = &s.reconciler
         && let Err(error) = r.render(&s.ledger, SystemClock.now_ms(), &mut e).await

@@ -10,6 +10,7 @@ use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{Clock, SharedClock, SystemClock};
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
+use payonce_shared::limiter::SharedLimiter;
 use payonce_shared::processor::Processor;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::Worker;
@@ -63,6 +64,8 @@ pub struct Stack {
     /// The processor's base URL.
     pub processor_url: String,
     processor: Arc<dyn Processor>,
+    /// The one fleet limiter of this process (in-process unless configured `redis`).
+    pub limiter: SharedLimiter,
     clock: SharedClock,
     plan: Plan,
     simulator: Option<Simulator>,
@@ -123,6 +126,7 @@ impl Stack {
             None => None,
         };
         let processor = common.processor()?;
+        let limiter = common.limiter()?;
         let clock: SharedClock = Arc::new(SystemClock);
         let (stop, _) = watch::channel(false);
         let state = payonce_api::AppState::new(ledger.clone(), clock.clone(), api_config.clone());
@@ -137,6 +141,7 @@ impl Stack {
             api_url: api_config.base_url().to_string(),
             processor_url: common.processor_url.clone(),
             processor,
+            limiter,
             clock,
             plan: Plan { common, ..plan },
             simulator,
@@ -147,7 +152,8 @@ impl Stack {
 
     /// Starts the in-process worker.
     pub fn start_worker(&mut self) -> anyhow::Result<Arc<Worker>> {
-        let config = self.plan.worker.config(owner_name("serve-worker"));
+        let mut config = self.plan.worker.config(owner_name("serve-worker"));
+        config.limiter = self.limiter.clone();
         let worker = Arc::new(
             Worker::new(
                 self.ledger.clone(),
@@ -168,10 +174,11 @@ impl Stack {
     /// Starts the in-process reconciler daemon.
     pub fn start_reconciler(&mut self) -> Arc<Reconciler> {
         let owner = owner_name("serve-reconciler");
-        let config = self
+        let mut config = self
             .plan
             .reconciler
             .config(owner.clone(), self.plan.worker.config(owner));
+        config.retry.limiter = self.limiter.clone();
         let reconciler = Arc::new(Reconciler::new(
             self.ledger.clone(),
             self.processor.clone(),
@@ -247,6 +254,7 @@ pub async fn run(
             ledger: stack.ledger.clone(),
             worker: Some(w.metrics()),
             reconciler: Some(r.metrics()),
+            limiter: Some(stack.limiter.clone()),
         },
     )
     .await?;
@@ -305,8 +313,9 @@ pub async fn run(
             stack.api_url
         );
     }
+    let stop = ops::shutdown_signal();
     println!("Stop with Ctrl-C.");
-    ops::shutdown_signal().await;
+    stop.await;
     stack.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,9 @@
 
 use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
+use payonce_shared::limiter::{
+    LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
+};
 use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_worker::WorkerConfig;
@@ -62,6 +65,63 @@ pub struct Common {
     /// Processor total request timeout, ms.
     #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
     pub processor_timeout_ms: u64,
+    /// Fleet limiter: `local` (in-process; embedded mode), `redis` (shared by every process of the
+    /// account through `limiter_redis_url`), or `off` (no pacing; 429s are still retried).
+    #[arg(long, env = "PAYONCE_LIMITER", default_value = "local",
+          value_parser = ["local", "redis", "off"])]
+    pub limiter: String,
+    /// Redis of the shared limiter (`limiter = redis`).
+    #[arg(
+        long,
+        env = "PAYONCE_LIMITER_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub limiter_redis_url: String,
+    /// Prefix of the shared limiter's Redis keys.
+    #[arg(
+        long,
+        env = "PAYONCE_LIMITER_KEY_PREFIX",
+        default_value = "payonce:limiter"
+    )]
+    pub limiter_key_prefix: String,
+    /// The processor account the budget belongs to (one budget per account).
+    #[arg(long, env = "PAYONCE_LIMITER_ACCOUNT", default_value = "default")]
+    pub limiter_account: String,
+    /// Submissions per second across the fleet.
+    #[arg(long, env = "PAYONCE_LIMITER_WRITE_PER_SECOND", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limiter_write_per_second: u32,
+    /// Lookups per second across the fleet.
+    #[arg(long, env = "PAYONCE_LIMITER_READ_PER_SECOND", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limiter_read_per_second: u32,
+    /// Reads and writes together per second across the fleet (Stripe: 100 live, 25 sandbox); 0: no
+    /// account-wide cap beyond the two budgets.
+    #[arg(long, env = "PAYONCE_LIMITER_GLOBAL_PER_SECOND", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub limiter_global_per_second: u32,
+    /// Percent of the global rate reserved for lookups (submissions can never take it).
+    #[arg(long, env = "PAYONCE_LIMITER_READ_RESERVED_PERCENT", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(0..100))]
+    pub limiter_read_reserved_percent: u32,
+    /// Percent of the global rate reserved for submissions (lookups can never take it).
+    #[arg(long, env = "PAYONCE_LIMITER_WRITE_RESERVED_PERCENT", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(0..100))]
+    pub limiter_write_reserved_percent: u32,
+    /// Permits one budget may grant at once after an idle spell.
+    #[arg(long, env = "PAYONCE_LIMITER_BURST", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limiter_burst: u32,
+    /// Processes sharing the budget: while Redis is unreachable each one limits itself to the budget
+    /// divided by this.
+    #[arg(long, env = "PAYONCE_LIMITER_EXPECTED_PROCESSES", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub limiter_expected_processes: u32,
+    /// Connect and response timeout of each shared-limiter call, ms; past it the local share decides.
+    #[arg(long, env = "PAYONCE_LIMITER_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limiter_timeout_ms: u64,
     /// Where worker and reconciler serve `/metrics`, `/healthz` and `/readyz` (worker, reconciler run, serve; the api serves them on its own address); empty: nowhere.
     #[arg(long, env = "PAYONCE_METRICS_LISTEN", default_value = "")]
     pub metrics_listen: String,
@@ -81,6 +141,42 @@ impl Common {
             stripe = stripe.with_key_retention(Duration::from_secs(s));
         }
         Ok(Arc::new(stripe))
+    }
+
+    /// The account's budget.
+    pub fn limiter_rates(&self) -> Rates {
+        Rates {
+            write_per_second: self.limiter_write_per_second,
+            read_per_second: self.limiter_read_per_second,
+            global_per_second: (self.limiter_global_per_second > 0)
+                .then_some(self.limiter_global_per_second),
+            read_reserved_percent: self.limiter_read_reserved_percent,
+            write_reserved_percent: self.limiter_write_reserved_percent,
+            burst: self.limiter_burst,
+        }
+    }
+
+    /// This process's fleet limiter (one per process: the worker and the reconciler in it share it).
+    pub fn limiter(&self) -> anyhow::Result<SharedLimiter> {
+        let rates = self.limiter_rates();
+        Ok(match self.limiter.as_str() {
+            "off" => Arc::new(Unlimited::default()),
+            "redis" => Arc::new(
+                RedisLimiter::new(RedisLimiterConfig {
+                    url: self.limiter_redis_url.clone(),
+                    key_prefix: self.limiter_key_prefix.clone(),
+                    account: self.limiter_account.clone(),
+                    rates,
+                    expected_processes: self.limiter_expected_processes,
+                    timeout: Duration::from_millis(self.limiter_timeout_ms),
+                })
+                .map_err(anyhow::Error::msg)?,
+            ),
+            _ => {
+                rates.validate().map_err(anyhow::Error::msg)?;
+                Arc::new(LocalLimiter::new(rates))
+            }
+        })
     }
 }
 
@@ -114,6 +210,19 @@ pub struct WorkerArgs {
     /// Shutdown grace, ms.
     #[arg(long, env = "PAYONCE_SHUTDOWN_GRACE_MS", default_value_t = 25_000)]
     pub shutdown_grace_ms: u64,
+    /// First pause after a processor 429 without `Retry-After`, ms (doubles, with jitter).
+    #[arg(long, env = "PAYONCE_RATE_LIMIT_BACKOFF_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_backoff_ms: u64,
+    /// Longest pause after a processor 429, ms.
+    #[arg(long, env = "PAYONCE_RATE_LIMIT_BACKOFF_MAX_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_backoff_max_ms: u64,
+    /// Longest a claimed submission waits for permits and retries 429s in place before going back to
+    /// ready (never counted as a failed attempt), ms.
+    #[arg(long, env = "PAYONCE_RATE_LIMIT_WAIT_MAX_MS", default_value_t = 120_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_wait_max_ms: u64,
 }
 
 impl WorkerArgs {
@@ -129,6 +238,9 @@ impl WorkerArgs {
         c.poll_interval = Duration::from_millis(self.poll_ms);
         c.first_check_delay = Duration::from_millis(self.first_check_ms);
         c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        c.rate_limit_backoff_base = Duration::from_millis(self.rate_limit_backoff_ms);
+        c.rate_limit_backoff_max = Duration::from_millis(self.rate_limit_backoff_max_ms);
+        c.rate_limit_wait_max = Duration::from_millis(self.rate_limit_wait_max_ms);
         c
     }
 }
@@ -157,6 +269,10 @@ pub struct ReconcilerArgs {
     /// Same-key retries must land this long before the key's retention closes, ms.
     #[arg(long, env = "PAYONCE_RETENTION_MARGIN_MS", default_value_t = 300_000)]
     pub retention_margin_ms: u64,
+    /// Longest a lookup waits for a read permit from the fleet limiter before the check is deferred, ms.
+    #[arg(long, env = "PAYONCE_LOOKUP_PERMIT_WAIT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lookup_permit_wait_ms: u64,
     /// Allow resubmission after the window on a consistent "not found".
     #[arg(long, env = "PAYONCE_RESUBMIT_AFTER_WINDOW", default_value_t = false)]
     pub resubmit_after_window: bool,
@@ -173,6 +289,7 @@ impl ReconcilerArgs {
         c.sweep_lease_ttl = Duration::from_millis(self.sweep_lease_ttl_ms);
         c.retention_margin = Duration::from_millis(self.retention_margin_ms);
         c.resubmit_after_window = self.resubmit_after_window;
+        c.lookup_permit_wait_max = Duration::from_millis(self.lookup_permit_wait_ms);
         c.retry = worker;
         c
     }
@@ -245,5 +362,33 @@ impl ApiArgs {
                 .collect(),
             ..payonce_api::ApiConfig::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_shared::limiter::Budget;
+
+    #[tokio::test]
+    async fn the_limiter_settings_build_each_mode_and_refuse_bad_values() {
+        let mut common: Common = builtin_defaults().unwrap();
+        let rates = common.limiter_rates();
+        assert_eq!(rates.global_per_second, None, "0 means no account-wide cap");
+        assert_eq!(rates.class_per_second(Budget::Write), 100);
+        assert!(common.limiter().is_ok(), "local by default");
+        common.limiter = "off".into();
+        assert!(common.limiter().is_ok());
+        common.limiter = "redis".into();
+        assert!(common.limiter().is_ok(), "lazy: Redis need not be up");
+        common.limiter_key_prefix = "bad prefix!".into();
+        assert!(common.limiter().is_err());
+        common.limiter = "local".into();
+        common.limiter_global_per_second = 3;
+        // 20% of 3/s is less than one request per second.
+        assert!(common.limiter().is_err());
+        let parsed = Common::augment_args(Command::new("t").no_binary_name(true))
+            .try_get_matches_from(["--limiter-write-per-second", "0"]);
+        assert!(parsed.is_err(), "a zero rate is refused at the boundary");
     }
 }

@@ -260,6 +260,34 @@ pub async fn ask_customer(
     })
 }
 
+/// Most links payonce mints for one operation on assistants' requests in all, asked
+/// ([`ask_customer`]) and elicited (MCP URL mode, [`elicitation_link`]) together. An elicited URL
+/// reaches whoever runs the MCP client, and each one-time-code link allows [`CODE_ATTEMPTS_MAX`]
+/// guesses: this caps an assistant's guesses at a customer's code, for good, at their product (30).
+pub const ASSISTANT_LINKS_TOTAL_MAX: u32 = 2 * ASSISTANT_REQUESTS_MAX;
+
+/// A confirmation link for an MCP client to show its user (URL-mode elicitation), or `None` when
+/// none may be minted: [`ASSISTANT_LINKS_TOTAL_MAX`] reached, [`ASSISTANT_OPEN_LINKS_MAX`] open, or
+/// no verification method. The link approves nothing by itself: the page asks for the customer's
+/// proof, and a one-time code goes to the tenant's endpoint, never through the client.
+pub async fn elicitation_link(
+    state: &AppState,
+    op: &Operation,
+) -> Result<Option<String>, LedgerError> {
+    let counted = state
+        .ledger()
+        .verification()
+        .record_approval_notice(&op.id, state.now_ms(), ASSISTANT_LINKS_TOTAL_MAX, 0)
+        .await?;
+    if !counted {
+        return Ok(None);
+    }
+    Ok(match issue_link(state, op, LinkOrigin::Assistant).await? {
+        Issue::Issued(link) => Some(link.url),
+        Issue::TooManyOpen | Issue::NotConfigured => None,
+    })
+}
+
 /// What an operator sets with `payonce tenant set-verification`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerificationRequest {

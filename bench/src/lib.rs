@@ -11,6 +11,8 @@
 //! - [`sweep`]: reconciler sweep cost, stuck work among 100k and 1M rows.
 //! - [`embedded`]: SQLite single-node throughput.
 //! - [`process`]: a real `payonce worker` process draining over HTTP, and its own peak memory.
+//! - [`ratelimit`]: four worker processes and a reconciler under the processor's rate limits (shared
+//!   limiter, none, Redis killed mid-run).
 //! - [`drive`]: runs worker engines until a count of outcomes is recorded.
 //! - [`inprocess`]: the simulator's payment semantics without HTTP.
 //! - [`load`]: bulk loads through the real schema.
@@ -30,6 +32,7 @@ pub mod load;
 pub mod memory;
 pub mod process;
 pub mod profile;
+pub mod ratelimit;
 pub mod report;
 pub mod run;
 pub mod settings;

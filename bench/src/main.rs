@@ -38,6 +38,9 @@ struct Args {
     /// Override the HTTP section's claim batch.
     #[arg(long)]
     http_batch: Option<u32>,
+    /// Override the rate-limit section's operations per run.
+    #[arg(long)]
+    ratelimit_operations: Option<u64>,
     /// Run one section only.
     #[arg(long, value_enum)]
     only: Option<Section>,
@@ -91,6 +94,9 @@ async fn main() -> ExitCode {
     }
     if let Some(n) = args.batch {
         settings.fleet.config.batch_size = n.max(1);
+    }
+    if let Some(n) = args.ratelimit_operations {
+        settings.ratelimit_operations = n.max(1);
     }
     if let Some(ms) = args.http_latency_ms {
         settings.http_latency = std::time::Duration::from_millis(ms.max(1));

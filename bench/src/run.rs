@@ -3,7 +3,7 @@
 use crate::report::{Rate, Table, Target, per_second, thousands};
 use crate::settings::Settings;
 use crate::sweep::SweepCost;
-use crate::{embedded, http, latency, process, sweep, throughput};
+use crate::{embedded, http, latency, process, ratelimit, sweep, throughput};
 use std::time::Duration;
 
 /// The least payonce/baseline ratio the issue asks for: 3,000 ops/s against ~1,700 jobs/s.
@@ -30,6 +30,8 @@ pub enum Section {
     Sqlite,
     /// A real `payonce worker` process: its peak memory.
     Process,
+    /// Four worker processes and a reconciler under the processor's rate limits.
+    RateLimit,
 }
 
 /// Everything a run measured (a section not run is `None`).
@@ -49,6 +51,8 @@ pub struct Outcome {
     pub sqlite: Option<Rate>,
     /// Worker process section.
     pub process: Option<process::WorkerProcess>,
+    /// Rate-limit section: shared limiter, no limiter, Redis killed mid-run.
+    pub ratelimit: Option<Vec<ratelimit::FleetRun>>,
 }
 
 /// Runs every section (or only `only`); fails on the first section whose correctness check fails.
@@ -72,6 +76,9 @@ pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome>
     }
     if wanted(Section::Process) {
         process_rows(s, &mut out).await?;
+    }
+    if wanted(Section::RateLimit) {
+        ratelimit_rows(s, &mut out).await?;
     }
     Ok(out)
 }
@@ -97,6 +104,79 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         ),
     );
     out.process = Some(p);
+    Ok(())
+}
+
+/// The least share of the processor's write limit the limited fleet must reach.
+pub const TARGET_LIMIT_SHARE: f64 = 0.95;
+/// The most 429s may be of the limited fleet's requests.
+pub const TARGET_REFUSED_SHARE: f64 = 0.001;
+
+async fn ratelimit_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    let Some(bin) = &s.payonce_bin else {
+        progress(
+            "rate limits: skipped (no payonce binary next to payonce-bench, or pass --payonce-bin)",
+        );
+        return Ok(());
+    };
+    let n = s.ratelimit_operations;
+    let limit = f64::from(ratelimit::LIMIT_PER_SECOND);
+    let what = |m: &str| {
+        format!(
+            "{} worker processes + reconciler, simulator limit {}/s writes and reads, {} ops, {m}",
+            ratelimit::WORKERS,
+            ratelimit::LIMIT_PER_SECOND,
+            thousands(n)
+        )
+    };
+    let mut runs = Vec::new();
+    for mode in [
+        ratelimit::Mode::Shared,
+        ratelimit::Mode::Off,
+        ratelimit::Mode::RedisKilled,
+    ] {
+        progress(&format!("rate limits: {mode:?}"));
+        let r = ratelimit::drain(&s.admin_url, bin, n, mode, s.deadline).await?;
+        let rate = r.per_second();
+        let refused = format!(
+            "{} of {} requests 429 ({:.3}%)",
+            thousands(r.refused_429),
+            thousands(r.requests),
+            r.refused_share() * 100.0
+        );
+        match mode {
+            ratelimit::Mode::Shared => {
+                out.table.compare(
+                    what("shared limiter (Redis): submission rate"),
+                    (rate, &format!("{rate:.1}/s")),
+                    (limit, &format!("{limit:.0}/s limit")),
+                    Some(Target::AtLeast(TARGET_LIMIT_SHARE)),
+                );
+                out.table.compare(
+                    "same run: 429s as a share of requests (one payment per operation checked)",
+                    (r.refused_share(), &refused),
+                    (
+                        TARGET_REFUSED_SHARE,
+                        &format!("{:.1}% allowed", TARGET_REFUSED_SHARE * 100.0),
+                    ),
+                    Some(Target::AtMost(1.0)),
+                );
+            }
+            ratelimit::Mode::Off => out.table.fact(
+                what("no limiter (429s retried with the same key)"),
+                format!("{rate:.1}/s, {refused}"),
+            ),
+            ratelimit::Mode::RedisKilled => out.table.fact(
+                what("shared limiter, Redis killed at 1/3 and restarted at 2/3"),
+                format!(
+                    "{rate:.1}/s, {refused}, fallback entered {} times (gauge seen: {}), one payment per operation",
+                    r.fallback_entered, r.fallback_seen
+                ),
+            ),
+        }
+        runs.push(r);
+    }
+    out.ratelimit = Some(runs);
     Ok(())
 }
 

@@ -40,6 +40,8 @@ pub struct Settings {
     pub payonce_bin: Option<std::path::PathBuf>,
     /// Operations the worker process drains.
     pub process_operations: u64,
+    /// Operations each rate-limit run drains.
+    pub ratelimit_operations: u64,
 }
 
 fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
@@ -76,6 +78,7 @@ impl Settings {
             payonce_bin: crate::process::sibling_binary(),
             // At most the simulator audit's 10,000 rows, so every payment can be counted.
             process_operations: 10_000,
+            ratelimit_operations: 3_000,
         }
     }
 
@@ -98,6 +101,7 @@ impl Settings {
             deadline: Duration::from_secs(120),
             payonce_bin: None,
             process_operations: 100,
+            ratelimit_operations: 100,
         }
     }
 }

@@ -26,7 +26,10 @@ pub struct ReconcilerConfig {
     pub resubmit_after_window: bool,
     /// How far before the first submission a list lookup starts (clock skew between us and the processor).
     pub lookup_skew: Duration,
-    /// Limits for same-key retries (lease TTL, submit timeout).
+    /// Longest a lookup waits for a read permit from the fleet limiter (`retry.limiter`, the process's
+    /// limiter) before the check is deferred instead.
+    pub lookup_permit_wait_max: Duration,
+    /// Limits for same-key retries (lease TTL, submit timeout) and the process's fleet limiter.
     pub retry: WorkerConfig,
 }
 
@@ -45,6 +48,7 @@ impl ReconcilerConfig {
             retention_margin: Duration::from_secs(300),
             resubmit_after_window: false,
             lookup_skew: Duration::from_secs(300),
+            lookup_permit_wait_max: Duration::from_secs(2),
         }
     }
 }

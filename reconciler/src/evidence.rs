@@ -28,6 +28,10 @@ pub struct HintLimits {
     pub backoff_base: Duration,
     /// Longest delay between tries.
     pub backoff_max: Duration,
+    /// The fleet limiter: a retrieval is a read, drawn from the same budget as lookups.
+    pub limiter: payonce_shared::limiter::SharedLimiter,
+    /// Longest wait for a read permit; none in time keeps the hint for a later pass.
+    pub permit_wait_max: Duration,
 }
 
 /// What one pass over pending hints did.
@@ -174,7 +178,19 @@ async fn check_one(
         }
         Err(e) => return Err(e),
     };
-    let object = match processor.retrieve(&reference).await {
+    let retrieved = match payonce_shared::limiter::acquire(
+        limits.limiter.as_ref(),
+        payonce_shared::limiter::Budget::Read,
+        limits.permit_wait_max,
+    )
+    .await
+    {
+        Ok(_) => processor.retrieve(&reference).await,
+        Err(denied) => Retrieved::Unavailable {
+            reason: format!("fleet limiter: {denied}"),
+        },
+    };
+    let object = match retrieved {
         Retrieved::Found(object) => object,
         Retrieved::NotFound => {
             report.unproven += 1;

@@ -34,6 +34,8 @@ pub struct ReconcilerMetrics {
     pub webhook_mismatches: Counter,
     /// Alert: the processor holds a payment for an operation nobody approved.
     pub payments_without_approval: Counter,
+    /// Lookups the processor refused with 429 (the check is deferred).
+    pub lookups_rate_limited: Counter,
 }
 
 impl ReconcilerMetrics {
@@ -85,6 +87,12 @@ impl ReconcilerMetrics {
             "Alert: the processor holds a payment for an operation nobody approved.",
             "",
             self.payments_without_approval.get(),
+        );
+        e.counter(
+            "payonce_processor_rate_limited_total",
+            "Requests the processor refused with 429, by kind.",
+            "kind=\"lookup\"",
+            self.lookups_rate_limited.get(),
         );
         let counts = ledger.count_by_status().await?;
         e.operations_per_state(&counts);

@@ -190,6 +190,9 @@ fn summarize(lookup: &LookupOutcome) -> String {
         LookupOutcome::NotFound { consistent: false } => {
             "no payment found yet (the lookup may lag; this proves nothing)".to_string()
         }
+        LookupOutcome::RateLimited { reason } => {
+            format!("lookup rate limited by the processor; try again shortly: {reason}")
+        }
         LookupOutcome::Unavailable { reason } => format!("lookup unavailable: {reason}"),
     }
 }

@@ -15,6 +15,7 @@ use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{LedgerError, Operation, Report, SharedLedger};
+use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{
     FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor,
 };
@@ -154,6 +155,11 @@ impl Reconciler {
         self.metrics.clone()
     }
 
+    /// The fleet limiter its lookups and same-key retries draw from.
+    pub fn limiter(&self) -> payonce_shared::limiter::SharedLimiter {
+        self.config.retry.limiter.clone()
+    }
+
     /// Decides what to do with an unknown operation given a lookup result.
     pub fn decide(&self, op: &Operation, lookup: LookupOutcome, now_ms: i64) -> Decision {
         let contract = self.processor.contract();
@@ -198,6 +204,9 @@ impl Reconciler {
                     "eventually consistent"
                 }
             )),
+            LookupOutcome::RateLimited { reason } => {
+                Decision::Defer(format!("lookup rate limited: {reason}"))
+            }
             LookupOutcome::Unavailable { reason } => {
                 Decision::Defer(format!("lookup unavailable: {reason}"))
             }
@@ -322,7 +331,20 @@ impl Reconciler {
                 created_after_ms: op.first_submitted_at_ms.unwrap_or(op.created_at_ms)
                     - ms(self.config.lookup_skew),
             };
-            self.processor.lookup(&query).await
+            // Lookups draw from the read budget, apart from submissions; no permit in time defers the check.
+            let limiter = self.config.retry.limiter.as_ref();
+            match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
+                Ok(_) => {
+                    let found = self.processor.lookup(&query).await;
+                    if matches!(found, LookupOutcome::RateLimited { .. }) {
+                        self.metrics.lookups_rate_limited.inc();
+                    }
+                    found
+                }
+                Err(denied) => LookupOutcome::RateLimited {
+                    reason: format!("fleet limiter: {denied}"),
+                },
+            }
         };
         let now = self.clock.now_ms();
         let mut decision = self.decide(op, lookup, now);
@@ -457,6 +479,8 @@ impl Reconciler {
             batch_size: self.config.batch_size,
             backoff_base: self.config.check_backoff_base,
             backoff_max: self.config.check_backoff_max,
+            limiter: self.config.retry.limiter.clone(),
+            permit_wait_max: self.config.lookup_permit_wait_max,
         };
         check_hints(
             &self.ledger,

@@ -7,6 +7,7 @@
 //! - [`clock`]: injected time.
 //! - [`ledger`]: the durable execution ledger (Postgres, SQLite) — the queue, the leases, the audit trail.
 //! - [`processor`]: the processor trait, its contract, and the Stripe adapter.
+//! - [`limiter`]: the fleet's request budget at the processor (in-process, or shared through Redis).
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
 //! - [`failpoint`]: named failure points that crash tests arm.
 //! - [`signing`]: the HMAC signature every outbound call of payonce carries.
@@ -16,6 +17,7 @@ pub mod details;
 pub mod failpoint;
 pub mod id;
 pub mod ledger;
+pub mod limiter;
 pub mod metrics;
 pub mod money;
 pub mod processor;

@@ -3,6 +3,7 @@
 use crate::faults::FaultRule;
 use crate::limits::AUDIT_PAYMENTS_MAX;
 use crate::payment_intents::{detached, settle_due};
+use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
 use axum::Json;
 use axum::body::Bytes;
@@ -92,4 +93,43 @@ pub(crate) async fn audit_requests(State(app): State<Shared>) -> Response {
 /// `GET /_sim/health`.
 pub(crate) async fn health(State(app): State<Shared>) -> Response {
     Json(json!({ "status": "ok", "in_flight": app.in_flight.len() })).into_response()
+}
+
+/// `GET /_sim/rate_limits`: the limits in force.
+pub(crate) async fn rate_limits(State(app): State<Shared>) -> Response {
+    Json(json!({ "rate_limits": app.limiter.limits() })).into_response()
+}
+
+/// `PUT /_sim/rate_limits`: replaces the limits (a JSON [`RateLimits`] object); buckets start full.
+pub(crate) async fn set_rate_limits(State(app): State<Shared>, body: Bytes) -> Response {
+    let limits: RateLimits = match serde_json::from_slice(&body) {
+        Ok(l) => l,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("expected a rate limits object: {e}"),
+            );
+        }
+    };
+    if let Err(e) = limits.validate() {
+        return admin_error(StatusCode::BAD_REQUEST, e);
+    }
+    app.limiter.set(limits);
+    Json(json!({ "rate_limits": app.limiter.limits() })).into_response()
+}
+
+/// `GET /_sim/audit/rate_limits`: per endpoint, how many authenticated requests reached the limiters and
+/// how many they refused with 429 `rate_limit` (fault-injected 429s are counted in neither).
+pub(crate) async fn audit_rate_limits(State(app): State<Shared>) -> Response {
+    let refused = app.limiter.refused();
+    let total: u64 = refused.values().sum();
+    let requests = app.limiter.checked();
+    let requests_total: u64 = requests.values().sum();
+    Json(json!({
+        "refused_429": refused,
+        "total_429": total,
+        "requests": requests,
+        "requests_total": requests_total,
+    }))
+    .into_response()
 }

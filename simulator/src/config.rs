@@ -1,5 +1,6 @@
 //! What a simulator is started with.
 
+use crate::rate_limits::RateLimits;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub struct SimulatorConfig {
     /// Added before every `/v1` request is handled: a processor's own latency, for benchmarks that
     /// must be bound by in-flight concurrency rather than by the database.
     pub latency: Duration,
+    /// Stripe's request limiters for the account; unlimited by default (tests and benchmarks set them,
+    /// or change them at run time through `PUT /_sim/rate_limits`).
+    pub rate_limits: RateLimits,
 }
 
 impl std::fmt::Debug for SimulatorConfig {
@@ -62,6 +66,7 @@ impl std::fmt::Debug for SimulatorConfig {
             .field("processing_settle", &self.processing_settle)
             .field("seed", &self.seed)
             .field("latency", &self.latency)
+            .field("rate_limits", &self.rate_limits)
             .finish_non_exhaustive()
     }
 }
@@ -82,6 +87,7 @@ impl Default for SimulatorConfig {
             seed: 0,
             api_key: API_KEY_DEFAULT.to_string(),
             latency: Duration::ZERO,
+            rate_limits: RateLimits::default(),
         }
     }
 }

@@ -33,6 +33,9 @@ pub(crate) struct ApiError {
     pub(crate) decline_code: Option<&'static str>,
     pub(crate) payment_intent: Option<Value>,
     pub(crate) charge: Option<String>,
+    /// `Stripe-Should-Retry`, where Stripe sends one (a conflict on an in-flight key: `true`). Absent on
+    /// rate-limit 429s, as Stripe's own libraries do not retry those: the client decides how to slow down.
+    pub(crate) should_retry: Option<bool>,
 }
 
 impl ApiError {
@@ -51,6 +54,7 @@ impl ApiError {
             decline_code: None,
             payment_intent: None,
             charge: None,
+            should_retry: None,
         }
     }
 
@@ -118,13 +122,15 @@ impl ApiError {
 
     /// 409 `idempotency_key_in_use`: the key's first request is still executing.
     pub(crate) fn key_in_use() -> Self {
-        ApiError::new(
+        let mut e = ApiError::new(
             StatusCode::CONFLICT,
             "invalid_request_error",
             Some("idempotency_key_in_use"),
             "There is currently another in-progress request using this Stripe token (probably the same \
              idempotency key). Please retry this request later.",
-        )
+        );
+        e.should_retry = Some(true);
+        e
     }
 
     /// 429 `rate_limit`: refused before any work.

@@ -13,6 +13,7 @@
 //! - `cards`: the test payment methods and the outcome each one decides.
 //! - `form`: form-encoded parameter parsing and validation, Stripe's way.
 //! - `idempotency`: `Idempotency-Key` handling: fingerprints, in-flight claims, replays.
+//! - `rate_limits`: Stripe's request limiters (global, read/write, per endpoint, search) and 429 counts.
 //! - `faults`: fault rules and the seeded decision of which request gets which fault.
 //! - `store`: the SQLite store; every statement in one place.
 //! - `objects`: rendering of PaymentIntent, Refund and Event JSON.
@@ -45,6 +46,7 @@ mod idempotency;
 mod limits;
 mod objects;
 mod payment_intents;
+mod rate_limits;
 mod refunds;
 mod rng;
 mod routes;
@@ -56,6 +58,10 @@ mod webhooks;
 pub use config::SimulatorConfig;
 pub use error::SimulatorError;
 pub use faults::FaultKind;
+pub use rate_limits::{
+    RateLimits, STRIPE_ENDPOINT_PER_SECOND, STRIPE_LIVE_GLOBAL_PER_SECOND,
+    STRIPE_SANDBOX_GLOBAL_PER_SECOND, STRIPE_SEARCH_PER_SECOND,
+};
 pub use server::{Simulator, install_crypto_provider, run};
 pub use webhooks::{sign_payload, signature_header};
 

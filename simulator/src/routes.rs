@@ -31,6 +31,7 @@ pub(crate) struct App {
     pub(crate) audit: RequestAudit,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) webhook_wake: Notify,
+    pub(crate) limiter: crate::rate_limits::Limiter,
 }
 
 /// Shared application state.
@@ -73,6 +74,11 @@ pub(crate) fn router(app: Shared) -> Router {
         )
         .route("/_sim/audit/payments", get(admin::audit_payments))
         .route("/_sim/audit/requests", get(admin::audit_requests))
+        .route("/_sim/audit/rate_limits", get(admin::audit_rate_limits))
+        .route(
+            "/_sim/rate_limits",
+            get(admin::rate_limits).put(admin::set_rate_limits),
+        )
         .route("/_sim/health", get(admin::health))
         // The probe paths every payonce deployable answers (the store is open once serving).
         .route("/healthz", get(admin::health))
@@ -189,6 +195,10 @@ impl Ctx {
         if !authorized {
             return Err(ctx.error(&ApiError::unauthorized()));
         }
+        // Stripe's limiters run before the idempotency layer: a refusal is never stored under the key.
+        if !app.limiter.admit(method, path, now) {
+            return Err(ctx.error(&ApiError::rate_limited()));
+        }
         let key = header_str(headers, "idempotency-key").map_err(|e| ctx.error(&e))?;
         if let Some(key) = key {
             if key.is_empty() || key.chars().count() > IDEMPOTENCY_KEY_LEN_MAX {
@@ -236,7 +246,14 @@ impl Ctx {
 
     /// An error response.
     pub(crate) fn error(&self, e: &ApiError) -> Response {
-        self.respond(e.status, e.body(), false)
+        let mut response = self.respond(e.status, e.body(), false);
+        if let Some(retry) = e.should_retry {
+            response.headers_mut().insert(
+                "stripe-should-retry",
+                HeaderValue::from_static(if retry { "true" } else { "false" }),
+            );
+        }
+        response
     }
 
     /// A storage failure: logged once here, opaque to the client.

@@ -80,6 +80,11 @@ impl Simulator {
                 "webhook_secret must start with whsec_".into(),
             ));
         }
+        config
+            .rate_limits
+            .validate()
+            .map_err(SimulatorError::Config)?;
+        let rate_limits = config.rate_limits.clone();
         install_crypto_provider();
         let store = Store::open(&config.database).await?;
         let listener =
@@ -105,6 +110,7 @@ impl Simulator {
             audit: RequestAudit::default(),
             shutdown: shutdown.clone(),
             webhook_wake: Notify::new(),
+            limiter: crate::rate_limits::Limiter::new(rate_limits),
         });
         let router = routes::router(app.clone());
         let mut signal = shutdown.clone();

@@ -595,3 +595,74 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     conn.close().await.unwrap();
     let _ = std::fs::remove_file(&path);
 }
+
+/// A retrieval is a read: it draws from the fleet limiter's read budget like every lookup, so a
+/// burst of webhooks cannot crowd out submissions. No permit in time keeps the hint for a later pass,
+/// sends nothing and applies nothing.
+#[tokio::test]
+async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
+    use payonce_shared::limiter::{Budget, Decision, Limiter, LocalLimiter, Rates};
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (op, _) = executing(&ledger, "INV-E9").await;
+    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    deliver(
+        &ledger,
+        &delivery("evt_e9", "payment_intent.succeeded", slim(&pi)),
+    )
+    .await;
+
+    let spent = Arc::new(LocalLimiter::new(Rates {
+        write_per_second: 1,
+        read_per_second: 1,
+        global_per_second: None,
+        read_reserved_percent: 0,
+        write_reserved_percent: 0,
+        burst: 1,
+    }));
+    assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
+    let mut config = ReconcilerConfig::new("rec-evidence-limited");
+    config.lookup_permit_wait_max = Duration::from_millis(1);
+    config.check_backoff_base = Duration::from_millis(1);
+    config.check_backoff_max = Duration::from_millis(1);
+    config.retry.limiter = spent.clone();
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    let requests_before = sim_requests(&sim).await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!((pass.deferred, pass.applied), (1, 0), "{pass:?}");
+    assert_eq!(
+        sim_requests(&sim).await,
+        requests_before,
+        "no retrieval was sent"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Executing
+    );
+    // With a permit the same hint is checked and applied.
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(pass.applied, 1, "{pass:?}");
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Succeeded
+    );
+    assert_eq!(payments_for(&sim, op.id.as_str()).await, 1);
+    sim.shutdown().await;
+}
+
+/// Requests the simulator has served (its audit of limits).
+async fn sim_requests(sim: &Simulator) -> u64 {
+    let v: Value = reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["requests_total"].as_u64().unwrap()
+}

@@ -14,6 +14,7 @@ mod evidence;
 mod failure_injection;
 mod fuzz_bodies;
 mod ledger_conformance;
+mod limiter;
 mod properties;
 mod reconciler;
 mod serve;

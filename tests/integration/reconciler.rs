@@ -41,6 +41,22 @@ fn reconciler(
     )
 }
 
+/// The wall clock moved `ahead_ms` into the future: a reconciler on it sees a crashed worker's
+/// short lease as lapsed at once, with time still running (processing payments settle, backoffs pass).
+#[derive(Debug)]
+struct AheadClock {
+    ahead_ms: i64,
+}
+
+impl payonce_shared::clock::Clock for AheadClock {
+    fn now_ms(&self) -> i64 {
+        now() + self.ahead_ms
+    }
+}
+
+/// Lease of the crashed workers in these tests.
+const CRASHED_LEASE_MS: i64 = 300;
+
 /// Claims with a short lease and records a submission start, then leaves the row as a crashed
 /// worker would; with `submit` the request reaches the processor and its response is dropped.
 async fn crashed_mid_flight(
@@ -61,14 +77,16 @@ async fn crashed_paying_with(
     submit: bool,
 ) -> Operation {
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
+    // Claimed and marked at one instant: a slow machine cannot lapse the lease in between.
+    let claimed_at = now();
     let claimed = ledger
-        .claim("crashed-worker", 1, 300, now())
+        .claim("crashed-worker", 1, CRASHED_LEASE_MS, claimed_at)
         .await
         .unwrap()
         .remove(0);
     assert_eq!(claimed.id, op.id);
     ledger
-        .mark_submitting(&claimed.id, claimed.attempt, now())
+        .mark_submitting(&claimed.id, claimed.attempt, claimed_at)
         .await
         .unwrap();
     if submit {
@@ -197,20 +215,22 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
         ..Default::default()
     })
     .await;
-    let rec = reconciler(
-        &ledger,
+    // The reconciler's clock runs past the 100 ms lease: no waiting for it to lapse.
+    let rec = Reconciler::new(
+        ledger.clone(),
         processes::stripe(&sim, None),
-        "rec",
-        Duration::from_secs(60),
+        Arc::new(AheadClock { ahead_ms: 1_000 }),
+        config("rec", Duration::from_secs(60)),
     );
     let a = ready_operation(&ledger, "INV-L1", "pm_card_visa", now()).await;
     let b = ready_operation(&ledger, "INV-L2", "pm_card_processing", now() + 1).await;
-    let claimed = ledger.claim("w", 2, 100, now() + 2).await.unwrap();
+    let claimed_at = now() + 2;
+    let claimed = ledger.claim("w", 2, 100, claimed_at).await.unwrap();
     assert_eq!(claimed.len(), 2);
     // b was submitted and left processing at the processor; a never got further than the claim.
     let cb = claimed.iter().find(|c| c.id == b.id).unwrap();
     ledger
-        .mark_submitting(&cb.id, cb.attempt, now())
+        .mark_submitting(&cb.id, cb.attempt, claimed_at)
         .await
         .unwrap();
     let outcome = payonce_worker::execution::submit(
@@ -229,7 +249,6 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
         ),
         "{outcome:?}"
     );
-    tokio::time::sleep(Duration::from_millis(150)).await;
     let report = rec.sweep_once(false).await.unwrap();
     assert_eq!(
         (report.requeued, report.marked_unknown),
@@ -588,16 +607,18 @@ async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_fail
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut config = config("rec", Duration::from_secs(60));
     config.check_backoff_base = Duration::from_secs(2);
+    // The reconciler's clock runs past the crashed worker's lease: no waiting for it to lapse.
     let rec = Reconciler::new(
         ledger.clone(),
         processes::stripe(&sim, None),
-        Arc::new(SystemClock),
+        Arc::new(AheadClock {
+            ahead_ms: CRASHED_LEASE_MS + 100,
+        }),
         config,
     );
     // Declined at the processor, the response lost, the worker gone.
     let declined =
         crashed_paying_with(&ledger, &sim, "INV-D1", "pm_card_chargeDeclined", true).await;
-    tokio::time::sleep(Duration::from_millis(350)).await;
     // The next processor request is rate limited: the lookup is unavailable.
     processes::arm_faults(
         &sim,

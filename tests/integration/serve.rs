@@ -327,7 +327,7 @@ async fn serve_banner(dir: &Path, database_url: &str) -> (Child, Vec<String>) {
         ],
     )
     .stdout(Stdio::piped())
-    .stderr(Stdio::null())
+    .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
     .spawn()
     .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -402,7 +402,12 @@ async fn serve_keeps_its_keys_across_restarts() {
             "start {start}: the assistant key is accepted"
         );
         keys_seen.push((service, assistant));
-        assert!(sigterm_and_wait(&mut child).await.success());
+        let status = sigterm_and_wait(&mut child).await;
+        assert!(
+            status.success(),
+            "{status}: {}",
+            std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+        );
     }
     assert_eq!(
         keys_seen[0], keys_seen[1],
@@ -434,6 +439,11 @@ async fn serve_keeps_its_keys_across_restarts() {
         ) && line.contains("payonce keys create --tenant acme --role service"),
         "{banner:#?}"
     );
-    assert!(sigterm_and_wait(&mut child).await.success());
+    let status = sigterm_and_wait(&mut child).await;
+    assert!(
+        status.success(),
+        "{status}: {}",
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    );
     assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 2);
 }

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::support::wait_for;
-use payonce_simulator::{Simulator, SimulatorConfig, sign_payload};
+use payonce_simulator::{RateLimits, Simulator, SimulatorConfig, sign_payload};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -276,6 +276,13 @@ async fn a_request_while_the_keys_first_is_in_flight_gets_409_and_a_hung_request
     let busy = s.post("/v1/payment_intents", Some("key-busy"), &form).await;
     assert_eq!(busy.status, 409);
     assert_eq!(busy.json()["error"]["code"], "idempotency_key_in_use");
+    assert_eq!(
+        busy.headers
+            .get("stripe-should-retry")
+            .and_then(|v| v.to_str().ok()),
+        Some("true"),
+        "a conflict on an in-flight key is retryable, and Stripe says so"
+    );
     // The client gives up: the claim goes with its connection, and nothing was committed.
     hung.abort();
     wait_for("the claim to be released", DEADLINE, || async {
@@ -1137,4 +1144,194 @@ async fn configured_latency_holds_stripe_requests_but_not_the_admin_api() {
     tokio::time::timeout(DEADLINE, s.sim.shutdown())
         .await
         .expect("shutdown does not wait out the latency");
+}
+
+/// Most requests a rate-limit test sends before the limiter must have refused one.
+const FLOOD_MAX: usize = 200;
+
+impl Sim {
+    /// Replaces the simulator's rate limits; panics unless accepted.
+    pub async fn set_rate_limits(&self, limits: &Value) -> reqwest::StatusCode {
+        self.http
+            .put(format!("{}/_sim/rate_limits", self.base))
+            .json(limits)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    /// `GET /_sim/audit/rate_limits`.
+    pub async fn refused_429(&self) -> Value {
+        self.admin("/_sim/audit/rate_limits").await
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limited_post_gets_stripes_429_and_nothing_is_stored_under_its_key() {
+    let s = start(SimulatorConfig {
+        rate_limits: RateLimits {
+            write_per_second: Some(1),
+            ..RateLimits::default()
+        },
+        ..SimulatorConfig::default()
+    })
+    .await;
+    // Send distinct keys until the limiter refuses one: that key is K.
+    let mut refused = None;
+    for i in 0..FLOOD_MAX {
+        let key = format!("key-rl-{i}");
+        let a = s
+            .post(
+                "/v1/payment_intents",
+                Some(&key),
+                &create_form(100, "pm_card_visa", &format!("op_rl{i}")),
+            )
+            .await;
+        if a.status == 429 {
+            refused = Some((key, i, a));
+            break;
+        }
+        assert_eq!(a.status, 200);
+    }
+    let (key, i, limited) = refused.expect("a 1/s write limit refuses a burst");
+    let body = limited.json();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["code"], "rate_limit");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Too many requests")
+    );
+    assert!(!limited.replayed());
+    assert!(
+        limited.headers.get("stripe-should-retry").is_none(),
+        "Stripe's libraries do not retry rate limits; the simulator sends no advice either"
+    );
+    assert!(
+        s.payments_with_key(&key).await.is_empty(),
+        "the 429 did nothing"
+    );
+    // After the window the same POST with K executes once (not a replay of the 429) ...
+    let form = create_form(100, "pm_card_visa", &format!("op_rl{i}"));
+    let limited_again = std::sync::atomic::AtomicU64::new(0);
+    let first = wait_for("the write window to refill", DEADLINE, || async {
+        let a = s.post("/v1/payment_intents", Some(&key), &form).await;
+        if a.status == 429 {
+            limited_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return None;
+        }
+        Some(a)
+    })
+    .await;
+    let limited_again = limited_again.into_inner();
+    assert_eq!(first.status, 200);
+    assert!(!first.replayed(), "a 429 is never stored under the key");
+    assert_eq!(first.json()["status"], "succeeded");
+    // ... and K now replays that payment: it exists once.
+    let again = wait_for("the next token", DEADLINE, || async {
+        let a = s.post("/v1/payment_intents", Some(&key), &form).await;
+        (a.status != 429).then_some(a)
+    })
+    .await;
+    assert!(again.replayed());
+    assert_eq!(s.payments_with_key(&key).await.len(), 1);
+    // The audit counts the refusals per endpoint.
+    let audit = s.refused_429().await;
+    let counted = audit["refused_429"]["POST /v1/payment_intents"]
+        .as_u64()
+        .unwrap();
+    assert!(counted > limited_again, "{audit}");
+    assert_eq!(audit["total_429"].as_u64().unwrap(), counted);
+    let requests = audit["requests"]["POST /v1/payment_intents"]
+        .as_u64()
+        .unwrap();
+    assert!(requests > counted, "{audit}");
+    assert_eq!(audit["requests_total"].as_u64().unwrap(), requests);
+    s.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn search_endpoint_and_global_limits_apply_separately_and_are_set_at_run_time() {
+    let s = start_default().await;
+    // Bad limits are refused and change nothing.
+    assert_eq!(
+        s.set_rate_limits(&json!({ "search_per_second": 0 })).await,
+        400
+    );
+    assert_eq!(s.set_rate_limits(&json!({ "nonsense": 1 })).await, 400);
+    assert_eq!(
+        s.admin("/_sim/rate_limits").await["rate_limits"]["search_per_second"],
+        Value::Null
+    );
+    assert_eq!(
+        s.set_rate_limits(&json!({ "search_per_second": 1, "endpoints": { "GET /v1/events": 1 } }))
+            .await,
+        200
+    );
+    let created = s
+        .post(
+            "/v1/payment_intents",
+            Some("key-s"),
+            &create_form(100, "pm_card_visa", "op_s"),
+        )
+        .await;
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let search =
+        "/v1/payment_intents/search?query=metadata%5B%27payonce_operation_id%27%5D%3A%27op_s%27";
+    // Search is limited on its own: a burst of searches is refused while retrieves of any id pass.
+    let mut search_refused = false;
+    for _ in 0..FLOOD_MAX {
+        if s.get(search).await.status == 429 {
+            search_refused = true;
+            break;
+        }
+    }
+    assert!(search_refused);
+    for _ in 0..5 {
+        assert_eq!(
+            s.get(&format!("/v1/payment_intents/{id}")).await.status,
+            200
+        );
+    }
+    // An endpoint override.
+    let mut events_refused = false;
+    for _ in 0..FLOOD_MAX {
+        if s.get("/v1/events").await.status == 429 {
+            events_refused = true;
+            break;
+        }
+    }
+    assert!(events_refused);
+    // The account's global limit covers every endpoint: retrieves are refused once it is spent.
+    assert_eq!(
+        s.set_rate_limits(&json!({ "global_per_second": 2 })).await,
+        200
+    );
+    let mut retrieve_refused = false;
+    for _ in 0..FLOOD_MAX {
+        if s.get(&format!("/v1/payment_intents/{id}")).await.status == 429 {
+            retrieve_refused = true;
+            break;
+        }
+    }
+    assert!(retrieve_refused);
+    let audit = s.refused_429().await;
+    for endpoint in [
+        "GET /v1/payment_intents/search",
+        "GET /v1/events",
+        "GET /v1/payment_intents/:id",
+    ] {
+        assert!(
+            audit["refused_429"][endpoint].as_u64().unwrap() >= 1,
+            "{endpoint}: {audit}"
+        );
+    }
+    assert!(
+        audit["refused_429"]
+            .get("POST /v1/payment_intents")
+            .is_none()
+    );
+    s.sim.shutdown().await;
 }

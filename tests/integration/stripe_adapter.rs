@@ -82,7 +82,7 @@ fn reference_of(outcome: &SubmitOutcome) -> Option<String> {
         SubmitOutcome::Declined { reference, .. } | SubmitOutcome::Unknown { reference, .. } => {
             reference.clone()
         }
-        SubmitOutcome::NotSubmitted { .. } => None,
+        SubmitOutcome::NotSubmitted { .. } | SubmitOutcome::RateLimited { .. } => None,
     }
 }
 
@@ -303,19 +303,39 @@ async fn server_errors_are_unknown_before_and_after_commit() {
 }
 
 #[tokio::test]
-async fn rate_limited_is_not_submitted() {
+async fn rate_limited_is_its_own_outcome_for_submissions_and_lookups() {
     let s = start_default().await;
     let p = adapter(&s.base);
     let op = Op::new("pm_card_visa");
     with_fault(&s, &op, "rate_limit_429").await;
     assert!(matches!(
         op.submit(&p).await,
-        SubmitOutcome::NotSubmitted { .. }
+        SubmitOutcome::RateLimited {
+            retry_after_ms: None,
+            ..
+        }
     ));
     assert!(s.payments().await.is_empty());
     assert!(
         matches!(op.submit(&p).await, SubmitOutcome::Succeeded { .. }),
         "a retry with the same key runs"
+    );
+    // A lookup refused by the processor's read limit says so (the reconciler defers the check).
+    assert_eq!(
+        s.set_rate_limits(&serde_json::json!({ "read_per_second": 1 }))
+            .await,
+        200
+    );
+    let mut refused = None;
+    for _ in 0..100 {
+        if let found @ LookupOutcome::RateLimited { .. } = op.lookup(&p, None).await {
+            refused = Some(found);
+            break;
+        }
+    }
+    assert!(
+        refused.is_some(),
+        "a 1/s read limit refuses a burst of lookups"
     );
     s.sim.shutdown().await;
 }

@@ -188,17 +188,25 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let clock: SharedClock = Arc::new(SystemClock);
     let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", now()).await;
+    // Claimed and marked at one instant, so a slow machine cannot expire the lease in between.
+    let claimed_at = now();
+    let lease_ms: i64 = 300;
     let zombie = ledger
-        .claim("zombie", 1, 300, now())
+        .claim("zombie", 1, lease_ms, claimed_at)
         .await
         .unwrap()
         .remove(0);
     ledger
-        .mark_submitting(&zombie.id, zombie.attempt, now())
+        .mark_submitting(&zombie.id, zombie.attempt, claimed_at)
         .await
         .unwrap();
     // The zombie stalls past its lease; the reconciler takes over and finishes with the same key.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    wait_for(
+        "the zombie's lease to lapse",
+        Duration::from_secs(5),
+        || async { (now() > claimed_at + lease_ms).then_some(()) },
+    )
+    .await;
     let rec = reconciler(&ledger, &sim);
     wait_for("reconciler finishes", Duration::from_secs(20), || {
         let (ledger, rec, id) = (ledger.clone(), &rec, op.id.clone());

@@ -1,5 +1,7 @@
 //! Worker limits. Every one is named, has a default, and is set explicitly by the binary.
 
+use payonce_shared::limiter::{SharedLimiter, Unlimited};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a worker may do and how long it may take.
@@ -31,6 +33,16 @@ pub struct WorkerConfig {
     pub record_batch_max: usize,
     /// How long shutdown waits for in-flight submissions.
     pub shutdown_grace: Duration,
+    /// The fleet's request budget at the processor: one write permit per submission.
+    pub limiter: SharedLimiter,
+    /// First pause after a 429 when the processor gives no advice (doubles, with jitter).
+    pub rate_limit_backoff_base: Duration,
+    /// Longest pause after a 429.
+    pub rate_limit_backoff_max: Duration,
+    /// Longest a submission keeps its claim waiting for permits and retrying 429s in place (the
+    /// daemon renews the lease meanwhile); past it, the operation goes back to `ready` without counting
+    /// as a failed attempt.
+    pub rate_limit_wait_max: Duration,
 }
 
 impl WorkerConfig {
@@ -50,6 +62,10 @@ impl WorkerConfig {
             poll_interval: Duration::from_millis(500),
             record_batch_max: 128,
             shutdown_grace: Duration::from_secs(25),
+            limiter: Arc::new(Unlimited::default()),
+            rate_limit_backoff_base: Duration::from_millis(250),
+            rate_limit_backoff_max: Duration::from_secs(5),
+            rate_limit_wait_max: Duration::from_secs(120),
         }
     }
 
@@ -65,6 +81,12 @@ impl WorkerConfig {
             return Err(
                 "the submit timeout must end before a lease could lapse during shutdown".into(),
             );
+        }
+        if self.rate_limit_backoff_base.is_zero()
+            || self.rate_limit_backoff_max < self.rate_limit_backoff_base
+            || self.rate_limit_wait_max.is_zero()
+        {
+            return Err("rate-limit backoff and wait bounds must be positive and ordered".into());
         }
         if self.attempt_max < 1 {
             return Err("attempt_max must be at least 1".into());
@@ -103,6 +125,9 @@ mod tests {
         assert!(bad.validate().is_err());
         let mut bad = ok.clone();
         bad.concurrency = 0;
+        assert!(bad.validate().is_err());
+        let mut bad = ok.clone();
+        bad.rate_limit_backoff_max = Duration::from_millis(1);
         assert!(bad.validate().is_err());
         let mut bad = ok;
         bad.attempt_max = 0;

@@ -3,7 +3,7 @@
 //! in the background, and stop only at safe points.
 
 use crate::config::WorkerConfig;
-use crate::execution::{count, explain_fenced, precheck, submit, to_recorded};
+use crate::execution::{count, explain_fenced, precheck, submit_paced, to_recorded};
 use crate::metrics::WorkerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
@@ -283,12 +283,22 @@ impl Worker {
             let config = self.config.clone();
             let metrics = self.metrics.clone();
             let tx = tx.clone();
+            let stop = stop.clone();
             let span = tracing::info_span!("submit", operation = %op.id, tenant = %op.tenant, attempt = op.attempt,
                 key = %op.idempotency_key);
             submissions.spawn(
                 async move {
                     let started = Instant::now();
-                    let outcome = submit(processor.as_ref(), &op, config.submit_timeout).await;
+                    // The renewer keeps the lease while the submission is paced or retried after 429s.
+                    let outcome = submit_paced(
+                        processor.as_ref(),
+                        &op,
+                        &config,
+                        &metrics,
+                        config.rate_limit_wait_max,
+                        Some(&stop),
+                    )
+                    .await;
                     metrics.submit_latency.observe_ms(
                         u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                     );

@@ -7,6 +7,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
+use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{Processor, SubmitOutcome, SubmitRequest};
 use payonce_shared::state::Status;
 use std::time::Duration;
@@ -58,6 +59,21 @@ pub fn retry_delay(config: &WorkerConfig, attempt: i64) -> Duration {
         .unwrap_or(config.retry_max)
 }
 
+/// The pause after the `n`th 429 in a row when the processor gave no advice: exponential from
+/// `rate_limit_backoff_base`, capped at `rate_limit_backoff_max`, with jitter (backon) so a fleet
+/// refused together does not come back together.
+pub fn rate_limit_delay(config: &WorkerConfig, n: u32) -> Duration {
+    let steps = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
+    ExponentialBuilder::default()
+        .with_min_delay(config.rate_limit_backoff_base)
+        .with_max_delay(config.rate_limit_backoff_max)
+        .with_jitter()
+        .with_max_times(steps)
+        .build()
+        .nth(steps - 1)
+        .unwrap_or(config.rate_limit_backoff_max)
+}
+
 /// Maps a submission outcome to the fenced write that records it.
 pub fn to_recorded(
     outcome: SubmitOutcome,
@@ -86,11 +102,94 @@ pub fn to_recorded(
             reason,
             available_at_ms: now_ms + ms(retry_delay(config, attempt)),
         },
+        // Only reached after `rate_limit_wait_max` of pacing and in-place retries (or at shutdown):
+        // back to ready, never exhausted, because a refusal before execution is not a failed attempt.
+        SubmitOutcome::RateLimited {
+            reason,
+            retry_after_ms,
+        } => Recorded::RetryLater {
+            reason,
+            available_at_ms: now_ms
+                + retry_after_ms.map_or_else(
+                    || ms(rate_limit_delay(config, 1)),
+                    |a| i64::try_from(a).unwrap_or(i64::MAX),
+                ),
+        },
         SubmitOutcome::Unknown { reason, reference } => Recorded::Unknown {
             reason,
             reference,
             next_check_at_ms: now_ms + ms(config.first_check_delay),
         },
+    }
+}
+
+/// Submits like [`submit`], paced by the fleet limiter: waits for a write permit before each request
+/// (waiting sends nothing), and answers a 429 by sending the same request with the same key again after
+/// the processor's advice or a jittered backoff, without recording anything in between: the claim and
+/// its attempt stay as they are. Returns `RateLimited` only once `wait_max` has passed or `stop` is set;
+/// every other outcome as the processor gave it.
+pub async fn submit_paced(
+    processor: &dyn Processor,
+    op: &Operation,
+    config: &WorkerConfig,
+    metrics: &WorkerMetrics,
+    wait_max: Duration,
+    stop: Option<&tokio::sync::watch::Receiver<bool>>,
+) -> SubmitOutcome {
+    let give_up_at = tokio::time::Instant::now() + wait_max;
+    let stopped = || stop.is_some_and(|s| *s.borrow());
+    let mut refusals: u32 = 0;
+    loop {
+        let left = give_up_at.saturating_duration_since(tokio::time::Instant::now());
+        let permit = acquire(config.limiter.as_ref(), Budget::Write, left);
+        // Shutdown does not wait for a permit: nothing was sent, so the row goes back to ready.
+        let permit = match stop {
+            Some(stop) => {
+                let mut stop = stop.clone();
+                tokio::select! {
+                    p = permit => p.map_err(|denied| format!("fleet limiter: {denied}")),
+                    _ = stop.wait_for(|s| *s) => Err("shutdown while waiting for a permit".to_string()),
+                }
+            }
+            None => permit
+                .await
+                .map_err(|denied| format!("fleet limiter: {denied}")),
+        };
+        if let Err(reason) = permit {
+            metrics.rate_limited_requeued.inc();
+            return SubmitOutcome::RateLimited {
+                reason,
+                retry_after_ms: None,
+            };
+        }
+        let outcome = submit(processor, op, config.submit_timeout).await;
+        let SubmitOutcome::RateLimited { retry_after_ms, .. } = &outcome else {
+            return outcome;
+        };
+        metrics.rate_limited.inc();
+        refusals = refusals.saturating_add(1);
+        let pause = retry_after_ms
+            .map(Duration::from_millis)
+            .unwrap_or_else(|| rate_limit_delay(config, refusals));
+        tracing::info!(operation = %op.id, attempt = op.attempt, refusals, ?pause,
+            "processor rate-limited the submission; sending it again with the same key");
+        if stopped() || tokio::time::Instant::now() + pause >= give_up_at {
+            metrics.rate_limited_requeued.inc();
+            return outcome;
+        }
+        match stop {
+            Some(stop) => {
+                let mut stop = stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    _ = stop.wait_for(|s| *s) => {
+                        metrics.rate_limited_requeued.inc();
+                        return outcome;
+                    }
+                }
+            }
+            None => tokio::time::sleep(pause).await,
+        }
     }
 }
 
@@ -169,7 +268,9 @@ pub async fn execute_one(
         .await?;
     failpoint::hit(FailPoint::AfterSubmissionRecorded);
     let started = std::time::Instant::now();
-    let outcome = submit(processor, op, config.submit_timeout).await;
+    // No renewal here (the reconciler's same-key retry): stay well inside the lease.
+    let wait_max = config.rate_limit_wait_max.min(config.lease_ttl / 2);
+    let outcome = submit_paced(processor, op, config, metrics, wait_max, None).await;
     metrics
         .submit_latency
         .observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
@@ -224,6 +325,50 @@ mod tests {
             now,
         );
         assert!(matches!(last, Recorded::Exhausted { .. }));
+    }
+
+    #[test]
+    fn rate_limited_goes_back_to_ready_and_never_exhausts() {
+        let config = WorkerConfig::new("w");
+        let now = 1_000;
+        for attempt in [1, config.attempt_max, config.attempt_max + 3] {
+            let r = to_recorded(
+                SubmitOutcome::RateLimited {
+                    reason: "429".into(),
+                    retry_after_ms: None,
+                },
+                attempt,
+                &config,
+                now,
+            );
+            match r {
+                Recorded::RetryLater {
+                    available_at_ms, ..
+                } => assert!(available_at_ms > now && available_at_ms <= now + 5_000),
+                other => panic!("attempt {attempt}: {other:?}"),
+            }
+        }
+        let advised = to_recorded(
+            SubmitOutcome::RateLimited {
+                reason: "429".into(),
+                retry_after_ms: Some(7_000),
+            },
+            1,
+            &config,
+            now,
+        );
+        assert!(matches!(
+            advised,
+            Recorded::RetryLater {
+                available_at_ms: 8_000,
+                ..
+            }
+        ));
+        let first = rate_limit_delay(&config, 1);
+        assert!(
+            first >= config.rate_limit_backoff_base && first <= config.rate_limit_backoff_base * 2
+        );
+        assert!(rate_limit_delay(&config, 30) <= config.rate_limit_backoff_max * 2);
     }
 
     #[test]

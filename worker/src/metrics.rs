@@ -25,7 +25,11 @@ pub struct WorkerMetrics {
     pub already_recorded: Counter,
     /// Leases given back at shutdown.
     pub released: Counter,
-    /// Processor submission latency.
+    /// Submissions the processor answered 429 (each retried with the same key, never a failed attempt).
+    pub rate_limited: Counter,
+    /// Submissions that went back to `ready` after waiting `rate_limit_wait_max` for permits or past 429s.
+    pub rate_limited_requeued: Counter,
+    /// Submission latency: the processor call, plus any wait for a limiter permit and in-place 429 retries.
     pub submit_latency: Histogram,
     /// Claim-to-submit latency.
     pub claim_to_submit: Histogram,
@@ -95,9 +99,21 @@ impl WorkerMetrics {
             "",
             self.released.get(),
         );
+        e.counter(
+            "payonce_processor_rate_limited_total",
+            "Requests the processor refused with 429, by kind.",
+            "kind=\"submission\"",
+            self.rate_limited.get(),
+        );
+        e.counter(
+            "payonce_worker_rate_limited_requeued_total",
+            "Submissions sent back to ready after waiting out the rate-limit bound (not a failed attempt).",
+            "",
+            self.rate_limited_requeued.get(),
+        );
         e.histogram(
             "payonce_worker_submit_seconds",
-            "Processor submission latency.",
+            "Submission latency, including limiter waits and in-place 429 retries.",
             &self.submit_latency,
         );
         e.histogram(

@@ -15,9 +15,8 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
 use crate::tools::{PAY_INVOICE, ToolReply};
-use crate::verify::{Issue, issue_link};
+use crate::verify::elicitation_link;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{LedgerError, Operation};
 use rmcp::model::{CallToolRequestParams, InputRequiredResult, ProtocolVersion};
 use rmcp::service::RequestContext;
@@ -36,18 +35,13 @@ pub enum Step {
     Answer(ToolReply),
 }
 
-/// The confirmation page's URL for `op`, or `None` when no new link may be issued now (the
-/// assistant's link budget is spent, or the tenant has no verification method). The link is minted
-/// on the assistant's budget and, for a one-time-code tenant, its code goes to the tenant's endpoint,
-/// never through the client: the URL alone approves nothing (the page asks for the customer's proof).
+/// The confirmation page's URL for `op`, or `None` when no new link may be issued now: the one
+/// place the elicitation URL comes from (`verify::elicitation_link`, which bounds and explains it).
 pub async fn confirmation_url(
     state: &AppState,
     op: &Operation,
 ) -> Result<Option<String>, LedgerError> {
-    Ok(match issue_link(state, op, LinkOrigin::Assistant).await? {
-        Issue::Issued(link) => Some(link.url),
-        Issue::TooManyOpen | Issue::NotConfigured => None,
-    })
+    elicitation_link(state, op).await
 }
 
 /// Whether this request's client takes URL-mode elicitation through multi round-trip requests:

@@ -50,6 +50,15 @@ pub enum SubmitOutcome {
         /// Why.
         reason: String,
     },
+    /// The processor refused the request before executing it because of its rate limits (Stripe: 429
+    /// `rate_limit`, answered before the idempotency layer, never stored under the key). Nothing ran: the
+    /// same request with the same key may be sent again after a pause, and it is not a failed attempt.
+    RateLimited {
+        /// Why.
+        reason: String,
+        /// How long the processor asked us to wait, ms, when it said.
+        retry_after_ms: Option<u64>,
+    },
     /// The request may have reached the processor; nobody knows what it did. Only a lookup resolves it.
     Unknown {
         /// Why.
@@ -114,6 +123,11 @@ pub enum LookupOutcome {
     NotFound {
         /// Read-after-write consistent lookup.
         consistent: bool,
+    },
+    /// The processor refused the lookup because of its rate limits (429); check again later.
+    RateLimited {
+        /// Why.
+        reason: String,
     },
     /// The lookup itself failed; try again later.
     Unavailable {

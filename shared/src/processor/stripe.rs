@@ -149,6 +149,23 @@ impl StripeProcessor {
     }
 }
 
+/// Longest `Retry-After` honoured; a longer one is capped (the worker's own backoff bounds it too).
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
+
+/// The processor's advice on when to try again: a `Retry-After` in whole seconds, capped at
+/// [`RETRY_AFTER_MAX`]. Stripe sends none on rate limits (its `Stripe-Should-Retry` is absent there), so
+/// this is usually `None` and the caller's jittered backoff decides.
+fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(secs.min(RETRY_AFTER_MAX.as_secs()) * 1000)
+}
+
 /// Reads a body of at most [`RESPONSE_BYTES_MAX`] bytes.
 async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
@@ -195,8 +212,15 @@ impl Processor for StripeProcessor {
             Err(e) => return classify_transport(&e),
         };
         let status = response.status().as_u16();
+        let retry_after_ms = retry_after_ms(response.headers());
         match read_body(response).await {
-            Ok(bytes) => classify_response(status, &bytes),
+            Ok(bytes) => match classify_response(status, &bytes) {
+                SubmitOutcome::RateLimited { reason, .. } => SubmitOutcome::RateLimited {
+                    reason,
+                    retry_after_ms,
+                },
+                other => other,
+            },
             // The status line arrived, so the request was received; what it did is not known.
             Err(why) => SubmitOutcome::Unknown {
                 reason: format!("HTTP {status}, {why}"),

@@ -737,3 +737,52 @@ async fn unknown_methods_and_oversized_bodies_get_json_rpc_errors() {
     );
     api.stop().await;
 }
+
+/// An MCP client that declares URL elicitation receives confirmation links: each approves nothing
+/// alone, but each one-time-code link allows a few guesses, so however often an assistant calls and
+/// however much time passes, it is shown at most `ASSISTANT_LINKS_TOTAL_MAX` links for an operation.
+#[tokio::test]
+async fn elicited_links_are_bounded_for_good() {
+    use payonce_api::verify::{ASSISTANT_LINKS_TOTAL_MAX, ASSISTANT_OPEN_LINKS_MAX};
+    let api = spawn(sqlite_ledger().await).await;
+    let waiting = api.create("INV-155", 1_000).await;
+    let id = waiting["id"].as_str().unwrap();
+    let mut elicited_per_round = Vec::new();
+    let mut rpc_id = 0_u64;
+    for _round in 0..4 {
+        let mut elicited = 0_u32;
+        for _ in 0..ASSISTANT_OPEN_LINKS_MAX + 2 {
+            rpc_id += 1;
+            let mut call = modern_call(
+                rpc_id,
+                json!({"name": "pay_invoice", "arguments": {"operation_id": id}}),
+            );
+            call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+                json!({"elicitation": {"url": {}}});
+            let (status, _, text) =
+                raw_post(&api, serde_json::to_vec(&call).unwrap(), &MODERN_PAY).await;
+            assert_eq!(status, 200, "{text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            match v["result"]["resultType"].as_str() {
+                Some("input_required") => elicited += 1,
+                Some("complete") => {
+                    assert_eq!(
+                        v["result"]["structuredContent"]["outcome"],
+                        "approval_required"
+                    );
+                    assert!(!text.contains("/confirm/"), "{text}");
+                }
+                other => panic!("unexpected result type {other:?}: {text}"),
+            }
+        }
+        assert!(elicited <= ASSISTANT_OPEN_LINKS_MAX, "round: {elicited}");
+        elicited_per_round.push(elicited);
+        // Every open link expires; only the total bound is left.
+        api.clock.advance_ms(24 * 3600 * 1000);
+    }
+    let total: u32 = elicited_per_round.iter().sum();
+    assert!(elicited_per_round[0] >= 1, "{elicited_per_round:?}");
+    assert!(total <= ASSISTANT_LINKS_TOTAL_MAX, "{elicited_per_round:?}");
+    assert_eq!(elicited_per_round[3], 0, "{elicited_per_round:?}");
+    api.stop().await;
+}

@@ -16,7 +16,7 @@
 //! | 401, 403 | NotSubmitted | authentication and permission are checked before anything runs |
 //! | 404 | NotSubmitted | no such endpoint: nothing ran |
 //! | 409 (`idempotency_key_in_use`, `lock_timeout`) | Unknown | the key's first request is still executing |
-//! | 429 `rate_limit` | NotSubmitted | Stripe refuses rate-limited requests before executing them |
+//! | 429 (`rate_limit`, `lock_timeout`) | RateLimited | Stripe's limiters run before execution and before the idempotency layer: nothing ran, nothing is stored under the key; send the same request again after a pause |
 //! | 5xx | Unknown | Stripe may have executed it (and replays the 500 under the key) |
 //! | any other status | Unknown | unknown means "ask lookup", never "retry with a new key" |
 //!
@@ -159,7 +159,11 @@ pub fn classify_response(status: u16, body: &[u8]) -> SubmitOutcome {
             reason: described,
             reference,
         },
-        (400, "invalid_request_error") | (401 | 403 | 404 | 429, _) => {
+        (429, _) => SubmitOutcome::RateLimited {
+            reason: described,
+            retry_after_ms: None,
+        },
+        (400, "invalid_request_error") | (401 | 403 | 404, _) => {
             SubmitOutcome::NotSubmitted { reason: described }
         }
         _ => SubmitOutcome::Unknown {
@@ -241,7 +245,14 @@ mod tests {
             classify_response(400, &err("invalid_request_error", "parameter_missing")),
             SubmitOutcome::NotSubmitted { .. }
         ));
-        for s in [401, 403, 404, 429] {
+        assert!(matches!(
+            classify_response(429, &err("invalid_request_error", "rate_limit")),
+            SubmitOutcome::RateLimited {
+                retry_after_ms: None,
+                ..
+            }
+        ));
+        for s in [401, 403, 404] {
             assert!(matches!(
                 classify_response(s, &err("invalid_request_error", "x")),
                 SubmitOutcome::NotSubmitted { .. }

@@ -102,6 +102,9 @@ async fn by_reference(
         }
         // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
         Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
+        Ok((429, v)) => LookupOutcome::RateLimited {
+            reason: format!("retrieve answered HTTP 429: {}", error_message(&v)),
+        },
         Ok((status, v)) => unavailable(format!(
             "retrieve answered HTTP {status}: {}",
             error_message(&v)
@@ -138,6 +141,11 @@ async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome 
         let url = format!("{}/v1/payment_intents?{qs}", p.config.api_base);
         let page = match get_json(p, url).await {
             Ok((200, v)) => v,
+            Ok((429, v)) => {
+                return LookupOutcome::RateLimited {
+                    reason: format!("list answered HTTP 429: {}", error_message(&v)),
+                };
+            }
             Ok((status, v)) => {
                 return unavailable(format!(
                     "list answered HTTP {status}: {}",
