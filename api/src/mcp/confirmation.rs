@@ -13,11 +13,11 @@
 
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::verify::{Issue, issue_link};
-use payonce_shared::ledger::verification::LinkOrigin;
 use crate::errors::cause_chain;
 use crate::tools::{PAY_INVOICE, ToolReply};
+use crate::verify::{Issue, issue_link};
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{LedgerError, Operation};
 use rmcp::model::{CallToolRequestParams, InputRequiredResult, ProtocolVersion};
 use rmcp::service::RequestContext;

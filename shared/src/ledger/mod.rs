@@ -4,19 +4,29 @@
 //! Every write out of `executing` is fenced by the attempt; every transition is logged by a database
 //! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
 
+mod approvals;
+mod dialect;
+mod keys;
 mod migrate;
+mod moves;
+mod operations;
 pub mod postgres;
+mod queue;
 mod record;
+mod recovery;
 pub mod report;
-mod sql;
 pub mod sqlite;
 mod store;
+mod tool_calls;
 pub mod verification;
+mod webhooks;
 
+pub use dialect::Dialect;
 pub use record::{
     ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,
     StatusCount,
 };
+pub use store::Store;
 
 use crate::details::{Details, DetailsHash};
 use crate::id::{BusinessKey, OperationId, TenantId};

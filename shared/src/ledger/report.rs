@@ -24,8 +24,8 @@ pub enum Plan {
     },
     /// Move to `succeeded`.
     Succeed {
-        /// Event name.
-        event: &'static str,
+        /// The state machine's event (`processor_succeeded` or `resolve_succeeded`).
+        event: Event,
         /// Processor reference.
         reference: String,
         /// Processor object, if any.
@@ -37,8 +37,8 @@ pub enum Plan {
     },
     /// Move to `failed`.
     Fail {
-        /// Event name.
-        event: &'static str,
+        /// The state machine's event (`processor_failed` or `resolve_failed`).
+        event: Event,
         /// Processor reference.
         reference: Option<String>,
         /// Code.
@@ -106,7 +106,7 @@ pub fn plan_report(
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorSucceeded)?;
                 Ok(Plan::Succeed {
-                    event: Event::ProcessorSucceeded.as_str(),
+                    event: Event::ProcessorSucceeded,
                     reference: reference.clone(),
                     result: Some(result.clone()),
                     detail: format!("{source}: succeeded as {reference}"),
@@ -136,7 +136,7 @@ pub fn plan_report(
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorFailed)?;
                 Ok(Plan::Fail {
-                    event: Event::ProcessorFailed.as_str(),
+                    event: Event::ProcessorFailed,
                     reference: reference.clone(),
                     code: code.clone(),
                     message: message.clone(),
@@ -209,7 +209,7 @@ pub fn plan_resolution(
             }
             let to = transition(current.status, Event::ResolveSucceeded)?;
             Ok(Plan::Succeed {
-                event: Event::ResolveSucceeded.as_str(),
+                event: Event::ResolveSucceeded,
                 reference: reference.clone(),
                 result: None,
                 detail: reason.to_string(),
@@ -219,7 +219,7 @@ pub fn plan_resolution(
         Resolution::Failed => {
             let to = transition(current.status, Event::ResolveFailed)?;
             Ok(Plan::Fail {
-                event: Event::ResolveFailed.as_str(),
+                event: Event::ResolveFailed,
                 reference: None,
                 code: "resolved_failed_by_hand".into(),
                 message: reason.to_string(),

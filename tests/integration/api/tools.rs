@@ -455,7 +455,11 @@ async fn every_state_has_its_answer() {
         .send()
         .await
         .unwrap();
-    assert_eq!(granted.status(), 201, "tool calls left every link slot free");
+    assert_eq!(
+        granted.status(),
+        201,
+        "tool calls left every link slot free"
+    );
 
     // succeeded: stored reference and a safe subset of the result.
     let op = api.create_ready("INV-61").await;
