@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
-    /// Created; no valid approval for these exact details. Out: api (approve, cancel), expiry.
+    /// Created; no valid approval for these exact details. Out: api (approve, cancel); nothing
+    /// expires it (`ExpireApproval` is defined but not written).
     AwaitingApproval,
     /// Approved and enqueued. Out: worker (claim), api (cancel).
     Ready,
@@ -85,7 +86,8 @@ pub enum Event {
     Approve,
     /// Upstream or the customer withdrew the operation.
     Cancel,
-    /// The approval window closed without an approval.
+    /// The approval window closed without an approval. Defined by the table, written by no code
+    /// today: rows awaiting approval do not expire.
     ExpireApproval,
     /// A worker (or the reconciler, for a same-key retry) took the lease.
     Claim,
