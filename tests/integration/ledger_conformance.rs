@@ -1217,3 +1217,40 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
     })
     .await;
 }
+
+/// SQLite's operation-id CHECK is Postgres's `^op_[0-9a-f]{32}$` (migration 0008): before, its
+/// `GLOB 'op_[0-9a-f]*'` let anything follow the first hex digit.
+#[tokio::test]
+async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
+    let ledger = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    let shared: SharedLedger = std::sync::Arc::new(ledger.clone());
+    let op = ready_operation(&shared, "INV-ID-1", "pm_card_visa", T0).await;
+    // A copy of a valid row under another id, key and business key: only the id's shape differs.
+    let copy = |id: &str| {
+        format!(
+            "CREATE TEMP TABLE IF NOT EXISTS c AS SELECT * FROM operations WHERE 0; DELETE FROM c; \
+             INSERT INTO c SELECT * FROM operations WHERE id = '{}'; \
+             UPDATE c SET id = '{id}', idempotency_key = '{id}', business_key = '{id}'; \
+             INSERT INTO operations SELECT * FROM c;",
+            op.id.as_str()
+        )
+    };
+    let good = format!("op_{}", "0123456789abcdef".repeat(2));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(copy(&good)))
+        .execute(ledger.pool())
+        .await
+        .expect("a well-formed id is accepted");
+    for bad in [
+        format!("op_a{}", "Z".repeat(31)),
+        format!("op_{}", "0123456789ABCDEF".repeat(2)),
+        format!("op_{}-", "0123456789abcdef".repeat(2)).replacen('0', "", 1),
+    ] {
+        assert_eq!(bad.len(), 35);
+        let refused = sqlx::raw_sql(sqlx::AssertSqlSafe(copy(&bad)))
+            .execute(ledger.pool())
+            .await;
+        assert!(refused.is_err(), "{bad} must be refused");
+    }
+}

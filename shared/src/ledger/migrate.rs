@@ -66,6 +66,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         "tool_call_keys",
         include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
     ),
+    // SQLite only: its operation-id CHECK matched to Postgres's (Postgres has nothing to change).
+    (
+        8,
+        "operation_id_check",
+        include_str!("../../../migrations/sqlite/0008_operation_id_check.sql"),
+    ),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (version BIGINT PRIMARY KEY, \
