@@ -265,7 +265,8 @@ pub(crate) fn fenced(rows: u64, id: &OperationId, attempt: i64) -> Result<(), Le
     }
 }
 
-/// Records one fenced outcome on a connection (pooled, or inside a batch's transaction).
+/// Records one fenced outcome on a connection (pooled, or inside a batch's transaction). An
+/// outcome that would hide an earlier submission is written as its [`fallback`] instead.
 pub(crate) async fn record_on<DB>(
     conn: &mut DB::Connection,
     id: &OperationId,
@@ -287,130 +288,12 @@ where
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
     let actor = bounded(actor);
-    let row = match outcome {
-        Recorded::Succeeded { reference, result } => {
-            sqlx::query(RECORD_SUCCEEDED.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(reference.as_str())
-                .bind(result.to_string())
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-        Recorded::Failed {
-            code,
-            message,
-            reference,
-        } => {
-            sqlx::query(RECORD_FAILED.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(reference.as_deref())
-                .bind(bounded(code))
-                .bind(bounded(message))
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-        Recorded::RetryLater {
-            reason,
-            available_at_ms,
-        } => {
-            let row = sqlx::query(RECORD_RETRY.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(*available_at_ms)
-                .bind(bounded(reason))
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?;
-            match row {
-                Some(row) => Some(row),
-                // An earlier attempt may have reached the processor: this is unknown, not retryable.
-                None => {
-                    sqlx::query(RECORD_UNKNOWN.as_str())
-                        .bind(id.as_str())
-                        .bind(attempt)
-                        .bind(now_ms)
-                        .bind(Option::<String>::None)
-                        .bind(bounded(&format!(
-                            "{reason}; an earlier attempt may have reached the processor"
-                        )))
-                        .bind(actor.as_str())
-                        .bind(now_ms)
-                        .fetch_optional(&mut *conn)
-                        .await?
-                }
-            }
-        }
-        Recorded::Exhausted { reason } => {
-            sqlx::query(RECORD_EXHAUSTED.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(bounded(reason))
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-        Recorded::Unknown {
-            reason,
-            reference,
-            next_check_at_ms,
-        } => {
-            sqlx::query(RECORD_UNKNOWN.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(*next_check_at_ms)
-                .bind(reference.as_deref())
-                .bind(bounded(reason))
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-        Recorded::Rejected { code, message } => {
-            let row = sqlx::query(RECORD_REJECTED.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(bounded(code))
-                .bind(bounded(message))
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?;
-            match row {
-                Some(row) => Some(row),
-                // Something was submitted earlier: "rejected" would hide it. A human decides.
-                None => {
-                    sqlx::query(RECORD_ATTENTION.as_str())
-                        .bind(id.as_str())
-                        .bind(attempt)
-                        .bind(bounded(&format!(
-                            "{code}: {message}; an earlier attempt was submitted"
-                        )))
-                        .bind(actor.as_str())
-                        .bind(now_ms)
-                        .fetch_optional(&mut *conn)
-                        .await?
-                }
-            }
-        }
-        Recorded::NeedsAttention { reason } => {
-            sqlx::query(RECORD_ATTENTION.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(bounded(reason))
-                .bind(actor.as_str())
-                .bind(now_ms)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-    };
+    let mut row = write_outcome(&mut *conn, id, attempt, outcome, &actor, now_ms).await?;
+    if row.is_none()
+        && let Some(instead) = fallback(outcome, now_ms)
+    {
+        row = write_outcome(&mut *conn, id, attempt, &instead, &actor, now_ms).await?;
+    }
     match row {
         Some(row) => decode_operation(&row),
         None => Err(LedgerError::Fenced {
@@ -418,6 +301,105 @@ where
             attempt,
         }),
     }
+}
+
+/// What to record when `outcome`'s own statement did not match although the fence may still hold:
+/// its guard saw an earlier attempt's submission.
+fn fallback(outcome: &Recorded, now_ms: i64) -> Option<Recorded> {
+    match outcome {
+        // An earlier attempt may have reached the processor: this is unknown, not retryable.
+        Recorded::RetryLater { reason, .. } => Some(Recorded::Unknown {
+            reason: format!("{reason}; an earlier attempt may have reached the processor"),
+            reference: None,
+            next_check_at_ms: now_ms,
+        }),
+        // Something was submitted earlier: "rejected" would hide it. A human decides.
+        Recorded::Rejected { code, message } => Some(Recorded::NeedsAttention {
+            reason: format!("{code}: {message}; an earlier attempt was submitted"),
+        }),
+        Recorded::Succeeded { .. }
+        | Recorded::Failed { .. }
+        | Recorded::Exhausted { .. }
+        | Recorded::Unknown { .. }
+        | Recorded::NeedsAttention { .. } => None,
+    }
+}
+
+/// Runs `outcome`'s one statement; `None` when it matched no row.
+async fn write_outcome<DB>(
+    conn: &mut DB::Connection,
+    id: &OperationId,
+    attempt: i64,
+    outcome: &Recorded,
+    actor: &str,
+    now_ms: i64,
+) -> Result<Option<DB::Row>, LedgerError>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    let fence = |statement: &'static LazyLock<String>| {
+        sqlx::query::<DB>(statement.as_str())
+            .bind(id.as_str())
+            .bind(attempt)
+    };
+    let query = match outcome {
+        Recorded::Succeeded { reference, result } => fence(&RECORD_SUCCEEDED)
+            .bind(reference.as_str())
+            .bind(result.to_string())
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Failed {
+            code,
+            message,
+            reference,
+        } => fence(&RECORD_FAILED)
+            .bind(reference.as_deref())
+            .bind(bounded(code))
+            .bind(bounded(message))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::RetryLater {
+            reason,
+            available_at_ms,
+        } => fence(&RECORD_RETRY)
+            .bind(*available_at_ms)
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Exhausted { reason } => fence(&RECORD_EXHAUSTED)
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Unknown {
+            reason,
+            reference,
+            next_check_at_ms,
+        } => fence(&RECORD_UNKNOWN)
+            .bind(*next_check_at_ms)
+            .bind(reference.as_deref())
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Rejected { code, message } => fence(&RECORD_REJECTED)
+            .bind(bounded(code))
+            .bind(bounded(message))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::NeedsAttention { reason } => fence(&RECORD_ATTENTION)
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+    };
+    Ok(query.fetch_optional(&mut *conn).await?)
 }
 
 #[cfg(test)]

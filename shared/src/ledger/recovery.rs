@@ -93,6 +93,16 @@ const TRY_MAINTENANCE_LEASE: &str = "INSERT INTO maintenance_leases (name, owner
 const DROP_MAINTENANCE_LEASE: &str =
     "DELETE FROM maintenance_leases WHERE name = $1 AND owner = $2";
 
+/// A sweep's page size, refused outside `1..=PAGE_MAX`.
+fn sweep_page(limit: u32) -> Result<i64, LedgerError> {
+    if limit == 0 || limit > PAGE_MAX {
+        return Err(LedgerError::Limit(format!(
+            "sweep batch must be 1..={PAGE_MAX}"
+        )));
+    }
+    Ok(i64::from(limit))
+}
+
 /// Recovery of one store.
 pub(crate) struct Recovery<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
 
@@ -115,14 +125,9 @@ where
         now_ms: i64,
         limit: u32,
     ) -> Result<Vec<ExpiredLease>, LedgerError> {
-        if limit == 0 || limit > PAGE_MAX {
-            return Err(LedgerError::Limit(format!(
-                "sweep batch must be 1..={PAGE_MAX}"
-            )));
-        }
         let rows = sqlx::query(EXPIRED_LEASES)
             .bind(now_ms)
-            .bind(i64::from(limit))
+            .bind(sweep_page(limit)?)
             .fetch_all(&self.0.pool)
             .await?;
         rows.iter()
@@ -176,14 +181,9 @@ where
         now_ms: i64,
         limit: u32,
     ) -> Result<Vec<Operation>, LedgerError> {
-        if limit == 0 || limit > PAGE_MAX {
-            return Err(LedgerError::Limit(format!(
-                "sweep batch must be 1..={PAGE_MAX}"
-            )));
-        }
         let rows = sqlx::query(DUE_FOR_CHECK)
             .bind(now_ms)
-            .bind(i64::from(limit))
+            .bind(sweep_page(limit)?)
             .fetch_all(&self.0.pool)
             .await?;
         rows.iter().map(decode_operation).collect()
