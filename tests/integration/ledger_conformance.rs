@@ -4,8 +4,8 @@
 use crate::support::{self, details, every_store, ready_operation, tenant};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
-    Applied, LedgerError, ListFilter, NewApproval, NewOperation, PAGE_MAX, Recorded, Report,
-    Resolution, SharedLedger,
+    Applied, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, PAGE_MAX, Recorded,
+    Report, Resolution, SharedLedger,
 };
 use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
@@ -499,7 +499,7 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
             ledger
                 .resolve(&op.id, &Resolution::Failed, "oncall:ann", "  ", T0 + 6)
                 .await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::ResolutionReason))
         ));
         let fixed = ledger
             .resolve(
@@ -565,11 +565,11 @@ async fn cancel_listing_links_events_keys_and_limits() {
         );
         assert!(matches!(
             ledger.claim("w", 0, LEASE_MS, T0).await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
             ledger.claim("w", 1_001, LEASE_MS, T0).await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
             ledger
@@ -578,7 +578,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
                     ..Default::default()
                 })
                 .await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::PageSize))
         ));
 
         assert!(

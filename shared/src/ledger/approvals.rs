@@ -7,7 +7,7 @@ use super::moves::{legal, update};
 use super::operations::Operations;
 use super::record::decode_operation;
 use super::store::Store;
-use super::{Approval, ApprovalLink, LedgerError, NewApproval, Operation, bounded};
+use super::{Approval, ApprovalLink, LedgerError, LimitError, NewApproval, Operation, bounded};
 use crate::id::{OperationId, TenantId, random_hex};
 use crate::state::{Event, Move, Status};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
@@ -71,9 +71,7 @@ where
         now_ms: i64,
     ) -> Result<Operation, LedgerError> {
         if approval.expires_at_ms <= now_ms {
-            return Err(LedgerError::Limit(
-                "approval expiry must be in the future".into(),
-            ));
+            return Err(LimitError::ApprovalExpiry.into());
         }
         let mut tx = self.0.pool.begin().await?;
         let row = sqlx::query(APPROVE.as_str())

@@ -77,9 +77,9 @@ pub enum LedgerError {
         /// The attempt the writer held.
         attempt: i64,
     },
-    /// A caller asked for something outside a named limit.
+    /// A caller asked for something outside a named limit; nothing was changed.
     #[error("limit exceeded: {0}")]
-    Limit(String),
+    Limit(#[from] LimitError),
     /// The state machine refused a move (a bug in the caller).
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
@@ -89,6 +89,38 @@ pub enum LedgerError {
     /// The database failed.
     #[error("database error")]
     Database(#[from] sqlx::Error),
+}
+
+/// Which named limit a request broke (the api answers each with `400 invalid_request`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// A claim asked for no rows or more than [`CLAIM_BATCH_MAX`].
+    #[error("claim batch must be 1..={CLAIM_BATCH_MAX}")]
+    ClaimBatch,
+    /// A lease of zero or negative length.
+    #[error("lease TTL must be positive")]
+    LeaseTtl,
+    /// A listing page of no rows or more than [`PAGE_MAX`].
+    #[error("page size must be 1..={PAGE_MAX}")]
+    PageSize,
+    /// A sweep page of no rows or more than [`PAGE_MAX`].
+    #[error("sweep batch must be 1..={PAGE_MAX}")]
+    SweepBatch,
+    /// An approval that would already have expired.
+    #[error("approval expiry must be in the future")]
+    ApprovalExpiry,
+    /// An on-call resolution without a reason.
+    #[error("a resolution needs a reason")]
+    ResolutionReason,
+    /// Resolving as succeeded without the processor's reference.
+    #[error("resolving as succeeded needs the processor reference")]
+    ResolutionReference,
+    /// A database URL naming neither store.
+    #[error("unsupported database URL {0:?}: expected postgres:// or sqlite:")]
+    DatabaseUrl(String),
+    /// An API key request outside the key limits (label, reason or duration; api's `KeyError`).
+    #[error("{0}")]
+    ApiKey(String),
 }
 
 /// A new operation from a trusted upstream service.
@@ -602,8 +634,6 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<SharedLedger, Le
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
     } else {
-        Err(LedgerError::Limit(format!(
-            "unsupported database URL {url:?}: expected postgres:// or sqlite:"
-        )))
+        Err(LimitError::DatabaseUrl(url.to_string()).into())
     }
 }

@@ -5,8 +5,8 @@ use super::dialect::Dialect;
 use super::record::{decode_event, decode_operation};
 use super::store::Store;
 use super::{
-    Created, LedgerError, ListFilter, NewOperation, Operation, OperationEvent, PAGE_MAX,
-    StatusCount, bounded,
+    Created, LedgerError, LimitError, ListFilter, NewOperation, Operation, OperationEvent,
+    PAGE_MAX, StatusCount, bounded,
 };
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Status};
@@ -137,9 +137,7 @@ where
     /// See [`Ledger::list`](super::Ledger::list).
     pub(crate) async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError> {
         if filter.limit == 0 || filter.limit > PAGE_MAX {
-            return Err(LedgerError::Limit(format!(
-                "page size must be 1..={PAGE_MAX}"
-            )));
+            return Err(LimitError::PageSize.into());
         }
         let statuses: Vec<Status> = if filter.statuses.is_empty() {
             ALL_STATUSES.to_vec()

@@ -6,7 +6,7 @@ use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::record::decode_operation;
 use super::store::Store;
-use super::{CLAIM_BATCH_MAX, Claimed, LedgerError, Operation, Recorded, bounded};
+use super::{CLAIM_BATCH_MAX, Claimed, LedgerError, LimitError, Operation, Recorded, bounded};
 use crate::id::OperationId;
 use crate::state::{Event, Status};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
@@ -152,12 +152,10 @@ where
         now_ms: i64,
     ) -> Result<Vec<Claimed>, LedgerError> {
         if batch == 0 || batch > CLAIM_BATCH_MAX {
-            return Err(LedgerError::Limit(format!(
-                "claim batch must be 1..={CLAIM_BATCH_MAX}"
-            )));
+            return Err(LimitError::ClaimBatch.into());
         }
         if lease_ttl_ms <= 0 {
-            return Err(LedgerError::Limit("lease TTL must be positive".into()));
+            return Err(LimitError::LeaseTtl.into());
         }
         let rows = sqlx::query(DB::claim())
             .bind(now_ms)

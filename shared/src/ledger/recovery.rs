@@ -10,7 +10,8 @@ use super::record::decode_operation;
 use super::report::{Plan, REPORT_RETRIES_MAX, plan_report, plan_resolution};
 use super::store::Store;
 use super::{
-    Applied, Claimed, ExpiredLease, LedgerError, Operation, PAGE_MAX, Report, Resolution, bounded,
+    Applied, Claimed, ExpiredLease, LedgerError, LimitError, Operation, PAGE_MAX, Report,
+    Resolution, bounded,
 };
 use crate::id::OperationId;
 use crate::state::{Event, Move, Status, transition};
@@ -96,9 +97,7 @@ const DROP_MAINTENANCE_LEASE: &str =
 /// A sweep's page size, refused outside `1..=PAGE_MAX`.
 fn sweep_page(limit: u32) -> Result<i64, LedgerError> {
     if limit == 0 || limit > PAGE_MAX {
-        return Err(LedgerError::Limit(format!(
-            "sweep batch must be 1..={PAGE_MAX}"
-        )));
+        return Err(LimitError::SweepBatch.into());
     }
     Ok(i64::from(limit))
 }

@@ -2,7 +2,7 @@
 //! which move the state machine allows, and what to keep. The store writes the plan fenced by the
 //! status and attempt it was planned from.
 
-use super::{Applied, LedgerError, Operation, Report, Resolution};
+use super::{Applied, LedgerError, LimitError, Operation, Report, Resolution};
 use crate::state::{Event, Status, transition};
 
 /// How many times a report is re-planned when a racing writer moved the row first.
@@ -191,7 +191,7 @@ pub fn plan_resolution(
 ) -> Result<Plan, LedgerError> {
     let reason = reason.trim();
     if reason.is_empty() {
-        return Err(LedgerError::Limit("a resolution needs a reason".into()));
+        return Err(LimitError::ResolutionReason.into());
     }
     if !matches!(current.status, Status::Unknown | Status::NeedsAttention) {
         return Err(LedgerError::WrongState {
@@ -203,9 +203,7 @@ pub fn plan_resolution(
     match resolution {
         Resolution::Succeeded { reference } => {
             if reference.trim().is_empty() {
-                return Err(LedgerError::Limit(
-                    "resolving as succeeded needs the processor reference".into(),
-                ));
+                return Err(LimitError::ResolutionReference.into());
             }
             let to = transition(current.status, Event::ResolveSucceeded)?;
             Ok(Plan::Succeed {
