@@ -1254,3 +1254,59 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
         assert!(refused.is_err(), "{bad} must be refused");
     }
 }
+
+#[tokio::test]
+async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
+    for_each_store(|ledger| async move {
+        let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", T0).await;
+        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
+        ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
+        let unknown = Recorded::Unknown {
+            reason: "timeout".into(),
+            reference: None,
+            next_check_at_ms: T0 + 100,
+        };
+        ledger
+            .record(&op.id, 1, &unknown, "w", T0 + 2)
+            .await
+            .unwrap();
+        let due = ledger.due_for_check(T0 + 100, 10).await.unwrap();
+        assert_eq!(due.iter().map(|o| &o.id).collect::<Vec<_>>(), vec![&op.id]);
+        ledger
+            .defer_check(
+                &op.id,
+                1,
+                T0 + 500,
+                "processor unreachable",
+                "reconciler",
+                T0 + 100,
+            )
+            .await
+            .unwrap();
+        assert!(ledger.due_for_check(T0 + 499, 10).await.unwrap().is_empty());
+        assert!(matches!(
+            ledger
+                .defer_check(&op.id, 2, T0 + 900, "stale", "reconciler", T0 + 101)
+                .await,
+            Err(LedgerError::Fenced { .. })
+        ));
+        ledger
+            .escalate(&op.id, 1, "retention closed", "reconciler", T0 + 500)
+            .await
+            .unwrap();
+        let after = ledger.get_unscoped(&op.id).await.unwrap();
+        assert_eq!(
+            (after.status, after.check_count),
+            (Status::NeedsAttention, 1)
+        );
+        let events: Vec<String> = ledger
+            .events(&op.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        assert!(events.ends_with(&["check_deferred".to_string(), "escalate".to_string()]));
+    })
+    .await;
+}
