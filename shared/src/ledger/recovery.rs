@@ -265,16 +265,19 @@ where
         now_ms: i64,
     ) -> Result<Applied, LedgerError> {
         // A racing writer can move the row between the read and the fenced write: re-plan.
+        let mut lost_at = None;
         for _ in 0..REPORT_RETRIES_MAX {
             let current = Operations(self.0).get_unscoped(id).await?;
             let plan = plan_report(&current, report, source)?;
             if let Some(applied) = self.write_plan(&current, plan, source, now_ms).await? {
                 return Ok(applied);
             }
+            lost_at = Some(current.attempt);
         }
+        // Every try lost to a racing writer: report the attempt the last one was fenced at.
         Err(LedgerError::Fenced {
             id: id.clone(),
-            attempt: -1,
+            attempt: lost_at.unwrap_or_default(),
         })
     }
 
