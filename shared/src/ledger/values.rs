@@ -186,6 +186,6 @@ pub struct ListFilter {
     pub updated_before_ms: Option<i64>,
     /// Only this tenant.
     pub tenant: Option<TenantId>,
-    /// Page size, at most [`PAGE_MAX`].
+    /// Page size, at most [`PAGE_MAX`](super::PAGE_MAX).
     pub limit: u32,
 }
