@@ -1,4 +1,5 @@
-//! What a repeated request returns (DESIGN.md): the operation's stored truth, never a new action.
+//! What a repeated request returns (docs/architecture.md): the operation's stored truth, never a new
+//! action.
 //! The same answer serves `POST /v1/operations/{id}/execute` and both assistant tools, as structured
 //! fields plus one sentence an assistant can relay word for word. An answer never carries a
 //! capability: when the customer must approve, payonce asks them itself (through the tenant's

@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{LedgerError, Role, SharedLedger};
+use payonce_shared::ledger::{LedgerError, LimitError, Role, SharedLedger};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -64,7 +64,7 @@ pub async fn create_api_key(
     match keys::issue(ledger, tenant, role, label, None, now_ms).await {
         Ok(key) => Ok(key.secret),
         Err(KeyError::Ledger(e)) => Err(e),
-        Err(other) => Err(LedgerError::Limit(other.to_string())),
+        Err(other) => Err(LimitError::ApiKey(other.to_string()).into()),
     }
 }
 

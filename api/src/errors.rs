@@ -214,7 +214,7 @@ impl From<LedgerError> for HttpError {
                 ErrorCode::WrongState,
                 format!("the operation is {}: {why}", status.as_str()),
             ),
-            LedgerError::Limit(why) => HttpError::new(ErrorCode::InvalidRequest, why),
+            LedgerError::Limit(why) => HttpError::new(ErrorCode::InvalidRequest, why.to_string()),
             other @ (LedgerError::Fenced { .. }
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)

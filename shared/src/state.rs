@@ -1,6 +1,7 @@
-//! The operation state machine of DESIGN.md: one transition function, no catch-all arm, so a new
-//! state or event breaks the build until every pair is decided. The database mirrors the states with
-//! a CHECK constraint.
+//! The operation state machine (docs/architecture.md): one transition function, no catch-all arm,
+//! so a new state or event breaks the build until every pair is decided. The database mirrors the
+//! states with a CHECK constraint. The ledger writes every state change as a [`Move`] taken from
+//! this table, and the event log may hold only [`legal_log_entry`] rows.
 
 use serde::{Deserialize, Serialize};
 
@@ -8,7 +9,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
-    /// Created; no valid approval for these exact details. Out: api (approve, cancel), expiry.
+    /// Created; no valid approval for these exact details. Out: api (approve, cancel); nothing
+    /// expires it (`ExpireApproval` is defined but not written).
     AwaitingApproval,
     /// Approved and enqueued. Out: worker (claim), api (cancel).
     Ready,
@@ -84,7 +86,8 @@ pub enum Event {
     Approve,
     /// Upstream or the customer withdrew the operation.
     Cancel,
-    /// The approval window closed without an approval.
+    /// The approval window closed without an approval. Defined by the table, written by no code
+    /// today: rows awaiting approval do not expire.
     ExpireApproval,
     /// A worker (or the reconciler, for a same-key retry) took the lease.
     Claim,
@@ -327,6 +330,82 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
     }
 }
 
+/// A state change as one ledger statement writes it: from any of `from`, to `to`, logged as
+/// `event`. Built only from the transition table, so a statement cannot name a move the table
+/// refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// The states the statement may move a row out of (its `WHERE status ...`).
+    pub from: Vec<Status>,
+    /// What is logged.
+    pub event: Event,
+    /// The state the row ends in.
+    pub to: Status,
+}
+
+impl Move {
+    /// The move `event` makes from each of `from`: refused unless the table allows every one of
+    /// them and they all lead to the same state.
+    pub fn new(from: &[Status], event: Event) -> Result<Move, IllegalTransition> {
+        let Some((first, rest)) = from.split_first() else {
+            return Err(IllegalTransition {
+                from: Status::AwaitingApproval,
+                event,
+            });
+        };
+        let to = transition(*first, event)?;
+        for f in rest {
+            if transition(*f, event)? != to {
+                return Err(IllegalTransition { from: *f, event });
+            }
+        }
+        Ok(Move {
+            from: from.to_vec(),
+            event,
+            to,
+        })
+    }
+
+    /// Every state the table lets `event` leave (each leads to the same state for every event).
+    pub fn every(event: Event) -> Result<Move, IllegalTransition> {
+        let from: Vec<Status> = ALL_STATUSES
+            .into_iter()
+            .filter(|s| transition(*s, event).is_ok())
+            .collect();
+        Move::new(&from, event)
+    }
+}
+
+/// Event-log entries that change no state: the row's creation and the facts kept along the way.
+pub const NOTES: [&str; 4] = [
+    // A new row (no from-state).
+    "create",
+    // A request is about to leave for the processor.
+    "submission_started",
+    // The reconciler will look again later.
+    "check_deferred",
+    // A processor report that changes nothing, kept as evidence.
+    "report_ignored",
+];
+
+/// Whether an event-log row `(from, to, event)` is one the state machine allows: a legal
+/// transition, `create` into `awaiting_approval`, or a note that leaves the state as it was.
+pub fn legal_log_entry(from: Option<&str>, to: &str, event: &str) -> bool {
+    let Some(to) = Status::parse(to) else {
+        return false;
+    };
+    let Some(from) = from else {
+        return event == "create" && to == Status::AwaitingApproval;
+    };
+    let Some(from) = Status::parse(from) else {
+        return false;
+    };
+    if let Some(event) = ALL_EVENTS.into_iter().find(|e| e.as_str() == event) {
+        return transition(from, event) == Ok(to);
+    }
+    NOTES.contains(&event) && event != "create" && from == to
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,6 +487,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_move_takes_its_target_from_the_table_and_refuses_an_illegal_source() {
+        let cancel = Move::every(E::Cancel).unwrap();
+        assert_eq!(cancel.from, vec![S::AwaitingApproval, S::Ready]);
+        assert_eq!(cancel.to, S::Cancelled);
+        assert_eq!(
+            Move::new(&[S::Executing], E::Cancel),
+            Err(IllegalTransition {
+                from: S::Executing,
+                event: E::Cancel
+            })
+        );
+        assert!(Move::new(&[], E::Cancel).is_err());
+        for event in ALL_EVENTS {
+            let every = Move::every(event).unwrap();
+            for from in every.from {
+                assert_eq!(transition(from, event), Ok(every.to), "{event:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn log_entries_are_legal_transitions_creation_or_notes_in_place() {
+        assert!(legal_log_entry(None, "awaiting_approval", "create"));
+        assert!(!legal_log_entry(None, "ready", "create"));
+        assert!(legal_log_entry(
+            Some("executing"),
+            "unknown",
+            "outcome_unknown"
+        ));
+        assert!(legal_log_entry(Some("executing"), "ready", "release"));
+        // The old RELEASE statement logged `release` for a move to `unknown`.
+        assert!(!legal_log_entry(Some("executing"), "unknown", "release"));
+        assert!(legal_log_entry(
+            Some("unknown"),
+            "unknown",
+            "check_deferred"
+        ));
+        assert!(!legal_log_entry(Some("unknown"), "ready", "check_deferred"));
+        assert!(!legal_log_entry(Some("ready"), "ready", "made_up"));
     }
 
     #[test]

@@ -4,10 +4,10 @@
 use crate::support::{self, details, every_store, ready_operation, tenant};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
-    Applied, LedgerError, ListFilter, NewApproval, NewOperation, Recorded, Report, Resolution,
-    SharedLedger,
+    Applied, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, PAGE_MAX, Recorded,
+    Report, Resolution, SharedLedger,
 };
-use payonce_shared::state::Status;
+use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
 
 const T0: i64 = 1_800_000_000_000;
@@ -30,8 +30,51 @@ where
 {
     for ledger in every_store().await {
         eprintln!("store: {}", ledger.store());
-        test(ledger).await;
+        test(ledger.clone()).await;
+        assert_every_logged_move_is_legal(&ledger).await;
     }
+}
+
+/// Every event-log row the test left behind is a legal transition of the state machine (or the
+/// creation, or a note that leaves the state as it was): the statements take their moves from the
+/// table, and the trigger logs what they wrote.
+async fn assert_every_logged_move_is_legal(ledger: &SharedLedger) {
+    let all = ledger
+        .list(&ListFilter {
+            limit: PAGE_MAX,
+            ..ListFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        all.len() < PAGE_MAX as usize,
+        "the check must see every row"
+    );
+    for op in all {
+        for e in ledger.events(&op.id).await.unwrap() {
+            assert!(
+                legal_log_entry(e.from_status.as_deref(), &e.to_status, &e.event),
+                "{} on {}: {:?} -> {} by {:?} is not a legal move",
+                ledger.store(),
+                op.id,
+                e.from_status,
+                e.to_status,
+                e.event
+            );
+        }
+    }
+}
+
+#[test]
+fn the_log_check_refuses_a_move_the_table_does_not_allow() {
+    // What the check catches: a statement writing `release` into `unknown`, or a note that moves.
+    assert!(!legal_log_entry(Some("executing"), "unknown", "release"));
+    assert!(!legal_log_entry(Some("unknown"), "ready", "check_deferred"));
+    assert!(legal_log_entry(
+        Some("executing"),
+        "unknown",
+        "outcome_unknown"
+    ));
 }
 
 #[tokio::test]
@@ -456,7 +499,7 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
             ledger
                 .resolve(&op.id, &Resolution::Failed, "oncall:ann", "  ", T0 + 6)
                 .await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::ResolutionReason))
         ));
         let fixed = ledger
             .resolve(
@@ -522,11 +565,11 @@ async fn cancel_listing_links_events_keys_and_limits() {
         );
         assert!(matches!(
             ledger.claim("w", 0, LEASE_MS, T0).await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
             ledger.claim("w", 1_001, LEASE_MS, T0).await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
             ledger
@@ -535,7 +578,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
                     ..Default::default()
                 })
                 .await,
-            Err(LedgerError::Limit(_))
+            Err(LedgerError::Limit(LimitError::PageSize))
         ));
 
         assert!(
@@ -1110,6 +1153,160 @@ async fn a_tool_call_key_keeps_its_first_answer_per_tenant() {
             .await
             .unwrap();
         assert_eq!(theirs.0, "fp-c");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves() {
+    for_each_store(|ledger| async move {
+        // Nothing was ever submitted: `release`, back to ready.
+        let op = ready_operation(&ledger, "INV-REL-1", "pm_card_visa", T0).await;
+        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
+        ledger.release(&op.id, 1, "w", T0 + 1).await.unwrap();
+        let after = ledger.get_unscoped(&op.id).await.unwrap();
+        assert_eq!((after.status, after.lease_owner), (Status::Ready, None));
+        let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+        assert_eq!(
+            (
+                last.from_status.as_deref(),
+                last.to_status.as_str(),
+                last.event.as_str()
+            ),
+            (Some("executing"), "ready", "release")
+        );
+        // A stale attempt cannot give the lease back.
+        assert!(matches!(
+            ledger.release(&op.id, 1, "w", T0 + 2).await,
+            Err(LedgerError::Fenced { .. })
+        ));
+
+        // An earlier attempt submitted: giving the lease back leaves the outcome unknown, due for a
+        // check at once.
+        ledger.claim("w", 1, LEASE_MS, T0 + 3).await.unwrap();
+        ledger.mark_submitting(&op.id, 2, T0 + 4).await.unwrap();
+        let unknown = Recorded::Unknown {
+            reason: "timeout".into(),
+            reference: None,
+            next_check_at_ms: T0 + 100,
+        };
+        ledger
+            .record(&op.id, 2, &unknown, "w", T0 + 5)
+            .await
+            .unwrap();
+        let c = ledger
+            .claim_unknown(&op.id, 2, "reconciler", LEASE_MS, "same key", T0 + 6)
+            .await
+            .unwrap();
+        ledger
+            .release(&op.id, c.attempt, "reconciler", T0 + 7)
+            .await
+            .unwrap();
+        let after = ledger.get_unscoped(&op.id).await.unwrap();
+        assert_eq!(after.status, Status::Unknown);
+        assert_eq!(after.next_check_at_ms, Some(T0 + 7));
+        let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+        assert_eq!(
+            (
+                last.from_status.as_deref(),
+                last.to_status.as_str(),
+                last.event.as_str()
+            ),
+            (Some("executing"), "unknown", "outcome_unknown")
+        );
+    })
+    .await;
+}
+
+/// SQLite's operation-id CHECK is Postgres's `^op_[0-9a-f]{32}$` (migration 0006): before, its
+/// `GLOB 'op_[0-9a-f]*'` let anything follow the first hex digit.
+#[tokio::test]
+async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
+    let ledger = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    let shared: SharedLedger = std::sync::Arc::new(ledger.clone());
+    let op = ready_operation(&shared, "INV-ID-1", "pm_card_visa", T0).await;
+    // A copy of a valid row under another id, key and business key: only the id's shape differs.
+    let copy = |id: &str| {
+        format!(
+            "CREATE TEMP TABLE IF NOT EXISTS c AS SELECT * FROM operations WHERE 0; DELETE FROM c; \
+             INSERT INTO c SELECT * FROM operations WHERE id = '{}'; \
+             UPDATE c SET id = '{id}', idempotency_key = '{id}', business_key = '{id}'; \
+             INSERT INTO operations SELECT * FROM c;",
+            op.id.as_str()
+        )
+    };
+    let good = format!("op_{}", "0123456789abcdef".repeat(2));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(copy(&good)))
+        .execute(ledger.pool())
+        .await
+        .expect("a well-formed id is accepted");
+    for bad in [
+        format!("op_a{}", "Z".repeat(31)),
+        format!("op_{}", "0123456789ABCDEF".repeat(2)),
+        format!("op_{}-", "0123456789abcdef".repeat(2)).replacen('0', "", 1),
+    ] {
+        assert_eq!(bad.len(), 35);
+        let refused = sqlx::raw_sql(sqlx::AssertSqlSafe(copy(&bad)))
+            .execute(ledger.pool())
+            .await;
+        assert!(refused.is_err(), "{bad} must be refused");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
+    for_each_store(|ledger| async move {
+        let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", T0).await;
+        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
+        ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
+        let unknown = Recorded::Unknown {
+            reason: "timeout".into(),
+            reference: None,
+            next_check_at_ms: T0 + 100,
+        };
+        ledger
+            .record(&op.id, 1, &unknown, "w", T0 + 2)
+            .await
+            .unwrap();
+        let due = ledger.due_for_check(T0 + 100, 10).await.unwrap();
+        assert_eq!(due.iter().map(|o| &o.id).collect::<Vec<_>>(), vec![&op.id]);
+        ledger
+            .defer_check(
+                &op.id,
+                1,
+                T0 + 500,
+                "processor unreachable",
+                "reconciler",
+                T0 + 100,
+            )
+            .await
+            .unwrap();
+        assert!(ledger.due_for_check(T0 + 499, 10).await.unwrap().is_empty());
+        assert!(matches!(
+            ledger
+                .defer_check(&op.id, 2, T0 + 900, "stale", "reconciler", T0 + 101)
+                .await,
+            Err(LedgerError::Fenced { .. })
+        ));
+        ledger
+            .escalate(&op.id, 1, "retention closed", "reconciler", T0 + 500)
+            .await
+            .unwrap();
+        let after = ledger.get_unscoped(&op.id).await.unwrap();
+        assert_eq!(
+            (after.status, after.check_count),
+            (Status::NeedsAttention, 1)
+        );
+        let events: Vec<String> = ledger
+            .events(&op.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        assert!(events.ends_with(&["check_deferred".to_string(), "escalate".to_string()]));
     })
     .await;
 }

@@ -4,12 +4,14 @@
 //! [`Ledger::console`](super::Ledger::console), so the core ledger stays about operations. Every
 //! operation query is scoped to one tenant.
 
+use super::dialect::Dialect;
 use super::record::decode_operation;
+use super::store::Store;
 use super::{LedgerError, Operation};
 use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Row, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 
 /// Largest console page.
 pub const CONSOLE_PAGE_MAX: u32 = 200;
@@ -210,8 +212,8 @@ enum Arg {
 /// indexes in a generic plan).
 fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>), LedgerError> {
     if q.limit == 0 || q.limit > CONSOLE_PAGE_MAX {
-        return Err(LedgerError::Limit(format!(
-            "page size must be 1..={CONSOLE_PAGE_MAX}"
+        return Err(LedgerError::Limit(super::LimitError::ConsolePageSize(
+            CONSOLE_PAGE_MAX,
         )));
     }
     let mut args = vec![Arg::Text(tenant.as_str().to_string())];
@@ -323,189 +325,186 @@ fn tally(buckets: &mut [Bucket], bucket: i64, event: &str, to_status: &str, n: i
     }
 }
 
-macro_rules! impl_console {
-    ($store:ty) => {
-        #[async_trait]
-        impl ConsoleLedger for $store {
-            async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
-                sqlx::query(INSERT_SESSION)
-                    .bind(&s.session_hash)
-                    .bind(s.tenant.as_str())
-                    .bind(&s.key_id)
-                    .bind(s.created_at_ms)
-                    .bind(s.expires_at_ms)
-                    .execute(self.pool())
-                    .await?;
-                Ok(())
-            }
+#[async_trait]
+impl<DB> ConsoleLedger for Store<DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Decode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB> + Decode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
+        sqlx::query(INSERT_SESSION)
+            .bind(&s.session_hash)
+            .bind(s.tenant.as_str())
+            .bind(&s.key_id)
+            .bind(s.created_at_ms)
+            .bind(s.expires_at_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
 
-            async fn session(
-                &self,
-                session_hash: &str,
-                now_ms: i64,
-            ) -> Result<Option<ConsoleSession>, LedgerError> {
-                let row = sqlx::query(SELECT_SESSION)
-                    .bind(session_hash)
-                    .bind(now_ms)
-                    .fetch_optional(self.pool())
-                    .await?;
-                row.as_ref().map(decode_session).transpose()
-            }
+    async fn session(
+        &self,
+        session_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<ConsoleSession>, LedgerError> {
+        let row = sqlx::query(SELECT_SESSION)
+            .bind(session_hash)
+            .bind(now_ms)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(decode_session).transpose()
+    }
 
-            async fn end_session(
-                &self,
-                session_hash: &str,
-                now_ms: i64,
-            ) -> Result<bool, LedgerError> {
-                let done = sqlx::query(END_SESSION)
-                    .bind(session_hash)
-                    .bind(now_ms)
-                    .execute(self.pool())
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
+    async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        let done = sqlx::query(END_SESSION)
+            .bind(session_hash)
+            .bind(now_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
 
-            async fn page(
-                &self,
-                tenant: &TenantId,
-                q: &OperationQuery,
-            ) -> Result<Vec<Operation>, LedgerError> {
-                let (sql, args) = page_sql(tenant, q)?;
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for arg in args {
-                    query = match arg {
-                        Arg::Text(s) => query.bind(s),
-                        Arg::Int(i) => query.bind(i),
-                    };
-                }
-                let rows = query.fetch_all(self.pool()).await?;
-                rows.iter().map(decode_operation).collect()
-            }
-
-            async fn overview(
-                &self,
-                tenant: &TenantId,
-                now_ms: i64,
-                bucket_ms: i64,
-                buckets: u32,
-            ) -> Result<Overview, LedgerError> {
-                let mut by_status = Vec::new();
-                for row in sqlx::query(COUNTS)
-                    .bind(tenant.as_str())
-                    .fetch_all(self.pool())
-                    .await?
-                {
-                    let status: String = row.try_get("status")?;
-                    let status = Status::parse(&status)
-                        .ok_or_else(|| corrupt(format!("status {status}")))?;
-                    by_status.push((status, row.try_get("n")?, row.try_get("oldest")?));
-                }
-                by_status.sort_by_key(|(s, _, _)| s.as_str());
-                let bucket_ms = bucket_ms.max(1);
-                let start = now_ms - bucket_ms * i64::from(buckets);
-                let mut chart = vec![Bucket::default(); buckets as usize];
-                for row in sqlx::query(CHART)
-                    .bind(tenant.as_str())
-                    .bind(start)
-                    .bind(bucket_ms)
-                    .bind(now_ms)
-                    .fetch_all(self.pool())
-                    .await?
-                {
-                    let event: String = row.try_get("event")?;
-                    let to_status: String = row.try_get("to_status")?;
-                    tally(
-                        &mut chart,
-                        row.try_get("bucket")?,
-                        &event,
-                        &to_status,
-                        row.try_get("n")?,
-                    );
-                }
-                Ok(Overview {
-                    by_status,
-                    buckets: chart,
-                })
-            }
-
-            async fn related(
-                &self,
-                tenant: &TenantId,
-                id: &OperationId,
-            ) -> Result<Related, LedgerError> {
-                sqlx::query(OWNED)
-                    .bind(id.as_str())
-                    .bind(tenant.as_str())
-                    .fetch_optional(self.pool())
-                    .await?
-                    .ok_or(LedgerError::NotFound)?;
-                let mut out = Related::default();
-                for r in sqlx::query(APPROVALS)
-                    .bind(id.as_str())
-                    .bind(RELATED_MAX)
-                    .fetch_all(self.pool())
-                    .await?
-                {
-                    out.approvals.push(ApprovalRow {
-                        id: r.try_get("id")?,
-                        details_hash: r.try_get("details_hash")?,
-                        approved_by: r.try_get("approved_by")?,
-                        method: r.try_get("method")?,
-                        approved_at_ms: r.try_get("approved_at")?,
-                        expires_at_ms: r.try_get("expires_at")?,
-                        revoked_at_ms: r.try_get("revoked_at")?,
-                    });
-                }
-                for r in sqlx::query(WEBHOOKS)
-                    .bind(id.as_str())
-                    .bind(RELATED_MAX)
-                    .fetch_all(self.pool())
-                    .await?
-                {
-                    out.webhooks.push(WebhookRow {
-                        processor: r.try_get("processor")?,
-                        event_id: r.try_get("event_id")?,
-                        event_type: r.try_get("event_type")?,
-                        payload: r.try_get("payload")?,
-                        received_at_ms: r.try_get("received_at")?,
-                        applied_at_ms: r.try_get("applied_at")?,
-                        outcome: r.try_get("outcome")?,
-                    });
-                }
-                for r in sqlx::query(LINKS)
-                    .bind(id.as_str())
-                    .bind(RELATED_MAX)
-                    .fetch_all(self.pool())
-                    .await?
-                {
-                    out.links.push(LinkRow {
-                        origin: r.try_get("origin")?,
-                        created_at_ms: r.try_get("created_at")?,
-                        expires_at_ms: r.try_get("expires_at")?,
-                        used_at_ms: r.try_get("used_at")?,
-                    });
-                }
-                for r in sqlx::query(TOOL_CALLS)
-                    .bind(id.as_str())
-                    .bind(tenant.as_str())
-                    .bind(RELATED_MAX)
-                    .fetch_all(self.pool())
-                    .await?
-                {
-                    out.tool_calls.push(ToolCallRow {
-                        provider: r.try_get("provider")?,
-                        tool: r.try_get("tool")?,
-                        at_ms: r.try_get("at")?,
-                    });
-                }
-                Ok(out)
-            }
+    async fn page(
+        &self,
+        tenant: &TenantId,
+        q: &OperationQuery,
+    ) -> Result<Vec<Operation>, LedgerError> {
+        let (sql, args) = page_sql(tenant, q)?;
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for arg in args {
+            query = match arg {
+                Arg::Text(s) => query.bind(s),
+                Arg::Int(i) => query.bind(i),
+            };
         }
-    };
-}
+        let rows = query.fetch_all(self.pool()).await?;
+        rows.iter().map(decode_operation).collect()
+    }
 
-impl_console!(super::postgres::PostgresLedger);
-impl_console!(super::sqlite::SqliteLedger);
+    async fn overview(
+        &self,
+        tenant: &TenantId,
+        now_ms: i64,
+        bucket_ms: i64,
+        buckets: u32,
+    ) -> Result<Overview, LedgerError> {
+        let mut by_status = Vec::new();
+        for row in sqlx::query(COUNTS)
+            .bind(tenant.as_str())
+            .fetch_all(self.pool())
+            .await?
+        {
+            let status: String = row.try_get("status")?;
+            let status =
+                Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?;
+            by_status.push((status, row.try_get("n")?, row.try_get("oldest")?));
+        }
+        by_status.sort_by_key(|(s, _, _)| s.as_str());
+        let bucket_ms = bucket_ms.max(1);
+        let start = now_ms - bucket_ms * i64::from(buckets);
+        let mut chart = vec![Bucket::default(); buckets as usize];
+        for row in sqlx::query(CHART)
+            .bind(tenant.as_str())
+            .bind(start)
+            .bind(bucket_ms)
+            .bind(now_ms)
+            .fetch_all(self.pool())
+            .await?
+        {
+            let event: String = row.try_get("event")?;
+            let to_status: String = row.try_get("to_status")?;
+            tally(
+                &mut chart,
+                row.try_get("bucket")?,
+                &event,
+                &to_status,
+                row.try_get("n")?,
+            );
+        }
+        Ok(Overview {
+            by_status,
+            buckets: chart,
+        })
+    }
+
+    async fn related(&self, tenant: &TenantId, id: &OperationId) -> Result<Related, LedgerError> {
+        sqlx::query(OWNED)
+            .bind(id.as_str())
+            .bind(tenant.as_str())
+            .fetch_optional(self.pool())
+            .await?
+            .ok_or(LedgerError::NotFound)?;
+        let mut out = Related::default();
+        for r in sqlx::query(APPROVALS)
+            .bind(id.as_str())
+            .bind(RELATED_MAX)
+            .fetch_all(self.pool())
+            .await?
+        {
+            out.approvals.push(ApprovalRow {
+                id: r.try_get("id")?,
+                details_hash: r.try_get("details_hash")?,
+                approved_by: r.try_get("approved_by")?,
+                method: r.try_get("method")?,
+                approved_at_ms: r.try_get("approved_at")?,
+                expires_at_ms: r.try_get("expires_at")?,
+                revoked_at_ms: r.try_get("revoked_at")?,
+            });
+        }
+        for r in sqlx::query(WEBHOOKS)
+            .bind(id.as_str())
+            .bind(RELATED_MAX)
+            .fetch_all(self.pool())
+            .await?
+        {
+            out.webhooks.push(WebhookRow {
+                processor: r.try_get("processor")?,
+                event_id: r.try_get("event_id")?,
+                event_type: r.try_get("event_type")?,
+                payload: r.try_get("payload")?,
+                received_at_ms: r.try_get("received_at")?,
+                applied_at_ms: r.try_get("applied_at")?,
+                outcome: r.try_get("outcome")?,
+            });
+        }
+        for r in sqlx::query(LINKS)
+            .bind(id.as_str())
+            .bind(RELATED_MAX)
+            .fetch_all(self.pool())
+            .await?
+        {
+            out.links.push(LinkRow {
+                origin: r.try_get("origin")?,
+                created_at_ms: r.try_get("created_at")?,
+                expires_at_ms: r.try_get("expires_at")?,
+                used_at_ms: r.try_get("used_at")?,
+            });
+        }
+        for r in sqlx::query(TOOL_CALLS)
+            .bind(id.as_str())
+            .bind(tenant.as_str())
+            .bind(RELATED_MAX)
+            .fetch_all(self.pool())
+            .await?
+        {
+            out.tool_calls.push(ToolCallRow {
+                provider: r.try_get("provider")?,
+                tool: r.try_get("tool")?,
+                at_ms: r.try_get("at")?,
+            });
+        }
+        Ok(out)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,10 @@
 //! in the macro crates; this is all we need.)
 
 use super::LedgerError;
+use sqlx::{
+    ColumnIndex, Connection, Database, Decode, Encode, Executor, IntoArguments, Postgres, Row,
+    Sqlite, Type,
+};
 
 /// One migration: version, name, SQL.
 pub(crate) type Migration = (i64, &'static str, &'static str);
@@ -67,6 +71,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         "tool_call_keys",
         include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
     ),
+    // SQLite only: its operation-id CHECK matched to Postgres's (Postgres has nothing to change).
+    (
+        6,
+        "operation_id_check",
+        include_str!("../../../migrations/sqlite/0006_operation_id_check.sql"),
+    ),
     (
         7,
         "console",
@@ -80,35 +90,45 @@ const APPLIED: &str = "SELECT version FROM payonce_migrations ORDER BY version";
 const RECORD: &str =
     "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)";
 
-macro_rules! migrate_on {
-    ($conn:expr, $migrations:expr, $now_ms:expr) => {{
-        use sqlx::{Connection, Row};
-        let conn = $conn;
-        sqlx::raw_sql(CREATE_TABLE).execute(&mut *conn).await?;
-        let applied: Vec<i64> = sqlx::query(APPLIED)
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<i64, _>("version"))
-            .collect::<Result<_, _>>()?;
-        let mut ran = 0_u32;
-        for (version, name, body) in $migrations {
-            if applied.contains(version) {
-                continue;
-            }
-            let mut tx = conn.begin().await?;
-            sqlx::raw_sql(*body).execute(&mut *tx).await?;
-            sqlx::query(RECORD)
-                .bind(*version)
-                .bind(*name)
-                .bind($now_ms)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            ran += 1;
+/// Applies the migrations in `migrations` that `payonce_migrations` does not list, each in its own
+/// transaction, and returns how many ran.
+async fn migrate_on<DB>(
+    conn: &mut DB::Connection,
+    migrations: &[Migration],
+    now_ms: i64,
+) -> Result<u32, LedgerError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+{
+    sqlx::raw_sql(CREATE_TABLE).execute(&mut *conn).await?;
+    let applied: Vec<i64> = sqlx::query(APPLIED)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get::<i64, _>("version"))
+        .collect::<Result<_, _>>()?;
+    let mut ran = 0_u32;
+    for (version, name, body) in migrations {
+        if applied.contains(version) {
+            continue;
         }
-        Ok::<u32, LedgerError>(ran)
-    }};
+        let mut tx = conn.begin().await?;
+        sqlx::raw_sql(*body).execute(&mut *tx).await?;
+        sqlx::query(RECORD)
+            .bind(*version)
+            .bind(*name)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        ran += 1;
+    }
+    Ok(ran)
 }
 
 /// Applies pending Postgres migrations under an advisory lock, so concurrent starters agree.
@@ -122,7 +142,7 @@ pub(crate) async fn postgres(
         .bind(LOCK_KEY)
         .execute(&mut *conn)
         .await?;
-    let result = migrate_on!(&mut *conn, POSTGRES, now_ms);
+    let result = migrate_on::<Postgres>(&mut *conn, POSTGRES, now_ms).await;
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *conn)
@@ -141,7 +161,7 @@ pub(crate) async fn sqlite(
     sqlx::query("PRAGMA foreign_keys = OFF")
         .execute(&mut *conn)
         .await?;
-    let ran = migrate_on!(&mut *conn, SQLITE, now_ms);
+    let ran = migrate_on::<Sqlite>(&mut *conn, SQLITE, now_ms).await;
     let dangling = sqlx::query("PRAGMA foreign_key_check")
         .fetch_all(&mut *conn)
         .await;

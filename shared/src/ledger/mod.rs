@@ -3,25 +3,45 @@
 //!
 //! Every write out of `executing` is fenced by the attempt; every transition is logged by a database
 //! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
+//!
+//! Layout: this file holds the [`Ledger`] trait; `store.rs` its one implementation and the list of
+//! modules by concern; `dialect.rs` what differs between the stores; `error.rs` and `values.rs` the
+//! types the trait speaks.
 
+mod approvals;
 pub mod console;
+mod dialect;
+mod error;
+mod keys;
 mod migrate;
+mod moves;
+mod operations;
 pub mod postgres;
+mod queue;
 mod record;
+mod recovery;
 pub mod report;
-mod sql;
 pub mod sqlite;
 mod store;
+mod tool_calls;
+mod values;
 pub mod verification;
+mod webhooks;
 
+pub use dialect::Dialect;
+pub use error::{LedgerError, LimitError};
 pub use record::{
     ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,
     StatusCount,
 };
+pub use store::Store;
+pub use values::{
+    Applied, Created, ListFilter, NewApproval, NewOperation, Recorded, Report, Resolution,
+    StoredProcessorEvent,
+};
 
-use crate::details::{Details, DetailsHash};
-use crate::id::{BusinessKey, OperationId, TenantId};
-use crate::state::{IllegalTransition, Status};
+use crate::id::{OperationId, TenantId};
+use crate::state::Status;
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -34,237 +54,6 @@ pub const DETAIL_LEN_MAX: usize = 2_000;
 
 /// Shared handle to a ledger store.
 pub type SharedLedger = Arc<dyn Ledger>;
-
-/// What the ledger refuses, as callers branch on it.
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
-    /// The business key already names an operation with different details. Nothing was changed.
-    #[error("business key already used for operation {existing} with different details")]
-    Conflict {
-        /// The operation that owns the business key.
-        existing: OperationId,
-    },
-    /// No such operation in this tenant.
-    #[error("operation not found")]
-    NotFound,
-    /// The approval's details hash is not the operation's current one.
-    #[error("approval is for different details than the operation's current ones")]
-    ApprovalMismatch,
-    /// The operation's state does not allow the move.
-    #[error("operation {id} is {status:?}: {why}")]
-    WrongState {
-        /// The operation.
-        id: OperationId,
-        /// Its current state.
-        status: Status,
-        /// What was refused.
-        why: &'static str,
-    },
-    /// A fenced write lost: the attempt or state moved on (a stale worker, a racing reconciler).
-    #[error("fenced write lost for {id} at attempt {attempt}")]
-    Fenced {
-        /// The operation.
-        id: OperationId,
-        /// The attempt the writer held.
-        attempt: i64,
-    },
-    /// A caller asked for something outside a named limit.
-    #[error("limit exceeded: {0}")]
-    Limit(String),
-    /// The state machine refused a move (a bug in the caller).
-    #[error(transparent)]
-    Illegal(#[from] IllegalTransition),
-    /// A stored row could not be decoded (schema drift or corruption).
-    #[error("stored row is invalid: {0}")]
-    Corrupt(String),
-    /// The database failed.
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
-}
-
-/// A new operation from a trusted upstream service.
-#[derive(Debug, Clone)]
-pub struct NewOperation {
-    /// Issued by the caller with [`OperationId::generate`]; used only when the business key is new.
-    pub id: OperationId,
-    /// The tenant from the authenticated key.
-    pub tenant: TenantId,
-    /// The trusted workflow's key.
-    pub business_key: BusinessKey,
-    /// The authoritative details.
-    pub details: Details,
-    /// Who created it (for the audit trail).
-    pub actor: String,
-}
-
-/// Whether create-or-get made a row.
-#[derive(Debug, Clone)]
-pub struct Created {
-    /// The operation (new or existing with the same details).
-    pub operation: Operation,
-    /// True if this call inserted it.
-    pub inserted: bool,
-}
-
-/// An approval to record.
-#[derive(Debug, Clone)]
-pub struct NewApproval {
-    /// The hash of the details that were shown and approved.
-    pub details_hash: DetailsHash,
-    /// Who approved (customer id, on-call user, service).
-    pub approved_by: String,
-    /// How (`confirmation_page`, `service`, ...).
-    pub method: String,
-    /// When it stops being valid, ms.
-    pub expires_at_ms: i64,
-}
-
-/// The outcome a worker (or the reconciler under its own lease) records, fenced by the attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Recorded {
-    /// Paid.
-    Succeeded {
-        /// Processor reference.
-        reference: String,
-        /// Processor response.
-        result: serde_json::Value,
-    },
-    /// Definitively declined.
-    Failed {
-        /// Decline code.
-        code: String,
-        /// Message.
-        message: String,
-        /// Processor reference, if one was created.
-        reference: Option<String>,
-    },
-    /// Nothing was sent; back to `ready` at `available_at_ms`.
-    RetryLater {
-        /// Why.
-        reason: String,
-        /// When it may be claimed again.
-        available_at_ms: i64,
-    },
-    /// Nothing was sent and the attempt limit is spent.
-    Exhausted {
-        /// Why.
-        reason: String,
-    },
-    /// May have reached the processor; check at `next_check_at_ms`.
-    Unknown {
-        /// Why.
-        reason: String,
-        /// Processor reference, if known.
-        reference: Option<String>,
-        /// When the reconciler should look.
-        next_check_at_ms: i64,
-    },
-    /// Server-side checks failed before any request.
-    Rejected {
-        /// Stable code.
-        code: String,
-        /// Human message.
-        message: String,
-    },
-    /// Automatic progress would risk a duplicate.
-    NeedsAttention {
-        /// Why.
-        reason: String,
-    },
-}
-
-/// A processor's report about an operation (webhook or lookup), applied in any arrival order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Report {
-    /// The processor says it is paid.
-    Succeeded {
-        /// Processor reference.
-        reference: String,
-        /// Processor object.
-        result: serde_json::Value,
-    },
-    /// The processor says it definitively failed.
-    Failed {
-        /// Code.
-        code: String,
-        /// Message.
-        message: String,
-        /// Processor reference.
-        reference: Option<String>,
-    },
-    /// A retrieved processor object names this operation but does not match its approved details
-    /// (amount, currency, customer or operation id): never applied as an outcome, always sent to a
-    /// human with both facts.
-    Mismatch {
-        /// Processor reference.
-        reference: String,
-        /// Whether the object says money moved (a succeeded payment).
-        paid: bool,
-        /// What differs: the processor's facts next to the approved ones.
-        detail: String,
-    },
-}
-
-/// A stored webhook: a hint that the processor has news about an operation, to be checked by
-/// retrieving the object it names before anything is applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredProcessorEvent {
-    /// Processor name (`stripe`).
-    pub processor: String,
-    /// The processor's event id.
-    pub event_id: String,
-    /// The event type (`payment_intent.succeeded`).
-    pub event_type: String,
-    /// The operation the event named, if it named one of ours.
-    pub operation: Option<OperationId>,
-    /// The signed body as received.
-    pub payload: String,
-    /// Checks tried so far (the processor could not be asked).
-    pub checks: i64,
-}
-
-/// What applying a report did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Applied {
-    /// The row moved to a new state.
-    Moved(Status),
-    /// The row already said the same thing.
-    AlreadyKnown,
-    /// The report contradicts the row; it is in `needs_attention` with both facts.
-    Conflict,
-    /// The processor holds a payment for an operation that was never approved or was cancelled:
-    /// the row is in `needs_attention` with both facts, and callers raise the loudest alert.
-    PaymentWithoutApproval,
-    /// The state does not take reports (e.g. not yet submitted); kept as an event only.
-    Ignored(Status),
-}
-
-/// An on-call resolution, always with a reason.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Resolution {
-    /// The payment happened; here is the processor reference.
-    Succeeded {
-        /// Processor reference.
-        reference: String,
-    },
-    /// The payment did not happen.
-    Failed,
-    /// Retry with the SAME key (only safe while the processor remembers it).
-    RetrySameKey,
-}
-
-/// A filter for on-call listings.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    /// Only these states (empty: all).
-    pub statuses: Vec<Status>,
-    /// Only rows last updated before this time, ms.
-    pub updated_before_ms: Option<i64>,
-    /// Only this tenant.
-    pub tenant: Option<TenantId>,
-    /// Page size, at most [`PAGE_MAX`].
-    pub limit: u32,
-}
 
 /// The ledger. Every method is atomic; none holds a transaction across a network call.
 #[async_trait]
@@ -595,8 +384,6 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<SharedLedger, Le
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
     } else {
-        Err(LedgerError::Limit(format!(
-            "unsupported database URL {url:?}: expected postgres:// or sqlite:"
-        )))
+        Err(LimitError::DatabaseUrl(url.to_string()).into())
     }
 }

@@ -1,16 +1,20 @@
 //! The production store: many workers on many machines share one Postgres.
 
-use super::store::{impl_ledger, record_on};
+use super::dialect::Dialect;
+use super::moves::{legal, status_in};
+use super::queue::record_on;
+use super::store::Store;
 use super::{LedgerError, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock};
 use crate::id::OperationId;
-use crate::state::{Event, Status, transition};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Connection, PgPool};
+use crate::state::{Event, Status};
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
+use sqlx::{Connection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -23,17 +27,27 @@ pub const READY_CHANNEL: &str = "payonce_ready";
 /// Pause before re-opening a failed LISTEN connection.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 
-pub(crate) const CLAIM: &str = "WITH picked AS ( \
-       SELECT id FROM operations WHERE status = 'ready' AND available_at <= $1 \
-       ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-     UPDATE operations o SET status = 'executing', attempt = o.attempt + 1, lease_owner = $3, \
-       lease_expires_at = $4, updated_at = $1, last_event = 'claim', last_actor = $3, last_detail = NULL \
-     FROM picked WHERE o.id = picked.id RETURNING o.*";
-pub(crate) const NOTIFY_READY: Option<&str> = Some("SELECT pg_notify('payonce_ready', '')");
+/// Claims the oldest ready rows, skipping rows another claimer holds locked.
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    let claim = legal(&[Status::Ready], Event::Claim);
+    format!(
+        "WITH picked AS ( \
+           SELECT id FROM operations WHERE {from} AND available_at <= $1 \
+           ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         UPDATE operations o SET status = '{to}', last_event = '{event}', attempt = o.attempt + 1, \
+           lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL \
+         FROM picked WHERE o.id = picked.id AND {o_from} RETURNING o.*",
+        from = status_in("status", &claim.from),
+        o_from = status_in("o.status", &claim.from),
+        to = claim.to.as_str(),
+        event = claim.event.as_str(),
+    )
+});
+const NOTIFY_READY: Option<&str> = Some("SELECT pg_notify('payonce_ready', '')");
 /// Renewal locks the owner's rows in id order, as the batches below do: a renewal racing a batch
 /// then waits instead of deadlocking (which cost a 1 s `deadlock_timeout` stall and a failed renewal).
 /// Only the ids in `$4` (a JSON array) are renewed: those the owner is still working on.
-pub(crate) const RENEW: &str = "WITH held AS MATERIALIZED ( \
+const RENEW: &str = "WITH held AS MATERIALIZED ( \
        SELECT id FROM operations WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 \
        AND id IN (SELECT jsonb_array_elements_text($4::jsonb)) ORDER BY id FOR UPDATE) \
      UPDATE operations o SET lease_expires_at = $3, last_event = NULL FROM held WHERE o.id = held.id \
@@ -54,22 +68,26 @@ const MARK_SUBMITTING_BATCH: &str = "WITH b AS MATERIALIZED ( \
      RETURNING o.id";
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
-/// `RECORD_SUCCEEDED` for many rows in one statement, each fenced by its own attempt.
-const RECORD_SUCCEEDED_BATCH: &str = "UPDATE operations o SET status = 'succeeded', external_ref = b.reference, \
-       result = b.result, failure_code = NULL, failure_message = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-       next_check_at = NULL, updated_at = $6, last_event = 'processor_succeeded', last_actor = $5, \
-       last_detail = b.reference \
-     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS b(id, attempt, reference, result) \
-     WHERE o.id = b.id AND o.attempt = b.attempt AND o.status = 'executing' \
-     RETURNING o.id";
+/// The worker's `processor_succeeded` for many rows in one statement, each fenced by its own
+/// attempt.
+static RECORD_SUCCEEDED_BATCH: LazyLock<String> = LazyLock::new(|| {
+    let succeeded = legal(&[Status::Executing], Event::ProcessorSucceeded);
+    format!(
+        "UPDATE operations o SET status = '{to}', last_event = '{event}', external_ref = b.reference, \
+           result = b.result, failure_code = NULL, failure_message = NULL, lease_owner = NULL, \
+           lease_expires_at = NULL, next_check_at = NULL, updated_at = $6, last_actor = $5, \
+           last_detail = b.reference \
+         FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS b(id, attempt, reference, result) \
+         WHERE o.id = b.id AND o.attempt = b.attempt AND {from} \
+         RETURNING o.id",
+        to = succeeded.to.as_str(),
+        event = succeeded.event.as_str(),
+        from = status_in("o.status", &succeeded.from),
+    )
+});
 
 /// The Postgres ledger.
-#[derive(Debug, Clone)]
-pub struct PostgresLedger {
-    pool: PgPool,
-    ready: Arc<Notify>,
-    listening: Arc<AtomicBool>,
-}
+pub type PostgresLedger = Store<Postgres>;
 
 impl PostgresLedger {
     /// Connects, installs the release guard and runs pending migrations.
@@ -88,16 +106,7 @@ impl PostgresLedger {
         let mut conn = pool.acquire().await?;
         migrate::postgres(&mut conn, SystemClock.now_ms()).await?;
         drop(conn);
-        Ok(PostgresLedger {
-            pool,
-            ready: Arc::new(Notify::new()),
-            listening: Arc::new(AtomicBool::new(false)),
-        })
-    }
-
-    /// The pool, for tests and benchmarks that inspect the database directly.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+        Ok(Store::new(pool))
     }
 
     fn ensure_listening(&self) {
@@ -117,15 +126,6 @@ impl PostgresLedger {
                 tokio::time::sleep(LISTEN_RETRY).await;
             }
         });
-    }
-
-    async fn wait_ready(&self, max_wait: Duration) {
-        self.ensure_listening();
-        let _ = tokio::time::timeout(max_wait, self.ready.notified()).await;
-    }
-
-    fn wake_local(&self) {
-        self.ready.notify_waiters();
     }
 }
 
@@ -156,10 +156,45 @@ async fn still_in_transaction(conn: &mut sqlx::PgConnection) -> bool {
     }
 }
 
-impl_ledger!(PostgresLedger, "postgres", self_dialect);
+#[async_trait]
+impl Dialect for Postgres {
+    const STORE: &'static str = "postgres";
+    const RENEW: &'static str = RENEW;
+    const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
+
+    fn claim() -> &'static str {
+        CLAIM.as_str()
+    }
+
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    async fn wait_ready(store: &PostgresLedger, max_wait: Duration) {
+        store.ensure_listening();
+        let _ = tokio::time::timeout(max_wait, store.ready.notified()).await;
+    }
+
+    async fn mark_submitting_batch(
+        store: &PostgresLedger,
+        items: &[(OperationId, i64)],
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError> {
+        mark_submitting_batch(&store.pool, items, now_ms).await
+    }
+
+    async fn record_batch(
+        store: &PostgresLedger,
+        items: &[(OperationId, i64, Recorded)],
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError> {
+        record_batch(&store.pool, items, actor, now_ms).await
+    }
+}
 
 /// Records submission starts for a claimed batch in one statement.
-pub(crate) async fn mark_submitting_batch(
+async fn mark_submitting_batch(
     pool: &PgPool,
     items: &[(OperationId, i64)],
     now_ms: i64,
@@ -184,7 +219,7 @@ pub(crate) async fn mark_submitting_batch(
 
 /// Records outcomes in one transaction: every row locked first in id order, succeeded outcomes
 /// (the common case) in one statement, the rest one by one. Each is fenced on its own.
-pub(crate) async fn record_batch(
+async fn record_batch(
     pool: &PgPool,
     items: &[(OperationId, i64, Recorded)],
     actor: &str,
@@ -215,8 +250,7 @@ pub(crate) async fn record_batch(
         }
     }
     if !ids.is_empty() {
-        transition(Status::Executing, Event::ProcessorSucceeded)?;
-        let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH)
+        let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH.as_str())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
@@ -233,9 +267,7 @@ pub(crate) async fn record_batch(
     }
     for i in others {
         let (id, attempt, outcome) = &items[i];
-        let result: Result<_, LedgerError> =
-            record_on!(&mut *tx, id, *attempt, outcome, actor, now_ms);
-        match result {
+        match record_on::<Postgres>(&mut *tx, id, *attempt, outcome, actor, now_ms).await {
             Ok(_) => recorded[i] = true,
             Err(LedgerError::Fenced { .. }) => {}
             Err(other) => return Err(other),
@@ -243,9 +275,4 @@ pub(crate) async fn record_batch(
     }
     tx.commit().await?;
     Ok(recorded)
-}
-
-/// The statements and batches only Postgres has.
-mod self_dialect {
-    pub(crate) use super::{CLAIM, NOTIFY_READY, RENEW, mark_submitting_batch, record_batch};
 }

@@ -2,7 +2,7 @@
 //! which move the state machine allows, and what to keep. The store writes the plan fenced by the
 //! status and attempt it was planned from.
 
-use super::{Applied, LedgerError, Operation, Report, Resolution};
+use super::{Applied, LedgerError, LimitError, Operation, Report, Resolution};
 use crate::state::{Event, Status, transition};
 
 /// How many times a report is re-planned when a racing writer moved the row first.
@@ -24,8 +24,8 @@ pub enum Plan {
     },
     /// Move to `succeeded`.
     Succeed {
-        /// Event name.
-        event: &'static str,
+        /// The state machine's event (`processor_succeeded` or `resolve_succeeded`).
+        event: Event,
         /// Processor reference.
         reference: String,
         /// Processor object, if any.
@@ -37,8 +37,8 @@ pub enum Plan {
     },
     /// Move to `failed`.
     Fail {
-        /// Event name.
-        event: &'static str,
+        /// The state machine's event (`processor_failed` or `resolve_failed`).
+        event: Event,
         /// Processor reference.
         reference: Option<String>,
         /// Code.
@@ -106,7 +106,7 @@ pub fn plan_report(
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorSucceeded)?;
                 Ok(Plan::Succeed {
-                    event: Event::ProcessorSucceeded.as_str(),
+                    event: Event::ProcessorSucceeded,
                     reference: reference.clone(),
                     result: Some(result.clone()),
                     detail: format!("{source}: succeeded as {reference}"),
@@ -136,7 +136,7 @@ pub fn plan_report(
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorFailed)?;
                 Ok(Plan::Fail {
-                    event: Event::ProcessorFailed.as_str(),
+                    event: Event::ProcessorFailed,
                     reference: reference.clone(),
                     code: code.clone(),
                     message: message.clone(),
@@ -191,7 +191,7 @@ pub fn plan_resolution(
 ) -> Result<Plan, LedgerError> {
     let reason = reason.trim();
     if reason.is_empty() {
-        return Err(LedgerError::Limit("a resolution needs a reason".into()));
+        return Err(LimitError::ResolutionReason.into());
     }
     if !matches!(current.status, Status::Unknown | Status::NeedsAttention) {
         return Err(LedgerError::WrongState {
@@ -203,13 +203,11 @@ pub fn plan_resolution(
     match resolution {
         Resolution::Succeeded { reference } => {
             if reference.trim().is_empty() {
-                return Err(LedgerError::Limit(
-                    "resolving as succeeded needs the processor reference".into(),
-                ));
+                return Err(LimitError::ResolutionReference.into());
             }
             let to = transition(current.status, Event::ResolveSucceeded)?;
             Ok(Plan::Succeed {
-                event: Event::ResolveSucceeded.as_str(),
+                event: Event::ResolveSucceeded,
                 reference: reference.clone(),
                 result: None,
                 detail: reason.to_string(),
@@ -219,7 +217,7 @@ pub fn plan_resolution(
         Resolution::Failed => {
             let to = transition(current.status, Event::ResolveFailed)?;
             Ok(Plan::Fail {
-                event: Event::ResolveFailed.as_str(),
+                event: Event::ResolveFailed,
                 reference: None,
                 code: "resolved_failed_by_hand".into(),
                 message: reason.to_string(),

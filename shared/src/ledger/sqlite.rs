@@ -1,35 +1,51 @@
 //! The embedded store: a file (single node) or memory (tests). One connection serializes every
 //! statement, which is what SQLite does with writers anyway, and rules out `SQLITE_BUSY`.
 
-use super::store::{impl_ledger, record_on};
-use super::{LedgerError, Recorded, migrate, sql};
+use super::dialect::Dialect;
+use super::moves::{legal, status_in, update};
+use super::queue::{MARK_SUBMITTING, record_on};
+use super::store::Store;
+use super::{LedgerError, Recorded, migrate};
 use crate::clock::{Clock, SystemClock};
 use crate::id::OperationId;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, SqlitePool};
+use crate::state::{Event, Status};
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
+};
+use sqlx::{Connection, Sqlite};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::LazyLock;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// How long a caller waits for the connection before the call fails.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long SQLite itself waits on a lock held by another process sharing the file.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(crate) const CLAIM: &str = "UPDATE operations SET status = 'executing', attempt = attempt + 1, \
-       lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_event = 'claim', last_actor = $3, \
-       last_detail = NULL \
-     WHERE id IN (SELECT id FROM operations WHERE status = 'ready' AND available_at <= $1 \
-       ORDER BY available_at LIMIT $2) RETURNING *";
-pub(crate) const NOTIFY_READY: Option<&str> = None;
+/// Claims the oldest ready rows (the `ready` partial index serves the inner select).
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    let claim = legal(&[Status::Ready], Event::Claim);
+    update(
+        &claim,
+        "attempt = attempt + 1, lease_owner = $3, lease_expires_at = $4, updated_at = $1, \
+         last_actor = $3, last_detail = NULL",
+        &format!(
+            "id IN (SELECT id FROM operations WHERE {} AND available_at <= $1 ORDER BY available_at LIMIT $2)",
+            status_in("status", &claim.from)
+        ),
+        true,
+    )
+});
+/// Renews only the leases named in `$4` (a JSON array of ids): an owner-wide renewal would keep alive
+/// a lease whose work the owner gave up on (an outcome it could not record through an outage).
+const RENEW: &str = "UPDATE operations SET lease_expires_at = $3, last_event = NULL \
+     WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 \
+     AND id IN (SELECT value FROM json_each($4)) RETURNING id, attempt";
 
 /// The SQLite ledger.
-#[derive(Debug, Clone)]
-pub struct SqliteLedger {
-    pool: SqlitePool,
-    ready: Arc<Notify>,
-}
+pub type SqliteLedger = Store<Sqlite>;
 
 impl SqliteLedger {
     /// Opens (creating if needed) the database and runs pending migrations. `sqlite::memory:` gives
@@ -56,23 +72,7 @@ impl SqliteLedger {
         let mut conn = pool.acquire().await?;
         migrate::sqlite(&mut conn, SystemClock.now_ms()).await?;
         drop(conn);
-        Ok(SqliteLedger {
-            pool,
-            ready: Arc::new(Notify::new()),
-        })
-    }
-
-    /// The pool, for tests that inspect the database directly.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
-
-    async fn wait_ready(&self, max_wait: Duration) {
-        let _ = tokio::time::timeout(max_wait, self.ready.notified()).await;
-    }
-
-    fn wake_local(&self) {
-        self.ready.notify_waiters();
+        Ok(Store::new(pool))
     }
 }
 
@@ -88,54 +88,64 @@ async fn still_in_transaction(conn: &mut sqlx::SqliteConnection) -> bool {
     }
 }
 
-impl_ledger!(SqliteLedger, "sqlite", self_dialect);
+#[async_trait]
+impl Dialect for Sqlite {
+    const STORE: &'static str = "sqlite";
+    const RENEW: &'static str = RENEW;
+    // One process owns the file: the in-process wake-up reaches every worker.
+    const NOTIFY_READY: Option<&'static str> = None;
 
-/// Records submission starts for a claimed batch in one transaction, one statement each: SQLite
-/// runs in-process (no round trips) and serializes writers, so there is no lock order to keep.
-pub(crate) async fn mark_submitting_batch(
-    pool: &SqlitePool,
-    items: &[(OperationId, i64)],
-    now_ms: i64,
-) -> Result<Vec<bool>, LedgerError> {
-    let mut tx = pool.begin().await?;
-    let mut marked = Vec::with_capacity(items.len());
-    for (id, attempt) in items {
-        let done = sqlx::query(sql::MARK_SUBMITTING)
-            .bind(id.as_str())
-            .bind(*attempt)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await?;
-        marked.push(done.rows_affected() == 1);
+    fn claim() -> &'static str {
+        CLAIM.as_str()
     }
-    tx.commit().await?;
-    Ok(marked)
-}
 
-/// Records outcomes in one transaction, one statement each, each fenced on its own.
-pub(crate) async fn record_batch(
-    pool: &SqlitePool,
-    items: &[(OperationId, i64, Recorded)],
-    actor: &str,
-    now_ms: i64,
-) -> Result<Vec<bool>, LedgerError> {
-    let mut tx = pool.begin().await?;
-    let mut recorded = Vec::with_capacity(items.len());
-    for (id, attempt, outcome) in items {
-        let result: Result<_, LedgerError> =
-            record_on!(&mut *tx, id, *attempt, outcome, actor, now_ms);
-        match result {
-            Ok(_) => recorded.push(true),
-            Err(LedgerError::Fenced { .. }) => recorded.push(false),
-            Err(other) => return Err(other),
+    fn rows_affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    async fn wait_ready(store: &SqliteLedger, max_wait: Duration) {
+        let _ = tokio::time::timeout(max_wait, store.ready.notified()).await;
+    }
+
+    /// One transaction, one statement each: SQLite runs in-process (no round trips) and
+    /// serializes writers, so there is no lock order to keep.
+    async fn mark_submitting_batch(
+        store: &SqliteLedger,
+        items: &[(OperationId, i64)],
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let mut tx = store.pool.begin().await?;
+        let mut marked = Vec::with_capacity(items.len());
+        for (id, attempt) in items {
+            let done = sqlx::query(MARK_SUBMITTING)
+                .bind(id.as_str())
+                .bind(*attempt)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+            marked.push(done.rows_affected() == 1);
         }
+        tx.commit().await?;
+        Ok(marked)
     }
-    tx.commit().await?;
-    Ok(recorded)
-}
 
-/// The statements and batches only SQLite has.
-mod self_dialect {
-    pub(crate) use super::super::sql::RENEW;
-    pub(crate) use super::{CLAIM, NOTIFY_READY, mark_submitting_batch, record_batch};
+    /// One transaction, one statement each, each fenced on its own.
+    async fn record_batch(
+        store: &SqliteLedger,
+        items: &[(OperationId, i64, Recorded)],
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let mut tx = store.pool.begin().await?;
+        let mut recorded = Vec::with_capacity(items.len());
+        for (id, attempt, outcome) in items {
+            match record_on::<Sqlite>(&mut *tx, id, *attempt, outcome, actor, now_ms).await {
+                Ok(_) => recorded.push(true),
+                Err(LedgerError::Fenced { .. }) => recorded.push(false),
+                Err(other) => return Err(other),
+            }
+        }
+        tx.commit().await?;
+        Ok(recorded)
+    }
 }

@@ -4,9 +4,11 @@
 //! core ledger stays about operations.
 
 use super::LedgerError;
+use super::dialect::Dialect;
+use super::store::Store;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Row, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 
 /// How a tenant's customers prove, on the confirmation page, that they are the customer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -249,153 +251,155 @@ where
     })
 }
 
-macro_rules! impl_verification {
-    ($store:ty) => {
-        #[async_trait]
-        impl VerificationLedger for $store {
-            async fn set_tenant_verification(
-                &self,
-                v: &TenantVerification,
-            ) -> Result<(), LedgerError> {
-                sqlx::query(UPSERT_TENANT)
-                    .bind(v.tenant.as_str())
-                    .bind(v.method.as_str())
-                    .bind(v.assertion_key_id.as_deref())
-                    .bind(v.assertion_key.as_deref())
-                    .bind(v.notify_url.as_deref())
-                    .bind(v.notify_secret.as_deref())
-                    .bind(v.updated_at_ms)
-                    .execute(self.pool())
-                    .await?;
-                Ok(())
-            }
+#[async_trait]
+impl<DB> VerificationLedger for Store<DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    async fn set_tenant_verification(&self, v: &TenantVerification) -> Result<(), LedgerError> {
+        sqlx::query(UPSERT_TENANT)
+            .bind(v.tenant.as_str())
+            .bind(v.method.as_str())
+            .bind(v.assertion_key_id.as_deref())
+            .bind(v.assertion_key.as_deref())
+            .bind(v.notify_url.as_deref())
+            .bind(v.notify_secret.as_deref())
+            .bind(v.updated_at_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
 
-            async fn tenant_verification(
-                &self,
-                tenant: &TenantId,
-            ) -> Result<Option<TenantVerification>, LedgerError> {
-                let row = sqlx::query(SELECT_TENANT)
-                    .bind(tenant.as_str())
-                    .fetch_optional(self.pool())
-                    .await?;
-                row.as_ref().map(decode_tenant).transpose()
-            }
+    async fn tenant_verification(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<TenantVerification>, LedgerError> {
+        let row = sqlx::query(SELECT_TENANT)
+            .bind(tenant.as_str())
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(decode_tenant).transpose()
+    }
 
-            async fn use_assertion_nonce(
-                &self,
-                tenant: &TenantId,
-                nonce: &str,
-                operation: &OperationId,
-                now_ms: i64,
-                expires_at_ms: i64,
-            ) -> Result<bool, LedgerError> {
-                let done = sqlx::query(INSERT_NONCE)
-                    .bind(tenant.as_str())
-                    .bind(nonce)
-                    .bind(operation.as_str())
-                    .bind(now_ms)
-                    .bind(expires_at_ms)
-                    .execute(self.pool())
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
+    async fn use_assertion_nonce(
+        &self,
+        tenant: &TenantId,
+        nonce: &str,
+        operation: &OperationId,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool, LedgerError> {
+        let done = sqlx::query(INSERT_NONCE)
+            .bind(tenant.as_str())
+            .bind(nonce)
+            .bind(operation.as_str())
+            .bind(now_ms)
+            .bind(expires_at_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
 
-            async fn create_link(
-                &self,
-                link: &super::ApprovalLink,
-                origin: LinkOrigin,
-                open_max: u32,
-                code: Option<&ApprovalCode>,
-            ) -> Result<bool, LedgerError> {
-                let mut tx = self.pool().begin().await?;
-                let done = sqlx::query(INSERT_LINK_OF)
-                    .bind(&link.token_hash)
-                    .bind(link.operation_id.as_str())
-                    .bind(&link.details_hash)
-                    .bind(link.created_at_ms)
-                    .bind(link.expires_at_ms)
-                    .bind(i64::from(open_max))
-                    .bind(origin.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                if done.rows_affected() != 1 {
-                    tx.rollback().await?;
-                    return Ok(false);
-                }
-                if let Some(c) = code {
-                    sqlx::query(INSERT_CODE)
-                        .bind(&c.delivery_id)
-                        .bind(c.operation_id.as_str())
-                        .bind(&c.link_hash)
-                        .bind(&c.code_hash)
-                        .bind(c.created_at_ms)
-                        .bind(c.expires_at_ms)
-                        .bind(c.attempt_max)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok(true)
-            }
-
-            async fn count_code_attempt(
-                &self,
-                link_hash: &str,
-                now_ms: i64,
-            ) -> Result<CodeAttempt, LedgerError> {
-                let counted = sqlx::query(COUNT_CODE_ATTEMPT)
-                    .bind(link_hash)
-                    .bind(now_ms)
-                    .fetch_optional(self.pool())
-                    .await?;
-                if let Some(row) = counted {
-                    return Ok(CodeAttempt::Counted(decode_code(&row)?));
-                }
-                let latest = sqlx::query(LATEST_CODE)
-                    .bind(link_hash)
-                    .fetch_optional(self.pool())
-                    .await?;
-                let Some(row) = latest else {
-                    return Ok(CodeAttempt::Missing);
-                };
-                let code = decode_code(&row)?;
-                Ok(if code.used_at_ms.is_some() {
-                    CodeAttempt::Used
-                } else if code.attempts >= code.attempt_max {
-                    CodeAttempt::Exhausted
-                } else {
-                    CodeAttempt::Expired
-                })
-            }
-
-            async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError> {
-                let done = sqlx::query(USE_CODE)
-                    .bind(delivery_id)
-                    .bind(now_ms)
-                    .execute(self.pool())
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn record_approval_notice(
-                &self,
-                operation: &OperationId,
-                now_ms: i64,
-                max: u32,
-                interval_ms: i64,
-            ) -> Result<bool, LedgerError> {
-                let done = sqlx::query(INSERT_NOTICE)
-                    .bind(operation.as_str())
-                    .bind(now_ms)
-                    .bind(i64::from(max))
-                    .bind(interval_ms)
-                    .execute(self.pool())
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
+    async fn create_link(
+        &self,
+        link: &super::ApprovalLink,
+        origin: LinkOrigin,
+        open_max: u32,
+        code: Option<&ApprovalCode>,
+    ) -> Result<bool, LedgerError> {
+        let mut tx = self.pool().begin().await?;
+        let done = sqlx::query(INSERT_LINK_OF)
+            .bind(link.token_hash.as_str())
+            .bind(link.operation_id.as_str())
+            .bind(link.details_hash.as_str())
+            .bind(link.created_at_ms)
+            .bind(link.expires_at_ms)
+            .bind(i64::from(open_max))
+            .bind(origin.as_str())
+            .execute(&mut *tx)
+            .await?;
+        if DB::rows_affected(&done) != 1 {
+            tx.rollback().await?;
+            return Ok(false);
         }
-    };
-}
+        if let Some(c) = code {
+            sqlx::query(INSERT_CODE)
+                .bind(c.delivery_id.as_str())
+                .bind(c.operation_id.as_str())
+                .bind(c.link_hash.as_str())
+                .bind(c.code_hash.as_str())
+                .bind(c.created_at_ms)
+                .bind(c.expires_at_ms)
+                .bind(c.attempt_max)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
 
-impl_verification!(super::postgres::PostgresLedger);
-impl_verification!(super::sqlite::SqliteLedger);
+    async fn count_code_attempt(
+        &self,
+        link_hash: &str,
+        now_ms: i64,
+    ) -> Result<CodeAttempt, LedgerError> {
+        let counted = sqlx::query(COUNT_CODE_ATTEMPT)
+            .bind(link_hash)
+            .bind(now_ms)
+            .fetch_optional(self.pool())
+            .await?;
+        if let Some(row) = counted {
+            return Ok(CodeAttempt::Counted(decode_code(&row)?));
+        }
+        let latest = sqlx::query(LATEST_CODE)
+            .bind(link_hash)
+            .fetch_optional(self.pool())
+            .await?;
+        let Some(row) = latest else {
+            return Ok(CodeAttempt::Missing);
+        };
+        let code = decode_code(&row)?;
+        Ok(if code.used_at_ms.is_some() {
+            CodeAttempt::Used
+        } else if code.attempts >= code.attempt_max {
+            CodeAttempt::Exhausted
+        } else {
+            CodeAttempt::Expired
+        })
+    }
+
+    async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        let done = sqlx::query(USE_CODE)
+            .bind(delivery_id)
+            .bind(now_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+
+    async fn record_approval_notice(
+        &self,
+        operation: &OperationId,
+        now_ms: i64,
+        max: u32,
+        interval_ms: i64,
+    ) -> Result<bool, LedgerError> {
+        let done = sqlx::query(INSERT_NOTICE)
+            .bind(operation.as_str())
+            .bind(now_ms)
+            .bind(i64::from(max))
+            .bind(interval_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+}

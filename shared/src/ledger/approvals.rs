@@ -1,0 +1,242 @@
+//! Approving and cancelling an operation, and the single-use confirmation links that lead a
+//! customer to the approval. (Links payonce mints for an assistant's request have their own budget:
+//! `verification.rs`.)
+
+use super::dialect::Dialect;
+use super::moves::{legal, update};
+use super::operations::Operations;
+use super::record::decode_operation;
+use super::store::Store;
+use super::{Approval, ApprovalLink, LedgerError, LimitError, NewApproval, Operation, bounded};
+use crate::id::{OperationId, TenantId, random_hex};
+use crate::state::{Event, Move, Status};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
+use std::sync::LazyLock;
+
+/// Approves only the details the row holds now (`$3`), and enqueues the row.
+static APPROVE: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::AwaitingApproval], Event::Approve),
+        "approved_hash = $3, approved_by = $4, approval_expires_at = $5, available_at = $6, \
+         updated_at = $6, last_actor = $4, last_detail = $7",
+        "id = $1 AND tenant_id = $2 AND details_hash = $3",
+        true,
+    )
+});
+const INSERT_APPROVAL: &str = "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, \
+     approved_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+const LATEST_APPROVAL: &str = "SELECT * FROM approvals WHERE operation_id = $1 AND revoked_at IS NULL \
+     ORDER BY approved_at DESC, id DESC LIMIT 1";
+/// Withdraws a row from every state the table lets `cancel` leave (not yet executing).
+static CANCEL: LazyLock<String> = LazyLock::new(|| {
+    let cancel = Move::every(Event::Cancel).expect("the table has a cancel move");
+    update(
+        &cancel,
+        "updated_at = $3, last_actor = $4, last_detail = NULL",
+        "id = $1 AND tenant_id = $2",
+        true,
+    )
+});
+/// Inserts a service link only while the operation has fewer than `$6` unused, unexpired service
+/// links.
+const INSERT_LINK: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
+     expires_at) SELECT $1, $2, $3, $4, $5 WHERE (SELECT COUNT(*) FROM approval_links WHERE operation_id = $2 \
+     AND used_at IS NULL AND expires_at > $4 AND origin = 'service') < $6";
+const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
+const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
+     AND expires_at > $2";
+
+/// Approvals, cancellations and confirmation links of one store.
+pub(crate) struct Approvals<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
+
+impl<DB> Approvals<'_, DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    /// See [`Ledger::approve`](super::Ledger::approve).
+    pub(crate) async fn approve(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        approval: NewApproval,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError> {
+        if approval.expires_at_ms <= now_ms {
+            return Err(LimitError::ApprovalExpiry.into());
+        }
+        let mut tx = self.0.pool.begin().await?;
+        let row = sqlx::query(APPROVE.as_str())
+            .bind(id.as_str())
+            .bind(tenant.as_str())
+            .bind(approval.details_hash.as_str())
+            .bind(bounded(&approval.approved_by))
+            .bind(approval.expires_at_ms)
+            .bind(now_ms)
+            .bind(bounded(&approval.method))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            let current = Operations(self.0).get(tenant, id).await?;
+            if current.details_hash != approval.details_hash {
+                return Err(LedgerError::ApprovalMismatch);
+            }
+            if current.status != Status::AwaitingApproval
+                && current.approved_hash.as_ref() == Some(&approval.details_hash)
+            {
+                // Approving twice is the same approval: report the stored truth.
+                return Ok(current);
+            }
+            return Err(LedgerError::WrongState {
+                id: id.clone(),
+                status: current.status,
+                why: "only an operation awaiting approval can be approved",
+            });
+        };
+        let op = decode_operation(&row)?;
+        sqlx::query(INSERT_APPROVAL)
+            .bind(format!("apv_{}", random_hex(16)))
+            .bind(id.as_str())
+            .bind(approval.details_hash.as_str())
+            .bind(bounded(&approval.approved_by))
+            .bind(bounded(&approval.method))
+            .bind(now_ms)
+            .bind(approval.expires_at_ms)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(notify) = DB::NOTIFY_READY {
+            sqlx::query(notify).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        self.0.wake_local();
+        Ok(op)
+    }
+
+    /// See [`Ledger::latest_approval`](super::Ledger::latest_approval).
+    pub(crate) async fn latest_approval(
+        &self,
+        id: &OperationId,
+    ) -> Result<Option<Approval>, LedgerError> {
+        let row = sqlx::query(LATEST_APPROVAL)
+            .bind(id.as_str())
+            .fetch_optional(&self.0.pool)
+            .await?;
+        row.map(|r| {
+            Ok::<_, LedgerError>(Approval {
+                id: r.try_get("id")?,
+                operation_id: id.clone(),
+                details_hash: r.try_get("details_hash")?,
+                approved_by: r.try_get("approved_by")?,
+                method: r.try_get("method")?,
+                approved_at_ms: r.try_get("approved_at")?,
+                expires_at_ms: r.try_get("expires_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// See [`Ledger::cancel`](super::Ledger::cancel).
+    pub(crate) async fn cancel(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError> {
+        let row = sqlx::query(CANCEL.as_str())
+            .bind(id.as_str())
+            .bind(tenant.as_str())
+            .bind(now_ms)
+            .bind(bounded(actor))
+            .fetch_optional(&self.0.pool)
+            .await?;
+        match row {
+            Some(row) => decode_operation(&row),
+            None => {
+                let current = Operations(self.0).get(tenant, id).await?;
+                if current.status == Status::Cancelled {
+                    return Ok(current);
+                }
+                Err(LedgerError::WrongState {
+                    id: id.clone(),
+                    status: current.status,
+                    why: "only an operation that has not started executing can be cancelled",
+                })
+            }
+        }
+    }
+
+    /// See [`Ledger::create_approval_link`](super::Ledger::create_approval_link).
+    pub(crate) async fn create_link(
+        &self,
+        link: &ApprovalLink,
+        open_max: u32,
+    ) -> Result<bool, LedgerError> {
+        let done = sqlx::query(INSERT_LINK)
+            .bind(link.token_hash.as_str())
+            .bind(link.operation_id.as_str())
+            .bind(link.details_hash.as_str())
+            .bind(link.created_at_ms)
+            .bind(link.expires_at_ms)
+            .bind(i64::from(open_max))
+            .execute(&self.0.pool)
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+
+    /// See [`Ledger::approval_link`](super::Ledger::approval_link).
+    pub(crate) async fn link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {
+        let row = sqlx::query(SELECT_LINK)
+            .bind(token_hash)
+            .fetch_optional(&self.0.pool)
+            .await?;
+        row.map(|r| {
+            let op: String = r.try_get("operation_id")?;
+            Ok::<_, LedgerError>(ApprovalLink {
+                token_hash: r.try_get("token_hash")?,
+                operation_id: OperationId::parse(&op)
+                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
+                details_hash: r.try_get("details_hash")?,
+                created_at_ms: r.try_get("created_at")?,
+                expires_at_ms: r.try_get("expires_at")?,
+                used_at_ms: r.try_get("used_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// See [`Ledger::use_approval_link`](super::Ledger::use_approval_link).
+    pub(crate) async fn use_link(
+        &self,
+        token_hash: &str,
+        now_ms: i64,
+    ) -> Result<bool, LedgerError> {
+        let done = sqlx::query(USE_LINK)
+            .bind(token_hash)
+            .bind(now_ms)
+            .execute(&self.0.pool)
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_a_legal_move() {
+        assert!(APPROVE.contains("status = 'ready', last_event = 'approve'"));
+        assert!(APPROVE.contains("AND status = 'awaiting_approval'"));
+        assert!(CANCEL.contains("AND status IN ('awaiting_approval', 'ready')"));
+    }
+}

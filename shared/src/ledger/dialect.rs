@@ -1,0 +1,57 @@
+//! Everything that differs between the two stores, in one place: the [`Dialect`] trait. Postgres
+//! (`postgres.rs`) and SQLite (`sqlite.rs`) implement it; every other ledger module is generic
+//! over it and runs the same statements on both.
+//!
+//! What differs: the claim statement (`FOR UPDATE SKIP LOCKED` on Postgres), lease renewal (row
+//! locks in id order and `jsonb` on Postgres), the wake-up after an approval (`NOTIFY`/`LISTEN` on
+//! Postgres, in-process only on SQLite), the two hot-path batches (array statements on Postgres,
+//! one statement per item on SQLite), how a write's row count is read, and migrations
+//! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
+
+use super::store::Store;
+use super::{LedgerError, Recorded};
+use crate::id::OperationId;
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// A store's own statements and behaviour; see the module documentation for the list.
+///
+/// Generic ledger code needs, besides `DB: Dialect`, that the driver can run statements on a
+/// connection and bind and read the column types the ledger uses (`i64`, `String`, their
+/// `Option`s, `&str`). Rust does not carry such `where` clauses from a trait to its users, so each
+/// generic `impl` block states them once (search for `LEDGER BOUNDS`).
+#[async_trait]
+pub trait Dialect: sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
+    /// Store name (`postgres`, `sqlite`).
+    const STORE: &'static str;
+    /// Renews the leases in `$4` (a JSON array of ids) that `$1` holds unexpired at `$2`, until `$3`.
+    const RENEW: &'static str;
+    /// A statement run inside the approval's transaction to wake workers elsewhere, if the store
+    /// has one.
+    const NOTIFY_READY: Option<&'static str>;
+
+    /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
+    /// the table's `claim` move (`moves.rs`).
+    fn claim() -> &'static str;
+
+    /// Rows a write changed (sqlx has no driver-independent accessor).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+
+    /// Waits until an approval may have made work ready, or `max_wait` passes.
+    async fn wait_ready(store: &Store<Self>, max_wait: Duration);
+
+    /// Records a batch of submission starts in one transaction; returns which were fenced in.
+    async fn mark_submitting_batch(
+        store: &Store<Self>,
+        items: &[(OperationId, i64)],
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError>;
+
+    /// Records many outcomes in one transaction, each fenced on its own.
+    async fn record_batch(
+        store: &Store<Self>,
+        items: &[(OperationId, i64, Recorded)],
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, LedgerError>;
+}

@@ -1,0 +1,87 @@
+//! What the ledger refuses, as callers branch on it.
+
+use super::{CLAIM_BATCH_MAX, PAGE_MAX};
+use crate::id::OperationId;
+use crate::state::{IllegalTransition, Status};
+
+/// What the ledger refuses, as callers branch on it.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The business key already names an operation with different details. Nothing was changed.
+    #[error("business key already used for operation {existing} with different details")]
+    Conflict {
+        /// The operation that owns the business key.
+        existing: OperationId,
+    },
+    /// No such operation in this tenant.
+    #[error("operation not found")]
+    NotFound,
+    /// The approval's details hash is not the operation's current one.
+    #[error("approval is for different details than the operation's current ones")]
+    ApprovalMismatch,
+    /// The operation's state does not allow the move.
+    #[error("operation {id} is {status:?}: {why}")]
+    WrongState {
+        /// The operation.
+        id: OperationId,
+        /// Its current state.
+        status: Status,
+        /// What was refused.
+        why: &'static str,
+    },
+    /// A fenced write lost: the attempt or state moved on (a stale worker, a racing reconciler).
+    #[error("fenced write lost for {id} at attempt {attempt}")]
+    Fenced {
+        /// The operation.
+        id: OperationId,
+        /// The attempt the writer held.
+        attempt: i64,
+    },
+    /// A caller asked for something outside a named limit; nothing was changed.
+    #[error("limit exceeded: {0}")]
+    Limit(#[from] LimitError),
+    /// The state machine refused a move (a bug in the caller).
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    /// A stored row could not be decoded (schema drift or corruption).
+    #[error("stored row is invalid: {0}")]
+    Corrupt(String),
+    /// The database failed.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Which named limit a request broke (the api answers each with `400 invalid_request`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// A claim asked for no rows or more than [`CLAIM_BATCH_MAX`].
+    #[error("claim batch must be 1..={CLAIM_BATCH_MAX}")]
+    ClaimBatch,
+    /// A lease of zero or negative length.
+    #[error("lease TTL must be positive")]
+    LeaseTtl,
+    /// A listing page of no rows or more than [`PAGE_MAX`].
+    #[error("page size must be 1..={PAGE_MAX}")]
+    PageSize,
+    /// A sweep page of no rows or more than [`PAGE_MAX`].
+    #[error("sweep batch must be 1..={PAGE_MAX}")]
+    SweepBatch,
+    /// An approval that would already have expired.
+    #[error("approval expiry must be in the future")]
+    ApprovalExpiry,
+    /// An on-call resolution without a reason.
+    #[error("a resolution needs a reason")]
+    ResolutionReason,
+    /// Resolving as succeeded without the processor's reference.
+    #[error("resolving as succeeded needs the processor reference")]
+    ResolutionReference,
+    /// A console page of no rows or more than the console's page limit.
+    #[error("console page size must be 1..={0}")]
+    ConsolePageSize(u32),
+    /// A database URL naming neither store.
+    #[error("unsupported database URL {0:?}: expected postgres:// or sqlite:")]
+    DatabaseUrl(String),
+    /// An API key request outside the key limits (label, reason or duration; api's `KeyError`).
+    #[error("{0}")]
+    ApiKey(String),
+}

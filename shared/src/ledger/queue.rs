@@ -1,0 +1,429 @@
+//! The worker's writes: claim ready work under a lease, renew it, record that a request is about
+//! to leave, give the lease back, and record the outcome. Every write out of `executing` is fenced
+//! by the attempt the worker holds.
+
+use super::dialect::Dialect;
+use super::moves::{legal, update};
+use super::record::decode_operation;
+use super::store::Store;
+use super::{CLAIM_BATCH_MAX, Claimed, LedgerError, LimitError, Operation, Recorded, bounded};
+use crate::id::OperationId;
+use crate::state::{Event, Status};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
+use std::sync::LazyLock;
+
+/// A note (no state change): a request is about to leave. Refused once the lease has expired.
+pub(crate) const MARK_SUBMITTING: &str = "UPDATE operations SET first_submitted_at = COALESCE(first_submitted_at, $3), \
+     first_submitted_attempt = COALESCE(first_submitted_attempt, $2), last_submitted_at = $3, \
+     submit_count = submit_count + 1, updated_at = $3, last_event = 'submission_started', last_actor = lease_owner, \
+     last_detail = NULL \
+     WHERE id = $1 AND attempt = $2 AND status = 'executing' AND lease_expires_at > $3";
+/// The worker's fence: its attempt, and the row still `executing` (the moves below say so).
+const FENCE: &str = "id = $1 AND attempt = $2";
+const LEASE_CLEARED: &str = "lease_owner = NULL, lease_expires_at = NULL";
+
+/// Gives a lease back before anything was ever submitted: to `ready`.
+static RELEASE: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::Release),
+        &format!(
+            "{LEASE_CLEARED}, next_check_at = NULL, available_at = $3, updated_at = $3, \
+          last_actor = $4, last_detail = 'lease given back before submitting'"
+        ),
+        &format!("{FENCE} AND first_submitted_at IS NULL"),
+        false,
+    )
+});
+/// Gives a lease back after an earlier attempt submitted: that request may have reached the
+/// processor, so the outcome is unknown and the reconciler checks at once.
+static RELEASE_SUBMITTED: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::OutcomeUnknown),
+        &format!(
+            "{LEASE_CLEARED}, next_check_at = $3, available_at = $3, updated_at = $3, \
+          last_actor = $4, last_detail = 'lease given back before submitting'"
+        ),
+        &format!("{FENCE} AND first_submitted_at IS NOT NULL"),
+        false,
+    )
+});
+static RECORD_SUCCEEDED: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::ProcessorSucceeded),
+        &format!(
+            "external_ref = $3, result = $4, failure_code = NULL, failure_message = NULL, \
+          {LEASE_CLEARED}, next_check_at = NULL, updated_at = $6, last_actor = $5, last_detail = $3"
+        ),
+        FENCE,
+        true,
+    )
+});
+static RECORD_FAILED: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::ProcessorFailed),
+        &format!(
+            "external_ref = COALESCE($3, external_ref), failure_code = $4, failure_message = $5, \
+          {LEASE_CLEARED}, next_check_at = NULL, updated_at = $7, last_actor = $6, last_detail = $4"
+        ),
+        FENCE,
+        true,
+    )
+});
+/// Nothing was sent by this attempt and no earlier attempt sent anything: back to `ready`.
+static RECORD_RETRY: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::NotSubmittedRetry),
+        &format!(
+            "available_at = $3, failure_message = $4, first_submitted_at = NULL, \
+          first_submitted_attempt = NULL, {LEASE_CLEARED}, updated_at = $6, last_actor = $5, last_detail = $4"
+        ),
+        &format!("{FENCE} AND (first_submitted_attempt IS NULL OR first_submitted_attempt = $2)"),
+        true,
+    )
+});
+static RECORD_EXHAUSTED: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::NotSubmittedExhausted),
+        &format!(
+            "failure_code = 'attempts_exhausted', failure_message = $3, {LEASE_CLEARED}, \
+          next_check_at = NULL, updated_at = $5, last_actor = $4, last_detail = $3"
+        ),
+        FENCE,
+        true,
+    )
+});
+static RECORD_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::OutcomeUnknown),
+        &format!(
+            "next_check_at = $3, external_ref = COALESCE($4, external_ref), failure_message = $5, \
+          {LEASE_CLEARED}, updated_at = $7, last_actor = $6, last_detail = $5"
+        ),
+        FENCE,
+        true,
+    )
+});
+/// Rejected only if nothing was ever submitted; otherwise the caller escalates.
+static RECORD_REJECTED: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::RejectBeforeSubmit),
+        &format!(
+            "failure_code = $3, failure_message = $4, {LEASE_CLEARED}, updated_at = $6, \
+          last_actor = $5, last_detail = $3"
+        ),
+        &format!("{FENCE} AND first_submitted_at IS NULL"),
+        true,
+    )
+});
+static RECORD_ATTENTION: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::Executing], Event::Escalate),
+        &format!(
+            "failure_message = $3, {LEASE_CLEARED}, next_check_at = NULL, updated_at = $5, \
+          last_actor = $4, last_detail = $3"
+        ),
+        FENCE,
+        true,
+    )
+});
+
+/// The work queue of one store.
+pub(crate) struct Queue<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
+
+impl<DB> Queue<'_, DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    /// See [`Ledger::claim`](super::Ledger::claim).
+    pub(crate) async fn claim(
+        &self,
+        owner: &str,
+        batch: u32,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<Claimed>, LedgerError> {
+        if batch == 0 || batch > CLAIM_BATCH_MAX {
+            return Err(LimitError::ClaimBatch.into());
+        }
+        if lease_ttl_ms <= 0 {
+            return Err(LimitError::LeaseTtl.into());
+        }
+        let rows = sqlx::query(DB::claim())
+            .bind(now_ms)
+            .bind(i64::from(batch))
+            .bind(owner)
+            .bind(now_ms + lease_ttl_ms)
+            .fetch_all(&self.0.pool)
+            .await?;
+        rows.iter().map(decode_operation).collect()
+    }
+
+    /// See [`Ledger::renew`](super::Ledger::renew).
+    pub(crate) async fn renew(
+        &self,
+        owner: &str,
+        held: &[OperationId],
+        lease_ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<(OperationId, i64)>, LedgerError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = held.iter().map(|id| id.as_str()).collect();
+        let ids = serde_json::to_string(&ids).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        let rows = sqlx::query(DB::RENEW)
+            .bind(owner)
+            .bind(now_ms)
+            .bind(now_ms + lease_ttl_ms)
+            .bind(ids)
+            .fetch_all(&self.0.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("id")?;
+                let id =
+                    OperationId::parse(&id).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+                Ok((id, r.try_get("attempt")?))
+            })
+            .collect()
+    }
+
+    /// See [`Ledger::mark_submitting`](super::Ledger::mark_submitting).
+    pub(crate) async fn mark_submitting(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        let done = sqlx::query(MARK_SUBMITTING)
+            .bind(id.as_str())
+            .bind(attempt)
+            .bind(now_ms)
+            .execute(&self.0.pool)
+            .await?;
+        fenced(DB::rows_affected(&done), id, attempt)
+    }
+
+    /// See [`Ledger::release`](super::Ledger::release).
+    pub(crate) async fn release(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        // At most one of the two matches: they split on whether anything was ever submitted.
+        for statement in [&RELEASE, &RELEASE_SUBMITTED] {
+            let done = sqlx::query(statement.as_str())
+                .bind(id.as_str())
+                .bind(attempt)
+                .bind(now_ms)
+                .bind(bounded(actor))
+                .execute(&self.0.pool)
+                .await?;
+            if DB::rows_affected(&done) == 1 {
+                return Ok(());
+            }
+        }
+        fenced(0, id, attempt)
+    }
+
+    /// See [`Ledger::record`](super::Ledger::record).
+    pub(crate) async fn record(
+        &self,
+        id: &OperationId,
+        attempt: i64,
+        outcome: &Recorded,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Operation, LedgerError> {
+        let mut conn = self.0.pool.acquire().await?;
+        record_on(&mut *conn, id, attempt, outcome, actor, now_ms).await
+    }
+}
+
+/// `Ok` if a fenced write changed its one row, else [`LedgerError::Fenced`].
+pub(crate) fn fenced(rows: u64, id: &OperationId, attempt: i64) -> Result<(), LedgerError> {
+    if rows == 1 {
+        Ok(())
+    } else {
+        Err(LedgerError::Fenced {
+            id: id.clone(),
+            attempt,
+        })
+    }
+}
+
+/// Records one fenced outcome on a connection (pooled, or inside a batch's transaction). An
+/// outcome that would hide an earlier submission is written as its [`fallback`] instead.
+pub(crate) async fn record_on<DB>(
+    conn: &mut DB::Connection,
+    id: &OperationId,
+    attempt: i64,
+    outcome: &Recorded,
+    actor: &str,
+    now_ms: i64,
+) -> Result<Operation, LedgerError>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    let actor = bounded(actor);
+    let mut row = write_outcome(&mut *conn, id, attempt, outcome, &actor, now_ms).await?;
+    if row.is_none()
+        && let Some(instead) = fallback(outcome, now_ms)
+    {
+        row = write_outcome(&mut *conn, id, attempt, &instead, &actor, now_ms).await?;
+    }
+    match row {
+        Some(row) => decode_operation(&row),
+        None => Err(LedgerError::Fenced {
+            id: id.clone(),
+            attempt,
+        }),
+    }
+}
+
+/// What to record when `outcome`'s own statement did not match although the fence may still hold:
+/// its guard saw an earlier attempt's submission.
+fn fallback(outcome: &Recorded, now_ms: i64) -> Option<Recorded> {
+    match outcome {
+        // An earlier attempt may have reached the processor: this is unknown, not retryable.
+        Recorded::RetryLater { reason, .. } => Some(Recorded::Unknown {
+            reason: format!("{reason}; an earlier attempt may have reached the processor"),
+            reference: None,
+            next_check_at_ms: now_ms,
+        }),
+        // Something was submitted earlier: "rejected" would hide it. A human decides.
+        Recorded::Rejected { code, message } => Some(Recorded::NeedsAttention {
+            reason: format!("{code}: {message}; an earlier attempt was submitted"),
+        }),
+        Recorded::Succeeded { .. }
+        | Recorded::Failed { .. }
+        | Recorded::Exhausted { .. }
+        | Recorded::Unknown { .. }
+        | Recorded::NeedsAttention { .. } => None,
+    }
+}
+
+/// Runs `outcome`'s one statement; `None` when it matched no row.
+async fn write_outcome<DB>(
+    conn: &mut DB::Connection,
+    id: &OperationId,
+    attempt: i64,
+    outcome: &Recorded,
+    actor: &str,
+    now_ms: i64,
+) -> Result<Option<DB::Row>, LedgerError>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    let fence = |statement: &'static LazyLock<String>| {
+        sqlx::query::<DB>(statement.as_str())
+            .bind(id.as_str())
+            .bind(attempt)
+    };
+    let query = match outcome {
+        Recorded::Succeeded { reference, result } => fence(&RECORD_SUCCEEDED)
+            .bind(reference.as_str())
+            .bind(result.to_string())
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Failed {
+            code,
+            message,
+            reference,
+        } => fence(&RECORD_FAILED)
+            .bind(reference.as_deref())
+            .bind(bounded(code))
+            .bind(bounded(message))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::RetryLater {
+            reason,
+            available_at_ms,
+        } => fence(&RECORD_RETRY)
+            .bind(*available_at_ms)
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Exhausted { reason } => fence(&RECORD_EXHAUSTED)
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Unknown {
+            reason,
+            reference,
+            next_check_at_ms,
+        } => fence(&RECORD_UNKNOWN)
+            .bind(*next_check_at_ms)
+            .bind(reference.as_deref())
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::Rejected { code, message } => fence(&RECORD_REJECTED)
+            .bind(bounded(code))
+            .bind(bounded(message))
+            .bind(actor)
+            .bind(now_ms),
+        Recorded::NeedsAttention { reason } => fence(&RECORD_ATTENTION)
+            .bind(bounded(reason))
+            .bind(actor)
+            .bind(now_ms),
+    };
+    Ok(query.fetch_optional(&mut *conn).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_a_legal_move() {
+        for statement in [
+            &RELEASE,
+            &RELEASE_SUBMITTED,
+            &RECORD_SUCCEEDED,
+            &RECORD_FAILED,
+            &RECORD_RETRY,
+            &RECORD_EXHAUSTED,
+            &RECORD_UNKNOWN,
+            &RECORD_REJECTED,
+            &RECORD_ATTENTION,
+        ] {
+            assert!(
+                statement.contains("AND status = 'executing'"),
+                "{}",
+                statement.as_str()
+            );
+        }
+        assert!(RELEASE.contains("status = 'ready', last_event = 'release'"));
+        assert!(RELEASE_SUBMITTED.contains("status = 'unknown', last_event = 'outcome_unknown'"));
+    }
+}

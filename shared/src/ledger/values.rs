@@ -1,0 +1,191 @@
+//! What callers hand the ledger (new operations, approvals, outcomes, reports, resolutions, filters)
+//! and what it answers besides stored rows.
+
+use super::Operation;
+use crate::details::{Details, DetailsHash};
+use crate::id::{BusinessKey, OperationId, TenantId};
+use crate::state::Status;
+
+/// A new operation from a trusted upstream service.
+#[derive(Debug, Clone)]
+pub struct NewOperation {
+    /// Issued by the caller with [`OperationId::generate`]; used only when the business key is new.
+    pub id: OperationId,
+    /// The tenant from the authenticated key.
+    pub tenant: TenantId,
+    /// The trusted workflow's key.
+    pub business_key: BusinessKey,
+    /// The authoritative details.
+    pub details: Details,
+    /// Who created it (for the audit trail).
+    pub actor: String,
+}
+
+/// Whether create-or-get made a row.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The operation (new or existing with the same details).
+    pub operation: Operation,
+    /// True if this call inserted it.
+    pub inserted: bool,
+}
+
+/// An approval to record.
+#[derive(Debug, Clone)]
+pub struct NewApproval {
+    /// The hash of the details that were shown and approved.
+    pub details_hash: DetailsHash,
+    /// Who approved (customer id, on-call user, service).
+    pub approved_by: String,
+    /// How (`confirmation_page`, `service`, ...).
+    pub method: String,
+    /// When it stops being valid, ms.
+    pub expires_at_ms: i64,
+}
+
+/// The outcome a worker (or the reconciler under its own lease) records, fenced by the attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// Paid.
+    Succeeded {
+        /// Processor reference.
+        reference: String,
+        /// Processor response.
+        result: serde_json::Value,
+    },
+    /// Definitively declined.
+    Failed {
+        /// Decline code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Processor reference, if one was created.
+        reference: Option<String>,
+    },
+    /// Nothing was sent; back to `ready` at `available_at_ms`.
+    RetryLater {
+        /// Why.
+        reason: String,
+        /// When it may be claimed again.
+        available_at_ms: i64,
+    },
+    /// Nothing was sent and the attempt limit is spent.
+    Exhausted {
+        /// Why.
+        reason: String,
+    },
+    /// May have reached the processor; check at `next_check_at_ms`.
+    Unknown {
+        /// Why.
+        reason: String,
+        /// Processor reference, if known.
+        reference: Option<String>,
+        /// When the reconciler should look.
+        next_check_at_ms: i64,
+    },
+    /// Server-side checks failed before any request.
+    Rejected {
+        /// Stable code.
+        code: String,
+        /// Human message.
+        message: String,
+    },
+    /// Automatic progress would risk a duplicate.
+    NeedsAttention {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A processor's report about an operation (webhook or lookup), applied in any arrival order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    /// The processor says it is paid.
+    Succeeded {
+        /// Processor reference.
+        reference: String,
+        /// Processor object.
+        result: serde_json::Value,
+    },
+    /// The processor says it definitively failed.
+    Failed {
+        /// Code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Processor reference.
+        reference: Option<String>,
+    },
+    /// A retrieved processor object names this operation but does not match its approved details
+    /// (amount, currency, customer or operation id): never applied as an outcome, always sent to a
+    /// human with both facts.
+    Mismatch {
+        /// Processor reference.
+        reference: String,
+        /// Whether the object says money moved (a succeeded payment).
+        paid: bool,
+        /// What differs: the processor's facts next to the approved ones.
+        detail: String,
+    },
+}
+
+/// A stored webhook: a hint that the processor has news about an operation, to be checked by
+/// retrieving the object it names before anything is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredProcessorEvent {
+    /// Processor name (`stripe`).
+    pub processor: String,
+    /// The processor's event id.
+    pub event_id: String,
+    /// The event type (`payment_intent.succeeded`).
+    pub event_type: String,
+    /// The operation the event named, if it named one of ours.
+    pub operation: Option<OperationId>,
+    /// The signed body as received.
+    pub payload: String,
+    /// Checks tried so far (the processor could not be asked).
+    pub checks: i64,
+}
+
+/// What applying a report did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The row moved to a new state.
+    Moved(Status),
+    /// The row already said the same thing.
+    AlreadyKnown,
+    /// The report contradicts the row; it is in `needs_attention` with both facts.
+    Conflict,
+    /// The processor holds a payment for an operation that was never approved or was cancelled:
+    /// the row is in `needs_attention` with both facts, and callers raise the loudest alert.
+    PaymentWithoutApproval,
+    /// The state does not take reports (e.g. not yet submitted); kept as an event only.
+    Ignored(Status),
+}
+
+/// An on-call resolution, always with a reason.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// The payment happened; here is the processor reference.
+    Succeeded {
+        /// Processor reference.
+        reference: String,
+    },
+    /// The payment did not happen.
+    Failed,
+    /// Retry with the SAME key (only safe while the processor remembers it).
+    RetrySameKey,
+}
+
+/// A filter for on-call listings.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only these states (empty: all).
+    pub statuses: Vec<Status>,
+    /// Only rows last updated before this time, ms.
+    pub updated_before_ms: Option<i64>,
+    /// Only this tenant.
+    pub tenant: Option<TenantId>,
+    /// Page size, at most [`PAGE_MAX`](super::PAGE_MAX).
+    pub limit: u32,
+}
