@@ -19,8 +19,8 @@ pub fn webhook_body(data: &[u8]) {
     let body = rest.strip_prefix(b"\n").unwrap_or(rest);
     let header = String::from_utf8_lossy(header_bytes);
     let secrets = vec![FUZZ_WEBHOOK_SECRET.to_string()];
-    let _ = payonce_reconciler::webhooks::parse_signature_header(&header);
-    let _ = payonce_reconciler::webhooks::verify_signature(
+    let _ = payonce_shared::processor::stripe::webhook::parse_signature_header(&header);
+    let _ = payonce_shared::processor::stripe::webhook::verify_signature(
         &secrets,
         &header,
         body,
@@ -48,14 +48,16 @@ pub fn webhook_body(data: &[u8]) {
         let signed = format!(
             "t={},v1={}",
             now_ms / 1000,
-            payonce_reconciler::webhooks::sign(FUZZ_WEBHOOK_SECRET, now_ms / 1000, body)
+            payonce_shared::processor::stripe::webhook::sign(
+                FUZZ_WEBHOOK_SECRET,
+                now_ms / 1000,
+                body
+            )
         );
         let _ =
-            payonce_reconciler::webhooks::ingest(&ledger, &secrets, Some(&signed), body, now_ms)
-                .await;
+            payonce_shared::webhooks::ingest(&ledger, &secrets, Some(&signed), body, now_ms).await;
         let _ =
-            payonce_reconciler::webhooks::ingest(&ledger, &secrets, Some(&header), body, now_ms)
-                .await;
+            payonce_shared::webhooks::ingest(&ledger, &secrets, Some(&header), body, now_ms).await;
     });
 }
 

@@ -325,7 +325,7 @@ fn main() -> ExitCode {
     };
     ops::init_logging(parsed.cli.log_format, filter);
     // reqwest is built without a default TLS provider: install ring's before any client exists.
-    payonce_simulator::install_crypto_provider();
+    ops::install_tls_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

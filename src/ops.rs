@@ -27,6 +27,13 @@ pub const LOG_FILTER_DEFAULT: &str = "info,sqlx=warn";
 /// story; logs would bury it.
 pub const LOG_FILTER_QUIET: &str = "warn";
 
+/// Installs rustls' ring provider for the process, the binary's one place for it: reqwest is built
+/// without a provider and panics on its first client otherwise.
+pub fn install_tls_provider() {
+    // Harmless if one is installed already (the simulator, when in-process, asks for the same one).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Sets up tracing in `format`; level from `RUST_LOG`, else `default_filter`.
 pub fn init_logging(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -155,4 +162,26 @@ pub async fn spawn_metrics(listen: &str, state: MetricsState) -> anyhow::Result<
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_installs_ring_as_the_tls_provider_itself() {
+        install_tls_provider();
+        let installed = rustls::crypto::CryptoProvider::get_default()
+            .expect("a process-wide provider after install_tls_provider");
+        let ring = rustls::crypto::ring::default_provider();
+        let names = |p: &rustls::crypto::CryptoProvider| {
+            p.cipher_suites
+                .iter()
+                .map(|s| s.suite())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(installed), names(&ring));
+        // reqwest (built without a provider) can now build a client.
+        reqwest::Client::builder().build().unwrap();
+    }
 }

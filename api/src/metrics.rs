@@ -6,8 +6,8 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
-use payonce_reconciler::webhooks::WebhookError;
 use payonce_shared::metrics::{Counter, Exposition, Histogram};
+use payonce_shared::processor::stripe::webhook::WebhookError;
 use std::time::Instant;
 
 /// The webhook route, whose deliveries are counted apart: a rise in refusals means a wrong secret.

@@ -1,6 +1,6 @@
-//! `POST /v1/webhooks/stripe`: the raw body and `Stripe-Signature` go to the reconciler, which
-//! verifies and stores once; the stored event is a hint the reconciler checks against the
-//! processor before anything changes. Signature verification lives there, not here.
+//! `POST /v1/webhooks/stripe`: the raw body and `Stripe-Signature` go to
+//! [`payonce_shared::webhooks::ingest`], which verifies (beside the Stripe adapter) and stores once;
+//! the stored event is a hint the reconciler checks against the processor before anything changes.
 
 use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
@@ -10,12 +10,13 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
-use payonce_reconciler::webhooks::{self, WebhookError};
+use payonce_shared::processor::stripe::webhook::{PAYLOAD_LEN_MAX, WebhookError};
+use payonce_shared::webhooks;
 use serde_json::{Value, json};
 
-/// Body limit of this route: the reconciler's payload limit, so a large but genuine event is judged
-/// by the reconciler (413 `body_too_large` beyond it).
-pub const BODY_LIMIT_BYTES: usize = webhooks::PAYLOAD_LEN_MAX;
+/// Body limit of this route: the webhook parser's payload limit, so a large but genuine event is
+/// judged by the parser (413 `body_too_large` beyond it).
+pub const BODY_LIMIT_BYTES: usize = PAYLOAD_LEN_MAX;
 /// Stripe's signature header.
 pub const SIGNATURE_HEADER: &str = "stripe-signature";
 

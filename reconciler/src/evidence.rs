@@ -12,10 +12,10 @@
 //! The reconciler runs this every sweep, so a webhook takes effect within one sweep interval.
 
 use crate::metrics::ReconcilerMetrics;
-use crate::webhooks::reference_of;
 use payonce_shared::ledger::{
     Applied, LedgerError, Operation, Report, SharedLedger, StoredProcessorEvent,
 };
+use payonce_shared::processor::stripe::webhook::reference_of;
 use payonce_shared::processor::{FoundStatus, Processor, ProcessorObject, Retrieved};
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //!
 //! - [`config`]: sweep limits and the resubmission policy.
 //! - [`sweep`]: expired leases and unknown outcomes, in bounded batches, with a dry run.
-//! - [`webhooks`]: Stripe signature verification and event ingestion (stored as hints).
-//! - [`evidence`]: stored webhooks checked by retrieving the processor object before anything applies.
+//! - [`evidence`]: stored webhooks (verified and stored by `payonce_shared::webhooks`) checked by retrieving the processor object before anything applies.
 //! - [`oncall`]: listing, showing and resolving operations by hand, as tables or JSON.
 //! - [`metrics`]: operations per state, oldest unknown, resolutions by path.
 
@@ -12,7 +11,6 @@ pub mod evidence;
 pub mod metrics;
 pub mod oncall;
 pub mod sweep;
-pub mod webhooks;
 
 pub use config::ReconcilerConfig;
 pub use sweep::{Reconciler, SweepReport};

@@ -11,6 +11,7 @@
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
 //! - [`failpoint`]: named failure points that crash tests arm.
 //! - [`signing`]: the HMAC signature every outbound call of payonce carries.
+//! - [`webhooks`]: Stripe webhook deliveries verified and stored once as hints (for the api).
 
 pub mod clock;
 pub mod details;
@@ -23,3 +24,4 @@ pub mod money;
 pub mod processor;
 pub mod signing;
 pub mod state;
+pub mod webhooks;

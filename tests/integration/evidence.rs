@@ -5,7 +5,6 @@
 
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, details, every_store, ready_operation, tenant};
-use payonce_reconciler::webhooks::{self, sign};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::{BusinessKey, OperationId};
@@ -14,7 +13,9 @@ use payonce_shared::ledger::{
 };
 use payonce_shared::metrics::Exposition;
 use payonce_shared::processor::Processor;
+use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::state::Status;
+use payonce_shared::webhooks;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -3,12 +3,13 @@
 
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant, wait_for};
-use payonce_reconciler::webhooks::{self, WebhookError};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::ledger::{Operation, SharedLedger};
+use payonce_shared::processor::stripe::webhook::WebhookError;
 use payonce_shared::processor::{LookupSupport, Processor};
 use payonce_shared::state::Status;
+use payonce_shared::webhooks;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;

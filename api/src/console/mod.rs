@@ -1,6 +1,6 @@
 //! The on-call console at `/console`: sign in with an on-call key, see the tenant's operations by state
 //! with the last hour's chart, filter and search them with keyset pages, open one as its evidence
-//! chain, resolve a `needs_attention` one with a reason (the CLI's rules: `oncall::resolve`), export
+//! chain, resolve a `needs_attention` one with a reason (the CLI's rules: the ledger's `resolve`), export
 //! the chain as JSON. Server-rendered HTML without scripts; every query is scoped to the session's
 //! tenant (another tenant's operation is "not found"); the processor object is shown only through its
 //! redacted summary.
@@ -18,7 +18,6 @@ use axum::middleware;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use payonce_reconciler::oncall;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, OperationQuery, Related};
 use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution};
@@ -575,17 +574,12 @@ async fn resolve_checked(
         Some("retry") => Resolution::RetrySameKey,
         _ => return Err(invalid("as must be succeeded, failed or retry")),
     };
-    // The CLI's resolve: the same rules and the same audit event, with the console's actor.
-    oncall::resolve(
-        state.ledger(),
-        &id,
-        resolution,
-        &who.actor(),
-        reason,
-        state.now_ms(),
-        oncall::Format::Json,
-    )
-    .await?;
+    // The CLI's resolve (`oncall::resolve` is this call plus its printing): the same rules and the
+    // same audit event, with the console's actor.
+    state
+        .ledger()
+        .resolve(&id, &resolution, &who.actor(), reason, state.now_ms())
+        .await?;
     Ok(id)
 }
 

@@ -4,12 +4,14 @@
 //! - `wire`: the exact parameters a submission sends and the URLs it calls.
 //! - `classify`: the table from HTTP status, error type and transport failure to the four outcomes.
 //! - `lookup`: finding a past submission, by reference or by a consistent list query (never search).
+//! - [`webhook`]: `Stripe-Signature` verification and event parsing (pure; storing is [`crate::webhooks`]).
 //!
 //! Contract: honours idempotency keys, remembers them 24 hours, lookup is read-after-write consistent
 //! (retrieve and list are; search is not and is never used), and replays stored error responses.
 
 mod classify;
 mod lookup;
+pub mod webhook;
 mod wire;
 
 pub use classify::{classify_response, classify_transport};

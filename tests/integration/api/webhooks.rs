@@ -1,13 +1,14 @@
-//! `POST /v1/webhooks/stripe`: the raw body and signature reach the reconciler; signed events are
-//! stored once as hints (applied only after the reconciler retrieved the object: evidence.rs); bad
-//! signatures are 400; the simulator's published secret is refused.
+//! `POST /v1/webhooks/stripe`: the raw body and signature reach `payonce_shared::webhooks::ingest`
+//! (the api does not depend on the reconciler crate); signed events are stored once as hints (applied
+//! only after the reconciler retrieved the object: evidence.rs); bad signatures are 400; the
+//! simulator's published secret is refused.
 
 use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
 use crate::support::sqlite_ledger;
-use payonce_reconciler::webhooks::sign;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
+use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
 
@@ -92,7 +93,7 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
         (status, bad["error"]["code"].as_str()),
         (400, Some("webhook_payload_invalid"))
     );
-    let huge = "x".repeat(payonce_reconciler::webhooks::PAYLOAD_LEN_MAX + 1);
+    let huge = "x".repeat(payonce_shared::processor::stripe::webhook::PAYLOAD_LEN_MAX + 1);
     let (status, bad) = post(header, huge).await;
     assert_eq!(
         (status, bad["error"]["code"].as_str()),
@@ -218,4 +219,20 @@ async fn the_simulators_published_secret_is_refused_outside_its_dev_mode() {
         "{refused:?}"
     );
     assert!(start(true).await.is_ok());
+}
+
+#[test]
+fn the_api_parses_webhooks_without_the_reconciler_crate() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(root.join("api/Cargo.toml")).unwrap()).unwrap();
+    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        if let Some(deps) = manifest.get(section).and_then(|d| d.as_table()) {
+            assert!(
+                !deps.contains_key("payonce-reconciler"),
+                "api/Cargo.toml [{section}] names payonce-reconciler: Stripe webhook parsing is in \
+                 payonce-shared (processor::stripe::webhook, webhooks::ingest)"
+            );
+        }
+    }
 }

@@ -1,12 +1,10 @@
-//! Stripe webhooks: verify `Stripe-Signature` exactly as Stripe's own libraries do, store each event
-//! once and match it to its operation. A webhook is a hint, never evidence (docs/decisions.md): an
-//! event that may carry an outcome stays pending until [`crate::evidence`] has retrieved the object
-//! it names from the processor and checked it against the operation; nothing here changes an
-//! operation.
+//! Stripe webhooks on the wire: verify `Stripe-Signature` exactly as Stripe's own libraries do and
+//! parse the signed body into a typed [`Event`] matched to its operation. Pure: nothing here touches
+//! the ledger; [`crate::webhooks::ingest`] stores what [`verify_event`] accepts as a hint.
 
+use crate::id::OperationId;
+use crate::ledger::LedgerError;
 use hmac::{Hmac, KeyInit, Mac};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{LedgerError, SharedLedger};
 use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -187,56 +185,57 @@ pub fn verify_signature(
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct Event {
-    id: String,
+/// A Stripe event, as far as payonce reads one.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Event {
+    /// `evt_…`: unique per event, the same on every redelivery.
+    pub id: String,
+    /// `payment_intent.succeeded` and the like (empty when absent).
     #[serde(rename = "type", default)]
-    event_type: String,
+    pub event_type: String,
     data: EventData,
     #[serde(default)]
     request: Option<EventRequest>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct EventData {
     object: serde_json::Value,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct EventRequest {
     #[serde(default)]
     idempotency_key: Option<String>,
 }
 
-/// What ingesting one webhook did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IngestOutcome {
-    /// The event id.
-    pub event_id: String,
-    /// Whether this delivery was a redelivery of a stored event.
-    pub duplicate: bool,
-    /// The operation it matched, if any.
-    pub operation: Option<OperationId>,
-    /// Whether it waits for a check against the processor (it may carry an outcome and names an
-    /// operation); false for events that change nothing (no outcome, no operation).
-    pub pending_check: bool,
-}
-
-/// Finds the operation an event is about: metadata first, then the request's idempotency key.
-fn match_operation(event: &Event) -> Option<OperationId> {
-    let from_metadata = event
-        .data
-        .object
-        .get("metadata")
-        .and_then(|m| m.get(METADATA_OPERATION_ID));
-    if let Some(id) = from_metadata
-        .and_then(|v| v.as_str())
-        .and_then(|s| OperationId::parse(s).ok())
-    {
-        return Some(id);
+impl Event {
+    /// The operation this event is about: metadata first, then the request's idempotency key.
+    pub fn operation(&self) -> Option<OperationId> {
+        let from_metadata = self
+            .data
+            .object
+            .get("metadata")
+            .and_then(|m| m.get(METADATA_OPERATION_ID));
+        if let Some(id) = from_metadata
+            .and_then(|v| v.as_str())
+            .and_then(|s| OperationId::parse(s).ok())
+        {
+            return Some(id);
+        }
+        let key = self.request.as_ref()?.idempotency_key.as_deref()?;
+        OperationId::parse(key.strip_prefix("payonce-")?).ok()
     }
-    let key = event.request.as_ref()?.idempotency_key.as_deref()?;
-    OperationId::parse(key.strip_prefix("payonce-")?).ok()
+
+    /// The processor reference the event names (`data.object.id`), if any.
+    pub fn reference(&self) -> Option<&str> {
+        self.data.object.get("id").and_then(|v| v.as_str())
+    }
+
+    /// Whether the event may carry an outcome: an outcome type naming an object to retrieve.
+    pub fn claims_outcome(&self) -> bool {
+        OUTCOME_EVENT_TYPES.contains(&self.event_type.as_str()) && self.reference().is_some()
+    }
 }
 
 /// The event types that may carry an outcome; only these are checked against the processor.
@@ -249,24 +248,17 @@ pub const OUTCOME_EVENT_TYPES: [&str; 3] = [
 /// The processor reference a stored event names (`data.object.id`), if it reads as an event.
 pub fn reference_of(payload: &str) -> Option<String> {
     let event: Event = serde_json::from_str(payload).ok()?;
-    event
-        .data
-        .object
-        .get("id")
-        .and_then(|v| v.as_str())
-        .map(str::to_string)
+    event.reference().map(str::to_string)
 }
 
-/// Verifies and stores one webhook delivery once. An event that may carry an outcome for one of
-/// our operations is left pending for [`crate::evidence::check_hints`]; any other is marked done at
-/// once. A redelivery of a stored event changes nothing.
-pub async fn ingest(
-    ledger: &SharedLedger,
+/// Checks one delivery and parses it: the body's size, the signature (with
+/// [`SIGNATURE_TOLERANCE_S`] against `now_ms`), then the payload as an [`Event`].
+pub fn verify_event(
     secrets: &[String],
     signature_header: Option<&str>,
     body: &[u8],
     now_ms: i64,
-) -> Result<IngestOutcome, WebhookError> {
+) -> Result<Event, WebhookError> {
     if body.len() > PAYLOAD_LEN_MAX {
         return Err(WebhookError::PayloadTooLarge);
     }
@@ -278,48 +270,7 @@ pub async fn ingest(
         now_ms.div_euclid(1000),
         Some(SIGNATURE_TOLERANCE_S),
     )?;
-    let event: Event =
-        serde_json::from_slice(body).map_err(|e| WebhookError::MalformedPayload(e.to_string()))?;
-    let operation = match_operation(&event);
-    let payload = String::from_utf8_lossy(body);
-    let stored = ledger
-        .insert_processor_event(
-            PROCESSOR,
-            &event.id,
-            &event.event_type,
-            operation.as_ref(),
-            &payload,
-            now_ms,
-        )
-        .await?;
-    let claims_outcome = OUTCOME_EVENT_TYPES.contains(&event.event_type.as_str())
-        && event
-            .data
-            .object
-            .get("id")
-            .and_then(|v| v.as_str())
-            .is_some();
-    let pending_check = operation.is_some() && claims_outcome;
-    let outcome = if pending_check {
-        "pending: to be checked against the processor"
-    } else if operation.is_none() {
-        "unmatched"
-    } else {
-        "no outcome in event"
-    };
-    // A redelivery leaves the stored event as it is (pending, or already checked).
-    if stored && !pending_check {
-        ledger
-            .mark_processor_event(PROCESSOR, &event.id, outcome, now_ms)
-            .await?;
-    }
-    tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");
-    Ok(IngestOutcome {
-        event_id: event.id,
-        duplicate: !stored,
-        operation,
-        pending_check,
-    })
+    serde_json::from_slice(body).map_err(|e| WebhookError::MalformedPayload(e.to_string()))
 }
 
 #[cfg(test)]
@@ -338,7 +289,7 @@ mod tests {
 
     fn vectors() -> Vec<Vector> {
         serde_json::from_str(include_str!(
-            "../../tests/fixtures/stripe/webhook_vectors.json"
+            "../../../../tests/fixtures/stripe/webhook_vectors.json"
         ))
         .unwrap()
     }
@@ -450,20 +401,20 @@ mod tests {
             "data": {"object": {"id": "pi_1", "metadata": {"payonce_operation_id": id.as_str()}}}
         }))
         .unwrap();
-        assert_eq!(match_operation(&by_metadata), Some(id.clone()));
+        assert_eq!(by_metadata.operation(), Some(id.clone()));
         let by_key: Event = serde_json::from_value(serde_json::json!({
             "id": "evt_2", "type": "payment_intent.payment_failed",
             "data": {"object": {"id": "pi_2", "last_payment_error": {"code": "card_declined", "message": "Declined"}}},
             "request": {"id": "req_1", "idempotency_key": format!("payonce-{}", id.as_str())}
         }))
         .unwrap();
-        assert_eq!(match_operation(&by_key), Some(id));
+        assert_eq!(by_key.operation(), Some(id));
         let unrelated: Event = serde_json::from_value(serde_json::json!({
             "id": "evt_3", "type": "payment_intent.created", "data": {"object": {"id": "pi_3"}},
             "request": {"id": null, "idempotency_key": "someone-else"}
         }))
         .unwrap();
-        assert_eq!(match_operation(&unrelated), None);
+        assert_eq!(unrelated.operation(), None);
         assert_eq!(
             reference_of(
                 &serde_json::to_string(&serde_json::json!({"id": "evt_4", "type": "x",

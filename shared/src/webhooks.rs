@@ -1,0 +1,70 @@
+//! Stripe webhooks stored as hints: [`ingest`] verifies a delivery with
+//! [`crate::processor::stripe::webhook`] and stores the event once, matched to its operation. A
+//! webhook is a hint, never evidence (docs/decisions.md): an event that may carry an outcome stays
+//! pending until the reconciler has retrieved the object it names from the processor and checked it
+//! against the operation; nothing here changes an operation. The api calls this without the
+//! reconciler.
+
+use crate::id::OperationId;
+use crate::ledger::SharedLedger;
+use crate::processor::stripe::webhook::{PROCESSOR, WebhookError, verify_event};
+
+/// What ingesting one webhook did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestOutcome {
+    /// The event id.
+    pub event_id: String,
+    /// Whether this delivery was a redelivery of a stored event.
+    pub duplicate: bool,
+    /// The operation it matched, if any.
+    pub operation: Option<OperationId>,
+    /// Whether it waits for a check against the processor (it may carry an outcome and names an
+    /// operation); false for events that change nothing (no outcome, no operation).
+    pub pending_check: bool,
+}
+
+/// Verifies and stores one webhook delivery once. An event that may carry an outcome for one of
+/// our operations is left pending for the reconciler's `evidence::check_hints`; any other is marked done at
+/// once. A redelivery of a stored event changes nothing.
+pub async fn ingest(
+    ledger: &SharedLedger,
+    secrets: &[String],
+    signature_header: Option<&str>,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<IngestOutcome, WebhookError> {
+    let event = verify_event(secrets, signature_header, body, now_ms)?;
+    let operation = event.operation();
+    let payload = String::from_utf8_lossy(body);
+    let stored = ledger
+        .insert_processor_event(
+            PROCESSOR,
+            &event.id,
+            &event.event_type,
+            operation.as_ref(),
+            &payload,
+            now_ms,
+        )
+        .await?;
+    let pending_check = operation.is_some() && event.claims_outcome();
+    let outcome = if pending_check {
+        "pending: to be checked against the processor"
+    } else if operation.is_none() {
+        "unmatched"
+    } else {
+        "no outcome in event"
+    };
+    // A redelivery leaves the stored event as it is (pending, or already checked).
+    if stored && !pending_check {
+        ledger
+            .mark_processor_event(PROCESSOR, &event.id, outcome, now_ms)
+            .await?;
+    }
+    tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");
+    Ok(IngestOutcome {
+        event_id: event.id,
+        duplicate: !stored,
+        operation,
+        pending_check,
+    })
+}
