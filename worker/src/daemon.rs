@@ -2,7 +2,7 @@
 //! submit concurrently (bounded), record outcomes through a group-committing recorder, renew leases
 //! in the background, and stop only at safe points.
 
-use crate::config::WorkerConfig;
+use crate::config::{ConfigError, WorkerConfig};
 use crate::execution::{explain_fenced, precheck, settle, submit_claimed};
 use crate::metrics::WorkerMetrics;
 use payonce_shared::clock::SharedClock;
@@ -55,7 +55,7 @@ impl Worker {
         processor: Arc<dyn Processor>,
         clock: SharedClock,
         config: WorkerConfig,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Worker {
             ledger,
