@@ -656,3 +656,125 @@ async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_fail
         .unwrap();
     assert_ne!(row["status"], "succeeded");
 }
+
+/// A processor whose lookups wait at a gate (if it has one), so a sweep can be held mid-way while
+/// it owns the sweep lease; every lookup is counted, and each finds the payment declined.
+struct GatedLookups {
+    contract: payonce_shared::processor::Contract,
+    entered: tokio::sync::mpsc::UnboundedSender<()>,
+    gate: Option<Arc<tokio::sync::Notify>>,
+    lookups: std::sync::atomic::AtomicUsize,
+}
+
+impl GatedLookups {
+    fn new(
+        entered: tokio::sync::mpsc::UnboundedSender<()>,
+        gate: Option<Arc<tokio::sync::Notify>>,
+    ) -> Self {
+        GatedLookups {
+            contract: payonce_shared::processor::Contract {
+                name: "gated",
+                honours_idempotency_keys: true,
+                key_retention: None,
+                lookup: LookupSupport::Consistent,
+                replays_error_responses: true,
+            },
+            entered,
+            gate,
+            lookups: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Processor for GatedLookups {
+    fn contract(&self) -> &payonce_shared::processor::Contract {
+        &self.contract
+    }
+    async fn submit(
+        &self,
+        _request: &payonce_shared::processor::SubmitRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        panic!("the sweep-lease test never submits")
+    }
+    async fn lookup(
+        &self,
+        query: &payonce_shared::processor::LookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.entered.send(());
+        if let Some(gate) = &self.gate {
+            gate.notified().await;
+        }
+        payonce_shared::processor::LookupOutcome::Found {
+            reference: format!("pi_{}", query.operation_id),
+            status: payonce_shared::processor::FoundStatus::Failed {
+                code: "card_declined".into(),
+                message: "declined".into(),
+            },
+        }
+    }
+}
+
+/// Two reconcilers (distinct owners) sweep one Postgres ledger at once: the one holding the sweep
+/// lease does the work; the other stands down without a lookup or a write, and may sweep once the
+/// lease is dropped.
+#[tokio::test]
+async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let op = ready_operation(&ledger, "INV-LEASE", "pm_card_visa", now()).await;
+    let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
+    let unknown = payonce_shared::ledger::Recorded::Unknown {
+        reason: "crash".into(),
+        reference: None,
+        next_check_at_ms: now(),
+    };
+    ledger
+        .record(&c.id, c.attempt, &unknown, "w", now())
+        .await
+        .unwrap();
+
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let p1 = Arc::new(GatedLookups::new(entered_tx.clone(), Some(gate.clone())));
+    // No gate for the second: if it swept without the lease it would look up and write at once.
+    let p2 = Arc::new(GatedLookups::new(entered_tx, None));
+    let r1 = reconciler(&ledger, p1.clone(), "rec-one", Duration::from_secs(60));
+    let r2 = reconciler(&ledger, p2.clone(), "rec-two", Duration::from_secs(60));
+
+    let holder = tokio::spawn(async move { r1.sweep_once(false).await });
+    // rec-one holds the sweep lease and is mid-sweep, waiting on its lookup.
+    entered.recv().await.unwrap();
+    let stood_down = r2.sweep_once(false).await.unwrap();
+    assert_eq!(
+        stood_down,
+        payonce_reconciler::SweepReport {
+            actions: vec!["another reconciler holds the sweep lease; standing down".to_string()],
+            ..Default::default()
+        },
+        "the reconciler without the lease did nothing"
+    );
+    assert_eq!(p2.lookups.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Unknown
+    );
+
+    gate.notify_one();
+    let done = holder.await.unwrap().unwrap();
+    assert!(done.swept);
+    assert_eq!(done.resolved_failed, 1, "{done:?}");
+    assert_eq!(p1.lookups.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Failed
+    );
+    // The holder dropped the lease at the end of its sweep: the other may sweep now.
+    let after = r2.sweep_once(false).await.unwrap();
+    assert!(after.swept, "{after:?}");
+}

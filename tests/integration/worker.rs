@@ -175,8 +175,21 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
             .map(|e| e.event)
             .collect();
         eprintln!("{point}: {events:?}");
-        assert!(
-            events.iter().any(|e| e.starts_with("lease_expired")),
+        // Exactly one lapse, and the branch the failure point implies: nothing was recorded as
+        // submitted before `after_claim`, so that lease goes back to ready; the others to unknown.
+        let expected = if point == "after_claim" {
+            "lease_expired_unsubmitted"
+        } else {
+            "lease_expired_submitted"
+        };
+        let lapses: Vec<&str> = events
+            .iter()
+            .map(String::as_str)
+            .filter(|e| e.starts_with("lease_expired"))
+            .collect();
+        assert_eq!(
+            lapses,
+            vec![expected],
             "{point}: the history explains the crash"
         );
     }
@@ -257,4 +270,103 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
         ledger.get(&tenant(), &op.id).await.unwrap().status,
         Status::Succeeded
     );
+}
+
+/// A processor whose success is recorded by a webhook before the submitter's own write: the
+/// submitter's fenced write loses, as it must.
+struct WebhookFirst {
+    inner: Arc<dyn payonce_shared::processor::Processor>,
+    ledger: SharedLedger,
+}
+
+#[async_trait::async_trait]
+impl payonce_shared::processor::Processor for WebhookFirst {
+    fn contract(&self) -> &payonce_shared::processor::Contract {
+        self.inner.contract()
+    }
+    async fn submit(
+        &self,
+        request: &payonce_shared::processor::SubmitRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        let outcome = self.inner.submit(request).await;
+        if let payonce_shared::processor::SubmitOutcome::Succeeded { reference, result } = &outcome
+        {
+            let report = payonce_shared::ledger::Report::Succeeded {
+                reference: reference.clone(),
+                result: result.clone(),
+            };
+            self.ledger
+                .apply_report(request.operation_id, &report, "webhook", now())
+                .await
+                .unwrap();
+        }
+        outcome
+    }
+    async fn lookup(
+        &self,
+        query: &payonce_shared::processor::LookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        self.inner.lookup(query).await
+    }
+}
+
+/// The sequential path (`execute_one`, the reconciler's same-key retry) and the daemon's batches
+/// settle an outcome the same way: a write that lost to a webhook is counted as already recorded,
+/// never as a success of this worker.
+#[tokio::test]
+async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let processor: Arc<dyn payonce_shared::processor::Processor> = Arc::new(WebhookFirst {
+        inner: processes::stripe(&sim, None),
+        ledger: ledger.clone(),
+    });
+    let clock: SharedClock = Arc::new(SystemClock);
+
+    let single = ready_operation(&ledger, "INV-ONE-PATH-1", "pm_card_visa", now()).await;
+    let claimed = ledger
+        .claim("single", 1, 60_000, now())
+        .await
+        .unwrap()
+        .remove(0);
+    let metrics = payonce_worker::WorkerMetrics::default();
+    let status = payonce_worker::execute_one(
+        &ledger,
+        processor.as_ref(),
+        &clock,
+        &WorkerConfig::new("single"),
+        &metrics,
+        &claimed,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, Status::Succeeded);
+    assert_eq!(
+        (metrics.succeeded.get(), metrics.already_recorded.get()),
+        (0, 1),
+        "execute_one"
+    );
+
+    let batched = ready_operation(&ledger, "INV-ONE-PATH-2", "pm_card_visa", now()).await;
+    let worker = Worker::new(
+        ledger.clone(),
+        processor.clone(),
+        clock.clone(),
+        WorkerConfig::new("daemon"),
+    )
+    .unwrap();
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let metrics = worker.metrics();
+    assert_eq!(
+        (metrics.succeeded.get(), metrics.already_recorded.get()),
+        (0, 1),
+        "daemon batch"
+    );
+    for op in [&single, &batched] {
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::Succeeded
+        );
+        assert_eq!(payments_for(&sim, op.id.as_str()).await, 1);
+    }
 }

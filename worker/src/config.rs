@@ -70,29 +70,48 @@ impl WorkerConfig {
     }
 
     /// Refuses settings that would break the lease discipline.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.concurrency == 0 || self.batch_size == 0 || self.record_batch_max == 0 {
-            return Err("concurrency, batch size and record batch must be positive".into());
+            return Err(ConfigError::ZeroCapacity);
         }
         if self.renew_interval >= self.lease_ttl {
-            return Err("the renewal interval must be shorter than the lease TTL".into());
+            return Err(ConfigError::RenewalNotInsideLease);
         }
         if self.submit_timeout >= self.shutdown_grace + self.lease_ttl {
-            return Err(
-                "the submit timeout must end before a lease could lapse during shutdown".into(),
-            );
+            return Err(ConfigError::SubmitOutlivesShutdown);
         }
         if self.rate_limit_backoff_base.is_zero()
             || self.rate_limit_backoff_max < self.rate_limit_backoff_base
             || self.rate_limit_wait_max.is_zero()
         {
-            return Err("rate-limit backoff and wait bounds must be positive and ordered".into());
+            return Err(ConfigError::RateLimitBounds);
         }
         if self.attempt_max < 1 {
-            return Err("attempt_max must be at least 1".into());
+            return Err(ConfigError::NoAttempts);
         }
         Ok(())
     }
+}
+
+/// Worker settings [`WorkerConfig::validate`] refuses, one variant per rule so callers and tests
+/// can tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A zero concurrency, batch size or record batch would never make progress.
+    #[error("concurrency, batch size and record batch must be positive")]
+    ZeroCapacity,
+    /// Renewal at or after the TTL lets every lease lapse while held.
+    #[error("the renewal interval must be shorter than the lease TTL")]
+    RenewalNotInsideLease,
+    /// A submission could still be in flight when its lease lapses during shutdown.
+    #[error("the submit timeout must end before a lease could lapse during shutdown")]
+    SubmitOutlivesShutdown,
+    /// Rate-limit backoff and wait bounds are zero or out of order.
+    #[error("rate-limit backoff and wait bounds must be positive and ordered")]
+    RateLimitBounds,
+    /// `attempt_max` below 1 would exhaust operations before their first submission.
+    #[error("attempt_max must be at least 1")]
+    NoAttempts,
 }
 
 /// A lease owner name unique to this process: host, pid and randomness.
@@ -120,18 +139,33 @@ mod tests {
     fn defaults_validate_and_bad_settings_are_refused() {
         let ok = WorkerConfig::new("w");
         assert!(ok.validate().is_ok());
-        let mut bad = ok.clone();
-        bad.renew_interval = bad.lease_ttl;
-        assert!(bad.validate().is_err());
-        let mut bad = ok.clone();
-        bad.concurrency = 0;
-        assert!(bad.validate().is_err());
-        let mut bad = ok.clone();
-        bad.rate_limit_backoff_max = Duration::from_millis(1);
-        assert!(bad.validate().is_err());
-        let mut bad = ok;
-        bad.attempt_max = 0;
-        assert!(bad.validate().is_err());
+        let refused = |change: fn(&mut WorkerConfig)| {
+            let mut bad = ok.clone();
+            change(&mut bad);
+            bad.validate().unwrap_err()
+        };
+        assert_eq!(
+            refused(|c| c.renew_interval = c.lease_ttl),
+            ConfigError::RenewalNotInsideLease
+        );
+        assert_eq!(refused(|c| c.concurrency = 0), ConfigError::ZeroCapacity);
+        assert_eq!(
+            refused(|c| c.record_batch_max = 0),
+            ConfigError::ZeroCapacity
+        );
+        assert_eq!(
+            refused(|c| c.submit_timeout = c.shutdown_grace + c.lease_ttl),
+            ConfigError::SubmitOutlivesShutdown
+        );
+        assert_eq!(
+            refused(|c| c.rate_limit_backoff_max = Duration::from_millis(1)),
+            ConfigError::RateLimitBounds
+        );
+        assert_eq!(
+            refused(|c| c.rate_limit_wait_max = Duration::ZERO),
+            ConfigError::RateLimitBounds
+        );
+        assert_eq!(refused(|c| c.attempt_max = 0), ConfigError::NoAttempts);
         assert_ne!(owner_name("worker"), owner_name("worker"));
     }
 }

@@ -2,14 +2,14 @@
 //! submit concurrently (bounded), record outcomes through a group-committing recorder, renew leases
 //! in the background, and stop only at safe points.
 
-use crate::config::WorkerConfig;
-use crate::execution::{count, explain_fenced, precheck, submit_paced, to_recorded};
+use crate::config::{ConfigError, WorkerConfig};
+use crate::execution::{explain_fenced, precheck, settle, submit_claimed};
 use crate::metrics::WorkerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{Operation, Recorded, SharedLedger};
-use payonce_shared::processor::{Processor, SubmitOutcome};
+use payonce_shared::processor::Processor;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ impl Worker {
         processor: Arc<dyn Processor>,
         clock: SharedClock,
         config: WorkerConfig,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Worker {
             ledger,
@@ -288,25 +288,17 @@ impl Worker {
                 key = %op.idempotency_key);
             submissions.spawn(
                 async move {
-                    let started = Instant::now();
                     // The renewer keeps the lease while the submission is paced or retried after 429s.
-                    let outcome = submit_paced(
+                    let recorded = submit_claimed(
                         processor.as_ref(),
-                        &op,
+                        &clock,
                         &config,
                         &metrics,
+                        &op,
                         config.rate_limit_wait_max,
                         Some(&stop),
                     )
                     .await;
-                    metrics.submit_latency.observe_ms(
-                        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    );
-                    if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
-                        failpoint::hit(FailPoint::AfterProcessorAccepted);
-                    }
-                    tracing::debug!(?outcome, "processor answered");
-                    let recorded = to_recorded(outcome, op.attempt, &config, clock.now_ms());
                     let _ = tx.send(Pending { op, recorded }).await;
                 }
                 .instrument(span),
@@ -375,11 +367,16 @@ impl Worker {
         self.let_go(batch.iter().map(|p| &p.op));
         for (pending, ok) in batch.iter().zip(results) {
             if ok {
-                count(&self.metrics, &pending.recorded);
                 tracing::info!(operation = %pending.op.id, attempt = pending.op.attempt, "recorded {}", outcome_name(&pending.recorded));
-            } else {
-                explain_fenced(&self.ledger, &self.metrics, &pending.op).await;
             }
+            settle(
+                &self.ledger,
+                &self.metrics,
+                &pending.op,
+                &pending.recorded,
+                ok,
+            )
+            .await;
         }
     }
 

@@ -245,8 +245,50 @@ pub async fn explain_fenced(ledger: &SharedLedger, metrics: &WorkerMetrics, op: 
     }
 }
 
+/// The one submission step for a claimed operation whose start is already committed
+/// (`mark_submitting`): the paced submission with its stored key and details, timed, classified
+/// into the fenced write that records it. Both the daemon's batches and [`execute_one`] go through
+/// here, so not-submitted backoff, rate-limit handling and unknown outcomes are decided once.
+pub async fn submit_claimed(
+    processor: &dyn Processor,
+    clock: &SharedClock,
+    config: &WorkerConfig,
+    metrics: &WorkerMetrics,
+    op: &Operation,
+    wait_max: Duration,
+    stop: Option<&tokio::sync::watch::Receiver<bool>>,
+) -> Recorded {
+    let started = std::time::Instant::now();
+    let outcome = submit_paced(processor, op, config, metrics, wait_max, stop).await;
+    metrics
+        .submit_latency
+        .observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
+        failpoint::hit(FailPoint::AfterProcessorAccepted);
+    }
+    tracing::debug!(operation = %op.id, ?outcome, "processor answered");
+    to_recorded(outcome, op.attempt, config, clock.now_ms())
+}
+
+/// After the fenced write of `recorded` for `op`: counted only if it won (`won`); a lost write is
+/// explained instead, so a webhook that recorded first is never counted twice.
+pub async fn settle(
+    ledger: &SharedLedger,
+    metrics: &WorkerMetrics,
+    op: &Operation,
+    recorded: &Recorded,
+    won: bool,
+) {
+    if won {
+        count(metrics, recorded);
+    } else {
+        explain_fenced(ledger, metrics, op).await;
+    }
+}
+
 /// Runs one claimed operation end to end, sequentially (used by the reconciler's same-key retry and
-/// by tests; the daemon pipelines the same steps in batches). Returns the state it left the row in.
+/// by tests; the daemon batches the ledger writes of the same steps). Returns the state it left
+/// the row in.
 pub async fn execute_one(
     ledger: &SharedLedger,
     processor: &dyn Processor,
@@ -255,37 +297,34 @@ pub async fn execute_one(
     metrics: &WorkerMetrics,
     op: &Operation,
 ) -> Result<Status, LedgerError> {
-    let actor = config.owner.as_str();
-    if let Some(rejection) = precheck(op, clock.now_ms()) {
-        count(metrics, &rejection);
-        return Ok(ledger
-            .record(&op.id, op.attempt, &rejection, actor, clock.now_ms())
-            .await?
-            .status);
-    }
-    ledger
-        .mark_submitting(&op.id, op.attempt, clock.now_ms())
-        .await?;
-    failpoint::hit(FailPoint::AfterSubmissionRecorded);
-    let started = std::time::Instant::now();
-    // No renewal here (the reconciler's same-key retry): stay well inside the lease.
-    let wait_max = config.rate_limit_wait_max.min(config.lease_ttl / 2);
-    let outcome = submit_paced(processor, op, config, metrics, wait_max, None).await;
-    metrics
-        .submit_latency
-        .observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
-    if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
-        failpoint::hit(FailPoint::AfterProcessorAccepted);
-    }
-    let recorded = to_recorded(outcome, op.attempt, config, clock.now_ms());
-    count(metrics, &recorded);
-    match ledger
-        .record(&op.id, op.attempt, &recorded, actor, clock.now_ms())
-        .await
-    {
-        Ok(row) => Ok(row.status),
+    let recorded = match precheck(op, clock.now_ms()) {
+        Some(rejection) => rejection,
+        None => {
+            ledger
+                .mark_submitting(&op.id, op.attempt, clock.now_ms())
+                .await?;
+            failpoint::hit(FailPoint::AfterSubmissionRecorded);
+            // No renewal here (the reconciler's same-key retry): stay well inside the lease.
+            let wait_max = config.rate_limit_wait_max.min(config.lease_ttl / 2);
+            submit_claimed(processor, clock, config, metrics, op, wait_max, None).await
+        }
+    };
+    let written = ledger
+        .record(
+            &op.id,
+            op.attempt,
+            &recorded,
+            config.owner.as_str(),
+            clock.now_ms(),
+        )
+        .await;
+    match written {
+        Ok(row) => {
+            settle(ledger, metrics, op, &recorded, true).await;
+            Ok(row.status)
+        }
         Err(LedgerError::Fenced { .. }) => {
-            explain_fenced(ledger, metrics, op).await;
+            settle(ledger, metrics, op, &recorded, false).await;
             Ok(ledger.get_unscoped(&op.id).await?.status)
         }
         Err(other) => Err(other),

@@ -11,7 +11,7 @@ pub mod daemon;
 pub mod execution;
 pub mod metrics;
 
-pub use config::WorkerConfig;
+pub use config::{ConfigError, WorkerConfig};
 pub use daemon::Worker;
-pub use execution::{execute_one, precheck, to_recorded};
+pub use execution::{execute_one, precheck, settle, submit_claimed, to_recorded};
 pub use metrics::WorkerMetrics;
