@@ -27,24 +27,24 @@ async fn slow_client(addr: &str, every: Option<Duration>) -> Option<Duration> {
         .unwrap();
     let mut tick = tokio::time::interval(every.unwrap_or(DEADLINE * 2));
     tick.tick().await;
-    let deadline = tokio::time::sleep(DEADLINE);
-    tokio::pin!(deadline);
     let mut buf = [0_u8; 512];
-    loop {
-        tokio::select! {
-            read = s.read(&mut buf) => match read {
-                // A 408 or nothing, then the close.
-                Ok(0) | Err(_) => return Some(started.elapsed()),
-                Ok(_) => {}
-            },
-            _ = tick.tick() => {
-                if s.write_all(b"X-Slow: 1\r\n").await.is_err() {
-                    return Some(started.elapsed());
+    let closed = async {
+        loop {
+            tokio::select! {
+                read = s.read(&mut buf) => match read {
+                    // A 408 or nothing, then the close.
+                    Ok(0) | Err(_) => return started.elapsed(),
+                    Ok(_) => {}
+                },
+                _ = tick.tick() => {
+                    if s.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                        return started.elapsed();
+                    }
                 }
             }
-            () = &mut deadline => return None,
         }
-    }
+    };
+    tokio::time::timeout(DEADLINE, closed).await.ok()
 }
 
 #[tokio::test]
