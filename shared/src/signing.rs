@@ -28,7 +28,8 @@ pub enum SignatureError {
     Mismatch,
 }
 
-fn mac_hex(secret: &str, timestamp_s: i64, body: &[u8]) -> String {
+/// HMAC-SHA256 of `"{timestamp}.{body}"` in hex: the `v1` value of payonce's and Stripe's signatures.
+pub fn mac_hex(secret: &str, timestamp_s: i64, body: &[u8]) -> String {
     // HMAC takes keys of any length, so this cannot fail.
     #[allow(clippy::expect_used)]
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes())

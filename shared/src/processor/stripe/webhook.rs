@@ -4,9 +4,7 @@
 
 use crate::id::OperationId;
 use crate::ledger::LedgerError;
-use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 /// Oldest signature timestamp accepted, in seconds behind now (Stripe's default). Future timestamps
@@ -140,15 +138,8 @@ pub fn parse_signature_header(header: &str) -> Result<SignatureHeader, WebhookEr
 /// The v1 signature Stripe computes: lowercase hex HMAC-SHA256 of `"{t}.{payload}"`, keyed by the
 /// whole secret string (with its `whsec_` prefix).
 pub fn sign(secret: &str, timestamp: i64, payload: &[u8]) -> String {
-    // HMAC accepts keys of any length; this cannot fail.
-    let mut mac = match <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()) {
-        Ok(mac) => mac,
-        Err(_) => unreachable!("HMAC takes keys of any length"),
-    };
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(payload);
-    hex::encode(mac.finalize().into_bytes())
+    // Stripe's v1 scheme is the one payonce signs its own outbound calls with: one MAC for both.
+    crate::signing::mac_hex(secret, timestamp, payload)
 }
 
 /// Verifies a header against a payload with any of `secrets` (several during rotation), in
