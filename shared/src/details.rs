@@ -37,6 +37,45 @@ impl OperationKind {
     }
 }
 
+/// Why money is given back (Stripe's `reason` on `POST /v1/refunds`; the processor's own
+/// `expired_uncaptured_charge` is never asked for by a caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundReason {
+    /// The customer was charged twice for the same thing.
+    Duplicate,
+    /// The payment was fraudulent.
+    Fraudulent,
+    /// The customer asked for their money back.
+    RequestedByCustomer,
+}
+
+impl RefundReason {
+    /// Stable text form, as stored and as sent to the processor.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RefundReason::Duplicate => "duplicate",
+            RefundReason::Fraudulent => "fraudulent",
+            RefundReason::RequestedByCustomer => "requested_by_customer",
+        }
+    }
+
+    /// Parses the stored or submitted form.
+    pub fn parse(raw: &str) -> Result<Self, DetailsError> {
+        match raw {
+            "duplicate" => Ok(RefundReason::Duplicate),
+            "fraudulent" => Ok(RefundReason::Fraudulent),
+            "requested_by_customer" => Ok(RefundReason::RequestedByCustomer),
+            other => Err(DetailsError::Field {
+                field: "reason",
+                why: format!(
+                    "unknown reason {other:?}; expected \"duplicate\", \"fraudulent\" or \"requested_by_customer\""
+                ),
+            }),
+        }
+    }
+}
+
 /// Why submitted details were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DetailsError {
@@ -245,6 +284,30 @@ impl DetailsHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refund_reasons_round_trip_and_unknown_ones_are_refused() {
+        for reason in [
+            RefundReason::Duplicate,
+            RefundReason::Fraudulent,
+            RefundReason::RequestedByCustomer,
+        ] {
+            assert_eq!(RefundReason::parse(reason.as_str()), Ok(reason));
+            let json = serde_json::to_string(&reason).unwrap();
+            assert_eq!(json, format!("\"{}\"", reason.as_str()));
+        }
+        let err = RefundReason::parse("expired_uncaptured_charge").unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                DetailsError::Field {
+                    field: "reason",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
 
     pub(crate) fn raw() -> RawDetails {
         RawDetails {

@@ -6,8 +6,9 @@
 pub mod stripe;
 pub mod summary;
 
-use crate::details::Details;
+use crate::details::{Details, RefundReason};
 use crate::id::{IdempotencyKey, OperationId, TenantId};
+use crate::money::Money;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -23,6 +24,37 @@ pub struct SubmitRequest<'a> {
     pub idempotency_key: &'a IdempotencyKey,
     /// The approved details.
     pub details: &'a Details,
+}
+
+/// What a refund submission asks the processor to do (Stripe: `POST /v1/refunds`). Everything comes
+/// from the ledger record of the refund operation and of the succeeded payment it refers to.
+#[derive(Debug, Clone)]
+pub struct RefundRequest<'a> {
+    /// The refund operation (sent as metadata so lookups and webhooks can find it).
+    pub operation_id: &'a OperationId,
+    /// The tenant (sent as metadata).
+    pub tenant: &'a TenantId,
+    /// The refund operation's stored key; the same on every attempt.
+    pub idempotency_key: &'a IdempotencyKey,
+    /// The processor reference of the refunded payment, e.g. `pi_...`.
+    pub payment_reference: &'a str,
+    /// How much to give back, in the payment's currency (partial refunds allowed).
+    pub amount: Money,
+    /// Why.
+    pub reason: RefundReason,
+}
+
+/// What a refund lookup is asked to find (Stripe: the refunds of the payment, matched by metadata).
+#[derive(Debug, Clone)]
+pub struct RefundLookupQuery<'a> {
+    /// The refund operation (matched against metadata).
+    pub operation_id: &'a OperationId,
+    /// The refund operation's stored key.
+    pub idempotency_key: &'a IdempotencyKey,
+    /// The refund's processor reference (`re_...`), when the ledger has one.
+    pub reference: Option<&'a str>,
+    /// The processor reference of the refunded payment, e.g. `pi_...`.
+    pub payment_reference: &'a str,
 }
 
 /// The four outcomes of a submission. An ambiguous outcome is a state, not an error string.
