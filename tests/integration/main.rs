@@ -19,5 +19,6 @@ mod properties;
 mod reconciler;
 mod serve;
 mod simulator;
+mod simulator_refunds;
 mod stripe_adapter;
 mod worker;
