@@ -1,7 +1,7 @@
 //! The admin API under `/_sim` (loopback, no authentication): fault rules, audits and health.
 
 use crate::faults::FaultRule;
-use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX};
+use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX, CLOCK_ADVANCE_MS_MAX};
 use crate::payment_intents::{detached, settle_due};
 use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
@@ -35,6 +35,35 @@ pub(crate) async fn arm_faults(State(app): State<Shared>, body: Bytes) -> Respon
         return admin_error(StatusCode::BAD_REQUEST, e.to_string());
     }
     Json(json!({ "rules": app.faults.rules() })).into_response()
+}
+
+/// `POST /_sim/clock` `{"advance_ms": N}`: moves the simulator's clock forward by N ms (never back),
+/// so a test can pass Stripe's key retention or a settle delay without waiting for it; answers the
+/// simulator's new `now_ms`.
+pub(crate) async fn advance_clock(State(app): State<Shared>, body: Bytes) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Advance {
+        advance_ms: i64,
+    }
+    let advance: Advance = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"advance_ms\": N}}: {e}"),
+            );
+        }
+    };
+    if !(0..=CLOCK_ADVANCE_MS_MAX).contains(&advance.advance_ms) {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            format!("advance_ms must be 0 to {CLOCK_ADVANCE_MS_MAX}; the clock never moves back"),
+        );
+    }
+    app.clock_offset_ms
+        .fetch_add(advance.advance_ms, std::sync::atomic::Ordering::SeqCst);
+    Json(json!({ "now_ms": app.now_ms() })).into_response()
 }
 
 /// `DELETE /_sim/faults`: clears every rule.

@@ -8,7 +8,6 @@ use crate::form::{self, Pairs};
 use crate::idempotency::{self, KeyState};
 use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
 use crate::objects::{self, EventCause};
-use crate::rng::now_ms;
 use crate::routes::{Ctx, Shared};
 use crate::search::Query;
 use crate::store::{KeyRecord, NewEvent, PaymentRow};
@@ -253,7 +252,7 @@ pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
 }
 
 async fn settle_payments_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let now = now_ms();
+    let now = app.now_ms();
     let due = app.store.processing_due(now, SETTLE_BATCH_MAX).await?;
     let mut settled = 0;
     for mut row in due {

@@ -13,7 +13,6 @@ use crate::faults::FaultKind;
 use crate::form;
 use crate::idempotency::{self, KeyState};
 use crate::objects::{self, EventCause};
-use crate::rng::now_ms;
 use crate::routes::{Ctx, Shared};
 use crate::store::{KeyRecord, NewEvent, RefundCommit, RefundRow, RefundSettle};
 use axum::body::Bytes;
@@ -227,7 +226,7 @@ fn new_event(
 
 /// Moves every asynchronous refund whose time has come to its final status, with its events.
 pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let now = now_ms();
+    let now = app.now_ms();
     let due = app.store.refunds_settle_due(now, SETTLE_BATCH_MAX).await?;
     let mut settled = 0;
     for row in due {

@@ -32,12 +32,24 @@ pub(crate) struct App {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) webhook_wake: Notify,
     pub(crate) limiter: crate::rate_limits::Limiter,
+    /// How far `POST /_sim/clock` moved the simulator's clock ahead of the wall clock, ms.
+    pub(crate) clock_offset_ms: std::sync::atomic::AtomicI64,
 }
 
 /// Shared application state.
 pub(crate) type Shared = Arc<App>;
 
 impl App {
+    /// The simulator's "now", ms since the epoch: the wall clock plus what `POST /_sim/clock` added.
+    /// Everything time-dependent reads it (key retention, settling, webhook schedules, `created`),
+    /// except the webhook signature's timestamp, which the receiver checks against its own clock.
+    pub(crate) fn now_ms(&self) -> i64 {
+        now_ms()
+            + self
+                .clock_offset_ms
+                .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// When webhooks for an event created now are first due, if webhooks are configured.
     pub(crate) fn webhooks_due_ms(&self, now_ms: i64) -> Option<i64> {
         self.config
@@ -81,6 +93,7 @@ pub(crate) fn router(app: Shared) -> Router {
             "/_sim/rate_limits",
             get(admin::rate_limits).put(admin::set_rate_limits),
         )
+        .route("/_sim/clock", post(admin::advance_clock))
         .route("/_sim/health", get(admin::health))
         // The probe paths every payonce deployable answers (the store is open once serving).
         .route("/healthz", get(admin::health))
@@ -153,7 +166,7 @@ impl Ctx {
         pairs: Option<&Pairs>,
     ) -> Result<Ctx, Response> {
         let request_id = app.ids.id("req");
-        let now = now_ms();
+        let now = app.now_ms();
         let raw_key = headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
