@@ -21,4 +21,5 @@ mod serve;
 mod simulator;
 mod simulator_refunds;
 mod stripe_adapter;
+mod stripe_refunds;
 mod worker;

@@ -245,9 +245,8 @@ async fn refund_lists_refuse_unknown_cursors_both_cursors_and_unknown_parameters
 }
 
 async fn settled(s: &Sim, re: &str, status: &str) -> Value {
-    let s2 = &*s;
     wait_for(&format!("{re} {status}"), DEADLINE, || async move {
-        let r = s2.get(&format!("/v1/refunds/{re}")).await.json();
+        let r = s.get(&format!("/v1/refunds/{re}")).await.json();
         (r["status"] == status).then_some(r)
     })
     .await
