@@ -12,7 +12,7 @@ use crate::verify::{self, Issue, IssuedLink, OPEN_LINKS_MAX};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use payonce_shared::details::{Details, DetailsHash, RawDetails};
+use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
@@ -138,6 +138,16 @@ pub async fn create(
     caller.require(&[Role::Service], "create operations")?;
     let business_key = BusinessKey::parse(&body.business_key).map_err(invalid)?;
     let details = Details::parse(&body.details).map_err(invalid)?;
+    // A refund's payment reference and parties come from the ledger's record of the payment, never
+    // from a request body: refunds are created by `POST /v1/refunds`.
+    match details.kind() {
+        OperationKind::Payment => {}
+        OperationKind::Refund => {
+            return Err(invalid(
+                "details.kind: refunds are created with POST /v1/refunds, which reads the payment from the ledger",
+            ));
+        }
+    }
     let new = NewOperation {
         id: OperationId::generate(),
         tenant: caller.tenant.clone(),

@@ -304,6 +304,7 @@ pub fn raw_details(invoice: &str, amount: i64) -> Value {
         invoice: invoice.into(),
         destination: None,
         description: Some(format!("Hosting <b>\"{invoice}\"</b> & support")),
+        refund_of: None,
     })
     .unwrap()
 }

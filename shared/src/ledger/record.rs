@@ -288,6 +288,8 @@ where
         invoice: s("invoice")?,
         destination: os("destination")?,
         description: os("description")?,
+        // Refund rows are stored from migration 0008 on (the `refunds` ledger module).
+        refund_of: None,
     };
     let status_raw = s("status")?;
     Ok(Operation {

@@ -72,6 +72,7 @@ pub fn details(invoice: &str, amount: i64, payment_method: &str) -> Details {
         invoice: invoice.into(),
         destination: None,
         description: Some(format!("Invoice {invoice}")),
+        refund_of: None,
     })
     .unwrap()
 }
