@@ -1,7 +1,7 @@
 //! The admin API under `/_sim` (loopback, no authentication): fault rules, audits and health.
 
 use crate::faults::FaultRule;
-use crate::limits::{AUDIT_PAYMENTS_MAX, CLOCK_ADVANCE_MS_MAX};
+use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX, CLOCK_ADVANCE_MS_MAX};
 use crate::payment_intents::{detached, settle_due};
 use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
@@ -109,6 +109,60 @@ pub(crate) async fn audit_payments(State(app): State<Shared>) -> Response {
         }
         Err(e) => {
             tracing::error!(error = %e, "simulator payment audit failed");
+            admin_error(StatusCode::INTERNAL_SERVER_ERROR, "audit failed")
+        }
+    }
+}
+
+/// `GET /_sim/audit/refunds`: every Refund, oldest first, and how many were created per payment and
+/// per idempotency key (a key under which more than one refund exists is a duplicate the processor's
+/// idempotency did not prevent; failed refunds are counted too, they were created all the same).
+pub(crate) async fn audit_refunds(State(app): State<Shared>) -> Response {
+    let worker = app.clone();
+    let rows = detached(async move {
+        settle_due(&worker).await?;
+        worker.store.all_refunds(AUDIT_REFUNDS_MAX).await
+    })
+    .await;
+    match rows {
+        Ok(rows) => {
+            let mut by_payment = std::collections::BTreeMap::<&str, u64>::new();
+            let mut by_key = std::collections::BTreeMap::<&str, u64>::new();
+            let mut refunded_by_payment = std::collections::BTreeMap::<&str, i64>::new();
+            for r in &rows {
+                *by_payment.entry(&r.payment_intent).or_default() += 1;
+                if let Some(key) = &r.idempotency_key {
+                    *by_key.entry(key).or_default() += 1;
+                }
+                if r.status != "failed" && r.status != "canceled" {
+                    *refunded_by_payment.entry(&r.payment_intent).or_default() += r.amount;
+                }
+            }
+            let data: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    let object: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+                    json!({
+                        "id": r.id,
+                        "payment_intent": r.payment_intent,
+                        "amount": r.amount,
+                        "status": r.status,
+                        "idempotency_key": r.idempotency_key,
+                        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                        "created": r.created,
+                    })
+                })
+                .collect();
+            Json(json!({
+                "data": data,
+                "count_by_payment_intent": by_payment,
+                "count_by_idempotency_key": by_key,
+                "amount_by_payment_intent": refunded_by_payment,
+            }))
+            .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "simulator refund audit failed");
             admin_error(StatusCode::INTERNAL_SERVER_ERROR, "audit failed")
         }
     }

@@ -33,3 +33,5 @@ pub(crate) const REQUEST_AUDIT_MAX: usize = 1000;
 pub(crate) const CLOCK_ADVANCE_MS_MAX: i64 = 366 * 24 * 60 * 60 * 1000;
 /// Most payments returned by the payment audit.
 pub(crate) const AUDIT_PAYMENTS_MAX: i64 = 10_000;
+/// Most refunds returned by the refund audit.
+pub(crate) const AUDIT_REFUNDS_MAX: i64 = 10_000;

@@ -12,7 +12,7 @@ use crate::limits::{BODY_BYTES_MAX, IDEMPOTENCY_KEY_LEN_MAX};
 use crate::objects::API_VERSION;
 use crate::rng::{IdGen, now_ms};
 use crate::store::{SavedResponse, Store};
-use crate::{admin, events, payment_intents, refunds};
+use crate::{admin, events, payment_intents, refund_reads, refunds};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -73,7 +73,8 @@ pub(crate) fn router(app: Shared) -> Router {
         )
         .route("/v1/payment_intents/search", get(payment_intents::search))
         .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
-        .route("/v1/refunds", post(refunds::create))
+        .route("/v1/refunds", post(refunds::create).get(refund_reads::list))
+        .route("/v1/refunds/{id}", get(refund_reads::retrieve))
         .route("/v1/events", get(events::list))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), delay));
     Router::new()
@@ -85,6 +86,7 @@ pub(crate) fn router(app: Shared) -> Router {
                 .get(admin::list_faults),
         )
         .route("/_sim/audit/payments", get(admin::audit_payments))
+        .route("/_sim/audit/refunds", get(admin::audit_refunds))
         .route("/_sim/audit/requests", get(admin::audit_requests))
         .route("/_sim/audit/rate_limits", get(admin::audit_rate_limits))
         .route(
@@ -97,6 +99,8 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/healthz", get(admin::health))
         .route("/readyz", get(admin::health))
         .fallback(unrecognized)
+        // Stripe has no 405: a known path with a method it does not serve is an unrecognized URL.
+        .method_not_allowed_fallback(unrecognized)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
 }
@@ -118,11 +122,8 @@ async fn delay(
     next.run(request).await
 }
 
-async fn unrecognized() -> Response {
-    let e = ApiError {
-        status: StatusCode::NOT_FOUND,
-        ..ApiError::invalid_request("resource_missing", "Unrecognized request URL.")
-    };
+async fn unrecognized(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let e = ApiError::unrecognized(method.as_str(), uri.path());
     (
         e.status,
         [(header::CONTENT_TYPE, "application/json")],

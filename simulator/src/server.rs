@@ -45,6 +45,7 @@ async fn maintenance(app: Shared) {
     let tick = app
         .config
         .processing_settle
+        .min(app.config.refund_settle)
         .clamp(Duration::from_millis(10), MAINTENANCE_TICK_MAX);
     while !*shutdown.borrow() {
         if let Err(e) = settle_due(&app).await {

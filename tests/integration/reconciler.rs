@@ -719,6 +719,18 @@ impl Processor for GatedLookups {
     ) -> payonce_shared::processor::SubmitOutcome {
         panic!("the sweep-lease test never submits")
     }
+    async fn submit_refund(
+        &self,
+        _request: &payonce_shared::processor::RefundRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        panic!("the sweep-lease test never refunds")
+    }
+    async fn lookup_refund(
+        &self,
+        _query: &payonce_shared::processor::RefundLookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        panic!("the sweep-lease test sweeps no refund")
+    }
     async fn lookup(
         &self,
         query: &payonce_shared::processor::LookupQuery<'_>,
