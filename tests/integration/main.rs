@@ -19,5 +19,7 @@ mod properties;
 mod reconciler;
 mod serve;
 mod simulator;
+mod simulator_refunds;
 mod stripe_adapter;
+mod stripe_refunds;
 mod worker;
