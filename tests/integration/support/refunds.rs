@@ -105,3 +105,38 @@ pub async fn create_refund(
         )
         .await
 }
+
+/// Approves `refund` as an on-call person, claims it and records `outcome` (the ledger's own moves,
+/// no processor); returns the refund as recorded.
+pub async fn settle_refund(
+    ledger: &SharedLedger,
+    refund: &Operation,
+    outcome: Recorded,
+) -> Operation {
+    let now_ms = refund.created_at_ms;
+    ledger
+        .approve(
+            &tenant(),
+            &refund.id,
+            NewApproval {
+                details_hash: refund.details_hash.clone(),
+                approved_by: "on_call:key_test".into(),
+                method: "on_call_key".into(),
+                expires_at_ms: now_ms + 86_400_000,
+            },
+            now_ms,
+        )
+        .await
+        .unwrap();
+    let claimed = ledger.claim("fixture", 1, 30_000, now_ms).await.unwrap();
+    assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
+    assert_eq!(claimed[0].id, refund.id);
+    ledger
+        .mark_submitting(&refund.id, claimed[0].attempt, now_ms)
+        .await
+        .unwrap();
+    ledger
+        .record(&refund.id, claimed[0].attempt, &outcome, "fixture", now_ms)
+        .await
+        .unwrap()
+}
