@@ -9,7 +9,7 @@ use payonce_shared::details::{OperationKind, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{
-    LedgerError, LimitError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+    LedgerError, LimitError, NewOperation, Operation, Recorded, SharedLedger,
 };
 use payonce_shared::state::Status;
 
