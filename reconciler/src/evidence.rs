@@ -61,6 +61,26 @@ pub struct HintReport {
 pub fn differences(op: &Operation, object: &ProcessorObject) -> Vec<String> {
     let money = op.details.money();
     let mut diffs = Vec::new();
+    if object.operation_id.as_deref() != Some(op.id.as_str()) {
+        diffs.push(format!(
+            "operation id {:?} at the processor, {} approved",
+            object.operation_id, op.id
+        ));
+    }
+    if object.amount_minor != Some(money.amount_minor()) {
+        diffs.push(format!(
+            "amount {:?} at the processor, {} approved",
+            object.amount_minor,
+            money.amount_minor()
+        ));
+    }
+    if object.currency.as_deref() != Some(money.currency().code()) {
+        diffs.push(format!(
+            "currency {:?} at the processor, {} approved",
+            object.currency,
+            money.currency().code()
+        ));
+    }
     match op.details.kind() {
         OperationKind::Payment => {
             if object.customer.as_deref() != Some(op.details.customer()) {
@@ -85,26 +105,6 @@ pub fn differences(op: &Operation, object: &ProcessorObject) -> Vec<String> {
                 ));
             }
         }
-    }
-    if object.operation_id.as_deref() != Some(op.id.as_str()) {
-        diffs.push(format!(
-            "operation id {:?} at the processor, {} approved",
-            object.operation_id, op.id
-        ));
-    }
-    if object.amount_minor != Some(money.amount_minor()) {
-        diffs.push(format!(
-            "amount {:?} at the processor, {} approved",
-            object.amount_minor,
-            money.amount_minor()
-        ));
-    }
-    if object.currency.as_deref() != Some(money.currency().code()) {
-        diffs.push(format!(
-            "currency {:?} at the processor, {} approved",
-            object.currency,
-            money.currency().code()
-        ));
     }
     diffs
 }
