@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod postgres;
 pub mod processes;
+pub mod refunds;
 
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
