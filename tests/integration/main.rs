@@ -17,6 +17,7 @@ mod ledger_conformance;
 mod limiter;
 mod properties;
 mod reconciler;
+mod refund_dispatch;
 mod serve;
 mod simulator;
 mod simulator_refunds;
