@@ -6,9 +6,7 @@ use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{LedgerError, ListFilter, Operation, Resolution, SharedLedger};
-use payonce_shared::processor::{
-    FoundStatus, LookupOutcome, LookupQuery, Processor, RefundLookupQuery,
-};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
 
@@ -130,7 +128,8 @@ pub async fn show(
     let op = ledger.get_unscoped(id).await?;
     let events = ledger.events(id).await?;
     let processor_view = match processor {
-        Some(p) => Some(look_up(p, &op).await),
+        // A payment or a refund, as its kind says.
+        Some(p) => Some(operation::lookup(p, &op, op.created_at_ms - 300_000).await),
         None => None,
     };
     let refunds = refunds_of(ledger, &op).await?;
@@ -179,31 +178,6 @@ pub async fn show(
             out
         }
     })
-}
-
-/// What the processor holds for the operation: a payment's PaymentIntent, a refund's Refund.
-async fn look_up(p: &dyn Processor, op: &Operation) -> LookupOutcome {
-    match op.details.refund_of() {
-        None => {
-            let query = LookupQuery {
-                operation_id: &op.id,
-                idempotency_key: &op.idempotency_key,
-                reference: op.external_ref.as_deref(),
-                customer: op.details.customer(),
-                created_after_ms: op.created_at_ms - 300_000,
-            };
-            p.lookup(&query).await
-        }
-        Some(of) => {
-            let query = RefundLookupQuery {
-                operation_id: &op.id,
-                idempotency_key: &op.idempotency_key,
-                reference: op.external_ref.as_deref(),
-                payment_reference: of.payment_reference(),
-            };
-            p.lookup_refund(&query).await
-        }
-    }
 }
 
 /// A payment's refund totals and its first [`REFUNDS_SHOWN_MAX`] refunds; `None` for a refund.

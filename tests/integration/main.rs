@@ -18,6 +18,7 @@ mod limiter;
 mod oncall_refunds;
 mod properties;
 mod reconciler;
+mod refund_dispatch;
 mod serve;
 mod simulator;
 mod simulator_refunds;
