@@ -10,6 +10,7 @@ mod keys;
 mod mcp;
 mod operations;
 mod processes;
+mod refunds;
 mod role_matrix;
 mod slow_clients;
 mod tools;
