@@ -320,15 +320,16 @@ const RAW_INSERT: &str = "INSERT INTO operations (id, tenant_id, business_key, k
      VALUES ($1, 'acme', $2, $3, 1, 'usd', 'cus_test', 'pm_card_visa', 'INV-RAW', $4, 'awaiting_approval', 0, \
      $5, 1, 1, 1, $6, $7, $8)";
 
-/// What the stores' CHECKs refuse, whatever code writes the row.
-fn shapes(
-    payment: &str,
-) -> Vec<(
+/// A raw row's `kind`, `refund_of`, `refund_payment_reference`, `refund_reason`.
+type Shape = (
     &'static str,
     Option<String>,
     Option<&'static str>,
     Option<&'static str>,
-)> {
+);
+
+/// What the stores' CHECKs refuse, whatever code writes the row.
+fn shapes(payment: &str) -> Vec<Shape> {
     let p = Some(payment.to_string());
     vec![
         ("refund", None, Some("pi_1"), Some("duplicate")),
