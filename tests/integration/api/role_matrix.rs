@@ -10,7 +10,7 @@
 //! hold in step with the router); a new kind of request body is a [`Body`] variant.
 
 use super::tools::{answer_of, call_object};
-use super::{T0_MS, TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
+use super::{TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
 use crate::support::postgres_ledger;
 use payonce_api::keys;
 use payonce_shared::ledger::Role;
@@ -411,7 +411,7 @@ impl Keys {
         let issue = |tenant: payonce_shared::id::TenantId, role, ttl: Option<Duration>| {
             let ledger = api.ledger.clone();
             async move {
-                keys::issue(&ledger, &tenant, role, "matrix", ttl, T0_MS)
+                keys::issue(ledger.as_ref(), &tenant, role, "matrix", ttl, super::T0)
                     .await
                     .unwrap()
             }
@@ -419,16 +419,22 @@ impl Keys {
         let revoked_service = issue(tenant(), Role::Service, None).await;
         let revoked_assistant = issue(tenant(), Role::Assistant, None).await;
         for k in [&revoked_service, &revoked_assistant] {
-            keys::revoke(&api.ledger, &k.key_id, "oncall:test", "matrix", T0_MS)
-                .await
-                .unwrap();
+            keys::revoke(
+                api.ledger.as_ref(),
+                &k.key_id,
+                "oncall:test",
+                "matrix",
+                super::T0,
+            )
+            .await
+            .unwrap();
         }
         let second = Some(Duration::from_secs(1));
         let expired_service = issue(tenant(), Role::Service, second).await;
         let expired_assistant = issue(tenant(), Role::Assistant, second).await;
         let other_on_call = issue(other, Role::OnCall, None).await;
         // Past the expiry: the api's clock is the test's.
-        api.clock.advance_ms(1_000);
+        api.clock.advance(std::time::Duration::from_millis(1_000));
         Keys {
             revoked_service: revoked_service.secret,
             revoked_assistant: revoked_assistant.secret,
