@@ -1,13 +1,14 @@
 //! The simulator's payment semantics without HTTP, for the zero-latency figures: on 2 cores an HTTP
 //! server with its own SQLite store would measure itself, not the ledger and the worker.
 //!
-//! Kept: one payment per idempotency key (a repeated key replays the first answer), decline cards,
-//! consistent lookups by operation. Dropped: the wire format, faults, webhooks, persistence.
+//! Kept: one payment (or refund) per idempotency key (a repeated key replays the first answer), decline
+//! cards, consistent lookups by operation, refunds bounded by what a payment received. Dropped: the wire
+//! format, faults, webhooks, persistence, asynchronous refunds.
 
 use async_trait::async_trait;
 use payonce_shared::processor::{
-    Contract, FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome,
-    SubmitRequest,
+    Contract, FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor, RefundLookupQuery,
+    RefundRequest, SubmitOutcome, SubmitRequest,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,6 +23,12 @@ struct Book {
     by_key: HashMap<String, SubmitOutcome>,
     /// Operation id → payment reference (lookups).
     by_operation: HashMap<String, String>,
+    /// Payment reference → amount it received.
+    received: HashMap<String, i64>,
+    /// Payment reference → amount refunded from it.
+    refunded: HashMap<String, i64>,
+    /// Refund operation id → refund reference (lookups).
+    refund_by_operation: HashMap<String, String>,
     /// Submissions received, replays included.
     requests: u64,
 }
@@ -113,6 +120,8 @@ impl Processor for InProcessProcessor {
             } else {
                 b.by_operation
                     .insert(request.operation_id.as_str().to_string(), reference.clone());
+                b.received
+                    .insert(reference.clone(), request.details.money().amount_minor());
                 SubmitOutcome::Succeeded {
                     result: serde_json::json!({ "id": reference, "status": "succeeded" }),
                     reference,
@@ -131,6 +140,62 @@ impl Processor for InProcessProcessor {
             Some(reference) => LookupOutcome::Found {
                 status: FoundStatus::Succeeded {
                     result: serde_json::json!({ "id": reference, "status": "succeeded" }),
+                },
+                reference,
+            },
+            None => LookupOutcome::NotFound { consistent: true },
+        }
+    }
+
+    async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {
+        self.with_book(|b| {
+            b.requests += 1;
+            if let Some(first) = b.by_key.get(request.idempotency_key.as_str()) {
+                return first.clone();
+            }
+            let payment = request.payment_reference;
+            let received = b.received.get(payment).copied().unwrap_or(0);
+            let refunded = b.refunded.get(payment).copied().unwrap_or(0);
+            let amount = request.amount.amount_minor();
+            let outcome = if received == 0 || refunded + amount > received {
+                // Stripe's second line: never more than what is left (nothing executed, nothing stored).
+                return SubmitOutcome::Declined {
+                    code: "amount_too_large".into(),
+                    message: format!(
+                        "refund of {amount} exceeds the {} left",
+                        received - refunded
+                    ),
+                    reference: None,
+                };
+            } else {
+                let reference = format!("re_{}", b.refund_by_operation.len());
+                b.refunded.insert(payment.to_string(), refunded + amount);
+                b.refund_by_operation
+                    .insert(request.operation_id.as_str().to_string(), reference.clone());
+                SubmitOutcome::Succeeded {
+                    result: serde_json::json!({ "id": reference, "object": "refund",
+                        "status": "succeeded", "amount": amount, "payment_intent": payment }),
+                    reference,
+                }
+            };
+            b.by_key.insert(
+                request.idempotency_key.as_str().to_string(),
+                outcome.clone(),
+            );
+            outcome
+        })
+    }
+
+    async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome {
+        let found = self.with_book(|b| {
+            b.refund_by_operation
+                .get(query.operation_id.as_str())
+                .cloned()
+        });
+        match found {
+            Some(reference) => LookupOutcome::Found {
+                status: FoundStatus::Succeeded {
+                    result: serde_json::json!({ "id": reference, "object": "refund", "status": "succeeded" }),
                 },
                 reference,
             },

@@ -6,7 +6,7 @@ use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{
     Inspection, LedgerError, ListFilter, Operation, Recovery, Resolution, Resolve,
 };
-use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupQuery, Processor};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
 
@@ -127,16 +127,8 @@ pub async fn show(
     let op = ledger.get_unscoped(id).await?;
     let events = ledger.events_unscoped(id).await?;
     let processor_view = match processor {
-        Some(p) => {
-            let query = LookupQuery {
-                operation_id: &op.id,
-                idempotency_key: &op.idempotency_key,
-                reference: op.external_ref.as_deref(),
-                customer: op.details.customer(),
-                created_after_ms: op.created_at_ms.as_millis() - 300_000,
-            };
-            Some(p.lookup(&query).await)
-        }
+        // A payment or a refund, as its kind says.
+        Some(p) => Some(operation::lookup(p, &op, op.created_at_ms.as_millis() - 300_000).await),
         None => None,
     };
     Ok(match format {

@@ -10,6 +10,7 @@ mod keys;
 mod mcp;
 mod operations;
 mod processes;
+mod refunds;
 mod role_matrix;
 mod slow_clients;
 mod tools;
@@ -307,6 +308,7 @@ pub fn raw_details(invoice: &str, amount: i64) -> Value {
         invoice: invoice.into(),
         destination: None,
         description: Some(format!("Hosting <b>\"{invoice}\"</b> & support")),
+        refund_of: None,
     })
     .unwrap()
 }

@@ -13,6 +13,8 @@ use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
 use std::time::Duration;
 
+mod refunds;
+
 const T0: i64 = 1_800_000_000_000;
 const LEASE_MS: i64 = 30_000;
 const LEASE: Duration = Duration::from_millis(30_000);

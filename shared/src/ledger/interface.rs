@@ -14,7 +14,7 @@ use super::requests::{
 use super::{
     ApiKeyRecord, Applied, Approval, ApprovalLink, Claimed, Created, ExpiredLease, LedgerError,
     ListFilter, NewApproval, NewOperation, Operation, OperationEvent, Recorded, Report,
-    StatusCount, StoredProcessorEvent, console, verification,
+    StatusCount, StoredProcessorEvent, console, refunds::RefundTotals, verification,
 };
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
@@ -32,6 +32,9 @@ pub trait Operations: Send + Sync {
     fn console(&self) -> &dyn console::ConsoleLedger;
     /// Creates the operation, or returns the existing one for the same business key and details.
     /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.
+    /// A refund is created only under the over-refund guard (`refunds.rs`): its payment must be a
+    /// succeeded payment of the tenant matching the refund's details ([`LedgerError::NotRefundable`],
+    /// [`LedgerError::NotFound`]) with enough left unrefunded ([`LedgerError::OverRefund`]).
     async fn create_or_get(
         &self,
         new: NewOperation,
@@ -67,6 +70,26 @@ pub trait Operations: Send + Sync {
     async fn ping(&self) -> Result<(), LedgerError>;
     /// Operations per state over every tenant, and the oldest `updated_at` in each (metrics).
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
+}
+
+/// A payment's refunds, as its tenant sees them (refunds are created through
+/// [`Operations::create_or_get`]).
+#[async_trait]
+pub trait Refunds: Send + Sync {
+    /// The refund operations of a payment in the tenant, oldest first, at most `limit` (capped at
+    /// [`PAGE_MAX`](super::PAGE_MAX)).
+    async fn refunds_of(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+        limit: u32,
+    ) -> Result<Vec<Operation>, LedgerError>;
+    /// How much of a payment in the tenant its refunds have given back or still hold.
+    async fn refund_totals(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+    ) -> Result<RefundTotals, LedgerError>;
 }
 
 /// Reads across tenants, for workers, the reconciler and on-call: never reachable from the api's
@@ -354,10 +377,13 @@ pub trait Keys: Send + Sync {
     ) -> Result<(), LedgerError>;
 }
 
-/// What the api may reach: a tenant's operations, approvals, tool calls, keys, and storing
-/// webhooks. No queue, no recovery, no reads across tenants.
-pub trait TenantLedger: Operations + Approvals + ToolCalls + Keys + Webhooks {}
-impl<T: Operations + Approvals + ToolCalls + Keys + Webhooks + ?Sized> TenantLedger for T {}
+/// What the api may reach: a tenant's operations and refunds, approvals, tool calls, keys, and
+/// storing webhooks. No queue, no recovery, no reads across tenants.
+pub trait TenantLedger: Operations + Refunds + Approvals + ToolCalls + Keys + Webhooks {}
+impl<T: Operations + Refunds + Approvals + ToolCalls + Keys + Webhooks + ?Sized> TenantLedger
+    for T
+{
+}
 
 /// The whole ledger, as a store implements it. Every method is atomic; none holds a transaction
 /// across a network call.

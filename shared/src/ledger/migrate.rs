@@ -44,6 +44,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "console",
         include_str!("../../../migrations/postgres/0007_console.sql"),
     ),
+    (
+        8,
+        "refunds",
+        include_str!("../../../migrations/postgres/0008_refunds.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -82,6 +87,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         7,
         "console",
         include_str!("../../../migrations/sqlite/0007_console.sql"),
+    ),
+    (
+        8,
+        "refunds",
+        include_str!("../../../migrations/sqlite/0008_refunds.sql"),
     ),
 ];
 

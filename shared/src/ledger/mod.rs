@@ -1,12 +1,13 @@
-//! The durable execution ledger: one trait, two stores (Postgres for production, SQLite embedded),
-//! one conformance suite. The ledger is the queue: an approved row is the job.
+//! The durable execution ledger: one interface per concern, two stores (Postgres for production,
+//! SQLite embedded), one conformance suite. The ledger is the queue: an approved row is the job.
 //!
 //! Every write out of `executing` is fenced by the attempt; every transition is logged by a database
 //! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
 //!
-//! Layout: `interface.rs` holds one trait per concern ([`Operations`], [`Inspection`],
-//! [`Approvals`], [`Queue`], [`Recovery`], [`Webhooks`], [`ToolCalls`], [`Keys`]) and [`Ledger`],
-//! all of them; each is implemented for [`Store`] in the module of the same name, with its SQL;
+//! Layout: `interface.rs` holds one trait per concern ([`Operations`], [`Refunds`],
+//! [`Inspection`], [`Approvals`], [`Queue`], [`Recovery`], [`Webhooks`], [`ToolCalls`], [`Keys`])
+//! and [`Ledger`], all of them; each is implemented for [`Store`] in the module of the same name,
+//! with its SQL;
 //! `store.rs` holds the store itself and `dialect.rs` what differs between Postgres and SQLite;
 //! `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak.
 
@@ -23,6 +24,7 @@ pub mod postgres;
 mod queue;
 mod record;
 mod recovery;
+pub mod refunds;
 pub mod report;
 mod requests;
 pub mod sqlite;
@@ -35,8 +37,8 @@ mod webhooks;
 pub use dialect::Dialect;
 pub use error::{LedgerError, LimitError};
 pub use interface::{
-    Approvals, Inspection, Keys, Ledger, Operations, Queue, Recovery, TenantLedger, ToolCalls,
-    Webhooks,
+    Approvals, Inspection, Keys, Ledger, Operations, Queue, Recovery, Refunds, TenantLedger,
+    ToolCalls, Webhooks,
 };
 pub use record::{
     ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,

@@ -5,12 +5,14 @@
 use super::dialect::Dialect;
 use super::moves::update;
 use super::record::{decode_event, decode_operation};
+use super::refunds::RefundRows;
 use super::store::Store;
 use super::{
     Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
     OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, bounded, console,
 };
 use crate::clock::Timestamp;
+use crate::details::OperationKind;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Event, Move, Status};
 use async_trait::async_trait;
@@ -24,7 +26,7 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_
      available_at, last_event, last_actor, last_detail, created_at, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'awaiting_approval', 0, $13, $14, 'create', $15, NULL, $14, $14) \
      ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
-const SELECT_BY_BUSINESS_KEY: &str =
+pub(crate) const SELECT_BY_BUSINESS_KEY: &str =
     "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
@@ -74,6 +76,10 @@ where
         new: NewOperation,
         now: Timestamp,
     ) -> Result<Created, LedgerError> {
+        match new.details.kind() {
+            OperationKind::Payment => {}
+            OperationKind::Refund => return RefundRows(self).create_or_get(new, now).await,
+        }
         let d = &new.details;
         let hash = d.hash();
         let key = IdempotencyKey::derive(&new.id);

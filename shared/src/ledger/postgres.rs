@@ -67,6 +67,9 @@ const MARK_SUBMITTING: &str = "WITH b AS MATERIALIZED ( \
        AND o.status = 'executing' AND o.lease_expires_at > $3 \
      RETURNING o.id";
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
+/// Two refunds of one payment queue here, so the second's guard reads a snapshot taken after the
+/// first committed (READ COMMITTED: each statement sees what was committed before it began).
+const LOCK_REFUNDED_PAYMENT: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// The worker's `processor_succeeded` for many rows in one statement, each fenced by its own
 /// attempt.
@@ -161,6 +164,7 @@ impl Dialect for Postgres {
     const STORE: &'static str = "postgres";
     const RENEW: &'static str = RENEW;
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
+    const LOCK_REFUNDED_PAYMENT: Option<&'static str> = Some(LOCK_REFUNDED_PAYMENT);
 
     fn claim() -> &'static str {
         CLAIM.as_str()

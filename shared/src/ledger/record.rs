@@ -2,7 +2,7 @@
 
 use super::LedgerError;
 use crate::clock::Timestamp;
-use crate::details::{Details, DetailsHash, RawDetails};
+use crate::details::{Details, DetailsHash, RawDetails, RawRefundOf};
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::state::Status;
 use serde::Serialize;
@@ -328,6 +328,14 @@ where
         invoice: s("invoice")?,
         destination: os("destination")?,
         description: os("description")?,
+        refund_of: match os("refund_of")? {
+            None => None,
+            Some(payment_operation) => Some(RawRefundOf {
+                payment_operation,
+                payment_reference: os("refund_payment_reference")?.unwrap_or_default(),
+                reason: os("refund_reason")?.unwrap_or_default(),
+            }),
+        },
     };
     let status_raw = s("status")?;
     Ok(Operation {

@@ -9,6 +9,8 @@
 //! - `queue.rs`: claim, renew, mark submitting, release, record an outcome (the worker's writes);
 //! - `recovery.rs`: expired leases, unknown outcomes, processor reports, on-call resolution, the
 //!   sweep's maintenance lease (the reconciler's writes);
+//! - `refunds.rs`: `Refunds` (a payment's refunds and totals) and refund creation under the
+//!   over-refund guard;
 //! - `webhooks.rs`, `keys.rs`, `tool_calls.rs`: stored webhooks, API keys, assistant tool calls;
 //! - `dialect.rs`: what differs between Postgres and SQLite.
 //!

@@ -1,0 +1,123 @@
+//! Refund fixtures: a payment taken to `succeeded` through the ledger's own moves, and refund
+//! operations of it.
+
+use super::{details, tenant};
+use payonce_shared::clock::Timestamp;
+use payonce_shared::details::{Details, RefundReason};
+use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::ledger::{
+    Created, Fence, LedgerError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+};
+use payonce_shared::state::Status;
+use std::time::Duration;
+
+/// A payment of `amount` for `invoice`, created, approved, claimed, submitted and recorded as
+/// succeeded with processor reference `pi_<invoice>` (the ledger's own moves, no processor).
+pub async fn succeeded_payment(
+    ledger: &SharedLedger,
+    invoice: &str,
+    amount: i64,
+    now: Timestamp,
+) -> Operation {
+    let d = details(invoice, amount, "pm_card_visa");
+    let hash = d.hash();
+    let created = ledger
+        .create_or_get(
+            NewOperation {
+                id: OperationId::generate(),
+                tenant: tenant(),
+                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                details: d,
+                actor: "service:test".into(),
+            },
+            now,
+        )
+        .await
+        .unwrap()
+        .operation;
+    ledger
+        .approve(
+            &tenant(),
+            &created.id,
+            NewApproval {
+                details_hash: hash,
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at_ms: now + Duration::from_secs(86_400),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let claimed = ledger
+        .claim("fixture", 1, Duration::from_millis(30_000), now)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "the fixture claims its own payment only");
+    let attempt = claimed[0].attempt;
+    assert_eq!(claimed[0].id, created.id);
+    assert_eq!(
+        ledger
+            .mark_submitting(
+                &[Fence {
+                    id: created.id.clone(),
+                    attempt
+                }],
+                now
+            )
+            .await
+            .unwrap(),
+        [true]
+    );
+    let paid = ledger
+        .record(
+            &Fence {
+                id: created.id.clone(),
+                attempt,
+            },
+            &Recorded::Succeeded {
+                reference: format!("pi_{invoice}"),
+                result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
+            },
+            "fixture",
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(paid.status, Status::Succeeded);
+    paid
+}
+
+/// The details of a refund of `amount` from `payment`, for `reason`.
+pub fn refund_details(payment: &Operation, amount: i64, reason: RefundReason) -> Details {
+    Details::refund(
+        &payment.details,
+        &payment.id,
+        payment.external_ref.as_deref().unwrap(),
+        amount,
+        reason,
+    )
+    .unwrap()
+}
+
+/// Creates (or gets) a refund of `amount` from `payment` under business key `key`.
+pub async fn create_refund(
+    ledger: &SharedLedger,
+    payment: &Operation,
+    key: &str,
+    amount: i64,
+    now: Timestamp,
+) -> Result<Created, LedgerError> {
+    ledger
+        .create_or_get(
+            NewOperation {
+                id: OperationId::generate(),
+                tenant: tenant(),
+                business_key: BusinessKey::parse(key).unwrap(),
+                details: refund_details(payment, amount, RefundReason::RequestedByCustomer),
+                actor: "service:test".into(),
+            },
+            now,
+        )
+        .await
+}
