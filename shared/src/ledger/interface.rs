@@ -201,9 +201,10 @@ pub trait Queue: Send + Sync {
 
 /// The reconciler's interface: expired leases, unknown outcomes, processor reports, on-call
 /// resolution, and the sweep's maintenance lease. It includes reading across tenants, the queue's
-/// writes (a same-key retry runs the worker's execution path) and the stored webhook hints.
+/// writes (a same-key retry runs the worker's execution path) and checking the stored webhook
+/// hints.
 #[async_trait]
-pub trait Recovery: Inspection + Queue + Webhooks {
+pub trait Recovery: Inspection + Queue + HintChecks {
     /// Expired leases, oldest first (served by a partial index).
     async fn expired_leases(
         &self,
@@ -265,7 +266,8 @@ pub trait Recovery: Inspection + Queue + Webhooks {
     -> Result<(), LedgerError>;
 }
 
-/// Stored webhooks: hints that a processor has news, checked before anything is applied.
+/// Stored webhooks, as the api stores them: each a hint that a processor has news, kept once and
+/// checked by the reconciler ([`HintChecks`]) before anything is applied.
 #[async_trait]
 pub trait Webhooks: Send + Sync {
     /// Stores a webhook once; false if (processor, event id) was already stored.
@@ -274,6 +276,20 @@ pub trait Webhooks: Send + Sync {
         event: &NewProcessorEvent<'_>,
         now: Timestamp,
     ) -> Result<bool, LedgerError>;
+    /// Records what checking a stored webhook did (or that it needs no check); it is no longer
+    /// pending.
+    async fn mark_processor_event(
+        &self,
+        event: &ProcessorEventKey<'_>,
+        outcome: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+}
+
+/// The reconciler's side of stored webhooks, across tenants: the hints still to check, and putting
+/// one off.
+#[async_trait]
+pub trait HintChecks: Webhooks {
     /// Stored webhooks not yet checked against the processor, whose next check is due, oldest
     /// first, at most `limit` (served by a partial index).
     async fn pending_processor_events(
@@ -288,13 +304,6 @@ pub trait Webhooks: Send + Sync {
         event: &ProcessorEventKey<'_>,
         check_after: Timestamp,
         why: &str,
-    ) -> Result<(), LedgerError>;
-    /// Records what checking a stored webhook did; it is no longer pending.
-    async fn mark_processor_event(
-        &self,
-        event: &ProcessorEventKey<'_>,
-        outcome: &str,
-        now: Timestamp,
     ) -> Result<(), LedgerError>;
 }
 

@@ -5,7 +5,8 @@
 //! trigger from the `last_event`/`last_actor`/`last_detail` columns each statement sets.
 //!
 //! Layout: `interface.rs` holds one trait per concern ([`Operations`], [`Refunds`],
-//! [`Inspection`], [`Approvals`], [`Queue`], [`Recovery`], [`Webhooks`], [`ToolCalls`], [`Keys`])
+//! [`Inspection`], [`Approvals`], [`Queue`], [`Recovery`], [`Webhooks`], [`HintChecks`],
+//! [`ToolCalls`], [`Keys`])
 //! and [`Ledger`], all of them; each is implemented for [`Store`] in the module of the same name,
 //! with its SQL;
 //! `store.rs` holds the store itself and `dialect.rs` what differs between Postgres and SQLite;
@@ -37,8 +38,8 @@ mod webhooks;
 pub use dialect::Dialect;
 pub use error::{LedgerError, LimitError};
 pub use interface::{
-    Approvals, Inspection, Keys, Ledger, Operations, Queue, Recovery, Refunds, TenantLedger,
-    ToolCalls, Webhooks,
+    Approvals, HintChecks, Inspection, Keys, Ledger, Operations, Queue, Recovery, Refunds,
+    TenantLedger, ToolCalls, Webhooks,
 };
 pub use record::{
     ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,

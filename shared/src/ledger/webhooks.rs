@@ -4,8 +4,8 @@
 use super::dialect::Dialect;
 use super::store::Store;
 use super::{
-    LedgerError, NewProcessorEvent, PAGE_MAX, ProcessorEventKey, StoredProcessorEvent, Webhooks,
-    bounded,
+    HintChecks, LedgerError, NewProcessorEvent, PAGE_MAX, ProcessorEventKey, StoredProcessorEvent,
+    Webhooks, bounded,
 };
 use crate::clock::Timestamp;
 use crate::id::OperationId;
@@ -53,6 +53,37 @@ where
         Ok(DB::rows_affected(&done) == 1)
     }
 
+    async fn mark_processor_event(
+        &self,
+        event: &ProcessorEventKey<'_>,
+        outcome: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(MARK_PROCESSOR_EVENT)
+            .bind(event.processor)
+            .bind(event.event_id)
+            .bind(now)
+            .bind(bounded(outcome))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<DB> HintChecks for Store<DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
     async fn pending_processor_events(
         &self,
         now: Timestamp,
@@ -96,22 +127,6 @@ where
             .bind(event.event_id)
             .bind(check_after)
             .bind(bounded(why))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn mark_processor_event(
-        &self,
-        event: &ProcessorEventKey<'_>,
-        outcome: &str,
-        now: Timestamp,
-    ) -> Result<(), LedgerError> {
-        sqlx::query(MARK_PROCESSOR_EVENT)
-            .bind(event.processor)
-            .bind(event.event_id)
-            .bind(now)
-            .bind(bounded(outcome))
             .execute(&self.pool)
             .await?;
         Ok(())
