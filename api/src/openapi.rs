@@ -37,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/console/operations/{id}"),
     ("get", "/console/operations/{id}/export"),
     ("post", "/console/operations/{id}/resolve"),
+    ("post", "/console/operations/{id}/approve-refund"),
     ("get", "/static/console.css"),
 ];
 

@@ -157,7 +157,7 @@ impl Processor for InProcessProcessor {
             let received = b.received.get(payment).copied().unwrap_or(0);
             let refunded = b.refunded.get(payment).copied().unwrap_or(0);
             let amount = request.amount.amount_minor();
-            let outcome = if received == 0 || refunded + amount > received {
+            if received == 0 || refunded + amount > received {
                 // Stripe's second line: never more than what is left (nothing executed, nothing stored).
                 return SubmitOutcome::Declined {
                     code: "amount_too_large".into(),
@@ -167,16 +167,15 @@ impl Processor for InProcessProcessor {
                     ),
                     reference: None,
                 };
-            } else {
-                let reference = format!("re_{}", b.refund_by_operation.len());
-                b.refunded.insert(payment.to_string(), refunded + amount);
-                b.refund_by_operation
-                    .insert(request.operation_id.as_str().to_string(), reference.clone());
-                SubmitOutcome::Succeeded {
-                    result: serde_json::json!({ "id": reference, "object": "refund",
-                        "status": "succeeded", "amount": amount, "payment_intent": payment }),
-                    reference,
-                }
+            }
+            let reference = format!("re_{}", b.refund_by_operation.len());
+            b.refunded.insert(payment.to_string(), refunded + amount);
+            b.refund_by_operation
+                .insert(request.operation_id.as_str().to_string(), reference.clone());
+            let outcome = SubmitOutcome::Succeeded {
+                result: serde_json::json!({ "id": reference, "object": "refund",
+                    "status": "succeeded", "amount": amount, "payment_intent": payment }),
+                reference,
             };
             b.by_key.insert(
                 request.idempotency_key.as_str().to_string(),
@@ -201,5 +200,98 @@ impl Processor for InProcessProcessor {
             },
             None => LookupOutcome::NotFound { consistent: true },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_shared::details::{Details, RawDetails, RefundReason};
+    use payonce_shared::id::{IdempotencyKey, OperationId, TenantId};
+
+    #[tokio::test]
+    async fn refunds_replay_by_key_never_exceed_the_payment_and_are_found() {
+        let p = InProcessProcessor::default();
+        let tenant = TenantId::parse("acme").unwrap();
+        let pay = OperationId::generate();
+        let details = Details::parse(&RawDetails {
+            kind: "payment".into(),
+            amount: 1000,
+            currency: "usd".into(),
+            customer: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            invoice: "INV-1".into(),
+            destination: None,
+            description: None,
+            refund_of: None,
+        })
+        .unwrap();
+        let SubmitOutcome::Succeeded { reference: pi, .. } = p
+            .submit(&SubmitRequest {
+                operation_id: &pay,
+                tenant: &tenant,
+                idempotency_key: &IdempotencyKey::derive(&pay),
+                details: &details,
+            })
+            .await
+        else {
+            panic!("paid")
+        };
+        let refund = |op: &OperationId, amount: i64| {
+            let refund =
+                Details::refund(&details, &pay, &pi, amount, RefundReason::Duplicate).unwrap();
+            (op.clone(), IdempotencyKey::derive(op), refund)
+        };
+        let first = OperationId::generate();
+        let (id, key, d) = refund(&first, 600);
+        let request = RefundRequest {
+            operation_id: &id,
+            tenant: &tenant,
+            idempotency_key: &key,
+            payment_reference: &pi,
+            amount: d.money(),
+            reason: RefundReason::Duplicate,
+        };
+        let made = p.submit_refund(&request).await;
+        assert!(matches!(made, SubmitOutcome::Succeeded { .. }), "{made:?}");
+        assert_eq!(
+            p.submit_refund(&request).await,
+            made,
+            "the same key replays"
+        );
+        let second = OperationId::generate();
+        let (id2, key2, d2) = refund(&second, 401);
+        let over = p
+            .submit_refund(&RefundRequest {
+                operation_id: &id2,
+                tenant: &tenant,
+                idempotency_key: &key2,
+                payment_reference: &pi,
+                amount: d2.money(),
+                reason: RefundReason::Duplicate,
+            })
+            .await;
+        assert!(
+            matches!(&over, SubmitOutcome::Declined { code, .. } if code == "amount_too_large"),
+            "{over:?}"
+        );
+        let found = p
+            .lookup_refund(&RefundLookupQuery {
+                operation_id: &id,
+                idempotency_key: &key,
+                reference: None,
+                payment_reference: &pi,
+            })
+            .await;
+        assert!(matches!(found, LookupOutcome::Found { .. }), "{found:?}");
+        let missing = p
+            .lookup_refund(&RefundLookupQuery {
+                operation_id: &id2,
+                idempotency_key: &key2,
+                reference: None,
+                payment_reference: &pi,
+            })
+            .await;
+        assert_eq!(missing, LookupOutcome::NotFound { consistent: true });
     }
 }

@@ -1,14 +1,20 @@
 //! On-call commands: list operations by state and age, show one with its full history and the
-//! processor's view, resolve one by hand with a mandatory reason. Tables by default, JSON on request.
+//! processor's view (a payment with its refunds beside it, a refund with its payment), resolve one
+//! by hand with a mandatory reason. Tables by default, JSON on request.
 
 use payonce_shared::clock::Timestamp;
+use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{
-    Inspection, LedgerError, ListFilter, Operation, Recovery, Resolution, Resolve,
+    Inspection, Ledger, LedgerError, ListFilter, Operation, Recovery, Refunds, Resolution, Resolve,
 };
 use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
+
+/// Most refunds `show` lists beside a payment (oldest first); the totals count them all.
+pub const REFUNDS_SHOWN_MAX: u32 = 100;
 
 /// How output is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +94,7 @@ pub async fn list(
                     vec![
                         o.id.to_string(),
                         o.tenant.to_string(),
+                        o.details.kind().as_str().to_string(),
                         o.status.as_str().to_string(),
                         age(now, o.updated_at_ms),
                         o.attempt.to_string(),
@@ -102,6 +109,7 @@ pub async fn list(
                 &[
                     "ID",
                     "TENANT",
+                    "KIND",
                     "STATUS",
                     "AGE",
                     "ATTEMPT",
@@ -118,7 +126,7 @@ pub async fn list(
 
 /// Shows one operation: the row, every event, and what the processor says now.
 pub async fn show(
-    ledger: &dyn Recovery,
+    ledger: &dyn Ledger,
     processor: Option<&dyn Processor>,
     id: &OperationId,
     now: Timestamp,
@@ -131,12 +139,24 @@ pub async fn show(
         Some(p) => Some(operation::lookup(p, &op, op.created_at_ms.as_millis() - 300_000).await),
         None => None,
     };
+    let refunds = refunds_of(ledger, &op).await?;
     Ok(match format {
-        Format::Json => {
-            json!({ "operation": op, "events": events, "processor": processor_view }).to_string()
-        }
+        Format::Json => json!({
+            "operation": op,
+            "events": events,
+            "processor": processor_view,
+            "refunds": refunds.as_ref().map(|(totals, list)| json!({
+                "totals": totals,
+                "refundable_minor": totals.refundable_minor(),
+                "refunds": list,
+            })),
+        })
+        .to_string(),
         Format::Table => {
             let mut out = describe(&op, now);
+            if let Some((totals, list)) = &refunds {
+                out.push_str(&refunds_table(&op, totals, list, now));
+            }
             out.push_str("\nEvents:\n");
             let rows: Vec<Vec<String>> = events
                 .iter()
@@ -165,6 +185,80 @@ pub async fn show(
             out
         }
     })
+}
+
+/// A payment's refund totals and its first [`REFUNDS_SHOWN_MAX`] refunds; `None` for a refund.
+async fn refunds_of(
+    ledger: &dyn Refunds,
+    op: &Operation,
+) -> Result<Option<(RefundTotals, Vec<Operation>)>, LedgerError> {
+    match op.details.kind() {
+        OperationKind::Refund => Ok(None),
+        OperationKind::Payment => {
+            let totals = ledger.refund_totals(&op.tenant, &op.id).await?;
+            let list = ledger
+                .refunds_of(&op.tenant, &op.id, REFUNDS_SHOWN_MAX)
+                .await?;
+            Ok(Some((totals, list)))
+        }
+    }
+}
+
+/// A total in the payment's currency, as people read it.
+fn money_of(payment: &Operation, amount_minor: i64) -> String {
+    payment
+        .details
+        .money()
+        .currency()
+        .display_total(amount_minor)
+}
+
+/// The refunds beside their payment: totals, then one row each.
+fn refunds_table(
+    payment: &Operation,
+    totals: &RefundTotals,
+    list: &[Operation],
+    now: Timestamp,
+) -> String {
+    let mut out = format!(
+        "  refunds {n}: refunded {refunded}, in flight {in_flight}, refundable {left}\n",
+        n = totals.refund_count,
+        refunded = money_of(payment, totals.refunded_minor),
+        in_flight = money_of(payment, totals.in_flight_minor),
+        left = money_of(payment, totals.refundable_minor()),
+    );
+    if list.is_empty() {
+        return out;
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.status.as_str().to_string(),
+                r.details.money().display(),
+                r.details
+                    .refund_of()
+                    .map(|of| of.reason().as_str().to_string())
+                    .unwrap_or_default(),
+                r.external_ref.clone().unwrap_or_default(),
+                age(now, r.updated_at_ms),
+            ]
+        })
+        .collect();
+    out.push_str("\nRefunds:\n");
+    out.push_str(&table(
+        &[
+            "REFUND",
+            "STATUS",
+            "AMOUNT",
+            "REASON",
+            "REFERENCE",
+            "UPDATED",
+        ],
+        &rows,
+    ));
+    out
 }
 
 /// One line on-call can act on; the whole processor object is in `--json`.
@@ -198,8 +292,17 @@ fn summarize(lookup: &LookupOutcome) -> String {
 
 fn describe(op: &Operation, now: Timestamp) -> String {
     let d = &op.details;
+    let what = match d.refund_of() {
+        None => "payment".to_string(),
+        Some(of) => format!(
+            "refund of payment {} ({}), reason {}",
+            of.payment_operation(),
+            of.payment_reference(),
+            of.reason().as_str()
+        ),
+    };
     format!(
-        "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  tenant {tenant}, business key {bk}\n  \
+        "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  {what}\n  tenant {tenant}, business key {bk}\n  \
          {amount} from {customer} for invoice {invoice} via {pm}\n  idempotency key {key}, submitted {n} time(s)\n  \
          reference {reference}, reason {reason}\n",
         id = op.id,

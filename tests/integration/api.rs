@@ -6,6 +6,7 @@ mod agents;
 mod browser;
 mod confirm;
 mod console;
+mod console_refunds;
 mod keys;
 mod mcp;
 mod operations;

@@ -401,7 +401,11 @@ fn cases() -> Vec<Case> {
     ] {
         out.push(case("get", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
-    for route in ["/console/sign-out", "/console/operations/{id}/resolve"] {
+    for route in [
+        "/console/sign-out",
+        "/console/operations/{id}/resolve",
+        "/console/operations/{id}/approve-refund",
+    ] {
         out.push(case("post", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
     for format in ["openai_chat", "openai_responses", "anthropic", "mcp"] {

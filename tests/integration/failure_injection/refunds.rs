@@ -12,7 +12,8 @@ use super::refund_fixtures::{
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::refunds::create_refund;
 use crate::support::{postgres_ledger, tenant};
-use payonce_shared::ledger::LedgerError;
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::{LedgerError, Role};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use serde_json::json;
@@ -179,4 +180,97 @@ async fn refund_a_result_lost_after_commit_is_found_never_made_again() {
         create_refund(&ledger, &payment, "refund:INV-RF3:2", 1, now()).await,
         Err(LedgerError::OverRefund { .. })
     ));
+}
+
+async fn post(
+    base: &str,
+    path: &str,
+    key: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = crate::api::http_client()
+        .post(format!("{base}{path}"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+async fn get(base: &str, path: &str, key: &str) -> serde_json::Value {
+    let r = crate::api::http_client()
+        .get(format!("{base}{path}"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{path}");
+    r.json().await.unwrap()
+}
+
+/// An Anthropic `request_refund` call through the api: the structured answer.
+async fn request_refund(
+    base: &str,
+    key: &str,
+    call_id: &str,
+    input: serde_json::Value,
+) -> serde_json::Value {
+    let body = json!({"format": "anthropic", "call": {"type": "tool_use", "id": call_id, "name": "request_refund", "input": input}});
+    let (status, result) = post(base, "/v1/tool-calls", key, body).await;
+    assert_eq!(status, 200, "{result}");
+    assert!(!result["is_error"].as_bool().unwrap_or(false), "{result}");
+    serde_json::from_str(result["content"].as_str().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn refund_proposed_by_the_assistant_approved_on_call_executed_by_a_worker_once() {
+    let (ledger, url) = postgres_ledger().await;
+    let (_api, base) = fleet::api(&url).await;
+    let sim = simulator(SimulatorConfig::default()).await;
+    let tenant = tenant();
+    let key = |role| payonce_api::create_api_key(ledger.as_ref(), &tenant, role, "e2e", now());
+    let service = key(Role::Service).await.unwrap();
+    let assistant = key(Role::Assistant).await.unwrap();
+    let oncall = key(Role::OnCall).await.unwrap();
+    let payment = paid_payment(&ledger, &sim, "INV-RF4", "pm_card_visa").await;
+    let _worker = fleet::worker(&url, &sim, &[]);
+    let _rec = fleet::reconciler(&url, &sim, &[]);
+
+    let input = json!({"payment_operation_id": payment.id.as_str(), "amount": 700, "reason": "requested_by_customer"});
+    let proposal = request_refund(&base, &assistant, "toolu_1", input.clone()).await;
+    assert_eq!(proposal["outcome"], "approval_required", "{proposal}");
+    let id = OperationId::parse(proposal["operation_id"].as_str().unwrap()).unwrap();
+    // Nothing moves money before a person of the merchant approves.
+    assert!(refunds_for(&sim, &id).await.is_empty());
+    let stored = get(&base, &format!("/v1/operations/{id}"), &service).await;
+    let (status, approved) = post(
+        &base,
+        &format!("/v1/refunds/{id}/approve"),
+        &oncall,
+        json!({"details_hash": stored["details_hash"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{approved}");
+    assert_eq!(approved["status"], "ready");
+
+    assert_eq!(settled(&ledger, &id, DEADLINE).await, Status::Succeeded);
+    assert_refunded_once(&ledger, &sim, &id).await;
+    // The assistant asks again: the stored truth, no second refund.
+    let again = request_refund(&base, &assistant, "toolu_2", input).await;
+    assert_eq!(again["operation_id"], id.as_str(), "{again}");
+    assert_eq!(again["status"], "succeeded", "{again}");
+    assert_eq!(again["new_payment_submitted"], false, "{again}");
+    assert_eq!(refunds_for(&sim, &id).await.len(), 1);
+    let beside = get(
+        &base,
+        &format!("/v1/operations/{}/refunds", payment.id),
+        &service,
+    )
+    .await;
+    assert_eq!(beside["totals"]["refunded_minor"], 700, "{beside}");
+    assert_eq!(beside["totals"]["in_flight_minor"], 0, "{beside}");
+    assert_eq!(beside["totals"]["refund_count"], 1, "{beside}");
+    assert_totals_agree(&ledger, &sim, &payment).await;
 }

@@ -2,17 +2,16 @@
 //! and concurrent callers racing for the last money (Postgres pool; SQLite file shared by several
 //! connections, as several processes would share it).
 
-use super::{T0, at, fence, for_each_store};
-use crate::support::refunds::{create_refund, refund_details, succeeded_payment};
+use super::{T0, at, for_each_store};
+use crate::support::refunds::{create_refund, refund_details, settle_refund, succeeded_payment};
 use crate::support::{self, tenant};
 use payonce_shared::details::{OperationKind, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{
-    LedgerError, LimitError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+    LedgerError, LimitError, NewOperation, Operation, Recorded, SharedLedger,
 };
 use payonce_shared::state::Status;
-use std::time::Duration;
 
 fn totals(payment_minor: i64, refunded: i64, in_flight: i64, count: i64) -> RefundTotals {
     RefundTotals {
@@ -26,45 +25,6 @@ fn totals(payment_minor: i64, refunded: i64, in_flight: i64, count: i64) -> Refu
 async fn rows(ledger: &SharedLedger, payment: &Operation) -> Vec<Operation> {
     ledger
         .refunds_of(&tenant(), &payment.id, 100)
-        .await
-        .unwrap()
-}
-
-/// Approves, claims and records `refund` as `outcome`.
-async fn run_refund(ledger: &SharedLedger, refund: &Operation, outcome: Recorded) -> Operation {
-    ledger
-        .approve(
-            &tenant(),
-            &refund.id,
-            NewApproval {
-                details_hash: refund.details_hash.clone(),
-                approved_by: "on_call:key_test".into(),
-                method: "on_call_key".into(),
-                expires_at_ms: at(T0 + 86_400_000),
-            },
-            at(T0),
-        )
-        .await
-        .unwrap();
-    let claimed = ledger
-        .claim("w", 1, Duration::from_millis(30_000), at(T0))
-        .await
-        .unwrap();
-    assert_eq!(claimed[0].id, refund.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[fence(&refund.id, claimed[0].attempt)], at(T0))
-            .await
-            .unwrap(),
-        [true]
-    );
-    ledger
-        .record(
-            &fence(&refund.id, claimed[0].attempt),
-            &outcome,
-            "w",
-            at(T0),
-        )
         .await
         .unwrap()
 }
@@ -108,14 +68,14 @@ async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money()
         let cancelled = ledger.cancel(&tenant(), &a.id, "on_call:test", at(T0)).await.unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 400, 2));
-        let done = run_refund(&ledger, &b, Recorded::Succeeded {
+        let done = settle_refund(&ledger, &b, Recorded::Succeeded {
             reference: "re_b".into(),
             result: serde_json::json!({"id": "re_b", "status": "succeeded"}),
         }).await;
         assert_eq!(done.status, Status::Succeeded);
         let c = create_refund(&ledger, &payment, "refund:c", 600, at(T0 + 2)).await.unwrap().operation;
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 400, 600, 3));
-        let failed = run_refund(&ledger, &c, Recorded::Failed {
+        let failed = settle_refund(&ledger, &c, Recorded::Failed {
             code: "insufficient_funds".into(),
             message: "the connected account cannot cover it".into(),
             reference: Some("re_c".into()),

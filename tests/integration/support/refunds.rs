@@ -121,3 +121,44 @@ pub async fn create_refund(
         )
         .await
 }
+
+/// Approves `refund` as an on-call person, claims it and records `outcome` (the ledger's own moves,
+/// no processor); returns the refund as recorded.
+pub async fn settle_refund(
+    ledger: &SharedLedger,
+    refund: &Operation,
+    outcome: Recorded,
+) -> Operation {
+    let now = refund.created_at_ms;
+    ledger
+        .approve(
+            &tenant(),
+            &refund.id,
+            NewApproval {
+                details_hash: refund.details_hash.clone(),
+                approved_by: "on_call:key_test".into(),
+                method: "on_call_key".into(),
+                expires_at_ms: now + Duration::from_secs(86_400),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let claimed = ledger
+        .claim("fixture", 1, Duration::from_millis(30_000), now)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
+    assert_eq!(claimed[0].id, refund.id);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&claimed[0])], now)
+            .await
+            .unwrap(),
+        [true]
+    );
+    ledger
+        .record(&Fence::of(&claimed[0]), &outcome, "fixture", now)
+        .await
+        .unwrap()
+}
