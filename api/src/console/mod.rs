@@ -53,6 +53,10 @@ pub fn routes() -> Router<AppState> {
             "/console/operations/{id}/approve-refund",
             post(refunds::approve),
         )
+        .route(
+            "/console/operations/{id}/decline-refund",
+            post(refunds::decline),
+        )
         .route("/static/console.css", get(stylesheet))
         .layer(middleware::from_fn(security_headers))
 }

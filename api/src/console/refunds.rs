@@ -1,7 +1,8 @@
 //! Refunds in the console: a payment's page shows its refunds beside it (refunded so far, in flight,
 //! still refundable, one row per refund); a refund's page names its payment and, while it awaits
-//! approval, offers the approval a person of the merchant gives (the signed-in on-call person, the
-//! same approval as `POST /v1/refunds/{id}/approve`).
+//! approval, offers the decision a person of the merchant makes (the signed-in on-call person):
+//! approve (the same approval as `POST /v1/refunds/{id}/approve`) or decline (the ledger's cancel,
+//! which frees the money the proposal held).
 
 use super::session::OnCall;
 use super::views::age;
@@ -100,6 +101,10 @@ pub fn section(csrf: &str, op: &Operation, beside: Option<&Beside>, now_ms: i64)
                         input type="hidden" name="details_hash" value=(op.details_hash.as_str());
                         p { button type="submit" id="approve-refund-submit" { "Approve this refund of " (op.details.money().display()) } }
                     }
+                    form method="post" action=(format!("/console/operations/{}/decline-refund", op.id.as_str())) id="decline-refund" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        p { button type="submit" id="decline-refund-submit" { "Decline it (nothing is refunded)" } }
+                    }
                 }
             }
         }
@@ -154,6 +159,46 @@ async fn approve_checked(
     state
         .ledger()
         .approve(&who.tenant, &id, approval, now)
+        .await?;
+    Ok(id)
+}
+
+/// `POST /console/operations/{id}/decline-refund` (form: `csrf`): withdraws a refund that has not
+/// started executing; its money is free for another refund.
+pub async fn decline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<HashMap<String, String>>, FormRejection>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(&state, Some(&who.csrf), e);
+    }
+    match decline_checked(&state, &who, &id).await {
+        Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
+        Err(e) => refuse(&state, Some(&who.csrf), e),
+    }
+}
+
+async fn decline_checked(
+    state: &AppState,
+    who: &OnCall,
+    raw_id: &str,
+) -> Result<OperationId, HttpError> {
+    let id = OperationId::parse(raw_id).map_err(|_| HttpError::not_found())?;
+    let op = state.ledger().get(&who.tenant, &id).await?;
+    match op.details.kind() {
+        OperationKind::Refund => {}
+        OperationKind::Payment => return Err(HttpError::not_found()),
+    }
+    state
+        .ledger()
+        .cancel(&who.tenant, &id, &who.actor(), state.now())
         .await?;
     Ok(id)
 }

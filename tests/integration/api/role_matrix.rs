@@ -405,6 +405,7 @@ fn cases() -> Vec<Case> {
         "/console/sign-out",
         "/console/operations/{id}/resolve",
         "/console/operations/{id}/approve-refund",
+        "/console/operations/{id}/decline-refund",
     ] {
         out.push(case("post", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
