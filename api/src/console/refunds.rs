@@ -8,7 +8,6 @@ use super::session::OnCall;
 use super::views::age;
 use super::{caller, invalid, refuse};
 use crate::app::AppState;
-use crate::config::duration_ms;
 use crate::errors::HttpError;
 use crate::refunds::REFUNDS_LISTED_MAX;
 use axum::extract::rejection::FormRejection;
@@ -77,7 +76,7 @@ pub fn section(csrf: &str, op: &Operation, beside: Option<&Beside>, now_ms: i64)
                                     td { (r.details.money().display()) }
                                     td { (r.details.refund_of().map(|of| of.reason().as_str()).unwrap_or("")) }
                                     td.mono { (r.external_ref.as_deref().unwrap_or("")) }
-                                    td { (age(now_ms - r.updated_at_ms)) " ago" }
+                                    td { (age(now_ms - r.updated_at_ms.as_millis())) " ago" }
                                 }
                             }
                         }
@@ -150,12 +149,12 @@ async fn approve_checked(
         .get("details_hash")
         .ok_or_else(|| invalid("the form names no details hash (nothing was approved)"))
         .and_then(|h| DetailsHash::parse(h).map_err(|e| invalid(e.to_string())))?;
-    let now = state.now_ms();
+    let now = state.now();
     let approval = NewApproval {
         details_hash: shown,
         approved_by: who.actor(),
         method: CONSOLE_APPROVAL.to_string(),
-        expires_at_ms: now.saturating_add(duration_ms(state.config().approval_ttl)),
+        expires_at_ms: now + state.config().approval_ttl,
     };
     state
         .ledger()
@@ -199,7 +198,7 @@ async fn decline_checked(
     }
     state
         .ledger()
-        .cancel(&who.tenant, &id, &who.actor(), state.now_ms())
+        .cancel(&who.tenant, &id, &who.actor(), state.now())
         .await?;
     Ok(id)
 }

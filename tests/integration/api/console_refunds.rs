@@ -3,7 +3,8 @@
 //! (session token and the shown details hash required; refusals change nothing).
 
 use super::console::{csrf_of, get, post, sign_in};
-use super::{T0_MS, spawn};
+use super::tenant;
+use super::{T0, spawn};
 use crate::support::refunds::succeeded_payment;
 use crate::support::sqlite_ledger;
 use payonce_shared::id::OperationId;
@@ -12,7 +13,7 @@ use serde_json::json;
 #[tokio::test]
 async fn the_console_shows_refunds_beside_their_payment_and_an_on_call_person_approves_one() {
     let api = spawn(sqlite_ledger().await).await;
-    let payment = succeeded_payment(&api.ledger, "INV-CR1", 2048, T0_MS).await;
+    let payment = succeeded_payment(&api.ledger, "INV-CR1", 2048, T0).await;
     let pid = payment.id.as_str().to_string();
     let create = |key: &'static str, amount: i64| {
         let api = &api;
@@ -128,7 +129,7 @@ async fn the_console_shows_refunds_beside_their_payment_and_an_on_call_person_ap
     assert_eq!(status().await, "ready");
     let stored = api
         .ledger
-        .latest_approval(&OperationId::parse(&rid).unwrap())
+        .latest_approval(&tenant(), &OperationId::parse(&rid).unwrap())
         .await
         .unwrap()
         .unwrap();

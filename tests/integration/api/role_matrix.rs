@@ -11,7 +11,7 @@
 //! hold in step with the router); a new kind of request body is a [`Body`] variant.
 
 use super::tools::{answer_of, call_object};
-use super::{T0_MS, TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
+use super::{TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
 use crate::support::postgres_ledger;
 use crate::support::refunds::{create_refund, succeeded_payment};
 use payonce_api::keys;
@@ -464,7 +464,7 @@ impl Keys {
         let issue = |tenant: payonce_shared::id::TenantId, role, ttl: Option<Duration>| {
             let ledger = api.ledger.clone();
             async move {
-                keys::issue(&ledger, &tenant, role, "matrix", ttl, T0_MS)
+                keys::issue(ledger.as_ref(), &tenant, role, "matrix", ttl, super::T0)
                     .await
                     .unwrap()
             }
@@ -472,16 +472,22 @@ impl Keys {
         let revoked_service = issue(tenant(), Role::Service, None).await;
         let revoked_assistant = issue(tenant(), Role::Assistant, None).await;
         for k in [&revoked_service, &revoked_assistant] {
-            keys::revoke(&api.ledger, &k.key_id, "oncall:test", "matrix", T0_MS)
-                .await
-                .unwrap();
+            keys::revoke(
+                api.ledger.as_ref(),
+                &k.key_id,
+                "oncall:test",
+                "matrix",
+                super::T0,
+            )
+            .await
+            .unwrap();
         }
         let second = Some(Duration::from_secs(1));
         let expired_service = issue(tenant(), Role::Service, second).await;
         let expired_assistant = issue(tenant(), Role::Assistant, second).await;
         let other_on_call = issue(other, Role::OnCall, None).await;
         // Past the expiry: the api's clock is the test's.
-        api.clock.advance_ms(1_000);
+        api.clock.advance(std::time::Duration::from_millis(1_000));
         Keys {
             revoked_service: revoked_service.secret,
             revoked_assistant: revoked_assistant.secret,
@@ -680,17 +686,18 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
     let api = spawn(ledger).await;
     let keys = Keys::make(&api).await;
     // Before any cell: no other operation is ready, so the fixture's claim takes its own payment.
-    let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, T0_MS).await;
+    let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, super::T0).await;
     let mut failures = Vec::new();
     let mut cell = 0_usize;
     for case in cases() {
         for who in EVERYONE {
             cell += 1;
             let op = api.create(&format!("INV-F{cell}"), 2048).await;
-            let refund = create_refund(&api.ledger, &paid, &format!("refund:F{cell}"), 1, T0_MS)
-                .await
-                .unwrap()
-                .operation;
+            let refund =
+                create_refund(&api.ledger, &paid, &format!("refund:F{cell}"), 1, super::T0)
+                    .await
+                    .unwrap()
+                    .operation;
             let fixture = Fixture {
                 id: op["id"].as_str().unwrap().to_string(),
                 details_hash: op["details_hash"].as_str().unwrap().to_string(),
