@@ -549,17 +549,31 @@ async fn resolve(
     Path(id): Path<String>,
     form: Result<Form<HashMap<String, String>>, FormRejection>,
 ) -> Response {
-    let who = match caller(&state, &headers).await {
+    operation_form(&state, &headers, form, async |who, form| {
+        resolve_checked(&state, who, &id, form).await
+    })
+    .await
+}
+
+/// A form that changes one operation: the signed-in on-call person, the CSRF token, then `act`;
+/// success goes back to the operation's page, a refusal is shown on the console's error page.
+pub(crate) async fn operation_form(
+    state: &AppState,
+    headers: &HeaderMap,
+    form: Result<Form<HashMap<String, String>>, FormRejection>,
+    act: impl AsyncFnOnce(&session::OnCall, &HashMap<String, String>) -> Result<OperationId, HttpError>,
+) -> Response {
+    let who = match caller(state, headers).await {
         Ok(w) => w,
         Err(r) => return r,
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
     if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
-        return refuse(&state, Some(&who.csrf), e);
+        return refuse(state, Some(&who.csrf), e);
     }
-    match resolve_checked(&state, &who, &id, &form).await {
+    match act(&who, &form).await {
         Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
-        Err(e) => refuse(&state, Some(&who.csrf), e),
+        Err(e) => refuse(state, Some(&who.csrf), e),
     }
 }
 

@@ -6,14 +6,14 @@
 
 use super::session::OnCall;
 use super::views::age;
-use super::{caller, invalid, refuse};
+use super::{invalid, operation_form};
 use crate::app::AppState;
 use crate::errors::HttpError;
 use crate::refunds::REFUNDS_LISTED_MAX;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use maud::{Markup, html};
 use payonce_shared::details::{DetailsHash, OperationKind};
 use payonce_shared::id::OperationId;
@@ -118,18 +118,10 @@ pub async fn approve(
     Path(id): Path<String>,
     form: Result<Form<HashMap<String, String>>, FormRejection>,
 ) -> Response {
-    let who = match caller(&state, &headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let form = form.map(|Form(f)| f).unwrap_or_default();
-    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
-        return refuse(&state, Some(&who.csrf), e);
-    }
-    match approve_checked(&state, &who, &id, &form).await {
-        Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
-        Err(e) => refuse(&state, Some(&who.csrf), e),
-    }
+    operation_form(&state, &headers, form, async |who, form| {
+        approve_checked(&state, who, &id, form).await
+    })
+    .await
 }
 
 async fn approve_checked(
@@ -171,18 +163,10 @@ pub async fn decline(
     Path(id): Path<String>,
     form: Result<Form<HashMap<String, String>>, FormRejection>,
 ) -> Response {
-    let who = match caller(&state, &headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let form = form.map(|Form(f)| f).unwrap_or_default();
-    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
-        return refuse(&state, Some(&who.csrf), e);
-    }
-    match decline_checked(&state, &who, &id).await {
-        Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
-        Err(e) => refuse(&state, Some(&who.csrf), e),
-    }
+    operation_form(&state, &headers, form, async |who, _form| {
+        decline_checked(&state, who, &id).await
+    })
+    .await
 }
 
 async fn decline_checked(
