@@ -20,4 +20,5 @@ mod reconciler;
 mod serve;
 mod simulator;
 mod stripe_adapter;
+mod sweep_concurrency;
 mod worker;
