@@ -7,6 +7,7 @@
 
 use crate::app::AppState;
 use crate::verify::{self, Asked};
+use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::verification::VerificationMethod;
 use payonce_shared::ledger::{LedgerError, Operation};
 use payonce_shared::processor::summary::summary;
@@ -17,6 +18,9 @@ use serde_json::Value;
 /// The sentence for an outcome that is still being checked; fixed, because an assistant must not
 /// improvise a promise here.
 pub const UNKNOWN_SENTENCE: &str = "The payment status is still being checked. I won't submit a separate payment while that check is in progress.";
+
+/// The same promise for a refund whose outcome is being checked.
+pub const REFUND_UNKNOWN_SENTENCE: &str = "The refund status is still being checked. I won't submit a separate refund while that check is in progress.";
 
 /// What the caller should make of the operation's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,7 +34,8 @@ pub enum Outcome {
     Checking,
     /// A person is reviewing it.
     UnderReview,
-    /// The customer must approve it first; payonce asked them (see `approval_request`).
+    /// It must be approved first: a payment by its customer (payonce asked them, see
+    /// `approval_request`), a refund by a person of the merchant.
     ApprovalRequired,
     /// The processor definitively declined it.
     Failed,
@@ -113,7 +118,11 @@ pub async fn status_of(state: &AppState, op: &Operation) -> Result<Answer, Ledge
 async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, LedgerError> {
     let amount = op.details.money().display();
     let invoice = op.details.invoice().to_string();
-    let what = format!("The payment of {amount} for invoice {invoice}");
+    let (noun, unknown) = match op.details.kind() {
+        OperationKind::Payment => ("payment", UNKNOWN_SENTENCE),
+        OperationKind::Refund => ("refund", REFUND_UNKNOWN_SENTENCE),
+    };
+    let what = format!("The {noun} of {amount} for invoice {invoice}");
     let mut approval_request = None;
     let (outcome, message) = match op.status {
         Status::Succeeded => (
@@ -126,16 +135,25 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
         Status::Ready | Status::Executing => (
             Outcome::Pending,
             format!(
-                "The payment is being processed: {} for invoice {invoice}. This is the same payment, not a new \
+                "The {noun} is being processed: {} for invoice {invoice}. This is the same {noun}, not a new \
                  one; ask again later for its result.",
                 amount
             ),
         ),
-        Status::Unknown => (Outcome::Checking, UNKNOWN_SENTENCE.to_string()),
+        Status::Unknown => (Outcome::Checking, unknown.to_string()),
         Status::NeedsAttention => (
             Outcome::UnderReview,
-            "The payment is being reviewed by a person. No new payment will be submitted while that review is open."
-                .to_string(),
+            format!(
+                "The {noun} is being reviewed by a person. No new {noun} will be submitted while that review is open."
+            ),
+        ),
+        // Nobody asks a customer to approve giving money back: a person of the merchant does.
+        Status::AwaitingApproval if op.details.kind() == OperationKind::Refund => (
+            Outcome::ApprovalRequired,
+            format!(
+                "{what} needs approval by a person at the merchant before it can be made. Nothing will be \
+                 refunded until they approve it."
+            ),
         ),
         Status::AwaitingApproval if !ask => (
             Outcome::ApprovalRequired,
@@ -170,16 +188,26 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
         }
         Status::Failed => (
             Outcome::Failed,
-            format!("{what} failed: {}.", op.failure_message.as_deref().unwrap_or("the processor declined it")),
+            format!(
+                "{what} failed: {}.",
+                op.failure_message
+                    .as_deref()
+                    .unwrap_or("the processor declined it")
+            ),
         ),
         Status::Rejected => (
             Outcome::Rejected,
             format!(
                 "{what} was rejected before anything was sent to the processor: {}.",
-                op.failure_message.as_deref().unwrap_or("it did not pass the server's checks")
+                op.failure_message
+                    .as_deref()
+                    .unwrap_or("it did not pass the server's checks")
             ),
         ),
-        Status::Cancelled => (Outcome::Cancelled, format!("{what} was cancelled before it was made.")),
+        Status::Cancelled => (
+            Outcome::Cancelled,
+            format!("{what} was cancelled before it was made."),
+        ),
     };
     Ok(Answer {
         operation_id: op.id.as_str().to_string(),

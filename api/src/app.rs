@@ -4,7 +4,9 @@
 use crate::config::{ApiConfig, REQUEST_TIMEOUT};
 use crate::errors::{ErrorCode, HttpError};
 use crate::metrics::ApiMetrics;
-use crate::{confirm, console, formats, health, mcp, metrics, openapi, operations, webhooks};
+use crate::{
+    confirm, console, formats, health, mcp, metrics, openapi, operations, refunds, webhooks,
+};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
@@ -116,6 +118,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/operations/{id}/approve", post(operations::approve))
         .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/execute", post(operations::execute))
+        .route("/v1/operations/{id}/refunds", get(refunds::of_payment))
+        .route("/v1/refunds", post(refunds::create))
+        .route("/v1/refunds/{id}/approve", post(refunds::approve))
         .route("/v1/tools", get(formats::list))
         .route("/v1/tool-calls", post(formats::call))
         .route(

@@ -35,6 +35,14 @@ pub enum ErrorCode {
     WrongState,
     /// The operation already has the most unused confirmation links allowed; nothing was issued.
     TooManyOpenLinks,
+    /// The refund would take the payment's refunds (succeeded or still able to move money) past its
+    /// amount; nothing was created.
+    OverRefund,
+    /// The named operation is not a succeeded payment of the tenant, so it cannot be refunded.
+    NotRefundable,
+    /// The caller may not approve this operation (a refund is approved by a person of the merchant,
+    /// never by the key that created it); nothing was approved.
+    ApproverNotAllowed,
     /// The tenant has no customer verification method, so no link could approve anything.
     VerificationNotConfigured,
     /// `format` is not one of the supported tool-call formats.
@@ -54,7 +62,7 @@ pub enum ErrorCode {
 }
 
 /// Every code, for the documentation test.
-pub const ALL_ERROR_CODES: [ErrorCode; 21] = [
+pub const ALL_ERROR_CODES: [ErrorCode; 24] = [
     ErrorCode::Unauthorized,
     ErrorCode::Forbidden,
     ErrorCode::OperationNotFound,
@@ -68,6 +76,9 @@ pub const ALL_ERROR_CODES: [ErrorCode; 21] = [
     ErrorCode::ApprovalMismatch,
     ErrorCode::WrongState,
     ErrorCode::TooManyOpenLinks,
+    ErrorCode::OverRefund,
+    ErrorCode::NotRefundable,
+    ErrorCode::ApproverNotAllowed,
     ErrorCode::VerificationNotConfigured,
     ErrorCode::UnsupportedFormat,
     ErrorCode::InvalidToolCall,
@@ -95,6 +106,9 @@ impl ErrorCode {
             ErrorCode::ApprovalMismatch => "approval_mismatch",
             ErrorCode::WrongState => "wrong_state",
             ErrorCode::TooManyOpenLinks => "too_many_open_links",
+            ErrorCode::OverRefund => "over_refund",
+            ErrorCode::NotRefundable => "not_refundable",
+            ErrorCode::ApproverNotAllowed => "approver_not_allowed",
             ErrorCode::VerificationNotConfigured => "verification_not_configured",
             ErrorCode::UnsupportedFormat => "unsupported_format",
             ErrorCode::InvalidToolCall => "invalid_tool_call",
@@ -125,7 +139,10 @@ impl ErrorCode {
             | ErrorCode::ApprovalMismatch
             | ErrorCode::WrongState
             | ErrorCode::TooManyOpenLinks
+            | ErrorCode::OverRefund
+            | ErrorCode::NotRefundable
             | ErrorCode::VerificationNotConfigured => StatusCode::CONFLICT,
+            ErrorCode::ApproverNotAllowed => StatusCode::FORBIDDEN,
             ErrorCode::Unavailable | ErrorCode::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -215,6 +232,21 @@ impl From<LedgerError> for HttpError {
                 format!("the operation is {}: {why}", status.as_str()),
             ),
             LedgerError::Limit(why) => HttpError::new(ErrorCode::InvalidRequest, why.to_string()),
+            LedgerError::OverRefund {
+                requested_minor,
+                refundable_minor,
+                ..
+            } => HttpError::new(
+                ErrorCode::OverRefund,
+                format!(
+                    "a refund of {requested_minor} exceeds the {refundable_minor} the payment still has \
+                     unrefunded (succeeded and in-flight refunds count); nothing was created"
+                ),
+            ),
+            LedgerError::NotRefundable { why, .. } => HttpError::new(
+                ErrorCode::NotRefundable,
+                format!("{why}; nothing was created"),
+            ),
             other @ (LedgerError::Fenced { .. }
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)

@@ -70,13 +70,13 @@ pub fn definitions(format: Format) -> Vec<Value> {
         .iter()
         .map(|t| match format {
             Format::OpenaiChat => json!({"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": tools::input_schema(), "strict": true}}),
+                "name": t.name, "description": t.description, "parameters": tools::input_schema_of(t, true), "strict": true}}),
             Format::OpenaiResponses => json!({"type": "function", "name": t.name, "description": t.description,
-                "parameters": tools::input_schema(), "strict": true}),
+                "parameters": tools::input_schema_of(t, true), "strict": true}),
             Format::Anthropic => json!({"name": t.name, "description": t.description,
-                "input_schema": tools::input_schema()}),
+                "input_schema": tools::input_schema_of(t, false)}),
             Format::Mcp => json!({"name": t.name, "title": t.title, "description": t.description,
-                "inputSchema": tools::input_schema(), "outputSchema": tools::output_schema(),
+                "inputSchema": tools::input_schema_of(t, false), "outputSchema": tools::output_schema(),
                 "annotations": {"title": t.title, "readOnlyHint": t.read_only, "destructiveHint": t.destructive,
                                 "idempotentHint": t.idempotent, "openWorldHint": t.open_world}}),
         })

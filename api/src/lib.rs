@@ -43,6 +43,7 @@ pub mod notify;
 pub mod openapi;
 pub mod operations;
 pub mod page;
+pub mod refunds;
 pub mod tools;
 pub mod verify;
 pub mod webhooks;

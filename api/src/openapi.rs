@@ -19,6 +19,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/operations/{id}/approve"),
     ("post", "/v1/operations/{id}/cancel"),
     ("post", "/v1/operations/{id}/execute"),
+    ("get", "/v1/operations/{id}/refunds"),
+    ("post", "/v1/refunds"),
+    ("post", "/v1/refunds/{id}/approve"),
     ("get", "/v1/tools"),
     ("post", "/v1/tool-calls"),
     ("post", "/v1/webhooks/stripe"),
@@ -34,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/console/operations/{id}"),
     ("get", "/console/operations/{id}/export"),
     ("post", "/console/operations/{id}/resolve"),
+    ("post", "/console/operations/{id}/approve-refund"),
     ("get", "/static/console.css"),
 ];
 

@@ -12,7 +12,7 @@ use crate::verify::{self, Issue, IssuedLink, OPEN_LINKS_MAX};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use payonce_shared::details::{Details, DetailsHash, RawDetails};
+use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
@@ -124,6 +124,19 @@ pub async fn load(state: &AppState, caller: &Caller, raw_id: &str) -> Result<Ope
     Ok(state.ledger().get(&caller.tenant, &id).await?)
 }
 
+/// A refund is approved by a person of the merchant (`POST /v1/refunds/{id}/approve`), never by a
+/// service key or a customer's confirmation link.
+fn refuse_refund(op: &Operation) -> Result<(), HttpError> {
+    match op.details.kind() {
+        OperationKind::Payment => Ok(()),
+        OperationKind::Refund => Err(HttpError::new(
+            ErrorCode::ApproverNotAllowed,
+            "a refund is approved by a person of the merchant with an on-call key \
+             (POST /v1/refunds/{id}/approve), never by a service key or a customer link; nothing was approved",
+        )),
+    }
+}
+
 fn invalid(e: impl std::fmt::Display) -> HttpError {
     HttpError::new(ErrorCode::InvalidRequest, e.to_string())
 }
@@ -138,6 +151,16 @@ pub async fn create(
     caller.require(&[Role::Service], "create operations")?;
     let business_key = BusinessKey::parse(&body.business_key).map_err(invalid)?;
     let details = Details::parse(&body.details).map_err(invalid)?;
+    // A refund's payment reference and parties come from the ledger's record of the payment, never
+    // from a request body: refunds are created by `POST /v1/refunds`.
+    match details.kind() {
+        OperationKind::Payment => {}
+        OperationKind::Refund => {
+            return Err(invalid(
+                "details.kind: refunds are created with POST /v1/refunds, which reads the payment from the ledger",
+            ));
+        }
+    }
     let new = NewOperation {
         id: OperationId::generate(),
         tenant: caller.tenant.clone(),
@@ -181,6 +204,7 @@ pub async fn request_approval(
 ) -> Result<(StatusCode, Json<IssuedLink>), HttpError> {
     caller.require(&[Role::Service], "request approvals")?;
     let op = load(&state, &caller, &id).await?;
+    refuse_refund(&op)?;
     let link = match verify::issue_link(&state, &op, LinkOrigin::Service).await? {
         Issue::Issued(link) => link,
         Issue::TooManyOpen => {
@@ -221,7 +245,9 @@ pub async fn approve(
             "approved_by must be 1 to {APPROVED_BY_LEN_MAX} printable characters"
         )));
     }
-    let id = parse_id(&id)?;
+    let op = load(&state, &caller, &id).await?;
+    refuse_refund(&op)?;
+    let id = op.id;
     let now = state.now_ms();
     let approval = NewApproval {
         details_hash,

@@ -1,12 +1,17 @@
-//! The assistant's two tools, deliberately narrow: `pay_invoice {operation_id}` and
-//! `get_payment_status {operation_id}`. A model can name an operation the trusted workflow created;
-//! it cannot create one, change its details or pick its tenant. Neither tool writes to an operation:
-//! an approved operation is already enqueued, so "pay" answers with the stored truth.
+//! The assistant's three tools, deliberately narrow: `pay_invoice {operation_id}`,
+//! `get_payment_status {operation_id}` and `request_refund {payment_operation_id, amount?, reason}`.
+//! A model can name an operation the trusted workflow created; it cannot create a payment, change
+//! an operation's details or pick its tenant. The first two never write to an operation: an
+//! approved operation is already enqueued, so "pay" answers with the stored truth. The third only
+//! proposes (`request_refund.rs`): a refund awaiting a person of the merchant's approval.
+
+mod request_refund;
 
 use crate::answer;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
+use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{LedgerError, Operation, Role};
 use payonce_shared::state::Status;
@@ -17,7 +22,9 @@ use serde_json::{Value, json};
 pub const PAY_INVOICE: &str = "pay_invoice";
 /// Reads where a payment stands.
 pub const GET_PAYMENT_STATUS: &str = "get_payment_status";
-/// The one argument either tool takes.
+/// Proposes a refund of a succeeded payment, for a person of the merchant to approve.
+pub const REQUEST_REFUND: &str = "request_refund";
+/// The one argument `pay_invoice` and `get_payment_status` take.
 pub const OPERATION_ID_ARG: &str = "operation_id";
 /// Longest JSON-string `arguments` parsed (an operation id needs about 60 bytes).
 pub const ARGUMENTS_LEN_MAX: usize = 4 * 1024;
@@ -43,10 +50,21 @@ pub struct ToolDef {
     pub idempotent: bool,
     /// MCP `openWorldHint`: the tool's effect reaches outside payonce (the payment processor).
     pub open_world: bool,
+    /// What it takes.
+    pub arguments: Arguments,
 }
 
-/// Both tools.
-pub const TOOLS: [ToolDef; 2] = [
+/// The argument shapes of the tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arguments {
+    /// `{operation_id}`.
+    OperationId,
+    /// `{payment_operation_id, amount?, reason}`.
+    RefundRequest,
+}
+
+/// Every tool.
+pub const TOOLS: [ToolDef; 3] = [
     ToolDef {
         name: PAY_INVOICE,
         title: "Pay invoice",
@@ -59,6 +77,7 @@ pub const TOOLS: [ToolDef; 2] = [
         destructive: false,
         idempotent: true,
         open_world: true,
+        arguments: Arguments::OperationId,
     },
     ToolDef {
         name: GET_PAYMENT_STATUS,
@@ -69,6 +88,22 @@ pub const TOOLS: [ToolDef; 2] = [
         destructive: false,
         idempotent: true,
         open_world: false,
+        arguments: Arguments::OperationId,
+    },
+    ToolDef {
+        name: REQUEST_REFUND,
+        title: "Request refund",
+        description: "Propose giving money back from a payment that succeeded, by the payment's operation id, with \
+                      a reason (duplicate, fraudulent, requested_by_customer) and optionally an amount in minor \
+                      units (omitted: the whole payment). It never refunds by itself: a person at the merchant must \
+                      approve the proposal first. Calling it again for the same payment and amount returns the same \
+                      proposal and its real state in `outcome`; it never proposes the same money twice. Relay the \
+                      returned `message` to the user.",
+        read_only: false,
+        destructive: false,
+        idempotent: true,
+        open_world: true,
+        arguments: Arguments::RefundRequest,
     },
 ];
 
@@ -139,7 +174,17 @@ impl ToolOutcome {
         }
     }
 
-    /// What a model should do next; fixed sentences, so a model never improvises a retry policy.
+    /// What a model should do next about an operation of `kind`; fixed sentences, so a model never
+    /// improvises a retry policy.
+    pub fn advice(&self, kind: OperationKind) -> &'static str {
+        match kind {
+            OperationKind::Payment => self.retry_advice(),
+            OperationKind::Refund => request_refund::advice(*self),
+        }
+    }
+
+    /// What a model should do next about a payment; fixed sentences, so a model never improvises a
+    /// retry policy.
     pub fn retry_advice(&self) -> &'static str {
         match self {
             ToolOutcome::Succeeded => {
@@ -192,6 +237,7 @@ pub fn output_schema() -> Value {
                                  "properties": {"status": {"type": "string", "enum": ["sent", "already_asked", "unavailable"]},
                                                 "method": {"type": "string", "enum": ["signed_assertion", "one_time_code"]}},
                                  "required": ["status"], "additionalProperties": false},
+            "payment_operation_id": {"type": "string", "description": "For a refund: the payment it gives money back from."},
             "message": {"type": "string", "description": "One sentence to relay to the user."},
             "retry_advice": {"type": "string", "description": "What to do next; never start a new payment while pending or being checked."},
             "error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
@@ -203,7 +249,17 @@ pub fn output_schema() -> Value {
     })
 }
 
-/// The input schema both tools share: exactly one field, nothing else allowed.
+/// The input schema of `tool`. `strict`: OpenAI's strict mode, where every property is required
+/// (an optional one is nullable instead).
+pub fn input_schema_of(tool: &ToolDef, strict: bool) -> Value {
+    match tool.arguments {
+        Arguments::OperationId => input_schema(),
+        Arguments::RefundRequest => request_refund::input_schema(strict),
+    }
+}
+
+/// The input schema of `pay_invoice` and `get_payment_status`: exactly one field, nothing else
+/// allowed.
 pub fn input_schema() -> Value {
     json!({
         "type": "object",
@@ -229,7 +285,7 @@ pub struct ToolReply {
 }
 
 impl ToolReply {
-    fn error(code: &str, message: &str) -> Self {
+    pub(crate) fn error(code: &str, message: &str) -> Self {
         let outcome = if code == "operation_not_found" {
             ToolOutcome::NotFound
         } else {
@@ -320,7 +376,7 @@ fn operation_id_of(arguments: &Value) -> Result<OperationId, ToolReply> {
     })
 }
 
-fn internal(e: &LedgerError) -> ToolReply {
+pub(crate) fn internal(e: &LedgerError) -> ToolReply {
     tracing::error!(cause = %cause_chain(e), "tool call failed");
     ToolReply::error(
         "unavailable",
@@ -355,8 +411,17 @@ pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &Tool
     } else if !known {
         Err(ToolReply::error(
             "unknown_tool",
-            "unknown tool; the tools are pay_invoice and get_payment_status",
+            "unknown tool; the tools are pay_invoice, get_payment_status and request_refund",
         ))
+    } else if call.name == REQUEST_REFUND {
+        let (refund, reply) = match &call.arguments {
+            Ok(arguments) => request_refund::run(state, caller, arguments).await,
+            Err(why) => (None, ToolReply::error("invalid_arguments", why)),
+        };
+        return match record(refund).await {
+            Ok(()) => reply,
+            Err(e) => internal(&e),
+        };
     } else {
         match &call.arguments {
             Ok(arguments) => operation_id_of(arguments),
@@ -397,7 +462,11 @@ pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &Tool
 
 /// The structured answer for `op`: the stored truth, with no capability (link, token, code) in it.
 /// `ask`: a request to pay, which asks the customer when the operation awaits approval.
-async fn reply_of(state: &AppState, op: &Operation, ask: bool) -> Result<ToolReply, LedgerError> {
+pub(crate) async fn reply_of(
+    state: &AppState,
+    op: &Operation,
+    ask: bool,
+) -> Result<ToolReply, LedgerError> {
     let money = op.details.money();
     let amount = money.display();
     let invoice = op.details.invoice().to_string();
@@ -417,7 +486,7 @@ async fn reply_of(state: &AppState, op: &Operation, ask: bool) -> Result<ToolRep
         "currency": money.currency().code(),
         "invoice": invoice,
         "message": message,
-        "retry_advice": outcome.retry_advice(),
+        "retry_advice": outcome.advice(op.details.kind()),
         "new_payment_submitted": false,
     });
     if let Some(fields) = structured.as_object_mut() {
@@ -429,6 +498,12 @@ async fn reply_of(state: &AppState, op: &Operation, ask: bool) -> Result<ToolRep
         }
         if let Some(c) = &op.failure_code {
             fields.insert("failure_code".into(), json!(c));
+        }
+        if let Some(of) = op.details.refund_of() {
+            fields.insert(
+                "payment_operation_id".into(),
+                json!(of.payment_operation().as_str()),
+            );
         }
         if let Some(asked) = &answer.approval_request {
             fields.insert("approval_request".into(), json!(asked));

@@ -6,6 +6,7 @@
 use crate::app::AppState;
 use crate::auth::sha256_hex;
 use crate::config::duration_ms;
+use payonce_shared::details::OperationKind;
 use payonce_shared::id::{TenantId, random_hex};
 use payonce_shared::ledger::verification::{
     ApprovalCode, LinkOrigin, TenantVerification, VerificationMethod,
@@ -90,6 +91,14 @@ fn delivery_id() -> String {
     format!("dlv_{}", random_hex(16))
 }
 
+/// Whether `op` is a refund: a customer link never approves one (the merchant's on-call person does).
+fn is_refund(op: &Operation) -> bool {
+    match op.details.kind() {
+        OperationKind::Payment => false,
+        OperationKind::Refund => true,
+    }
+}
+
 /// Issues a single-use, expiring link for an operation awaiting approval; for a one-time-code tenant
 /// also its code, sent to the tenant's endpoint. Only hashes of the token and code are stored. A
 /// link payonce mints for an assistant's request is also announced to the tenant's endpoint.
@@ -103,6 +112,13 @@ pub async fn issue_link(
             id: op.id.clone(),
             status: op.status,
             why: "only an operation awaiting approval gets a confirmation link",
+        });
+    }
+    if is_refund(op) {
+        return Err(LedgerError::WrongState {
+            id: op.id.clone(),
+            status: op.status,
+            why: "a refund is approved by a person of the merchant, never through a customer link",
         });
     }
     let ledger = state.ledger();
@@ -232,6 +248,9 @@ pub async fn ask_customer(
     state: &AppState,
     op: &Operation,
 ) -> Result<(Asked, Option<VerificationMethod>), LedgerError> {
+    if is_refund(op) {
+        return Ok((Asked::Unavailable, None));
+    }
     let ledger = state.ledger();
     let config = ledger
         .verification()
@@ -274,6 +293,9 @@ pub async fn elicitation_link(
     state: &AppState,
     op: &Operation,
 ) -> Result<Option<String>, LedgerError> {
+    if is_refund(op) {
+        return Ok(None);
+    }
     let counted = state
         .ledger()
         .verification()

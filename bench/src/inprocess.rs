@@ -1,13 +1,14 @@
 //! The simulator's payment semantics without HTTP, for the zero-latency figures: on 2 cores an HTTP
 //! server with its own SQLite store would measure itself, not the ledger and the worker.
 //!
-//! Kept: one payment per idempotency key (a repeated key replays the first answer), decline cards,
-//! consistent lookups by operation. Dropped: the wire format, faults, webhooks, persistence.
+//! Kept: one payment (or refund) per idempotency key (a repeated key replays the first answer), decline
+//! cards, consistent lookups by operation, refunds bounded by what a payment received. Dropped: the wire
+//! format, faults, webhooks, persistence, asynchronous refunds.
 
 use async_trait::async_trait;
 use payonce_shared::processor::{
-    Contract, FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor, SubmitOutcome,
-    SubmitRequest,
+    Contract, FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor, RefundLookupQuery,
+    RefundRequest, SubmitOutcome, SubmitRequest,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,6 +23,12 @@ struct Book {
     by_key: HashMap<String, SubmitOutcome>,
     /// Operation id → payment reference (lookups).
     by_operation: HashMap<String, String>,
+    /// Payment reference → amount it received.
+    received: HashMap<String, i64>,
+    /// Payment reference → amount refunded from it.
+    refunded: HashMap<String, i64>,
+    /// Refund operation id → refund reference (lookups).
+    refund_by_operation: HashMap<String, String>,
     /// Submissions received, replays included.
     requests: u64,
 }
@@ -113,6 +120,8 @@ impl Processor for InProcessProcessor {
             } else {
                 b.by_operation
                     .insert(request.operation_id.as_str().to_string(), reference.clone());
+                b.received
+                    .insert(reference.clone(), request.details.money().amount_minor());
                 SubmitOutcome::Succeeded {
                     result: serde_json::json!({ "id": reference, "status": "succeeded" }),
                     reference,
@@ -136,5 +145,153 @@ impl Processor for InProcessProcessor {
             },
             None => LookupOutcome::NotFound { consistent: true },
         }
+    }
+
+    async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {
+        self.with_book(|b| {
+            b.requests += 1;
+            if let Some(first) = b.by_key.get(request.idempotency_key.as_str()) {
+                return first.clone();
+            }
+            let payment = request.payment_reference;
+            let received = b.received.get(payment).copied().unwrap_or(0);
+            let refunded = b.refunded.get(payment).copied().unwrap_or(0);
+            let amount = request.amount.amount_minor();
+            if received == 0 || refunded + amount > received {
+                // Stripe's second line: never more than what is left (nothing executed, nothing stored).
+                return SubmitOutcome::Declined {
+                    code: "amount_too_large".into(),
+                    message: format!(
+                        "refund of {amount} exceeds the {} left",
+                        received - refunded
+                    ),
+                    reference: None,
+                };
+            }
+            let reference = format!("re_{}", b.refund_by_operation.len());
+            b.refunded.insert(payment.to_string(), refunded + amount);
+            b.refund_by_operation
+                .insert(request.operation_id.as_str().to_string(), reference.clone());
+            let outcome = SubmitOutcome::Succeeded {
+                result: serde_json::json!({ "id": reference, "object": "refund",
+                    "status": "succeeded", "amount": amount, "payment_intent": payment }),
+                reference,
+            };
+            b.by_key.insert(
+                request.idempotency_key.as_str().to_string(),
+                outcome.clone(),
+            );
+            outcome
+        })
+    }
+
+    async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome {
+        let found = self.with_book(|b| {
+            b.refund_by_operation
+                .get(query.operation_id.as_str())
+                .cloned()
+        });
+        match found {
+            Some(reference) => LookupOutcome::Found {
+                status: FoundStatus::Succeeded {
+                    result: serde_json::json!({ "id": reference, "object": "refund", "status": "succeeded" }),
+                },
+                reference,
+            },
+            None => LookupOutcome::NotFound { consistent: true },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_shared::details::{Details, RawDetails, RefundReason};
+    use payonce_shared::id::{IdempotencyKey, OperationId, TenantId};
+
+    #[tokio::test]
+    async fn refunds_replay_by_key_never_exceed_the_payment_and_are_found() {
+        let p = InProcessProcessor::default();
+        let tenant = TenantId::parse("acme").unwrap();
+        let pay = OperationId::generate();
+        let details = Details::parse(&RawDetails {
+            kind: "payment".into(),
+            amount: 1000,
+            currency: "usd".into(),
+            customer: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            invoice: "INV-1".into(),
+            destination: None,
+            description: None,
+            refund_of: None,
+        })
+        .unwrap();
+        let SubmitOutcome::Succeeded { reference: pi, .. } = p
+            .submit(&SubmitRequest {
+                operation_id: &pay,
+                tenant: &tenant,
+                idempotency_key: &IdempotencyKey::derive(&pay),
+                details: &details,
+            })
+            .await
+        else {
+            panic!("paid")
+        };
+        let refund = |op: &OperationId, amount: i64| {
+            let refund =
+                Details::refund(&details, &pay, &pi, amount, RefundReason::Duplicate).unwrap();
+            (op.clone(), IdempotencyKey::derive(op), refund)
+        };
+        let first = OperationId::generate();
+        let (id, key, d) = refund(&first, 600);
+        let request = RefundRequest {
+            operation_id: &id,
+            tenant: &tenant,
+            idempotency_key: &key,
+            payment_reference: &pi,
+            amount: d.money(),
+            reason: RefundReason::Duplicate,
+        };
+        let made = p.submit_refund(&request).await;
+        assert!(matches!(made, SubmitOutcome::Succeeded { .. }), "{made:?}");
+        assert_eq!(
+            p.submit_refund(&request).await,
+            made,
+            "the same key replays"
+        );
+        let second = OperationId::generate();
+        let (id2, key2, d2) = refund(&second, 401);
+        let over = p
+            .submit_refund(&RefundRequest {
+                operation_id: &id2,
+                tenant: &tenant,
+                idempotency_key: &key2,
+                payment_reference: &pi,
+                amount: d2.money(),
+                reason: RefundReason::Duplicate,
+            })
+            .await;
+        assert!(
+            matches!(&over, SubmitOutcome::Declined { code, .. } if code == "amount_too_large"),
+            "{over:?}"
+        );
+        let found = p
+            .lookup_refund(&RefundLookupQuery {
+                operation_id: &id,
+                idempotency_key: &key,
+                reference: None,
+                payment_reference: &pi,
+            })
+            .await;
+        assert!(matches!(found, LookupOutcome::Found { .. }), "{found:?}");
+        let missing = p
+            .lookup_refund(&RefundLookupQuery {
+                operation_id: &id2,
+                idempotency_key: &key2,
+                reference: None,
+                payment_reference: &pi,
+            })
+            .await;
+        assert_eq!(missing, LookupOutcome::NotFound { consistent: true });
     }
 }

@@ -97,6 +97,7 @@ pub fn bench_details() -> Details {
         invoice: "INV-BENCH".into(),
         destination: None,
         description: None,
+        refund_of: None,
     };
     Details::parse(&raw).unwrap_or_else(|e| unreachable!("the bench details are valid: {e}"))
 }

@@ -1,18 +1,21 @@
 //! payonce-chaos: the failure-injection soak. It creates many operations on a fresh ledger, runs real
 //! `payonce worker` and `payonce reconciler run` processes against the simulator with processor faults
 //! armed, SIGKILLs them at random intervals (and arms failure points in some), sends duplicate tool
-//! calls while the simulator duplicates webhooks, waits until every operation reaches a final state,
-//! and compares the processor's audit with the ledger.
+//! calls while the simulator duplicates webhooks, refunds some paid payments under the same chaos
+//! (some refunds racing for more than a payment holds), waits until every operation reaches a final
+//! state, and compares the processor's audit (payments and refunds) with the ledger.
 //!
 //! Crate map:
 //! - `fleet`: spawning, killing and respawning the `payonce` processes.
 //! - `operations`: the soak's operations and the assistant's tool calls.
+//! - `refunds`: refunds of paid payments during the chaos, and their tally on both sides.
 //! - `tally`: reading the processor's audit and the ledger into a [`SoakReport`].
 //! - `report`: the report and the table it prints.
 //! - `rng`: the seeded generator behind every choice of the plan.
 
 pub mod fleet;
 pub mod operations;
+pub mod refunds;
 pub mod report;
 pub mod rng;
 pub mod tally;
@@ -78,6 +81,8 @@ pub struct SoakConfig {
     pub chaos_window: Duration,
     /// Longest the whole run may take before it is declared not converged.
     pub deadline: Duration,
+    /// One approved payment in this many is refunded during the chaos (0: no refunds).
+    pub refund_every: usize,
     /// Where the processes' stderr goes.
     pub log: PathBuf,
 }
@@ -99,6 +104,7 @@ impl SoakConfig {
             reconciler_kills_max: 3,
             chaos_window: Duration::from_secs(120),
             deadline: Duration::from_secs(900),
+            refund_every: refunds::REFUND_EVERY_DEFAULT,
             log: std::env::temp_dir().join(format!("payonce-chaos-{seed}.log")),
         }
     }
@@ -341,6 +347,12 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         assistant,
         targets,
     ));
+    let refunder = tokio::spawn(refunds::refund_some(
+        ledger.clone(),
+        ops.clone(),
+        config.refund_every,
+        started + config.deadline,
+    ));
 
     arm_faults(&http, &sim, &config).await?;
     let mut workers = Vec::with_capacity(config.workers);
@@ -368,7 +380,8 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         }
         tokio::time::sleep(rng.between(config.kill_every.0, config.kill_every.1)).await;
         fleet.respawn_exited(&mut rng, config.failpoint_per_mille)?;
-        if in_progress(&ledger).await? == 0 {
+        // Refunds are created as payments succeed: the chaos lasts until they are made too.
+        if in_progress(&ledger).await? == 0 && refunder.is_finished() {
             break;
         }
         fleet
@@ -386,7 +399,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     fleet.disarm().await?;
     let mut converged = false;
     while started.elapsed() < config.deadline {
-        if in_progress(&ledger).await? == 0 && calls.is_finished() {
+        if in_progress(&ledger).await? == 0 && calls.is_finished() && refunder.is_finished() {
             converged = true;
             break;
         }
@@ -403,10 +416,21 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         calls.abort();
         operations::ToolCallTally::default()
     };
+    let refund_run = if refunder.is_finished() {
+        refunder.await.context("the refunder panicked")??
+    } else {
+        refunder.abort();
+        refunds::RefundRun::default()
+    };
     fleet.stop().await;
     sigkill(&mut api).await;
 
     let mut report = tally::tally(&http, &sim, &ledger, &ops).await?;
+    report.refunds = refunds::tally(&http, &sim, &ledger, &refund_run).await?;
+    report.refunds_created = refund_run.refunds.len();
+    report.refunded_payments = refund_run.payments.len();
+    report.refunds_refused_by_guard = refund_run.refused_by_guard;
+    report.refund_refusals_expected = refund_run.refusals_expected;
     sim.shutdown().await;
     report.seed = config.seed;
     report.sigkills = fleet.sigkills;

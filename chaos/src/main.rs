@@ -53,6 +53,9 @@ struct Args {
     /// Longest whole run, s.
     #[arg(long, default_value_t = 900)]
     deadline_s: u64,
+    /// One approved payment in this many is refunded during the chaos (0: no refunds).
+    #[arg(long, default_value_t = payonce_chaos::refunds::REFUND_EVERY_DEFAULT)]
+    refund_every: usize,
 }
 
 #[tokio::main]
@@ -84,6 +87,7 @@ async fn main() -> ExitCode {
     config.reconciler_kills_max = args.reconciler_kills_max;
     config.chaos_window = Duration::from_secs(args.chaos_window_s);
     config.deadline = Duration::from_secs(args.deadline_s);
+    config.refund_every = args.refund_every;
     eprintln!(
         "payonce-chaos: seed {seed}; process logs in {}",
         config.log.display()

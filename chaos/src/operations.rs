@@ -60,6 +60,7 @@ pub async fn create(
             invoice: invoice.clone(),
             destination: None,
             description: Some(format!("Invoice {invoice}")),
+            refund_of: None,
         })
         .map_err(|e| anyhow::anyhow!("details: {e:?}"))?;
         let hash = details.hash();

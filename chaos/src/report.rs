@@ -83,6 +83,16 @@ pub struct SoakReport {
     pub duplicate_tool_calls: usize,
     /// Tool-call answers that claimed a new payment was submitted, or were not 200.
     pub bad_tool_answers: usize,
+    /// Payments the soak refunded.
+    pub refunded_payments: usize,
+    /// Refund operations created and approved.
+    pub refunds_created: usize,
+    /// Refund creations the ledger's over-refund guard refused.
+    pub refunds_refused_by_guard: usize,
+    /// Refusals the refund plans call for (one per pair racing for more than a payment holds).
+    pub refund_refusals_expected: usize,
+    /// The refunds on both sides.
+    pub refunds: crate::refunds::RefundTally,
     /// Whether every operation reached a final state before the deadline.
     pub converged: bool,
     /// How long the chaos phase (kills, faults) lasted.
@@ -100,6 +110,12 @@ impl SoakReport {
             && self.mismatched == 0
             && self.unexplained == 0
             && self.bad_tool_answers == 0
+            && self.refunds.duplicated == 0
+            && self.refunds.over_refunded == 0
+            && self.refunds.lost == 0
+            && self.refunds.mismatched == 0
+            && self.refunds.disagreements == 0
+            && self.refunds_refused_by_guard == self.refund_refusals_expected
     }
 
     /// Rows in `status` at the end.
@@ -150,6 +166,44 @@ impl fmt::Display for SoakReport {
                 self.status_count(status).to_string(),
             ));
         }
+        let refund_states: usize = self.refunds.statuses.values().sum();
+        rows.extend([
+            (
+                "refunded payments (refund operations)".into(),
+                format!("{} ({})", self.refunded_payments, self.refunds_created),
+            ),
+            (
+                "refunds refused by the guard (expected)".into(),
+                format!(
+                    "{} ({})",
+                    self.refunds_refused_by_guard, self.refund_refusals_expected
+                ),
+            ),
+            (
+                "refunds at the processor".into(),
+                self.refunds.at_processor.to_string(),
+            ),
+            (
+                "duplicated refunds".into(),
+                self.refunds.duplicated.to_string(),
+            ),
+            (
+                "over-refunded payments".into(),
+                self.refunds.over_refunded.to_string(),
+            ),
+            ("lost refunds".into(), self.refunds.lost.to_string()),
+            (
+                "refund ledger/processor mismatches".into(),
+                (self.refunds.mismatched + self.refunds.disagreements).to_string(),
+            ),
+            (
+                "refunds succeeded (of all refund rows)".into(),
+                format!(
+                    "{} ({refund_states})",
+                    self.refunds.statuses.get("succeeded").copied().unwrap_or(0)
+                ),
+            ),
+        ]);
         rows.extend([
             (
                 "operations recovered after a crash".into(),
@@ -246,6 +300,40 @@ mod tests {
                 ..clean.clone()
             }
             .is_clean()
+        );
+        for refunds in [
+            crate::refunds::RefundTally {
+                duplicated: 1,
+                ..Default::default()
+            },
+            crate::refunds::RefundTally {
+                over_refunded: 1,
+                ..Default::default()
+            },
+            crate::refunds::RefundTally {
+                lost: 1,
+                ..Default::default()
+            },
+            crate::refunds::RefundTally {
+                disagreements: 1,
+                ..Default::default()
+            },
+        ] {
+            assert!(
+                !SoakReport {
+                    refunds,
+                    ..clean.clone()
+                }
+                .is_clean()
+            );
+        }
+        assert!(
+            !SoakReport {
+                refund_refusals_expected: 1,
+                ..clean.clone()
+            }
+            .is_clean(),
+            "a racing pair the guard let through"
         );
         assert!(clean.to_string().contains("CLEAN"));
     }

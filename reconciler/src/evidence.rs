@@ -1,6 +1,7 @@
 //! Evidence before trust: a stored webhook is a hint that the processor has news about an
 //! operation. Before anything changes, the object the hint names is retrieved from the processor
-//! and its amount, currency, customer and operation id are checked against the operation; only the
+//! and its amount, currency, operation id and customer (for a refund: the refunded payment) are checked
+//! against the operation; only the
 //! retrieved object's facts are applied, through the same fenced report path as every lookup.
 //!
 //! - matches: its status is applied (succeeded, failed; still processing: nothing);
@@ -12,6 +13,7 @@
 //! The reconciler runs this every sweep, so a webhook takes effect within one sweep interval.
 
 use crate::metrics::ReconcilerMetrics;
+use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::{
     Applied, LedgerError, Operation, Report, SharedLedger, StoredProcessorEvent,
 };
@@ -53,7 +55,9 @@ pub struct HintReport {
     pub errors: u32,
 }
 
-/// Why a retrieved object is not this operation's approved payment; empty when it is.
+/// Why a retrieved object is not this operation's approved payment or refund; empty when it is.
+/// Both: operation id in metadata, amount, currency. A payment: its customer, and not a refund. A
+/// refund: the refunded payment's reference (a Refund names no customer, so none is compared).
 pub fn differences(op: &Operation, object: &ProcessorObject) -> Vec<String> {
     let money = op.details.money();
     let mut diffs = Vec::new();
@@ -77,12 +81,30 @@ pub fn differences(op: &Operation, object: &ProcessorObject) -> Vec<String> {
             money.currency().code()
         ));
     }
-    if object.customer.as_deref() != Some(op.details.customer()) {
-        diffs.push(format!(
-            "customer {:?} at the processor, {} approved",
-            object.customer,
-            op.details.customer()
-        ));
+    match op.details.kind() {
+        OperationKind::Payment => {
+            if object.customer.as_deref() != Some(op.details.customer()) {
+                diffs.push(format!(
+                    "customer {:?} at the processor, {} approved",
+                    object.customer,
+                    op.details.customer()
+                ));
+            }
+            if let Some(payment) = &object.payment_reference {
+                diffs.push(format!(
+                    "a refund of {payment} at the processor, a payment approved"
+                ));
+            }
+        }
+        OperationKind::Refund => {
+            let approved = op.details.refund_of().map(|of| of.payment_reference());
+            if object.payment_reference.as_deref() != approved {
+                diffs.push(format!(
+                    "refund of {:?} at the processor, of {approved:?} approved",
+                    object.payment_reference
+                ));
+            }
+        }
     }
     diffs
 }

@@ -1,11 +1,17 @@
 //! On-call commands: list operations by state and age, show one with its full history and the
-//! processor's view, resolve one by hand with a mandatory reason. Tables by default, JSON on request.
+//! processor's view (a payment with its refunds beside it, a refund with its payment), resolve one
+//! by hand with a mandatory reason. Tables by default, JSON on request.
 
+use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{LedgerError, ListFilter, Operation, Resolution, SharedLedger};
-use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupQuery, Processor};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
+
+/// Most refunds `show` lists beside a payment (oldest first); the totals count them all.
+pub const REFUNDS_SHOWN_MAX: u32 = 100;
 
 /// How output is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +87,7 @@ pub async fn list(
                     vec![
                         o.id.to_string(),
                         o.tenant.to_string(),
+                        o.details.kind().as_str().to_string(),
                         o.status.as_str().to_string(),
                         age(now_ms, o.updated_at_ms),
                         o.attempt.to_string(),
@@ -95,6 +102,7 @@ pub async fn list(
                 &[
                     "ID",
                     "TENANT",
+                    "KIND",
                     "STATUS",
                     "AGE",
                     "ATTEMPT",
@@ -120,24 +128,28 @@ pub async fn show(
     let op = ledger.get_unscoped(id).await?;
     let events = ledger.events(id).await?;
     let processor_view = match processor {
-        Some(p) => {
-            let query = LookupQuery {
-                operation_id: &op.id,
-                idempotency_key: &op.idempotency_key,
-                reference: op.external_ref.as_deref(),
-                customer: op.details.customer(),
-                created_after_ms: op.created_at_ms - 300_000,
-            };
-            Some(p.lookup(&query).await)
-        }
+        // A payment or a refund, as its kind says.
+        Some(p) => Some(operation::lookup(p, &op, op.created_at_ms - 300_000).await),
         None => None,
     };
+    let refunds = refunds_of(ledger, &op).await?;
     Ok(match format {
-        Format::Json => {
-            json!({ "operation": op, "events": events, "processor": processor_view }).to_string()
-        }
+        Format::Json => json!({
+            "operation": op,
+            "events": events,
+            "processor": processor_view,
+            "refunds": refunds.as_ref().map(|(totals, list)| json!({
+                "totals": totals,
+                "refundable_minor": totals.refundable_minor(),
+                "refunds": list,
+            })),
+        })
+        .to_string(),
         Format::Table => {
             let mut out = describe(&op, now_ms);
+            if let Some((totals, list)) = &refunds {
+                out.push_str(&refunds_table(&op, totals, list, now_ms));
+            }
             out.push_str("\nEvents:\n");
             let rows: Vec<Vec<String>> = events
                 .iter()
@@ -166,6 +178,80 @@ pub async fn show(
             out
         }
     })
+}
+
+/// A payment's refund totals and its first [`REFUNDS_SHOWN_MAX`] refunds; `None` for a refund.
+async fn refunds_of(
+    ledger: &SharedLedger,
+    op: &Operation,
+) -> Result<Option<(RefundTotals, Vec<Operation>)>, LedgerError> {
+    match op.details.kind() {
+        OperationKind::Refund => Ok(None),
+        OperationKind::Payment => {
+            let totals = ledger.refund_totals(&op.tenant, &op.id).await?;
+            let list = ledger
+                .refunds_of(&op.tenant, &op.id, REFUNDS_SHOWN_MAX)
+                .await?;
+            Ok(Some((totals, list)))
+        }
+    }
+}
+
+/// A total in the payment's currency, as people read it.
+fn money_of(payment: &Operation, amount_minor: i64) -> String {
+    payment
+        .details
+        .money()
+        .currency()
+        .display_total(amount_minor)
+}
+
+/// The refunds beside their payment: totals, then one row each.
+fn refunds_table(
+    payment: &Operation,
+    totals: &RefundTotals,
+    list: &[Operation],
+    now_ms: i64,
+) -> String {
+    let mut out = format!(
+        "  refunds {n}: refunded {refunded}, in flight {in_flight}, refundable {left}\n",
+        n = totals.refund_count,
+        refunded = money_of(payment, totals.refunded_minor),
+        in_flight = money_of(payment, totals.in_flight_minor),
+        left = money_of(payment, totals.refundable_minor()),
+    );
+    if list.is_empty() {
+        return out;
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.status.as_str().to_string(),
+                r.details.money().display(),
+                r.details
+                    .refund_of()
+                    .map(|of| of.reason().as_str().to_string())
+                    .unwrap_or_default(),
+                r.external_ref.clone().unwrap_or_default(),
+                age(now_ms, r.updated_at_ms),
+            ]
+        })
+        .collect();
+    out.push_str("\nRefunds:\n");
+    out.push_str(&table(
+        &[
+            "REFUND",
+            "STATUS",
+            "AMOUNT",
+            "REASON",
+            "REFERENCE",
+            "UPDATED",
+        ],
+        &rows,
+    ));
+    out
 }
 
 /// One line on-call can act on; the whole processor object is in `--json`.
@@ -199,8 +285,17 @@ fn summarize(lookup: &LookupOutcome) -> String {
 
 fn describe(op: &Operation, now_ms: i64) -> String {
     let d = &op.details;
+    let what = match d.refund_of() {
+        None => "payment".to_string(),
+        Some(of) => format!(
+            "refund of payment {} ({}), reason {}",
+            of.payment_operation(),
+            of.payment_reference(),
+            of.reason().as_str()
+        ),
+    };
     format!(
-        "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  tenant {tenant}, business key {bk}\n  \
+        "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  {what}\n  tenant {tenant}, business key {bk}\n  \
          {amount} from {customer} for invoice {invoice} via {pm}\n  idempotency key {key}, submitted {n} time(s)\n  \
          reference {reference}, reason {reason}\n",
         id = op.id,

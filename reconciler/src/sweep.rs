@@ -16,9 +16,7 @@ use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{LedgerError, Operation, Report, SharedLedger};
 use payonce_shared::limiter::{Budget, acquire};
-use payonce_shared::processor::{
-    FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor,
-};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
 use payonce_shared::state::Status;
 use payonce_worker::{WorkerMetrics, execute_one};
 use futures_util::{StreamExt, stream};
@@ -365,19 +363,15 @@ impl Reconciler {
         let lookup = if contract.lookup == LookupSupport::None {
             LookupOutcome::NotFound { consistent: false }
         } else {
-            let query = LookupQuery {
-                operation_id: &op.id,
-                idempotency_key: &op.idempotency_key,
-                reference: op.external_ref.as_deref(),
-                customer: op.details.customer(),
-                created_after_ms: op.first_submitted_at_ms.unwrap_or(op.created_at_ms)
-                    - ms(self.config.lookup_skew),
-            };
+            let created_after_ms =
+                op.first_submitted_at_ms.unwrap_or(op.created_at_ms) - ms(self.config.lookup_skew);
             // Lookups draw from the read budget, apart from submissions; no permit in time defers the check.
             let limiter = self.config.retry.limiter.as_ref();
             match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
                 Ok(_) => {
-                    let found = self.processor.lookup(&query).await;
+                    // A payment or a refund, as its kind says.
+                    let found =
+                        operation::lookup(self.processor.as_ref(), op, created_after_ms).await;
                     if matches!(found, LookupOutcome::RateLimited { .. }) {
                         self.metrics.lookups_rate_limited.inc();
                     }
@@ -390,8 +384,8 @@ impl Reconciler {
         };
         let now = self.clock.now_ms();
         let mut decision = self.decide(op, lookup, now);
-        // Evidence before trust, for lookups too: a found payment is applied only if it is the
-        // approved one (amount, currency, customer, operation id); otherwise a human sees both facts.
+        // Evidence before trust, for lookups too: a found payment or refund is applied only if it is the
+        // approved one (see `evidence::differences`); otherwise a human sees both facts.
         if let Decision::Record(Report::Succeeded { reference, result }) = &decision
             && let Some(object) = self.processor.facts(reference, result)
             && let Some(checked @ Report::Mismatch { .. }) = crate::evidence::report_of(op, &object)

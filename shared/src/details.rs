@@ -1,5 +1,6 @@
 //! The consequential details of an operation and their canonical hash, which approvals bind to.
 
+use crate::id::OperationId;
 use crate::money::{Currency, Money, MoneyError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -15,6 +16,8 @@ pub const DESCRIPTION_LEN_MAX: usize = 500;
 pub enum OperationKind {
     /// Collect money from a customer (a Stripe PaymentIntent, confirmed off-session).
     Payment,
+    /// Give money back from a succeeded payment of the same tenant (a Stripe Refund).
+    Refund,
 }
 
 impl OperationKind {
@@ -22,6 +25,7 @@ impl OperationKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             OperationKind::Payment => "payment",
+            OperationKind::Refund => "refund",
         }
     }
 
@@ -29,9 +33,10 @@ impl OperationKind {
     pub fn parse(raw: &str) -> Result<Self, DetailsError> {
         match raw {
             "payment" => Ok(OperationKind::Payment),
+            "refund" => Ok(OperationKind::Refund),
             other => Err(DetailsError::Field {
                 field: "kind",
-                why: format!("unknown kind {other:?}; expected \"payment\""),
+                why: format!("unknown kind {other:?}; expected \"payment\" or \"refund\""),
             }),
         }
     }
@@ -92,6 +97,18 @@ pub enum DetailsError {
     },
 }
 
+/// The raw form of [`RefundOf`], as stored and as shown in API responses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRefundOf {
+    /// The refunded payment operation, `op_...`.
+    pub payment_operation: String,
+    /// Its processor reference, e.g. `pi_...`.
+    pub payment_reference: String,
+    /// `duplicate`, `fraudulent` or `requested_by_customer`.
+    pub reason: String,
+}
+
 /// Details as submitted by a trusted upstream service, before parsing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -115,10 +132,49 @@ pub struct RawDetails {
     /// Text shown to the customer on the confirmation page.
     #[serde(default)]
     pub description: Option<String>,
+    /// The payment a refund gives money back from; present exactly when `kind` is `refund`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund_of: Option<RawRefundOf>,
 }
 
 fn default_kind() -> String {
     "payment".to_string()
+}
+
+/// The succeeded payment a refund gives money back from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundOf {
+    payment_operation: OperationId,
+    payment_reference: String,
+    reason: RefundReason,
+}
+
+impl RefundOf {
+    /// The refunded payment operation (same tenant).
+    pub fn payment_operation(&self) -> &OperationId {
+        &self.payment_operation
+    }
+    /// Its processor reference, e.g. `pi_...`, copied at creation.
+    pub fn payment_reference(&self) -> &str {
+        &self.payment_reference
+    }
+    /// Why the money is given back.
+    pub fn reason(&self) -> RefundReason {
+        self.reason
+    }
+
+    fn parse(raw: &RawRefundOf) -> Result<Self, DetailsError> {
+        Ok(RefundOf {
+            payment_operation: OperationId::parse(&raw.payment_operation).map_err(|e| {
+                DetailsError::Field {
+                    field: "payment_operation",
+                    why: e.to_string(),
+                }
+            })?,
+            payment_reference: reference("payment_reference", &raw.payment_reference)?,
+            reason: RefundReason::parse(&raw.reason)?,
+        })
+    }
 }
 
 /// Parsed, validated details. Every field but `description` is consequential and hashed.
@@ -131,6 +187,8 @@ pub struct Details {
     invoice: String,
     destination: Option<String>,
     description: Option<String>,
+    /// Some exactly when `kind` is `Refund` (enforced by `parse` and `refund`, the only constructors).
+    refund_of: Option<RefundOf>,
 }
 
 fn reference(field: &'static str, raw: &str) -> Result<String, DetailsError> {
@@ -171,8 +229,25 @@ impl Details {
             }
             other => other.clone(),
         };
+        let kind = OperationKind::parse(&raw.kind)?;
+        let refund_of = match (kind, &raw.refund_of) {
+            (OperationKind::Payment, None) => None,
+            (OperationKind::Refund, Some(of)) => Some(RefundOf::parse(of)?),
+            (OperationKind::Payment, Some(_)) => {
+                return Err(DetailsError::Field {
+                    field: "refund_of",
+                    why: "only a refund refers to a payment".into(),
+                });
+            }
+            (OperationKind::Refund, None) => {
+                return Err(DetailsError::Field {
+                    field: "refund_of",
+                    why: "a refund must name the payment it gives money back from".into(),
+                });
+            }
+        };
         Ok(Details {
-            kind: OperationKind::parse(&raw.kind)?,
+            kind,
             money: Money::new(raw.amount, currency)?,
             customer: reference("customer", &raw.customer)?,
             payment_method: reference("payment_method", &raw.payment_method)?,
@@ -183,6 +258,53 @@ impl Details {
                 .map(|d| reference("destination", d))
                 .transpose()?,
             description,
+            refund_of,
+        })
+    }
+
+    /// The details of a refund of `payment` (a payment operation's details): `amount_minor` in the
+    /// payment's currency, at most the payment's amount (the ledger guards the sum of all refunds).
+    /// Customer, payment method and invoice are the payment's; a refund has no destination and no
+    /// customer-facing description.
+    pub fn refund(
+        payment: &Details,
+        payment_operation: &OperationId,
+        payment_reference: &str,
+        amount_minor: i64,
+        reason: RefundReason,
+    ) -> Result<Self, DetailsError> {
+        match payment.kind {
+            OperationKind::Payment => {}
+            OperationKind::Refund => {
+                return Err(DetailsError::Field {
+                    field: "payment_operation",
+                    why: "is a refund, not a payment".into(),
+                });
+            }
+        }
+        let money = Money::new(amount_minor, payment.money.currency())?;
+        if amount_minor > payment.money.amount_minor() {
+            return Err(DetailsError::Field {
+                field: "amount",
+                why: format!(
+                    "must be at most the payment's amount, {}",
+                    payment.money.amount_minor()
+                ),
+            });
+        }
+        Ok(Details {
+            kind: OperationKind::Refund,
+            money,
+            customer: payment.customer.clone(),
+            payment_method: payment.payment_method.clone(),
+            invoice: payment.invoice.clone(),
+            destination: None,
+            description: None,
+            refund_of: Some(RefundOf {
+                payment_operation: payment_operation.clone(),
+                payment_reference: reference("payment_reference", payment_reference)?,
+                reason,
+            }),
         })
     }
 
@@ -197,6 +319,11 @@ impl Details {
             invoice: self.invoice.clone(),
             destination: self.destination.clone(),
             description: self.description.clone(),
+            refund_of: self.refund_of.as_ref().map(|of| RawRefundOf {
+                payment_operation: of.payment_operation.as_str().to_string(),
+                payment_reference: of.payment_reference.clone(),
+                reason: of.reason.as_str().to_string(),
+            }),
         }
     }
 
@@ -228,14 +355,20 @@ impl Details {
     pub fn description(&self) -> Option<&str> {
         self.description.as_deref()
     }
+    /// The payment a refund gives money back from: Some exactly when `kind()` is `Refund`.
+    pub fn refund_of(&self) -> Option<&RefundOf> {
+        self.refund_of.as_ref()
+    }
 
     /// Canonical hash of every consequential detail. Each field is written with its name and length,
-    /// so no two different detail sets share an encoding.
+    /// so no two different detail sets share an encoding. A refund's fields follow the payment's
+    /// seven, so every payment hash stored before refunds existed is unchanged.
     pub fn hash(&self) -> DetailsHash {
         let mut h = Sha256::new();
-        let fields: [(&str, &str); 7] = [
+        let amount = self.money.amount_minor().to_string();
+        let mut fields: Vec<(&str, &str)> = vec![
             ("kind", self.kind.as_str()),
-            ("amount", &self.money.amount_minor().to_string()),
+            ("amount", &amount),
             ("currency", self.money.currency().code()),
             ("customer", &self.customer),
             ("payment_method", &self.payment_method),
@@ -245,6 +378,11 @@ impl Details {
                 self.destination.as_deref().unwrap_or("\u{0}none"),
             ),
         ];
+        if let Some(of) = &self.refund_of {
+            fields.push(("refund_payment_operation", of.payment_operation.as_str()));
+            fields.push(("refund_payment_reference", &of.payment_reference));
+            fields.push(("refund_reason", of.reason.as_str()));
+        }
         h.update(b"payonce-details-v1");
         for (name, value) in fields {
             h.update((name.len() as u64).to_be_bytes());
@@ -319,6 +457,7 @@ mod tests {
             invoice: "INV-2048".into(),
             destination: None,
             description: Some("March hosting".into()),
+            refund_of: None,
         }
     }
 
@@ -346,6 +485,138 @@ mod tests {
             "description is not consequential"
         );
         assert_eq!(DetailsHash::parse(base.as_str()).unwrap(), base);
+    }
+
+    fn payment() -> (Details, OperationId) {
+        (Details::parse(&raw()).unwrap(), OperationId::generate())
+    }
+
+    #[test]
+    fn a_refund_takes_the_payments_parties_and_round_trips_through_its_raw_form() {
+        let (payment, op) = payment();
+        let refund = Details::refund(&payment, &op, "pi_1", 500, RefundReason::Duplicate).unwrap();
+        assert_eq!(refund.kind(), OperationKind::Refund);
+        assert_eq!(refund.money().amount_minor(), 500);
+        assert_eq!(refund.money().currency(), payment.money().currency());
+        assert_eq!(refund.customer(), "cus_123");
+        assert_eq!(refund.payment_method(), "pm_card_visa");
+        assert_eq!(refund.invoice(), "INV-2048");
+        assert_eq!(refund.destination(), None);
+        assert_eq!(refund.description(), None);
+        let of = refund.refund_of().unwrap();
+        assert_eq!(of.payment_operation(), &op);
+        assert_eq!(of.payment_reference(), "pi_1");
+        assert_eq!(of.reason(), RefundReason::Duplicate);
+        assert_eq!(payment.refund_of(), None);
+
+        let raw = refund.to_raw();
+        assert_eq!(raw.kind, "refund");
+        let json = serde_json::to_value(&raw).unwrap();
+        assert_eq!(json["refund_of"]["payment_operation"], op.as_str());
+        assert_eq!(json["refund_of"]["reason"], "duplicate");
+        let back: RawDetails = serde_json::from_value(json).unwrap();
+        assert_eq!(Details::parse(&back).unwrap(), refund);
+        assert_eq!(Details::parse(&back).unwrap().hash(), refund.hash());
+        // A payment's raw form has no refund_of key at all (responses are unchanged).
+        let payment_json = serde_json::to_value(payment.to_raw()).unwrap();
+        assert!(payment_json.get("refund_of").is_none(), "{payment_json}");
+    }
+
+    #[test]
+    fn every_refund_detail_changes_the_hash_and_payment_hashes_are_unchanged() {
+        // Pinned: refunds appended their fields after the payment's, so stored payment hashes hold.
+        assert_eq!(
+            Details::parse(&raw()).unwrap().hash().as_str(),
+            PAYMENT_HASH_PINNED
+        );
+        let (payment, op) = payment();
+        let base = Details::refund(&payment, &op, "pi_1", 500, RefundReason::Duplicate)
+            .unwrap()
+            .hash();
+        let variants = [
+            Details::refund(&payment, &op, "pi_1", 501, RefundReason::Duplicate),
+            Details::refund(
+                &payment,
+                &OperationId::generate(),
+                "pi_1",
+                500,
+                RefundReason::Duplicate,
+            ),
+            Details::refund(&payment, &op, "pi_2", 500, RefundReason::Duplicate),
+            Details::refund(&payment, &op, "pi_1", 500, RefundReason::Fraudulent),
+        ];
+        for variant in variants {
+            assert_ne!(variant.unwrap().hash(), base);
+        }
+        let mut other_payment = raw();
+        other_payment.customer = "cus_999".into();
+        let other = Details::parse(&other_payment).unwrap();
+        assert_ne!(
+            Details::refund(&other, &op, "pi_1", 500, RefundReason::Duplicate)
+                .unwrap()
+                .hash(),
+            base
+        );
+    }
+
+    /// `Details::parse(&raw()).hash()`, computed before refunds existed.
+    const PAYMENT_HASH_PINNED: &str =
+        "0adc909fe44b2cf4c1827ba21dcc619d05feb65391eb213cd3936a7c0e100372";
+
+    #[test]
+    fn refunds_and_payments_are_refused_in_each_others_shape() {
+        let (payment, op) = payment();
+        let refund = Details::refund(&payment, &op, "pi_1", 500, RefundReason::Duplicate).unwrap();
+        let field = |r: Result<Details, DetailsError>| match r {
+            Err(DetailsError::Field { field, .. }) => field,
+            other => panic!("expected a field error, got {other:?}"),
+        };
+        assert_eq!(
+            field(Details::refund(
+                &refund,
+                &op,
+                "pi_1",
+                1,
+                RefundReason::Duplicate
+            )),
+            "payment_operation"
+        );
+        assert_eq!(
+            field(Details::refund(
+                &payment,
+                &op,
+                "pi_1",
+                2049,
+                RefundReason::Duplicate
+            )),
+            "amount"
+        );
+        assert!(matches!(
+            Details::refund(&payment, &op, "pi_1", 0, RefundReason::Duplicate),
+            Err(DetailsError::Money(_))
+        ));
+        assert_eq!(
+            field(Details::refund(
+                &payment,
+                &op,
+                "pi 1",
+                1,
+                RefundReason::Duplicate
+            )),
+            "payment_reference"
+        );
+        let mut r = refund.to_raw();
+        r.refund_of = None;
+        assert_eq!(field(Details::parse(&r)), "refund_of");
+        let mut r = raw();
+        r.refund_of = refund.to_raw().refund_of;
+        assert_eq!(field(Details::parse(&r)), "refund_of");
+        let mut r = refund.to_raw();
+        r.refund_of.as_mut().unwrap().payment_operation = "op_nothex".into();
+        assert_eq!(field(Details::parse(&r)), "payment_operation");
+        let mut r = refund.to_raw();
+        r.refund_of.as_mut().unwrap().reason = "expired_uncaptured_charge".into();
+        assert_eq!(field(Details::parse(&r)), "reason");
     }
 
     #[test]

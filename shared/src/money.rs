@@ -85,6 +85,23 @@ impl Currency {
     pub fn exponent(&self) -> u8 {
         self.exponent
     }
+
+    /// Human form of a non-negative total in this currency, zero included (refund totals):
+    /// `20.48 USD`, `0.00 USD`, `1500 JPY`.
+    pub fn display_total(&self, amount_minor: i64) -> String {
+        let exp = u32::from(self.exponent);
+        let code = self.code.to_ascii_uppercase();
+        if exp == 0 {
+            return format!("{amount_minor} {code}");
+        }
+        let unit = 10_i64.pow(exp);
+        format!(
+            "{}.{:0width$} {code}",
+            amount_minor / unit,
+            amount_minor % unit,
+            width = exp as usize
+        )
+    }
 }
 
 impl From<Currency> for String {
@@ -134,18 +151,7 @@ impl Money {
 
     /// Human form for a confirmation page or a tool sentence: `20.48 USD`, `1500 JPY`.
     pub fn display(&self) -> String {
-        let exp = u32::from(self.currency.exponent);
-        let code = self.currency.code.to_ascii_uppercase();
-        if exp == 0 {
-            return format!("{} {code}", self.amount_minor);
-        }
-        let unit = 10_i64.pow(exp);
-        format!(
-            "{}.{:0width$} {code}",
-            self.amount_minor / unit,
-            self.amount_minor % unit,
-            width = exp as usize
-        )
+        self.currency.display_total(self.amount_minor)
     }
 }
 
@@ -194,5 +200,10 @@ mod tests {
         assert_eq!(m(5, "eur"), "0.05 EUR");
         assert_eq!(m(1500, "jpy"), "1500 JPY");
         assert_eq!(m(1001, "kwd"), "1.001 KWD");
+        // Totals (refunded so far) may be zero.
+        let usd = Currency::parse("usd").unwrap();
+        assert_eq!(usd.display_total(0), "0.00 USD");
+        assert_eq!(usd.display_total(2048), "20.48 USD");
+        assert_eq!(Currency::parse("jpy").unwrap().display_total(0), "0 JPY");
     }
 }

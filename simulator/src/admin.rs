@@ -1,7 +1,7 @@
 //! The admin API under `/_sim` (loopback, no authentication): fault rules, audits and health.
 
 use crate::faults::FaultRule;
-use crate::limits::AUDIT_PAYMENTS_MAX;
+use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX, CLOCK_ADVANCE_MS_MAX};
 use crate::payment_intents::{detached, settle_due};
 use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
@@ -35,6 +35,35 @@ pub(crate) async fn arm_faults(State(app): State<Shared>, body: Bytes) -> Respon
         return admin_error(StatusCode::BAD_REQUEST, e.to_string());
     }
     Json(json!({ "rules": app.faults.rules() })).into_response()
+}
+
+/// `POST /_sim/clock` `{"advance_ms": N}`: moves the simulator's clock forward by N ms (never back),
+/// so a test can pass Stripe's key retention or a settle delay without waiting for it; answers the
+/// simulator's new `now_ms`.
+pub(crate) async fn advance_clock(State(app): State<Shared>, body: Bytes) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Advance {
+        advance_ms: i64,
+    }
+    let advance: Advance = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"advance_ms\": N}}: {e}"),
+            );
+        }
+    };
+    if !(0..=CLOCK_ADVANCE_MS_MAX).contains(&advance.advance_ms) {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            format!("advance_ms must be 0 to {CLOCK_ADVANCE_MS_MAX}; the clock never moves back"),
+        );
+    }
+    app.clock_offset_ms
+        .fetch_add(advance.advance_ms, std::sync::atomic::Ordering::SeqCst);
+    Json(json!({ "now_ms": app.now_ms() })).into_response()
 }
 
 /// `DELETE /_sim/faults`: clears every rule.
@@ -80,6 +109,60 @@ pub(crate) async fn audit_payments(State(app): State<Shared>) -> Response {
         }
         Err(e) => {
             tracing::error!(error = %e, "simulator payment audit failed");
+            admin_error(StatusCode::INTERNAL_SERVER_ERROR, "audit failed")
+        }
+    }
+}
+
+/// `GET /_sim/audit/refunds`: every Refund, oldest first, and how many were created per payment and
+/// per idempotency key (a key under which more than one refund exists is a duplicate the processor's
+/// idempotency did not prevent; failed refunds are counted too, they were created all the same).
+pub(crate) async fn audit_refunds(State(app): State<Shared>) -> Response {
+    let worker = app.clone();
+    let rows = detached(async move {
+        settle_due(&worker).await?;
+        worker.store.all_refunds(AUDIT_REFUNDS_MAX).await
+    })
+    .await;
+    match rows {
+        Ok(rows) => {
+            let mut by_payment = std::collections::BTreeMap::<&str, u64>::new();
+            let mut by_key = std::collections::BTreeMap::<&str, u64>::new();
+            let mut refunded_by_payment = std::collections::BTreeMap::<&str, i64>::new();
+            for r in &rows {
+                *by_payment.entry(&r.payment_intent).or_default() += 1;
+                if let Some(key) = &r.idempotency_key {
+                    *by_key.entry(key).or_default() += 1;
+                }
+                if r.status != "failed" && r.status != "canceled" {
+                    *refunded_by_payment.entry(&r.payment_intent).or_default() += r.amount;
+                }
+            }
+            let data: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    let object: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+                    json!({
+                        "id": r.id,
+                        "payment_intent": r.payment_intent,
+                        "amount": r.amount,
+                        "status": r.status,
+                        "idempotency_key": r.idempotency_key,
+                        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                        "created": r.created,
+                    })
+                })
+                .collect();
+            Json(json!({
+                "data": data,
+                "count_by_payment_intent": by_payment,
+                "count_by_idempotency_key": by_key,
+                "amount_by_payment_intent": refunded_by_payment,
+            }))
+            .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "simulator refund audit failed");
             admin_error(StatusCode::INTERNAL_SERVER_ERROR, "audit failed")
         }
     }

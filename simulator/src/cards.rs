@@ -24,7 +24,35 @@ pub(crate) const KNOWN_PAYMENT_METHODS: &[&str] = &[
     "pm_card_chargeDeclinedInsufficientFunds",
     "pm_card_authenticationRequired",
     "pm_card_processing",
+    "pm_card_pendingRefund",
+    "pm_card_refundFail",
+    "pm_card_pendingRefundFail",
 ];
+
+/// How a refund of a payment made with a test payment method behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefundBehaviour {
+    /// The status the refund is created with.
+    pub(crate) initial: &'static str,
+    /// The status it takes `refund_settle` later, if it changes.
+    pub(crate) settles_to: Option<&'static str>,
+}
+
+/// The refund behaviour of a payment's method: Stripe's `pm_card_pendingRefund` (pending, then
+/// succeeded) and `pm_card_refundFail` (succeeded, then failed), the simulator's own
+/// `pm_card_pendingRefundFail` (pending, then failed); every other method refunds at once.
+pub(crate) fn refund_behaviour(payment_method: Option<&str>) -> RefundBehaviour {
+    let (initial, settles_to) = match payment_method {
+        Some("pm_card_pendingRefund") => ("pending", Some("succeeded")),
+        Some("pm_card_refundFail") => ("succeeded", Some("failed")),
+        Some("pm_card_pendingRefundFail") => ("pending", Some("failed")),
+        _ => ("succeeded", None),
+    };
+    RefundBehaviour {
+        initial,
+        settles_to,
+    }
+}
 
 /// Whether the simulator knows the payment method.
 pub(crate) fn is_known(payment_method: &str) -> bool {

@@ -8,6 +8,9 @@ use std::time::Duration;
 pub const KEY_RETENTION_DEFAULT: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default time a `pm_card_processing` payment stays `processing`.
 pub const PROCESSING_SETTLE_DEFAULT: Duration = Duration::from_secs(2);
+/// Default time an asynchronous refund (`pm_card_pendingRefund`, `pm_card_refundFail`) waits before
+/// its final status.
+pub const REFUND_SETTLE_DEFAULT: Duration = Duration::from_secs(2);
 /// Default accepted secret key.
 pub const API_KEY_DEFAULT: &str = "sk_test_payonce";
 /// Default webhook signing secret.
@@ -36,6 +39,8 @@ pub struct SimulatorConfig {
     pub webhook_delay: Duration,
     /// How long a `pm_card_processing` payment stays `processing` before it succeeds.
     pub processing_settle: Duration,
+    /// How long an asynchronous refund keeps its first status before it takes its final one.
+    pub refund_settle: Duration,
     /// Seed of every probabilistic decision (faults, duplicate webhooks).
     pub seed: u64,
     /// The accepted bearer secret key.
@@ -64,6 +69,7 @@ impl std::fmt::Debug for SimulatorConfig {
             .field("webhook_reorder", &self.webhook_reorder)
             .field("webhook_delay", &self.webhook_delay)
             .field("processing_settle", &self.processing_settle)
+            .field("refund_settle", &self.refund_settle)
             .field("seed", &self.seed)
             .field("latency", &self.latency)
             .field("rate_limits", &self.rate_limits)
@@ -84,6 +90,7 @@ impl Default for SimulatorConfig {
             webhook_reorder: false,
             webhook_delay: Duration::ZERO,
             processing_settle: PROCESSING_SETTLE_DEFAULT,
+            refund_settle: REFUND_SETTLE_DEFAULT,
             seed: 0,
             api_key: API_KEY_DEFAULT.to_string(),
             latency: Duration::ZERO,

@@ -96,6 +96,20 @@ impl ApiError {
         e
     }
 
+    /// 404 for a path or method Stripe does not serve. Stripe answers these with no `code` and this
+    /// exact message (`DELETE /v1/refunds` included: a wrong method is an unrecognized URL there).
+    pub(crate) fn unrecognized(method: &str, path: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            None,
+            format!(
+                "Unrecognized request URL ({method}: {path}). Please see https://stripe.com/docs or we can help at \
+                 https://support.stripe.com/."
+            ),
+        )
+    }
+
     /// 401: no or wrong secret key. Stripe's current type enum has no `authentication_error`; Stripe answers
     /// 401 with `invalid_request_error`, and clients branch on the status.
     pub(crate) fn unauthorized() -> Self {

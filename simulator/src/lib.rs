@@ -7,7 +7,7 @@
 //! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
 //! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
 //! - `routes`: the HTTP surface (Stripe API under `/v1`, admin under `/_sim`).
-//! - `payment_intents`, `refunds`, `events`: the Stripe resources.
+//! - `payment_intents`, `refunds` (create, settle), `refund_reads` (retrieve, list), `events`: the Stripe resources.
 //! - `admin`: fault rules, audits and health for tests.
 //! - `audit`: the recent requests and the parameter names each sent.
 //! - `cards`: the test payment methods and the outcome each one decides.
@@ -28,6 +28,12 @@
 //! `pm_card_authenticationRequired` fails with `authentication_required` when `off_session=true` and
 //! otherwise stops at `requires_action`; `pm_card_processing` (simulator-specific) stays `processing` for
 //! `processing_settle`, then succeeds and emits `payment_intent.succeeded`.
+//!
+//! Refunds of a payment made with Stripe's `pm_card_pendingRefund` start `pending` and succeed
+//! `refund_settle` later; with `pm_card_refundFail` they start `succeeded` and fail later
+//! (`failure_reason: expired_or_canceled_card`, the amount becomes refundable again); with the
+//! simulator's own `pm_card_pendingRefundFail` they start `pending` and fail later. Every other payment
+//! method refunds at once.
 
 // Errors here are rendered once per request into a response; boxing them would buy nothing measurable.
 #![allow(clippy::result_large_err)]
@@ -47,6 +53,7 @@ mod limits;
 mod objects;
 mod payment_intents;
 mod rate_limits;
+mod refund_reads;
 mod refunds;
 mod rng;
 mod routes;

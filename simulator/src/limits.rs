@@ -28,5 +28,10 @@ pub(crate) const FAULT_RULES_MAX: usize = 100;
 pub(crate) const SEARCH_QUERY_LEN_MAX: usize = 1000;
 /// Most recent requests kept by the request audit.
 pub(crate) const REQUEST_AUDIT_MAX: usize = 1000;
+/// Farthest one `POST /_sim/clock` may move the simulator's clock (a year: past Stripe's 24 h key
+/// retention and any settle delay, short of overflowing a timestamp).
+pub(crate) const CLOCK_ADVANCE_MS_MAX: i64 = 366 * 24 * 60 * 60 * 1000;
 /// Most payments returned by the payment audit.
 pub(crate) const AUDIT_PAYMENTS_MAX: i64 = 10_000;
+/// Most refunds returned by the refund audit.
+pub(crate) const AUDIT_REFUNDS_MAX: i64 = 10_000;

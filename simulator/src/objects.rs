@@ -61,32 +61,57 @@ pub(crate) fn payment_intent(row: &PaymentRow) -> Value {
     })
 }
 
+/// What a Refund object is rendered from.
+#[derive(Debug, Clone)]
+pub(crate) struct RefundFields<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) pi: &'a PaymentRow,
+    pub(crate) amount: i64,
+    pub(crate) created: i64,
+    pub(crate) reason: Option<&'a str>,
+    pub(crate) metadata: &'a BTreeMap<String, String>,
+    /// `pending` or `succeeded` at creation.
+    pub(crate) status: &'a str,
+}
+
 /// A Refund object.
-pub(crate) fn refund(
-    id: &str,
-    pi: &PaymentRow,
-    amount: i64,
-    created: i64,
-    reason: Option<&str>,
-    metadata: &BTreeMap<String, String>,
-) -> Value {
+pub(crate) fn refund(f: &RefundFields<'_>) -> Value {
     json!({
-        "id": id,
+        "id": f.id,
         "object": "refund",
-        "amount": amount,
+        "amount": f.amount,
         "balance_transaction": null,
-        "charge": pi.latest_charge,
-        "created": created,
-        "currency": pi.currency,
+        "charge": f.pi.latest_charge,
+        "created": f.created,
+        "currency": f.pi.currency,
         "description": null,
-        "metadata": metadata,
-        "payment_intent": pi.id,
-        "reason": reason,
+        "destination_details": null,
+        "metadata": f.metadata,
+        "payment_intent": f.pi.id,
+        "pending_reason": if f.status == "pending" { json!("processing") } else { Value::Null },
+        "reason": f.reason,
         "receipt_number": null,
         "source_transfer_reversal": null,
-        "status": "succeeded",
+        "status": f.status,
         "transfer_reversal": null,
     })
+}
+
+/// Why a refund of the simulator fails asynchronously (one of Stripe's documented `failure_reason`s).
+pub(crate) const REFUND_FAILURE_REASON: &str = "expired_or_canceled_card";
+
+/// A stored Refund object moved to its final status `to`: `failure_reason` when it failed, no
+/// `pending_reason` any more.
+pub(crate) fn refund_settled(mut refund: Value, to: &str) -> Value {
+    if let Some(obj) = refund.as_object_mut() {
+        obj.insert("status".into(), json!(to));
+        obj.insert("pending_reason".into(), Value::Null);
+        if to == "failed" {
+            obj.insert("failure_reason".into(), json!(REFUND_FAILURE_REASON));
+            obj.insert("failure_balance_transaction".into(), Value::Null);
+        }
+    }
+    refund
 }
 
 /// A charge-shaped object for `charge.refunded` (only the fields a consumer needs).
@@ -126,13 +151,29 @@ pub(crate) fn event(
     object: Value,
     cause: EventCause<'_>,
 ) -> Value {
+    event_with_previous(id, created, kind, object, None, cause)
+}
+
+/// An Event object for an update: `data.previous_attributes` holds the changed fields' old values.
+pub(crate) fn event_with_previous(
+    id: &str,
+    created: i64,
+    kind: &str,
+    object: Value,
+    previous: Option<Value>,
+    cause: EventCause<'_>,
+) -> Value {
+    let data = match previous {
+        Some(previous) => json!({ "object": object, "previous_attributes": previous }),
+        None => json!({ "object": object }),
+    };
     json!({
         "id": id,
         "object": "event",
         "account": null,
         "api_version": cause.api_version,
         "created": created,
-        "data": { "object": object },
+        "data": data,
         "livemode": false,
         "pending_webhooks": 0,
         "request": { "id": cause.request_id, "idempotency_key": cause.idempotency_key },

@@ -8,7 +8,6 @@ use crate::form::{self, Pairs};
 use crate::idempotency::{self, KeyState};
 use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
 use crate::objects::{self, EventCause};
-use crate::rng::now_ms;
 use crate::routes::{Ctx, Shared};
 use crate::search::Query;
 use crate::store::{KeyRecord, NewEvent, PaymentRow};
@@ -244,9 +243,16 @@ fn validate(pairs: &Pairs) -> Result<form::PaymentIntentParams, ApiError> {
     Ok(p)
 }
 
-/// Settles every `processing` payment whose time has come: `succeeded`, with `payment_intent.succeeded`.
+/// Settles every `processing` payment whose time has come (`succeeded`, with `payment_intent.succeeded`),
+/// then every asynchronous refund whose time has come ([`crate::refunds::settle_due`]): every read
+/// calls this first, so what it returns never lags behind the configured delays.
 pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let now = now_ms();
+    let payments = settle_payments_due(app).await?;
+    Ok(payments + crate::refunds::settle_due(app).await?)
+}
+
+async fn settle_payments_due(app: &Shared) -> Result<usize, sqlx::Error> {
+    let now = app.now_ms();
     let due = app.store.processing_due(now, SETTLE_BATCH_MAX).await?;
     let mut settled = 0;
     for mut row in due {

@@ -93,6 +93,7 @@ pub(crate) fn endpoint_of(method: &str, path: &str) -> String {
     let route = match path.strip_prefix("/v1/payment_intents/") {
         Some("search") => "/v1/payment_intents/search",
         Some(_) => "/v1/payment_intents/:id",
+        None if path.starts_with("/v1/refunds/") => "/v1/refunds/:id",
         None => path,
     };
     format!("{method} {route}")
@@ -227,6 +228,10 @@ mod tests {
         assert_eq!(
             endpoint_of("POST", "/v1/payment_intents"),
             "POST /v1/payment_intents"
+        );
+        assert_eq!(
+            endpoint_of("GET", "/v1/refunds/re_1"),
+            "GET /v1/refunds/:id"
         );
     }
 

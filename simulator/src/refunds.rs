@@ -1,5 +1,12 @@
-//! Refunds: `POST /v1/refunds` (whole or partial, never more than what is left), idempotent like every POST.
+//! Refunds: `POST /v1/refunds` (whole or partial, never more than what is left), idempotent like every POST;
+//! `GET /v1/refunds/{id}` and `GET /v1/refunds` (in `refund_reads`); and the settling of asynchronous
+//! refunds (Stripe's `pm_card_pendingRefund` and `pm_card_refundFail`, see [`crate::cards::refund_behaviour`]).
+//!
+//! Events, as Stripe sends them: `refund.created` and `charge.refunded` at creation; `refund.updated`
+//! and `charge.refund.updated` when an asynchronous refund takes its final status, with
+//! `refund.failed` before them when it failed.
 
+use crate::cards;
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::faults::FaultKind;
@@ -7,13 +14,16 @@ use crate::form;
 use crate::idempotency::{self, KeyState};
 use crate::objects::{self, EventCause};
 use crate::routes::{Ctx, Shared};
-use crate::store::{KeyRecord, NewEvent, RefundCommit};
+use crate::store::{KeyRecord, NewEvent, RefundCommit, RefundRow, RefundSettle};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-const PATH: &str = "/v1/refunds";
+/// The refunds path.
+pub(crate) const PATH: &str = "/v1/refunds";
+/// Most asynchronous refunds settled in one pass.
+const SETTLE_BATCH_MAX: i64 = 100;
 
 fn exceeds(amount: i64, left: i64) -> ApiError {
     ApiError::invalid_param(
@@ -109,14 +119,16 @@ pub(crate) async fn create(
     }
     let refund_id = app.ids.id("re");
     let created = ctx.now_ms / 1000;
-    let refund = objects::refund(
-        &refund_id,
-        &pi,
+    let behaviour = cards::refund_behaviour(pi.payment_method.as_deref());
+    let refund = objects::refund(&objects::RefundFields {
+        id: &refund_id,
+        pi: &pi,
         amount,
         created,
-        params.reason.as_deref(),
-        &params.metadata,
-    );
+        reason: params.reason.as_deref(),
+        metadata: &params.metadata,
+        status: behaviour.initial,
+    });
     let cause = EventCause {
         request_id: Some(&ctx.request_id),
         idempotency_key: ctx.key.as_deref(),
@@ -130,15 +142,7 @@ pub(crate) async fn create(
             objects::charge(&pi, pi.amount_refunded + amount),
         ),
     ] {
-        let id = app.ids.id("evt");
-        let body = serde_json::to_vec(&objects::event(&id, created, kind, object, cause))
-            .unwrap_or_default();
-        events.push(NewEvent {
-            id,
-            created,
-            kind,
-            body,
-        });
+        events.push(new_event(&app, created, kind, object, None, cause));
     }
     let (status, body) = if ctx.fault == Some(FaultKind::Error500AfterCommit) {
         (
@@ -161,21 +165,28 @@ pub(crate) async fn create(
             body: body.clone(),
             created_ms: ctx.now_ms,
         });
+    let row = RefundRow {
+        seq: 0,
+        id: refund_id,
+        payment_intent: pi.id.clone(),
+        charge: pi.latest_charge.clone(),
+        amount,
+        status: behaviour.initial.to_string(),
+        created,
+        idempotency_key: ctx.key.clone(),
+        request_id: ctx.request_id.clone(),
+        settle_at_ms: behaviour
+            .settles_to
+            .map(|_| ctx.now_ms + app.config.refund_settle.as_millis() as i64),
+        settle_to: behaviour.settles_to.map(str::to_string),
+        body: serde_json::to_vec(&refund).unwrap_or_default(),
+    };
     let store = app.store.clone();
     let due = app.webhooks_due_ms(ctx.now_ms);
-    let stored_body = serde_json::to_vec(&refund).unwrap_or_default();
-    let pi_id = pi.id.clone();
+    // Spawned: a client hanging up must not cancel the transaction, and the claim is held until it commits.
     let committed = tokio::spawn(async move {
         let result = store
-            .commit_refund(
-                &refund_id,
-                &pi_id,
-                amount,
-                &stored_body,
-                &events,
-                key_record.as_ref(),
-                due,
-            )
+            .commit_refund(&row, &events, key_record.as_ref(), due)
             .await;
         drop(claim);
         result
@@ -190,4 +201,74 @@ pub(crate) async fn create(
     }
     app.webhook_wake.notify_one();
     ctx.finish(ctx.respond(status, body, false))
+}
+
+fn new_event(
+    app: &Shared,
+    created: i64,
+    kind: &'static str,
+    object: serde_json::Value,
+    previous: Option<serde_json::Value>,
+    cause: EventCause<'_>,
+) -> NewEvent {
+    let id = app.ids.id("evt");
+    let body = serde_json::to_vec(&objects::event_with_previous(
+        &id, created, kind, object, previous, cause,
+    ))
+    .unwrap_or_default();
+    NewEvent {
+        id,
+        created,
+        kind,
+        body,
+    }
+}
+
+/// Moves every asynchronous refund whose time has come to its final status, with its events.
+pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
+    let now = app.now_ms();
+    let due = app.store.refunds_settle_due(now, SETTLE_BATCH_MAX).await?;
+    let mut settled = 0;
+    for row in due {
+        let Some(to) = row.settle_to.clone() else {
+            continue;
+        };
+        let stored: serde_json::Value = serde_json::from_slice(&row.body).unwrap_or_default();
+        let object = objects::refund_settled(stored, &to);
+        let created = now / 1000;
+        // Stripe's asynchronous events name no request: nobody asked for this change.
+        let cause = EventCause {
+            request_id: None,
+            idempotency_key: None,
+            api_version: objects::API_VERSION,
+        };
+        let previous = Some(serde_json::json!({ "status": row.status }));
+        let kinds: &[&'static str] = if to == "failed" {
+            &["refund.failed", "refund.updated", "charge.refund.updated"]
+        } else {
+            &["refund.updated", "charge.refund.updated"]
+        };
+        let events: Vec<NewEvent> = kinds
+            .iter()
+            .map(|kind| new_event(app, created, kind, object.clone(), previous.clone(), cause))
+            .collect();
+        let body = serde_json::to_vec(&object).unwrap_or_default();
+        let settle = RefundSettle {
+            row: &row,
+            to: &to,
+            body: &body,
+            events: &events,
+        };
+        if app
+            .store
+            .settle_refund(&settle, app.webhooks_due_ms(now))
+            .await?
+        {
+            settled += 1;
+        }
+    }
+    if settled > 0 {
+        app.webhook_wake.notify_one();
+    }
+    Ok(settled)
 }

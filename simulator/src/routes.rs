@@ -12,7 +12,7 @@ use crate::limits::{BODY_BYTES_MAX, IDEMPOTENCY_KEY_LEN_MAX};
 use crate::objects::API_VERSION;
 use crate::rng::{IdGen, now_ms};
 use crate::store::{SavedResponse, Store};
-use crate::{admin, events, payment_intents, refunds};
+use crate::{admin, events, payment_intents, refund_reads, refunds};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -32,12 +32,24 @@ pub(crate) struct App {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) webhook_wake: Notify,
     pub(crate) limiter: crate::rate_limits::Limiter,
+    /// How far `POST /_sim/clock` moved the simulator's clock ahead of the wall clock, ms.
+    pub(crate) clock_offset_ms: std::sync::atomic::AtomicI64,
 }
 
 /// Shared application state.
 pub(crate) type Shared = Arc<App>;
 
 impl App {
+    /// The simulator's "now", ms since the epoch: the wall clock plus what `POST /_sim/clock` added.
+    /// Everything time-dependent reads it (key retention, settling, webhook schedules, `created`),
+    /// except the webhook signature's timestamp, which the receiver checks against its own clock.
+    pub(crate) fn now_ms(&self) -> i64 {
+        now_ms()
+            + self
+                .clock_offset_ms
+                .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// When webhooks for an event created now are first due, if webhooks are configured.
     pub(crate) fn webhooks_due_ms(&self, now_ms: i64) -> Option<i64> {
         self.config
@@ -61,7 +73,8 @@ pub(crate) fn router(app: Shared) -> Router {
         )
         .route("/v1/payment_intents/search", get(payment_intents::search))
         .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
-        .route("/v1/refunds", post(refunds::create))
+        .route("/v1/refunds", post(refunds::create).get(refund_reads::list))
+        .route("/v1/refunds/{id}", get(refund_reads::retrieve))
         .route("/v1/events", get(events::list))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), delay));
     Router::new()
@@ -73,17 +86,21 @@ pub(crate) fn router(app: Shared) -> Router {
                 .get(admin::list_faults),
         )
         .route("/_sim/audit/payments", get(admin::audit_payments))
+        .route("/_sim/audit/refunds", get(admin::audit_refunds))
         .route("/_sim/audit/requests", get(admin::audit_requests))
         .route("/_sim/audit/rate_limits", get(admin::audit_rate_limits))
         .route(
             "/_sim/rate_limits",
             get(admin::rate_limits).put(admin::set_rate_limits),
         )
+        .route("/_sim/clock", post(admin::advance_clock))
         .route("/_sim/health", get(admin::health))
         // The probe paths every payonce deployable answers (the store is open once serving).
         .route("/healthz", get(admin::health))
         .route("/readyz", get(admin::health))
         .fallback(unrecognized)
+        // Stripe has no 405: a known path with a method it does not serve is an unrecognized URL.
+        .method_not_allowed_fallback(unrecognized)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
 }
@@ -105,11 +122,8 @@ async fn delay(
     next.run(request).await
 }
 
-async fn unrecognized() -> Response {
-    let e = ApiError {
-        status: StatusCode::NOT_FOUND,
-        ..ApiError::invalid_request("resource_missing", "Unrecognized request URL.")
-    };
+async fn unrecognized(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let e = ApiError::unrecognized(method.as_str(), uri.path());
     (
         e.status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -152,7 +166,7 @@ impl Ctx {
         pairs: Option<&Pairs>,
     ) -> Result<Ctx, Response> {
         let request_id = app.ids.id("req");
-        let now = now_ms();
+        let now = app.now_ms();
         let raw_key = headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())

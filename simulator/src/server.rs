@@ -8,7 +8,7 @@ use crate::error::SimulatorError;
 use crate::faults::Faults;
 use crate::idempotency::InFlight;
 use crate::payment_intents::settle_due;
-use crate::rng::{IdGen, now_ms};
+use crate::rng::IdGen;
 use crate::routes::{self, App, Shared};
 use crate::store::Store;
 use crate::webhooks;
@@ -45,6 +45,7 @@ async fn maintenance(app: Shared) {
     let tick = app
         .config
         .processing_settle
+        .min(app.config.refund_settle)
         .clamp(Duration::from_millis(10), MAINTENANCE_TICK_MAX);
     while !*shutdown.borrow() {
         if let Err(e) = settle_due(&app).await {
@@ -52,7 +53,7 @@ async fn maintenance(app: Shared) {
         }
         if let Err(e) = app
             .store
-            .forget_keys_before(app.key_not_before_ms(now_ms()))
+            .forget_keys_before(app.key_not_before_ms(app.now_ms()))
             .await
         {
             tracing::error!(error = %e, "forgetting expired idempotency keys failed");
@@ -111,6 +112,7 @@ impl Simulator {
             shutdown: shutdown.clone(),
             webhook_wake: Notify::new(),
             limiter: crate::rate_limits::Limiter::new(rate_limits),
+            clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
         });
         let router = routes::router(app.clone());
         let mut signal = shutdown.clone();

@@ -8,6 +8,8 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
 };
 use sqlx::{Connection, Row};
+
+mod refunds;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -57,13 +59,23 @@ const SCHEMA: &[&str] = &[
         type TEXT NOT NULL,
         body BLOB NOT NULL
     )",
+    // `settle_at_ms`/`settle_to`: an asynchronous refund's final status and when it takes it.
     "CREATE TABLE IF NOT EXISTS refunds (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         id TEXT NOT NULL UNIQUE,
         payment_intent TEXT NOT NULL,
+        charge TEXT,
         amount INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'succeeded', 'failed', 'canceled')),
+        created INTEGER NOT NULL,
+        idempotency_key TEXT,
+        request_id TEXT NOT NULL,
+        settle_at_ms INTEGER,
+        settle_to TEXT CHECK (settle_to IN ('succeeded', 'failed')),
         body BLOB NOT NULL
     )",
+    "CREATE INDEX IF NOT EXISTS refunds_payment_intent ON refunds (payment_intent, seq)",
+    "CREATE INDEX IF NOT EXISTS refunds_settling ON refunds (settle_at_ms)",
     "CREATE TABLE IF NOT EXISTS webhook_outbox (
         event_seq INTEGER PRIMARY KEY,
         due_ms INTEGER NOT NULL,
@@ -96,10 +108,6 @@ const INSERT_OUTBOX: &str =
     "INSERT INTO webhook_outbox (event_seq, due_ms, state) VALUES (?1, ?2, 'pending')";
 const SETTLE_PAYMENT: &str = "UPDATE payment_intents SET status = 'succeeded', latest_charge = ?2, \
     amount_received = amount, settle_at_ms = NULL WHERE id = ?1 AND status = 'processing'";
-const ADD_REFUNDED: &str = "UPDATE payment_intents SET amount_refunded = amount_refunded + ?2 \
-    WHERE id = ?1 AND status = 'succeeded' AND amount_refunded + ?2 <= amount_received";
-const INSERT_REFUND: &str =
-    "INSERT INTO refunds (id, payment_intent, amount, body) VALUES (?1, ?2, ?3, ?4)";
 const SELECT_EVENTS: &str =
     "SELECT seq, body FROM events WHERE seq < ?1 ORDER BY seq DESC LIMIT ?2";
 const SELECT_EVENT_SEQ: &str = "SELECT seq FROM events WHERE id = ?1";
@@ -231,15 +239,6 @@ pub(crate) struct OutboxRow {
     pub(crate) body: Vec<u8>,
 }
 
-/// Whether a refund fit in what is left to refund.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefundCommit {
-    /// Committed.
-    Done,
-    /// More than the unrefunded amount (or the payment is not refundable); nothing committed.
-    Exceeds,
-}
-
 /// The simulator's database.
 #[derive(Debug, Clone)]
 pub(crate) struct Store {
@@ -253,7 +252,9 @@ pub(crate) struct Store {
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
-async fn insert_events(
+pub(crate) use refunds::{RefundCommit, RefundPage, RefundRow, RefundSettle};
+
+pub(crate) async fn insert_events(
     tx: &mut Tx<'_>,
     events: &[NewEvent],
     webhooks_due_ms: Option<i64>,
@@ -277,7 +278,7 @@ async fn insert_events(
     Ok(())
 }
 
-async fn upsert_key(tx: &mut Tx<'_>, key: &KeyRecord) -> Result<(), sqlx::Error> {
+pub(crate) async fn upsert_key(tx: &mut Tx<'_>, key: &KeyRecord) -> Result<(), sqlx::Error> {
     sqlx::query(UPSERT_KEY)
         .bind(&key.key)
         .bind(&key.fingerprint)
@@ -438,43 +439,6 @@ impl Store {
         insert_events(&mut tx, std::slice::from_ref(event), webhooks_due_ms).await?;
         tx.commit().await?;
         Ok(true)
-    }
-
-    /// Commits a refund if it fits in the unrefunded amount.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn commit_refund(
-        &self,
-        refund_id: &str,
-        payment_intent: &str,
-        amount: i64,
-        body: &[u8],
-        events: &[NewEvent],
-        key: Option<&KeyRecord>,
-        webhooks_due_ms: Option<i64>,
-    ) -> Result<RefundCommit, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let done = sqlx::query(ADD_REFUNDED)
-            .bind(payment_intent)
-            .bind(amount)
-            .execute(&mut *tx)
-            .await?;
-        if done.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Ok(RefundCommit::Exceeds);
-        }
-        sqlx::query(INSERT_REFUND)
-            .bind(refund_id)
-            .bind(payment_intent)
-            .bind(amount)
-            .bind(body)
-            .execute(&mut *tx)
-            .await?;
-        insert_events(&mut tx, events, webhooks_due_ms).await?;
-        if let Some(key) = key {
-            upsert_key(&mut tx, key).await?;
-        }
-        tx.commit().await?;
-        Ok(RefundCommit::Done)
     }
 
     /// One PaymentIntent by id.

@@ -104,7 +104,7 @@ pub(crate) async fn run(app: Shared) {
     let mut shutdown = app.shutdown.clone();
     let mut held_since: Option<Instant> = None;
     while !*shutdown.borrow() {
-        let now = now_ms();
+        let now = app.now_ms();
         let due = match app.store.outbox_due(now, WEBHOOK_BATCH_MAX).await {
             Ok(d) => d,
             Err(e) => {
@@ -156,7 +156,7 @@ pub(crate) async fn run(app: Shared) {
                 tracing::warn!(event_seq = row.event_seq, attempts, "webhook abandoned");
                 app.store.outbox_abandon(row.event_seq, attempts).await
             } else {
-                let due_ms = now_ms() + backoff(attempts).as_millis() as i64;
+                let due_ms = app.now_ms() + backoff(attempts).as_millis() as i64;
                 app.store
                     .outbox_retry(row.event_seq, attempts, due_ms)
                     .await

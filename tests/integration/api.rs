@@ -6,10 +6,12 @@ mod agents;
 mod browser;
 mod confirm;
 mod console;
+mod console_refunds;
 mod keys;
 mod mcp;
 mod operations;
 mod processes;
+mod refunds;
 mod role_matrix;
 mod slow_clients;
 mod tools;
@@ -304,6 +306,7 @@ pub fn raw_details(invoice: &str, amount: i64) -> Value {
         invoice: invoice.into(),
         destination: None,
         description: Some(format!("Hosting <b>\"{invoice}\"</b> & support")),
+        refund_of: None,
     })
     .unwrap()
 }

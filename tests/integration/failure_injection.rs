@@ -14,6 +14,9 @@
 mod crashes;
 mod fleet;
 mod outages;
+mod refund_fixtures;
+mod refund_recovery;
+mod refunds;
 mod requests;
 mod soak;
 mod webhooks;

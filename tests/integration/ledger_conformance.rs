@@ -10,6 +10,8 @@ use payonce_shared::ledger::{
 use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
 
+mod refunds;
+
 const T0: i64 = 1_800_000_000_000;
 const LEASE_MS: i64 = 30_000;
 

@@ -4,7 +4,7 @@
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, ManualClock, SystemClock};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::WebhookError;
 use payonce_shared::processor::{LookupSupport, Processor};
@@ -113,6 +113,22 @@ async fn crashed_paying_with(
 async fn converge(ledger: &SharedLedger, rec: &Reconciler, op: &Operation) -> Operation {
     wait_for("reconciled", Duration::from_secs(20), || async {
         rec.sweep_once(false).await.unwrap();
+        let row = ledger.get(&tenant(), &op.id).await.unwrap();
+        (row.status.is_terminal() || row.status == Status::NeedsAttention).then_some(row)
+    })
+    .await
+}
+
+/// [`converge`] for a reconciler on a manual clock, moved a second per sweep so re-checks fall due.
+async fn converge_on(
+    ledger: &SharedLedger,
+    rec: &Reconciler,
+    clock: &ManualClock,
+    op: &Operation,
+) -> Operation {
+    wait_for("reconciled", Duration::from_secs(20), || async {
+        rec.sweep_once(false).await.unwrap();
+        clock.advance_ms(1_000);
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
         (row.status.is_terminal() || row.status == Status::NeedsAttention).then_some(row)
     })
@@ -278,7 +294,9 @@ struct PastTheWindow {
 
 async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     let (ledger, _) = support::postgres_ledger().await;
-    let retention = Duration::from_secs(2);
+    // A minute's retention on both sides (Stripe's 24 h would outlive the approval, which then
+    // stops any resubmission on its own); both clocks are moved past it, nobody waits for it.
+    let retention = Duration::from_secs(60);
     let sim = processes::simulator(SimulatorConfig {
         key_retention: retention,
         ..Default::default()
@@ -292,12 +310,16 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     );
     let mut config = config("rec", Duration::from_millis(200));
     config.resubmit_after_window = resubmit_after_window;
-    let rec = Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config);
     let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
     let never = crashed_mid_flight(&ledger, &sim, "INV-W2", false).await;
-    tokio::time::sleep(retention + Duration::from_millis(300)).await;
-    let paid = converge(&ledger, &rec, &paid).await;
-    let never = converge(&ledger, &rec, &never).await;
+    // Past the window for both sides: the simulator has forgotten the keys, the reconciler knows it.
+    let past = retention + Duration::from_secs(1);
+    let clock = ManualClock::new(now());
+    clock.advance_ms(past.as_millis() as i64);
+    processes::advance_clock(&sim, past).await;
+    let rec = Reconciler::new(ledger.clone(), processor, clock.clone(), config);
+    let paid = converge_on(&ledger, &rec, &clock, &paid).await;
+    let never = converge_on(&ledger, &rec, &clock, &never).await;
     PastTheWindow {
         ledger,
         sim,
@@ -696,6 +718,18 @@ impl Processor for GatedLookups {
         _request: &payonce_shared::processor::SubmitRequest<'_>,
     ) -> payonce_shared::processor::SubmitOutcome {
         panic!("the sweep-lease test never submits")
+    }
+    async fn submit_refund(
+        &self,
+        _request: &payonce_shared::processor::RefundRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        panic!("the sweep-lease test never refunds")
+    }
+    async fn lookup_refund(
+        &self,
+        _query: &payonce_shared::processor::RefundLookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        panic!("the sweep-lease test sweeps no refund")
     }
     async fn lookup(
         &self,

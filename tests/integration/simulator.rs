@@ -63,6 +63,19 @@ pub async fn start_default() -> Sim {
 }
 
 impl Sim {
+    /// Moves the simulator's clock forward (`POST /_sim/clock`); answers its new now, ms.
+    pub async fn advance_clock(&self, by: Duration) -> i64 {
+        let r = self
+            .http
+            .post(format!("{}/_sim/clock", self.base))
+            .json(&json!({ "advance_ms": by.as_millis() as i64 }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json::<Value>().await.unwrap()["now_ms"].as_i64().unwrap()
+    }
+
     /// POSTs a form to `path` with the API key and an optional Idempotency-Key.
     pub async fn try_post(
         &self,
@@ -322,30 +335,71 @@ async fn hang_never_answers_and_the_client_times_out() {
 
 #[tokio::test]
 async fn keys_are_forgotten_after_retention_and_the_same_key_then_creates_a_new_payment() {
-    let s = start(SimulatorConfig {
-        key_retention: Duration::from_secs(1),
-        ..SimulatorConfig::default()
-    })
-    .await;
+    // Stripe's own 24 h retention, passed by moving the simulator's clock, not by waiting.
+    let s = start_default().await;
+    let retention = SimulatorConfig::default().key_retention;
+    assert_eq!(retention, Duration::from_secs(24 * 60 * 60));
     let form = create_form(500, "pm_card_visa", "op_retention");
-    let first = s
-        .post("/v1/payment_intents", Some("key-retention"), &form)
-        .await
-        .json();
-    let second = wait_for("the key to be forgotten", DEADLINE, || async {
-        let a = s
-            .post("/v1/payment_intents", Some("key-retention"), &form)
-            .await;
-        let id = a.json()["id"].as_str().unwrap().to_string();
-        (id != first["id"]).then_some((a.replayed(), id))
-    })
-    .await;
-    assert!(!second.0, "a fresh execution, not a replay");
+    let post = || s.post("/v1/payment_intents", Some("key-retention"), &form);
+    let first = post().await;
+    let first_id = first.json()["id"].as_str().unwrap().to_string();
+    // Five seconds short of the retention (wall time passes between the calls too) it still replays.
+    s.advance_clock(retention - Duration::from_secs(5)).await;
+    let within = post().await;
+    assert!(within.replayed(), "still remembered inside the window");
+    assert_eq!(within.json()["id"], first_id.as_str());
+    s.advance_clock(Duration::from_secs(5)).await;
+    let after = post().await;
+    assert!(!after.replayed(), "a fresh execution, not a replay");
+    assert_ne!(after.json()["id"], first_id.as_str());
     let under_key = s.payments_with_key("key-retention").await;
     assert_eq!(
         under_key.len(),
         2,
         "exactly one new payment once the key was forgotten"
+    );
+    s.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_clock_moves_forward_only_and_bad_advances_are_refused() {
+    let s = start_default().await;
+    let url = format!("{}/_sim/clock", s.base);
+    for (body, why) in [
+        (json!({"advance_ms": -1}), "backwards"),
+        (
+            json!({"advance_ms": 366_i64 * 24 * 3_600_000 + 1}),
+            "over the limit",
+        ),
+        (json!({"advance": 5}), "unknown field"),
+        (json!({"advance_ms": "1"}), "not a number"),
+    ] {
+        let r = s.http.post(&url).json(&body).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{why}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["type"], "invalid_request_error", "{why}: {e}");
+    }
+    let before = s.advance_clock(Duration::ZERO).await;
+    let after = s.advance_clock(Duration::from_secs(3_600)).await;
+    let moved = after - before;
+    assert!(
+        (3_600_000..3_600_000 + 10_000).contains(&moved),
+        "moved by the hour asked (plus the wall clock between the calls): {moved}"
+    );
+    // Objects created afterwards carry the simulator's time.
+    let created = s
+        .post(
+            "/v1/payment_intents",
+            Some("key-clock"),
+            &create_form(500, "pm_card_visa", "op_clock"),
+        )
+        .await
+        .json()["created"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        created * 1000 >= after - 1000,
+        "created {created}, now {after}"
     );
     s.sim.shutdown().await;
 }

@@ -16,14 +16,14 @@ use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
 }
 
-fn adapter(base: &str) -> StripeProcessor {
+pub(crate) fn adapter(base: &str) -> StripeProcessor {
     let mut config = StripeConfig::new(base, API_KEY);
     config.connect_timeout = Duration::from_secs(2);
     config.request_timeout = Duration::from_secs(5);
@@ -31,7 +31,7 @@ fn adapter(base: &str) -> StripeProcessor {
 }
 
 /// One operation as the worker would submit it.
-struct Op {
+pub(crate) struct Op {
     id: OperationId,
     key: IdempotencyKey,
     details: Details,
@@ -39,7 +39,7 @@ struct Op {
 }
 
 impl Op {
-    fn new(payment_method: &str) -> Op {
+    pub(crate) fn new(payment_method: &str) -> Op {
         let id = OperationId::generate();
         Op {
             key: IdempotencyKey::derive(&id),
@@ -53,7 +53,7 @@ impl Op {
         }
     }
 
-    async fn submit(&self, p: &StripeProcessor) -> SubmitOutcome {
+    pub(crate) async fn submit(&self, p: &StripeProcessor) -> SubmitOutcome {
         let tenant = tenant();
         p.submit(&SubmitRequest {
             operation_id: &self.id,

@@ -308,6 +308,18 @@ impl payonce_shared::processor::Processor for WebhookFirst {
     ) -> payonce_shared::processor::LookupOutcome {
         self.inner.lookup(query).await
     }
+    async fn submit_refund(
+        &self,
+        request: &payonce_shared::processor::RefundRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        self.inner.submit_refund(request).await
+    }
+    async fn lookup_refund(
+        &self,
+        query: &payonce_shared::processor::RefundLookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        self.inner.lookup_refund(query).await
+    }
 }
 
 /// The sequential path (`execute_one`, the reconciler's same-key retry) and the daemon's batches

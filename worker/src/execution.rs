@@ -5,10 +5,11 @@ use crate::config::WorkerConfig;
 use crate::metrics::WorkerMetrics;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use payonce_shared::clock::SharedClock;
+use payonce_shared::details::OperationKind;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
 use payonce_shared::limiter::{Budget, acquire};
-use payonce_shared::processor::{Processor, SubmitOutcome, SubmitRequest};
+use payonce_shared::processor::{Processor, SubmitOutcome, operation};
 use payonce_shared::state::Status;
 use std::time::Duration;
 
@@ -26,6 +27,17 @@ pub fn precheck(op: &Operation, now_ms: i64) -> Option<Recorded> {
             "details_changed",
             "the stored details no longer match their hash",
         );
+    }
+    match op.details.kind() {
+        OperationKind::Payment => {}
+        // Details' constructors make a refund always name its payment; asserted here, before any call.
+        OperationKind::Refund if op.details.refund_of().is_none() => {
+            return reject(
+                "refund_without_payment",
+                "the refund's details name no payment",
+            );
+        }
+        OperationKind::Refund => {}
     }
     let Some(approved) = &op.approved_hash else {
         return reject(
@@ -193,16 +205,10 @@ pub async fn submit_paced(
     }
 }
 
-/// Submits with the operation's stored key and the recorded details, bounded by `timeout`. A timeout
-/// is an unknown outcome: the request may have arrived.
+/// Submits with the operation's stored key and the recorded details (a payment or a refund, as its
+/// kind says), bounded by `timeout`. A timeout is an unknown outcome: the request may have arrived.
 pub async fn submit(processor: &dyn Processor, op: &Operation, timeout: Duration) -> SubmitOutcome {
-    let request = SubmitRequest {
-        operation_id: &op.id,
-        tenant: &op.tenant,
-        idempotency_key: &op.idempotency_key,
-        details: &op.details,
-    };
-    match tokio::time::timeout(timeout, processor.submit(&request)).await {
+    match tokio::time::timeout(timeout, operation::submit(processor, op)).await {
         Ok(outcome) => outcome,
         Err(_) => SubmitOutcome::Unknown {
             reason: format!("no answer within {timeout:?}"),

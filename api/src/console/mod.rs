@@ -5,6 +5,7 @@
 //! tenant (another tenant's operation is "not found"); the processor object is shown only through its
 //! redacted summary.
 
+pub mod refunds;
 pub mod session;
 pub mod views;
 
@@ -48,6 +49,10 @@ pub fn routes() -> Router<AppState> {
         .route("/console/operations/{id}", get(operation))
         .route("/console/operations/{id}/export", get(export))
         .route("/console/operations/{id}/resolve", post(resolve))
+        .route(
+            "/console/operations/{id}/approve-refund",
+            post(refunds::approve),
+        )
         .route("/static/console.css", get(stylesheet))
         .layer(middleware::from_fn(security_headers))
 }
@@ -451,17 +456,25 @@ async fn operation(
         Ok(w) => w,
         Err(r) => return r,
     };
-    match chain(&state, &who, &id).await {
-        Ok((op, events, related)) => {
+    let found = match chain(&state, &who, &id).await {
+        Ok((op, events, related)) => refunds::beside(&state, &who, &op)
+            .await
+            .map(|beside| (op, events, related, beside)),
+        Err(e) => Err(e),
+    };
+    match found {
+        Ok((op, events, related, beside)) => {
             let processor = op.result.as_ref().map(summary);
+            let now = state.now_ms();
             html(
                 StatusCode::OK,
                 views::operation(
                     &who.csrf,
                     &op,
                     processor.as_ref(),
+                    refunds::section(&who.csrf, &op, beside.as_ref(), now),
                     &timeline(&events, &related),
-                    state.now_ms(),
+                    now,
                 ),
             )
         }

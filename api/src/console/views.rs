@@ -322,11 +322,12 @@ pub fn list(
     )
 }
 
-/// One operation: facts, processor summary, timeline, resolve form.
+/// One operation: facts, refunds (`console::refunds`), processor summary, timeline, resolve form.
 pub fn operation(
     csrf: &str,
     op: &Operation,
     processor: Option<&serde_json::Value>,
+    refunds: Markup,
     timeline: &[TimelineEntry],
     now_ms: i64,
 ) -> Markup {
@@ -340,6 +341,7 @@ pub fn operation(
                 h1 { "Operation " code id="operation-id" { (id) } " " (state_badge(op.status.as_str())) }
                 table id="facts" {
                     tr { th { "Business key" } td { (op.business_key.as_str()) } }
+                    tr { th { "Kind" } td { (d.kind().as_str()) } }
                     tr { th { "Amount" } td { (d.money().display()) } }
                     tr { th { "Customer" } td { (d.customer()) } }
                     tr { th { "Invoice" } td { (d.invoice()) } }
@@ -353,6 +355,7 @@ pub fn operation(
                 }
                 p { a id="export" href=(format!("/console/operations/{id}/export")) { "Export the evidence chain (JSON)" } }
             }
+            (refunds)
             @if let Some(summary) = processor {
                 section {
                     h2 { "Processor object (summary)" }

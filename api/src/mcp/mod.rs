@@ -88,7 +88,9 @@ impl ServerHandler for PayonceMcp {
             .with_instructions(
                 "payonce answers with the real state of a payment the billing system set up. Call pay_invoice or \
                  get_payment_status with the operation id you were given, branch on the returned `outcome`, follow \
-                 `retry_advice` and relay `message`. Calling again never creates a second payment.",
+                 `retry_advice` and relay `message`. Calling again never creates a second payment. To give money \
+                 back, call request_refund with the payment's operation id and a reason: it only proposes a refund, \
+                 which a person at the merchant approves, and asking again returns the same proposal.",
             )
     }
 

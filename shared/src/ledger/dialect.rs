@@ -5,7 +5,8 @@
 //! What differs: the claim statement (`FOR UPDATE SKIP LOCKED` on Postgres), lease renewal (row
 //! locks in id order and `jsonb` on Postgres), the wake-up after an approval (`NOTIFY`/`LISTEN` on
 //! Postgres, in-process only on SQLite), the two hot-path batches (array statements on Postgres,
-//! one statement per item on SQLite), how a write's row count is read, and migrations
+//! one statement per item on SQLite), the row lock of the over-refund guard (Postgres only), how a
+//! write's row count is read, and migrations
 //! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
 
 use super::store::Store;
@@ -29,6 +30,9 @@ pub trait Dialect: sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
     /// A statement run inside the approval's transaction to wake workers elsewhere, if the store
     /// has one.
     const NOTIFY_READY: Option<&'static str>;
+    /// Locks the refunded payment's row (`$1`) inside the refund guard's transaction, if the store
+    /// has row locks (Postgres); SQLite's single writer already serializes the guard's statement.
+    const LOCK_REFUNDED_PAYMENT: Option<&'static str>;
 
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
     /// the table's `claim` move (`moves.rs`).

@@ -29,6 +29,27 @@ pub enum LedgerError {
         /// What was refused.
         why: &'static str,
     },
+    /// A refund would take its payment's unreleased refunds past the payment's amount. Nothing was
+    /// changed.
+    #[error(
+        "a refund of {requested_minor} exceeds the {refundable_minor} still refundable on payment {payment}"
+    )]
+    OverRefund {
+        /// The payment.
+        payment: OperationId,
+        /// What the refund asked for, minor units.
+        requested_minor: i64,
+        /// What its refunds leave, minor units (when the guard refused).
+        refundable_minor: i64,
+    },
+    /// The operation a refund names cannot be refunded. Nothing was changed.
+    #[error("operation {payment} cannot be refunded: {why}")]
+    NotRefundable {
+        /// The operation named as the payment.
+        payment: OperationId,
+        /// Why not.
+        why: &'static str,
+    },
     /// A fenced write lost: the attempt or state moved on (a stale worker, a racing reconciler).
     #[error("fenced write lost for {id} at attempt {attempt}")]
     Fenced {

@@ -43,6 +43,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "console",
         include_str!("../../../migrations/postgres/0007_console.sql"),
     ),
+    (
+        8,
+        "refunds",
+        include_str!("../../../migrations/postgres/0008_refunds.sql"),
+    ),
     // Postgres only: the audit trail's foreign key, a lock per event on the hot path (issue 16).
     (
         9,
@@ -87,6 +92,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         7,
         "console",
         include_str!("../../../migrations/sqlite/0007_console.sql"),
+    ),
+    (
+        8,
+        "refunds",
+        include_str!("../../../migrations/sqlite/0008_refunds.sql"),
     ),
 ];
 

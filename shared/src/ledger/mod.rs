@@ -20,6 +20,7 @@ pub mod postgres;
 mod queue;
 mod record;
 mod recovery;
+pub mod refunds;
 pub mod report;
 pub mod sqlite;
 mod store;
@@ -67,7 +68,24 @@ pub trait Ledger: Send + Sync {
 
     /// Creates the operation, or returns the existing one for the same business key and details.
     /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.
+    /// A refund is created only under the over-refund guard (`refunds.rs`): its payment must be a
+    /// succeeded payment of the tenant matching the refund's details ([`LedgerError::NotRefundable`],
+    /// [`LedgerError::NotFound`]) with enough left unrefunded ([`LedgerError::OverRefund`]).
     async fn create_or_get(&self, new: NewOperation, now_ms: i64) -> Result<Created, LedgerError>;
+    /// The refund operations of a payment in the tenant, oldest first, at most `limit` (capped at
+    /// [`PAGE_MAX`]).
+    async fn refunds_of(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+        limit: u32,
+    ) -> Result<Vec<Operation>, LedgerError>;
+    /// How much of a payment in the tenant its refunds have given back or still hold.
+    async fn refund_totals(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+    ) -> Result<refunds::RefundTotals, LedgerError>;
     /// Reads an operation within a tenant.
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError>;
     /// Reads an operation without tenant scope (workers, reconciler, on-call).

@@ -3,11 +3,13 @@
 
 use super::dialect::Dialect;
 use super::record::{decode_event, decode_operation};
+use super::refunds::Refunds;
 use super::store::Store;
 use super::{
     Created, LedgerError, LimitError, ListFilter, NewOperation, Operation, OperationEvent,
     PAGE_MAX, StatusCount, bounded,
 };
+use crate::details::OperationKind;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Status};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
@@ -19,7 +21,7 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_
      available_at, last_event, last_actor, last_detail, created_at, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'awaiting_approval', 0, $13, $14, 'create', $15, NULL, $14, $14) \
      ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
-const SELECT_BY_BUSINESS_KEY: &str =
+pub(crate) const SELECT_BY_BUSINESS_KEY: &str =
     "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
@@ -52,6 +54,10 @@ where
         new: NewOperation,
         now_ms: i64,
     ) -> Result<Created, LedgerError> {
+        match new.details.kind() {
+            OperationKind::Payment => {}
+            OperationKind::Refund => return Refunds(self.0).create_or_get(new, now_ms).await,
+        }
         let d = &new.details;
         let hash = d.hash();
         let key = IdempotencyKey::derive(&new.id);

@@ -73,6 +73,9 @@ const MARK_SUBMITTING_BATCH: &str = "WITH locked AS MATERIALIZED ( \
      FROM locked WHERE o.id = locked.id AND o.attempt = locked.attempt \
      RETURNING o.id";
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
+/// Two refunds of one payment queue here, so the second's guard reads a snapshot taken after the
+/// first committed (READ COMMITTED: each statement sees what was committed before it began).
+const LOCK_REFUNDED_PAYMENT: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// The worker's `processor_succeeded` for many rows in one statement, each fenced by its own
 /// attempt, rows locked in id order first (see `RENEW`). Needs no transaction of its own: it is the
@@ -174,6 +177,7 @@ impl Dialect for Postgres {
     const STORE: &'static str = "postgres";
     const RENEW: &'static str = RENEW;
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
+    const LOCK_REFUNDED_PAYMENT: Option<&'static str> = Some(LOCK_REFUNDED_PAYMENT);
 
     fn claim() -> &'static str {
         CLAIM.as_str()

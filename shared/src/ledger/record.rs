@@ -1,7 +1,7 @@
 //! Rows as the ledger returns them, decoded from either store.
 
 use super::LedgerError;
-use crate::details::{Details, DetailsHash, RawDetails};
+use crate::details::{Details, DetailsHash, RawDetails, RawRefundOf};
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::state::Status;
 use serde::Serialize;
@@ -288,6 +288,14 @@ where
         invoice: s("invoice")?,
         destination: os("destination")?,
         description: os("description")?,
+        refund_of: match os("refund_of")? {
+            None => None,
+            Some(payment_operation) => Some(RawRefundOf {
+                payment_operation,
+                payment_reference: os("refund_payment_reference")?.unwrap_or_default(),
+                reason: os("refund_reason")?.unwrap_or_default(),
+            }),
+        },
     };
     let status_raw = s("status")?;
     Ok(Operation {

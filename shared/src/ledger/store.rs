@@ -7,6 +7,7 @@
 //! - `queue.rs`: claim, renew, mark submitting, release, record an outcome (the worker's writes);
 //! - `recovery.rs`: expired leases, unknown outcomes, processor reports, on-call resolution, the
 //!   sweep's maintenance lease (the reconciler's writes);
+//! - `refunds.rs`: refund creation under the over-refund guard, a payment's refunds and totals;
 //! - `webhooks.rs`, `keys.rs`, `tool_calls.rs`: stored webhooks, API keys, assistant tool calls;
 //! - `dialect.rs`: what differs between Postgres and SQLite.
 //!
@@ -19,6 +20,7 @@ use super::keys::Keys;
 use super::operations::Operations;
 use super::queue::Queue;
 use super::recovery::Recovery;
+use super::refunds::{RefundTotals, Refunds};
 use super::tool_calls::ToolCalls;
 use super::webhooks::Webhooks;
 use super::{
@@ -107,6 +109,23 @@ where
 
     async fn create_or_get(&self, new: NewOperation, now_ms: i64) -> Result<Created, LedgerError> {
         Operations(self).create_or_get(new, now_ms).await
+    }
+
+    async fn refunds_of(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+        limit: u32,
+    ) -> Result<Vec<Operation>, LedgerError> {
+        Refunds(self).refunds_of(tenant, payment, limit).await
+    }
+
+    async fn refund_totals(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+    ) -> Result<RefundTotals, LedgerError> {
+        Refunds(self).refund_totals(tenant, payment).await
     }
 
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError> {

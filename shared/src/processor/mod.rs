@@ -3,6 +3,7 @@
 //! An adapter never decides the operation's state; it reports one of four outcomes and the worker
 //! and reconciler apply them through the state machine.
 
+pub mod operation;
 pub mod stripe;
 pub mod summary;
 
@@ -61,9 +62,9 @@ pub struct RefundLookupQuery<'a> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum SubmitOutcome {
-    /// The processor confirmed the payment.
+    /// The processor confirmed the payment (or refund).
     Succeeded {
-        /// Processor reference, e.g. `pi_...`.
+        /// Processor reference, e.g. `pi_...` or `re_...`.
         reference: String,
         /// The processor's response body, stored as the result.
         result: serde_json::Value,
@@ -182,6 +183,8 @@ pub struct ProcessorObject {
     pub customer: Option<String>,
     /// The operation id the object carries in its metadata, if any.
     pub operation_id: Option<String>,
+    /// For a refund: the payment it gives money back from (`pi_...`); `None` for a payment.
+    pub payment_reference: Option<String>,
     /// What its status says about the operation.
     pub status: FoundStatus,
     /// The whole object (stored as the result; shown only through [`summary::summary`]).
@@ -238,6 +241,10 @@ pub trait Processor: Send + Sync {
     async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome;
     /// Looks for a past submission of the operation.
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome;
+    /// Submits a refund once, with its stored key (Stripe: POST /v1/refunds).
+    async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome;
+    /// Looks for a past refund submission (Stripe: list the payment's refunds, match metadata).
+    async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome;
     /// The facts of an object this adapter returned (a lookup's result), for checking them against
     /// the operation; `None` when the adapter cannot read its own objects (nothing is checked).
     fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
@@ -280,6 +287,12 @@ impl Processor for WithContract {
     }
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
         self.inner.lookup(query).await
+    }
+    async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {
+        self.inner.submit_refund(request).await
+    }
+    async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome {
+        self.inner.lookup_refund(query).await
     }
     fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
         self.inner.facts(reference, object)

@@ -4,6 +4,7 @@
 //! - `wire`: the exact parameters a submission sends and the URLs it calls.
 //! - `classify`: the table from HTTP status, error type and transport failure to the four outcomes.
 //! - `lookup`: finding a past submission, by reference or by a consistent list query (never search).
+//! - `refund`: refunds (`POST /v1/refunds`), their lookups, classification and facts.
 //! - [`webhook`]: `Stripe-Signature` verification and event parsing (pure; storing is [`crate::webhooks`]).
 //!
 //! Contract: honours idempotency keys, remembers them 24 hours, lookup is read-after-write consistent
@@ -11,15 +12,17 @@
 
 mod classify;
 mod lookup;
+mod refund;
 pub mod webhook;
 mod wire;
 
 pub use classify::{classify_response, classify_transport};
 pub use lookup::LOOKUP_PAGES_MAX;
+pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_refund_response};
 
 use crate::processor::{
-    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject, Retrieved,
-    SubmitOutcome, SubmitRequest,
+    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject,
+    RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome, SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -235,12 +238,29 @@ impl Processor for StripeProcessor {
         lookup::run(self, query).await
     }
 
+    async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {
+        refund::submit(self, request).await
+    }
+
+    async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome {
+        refund::lookup(self, query).await
+    }
+
     fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
-        Some(lookup::object_of(reference, object))
+        if refund::is_refund(reference, object) {
+            Some(refund::object_of(reference, object))
+        } else {
+            Some(lookup::object_of(reference, object))
+        }
     }
 
     async fn retrieve(&self, reference: &str) -> Retrieved {
-        lookup::retrieve(self, reference).await
+        // Stripe's ids carry their object's kind: `re_` is a Refund, everything else a PaymentIntent.
+        if reference.starts_with("re_") {
+            refund::retrieve(self, reference).await
+        } else {
+            lookup::retrieve(self, reference).await
+        }
     }
 }
 

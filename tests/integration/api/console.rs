@@ -15,14 +15,14 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// One console answer.
-struct Page {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    text: String,
+pub(super) struct Page {
+    pub(super) status: u16,
+    pub(super) headers: reqwest::header::HeaderMap,
+    pub(super) text: String,
 }
 
 impl Page {
-    fn code(&self) -> &str {
+    pub(super) fn code(&self) -> &str {
         self.headers
             .get("payonce-error-code")
             .map_or("", |v| v.to_str().unwrap())
@@ -34,7 +34,7 @@ impl Page {
             .map(|v| v.to_str().unwrap().to_string())
             .collect()
     }
-    fn location(&self) -> &str {
+    pub(super) fn location(&self) -> &str {
         self.headers
             .get("location")
             .map_or("", |v| v.to_str().unwrap())
@@ -57,7 +57,7 @@ fn cookie_value(page: &Page, name: &str) -> Option<String> {
     })
 }
 
-async fn get(api: &TestApi, path: &str, session: Option<&str>) -> Page {
+pub(super) async fn get(api: &TestApi, path: &str, session: Option<&str>) -> Page {
     let mut req = api.http.get(format!("{}{path}", api.base));
     if let Some(s) = session {
         req = req.header("cookie", format!("payonce_console={s}"));
@@ -103,7 +103,7 @@ async fn try_sign_in(api: &TestApi, key: &str) -> Page {
 }
 
 /// Signs in; returns the session id.
-async fn sign_in(api: &TestApi, key: &str) -> String {
+pub(super) async fn sign_in(api: &TestApi, key: &str) -> String {
     let r = try_sign_in(api, key).await;
     assert_eq!(r.status, 303, "{}", r.text);
     assert_eq!(r.location(), "/console");
@@ -111,13 +111,13 @@ async fn sign_in(api: &TestApi, key: &str) -> String {
 }
 
 /// The session's CSRF token (from any page's sign-out form).
-async fn csrf_of(api: &TestApi, session: &str) -> String {
+pub(super) async fn csrf_of(api: &TestApi, session: &str) -> String {
     let r = get(api, "/console", Some(session)).await;
     assert_eq!(r.status, 200, "{}", r.text);
     csrf_in(&r.text)
 }
 
-async fn post(api: &TestApi, path: &str, session: &str, form: &[(&str, &str)]) -> Page {
+pub(super) async fn post(api: &TestApi, path: &str, session: &str, form: &[(&str, &str)]) -> Page {
     post_form(api, path, Some(format!("payonce_console={session}")), form).await
 }
 

@@ -102,7 +102,11 @@ async fn the_official_python_client_works_at_every_protocol_version() {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["pay_invoice", "get_payment_status"], "{mode}");
+        assert_eq!(
+            names,
+            ["pay_invoice", "get_payment_status", "request_refund"],
+            "{mode}"
+        );
         let pay = &out["tools"][0];
         assert_eq!(pay["inputSchema"]["additionalProperties"], false);
         assert_eq!(
@@ -577,7 +581,7 @@ async fn the_mcp_inspector_cli_lists_and_calls_the_tools() {
     for era in ["legacy", "modern"] {
         let listed = inspector(&api, era, &["--method", "tools/list"]).await;
         let tools = listed["tools"].as_array().unwrap();
-        assert_eq!(tools.len(), 2, "{era}: {listed}");
+        assert_eq!(tools.len(), 3, "{era}: {listed}");
         assert!(tools.iter().all(|t| t["outputSchema"].is_object()));
         let paid = inspector(
             &api,

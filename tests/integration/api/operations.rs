@@ -391,6 +391,34 @@ async fn bad_bodies_get_stable_codes_and_limits_hold() {
             .contains("business key")
     );
 
+    // A refund's payment reference comes from the ledger, never from a body: /v1/operations refuses it.
+    let mut refund = raw_details("INV-7", 1);
+    refund["kind"] = json!("refund");
+    refund["refund_of"] = json!({
+        "payment_operation": format!("op_{}", "a".repeat(32)),
+        "payment_reference": "pi_forged",
+        "reason": "duplicate",
+    });
+    let forged = api
+        .post(
+            "/v1/operations",
+            &api.service,
+            json!({"business_key": "k", "details": refund}),
+        )
+        .await;
+    assert_eq!(
+        (forged.status, forged.code().as_str()),
+        (400, "invalid_request")
+    );
+    assert!(
+        forged.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("POST /v1/refunds"),
+        "{}",
+        forged.text
+    );
+
     let big =
         json!({"business_key": "k", "details": raw_details("INV-7", 1), "pad": "x".repeat(4_096)});
     let too_big = api.post("/v1/operations", &api.service, big).await;

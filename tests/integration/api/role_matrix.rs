@@ -2,8 +2,9 @@
 //! so no route lets a caller exceed its role. Callers: the tenant's service, assistant and on-call
 //! keys; a customer holding a confirmation link and no key; no key, an invalid key, revoked and
 //! expired keys; and another tenant's key of each role. Each cell runs on a fresh operation awaiting
-//! approval (with a fresh confirmation link); a cell not marked as writing must leave the tenant's
-//! ledger rows exactly as they were (checked on Postgres, table by table).
+//! approval (with a fresh confirmation link) and a fresh refund awaiting approval (of one succeeded
+//! payment made before the first cell); a cell not marked as writing must leave the tenant's ledger
+//! rows exactly as they were (checked on Postgres, table by table).
 //!
 //! To extend: add a [`Case`] to [`cases`] (a new route must be in `payonce_api::openapi::ROUTES`,
 //! which [`the_matrix_covers_every_route`] and [`every_route_the_router_serves_is_in_the_route_table`]
@@ -12,6 +13,7 @@
 use super::tools::{answer_of, call_object};
 use super::{T0_MS, TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
 use crate::support::postgres_ledger;
+use crate::support::refunds::{create_refund, succeeded_payment};
 use payonce_api::keys;
 use payonce_shared::ledger::Role;
 use serde_json::{Value, json};
@@ -169,6 +171,10 @@ enum Body {
     CreateOperation,
     /// `{details_hash, approved_by}` of the fixture operation.
     Approve,
+    /// A refund of 1 from the fixture's succeeded payment, with a business key unique to the cell.
+    CreateRefund,
+    /// `{details_hash}` of the fixture refund.
+    ApproveRefund,
     /// `POST /v1/tool-calls` in a provider format.
     ToolCall {
         format: &'static str,
@@ -188,8 +194,9 @@ enum Body {
 #[derive(Debug, Clone)]
 struct Case {
     method: &'static str,
-    /// The route as in `payonce_api::openapi::ROUTES`; `{id}` is the fixture operation, `{token}` the
-    /// caller's confirmation token (the real one only for the customer).
+    /// The route as in `payonce_api::openapi::ROUTES`; `{id}` is the fixture operation (the fixture
+    /// refund under `/v1/refunds/`), `{token}` the caller's confirmation token (the real one only for
+    /// the customer).
     route: &'static str,
     query: &'static str,
     body: Body,
@@ -315,6 +322,47 @@ fn cases() -> Vec<Case> {
             },
         ),
         case(
+            "get",
+            "/v1/operations/{id}/refunds",
+            Body::None,
+            Cols {
+                service: ok(200),
+                assistant: FORBIDDEN,
+                on_call: ok(200),
+                customer: UNAUTHORIZED,
+                link_holder: UNAUTHORIZED,
+                none: UNAUTHORIZED,
+                other_service: HIDDEN,
+                other_assistant: FORBIDDEN,
+                other_on_call: HIDDEN,
+            },
+        ),
+        // Another tenant's service key names a payment it cannot see: not found, nothing created.
+        case(
+            "post",
+            "/v1/refunds",
+            Body::CreateRefund,
+            service_write(201),
+        ),
+        case(
+            "post",
+            "/v1/refunds/{id}/approve",
+            Body::ApproveRefund,
+            // A person of the merchant only: never the service key that created it, never an
+            // assistant, never a customer or a link.
+            Cols {
+                service: FORBIDDEN,
+                assistant: FORBIDDEN,
+                on_call: writes(200),
+                customer: UNAUTHORIZED,
+                link_holder: UNAUTHORIZED,
+                none: UNAUTHORIZED,
+                other_service: FORBIDDEN,
+                other_assistant: FORBIDDEN,
+                other_on_call: HIDDEN,
+            },
+        ),
+        case(
             "post",
             "/v1/webhooks/stripe",
             Body::UnsignedWebhook,
@@ -353,7 +401,11 @@ fn cases() -> Vec<Case> {
     ] {
         out.push(case("get", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
-    for route in ["/console/sign-out", "/console/operations/{id}/resolve"] {
+    for route in [
+        "/console/sign-out",
+        "/console/operations/{id}/resolve",
+        "/console/operations/{id}/approve-refund",
+    ] {
         out.push(case("post", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
     for format in ["openai_chat", "openai_responses", "anthropic", "mcp"] {
@@ -382,7 +434,7 @@ fn cases() -> Vec<Case> {
             )
         });
     }
-    for tool in ["pay_invoice", "get_payment_status"] {
+    for tool in ["pay_invoice", "get_payment_status", "request_refund"] {
         for format in ["openai_chat", "openai_responses", "anthropic"] {
             out.push(case(
                 "post",
@@ -456,11 +508,25 @@ impl Keys {
     }
 }
 
-/// A fresh operation awaiting approval and its confirmation token.
+/// A fresh operation awaiting approval and its confirmation token; the succeeded payment and a fresh
+/// refund of it awaiting approval.
 struct Fixture {
     id: String,
     details_hash: String,
     token: String,
+    paid: String,
+    refund: String,
+    refund_hash: String,
+}
+
+/// A tool's arguments: the fixture operation, or a refund request of the fixture's payment for an
+/// amount unique to the cell.
+fn tool_arguments(tool: &str, fixture: &Fixture, cell: usize) -> Value {
+    if tool == "request_refund" {
+        json!({"payment_operation_id": fixture.paid, "amount": cell, "reason": "requested_by_customer"})
+    } else {
+        json!({"operation_id": fixture.id})
+    }
 }
 
 /// The tenant's rows, one digest per table (an unchanged digest: an unchanged table).
@@ -508,10 +574,12 @@ async fn send(
         // Anyone else guesses: a well-formed token that is not the link's.
         "ab".repeat(32)
     };
-    let path = case
-        .route
-        .replace("{id}", &fixture.id)
-        .replace("{token}", &token);
+    let id = if case.route.starts_with("/v1/refunds/") {
+        &fixture.refund
+    } else {
+        &fixture.id
+    };
+    let path = case.route.replace("{id}", id).replace("{token}", &token);
     // The customer arrives as the tenant's app sends them: signed in, with an assertion.
     let assertion = (who == Who::Customer).then(|| api.assertion(&fixture.id, "cus_test", 60_000));
     let path = match (&assertion, case.route.starts_with("/confirm/"), case.method) {
@@ -536,12 +604,15 @@ async fn send(
         Body::Approve => req.json(
             &json!({"details_hash": fixture.details_hash, "approved_by": "customer:cus_test"}),
         ),
+        Body::CreateRefund => req.json(&json!({"business_key": format!("refund:M{cell}"),
+            "payment_operation_id": fixture.paid, "amount": 1, "reason": "duplicate"})),
+        Body::ApproveRefund => req.json(&json!({"details_hash": fixture.refund_hash})),
         Body::ToolCall { format, tool } => {
             let call = call_object(
                 format,
                 &format!("call_{cell}"),
                 tool,
-                &json!({"operation_id": fixture.id}),
+                &tool_arguments(tool, fixture, cell),
             );
             req.json(&json!({"format": format, "call": call}))
         }
@@ -550,7 +621,7 @@ async fn send(
             .header("mcp-protocol-version", "2025-06-18")
             .json(
                 &json!({"jsonrpc": "2.0", "id": cell, "method": "tools/call",
-                          "params": {"name": tool, "arguments": {"operation_id": fixture.id}}}),
+                          "params": {"name": tool, "arguments": tool_arguments(tool, fixture, cell)}}),
             ),
         Body::UnsignedWebhook => req.json(&json!({"id": format!("evt_m{cell}"),
             "object": "event", "type": "payment_intent.succeeded",
@@ -591,16 +662,25 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
     let db = sqlx::PgPool::connect(&url).await.unwrap();
     let api = spawn(ledger).await;
     let keys = Keys::make(&api).await;
+    // Before any cell: no other operation is ready, so the fixture's claim takes its own payment.
+    let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, T0_MS).await;
     let mut failures = Vec::new();
     let mut cell = 0_usize;
     for case in cases() {
         for who in EVERYONE {
             cell += 1;
             let op = api.create(&format!("INV-F{cell}"), 2048).await;
+            let refund = create_refund(&api.ledger, &paid, &format!("refund:F{cell}"), 1, T0_MS)
+                .await
+                .unwrap()
+                .operation;
             let fixture = Fixture {
                 id: op["id"].as_str().unwrap().to_string(),
                 details_hash: op["details_hash"].as_str().unwrap().to_string(),
                 token: token_of(&api.link(op["id"].as_str().unwrap()).await).to_string(),
+                paid: paid.id.as_str().to_string(),
+                refund: refund.id.as_str().to_string(),
+                refund_hash: refund.details_hash.as_str().to_string(),
             };
             let expect = case.cols.of(who);
             let before = snapshot(&db).await;

@@ -362,7 +362,7 @@ async fn tool_definitions_are_served_in_each_providers_shape() {
     let mcp = api.get(&get("mcp"), &api.assistant).await.json();
     assert!(mcp["tools"][0]["inputSchema"].is_object());
     for tools in [&chat, &responses, &anthropic, &mcp] {
-        assert_eq!(tools["tools"].as_array().unwrap().len(), 2);
+        assert_eq!(tools["tools"].as_array().unwrap().len(), 3);
     }
     let bad = api.get(&get("cohere"), &api.assistant).await;
     assert_eq!(bad.code(), "unsupported_format");

@@ -1,5 +1,6 @@
 //! The short chaos soak CI runs: a thousand operations, workers and the reconciler SIGKILLed at
-//! random, failure points, processor faults, duplicate tool calls and webhooks. The long soak is the
+//! random, failure points, processor faults, duplicate tool calls and webhooks, and refunds of a
+//! quarter of the paid payments made under the same chaos. The long soak is the
 //! same code run by the `payonce-chaos` binary (docs/failure-injection.md).
 
 use crate::support::{self, postgres};
@@ -26,6 +27,14 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     config.reconciler_kills_max = 3;
     config.chaos_window = Duration::from_secs(30);
     config.deadline = Duration::from_secs(150);
+    // PAYONCE_CHAOS_REFUND_EVERY=0 measures the soak without refunds (the baseline of docs/failure-injection.md).
+    if let Some(every) = std::env::var("PAYONCE_CHAOS_REFUND_EVERY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        config.refund_every = every;
+    }
+    let refund_every = config.refund_every;
     let report = run(config).await.expect("the soak runs");
     eprintln!("{report}");
     assert!(report.converged, "every operation reached a final state");
@@ -42,4 +51,24 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     assert!(report.reconciler_sigkills >= 1, "{report}");
     assert!(report.recovered_after_crash > 0, "{report}");
     assert!(report.duplicate_tool_calls > 0, "{report}");
+    // Refunds ran under the same chaos: none made twice, no payment over-refunded, none lost.
+    if refund_every == 0 {
+        assert_eq!(report.refunds_created, 0, "{report}");
+        return;
+    }
+    assert!(report.refunds_created > 0, "{report}");
+    assert!(report.refunds.at_processor > 0, "{report}");
+    assert_eq!(report.refunds.duplicated, 0, "no refund made twice");
+    assert_eq!(report.refunds.over_refunded, 0, "no payment over-refunded");
+    assert_eq!(report.refunds.lost, 0, "no refund lost");
+    assert_eq!(report.refunds.mismatched, 0);
+    assert_eq!(
+        report.refunds.disagreements, 0,
+        "ledger and processor agree on every refunded payment"
+    );
+    assert!(report.refund_refusals_expected > 0, "{report}");
+    assert_eq!(
+        report.refunds_refused_by_guard, report.refund_refusals_expected,
+        "the guard refused exactly one of each racing pair"
+    );
 }

@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod postgres;
 pub mod processes;
+pub mod refunds;
 
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
@@ -72,6 +73,7 @@ pub fn details(invoice: &str, amount: i64, payment_method: &str) -> Details {
         invoice: invoice.into(),
         destination: None,
         description: Some(format!("Invoice {invoice}")),
+        refund_of: None,
     })
     .unwrap()
 }

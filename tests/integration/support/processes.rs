@@ -42,6 +42,20 @@ pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
         .count()
 }
 
+/// Moves the simulator's clock forward by `by` (`POST /_sim/clock`); answers its new `now_ms`.
+pub async fn advance_clock(sim: &Simulator, by: Duration) -> serde_json::Value {
+    let r = reqwest::Client::new()
+        .post(format!("{}/_sim/clock", sim.base_url()))
+        .json(&serde_json::json!({ "advance_ms": by.as_millis() as i64 }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(status.is_success(), "advancing the clock failed: {body}");
+    body
+}
+
 /// Arms simulator faults (a JSON array of rules).
 pub async fn arm_faults(sim: &Simulator, rules: serde_json::Value) {
     let r = reqwest::Client::new()

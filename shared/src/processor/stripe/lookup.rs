@@ -26,7 +26,7 @@ fn unavailable(reason: impl Into<String>) -> LookupOutcome {
     }
 }
 
-fn is_id(raw: &str) -> bool {
+pub(crate) fn is_id(raw: &str) -> bool {
     !raw.is_empty()
         && raw.len() <= 255
         && raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -64,7 +64,7 @@ fn operation_of(pi: &Value) -> Option<&str> {
     pi.get("metadata")?.get(METADATA_OPERATION_ID)?.as_str()
 }
 
-async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, Value), String> {
+pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, Value), String> {
     let response = p
         .request(reqwest::Method::GET, url)
         .send()
@@ -113,7 +113,7 @@ async fn by_reference(
     }
 }
 
-fn error_message(v: &Value) -> String {
+pub(crate) fn error_message(v: &Value) -> String {
     v.get("error")
         .and_then(|e| e.get("message"))
         .and_then(Value::as_str)
@@ -218,6 +218,7 @@ pub(crate) fn object_of(reference: &str, pi: &Value) -> ProcessorObject {
         currency: text("currency").map(|c| c.to_ascii_lowercase()),
         customer: text("customer"),
         operation_id: operation_of(pi).map(str::to_string),
+        payment_reference: None,
         status: found_status(pi),
         object: pi.clone(),
     }

@@ -229,11 +229,17 @@ impl Event {
     }
 }
 
-/// The event types that may carry an outcome; only these are checked against the processor.
-pub const OUTCOME_EVENT_TYPES: [&str; 3] = [
+/// The event types that may carry an outcome; only these are checked against the processor. The
+/// refund ones carry a Refund (`re_...`, its metadata naming the refund operation); `charge.refunded`
+/// carries the payment's Charge and is not one of them.
+pub const OUTCOME_EVENT_TYPES: [&str; 7] = [
     "payment_intent.succeeded",
     "payment_intent.payment_failed",
     "payment_intent.canceled",
+    "refund.created",
+    "refund.updated",
+    "refund.failed",
+    "charge.refund.updated",
 ];
 
 /// The processor reference a stored event names (`data.object.id`), if it reads as an event.
@@ -382,6 +388,40 @@ mod tests {
             check(&s, &long, p, t),
             Err(WebhookError::MalformedSignature(_))
         ));
+    }
+
+    #[test]
+    fn refund_events_are_outcome_hints_for_the_refund_operation_and_charge_refunded_is_not() {
+        let refund_op = OperationId::generate();
+        let payment_op = OperationId::generate();
+        let refund = serde_json::json!({"id": "re_1", "object": "refund", "status": "failed",
+            "payment_intent": "pi_1", "metadata": {"payonce_operation_id": refund_op.as_str()}});
+        for kind in [
+            "refund.created",
+            "refund.updated",
+            "refund.failed",
+            "charge.refund.updated",
+        ] {
+            let event: Event = serde_json::from_value(serde_json::json!({
+                "id": "evt_r", "type": kind, "data": {"object": refund.clone(),
+                    "previous_attributes": {"status": "succeeded"}},
+                "request": {"id": null, "idempotency_key": null}
+            }))
+            .unwrap();
+            assert_eq!(event.operation(), Some(refund_op.clone()), "{kind}");
+            assert_eq!(event.reference(), Some("re_1"), "{kind}");
+            assert!(event.claims_outcome(), "{kind}");
+        }
+        // charge.refunded carries the payment's Charge (and the payment's metadata): no refund outcome.
+        let charge: Event = serde_json::from_value(serde_json::json!({
+            "id": "evt_c", "type": "charge.refunded",
+            "data": {"object": {"id": "ch_1", "object": "charge",
+                "metadata": {"payonce_operation_id": payment_op.as_str()}}},
+            "request": {"id": "req_1", "idempotency_key": format!("payonce-{}", refund_op.as_str())}
+        }))
+        .unwrap();
+        assert_eq!(charge.operation(), Some(payment_op));
+        assert!(!charge.claims_outcome());
     }
 
     #[test]

@@ -67,6 +67,7 @@ mod tests {
             invoice: "INV-1".into(),
             destination: Some("acct_1".into()),
             description: Some("March & April".into()),
+            refund_of: None,
         })
         .unwrap();
         let req = SubmitRequest {

@@ -1,0 +1,201 @@
+//! What every refund scenario needs: a payment paid at the simulator through the ledger's own moves,
+//! approved refund operations of it, and the checks made on both sides (the simulator's refund audit
+//! and the ledger's row, totals and history).
+
+use super::fleet::successful_payments;
+use crate::support::refunds::create_refund;
+use crate::support::{processes, ready_operation, tenant};
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::id::OperationId;
+use payonce_shared::ledger::{NewApproval, Operation, OperationEvent, Recorded, SharedLedger};
+use payonce_shared::processor::SubmitOutcome;
+use payonce_shared::state::Status;
+use payonce_simulator::Simulator;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The amount every scenario's payment collects.
+pub const PAYMENT_MINOR: i64 = 2048;
+
+pub fn now() -> i64 {
+    SystemClock.now_ms()
+}
+
+/// A payment of [`PAYMENT_MINOR`] usd for `invoice`, paid at the simulator with `payment_method`
+/// (claimed, submitted with its stored key, recorded): the succeeded row with its real `pi_...`.
+pub async fn paid_payment(
+    ledger: &SharedLedger,
+    sim: &Simulator,
+    invoice: &str,
+    payment_method: &str,
+) -> Operation {
+    let op = ready_operation(ledger, invoice, payment_method, now()).await;
+    let c = ledger
+        .claim("payer", 1, 60_000, now())
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, op.id, "the fixture pays its own payment");
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
+    let outcome = payonce_worker::execution::submit(
+        processes::stripe(sim, None).as_ref(),
+        &c,
+        Duration::from_secs(5),
+    )
+    .await;
+    let SubmitOutcome::Succeeded { reference, result } = outcome else {
+        panic!("the payment is paid: {outcome:?}")
+    };
+    let paid = ledger
+        .record(
+            &c.id,
+            c.attempt,
+            &Recorded::Succeeded { reference, result },
+            "payer",
+            now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(paid.status, Status::Succeeded);
+    assert_eq!(successful_payments(sim, &op.id).await.len(), 1);
+    paid
+}
+
+/// Approves `refund` as a person of the merchant would (the ledger records who; the api decides who may).
+pub async fn approve(ledger: &SharedLedger, refund: &Operation) -> Operation {
+    ledger
+        .approve(
+            &tenant(),
+            &refund.id,
+            NewApproval {
+                details_hash: refund.details_hash.clone(),
+                approved_by: "oncall:alice".into(),
+                method: "test".into(),
+                expires_at_ms: now() + 86_400_000,
+            },
+            now(),
+        )
+        .await
+        .unwrap()
+}
+
+/// A refund of `amount` from `payment` under business key `key`, created and approved: `ready`.
+pub async fn approved_refund(
+    ledger: &SharedLedger,
+    payment: &Operation,
+    key: &str,
+    amount: i64,
+) -> Operation {
+    let created = create_refund(ledger, payment, key, amount, now())
+        .await
+        .unwrap();
+    assert!(created.inserted, "{key} is new");
+    let ready = approve(ledger, &created.operation).await;
+    assert_eq!(ready.status, Status::Ready);
+    ready
+}
+
+/// The simulator's refund audit (`GET /_sim/audit/refunds`).
+pub async fn refund_audit(sim: &Simulator) -> Value {
+    reqwest::get(format!("{}/_sim/audit/refunds", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The refunds the simulator holds for refund operation `id` (by metadata) that still give money back.
+pub async fn refunds_for(sim: &Simulator, id: &OperationId) -> Vec<Value> {
+    refund_audit(sim).await["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["metadata"]["payonce_operation_id"] == id.as_str()
+                && r["status"] != "failed"
+                && r["status"] != "canceled"
+        })
+        .cloned()
+        .collect()
+}
+
+/// What the simulator gave back from payment `pi` in all (refunds not failed or canceled).
+pub async fn refunded_at_processor(sim: &Simulator, pi: &str) -> i64 {
+    refund_audit(sim).await["amount_by_payment_intent"][pi]
+        .as_i64()
+        .unwrap_or(0)
+}
+
+/// Both sides for an approved refund that must have been made: exactly one refund at the processor,
+/// made with the stored key; the row succeeded with that refund's reference; a history with create,
+/// approve, claim and one move into succeeded, ending there. Returns the history.
+pub async fn assert_refunded_once(
+    ledger: &SharedLedger,
+    sim: &Simulator,
+    id: &OperationId,
+) -> Vec<OperationEvent> {
+    let refunds = refunds_for(sim, id).await;
+    assert_eq!(
+        refunds.len(),
+        1,
+        "{id}: exactly one refund at the processor: {refunds:?}"
+    );
+    let row = ledger.get(&tenant(), id).await.unwrap();
+    assert_eq!(row.status, Status::Succeeded, "{id}");
+    assert_eq!(
+        row.external_ref.as_deref(),
+        refunds[0]["id"].as_str(),
+        "{id}: the ledger holds the processor's refund"
+    );
+    assert_eq!(
+        refunds[0]["idempotency_key"],
+        row.idempotency_key.as_str(),
+        "{id}: made with the stored key"
+    );
+    assert_eq!(
+        refunds[0]["amount"],
+        row.details.money().amount_minor(),
+        "{id}"
+    );
+    let events = ledger.events(id).await.unwrap();
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");
+    for needed in ["approve", "claim"] {
+        assert!(names.contains(&needed), "{id}: no {needed} in {names:?}");
+    }
+    let into_succeeded = events
+        .iter()
+        .filter(|e| e.to_status == "succeeded" && e.from_status.as_deref() != Some("succeeded"))
+        .count();
+    assert_eq!(
+        into_succeeded, 1,
+        "{id}: one move into succeeded: {names:?}"
+    );
+    assert_eq!(
+        events.last().unwrap().to_status,
+        "succeeded",
+        "{id}: {names:?}"
+    );
+    events
+}
+
+/// The ledger's totals for `payment` agree with the simulator: what succeeded in the ledger is what
+/// the processor gave back, nothing is still in flight, and neither exceeds the payment.
+pub async fn assert_totals_agree(ledger: &SharedLedger, sim: &Simulator, payment: &Operation) {
+    let totals = ledger.refund_totals(&tenant(), &payment.id).await.unwrap();
+    let pi = payment.external_ref.as_deref().unwrap();
+    let at_processor = refunded_at_processor(sim, pi).await;
+    assert_eq!(
+        totals.refunded_minor, at_processor,
+        "ledger and processor agree: {totals:?}"
+    );
+    assert_eq!(totals.in_flight_minor, 0, "{totals:?}");
+    assert!(
+        totals.refunded_minor <= PAYMENT_MINOR,
+        "never over-refunded: {totals:?}"
+    );
+}

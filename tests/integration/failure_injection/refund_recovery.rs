@@ -1,0 +1,290 @@
+//! Refund scenarios past the happy path (issue 19): duplicated webhooks, one arriving before the worker
+//! records; a refund Stripe reports `succeeded` and fails later (`pm_card_refundFail`); the key's
+//! retention window closed on a refund that landed and on one that never did; an amount change under
+//! an existing refund; and a zombie worker whose lease was taken over. Both sides every time.
+
+use super::fleet::{self, DEADLINE, settled};
+use super::refund_fixtures::{
+    approved_refund, assert_refunded_once, assert_totals_agree, now, paid_payment,
+    refunded_at_processor, refunds_for,
+};
+use crate::support::processes::{self, advance_clock, simulator};
+use crate::support::refunds::create_refund;
+use crate::support::{postgres_ledger, tenant, wait_for};
+use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_shared::clock::ManualClock;
+use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
+use payonce_shared::processor::SubmitOutcome;
+use payonce_shared::state::Status;
+use payonce_simulator::SimulatorConfig;
+use payonce_worker::WorkerConfig;
+use std::time::Duration;
+
+fn webhook_sim_config(base: &str) -> SimulatorConfig {
+    SimulatorConfig {
+        webhook_url: Some(format!("{base}/v1/webhooks/stripe")),
+        webhook_secret: fleet::WEBHOOK_SECRET.to_string(),
+        webhook_duplicates_per_mille: 1000,
+        refund_settle: Duration::from_millis(1500),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn refund_a_duplicated_webhook_before_the_worker_records_settles_once() {
+    let (ledger, url) = postgres_ledger().await;
+    let (api, base) = fleet::api(&url).await;
+    let sim = simulator(webhook_sim_config(&base)).await;
+    let _rec = fleet::reconciler(&url, &sim, &[("PAYONCE_SWEEP_INTERVAL_MS", "100")]);
+    let payment = paid_payment(&ledger, &sim, "INV-RW1", "pm_card_visa").await;
+    let refund = approved_refund(&ledger, &payment, "refund:INV-RW1:1", 700).await;
+    let worker = fleet::worker(
+        &url,
+        &sim,
+        &[("PAYONCE_FAILPOINTS", "after_processor_accepted=sleep:8000")],
+    );
+    worker
+        .wait_said("failure point after_processor_accepted sleeping")
+        .await;
+    // refund.created, delivered twice and checked by retrieving the Refund, settles the row first.
+    assert_eq!(
+        settled(&ledger, &refund.id, DEADLINE).await,
+        Status::Succeeded
+    );
+    let events = ledger.events(&refund.id).await.unwrap();
+    let into_succeeded = events.iter().find(|e| e.to_status == "succeeded").unwrap();
+    assert!(
+        into_succeeded
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("webhook"),
+        "the webhook got there first: {into_succeeded:?}"
+    );
+    assert_eq!(into_succeeded.from_status.as_deref(), Some("executing"));
+    api.wait_said("duplicate=true").await;
+    worker
+        .wait_said("outcome already recorded by another path")
+        .await;
+    let events = assert_refunded_once(&ledger, &sim, &refund.id).await;
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert!(!names.contains(&"conflicting_report"), "{names:?}");
+    assert_totals_agree(&ledger, &sim, &payment).await;
+}
+
+#[tokio::test]
+async fn refund_reported_succeeded_then_failed_goes_to_a_human_with_both_facts() {
+    let (ledger, url) = postgres_ledger().await;
+    let (_api, base) = fleet::api(&url).await;
+    let sim = simulator(webhook_sim_config(&base)).await;
+    let _rec = fleet::reconciler(&url, &sim, &[("PAYONCE_SWEEP_INTERVAL_MS", "100")]);
+    // Stripe's pm_card_refundFail: the refund answers succeeded, then fails asynchronously.
+    let payment = paid_payment(&ledger, &sim, "INV-RW2", "pm_card_refundFail").await;
+    let refund = approved_refund(&ledger, &payment, "refund:INV-RW2:1", 2048).await;
+    let _worker = fleet::worker(&url, &sim, &[]);
+    let row = wait_for("the refund to need attention", DEADLINE, || async {
+        let row = ledger.get(&tenant(), &refund.id).await.ok()?;
+        (row.status == Status::NeedsAttention).then_some(row)
+    })
+    .await;
+    let re = row.external_ref.clone().unwrap();
+    let events = ledger.events(&refund.id).await.unwrap();
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    // First the success the processor answered, then its contradiction: both kept.
+    let succeeded_at = events
+        .iter()
+        .position(|e| e.to_status == "succeeded")
+        .unwrap();
+    let conflict = events
+        .iter()
+        .position(|e| e.event == "conflicting_report")
+        .unwrap_or_else(|| panic!("{names:?}"));
+    assert!(succeeded_at < conflict, "{names:?}");
+    let detail = events[conflict].detail.clone().unwrap_or_default();
+    assert!(
+        detail.contains("expired_or_canceled_card") && detail.contains(&re),
+        "{detail}"
+    );
+    // The processor gave the money back to the payment; the ledger holds it until a human decides.
+    assert!(refunds_for(&sim, &refund.id).await.is_empty());
+    assert_eq!(
+        refunded_at_processor(&sim, payment.external_ref.as_deref().unwrap()).await,
+        0
+    );
+    let totals = ledger.refund_totals(&tenant(), &payment.id).await.unwrap();
+    assert_eq!((totals.refunded_minor, totals.in_flight_minor), (0, 2048));
+}
+
+/// Claims the oldest ready row as a worker that then vanishes: with `submit` the refund reaches the
+/// processor; either way the outcome is recorded as unknown.
+async fn crashed_refunding(
+    ledger: &SharedLedger,
+    sim: &payonce_simulator::Simulator,
+    refund: &Operation,
+    submit: bool,
+) {
+    let c = ledger
+        .claim("crashed", 1, 60_000, now())
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, refund.id);
+    ledger
+        .mark_submitting(&c.id, c.attempt, now())
+        .await
+        .unwrap();
+    if submit {
+        let outcome = payonce_worker::execution::submit(
+            processes::stripe(sim, None).as_ref(),
+            &c,
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(
+            matches!(outcome, SubmitOutcome::Succeeded { .. }),
+            "{outcome:?}"
+        );
+    }
+    let unknown = Recorded::Unknown {
+        reason: "crash".into(),
+        reference: None,
+        next_check_at_ms: now(),
+    };
+    ledger
+        .record(&c.id, c.attempt, &unknown, "crashed", now())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_new_key() {
+    let (ledger, _) = postgres_ledger().await;
+    let retention = Duration::from_secs(60);
+    let sim = simulator(SimulatorConfig {
+        key_retention: retention,
+        ..Default::default()
+    })
+    .await;
+    let payment = paid_payment(&ledger, &sim, "INV-RW3", "pm_card_visa").await;
+    let landed = approved_refund(&ledger, &payment, "refund:INV-RW3:landed", 500).await;
+    crashed_refunding(&ledger, &sim, &landed, true).await;
+    let never = approved_refund(&ledger, &payment, "refund:INV-RW3:never", 500).await;
+    crashed_refunding(&ledger, &sim, &never, false).await;
+    // Past the window on both sides: the simulator forgot the keys, the reconciler knows it.
+    let past = retention + Duration::from_secs(1);
+    let clock = ManualClock::new(now());
+    clock.advance_ms(past.as_millis() as i64);
+    advance_clock(&sim, past).await;
+    let mut config = ReconcilerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec");
+    config.check_backoff_base = Duration::from_millis(50);
+    config.retention_margin = Duration::from_millis(200);
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, Some(retention)),
+        clock.clone(),
+        config,
+    );
+    for op in [&landed, &never] {
+        wait_for("reconciled", DEADLINE, || async {
+            rec.sweep_once(false).await.unwrap();
+            clock.advance_ms(1_000);
+            let row = ledger.get(&tenant(), &op.id).await.unwrap();
+            (row.status.is_terminal() || row.status == Status::NeedsAttention).then_some(())
+        })
+        .await;
+    }
+    assert_refunded_once(&ledger, &sim, &landed.id).await;
+    let never = ledger.get(&tenant(), &never.id).await.unwrap();
+    assert_eq!(
+        never.status,
+        Status::NeedsAttention,
+        "a new key could refund twice"
+    );
+    assert!(never.failure_message.unwrap().contains("retention window"));
+    assert!(refunds_for(&sim, &never.id).await.is_empty());
+    let pi = payment.external_ref.as_deref().unwrap();
+    assert_eq!(refunded_at_processor(&sim, pi).await, 500);
+    let totals = ledger.refund_totals(&tenant(), &payment.id).await.unwrap();
+    assert_eq!(
+        (totals.refunded_minor, totals.in_flight_minor),
+        (500, 500),
+        "the one a human must decide still holds its money"
+    );
+}
+
+#[tokio::test]
+async fn refund_an_amount_change_under_an_existing_refund_is_refused_and_the_approved_amount_is_refunded()
+ {
+    let (ledger, url) = postgres_ledger().await;
+    let sim = simulator(SimulatorConfig::default()).await;
+    let payment = paid_payment(&ledger, &sim, "INV-RW4", "pm_card_visa").await;
+    let refund = approved_refund(&ledger, &payment, "refund:INV-RW4:1", 500).await;
+    match create_refund(&ledger, &payment, "refund:INV-RW4:1", 600, now()).await {
+        Err(LedgerError::Conflict { existing }) => assert_eq!(existing, refund.id),
+        other => panic!("{other:?}"),
+    }
+    let row = ledger.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(row.details.money().amount_minor(), 500);
+    assert_eq!(row.approved_hash.as_ref(), Some(&row.details_hash));
+    assert_eq!(row.status, Status::Ready);
+    let _worker = fleet::worker(&url, &sim, &[]);
+    assert_eq!(
+        settled(&ledger, &refund.id, DEADLINE).await,
+        Status::Succeeded
+    );
+    assert_refunded_once(&ledger, &sim, &refund.id).await;
+    assert_eq!(
+        refunded_at_processor(&sim, payment.external_ref.as_deref().unwrap()).await,
+        500
+    );
+    assert_totals_agree(&ledger, &sim, &payment).await;
+}
+
+#[tokio::test]
+async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
+    let (ledger, url) = postgres_ledger().await;
+    let sim = simulator(SimulatorConfig::default()).await;
+    let payment = paid_payment(&ledger, &sim, "INV-RW5", "pm_card_visa").await;
+    let refund = approved_refund(&ledger, &payment, "refund:INV-RW5:1", 900).await;
+    // The zombie claims with a short lease, reaches the processor, then stalls.
+    let zombie = ledger
+        .claim("zombie", 1, 300, now())
+        .await
+        .unwrap()
+        .remove(0);
+    ledger
+        .mark_submitting(&zombie.id, zombie.attempt, now())
+        .await
+        .unwrap();
+    let outcome = payonce_worker::execution::submit(
+        processes::stripe(&sim, None).as_ref(),
+        &zombie,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        matches!(outcome, SubmitOutcome::Succeeded { .. }),
+        "{outcome:?}"
+    );
+    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _worker = fleet::worker(&url, &sim, &[]);
+    assert_eq!(
+        settled(&ledger, &refund.id, DEADLINE).await,
+        Status::Succeeded
+    );
+    // The zombie wakes with its stale attempt: fenced, whatever it claims.
+    let late = Recorded::Failed {
+        code: "zombie".into(),
+        message: "late".into(),
+        reference: None,
+    };
+    assert!(matches!(
+        ledger
+            .record(&zombie.id, zombie.attempt, &late, "zombie", now())
+            .await,
+        Err(LedgerError::Fenced { .. })
+    ));
+    assert_refunded_once(&ledger, &sim, &refund.id).await;
+    assert_totals_agree(&ledger, &sim, &payment).await;
+}

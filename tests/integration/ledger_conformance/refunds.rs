@@ -1,0 +1,314 @@
+//! The over-refund guard on both stores: exact sums, released states, refusals that change nothing,
+//! and concurrent callers racing for the last money (Postgres pool; SQLite file shared by several
+//! connections, as several processes would share it).
+
+use super::{T0, for_each_store};
+use crate::support::refunds::{create_refund, refund_details, settle_refund, succeeded_payment};
+use crate::support::{self, tenant};
+use payonce_shared::details::{OperationKind, RefundReason};
+use payonce_shared::id::{BusinessKey, OperationId, TenantId};
+use payonce_shared::ledger::refunds::RefundTotals;
+use payonce_shared::ledger::{
+    LedgerError, LimitError, NewOperation, Operation, Recorded, SharedLedger,
+};
+use payonce_shared::state::Status;
+
+fn totals(payment_minor: i64, refunded: i64, in_flight: i64, count: i64) -> RefundTotals {
+    RefundTotals {
+        payment_minor,
+        refunded_minor: refunded,
+        in_flight_minor: in_flight,
+        refund_count: count,
+    }
+}
+
+async fn rows(ledger: &SharedLedger, payment: &Operation) -> Vec<Operation> {
+    ledger
+        .refunds_of(&tenant(), &payment.id, 100)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money() {
+    for_each_store(|ledger| async move {
+        let payment = succeeded_payment(&ledger, "INV-R1", 1_000, T0).await;
+        let a = create_refund(&ledger, &payment, "refund:a", 600, T0).await.unwrap();
+        assert!(a.inserted);
+        let a = a.operation;
+        assert_eq!((a.status, a.details.kind()), (Status::AwaitingApproval, OperationKind::Refund));
+        let of = a.details.refund_of().unwrap();
+        assert_eq!(of.payment_operation(), &payment.id);
+        assert_eq!(of.payment_reference(), "pi_INV-R1");
+        assert_eq!(of.reason(), RefundReason::RequestedByCustomer);
+        assert_eq!(a.details, refund_details(&payment, 600, RefundReason::RequestedByCustomer));
+        assert_eq!(a.details_hash, a.details.hash());
+        let events = ledger.events(&a.id).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].event.as_str(), events[0].to_status.as_str()), ("create", "awaiting_approval"));
+
+        // The same business key and details: the same refund, however often asked.
+        let again = create_refund(&ledger, &payment, "refund:a", 600, T0 + 1).await.unwrap();
+        assert_eq!((again.inserted, &again.operation.id), (false, &a.id));
+        let changed = create_refund(&ledger, &payment, "refund:a", 601, T0).await;
+        assert!(matches!(&changed, Err(LedgerError::Conflict { existing }) if existing == &a.id), "{changed:?}");
+
+        // 600 held: 401 does not fit, 400 does, then nothing does.
+        let over = create_refund(&ledger, &payment, "refund:b", 401, T0).await;
+        assert!(
+            matches!(&over, Err(LedgerError::OverRefund { payment: p, requested_minor: 401, refundable_minor: 400 }) if p == &payment.id),
+            "{over:?}"
+        );
+        let b = create_refund(&ledger, &payment, "refund:b", 400, T0 + 1).await.unwrap().operation;
+        let one = create_refund(&ledger, &payment, "refund:c", 1, T0).await;
+        assert!(matches!(one, Err(LedgerError::OverRefund { refundable_minor: 0, .. })), "{one:?}");
+        assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 1_000, 2));
+
+        // A cancelled refund frees its money; a succeeded one keeps it; a failed one frees it.
+        let cancelled = ledger.cancel(&tenant(), &a.id, "on_call:test", T0).await.unwrap();
+        assert_eq!(cancelled.status, Status::Cancelled);
+        assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 400, 2));
+        let done = settle_refund(&ledger, &b, Recorded::Succeeded {
+            reference: "re_b".into(),
+            result: serde_json::json!({"id": "re_b", "status": "succeeded"}),
+        }).await;
+        assert_eq!(done.status, Status::Succeeded);
+        let c = create_refund(&ledger, &payment, "refund:c", 600, T0 + 2).await.unwrap().operation;
+        assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 400, 600, 3));
+        let failed = settle_refund(&ledger, &c, Recorded::Failed {
+            code: "insufficient_funds".into(),
+            message: "the connected account cannot cover it".into(),
+            reference: Some("re_c".into()),
+        }).await;
+        assert_eq!(failed.status, Status::Failed);
+        let t = ledger.refund_totals(&tenant(), &payment.id).await.unwrap();
+        assert_eq!((t, t.refundable_minor()), (totals(1_000, 400, 0, 3), 600));
+
+        let listed: Vec<(OperationId, Status, i64)> = rows(&ledger, &payment).await.into_iter()
+            .map(|r| (r.id, r.status, r.details.money().amount_minor())).collect();
+        assert_eq!(listed, [
+            (a.id.clone(), Status::Cancelled, 600),
+            (b.id.clone(), Status::Succeeded, 400),
+            (c.id.clone(), Status::Failed, 600),
+        ]);
+        assert!(matches!(
+            ledger.refunds_of(&tenant(), &payment.id, 0).await,
+            Err(LedgerError::Limit(LimitError::PageSize))
+        ));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded() {
+    for_each_store(|ledger| async move {
+        let payment = succeeded_payment(&ledger, "INV-R2", 1_000, T0).await;
+        let refund = create_refund(&ledger, &payment, "refund:r2", 100, T0)
+            .await
+            .unwrap()
+            .operation;
+        let new = |tenant: TenantId, key: &str, details| NewOperation {
+            id: OperationId::generate(),
+            tenant,
+            business_key: BusinessKey::parse(key).unwrap(),
+            details,
+            actor: "service:test".into(),
+        };
+        let refused = |r: Result<_, LedgerError>| match r {
+            Err(LedgerError::NotRefundable { why, .. }) => why,
+            other => panic!("expected NotRefundable, got {other:?}"),
+        };
+
+        // A refund of a refund.
+        let d = payonce_shared::details::Details::refund(
+            &payment.details,
+            &refund.id,
+            "pi_INV-R2",
+            10,
+            RefundReason::Duplicate,
+        )
+        .unwrap();
+        let r = ledger
+            .create_or_get(new(tenant(), "refund:of-refund", d), T0)
+            .await;
+        assert_eq!(refused(r), "only a payment can be refunded");
+
+        // A payment that has not succeeded.
+        let pending = support::ready_operation(&ledger, "INV-R2b", "pm_card_visa", T0).await;
+        let d = payonce_shared::details::Details::refund(
+            &pending.details,
+            &pending.id,
+            "pi_INV-R2b",
+            10,
+            RefundReason::Duplicate,
+        )
+        .unwrap();
+        let r = ledger
+            .create_or_get(new(tenant(), "refund:pending", d), T0)
+            .await;
+        assert_eq!(refused(r), "only a succeeded payment can be refunded");
+
+        // A processor reference that is not the payment's.
+        let d = payonce_shared::details::Details::refund(
+            &payment.details,
+            &payment.id,
+            "pi_forged",
+            10,
+            RefundReason::Duplicate,
+        )
+        .unwrap();
+        let r = ledger
+            .create_or_get(new(tenant(), "refund:forged", d), T0)
+            .await;
+        assert_eq!(
+            refused(r),
+            "the refund's details are not the payment's record"
+        );
+
+        // Another tenant's payment is not found, and its reads show nothing.
+        let globex = TenantId::parse("globex").unwrap();
+        let d = refund_details(&payment, 10, RefundReason::Duplicate);
+        let r = ledger
+            .create_or_get(new(globex.clone(), "refund:globex", d), T0)
+            .await;
+        assert!(matches!(r, Err(LedgerError::NotFound)), "{r:?}");
+        assert!(matches!(
+            ledger.refund_totals(&globex, &payment.id).await,
+            Err(LedgerError::NotFound)
+        ));
+        assert_eq!(
+            ledger
+                .refunds_of(&globex, &payment.id, 10)
+                .await
+                .unwrap()
+                .len(),
+            0
+        );
+
+        // Refused callers changed nothing.
+        assert_eq!(rows(&ledger, &payment).await.len(), 1);
+        assert_eq!(
+            ledger.refund_totals(&tenant(), &payment.id).await.unwrap(),
+            totals(1_000, 0, 100, 1)
+        );
+        assert_eq!(
+            ledger
+                .refunds_of(&tenant(), &pending.id, 10)
+                .await
+                .unwrap()
+                .len(),
+            0
+        );
+    })
+    .await;
+}
+
+/// `n` callers, spread over `ledgers`, each ask for `amount` of `payment` under its own key.
+/// Returns how many were created; every other one must be refused as an over-refund.
+async fn race(ledgers: &[SharedLedger], payment: &Operation, amount: i64, n: usize) -> usize {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let ledger = ledgers[i % ledgers.len()].clone();
+        let payment = payment.clone();
+        tasks.push(tokio::spawn(async move {
+            create_refund(
+                &ledger,
+                &payment,
+                &format!("refund:race:{amount}:{i}"),
+                amount,
+                T0,
+            )
+            .await
+        }));
+    }
+    let mut created = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(c) => {
+                assert!(c.inserted);
+                created += 1;
+            }
+            Err(LedgerError::OverRefund {
+                requested_minor, ..
+            }) => assert_eq!(requested_minor, amount),
+            Err(other) => panic!("a racing refund got {other:?}"),
+        }
+    }
+    created
+}
+
+async fn assert_races(ledgers: &[SharedLedger]) {
+    let ledger = &ledgers[0];
+    // 8 callers for 300 of 1000: exactly three fit.
+    let payment = succeeded_payment(ledger, "INV-RACE1", 1_000, T0).await;
+    assert_eq!(race(ledgers, &payment, 300, 8).await, 3);
+    let refunds = rows(ledger, &payment).await;
+    assert_eq!(refunds.len(), 3);
+    assert_eq!(
+        refunds
+            .iter()
+            .map(|r| r.details.money().amount_minor())
+            .sum::<i64>(),
+        900
+    );
+    // 8 callers for the whole of another payment: exactly one.
+    let payment = succeeded_payment(ledger, "INV-RACE2", 1_000, T0).await;
+    assert_eq!(race(ledgers, &payment, 1_000, 8).await, 1);
+    assert_eq!(
+        ledger.refund_totals(&tenant(), &payment.id).await.unwrap(),
+        totals(1_000, 0, 1_000, 1)
+    );
+}
+
+#[tokio::test]
+async fn postgres_eight_callers_racing_for_the_last_money_create_exactly_what_fits() {
+    let (ledger, _) = support::postgres_ledger().await;
+    assert_races(&[ledger]).await;
+}
+
+#[tokio::test]
+async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
+    let path = std::env::temp_dir().join(format!(
+        "payonce-refund-race-{}.db",
+        payonce_shared::id::random_hex(8)
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let mut ledgers = Vec::new();
+    for _ in 0..3 {
+        ledgers.push(payonce_shared::ledger::connect(&url, 1).await.unwrap());
+    }
+    assert_races(&ledgers).await;
+    drop(ledgers);
+    // Migration 0008 rebuilt `operations`: every index and trigger 0001-0007 made is back.
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let mut names: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE tbl_name = 'operations' AND type IN ('index', 'trigger') \
+         AND name NOT LIKE 'sqlite_autoindex%' ORDER BY name",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "operations_attention_idx",
+            "operations_audit_insert",
+            "operations_audit_update",
+            "operations_console_customer_idx",
+            "operations_console_invoice_idx",
+            "operations_console_reference_idx",
+            "operations_console_status_idx",
+            "operations_console_tenant_idx",
+            "operations_due_idx",
+            "operations_lease_idx",
+            "operations_ready_idx",
+            "operations_refund_of_idx",
+        ]
+    );
+    conn.close().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}

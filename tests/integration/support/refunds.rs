@@ -1,0 +1,142 @@
+//! Refund fixtures: a payment taken to `succeeded` through the ledger's own moves, and refund
+//! operations of it.
+
+use super::{details, tenant};
+use payonce_shared::details::{Details, RefundReason};
+use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::ledger::{
+    Created, LedgerError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+};
+use payonce_shared::state::Status;
+
+/// A payment of `amount` for `invoice`, created, approved, claimed, submitted and recorded as
+/// succeeded with processor reference `pi_<invoice>` (the ledger's own moves, no processor).
+pub async fn succeeded_payment(
+    ledger: &SharedLedger,
+    invoice: &str,
+    amount: i64,
+    now_ms: i64,
+) -> Operation {
+    let d = details(invoice, amount, "pm_card_visa");
+    let hash = d.hash();
+    let created = ledger
+        .create_or_get(
+            NewOperation {
+                id: OperationId::generate(),
+                tenant: tenant(),
+                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                details: d,
+                actor: "service:test".into(),
+            },
+            now_ms,
+        )
+        .await
+        .unwrap()
+        .operation;
+    ledger
+        .approve(
+            &tenant(),
+            &created.id,
+            NewApproval {
+                details_hash: hash,
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at_ms: now_ms + 86_400_000,
+            },
+            now_ms,
+        )
+        .await
+        .unwrap();
+    let claimed = ledger.claim("fixture", 1, 30_000, now_ms).await.unwrap();
+    assert_eq!(claimed.len(), 1, "the fixture claims its own payment only");
+    let attempt = claimed[0].attempt;
+    assert_eq!(claimed[0].id, created.id);
+    ledger
+        .mark_submitting(&created.id, attempt, now_ms)
+        .await
+        .unwrap();
+    let paid = ledger
+        .record(
+            &created.id,
+            attempt,
+            &Recorded::Succeeded {
+                reference: format!("pi_{invoice}"),
+                result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
+            },
+            "fixture",
+            now_ms,
+        )
+        .await
+        .unwrap();
+    assert_eq!(paid.status, Status::Succeeded);
+    paid
+}
+
+/// The details of a refund of `amount` from `payment`, for `reason`.
+pub fn refund_details(payment: &Operation, amount: i64, reason: RefundReason) -> Details {
+    Details::refund(
+        &payment.details,
+        &payment.id,
+        payment.external_ref.as_deref().unwrap(),
+        amount,
+        reason,
+    )
+    .unwrap()
+}
+
+/// Creates (or gets) a refund of `amount` from `payment` under business key `key`.
+pub async fn create_refund(
+    ledger: &SharedLedger,
+    payment: &Operation,
+    key: &str,
+    amount: i64,
+    now_ms: i64,
+) -> Result<Created, LedgerError> {
+    ledger
+        .create_or_get(
+            NewOperation {
+                id: OperationId::generate(),
+                tenant: tenant(),
+                business_key: BusinessKey::parse(key).unwrap(),
+                details: refund_details(payment, amount, RefundReason::RequestedByCustomer),
+                actor: "service:test".into(),
+            },
+            now_ms,
+        )
+        .await
+}
+
+/// Approves `refund` as an on-call person, claims it and records `outcome` (the ledger's own moves,
+/// no processor); returns the refund as recorded.
+pub async fn settle_refund(
+    ledger: &SharedLedger,
+    refund: &Operation,
+    outcome: Recorded,
+) -> Operation {
+    let now_ms = refund.created_at_ms;
+    ledger
+        .approve(
+            &tenant(),
+            &refund.id,
+            NewApproval {
+                details_hash: refund.details_hash.clone(),
+                approved_by: "on_call:key_test".into(),
+                method: "on_call_key".into(),
+                expires_at_ms: now_ms + 86_400_000,
+            },
+            now_ms,
+        )
+        .await
+        .unwrap();
+    let claimed = ledger.claim("fixture", 1, 30_000, now_ms).await.unwrap();
+    assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
+    assert_eq!(claimed[0].id, refund.id);
+    ledger
+        .mark_submitting(&refund.id, claimed[0].attempt, now_ms)
+        .await
+        .unwrap();
+    ledger
+        .record(&refund.id, claimed[0].attempt, &outcome, "fixture", now_ms)
+        .await
+        .unwrap()
+}
