@@ -262,11 +262,13 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
             .map_or("unavailable".into(), |k| format!("{} MiB", k / 1024)),
     );
     for &n in &s.engines {
-        progress(&format!("zero-latency throughput, {n} engine(s) with a pool each"));
+        progress(&format!(
+            "zero-latency throughput, {n} engine(s) with a pool each"
+        ));
         let mut fleet = s.fleet.clone();
         fleet.workers = n;
-        let r = throughput::drain(&s.admin_url, n, s.clients, &fleet, s.operations, s.deadline)
-            .await?;
+        let r =
+            throughput::drain(&s.admin_url, n, s.clients, &fleet, s.operations, s.deadline).await?;
         out.table.compare(
             format!(
                 "same drain, {n} worker engine(s) × concurrency {} on one database, each its own pool of {} connections",

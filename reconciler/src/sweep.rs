@@ -12,6 +12,7 @@
 use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
+use futures_util::{StreamExt, stream};
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{LedgerError, Operation, Report, SharedLedger};
@@ -19,7 +20,6 @@ use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
 use payonce_shared::state::Status;
 use payonce_worker::{WorkerMetrics, execute_one};
-use futures_util::{StreamExt, stream};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;

@@ -54,7 +54,15 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut ops = Vec::new();
     for i in 0..STUCK {
-        ops.push(ready_operation(&ledger, &format!("INV-C{i}"), "pm_card_visa", now() + i as i64).await);
+        ops.push(
+            ready_operation(
+                &ledger,
+                &format!("INV-C{i}"),
+                "pm_card_visa",
+                now() + i as i64,
+            )
+            .await,
+        );
     }
     // One crashed worker held them all with a submission recorded; the even ones reached the
     // processor (response dropped), the odd ones never left.
@@ -72,17 +80,27 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
     }
     let paid: Vec<_> = ops.iter().step_by(2).map(|o| o.id.clone()).collect();
     for c in claimed.iter().filter(|c| paid.contains(&c.id)) {
-        processes::arm_faults(&sim, serde_json::json!([{"match": c.id.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
+        processes::arm_faults(
+            &sim,
+            serde_json::json!([{"match": c.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
+        )
+        .await;
         let outcome = payonce_worker::execution::submit(
             processes::stripe(&sim, None).as_ref(),
             c,
             Duration::from_secs(5),
         )
         .await;
-        assert!(matches!(outcome, SubmitOutcome::Unknown { .. }), "{outcome:?}");
+        assert!(
+            matches!(outcome, SubmitOutcome::Unknown { .. }),
+            "{outcome:?}"
+        );
     }
 
-    let report = reconciler(&ledger, &sim, 4).sweep_once(false).await.unwrap();
+    let report = reconciler(&ledger, &sim, 4)
+        .sweep_once(false)
+        .await
+        .unwrap();
     assert_eq!(
         (
             report.marked_unknown,
@@ -119,7 +137,11 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
     sorted.sort();
     expected.sort();
     assert_eq!(sorted, expected);
-    assert!(report.actions[..STUCK].iter().all(|a| a.ends_with("lease of crashed expired -> unknown")));
+    assert!(
+        report.actions[..STUCK]
+            .iter()
+            .all(|a| a.ends_with("lease of crashed expired -> unknown"))
+    );
 }
 
 #[tokio::test]
@@ -129,12 +151,16 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
     let op = ready_operation(&ledger, "INV-Z1", "pm_card_visa", now()).await;
     let claimed = ledger.claim("crashed", 1, LEASE_MS, now()).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    let sweep = reconciler(&ledger, &sim, 0).sweep_once(false);
-    let report = tokio::time::timeout(Duration::from_secs(30), sweep)
+    let rec = reconciler(&ledger, &sim, 0);
+    let report = tokio::time::timeout(Duration::from_secs(30), rec.sweep_once(false))
         .await
         .expect("a zero concurrency must not stall the sweep")
         .unwrap();
-    assert_eq!((report.requeued, report.marked_unknown), (1, 0), "{report:?}");
+    assert_eq!(
+        (report.requeued, report.marked_unknown),
+        (1, 0),
+        "{report:?}"
+    );
     assert_eq!(
         ledger.get(&tenant(), &op.id).await.unwrap().status,
         Status::Ready
