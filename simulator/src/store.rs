@@ -84,6 +84,44 @@ const SCHEMA: &[&str] = &[
     )",
 ];
 
+/// What a refunds table made before asynchronous refunds lacks; added in place (old refunds were
+/// all synchronous and succeeded) before the schema's indexes name the new columns.
+const REFUNDS_UPGRADE: &[&str] = &[
+    "ALTER TABLE refunds ADD COLUMN charge TEXT",
+    "ALTER TABLE refunds ADD COLUMN status TEXT NOT NULL DEFAULT 'succeeded' \
+     CHECK (status IN ('pending', 'succeeded', 'failed', 'canceled'))",
+    "ALTER TABLE refunds ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE refunds ADD COLUMN idempotency_key TEXT",
+    "ALTER TABLE refunds ADD COLUMN request_id TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE refunds ADD COLUMN settle_at_ms INTEGER",
+    "ALTER TABLE refunds ADD COLUMN settle_to TEXT CHECK (settle_to IN ('succeeded', 'failed'))",
+    "UPDATE refunds SET created = COALESCE(json_extract(body, '$.created'), 0), \
+     charge = json_extract(body, '$.charge'), request_id = 'req_before_upgrade'",
+];
+const SELECT_REFUNDS_HAS_STATUS: &str =
+    "SELECT COUNT(*) FROM pragma_table_info('refunds') WHERE name = 'status'";
+const SELECT_REFUNDS_EXISTS: &str =
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'refunds'";
+
+/// Brings a refunds table from a file made before asynchronous refunds up to the current columns,
+/// in one transaction; a new file or a current one is left alone.
+async fn upgrade_refunds(pool: &SqlitePool) -> Result<(), sqlx::Error> {
+    let exists: i64 = sqlx::query_scalar(SELECT_REFUNDS_EXISTS)
+        .fetch_one(pool)
+        .await?;
+    let current: i64 = sqlx::query_scalar(SELECT_REFUNDS_HAS_STATUS)
+        .fetch_one(pool)
+        .await?;
+    if exists == 0 || current == 1 {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    for statement in REFUNDS_UPGRADE {
+        sqlx::query(*statement).execute(&mut *tx).await?;
+    }
+    tx.commit().await
+}
+
 macro_rules! payment_columns {
     () => {
         "seq, id, created, created_ms, amount, currency, customer, description, payment_method, status, metadata, \
@@ -334,6 +372,7 @@ impl Store {
             })
             .connect_with(options)
             .await?;
+        upgrade_refunds(&pool).await?;
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await?;
         }
@@ -605,6 +644,54 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A simulator file written before asynchronous refunds opens, keeps its refunds (as the
+    /// succeeded refunds they were) and takes new ones.
+    #[tokio::test]
+    async fn a_file_from_before_asynchronous_refunds_is_upgraded_in_place() {
+        let dir = std::env::temp_dir().join(format!("payonce-sim-upgrade-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sim.db");
+        let _ = std::fs::remove_file(&path);
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        {
+            let pool = SqlitePool::connect(&url).await.unwrap();
+            sqlx::query(
+                "CREATE TABLE refunds (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, \
+                 payment_intent TEXT NOT NULL, amount INTEGER NOT NULL, body BLOB NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            sqlx::query("INSERT INTO refunds (id, payment_intent, amount, body) VALUES ('re_old', 'pi_old', 300, ?1)")
+                .bind(br#"{"id":"re_old","created":1700000000,"charge":"ch_old","status":"succeeded"}"#.to_vec())
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+        let store = Store::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let old = store.refund("re_old").await.unwrap().expect("kept");
+        assert_eq!(
+            (
+                old.amount,
+                old.status.as_str(),
+                old.charge.as_deref(),
+                old.created
+            ),
+            (300, "succeeded", Some("ch_old"), 1_700_000_000)
+        );
+        // Opening again finds a current table and changes nothing.
+        store.close().await;
+        let again = Store::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        assert_eq!(again.all_refunds(10).await.unwrap().len(), 1);
+        again.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// sqlx closes the one pooled connection when it cannot trust it; an in-memory simulator must
     /// keep its data (and schema) through that.

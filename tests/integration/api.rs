@@ -11,6 +11,7 @@ mod keys;
 mod mcp;
 mod operations;
 mod processes;
+mod refund_tool;
 mod refunds;
 mod role_matrix;
 mod slow_clients;

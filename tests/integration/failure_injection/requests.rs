@@ -76,7 +76,7 @@ async fn create_and_approve(base: &str, service: &str, invoice: &str, amount: i6
     OperationId::parse(&id).unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_1_tool_calls_execute_requests_and_workers_at_once_pay_once() {
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
@@ -84,9 +84,16 @@ async fn scenario_1_tool_calls_execute_requests_and_workers_at_once_pay_once() {
     let (_api, base) = fleet::api(&url).await;
     let id = create_and_approve(&base, &service, "INV-FI1", 2048).await;
 
-    // Workers start while every request is in flight.
+    // Workers start while every request is in flight. The subject is concurrency, not a slow
+    // processor: a generous timeout keeps a loaded machine from turning the one submission into an
+    // unknown outcome (which this fleet, having no reconciler, would rightly leave unresolved).
+    let patient = [
+        ("PAYONCE_PROCESSOR_TIMEOUT_MS", "10000"),
+        ("PAYONCE_SUBMIT_TIMEOUT_MS", "10500"),
+        ("PAYONCE_SHUTDOWN_GRACE_MS", "11000"),
+    ];
     let workers: Vec<_> = (0..WORKERS)
-        .map(|_| fleet::worker(&url, &sim, &[]))
+        .map(|_| fleet::worker(&url, &sim, &patient))
         .collect();
     let mut requests = tokio::task::JoinSet::new();
     for i in 0..CONCURRENT_REQUESTS {

@@ -312,3 +312,247 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A raw refund row with `kind`, `refund_of`, reference and reason as given: what the CHECKs see.
+const RAW_INSERT: &str = "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
+     customer, payment_method, invoice, details_hash, status, attempt, idempotency_key, available_at, \
+     created_at, updated_at, refund_of, refund_payment_reference, refund_reason) \
+     VALUES ($1, 'acme', $2, $3, 1, 'usd', 'cus_test', 'pm_card_visa', 'INV-RAW', $4, 'awaiting_approval', 0, \
+     $5, 1, 1, 1, $6, $7, $8)";
+
+/// A raw row's `kind`, `refund_of`, `refund_payment_reference`, `refund_reason`.
+type Shape = (
+    &'static str,
+    Option<String>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+/// What the stores' CHECKs refuse, whatever code writes the row.
+fn shapes(payment: &str) -> Vec<Shape> {
+    let p = Some(payment.to_string());
+    vec![
+        ("refund", None, Some("pi_1"), Some("duplicate")),
+        ("refund", p.clone(), None, Some("duplicate")),
+        ("refund", p.clone(), Some("pi_1"), None),
+        (
+            "refund",
+            p.clone(),
+            Some("pi_1"),
+            Some("expired_uncaptured_charge"),
+        ),
+        ("refund", p.clone(), Some(""), Some("duplicate")),
+        ("payment", p.clone(), Some("pi_1"), Some("duplicate")),
+        ("payment", None, None, Some("duplicate")),
+        ("transfer", None, None, None),
+    ]
+}
+
+#[tokio::test]
+async fn both_stores_check_the_refund_shape_whatever_writes_the_row() {
+    use sqlx::Connection;
+    let (ledger, url) = support::postgres_ledger().await;
+    let payment = succeeded_payment(&ledger, "INV-SHAPE", 1_000, T0).await;
+    let path = std::env::temp_dir().join(format!(
+        "payonce-refund-shape-{}.db",
+        payonce_shared::id::random_hex(8)
+    ));
+    let sqlite_url = format!("sqlite:{}", path.display());
+    let sqlite = payonce_shared::ledger::connect(&sqlite_url, 1)
+        .await
+        .unwrap();
+    let sqlite_payment = succeeded_payment(&sqlite, "INV-SHAPE", 1_000, T0).await;
+    drop(sqlite);
+    let mut pg = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut lite = sqlx::SqliteConnection::connect(&format!("{sqlite_url}?mode=rw"))
+        .await
+        .unwrap();
+    sqlx::query("PRAGMA foreign_keys = ON")
+        .execute(&mut lite)
+        .await
+        .unwrap();
+    let hash = "a".repeat(64);
+    for (i, (kind, of, reference, reason)) in shapes(payment.id.as_str()).into_iter().enumerate() {
+        let id = OperationId::generate();
+        let r = sqlx::query(RAW_INSERT)
+            .bind(id.as_str())
+            .bind(format!("raw:{i}"))
+            .bind(kind)
+            .bind(&hash)
+            .bind(format!("raw-key-{i}"))
+            .bind(of)
+            .bind(reference)
+            .bind(reason)
+            .execute(&mut pg)
+            .await;
+        assert!(r.is_err(), "postgres took shape {i}");
+    }
+    for (i, (kind, of, reference, reason)) in
+        shapes(sqlite_payment.id.as_str()).into_iter().enumerate()
+    {
+        let id = OperationId::generate();
+        let r = sqlx::query(RAW_INSERT)
+            .bind(id.as_str())
+            .bind(format!("raw:{i}"))
+            .bind(kind)
+            .bind(&hash)
+            .bind(format!("raw-key-{i}"))
+            .bind(of)
+            .bind(reference)
+            .bind(reason)
+            .execute(&mut lite)
+            .await;
+        assert!(r.is_err(), "sqlite took shape {i}");
+    }
+    // A refund of an operation that does not exist: the foreign key refuses it on both.
+    let ghost = Some(OperationId::generate().as_str().to_string());
+    let r = sqlx::query(RAW_INSERT)
+        .bind(OperationId::generate().as_str())
+        .bind("raw:ghost")
+        .bind("refund")
+        .bind(&hash)
+        .bind("raw-key-ghost")
+        .bind(ghost.clone())
+        .bind("pi_1")
+        .bind("duplicate")
+        .execute(&mut pg)
+        .await;
+    assert!(r.is_err(), "postgres took a refund of nothing");
+    let r = sqlx::query(RAW_INSERT)
+        .bind(OperationId::generate().as_str())
+        .bind("raw:ghost")
+        .bind("refund")
+        .bind(&hash)
+        .bind("raw-key-ghost")
+        .bind(ghost)
+        .bind("pi_1")
+        .bind("duplicate")
+        .execute(&mut lite)
+        .await;
+    assert!(r.is_err(), "sqlite took a refund of nothing");
+    // The well-formed shape is taken by both (the CHECKs are not refusing everything).
+    sqlx::query(RAW_INSERT)
+        .bind(OperationId::generate().as_str())
+        .bind("raw:ok")
+        .bind("refund")
+        .bind(&hash)
+        .bind("raw-key-ok")
+        .bind(Some(payment.id.as_str()))
+        .bind("pi_1")
+        .bind("duplicate")
+        .execute(&mut pg)
+        .await
+        .unwrap();
+    sqlx::query(RAW_INSERT)
+        .bind(OperationId::generate().as_str())
+        .bind("raw:ok")
+        .bind("refund")
+        .bind(&hash)
+        .bind("raw-key-ok")
+        .bind(Some(sqlite_payment.id.as_str()))
+        .bind("pi_1")
+        .bind("duplicate")
+        .execute(&mut lite)
+        .await
+        .unwrap();
+    pg.close().await.unwrap();
+    lite.close().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_ledger() {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let path = std::env::temp_dir().join(format!(
+        "payonce-0008-{}.db",
+        payonce_shared::id::random_hex(8)
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let id = OperationId::generate();
+    let details = support::details("INV-M8", 2048, "pm_card_visa");
+    let hash = details.hash();
+    {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .create_if_missing(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        // A ledger as 0001-0007 left it (foreign keys off while rebuilding, as the migrator runs them).
+        for sql in [
+            include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+            include_str!("../../../migrations/sqlite/0002_customer_verification.sql"),
+            include_str!("../../../migrations/sqlite/0003_evidence.sql"),
+            include_str!("../../../migrations/sqlite/0004_api_key_lifecycle.sql"),
+            include_str!("../../../migrations/sqlite/0005_tool_call_keys.sql"),
+            include_str!("../../../migrations/sqlite/0006_operation_id_check.sql"),
+            include_str!("../../../migrations/sqlite/0007_console.sql"),
+        ] {
+            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+        }
+        sqlx::raw_sql(
+            "CREATE TABLE payonce_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+             applied_at BIGINT NOT NULL); INSERT INTO payonce_migrations VALUES (1, 'ledger', 0), \
+             (2, 'customer_verification', 0), (3, 'evidence', 0), (4, 'api_key_lifecycle', 0), \
+             (5, 'tool_call_keys', 0), (6, 'operation_id_check', 0), (7, 'console', 0)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer, \
+             payment_method, invoice, description, details_hash, status, attempt, idempotency_key, external_ref, \
+             available_at, approved_hash, approved_by, approval_expires_at, last_event, last_actor, created_at, \
+             updated_at) VALUES ($1, 'acme', 'invoice:INV-M8:pay', 'payment', 2048, 'usd', 'cus_test', \
+             'pm_card_visa', 'INV-M8', 'Invoice INV-M8', $2, 'succeeded', 1, $3, 'pi_m8', 1, $2, \
+             'customer:cus_test', 2, 'create', 'service:test', 1, 1)",
+        )
+        .bind(id.as_str())
+        .bind(hash.as_str())
+        .bind(format!("payonce-{}", id.as_str()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let payment = ledger.get_unscoped(&id).await.unwrap();
+    assert_eq!(
+        payment.details, details,
+        "the row decodes as the payment it was"
+    );
+    assert_eq!(
+        payment.details_hash,
+        payment.details.hash(),
+        "its stored hash still holds"
+    );
+    assert_eq!(
+        ledger.events(&id).await.unwrap().len(),
+        1,
+        "the audit trail survives"
+    );
+    // The guard works on the migrated table, and the recreated trigger logs the refund's creation.
+    let refund = create_refund(&ledger, &payment, "refund:m8", 2048, T0)
+        .await
+        .unwrap();
+    assert!(refund.inserted);
+    assert_eq!(ledger.events(&refund.operation.id).await.unwrap().len(), 1);
+    let over = create_refund(&ledger, &payment, "refund:m8:b", 1, T0).await;
+    assert!(
+        matches!(
+            over,
+            Err(LedgerError::OverRefund {
+                refundable_minor: 0,
+                ..
+            })
+        ),
+        "{over:?}"
+    );
+    drop(ledger);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
