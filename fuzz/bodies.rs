@@ -44,20 +44,22 @@ pub fn webhook_body(data: &[u8]) {
                 LEDGER.get_or_init(|| l).clone()
             }
         };
-        let now_ms = 1_800_000_000_000;
+        let now = payonce_shared::clock::Timestamp::from_millis(1_800_000_000_000);
         let signed = format!(
             "t={},v1={}",
-            now_ms / 1000,
+            now.as_millis() / 1000,
             payonce_shared::processor::stripe::webhook::sign(
                 FUZZ_WEBHOOK_SECRET,
-                now_ms / 1000,
+                now.as_millis() / 1000,
                 body
             )
         );
         let _ =
-            payonce_shared::webhooks::ingest(&ledger, &secrets, Some(&signed), body, now_ms).await;
+            payonce_shared::webhooks::ingest(ledger.as_ref(), &secrets, Some(&signed), body, now)
+                .await;
         let _ =
-            payonce_shared::webhooks::ingest(&ledger, &secrets, Some(&header), body, now_ms).await;
+            payonce_shared::webhooks::ingest(ledger.as_ref(), &secrets, Some(&header), body, now)
+                .await;
     });
 }
 

@@ -192,15 +192,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     let tenant = TenantId::parse("acme")?;
     let ledger = stack.ledger.clone();
-    let service =
-        payonce_api::create_api_key(&ledger, &tenant, Role::Service, "billing", clock.now_ms())
-            .await?;
+    let service = payonce_api::create_api_key(
+        ledger.as_ref(),
+        &tenant,
+        Role::Service,
+        "billing",
+        clock.now(),
+    )
+    .await?;
     let assistant = payonce_api::create_api_key(
-        &ledger,
+        ledger.as_ref(),
         &tenant,
         Role::Assistant,
         "assistant",
-        clock.now_ms(),
+        clock.now(),
     )
     .await?;
     let created: serde_json::Value = http
@@ -232,7 +237,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             assertion_key_id: Some("acme-app".into()),
             notify_url: None,
         },
-        clock.now_ms(),
+        clock.now().as_millis(),
     )
     .await?;
     let assertion_key = secrets
@@ -263,7 +268,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             kid: "acme-app".into(),
             sub: "cus_demo".into(),
             op: op_id.as_str().into(),
-            exp: clock.now_ms() + 60_000,
+            exp: clock.now().as_millis() + 60_000,
             nonce: payonce_shared::id::random_hex(16),
         },
     );
@@ -431,7 +436,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     ));
     println!(
         "\n{}",
-        oncall::show(&ledger, None, &op_id, clock.now_ms(), Format::Table).await?
+        oncall::show(ledger.as_ref(), None, &op_id, clock.now(), Format::Table).await?
     );
     stack.shutdown().await;
     anyhow::ensure!(

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use payonce_api::keys::{self, IssuedKey, KeyError};
 use payonce_reconciler::oncall::table;
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::{ApiKeyRecord, Role, SharedLedger};
 use serde_json::{Value, json};
@@ -85,12 +85,13 @@ fn grace(raw: &str) -> Result<Duration, String> {
     keys::parse_lifetime(raw, true).map_err(|e| e.to_string())
 }
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 /// A time relative to now, for tables: `3m ago`, `in 89d`.
-fn when(now_ms: i64, at_ms: i64) -> String {
+fn when(now: Timestamp, at: Timestamp) -> String {
+    let (now_ms, at_ms) = (now.as_millis(), at.as_millis());
     let s = ((at_ms - now_ms).abs() + 500) / 1000;
     // Rounded to the nearest unit: a key made `--expires-in 90d` a moment ago expires "in 90d".
     let span = match s {
@@ -107,7 +108,7 @@ fn when(now_ms: i64, at_ms: i64) -> String {
 }
 
 /// `active`, `expired`, `revoked`, or `rotated` (still in its grace period).
-fn state(key: &ApiKeyRecord, now_ms: i64) -> &'static str {
+fn state(key: &ApiKeyRecord, now_ms: Timestamp) -> &'static str {
     if key.revoked_at_ms.is_some() {
         "revoked"
     } else if !key.is_active(now_ms) {
@@ -120,7 +121,7 @@ fn state(key: &ApiKeyRecord, now_ms: i64) -> &'static str {
 }
 
 /// A key as listed: never its secret or hash.
-fn view(key: &ApiKeyRecord, now_ms: i64) -> Value {
+fn view(key: &ApiKeyRecord, now_ms: Timestamp) -> Value {
     json!({
         "id": key.key_id,
         "tenant": key.tenant.as_str(),
@@ -137,13 +138,13 @@ fn view(key: &ApiKeyRecord, now_ms: i64) -> Value {
     })
 }
 
-fn issued_json(key: &IssuedKey, now_ms: i64) -> Value {
+fn issued_json(key: &IssuedKey, now_ms: Timestamp) -> Value {
     let mut v = view(&key.record, now_ms);
     v["secret"] = json!(key.secret);
     v
 }
 
-fn print_issued(key: &IssuedKey, now_ms: i64) {
+fn print_issued(key: &IssuedKey, now_ms: Timestamp) {
     let r = &key.record;
     println!(
         "{}  tenant {}  role {}  label {:?}  expires {}",
@@ -171,9 +172,16 @@ pub async fn create(
     let tenant = TenantId::parse(&args.tenant)?;
     let role = Role::parse(&args.role).context("role must be service, assistant or on_call")?;
     let now = now();
-    let key = keys::issue(ledger, &tenant, role, &args.label, args.expires_in, now)
-        .await
-        .map_err(refused)?;
+    let key = keys::issue(
+        ledger.as_ref(),
+        &tenant,
+        role,
+        &args.label,
+        args.expires_in,
+        now,
+    )
+    .await
+    .map_err(refused)?;
     if args.json {
         println!("{}", issued_json(&key, now));
     } else if secret_only {
@@ -249,9 +257,15 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             actor,
             json,
         } => {
-            let revoked = keys::revoke(ledger, &id, &format!("oncall:{actor}"), &reason, now())
-                .await
-                .map_err(refused)?;
+            let revoked = keys::revoke(
+                ledger.as_ref(),
+                &id,
+                &format!("oncall:{actor}"),
+                &reason,
+                now(),
+            )
+            .await
+            .map_err(refused)?;
             if json {
                 println!(
                     "{}",
@@ -271,7 +285,7 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             json,
         } => {
             let now = now();
-            let rotated = keys::rotate(ledger, &id, expires_in, grace, now)
+            let rotated = keys::rotate(ledger.as_ref(), &id, expires_in, grace, now)
                 .await
                 .map_err(refused)?;
             if json {
@@ -395,7 +409,7 @@ pub async fn serve_keys(
     ledger: &SharedLedger,
     tenant: &TenantId,
     keys_file: Option<&std::path::Path>,
-    now_ms: i64,
+    now_ms: Timestamp,
 ) -> anyhow::Result<Vec<ServeKey>> {
     let mut saved = keys_file.map(read_serve_keys).unwrap_or_default();
     let existing = ledger.list_api_keys(Some(tenant), keys::LIST_MAX).await?;
@@ -430,7 +444,7 @@ pub async fn serve_keys(
             });
             continue;
         }
-        let key = keys::issue(ledger, tenant, role, SERVE_LABEL, None, now_ms)
+        let key = keys::issue(ledger.as_ref(), tenant, role, SERVE_LABEL, None, now_ms)
             .await
             .map_err(refused)?;
         saved.insert(slot, json!(key.secret));
@@ -493,9 +507,10 @@ mod tests {
 
     #[test]
     fn times_read_relative_to_now() {
-        assert_eq!(when(1_000_000, 1_000_000 - 5_000), "5s ago");
-        assert_eq!(when(0, 90 * 86_400_000), "in 90d");
-        assert_eq!(when(0, 3 * 3_600_000), "in 3h");
-        assert_eq!(when(13, 90 * 86_400_000), "in 90d");
+        let at = Timestamp::from_millis;
+        assert_eq!(when(at(1_000_000), at(1_000_000 - 5_000)), "5s ago");
+        assert_eq!(when(at(0), at(90 * 86_400_000)), "in 90d");
+        assert_eq!(when(at(0), at(3 * 3_600_000)), "in 3h");
+        assert_eq!(when(at(13), at(90 * 86_400_000)), "in 90d");
     }
 }

@@ -194,7 +194,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         }
         Command::Reconciler { common, command } => {
             let ledger = open(&common).await?;
-            let now = || payonce_shared::clock::Clock::now_ms(&SystemClock);
+            let now = || payonce_shared::clock::Clock::now(&SystemClock);
             match command {
                 ReconcilerCommand::Run {
                     reconciler: r,
@@ -264,8 +264,15 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         .collect::<anyhow::Result<Vec<_>>>()?;
                     print!(
                         "{}",
-                        oncall::list(&ledger, parsed, min_age_s, limit, now(), format(json))
-                            .await?
+                        oncall::list(
+                            ledger.as_ref(),
+                            parsed,
+                            min_age_s,
+                            limit,
+                            now(),
+                            format(json)
+                        )
+                        .await?
                     );
                     Ok(ExitCode::SUCCESS)
                 }
@@ -274,8 +281,14 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     let processor = common.processor()?;
                     print!(
                         "{}",
-                        oncall::show(&ledger, Some(processor.as_ref()), &id, now(), format(json))
-                            .await?
+                        oncall::show(
+                            ledger.as_ref(),
+                            Some(processor.as_ref()),
+                            &id,
+                            now(),
+                            format(json)
+                        )
+                        .await?
                     );
                     Ok(ExitCode::SUCCESS)
                 }
@@ -300,7 +313,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     print!(
                         "{}",
                         oncall::resolve(
-                            &ledger,
+                            ledger.as_ref(),
                             &id,
                             resolution,
                             &actor,

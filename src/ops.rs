@@ -125,7 +125,7 @@ async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
         l.metrics().render(&mut e);
     }
     if let Some(r) = &s.reconciler
-        && let Err(error) = r.render(&s.ledger, SystemClock.now_ms(), &mut e).await
+        && let Err(error) = r.render(s.ledger.as_ref(), SystemClock.now(), &mut e).await
     {
         tracing::warn!(%error, "metrics: ledger unavailable");
         return (StatusCode::SERVICE_UNAVAILABLE, String::new());

@@ -214,8 +214,13 @@ async fn start_tenant_app(stack: &mut Stack, tenant: &TenantId) -> anyhow::Resul
         assertion_key_id: None,
         notify_url: Some(notify_url),
     };
-    let secrets =
-        set_tenant_verification(&stack.ledger, tenant, &request, SystemClock.now_ms()).await?;
+    let secrets = set_tenant_verification(
+        &stack.ledger,
+        tenant,
+        &request,
+        SystemClock.now().as_millis(),
+    )
+    .await?;
     let secret = secrets
         .notify_secret
         .context("a one-time-code tenant has a notification secret")?;
@@ -293,7 +298,7 @@ pub async fn run(
             &stack.ledger,
             &tenant,
             keys_file.as_deref(),
-            SystemClock.now_ms(),
+            SystemClock.now(),
         )
         .await?;
         let service = crate::keys::print_serve_keys(&tenant, &keys, keys_file.as_deref());

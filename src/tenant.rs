@@ -57,7 +57,8 @@ pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Resul
                 notify_url,
             };
             let secrets =
-                set_tenant_verification(ledger, &tenant, &request, SystemClock.now_ms()).await?;
+                set_tenant_verification(ledger, &tenant, &request, SystemClock.now().as_millis())
+                    .await?;
             println!(
                 "tenant {tenant}: customers approve with {}",
                 request.method.as_str()

@@ -63,7 +63,7 @@ async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
         .get(SIGNATURE_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let now_s = SystemClock.now_ms().div_euclid(1000);
+    let now_s = SystemClock.now().as_millis().div_euclid(1000);
     if verify(
         &state.secret,
         signature,

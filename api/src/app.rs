@@ -12,8 +12,8 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use payonce_shared::clock::SharedClock;
-use payonce_shared::ledger::SharedLedger;
+use payonce_shared::clock::{SharedClock, Timestamp};
+use payonce_shared::ledger::TenantLedger;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,7 +42,8 @@ pub enum ApiError {
 /// What every handler shares: the ledger, the clock, the settings.
 #[derive(Clone)]
 pub struct AppState {
-    ledger: SharedLedger,
+    /// The tenant-facing ledger: no queue, no recovery, no reads across tenants.
+    ledger: Arc<dyn TenantLedger>,
     clock: SharedClock,
     config: Arc<ApiConfig>,
     /// Cancelled at shutdown so long-lived MCP streams end and graceful shutdown can finish.
@@ -64,7 +65,7 @@ impl std::fmt::Debug for AppState {
 
 impl AppState {
     /// Builds the state from its parts.
-    pub fn new(ledger: SharedLedger, clock: SharedClock, config: ApiConfig) -> Self {
+    pub fn new(ledger: Arc<dyn TenantLedger>, clock: SharedClock, config: ApiConfig) -> Self {
         AppState {
             ledger,
             clock,
@@ -76,13 +77,18 @@ impl AppState {
                 .ok(),
         }
     }
-    /// The ledger.
-    pub fn ledger(&self) -> &SharedLedger {
+    /// The tenant-facing ledger.
+    pub fn ledger(&self) -> &Arc<dyn TenantLedger> {
         &self.ledger
     }
     /// Now, from the injected clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+    /// Now as stored milliseconds, for the verification and console stores, whose times are still
+    /// plain integers.
     pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
+        self.clock.now().as_millis()
     }
     /// The settings.
     pub fn config(&self) -> &ApiConfig {
@@ -169,7 +175,7 @@ async fn time_limit(request: Request, next: Next) -> Response {
 /// Binds `config.listen` and serves until `shutdown` resolves.
 pub async fn serve(
     config: ApiConfig,
-    ledger: SharedLedger,
+    ledger: Arc<dyn TenantLedger>,
     clock: SharedClock,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {

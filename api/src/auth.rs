@@ -9,16 +9,18 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{LedgerError, LimitError, Role, SharedLedger};
+use payonce_shared::ledger::{Keys, LedgerError, LimitError, Role};
 use sha2::{Digest, Sha256};
+use std::time::Duration;
 use subtle::ConstantTimeEq;
 
 /// Longest `Authorization` value considered; anything longer is refused without hashing.
 pub const KEY_LEN_MAX: usize = 128;
 /// How precisely a key's last use is recorded: an accepted request writes `last_used_at` only when
 /// the stored one is older than this, so a busy key costs one write a minute, not one per request.
-pub const LAST_USED_RESOLUTION_MS: i64 = 60_000;
+pub const LAST_USED_RESOLUTION: Duration = Duration::from_secs(60);
 
 /// Who is calling: the tenant and role of an authenticated key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,13 +57,13 @@ pub fn sha256_hex(secret: &str) -> String {
 /// Makes a new never-expiring key for `tenant` with `role`, stores its hash, and returns the secret
 /// (shown once). [`crate::keys::issue`] also sets an expiry and returns the key's public id.
 pub async fn create_api_key(
-    ledger: &SharedLedger,
+    ledger: &dyn Keys,
     tenant: &TenantId,
     role: Role,
     label: &str,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<String, LedgerError> {
-    match keys::issue(ledger, tenant, role, label, None, now_ms).await {
+    match keys::issue(ledger, tenant, role, label, None, now).await {
         Ok(key) => Ok(key.secret),
         Err(KeyError::Ledger(e)) => Err(e),
         Err(other) => Err(LimitError::ApiKey(other.to_string()).into()),
@@ -94,7 +96,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
     let digest = sha256_hex(secret);
     // Read from the ledger on every request (no cache), so a revocation or expiry takes effect at
     // once in every api process.
-    let now = state.now_ms();
+    let now = state.now();
     let record = state
         .ledger()
         .find_api_key(&digest, now)
@@ -108,10 +110,10 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
     }
     if record
         .last_used_at_ms
-        .is_none_or(|at| at <= now.saturating_sub(LAST_USED_RESOLUTION_MS))
+        .is_none_or(|at| at <= now.saturating_sub_span(LAST_USED_RESOLUTION))
         && let Err(error) = state
             .ledger()
-            .touch_api_key(&record.key_id, now, LAST_USED_RESOLUTION_MS)
+            .touch_api_key(&record.key_id, now, LAST_USED_RESOLUTION)
             .await
     {
         // Bookkeeping only: the key was valid, so the request goes on.

@@ -11,7 +11,6 @@
 use crate::app::AppState;
 use crate::assertion::{self, AssertionError};
 use crate::auth::sha256_hex;
-use crate::config::duration_ms;
 use crate::errors::cause_chain;
 use crate::page::{self, escape};
 use crate::verify::{self, code_matches};
@@ -23,6 +22,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Form, extract::FromRequest as _};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::DetailsHash;
 use payonce_shared::ledger::verification::{CodeAttempt, TenantVerification, VerificationMethod};
 use payonce_shared::ledger::{ApprovalLink, LedgerError, NewApproval, Operation};
@@ -307,10 +307,10 @@ fn unavailable(e: &LedgerError) -> Outcome {
 }
 
 /// Why a link cannot be used now, given that it exists.
-fn unusable(link: &ApprovalLink, now_ms: i64) -> Option<Outcome> {
+fn unusable(link: &ApprovalLink, now: Timestamp) -> Option<Outcome> {
     if link.used_at_ms.is_some() {
         Some(Outcome::AlreadyUsed)
-    } else if link.expires_at_ms <= now_ms {
+    } else if link.expires_at_ms <= now {
         Some(Outcome::Expired)
     } else {
         None
@@ -380,10 +380,10 @@ async fn usable(
         Ok(None) => return Err(Outcome::Invalid),
         Err(e) => return Err(unavailable(&e)),
     };
-    if let Some(outcome) = unusable(&link, state.now_ms()) {
+    if let Some(outcome) = unusable(&link, state.now()) {
         return Err(outcome);
     }
-    let op = match state.ledger().get_unscoped(&link.operation_id).await {
+    let op = match state.ledger().link_operation(&link).await {
         Ok(op) => op,
         Err(LedgerError::NotFound) => return Err(Outcome::Invalid),
         Err(e) => return Err(unavailable(&e)),
@@ -553,7 +553,7 @@ async fn approve(state: &AppState, token: &str, posted: Option<Submitted>) -> Ou
         Err(outcome) => return outcome,
     };
     let ledger = state.ledger();
-    let now = state.now_ms();
+    let now = state.now();
     // Single use of the link is decided by one conditional update, so two racing submits cannot both
     // get past this line (each proof is single-use on its own as well).
     match ledger.use_approval_link(&link.token_hash, now).await {
@@ -571,7 +571,7 @@ async fn approve(state: &AppState, token: &str, posted: Option<Submitted>) -> Ou
         details_hash: shown,
         approved_by: format!("customer:{}", op.details.customer()),
         method,
-        expires_at_ms: now.saturating_add(duration_ms(state.config().approval_ttl)),
+        expires_at_ms: now + state.config().approval_ttl,
     };
     match ledger.approve(&op.tenant, &op.id, approval, now).await {
         Ok(approved) => Outcome::Approved {

@@ -3,8 +3,9 @@
 //! secret's SHA-256. `payonce keys …` (the binary's `keys` module) is the front end.
 
 use crate::auth::sha256_hex;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{TenantId, random_hex};
-use payonce_shared::ledger::{ApiKeyRecord, LedgerError, Role, SharedLedger};
+use payonce_shared::ledger::{ApiKeyRecord, Keys, LedgerError, RevokeKey, Role, RotateKey};
 use std::time::Duration;
 
 /// Bytes of randomness in a key secret (256 bits).
@@ -42,7 +43,7 @@ pub struct Rotated {
     /// The old key's id.
     pub old_id: String,
     /// When the old key stops working, ms.
-    pub old_until_ms: i64,
+    pub old_until_ms: Timestamp,
 }
 
 /// Why a key command was refused.
@@ -104,16 +105,12 @@ pub fn parse_lifetime(raw: &str, allow_zero: bool) -> Result<Duration, KeyError>
     Ok(d)
 }
 
-fn after(now_ms: i64, d: Duration) -> i64 {
-    now_ms.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 fn new_key(
     tenant: &TenantId,
     role: Role,
     label: &str,
     expires_in: Option<Duration>,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<IssuedKey, KeyError> {
     printable("a key label", label, LABEL_LEN_MAX)?;
     if let Some(d) = expires_in
@@ -132,8 +129,8 @@ fn new_key(
         tenant: tenant.clone(),
         role,
         label: label.to_string(),
-        created_at_ms: now_ms,
-        expires_at_ms: expires_in.map(|d| after(now_ms, d)),
+        created_at_ms: now,
+        expires_at_ms: expires_in.map(|d| now + d),
         revoked_at_ms: None,
         revoked_by: None,
         revoked_reason: None,
@@ -150,14 +147,14 @@ fn new_key(
 /// Issues a key for `tenant` with `role`, expiring after `expires_in` (never if `None`); stores its
 /// hash and returns the secret (shown once) with the public id.
 pub async fn issue(
-    ledger: &SharedLedger,
+    ledger: &dyn Keys,
     tenant: &TenantId,
     role: Role,
     label: &str,
     expires_in: Option<Duration>,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<IssuedKey, KeyError> {
-    let key = new_key(tenant, role, label, expires_in, now_ms)?;
+    let key = new_key(tenant, role, label, expires_in, now)?;
     ledger.insert_api_key(&key.record).await?;
     Ok(key)
 }
@@ -166,11 +163,11 @@ pub async fn issue(
 /// after `expires_in`, or never); the old key keeps working for `grace` (0: stops at once), or
 /// until its own earlier expiry. One transaction: a failed rotation changes nothing.
 pub async fn rotate(
-    ledger: &SharedLedger,
+    ledger: &dyn Keys,
     old_id: &str,
     expires_in: Option<Duration>,
     grace: Duration,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<Rotated, KeyError> {
     if grace > KEY_LIFETIME_MAX {
         return Err(KeyError::Invalid("the rotation grace is too long".into()));
@@ -179,13 +176,20 @@ pub async fn rotate(
         .api_key(old_id)
         .await?
         .ok_or_else(|| KeyError::UnknownKey(old_id.to_string()))?;
-    if !old.is_active(now_ms) || old.replaced_by.is_some() {
+    if !old.is_active(now) || old.replaced_by.is_some() {
         return Err(KeyError::NotActive(old_id.to_string()));
     }
-    let new = new_key(&old.tenant, old.role, &old.label, expires_in, now_ms)?;
-    let old_until_ms = after(now_ms, grace);
+    let new = new_key(&old.tenant, old.role, &old.label, expires_in, now)?;
+    let old_until_ms = now + grace;
     match ledger
-        .rotate_api_key(old_id, &new.record, old_until_ms, now_ms)
+        .rotate_api_key(
+            &RotateKey {
+                old_id,
+                new: &new.record,
+                old_until: old_until_ms,
+            },
+            now,
+        )
         .await
     {
         Ok(true) => Ok(Rotated {
@@ -203,16 +207,23 @@ pub async fn rotate(
 
 /// Revokes `key_id` at once. `Ok(false)`: it was already revoked.
 pub async fn revoke(
-    ledger: &SharedLedger,
+    ledger: &dyn Keys,
     key_id: &str,
     revoked_by: &str,
     reason: &str,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<bool, KeyError> {
     printable("the revoking actor", revoked_by, REASON_LEN_MAX)?;
     printable("a revocation reason", reason, REASON_LEN_MAX)?;
     match ledger
-        .revoke_api_key(key_id, revoked_by, reason, now_ms)
+        .revoke_api_key(
+            &RevokeKey {
+                key_id,
+                revoked_by,
+                reason,
+            },
+            now,
+        )
         .await
     {
         Err(LedgerError::NotFound) => Err(KeyError::UnknownKey(key_id.to_string())),
@@ -264,7 +275,8 @@ mod tests {
     #[test]
     fn a_new_key_has_a_public_id_and_stores_only_the_hash() {
         let tenant = TenantId::parse("acme").unwrap();
-        let key = new_key(&tenant, Role::Service, "billing", None, 1_000).unwrap();
+        let at = Timestamp::from_millis;
+        let key = new_key(&tenant, Role::Service, "billing", None, at(1_000)).unwrap();
         assert!(key.key_id.starts_with("key_") && key.key_id.len() == 4 + 16);
         assert!(key.secret.starts_with("po_service_"));
         assert_eq!(key.record.key_hash, sha256_hex(&key.secret));
@@ -276,14 +288,14 @@ mod tests {
             Role::Service,
             "billing",
             Some(Duration::from_secs(2)),
-            1_000,
+            at(1_000),
         )
         .unwrap();
-        assert_eq!(expiring.record.expires_at_ms, Some(3_000));
-        assert!(expiring.record.is_active(2_999) && !expiring.record.is_active(3_000));
+        assert_eq!(expiring.record.expires_at_ms, Some(at(3_000)));
+        assert!(expiring.record.is_active(at(2_999)) && !expiring.record.is_active(at(3_000)));
         for label in ["", "a\nb", &"x".repeat(LABEL_LEN_MAX + 1)] {
-            assert!(new_key(&tenant, Role::Service, label, None, 0).is_err());
+            assert!(new_key(&tenant, Role::Service, label, None, at(0)).is_err());
         }
-        assert!(new_key(&tenant, Role::Service, "x", Some(Duration::ZERO), 0).is_err());
+        assert!(new_key(&tenant, Role::Service, "x", Some(Duration::ZERO), at(0)).is_err());
     }
 }

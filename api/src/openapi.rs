@@ -38,6 +38,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/console/operations/{id}/export"),
     ("post", "/console/operations/{id}/resolve"),
     ("post", "/console/operations/{id}/approve-refund"),
+    ("post", "/console/operations/{id}/decline-refund"),
     ("get", "/static/console.css"),
 ];
 

@@ -6,12 +6,12 @@ use crate::answer::{self, Answer};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
-use crate::config::duration_ms;
 use crate::errors::{ErrorCode, HttpError};
 use crate::verify::{self, Issue, IssuedLink, OPEN_LINKS_MAX};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::verification::LinkOrigin;
@@ -72,11 +72,11 @@ pub struct OperationView {
     /// Who approved.
     pub approved_by: Option<String>,
     /// When the approval expires, ms.
-    pub approval_expires_at_ms: Option<i64>,
+    pub approval_expires_at_ms: Option<Timestamp>,
     /// Created, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Updated, ms.
-    pub updated_at_ms: i64,
+    pub updated_at_ms: Timestamp,
 }
 
 impl From<&Operation> for OperationView {
@@ -168,7 +168,7 @@ pub async fn create(
         details,
         actor: caller.actor(),
     };
-    let created = state.ledger().create_or_get(new, state.now_ms()).await?;
+    let created = state.ledger().create_or_get(new, state.now()).await?;
     let status = if created.inserted {
         StatusCode::CREATED
     } else {
@@ -186,7 +186,7 @@ pub async fn read(
 ) -> Result<Json<OperationWithEvents>, HttpError> {
     let op = load(&state, &caller, &id).await?;
     let events = match caller.role {
-        Role::Service | Role::OnCall => Some(state.ledger().events(&op.id).await?),
+        Role::Service | Role::OnCall => Some(state.ledger().events(&caller.tenant, &op.id).await?),
         Role::Assistant => None,
     };
     Ok(Json(OperationWithEvents {
@@ -248,12 +248,12 @@ pub async fn approve(
     let op = load(&state, &caller, &id).await?;
     refuse_refund(&op)?;
     let id = op.id;
-    let now = state.now_ms();
+    let now = state.now();
     let approval = NewApproval {
         details_hash,
         approved_by: approved_by.to_string(),
         method: "service".to_string(),
-        expires_at_ms: now.saturating_add(duration_ms(state.config().approval_ttl)),
+        expires_at_ms: now + state.config().approval_ttl,
     };
     let op = state
         .ledger()
@@ -272,7 +272,7 @@ pub async fn cancel(
     let id = parse_id(&id)?;
     let op = state
         .ledger()
-        .cancel(&caller.tenant, &id, &caller.actor(), state.now_ms())
+        .cancel(&caller.tenant, &id, &caller.actor(), state.now())
         .await?;
     Ok(Json(OperationView::from(&op)))
 }

@@ -7,7 +7,6 @@
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
-use crate::config::duration_ms;
 use crate::errors::{ErrorCode, HttpError};
 use crate::operations::{OperationView, load, parse_id};
 use axum::Json;
@@ -135,7 +134,7 @@ pub async fn create_refund(
         details,
         actor: caller.actor(),
     };
-    let created = state.ledger().create_or_get(new, state.now_ms()).await?;
+    let created = state.ledger().create_or_get(new, state.now()).await?;
     Ok((created.operation, created.inserted))
 }
 
@@ -211,12 +210,12 @@ pub async fn approve(
         OperationKind::Refund => {}
         OperationKind::Payment => return Err(HttpError::not_found()),
     }
-    let now = state.now_ms();
+    let now = state.now();
     let approval = NewApproval {
         details_hash,
         approved_by: caller.actor(),
         method: ON_CALL_APPROVAL.to_string(),
-        expires_at_ms: now.saturating_add(duration_ms(state.config().approval_ttl)),
+        expires_at_ms: now + state.config().approval_ttl,
     };
     let approved = state
         .ledger()

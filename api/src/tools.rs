@@ -13,7 +13,7 @@ use crate::auth::Caller;
 use crate::errors::cause_chain;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{LedgerError, Operation, Role};
+use payonce_shared::ledger::{LedgerError, NewToolCall, Operation, Role};
 use payonce_shared::state::Status;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -387,7 +387,7 @@ pub(crate) fn internal(e: &LedgerError) -> ToolReply {
 /// Runs one tool call for `caller` and records it (provider + call id) for correlation.
 pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &ToolCall) -> ToolReply {
     let ledger = state.ledger();
-    let now = state.now_ms();
+    let now = state.now();
     let known = TOOLS.iter().any(|t| t.name == call.name);
     let bounded_name: String = call.name.chars().take(TOOL_NAME_LEN_MAX).collect();
     let tool_name = bounded_name.as_str();
@@ -395,10 +395,12 @@ pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &Tool
         ledger
             .record_tool_call(
                 &caller.tenant,
-                op.as_ref(),
-                provider,
-                call.call_id.as_deref(),
-                tool_name,
+                &NewToolCall {
+                    operation: op.as_ref(),
+                    provider,
+                    provider_call_id: call.call_id.as_deref(),
+                    tool: tool_name,
+                },
                 now,
             )
             .await

@@ -6,6 +6,7 @@
 use crate::app::AppState;
 use crate::auth::sha256_hex;
 use crate::config::duration_ms;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::{TenantId, random_hex};
 use payonce_shared::ledger::verification::{
@@ -136,8 +137,8 @@ pub async fn issue_link(
         token_hash: sha256_hex(&token),
         operation_id: op.id.clone(),
         details_hash: op.details_hash.as_str().to_string(),
-        created_at_ms: now,
-        expires_at_ms,
+        created_at_ms: Timestamp::from_millis(now),
+        expires_at_ms: Timestamp::from_millis(expires_at_ms),
         used_at_ms: None,
     };
     let delivery = delivery_id();

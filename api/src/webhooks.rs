@@ -69,11 +69,11 @@ pub async fn stripe(
     })?;
     let signature = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let outcome = webhooks::ingest(
-        state.ledger(),
+        state.ledger().as_ref(),
         &state.config().webhook_secrets,
         signature,
         &body,
-        state.now_ms(),
+        state.now(),
     )
     .await
     .map_err(|e| {

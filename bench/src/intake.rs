@@ -12,7 +12,7 @@ use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
 use payonce_shared::state::Status;
 use sqlx::postgres::PgPoolOptions;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const SCHEMA: &str = "CREATE TABLE intake (id BIGSERIAL PRIMARY KEY, business_key TEXT NOT NULL UNIQUE, \
      payload TEXT NOT NULL, created_at BIGINT NOT NULL)";
@@ -105,7 +105,7 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
     let details = bench_details();
     let hash = details.hash();
     let tenant = TenantId::parse("bench")?;
-    let now = crate::now_ms();
+    let now = crate::now();
     let created = ledger
         .create_or_get(
             NewOperation {
@@ -126,9 +126,9 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
                 details_hash: hash,
                 approved_by: "bench".into(),
                 method: "bench".into(),
-                expires_at_ms: now + 86_400_000,
+                expires_at_ms: now + Duration::from_secs(86_400),
             },
-            crate::now_ms(),
+            crate::now(),
         )
         .await?;
     Ok(())

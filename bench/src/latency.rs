@@ -103,7 +103,7 @@ async fn create_and_approve(ledger: &SharedLedger, i: u64) -> anyhow::Result<()>
     let details = bench_details();
     let hash = details.hash();
     let tenant = TenantId::parse("bench")?;
-    let now = crate::now_ms();
+    let now = crate::now();
     let created = ledger
         .create_or_get(
             NewOperation {
@@ -124,9 +124,9 @@ async fn create_and_approve(ledger: &SharedLedger, i: u64) -> anyhow::Result<()>
                 details_hash: hash,
                 approved_by: "bench".into(),
                 method: "bench".into(),
-                expires_at_ms: now + 86_400_000,
+                expires_at_ms: now + Duration::from_secs(86_400),
             },
-            crate::now_ms(),
+            crate::now(),
         )
         .await?;
     Ok(())

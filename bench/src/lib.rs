@@ -44,11 +44,16 @@ pub mod throughput;
 pub use run::{Outcome, run};
 pub use settings::Settings;
 
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 
-/// Now, in ms since the epoch (the ledger's unit).
+/// Now, from the system clock.
+pub fn now() -> Timestamp {
+    SystemClock.now()
+}
+
+/// Now, in ms since the epoch (the stored unit), for the load generator's SQL.
 pub fn now_ms() -> i64 {
-    SystemClock.now_ms()
+    now().as_millis()
 }
 
 /// Checks the in-process processor made exactly one payment per operation and was asked once per

@@ -3,7 +3,7 @@
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
-use payonce_shared::ledger::{Ledger, Recorded};
+use payonce_shared::ledger::{Fence, Queue, Recorded};
 use std::time::{Duration, Instant};
 
 /// Mean time per call of each hot-path step.
@@ -15,7 +15,7 @@ pub struct StepCosts {
     pub batch: u32,
     /// `claim`.
     pub claim: Duration,
-    /// `mark_submitting_batch`.
+    /// `mark_submitting` (the whole batch).
     pub mark: Duration,
     /// `record_batch` (succeeded outcomes).
     pub record: Duration,
@@ -35,20 +35,19 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
     for _ in 0..batches {
         let t = Instant::now();
         let claimed = ledger
-            .claim("profile", batch, 30_000, crate::now_ms())
+            .claim("profile", batch, Duration::from_secs(30), crate::now())
             .await?;
         costs.claim += t.elapsed();
-        let keys: Vec<_> = claimed.iter().map(|o| (o.id.clone(), o.attempt)).collect();
+        let fences: Vec<_> = claimed.iter().map(Fence::of).collect();
         let t = Instant::now();
-        let marked = ledger.mark_submitting_batch(&keys, crate::now_ms()).await?;
+        let marked = ledger.mark_submitting(&fences, crate::now()).await?;
         costs.mark += t.elapsed();
         anyhow::ensure!(marked.iter().all(|m| *m), "a fresh claim lost its fence");
         let items: Vec<_> = claimed
             .iter()
             .map(|o| {
                 (
-                    o.id.clone(),
-                    o.attempt,
+                    Fence::of(o),
                     Recorded::Succeeded {
                         reference: format!("pi_{}", o.id.as_str()),
                         result: serde_json::json!({ "status": "succeeded" }),
@@ -57,9 +56,7 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
             })
             .collect();
         let t = Instant::now();
-        let recorded = ledger
-            .record_batch(&items, "profile", crate::now_ms())
-            .await?;
+        let recorded = ledger.record_batch(&items, "profile", crate::now()).await?;
         costs.record += t.elapsed();
         anyhow::ensure!(recorded.iter().all(|r| *r), "a fresh claim lost its fence");
     }

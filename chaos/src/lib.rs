@@ -304,10 +304,11 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         ledger.count_by_status().await?.iter().all(|c| c.count == 0),
         "the soak needs a fresh ledger: this one already holds operations"
     );
-    let now = SystemClock.now_ms();
+    let now = SystemClock.now();
     let tenant = TenantId::parse(operations::TENANT).map_err(anyhow::Error::msg)?;
     let assistant =
-        payonce_api::create_api_key(&ledger, &tenant, Role::Assistant, "chaos", now).await?;
+        payonce_api::create_api_key(ledger.as_ref(), &tenant, Role::Assistant, "chaos", now)
+            .await?;
 
     let port = fleet::free_port()?;
     let api_base = format!("http://127.0.0.1:{port}");

@@ -2,6 +2,7 @@
 //! api) and the assistant's tool calls against them, some sent twice at once.
 
 use anyhow::Context;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
@@ -45,7 +46,7 @@ pub async fn create(
     ledger: &SharedLedger,
     count: usize,
     unapproved_every: usize,
-    now_ms: i64,
+    now: Timestamp,
 ) -> anyhow::Result<Vec<PlannedOp>> {
     let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
     let mut ops = Vec::with_capacity(count);
@@ -74,7 +75,7 @@ pub async fn create(
                     details,
                     actor: "service:chaos".into(),
                 },
-                now_ms,
+                now,
             )
             .await
             .context("creating a soak operation")?;
@@ -88,9 +89,9 @@ pub async fn create(
                         details_hash: hash,
                         approved_by: "customer:cus_chaos".into(),
                         method: "chaos".into(),
-                        expires_at_ms: now_ms + 86_400_000,
+                        expires_at_ms: now + std::time::Duration::from_secs(86_400),
                     },
-                    now_ms,
+                    now,
                 )
                 .await
                 .context("approving a soak operation")?;

@@ -58,7 +58,7 @@ async fn create(
     )
     .map_err(|e| anyhow::anyhow!("refund details: {e}"))?;
     let hash = details.hash();
-    let now = SystemClock.now_ms();
+    let now = SystemClock.now();
     let created = ledger
         .create_or_get(
             NewOperation {
@@ -84,7 +84,7 @@ async fn create(
                 details_hash: hash,
                 approved_by: "oncall:chaos".into(),
                 method: "chaos".into(),
-                expires_at_ms: now + 86_400_000,
+                expires_at_ms: now + std::time::Duration::from_secs(86_400),
             },
             now,
         )

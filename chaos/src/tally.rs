@@ -43,7 +43,7 @@ pub async fn tally(
     let mut report = SoakReport::default();
     for op in ops {
         let row = ledger.get(&tenant, &op.id).await?;
-        let events = ledger.events(&op.id).await?;
+        let events = ledger.events(&tenant, &op.id).await?;
         let payments = paid.get(op.id.as_str()).copied().unwrap_or(0);
         report.payments += payments;
         *report

@@ -13,9 +13,10 @@
 //! The reconciler runs this every sweep, so a webhook takes effect within one sweep interval.
 
 use crate::metrics::ReconcilerMetrics;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::{
-    Applied, LedgerError, Operation, Report, SharedLedger, StoredProcessorEvent,
+    Applied, LedgerError, Operation, ProcessorEventKey, Recovery, Report, StoredProcessorEvent,
 };
 use payonce_shared::processor::stripe::webhook::reference_of;
 use payonce_shared::processor::{FoundStatus, Processor, ProcessorObject, Retrieved};
@@ -133,37 +134,29 @@ pub fn report_of(op: &Operation, object: &ProcessorObject) -> Option<Report> {
     }
 }
 
-fn backoff_ms(limits: &HintLimits, checks: i64) -> i64 {
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+fn backoff(limits: &HintLimits, checks: i64) -> Duration {
     let exp = u32::try_from(checks.clamp(0, 20)).unwrap_or(20);
-    ms(limits.backoff_base)
-        .saturating_mul(1_i64 << exp)
-        .min(ms(limits.backoff_max))
+    limits
+        .backoff_base
+        .saturating_mul(1_u32 << exp)
+        .min(limits.backoff_max)
 }
 
 /// Checks every due pending hint once: retrieve, compare, apply what the processor says.
 pub async fn check_hints(
-    ledger: &SharedLedger,
+    ledger: &dyn Recovery,
     processor: &dyn Processor,
     metrics: &ReconcilerMetrics,
     limits: &HintLimits,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<HintReport, LedgerError> {
     let mut report = HintReport::default();
     for hint in ledger
-        .pending_processor_events(now_ms, limits.batch_size)
+        .pending_processor_events(now, limits.batch_size)
         .await?
     {
-        if let Err(error) = check_one(
-            ledger,
-            processor,
-            metrics,
-            limits,
-            &hint,
-            now_ms,
-            &mut report,
-        )
-        .await
+        if let Err(error) =
+            check_one(ledger, processor, metrics, limits, &hint, now, &mut report).await
         {
             // Left pending: the next pass tries again.
             report.errors += 1;
@@ -174,19 +167,20 @@ pub async fn check_hints(
 }
 
 async fn check_one(
-    ledger: &SharedLedger,
+    ledger: &dyn Recovery,
     processor: &dyn Processor,
     metrics: &ReconcilerMetrics,
     limits: &HintLimits,
     hint: &StoredProcessorEvent,
-    now_ms: i64,
+    now: Timestamp,
     report: &mut HintReport,
 ) -> Result<(), LedgerError> {
-    let close = |outcome: String| async move {
-        ledger
-            .mark_processor_event(&hint.processor, &hint.event_id, &outcome, now_ms)
-            .await
+    let key = ProcessorEventKey {
+        processor: &hint.processor,
+        event_id: &hint.event_id,
     };
+    let close =
+        |outcome: String| async move { ledger.mark_processor_event(&key, &outcome, now).await };
     let (Some(id), Some(reference)) = (&hint.operation, reference_of(&hint.payload)) else {
         report.closed += 1;
         return close("closed: names no operation or object".into()).await;
@@ -229,16 +223,10 @@ async fn check_one(
         Retrieved::Unavailable { reason } => {
             report.deferred += 1;
             metrics.hints_deferred.inc();
-            let next = now_ms.saturating_add(backoff_ms(limits, hint.checks));
+            let next = now + backoff(limits, hint.checks);
             tracing::info!(event_id = %hint.event_id, %reason, "webhook hint kept: the processor could not be asked");
             return ledger
-                .defer_processor_event(
-                    &hint.processor,
-                    &hint.event_id,
-                    next,
-                    &format!("pending: retrieve failed ({reason})"),
-                    now_ms,
-                )
+                .defer_processor_event(&key, next, &format!("pending: retrieve failed ({reason})"))
                 .await;
         }
     };
@@ -253,7 +241,7 @@ async fn check_one(
         "webhook {} checked by retrieving {reference}",
         hint.event_id
     );
-    let applied = match ledger.apply_report(&op.id, &checked, &source, now_ms).await {
+    let applied = match ledger.apply_report(&op.id, &checked, &source, now).await {
         Ok(applied) => applied,
         Err(LedgerError::NotFound) => {
             report.closed += 1;

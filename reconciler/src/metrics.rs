@@ -1,6 +1,7 @@
 //! What the reconciler counts, rendered for `/metrics`.
 
-use payonce_shared::ledger::{LedgerError, SharedLedger};
+use payonce_shared::clock::Timestamp;
+use payonce_shared::ledger::{LedgerError, Operations};
 use payonce_shared::metrics::{Counter, Exposition};
 use payonce_shared::state::Status;
 
@@ -42,8 +43,8 @@ impl ReconcilerMetrics {
     /// Appends resolution counters, then rows per state and the oldest unknown's age from the ledger.
     pub async fn render(
         &self,
-        ledger: &SharedLedger,
-        now_ms: i64,
+        ledger: &dyn Operations,
+        now: Timestamp,
         e: &mut Exposition,
     ) -> Result<(), LedgerError> {
         let help = "Reconciler actions by path.";
@@ -100,7 +101,9 @@ impl ReconcilerMetrics {
             .iter()
             .find(|c| c.status == Status::Unknown)
             .and_then(|c| c.oldest_submitted_at_ms.or(c.oldest_updated_at_ms))
-            .map_or(0, |t| (now_ms - t).max(0) / 1000);
+            .map_or(0, |t| {
+                i64::try_from(now.saturating_sub(t).as_secs()).unwrap_or(i64::MAX)
+            });
         e.gauge(
             "payonce_oldest_unknown_age_seconds",
             "Time since the first submission of the oldest unknown outcome.",

@@ -2,10 +2,13 @@
 //! processor's view (a payment with its refunds beside it, a refund with its payment), resolve one
 //! by hand with a mandatory reason. Tables by default, JSON on request.
 
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::refunds::RefundTotals;
-use payonce_shared::ledger::{LedgerError, ListFilter, Operation, Resolution, SharedLedger};
+use payonce_shared::ledger::{
+    Inspection, Ledger, LedgerError, ListFilter, Operation, Recovery, Refunds, Resolution, Resolve,
+};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
@@ -22,8 +25,8 @@ pub enum Format {
     Json,
 }
 
-fn age(now_ms: i64, then_ms: i64) -> String {
-    let s = (now_ms - then_ms).max(0) / 1000;
+fn age(now: Timestamp, then: Timestamp) -> String {
+    let s = now.saturating_sub(then).as_secs();
     match s {
         0..=119 => format!("{s}s"),
         120..=7_199 => format!("{}m", s / 60),
@@ -59,11 +62,11 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// Lists operations in `statuses` (default: the ones that may need a look) older than `min_age_s`.
 pub async fn list(
-    ledger: &SharedLedger,
+    ledger: &dyn Inspection,
     statuses: Vec<Status>,
     min_age_s: i64,
     limit: u32,
-    now_ms: i64,
+    now: Timestamp,
     format: Format,
 ) -> Result<String, LedgerError> {
     let statuses = if statuses.is_empty() {
@@ -73,7 +76,11 @@ pub async fn list(
     };
     let filter = ListFilter {
         statuses,
-        updated_before_ms: Some(now_ms - min_age_s * 1000),
+        // `min_age_s` may be negative (a cut-off in the future: everything up to now, inclusive).
+        updated_before_ms: Some(Timestamp::from_millis(
+            now.as_millis()
+                .saturating_sub(min_age_s.saturating_mul(1000)),
+        )),
         tenant: None,
         limit,
     };
@@ -89,7 +96,7 @@ pub async fn list(
                         o.tenant.to_string(),
                         o.details.kind().as_str().to_string(),
                         o.status.as_str().to_string(),
-                        age(now_ms, o.updated_at_ms),
+                        age(now, o.updated_at_ms),
                         o.attempt.to_string(),
                         o.details.money().display(),
                         o.details.invoice().to_string(),
@@ -119,17 +126,17 @@ pub async fn list(
 
 /// Shows one operation: the row, every event, and what the processor says now.
 pub async fn show(
-    ledger: &SharedLedger,
+    ledger: &dyn Ledger,
     processor: Option<&dyn Processor>,
     id: &OperationId,
-    now_ms: i64,
+    now: Timestamp,
     format: Format,
 ) -> Result<String, LedgerError> {
     let op = ledger.get_unscoped(id).await?;
-    let events = ledger.events(id).await?;
+    let events = ledger.events_unscoped(id).await?;
     let processor_view = match processor {
         // A payment or a refund, as its kind says.
-        Some(p) => Some(operation::lookup(p, &op, op.created_at_ms - 300_000).await),
+        Some(p) => Some(operation::lookup(p, &op, op.created_at_ms.as_millis() - 300_000).await),
         None => None,
     };
     let refunds = refunds_of(ledger, &op).await?;
@@ -146,16 +153,16 @@ pub async fn show(
         })
         .to_string(),
         Format::Table => {
-            let mut out = describe(&op, now_ms);
+            let mut out = describe(&op, now);
             if let Some((totals, list)) = &refunds {
-                out.push_str(&refunds_table(&op, totals, list, now_ms));
+                out.push_str(&refunds_table(&op, totals, list, now));
             }
             out.push_str("\nEvents:\n");
             let rows: Vec<Vec<String>> = events
                 .iter()
                 .map(|e| {
                     vec![
-                        age(now_ms, e.at_ms),
+                        age(now, e.at_ms),
                         e.event.clone(),
                         e.actor.clone(),
                         format!(
@@ -182,7 +189,7 @@ pub async fn show(
 
 /// A payment's refund totals and its first [`REFUNDS_SHOWN_MAX`] refunds; `None` for a refund.
 async fn refunds_of(
-    ledger: &SharedLedger,
+    ledger: &dyn Refunds,
     op: &Operation,
 ) -> Result<Option<(RefundTotals, Vec<Operation>)>, LedgerError> {
     match op.details.kind() {
@@ -211,7 +218,7 @@ fn refunds_table(
     payment: &Operation,
     totals: &RefundTotals,
     list: &[Operation],
-    now_ms: i64,
+    now: Timestamp,
 ) -> String {
     let mut out = format!(
         "  refunds {n}: refunded {refunded}, in flight {in_flight}, refundable {left}\n",
@@ -235,7 +242,7 @@ fn refunds_table(
                     .map(|of| of.reason().as_str().to_string())
                     .unwrap_or_default(),
                 r.external_ref.clone().unwrap_or_default(),
-                age(now_ms, r.updated_at_ms),
+                age(now, r.updated_at_ms),
             ]
         })
         .collect();
@@ -283,7 +290,7 @@ fn summarize(lookup: &LookupOutcome) -> String {
     }
 }
 
-fn describe(op: &Operation, now_ms: i64) -> String {
+fn describe(op: &Operation, now: Timestamp) -> String {
     let d = &op.details;
     let what = match d.refund_of() {
         None => "payment".to_string(),
@@ -301,7 +308,7 @@ fn describe(op: &Operation, now_ms: i64) -> String {
         id = op.id,
         status = op.status.as_str(),
         attempt = op.attempt,
-        age = age(now_ms, op.updated_at_ms),
+        age = age(now, op.updated_at_ms),
         tenant = op.tenant,
         bk = op.business_key,
         amount = d.money().display(),
@@ -318,17 +325,21 @@ fn describe(op: &Operation, now_ms: i64) -> String {
 /// Resolves an `unknown` or `needs_attention` operation by hand; the reason is mandatory and is
 /// recorded as the actor's event.
 pub async fn resolve(
-    ledger: &SharedLedger,
+    ledger: &dyn Recovery,
     id: &OperationId,
     resolution: Resolution,
     actor: &str,
     reason: &str,
-    now_ms: i64,
+    now: Timestamp,
     format: Format,
 ) -> Result<String, LedgerError> {
-    let op = ledger
-        .resolve(id, &resolution, actor, reason, now_ms)
-        .await?;
+    let request = Resolve {
+        id,
+        resolution: &resolution,
+        actor,
+        reason,
+    };
+    let op = ledger.resolve(&request, now).await?;
     Ok(match format {
         Format::Json => json!({ "operation": op }).to_string(),
         Format::Table => format!(
@@ -350,10 +361,11 @@ mod tests {
             &[vec!["xxxx".into(), "y".into()], vec!["z".into(), "".into()]],
         );
         assert_eq!(t, "A     LONGER\nxxxx  y\nz\n");
-        assert_eq!(age(10_000, 5_000), "5s");
-        assert_eq!(age(600_000, 0), "10m");
-        assert_eq!(age(10_800_000, 0), "3h");
-        assert_eq!(age(0, 10), "0s");
+        let at = Timestamp::from_millis;
+        assert_eq!(age(at(10_000), at(5_000)), "5s");
+        assert_eq!(age(at(600_000), at(0)), "10m");
+        assert_eq!(age(at(10_800_000), at(0)), "3h");
+        assert_eq!(age(at(0), at(10)), "0s");
     }
 
     #[test]

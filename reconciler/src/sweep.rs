@@ -14,8 +14,12 @@ use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
 use futures_util::{StreamExt, stream};
 use payonce_shared::clock::SharedClock;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::failpoint::{self, FailPoint};
-use payonce_shared::ledger::{LedgerError, Operation, Report, SharedLedger};
+use payonce_shared::ledger::{
+    ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, LedgerError, MaintenanceLease,
+    Operation, Recovery, Report,
+};
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
 use payonce_shared::state::Status;
@@ -134,7 +138,7 @@ impl Decision {
 
 /// The reconciler engine.
 pub struct Reconciler {
-    ledger: SharedLedger,
+    ledger: Arc<dyn Recovery>,
     processor: Arc<dyn Processor>,
     clock: SharedClock,
     config: ReconcilerConfig,
@@ -142,14 +146,10 @@ pub struct Reconciler {
     retry_metrics: WorkerMetrics,
 }
 
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl Reconciler {
     /// Builds a reconciler.
     pub fn new(
-        ledger: SharedLedger,
+        ledger: Arc<dyn Recovery>,
         processor: Arc<dyn Processor>,
         clock: SharedClock,
         config: ReconcilerConfig,
@@ -175,13 +175,13 @@ impl Reconciler {
     }
 
     /// Decides what to do with an unknown operation given a lookup result.
-    pub fn decide(&self, op: &Operation, lookup: LookupOutcome, now_ms: i64) -> Decision {
+    pub fn decide(&self, op: &Operation, lookup: LookupOutcome, now: Timestamp) -> Decision {
         let contract = self.processor.contract();
         let window_open = contract.honours_idempotency_keys
             && match (contract.key_retention, op.first_submitted_at_ms) {
                 (None, _) => true,
                 (Some(retention), Some(first)) => {
-                    now_ms + ms(self.config.retention_margin) < first + ms(retention)
+                    now + self.config.retention_margin < first + retention
                 }
                 // No submission time recorded: nothing can have used the key yet.
                 (Some(_), None) => true,
@@ -227,11 +227,12 @@ impl Reconciler {
         }
     }
 
-    fn backoff_ms(&self, op: &Operation) -> i64 {
+    fn backoff(&self, op: &Operation) -> Duration {
         let exp = u32::try_from(op.check_count.clamp(0, 20)).unwrap_or(20);
-        ms(self.config.check_backoff_base)
-            .saturating_mul(1_i64 << exp)
-            .min(ms(self.config.check_backoff_max))
+        self.config
+            .check_backoff_base
+            .saturating_mul(1_u32 << exp)
+            .min(self.config.check_backoff_max)
     }
 
     /// One sweep. In a dry run nothing is written and lookups are still made (they are reads).
@@ -240,16 +241,14 @@ impl Reconciler {
             dry_run,
             ..Default::default()
         };
-        let owner = &self.config.owner;
+        let lease = MaintenanceLease {
+            name: SWEEP_LEASE,
+            owner: &self.config.owner,
+        };
         if !dry_run
             && !self
                 .ledger
-                .try_maintenance_lease(
-                    SWEEP_LEASE,
-                    owner,
-                    ms(self.config.sweep_lease_ttl),
-                    self.clock.now_ms(),
-                )
+                .try_maintenance_lease(&lease, self.config.sweep_lease_ttl, self.clock.now())
                 .await?
         {
             report
@@ -264,9 +263,7 @@ impl Reconciler {
             report.hints = self.check_hints_once().await?;
         }
         if !dry_run {
-            self.ledger
-                .drop_maintenance_lease(SWEEP_LEASE, owner)
-                .await?;
+            self.ledger.drop_maintenance_lease(&lease).await?;
         }
         tracing::info!(summary = %report.summary(), "sweep done");
         Ok(report)
@@ -278,7 +275,7 @@ impl Reconciler {
     }
 
     async fn sweep_leases(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let leases = self
             .ledger
             .expired_leases(now, self.config.batch_size)
@@ -299,7 +296,14 @@ impl Reconciler {
         let mut writes = stream::iter(leases)
             .map(move |lease| async move {
                 self.ledger
-                    .expire_lease(&lease, &self.config.owner, now, now)
+                    .expire_lease(
+                        &ExpireLease {
+                            lease: &lease,
+                            actor: &self.config.owner,
+                            next_check_at: now,
+                        },
+                        now,
+                    )
                     .await
             })
             .buffered(self.concurrency());
@@ -324,7 +328,7 @@ impl Reconciler {
     }
 
     async fn sweep_unknown(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let due = self
             .ledger
             .due_for_check(now, self.config.batch_size)
@@ -363,8 +367,11 @@ impl Reconciler {
         let lookup = if contract.lookup == LookupSupport::None {
             LookupOutcome::NotFound { consistent: false }
         } else {
-            let created_after_ms =
-                op.first_submitted_at_ms.unwrap_or(op.created_at_ms) - ms(self.config.lookup_skew);
+            let created_after_ms = op
+                .first_submitted_at_ms
+                .unwrap_or(op.created_at_ms)
+                .saturating_sub_span(self.config.lookup_skew)
+                .as_millis();
             // Lookups draw from the read budget, apart from submissions; no permit in time defers the check.
             let limiter = self.config.retry.limiter.as_ref();
             match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
@@ -382,7 +389,7 @@ impl Reconciler {
                 },
             }
         };
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let mut decision = self.decide(op, lookup, now);
         // Evidence before trust, for lookups too: a found payment or refund is applied only if it is the
         // approved one (see `evidence::differences`); otherwise a human sees both facts.
@@ -399,6 +406,7 @@ impl Reconciler {
             return Ok(());
         }
         let owner = self.config.owner.as_str();
+        let fence = Fence::of(op);
         let fenced = |report: &mut SweepReport, m: &ReconcilerMetrics| {
             report.fenced += 1;
             m.fenced.inc();
@@ -430,11 +438,12 @@ impl Reconciler {
                 match self
                     .ledger
                     .defer_check(
-                        &op.id,
-                        op.attempt,
-                        now + self.backoff_ms(op),
-                        &why,
-                        owner,
+                        &DeferCheck {
+                            fence: &fence,
+                            next_check_at: now + self.backoff(op),
+                            detail: &why,
+                            actor: owner,
+                        },
                         now,
                     )
                     .await
@@ -449,7 +458,14 @@ impl Reconciler {
             }
             Decision::Escalate(why) => match self
                 .ledger
-                .escalate(&op.id, op.attempt, &why, owner, now)
+                .escalate(
+                    &Escalate {
+                        fence: &fence,
+                        reason: &why,
+                        actor: owner,
+                    },
+                    now,
+                )
                 .await
             {
                 Ok(()) => {
@@ -470,11 +486,12 @@ impl Reconciler {
                 let claimed = match self
                     .ledger
                     .claim_unknown(
-                        &op.id,
-                        op.attempt,
-                        owner,
-                        ms(self.config.retry.lease_ttl),
-                        why,
+                        &ClaimUnknown {
+                            fence: &fence,
+                            owner,
+                            lease_ttl: self.config.retry.lease_ttl,
+                            why,
+                        },
                         now,
                     )
                     .await
@@ -487,7 +504,7 @@ impl Reconciler {
                     Err(e) => return Err(e),
                 };
                 let status = execute_one(
-                    &self.ledger,
+                    self.ledger.as_ref(),
                     self.processor.as_ref(),
                     &self.clock,
                     &self.config.retry,
@@ -519,11 +536,11 @@ impl Reconciler {
             permit_wait_max: self.config.lookup_permit_wait_max,
         };
         check_hints(
-            &self.ledger,
+            self.ledger.as_ref(),
             self.processor.as_ref(),
             &self.metrics,
             &limits,
-            self.clock.now_ms(),
+            self.clock.now(),
         )
         .await
     }

@@ -1,12 +1,79 @@
-//! Injected time: production reads the system clock, tests move a manual one.
+//! Time: [`Timestamp`] for instants, [`std::time::Duration`] for spans, and the injected
+//! [`Clock`] (production reads the system clock, tests move a manual one).
+//!
+//! An instant is stored as milliseconds since the Unix epoch (`BIGINT`/`INTEGER` columns); the
+//! conversion to and from that integer happens at the SQL and wire boundaries only
+//! ([`Timestamp::from_millis`], [`Timestamp::as_millis`]), so an instant cannot be passed where a
+//! span or a count is meant.
 
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
-/// A source of "now" in milliseconds since the Unix epoch.
+/// An instant: milliseconds since the Unix epoch. Serialized as that integer.
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    /// The instant a stored or wire integer of milliseconds since the epoch names.
+    pub const fn from_millis(ms: i64) -> Timestamp {
+        Timestamp(ms)
+    }
+
+    /// Milliseconds since the epoch, for a column or a wire field.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// The span from `earlier` to this instant; zero if `earlier` is not earlier.
+    pub fn saturating_sub(self, earlier: Timestamp) -> Duration {
+        let ms = self.0.saturating_sub(earlier.0).max(0);
+        Duration::from_millis(u64::try_from(ms).unwrap_or_default())
+    }
+
+    /// This instant moved back by `span`, saturating at the smallest instant.
+    pub fn saturating_sub_span(self, span: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_sub(span_ms(span)))
+    }
+}
+
+/// A span in whole milliseconds, saturating at `i64::MAX`.
+fn span_ms(span: Duration) -> i64 {
+    i64::try_from(span.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl std::ops::Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    /// Later by `span`, in whole milliseconds, saturating at the largest instant.
+    fn add(self, span: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(span_ms(span)))
+    }
+}
+
+impl std::ops::AddAssign<Duration> for Timestamp {
+    fn add_assign(&mut self, span: Duration) {
+        *self = *self + span;
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    /// The stored form (milliseconds since the epoch), as the event log has always shown it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A source of "now".
 pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> i64;
+    /// The current instant.
+    fn now(&self) -> Timestamp;
 }
 
 /// Shared handle to a clock.
@@ -17,11 +84,11 @@ pub type SharedClock = Arc<dyn Clock>;
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
+    fn now(&self) -> Timestamp {
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        Timestamp(span_ms(since))
     }
 }
 
@@ -32,20 +99,62 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
-    /// Starts at `now_ms`.
-    pub fn new(now_ms: i64) -> Arc<Self> {
+    /// Starts at `now`.
+    pub fn new(now: Timestamp) -> Arc<Self> {
         Arc::new(ManualClock {
-            now_ms: AtomicI64::new(now_ms),
+            now_ms: AtomicI64::new(now.as_millis()),
         })
     }
-    /// Moves time forward.
-    pub fn advance_ms(&self, delta_ms: i64) {
-        self.now_ms.fetch_add(delta_ms, Ordering::SeqCst);
+    /// Moves time forward by `span`.
+    pub fn advance(&self, span: Duration) {
+        self.now_ms.fetch_add(span_ms(span), Ordering::SeqCst);
+    }
+    /// Moves time to `now`, backwards too (a test that hands work to a process on the wall clock).
+    pub fn set(&self, now: Timestamp) {
+        self.now_ms.store(now.as_millis(), Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        self.now_ms.load(Ordering::SeqCst)
+    fn now(&self) -> Timestamp {
+        Timestamp(self.now_ms.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_move_instants_and_saturate() {
+        let t = Timestamp::from_millis(1_000);
+        assert_eq!((t + Duration::from_millis(250)).as_millis(), 1_250);
+        assert_eq!(
+            t.saturating_sub_span(Duration::from_secs(2)).as_millis(),
+            -1_000
+        );
+        assert_eq!(
+            Timestamp::from_millis(1_250).saturating_sub(t),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            t.saturating_sub(Timestamp::from_millis(1_250)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            Timestamp::from_millis(i64::MAX) + Duration::from_millis(1),
+            Timestamp::from_millis(i64::MAX)
+        );
+        assert_eq!(t.to_string(), "1000");
+    }
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new(Timestamp::from_millis(5));
+        assert_eq!(clock.now().as_millis(), 5);
+        clock.advance(Duration::from_millis(10));
+        assert_eq!(clock.now().as_millis(), 15);
+        clock.set(Timestamp::from_millis(3));
+        assert_eq!(clock.now().as_millis(), 3);
     }
 }

@@ -5,8 +5,9 @@
 //! against the operation; nothing here changes an operation. The api calls this without the
 //! reconciler.
 
+use crate::clock::Timestamp;
 use crate::id::OperationId;
-use crate::ledger::SharedLedger;
+use crate::ledger::{NewProcessorEvent, ProcessorEventKey, Webhooks};
 use crate::processor::stripe::webhook::{PROCESSOR, WebhookError, verify_event};
 
 /// What ingesting one webhook did.
@@ -27,23 +28,25 @@ pub struct IngestOutcome {
 /// our operations is left pending for the reconciler's `evidence::check_hints`; any other is marked done at
 /// once. A redelivery of a stored event changes nothing.
 pub async fn ingest(
-    ledger: &SharedLedger,
+    ledger: &dyn Webhooks,
     secrets: &[String],
     signature_header: Option<&str>,
     body: &[u8],
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<IngestOutcome, WebhookError> {
-    let event = verify_event(secrets, signature_header, body, now_ms)?;
+    let event = verify_event(secrets, signature_header, body, now)?;
     let operation = event.operation();
     let payload = String::from_utf8_lossy(body);
     let stored = ledger
         .insert_processor_event(
-            PROCESSOR,
-            &event.id,
-            &event.event_type,
-            operation.as_ref(),
-            &payload,
-            now_ms,
+            &NewProcessorEvent {
+                processor: PROCESSOR,
+                event_id: &event.id,
+                event_type: &event.event_type,
+                operation: operation.as_ref(),
+                payload: &payload,
+            },
+            now,
         )
         .await?;
     let pending_check = operation.is_some() && event.claims_outcome();
@@ -57,7 +60,14 @@ pub async fn ingest(
     // A redelivery leaves the stored event as it is (pending, or already checked).
     if stored && !pending_check {
         ledger
-            .mark_processor_event(PROCESSOR, &event.id, outcome, now_ms)
+            .mark_processor_event(
+                &ProcessorEventKey {
+                    processor: PROCESSOR,
+                    event_id: &event.id,
+                },
+                outcome,
+                now,
+            )
             .await?;
     }
     tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");

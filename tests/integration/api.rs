@@ -21,6 +21,7 @@ mod views;
 mod webhooks;
 
 use payonce_api::{ApiConfig, AppState, create_api_key, serve_listener};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::clock::{Clock, ManualClock};
 use payonce_shared::details::RawDetails;
 use payonce_shared::id::TenantId;
@@ -32,6 +33,8 @@ use std::time::Duration;
 
 /// Where the test clock starts (2027-01-15): a fixed, realistic epoch in ms.
 pub const T0_MS: i64 = 1_800_000_000_000;
+/// [`T0_MS`] as an instant.
+pub const T0: Timestamp = Timestamp::from_millis(T0_MS);
 /// The other tenant of isolation tests.
 pub const OTHER_TENANT: &str = "globex";
 /// Webhook secret the test API is configured with.
@@ -116,12 +119,12 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
     tweak(&mut config);
     config.listen = addr;
     config.public_base_url = format!("http://{addr}");
-    let clock = ManualClock::new(T0_MS);
+    let clock = ManualClock::new(Timestamp::from_millis(T0_MS));
     let other = TenantId::parse(OTHER_TENANT).unwrap();
     let key = |t: TenantId, role: Role, label: &'static str| {
         let ledger = ledger.clone();
         async move {
-            create_api_key(&ledger, &t, role, label, T0_MS)
+            create_api_key(ledger.as_ref(), &t, role, label, T0)
                 .await
                 .unwrap()
         }
@@ -254,7 +257,7 @@ impl TestApi {
                 kid: ASSERTION_KEY_ID.into(),
                 sub: customer.into(),
                 op: op_id.into(),
-                exp: self.clock.now_ms() + ttl_ms,
+                exp: self.clock.now().as_millis() + ttl_ms,
                 nonce: payonce_shared::id::random_hex(16),
             },
         )

@@ -4,8 +4,10 @@
 
 use crate::serve::{START_DEADLINE, free_port, get, payonce, scratch, sigterm_and_wait};
 use crate::support::wait_for;
+use payonce_shared::ledger::Fence;
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 /// `payonce config show` in `dir` with `env`, returning stdout or panicking with stderr.
 async fn config_show(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -326,15 +328,18 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
 
     // One operation whose attempts ran out without a request leaving: needs a human.
     let ledger = ledger::connect(&db, 1).await.unwrap();
-    let now = payonce_shared::clock::Clock::now_ms(&payonce_shared::clock::SystemClock);
+    let now = payonce_shared::clock::Clock::now(&payonce_shared::clock::SystemClock);
     crate::support::ready_operation(&ledger, "INV-3", "pm_card_visa", now).await;
-    let claimed = ledger.claim("test", 1, 60_000, now).await.unwrap();
+    let claimed = ledger
+        .claim("test", 1, Duration::from_millis(60_000), now)
+        .await
+        .unwrap();
     let op = &claimed[0];
     let exhausted = Recorded::Exhausted {
         reason: "the processor refused every connection".into(),
     };
     ledger
-        .record(&op.id, op.attempt, &exhausted, "test", now)
+        .record(&Fence::of(op), &exhausted, "test", now)
         .await
         .unwrap();
     drop(ledger);

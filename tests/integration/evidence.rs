@@ -6,11 +6,12 @@
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, details, every_store, ready_operation, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
     Applied, LedgerError, NewOperation, Operation, Recorded, Report, Resolution, SharedLedger,
 };
+use payonce_shared::ledger::{Fence, Resolve};
 use payonce_shared::metrics::Exposition;
 use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::webhook::sign;
@@ -23,8 +24,8 @@ use std::time::Duration;
 
 const SECRET: &str = "whsec_evidence_test";
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
@@ -38,10 +39,10 @@ fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconcile
 /// A signed delivery of `event_type` about `object` (as a forger with the secret, or Stripe).
 fn delivery(event_id: &str, event_type: &str, object: Value) -> (String, String) {
     let body =
-        json!({"id": event_id, "object": "event", "type": event_type, "created": now() / 1000,
+        json!({"id": event_id, "object": "event", "type": event_type, "created": now().as_millis() / 1000,
         "data": {"object": object}})
         .to_string();
-    let t = now() / 1000;
+    let t = now().as_millis() / 1000;
     (
         format!("t={t},v1={}", sign(SECRET, t, body.as_bytes())),
         body,
@@ -53,7 +54,7 @@ async fn deliver(
     (header, body): &(String, String),
 ) -> webhooks::IngestOutcome {
     webhooks::ingest(
-        ledger,
+        ledger.as_ref(),
         &[SECRET.to_string()],
         Some(header),
         body.as_bytes(),
@@ -91,15 +92,18 @@ async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, custom
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
     let c = ledger
-        .claim("w", 1, 600_000, now())
+        .claim("w", 1, Duration::from_millis(600_000), now())
         .await
         .unwrap()
         .remove(0);
     assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&c.id, c.attempt, now())
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&c)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
 }
 
@@ -110,7 +114,10 @@ fn slim(pi: &Value) -> Value {
 
 async fn metrics_of(rec: &Reconciler, ledger: &SharedLedger) -> String {
     let mut e = Exposition::default();
-    rec.metrics().render(ledger, now(), &mut e).await.unwrap();
+    rec.metrics()
+        .render(ledger.as_ref(), now(), &mut e)
+        .await
+        .unwrap();
     e.finish()
 }
 
@@ -149,7 +156,12 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
         pi["client_secret"],
         "the stored result is the retrieved object, not the webhook's"
     );
-    let into = ledger.events(&paid.id).await.unwrap().pop().unwrap();
+    let into = ledger
+        .events_unscoped(&paid.id)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     assert!(
         into.actor.contains("webhook evt_e1") && into.actor.contains(&pi_id),
         "{into:?}"
@@ -165,7 +177,17 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
         result: json!({}),
     };
     assert!(matches!(
-        ledger.record(&paid.id, attempt, &late, "w", now()).await,
+        ledger
+            .record(
+                &Fence {
+                    id: paid.id.clone(),
+                    attempt
+                },
+                &late,
+                "w",
+                now()
+            )
+            .await,
         Err(LedgerError::Fenced { .. })
     ));
     // A signed "failed" about a payment that succeeded: the processor's object says succeeded, so
@@ -208,7 +230,15 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
         reference: None,
     };
     ledger
-        .record(&forged_op.id, forged_attempt, &declined, "w", now())
+        .record(
+            &Fence {
+                id: forged_op.id.clone(),
+                attempt: forged_attempt,
+            },
+            &declined,
+            "w",
+            now(),
+        )
         .await
         .unwrap();
 
@@ -233,7 +263,15 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     assert!(why.contains(wrong["id"].as_str().unwrap()), "{why}");
     assert!(
         ledger
-            .record(&odd.id, odd_attempt, &declined, "w", now())
+            .record(
+                &Fence {
+                    id: odd.id.clone(),
+                    attempt: odd_attempt
+                },
+                &declined,
+                "w",
+                now()
+            )
             .await
             .is_err()
     );
@@ -296,7 +334,7 @@ async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
         );
     }
     let pending = ledger
-        .pending_processor_events(now() + 1, 10)
+        .pending_processor_events(now() + Duration::from_millis(1), 10)
         .await
         .unwrap();
     assert_eq!(
@@ -312,7 +350,7 @@ async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
     );
     assert!(
         ledger
-            .pending_processor_events(now() + 1, 10)
+            .pending_processor_events(now() + Duration::from_millis(1), 10)
             .await
             .unwrap()
             .is_empty()
@@ -369,7 +407,7 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
             let why = row.failure_message.unwrap();
             assert!(why.starts_with("PAYMENT WITHOUT APPROVAL: "), "{why}");
             assert!(why.contains("row says"), "both facts: {why}");
-            let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+            let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
             assert_eq!(last.event, "conflicting_report");
         }
         let page = metrics_of(&rec, &ledger).await;
@@ -381,10 +419,12 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
         assert!(matches!(
             ledger
                 .resolve(
-                    &cancelled.id,
-                    &Resolution::RetrySameKey,
-                    "oncall:ann",
-                    "try",
+                    &Resolve {
+                        id: &cancelled.id,
+                        resolution: &Resolution::RetrySameKey,
+                        actor: "oncall:ann",
+                        reason: "try"
+                    },
                     now()
                 )
                 .await,
@@ -392,10 +432,12 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
         ));
         let fixed = ledger
             .resolve(
-                &cancelled.id,
-                &Resolution::Failed,
-                "oncall:ann",
-                "refunded at Stripe",
+                &Resolve {
+                    id: &cancelled.id,
+                    resolution: &Resolution::Failed,
+                    actor: "oncall:ann",
+                    reason: "refunded at Stripe",
+                },
                 now(),
             )
             .await
@@ -444,7 +486,15 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
         next_check_at_ms: now(),
     };
     ledger
-        .record(&op.id, attempt, &unknown, "w", now())
+        .record(
+            &Fence {
+                id: op.id.clone(),
+                attempt,
+            },
+            &unknown,
+            "w",
+            now(),
+        )
         .await
         .unwrap();
     let wrong = pay_at_processor(&sim, &op.id, 1, "cus_test").await;
@@ -452,7 +502,15 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     // output never carries the client secret).
     let (fine, fine_attempt) = executing(&ledger, "INV-E10").await;
     ledger
-        .record(&fine.id, fine_attempt, &unknown, "w", now())
+        .record(
+            &Fence {
+                id: fine.id.clone(),
+                attempt: fine_attempt,
+            },
+            &unknown,
+            "w",
+            now(),
+        )
         .await
         .unwrap();
     pay_at_processor(&sim, &fine.id, 2048, "cus_test").await;
@@ -545,12 +603,16 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
         (Status::Succeeded, Some("pi_m1"))
     );
     assert_eq!(
-        ledger.events(&id).await.unwrap().len(),
+        ledger.events_unscoped(&id).await.unwrap().len(),
         1,
         "the audit trail survives"
     );
     assert!(
-        ledger.latest_approval(&id).await.unwrap().is_some(),
+        ledger
+            .latest_approval(&tenant(), &id)
+            .await
+            .unwrap()
+            .is_some(),
         "approvals still reference it"
     );
     // The triggers were recreated: a new operation and its cancel are both logged.
@@ -560,7 +622,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
         .await
         .unwrap();
     let events: Vec<String> = ledger
-        .events(&new.id)
+        .events_unscoped(&new.id)
         .await
         .unwrap()
         .into_iter()
@@ -570,7 +632,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     // Nothing runs without an approval: claiming finds nothing, and the CHECK refuses a forced move.
     assert!(
         ledger
-            .claim("w", 10, 1_000, now())
+            .claim("w", 10, Duration::from_millis(1_000), now())
             .await
             .unwrap()
             .is_empty()

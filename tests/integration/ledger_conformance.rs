@@ -2,18 +2,37 @@
 //! concurrency tests the design depends on.
 
 use crate::support::{self, details, every_store, ready_operation, tenant};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
-    Applied, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, PAGE_MAX, Recorded,
-    Report, Resolution, SharedLedger,
+    Applied, ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, LedgerError, LimitError,
+    ListFilter, NewApproval, NewOperation, NewProcessorEvent, NewToolCall, PAGE_MAX, Recorded,
+    Report, Resolution, Resolve, SharedLedger, ToolAnswer,
 };
 use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
+use std::time::Duration;
 
 mod refunds;
 
 const T0: i64 = 1_800_000_000_000;
 const LEASE_MS: i64 = 30_000;
+const LEASE: Duration = Duration::from_millis(30_000);
+
+fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(ms)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn fence(id: &OperationId, attempt: i64) -> Fence {
+    Fence {
+        id: id.clone(),
+        attempt,
+    }
+}
 
 fn new_op(invoice: &str, amount: i64) -> NewOperation {
     NewOperation {
@@ -53,7 +72,7 @@ async fn assert_every_logged_move_is_legal(ledger: &SharedLedger) {
         "the check must see every row"
     );
     for op in all {
-        for e in ledger.events(&op.id).await.unwrap() {
+        for e in ledger.events_unscoped(&op.id).await.unwrap() {
             assert!(
                 legal_log_entry(e.from_status.as_deref(), &e.to_status, &e.event),
                 "{} on {}: {:?} -> {} by {:?} is not a legal move",
@@ -83,14 +102,14 @@ fn the_log_check_refuses_a_move_the_table_does_not_allow() {
 async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() {
     for_each_store(|ledger| async move {
         let first = ledger
-            .create_or_get(new_op("INV-1", 2048), T0)
+            .create_or_get(new_op("INV-1", 2048), at(T0))
             .await
             .unwrap();
         assert!(first.inserted);
         assert_eq!(first.operation.status, Status::AwaitingApproval);
         assert_eq!(first.operation.attempt, 0);
         let again = ledger
-            .create_or_get(new_op("INV-1", 2048), T0 + 1)
+            .create_or_get(new_op("INV-1", 2048), at(T0 + 1))
             .await
             .unwrap();
         assert!(!again.inserted);
@@ -102,7 +121,9 @@ async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() 
             again.operation.idempotency_key,
             first.operation.idempotency_key
         );
-        let changed = ledger.create_or_get(new_op("INV-1", 9999), T0 + 2).await;
+        let changed = ledger
+            .create_or_get(new_op("INV-1", 9999), at(T0 + 2))
+            .await;
         match changed {
             Err(LedgerError::Conflict { existing }) => assert_eq!(existing, first.operation.id),
             other => panic!("expected a conflict, got {other:?}"),
@@ -118,7 +139,7 @@ async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() 
             ledger.get(&other_tenant, &first.operation.id).await,
             Err(LedgerError::NotFound)
         ));
-        let events = ledger.events(&first.operation.id).await.unwrap();
+        let events = ledger.events_unscoped(&first.operation.id).await.unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event, "create");
         assert_eq!(events[0].to_status, "awaiting_approval");
@@ -130,7 +151,7 @@ async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() 
 async fn approval_binds_to_the_details_hash() {
     for_each_store(|ledger| async move {
         let op = ledger
-            .create_or_get(new_op("INV-2", 2048), T0)
+            .create_or_get(new_op("INV-2", 2048), at(T0))
             .await
             .unwrap()
             .operation;
@@ -139,9 +160,11 @@ async fn approval_binds_to_the_details_hash() {
             details_hash: hash,
             approved_by: "customer:cus_test".into(),
             method: "confirmation_page".into(),
-            expires_at_ms: T0 + 60_000,
+            expires_at_ms: at(T0 + 60_000),
         };
-        let refused = ledger.approve(&tenant(), &op.id, approval(wrong), T0).await;
+        let refused = ledger
+            .approve(&tenant(), &op.id, approval(wrong), at(T0))
+            .await;
         assert!(
             matches!(refused, Err(LedgerError::ApprovalMismatch)),
             "{refused:?}"
@@ -151,17 +174,22 @@ async fn approval_binds_to_the_details_hash() {
             Status::AwaitingApproval
         );
         let approved = ledger
-            .approve(&tenant(), &op.id, approval(op.details_hash.clone()), T0)
+            .approve(&tenant(), &op.id, approval(op.details_hash.clone()), at(T0))
             .await
             .unwrap();
         assert_eq!(approved.status, Status::Ready);
-        assert!(approved.approval_valid_at(T0 + 1));
+        assert!(approved.approval_valid_at(at(T0 + 1)));
         assert!(
-            !approved.approval_valid_at(T0 + 60_000),
+            !approved.approval_valid_at(at(T0 + 60_000)),
             "expired at its expiry"
         );
         let twice = ledger
-            .approve(&tenant(), &op.id, approval(op.details_hash.clone()), T0 + 5)
+            .approve(
+                &tenant(),
+                &op.id,
+                approval(op.details_hash.clone()),
+                at(T0 + 5),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -169,7 +197,11 @@ async fn approval_binds_to_the_details_hash() {
             Status::Ready,
             "approving twice is the same approval"
         );
-        let stored = ledger.latest_approval(&op.id).await.unwrap().unwrap();
+        let stored = ledger
+            .latest_approval(&tenant(), &op.id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(stored.details_hash, op.details_hash.as_str());
         assert_eq!(stored.method, "confirmation_page");
     })
@@ -179,8 +211,8 @@ async fn approval_binds_to_the_details_hash() {
 #[tokio::test]
 async fn claim_submit_record_is_fenced_by_the_attempt() {
     for_each_store(|ledger| async move {
-        let op = ready_operation(&ledger, "INV-3", "pm_card_visa", T0).await;
-        let claimed = ledger.claim("worker-a", 10, LEASE_MS, T0).await.unwrap();
+        let op = ready_operation(&ledger, "INV-3", "pm_card_visa", at(T0)).await;
+        let claimed = ledger.claim("worker-a", 10, LEASE, at(T0)).await.unwrap();
         assert_eq!(claimed.len(), 1);
         let c = &claimed[0];
         assert_eq!(
@@ -190,34 +222,45 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         assert_eq!(c.lease_owner.as_deref(), Some("worker-a"));
         assert!(
             ledger
-                .claim("worker-b", 10, LEASE_MS, T0)
+                .claim("worker-b", 10, LEASE, at(T0))
                 .await
                 .unwrap()
                 .is_empty(),
             "claimed once"
         );
 
-        ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
+                .await
+                .unwrap(),
+            [true]
+        );
         // A stale attempt can neither mark nor record.
         assert!(matches!(
-            ledger.mark_submitting(&op.id, 0, T0 + 1).await,
-            Err(LedgerError::Fenced { .. })
+            ledger
+                .mark_submitting(&[fence(&op.id, 0)], at(T0 + 1))
+                .await
+                .unwrap()[..],
+            [false]
         ));
         let ok = Recorded::Succeeded {
             reference: "pi_1".into(),
             result: serde_json::json!({"id": "pi_1"}),
         };
         assert!(matches!(
-            ledger.record(&op.id, 2, &ok, "worker-a", T0 + 2).await,
+            ledger
+                .record(&fence(&op.id, 2), &ok, "worker-a", at(T0 + 2))
+                .await,
             Err(LedgerError::Fenced { .. })
         ));
         let done = ledger
-            .record(&op.id, 1, &ok, "worker-a", T0 + 2)
+            .record(&fence(&op.id, 1), &ok, "worker-a", at(T0 + 2))
             .await
             .unwrap();
         assert_eq!(done.status, Status::Succeeded);
         assert_eq!(done.external_ref.as_deref(), Some("pi_1"));
-        assert_eq!(done.first_submitted_at_ms, Some(T0 + 1));
+        assert_eq!(done.first_submitted_at_ms, Some(at(T0 + 1)));
         assert_eq!(done.lease_owner, None);
         // Terminal: a second record loses.
         let declined = Recorded::Failed {
@@ -226,11 +269,13 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
             reference: None,
         };
         assert!(matches!(
-            ledger.record(&op.id, 1, &declined, "w", T0 + 3).await,
+            ledger
+                .record(&fence(&op.id, 1), &declined, "w", at(T0 + 3))
+                .await,
             Err(LedgerError::Fenced { .. })
         ));
         let events: Vec<String> = ledger
-            .events(&op.id)
+            .events_unscoped(&op.id)
             .await
             .unwrap()
             .into_iter()
@@ -253,26 +298,32 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
 #[tokio::test]
 async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission() {
     for_each_store(|ledger| async move {
-        let a = ready_operation(&ledger, "INV-4a", "pm_card_visa", T0).await;
-        let b = ready_operation(&ledger, "INV-4b", "pm_card_visa", T0 + 1).await;
-        let claimed = ledger.claim("w", 10, LEASE_MS, T0 + 2).await.unwrap();
+        let a = ready_operation(&ledger, "INV-4a", "pm_card_visa", at(T0)).await;
+        let b = ready_operation(&ledger, "INV-4b", "pm_card_visa", at(T0 + 1)).await;
+        let claimed = ledger.claim("w", 10, LEASE, at(T0 + 2)).await.unwrap();
         assert_eq!(claimed.len(), 2);
         // a: submission recorded then the worker vanished; b: vanished before submitting.
-        ledger.mark_submitting(&a.id, 1, T0 + 3).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&a.id, 1)], at(T0 + 3))
+                .await
+                .unwrap(),
+            [true]
+        );
         assert!(
             ledger
-                .expired_leases(T0 + 10, 100)
+                .expired_leases(at(T0 + 10), 100)
                 .await
                 .unwrap()
                 .is_empty(),
             "not expired yet"
         );
         let both = [a.id.clone(), b.id.clone()];
-        let renewed = ledger.renew("w", &both, LEASE_MS, T0 + 10).await.unwrap();
+        let renewed = ledger.renew("w", &both, LEASE, at(T0 + 10)).await.unwrap();
         assert_eq!(renewed.len(), 2);
         assert!(
             ledger
-                .renew("w", &[], LEASE_MS, T0 + 10)
+                .renew("w", &[], LEASE, at(T0 + 10))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -281,12 +332,12 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         // The owner gave up on b (say, its outcome could not be recorded): only a is renewed, and
         // b's lease lapses to the reconciler on time.
         let renewed = ledger
-            .renew("w", &both[..1], LEASE_MS, T0 + 20)
+            .renew("w", &both[..1], LEASE, at(T0 + 20))
             .await
             .unwrap();
         assert_eq!(renewed, vec![(a.id.clone(), 1)]);
         let lapsed = ledger
-            .expired_leases(T0 + 10 + LEASE_MS, 100)
+            .expired_leases(at(T0 + 10 + LEASE_MS), 100)
             .await
             .unwrap();
         assert_eq!(
@@ -294,19 +345,29 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             vec![b.id.clone()],
             "only the lease left off the list lapsed"
         );
-        let later = T0 + 20 + LEASE_MS;
+        let later = at(T0 + 20 + LEASE_MS);
         let expired = ledger.expired_leases(later, 100).await.unwrap();
         assert_eq!(expired.len(), 2);
         assert!(
             matches!(
-                ledger.mark_submitting(&b.id, 1, later).await,
-                Err(LedgerError::Fenced { .. })
+                ledger
+                    .mark_submitting(&[fence(&b.id, 1)], later)
+                    .await
+                    .unwrap()[..],
+                [false]
             ),
             "an expired lease may not start a submission"
         );
         for lease in &expired {
             let to = ledger
-                .expire_lease(lease, "reconciler", later, later + 1_000)
+                .expire_lease(
+                    &ExpireLease {
+                        lease,
+                        actor: "reconciler",
+                        next_check_at: later + ms(1_000),
+                    },
+                    later,
+                )
                 .await
                 .unwrap();
             let expected = if lease.id == a.id {
@@ -320,28 +381,34 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             ledger.get(&tenant(), &a.id).await.unwrap().status,
             Status::Unknown
         );
-        let due = ledger.due_for_check(later + 1_000, 10).await.unwrap();
+        let due = ledger.due_for_check(later + ms(1_000), 10).await.unwrap();
         assert_eq!(
             due.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
             vec![a.id.clone()]
         );
         // b runs again at attempt 2, nothing reaches the processor: back to ready with a delay.
-        let again = ledger.claim("w2", 10, LEASE_MS, later + 1).await.unwrap();
+        let again = ledger.claim("w2", 10, LEASE, later + ms(1)).await.unwrap();
         assert_eq!((again.len(), again[0].attempt), (1, 2));
-        ledger.mark_submitting(&b.id, 2, later + 2).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&b.id, 2)], later + ms(2))
+                .await
+                .unwrap(),
+            [true]
+        );
         let retry = Recorded::RetryLater {
             reason: "connection refused".into(),
-            available_at_ms: later + 5_000,
+            available_at_ms: later + ms(5_000),
         };
         let op = ledger
-            .record(&b.id, 2, &retry, "w2", later + 3)
+            .record(&fence(&b.id, 2), &retry, "w2", later + ms(3))
             .await
             .unwrap();
         assert_eq!(op.status, Status::Ready);
         assert_eq!(op.first_submitted_at_ms, None, "nothing ever left");
         assert!(
             ledger
-                .claim("w3", 10, LEASE_MS, later + 4_999)
+                .claim("w3", 10, LEASE, later + ms(4_999))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -349,7 +416,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         );
         assert_eq!(
             ledger
-                .claim("w3", 10, LEASE_MS, later + 5_000)
+                .claim("w3", 10, LEASE, later + ms(5_000))
                 .await
                 .unwrap()
                 .len(),
@@ -362,27 +429,37 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
 #[tokio::test]
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {
-        let op = ready_operation(&ledger, "INV-5", "pm_card_visa", T0).await;
-        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
-        ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
+        let op = ready_operation(&ledger, "INV-5", "pm_card_visa", at(T0)).await;
+        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
+                .await
+                .unwrap(),
+            [true]
+        );
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: T0 + 100,
+            next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(&op.id, 1, &unknown, "w", T0 + 2)
+            .record(&fence(&op.id, 1), &unknown, "w", at(T0 + 2))
             .await
             .unwrap();
         // The reconciler retries with the same key under its own lease; that request is refused.
         let c = ledger
             .claim_unknown(
-                &op.id,
-                1,
-                "reconciler",
-                LEASE_MS,
-                "retry with the same key",
-                T0 + 200,
+                &ClaimUnknown {
+                    fence: &Fence {
+                        id: op.id.clone(),
+                        attempt: 1,
+                    },
+                    owner: "reconciler",
+                    lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    why: "retry with the same key",
+                },
+                at(T0 + 200),
             )
             .await
             .unwrap();
@@ -390,23 +467,33 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         assert!(matches!(
             ledger
                 .claim_unknown(
-                    &op.id,
-                    1,
-                    "r2",
-                    LEASE_MS,
-                    "retry with the same key",
-                    T0 + 200
+                    &ClaimUnknown {
+                        fence: &Fence {
+                            id: op.id.clone(),
+                            attempt: 1
+                        },
+                        owner: "r2",
+                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                        why: "retry with the same key"
+                    },
+                    at(T0 + 200)
                 )
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
-        ledger.mark_submitting(&op.id, 2, T0 + 201).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&op.id, 2)], at(T0 + 201))
+                .await
+                .unwrap(),
+            [true]
+        );
         let retry = Recorded::RetryLater {
             reason: "connection refused".into(),
-            available_at_ms: T0 + 300,
+            available_at_ms: at(T0 + 300),
         };
         let after = ledger
-            .record(&op.id, 2, &retry, "reconciler", T0 + 202)
+            .record(&fence(&op.id, 2), &retry, "reconciler", at(T0 + 202))
             .await
             .unwrap();
         assert_eq!(
@@ -418,12 +505,16 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         // Rejected would hide the earlier submission: it becomes needs_attention instead.
         let c = ledger
             .claim_unknown(
-                &op.id,
-                2,
-                "reconciler",
-                LEASE_MS,
-                "retry with the same key",
-                T0 + 400,
+                &ClaimUnknown {
+                    fence: &Fence {
+                        id: op.id.clone(),
+                        attempt: 2,
+                    },
+                    owner: "reconciler",
+                    lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    why: "retry with the same key",
+                },
+                at(T0 + 400),
             )
             .await
             .unwrap();
@@ -432,7 +523,12 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
             message: "expired".into(),
         };
         let after = ledger
-            .record(&op.id, c.attempt, &rejected, "reconciler", T0 + 401)
+            .record(
+                &fence(&op.id, c.attempt),
+                &rejected,
+                "reconciler",
+                at(T0 + 401),
+            )
             .await
             .unwrap();
         assert_eq!(after.status, Status::NeedsAttention);
@@ -443,9 +539,15 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
 #[tokio::test]
 async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
     for_each_store(|ledger| async move {
-        let op = ready_operation(&ledger, "INV-6", "pm_card_visa", T0).await;
-        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
-        ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
+        let op = ready_operation(&ledger, "INV-6", "pm_card_visa", at(T0)).await;
+        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
+                .await
+                .unwrap(),
+            [true]
+        );
         // The webhook beats the worker.
         let ok = Report::Succeeded {
             reference: "pi_9".into(),
@@ -453,14 +555,14 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
         };
         assert_eq!(
             ledger
-                .apply_report(&op.id, &ok, "webhook", T0 + 2)
+                .apply_report(&op.id, &ok, "webhook", at(T0 + 2))
                 .await
                 .unwrap(),
             Applied::Moved(Status::Succeeded)
         );
         assert_eq!(
             ledger
-                .apply_report(&op.id, &ok, "webhook", T0 + 3)
+                .apply_report(&op.id, &ok, "webhook", at(T0 + 3))
                 .await
                 .unwrap(),
             Applied::AlreadyKnown
@@ -470,7 +572,9 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
             result: serde_json::json!({}),
         };
         assert!(matches!(
-            ledger.record(&op.id, 1, &late, "w", T0 + 4).await,
+            ledger
+                .record(&fence(&op.id, 1), &late, "w", at(T0 + 4))
+                .await,
             Err(LedgerError::Fenced { .. })
         ));
         let failed = Report::Failed {
@@ -480,7 +584,7 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
         };
         assert_eq!(
             ledger
-                .apply_report(&op.id, &failed, "webhook", T0 + 5)
+                .apply_report(&op.id, &failed, "webhook", at(T0 + 5))
                 .await
                 .unwrap(),
             Applied::Conflict
@@ -499,24 +603,34 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
         // On-call resolves with a reason.
         assert!(matches!(
             ledger
-                .resolve(&op.id, &Resolution::Failed, "oncall:ann", "  ", T0 + 6)
+                .resolve(
+                    &Resolve {
+                        id: &op.id,
+                        resolution: &Resolution::Failed,
+                        actor: "oncall:ann",
+                        reason: "  "
+                    },
+                    at(T0 + 6)
+                )
                 .await,
             Err(LedgerError::Limit(LimitError::ResolutionReason))
         ));
         let fixed = ledger
             .resolve(
-                &op.id,
-                &Resolution::Succeeded {
-                    reference: "pi_9".into(),
+                &Resolve {
+                    id: &op.id,
+                    resolution: &Resolution::Succeeded {
+                        reference: "pi_9".into(),
+                    },
+                    actor: "oncall:ann",
+                    reason: "checked dashboard",
                 },
-                "oncall:ann",
-                "checked dashboard",
-                T0 + 7,
+                at(T0 + 7),
             )
             .await
             .unwrap();
         assert_eq!(fixed.status, Status::Succeeded);
-        let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+        let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
         assert_eq!(
             (last.event.as_str(), last.actor.as_str()),
             ("resolve_succeeded", "oncall:ann")
@@ -530,20 +644,20 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
 async fn cancel_listing_links_events_keys_and_limits() {
     for_each_store(|ledger| async move {
         let op = ledger
-            .create_or_get(new_op("INV-7", 100), T0)
+            .create_or_get(new_op("INV-7", 100), at(T0))
             .await
             .unwrap()
             .operation;
         let cancelled = ledger
-            .cancel(&tenant(), &op.id, "service:test", T0 + 1)
+            .cancel(&tenant(), &op.id, "service:test", at(T0 + 1))
             .await
             .unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
-        let running = ready_operation(&ledger, "INV-7b", "pm_card_visa", T0).await;
-        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
+        let running = ready_operation(&ledger, "INV-7b", "pm_card_visa", at(T0)).await;
+        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
         assert!(matches!(
             ledger
-                .cancel(&tenant(), &running.id, "service:test", T0 + 1)
+                .cancel(&tenant(), &running.id, "service:test", at(T0 + 1))
                 .await,
             Err(LedgerError::WrongState {
                 status: Status::Executing,
@@ -566,13 +680,20 @@ async fn cancel_listing_links_events_keys_and_limits() {
                 .any(|c| c.status == Status::Executing && c.count == 1)
         );
         assert!(matches!(
-            ledger.claim("w", 0, LEASE_MS, T0).await,
+            ledger.claim("w", 0, LEASE, at(T0)).await,
             Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
-            ledger.claim("w", 1_001, LEASE_MS, T0).await,
+            ledger.claim("w", 1_001, LEASE, at(T0)).await,
             Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
+        // A lease is stored in whole milliseconds: shorter than one is no lease.
+        for ttl in [Duration::ZERO, Duration::from_micros(999)] {
+            assert!(matches!(
+                ledger.claim("w", 1, ttl, at(T0)).await,
+                Err(LedgerError::Limit(LimitError::LeaseTtl))
+            ));
+        }
         assert!(matches!(
             ledger
                 .list(&ListFilter {
@@ -586,12 +707,14 @@ async fn cancel_listing_links_events_keys_and_limits() {
         assert!(
             ledger
                 .insert_processor_event(
-                    "stripe",
-                    "evt_1",
-                    "payment_intent.succeeded",
-                    Some(&op.id),
-                    "{}",
-                    T0
+                    &NewProcessorEvent {
+                        processor: "stripe",
+                        event_id: "evt_1",
+                        event_type: "payment_intent.succeeded",
+                        operation: Some(&op.id),
+                        payload: "{}"
+                    },
+                    at(T0)
                 )
                 .await
                 .unwrap()
@@ -599,12 +722,14 @@ async fn cancel_listing_links_events_keys_and_limits() {
         assert!(
             !ledger
                 .insert_processor_event(
-                    "stripe",
-                    "evt_1",
-                    "payment_intent.succeeded",
-                    Some(&op.id),
-                    "{}",
-                    T0
+                    &NewProcessorEvent {
+                        processor: "stripe",
+                        event_id: "evt_1",
+                        event_type: "payment_intent.succeeded",
+                        operation: Some(&op.id),
+                        payload: "{}"
+                    },
+                    at(T0)
                 )
                 .await
                 .unwrap()
@@ -612,16 +737,20 @@ async fn cancel_listing_links_events_keys_and_limits() {
         ledger
             .record_tool_call(
                 &tenant(),
-                Some(&op.id),
-                "openai",
-                Some("call_1"),
-                "pay_invoice",
-                T0,
+                &NewToolCall {
+                    operation: Some(&op.id),
+                    provider: "openai",
+                    provider_call_id: Some("call_1"),
+                    tool: "pay_invoice",
+                },
+                at(T0),
             )
             .await
             .unwrap();
         assert_eq!(
-            ledger.tool_calls(&op.id).await.unwrap()[0].1.as_deref(),
+            ledger.tool_calls(&tenant(), &op.id).await.unwrap()[0]
+                .1
+                .as_deref(),
             Some("call_1")
         );
 
@@ -629,8 +758,8 @@ async fn cancel_listing_links_events_keys_and_limits() {
             token_hash: "h1".into(),
             operation_id: op.id.clone(),
             details_hash: op.details_hash.as_str().into(),
-            created_at_ms: T0,
-            expires_at_ms: T0 + 1_000,
+            created_at_ms: at(T0),
+            expires_at_ms: at(T0 + 1_000),
             used_at_ms: None,
         };
         assert!(ledger.create_approval_link(&link, 2).await.unwrap());
@@ -650,18 +779,21 @@ async fn cancel_listing_links_events_keys_and_limits() {
         assert!(ledger.approval_link("h3").await.unwrap().is_none());
         // Once the open ones have expired, a new one may be issued.
         let later = payonce_shared::ledger::ApprovalLink {
-            created_at_ms: T0 + 1_000,
-            expires_at_ms: T0 + 2_000,
+            created_at_ms: at(T0 + 1_000),
+            expires_at_ms: at(T0 + 2_000),
             ..third.clone()
         };
         assert!(ledger.create_approval_link(&later, 2).await.unwrap());
         assert!(
-            !ledger.use_approval_link("h1", T0 + 1_000).await.unwrap(),
+            !ledger
+                .use_approval_link("h1", at(T0 + 1_000))
+                .await
+                .unwrap(),
             "expired"
         );
-        assert!(ledger.use_approval_link("h1", T0 + 10).await.unwrap());
+        assert!(ledger.use_approval_link("h1", at(T0 + 10)).await.unwrap());
         assert!(
-            !ledger.use_approval_link("h1", T0 + 11).await.unwrap(),
+            !ledger.use_approval_link("h1", at(T0 + 11)).await.unwrap(),
             "single use"
         );
     })
@@ -672,7 +804,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
 async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
     let (ledger, _) = support::postgres_ledger().await;
     for i in 0..1_000 {
-        ready_operation(&ledger, &format!("INV-C{i}"), "pm_card_visa", T0).await;
+        ready_operation(&ledger, &format!("INV-C{i}"), "pm_card_visa", at(T0)).await;
     }
     let mut tasks = Vec::new();
     for w in 0..16 {
@@ -681,7 +813,7 @@ async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
             let mut mine = Vec::new();
             loop {
                 let batch = ledger
-                    .claim(&format!("w{w}"), 7, LEASE_MS, T0 + 1)
+                    .claim(&format!("w{w}"), 7, LEASE, at(T0 + 1))
                     .await
                     .unwrap();
                 if batch.is_empty() {
@@ -710,7 +842,7 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
         let ledger = ledger.clone();
         tasks.push(tokio::spawn(async move {
             ledger
-                .create_or_get(new_op("INV-RACE", 2048), T0)
+                .create_or_get(new_op("INV-RACE", 2048), at(T0))
                 .await
                 .unwrap()
         }));
@@ -736,15 +868,22 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
 #[tokio::test]
 async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
     let (ledger, _) = support::postgres_ledger().await;
-    let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", T0).await;
-    ledger.claim("zombie", 1, LEASE_MS, T0).await.unwrap();
-    let expired = ledger.expired_leases(T0 + LEASE_MS, 10).await.unwrap();
+    let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", at(T0)).await;
+    ledger.claim("zombie", 1, LEASE, at(T0)).await.unwrap();
+    let expired = ledger.expired_leases(at(T0 + LEASE_MS), 10).await.unwrap();
     ledger
-        .expire_lease(&expired[0], "reconciler", T0 + LEASE_MS, T0 + LEASE_MS)
+        .expire_lease(
+            &ExpireLease {
+                lease: &expired[0],
+                actor: "reconciler",
+                next_check_at: at(T0 + LEASE_MS),
+            },
+            at(T0 + LEASE_MS),
+        )
         .await
         .unwrap();
     let fresh = ledger
-        .claim("fresh", 1, LEASE_MS, T0 + LEASE_MS + 1)
+        .claim("fresh", 1, LEASE, at(T0 + LEASE_MS + 1))
         .await
         .unwrap();
     assert_eq!(fresh[0].attempt, 2);
@@ -758,15 +897,19 @@ async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
         reference: "pi_f".into(),
         result: serde_json::json!({}),
     };
+    let (zombie_fence, fresh_fence) = (fence(&op.id, 1), fence(&op.id, 2));
     let (z, f) = tokio::join!(
-        ledger.record(&op.id, 1, &zombie, "zombie", T0 + LEASE_MS + 2),
-        ledger.record(&op.id, 2, &fresh_ok, "fresh", T0 + LEASE_MS + 2)
+        ledger.record(&zombie_fence, &zombie, "zombie", at(T0 + LEASE_MS + 2)),
+        ledger.record(&fresh_fence, &fresh_ok, "fresh", at(T0 + LEASE_MS + 2))
     );
     assert!(matches!(z, Err(LedgerError::Fenced { attempt: 1, .. })));
     assert_eq!(f.unwrap().status, Status::Succeeded);
     assert!(matches!(
-        ledger.mark_submitting(&op.id, 1, T0 + LEASE_MS + 3).await,
-        Err(LedgerError::Fenced { .. })
+        ledger
+            .mark_submitting(&[fence(&op.id, 1)], at(T0 + LEASE_MS + 3))
+            .await
+            .unwrap()[..],
+        [false]
     ));
 }
 
@@ -789,7 +932,7 @@ async fn postgres_cancelled_begins_lose_no_writes() {
                     details: d.clone(),
                     actor: "t".into(),
                 },
-                T0,
+                at(T0),
             )
             .await
             .unwrap()
@@ -801,9 +944,9 @@ async fn postgres_cancelled_begins_lose_no_writes() {
                 details_hash: d.hash(),
                 approved_by: "c".into(),
                 method: "t".into(),
-                expires_at_ms: T0 + 1_000_000,
+                expires_at_ms: at(T0 + 1_000_000),
             },
-            T0,
+            at(T0),
         );
         let budget = std::time::Duration::from_micros(50 + (i % 7) * 40);
         if tokio::time::timeout(budget, approve).await.is_err() {
@@ -814,7 +957,7 @@ async fn postgres_cancelled_begins_lose_no_writes() {
     for i in 0..200 {
         written.push(
             ledger
-                .create_or_get(new_op(&format!("INV-W{i}"), 100), T0)
+                .create_or_get(new_op(&format!("INV-W{i}"), 100), at(T0))
                 .await
                 .unwrap()
                 .operation
@@ -839,16 +982,16 @@ async fn postgres_cancelled_begins_lose_no_writes() {
 #[tokio::test]
 async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
     for_each_store(|ledger| async move {
-        let a = ready_operation(&ledger, "INV-B1", "pm_card_visa", T0).await;
-        let b = ready_operation(&ledger, "INV-B2", "pm_card_visa", T0 + 1).await;
-        let c = ready_operation(&ledger, "INV-B3", "pm_card_visa", T0 + 2).await;
-        let claimed = ledger.claim("w", 10, LEASE_MS, T0 + 3).await.unwrap();
+        let a = ready_operation(&ledger, "INV-B1", "pm_card_visa", at(T0)).await;
+        let b = ready_operation(&ledger, "INV-B2", "pm_card_visa", at(T0 + 1)).await;
+        let c = ready_operation(&ledger, "INV-B3", "pm_card_visa", at(T0 + 2)).await;
+        let claimed = ledger.claim("w", 10, LEASE, at(T0 + 3)).await.unwrap();
         assert_eq!(claimed.len(), 3);
         // b's item carries a stale attempt: only b loses.
         let marked = ledger
-            .mark_submitting_batch(
-                &[(a.id.clone(), 1), (b.id.clone(), 0), (c.id.clone(), 1)],
-                T0 + 4,
+            .mark_submitting(
+                &[fence(&a.id, 1), fence(&b.id, 0), fence(&c.id, 1)],
+                at(T0 + 4),
             )
             .await
             .unwrap();
@@ -860,22 +1003,21 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
         let recorded = ledger
             .record_batch(
                 &[
-                    (a.id.clone(), 1, paid("pi_a")),
+                    (fence(&a.id, 1), paid("pi_a")),
                     (
-                        c.id.clone(),
-                        1,
+                        fence(&c.id, 1),
                         Recorded::Failed {
                             code: "card_declined".into(),
                             message: "declined".into(),
                             reference: Some("pi_c".into()),
                         },
                     ),
-                    (b.id.clone(), 0, paid("pi_stale")),
-                    (a.id.clone(), 1, paid("pi_a_again")),
-                    (b.id.clone(), 1, paid("pi_b")),
+                    (fence(&b.id, 0), paid("pi_stale")),
+                    (fence(&a.id, 1), paid("pi_a_again")),
+                    (fence(&b.id, 1), paid("pi_b")),
                 ],
                 "w",
-                T0 + 5,
+                at(T0 + 5),
             )
             .await
             .unwrap();
@@ -889,7 +1031,7 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
             (a_now.status, a_now.external_ref.as_deref()),
             (Status::Succeeded, Some("pi_a"))
         );
-        assert_eq!(a_now.first_submitted_at_ms, Some(T0 + 4));
+        assert_eq!(a_now.first_submitted_at_ms, Some(at(T0 + 4)));
         assert_eq!(a_now.result, Some(serde_json::json!({ "id": "pi_a" })));
         let b_now = ledger.get(&tenant(), &b.id).await.unwrap();
         assert_eq!(
@@ -902,7 +1044,7 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
             Status::Failed
         );
         let events: Vec<String> = ledger
-            .events(&a.id)
+            .events_unscoped(&a.id)
             .await
             .unwrap()
             .into_iter()
@@ -930,9 +1072,9 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     let (ledger, _) = support::postgres_ledger().await;
     let mut ops = Vec::new();
     for i in 0..200 {
-        ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", T0).await);
+        ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", at(T0)).await);
     }
-    let claimed = ledger.claim("w", 200, LEASE_MS, T0 + 1).await.unwrap();
+    let claimed = ledger.claim("w", 200, LEASE, at(T0 + 1)).await.unwrap();
     assert_eq!(claimed.len(), 200);
     let held: Vec<_> = claimed.iter().map(|o| o.id.clone()).collect();
     let renewer = {
@@ -940,36 +1082,35 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
         tokio::spawn(async move {
             for round in 0..40 {
                 ledger
-                    .renew("w", &held, LEASE_MS, T0 + 2 + round)
+                    .renew("w", &held, LEASE, at(T0 + 2) + ms(round))
                     .await
                     .expect("renewal never fails");
             }
         })
     };
     // Batches in descending id order: the order most likely to cross the renewal's.
-    let mut keys: Vec<_> = claimed.iter().map(|o| (o.id.clone(), o.attempt)).collect();
-    keys.sort_by(|x, y| y.0.as_str().cmp(x.0.as_str()));
+    let mut keys: Vec<_> = claimed.iter().map(Fence::of).collect();
+    keys.sort_by(|x, y| y.id.as_str().cmp(x.id.as_str()));
     for chunk in keys.chunks(20) {
         let marked = ledger
-            .mark_submitting_batch(chunk, T0 + 2)
+            .mark_submitting(chunk, at(T0 + 2))
             .await
             .expect("marking never fails");
         assert!(marked.iter().all(|m| *m));
         let items: Vec<_> = chunk
             .iter()
-            .map(|(id, attempt)| {
+            .map(|f| {
                 (
-                    id.clone(),
-                    *attempt,
+                    f.clone(),
                     Recorded::Succeeded {
-                        reference: format!("pi_{}", id.as_str()),
+                        reference: format!("pi_{}", f.id.as_str()),
                         result: serde_json::json!({}),
                     },
                 )
             })
             .collect();
         let recorded = ledger
-            .record_batch(&items, "w", T0 + 3)
+            .record_batch(&items, "w", at(T0 + 3))
             .await
             .expect("recording never fails");
         assert!(recorded.iter().all(|r| *r));
@@ -1005,8 +1146,8 @@ fn link_for(
         token_hash: token_hash.into(),
         operation_id: op.id.clone(),
         details_hash: op.details_hash.as_str().into(),
-        created_at_ms: T0,
-        expires_at_ms: T0 + 10_000,
+        created_at_ms: at(T0),
+        expires_at_ms: at(T0 + 10_000),
         used_at_ms: None,
     }
 }
@@ -1039,7 +1180,7 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
         let nowhere = TenantVerification { notify_url: None, notify_secret: None, ..config.clone() };
         assert!(store.set_tenant_verification(&nowhere).await.is_err());
 
-        let op = ledger.create_or_get(new_op("INV-V1", 2048), T0).await.unwrap().operation;
+        let op = ledger.create_or_get(new_op("INV-V1", 2048), at(T0)).await.unwrap().operation;
         assert!(store.use_assertion_nonce(&tenant(), "nonce-1", &op.id, T0, T0 + 1).await.unwrap());
         assert!(!store.use_assertion_nonce(&tenant(), "nonce-1", &op.id, T0, T0 + 1).await.unwrap(), "replay");
 
@@ -1058,7 +1199,7 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
         assert!(matches!(store.count_code_attempt("a1", T0).await.unwrap(), CodeAttempt::Counted(c) if c.attempts == 2));
         assert_eq!(store.count_code_attempt("a1", T0).await.unwrap(), CodeAttempt::Exhausted);
         assert_eq!(store.count_code_attempt("s1", T0).await.unwrap(), CodeAttempt::Missing);
-        let op2 = ledger.create_or_get(new_op("INV-V2", 2048), T0).await.unwrap().operation;
+        let op2 = ledger.create_or_get(new_op("INV-V2", 2048), at(T0)).await.unwrap().operation;
         let code2 = code_for(&op2.id, "b1", "dlv_b1", T0 + 5_000, 5);
         assert!(store.create_link(&link_for(&op2, "b1"), LinkOrigin::Service, 5, Some(&code2)).await.unwrap());
         assert!(!store.use_code("dlv_b1", T0 + 5_000).await.unwrap(), "expired");
@@ -1082,7 +1223,7 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
     use payonce_shared::ledger::verification::{CodeAttempt, LinkOrigin};
     let (ledger, _) = support::postgres_ledger().await;
     let op = ledger
-        .create_or_get(new_op("INV-V3", 2048), T0)
+        .create_or_get(new_op("INV-V3", 2048), at(T0))
         .await
         .unwrap()
         .operation;
@@ -1134,13 +1275,29 @@ async fn a_tool_call_key_keeps_its_first_answer_per_tenant() {
         let other = TenantId::parse("globex").unwrap();
         assert_eq!(ledger.tool_answer(&tenant(), "k1").await.unwrap(), None);
         let kept = ledger
-            .keep_tool_answer(&tenant(), "k1", "fp-a", "{\"first\":1}", T0)
+            .keep_tool_answer(
+                &tenant(),
+                &ToolAnswer {
+                    key: "k1",
+                    fingerprint: "fp-a",
+                    answer: "{\"first\":1}",
+                },
+                at(T0),
+            )
             .await
             .unwrap();
         assert_eq!(kept, ("fp-a".to_string(), "{\"first\":1}".to_string()));
         // A second answer for the same key changes nothing: the first one is returned.
         let again = ledger
-            .keep_tool_answer(&tenant(), "k1", "fp-b", "{\"second\":2}", T0 + 1)
+            .keep_tool_answer(
+                &tenant(),
+                &ToolAnswer {
+                    key: "k1",
+                    fingerprint: "fp-b",
+                    answer: "{\"second\":2}",
+                },
+                at(T0 + 1),
+            )
             .await
             .unwrap();
         assert_eq!(again, kept);
@@ -1151,7 +1308,15 @@ async fn a_tool_call_key_keeps_its_first_answer_per_tenant() {
         // Keys are per tenant: the same key in another tenant is its own.
         assert_eq!(ledger.tool_answer(&other, "k1").await.unwrap(), None);
         let theirs = ledger
-            .keep_tool_answer(&other, "k1", "fp-c", "{}", T0)
+            .keep_tool_answer(
+                &other,
+                &ToolAnswer {
+                    key: "k1",
+                    fingerprint: "fp-c",
+                    answer: "{}",
+                },
+                at(T0),
+            )
             .await
             .unwrap();
         assert_eq!(theirs.0, "fp-c");
@@ -1163,12 +1328,15 @@ async fn a_tool_call_key_keeps_its_first_answer_per_tenant() {
 async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves() {
     for_each_store(|ledger| async move {
         // Nothing was ever submitted: `release`, back to ready.
-        let op = ready_operation(&ledger, "INV-REL-1", "pm_card_visa", T0).await;
-        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
-        ledger.release(&op.id, 1, "w", T0 + 1).await.unwrap();
+        let op = ready_operation(&ledger, "INV-REL-1", "pm_card_visa", at(T0)).await;
+        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        ledger
+            .release(&fence(&op.id, 1), "w", at(T0 + 1))
+            .await
+            .unwrap();
         let after = ledger.get_unscoped(&op.id).await.unwrap();
         assert_eq!((after.status, after.lease_owner), (Status::Ready, None));
-        let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+        let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
         assert_eq!(
             (
                 last.from_status.as_deref(),
@@ -1179,35 +1347,52 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
         );
         // A stale attempt cannot give the lease back.
         assert!(matches!(
-            ledger.release(&op.id, 1, "w", T0 + 2).await,
+            ledger.release(&fence(&op.id, 1), "w", at(T0 + 2)).await,
             Err(LedgerError::Fenced { .. })
         ));
 
         // An earlier attempt submitted: giving the lease back leaves the outcome unknown, due for a
         // check at once.
-        ledger.claim("w", 1, LEASE_MS, T0 + 3).await.unwrap();
-        ledger.mark_submitting(&op.id, 2, T0 + 4).await.unwrap();
+        ledger.claim("w", 1, LEASE, at(T0 + 3)).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&op.id, 2)], at(T0 + 4))
+                .await
+                .unwrap(),
+            [true]
+        );
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: T0 + 100,
+            next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(&op.id, 2, &unknown, "w", T0 + 5)
+            .record(&fence(&op.id, 2), &unknown, "w", at(T0 + 5))
             .await
             .unwrap();
         let c = ledger
-            .claim_unknown(&op.id, 2, "reconciler", LEASE_MS, "same key", T0 + 6)
+            .claim_unknown(
+                &ClaimUnknown {
+                    fence: &Fence {
+                        id: op.id.clone(),
+                        attempt: 2,
+                    },
+                    owner: "reconciler",
+                    lease_ttl: LEASE,
+                    why: "same key",
+                },
+                at(T0 + 6),
+            )
             .await
             .unwrap();
         ledger
-            .release(&op.id, c.attempt, "reconciler", T0 + 7)
+            .release(&fence(&op.id, c.attempt), "reconciler", at(T0 + 7))
             .await
             .unwrap();
         let after = ledger.get_unscoped(&op.id).await.unwrap();
         assert_eq!(after.status, Status::Unknown);
-        assert_eq!(after.next_check_at_ms, Some(T0 + 7));
-        let last = ledger.events(&op.id).await.unwrap().pop().unwrap();
+        assert_eq!(after.next_check_at_ms, Some(at(T0 + 7)));
+        let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
         assert_eq!(
             (
                 last.from_status.as_deref(),
@@ -1228,7 +1413,7 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
         .await
         .unwrap();
     let shared: SharedLedger = std::sync::Arc::new(ledger.clone());
-    let op = ready_operation(&shared, "INV-ID-1", "pm_card_visa", T0).await;
+    let op = ready_operation(&shared, "INV-ID-1", "pm_card_visa", at(T0)).await;
     // A copy of a valid row under another id, key and business key: only the id's shape differs.
     let copy = |id: &str| {
         format!(
@@ -1260,40 +1445,77 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
 #[tokio::test]
 async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
     for_each_store(|ledger| async move {
-        let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", T0).await;
-        ledger.claim("w", 1, LEASE_MS, T0).await.unwrap();
-        ledger.mark_submitting(&op.id, 1, T0 + 1).await.unwrap();
+        let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", at(T0)).await;
+        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
+                .await
+                .unwrap(),
+            [true]
+        );
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: T0 + 100,
+            next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(&op.id, 1, &unknown, "w", T0 + 2)
+            .record(&fence(&op.id, 1), &unknown, "w", at(T0 + 2))
             .await
             .unwrap();
-        let due = ledger.due_for_check(T0 + 100, 10).await.unwrap();
+        let due = ledger.due_for_check(at(T0 + 100), 10).await.unwrap();
         assert_eq!(due.iter().map(|o| &o.id).collect::<Vec<_>>(), vec![&op.id]);
         ledger
             .defer_check(
-                &op.id,
-                1,
-                T0 + 500,
-                "processor unreachable",
-                "reconciler",
-                T0 + 100,
+                &DeferCheck {
+                    fence: &Fence {
+                        id: op.id.clone(),
+                        attempt: 1,
+                    },
+                    next_check_at: at(T0 + 500),
+                    detail: "processor unreachable",
+                    actor: "reconciler",
+                },
+                at(T0 + 100),
             )
             .await
             .unwrap();
-        assert!(ledger.due_for_check(T0 + 499, 10).await.unwrap().is_empty());
+        assert!(
+            ledger
+                .due_for_check(at(T0 + 499), 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(matches!(
             ledger
-                .defer_check(&op.id, 2, T0 + 900, "stale", "reconciler", T0 + 101)
+                .defer_check(
+                    &DeferCheck {
+                        fence: &Fence {
+                            id: op.id.clone(),
+                            attempt: 2
+                        },
+                        next_check_at: at(T0 + 900),
+                        detail: "stale",
+                        actor: "reconciler"
+                    },
+                    at(T0 + 101)
+                )
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
         ledger
-            .escalate(&op.id, 1, "retention closed", "reconciler", T0 + 500)
+            .escalate(
+                &Escalate {
+                    fence: &Fence {
+                        id: op.id.clone(),
+                        attempt: 1,
+                    },
+                    reason: "retention closed",
+                    actor: "reconciler",
+                },
+                at(T0 + 500),
+            )
             .await
             .unwrap();
         let after = ledger.get_unscoped(&op.id).await.unwrap();
@@ -1302,7 +1524,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
             (Status::NeedsAttention, 1)
         );
         let events: Vec<String> = ledger
-            .events(&op.id)
+            .events_unscoped(&op.id)
             .await
             .unwrap()
             .into_iter()

@@ -7,6 +7,7 @@
 use crate::support::processes;
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::ledger::Fence;
 use payonce_shared::limiter::{
     Budget, Decision, Limiter, Rates, RedisLimiter, RedisLimiterConfig, acquire,
 };
@@ -329,7 +330,7 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
         ..SimulatorConfig::default()
     })
     .await;
-    let now = SystemClock.now_ms();
+    let now = SystemClock.now();
     let mut ids = Vec::new();
     for i in 0..20 {
         ids.push(
@@ -407,22 +408,25 @@ async fn unknown_never_sent(
     ledger: &payonce_shared::ledger::SharedLedger,
     invoice: &str,
 ) -> payonce_shared::ledger::Operation {
-    let now = SystemClock.now_ms();
+    let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
     let c = ledger
-        .claim("crashed-worker", 1, 60_000, now)
+        .claim("crashed-worker", 1, Duration::from_secs(60), now)
         .await
         .unwrap()
         .remove(0);
     assert_eq!(c.id, op.id);
-    ledger.mark_submitting(&c.id, c.attempt, now).await.unwrap();
+    assert_eq!(
+        ledger.mark_submitting(&[Fence::of(&c)], now).await.unwrap(),
+        [true]
+    );
     let unknown = payonce_shared::ledger::Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
         next_check_at_ms: now,
     };
     ledger
-        .record(&c.id, c.attempt, &unknown, "crashed-worker", now)
+        .record(&Fence::of(&c), &unknown, "crashed-worker", now)
         .await
         .unwrap();
     op
@@ -525,7 +529,7 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
 async fn shutdown_does_not_wait_for_permits_and_unsent_operations_go_back_to_ready() {
     let (ledger, _url) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let now = SystemClock.now_ms();
+    let now = SystemClock.now();
     let mut ids = Vec::new();
     for i in 0..30 {
         ids.push(

@@ -4,17 +4,23 @@
 use crate::support::refunds::{create_refund, settle_refund, succeeded_payment};
 use crate::support::{sqlite_ledger, tenant};
 use payonce_reconciler::oncall::{self, Format};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::Recorded;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
+use std::time::Duration;
 
-const T0: i64 = 1_800_000_000_000;
+const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 
 #[tokio::test]
 async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment() {
     let ledger = sqlite_ledger().await;
     let payment = succeeded_payment(&ledger, "INV-OC1", 2048, T0).await;
-    let done = create_refund(&ledger, &payment, "refund:oc:a", 1000, T0 + 1)
+    let done = create_refund(&ledger, &payment, "refund:oc:a", 1000, T0 + ms(1))
         .await
         .unwrap()
         .operation;
@@ -28,21 +34,21 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
     )
     .await;
     assert_eq!(done.status, Status::Succeeded);
-    let waiting = create_refund(&ledger, &payment, "refund:oc:b", 500, T0 + 2)
+    let waiting = create_refund(&ledger, &payment, "refund:oc:b", 500, T0 + ms(2))
         .await
         .unwrap()
         .operation;
-    let withdrawn = create_refund(&ledger, &payment, "refund:oc:c", 300, T0 + 3)
+    let withdrawn = create_refund(&ledger, &payment, "refund:oc:c", 300, T0 + ms(3))
         .await
         .unwrap()
         .operation;
     ledger
-        .cancel(&tenant(), &withdrawn.id, "on_call:test", T0 + 4)
+        .cancel(&tenant(), &withdrawn.id, "on_call:test", T0 + ms(4))
         .await
         .unwrap();
-    let now = T0 + 60_000;
+    let now = T0 + ms(60_000);
 
-    let shown = oncall::show(&ledger, None, &payment.id, now, Format::Table)
+    let shown = oncall::show(ledger.as_ref(), None, &payment.id, now, Format::Table)
         .await
         .unwrap();
     assert!(
@@ -89,7 +95,7 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
         "{shown}"
     );
     let json: Value = serde_json::from_str(
-        &oncall::show(&ledger, None, &payment.id, now, Format::Json)
+        &oncall::show(ledger.as_ref(), None, &payment.id, now, Format::Json)
             .await
             .unwrap(),
     )
@@ -101,7 +107,7 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
     assert_eq!(json["refunds"]["refundable_minor"], 548);
     assert_eq!(json["refunds"]["refunds"].as_array().unwrap().len(), 3);
 
-    let refund = oncall::show(&ledger, None, &waiting.id, now, Format::Table)
+    let refund = oncall::show(ledger.as_ref(), None, &waiting.id, now, Format::Table)
         .await
         .unwrap();
     assert!(
@@ -116,7 +122,7 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
         "a refund has no refunds: {refund}"
     );
     let refund_json: Value = serde_json::from_str(
-        &oncall::show(&ledger, None, &waiting.id, now, Format::Json)
+        &oncall::show(ledger.as_ref(), None, &waiting.id, now, Format::Json)
             .await
             .unwrap(),
     )
@@ -127,9 +133,16 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
         payment.id.as_str()
     );
 
-    let listed = oncall::list(&ledger, vec![Status::Succeeded], -1, 10, now, Format::Table)
-        .await
-        .unwrap();
+    let listed = oncall::list(
+        ledger.as_ref(),
+        vec![Status::Succeeded],
+        -1,
+        10,
+        now,
+        Format::Table,
+    )
+    .await
+    .unwrap();
     let kinds: Vec<(&str, &str)> = listed
         .lines()
         .skip(1)

@@ -3,9 +3,12 @@
 //! in memory, for speed) converging to one final state with one success.
 
 use crate::support::{ready_operation, sqlite_ledger, tenant};
+use payonce_shared::clock::Timestamp;
+use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{Recorded, Report, SharedLedger};
 use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
 use proptest::prelude::*;
+use std::time::Duration;
 
 /// Cases per ledger property: each builds a fresh in-memory ledger, so they are kept few.
 const LEDGER_CASES: u32 = 48;
@@ -83,7 +86,7 @@ async fn apply(
     id: &payonce_shared::id::OperationId,
     attempt: i64,
     step: Step,
-    at: i64,
+    at: Timestamp,
 ) {
     // Errors are the point: a fenced or stale write must simply lose.
     let _ = match step {
@@ -101,7 +104,15 @@ async fn apply(
                 result: serde_json::json!({"id": "pi_truth"}),
             };
             ledger
-                .record(id, attempt, &r, "worker-prop", at)
+                .record(
+                    &Fence {
+                        id: id.clone(),
+                        attempt,
+                    },
+                    &r,
+                    "worker-prop",
+                    at,
+                )
                 .await
                 .map(drop)
         }
@@ -112,7 +123,15 @@ async fn apply(
                 next_check_at_ms: at,
             };
             ledger
-                .record(id, attempt, &r, "worker-prop", at)
+                .record(
+                    &Fence {
+                        id: id.clone(),
+                        attempt,
+                    },
+                    &r,
+                    "worker-prop",
+                    at,
+                )
                 .await
                 .map(drop)
         }
@@ -128,19 +147,29 @@ fn run_interleaving(steps: &[Step]) -> (Status, (Status, Option<String>, usize))
         .unwrap();
     rt.block_on(async {
         let ledger = sqlite_ledger().await;
-        let t0 = 1_800_000_000_000;
+        let t0 = Timestamp::from_millis(1_800_000_000_000);
         let op = ready_operation(&ledger, "INV-PROP", "pm_card_visa", t0).await;
         let claimed = ledger
-            .claim("worker-prop", 1, 60_000, t0)
+            .claim("worker-prop", 1, Duration::from_secs(60), t0)
             .await
             .unwrap()
             .remove(0);
-        ledger
-            .mark_submitting(&claimed.id, claimed.attempt, t0)
-            .await
-            .unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[Fence::of(&claimed)], t0)
+                .await
+                .unwrap(),
+            [true]
+        );
         for (i, step) in steps.iter().enumerate() {
-            apply(&ledger, &op.id, claimed.attempt, *step, t0 + 1 + i as i64).await;
+            apply(
+                &ledger,
+                &op.id,
+                claimed.attempt,
+                *step,
+                t0 + Duration::from_millis(1 + i as u64),
+            )
+            .await;
         }
         let before = ledger.get(&tenant(), &op.id).await.unwrap().status;
         apply(
@@ -148,12 +177,12 @@ fn run_interleaving(steps: &[Step]) -> (Status, (Status, Option<String>, usize))
             &op.id,
             claimed.attempt,
             Step::LookupSucceeded,
-            t0 + 100,
+            t0 + Duration::from_millis(100),
         )
         .await;
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
         let into_succeeded = ledger
-            .events(&op.id)
+            .events_unscoped(&op.id)
             .await
             .unwrap()
             .iter()

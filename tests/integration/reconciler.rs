@@ -4,7 +4,8 @@
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SystemClock};
+use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
+use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::WebhookError;
 use payonce_shared::processor::{LookupSupport, Processor};
@@ -15,8 +16,8 @@ use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 /// Test limits: quick re-checks, the given retention margin.
@@ -42,21 +43,21 @@ fn reconciler(
     )
 }
 
-/// The wall clock moved `ahead_ms` into the future: a reconciler on it sees a crashed worker's
+/// The wall clock moved `ahead` into the future: a reconciler on it sees a crashed worker's
 /// short lease as lapsed at once, with time still running (processing payments settle, backoffs pass).
 #[derive(Debug)]
 struct AheadClock {
-    ahead_ms: i64,
+    ahead: Duration,
 }
 
 impl payonce_shared::clock::Clock for AheadClock {
-    fn now_ms(&self) -> i64 {
-        now() + self.ahead_ms
+    fn now(&self) -> Timestamp {
+        now() + self.ahead
     }
 }
 
 /// Lease of the crashed workers in these tests.
-const CRASHED_LEASE_MS: i64 = 300;
+const CRASHED_LEASE: Duration = Duration::from_millis(300);
 
 /// Claims with a short lease and records a submission start, then leaves the row as a crashed
 /// worker would; with `submit` the request reaches the processor and its response is dropped.
@@ -81,15 +82,18 @@ async fn crashed_paying_with(
     // Claimed and marked at one instant: a slow machine cannot lapse the lease in between.
     let claimed_at = now();
     let claimed = ledger
-        .claim("crashed-worker", 1, CRASHED_LEASE_MS, claimed_at)
+        .claim("crashed-worker", 1, CRASHED_LEASE, claimed_at)
         .await
         .unwrap()
         .remove(0);
     assert_eq!(claimed.id, op.id);
-    ledger
-        .mark_submitting(&claimed.id, claimed.attempt, claimed_at)
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&claimed)], claimed_at)
+            .await
+            .unwrap(),
+        [true]
+    );
     if submit {
         processes::arm_faults(sim, serde_json::json!([{"match": op.id.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
         let outcome = payonce_worker::execution::submit(
@@ -128,7 +132,7 @@ async fn converge_on(
 ) -> Operation {
     wait_for("reconciled", Duration::from_secs(20), || async {
         rec.sweep_once(false).await.unwrap();
-        clock.advance_ms(1_000);
+        clock.advance(std::time::Duration::from_millis(1_000));
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
         (row.status.is_terminal() || row.status == Status::NeedsAttention).then_some(row)
     })
@@ -147,11 +151,18 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     );
     // Paid but the response was lost: found by lookup.
     let paid = ready_operation(&ledger, "INV-R1", "pm_card_visa", now()).await;
-    let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger
-        .mark_submitting(&c.id, c.attempt, now())
+    let c = ledger
+        .claim("w", 1, Duration::from_millis(60_000), now())
         .await
-        .unwrap();
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&c)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     processes::arm_faults(
         &sim,
         serde_json::json!([{"match": paid.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
@@ -163,10 +174,14 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         Duration::from_secs(5),
     )
     .await;
-    let recorded =
-        payonce_worker::to_recorded(outcome, c.attempt, &WorkerConfig::new("w"), now() - 10_000);
+    let recorded = payonce_worker::to_recorded(
+        outcome,
+        c.attempt,
+        &WorkerConfig::new("w"),
+        now().saturating_sub_span(Duration::from_secs(10)),
+    );
     ledger
-        .record(&c.id, c.attempt, &recorded, "w", now())
+        .record(&Fence::of(&c), &recorded, "w", now())
         .await
         .unwrap();
     assert_eq!(
@@ -175,18 +190,25 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     );
     // Never submitted although recorded as started: not found, window open, same-key retry.
     let lost = ready_operation(&ledger, "INV-R2", "pm_card_visa", now()).await;
-    let c2 = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger
-        .mark_submitting(&c2.id, c2.attempt, now())
+    let c2 = ledger
+        .claim("w", 1, Duration::from_millis(60_000), now())
         .await
-        .unwrap();
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&c2)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     let unknown = payonce_shared::ledger::Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
         next_check_at_ms: now(),
     };
     ledger
-        .record(&c2.id, c2.attempt, &unknown, "w", now())
+        .record(&Fence::of(&c2), &unknown, "w", now())
         .await
         .unwrap();
 
@@ -236,20 +258,34 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
     let rec = Reconciler::new(
         ledger.clone(),
         processes::stripe(&sim, None),
-        Arc::new(AheadClock { ahead_ms: 1_000 }),
+        Arc::new(AheadClock {
+            ahead: Duration::from_secs(1),
+        }),
         config("rec", Duration::from_secs(60)),
     );
     let a = ready_operation(&ledger, "INV-L1", "pm_card_visa", now()).await;
-    let b = ready_operation(&ledger, "INV-L2", "pm_card_processing", now() + 1).await;
-    let claimed_at = now() + 2;
-    let claimed = ledger.claim("w", 2, 100, claimed_at).await.unwrap();
+    let b = ready_operation(
+        &ledger,
+        "INV-L2",
+        "pm_card_processing",
+        now() + Duration::from_millis(1),
+    )
+    .await;
+    let claimed_at = now() + Duration::from_millis(2);
+    let claimed = ledger
+        .claim("w", 2, Duration::from_millis(100), claimed_at)
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 2);
     // b was submitted and left processing at the processor; a never got further than the claim.
     let cb = claimed.iter().find(|c| c.id == b.id).unwrap();
-    ledger
-        .mark_submitting(&cb.id, cb.attempt, claimed_at)
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(cb)], claimed_at)
+            .await
+            .unwrap(),
+        [true]
+    );
     let outcome = payonce_worker::execution::submit(
         processes::stripe(&sim, None).as_ref(),
         cb,
@@ -315,7 +351,7 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     // Past the window for both sides: the simulator has forgotten the keys, the reconciler knows it.
     let past = retention + Duration::from_secs(1);
     let clock = ManualClock::new(now());
-    clock.advance_ms(past.as_millis() as i64);
+    clock.advance(past);
     processes::advance_clock(&sim, past).await;
     let rec = Reconciler::new(ledger.clone(), processor, clock.clone(), config);
     let paid = converge_on(&ledger, &rec, &clock, &paid).await;
@@ -373,7 +409,7 @@ async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_land
     // Another sweep finds nothing left to do and pays nothing more.
     rec.sweep_once(false).await.unwrap();
     assert_eq!(payments_for(&sim, never.id.as_str()).await, 1);
-    let history = ledger.events(&never.id).await.unwrap();
+    let history = ledger.events_unscoped(&never.id).await.unwrap();
     assert!(
         history.iter().any(|e| e.event == "claim"
             && e.detail
@@ -391,11 +427,18 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
     let mut ops = Vec::new();
     for i in 0..40 {
         let op = ready_operation(&ledger, &format!("INV-RR{i}"), "pm_card_visa", now()).await;
-        let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-        ledger
-            .mark_submitting(&c.id, c.attempt, now())
+        let c = ledger
+            .claim("w", 1, Duration::from_millis(60_000), now())
             .await
-            .unwrap();
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            ledger
+                .mark_submitting(&[Fence::of(&c)], now())
+                .await
+                .unwrap(),
+            [true]
+        );
         if i % 2 == 0 {
             // Half reached the processor before the worker vanished.
             let _ = payonce_worker::execution::submit(
@@ -411,7 +454,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
             next_check_at_ms: now(),
         };
         ledger
-            .record(&c.id, c.attempt, &unknown, "w", now())
+            .record(&Fence::of(&c), &unknown, "w", now())
             .await
             .unwrap();
         ops.push(op);
@@ -450,7 +493,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
 }
 
 fn signed(secret: &str, body: &str) -> String {
-    payonce_simulator::signature_header(secret, now() / 1000, body.as_bytes())
+    payonce_simulator::signature_header(secret, now().as_millis() / 1000, body.as_bytes())
 }
 
 #[tokio::test]
@@ -474,7 +517,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     let reference = pi["id"].as_str().unwrap().to_string();
     let event = |id: &str, kind: &str| {
         serde_json::json!({
-            "id": id, "object": "event", "type": kind, "created": now() / 1000,
+            "id": id, "object": "event", "type": kind, "created": now().as_millis() / 1000,
             "data": {"object": {"id": reference, "object": "payment_intent", "status": "succeeded",
                 "metadata": {"payonce_operation_id": op.id.as_str()}}},
             "request": {"id": "req_1", "idempotency_key": op.idempotency_key.as_str()}
@@ -485,7 +528,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     let succeeded = event("evt_2", "payment_intent.succeeded");
     let created = event("evt_1", "payment_intent.created");
     let r = webhooks::ingest(
-        &ledger,
+        ledger.as_ref(),
         &secrets,
         Some(&signed("whsec_test", &succeeded)),
         succeeded.as_bytes(),
@@ -495,7 +538,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     .unwrap();
     assert!(r.pending_check, "stored as a hint");
     let dup = webhooks::ingest(
-        &ledger,
+        ledger.as_ref(),
         &secrets,
         Some(&signed("whsec_test", &succeeded)),
         succeeded.as_bytes(),
@@ -505,7 +548,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     .unwrap();
     assert!(dup.duplicate);
     let r = webhooks::ingest(
-        &ledger,
+        ledger.as_ref(),
         &secrets,
         Some(&signed("whsec_test", &created)),
         created.as_bytes(),
@@ -525,14 +568,14 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     };
     assert!(
         ledger
-            .record(&op.id, op.attempt, &late, "w", now())
+            .record(&Fence::of(&op), &late, "w", now())
             .await
             .is_err()
     );
     // Forged, stale and unsigned deliveries change nothing.
     let failed = event("evt_3", "payment_intent.payment_failed");
     let forged = webhooks::ingest(
-        &ledger,
+        ledger.as_ref(),
         &secrets,
         Some(&signed("whsec_wrong", &failed)),
         failed.as_bytes(),
@@ -540,19 +583,29 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     )
     .await;
     assert!(matches!(forged, Err(WebhookError::BadSignature)));
-    let stale =
-        payonce_simulator::signature_header("whsec_test", now() / 1000 - 301, failed.as_bytes());
+    let stale = payonce_simulator::signature_header(
+        "whsec_test",
+        now().as_millis() / 1000 - 301,
+        failed.as_bytes(),
+    );
     assert!(matches!(
-        webhooks::ingest(&ledger, &secrets, Some(&stale), failed.as_bytes(), now()).await,
+        webhooks::ingest(
+            ledger.as_ref(),
+            &secrets,
+            Some(&stale),
+            failed.as_bytes(),
+            now()
+        )
+        .await,
         Err(WebhookError::StaleTimestamp)
     ));
     assert!(matches!(
-        webhooks::ingest(&ledger, &secrets, None, failed.as_bytes(), now()).await,
+        webhooks::ingest(ledger.as_ref(), &secrets, None, failed.as_bytes(), now()).await,
         Err(WebhookError::MissingSignature)
     ));
     // A signed "failed" about a payment the processor holds as succeeded: checked, nothing moves.
     webhooks::ingest(
-        &ledger,
+        ledger.as_ref(),
         &secrets,
         Some(&signed("whsec_test", &failed)),
         failed.as_bytes(),
@@ -581,36 +634,58 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
     );
     let t0 = now();
     let op = ready_operation(&ledger, "INV-AGE", "pm_card_visa", t0).await;
-    let claimed = ledger.claim("w", 1, 100, t0).await.unwrap().remove(0);
-    ledger
-        .mark_submitting(&claimed.id, claimed.attempt, t0)
+    let claimed = ledger
+        .claim("w", 1, Duration::from_millis(100), t0)
         .await
-        .unwrap();
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&claimed)], t0)
+            .await
+            .unwrap(),
+        [true]
+    );
     let lease = ledger
-        .expired_leases(t0 + 1_000, 10)
+        .expired_leases(t0 + Duration::from_millis(1_000), 10)
         .await
         .unwrap()
         .remove(0);
     let status = ledger
-        .expire_lease(&lease, "rec", t0 + 1_000, t0 + 1_000)
+        .expire_lease(
+            &ExpireLease {
+                lease: &lease,
+                actor: "rec",
+                next_check_at: t0 + Duration::from_millis(1_000),
+            },
+            t0 + Duration::from_millis(1_000),
+        )
         .await
         .unwrap();
     assert_eq!(status, Status::Unknown);
     // A check 100 s later moves updated_at; the doubt is still as old as the submission.
     ledger
         .defer_check(
-            &op.id,
-            claimed.attempt,
-            t0 + 200_000,
-            "lookup unavailable",
-            "rec",
-            t0 + 100_000,
+            &DeferCheck {
+                fence: &Fence {
+                    id: op.id.clone(),
+                    attempt: claimed.attempt,
+                },
+                next_check_at: t0 + Duration::from_millis(200_000),
+                detail: "lookup unavailable",
+                actor: "rec",
+            },
+            t0 + Duration::from_millis(100_000),
         )
         .await
         .unwrap();
     let mut exposition = payonce_shared::metrics::Exposition::default();
     rec.metrics()
-        .render(&ledger, t0 + 120_000, &mut exposition)
+        .render(
+            ledger.as_ref(),
+            t0 + Duration::from_millis(120_000),
+            &mut exposition,
+        )
         .await
         .unwrap();
     let text = exposition.finish();
@@ -635,7 +710,7 @@ async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_fail
         ledger.clone(),
         processes::stripe(&sim, None),
         Arc::new(AheadClock {
-            ahead_ms: CRASHED_LEASE_MS + 100,
+            ahead: CRASHED_LEASE + Duration::from_millis(100),
         }),
         config,
     );
@@ -655,7 +730,7 @@ async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_fail
     assert_eq!(deferred.status, Status::Unknown);
     assert!(deferred.check_count >= 1);
     assert!(
-        deferred.next_check_at_ms.unwrap() >= before + 2_000,
+        deferred.next_check_at_ms.unwrap() >= before + Duration::from_millis(2_000),
         "the next check waits for the backoff base"
     );
     // Not due yet: a sweep right away does not look again.
@@ -758,18 +833,25 @@ impl Processor for GatedLookups {
 async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
     let (ledger, _) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-LEASE", "pm_card_visa", now()).await;
-    let c = ledger.claim("w", 1, 60_000, now()).await.unwrap().remove(0);
-    ledger
-        .mark_submitting(&c.id, c.attempt, now())
+    let c = ledger
+        .claim("w", 1, Duration::from_millis(60_000), now())
         .await
-        .unwrap();
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&c)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     let unknown = payonce_shared::ledger::Recorded::Unknown {
         reason: "crash".into(),
         reference: None,
         next_check_at_ms: now(),
     };
     ledger
-        .record(&c.id, c.attempt, &unknown, "w", now())
+        .record(&Fence::of(&c), &unknown, "w", now())
         .await
         .unwrap();
 

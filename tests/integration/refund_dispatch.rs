@@ -10,6 +10,7 @@
 use crate::support::processes::{simulator, stripe};
 use crate::support::{ready_operation, sqlite_ledger};
 use payonce_reconciler::evidence::{differences, report_of};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{IdempotencyKey, OperationId};
 use payonce_shared::ledger::{Operation, Report};
@@ -29,7 +30,13 @@ fn now() -> i64 {
 /// A paid payment operation (2048 usd) and its `pi_...`.
 async fn paid(p: &dyn Processor, invoice: &str, payment_method: &str) -> (Operation, String) {
     let ledger = sqlite_ledger().await;
-    let mut op = ready_operation(&ledger, invoice, payment_method, now()).await;
+    let mut op = ready_operation(
+        &ledger,
+        invoice,
+        payment_method,
+        Timestamp::from_millis(now()),
+    )
+    .await;
     let SubmitOutcome::Succeeded { reference, .. } = operation::submit(p, &op).await else {
         panic!("the payment is paid")
     };

@@ -5,7 +5,8 @@
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::ledger::Fence;
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -13,22 +14,22 @@ use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 /// The reconciler's clock, this far ahead of the wall clock: the crashed leases have lapsed for it.
 #[derive(Debug)]
-struct Ahead(i64);
+struct Ahead(Duration);
 
 impl Clock for Ahead {
-    fn now_ms(&self) -> i64 {
+    fn now(&self) -> Timestamp {
         now() + self.0
     }
 }
 
 /// Lease of the crashed worker below.
-const LEASE_MS: i64 = 100;
+const LEASE: Duration = Duration::from_millis(100);
 /// Stuck operations in the concurrent sweep; half paid with the response lost, half never sent.
 const STUCK: usize = 10;
 
@@ -43,7 +44,7 @@ fn reconciler(
     Reconciler::new(
         ledger.clone(),
         processes::stripe(sim, None),
-        Arc::new(Ahead(1_000)),
+        Arc::new(Ahead(Duration::from_secs(1))),
         config,
     )
 }
@@ -59,25 +60,22 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
                 &ledger,
                 &format!("INV-C{i}"),
                 "pm_card_visa",
-                now() + i as i64,
+                now() + Duration::from_millis(i as u64),
             )
             .await,
         );
     }
     // One crashed worker held them all with a submission recorded; the even ones reached the
     // processor (response dropped), the odd ones never left.
-    let claimed_at = now() + STUCK as i64;
+    let claimed_at = now() + Duration::from_millis(STUCK as u64);
     let claimed = ledger
-        .claim("crashed", STUCK as u32, LEASE_MS, claimed_at)
+        .claim("crashed", STUCK as u32, LEASE, claimed_at)
         .await
         .unwrap();
     assert_eq!(claimed.len(), STUCK);
-    for c in &claimed {
-        ledger
-            .mark_submitting(&c.id, c.attempt, claimed_at)
-            .await
-            .unwrap();
-    }
+    let fences: Vec<Fence> = claimed.iter().map(Fence::of).collect();
+    let marked = ledger.mark_submitting(&fences, claimed_at).await.unwrap();
+    assert!(marked.iter().all(|m| *m), "{marked:?}");
     let paid: Vec<_> = ops.iter().step_by(2).map(|o| o.id.clone()).collect();
     for c in claimed.iter().filter(|c| paid.contains(&c.id)) {
         processes::arm_faults(
@@ -118,7 +116,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
         assert_eq!(row.idempotency_key, op.idempotency_key, "never a new key");
         assert_eq!(payments_for(&sim, op.id.as_str()).await, 1, "{}", op.id);
         let expired: Vec<_> = ledger
-            .events(&op.id)
+            .events(&tenant(), &op.id)
             .await
             .unwrap()
             .into_iter()
@@ -149,7 +147,7 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let op = ready_operation(&ledger, "INV-Z1", "pm_card_visa", now()).await;
-    let claimed = ledger.claim("crashed", 1, LEASE_MS, now()).await.unwrap();
+    let claimed = ledger.claim("crashed", 1, LEASE, now()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let rec = reconciler(&ledger, &sim, 0);
     let report = tokio::time::timeout(Duration::from_secs(30), rec.sweep_once(false))

@@ -3,7 +3,8 @@
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SharedClock, SystemClock};
+use payonce_shared::clock::{Clock, SharedClock, SystemClock, Timestamp};
+use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{LedgerError, Recorded, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -12,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 async fn statuses(ledger: &SharedLedger) -> HashMap<Status, usize> {
@@ -168,7 +169,7 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
             "{point}: exactly one payment"
         );
         let events: Vec<String> = ledger
-            .events(&op.id)
+            .events_unscoped(&op.id)
             .await
             .unwrap()
             .into_iter()
@@ -203,21 +204,24 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", now()).await;
     // Claimed and marked at one instant, so a slow machine cannot expire the lease in between.
     let claimed_at = now();
-    let lease_ms: i64 = 300;
+    let lease = Duration::from_millis(300);
     let zombie = ledger
-        .claim("zombie", 1, lease_ms, claimed_at)
+        .claim("zombie", 1, lease, claimed_at)
         .await
         .unwrap()
         .remove(0);
-    ledger
-        .mark_submitting(&zombie.id, zombie.attempt, claimed_at)
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&zombie)], claimed_at)
+            .await
+            .unwrap(),
+        [true]
+    );
     // The zombie stalls past its lease; the reconciler takes over and finishes with the same key.
     wait_for(
         "the zombie's lease to lapse",
         Duration::from_secs(5),
-        || async { (now() > claimed_at + lease_ms).then_some(()) },
+        || async { (now() > claimed_at + lease).then_some(()) },
     )
     .await;
     let rec = reconciler(&ledger, &sim);
@@ -239,16 +243,10 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
         outcome,
         zombie.attempt,
         &WorkerConfig::new("zombie"),
-        clock.now_ms(),
+        clock.now(),
     );
     let write = ledger
-        .record(
-            &zombie.id,
-            zombie.attempt,
-            &recorded,
-            "zombie",
-            clock.now_ms(),
-        )
+        .record(&Fence::of(&zombie), &recorded, "zombie", clock.now())
         .await;
     assert!(
         matches!(write, Err(LedgerError::Fenced { .. })),
@@ -261,7 +259,7 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     };
     assert!(matches!(
         ledger
-            .record(&zombie.id, zombie.attempt, &failed, "zombie", now())
+            .record(&Fence::of(&zombie), &failed, "zombie", now())
             .await,
         Err(LedgerError::Fenced { .. })
     ));
@@ -337,13 +335,13 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
 
     let single = ready_operation(&ledger, "INV-ONE-PATH-1", "pm_card_visa", now()).await;
     let claimed = ledger
-        .claim("single", 1, 60_000, now())
+        .claim("single", 1, Duration::from_millis(60_000), now())
         .await
         .unwrap()
         .remove(0);
     let metrics = payonce_worker::WorkerMetrics::default();
     let status = payonce_worker::execute_one(
-        &ledger,
+        ledger.as_ref(),
         processor.as_ref(),
         &clock,
         &WorkerConfig::new("single"),

@@ -8,7 +8,7 @@ use crate::metrics::WorkerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{Operation, Recorded, SharedLedger};
+use payonce_shared::ledger::{Fence, Operation, Queue, Recorded};
 use payonce_shared::processor::Processor;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,7 +24,7 @@ pub const RECORD_QUEUE_LEN: usize = 4_096;
 
 /// A worker process's engine.
 pub struct Worker {
-    ledger: SharedLedger,
+    ledger: Arc<dyn Queue>,
     processor: Arc<dyn Processor>,
     clock: SharedClock,
     config: WorkerConfig,
@@ -51,7 +51,7 @@ struct Pending {
 impl Worker {
     /// Builds a worker; refuses an invalid configuration.
     pub fn new(
-        ledger: SharedLedger,
+        ledger: Arc<dyn Queue>,
         processor: Arc<dyn Processor>,
         clock: SharedClock,
         config: WorkerConfig,
@@ -75,14 +75,13 @@ impl Worker {
     /// Claims one batch and drives every operation in it to a recorded outcome. Returns how many
     /// were claimed. For tests and `--once` runs; the daemon overlaps batches instead.
     pub async fn run_once(&self) -> Result<usize, payonce_shared::ledger::LedgerError> {
-        let now = self.clock.now_ms();
         let claimed = self
             .ledger
             .claim(
                 &self.config.owner,
                 self.config.batch_size,
-                self.lease_ttl_ms(),
-                now,
+                self.config.lease_ttl,
+                self.clock.now(),
             )
             .await?;
         let n = claimed.len();
@@ -131,8 +130,8 @@ impl Worker {
                 .claim(
                     &self.config.owner,
                     want,
-                    self.lease_ttl_ms(),
-                    self.clock.now_ms(),
+                    self.config.lease_ttl,
+                    self.clock.now(),
                 )
                 .await
             {
@@ -213,10 +212,6 @@ impl Worker {
         }
     }
 
-    fn lease_ttl_ms(&self) -> i64 {
-        i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX)
-    }
-
     /// One claimed batch: checks, one commit recording every submission start, then concurrent
     /// submissions whose outcomes go to the recorder.
     async fn batch(
@@ -231,7 +226,7 @@ impl Worker {
             self.release_all(&claimed).await;
             return;
         }
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let mut to_submit = Vec::with_capacity(claimed.len());
         for op in claimed {
             match precheck(&op, now) {
@@ -250,15 +245,8 @@ impl Worker {
         if to_submit.is_empty() {
             return;
         }
-        let keys: Vec<(OperationId, i64)> = to_submit
-            .iter()
-            .map(|o| (o.id.clone(), o.attempt))
-            .collect();
-        let marked = match self
-            .ledger
-            .mark_submitting_batch(&keys, self.clock.now_ms())
-            .await
-        {
+        let fences: Vec<Fence> = to_submit.iter().map(Fence::of).collect();
+        let marked = match self.ledger.mark_submitting(&fences, self.clock.now()).await {
             Ok(m) => m,
             Err(error) => {
                 // Nothing was sent; the leases lapse and the reconciler re-queues them.
@@ -272,7 +260,7 @@ impl Worker {
         for (op, ok) in to_submit.into_iter().zip(marked) {
             if !ok {
                 self.let_go([&op]);
-                explain_fenced(&self.ledger, &self.metrics, &op).await;
+                explain_fenced(self.ledger.as_ref(), &self.metrics, &op).await;
                 continue;
             }
             self.metrics
@@ -312,7 +300,7 @@ impl Worker {
         for op in claimed {
             match self
                 .ledger
-                .release(&op.id, op.attempt, &self.config.owner, self.clock.now_ms())
+                .release(&Fence::of(op), &self.config.owner, self.clock.now())
                 .await
             {
                 Ok(()) => self.metrics.released.inc(),
@@ -341,7 +329,7 @@ impl Worker {
     async fn record(&self, batch: Vec<Pending>) {
         let items: Vec<_> = batch
             .iter()
-            .map(|p| (p.op.id.clone(), p.op.attempt, p.recorded.clone()))
+            .map(|p| (Fence::of(&p.op), p.recorded.clone()))
             .collect();
         // The outcome is the one fact we must not drop: retry through ledger outages for as long as
         // the lease could still be ours; after that the reconciler owns the row.
@@ -349,7 +337,7 @@ impl Worker {
         let results = loop {
             match self
                 .ledger
-                .record_batch(&items, &self.config.owner, self.clock.now_ms())
+                .record_batch(&items, &self.config.owner, self.clock.now())
                 .await
             {
                 Ok(r) => break r,
@@ -370,7 +358,7 @@ impl Worker {
                 tracing::info!(operation = %pending.op.id, attempt = pending.op.attempt, "recorded {}", outcome_name(&pending.recorded));
             }
             settle(
-                &self.ledger,
+                self.ledger.as_ref(),
                 &self.metrics,
                 &pending.op,
                 &pending.recorded,
@@ -395,8 +383,8 @@ impl Worker {
                 .renew(
                     &self.config.owner,
                     &held,
-                    self.lease_ttl_ms(),
-                    self.clock.now_ms(),
+                    self.config.lease_ttl,
+                    self.clock.now(),
                 )
                 .await
             {

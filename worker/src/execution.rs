@@ -4,10 +4,10 @@
 use crate::config::WorkerConfig;
 use crate::metrics::WorkerMetrics;
 use backon::{BackoffBuilder, ExponentialBuilder};
-use payonce_shared::clock::SharedClock;
+use payonce_shared::clock::{SharedClock, Timestamp};
 use payonce_shared::details::OperationKind;
 use payonce_shared::failpoint::{self, FailPoint};
-use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
+use payonce_shared::ledger::{Fence, LedgerError, Operation, Queue, Recorded};
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{Processor, SubmitOutcome, operation};
 use payonce_shared::state::Status;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Re-checks, server-side, everything a submission depends on. `Some` is the rejection to record;
 /// nothing external has happened.
-pub fn precheck(op: &Operation, now_ms: i64) -> Option<Recorded> {
+pub fn precheck(op: &Operation, now: Timestamp) -> Option<Recorded> {
     let reject = |code: &str, message: &str| {
         Some(Recorded::Rejected {
             code: code.into(),
@@ -49,7 +49,7 @@ pub fn precheck(op: &Operation, now_ms: i64) -> Option<Recorded> {
         return reject("approval_mismatch", "the approval is for different details");
     }
     match op.approval_expires_at_ms {
-        Some(expiry) if expiry > now_ms => None,
+        Some(expiry) if expiry > now => None,
         _ => reject(
             "approval_expired",
             "the approval expired before the payment was submitted",
@@ -91,9 +91,8 @@ pub fn to_recorded(
     outcome: SubmitOutcome,
     attempt: i64,
     config: &WorkerConfig,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Recorded {
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     match outcome {
         SubmitOutcome::Succeeded { reference, result } => Recorded::Succeeded { reference, result },
         SubmitOutcome::Declined {
@@ -112,7 +111,7 @@ pub fn to_recorded(
         }
         SubmitOutcome::NotSubmitted { reason } => Recorded::RetryLater {
             reason,
-            available_at_ms: now_ms + ms(retry_delay(config, attempt)),
+            available_at_ms: now + retry_delay(config, attempt),
         },
         // Only reached after `rate_limit_wait_max` of pacing and in-place retries (or at shutdown):
         // back to ready, never exhausted, because a refusal before execution is not a failed attempt.
@@ -121,16 +120,13 @@ pub fn to_recorded(
             retry_after_ms,
         } => Recorded::RetryLater {
             reason,
-            available_at_ms: now_ms
-                + retry_after_ms.map_or_else(
-                    || ms(rate_limit_delay(config, 1)),
-                    |a| i64::try_from(a).unwrap_or(i64::MAX),
-                ),
+            available_at_ms: now
+                + retry_after_ms.map_or_else(|| rate_limit_delay(config, 1), Duration::from_millis),
         },
         SubmitOutcome::Unknown { reason, reference } => Recorded::Unknown {
             reason,
             reference,
-            next_check_at_ms: now_ms + ms(config.first_check_delay),
+            next_check_at_ms: now + config.first_check_delay,
         },
     }
 }
@@ -233,8 +229,8 @@ pub fn count(metrics: &WorkerMetrics, recorded: &Recorded) {
 
 /// After a fenced write lost: was it someone else recording the truth first (a webhook), or did our
 /// lease lapse? Counts and logs either way; never overwrites.
-pub async fn explain_fenced(ledger: &SharedLedger, metrics: &WorkerMetrics, op: &Operation) {
-    match ledger.get_unscoped(&op.id).await {
+pub async fn explain_fenced(ledger: &dyn Queue, metrics: &WorkerMetrics, op: &Operation) {
+    match ledger.current(&Fence::of(op)).await {
         Ok(now) if now.status.is_terminal() || now.status == Status::NeedsAttention => {
             metrics.already_recorded.inc();
             tracing::info!(operation = %op.id, attempt = op.attempt, status = now.status.as_str(),
@@ -273,13 +269,13 @@ pub async fn submit_claimed(
         failpoint::hit(FailPoint::AfterProcessorAccepted);
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");
-    to_recorded(outcome, op.attempt, config, clock.now_ms())
+    to_recorded(outcome, op.attempt, config, clock.now())
 }
 
 /// After the fenced write of `recorded` for `op`: counted only if it won (`won`); a lost write is
 /// explained instead, so a webhook that recorded first is never counted twice.
 pub async fn settle(
-    ledger: &SharedLedger,
+    ledger: &dyn Queue,
     metrics: &WorkerMetrics,
     op: &Operation,
     recorded: &Recorded,
@@ -296,19 +292,26 @@ pub async fn settle(
 /// by tests; the daemon batches the ledger writes of the same steps). Returns the state it left
 /// the row in.
 pub async fn execute_one(
-    ledger: &SharedLedger,
+    ledger: &dyn Queue,
     processor: &dyn Processor,
     clock: &SharedClock,
     config: &WorkerConfig,
     metrics: &WorkerMetrics,
     op: &Operation,
 ) -> Result<Status, LedgerError> {
-    let recorded = match precheck(op, clock.now_ms()) {
+    let fence = Fence::of(op);
+    let recorded = match precheck(op, clock.now()) {
         Some(rejection) => rejection,
         None => {
-            ledger
-                .mark_submitting(&op.id, op.attempt, clock.now_ms())
+            let marked = ledger
+                .mark_submitting(std::slice::from_ref(&fence), clock.now())
                 .await?;
+            if marked != [true] {
+                return Err(LedgerError::Fenced {
+                    id: fence.id,
+                    attempt: fence.attempt,
+                });
+            }
             failpoint::hit(FailPoint::AfterSubmissionRecorded);
             // No renewal here (the reconciler's same-key retry): stay well inside the lease.
             let wait_max = config.rate_limit_wait_max.min(config.lease_ttl / 2);
@@ -316,13 +319,7 @@ pub async fn execute_one(
         }
     };
     let written = ledger
-        .record(
-            &op.id,
-            op.attempt,
-            &recorded,
-            config.owner.as_str(),
-            clock.now_ms(),
-        )
+        .record(&fence, &recorded, config.owner.as_str(), clock.now())
         .await;
     match written {
         Ok(row) => {
@@ -331,7 +328,7 @@ pub async fn execute_one(
         }
         Err(LedgerError::Fenced { .. }) => {
             settle(ledger, metrics, op, &recorded, false).await;
-            Ok(ledger.get_unscoped(&op.id).await?.status)
+            Ok(ledger.current(&fence).await?.status)
         }
         Err(other) => Err(other),
     }
@@ -344,7 +341,7 @@ mod tests {
     #[test]
     fn not_submitted_retries_with_growing_bounded_delay_then_exhausts() {
         let config = WorkerConfig::new("w");
-        let now = 1_000_000;
+        let now = Timestamp::from_millis(1_000_000);
         let delay = |attempt| match to_recorded(
             SubmitOutcome::NotSubmitted {
                 reason: "refused".into(),
@@ -355,7 +352,7 @@ mod tests {
         ) {
             Recorded::RetryLater {
                 available_at_ms, ..
-            } => available_at_ms - now,
+            } => available_at_ms.saturating_sub(now).as_millis(),
             other => panic!("expected a retry, got {other:?}"),
         };
         let first = delay(1);
@@ -375,7 +372,7 @@ mod tests {
     #[test]
     fn rate_limited_goes_back_to_ready_and_never_exhausts() {
         let config = WorkerConfig::new("w");
-        let now = 1_000;
+        let now = Timestamp::from_millis(1_000);
         for attempt in [1, config.attempt_max, config.attempt_max + 3] {
             let r = to_recorded(
                 SubmitOutcome::RateLimited {
@@ -389,7 +386,9 @@ mod tests {
             match r {
                 Recorded::RetryLater {
                     available_at_ms, ..
-                } => assert!(available_at_ms > now && available_at_ms <= now + 5_000),
+                } => assert!(
+                    available_at_ms > now && available_at_ms <= now + Duration::from_secs(5)
+                ),
                 other => panic!("attempt {attempt}: {other:?}"),
             }
         }
@@ -405,9 +404,9 @@ mod tests {
         assert!(matches!(
             advised,
             Recorded::RetryLater {
-                available_at_ms: 8_000,
+                available_at_ms,
                 ..
-            }
+            } if available_at_ms == Timestamp::from_millis(8_000)
         ));
         let first = rate_limit_delay(&config, 1);
         assert!(
@@ -426,14 +425,14 @@ mod tests {
             },
             1,
             &config,
-            10,
+            Timestamp::from_millis(10),
         );
         assert!(matches!(
             unknown,
             Recorded::Unknown {
-                next_check_at_ms: 2_010,
+                next_check_at_ms,
                 ..
-            }
+            } if next_check_at_ms == Timestamp::from_millis(2_010)
         ));
         let declined = SubmitOutcome::Declined {
             code: "card_declined".into(),
@@ -441,7 +440,7 @@ mod tests {
             reference: None,
         };
         assert!(matches!(
-            to_recorded(declined, 1, &config, 10),
+            to_recorded(declined, 1, &config, Timestamp::from_millis(10)),
             Recorded::Failed { .. }
         ));
     }

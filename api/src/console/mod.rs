@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, OperationQuery, Related};
-use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution};
+use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution, Resolve};
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -52,6 +52,10 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/console/operations/{id}/approve-refund",
             post(refunds::approve),
+        )
+        .route(
+            "/console/operations/{id}/decline-refund",
+            post(refunds::decline),
         )
         .route("/static/console.css", get(stylesheet))
         .layer(middleware::from_fn(security_headers))
@@ -329,7 +333,7 @@ async fn chain(
 ) -> Result<(Operation, Vec<OperationEvent>, Related), HttpError> {
     let id = OperationId::parse(raw_id).map_err(|_| HttpError::not_found())?;
     let op = state.ledger().get(&who.tenant, &id).await?;
-    let events = state.ledger().events(&id).await?;
+    let events = state.ledger().events(&who.tenant, &id).await?;
     let related = state.ledger().console().related(&who.tenant, &id).await?;
     Ok((op, events, related))
 }
@@ -348,10 +352,10 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
         .enumerate()
         .map(|(i, e)| {
             (
-                e.at_ms,
+                e.at_ms.as_millis(),
                 2 * i,
                 TimelineEntry {
-                    at_ms: e.at_ms,
+                    at_ms: e.at_ms.as_millis(),
                     kind: "event",
                     what: format!(
                         "{} ({} → {}, attempt {})",
@@ -372,7 +376,7 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     let approve_at = |at_ms: i64| {
         events
             .iter()
-            .position(|e| e.event == "approve" && e.at_ms == at_ms)
+            .position(|e| e.event == "approve" && e.at_ms.as_millis() == at_ms)
             .map_or(after_events, |i| 2 * i + 1)
     };
     out.extend(related.approvals.iter().map(|a| {
@@ -589,9 +593,16 @@ async fn resolve_checked(
     };
     // The CLI's resolve (`oncall::resolve` is this call plus its printing): the same rules and the
     // same audit event, with the console's actor.
+    let actor = who.actor();
+    let request = Resolve {
+        id: &id,
+        resolution: &resolution,
+        actor: &actor,
+        reason,
+    };
     state
         .ledger()
-        .resolve(&id, &resolution, &who.actor(), reason, state.now_ms())
+        .resolve_in_tenant(&who.tenant, &request, state.now())
         .await?;
     Ok(id)
 }
@@ -599,11 +610,12 @@ async fn resolve_checked(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use payonce_shared::clock::Timestamp;
     use payonce_shared::ledger::console::ApprovalRow;
 
     fn event(at_ms: i64, name: &str) -> OperationEvent {
         OperationEvent {
-            at_ms,
+            at_ms: Timestamp::from_millis(at_ms),
             event: name.into(),
             actor: "a".into(),
             from_status: None,

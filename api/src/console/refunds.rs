@@ -1,13 +1,13 @@
 //! Refunds in the console: a payment's page shows its refunds beside it (refunded so far, in flight,
 //! still refundable, one row per refund); a refund's page names its payment and, while it awaits
-//! approval, offers the approval a person of the merchant gives (the signed-in on-call person, the
-//! same approval as `POST /v1/refunds/{id}/approve`).
+//! approval, offers the decision a person of the merchant makes (the signed-in on-call person):
+//! approve (the same approval as `POST /v1/refunds/{id}/approve`) or decline (the ledger's cancel,
+//! which frees the money the proposal held).
 
 use super::session::OnCall;
 use super::views::age;
 use super::{caller, invalid, refuse};
 use crate::app::AppState;
-use crate::config::duration_ms;
 use crate::errors::HttpError;
 use crate::refunds::REFUNDS_LISTED_MAX;
 use axum::extract::rejection::FormRejection;
@@ -76,7 +76,7 @@ pub fn section(csrf: &str, op: &Operation, beside: Option<&Beside>, now_ms: i64)
                                     td { (r.details.money().display()) }
                                     td { (r.details.refund_of().map(|of| of.reason().as_str()).unwrap_or("")) }
                                     td.mono { (r.external_ref.as_deref().unwrap_or("")) }
-                                    td { (age(now_ms - r.updated_at_ms)) " ago" }
+                                    td { (age(now_ms - r.updated_at_ms.as_millis())) " ago" }
                                 }
                             }
                         }
@@ -100,6 +100,10 @@ pub fn section(csrf: &str, op: &Operation, beside: Option<&Beside>, now_ms: i64)
                         input type="hidden" name="csrf" value=(csrf);
                         input type="hidden" name="details_hash" value=(op.details_hash.as_str());
                         p { button type="submit" id="approve-refund-submit" { "Approve this refund of " (op.details.money().display()) } }
+                    }
+                    form method="post" action=(format!("/console/operations/{}/decline-refund", op.id.as_str())) id="decline-refund" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        p { button type="submit" id="decline-refund-submit" { "Decline it (nothing is refunded)" } }
                     }
                 }
             }
@@ -145,16 +149,56 @@ async fn approve_checked(
         .get("details_hash")
         .ok_or_else(|| invalid("the form names no details hash (nothing was approved)"))
         .and_then(|h| DetailsHash::parse(h).map_err(|e| invalid(e.to_string())))?;
-    let now = state.now_ms();
+    let now = state.now();
     let approval = NewApproval {
         details_hash: shown,
         approved_by: who.actor(),
         method: CONSOLE_APPROVAL.to_string(),
-        expires_at_ms: now.saturating_add(duration_ms(state.config().approval_ttl)),
+        expires_at_ms: now + state.config().approval_ttl,
     };
     state
         .ledger()
         .approve(&who.tenant, &id, approval, now)
+        .await?;
+    Ok(id)
+}
+
+/// `POST /console/operations/{id}/decline-refund` (form: `csrf`): withdraws a refund that has not
+/// started executing; its money is free for another refund.
+pub async fn decline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<HashMap<String, String>>, FormRejection>,
+) -> Response {
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(&state, Some(&who.csrf), e);
+    }
+    match decline_checked(&state, &who, &id).await {
+        Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
+        Err(e) => refuse(&state, Some(&who.csrf), e),
+    }
+}
+
+async fn decline_checked(
+    state: &AppState,
+    who: &OnCall,
+    raw_id: &str,
+) -> Result<OperationId, HttpError> {
+    let id = OperationId::parse(raw_id).map_err(|_| HttpError::not_found())?;
+    let op = state.ledger().get(&who.tenant, &id).await?;
+    match op.details.kind() {
+        OperationKind::Refund => {}
+        OperationKind::Payment => return Err(HttpError::not_found()),
+    }
+    state
+        .ledger()
+        .cancel(&who.tenant, &id, &who.actor(), state.now())
         .await?;
     Ok(id)
 }

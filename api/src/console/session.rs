@@ -84,10 +84,6 @@ fn csrf_of(session_id: &str) -> String {
     sha256_hex(&format!("payonce-console-csrf:{session_id}"))
 }
 
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// The value of cookie `name` in the request, if well-formed (64 lowercase hex digits).
 pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -130,11 +126,11 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
     let signed_out = || HttpError::new(ErrorCode::Unauthorized, "sign in with an on-call key");
     let id = cookie(headers, SESSION_COOKIE).ok_or_else(signed_out)?;
     let hash = sha256_hex(&id);
-    let now = state.now_ms();
+    let now = state.now();
     let session = state
         .ledger()
         .console()
-        .session(&hash, now)
+        .session(&hash, now.as_millis())
         .await?
         .ok_or_else(signed_out)?;
     // The key is read on every request (no cache): a revocation or expiry ends the session in every
@@ -143,7 +139,12 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
     let live =
         key.filter(|k| k.is_active(now) && k.role == Role::OnCall && k.tenant == session.tenant);
     let Some(key) = live else {
-        if let Err(e) = state.ledger().console().end_session(&hash, now).await {
+        if let Err(e) = state
+            .ledger()
+            .console()
+            .end_session(&hash, now.as_millis())
+            .await
+        {
             tracing::warn!(error = %e, "could not end a console session whose key is no longer active");
         }
         return Err(signed_out());
@@ -174,7 +175,7 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
         return Err(SignInError::Unknown);
     }
     let digest = sha256_hex(secret);
-    let now = state.now_ms();
+    let now = state.now();
     let record = state
         .ledger()
         .find_api_key(&digest, now)
@@ -192,8 +193,8 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
         session_hash: sha256_hex(&id),
         tenant: record.tenant,
         key_id: record.key_id,
-        created_at_ms: now,
-        expires_at_ms: now.saturating_add(ms(SESSION_TTL)),
+        created_at_ms: now.as_millis(),
+        expires_at_ms: (now + SESSION_TTL).as_millis(),
     };
     state
         .ledger()

@@ -307,8 +307,8 @@ pub fn list(
                                 td { (o.details.invoice()) }
                                 td { (o.details.customer()) }
                                 td.mono { (o.external_ref.as_deref().unwrap_or("")) }
-                                td { (utc(o.created_at_ms)) }
-                                td { (age(now_ms - o.updated_at_ms)) " ago" }
+                                td { (utc(o.created_at_ms.as_millis())) }
+                                td { (age(now_ms - o.updated_at_ms.as_millis())) " ago" }
                             }
                         }
                     }
@@ -351,7 +351,7 @@ pub fn operation(
                     tr { th { "Attempts / submissions" } td { (op.attempt) " / " (op.submit_count) } }
                     tr { th { "Processor reference" } td.mono { (op.external_ref.as_deref().unwrap_or("none")) } }
                     tr { th { "Failure" } td { (op.failure_code.as_deref().unwrap_or("")) " " (op.failure_message.as_deref().unwrap_or("")) } }
-                    tr { th { "Created / updated" } td { (utc(op.created_at_ms)) " / " (utc(op.updated_at_ms)) " (" (age(now_ms - op.updated_at_ms)) " ago)" } }
+                    tr { th { "Created / updated" } td { (utc(op.created_at_ms.as_millis())) " / " (utc(op.updated_at_ms.as_millis())) " (" (age(now_ms - op.updated_at_ms.as_millis())) " ago)" } }
                 }
                 p { a id="export" href=(format!("/console/operations/{id}/export")) { "Export the evidence chain (JSON)" } }
             }

@@ -9,6 +9,7 @@ use super::transport::IdempotencyKey;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
+use payonce_shared::ledger::ToolAnswer;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ExperimentalCapabilities, JsonObject};
 use serde_json::{Value, json};
@@ -103,7 +104,15 @@ pub async fn keep(
     })?;
     let (kept_fingerprint, kept) = state
         .ledger()
-        .keep_tool_answer(&caller.tenant, &key.0, fingerprint, &answer, state.now_ms())
+        .keep_tool_answer(
+            &caller.tenant,
+            &ToolAnswer {
+                key: &key.0,
+                fingerprint,
+                answer: &answer,
+            },
+            state.now(),
+        )
         .await
         .map_err(|e| unavailable(&e))?;
     if kept_fingerprint != fingerprint {

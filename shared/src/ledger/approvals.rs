@@ -1,15 +1,19 @@
-//! Approving and cancelling an operation, and the single-use confirmation links that lead a
+//! Approving an operation, and the single-use confirmation links that lead a
 //! customer to the approval. (Links payonce mints for an assistant's request have their own budget:
 //! `verification.rs`.)
 
 use super::dialect::Dialect;
 use super::moves::{legal, update};
-use super::operations::Operations;
 use super::record::decode_operation;
 use super::store::Store;
-use super::{Approval, ApprovalLink, LedgerError, LimitError, NewApproval, Operation, bounded};
+use super::{
+    Approval, ApprovalLink, Approvals, Inspection, LedgerError, LimitError, NewApproval, Operation,
+    Operations, bounded, verification,
+};
+use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId, random_hex};
-use crate::state::{Event, Move, Status};
+use crate::state::{Event, Status};
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
@@ -26,17 +30,8 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
 const INSERT_APPROVAL: &str = "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, \
      approved_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 const LATEST_APPROVAL: &str = "SELECT * FROM approvals WHERE operation_id = $1 AND revoked_at IS NULL \
+     AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) \
      ORDER BY approved_at DESC, id DESC LIMIT 1";
-/// Withdraws a row from every state the table lets `cancel` leave (not yet executing).
-static CANCEL: LazyLock<String> = LazyLock::new(|| {
-    let cancel = Move::every(Event::Cancel).expect("the table has a cancel move");
-    update(
-        &cancel,
-        "updated_at = $3, last_actor = $4, last_detail = NULL",
-        "id = $1 AND tenant_id = $2",
-        true,
-    )
-});
 /// Inserts a service link only while the operation has fewer than `$6` unused, unexpired service
 /// links.
 const INSERT_LINK: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
@@ -46,10 +41,8 @@ const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
 const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
      AND expires_at > $2";
 
-/// Approvals, cancellations and confirmation links of one store.
-pub(crate) struct Approvals<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
-
-impl<DB> Approvals<'_, DB>
+#[async_trait]
+impl<DB> Approvals for Store<DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -62,31 +55,30 @@ where
     for<'t> Option<String>: Encode<'t, DB>,
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
-    /// See [`Ledger::approve`](super::Ledger::approve).
-    pub(crate) async fn approve(
+    async fn approve(
         &self,
         tenant: &TenantId,
         id: &OperationId,
         approval: NewApproval,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        if approval.expires_at_ms <= now_ms {
+        if approval.expires_at_ms <= now {
             return Err(LimitError::ApprovalExpiry.into());
         }
-        let mut tx = self.0.pool.begin().await?;
+        let mut tx = self.pool.begin().await?;
         let row = sqlx::query(APPROVE.as_str())
             .bind(id.as_str())
             .bind(tenant.as_str())
             .bind(approval.details_hash.as_str())
             .bind(bounded(&approval.approved_by))
             .bind(approval.expires_at_ms)
-            .bind(now_ms)
+            .bind(now)
             .bind(bounded(&approval.method))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
             tx.rollback().await?;
-            let current = Operations(self.0).get(tenant, id).await?;
+            let current = self.get(tenant, id).await?;
             if current.details_hash != approval.details_hash {
                 return Err(LedgerError::ApprovalMismatch);
             }
@@ -109,7 +101,7 @@ where
             .bind(approval.details_hash.as_str())
             .bind(bounded(&approval.approved_by))
             .bind(bounded(&approval.method))
-            .bind(now_ms)
+            .bind(now)
             .bind(approval.expires_at_ms)
             .execute(&mut *tx)
             .await?;
@@ -117,18 +109,23 @@ where
             sqlx::query(notify).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        self.0.wake_local();
+        self.wake_local();
         Ok(op)
     }
 
-    /// See [`Ledger::latest_approval`](super::Ledger::latest_approval).
-    pub(crate) async fn latest_approval(
+    fn verification(&self) -> &dyn verification::VerificationLedger {
+        self
+    }
+
+    async fn latest_approval(
         &self,
+        tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Option<Approval>, LedgerError> {
         let row = sqlx::query(LATEST_APPROVAL)
             .bind(id.as_str())
-            .fetch_optional(&self.0.pool)
+            .bind(tenant.as_str())
+            .fetch_optional(&self.pool)
             .await?;
         row.map(|r| {
             Ok::<_, LedgerError>(Approval {
@@ -144,39 +141,7 @@ where
         .transpose()
     }
 
-    /// See [`Ledger::cancel`](super::Ledger::cancel).
-    pub(crate) async fn cancel(
-        &self,
-        tenant: &TenantId,
-        id: &OperationId,
-        actor: &str,
-        now_ms: i64,
-    ) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(CANCEL.as_str())
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(now_ms)
-            .bind(bounded(actor))
-            .fetch_optional(&self.0.pool)
-            .await?;
-        match row {
-            Some(row) => decode_operation(&row),
-            None => {
-                let current = Operations(self.0).get(tenant, id).await?;
-                if current.status == Status::Cancelled {
-                    return Ok(current);
-                }
-                Err(LedgerError::WrongState {
-                    id: id.clone(),
-                    status: current.status,
-                    why: "only an operation that has not started executing can be cancelled",
-                })
-            }
-        }
-    }
-
-    /// See [`Ledger::create_approval_link`](super::Ledger::create_approval_link).
-    pub(crate) async fn create_link(
+    async fn create_approval_link(
         &self,
         link: &ApprovalLink,
         open_max: u32,
@@ -188,16 +153,15 @@ where
             .bind(link.created_at_ms)
             .bind(link.expires_at_ms)
             .bind(i64::from(open_max))
-            .execute(&self.0.pool)
+            .execute(&self.pool)
             .await?;
         Ok(DB::rows_affected(&done) == 1)
     }
 
-    /// See [`Ledger::approval_link`](super::Ledger::approval_link).
-    pub(crate) async fn link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {
+    async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {
         let row = sqlx::query(SELECT_LINK)
             .bind(token_hash)
-            .fetch_optional(&self.0.pool)
+            .fetch_optional(&self.pool)
             .await?;
         row.map(|r| {
             let op: String = r.try_get("operation_id")?;
@@ -214,16 +178,19 @@ where
         .transpose()
     }
 
-    /// See [`Ledger::use_approval_link`](super::Ledger::use_approval_link).
-    pub(crate) async fn use_link(
+    async fn link_operation(&self, link: &ApprovalLink) -> Result<Operation, LedgerError> {
+        self.get_unscoped(&link.operation_id).await
+    }
+
+    async fn use_approval_link(
         &self,
         token_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
         let done = sqlx::query(USE_LINK)
             .bind(token_hash)
-            .bind(now_ms)
-            .execute(&self.0.pool)
+            .bind(now)
+            .execute(&self.pool)
             .await?;
         Ok(DB::rows_affected(&done) == 1)
     }
@@ -237,6 +204,5 @@ mod tests {
     fn every_statement_is_a_legal_move() {
         assert!(APPROVE.contains("status = 'ready', last_event = 'approve'"));
         assert!(APPROVE.contains("AND status = 'awaiting_approval'"));
-        assert!(CANCEL.contains("AND status IN ('awaiting_approval', 'ready')"));
     }
 }

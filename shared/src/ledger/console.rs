@@ -1,7 +1,7 @@
 //! What the on-call console reads and writes (migration 0007): server-side sessions (only the session
 //! id's hash), keyset pages of a tenant's operations with search, the overview's counts and last-hour
 //! chart, and the rows an operation's timeline is built from. A trait of its own, reached through
-//! [`Ledger::console`](super::Ledger::console), so the core ledger stays about operations. Every
+//! [`Operations::console`](super::Operations::console), so the core ledger stays about operations. Every
 //! operation query is scoped to one tenant.
 
 use super::dialect::Dialect;

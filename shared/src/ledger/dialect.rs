@@ -4,14 +4,14 @@
 //!
 //! What differs: the claim statement (`FOR UPDATE SKIP LOCKED` on Postgres), lease renewal (row
 //! locks in id order and `jsonb` on Postgres), the wake-up after an approval (`NOTIFY`/`LISTEN` on
-//! Postgres, in-process only on SQLite), the two hot-path batches (array statements on Postgres,
-//! one statement per item on SQLite), the row lock of the over-refund guard (Postgres only), how a
-//! write's row count is read, and migrations
+//! Postgres, in-process only on SQLite), marking submissions and recording outcomes in batches
+//! (array statements on Postgres, one statement per item on SQLite), the row lock of the
+//! over-refund guard (Postgres only), how a write's row count is read, and migrations
 //! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
 
 use super::store::Store;
-use super::{LedgerError, Recorded};
-use crate::id::OperationId;
+use super::{Fence, LedgerError, Recorded};
+use crate::clock::Timestamp;
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -44,18 +44,18 @@ pub trait Dialect: sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
     /// Waits until an approval may have made work ready, or `max_wait` passes.
     async fn wait_ready(store: &Store<Self>, max_wait: Duration);
 
-    /// Records a batch of submission starts in one transaction; returns which were fenced in.
-    async fn mark_submitting_batch(
+    /// Records submission starts (one or many) in one transaction; returns which were fenced in.
+    async fn mark_submitting(
         store: &Store<Self>,
-        items: &[(OperationId, i64)],
-        now_ms: i64,
+        fences: &[Fence],
+        now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
 
     /// Records many outcomes in one transaction, each fenced on its own.
     async fn record_batch(
         store: &Store<Self>,
-        items: &[(OperationId, i64, Recorded)],
+        items: &[(Fence, Recorded)],
         actor: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
 }

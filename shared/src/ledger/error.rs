@@ -78,8 +78,8 @@ pub enum LimitError {
     /// A claim asked for no rows or more than [`CLAIM_BATCH_MAX`].
     #[error("claim batch must be 1..={CLAIM_BATCH_MAX}")]
     ClaimBatch,
-    /// A lease of zero or negative length.
-    #[error("lease TTL must be positive")]
+    /// A lease shorter than one millisecond (the stored unit).
+    #[error("lease TTL must be at least one millisecond")]
     LeaseTtl,
     /// A listing page of no rows or more than [`PAGE_MAX`].
     #[error("page size must be 1..={PAGE_MAX}")]

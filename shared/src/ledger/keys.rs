@@ -4,9 +4,12 @@
 use super::dialect::Dialect;
 use super::record::decode_api_key;
 use super::store::Store;
-use super::{ApiKeyRecord, LedgerError, PAGE_MAX, bounded};
+use super::{ApiKeyRecord, Keys, LedgerError, PAGE_MAX, RevokeKey, RotateKey, bounded};
+use crate::clock::Timestamp;
 use crate::id::TenantId;
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Type};
+use std::time::Duration;
 
 const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_id, key_hash, tenant_id, role, label, created_at, \
      expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
@@ -24,10 +27,8 @@ const RETIRE_API_KEY: &str = "UPDATE api_keys SET replaced_by = $2, \
 const TOUCH_API_KEY: &str = "UPDATE api_keys SET last_used_at = $2 WHERE key_id = $1 \
      AND (last_used_at IS NULL OR last_used_at <= $3)";
 
-/// The API keys of one store.
-pub(crate) struct Keys<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
-
-impl<DB> Keys<'_, DB>
+#[async_trait]
+impl<DB> Keys for Store<DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -40,36 +41,32 @@ where
     for<'t> Option<String>: Encode<'t, DB>,
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
-    /// See [`Ledger::insert_api_key`](super::Ledger::insert_api_key).
-    pub(crate) async fn insert(&self, key: &ApiKeyRecord) -> Result<(), LedgerError> {
-        insert_on::<DB>(&mut *self.0.pool.acquire().await?, key).await
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError> {
+        insert_on::<DB>(&mut *self.pool.acquire().await?, key).await
     }
 
-    /// See [`Ledger::find_api_key`](super::Ledger::find_api_key).
-    pub(crate) async fn find(
+    async fn find_api_key(
         &self,
         key_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Option<ApiKeyRecord>, LedgerError> {
         let row = sqlx::query(FIND_API_KEY)
             .bind(key_hash)
-            .bind(now_ms)
-            .fetch_optional(&self.0.pool)
+            .bind(now)
+            .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(decode_api_key).transpose()
     }
 
-    /// See [`Ledger::api_key`](super::Ledger::api_key).
-    pub(crate) async fn get(&self, key_id: &str) -> Result<Option<ApiKeyRecord>, LedgerError> {
+    async fn api_key(&self, key_id: &str) -> Result<Option<ApiKeyRecord>, LedgerError> {
         let row = sqlx::query(SELECT_API_KEY)
             .bind(key_id)
-            .fetch_optional(&self.0.pool)
+            .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(decode_api_key).transpose()
     }
 
-    /// See [`Ledger::list_api_keys`](super::Ledger::list_api_keys).
-    pub(crate) async fn list(
+    async fn list_api_keys(
         &self,
         tenant: Option<&TenantId>,
         limit: u32,
@@ -77,54 +74,54 @@ where
         let rows = sqlx::query(LIST_API_KEYS)
             .bind(tenant.map(TenantId::as_str))
             .bind(i64::from(limit.min(PAGE_MAX)))
-            .fetch_all(&self.0.pool)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter().map(decode_api_key).collect()
     }
 
-    /// See [`Ledger::revoke_api_key`](super::Ledger::revoke_api_key).
-    pub(crate) async fn revoke(
+    async fn revoke_api_key(
         &self,
-        key_id: &str,
-        revoked_by: &str,
-        reason: &str,
-        now_ms: i64,
+        request: &RevokeKey<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
+        let key_id = request.key_id;
         let done = sqlx::query(REVOKE_API_KEY)
             .bind(key_id)
-            .bind(now_ms)
-            .bind(bounded(revoked_by))
-            .bind(bounded(reason))
-            .execute(&self.0.pool)
+            .bind(now)
+            .bind(bounded(request.revoked_by))
+            .bind(bounded(request.reason))
+            .execute(&self.pool)
             .await?;
         if DB::rows_affected(&done) == 1 {
             return Ok(true);
         }
-        match self.get(key_id).await? {
+        match self.api_key(key_id).await? {
             Some(_) => Ok(false),
             None => Err(LedgerError::NotFound),
         }
     }
 
-    /// See [`Ledger::rotate_api_key`](super::Ledger::rotate_api_key).
-    pub(crate) async fn rotate(
+    async fn rotate_api_key(
         &self,
-        old_id: &str,
-        new: &ApiKeyRecord,
-        old_until_ms: i64,
-        now_ms: i64,
+        request: &RotateKey<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let mut tx = self.0.pool.begin().await?;
+        let RotateKey {
+            old_id,
+            new,
+            old_until,
+        } = *request;
+        let mut tx = self.pool.begin().await?;
         let retired = sqlx::query(RETIRE_API_KEY)
             .bind(old_id)
             .bind(new.key_id.as_str())
-            .bind(old_until_ms)
-            .bind(now_ms)
+            .bind(old_until)
+            .bind(now)
             .execute(&mut *tx)
             .await?;
         if DB::rows_affected(&retired) != 1 {
             tx.rollback().await?;
-            return match self.get(old_id).await? {
+            return match self.api_key(old_id).await? {
                 Some(_) => Ok(false),
                 None => Err(LedgerError::NotFound),
             };
@@ -134,18 +131,17 @@ where
         Ok(true)
     }
 
-    /// See [`Ledger::touch_api_key`](super::Ledger::touch_api_key).
-    pub(crate) async fn touch(
+    async fn touch_api_key(
         &self,
         key_id: &str,
-        now_ms: i64,
-        resolution_ms: i64,
+        now: Timestamp,
+        resolution: Duration,
     ) -> Result<(), LedgerError> {
         sqlx::query(TOUCH_API_KEY)
             .bind(key_id)
-            .bind(now_ms)
-            .bind(now_ms.saturating_sub(resolution_ms))
-            .execute(&self.0.pool)
+            .bind(now)
+            .bind(now.saturating_sub_span(resolution))
+            .execute(&self.pool)
             .await?;
         Ok(())
     }
@@ -172,7 +168,8 @@ where
         .bind(key.role.as_str())
         .bind(bounded(&key.label))
         .bind(key.created_at_ms)
-        .bind(key.expires_at_ms)
+        // (sqlx encodes `Option` per driver, so the optional instant goes in as its integer.)
+        .bind(key.expires_at_ms.map(Timestamp::as_millis))
         .execute(&mut *conn)
         .await?;
     Ok(())

@@ -3,6 +3,7 @@
 //! in the macro crates; this is all we need.)
 
 use super::LedgerError;
+use crate::clock::Timestamp;
 use sqlx::{
     ColumnIndex, Connection, Database, Decode, Encode, Executor, IntoArguments, Postgres, Row,
     Sqlite, Type,
@@ -111,7 +112,7 @@ const RECORD: &str =
 async fn migrate_on<DB>(
     conn: &mut DB::Connection,
     migrations: &[Migration],
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<u32, LedgerError>
 where
     DB: Database,
@@ -138,7 +139,7 @@ where
         sqlx::query(RECORD)
             .bind(*version)
             .bind(*name)
-            .bind(now_ms)
+            .bind(now)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -150,7 +151,7 @@ where
 /// Applies pending Postgres migrations under an advisory lock, so concurrent starters agree.
 pub(crate) async fn postgres(
     conn: &mut sqlx::PgConnection,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<u32, LedgerError> {
     // An arbitrary constant naming payonce's migration lock.
     const LOCK_KEY: i64 = 0x7061_796f_6e63;
@@ -158,7 +159,7 @@ pub(crate) async fn postgres(
         .bind(LOCK_KEY)
         .execute(&mut *conn)
         .await?;
-    let result = migrate_on::<Postgres>(&mut *conn, POSTGRES, now_ms).await;
+    let result = migrate_on::<Postgres>(&mut *conn, POSTGRES, now).await;
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *conn)
@@ -172,12 +173,12 @@ pub(crate) async fn postgres(
 /// (sqlite.org/lang_altertable.html). The references are checked before anything is used.
 pub(crate) async fn sqlite(
     conn: &mut sqlx::SqliteConnection,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<u32, LedgerError> {
     sqlx::query("PRAGMA foreign_keys = OFF")
         .execute(&mut *conn)
         .await?;
-    let ran = migrate_on::<Sqlite>(&mut *conn, SQLITE, now_ms).await;
+    let ran = migrate_on::<Sqlite>(&mut *conn, SQLITE, now).await;
     let dangling = sqlx::query("PRAGMA foreign_key_check")
         .fetch_all(&mut *conn)
         .await;

@@ -1,18 +1,23 @@
-//! Creating and reading operations: create-or-get by business key, reads by id, the audit trail,
-//! on-call listings and per-state counts.
+//! Operation rows: [`Operations`] (a tenant's create-or-get, reads, cancel, audit trail; the
+//! store's health and per-state counts) and [`Inspection`] (reads across tenants for workers and
+//! on-call).
 
 use super::dialect::Dialect;
+use super::moves::update;
 use super::record::{decode_event, decode_operation};
-use super::refunds::Refunds;
+use super::refunds::RefundRows;
 use super::store::Store;
 use super::{
-    Created, LedgerError, LimitError, ListFilter, NewOperation, Operation, OperationEvent,
-    PAGE_MAX, StatusCount, bounded,
+    Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
+    OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, bounded, console,
 };
+use crate::clock::Timestamp;
 use crate::details::OperationKind;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
-use crate::state::{ALL_STATUSES, Status};
+use crate::state::{ALL_STATUSES, Event, Move, Status};
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
+use std::sync::LazyLock;
 
 /// A new row starts in `awaiting_approval` with the `create` event (the one event with no
 /// from-state; see `state::CREATED`).
@@ -26,16 +31,26 @@ pub(crate) const SELECT_BY_BUSINESS_KEY: &str =
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
 const SELECT_EVENTS: &str = "SELECT * FROM operation_events WHERE operation_id = $1 ORDER BY id";
+const SELECT_EVENTS_IN_TENANT: &str = "SELECT * FROM operation_events WHERE operation_id = $1 \
+     AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) ORDER BY id";
+/// Withdraws a row from every state the table lets `cancel` leave (not yet executing).
+static CANCEL: LazyLock<String> = LazyLock::new(|| {
+    let cancel = Move::every(Event::Cancel).expect("the table has a cancel move");
+    update(
+        &cancel,
+        "updated_at = $3, last_actor = $4, last_detail = NULL",
+        "id = $1 AND tenant_id = $2",
+        true,
+    )
+});
 const LIST: &str = "SELECT * FROM operations WHERE status = $1 AND updated_at < $2 \
      AND ($3 IS NULL OR tenant_id = $3) ORDER BY updated_at LIMIT $4";
 const PING: &str = "SELECT 1";
 const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest, \
      MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 
-/// The operation rows of one store.
-pub(crate) struct Operations<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
-
-impl<DB> Operations<'_, DB>
+#[async_trait]
+impl<DB> Operations for Store<DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -48,15 +63,22 @@ where
     for<'t> Option<String>: Encode<'t, DB>,
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
-    /// See [`Ledger::create_or_get`](super::Ledger::create_or_get).
-    pub(crate) async fn create_or_get(
+    fn store(&self) -> &'static str {
+        DB::STORE
+    }
+
+    fn console(&self) -> &dyn console::ConsoleLedger {
+        self
+    }
+
+    async fn create_or_get(
         &self,
         new: NewOperation,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Created, LedgerError> {
         match new.details.kind() {
             OperationKind::Payment => {}
-            OperationKind::Refund => return Refunds(self.0).create_or_get(new, now_ms).await,
+            OperationKind::Refund => return RefundRows(self).create_or_get(new, now).await,
         }
         let d = &new.details;
         let hash = d.hash();
@@ -75,9 +97,9 @@ where
             .bind(d.description())
             .bind(hash.as_str())
             .bind(key.as_str())
-            .bind(now_ms)
+            .bind(now)
             .bind(bounded(&new.actor))
-            .fetch_optional(&self.0.pool)
+            .fetch_optional(&self.pool)
             .await?;
         if let Some(row) = row {
             return Ok(Created {
@@ -88,7 +110,7 @@ where
         let row = sqlx::query(SELECT_BY_BUSINESS_KEY)
             .bind(new.tenant.as_str())
             .bind(new.business_key.as_str())
-            .fetch_optional(&self.0.pool)
+            .fetch_optional(&self.pool)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
         let existing = decode_operation(&row)?;
@@ -103,80 +125,76 @@ where
         })
     }
 
-    /// See [`Ledger::get`](super::Ledger::get).
-    pub(crate) async fn get(
-        &self,
-        tenant: &TenantId,
-        id: &OperationId,
-    ) -> Result<Operation, LedgerError> {
+    async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError> {
         let row = sqlx::query(SELECT_BY_ID_IN_TENANT)
             .bind(id.as_str())
             .bind(tenant.as_str())
-            .fetch_optional(&self.0.pool)
+            .fetch_optional(&self.pool)
             .await?
             .ok_or(LedgerError::NotFound)?;
         decode_operation(&row)
     }
 
-    /// See [`Ledger::get_unscoped`](super::Ledger::get_unscoped).
-    pub(crate) async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&self.0.pool)
-            .await?
-            .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
-    }
-
-    /// See [`Ledger::events`](super::Ledger::events).
-    pub(crate) async fn events(
+    async fn events(
         &self,
+        tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = sqlx::query(SELECT_EVENTS)
+        let rows = sqlx::query(SELECT_EVENTS_IN_TENANT)
             .bind(id.as_str())
-            .fetch_all(&self.0.pool)
+            .bind(tenant.as_str())
+            .fetch_all(&self.pool)
             .await?;
         rows.iter().map(decode_event).collect()
     }
 
-    /// See [`Ledger::list`](super::Ledger::list).
-    pub(crate) async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError> {
-        if filter.limit == 0 || filter.limit > PAGE_MAX {
-            return Err(LimitError::PageSize.into());
-        }
-        let statuses: Vec<Status> = if filter.statuses.is_empty() {
-            ALL_STATUSES.to_vec()
-        } else {
-            filter.statuses.clone()
-        };
-        let mut all = Vec::new();
-        for status in statuses {
-            let rows = sqlx::query(LIST)
-                .bind(status.as_str())
-                .bind(filter.updated_before_ms.unwrap_or(i64::MAX))
-                .bind(filter.tenant.as_ref().map(|t| t.as_str().to_string()))
-                .bind(i64::from(filter.limit))
-                .fetch_all(&self.0.pool)
-                .await?;
-            for r in &rows {
-                all.push(decode_operation(r)?);
+    async fn cancel(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError> {
+        let row = sqlx::query(CANCEL.as_str())
+            .bind(id.as_str())
+            .bind(tenant.as_str())
+            .bind(now)
+            .bind(bounded(actor))
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(row) => decode_operation(&row),
+            None => {
+                let current = self.get(tenant, id).await?;
+                if current.status == Status::Cancelled {
+                    return Ok(current);
+                }
+                Err(LedgerError::WrongState {
+                    id: id.clone(),
+                    status: current.status,
+                    why: "only an operation that has not started executing can be cancelled",
+                })
             }
         }
-        all.sort_by_key(|o| (o.updated_at_ms, o.id.clone()));
-        all.truncate(filter.limit as usize);
-        Ok(all)
     }
 
-    /// See [`Ledger::ping`](super::Ledger::ping).
-    pub(crate) async fn ping(&self) -> Result<(), LedgerError> {
-        sqlx::query(PING).execute(&self.0.pool).await?;
+    async fn resolve_in_tenant(
+        &self,
+        tenant: &TenantId,
+        request: &Resolve<'_>,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError> {
+        self.get(tenant, request.id).await?;
+        Recovery::resolve(self, request, now).await
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        sqlx::query(PING).execute(&self.pool).await?;
         Ok(())
     }
 
-    /// See [`Ledger::count_by_status`](super::Ledger::count_by_status).
-    pub(crate) async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {
-        let rows = sqlx::query(COUNT_BY_STATUS).fetch_all(&self.0.pool).await?;
+    async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {
+        let rows = sqlx::query(COUNT_BY_STATUS).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
                 let s: String = r.try_get("status")?;
@@ -189,5 +207,78 @@ where
                 })
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl<DB> Inspection for Store<DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError> {
+        let row = sqlx::query(SELECT_BY_ID)
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(LedgerError::NotFound)?;
+        decode_operation(&row)
+    }
+
+    async fn events_unscoped(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError> {
+        let rows = sqlx::query(SELECT_EVENTS)
+            .bind(id.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode_event).collect()
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError> {
+        if filter.limit == 0 || filter.limit > PAGE_MAX {
+            return Err(LimitError::PageSize.into());
+        }
+        let statuses: Vec<Status> = if filter.statuses.is_empty() {
+            ALL_STATUSES.to_vec()
+        } else {
+            filter.statuses.clone()
+        };
+        let mut all = Vec::new();
+        for status in statuses {
+            let rows = sqlx::query(LIST)
+                .bind(status.as_str())
+                .bind(
+                    filter
+                        .updated_before_ms
+                        .unwrap_or(Timestamp::from_millis(i64::MAX)),
+                )
+                .bind(filter.tenant.as_ref().map(|t| t.as_str().to_string()))
+                .bind(i64::from(filter.limit))
+                .fetch_all(&self.pool)
+                .await?;
+            for r in &rows {
+                all.push(decode_operation(r)?);
+            }
+        }
+        all.sort_by_key(|o| (o.updated_at_ms, o.id.clone()));
+        all.truncate(filter.limit as usize);
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancel_is_a_legal_move() {
+        assert!(CANCEL.contains("AND status IN ('awaiting_approval', 'ready')"));
     }
 }

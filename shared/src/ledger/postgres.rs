@@ -4,9 +4,8 @@ use super::dialect::Dialect;
 use super::moves::{legal, status_in};
 use super::queue::record_on;
 use super::store::Store;
-use super::{LedgerError, Recorded, bounded, migrate};
-use crate::clock::{Clock, SystemClock};
-use crate::id::OperationId;
+use super::{Fence, LedgerError, Recorded, bounded, migrate};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::state::{Event, Status};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
@@ -52,17 +51,17 @@ const RENEW: &str = "WITH held AS MATERIALIZED ( \
        AND id IN (SELECT jsonb_array_elements_text($4::jsonb)) ORDER BY id FOR UPDATE) \
      UPDATE operations o SET lease_expires_at = $3, last_event = NULL FROM held WHERE o.id = held.id \
      RETURNING o.id, o.attempt";
-/// `MARK_SUBMITTING` for a whole claimed batch in one statement (one round trip, one commit), rows
-/// locked in id order. Returns the ids marked; the others lost their fence.
+/// A note (no state change): requests are about to leave, for one fence or a whole claimed batch
+/// in one statement (one round trip, one commit), rows locked in id order. Refused once a lease has
+/// expired. Returns the ids marked; the others lost their fence.
 ///
 /// The fence (attempt, `executing`, unexpired lease) is the `locked` CTE's: `FOR UPDATE` re-checks
 /// it on the newest row version and holds the row until commit, so the outer update, which joins
 /// only locked rows by primary key, needs no second copy. A second copy would be harmful: it
 /// matches `operations_lease_idx`'s predicate, whose statistics say almost no row is executing,
 /// and the planner then scans every executing row once per batch row (measured: 150 ms for a
-/// 128-row batch with 512 rows executing, 36 ms without; throughput fell to a few hundred per
-/// second at 512 in flight).
-const MARK_SUBMITTING_BATCH: &str = "WITH locked AS MATERIALIZED ( \
+/// 128-row batch with 512 rows executing, 36 ms without; issue 16).
+const MARK_SUBMITTING: &str = "WITH locked AS MATERIALIZED ( \
        SELECT o.id, o.attempt FROM operations o \
        JOIN unnest($1::text[], $2::bigint[]) AS b(id, attempt) ON o.id = b.id AND o.attempt = b.attempt \
        WHERE o.status = 'executing' AND o.lease_expires_at > $3 ORDER BY o.id FOR UPDATE OF o) \
@@ -80,8 +79,8 @@ const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY 
 /// The worker's `processor_succeeded` for many rows in one statement, each fenced by its own
 /// attempt, rows locked in id order first (see `RENEW`). Needs no transaction of its own: it is the
 /// batch's only statement when every outcome is a success (the common case), one commit per batch.
-/// The fence (attempt, the move's from-state) is checked under the lock, as in
-/// `MARK_SUBMITTING_BATCH` (which says why the outer update must not repeat it).
+/// The fence (attempt, the move's from-state) is checked under the lock, as in `MARK_SUBMITTING`
+/// (which says why the outer update must not repeat it).
 static RECORD_SUCCEEDED_BATCH: LazyLock<String> = LazyLock::new(|| {
     let succeeded = legal(&[Status::Executing], Event::ProcessorSucceeded);
     format!(
@@ -120,7 +119,7 @@ impl PostgresLedger {
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
-        migrate::postgres(&mut conn, SystemClock.now_ms()).await?;
+        migrate::postgres(&mut conn, SystemClock.now()).await?;
         drop(conn);
         Ok(Store::new(pool))
     }
@@ -192,45 +191,42 @@ impl Dialect for Postgres {
         let _ = tokio::time::timeout(max_wait, store.ready.notified()).await;
     }
 
-    async fn mark_submitting_batch(
+    async fn mark_submitting(
         store: &PostgresLedger,
-        items: &[(OperationId, i64)],
-        now_ms: i64,
+        fences: &[Fence],
+        now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
-        mark_submitting_batch(&store.pool, items, now_ms).await
+        mark_submitting(&store.pool, fences, now).await
     }
 
     async fn record_batch(
         store: &PostgresLedger,
-        items: &[(OperationId, i64, Recorded)],
+        items: &[(Fence, Recorded)],
         actor: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
-        record_batch(&store.pool, items, actor, now_ms).await
+        record_batch(&store.pool, items, actor, now).await
     }
 }
 
-/// Records submission starts for a claimed batch in one statement.
-async fn mark_submitting_batch(
+/// Records submission starts (one or a claimed batch) in one statement.
+async fn mark_submitting(
     pool: &PgPool,
-    items: &[(OperationId, i64)],
-    now_ms: i64,
+    fences: &[Fence],
+    now: Timestamp,
 ) -> Result<Vec<bool>, LedgerError> {
-    let ids: Vec<String> = items
-        .iter()
-        .map(|(id, _)| id.as_str().to_string())
-        .collect();
-    let attempts: Vec<i64> = items.iter().map(|(_, attempt)| *attempt).collect();
-    let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING_BATCH)
+    let ids: Vec<String> = fences.iter().map(|f| f.id.as_str().to_string()).collect();
+    let attempts: Vec<i64> = fences.iter().map(|f| f.attempt).collect();
+    let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING)
         .bind(&ids)
         .bind(&attempts)
-        .bind(now_ms)
+        .bind(now)
         .fetch_all(pool)
         .await?;
     let marked: HashSet<&str> = marked.iter().map(String::as_str).collect();
-    Ok(items
+    Ok(fences
         .iter()
-        .map(|(id, _)| marked.contains(id.as_str()))
+        .map(|f| marked.contains(f.id.as_str()))
         .collect())
 }
 
@@ -239,9 +235,9 @@ async fn mark_submitting_batch(
 /// statement, the rest one by one.
 async fn record_batch(
     pool: &PgPool,
-    items: &[(OperationId, i64, Recorded)],
+    items: &[(Fence, Recorded)],
     actor: &str,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<Vec<bool>, LedgerError> {
     let mut recorded = vec![false; items.len()];
     let (mut ids, mut attempts, mut references, mut results) = (vec![], vec![], vec![], vec![]);
@@ -249,12 +245,14 @@ async fn record_batch(
     // one by one.
     let mut position: HashMap<&str, usize> = HashMap::new();
     let mut others = Vec::new();
-    for (i, (id, attempt, outcome)) in items.iter().enumerate() {
+    for (i, (fence, outcome)) in items.iter().enumerate() {
         match outcome {
-            Recorded::Succeeded { reference, result } if !position.contains_key(id.as_str()) => {
-                position.insert(id.as_str(), i);
-                ids.push(id.as_str().to_string());
-                attempts.push(*attempt);
+            Recorded::Succeeded { reference, result }
+                if !position.contains_key(fence.id.as_str()) =>
+            {
+                position.insert(fence.id.as_str(), i);
+                ids.push(fence.id.as_str().to_string());
+                attempts.push(fence.attempt);
                 references.push(reference.clone());
                 results.push(result.to_string());
             }
@@ -275,7 +273,7 @@ async fn record_batch(
             .bind(&references)
             .bind(&results)
             .bind(bounded(actor))
-            .bind(now_ms)
+            .bind(now)
     };
     if others.is_empty() {
         if !ids.is_empty() {
@@ -286,15 +284,15 @@ async fn record_batch(
     let mut tx = pool.begin().await?;
     let all: Vec<String> = items
         .iter()
-        .map(|(id, _, _)| id.as_str().to_string())
+        .map(|(fence, _)| fence.id.as_str().to_string())
         .collect();
     sqlx::query(LOCK_BATCH).bind(&all).execute(&mut *tx).await?;
     if !ids.is_empty() {
         succeeded(statement().fetch_all(&mut *tx).await?, &mut recorded);
     }
     for i in others {
-        let (id, attempt, outcome) = &items[i];
-        match record_on::<Postgres>(&mut *tx, id, *attempt, outcome, actor, now_ms).await {
+        let (fence, outcome) = &items[i];
+        match record_on::<Postgres>(&mut *tx, fence, outcome, actor, now).await {
             Ok(_) => recorded[i] = true,
             Err(LedgerError::Fenced { .. }) => {}
             Err(other) => return Err(other),

@@ -6,18 +6,18 @@ use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::record::decode_operation;
 use super::store::Store;
-use super::{CLAIM_BATCH_MAX, Claimed, LedgerError, LimitError, Operation, Recorded, bounded};
+use super::{
+    CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LedgerError, LimitError, Operation, Queue,
+    Recorded, bounded,
+};
+use crate::clock::Timestamp;
 use crate::id::OperationId;
 use crate::state::{Event, Status};
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
+use std::time::Duration;
 
-/// A note (no state change): a request is about to leave. Refused once the lease has expired.
-pub(crate) const MARK_SUBMITTING: &str = "UPDATE operations SET first_submitted_at = COALESCE(first_submitted_at, $3), \
-     first_submitted_attempt = COALESCE(first_submitted_attempt, $2), last_submitted_at = $3, \
-     submit_count = submit_count + 1, updated_at = $3, last_event = 'submission_started', last_actor = lease_owner, \
-     last_detail = NULL \
-     WHERE id = $1 AND attempt = $2 AND status = 'executing' AND lease_expires_at > $3";
 /// The worker's fence: its attempt, and the row still `executing` (the moves below say so).
 const FENCE: &str = "id = $1 AND attempt = $2";
 const LEASE_CLEARED: &str = "lease_owner = NULL, lease_expires_at = NULL";
@@ -127,10 +127,8 @@ static RECORD_ATTENTION: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The work queue of one store.
-pub(crate) struct Queue<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
-
-impl<DB> Queue<'_, DB>
+#[async_trait]
+impl<DB> Queue for Store<DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -143,37 +141,35 @@ where
     for<'t> Option<String>: Encode<'t, DB>,
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
-    /// See [`Ledger::claim`](super::Ledger::claim).
-    pub(crate) async fn claim(
+    async fn claim(
         &self,
         owner: &str,
         batch: u32,
-        lease_ttl_ms: i64,
-        now_ms: i64,
+        lease_ttl: Duration,
+        now: Timestamp,
     ) -> Result<Vec<Claimed>, LedgerError> {
         if batch == 0 || batch > CLAIM_BATCH_MAX {
             return Err(LimitError::ClaimBatch.into());
         }
-        if lease_ttl_ms <= 0 {
+        if lease_ttl.as_millis() == 0 {
             return Err(LimitError::LeaseTtl.into());
         }
         let rows = sqlx::query(DB::claim())
-            .bind(now_ms)
+            .bind(now)
             .bind(i64::from(batch))
             .bind(owner)
-            .bind(now_ms + lease_ttl_ms)
-            .fetch_all(&self.0.pool)
+            .bind(now + lease_ttl)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter().map(decode_operation).collect()
     }
 
-    /// See [`Ledger::renew`](super::Ledger::renew).
-    pub(crate) async fn renew(
+    async fn renew(
         &self,
         owner: &str,
         held: &[OperationId],
-        lease_ttl_ms: i64,
-        now_ms: i64,
+        lease_ttl: Duration,
+        now: Timestamp,
     ) -> Result<Vec<(OperationId, i64)>, LedgerError> {
         if held.is_empty() {
             return Ok(Vec::new());
@@ -182,10 +178,10 @@ where
         let ids = serde_json::to_string(&ids).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
         let rows = sqlx::query(DB::RENEW)
             .bind(owner)
-            .bind(now_ms)
-            .bind(now_ms + lease_ttl_ms)
+            .bind(now)
+            .bind(now + lease_ttl)
             .bind(ids)
-            .fetch_all(&self.0.pool)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter()
             .map(|r| {
@@ -197,69 +193,73 @@ where
             .collect()
     }
 
-    /// See [`Ledger::mark_submitting`](super::Ledger::mark_submitting).
-    pub(crate) async fn mark_submitting(
+    async fn mark_submitting(
         &self,
-        id: &OperationId,
-        attempt: i64,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
-        let done = sqlx::query(MARK_SUBMITTING)
-            .bind(id.as_str())
-            .bind(attempt)
-            .bind(now_ms)
-            .execute(&self.0.pool)
-            .await?;
-        fenced(DB::rows_affected(&done), id, attempt)
+        fences: &[Fence],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        if fences.is_empty() {
+            return Ok(Vec::new());
+        }
+        DB::mark_submitting(self, fences, now).await
     }
 
-    /// See [`Ledger::release`](super::Ledger::release).
-    pub(crate) async fn release(
-        &self,
-        id: &OperationId,
-        attempt: i64,
-        actor: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
+    async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError> {
         // At most one of the two matches: they split on whether anything was ever submitted.
         for statement in [&RELEASE, &RELEASE_SUBMITTED] {
             let done = sqlx::query(statement.as_str())
-                .bind(id.as_str())
-                .bind(attempt)
-                .bind(now_ms)
+                .bind(fence.id.as_str())
+                .bind(fence.attempt)
+                .bind(now)
                 .bind(bounded(actor))
-                .execute(&self.0.pool)
+                .execute(&self.pool)
                 .await?;
             if DB::rows_affected(&done) == 1 {
                 return Ok(());
             }
         }
-        fenced(0, id, attempt)
+        fenced(0, fence)
     }
 
-    /// See [`Ledger::record`](super::Ledger::record).
-    pub(crate) async fn record(
+    async fn record(
         &self,
-        id: &OperationId,
-        attempt: i64,
+        fence: &Fence,
         outcome: &Recorded,
         actor: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        let mut conn = self.0.pool.acquire().await?;
-        record_on(&mut *conn, id, attempt, outcome, actor, now_ms).await
+        let mut conn = self.pool.acquire().await?;
+        record_on(&mut *conn, fence, outcome, actor, now).await
+    }
+
+    async fn record_batch(
+        &self,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        DB::record_batch(self, items, actor, now).await
+    }
+
+    async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError> {
+        self.get_unscoped(&fence.id).await
+    }
+
+    async fn wait_for_ready(&self, max_wait: Duration) {
+        DB::wait_ready(self, max_wait).await
     }
 }
 
 /// `Ok` if a fenced write changed its one row, else [`LedgerError::Fenced`].
-pub(crate) fn fenced(rows: u64, id: &OperationId, attempt: i64) -> Result<(), LedgerError> {
-    if rows == 1 {
-        Ok(())
-    } else {
-        Err(LedgerError::Fenced {
-            id: id.clone(),
-            attempt,
-        })
+pub(crate) fn fenced(rows: u64, fence: &Fence) -> Result<(), LedgerError> {
+    if rows == 1 { Ok(()) } else { Err(lost(fence)) }
+}
+
+/// The error of a write whose fence no longer holds.
+pub(crate) fn lost(fence: &Fence) -> LedgerError {
+    LedgerError::Fenced {
+        id: fence.id.clone(),
+        attempt: fence.attempt,
     }
 }
 
@@ -267,11 +267,10 @@ pub(crate) fn fenced(rows: u64, id: &OperationId, attempt: i64) -> Result<(), Le
 /// outcome that would hide an earlier submission is written as its [`fallback`] instead.
 pub(crate) async fn record_on<DB>(
     conn: &mut DB::Connection,
-    id: &OperationId,
-    attempt: i64,
+    fence: &Fence,
     outcome: &Recorded,
     actor: &str,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<Operation, LedgerError>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
@@ -286,30 +285,27 @@ where
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
     let actor = bounded(actor);
-    let mut row = write_outcome(&mut *conn, id, attempt, outcome, &actor, now_ms).await?;
+    let mut row = write_outcome(&mut *conn, fence, outcome, &actor, now).await?;
     if row.is_none()
-        && let Some(instead) = fallback(outcome, now_ms)
+        && let Some(instead) = fallback(outcome, now)
     {
-        row = write_outcome(&mut *conn, id, attempt, &instead, &actor, now_ms).await?;
+        row = write_outcome(&mut *conn, fence, &instead, &actor, now).await?;
     }
     match row {
         Some(row) => decode_operation(&row),
-        None => Err(LedgerError::Fenced {
-            id: id.clone(),
-            attempt,
-        }),
+        None => Err(lost(fence)),
     }
 }
 
 /// What to record when `outcome`'s own statement did not match although the fence may still hold:
 /// its guard saw an earlier attempt's submission.
-fn fallback(outcome: &Recorded, now_ms: i64) -> Option<Recorded> {
+fn fallback(outcome: &Recorded, now: Timestamp) -> Option<Recorded> {
     match outcome {
         // An earlier attempt may have reached the processor: this is unknown, not retryable.
         Recorded::RetryLater { reason, .. } => Some(Recorded::Unknown {
             reason: format!("{reason}; an earlier attempt may have reached the processor"),
             reference: None,
-            next_check_at_ms: now_ms,
+            next_check_at_ms: now,
         }),
         // Something was submitted earlier: "rejected" would hide it. A human decides.
         Recorded::Rejected { code, message } => Some(Recorded::NeedsAttention {
@@ -326,11 +322,10 @@ fn fallback(outcome: &Recorded, now_ms: i64) -> Option<Recorded> {
 /// Runs `outcome`'s one statement; `None` when it matched no row.
 async fn write_outcome<DB>(
     conn: &mut DB::Connection,
-    id: &OperationId,
-    attempt: i64,
+    fence: &Fence,
     outcome: &Recorded,
     actor: &str,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<Option<DB::Row>, LedgerError>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
@@ -346,15 +341,15 @@ where
 {
     let fence = |statement: &'static LazyLock<String>| {
         sqlx::query::<DB>(statement.as_str())
-            .bind(id.as_str())
-            .bind(attempt)
+            .bind(fence.id.as_str())
+            .bind(fence.attempt)
     };
     let query = match outcome {
         Recorded::Succeeded { reference, result } => fence(&RECORD_SUCCEEDED)
             .bind(reference.as_str())
             .bind(result.to_string())
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
         Recorded::Failed {
             code,
             message,
@@ -364,7 +359,7 @@ where
             .bind(bounded(code))
             .bind(bounded(message))
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
         Recorded::RetryLater {
             reason,
             available_at_ms,
@@ -372,11 +367,11 @@ where
             .bind(*available_at_ms)
             .bind(bounded(reason))
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
         Recorded::Exhausted { reason } => fence(&RECORD_EXHAUSTED)
             .bind(bounded(reason))
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
         Recorded::Unknown {
             reason,
             reference,
@@ -386,16 +381,16 @@ where
             .bind(reference.as_deref())
             .bind(bounded(reason))
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
         Recorded::Rejected { code, message } => fence(&RECORD_REJECTED)
             .bind(bounded(code))
             .bind(bounded(message))
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
         Recorded::NeedsAttention { reason } => fence(&RECORD_ATTENTION)
             .bind(bounded(reason))
             .bind(actor)
-            .bind(now_ms),
+            .bind(now),
     };
     Ok(query.fetch_optional(&mut *conn).await?)
 }

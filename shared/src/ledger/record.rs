@@ -1,11 +1,14 @@
 //! Rows as the ledger returns them, decoded from either store.
 
 use super::LedgerError;
+use crate::clock::Timestamp;
 use crate::details::{Details, DetailsHash, RawDetails, RawRefundOf};
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::state::Status;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Decode, Row, Type};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 
 /// One intended action, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -28,15 +31,15 @@ pub struct Operation {
     /// Lease holder while executing.
     pub lease_owner: Option<String>,
     /// Lease expiry while executing, ms.
-    pub lease_expires_at_ms: Option<i64>,
+    pub lease_expires_at_ms: Option<Timestamp>,
     /// The key forwarded to the processor, derived once.
     pub idempotency_key: IdempotencyKey,
     /// First time a request may have left for the processor, ms.
-    pub first_submitted_at_ms: Option<i64>,
+    pub first_submitted_at_ms: Option<Timestamp>,
     /// The attempt that first submitted.
     pub first_submitted_attempt: Option<i64>,
     /// Latest submission, ms.
-    pub last_submitted_at_ms: Option<i64>,
+    pub last_submitted_at_ms: Option<Timestamp>,
     /// How many requests may have left (all with the same key).
     pub submit_count: i64,
     /// Processor reference.
@@ -49,9 +52,9 @@ pub struct Operation {
     /// Failure message or the latest reason.
     pub failure_message: Option<String>,
     /// When a ready row may be claimed, ms.
-    pub available_at_ms: i64,
+    pub available_at_ms: Timestamp,
     /// When the reconciler should next look at an unknown row, ms.
-    pub next_check_at_ms: Option<i64>,
+    pub next_check_at_ms: Option<Timestamp>,
     /// Lookups made so far.
     pub check_count: i64,
     /// Details hash the current approval binds to.
@@ -59,11 +62,11 @@ pub struct Operation {
     /// Who approved.
     pub approved_by: Option<String>,
     /// When the current approval expires, ms.
-    pub approval_expires_at_ms: Option<i64>,
+    pub approval_expires_at_ms: Option<Timestamp>,
     /// Created, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Last changed, ms.
-    pub updated_at_ms: i64,
+    pub updated_at_ms: Timestamp,
 }
 
 fn serialize_details<S: serde::Serializer>(d: &Details, s: S) -> Result<S::Ok, S::Error> {
@@ -71,11 +74,11 @@ fn serialize_details<S: serde::Serializer>(d: &Details, s: S) -> Result<S::Ok, S
 }
 
 impl Operation {
-    /// Whether the current approval binds to the current details and is unexpired at `now_ms`.
-    pub fn approval_valid_at(&self, now_ms: i64) -> bool {
+    /// Whether the current approval binds to the current details and is unexpired at `now`.
+    pub fn approval_valid_at(&self, now: Timestamp) -> bool {
         let hash_matches = self.approved_hash.as_ref() == Some(&self.details.hash())
             && self.details_hash == self.details.hash();
-        hash_matches && self.approval_expires_at_ms.is_some_and(|t| t > now_ms)
+        hash_matches && self.approval_expires_at_ms.is_some_and(|t| t > now)
     }
 }
 
@@ -92,7 +95,7 @@ pub struct ExpiredLease {
     /// The lease holder.
     pub lease_owner: String,
     /// When it expired, ms.
-    pub lease_expires_at_ms: i64,
+    pub lease_expires_at_ms: Timestamp,
     /// Whether a submission was recorded (then the outcome is unknown).
     pub submitted: bool,
 }
@@ -101,7 +104,7 @@ pub struct ExpiredLease {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OperationEvent {
     /// When, ms.
-    pub at_ms: i64,
+    pub at_ms: Timestamp,
     /// What happened (an event name of the state machine, or `create`, `submission_started`, ...).
     pub event: String,
     /// Who.
@@ -130,9 +133,9 @@ pub struct Approval {
     /// How.
     pub method: String,
     /// When, ms.
-    pub approved_at_ms: i64,
+    pub approved_at_ms: Timestamp,
     /// Valid until, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
 }
 
 /// A single-use confirmation link.
@@ -145,11 +148,11 @@ pub struct ApprovalLink {
     /// The details hash the page will show.
     pub details_hash: String,
     /// Created, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Used, ms.
-    pub used_at_ms: Option<i64>,
+    pub used_at_ms: Option<Timestamp>,
 }
 
 /// What a key may do.
@@ -198,11 +201,11 @@ pub struct ApiKeyRecord {
     /// Human label.
     pub label: String,
     /// Created, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Refused from this instant on, ms; `None`: never expires.
-    pub expires_at_ms: Option<i64>,
+    pub expires_at_ms: Option<Timestamp>,
     /// Revoked at, ms.
-    pub revoked_at_ms: Option<i64>,
+    pub revoked_at_ms: Option<Timestamp>,
     /// Who revoked it.
     pub revoked_by: Option<String>,
     /// Why it was revoked.
@@ -210,13 +213,13 @@ pub struct ApiKeyRecord {
     /// The key a rotation issued in its place.
     pub replaced_by: Option<String>,
     /// Last accepted, ms, to within the api's last-used resolution.
-    pub last_used_at_ms: Option<i64>,
+    pub last_used_at_ms: Option<Timestamp>,
 }
 
 impl ApiKeyRecord {
-    /// Whether the key is accepted at `now_ms`: not revoked and not expired.
-    pub fn is_active(&self, now_ms: i64) -> bool {
-        self.revoked_at_ms.is_none() && self.expires_at_ms.is_none_or(|at| at > now_ms)
+    /// Whether the key is accepted at `now`: not revoked and not expired.
+    pub fn is_active(&self, now: Timestamp) -> bool {
+        self.revoked_at_ms.is_none() && self.expires_at_ms.is_none_or(|at| at > now)
     }
 }
 
@@ -230,7 +233,7 @@ where
 {
     let s = |c: &'static str| row.try_get::<String, _>(c);
     let os = |c: &'static str| row.try_get::<Option<String>, _>(c);
-    let oi = |c: &'static str| row.try_get::<Option<i64>, _>(c);
+    let ot = |c: &'static str| row.try_get::<Option<Timestamp>, _>(c);
     let tenant = s("tenant_id")?;
     let role = s("role")?;
     Ok(ApiKeyRecord {
@@ -239,13 +242,13 @@ where
         tenant: TenantId::parse(&tenant).map_err(corrupt)?,
         role: Role::parse(&role).ok_or_else(|| corrupt(format!("role {role}")))?,
         label: s("label")?,
-        created_at_ms: row.try_get::<i64, _>("created_at")?,
-        expires_at_ms: oi("expires_at")?,
-        revoked_at_ms: oi("revoked_at")?,
+        created_at_ms: row.try_get("created_at")?,
+        expires_at_ms: ot("expires_at")?,
+        revoked_at_ms: ot("revoked_at")?,
         revoked_by: os("revoked_by")?,
         revoked_reason: os("revoked_reason")?,
         replaced_by: os("replaced_by")?,
-        last_used_at_ms: oi("last_used_at")?,
+        last_used_at_ms: ot("last_used_at")?,
     })
 }
 
@@ -257,10 +260,45 @@ pub struct StatusCount {
     /// How many rows.
     pub count: i64,
     /// Oldest `updated_at` among them, ms.
-    pub oldest_updated_at_ms: Option<i64>,
+    pub oldest_updated_at_ms: Option<Timestamp>,
     /// Earliest first submission among them, ms: how long the oldest outcome has been in doubt
     /// (`updated_at` moves with every re-check, so it cannot say that).
-    pub oldest_submitted_at_ms: Option<i64>,
+    pub oldest_submitted_at_ms: Option<Timestamp>,
+}
+
+// An instant is stored as the `BIGINT` (`INTEGER` in SQLite) of its milliseconds since the epoch:
+// these three impls are the one place it crosses into and out of SQL.
+impl<DB: Database> Type<DB> for Timestamp
+where
+    i64: Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <i64 as Type<DB>>::type_info()
+    }
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <i64 as Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'q, DB: Database> Encode<'q, DB> for Timestamp
+where
+    i64: Encode<'q, DB>,
+{
+    fn encode_by_ref(
+        &self,
+        buf: &mut <DB as Database>::ArgumentBuffer,
+    ) -> Result<IsNull, BoxDynError> {
+        self.as_millis().encode_by_ref(buf)
+    }
+}
+
+impl<'r, DB: Database> Decode<'r, DB> for Timestamp
+where
+    i64: Decode<'r, DB>,
+{
+    fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+        Ok(Timestamp::from_millis(i64::decode(value)?))
+    }
 }
 
 fn corrupt(e: impl std::fmt::Display) -> LedgerError {
@@ -279,6 +317,8 @@ where
     let os = |c: &'static str| row.try_get::<Option<String>, _>(c);
     let i = |c: &'static str| row.try_get::<i64, _>(c);
     let oi = |c: &'static str| row.try_get::<Option<i64>, _>(c);
+    let t = |c: &'static str| row.try_get::<Timestamp, _>(c);
+    let ot = |c: &'static str| row.try_get::<Option<Timestamp>, _>(c);
     let raw = RawDetails {
         kind: s("kind")?,
         amount: i("amount_minor")?,
@@ -308,11 +348,11 @@ where
             .ok_or_else(|| corrupt(format!("unknown status {status_raw}")))?,
         attempt: i("attempt")?,
         lease_owner: os("lease_owner")?,
-        lease_expires_at_ms: oi("lease_expires_at")?,
+        lease_expires_at_ms: ot("lease_expires_at")?,
         idempotency_key: IdempotencyKey::parse(&s("idempotency_key")?).map_err(corrupt)?,
-        first_submitted_at_ms: oi("first_submitted_at")?,
+        first_submitted_at_ms: ot("first_submitted_at")?,
         first_submitted_attempt: oi("first_submitted_attempt")?,
-        last_submitted_at_ms: oi("last_submitted_at")?,
+        last_submitted_at_ms: ot("last_submitted_at")?,
         submit_count: i("submit_count")?,
         external_ref: os("external_ref")?,
         result: os("result")?
@@ -321,17 +361,17 @@ where
             .map_err(corrupt)?,
         failure_code: os("failure_code")?,
         failure_message: os("failure_message")?,
-        available_at_ms: i("available_at")?,
-        next_check_at_ms: oi("next_check_at")?,
+        available_at_ms: t("available_at")?,
+        next_check_at_ms: ot("next_check_at")?,
         check_count: i("check_count")?,
         approved_hash: os("approved_hash")?
             .map(|h| DetailsHash::parse(&h))
             .transpose()
             .map_err(corrupt)?,
         approved_by: os("approved_by")?,
-        approval_expires_at_ms: oi("approval_expires_at")?,
-        created_at_ms: i("created_at")?,
-        updated_at_ms: i("updated_at")?,
+        approval_expires_at_ms: ot("approval_expires_at")?,
+        created_at_ms: t("created_at")?,
+        updated_at_ms: t("updated_at")?,
     })
 }
 

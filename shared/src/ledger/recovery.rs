@@ -4,19 +4,22 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, update};
-use super::operations::Operations;
-use super::queue::fenced;
+use super::queue::{fenced, lost};
 use super::record::decode_operation;
 use super::report::{Plan, REPORT_RETRIES_MAX, plan_report, plan_resolution};
 use super::store::Store;
 use super::{
-    Applied, Claimed, ExpiredLease, LedgerError, LimitError, Operation, PAGE_MAX, Report,
-    Resolution, bounded,
+    Applied, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpiredLease, Fence,
+    Inspection, LedgerError, LimitError, MaintenanceLease, Operation, PAGE_MAX, Recovery, Report,
+    Resolve, bounded,
 };
+use crate::clock::Timestamp;
 use crate::id::OperationId;
 use crate::state::{Event, Move, Status, transition};
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 const EXPIRED_LEASES: &str = "SELECT id, attempt, lease_owner, lease_expires_at, first_submitted_at \
      FROM operations WHERE status = 'executing' AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2";
@@ -102,10 +105,8 @@ fn sweep_page(limit: u32) -> Result<i64, LedgerError> {
     Ok(i64::from(limit))
 }
 
-/// Recovery of one store.
-pub(crate) struct Recovery<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
-
-impl<DB> Recovery<'_, DB>
+#[async_trait]
+impl<DB> Recovery for Store<DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -118,16 +119,15 @@ where
     for<'t> Option<String>: Encode<'t, DB>,
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
-    /// See [`Ledger::expired_leases`](super::Ledger::expired_leases).
-    pub(crate) async fn expired_leases(
+    async fn expired_leases(
         &self,
-        now_ms: i64,
+        now: Timestamp,
         limit: u32,
     ) -> Result<Vec<ExpiredLease>, LedgerError> {
         let rows = sqlx::query(EXPIRED_LEASES)
-            .bind(now_ms)
+            .bind(now)
             .bind(sweep_page(limit)?)
-            .fetch_all(&self.0.pool)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter()
             .map(|r| {
@@ -143,14 +143,12 @@ where
             .collect()
     }
 
-    /// See [`Ledger::expire_lease`](super::Ledger::expire_lease).
-    pub(crate) async fn expire_lease(
+    async fn expire_lease(
         &self,
-        lease: &ExpiredLease,
-        actor: &str,
-        now_ms: i64,
-        next_check_at_ms: i64,
+        request: &ExpireLease<'_>,
+        now: Timestamp,
     ) -> Result<Status, LedgerError> {
+        let lease = request.lease;
         let detail = format!(
             "lease of {} expired at {}",
             lease.lease_owner, lease.lease_expires_at_ms
@@ -164,112 +162,93 @@ where
         let done = sqlx::query(statement.as_str())
             .bind(lease.id.as_str())
             .bind(lease.attempt)
-            .bind(now_ms)
-            .bind(bounded(actor))
+            .bind(now)
+            .bind(bounded(request.actor))
             .bind(detail)
-            .bind(next_check_at_ms)
-            .execute(&self.0.pool)
+            .bind(request.next_check_at)
+            .execute(&self.pool)
             .await?;
-        fenced(DB::rows_affected(&done), &lease.id, lease.attempt)?;
+        let fence = Fence {
+            id: lease.id.clone(),
+            attempt: lease.attempt,
+        };
+        fenced(DB::rows_affected(&done), &fence)?;
         Ok(to)
     }
 
-    /// See [`Ledger::due_for_check`](super::Ledger::due_for_check).
-    pub(crate) async fn due_for_check(
+    async fn due_for_check(
         &self,
-        now_ms: i64,
+        now: Timestamp,
         limit: u32,
     ) -> Result<Vec<Operation>, LedgerError> {
         let rows = sqlx::query(DUE_FOR_CHECK)
-            .bind(now_ms)
+            .bind(now)
             .bind(sweep_page(limit)?)
-            .fetch_all(&self.0.pool)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter().map(decode_operation).collect()
     }
 
-    /// See [`Ledger::defer_check`](super::Ledger::defer_check).
-    pub(crate) async fn defer_check(
+    async fn defer_check(
         &self,
-        id: &OperationId,
-        attempt: i64,
-        next_check_at_ms: i64,
-        detail: &str,
-        actor: &str,
-        now_ms: i64,
+        request: &DeferCheck<'_>,
+        now: Timestamp,
     ) -> Result<(), LedgerError> {
         let done = sqlx::query(DEFER_CHECK)
-            .bind(id.as_str())
-            .bind(attempt)
-            .bind(next_check_at_ms)
-            .bind(bounded(detail))
-            .bind(bounded(actor))
-            .bind(now_ms)
-            .execute(&self.0.pool)
+            .bind(request.fence.id.as_str())
+            .bind(request.fence.attempt)
+            .bind(request.next_check_at)
+            .bind(bounded(request.detail))
+            .bind(bounded(request.actor))
+            .bind(now)
+            .execute(&self.pool)
             .await?;
-        fenced(DB::rows_affected(&done), id, attempt)
+        fenced(DB::rows_affected(&done), request.fence)
     }
 
-    /// See [`Ledger::claim_unknown`](super::Ledger::claim_unknown).
-    pub(crate) async fn claim_unknown(
+    async fn claim_unknown(
         &self,
-        id: &OperationId,
-        attempt: i64,
-        owner: &str,
-        lease_ttl_ms: i64,
-        why: &str,
-        now_ms: i64,
+        request: &ClaimUnknown<'_>,
+        now: Timestamp,
     ) -> Result<Claimed, LedgerError> {
         let row = sqlx::query(CLAIM_UNKNOWN.as_str())
-            .bind(id.as_str())
-            .bind(attempt)
-            .bind(owner)
-            .bind(now_ms + lease_ttl_ms)
-            .bind(now_ms)
-            .bind(bounded(why))
-            .fetch_optional(&self.0.pool)
+            .bind(request.fence.id.as_str())
+            .bind(request.fence.attempt)
+            .bind(request.owner)
+            .bind(now + request.lease_ttl)
+            .bind(now)
+            .bind(bounded(request.why))
+            .fetch_optional(&self.pool)
             .await?
-            .ok_or_else(|| LedgerError::Fenced {
-                id: id.clone(),
-                attempt,
-            })?;
+            .ok_or_else(|| lost(request.fence))?;
         decode_operation(&row)
     }
 
-    /// See [`Ledger::escalate`](super::Ledger::escalate).
-    pub(crate) async fn escalate(
-        &self,
-        id: &OperationId,
-        attempt: i64,
-        reason: &str,
-        actor: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
+    async fn escalate(&self, request: &Escalate<'_>, now: Timestamp) -> Result<(), LedgerError> {
         let done = sqlx::query(ESCALATE_UNKNOWN.as_str())
-            .bind(id.as_str())
-            .bind(attempt)
-            .bind(bounded(reason))
-            .bind(bounded(actor))
-            .bind(now_ms)
-            .execute(&self.0.pool)
+            .bind(request.fence.id.as_str())
+            .bind(request.fence.attempt)
+            .bind(bounded(request.reason))
+            .bind(bounded(request.actor))
+            .bind(now)
+            .execute(&self.pool)
             .await?;
-        fenced(DB::rows_affected(&done), id, attempt)
+        fenced(DB::rows_affected(&done), request.fence)
     }
 
-    /// See [`Ledger::apply_report`](super::Ledger::apply_report).
-    pub(crate) async fn apply_report(
+    async fn apply_report(
         &self,
         id: &OperationId,
         report: &Report,
         source: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Applied, LedgerError> {
         // A racing writer can move the row between the read and the fenced write: re-plan.
         let mut lost_at = None;
         for _ in 0..REPORT_RETRIES_MAX {
-            let current = Operations(self.0).get_unscoped(id).await?;
+            let current = self.get_unscoped(id).await?;
             let plan = plan_report(&current, report, source)?;
-            if let Some(applied) = self.write_plan(&current, plan, source, now_ms).await? {
+            if let Some(applied) = write_plan(self, &current, plan, source, now).await? {
                 return Ok(applied);
             }
             lost_at = Some(current.attempt);
@@ -281,19 +260,16 @@ where
         })
     }
 
-    /// See [`Ledger::resolve`](super::Ledger::resolve).
-    pub(crate) async fn resolve(
+    async fn resolve(
         &self,
-        id: &OperationId,
-        resolution: &Resolution,
-        actor: &str,
-        reason: &str,
-        now_ms: i64,
+        request: &Resolve<'_>,
+        now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        let current = Operations(self.0).get_unscoped(id).await?;
-        let plan = plan_resolution(&current, resolution, reason)?;
-        match self.write_plan(&current, plan, actor, now_ms).await? {
-            Some(_) => Operations(self.0).get_unscoped(id).await,
+        let id = request.id;
+        let current = self.get_unscoped(id).await?;
+        let plan = plan_resolution(&current, request.resolution, request.reason)?;
+        match write_plan(self, &current, plan, request.actor, now).await? {
+            Some(_) => self.get_unscoped(id).await,
             None => Err(LedgerError::Fenced {
                 id: id.clone(),
                 attempt: current.attempt,
@@ -301,150 +277,158 @@ where
         }
     }
 
-    /// Writes a planned report or resolution, fenced by the status and attempt it was planned
-    /// from, to the state the table gives for the plan's event: `Some(applied)` when written (or
-    /// nothing to write), `None` when a racing writer won.
-    async fn write_plan(
+    async fn try_maintenance_lease(
         &self,
-        current: &Operation,
-        plan: Plan,
-        actor: &str,
-        now_ms: i64,
-    ) -> Result<Option<Applied>, LedgerError> {
-        let pool = &self.0.pool;
-        let actor = bounded(actor);
-        let id = current.id.as_str();
-        let moved = |event: Event| Move::new(&[current.status], event);
-        let row = match plan {
-            Plan::Nothing(applied) => return Ok(Some(applied)),
-            Plan::Note {
-                event,
-                detail,
-                applied,
-            } => {
-                sqlx::query(NOTE)
-                    .bind(id)
-                    .bind(now_ms)
-                    .bind(event)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail))
-                    .execute(pool)
-                    .await?;
-                return Ok(Some(applied));
-            }
-            Plan::Succeed {
-                event,
-                reference,
-                result,
-                detail,
-                applied,
-            } => {
-                let mv = moved(event)?;
-                sqlx::query(SET_SUCCEEDED)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(reference)
-                    .bind(result.map(|r| r.to_string()))
-                    .bind(now_ms)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail))
-                    .fetch_optional(pool)
-                    .await?
-                    .map(|_| applied)
-            }
-            Plan::Fail {
-                event,
-                reference,
-                code,
-                message,
-                detail,
-                applied,
-            } => {
-                let mv = moved(event)?;
-                sqlx::query(SET_FAILED)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(reference)
-                    .bind(bounded(&code))
-                    .bind(bounded(&message))
-                    .bind(now_ms)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail))
-                    .fetch_optional(pool)
-                    .await?
-                    .map(|_| applied)
-            }
-            Plan::Conflict { detail, applied } => {
-                let mv = moved(Event::ConflictingReport)?;
-                sqlx::query(SET_CONFLICT)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(bounded(&detail))
-                    .bind(now_ms)
-                    .bind(actor.as_str())
-                    .fetch_optional(pool)
-                    .await?
-                    .map(|_| applied)
-            }
-            Plan::Retry { detail } => {
-                let mv = moved(Event::ResolveRetry)?;
-                sqlx::query(SET_RETRY)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(now_ms)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail))
-                    .fetch_optional(pool)
-                    .await?
-                    .map(|_| Applied::Moved(mv.to))
-            }
-        };
-        Ok(row)
-    }
-
-    /// See [`Ledger::try_maintenance_lease`](super::Ledger::try_maintenance_lease).
-    pub(crate) async fn try_maintenance_lease(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl_ms: i64,
-        now_ms: i64,
+        lease: &MaintenanceLease<'_>,
+        ttl: Duration,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
         let done = sqlx::query(TRY_MAINTENANCE_LEASE)
-            .bind(name)
-            .bind(owner)
-            .bind(now_ms + ttl_ms)
-            .bind(now_ms)
-            .execute(&self.0.pool)
+            .bind(lease.name)
+            .bind(lease.owner)
+            .bind(now + ttl)
+            .bind(now)
+            .execute(&self.pool)
             .await?;
         Ok(DB::rows_affected(&done) == 1)
     }
 
-    /// See [`Ledger::drop_maintenance_lease`](super::Ledger::drop_maintenance_lease).
-    pub(crate) async fn drop_maintenance_lease(
+    async fn drop_maintenance_lease(
         &self,
-        name: &str,
-        owner: &str,
+        lease: &MaintenanceLease<'_>,
     ) -> Result<(), LedgerError> {
         sqlx::query(DROP_MAINTENANCE_LEASE)
-            .bind(name)
-            .bind(owner)
-            .execute(&self.0.pool)
+            .bind(lease.name)
+            .bind(lease.owner)
+            .execute(&self.pool)
             .await?;
         Ok(())
     }
+}
+
+/// Writes a planned report or resolution, fenced by the status and attempt it was planned
+/// from, to the state the table gives for the plan's event: `Some(applied)` when written (or
+/// nothing to write), `None` when a racing writer won.
+async fn write_plan<DB>(
+    store: &Store<DB>,
+    current: &Operation,
+    plan: Plan,
+    actor: &str,
+    now: Timestamp,
+) -> Result<Option<Applied>, LedgerError>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    let pool = &store.pool;
+    let actor = bounded(actor);
+    let id = current.id.as_str();
+    let moved = |event: Event| Move::new(&[current.status], event);
+    let row = match plan {
+        Plan::Nothing(applied) => return Ok(Some(applied)),
+        Plan::Note {
+            event,
+            detail,
+            applied,
+        } => {
+            sqlx::query(NOTE)
+                .bind(id)
+                .bind(now)
+                .bind(event)
+                .bind(actor.as_str())
+                .bind(bounded(&detail))
+                .execute(pool)
+                .await?;
+            return Ok(Some(applied));
+        }
+        Plan::Succeed {
+            event,
+            reference,
+            result,
+            detail,
+            applied,
+        } => {
+            let mv = moved(event)?;
+            sqlx::query(SET_SUCCEEDED)
+                .bind(id)
+                .bind(current.attempt)
+                .bind(current.status.as_str())
+                .bind(mv.to.as_str())
+                .bind(mv.event.as_str())
+                .bind(reference)
+                .bind(result.map(|r| r.to_string()))
+                .bind(now)
+                .bind(actor.as_str())
+                .bind(bounded(&detail))
+                .fetch_optional(pool)
+                .await?
+                .map(|_| applied)
+        }
+        Plan::Fail {
+            event,
+            reference,
+            code,
+            message,
+            detail,
+            applied,
+        } => {
+            let mv = moved(event)?;
+            sqlx::query(SET_FAILED)
+                .bind(id)
+                .bind(current.attempt)
+                .bind(current.status.as_str())
+                .bind(mv.to.as_str())
+                .bind(mv.event.as_str())
+                .bind(reference)
+                .bind(bounded(&code))
+                .bind(bounded(&message))
+                .bind(now)
+                .bind(actor.as_str())
+                .bind(bounded(&detail))
+                .fetch_optional(pool)
+                .await?
+                .map(|_| applied)
+        }
+        Plan::Conflict { detail, applied } => {
+            let mv = moved(Event::ConflictingReport)?;
+            sqlx::query(SET_CONFLICT)
+                .bind(id)
+                .bind(current.attempt)
+                .bind(current.status.as_str())
+                .bind(mv.to.as_str())
+                .bind(mv.event.as_str())
+                .bind(bounded(&detail))
+                .bind(now)
+                .bind(actor.as_str())
+                .fetch_optional(pool)
+                .await?
+                .map(|_| applied)
+        }
+        Plan::Retry { detail } => {
+            let mv = moved(Event::ResolveRetry)?;
+            sqlx::query(SET_RETRY)
+                .bind(id)
+                .bind(current.attempt)
+                .bind(current.status.as_str())
+                .bind(mv.to.as_str())
+                .bind(mv.event.as_str())
+                .bind(now)
+                .bind(actor.as_str())
+                .bind(bounded(&detail))
+                .fetch_optional(pool)
+                .await?
+                .map(|_| Applied::Moved(mv.to))
+        }
+    };
+    Ok(row)
 }
 
 #[cfg(test)]

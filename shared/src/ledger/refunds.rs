@@ -15,10 +15,14 @@ use super::moves::status_in;
 use super::operations::SELECT_BY_BUSINESS_KEY;
 use super::record::decode_operation;
 use super::store::Store;
-use super::{Created, LedgerError, LimitError, NewOperation, Operation, PAGE_MAX, bounded};
+use super::{
+    Created, LedgerError, LimitError, NewOperation, Operation, PAGE_MAX, Refunds, bounded,
+};
+use crate::clock::Timestamp;
 use crate::details::OperationKind;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::Status;
+use async_trait::async_trait;
 use serde::Serialize;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
@@ -81,10 +85,11 @@ impl RefundTotals {
     }
 }
 
-/// The refund rows of one store.
-pub(crate) struct Refunds<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
+/// The refund rows of one store, for creation under the guard and the reads it shares with
+/// [`Refunds`].
+pub(crate) struct RefundRows<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
 
-impl<DB> Refunds<'_, DB>
+impl<DB> RefundRows<'_, DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -98,11 +103,11 @@ where
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
     /// Creates a refund under the guard, or returns the existing one for the same business key and
-    /// details (see [`Ledger::create_or_get`](super::Ledger::create_or_get)).
+    /// details (see [`Operations::create_or_get`](super::Operations::create_or_get)).
     pub(crate) async fn create_or_get(
         &self,
         new: NewOperation,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Created, LedgerError> {
         let d = &new.details;
         let of = d.refund_of().ok_or_else(|| {
@@ -129,7 +134,7 @@ where
             .bind(d.invoice())
             .bind(hash.as_str())
             .bind(key.as_str())
-            .bind(now_ms)
+            .bind(now)
             .bind(bounded(&new.actor))
             .bind(payment.as_str())
             .bind(of.payment_reference())
@@ -218,19 +223,33 @@ where
             refund_count: row.try_get("n")?,
         })
     }
+}
 
-    /// See [`Ledger::refund_totals`](super::Ledger::refund_totals).
-    pub(crate) async fn refund_totals(
+#[async_trait]
+impl<DB> Refunds for Store<DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    async fn refund_totals(
         &self,
         tenant: &TenantId,
         payment: &OperationId,
     ) -> Result<RefundTotals, LedgerError> {
-        let paid = self.payment(tenant, payment).await?;
-        self.totals(&paid).await
+        let rows = RefundRows(self);
+        let paid = rows.payment(tenant, payment).await?;
+        rows.totals(&paid).await
     }
 
-    /// See [`Ledger::refunds_of`](super::Ledger::refunds_of).
-    pub(crate) async fn refunds_of(
+    async fn refunds_of(
         &self,
         tenant: &TenantId,
         payment: &OperationId,
@@ -243,7 +262,7 @@ where
             .bind(payment.as_str())
             .bind(tenant.as_str())
             .bind(i64::from(limit))
-            .fetch_all(&self.0.pool)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter().map(decode_operation).collect()
     }

@@ -3,11 +3,10 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update};
-use super::queue::{MARK_SUBMITTING, record_on};
+use super::queue::record_on;
 use super::store::Store;
-use super::{LedgerError, Recorded, migrate};
-use crate::clock::{Clock, SystemClock};
-use crate::id::OperationId;
+use super::{Fence, LedgerError, Recorded, migrate};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::state::{Event, Status};
 use async_trait::async_trait;
 use sqlx::sqlite::{
@@ -44,6 +43,13 @@ const RENEW: &str = "UPDATE operations SET lease_expires_at = $3, last_event = N
      WHERE status = 'executing' AND lease_owner = $1 AND lease_expires_at > $2 \
      AND id IN (SELECT value FROM json_each($4)) RETURNING id, attempt";
 
+/// A note (no state change): a request is about to leave, for one fence. Refused once the lease
+/// has expired.
+const MARK_SUBMITTING: &str = "UPDATE operations SET first_submitted_at = COALESCE(first_submitted_at, $3), \
+     first_submitted_attempt = COALESCE(first_submitted_attempt, $2), last_submitted_at = $3, \
+     submit_count = submit_count + 1, updated_at = $3, last_event = 'submission_started', last_actor = lease_owner, \
+     last_detail = NULL \
+     WHERE id = $1 AND attempt = $2 AND status = 'executing' AND lease_expires_at > $3";
 /// The SQLite ledger.
 pub type SqliteLedger = Store<Sqlite>;
 
@@ -70,7 +76,7 @@ impl SqliteLedger {
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
-        migrate::sqlite(&mut conn, SystemClock.now_ms()).await?;
+        migrate::sqlite(&mut conn, SystemClock.now()).await?;
         drop(conn);
         Ok(Store::new(pool))
     }
@@ -110,18 +116,18 @@ impl Dialect for Sqlite {
 
     /// One transaction, one statement each: SQLite runs in-process (no round trips) and
     /// serializes writers, so there is no lock order to keep.
-    async fn mark_submitting_batch(
+    async fn mark_submitting(
         store: &SqliteLedger,
-        items: &[(OperationId, i64)],
-        now_ms: i64,
+        fences: &[Fence],
+        now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
         let mut tx = store.pool.begin().await?;
-        let mut marked = Vec::with_capacity(items.len());
-        for (id, attempt) in items {
+        let mut marked = Vec::with_capacity(fences.len());
+        for fence in fences {
             let done = sqlx::query(MARK_SUBMITTING)
-                .bind(id.as_str())
-                .bind(*attempt)
-                .bind(now_ms)
+                .bind(fence.id.as_str())
+                .bind(fence.attempt)
+                .bind(now)
                 .execute(&mut *tx)
                 .await?;
             marked.push(done.rows_affected() == 1);
@@ -133,14 +139,14 @@ impl Dialect for Sqlite {
     /// One transaction, one statement each, each fenced on its own.
     async fn record_batch(
         store: &SqliteLedger,
-        items: &[(OperationId, i64, Recorded)],
+        items: &[(Fence, Recorded)],
         actor: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
         let mut tx = store.pool.begin().await?;
         let mut recorded = Vec::with_capacity(items.len());
-        for (id, attempt, outcome) in items {
-            match record_on::<Sqlite>(&mut *tx, id, *attempt, outcome, actor, now_ms).await {
+        for (fence, outcome) in items {
+            match record_on::<Sqlite>(&mut *tx, fence, outcome, actor, now).await {
                 Ok(_) => recorded.push(true),
                 Err(LedgerError::Fenced { .. }) => recorded.push(false),
                 Err(other) => return Err(other),

@@ -2,6 +2,7 @@
 //! and what it answers besides stored rows.
 
 use super::Operation;
+use crate::clock::Timestamp;
 use crate::details::{Details, DetailsHash};
 use crate::id::{BusinessKey, OperationId, TenantId};
 use crate::state::Status;
@@ -40,7 +41,7 @@ pub struct NewApproval {
     /// How (`confirmation_page`, `service`, ...).
     pub method: String,
     /// When it stops being valid, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
 }
 
 /// The outcome a worker (or the reconciler under its own lease) records, fenced by the attempt.
@@ -67,7 +68,7 @@ pub enum Recorded {
         /// Why.
         reason: String,
         /// When it may be claimed again.
-        available_at_ms: i64,
+        available_at_ms: Timestamp,
     },
     /// Nothing was sent and the attempt limit is spent.
     Exhausted {
@@ -81,7 +82,7 @@ pub enum Recorded {
         /// Processor reference, if known.
         reference: Option<String>,
         /// When the reconciler should look.
-        next_check_at_ms: i64,
+        next_check_at_ms: Timestamp,
     },
     /// Server-side checks failed before any request.
     Rejected {
@@ -183,7 +184,7 @@ pub struct ListFilter {
     /// Only these states (empty: all).
     pub statuses: Vec<Status>,
     /// Only rows last updated before this time, ms.
-    pub updated_before_ms: Option<i64>,
+    pub updated_before_ms: Option<Timestamp>,
     /// Only this tenant.
     pub tenant: Option<TenantId>,
     /// Page size, at most [`PAGE_MAX`](super::PAGE_MAX).

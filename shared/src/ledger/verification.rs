@@ -1,6 +1,6 @@
 //! What customer verification stores (migration 0002): each tenant's verification method and keys,
 //! used assertion nonces, one-time codes and the approval requests payonce sent for an assistant.
-//! A trait of its own, reached through [`Ledger::verification`](super::Ledger::verification), so the
+//! A trait of its own, reached through [`Approvals::verification`](super::Approvals::verification), so the
 //! core ledger stays about operations.
 
 use super::LedgerError;

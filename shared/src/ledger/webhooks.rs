@@ -3,8 +3,13 @@
 
 use super::dialect::Dialect;
 use super::store::Store;
-use super::{LedgerError, PAGE_MAX, StoredProcessorEvent, bounded};
+use super::{
+    HintChecks, LedgerError, NewProcessorEvent, PAGE_MAX, ProcessorEventKey, StoredProcessorEvent,
+    Webhooks, bounded,
+};
+use crate::clock::Timestamp;
 use crate::id::OperationId;
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 
 const INSERT_PROCESSOR_EVENT: &str = "INSERT INTO processor_events (processor, event_id, event_type, \
@@ -17,10 +22,8 @@ const DEFER_PROCESSOR_EVENT: &str = "UPDATE processor_events SET check_after = $
      outcome = $4 WHERE processor = $1 AND event_id = $2 AND applied_at IS NULL";
 const MARK_PROCESSOR_EVENT: &str = "UPDATE processor_events SET applied_at = $3, outcome = $4 WHERE processor = $1 AND event_id = $2";
 
-/// The stored webhooks of one store.
-pub(crate) struct Webhooks<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
-
-impl<DB> Webhooks<'_, DB>
+#[async_trait]
+impl<DB> Webhooks for Store<DB>
 where
     // LEDGER BOUNDS (see `dialect.rs`)
     DB: Dialect,
@@ -33,39 +36,64 @@ where
     for<'t> Option<String>: Encode<'t, DB>,
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
-    /// See [`Ledger::insert_processor_event`](super::Ledger::insert_processor_event).
-    pub(crate) async fn insert(
+    async fn insert_processor_event(
         &self,
-        processor: &str,
-        event_id: &str,
-        event_type: &str,
-        operation: Option<&OperationId>,
-        payload: &str,
-        now_ms: i64,
+        event: &NewProcessorEvent<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
         let done = sqlx::query(INSERT_PROCESSOR_EVENT)
-            .bind(processor)
-            .bind(event_id)
-            .bind(event_type)
-            .bind(operation.map(|o| o.as_str().to_string()))
-            .bind(payload)
-            .bind(now_ms)
-            .execute(&self.0.pool)
+            .bind(event.processor)
+            .bind(event.event_id)
+            .bind(event.event_type)
+            .bind(event.operation.map(|o| o.as_str().to_string()))
+            .bind(event.payload)
+            .bind(now)
+            .execute(&self.pool)
             .await?;
         Ok(DB::rows_affected(&done) == 1)
     }
 
-    /// See [`Ledger::pending_processor_events`](super::Ledger::pending_processor_events).
-    pub(crate) async fn pending(
+    async fn mark_processor_event(
         &self,
-        now_ms: i64,
+        event: &ProcessorEventKey<'_>,
+        outcome: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(MARK_PROCESSOR_EVENT)
+            .bind(event.processor)
+            .bind(event.event_id)
+            .bind(now)
+            .bind(bounded(outcome))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<DB> HintChecks for Store<DB>
+where
+    // LEDGER BOUNDS (see `dialect.rs`)
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<String>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    async fn pending_processor_events(
+        &self,
+        now: Timestamp,
         limit: u32,
     ) -> Result<Vec<StoredProcessorEvent>, LedgerError> {
         let limit = limit.min(PAGE_MAX);
         let rows = sqlx::query(PENDING_PROCESSOR_EVENTS)
-            .bind(now_ms)
+            .bind(now)
             .bind(i64::from(limit))
-            .fetch_all(&self.0.pool)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter()
             .map(|r| {
@@ -88,38 +116,18 @@ where
             .collect()
     }
 
-    /// See [`Ledger::defer_processor_event`](super::Ledger::defer_processor_event).
-    pub(crate) async fn defer(
+    async fn defer_processor_event(
         &self,
-        processor: &str,
-        event_id: &str,
-        check_after_ms: i64,
+        event: &ProcessorEventKey<'_>,
+        check_after: Timestamp,
         why: &str,
     ) -> Result<(), LedgerError> {
         sqlx::query(DEFER_PROCESSOR_EVENT)
-            .bind(processor)
-            .bind(event_id)
-            .bind(check_after_ms)
+            .bind(event.processor)
+            .bind(event.event_id)
+            .bind(check_after)
             .bind(bounded(why))
-            .execute(&self.0.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// See [`Ledger::mark_processor_event`](super::Ledger::mark_processor_event).
-    pub(crate) async fn mark(
-        &self,
-        processor: &str,
-        event_id: &str,
-        outcome: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
-        sqlx::query(MARK_PROCESSOR_EVENT)
-            .bind(processor)
-            .bind(event_id)
-            .bind(now_ms)
-            .bind(bounded(outcome))
-            .execute(&self.0.pool)
+            .execute(&self.pool)
             .await?;
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! and tool-result objects while a real worker pays through the simulator. One payment at the
 //! processor, one operation in the ledger, and every answer is the stored truth.
 
+use super::tenant;
 use super::{repo_root, spawn};
 use crate::support::processes::{payments_for, simulator, terminate, worker_process};
 use crate::support::{postgres_ledger, wait_for};
@@ -73,8 +74,9 @@ async fn openai_and_anthropic_agent_loops_pay_once_and_hear_the_stored_truth() {
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
     let api = spawn(ledger).await;
-    // The worker process runs on the system clock; the API's manual clock starts in the future.
-    api.clock.advance_ms(SystemClock.now_ms() - super::T0_MS);
+    // The worker process runs on the system clock; the API's manual clock starts at T0: move it to
+    // the wall clock.
+    api.clock.set(SystemClock.now());
     let op = api.create_ready("INV-140").await;
     let id = op["id"].as_str().unwrap().to_string();
     let mut worker = worker_process(&url, &sim, &[]);
@@ -129,7 +131,7 @@ async fn openai_and_anthropic_agent_loops_pay_once_and_hear_the_stored_truth() {
     assert_eq!(payments_for(&sim, &id).await, 1);
     let recorded = api
         .ledger
-        .tool_calls(&OperationId::parse(&id).unwrap())
+        .tool_calls(&tenant(), &OperationId::parse(&id).unwrap())
         .await
         .unwrap();
     assert_eq!(recorded.len(), 8, "{recorded:?}");

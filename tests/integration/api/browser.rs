@@ -2,6 +2,7 @@
 //! Debian's chromium): approve, double submit, expired link, tampered details; then the ledger must
 //! show exactly one approval and nothing approved for the expired or tampered links.
 
+use super::tenant;
 use super::verification::{Inbox, use_codes_for};
 use super::{OTHER_TENANT, raw_details, repo_root, spawn};
 use crate::support::postgres_ledger;
@@ -56,7 +57,8 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
         &api.link(expire["id"].as_str().unwrap()).await,
         expire["id"].as_str().unwrap(),
     );
-    api.clock.advance_ms(15 * 60 * 1000 + 1_000);
+    api.clock
+        .advance(std::time::Duration::from_millis(15 * 60 * 1000 + 1_000));
     let confirm_url = api.signed_in(
         &api.link(approve["id"].as_str().unwrap()).await,
         approve["id"].as_str().unwrap(),
@@ -106,7 +108,7 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
     let approved = api.ledger.get_unscoped(&op_id(&approve)).await.unwrap();
     assert_eq!(approved.status.as_str(), "ready");
     assert_eq!(approved.approved_by.as_deref(), Some("customer:cus_test"));
-    let events = api.ledger.events(&op_id(&approve)).await.unwrap();
+    let events = api.ledger.events_unscoped(&op_id(&approve)).await.unwrap();
     assert_eq!(
         events.iter().filter(|e| e.event == "approve").count(),
         1,
@@ -115,7 +117,13 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
     for untouched in [&expire, &tamper, &bigger] {
         let op = api.ledger.get_unscoped(&op_id(untouched)).await.unwrap();
         assert_eq!(op.status.as_str(), "awaiting_approval", "{}", op.id);
-        assert!(api.ledger.latest_approval(&op.id).await.unwrap().is_none());
+        assert!(
+            api.ledger
+                .latest_approval(&tenant(), &op.id)
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
     api.stop().await;
 }
@@ -177,7 +185,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
             kid: super::ASSERTION_KEY_ID.into(),
             sub: "cus_test".into(),
             op: target_id.into(),
-            exp: api.clock.now_ms() + 60_000,
+            exp: api.clock.now().as_millis() + 60_000,
             nonce: "n".repeat(32),
         },
     );
@@ -210,7 +218,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
         &secret,
         &delivery.signature,
         &delivery.body,
-        api.clock.now_ms() / 1000,
+        api.clock.now().as_millis() / 1000,
         TIMESTAMP_TOLERANCE_S,
     )
     .expect("signed with the tenant's secret");
@@ -246,7 +254,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
     assert_eq!(target_op.status.as_str(), "awaiting_approval");
     assert!(
         api.ledger
-            .latest_approval(&target_op.id)
+            .latest_approval(&tenant(), &target_op.id)
             .await
             .unwrap()
             .is_none()
@@ -256,7 +264,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
     assert_eq!(payments_for(&sim, paid_id).await, 1);
     let events = api
         .ledger
-        .events(&OperationId::parse(paid_id).unwrap())
+        .events_unscoped(&OperationId::parse(paid_id).unwrap())
         .await
         .unwrap();
     let approve = events.iter().find(|e| e.event == "approve").unwrap();
@@ -311,7 +319,13 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
     }
     let op = api.ledger.get_unscoped(&attention).await.unwrap();
     assert_eq!(op.status.as_str(), "failed");
-    let last = api.ledger.events(&attention).await.unwrap().pop().unwrap();
+    let last = api
+        .ledger
+        .events_unscoped(&attention)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     assert_eq!(last.actor, "on_call:alice");
     assert_eq!(
         last.detail.as_deref(),

@@ -2,6 +2,7 @@
 //! use, expiry, tampering, racing submits, escaping and security headers. (The browser test drives
 //! the same page in Chromium; `verification.rs` covers the proofs themselves.)
 
+use super::tenant;
 use super::{Reply, TestApi, spawn, token_of};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_shared::id::OperationId;
@@ -100,7 +101,12 @@ async fn a_link_shows_the_exact_details_and_approves_once() {
     assert!(approved.text.contains("Payment approved"));
     assert_eq!(status_of(&api, &op).await, "ready");
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let approval = api.ledger.latest_approval(&id).await.unwrap().unwrap();
+    let approval = api
+        .ledger
+        .latest_approval(&tenant(), &id)
+        .await
+        .unwrap()
+        .unwrap();
     // The audit trail names the method and its evidence (the assertion's nonce), never a secret.
     let nonce = approval.method.strip_prefix("signed_assertion:").unwrap();
     assert_eq!(nonce.len(), 32, "{}", approval.method);
@@ -114,7 +120,7 @@ async fn a_link_shows_the_exact_details_and_approves_once() {
     assert_eq!(again.header("payonce-error-code"), "link_used");
     let reopened = page(&api, &url).await;
     assert_eq!(reopened.status, 409);
-    let events = api.ledger.events(&id).await.unwrap();
+    let events = api.ledger.events_unscoped(&id).await.unwrap();
     let approvals: Vec<_> = events.iter().filter(|e| e.event == "approve").collect();
     assert_eq!(approvals.len(), 1);
     assert_eq!(approvals[0].actor, "customer:cus_test");
@@ -135,7 +141,8 @@ async fn an_expired_link_approves_nothing() {
             .await
             .text,
     );
-    api.clock.advance_ms(15 * 60 * 1000);
+    api.clock
+        .advance(std::time::Duration::from_millis(15 * 60 * 1000));
     let assertion = api.assertion(op["id"].as_str().unwrap(), "cus_test", 60_000);
     let shown = page(&api, &format!("{url}?assertion={assertion}")).await;
     assert_eq!(shown.status, 410);
@@ -246,6 +253,6 @@ async fn racing_submits_of_one_link_approve_exactly_once() {
         "{statuses:?}"
     );
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let events = api.ledger.events(&id).await.unwrap();
+    let events = api.ledger.events_unscoped(&id).await.unwrap();
     assert_eq!(events.iter().filter(|e| e.event == "approve").count(), 1);
 }

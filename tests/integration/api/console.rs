@@ -7,8 +7,10 @@
 use super::{OTHER_TENANT, T0_MS, TestApi, raw_details, spawn, tenant};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_api::keys;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::console::{OperationQuery, page_statement};
+use payonce_shared::ledger::{Escalate, Fence};
 use payonce_shared::ledger::{Recorded, Role};
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -123,7 +125,7 @@ pub(super) async fn post(api: &TestApi, path: &str, session: &str, form: &[(&str
 
 async fn issue(api: &TestApi, tenant: &str, role: Role, ttl: Option<Duration>) -> keys::IssuedKey {
     keys::issue(
-        &api.ledger,
+        api.ledger.as_ref(),
         &TenantId::parse(tenant).unwrap(),
         role,
         "console-test",
@@ -135,12 +137,12 @@ async fn issue(api: &TestApi, tenant: &str, role: Role, ttl: Option<Duration>) -
 }
 
 trait Now {
-    fn clock_now(&self) -> i64;
+    fn clock_now(&self) -> Timestamp;
 }
 impl Now for TestApi {
-    fn clock_now(&self) -> i64 {
+    fn clock_now(&self) -> Timestamp {
         use payonce_shared::clock::Clock;
-        self.clock.now_ms()
+        self.clock.now()
     }
 }
 
@@ -151,23 +153,53 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
     let now = api.clock_now();
     let claimed = api
         .ledger
-        .claim("test-worker", 1, 30_000, now)
+        .claim("test-worker", 1, Duration::from_secs(30), now)
         .await
         .unwrap();
     assert_eq!(claimed[0].id, id);
     let attempt = claimed[0].attempt;
-    api.ledger.mark_submitting(&id, attempt, now).await.unwrap();
+    assert_eq!(
+        api.ledger
+            .mark_submitting(
+                &[Fence {
+                    id: id.clone(),
+                    attempt
+                }],
+                now
+            )
+            .await
+            .unwrap(),
+        [true]
+    );
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now + 60_000,
+        next_check_at_ms: now + Duration::from_secs(60),
     };
     api.ledger
-        .record(&id, attempt, &unknown, "test-worker", now)
+        .record(
+            &Fence {
+                id: id.clone(),
+                attempt,
+            },
+            &unknown,
+            "test-worker",
+            now,
+        )
         .await
         .unwrap();
     api.ledger
-        .escalate(&id, attempt, "no lookup left", "reconciler", now)
+        .escalate(
+            &Escalate {
+                fence: &Fence {
+                    id: id.clone(),
+                    attempt,
+                },
+                reason: "no lookup left",
+                actor: "reconciler",
+            },
+            now,
+        )
         .await
         .unwrap();
     id
@@ -250,7 +282,10 @@ async fn an_on_call_key_signs_in_and_out_and_other_keys_cannot() {
     let stored = api
         .ledger
         .console()
-        .session(&payonce_api::auth::sha256_hex(&session), api.clock_now())
+        .session(
+            &payonce_api::auth::sha256_hex(&session),
+            api.clock_now().as_millis(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -280,9 +315,9 @@ async fn sessions_end_at_their_expiry_and_when_the_key_is_revoked_or_expires() {
     // Expiry on the controlled clock.
     let session = sign_in(&api, &api.on_call).await;
     api.clock
-        .advance_ms(payonce_api::console::session::SESSION_TTL.as_millis() as i64 - 1);
+        .advance(payonce_api::console::session::SESSION_TTL - Duration::from_millis(1));
     assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
-    api.clock.advance_ms(1);
+    api.clock.advance(std::time::Duration::from_millis(1));
     assert_eq!(get(&api, "/console", Some(&session)).await.status, 401);
 
     // Revoking the key ends its session from the next request.
@@ -290,7 +325,7 @@ async fn sessions_end_at_their_expiry_and_when_the_key_is_revoked_or_expires() {
     let session = sign_in(&api, &key.secret).await;
     assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
     keys::revoke(
-        &api.ledger,
+        api.ledger.as_ref(),
         &key.key_id,
         "on_call:test",
         "left the team",
@@ -306,9 +341,9 @@ async fn sessions_end_at_their_expiry_and_when_the_key_is_revoked_or_expires() {
     // A key that expires ends its session at the key's expiry.
     let key = issue(&api, "acme", Role::OnCall, Some(Duration::from_secs(60))).await;
     let session = sign_in(&api, &key.secret).await;
-    api.clock.advance_ms(59_999);
+    api.clock.advance(std::time::Duration::from_millis(59_999));
     assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
-    api.clock.advance_ms(1);
+    api.clock.advance(std::time::Duration::from_millis(1));
     assert_eq!(get(&api, "/console", Some(&session)).await.status, 401);
     api.stop().await;
 }
@@ -346,7 +381,7 @@ async fn lists_filter_search_and_page_within_the_tenant() {
     let mut created = Vec::new();
     for i in 0..7 {
         if i != 4 {
-            api.clock.advance_ms(1_000);
+            api.clock.advance(std::time::Duration::from_millis(1_000));
         }
         created.push(
             api.create(&format!("INV-L{i}"), 2048).await["id"]
@@ -381,7 +416,7 @@ async fn lists_filter_search_and_page_within_the_tenant() {
             .get(&tenant(), &OperationId::parse(id).unwrap())
             .await
             .unwrap();
-        by_created.push((op.created_at_ms, id.clone()));
+        by_created.push((op.created_at_ms.as_millis(), id.clone()));
     }
     by_created.sort();
     by_created.reverse();
@@ -414,7 +449,7 @@ async fn lists_filter_search_and_page_within_the_tenant() {
     .await;
     assert!(ids_in(&r.text).is_empty());
     // Time window: only what was created within the last 2.5 s.
-    api.clock.advance_ms(500);
+    api.clock.advance(std::time::Duration::from_millis(500));
     let r = get(&api, "/console/operations?since=3s", Some(&session)).await;
     let recent = ids_in(&r.text);
     assert!(
@@ -442,14 +477,17 @@ async fn resolving_needs_a_session_token_and_a_reason_and_writes_the_clis_event(
     let csrf = csrf_of(&api, &session).await;
     let id = needs_attention(&api, "INV-R1").await;
     let path = format!("/console/operations/{id}/resolve");
-    let events_before = api.ledger.events(&id).await.unwrap().len();
+    let events_before = api.ledger.events_unscoped(&id).await.unwrap().len();
     let unchanged = |api: &TestApi| {
         let ledger = api.ledger.clone();
         let id = id.clone();
         async move {
             let op = ledger.get(&tenant(), &id).await.unwrap();
             assert_eq!(op.status, Status::NeedsAttention);
-            assert_eq!(ledger.events(&id).await.unwrap().len(), events_before);
+            assert_eq!(
+                ledger.events_unscoped(&id).await.unwrap().len(),
+                events_before
+            );
         }
     };
     // No CSRF token, a wrong one, another session's: 403, nothing changed.
@@ -513,7 +551,13 @@ async fn resolving_needs_a_session_token_and_a_reason_and_writes_the_clis_event(
     assert_eq!(r.location(), format!("/console/operations/{id}"));
     let op = api.ledger.get(&tenant(), &id).await.unwrap();
     assert_eq!(op.status, Status::Failed);
-    let last = api.ledger.events(&id).await.unwrap().pop().unwrap();
+    let last = api
+        .ledger
+        .events_unscoped(&id)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     assert_eq!(last.actor, "on_call:alice");
     assert_eq!(
         last.detail.as_deref(),
@@ -578,16 +622,31 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     let op = api.create_ready("INV-S1").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
-    let claimed = api.ledger.claim("w", 1, 30_000, now).await.unwrap();
-    api.ledger
-        .mark_submitting(&id, claimed[0].attempt, now)
+    let claimed = api
+        .ledger
+        .claim("w", 1, Duration::from_millis(30_000), now)
         .await
         .unwrap();
+    assert_eq!(
+        api.ledger
+            .mark_submitting(
+                &[Fence {
+                    id: id.clone(),
+                    attempt: claimed[0].attempt
+                }],
+                now
+            )
+            .await
+            .unwrap(),
+        [true]
+    );
     let secret = "pi_s1_secret_DO_NOT_SHOW";
     api.ledger
         .record(
-            &id,
-            claimed[0].attempt,
+            &Fence {
+                id: id.clone(),
+                attempt: claimed[0].attempt,
+            },
             &Recorded::Succeeded {
                 reference: "pi_s1".into(),
                 result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
@@ -632,11 +691,11 @@ async fn the_overview_counts_states_and_charts_the_last_hour() {
     needs_attention(&api, "INV-O1").await;
     api.create("INV-O2", 2048).await;
     create_in(&api, &api.other_service, "INV-O3").await;
-    api.clock.advance_ms(90_000);
+    api.clock.advance(std::time::Duration::from_millis(90_000));
     let o = api
         .ledger
         .console()
-        .overview(&tenant(), api.clock_now(), 300_000, 12)
+        .overview(&tenant(), api.clock_now().as_millis(), 300_000, 12)
         .await
         .unwrap();
     let count = |s: Status| o.by_status.iter().find(|r| r.0 == s).map_or(0, |r| r.1);
@@ -876,15 +935,20 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
         for i in 0..5 {
             let at = if i < 3 { T0_MS } else { T0_MS + 10 };
             ids.push(
-                ready_operation(&ledger, &format!("INV-K{i}"), "pm_card_visa", at)
-                    .await
-                    .id,
+                ready_operation(
+                    &ledger,
+                    &format!("INV-K{i}"),
+                    "pm_card_visa",
+                    Timestamp::from_millis(at),
+                )
+                .await
+                .id,
             );
         }
         let mut expected: Vec<(i64, OperationId)> = Vec::new();
         for id in &ids {
             let op = ledger.get(&tenant(), id).await.unwrap();
-            expected.push((op.created_at_ms, op.id));
+            expected.push((op.created_at_ms.as_millis(), op.id));
         }
         expected.sort_by(|a, b| b.cmp(a));
         let mut walked = Vec::new();
@@ -904,8 +968,13 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
             if page.is_empty() {
                 break;
             }
-            after = page.last().map(|o| (o.created_at_ms, o.id.clone()));
-            walked.extend(page.into_iter().map(|o| (o.created_at_ms, o.id)));
+            after = page
+                .last()
+                .map(|o| (o.created_at_ms.as_millis(), o.id.clone()));
+            walked.extend(
+                page.into_iter()
+                    .map(|o| (o.created_at_ms.as_millis(), o.id)),
+            );
         }
         assert_eq!(walked, expected, "{store}");
         let found = c

@@ -3,7 +3,8 @@
 //! (session token and the shown details hash required; refusals change nothing).
 
 use super::console::{csrf_of, get, post, sign_in};
-use super::{T0_MS, spawn};
+use super::tenant;
+use super::{T0, spawn};
 use crate::support::refunds::succeeded_payment;
 use crate::support::sqlite_ledger;
 use payonce_shared::id::OperationId;
@@ -12,7 +13,7 @@ use serde_json::json;
 #[tokio::test]
 async fn the_console_shows_refunds_beside_their_payment_and_an_on_call_person_approves_one() {
     let api = spawn(sqlite_ledger().await).await;
-    let payment = succeeded_payment(&api.ledger, "INV-CR1", 2048, T0_MS).await;
+    let payment = succeeded_payment(&api.ledger, "INV-CR1", 2048, T0).await;
     let pid = payment.id.as_str().to_string();
     let create = |key: &'static str, amount: i64| {
         let api = &api;
@@ -128,7 +129,7 @@ async fn the_console_shows_refunds_beside_their_payment_and_an_on_call_person_ap
     assert_eq!(status().await, "ready");
     let stored = api
         .ledger
-        .latest_approval(&OperationId::parse(&rid).unwrap())
+        .latest_approval(&tenant(), &OperationId::parse(&rid).unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -149,5 +150,65 @@ async fn the_console_shows_refunds_beside_their_payment_and_an_on_call_person_ap
     )
     .await;
     assert_eq!(again.status, 303, "approving twice is the same approval");
+
+    // Declining a proposal frees its money: refused without the session token and for a payment.
+    let proposal = create("refund:CR1:c", 1048).await;
+    let cid = proposal["id"].as_str().unwrap().to_string();
+    let page = get(&api, &format!("/console/operations/{cid}"), Some(&session)).await;
+    assert!(page.text.contains("id=\"decline-refund\""), "{}", page.text);
+    let decline = format!("/console/operations/{cid}/decline-refund");
+    let no_token = post(&api, &decline, &session, &[]).await;
+    assert_eq!((no_token.status, no_token.code()), (403, "forbidden"));
+    let of_payment = post(
+        &api,
+        &format!("/console/operations/{pid}/decline-refund"),
+        &session,
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(
+        (of_payment.status, of_payment.code()),
+        (404, "operation_not_found")
+    );
+    let payment_status = api
+        .get(&format!("/v1/operations/{pid}"), &api.service)
+        .await
+        .json()["status"]
+        .clone();
+    assert_eq!(payment_status, "succeeded");
+    assert_eq!(
+        status_of_in(&api, &cid).await,
+        "awaiting_approval",
+        "refusals declined nothing"
+    );
+    let declined = post(&api, &decline, &session, &[("csrf", &csrf)]).await;
+    assert_eq!(declined.status, 303, "{}", declined.text);
+    let read = api
+        .get(&format!("/v1/operations/{cid}"), &api.service)
+        .await
+        .json();
+    assert_eq!(read["status"], "cancelled");
+    let last = read["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["event"].as_str(), last["actor"].as_str()),
+        (Some("cancel"), Some("on_call:alice"))
+    );
+    let page = get(&api, &format!("/console/operations/{pid}"), Some(&session)).await;
+    assert!(
+        page.text
+            .contains("3 refund(s): refunded 0.00 USD, in flight 10.00 USD, refundable 10.48 USD"),
+        "{}",
+        page.text
+    );
+    // The approved refund is past the decision: its page offers no form.
+    let page = get(&api, &format!("/console/operations/{rid}"), Some(&session)).await;
+    assert!(!page.text.contains("id=\"decline-refund\""));
     api.stop().await;
+}
+
+async fn status_of_in(api: &super::TestApi, id: &str) -> serde_json::Value {
+    api.get(&format!("/v1/operations/{id}"), &api.service)
+        .await
+        .json()["status"]
+        .clone()
 }

@@ -3,13 +3,15 @@
 //! Postgres database within one second.
 
 use super::processes::{api_process, free_port};
-use super::{T0_MS, http_client, spawn, tenant};
+use super::{T0, http_client, spawn, tenant};
 use crate::support::processes::terminate;
 use crate::support::{every_store, payonce_bin, postgres_ledger, sqlite_ledger, wait_for};
-use payonce_api::auth::{LAST_USED_RESOLUTION_MS, sha256_hex};
+use payonce_api::auth::{LAST_USED_RESOLUTION, sha256_hex};
 use payonce_api::keys::{self, KeyError};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::{LedgerError, Role};
+use payonce_shared::ledger::{RevokeKey, RotateKey};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -22,12 +24,19 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
 async fn keys_expire_revoke_and_rotate_on_every_store() {
     for ledger in every_store().await {
         let store = ledger.store();
-        let t0 = T0_MS;
-        let forever = keys::issue(&ledger, &tenant(), Role::Service, "billing", None, t0)
-            .await
-            .unwrap();
+        let t0 = T0;
+        let forever = keys::issue(
+            ledger.as_ref(),
+            &tenant(),
+            Role::Service,
+            "billing",
+            None,
+            t0,
+        )
+        .await
+        .unwrap();
         let brief = keys::issue(
-            &ledger,
+            ledger.as_ref(),
             &tenant(),
             Role::Assistant,
             "bot",
@@ -36,24 +45,38 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
         )
         .await
         .unwrap();
-        let find = |secret: &str, at: i64| {
+        let find = |secret: &str, at: Timestamp| {
             let (ledger, digest) = (ledger.clone(), sha256_hex(secret));
             async move { ledger.find_api_key(&digest, at).await.unwrap() }
         };
         let found = find(&forever.secret, t0).await.expect("a new key is found");
         assert_eq!(found, forever.record, "{store}: stored as issued");
-        assert!(find(&brief.secret, t0 + 9_999).await.is_some(), "{store}");
         assert!(
-            find(&brief.secret, t0 + 10_000).await.is_none(),
+            find(&brief.secret, t0 + Duration::from_millis(9_999))
+                .await
+                .is_some(),
+            "{store}"
+        );
+        assert!(
+            find(&brief.secret, t0 + Duration::from_millis(10_000))
+                .await
+                .is_none(),
             "{store}: refused from its expiry on"
         );
         assert!(find("po_service_unknown", t0).await.is_none());
 
         // Listing: newest first, by tenant, with the public id and never the secret.
         let other = TenantId::parse("globex").unwrap();
-        keys::issue(&ledger, &other, Role::OnCall, "bob", None, t0 + 1)
-            .await
-            .unwrap();
+        keys::issue(
+            ledger.as_ref(),
+            &other,
+            Role::OnCall,
+            "bob",
+            None,
+            t0 + Duration::from_millis(1),
+        )
+        .await
+        .unwrap();
         let ours = ledger.list_api_keys(Some(&tenant()), 100).await.unwrap();
         assert_eq!(ours.len(), 2, "{store}");
         assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 3);
@@ -64,49 +87,92 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
 
         // Revocation: immediate, idempotent, unknown ids named.
         assert!(
-            keys::revoke(&ledger, &brief.key_id, "oncall:alice", "leaked", t0 + 1)
-                .await
-                .unwrap()
+            keys::revoke(
+                ledger.as_ref(),
+                &brief.key_id,
+                "oncall:alice",
+                "leaked",
+                t0 + Duration::from_millis(1)
+            )
+            .await
+            .unwrap()
         );
-        assert!(find(&brief.secret, t0 + 1).await.is_none(), "{store}");
         assert!(
-            !keys::revoke(&ledger, &brief.key_id, "oncall:alice", "again", t0 + 2)
+            find(&brief.secret, t0 + Duration::from_millis(1))
                 .await
-                .unwrap(),
+                .is_none(),
+            "{store}"
+        );
+        assert!(
+            !keys::revoke(
+                ledger.as_ref(),
+                &brief.key_id,
+                "oncall:alice",
+                "again",
+                t0 + Duration::from_millis(2)
+            )
+            .await
+            .unwrap(),
             "{store}: revoking twice changes nothing"
         );
         let revoked = ledger.api_key(&brief.key_id).await.unwrap().unwrap();
-        assert_eq!(revoked.revoked_at_ms, Some(t0 + 1));
+        assert_eq!(revoked.revoked_at_ms, Some(t0 + Duration::from_millis(1)));
         assert_eq!(revoked.revoked_by.as_deref(), Some("oncall:alice"));
         assert_eq!(revoked.revoked_reason.as_deref(), Some("leaked"));
         assert!(matches!(
-            keys::revoke(&ledger, "key_0000000000000000", "a", "b", t0).await,
+            keys::revoke(ledger.as_ref(), "key_0000000000000000", "a", "b", t0).await,
             Err(KeyError::UnknownKey(_))
         ));
         assert!(matches!(
-            ledger.revoke_api_key("key_nope", "a", "b", t0).await,
+            ledger
+                .revoke_api_key(
+                    &RevokeKey {
+                        key_id: "key_nope",
+                        revoked_by: "a",
+                        reason: "b"
+                    },
+                    t0
+                )
+                .await,
             Err(LedgerError::NotFound)
         ));
 
         // Rotation: a new key like the old; the old one works through the grace period only.
         let grace = Duration::from_secs(60);
-        let rotated = keys::rotate(&ledger, &forever.key_id, None, grace, t0 + 100)
-            .await
-            .unwrap();
+        let rotated = keys::rotate(
+            ledger.as_ref(),
+            &forever.key_id,
+            None,
+            grace,
+            t0 + Duration::from_millis(100),
+        )
+        .await
+        .unwrap();
         let new = &rotated.new.record;
         assert_ne!(rotated.new.key_id, forever.key_id);
         assert_eq!(
             (&new.tenant, new.role, new.label.as_str()),
             (&tenant(), Role::Service, "billing")
         );
-        assert_eq!(rotated.old_until_ms, t0 + 100 + 60_000);
-        assert!(find(&rotated.new.secret, t0 + 100).await.is_some());
+        assert_eq!(
+            rotated.old_until_ms,
+            t0 + Duration::from_millis(100 + 60_000)
+        );
         assert!(
-            find(&forever.secret, t0 + 60_099).await.is_some(),
+            find(&rotated.new.secret, t0 + Duration::from_millis(100))
+                .await
+                .is_some()
+        );
+        assert!(
+            find(&forever.secret, t0 + Duration::from_millis(60_099))
+                .await
+                .is_some(),
             "{store}"
         );
         assert!(
-            find(&forever.secret, t0 + 60_100).await.is_none(),
+            find(&forever.secret, t0 + Duration::from_millis(60_100))
+                .await
+                .is_none(),
             "{store}"
         );
         let old = ledger.api_key(&forever.key_id).await.unwrap().unwrap();
@@ -116,23 +182,44 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
         );
         assert!(
             matches!(
-                keys::rotate(&ledger, &forever.key_id, None, grace, t0 + 200).await,
+                keys::rotate(
+                    ledger.as_ref(),
+                    &forever.key_id,
+                    None,
+                    grace,
+                    t0 + Duration::from_millis(200)
+                )
+                .await,
                 Err(KeyError::NotActive(_))
             ),
             "{store}: a key is rotated once"
         );
         assert!(matches!(
-            keys::rotate(&ledger, &brief.key_id, None, grace, t0 + 200).await,
+            keys::rotate(
+                ledger.as_ref(),
+                &brief.key_id,
+                None,
+                grace,
+                t0 + Duration::from_millis(200)
+            )
+            .await,
             Err(KeyError::NotActive(_))
         ));
         // The ledger refuses a second rotation on its own (two racing `keys rotate`), adding no key.
         let before = ledger.list_api_keys(None, 100).await.unwrap().len();
-        let spare = keys::issue(&ledger, &tenant(), Role::Service, "spare", None, t0)
+        let spare = keys::issue(ledger.as_ref(), &tenant(), Role::Service, "spare", None, t0)
             .await
             .unwrap();
         assert!(
             !ledger
-                .rotate_api_key(&forever.key_id, &spare.record, t0 + 500, t0 + 300)
+                .rotate_api_key(
+                    &RotateKey {
+                        old_id: &forever.key_id,
+                        new: &spare.record,
+                        old_until: t0 + Duration::from_millis(500)
+                    },
+                    t0 + Duration::from_millis(300)
+                )
                 .await
                 .unwrap()
         );
@@ -142,39 +229,60 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
         );
         // Zero grace ends the old key at once; a shorter existing expiry is kept.
         let zero = keys::rotate(
-            &ledger,
+            ledger.as_ref(),
             &rotated.new.key_id,
             Some(Duration::from_secs(5)),
             Duration::ZERO,
-            t0 + 1_000,
+            t0 + Duration::from_millis(1_000),
         )
         .await
         .unwrap();
-        assert!(find(&rotated.new.secret, t0 + 1_000).await.is_none());
-        assert_eq!(zero.new.record.expires_at_ms, Some(t0 + 6_000));
-        let short = keys::rotate(&ledger, &zero.new.key_id, None, grace, t0 + 2_000)
-            .await
-            .unwrap();
-        assert_eq!(short.old_until_ms, t0 + 6_000, "{store}: never extended");
+        assert!(
+            find(&rotated.new.secret, t0 + Duration::from_millis(1_000))
+                .await
+                .is_none()
+        );
+        assert_eq!(
+            zero.new.record.expires_at_ms,
+            Some(t0 + Duration::from_millis(6_000))
+        );
+        let short = keys::rotate(
+            ledger.as_ref(),
+            &zero.new.key_id,
+            None,
+            grace,
+            t0 + Duration::from_millis(2_000),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            short.old_until_ms,
+            t0 + Duration::from_millis(6_000),
+            "{store}: never extended"
+        );
 
         // Last use: written at most once per resolution.
         let id = &short.new.key_id;
         ledger
-            .touch_api_key(id, t0 + 3_000, LAST_USED_RESOLUTION_MS)
+            .touch_api_key(id, t0 + Duration::from_millis(3_000), LAST_USED_RESOLUTION)
             .await
             .unwrap();
         ledger
-            .touch_api_key(id, t0 + 4_000, LAST_USED_RESOLUTION_MS)
+            .touch_api_key(id, t0 + Duration::from_millis(4_000), LAST_USED_RESOLUTION)
             .await
             .unwrap();
         let used = |ledger: &payonce_shared::ledger::SharedLedger| {
             let (ledger, id) = (ledger.clone(), id.clone());
             async move { ledger.api_key(&id).await.unwrap().unwrap().last_used_at_ms }
         };
-        assert_eq!(used(&ledger).await, Some(t0 + 3_000), "{store}");
-        let later = t0 + 3_000 + LAST_USED_RESOLUTION_MS;
+        assert_eq!(
+            used(&ledger).await,
+            Some(t0 + Duration::from_millis(3_000)),
+            "{store}"
+        );
+        let later = t0 + Duration::from_millis(3_000) + LAST_USED_RESOLUTION;
         ledger
-            .touch_api_key(id, later, LAST_USED_RESOLUTION_MS)
+            .touch_api_key(id, later, LAST_USED_RESOLUTION)
             .await
             .unwrap();
         assert_eq!(used(&ledger).await, Some(later), "{store}");
@@ -185,22 +293,22 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
 async fn expired_and_revoked_keys_are_refused_with_401() {
     let api = spawn(sqlite_ledger().await).await;
     let expiring = keys::issue(
-        &api.ledger,
+        api.ledger.as_ref(),
         &tenant(),
         Role::Service,
         "expiring",
         Some(Duration::from_secs(60)),
-        T0_MS,
+        T0,
     )
     .await
     .unwrap();
     let doomed = keys::issue(
-        &api.ledger,
+        api.ledger.as_ref(),
         &tenant(),
         Role::Assistant,
         "doomed",
         None,
-        T0_MS,
+        T0,
     )
     .await
     .unwrap();
@@ -210,20 +318,20 @@ async fn expired_and_revoked_keys_are_refused_with_401() {
     let used = api.ledger.api_key(&doomed.key_id).await.unwrap().unwrap();
     assert_eq!(
         used.last_used_at_ms,
-        Some(T0_MS),
+        Some(T0),
         "an accepted request is recorded"
     );
 
-    api.clock.advance_ms(60_000);
+    api.clock.advance(std::time::Duration::from_millis(60_000));
     let expired = api.get(tools, &expiring.secret).await;
     assert_eq!(expired.status, 401, "{}", expired.text);
     assert_eq!(expired.code(), "unauthorized");
     keys::revoke(
-        &api.ledger,
+        api.ledger.as_ref(),
         &doomed.key_id,
         "oncall:alice",
         "test",
-        payonce_shared::clock::Clock::now_ms(api.clock.as_ref()),
+        payonce_shared::clock::Clock::now(api.clock.as_ref()),
     )
     .await
     .unwrap();
@@ -299,7 +407,9 @@ async fn a_key_revoked_with_the_cli_is_refused_by_every_api_process_within_a_sec
     assert!(id.starts_with("key_") && secret.starts_with("po_service_"));
     let listed = ledger.api_key(&id).await.unwrap().unwrap();
     assert_eq!(listed.key_hash, sha256_hex(&secret), "stored hashed");
-    assert!(listed.expires_at_ms.unwrap() > listed.created_at_ms + 89 * 86_400_000);
+    assert!(
+        listed.expires_at_ms.unwrap() > listed.created_at_ms + Duration::from_secs(89 * 86_400)
+    );
 
     let ports = [free_port(), free_port()];
     let mut apis = [api_process(&url, ports[0]), api_process(&url, ports[1])];
@@ -405,20 +515,20 @@ async fn legacy_key_survives_migration<C: sqlx::Connection>(
     .unwrap();
     let ledger = payonce_shared::ledger::connect(url, 2).await.unwrap();
     let key = ledger
-        .find_api_key(&sha256_hex(secret), T0_MS)
+        .find_api_key(&sha256_hex(secret), T0)
         .await
         .unwrap()
         .expect("the old key still works");
     assert_eq!(key.key_id, format!("key_{}", &sha256_hex(secret)[..16]));
     assert_eq!(key.expires_at_ms, None);
     assert!(
-        keys::revoke(&ledger, &key.key_id, "oncall:a", "old", T0_MS)
+        keys::revoke(ledger.as_ref(), &key.key_id, "oncall:a", "old", T0)
             .await
             .unwrap()
     );
     assert!(
         ledger
-            .find_api_key(&sha256_hex(secret), T0_MS)
+            .find_api_key(&sha256_hex(secret), T0)
             .await
             .unwrap()
             .is_none()

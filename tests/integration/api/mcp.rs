@@ -1,6 +1,7 @@
 //! The MCP server at `/mcp` with the official MCP Python SDK client (tests/mcp/client.py): initialize,
 //! list tools, call both tools; plus bearer auth on the raw transport.
 
+use super::tenant;
 use super::{repo_root, spawn};
 use crate::support::sqlite_ledger;
 use payonce_shared::id::OperationId;
@@ -166,7 +167,7 @@ async fn the_official_python_client_works_at_every_protocol_version() {
     // Every call is recorded under provider "mcp" with its JSON-RPC id; no operation was created.
     let recorded = api
         .ledger
-        .tool_calls(&OperationId::parse(ready_id).unwrap())
+        .tool_calls(&tenant(), &OperationId::parse(ready_id).unwrap())
         .await
         .unwrap();
     assert_eq!(recorded.len(), 4 * 3, "{recorded:?}");
@@ -468,7 +469,12 @@ async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
     let keyed: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(keyed["result"]["structuredContent"]["outcome"], "pending");
     let op_id = OperationId::parse(id).unwrap();
-    let recorded = api.ledger.tool_calls(&op_id).await.unwrap().len();
+    let recorded = api
+        .ledger
+        .tool_calls(&tenant(), &op_id)
+        .await
+        .unwrap()
+        .len();
     api.post(
         &format!("/v1/operations/{id}/cancel"),
         &api.service,
@@ -482,7 +488,14 @@ async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
         replayed["result"], keyed["result"],
         "the stored answer, replayed"
     );
-    assert_eq!(api.ledger.tool_calls(&op_id).await.unwrap().len(), recorded);
+    assert_eq!(
+        api.ledger
+            .tool_calls(&tenant(), &op_id)
+            .await
+            .unwrap()
+            .len(),
+        recorded
+    );
     // Without the key the truth is read again.
     let (_, _, text) = raw_post(&api, call(4, None, id), &MODERN_PAY).await;
     let fresh: Value = serde_json::from_str(&text).unwrap();
@@ -501,7 +514,13 @@ async fn a_2026_tool_result_says_it_is_complete_and_keys_replay_it() {
     assert_eq!(refused["error"]["code"], -32602, "{text}");
     assert_eq!(refused["error"]["data"]["reason"], "idempotency_key_reused");
     let other_id = OperationId::parse(other["id"].as_str().unwrap()).unwrap();
-    assert!(api.ledger.tool_calls(&other_id).await.unwrap().is_empty());
+    assert!(
+        api.ledger
+            .tool_calls(&tenant(), &other_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Keys are bounded.
     let long = "k".repeat(payonce_api::mcp::IDEMPOTENCY_KEY_LEN_MAX + 1);
@@ -782,7 +801,8 @@ async fn elicited_links_are_bounded_for_good() {
         assert!(elicited <= ASSISTANT_OPEN_LINKS_MAX, "round: {elicited}");
         elicited_per_round.push(elicited);
         // Every open link expires; only the total bound is left.
-        api.clock.advance_ms(24 * 3600 * 1000);
+        api.clock
+            .advance(std::time::Duration::from_millis(24 * 3600 * 1000));
     }
     let total: u32 = elicited_per_round.iter().sum();
     assert!(elicited_per_round[0] >= 1, "{elicited_per_round:?}");

@@ -1,6 +1,7 @@
 //! The operations API: create-or-get, approval binding, cancel, execute returning the stored truth,
 //! roles, tenant isolation, error codes, limits, health and the OpenAPI document.
 
+use super::tenant;
 use super::{raw_details, spawn, spawn_with};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use serde_json::{Value, json};
@@ -200,7 +201,10 @@ async fn approval_binds_to_the_details_hash_and_enqueues() {
     );
     let approval = api
         .ledger
-        .latest_approval(&payonce_shared::id::OperationId::parse(&id(&op)).unwrap())
+        .latest_approval(
+            &tenant(),
+            &payonce_shared::id::OperationId::parse(&id(&op)).unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -252,7 +256,7 @@ async fn cancel_withdraws_and_execute_reports_without_writing() {
         .get(&format!("/v1/operations/{}", id(&ready)), &api.service)
         .await
         .json();
-    api.clock.advance_ms(5_000);
+    api.clock.advance(std::time::Duration::from_millis(5_000));
     let r = api
         .post(
             &format!("/v1/operations/{}/execute", id(&ready)),

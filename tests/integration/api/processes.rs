@@ -57,13 +57,15 @@ async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> (u
 async fn two_api_processes_one_operation_one_payment() {
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
-    let now = SystemClock.now_ms();
-    let service = payonce_api::create_api_key(&ledger, &tenant(), Role::Service, "billing", now)
-        .await
-        .unwrap();
-    let assistant = payonce_api::create_api_key(&ledger, &tenant(), Role::Assistant, "bot", now)
-        .await
-        .unwrap();
+    let now = SystemClock.now();
+    let service =
+        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now)
+            .await
+            .unwrap();
+    let assistant =
+        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Assistant, "bot", now)
+            .await
+            .unwrap();
     let ports = [free_port(), free_port()];
     let mut apis = [api_process(&url, ports[0]), api_process(&url, ports[1])];
     let bases: Vec<String> = ports
@@ -210,7 +212,10 @@ async fn two_api_processes_one_operation_one_payment() {
         .unwrap();
     assert_eq!(all.len(), 1, "one operation row");
     let calls = ledger
-        .tool_calls(&payonce_shared::id::OperationId::parse(&id).unwrap())
+        .tool_calls(
+            &tenant(),
+            &payonce_shared::id::OperationId::parse(&id).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(

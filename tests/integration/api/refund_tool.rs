@@ -2,8 +2,9 @@
 //! amount, returns the stored truth, never asks a customer, and refuses over-refunds and refunds of
 //! what is not a succeeded payment with tool errors that change nothing.
 
+use super::tenant;
 use super::tools::call_tool;
-use super::{T0_MS, TestApi, spawn};
+use super::{T0, TestApi, spawn};
 use crate::support::refunds::succeeded_payment;
 use crate::support::sqlite_ledger;
 use serde_json::{Value, json};
@@ -11,7 +12,7 @@ use serde_json::{Value, json};
 const FORMATS: [&str; 4] = ["openai_chat", "openai_responses", "anthropic", "mcp"];
 
 async fn paid(api: &TestApi, invoice: &str, amount: i64) -> String {
-    succeeded_payment(&api.ledger, invoice, amount, T0_MS)
+    succeeded_payment(&api.ledger, invoice, amount, T0)
         .await
         .id
         .as_str()
@@ -97,7 +98,10 @@ async fn request_refund_proposes_once_in_every_format_and_never_asks_a_customer(
     assert_eq!(api.operation_count().await, 2);
     let calls = api
         .ledger
-        .tool_calls(&payonce_shared::id::OperationId::parse(refund).unwrap())
+        .tool_calls(
+            &tenant(),
+            &payonce_shared::id::OperationId::parse(refund).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(calls.len(), 4);

@@ -2,13 +2,13 @@
 //! of the merchant (on-call key), read beside their payment. Exact states, codes and row counts.
 //! (The assistant's `request_refund` tool: `refund_tool.rs`.)
 
-use super::{T0_MS, TestApi, spawn};
+use super::{T0, TestApi, spawn, tenant};
 use crate::support::postgres_ledger;
 use crate::support::refunds::succeeded_payment;
 use serde_json::{Value, json};
 
 async fn paid(api: &TestApi, invoice: &str, amount: i64) -> String {
-    succeeded_payment(&api.ledger, invoice, amount, T0_MS)
+    succeeded_payment(&api.ledger, invoice, amount, T0)
         .await
         .id
         .as_str()
@@ -245,7 +245,10 @@ async fn a_service_creates_refunds_from_the_payment_and_only_an_on_call_person_a
     );
     let stored = api
         .ledger
-        .latest_approval(&payonce_shared::id::OperationId::parse(&id).unwrap())
+        .latest_approval(
+            &tenant(),
+            &payonce_shared::id::OperationId::parse(&id).unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();

@@ -11,7 +11,7 @@
 //! hold in step with the router); a new kind of request body is a [`Body`] variant.
 
 use super::tools::{answer_of, call_object};
-use super::{T0_MS, TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
+use super::{TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
 use crate::support::postgres_ledger;
 use crate::support::refunds::{create_refund, succeeded_payment};
 use payonce_api::keys;
@@ -405,6 +405,7 @@ fn cases() -> Vec<Case> {
         "/console/sign-out",
         "/console/operations/{id}/resolve",
         "/console/operations/{id}/approve-refund",
+        "/console/operations/{id}/decline-refund",
     ] {
         out.push(case("post", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
@@ -463,7 +464,7 @@ impl Keys {
         let issue = |tenant: payonce_shared::id::TenantId, role, ttl: Option<Duration>| {
             let ledger = api.ledger.clone();
             async move {
-                keys::issue(&ledger, &tenant, role, "matrix", ttl, T0_MS)
+                keys::issue(ledger.as_ref(), &tenant, role, "matrix", ttl, super::T0)
                     .await
                     .unwrap()
             }
@@ -471,16 +472,22 @@ impl Keys {
         let revoked_service = issue(tenant(), Role::Service, None).await;
         let revoked_assistant = issue(tenant(), Role::Assistant, None).await;
         for k in [&revoked_service, &revoked_assistant] {
-            keys::revoke(&api.ledger, &k.key_id, "oncall:test", "matrix", T0_MS)
-                .await
-                .unwrap();
+            keys::revoke(
+                api.ledger.as_ref(),
+                &k.key_id,
+                "oncall:test",
+                "matrix",
+                super::T0,
+            )
+            .await
+            .unwrap();
         }
         let second = Some(Duration::from_secs(1));
         let expired_service = issue(tenant(), Role::Service, second).await;
         let expired_assistant = issue(tenant(), Role::Assistant, second).await;
         let other_on_call = issue(other, Role::OnCall, None).await;
         // Past the expiry: the api's clock is the test's.
-        api.clock.advance_ms(1_000);
+        api.clock.advance(std::time::Duration::from_millis(1_000));
         Keys {
             revoked_service: revoked_service.secret,
             revoked_assistant: revoked_assistant.secret,
@@ -545,18 +552,34 @@ async fn snapshot(db: &sqlx::PgPool) -> Vec<(&'static str, String)> {
         ("tenant_verification", "tenant_id = 'acme'".to_string()),
         ("processor_events", "true".to_string()),
     ];
-    let mut out = Vec::new();
-    for (table, filter) in tables {
-        // Table names and filters are this function's own constants.
-        let digest: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) FROM {table} t WHERE {filter}"
-        )))
-        .fetch_one(db)
+    // One round trip; per table the row count and an order-free sum of row hashes, so a cell costs
+    // a scan, not a sort and a concatenation of every row the tenant has (quadratic over the matrix).
+    let union = tables
+        .iter()
+        .map(|(table, filter)| {
+            format!(
+                "SELECT '{table}' AS name, count(*)::text || ':' || \
+                 coalesce(sum(hashtextextended(t::text, 0)), 0)::text AS digest FROM {table} t WHERE {filter}"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    // Table names and filters are this function's own constants.
+    let rows: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(union))
+        .fetch_all(db)
         .await
         .unwrap();
-        out.push((table, digest));
-    }
-    out
+    tables
+        .iter()
+        .map(|(table, _)| {
+            let digest = rows
+                .iter()
+                .find(|(name, _)| name == table)
+                .map(|(_, d)| d.clone())
+                .unwrap_or_else(|| panic!("no digest for {table}"));
+            (*table, digest)
+        })
+        .collect()
 }
 
 /// Sends one cell's request; returns (status, body).
@@ -663,17 +686,18 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
     let api = spawn(ledger).await;
     let keys = Keys::make(&api).await;
     // Before any cell: no other operation is ready, so the fixture's claim takes its own payment.
-    let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, T0_MS).await;
+    let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, super::T0).await;
     let mut failures = Vec::new();
     let mut cell = 0_usize;
     for case in cases() {
         for who in EVERYONE {
             cell += 1;
             let op = api.create(&format!("INV-F{cell}"), 2048).await;
-            let refund = create_refund(&api.ledger, &paid, &format!("refund:F{cell}"), 1, T0_MS)
-                .await
-                .unwrap()
-                .operation;
+            let refund =
+                create_refund(&api.ledger, &paid, &format!("refund:F{cell}"), 1, super::T0)
+                    .await
+                    .unwrap()
+                    .operation;
             let fixture = Fixture {
                 id: op["id"].as_str().unwrap().to_string(),
                 details_hash: op["details_hash"].as_str().unwrap().to_string(),

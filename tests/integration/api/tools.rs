@@ -1,13 +1,15 @@
 //! The assistant's tools over `/v1/tool-calls` in every provider shape: concurrency on one operation,
 //! regenerated calls, refused arguments, and the answer for every state.
 
-use super::{TestApi, spawn};
+use super::{TestApi, spawn, tenant};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Recorded;
+use payonce_shared::ledger::{Escalate, Fence};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// The provider's call object for `name(args)` in `format`, with call id `call_id`.
 pub fn call_object(format: &str, call_id: &str, name: &str, args: &Value) -> Value {
@@ -147,7 +149,7 @@ async fn fifty_concurrent_tool_calls_and_executes_give_one_operation_unchanged()
     assert_eq!(before, after, "the operation is unchanged, events included");
     let calls = api
         .ledger
-        .tool_calls(&OperationId::parse(&id).unwrap())
+        .tool_calls(&tenant(), &OperationId::parse(&id).unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -198,7 +200,7 @@ async fn a_regenerated_call_with_a_new_provider_id_returns_the_same_operation() 
     assert_eq!(api.operation_count().await, 1);
     let calls = api
         .ledger
-        .tool_calls(&OperationId::parse(id).unwrap())
+        .tool_calls(&tenant(), &OperationId::parse(id).unwrap())
         .await
         .unwrap();
     let ids: Vec<(&str, &str)> = calls
@@ -371,18 +373,27 @@ async fn tool_definitions_are_served_in_each_providers_shape() {
 
 /// Moves the only ready operation of `api` to executing with a submission recorded; returns its attempt.
 async fn claim_and_submit(api: &TestApi, id: &OperationId) -> i64 {
-    let now = api.clock.now_ms();
+    let now = api.clock.now();
     let claimed = api
         .ledger
-        .claim("test-worker", 1, 30_000, now)
+        .claim("test-worker", 1, Duration::from_secs(30), now)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(&claimed[0].id, id);
-    api.ledger
-        .mark_submitting(id, claimed[0].attempt, now)
-        .await
-        .unwrap();
+    assert_eq!(
+        api.ledger
+            .mark_submitting(
+                &[Fence {
+                    id: id.clone(),
+                    attempt: claimed[0].attempt
+                }],
+                now
+            )
+            .await
+            .unwrap(),
+        [true]
+    );
     claimed[0].attempt
 }
 
@@ -406,7 +417,7 @@ async fn every_state_has_its_answer() {
         }
     };
     let ready_id = |op: &Value| OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let now = || api.clock.now_ms();
+    let now = || api.clock.now();
 
     // awaiting_approval: never a link (a capability) in the answer. A status read asks nobody; a
     // pay request would, but this tenant has no notification endpoint, so the billing system must
@@ -477,7 +488,15 @@ async fn every_state_has_its_answer() {
         result,
     };
     api.ledger
-        .record(&id, attempt, &outcome, "test-worker", now())
+        .record(
+            &Fence {
+                id: id.clone(),
+                attempt,
+            },
+            &outcome,
+            "test-worker",
+            now(),
+        )
         .await
         .unwrap();
     let paid = ask(id.to_string()).await;
@@ -497,10 +516,18 @@ async fn every_state_has_its_answer() {
     let outcome = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now() + 60_000,
+        next_check_at_ms: now() + Duration::from_millis(60_000),
     };
     api.ledger
-        .record(&id, attempt, &outcome, "test-worker", now())
+        .record(
+            &Fence {
+                id: id.clone(),
+                attempt,
+            },
+            &outcome,
+            "test-worker",
+            now(),
+        )
         .await
         .unwrap();
     let unknown = ask(id.to_string()).await;
@@ -518,7 +545,17 @@ async fn every_state_has_its_answer() {
 
     // needs_attention.
     api.ledger
-        .escalate(&id, attempt, "no lookup left", "reconciler", now())
+        .escalate(
+            &Escalate {
+                fence: &Fence {
+                    id: id.clone(),
+                    attempt,
+                },
+                reason: "no lookup left",
+                actor: "reconciler",
+            },
+            now(),
+        )
         .await
         .unwrap();
     let review = ask(id.to_string()).await;
@@ -540,7 +577,15 @@ async fn every_state_has_its_answer() {
         reference: Some("pi_9".into()),
     };
     api.ledger
-        .record(&id, attempt, &outcome, "test-worker", now())
+        .record(
+            &Fence {
+                id: id.clone(),
+                attempt,
+            },
+            &outcome,
+            "test-worker",
+            now(),
+        )
         .await
         .unwrap();
     let failed = ask(id.to_string()).await;
@@ -559,7 +604,7 @@ async fn every_state_has_its_answer() {
     let id = ready_id(&op);
     let claimed = api
         .ledger
-        .claim("test-worker", 1, 30_000, now())
+        .claim("test-worker", 1, Duration::from_secs(30), now())
         .await
         .unwrap();
     let outcome = Recorded::Rejected {
@@ -567,7 +612,15 @@ async fn every_state_has_its_answer() {
         message: "the approval expired".into(),
     };
     api.ledger
-        .record(&id, claimed[0].attempt, &outcome, "test-worker", now())
+        .record(
+            &Fence {
+                id: id.clone(),
+                attempt: claimed[0].attempt,
+            },
+            &outcome,
+            "test-worker",
+            now(),
+        )
         .await
         .unwrap();
     let rejected = ask(id.to_string()).await;

@@ -136,7 +136,7 @@ pub(super) async fn use_codes_for(api: &TestApi, tenant: &TenantId, inbox: &Inbo
             assertion_key_id: None,
             notify_url: Some(inbox.url.clone()),
         },
-        api.clock.now_ms(),
+        api.clock.now().as_millis(),
     )
     .await
     .unwrap()
@@ -167,8 +167,14 @@ fn assert_refused(r: &super::Reply, status: u16, code: &str) {
 async fn assert_unapproved(api: &TestApi, op: &Value) {
     assert_eq!(status_of(api, op).await, "awaiting_approval");
     let id = OperationId::parse(&id_of(op)).unwrap();
-    assert!(api.ledger.latest_approval(&id).await.unwrap().is_none());
-    let events = api.ledger.events(&id).await.unwrap();
+    assert!(
+        api.ledger
+            .latest_approval(&tenant(), &id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let events = api.ledger.events_unscoped(&id).await.unwrap();
     assert!(events.iter().all(|e| e.event != "approve"), "{events:?}");
 }
 
@@ -259,7 +265,7 @@ async fn an_assistant_cannot_approve_its_own_payment() {
             kid: super::ASSERTION_KEY_ID.into(),
             sub: "cus_test".into(),
             op: id_of(&op),
-            exp: api.clock.now_ms() + 60_000,
+            exp: api.clock.now().as_millis() + 60_000,
             nonce: "n".repeat(32),
         },
     );
@@ -336,7 +342,7 @@ async fn bad_assertions_are_refused_with_stable_codes_and_change_nothing() {
         kid: super::ASSERTION_KEY_ID.into(),
         sub: sub.into(),
         op: op.into(),
-        exp: api.clock.now_ms() + ttl,
+        exp: api.clock.now().as_millis() + ttl,
         nonce: nonce.into(),
     };
     let signed = |c| payonce_api::assertion::sign(&api.assertion_key, &c);
@@ -405,8 +411,8 @@ async fn bad_assertions_are_refused_with_stable_codes_and_change_nothing() {
             &tenant(),
             &nonce,
             &OperationId::parse(&id_of(&other)).unwrap(),
-            api.clock.now_ms(),
-            api.clock.now_ms() + 60_000,
+            api.clock.now().as_millis(),
+            api.clock.now().as_millis() + 60_000,
         )
         .await
         .unwrap();
@@ -444,7 +450,7 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
         &secret,
         &delivery.signature,
         &delivery.body,
-        api.clock.now_ms() / 1000,
+        api.clock.now().as_millis() / 1000,
         TIMESTAMP_TOLERANCE_S,
     )
     .expect("the notification is signed with the tenant's secret");
@@ -479,7 +485,7 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     let r = submit(&api, &url, &[("details_hash", hash), ("code", &code)]).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let id = OperationId::parse(&id_of(&op)).unwrap();
-    let events = api.ledger.events(&id).await.unwrap();
+    let events = api.ledger.events_unscoped(&id).await.unwrap();
     let approve = events.iter().find(|e| e.event == "approve").unwrap();
     assert_eq!(
         approve.detail.as_deref(),
@@ -495,7 +501,8 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     let late_url = api.link(&id_of(&late)).await;
     let got = inbox.wait_for(2).await;
     let late_code = got[1].json()["code"].as_str().unwrap().to_string();
-    api.clock.advance_ms(CODE_TTL_MS);
+    api.clock
+        .advance(std::time::Duration::from_millis(CODE_TTL_MS.unsigned_abs()));
     let r = submit(
         &api,
         &late_url,
@@ -562,7 +569,7 @@ async fn a_notification_is_signed_and_retried_until_accepted() {
             &secret,
             &r.signature,
             &r.body,
-            api.clock.now_ms() / 1000,
+            api.clock.now().as_millis() / 1000,
             TIMESTAMP_TOLERANCE_S,
         )
         .unwrap();
@@ -573,7 +580,7 @@ async fn a_notification_is_signed_and_retried_until_accepted() {
             "nsec_other",
             &got[0].signature,
             &got[0].body,
-            api.clock.now_ms() / 1000,
+            api.clock.now().as_millis() / 1000,
             TIMESTAMP_TOLERANCE_S
         )
         .is_err()
@@ -631,7 +638,9 @@ async fn an_assistant_cannot_starve_the_services_links_and_asks_the_customer_wit
     }
     // Across the interval, at most ASSISTANT_REQUESTS_MAX requests ever.
     for _ in 0..ASSISTANT_REQUESTS_MAX + 2 {
-        api.clock.advance_ms(ASSISTANT_REQUEST_INTERVAL_MS);
+        api.clock.advance(std::time::Duration::from_millis(
+            ASSISTANT_REQUEST_INTERVAL_MS.unsigned_abs(),
+        ));
         if pay().await["approval_request"]["status"] == "sent" {
             sent += 1;
         }
@@ -697,8 +706,8 @@ async fn a_tenant_without_verification_approves_nothing_on_the_page() {
         token_hash: payonce_api::auth::sha256_hex(&token),
         operation_id: id.clone(),
         details_hash: op["details_hash"].as_str().unwrap().to_string(),
-        created_at_ms: api.clock.now_ms(),
-        expires_at_ms: api.clock.now_ms() + 60_000,
+        created_at_ms: api.clock.now(),
+        expires_at_ms: api.clock.now() + std::time::Duration::from_secs(60),
         used_at_ms: None,
     };
     assert!(api.ledger.create_approval_link(&link, 5).await.unwrap());
@@ -713,7 +722,13 @@ async fn a_tenant_without_verification_approves_nothing_on_the_page() {
     assert_refused(&posted, 403, "verification_not_configured");
     let stored = api.ledger.get(&globex, &id).await.unwrap();
     assert_eq!(stored.status.as_str(), "awaiting_approval");
-    assert!(api.ledger.latest_approval(&id).await.unwrap().is_none());
+    assert!(
+        api.ledger
+            .latest_approval(&tenant(), &id)
+            .await
+            .unwrap()
+            .is_none()
+    );
     api.stop().await;
 }
 

@@ -7,8 +7,10 @@ use crate::support::sqlite_ledger;
 use payonce_reconciler::oncall::{self, Format};
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::Recorded;
 use serde_json::json;
+use std::time::Duration;
 
 /// Strings of the stored object no view may contain.
 const HIDDEN: &[&str] = &[
@@ -26,15 +28,21 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create_ready("INV-V1").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let now = api.clock.now_ms();
+    let now = api.clock.now();
     let c = api
         .ledger
-        .claim("w", 1, 30_000, now)
+        .claim("w", 1, Duration::from_millis(30_000), now)
         .await
         .unwrap()
         .remove(0);
     api.ledger
-        .mark_submitting(&id, c.attempt, now)
+        .mark_submitting(
+            &[Fence {
+                id: id.clone(),
+                attempt: c.attempt,
+            }],
+            now,
+        )
         .await
         .unwrap();
     let stored = json!({"id": "pi_v", "object": "payment_intent", "status": "succeeded", "amount": 2048,
@@ -47,7 +55,15 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
         result: stored.clone(),
     };
     api.ledger
-        .record(&id, c.attempt, &outcome, "w", now)
+        .record(
+            &Fence {
+                id: id.clone(),
+                attempt: c.attempt,
+            },
+            &outcome,
+            "w",
+            now,
+        )
         .await
         .unwrap();
     // The ledger keeps the whole object: the evidence is not thrown away, only never shown.
@@ -92,11 +108,11 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     }
     assert_eq!(r.json()["result"]["id"], "pi_v");
     // The on-call CLI's JSON (show and list) serializes the same summary.
-    let shown = oncall::show(&api.ledger, None, &id, now, Format::Json)
+    let shown = oncall::show(api.ledger.as_ref(), None, &id, now, Format::Json)
         .await
         .unwrap();
     let listed = oncall::list(
-        &api.ledger,
+        api.ledger.as_ref(),
         vec![payonce_shared::state::Status::Succeeded],
         -1,
         10,

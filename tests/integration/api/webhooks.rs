@@ -7,10 +7,13 @@ use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
 use crate::support::sqlite_ledger;
 use payonce_shared::clock::Clock;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::Fence;
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 #[tokio::test]
 async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
@@ -19,11 +22,17 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let claimed = api
         .ledger
-        .claim("w", 1, 30_000, api.clock.now_ms())
+        .claim("w", 1, Duration::from_millis(30_000), api.clock.now())
         .await
         .unwrap();
     api.ledger
-        .mark_submitting(&id, claimed[0].attempt, api.clock.now_ms())
+        .mark_submitting(
+            &[Fence {
+                id: id.clone(),
+                attempt: claimed[0].attempt,
+            }],
+            api.clock.now(),
+        )
         .await
         .unwrap();
 
@@ -72,7 +81,7 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     );
     let pending = api
         .ledger
-        .pending_processor_events(i64::MAX, 10)
+        .pending_processor_events(Timestamp::from_millis(i64::MAX), 10)
         .await
         .unwrap();
     assert_eq!(pending.len(), 1, "stored once, waiting for its check");
@@ -143,11 +152,17 @@ async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let c = api
         .ledger
-        .claim("w", 1, 30_000, api.clock.now_ms())
+        .claim("w", 1, Duration::from_millis(30_000), api.clock.now())
         .await
         .unwrap();
     api.ledger
-        .mark_submitting(&id, c[0].attempt, api.clock.now_ms())
+        .mark_submitting(
+            &[Fence {
+                id: id.clone(),
+                attempt: c[0].attempt,
+            }],
+            api.clock.now(),
+        )
         .await
         .unwrap();
     // Whoever holds the signing secret says amount 1 succeeded; no payment exists anywhere.
@@ -188,7 +203,7 @@ async fn a_signed_success_for_an_operation_cancelled_before_approval_is_acknowle
     }
     let pending = api
         .ledger
-        .pending_processor_events(i64::MAX, 10)
+        .pending_processor_events(Timestamp::from_millis(i64::MAX), 10)
         .await
         .unwrap();
     assert_eq!(pending.len(), 1, "stored once for the reconciler's check");
@@ -208,7 +223,7 @@ async fn the_simulators_published_secret_is_refused_outside_its_dev_mode() {
             simulator_dev_mode: dev_mode,
             ..payonce_api::ApiConfig::default()
         };
-        let clock = payonce_shared::clock::ManualClock::new(T0_MS);
+        let clock = payonce_shared::clock::ManualClock::new(Timestamp::from_millis(T0_MS));
         let state = payonce_api::AppState::new(sqlite_ledger().await, clock, config);
         // A dev-mode server starts and stops at once (the shutdown future is ready).
         payonce_api::serve_listener(listener, state, async {}).await

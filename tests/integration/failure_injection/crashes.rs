@@ -5,14 +5,15 @@
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
 use crate::support::processes::{self, simulator};
 use crate::support::{postgres_ledger, ready_operation, tenant};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::Recorded;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 #[tokio::test]
@@ -68,14 +69,17 @@ async fn unknown_rows(
     for i in 0..n {
         let op = ready_operation(ledger, &format!("INV-FI9-{i}"), "pm_card_visa", now()).await;
         let c = ledger
-            .claim("crashed-worker", 1, 60_000, now())
+            .claim("crashed-worker", 1, Duration::from_secs(60), now())
             .await
             .unwrap()
             .remove(0);
-        ledger
-            .mark_submitting(&c.id, c.attempt, now())
-            .await
-            .unwrap();
+        assert_eq!(
+            ledger
+                .mark_submitting(&[Fence::of(&c)], now())
+                .await
+                .unwrap(),
+            [true]
+        );
         if i % 3 == 0 {
             let _ = payonce_worker::execution::submit(
                 processes::stripe(sim, None).as_ref(),
@@ -90,7 +94,7 @@ async fn unknown_rows(
             next_check_at_ms: now(),
         };
         ledger
-            .record(&c.id, c.attempt, &unknown, "crashed-worker", now())
+            .record(&Fence::of(&c), &unknown, "crashed-worker", now())
             .await
             .unwrap();
         ops.push(op);

@@ -202,7 +202,7 @@ pub async fn assert_paid_once(
         payments[0]["id"].as_str(),
         "{id}: the ledger holds the processor's reference"
     );
-    let events = ledger.events(id).await.unwrap();
+    let events = ledger.events_unscoped(id).await.unwrap();
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");
     for needed in ["approve", "claim"] {

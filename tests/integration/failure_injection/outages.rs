@@ -5,7 +5,7 @@ use super::fleet::{self, assert_paid_once, successful_payments};
 use crate::support::cluster::Cluster;
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::{postgres_ledger, ready_operation, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::ledger::{self, Operation, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -15,8 +15,8 @@ use std::time::Duration;
 /// How long a run under outages may take to settle.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 async fn in_progress(ledger: &SharedLedger) -> Option<i64> {
@@ -145,7 +145,7 @@ async fn scenario_8_processor_5xx_storms_429s_and_hangs_end_in_the_truth() {
     let (mut succeeded, mut attention, mut went_unknown) = (0, 0, 0);
     for op in &ops {
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
-        let events = ledger.events(&op.id).await.unwrap();
+        let events = ledger.events_unscoped(&op.id).await.unwrap();
         went_unknown += usize::from(events.iter().any(|e| e.event == "outcome_unknown"));
         match row.status {
             Status::Succeeded => {

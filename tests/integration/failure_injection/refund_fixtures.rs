@@ -5,8 +5,9 @@
 use super::fleet::successful_payments;
 use crate::support::refunds::create_refund;
 use crate::support::{processes, ready_operation, tenant};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{NewApproval, Operation, OperationEvent, Recorded, SharedLedger};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -17,8 +18,8 @@ use std::time::Duration;
 /// The amount every scenario's payment collects.
 pub const PAYMENT_MINOR: i64 = 2048;
 
-pub fn now() -> i64 {
-    SystemClock.now_ms()
+pub fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 /// A payment of [`PAYMENT_MINOR`] usd for `invoice`, paid at the simulator with `payment_method`
@@ -31,15 +32,18 @@ pub async fn paid_payment(
 ) -> Operation {
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
     let c = ledger
-        .claim("payer", 1, 60_000, now())
+        .claim("payer", 1, Duration::from_millis(60_000), now())
         .await
         .unwrap()
         .remove(0);
     assert_eq!(c.id, op.id, "the fixture pays its own payment");
-    ledger
-        .mark_submitting(&c.id, c.attempt, now())
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&c)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     let outcome = payonce_worker::execution::submit(
         processes::stripe(sim, None).as_ref(),
         &c,
@@ -51,8 +55,7 @@ pub async fn paid_payment(
     };
     let paid = ledger
         .record(
-            &c.id,
-            c.attempt,
+            &Fence::of(&c),
             &Recorded::Succeeded { reference, result },
             "payer",
             now(),
@@ -74,7 +77,7 @@ pub async fn approve(ledger: &SharedLedger, refund: &Operation) -> Operation {
                 details_hash: refund.details_hash.clone(),
                 approved_by: "oncall:alice".into(),
                 method: "test".into(),
-                expires_at_ms: now() + 86_400_000,
+                expires_at_ms: now() + Duration::from_millis(86_400_000),
             },
             now(),
         )
@@ -161,7 +164,7 @@ pub async fn assert_refunded_once(
         row.details.money().amount_minor(),
         "{id}"
     );
-    let events = ledger.events(id).await.unwrap();
+    let events = ledger.events_unscoped(id).await.unwrap();
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");
     for needed in ["approve", "claim"] {

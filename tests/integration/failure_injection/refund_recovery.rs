@@ -13,6 +13,7 @@ use crate::support::refunds::create_refund;
 use crate::support::{postgres_ledger, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
+use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -51,7 +52,7 @@ async fn refund_a_duplicated_webhook_before_the_worker_records_settles_once() {
         settled(&ledger, &refund.id, DEADLINE).await,
         Status::Succeeded
     );
-    let events = ledger.events(&refund.id).await.unwrap();
+    let events = ledger.events_unscoped(&refund.id).await.unwrap();
     let into_succeeded = events.iter().find(|e| e.to_status == "succeeded").unwrap();
     assert!(
         into_succeeded
@@ -88,7 +89,7 @@ async fn refund_reported_succeeded_then_failed_goes_to_a_human_with_both_facts()
     })
     .await;
     let re = row.external_ref.clone().unwrap();
-    let events = ledger.events(&refund.id).await.unwrap();
+    let events = ledger.events_unscoped(&refund.id).await.unwrap();
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     // First the success the processor answered, then its contradiction: both kept.
     let succeeded_at = events
@@ -124,15 +125,18 @@ async fn crashed_refunding(
     submit: bool,
 ) {
     let c = ledger
-        .claim("crashed", 1, 60_000, now())
+        .claim("crashed", 1, Duration::from_millis(60_000), now())
         .await
         .unwrap()
         .remove(0);
     assert_eq!(c.id, refund.id);
-    ledger
-        .mark_submitting(&c.id, c.attempt, now())
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&c)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     if submit {
         let outcome = payonce_worker::execution::submit(
             processes::stripe(sim, None).as_ref(),
@@ -151,7 +155,7 @@ async fn crashed_refunding(
         next_check_at_ms: now(),
     };
     ledger
-        .record(&c.id, c.attempt, &unknown, "crashed", now())
+        .record(&Fence::of(&c), &unknown, "crashed", now())
         .await
         .unwrap();
 }
@@ -173,7 +177,7 @@ async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_
     // Past the window on both sides: the simulator forgot the keys, the reconciler knows it.
     let past = retention + Duration::from_secs(1);
     let clock = ManualClock::new(now());
-    clock.advance_ms(past.as_millis() as i64);
+    clock.advance(past);
     advance_clock(&sim, past).await;
     let mut config = ReconcilerConfig::new("rec");
     config.retry = WorkerConfig::new("rec");
@@ -188,7 +192,7 @@ async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_
     for op in [&landed, &never] {
         wait_for("reconciled", DEADLINE, || async {
             rec.sweep_once(false).await.unwrap();
-            clock.advance_ms(1_000);
+            clock.advance(std::time::Duration::from_millis(1_000));
             let row = ledger.get(&tenant(), &op.id).await.unwrap();
             (row.status.is_terminal() || row.status == Status::NeedsAttention).then_some(())
         })
@@ -249,14 +253,17 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW5:1", 900).await;
     // The zombie claims with a short lease, reaches the processor, then stalls.
     let zombie = ledger
-        .claim("zombie", 1, 300, now())
+        .claim("zombie", 1, Duration::from_millis(300), now())
         .await
         .unwrap()
         .remove(0);
-    ledger
-        .mark_submitting(&zombie.id, zombie.attempt, now())
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&zombie)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
     let outcome = payonce_worker::execution::submit(
         processes::stripe(&sim, None).as_ref(),
         &zombie,
@@ -281,7 +288,7 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     };
     assert!(matches!(
         ledger
-            .record(&zombie.id, zombie.attempt, &late, "zombie", now())
+            .record(&Fence::of(&zombie), &late, "zombie", now())
             .await,
         Err(LedgerError::Fenced { .. })
     ));

@@ -230,7 +230,7 @@ async fn refund_proposed_by_the_assistant_approved_on_call_executed_by_a_worker_
     let (_api, base) = fleet::api(&url).await;
     let sim = simulator(SimulatorConfig::default()).await;
     let tenant = tenant();
-    let key = |role| payonce_api::create_api_key(&ledger, &tenant, role, "e2e", now());
+    let key = |role| payonce_api::create_api_key(ledger.as_ref(), &tenant, role, "e2e", now());
     let service = key(Role::Service).await.unwrap();
     let assistant = key(Role::Assistant).await.unwrap();
     let oncall = key(Role::OnCall).await.unwrap();

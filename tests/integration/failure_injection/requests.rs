@@ -6,7 +6,7 @@
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::{postgres_ledger, ready_operation, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Role;
 use payonce_shared::state::Status;
@@ -19,17 +19,19 @@ const CONCURRENT_REQUESTS: usize = 40;
 /// Worker processes racing in scenario 1.
 const WORKERS: usize = 3;
 
-fn now() -> i64 {
-    SystemClock.now_ms()
+fn now() -> Timestamp {
+    SystemClock.now()
 }
 
 async fn keys(ledger: &payonce_shared::ledger::SharedLedger) -> (String, String) {
-    let service = payonce_api::create_api_key(ledger, &tenant(), Role::Service, "billing", now())
-        .await
-        .unwrap();
-    let assistant = payonce_api::create_api_key(ledger, &tenant(), Role::Assistant, "bot", now())
-        .await
-        .unwrap();
+    let service =
+        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now())
+            .await
+            .unwrap();
+    let assistant =
+        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Assistant, "bot", now())
+            .await
+            .unwrap();
     (service, assistant)
 }
 
@@ -134,7 +136,7 @@ async fn scenario_1_tool_calls_execute_requests_and_workers_at_once_pay_once() {
     let events = assert_paid_once(&ledger, &sim, &id).await;
     let claims = events.iter().filter(|e| e.event == "claim").count();
     assert_eq!(claims, 1, "one worker of {WORKERS} claimed it: {events:?}");
-    let calls = ledger.tool_calls(&id).await.unwrap();
+    let calls = ledger.tool_calls(&tenant(), &id).await.unwrap();
     assert_eq!(
         calls.len(),
         CONCURRENT_REQUESTS - CONCURRENT_REQUESTS / 4,
@@ -169,7 +171,7 @@ async fn scenario_3_a_lost_tool_result_and_a_lost_processor_answer_never_pay_twi
     );
     conn.write_all(request.as_bytes()).await.unwrap();
     wait_for("the lost call is recorded", DEADLINE, || async {
-        (ledger.tool_calls(&op.id).await.unwrap().len() == 1).then_some(())
+        (ledger.tool_calls(&tenant(), &op.id).await.unwrap().len() == 1).then_some(())
     })
     .await;
     drop(conn);
@@ -212,7 +214,7 @@ async fn scenario_3_a_lost_tool_result_and_a_lost_processor_answer_never_pay_twi
         "resolved by lookup: {names:?}"
     );
     assert_eq!(
-        ledger.tool_calls(&op.id).await.unwrap().len(),
+        ledger.tool_calls(&tenant(), &op.id).await.unwrap().len(),
         1 + asked,
         "every call recorded"
     );
@@ -265,7 +267,7 @@ async fn scenario_6_an_amount_change_under_an_existing_operation_is_refused() {
         "the approved amount, never the changed one"
     );
     let names: Vec<String> = ledger
-        .events(&id)
+        .events_unscoped(&id)
         .await
         .unwrap()
         .into_iter()

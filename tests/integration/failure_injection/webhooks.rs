@@ -24,7 +24,7 @@ async fn scenario_4_a_duplicated_webhook_before_the_worker_records_settles_once(
     // The api stores the webhook as a hint; a reconciler sweeping every 100 ms retrieves the
     // object it names and applies it (issue 13: a webhook is a hint).
     let _rec = fleet::reconciler(&url, &sim, &[("PAYONCE_SWEEP_INTERVAL_MS", "100")]);
-    let op = ready_operation(&ledger, "INV-FI4", "pm_card_visa", SystemClock.now_ms()).await;
+    let op = ready_operation(&ledger, "INV-FI4", "pm_card_visa", SystemClock.now()).await;
     // 8 s: ample for the simulator's immediate delivery to land first, even on a loaded CI machine.
     let worker = fleet::worker(
         &url,
@@ -37,7 +37,7 @@ async fn scenario_4_a_duplicated_webhook_before_the_worker_records_settles_once(
 
     // The webhook, once checked, settles the row while the worker still sleeps on the processor's answer.
     assert_eq!(settled(&ledger, &op.id, DEADLINE).await, Status::Succeeded);
-    let events = ledger.events(&op.id).await.unwrap();
+    let events = ledger.events_unscoped(&op.id).await.unwrap();
     let into_succeeded = events.iter().find(|e| e.to_status == "succeeded").unwrap();
     assert!(
         into_succeeded.actor.contains("webhook")

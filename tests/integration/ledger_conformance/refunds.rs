@@ -2,7 +2,7 @@
 //! and concurrent callers racing for the last money (Postgres pool; SQLite file shared by several
 //! connections, as several processes would share it).
 
-use super::{T0, for_each_store};
+use super::{T0, at, for_each_store};
 use crate::support::refunds::{create_refund, refund_details, settle_refund, succeeded_payment};
 use crate::support::{self, tenant};
 use payonce_shared::details::{OperationKind, RefundReason};
@@ -32,8 +32,8 @@ async fn rows(ledger: &SharedLedger, payment: &Operation) -> Vec<Operation> {
 #[tokio::test]
 async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money() {
     for_each_store(|ledger| async move {
-        let payment = succeeded_payment(&ledger, "INV-R1", 1_000, T0).await;
-        let a = create_refund(&ledger, &payment, "refund:a", 600, T0).await.unwrap();
+        let payment = succeeded_payment(&ledger, "INV-R1", 1_000, at(T0)).await;
+        let a = create_refund(&ledger, &payment, "refund:a", 600, at(T0)).await.unwrap();
         assert!(a.inserted);
         let a = a.operation;
         assert_eq!((a.status, a.details.kind()), (Status::AwaitingApproval, OperationKind::Refund));
@@ -43,29 +43,29 @@ async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money()
         assert_eq!(of.reason(), RefundReason::RequestedByCustomer);
         assert_eq!(a.details, refund_details(&payment, 600, RefundReason::RequestedByCustomer));
         assert_eq!(a.details_hash, a.details.hash());
-        let events = ledger.events(&a.id).await.unwrap();
+        let events = ledger.events_unscoped(&a.id).await.unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!((events[0].event.as_str(), events[0].to_status.as_str()), ("create", "awaiting_approval"));
 
         // The same business key and details: the same refund, however often asked.
-        let again = create_refund(&ledger, &payment, "refund:a", 600, T0 + 1).await.unwrap();
+        let again = create_refund(&ledger, &payment, "refund:a", 600, at(T0 + 1)).await.unwrap();
         assert_eq!((again.inserted, &again.operation.id), (false, &a.id));
-        let changed = create_refund(&ledger, &payment, "refund:a", 601, T0).await;
+        let changed = create_refund(&ledger, &payment, "refund:a", 601, at(T0)).await;
         assert!(matches!(&changed, Err(LedgerError::Conflict { existing }) if existing == &a.id), "{changed:?}");
 
         // 600 held: 401 does not fit, 400 does, then nothing does.
-        let over = create_refund(&ledger, &payment, "refund:b", 401, T0).await;
+        let over = create_refund(&ledger, &payment, "refund:b", 401, at(T0)).await;
         assert!(
             matches!(&over, Err(LedgerError::OverRefund { payment: p, requested_minor: 401, refundable_minor: 400 }) if p == &payment.id),
             "{over:?}"
         );
-        let b = create_refund(&ledger, &payment, "refund:b", 400, T0 + 1).await.unwrap().operation;
-        let one = create_refund(&ledger, &payment, "refund:c", 1, T0).await;
+        let b = create_refund(&ledger, &payment, "refund:b", 400, at(T0 + 1)).await.unwrap().operation;
+        let one = create_refund(&ledger, &payment, "refund:c", 1, at(T0)).await;
         assert!(matches!(one, Err(LedgerError::OverRefund { refundable_minor: 0, .. })), "{one:?}");
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 1_000, 2));
 
         // A cancelled refund frees its money; a succeeded one keeps it; a failed one frees it.
-        let cancelled = ledger.cancel(&tenant(), &a.id, "on_call:test", T0).await.unwrap();
+        let cancelled = ledger.cancel(&tenant(), &a.id, "on_call:test", at(T0)).await.unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 400, 2));
         let done = settle_refund(&ledger, &b, Recorded::Succeeded {
@@ -73,7 +73,7 @@ async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money()
             result: serde_json::json!({"id": "re_b", "status": "succeeded"}),
         }).await;
         assert_eq!(done.status, Status::Succeeded);
-        let c = create_refund(&ledger, &payment, "refund:c", 600, T0 + 2).await.unwrap().operation;
+        let c = create_refund(&ledger, &payment, "refund:c", 600, at(T0 + 2)).await.unwrap().operation;
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 400, 600, 3));
         let failed = settle_refund(&ledger, &c, Recorded::Failed {
             code: "insufficient_funds".into(),
@@ -102,8 +102,8 @@ async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money()
 #[tokio::test]
 async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded() {
     for_each_store(|ledger| async move {
-        let payment = succeeded_payment(&ledger, "INV-R2", 1_000, T0).await;
-        let refund = create_refund(&ledger, &payment, "refund:r2", 100, T0)
+        let payment = succeeded_payment(&ledger, "INV-R2", 1_000, at(T0)).await;
+        let refund = create_refund(&ledger, &payment, "refund:r2", 100, at(T0))
             .await
             .unwrap()
             .operation;
@@ -129,12 +129,12 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
         )
         .unwrap();
         let r = ledger
-            .create_or_get(new(tenant(), "refund:of-refund", d), T0)
+            .create_or_get(new(tenant(), "refund:of-refund", d), at(T0))
             .await;
         assert_eq!(refused(r), "only a payment can be refunded");
 
         // A payment that has not succeeded.
-        let pending = support::ready_operation(&ledger, "INV-R2b", "pm_card_visa", T0).await;
+        let pending = support::ready_operation(&ledger, "INV-R2b", "pm_card_visa", at(T0)).await;
         let d = payonce_shared::details::Details::refund(
             &pending.details,
             &pending.id,
@@ -144,7 +144,7 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
         )
         .unwrap();
         let r = ledger
-            .create_or_get(new(tenant(), "refund:pending", d), T0)
+            .create_or_get(new(tenant(), "refund:pending", d), at(T0))
             .await;
         assert_eq!(refused(r), "only a succeeded payment can be refunded");
 
@@ -158,7 +158,7 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
         )
         .unwrap();
         let r = ledger
-            .create_or_get(new(tenant(), "refund:forged", d), T0)
+            .create_or_get(new(tenant(), "refund:forged", d), at(T0))
             .await;
         assert_eq!(
             refused(r),
@@ -169,7 +169,7 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
         let globex = TenantId::parse("globex").unwrap();
         let d = refund_details(&payment, 10, RefundReason::Duplicate);
         let r = ledger
-            .create_or_get(new(globex.clone(), "refund:globex", d), T0)
+            .create_or_get(new(globex.clone(), "refund:globex", d), at(T0))
             .await;
         assert!(matches!(r, Err(LedgerError::NotFound)), "{r:?}");
         assert!(matches!(
@@ -216,7 +216,7 @@ async fn race(ledgers: &[SharedLedger], payment: &Operation, amount: i64, n: usi
                 &payment,
                 &format!("refund:race:{amount}:{i}"),
                 amount,
-                T0,
+                at(T0),
             )
             .await
         }));
@@ -240,7 +240,7 @@ async fn race(ledgers: &[SharedLedger], payment: &Operation, amount: i64, n: usi
 async fn assert_races(ledgers: &[SharedLedger]) {
     let ledger = &ledgers[0];
     // 8 callers for 300 of 1000: exactly three fit.
-    let payment = succeeded_payment(ledger, "INV-RACE1", 1_000, T0).await;
+    let payment = succeeded_payment(ledger, "INV-RACE1", 1_000, at(T0)).await;
     assert_eq!(race(ledgers, &payment, 300, 8).await, 3);
     let refunds = rows(ledger, &payment).await;
     assert_eq!(refunds.len(), 3);
@@ -252,7 +252,7 @@ async fn assert_races(ledgers: &[SharedLedger]) {
         900
     );
     // 8 callers for the whole of another payment: exactly one.
-    let payment = succeeded_payment(ledger, "INV-RACE2", 1_000, T0).await;
+    let payment = succeeded_payment(ledger, "INV-RACE2", 1_000, at(T0)).await;
     assert_eq!(race(ledgers, &payment, 1_000, 8).await, 1);
     assert_eq!(
         ledger.refund_totals(&tenant(), &payment.id).await.unwrap(),
@@ -352,7 +352,7 @@ fn shapes(payment: &str) -> Vec<Shape> {
 async fn both_stores_check_the_refund_shape_whatever_writes_the_row() {
     use sqlx::Connection;
     let (ledger, url) = support::postgres_ledger().await;
-    let payment = succeeded_payment(&ledger, "INV-SHAPE", 1_000, T0).await;
+    let payment = succeeded_payment(&ledger, "INV-SHAPE", 1_000, at(T0)).await;
     let path = std::env::temp_dir().join(format!(
         "payonce-refund-shape-{}.db",
         payonce_shared::id::random_hex(8)
@@ -361,7 +361,7 @@ async fn both_stores_check_the_refund_shape_whatever_writes_the_row() {
     let sqlite = payonce_shared::ledger::connect(&sqlite_url, 1)
         .await
         .unwrap();
-    let sqlite_payment = succeeded_payment(&sqlite, "INV-SHAPE", 1_000, T0).await;
+    let sqlite_payment = succeeded_payment(&sqlite, "INV-SHAPE", 1_000, at(T0)).await;
     drop(sqlite);
     let mut pg = sqlx::PgConnection::connect(&url).await.unwrap();
     let mut lite = sqlx::SqliteConnection::connect(&format!("{sqlite_url}?mode=rw"))
@@ -530,17 +530,24 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         "its stored hash still holds"
     );
     assert_eq!(
-        ledger.events(&id).await.unwrap().len(),
+        ledger.events_unscoped(&id).await.unwrap().len(),
         1,
         "the audit trail survives"
     );
     // The guard works on the migrated table, and the recreated trigger logs the refund's creation.
-    let refund = create_refund(&ledger, &payment, "refund:m8", 2048, T0)
+    let refund = create_refund(&ledger, &payment, "refund:m8", 2048, at(T0))
         .await
         .unwrap();
     assert!(refund.inserted);
-    assert_eq!(ledger.events(&refund.operation.id).await.unwrap().len(), 1);
-    let over = create_refund(&ledger, &payment, "refund:m8:b", 1, T0).await;
+    assert_eq!(
+        ledger
+            .events_unscoped(&refund.operation.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let over = create_refund(&ledger, &payment, "refund:m8:b", 1, at(T0)).await;
     assert!(
         matches!(
             over,

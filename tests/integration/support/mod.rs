@@ -6,6 +6,7 @@ pub mod postgres;
 pub mod processes;
 pub mod refunds;
 
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{self, NewApproval, NewOperation, Operation, SharedLedger};
@@ -83,7 +84,7 @@ pub async fn ready_operation(
     ledger: &SharedLedger,
     invoice: &str,
     payment_method: &str,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Operation {
     let d = details(invoice, 2048, payment_method);
     let hash = d.hash();
@@ -96,7 +97,7 @@ pub async fn ready_operation(
                 details: d,
                 actor: "service:test".into(),
             },
-            now_ms,
+            now,
         )
         .await
         .unwrap();
@@ -108,9 +109,9 @@ pub async fn ready_operation(
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: now_ms + 86_400_000,
+                expires_at_ms: now + Duration::from_secs(86_400),
             },
-            now_ms,
+            now,
         )
         .await
         .unwrap()

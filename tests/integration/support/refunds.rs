@@ -2,12 +2,14 @@
 //! operations of it.
 
 use super::{details, tenant};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
-    Created, LedgerError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+    Created, Fence, LedgerError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
 };
 use payonce_shared::state::Status;
+use std::time::Duration;
 
 /// A payment of `amount` for `invoice`, created, approved, claimed, submitted and recorded as
 /// succeeded with processor reference `pi_<invoice>` (the ledger's own moves, no processor).
@@ -15,7 +17,7 @@ pub async fn succeeded_payment(
     ledger: &SharedLedger,
     invoice: &str,
     amount: i64,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Operation {
     let d = details(invoice, amount, "pm_card_visa");
     let hash = d.hash();
@@ -28,7 +30,7 @@ pub async fn succeeded_payment(
                 details: d,
                 actor: "service:test".into(),
             },
-            now_ms,
+            now,
         )
         .await
         .unwrap()
@@ -41,30 +43,44 @@ pub async fn succeeded_payment(
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: now_ms + 86_400_000,
+                expires_at_ms: now + Duration::from_secs(86_400),
             },
-            now_ms,
+            now,
         )
         .await
         .unwrap();
-    let claimed = ledger.claim("fixture", 1, 30_000, now_ms).await.unwrap();
+    let claimed = ledger
+        .claim("fixture", 1, Duration::from_millis(30_000), now)
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 1, "the fixture claims its own payment only");
     let attempt = claimed[0].attempt;
     assert_eq!(claimed[0].id, created.id);
-    ledger
-        .mark_submitting(&created.id, attempt, now_ms)
-        .await
-        .unwrap();
+    assert_eq!(
+        ledger
+            .mark_submitting(
+                &[Fence {
+                    id: created.id.clone(),
+                    attempt
+                }],
+                now
+            )
+            .await
+            .unwrap(),
+        [true]
+    );
     let paid = ledger
         .record(
-            &created.id,
-            attempt,
+            &Fence {
+                id: created.id.clone(),
+                attempt,
+            },
             &Recorded::Succeeded {
                 reference: format!("pi_{invoice}"),
                 result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
             },
             "fixture",
-            now_ms,
+            now,
         )
         .await
         .unwrap();
@@ -90,7 +106,7 @@ pub async fn create_refund(
     payment: &Operation,
     key: &str,
     amount: i64,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<Created, LedgerError> {
     ledger
         .create_or_get(
@@ -101,7 +117,7 @@ pub async fn create_refund(
                 details: refund_details(payment, amount, RefundReason::RequestedByCustomer),
                 actor: "service:test".into(),
             },
-            now_ms,
+            now,
         )
         .await
 }
@@ -113,7 +129,7 @@ pub async fn settle_refund(
     refund: &Operation,
     outcome: Recorded,
 ) -> Operation {
-    let now_ms = refund.created_at_ms;
+    let now = refund.created_at_ms;
     ledger
         .approve(
             &tenant(),
@@ -122,21 +138,27 @@ pub async fn settle_refund(
                 details_hash: refund.details_hash.clone(),
                 approved_by: "on_call:key_test".into(),
                 method: "on_call_key".into(),
-                expires_at_ms: now_ms + 86_400_000,
+                expires_at_ms: now + Duration::from_secs(86_400),
             },
-            now_ms,
+            now,
         )
         .await
         .unwrap();
-    let claimed = ledger.claim("fixture", 1, 30_000, now_ms).await.unwrap();
-    assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
-    assert_eq!(claimed[0].id, refund.id);
-    ledger
-        .mark_submitting(&refund.id, claimed[0].attempt, now_ms)
+    let claimed = ledger
+        .claim("fixture", 1, Duration::from_millis(30_000), now)
         .await
         .unwrap();
+    assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
+    assert_eq!(claimed[0].id, refund.id);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&claimed[0])], now)
+            .await
+            .unwrap(),
+        [true]
+    );
     ledger
-        .record(&refund.id, claimed[0].attempt, &outcome, "fixture", now_ms)
+        .record(&Fence::of(&claimed[0]), &outcome, "fixture", now)
         .await
         .unwrap()
 }

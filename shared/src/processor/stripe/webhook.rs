@@ -249,12 +249,12 @@ pub fn reference_of(payload: &str) -> Option<String> {
 }
 
 /// Checks one delivery and parses it: the body's size, the signature (with
-/// [`SIGNATURE_TOLERANCE_S`] against `now_ms`), then the payload as an [`Event`].
+/// [`SIGNATURE_TOLERANCE_S`] against `now`), then the payload as an [`Event`].
 pub fn verify_event(
     secrets: &[String],
     signature_header: Option<&str>,
     body: &[u8],
-    now_ms: i64,
+    now: crate::clock::Timestamp,
 ) -> Result<Event, WebhookError> {
     if body.len() > PAYLOAD_LEN_MAX {
         return Err(WebhookError::PayloadTooLarge);
@@ -264,7 +264,7 @@ pub fn verify_event(
         secrets,
         header,
         body,
-        now_ms.div_euclid(1000),
+        now.as_millis().div_euclid(1000),
         Some(SIGNATURE_TOLERANCE_S),
     )?;
     serde_json::from_slice(body).map_err(|e| WebhookError::MalformedPayload(e.to_string()))

@@ -1,0 +1,400 @@
+//! The ledger's interfaces, one trait per concern, each implemented for [`Store`](super::Store)
+//! in the module of the same name (`Queue` in `queue.rs`, ...), where its SQL sits beside it.
+//! [`Ledger`] is every one of them; a caller holds only the one it uses (the worker a
+//! [`Queue`], the reconciler [`Recovery`], the api [`TenantLedger`]).
+//!
+//! Every tenant-scoped read and write takes the tenant as a [`TenantId`]. The reads across
+//! tenants that workers and on-call need are in [`Inspection`], which the api's
+//! [`TenantLedger`] does not include.
+
+use super::requests::{
+    ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, MaintenanceLease, NewProcessorEvent,
+    NewToolCall, ProcessorEventKey, Resolve, RevokeKey, RotateKey, ToolAnswer,
+};
+use super::{
+    ApiKeyRecord, Applied, Approval, ApprovalLink, Claimed, Created, ExpiredLease, LedgerError,
+    ListFilter, NewApproval, NewOperation, Operation, OperationEvent, Recorded, Report,
+    StatusCount, StoredProcessorEvent, console, refunds::RefundTotals, verification,
+};
+use crate::clock::Timestamp;
+use crate::id::{OperationId, TenantId};
+use crate::state::Status;
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// Operation rows as a tenant sees them: create, read, cancel, the audit trail; plus the
+/// store-wide health and counts (no row of any tenant).
+#[async_trait]
+pub trait Operations: Send + Sync {
+    /// Store name (`postgres`, `sqlite`).
+    fn store(&self) -> &'static str;
+    /// The on-call console's store (migration 0007) on the same database.
+    fn console(&self) -> &dyn console::ConsoleLedger;
+    /// Creates the operation, or returns the existing one for the same business key and details.
+    /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.
+    /// A refund is created only under the over-refund guard (`refunds.rs`): its payment must be a
+    /// succeeded payment of the tenant matching the refund's details ([`LedgerError::NotRefundable`],
+    /// [`LedgerError::NotFound`]) with enough left unrefunded ([`LedgerError::OverRefund`]).
+    async fn create_or_get(
+        &self,
+        new: NewOperation,
+        now: Timestamp,
+    ) -> Result<Created, LedgerError>;
+    /// Reads an operation within a tenant.
+    async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError>;
+    /// The audit trail, oldest first, of an operation within a tenant (empty if the tenant has no
+    /// such operation).
+    async fn events(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+    ) -> Result<Vec<OperationEvent>, LedgerError>;
+    /// Withdraws an operation that has not started executing.
+    async fn cancel(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
+    /// On-call resolution (see [`Recovery::resolve`]) of an operation within a tenant: another
+    /// tenant's operation is [`LedgerError::NotFound`] and nothing is written.
+    async fn resolve_in_tenant(
+        &self,
+        tenant: &TenantId,
+        request: &Resolve<'_>,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
+    /// One cheap round trip (`SELECT 1`), for readiness probes: unlike counting, its cost does not
+    /// grow with the table.
+    async fn ping(&self) -> Result<(), LedgerError>;
+    /// Operations per state over every tenant, and the oldest `updated_at` in each (metrics).
+    async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
+}
+
+/// A payment's refunds, as its tenant sees them (refunds are created through
+/// [`Operations::create_or_get`]).
+#[async_trait]
+pub trait Refunds: Send + Sync {
+    /// The refund operations of a payment in the tenant, oldest first, at most `limit` (capped at
+    /// [`PAGE_MAX`](super::PAGE_MAX)).
+    async fn refunds_of(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+        limit: u32,
+    ) -> Result<Vec<Operation>, LedgerError>;
+    /// How much of a payment in the tenant its refunds have given back or still hold.
+    async fn refund_totals(
+        &self,
+        tenant: &TenantId,
+        payment: &OperationId,
+    ) -> Result<RefundTotals, LedgerError>;
+}
+
+/// Reads across tenants, for workers, the reconciler and on-call: never reachable from the api's
+/// tenant-facing [`TenantLedger`].
+#[async_trait]
+pub trait Inspection: Send + Sync {
+    /// Reads an operation of any tenant.
+    async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError>;
+    /// The audit trail of an operation of any tenant, oldest first.
+    async fn events_unscoped(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError>;
+    /// On-call listing, oldest update first (one tenant if the filter names one).
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError>;
+}
+
+/// Approving an operation and the confirmation links that lead a customer to the approval.
+#[async_trait]
+pub trait Approvals: Send + Sync {
+    /// The customer verification store (migration 0002) on the same database.
+    fn verification(&self) -> &dyn verification::VerificationLedger;
+    /// Records an approval and enqueues the operation in one transaction, only if the approved hash
+    /// equals the current details hash.
+    async fn approve(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        approval: NewApproval,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
+    /// The newest unrevoked approval of the tenant's operation, if any.
+    async fn latest_approval(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+    ) -> Result<Option<Approval>, LedgerError>;
+    /// Stores a single-use confirmation link (only the token's hash), unless the operation already
+    /// has `open_max` unused, unexpired links: then stores nothing and returns false. (Concurrent
+    /// callers can overshoot the bound by their number; it bounds a retry loop, not a race.)
+    async fn create_approval_link(
+        &self,
+        link: &ApprovalLink,
+        open_max: u32,
+    ) -> Result<bool, LedgerError>;
+    /// Reads a link by token hash.
+    async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError>;
+    /// The operation a confirmation link names, whatever its tenant: holding the token is the
+    /// customer's authority (the page shows only what the token's holder may approve).
+    async fn link_operation(&self, link: &ApprovalLink) -> Result<Operation, LedgerError>;
+    /// Marks a link used, once: true if this call used it.
+    async fn use_approval_link(
+        &self,
+        token_hash: &str,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError>;
+}
+
+/// The worker's queue: claim under a lease, renew, mark a submission, give back, record.
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// Claims up to `batch` ready operations for `owner` with a lease; bumps each attempt.
+    async fn claim(
+        &self,
+        owner: &str,
+        batch: u32,
+        lease_ttl: Duration,
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>, LedgerError>;
+    /// Extends the unexpired leases `owner` holds on the operations in `held` (the work it is still
+    /// doing; a lease it gave up on must lapse to the reconciler); returns the (id, attempt) pairs
+    /// renewed.
+    async fn renew(
+        &self,
+        owner: &str,
+        held: &[OperationId],
+        lease_ttl: Duration,
+        now: Timestamp,
+    ) -> Result<Vec<(OperationId, i64)>, LedgerError>;
+    /// Records, committed, that a request is about to leave for the processor, for each fence
+    /// in one transaction; returns per fence whether it still held (refused once the lease has
+    /// expired).
+    async fn mark_submitting(
+        &self,
+        fences: &[Fence],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError>;
+    /// Gives the lease back before anything was sent (shutdown). Fenced.
+    async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError>;
+    /// Records an outcome, fenced by the attempt and `status = 'executing'`.
+    async fn record(
+        &self,
+        fence: &Fence,
+        outcome: &Recorded,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
+    /// Records many outcomes in one transaction; each is fenced on its own. Returns per item
+    /// whether it was recorded.
+    async fn record_batch(
+        &self,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError>;
+    /// Reads the operation a worker holds (or held): what its fence lost to.
+    async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError>;
+    /// Waits until new work may be ready (an approval was committed here or, on Postgres, anywhere),
+    /// or until `max_wait` passes. Callers still poll: a wake-up can be missed.
+    async fn wait_for_ready(&self, max_wait: Duration);
+}
+
+/// The reconciler's interface: expired leases, unknown outcomes, processor reports, on-call
+/// resolution, and the sweep's maintenance lease. It includes reading across tenants, the queue's
+/// writes (a same-key retry runs the worker's execution path) and checking the stored webhook
+/// hints.
+#[async_trait]
+pub trait Recovery: Inspection + Queue + HintChecks {
+    /// Expired leases, oldest first (served by a partial index).
+    async fn expired_leases(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<ExpiredLease>, LedgerError>;
+    /// Moves an expired lease on: back to `ready` if nothing was submitted, to `unknown` if a
+    /// submission was recorded. Fenced by the attempt the sweep saw.
+    async fn expire_lease(
+        &self,
+        request: &ExpireLease<'_>,
+        now: Timestamp,
+    ) -> Result<Status, LedgerError>;
+    /// Unknown operations whose check is due, soonest first (served by a partial index).
+    async fn due_for_check(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Operation>, LedgerError>;
+    /// Schedules the next check of an unknown operation. Fenced by status and attempt.
+    async fn defer_check(
+        &self,
+        request: &DeferCheck<'_>,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+    /// Takes a lease over an `unknown` operation so its owner may retry with the SAME key; `why`
+    /// goes to the audit trail (same-key retry inside the window, or resubmission after it).
+    async fn claim_unknown(
+        &self,
+        request: &ClaimUnknown<'_>,
+        now: Timestamp,
+    ) -> Result<Claimed, LedgerError>;
+    /// Moves an `unknown` operation to `needs_attention` with the reason. Fenced.
+    async fn escalate(&self, request: &Escalate<'_>, now: Timestamp) -> Result<(), LedgerError>;
+    /// Applies a processor report in any arrival order, per the state machine.
+    async fn apply_report(
+        &self,
+        id: &OperationId,
+        report: &Report,
+        source: &str,
+        now: Timestamp,
+    ) -> Result<Applied, LedgerError>;
+    /// On-call resolution of an `unknown` or `needs_attention` operation; the reason is recorded.
+    async fn resolve(
+        &self,
+        request: &Resolve<'_>,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
+    /// Takes or renews the named maintenance lease (e.g. `sweep`) for its owner; false if another
+    /// owner holds an unexpired one.
+    async fn try_maintenance_lease(
+        &self,
+        lease: &MaintenanceLease<'_>,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError>;
+    /// Gives a maintenance lease back.
+    async fn drop_maintenance_lease(&self, lease: &MaintenanceLease<'_>)
+    -> Result<(), LedgerError>;
+}
+
+/// Stored webhooks, as the api stores them: each a hint that a processor has news, kept once and
+/// checked by the reconciler ([`HintChecks`]) before anything is applied.
+#[async_trait]
+pub trait Webhooks: Send + Sync {
+    /// Stores a webhook once; false if (processor, event id) was already stored.
+    async fn insert_processor_event(
+        &self,
+        event: &NewProcessorEvent<'_>,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError>;
+    /// Records what checking a stored webhook did (or that it needs no check); it is no longer
+    /// pending.
+    async fn mark_processor_event(
+        &self,
+        event: &ProcessorEventKey<'_>,
+        outcome: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+}
+
+/// The reconciler's side of stored webhooks, across tenants: the hints still to check, and putting
+/// one off.
+#[async_trait]
+pub trait HintChecks: Webhooks {
+    /// Stored webhooks not yet checked against the processor, whose next check is due, oldest
+    /// first, at most `limit` (served by a partial index).
+    async fn pending_processor_events(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<StoredProcessorEvent>, LedgerError>;
+    /// Leaves a stored webhook pending (the processor could not be asked): counts the try and
+    /// puts the next one off until `check_after`.
+    async fn defer_processor_event(
+        &self,
+        event: &ProcessorEventKey<'_>,
+        check_after: Timestamp,
+        why: &str,
+    ) -> Result<(), LedgerError>;
+}
+
+/// Assistant tool calls: recorded for correlation (never identity), and the kept answers that make
+/// a retried call agree with the first.
+#[async_trait]
+pub trait ToolCalls: Send + Sync {
+    /// Records a provider tool call for correlation (never identity).
+    async fn record_tool_call(
+        &self,
+        tenant: &TenantId,
+        call: &NewToolCall<'_>,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+    /// Tool calls recorded for the tenant's operation: (provider, provider call id, tool).
+    async fn tool_calls(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+    ) -> Result<Vec<(String, Option<String>, String)>, LedgerError>;
+    /// Keeps the answer to a tool call unless its key already has one; returns the kept
+    /// `(fingerprint, answer)` either way, so a concurrent first call and its retry agree on one
+    /// answer.
+    async fn keep_tool_answer(
+        &self,
+        tenant: &TenantId,
+        answer: &ToolAnswer<'_>,
+        now: Timestamp,
+    ) -> Result<(String, String), LedgerError>;
+    /// The `(fingerprint, answer)` kept for a tool-call key, if any.
+    async fn tool_answer(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+    ) -> Result<Option<(String, String)>, LedgerError>;
+}
+
+/// API keys, stored as hashes.
+#[async_trait]
+pub trait Keys: Send + Sync {
+    /// Stores an API key's hash with its id, tenant, role and expiry.
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError>;
+    /// Finds the key whose secret hashes to `key_hash` if it is accepted at `now`: unrevoked and
+    /// unexpired.
+    async fn find_api_key(
+        &self,
+        key_hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<ApiKeyRecord>, LedgerError>;
+    /// The key with public id `key_id`, in any state.
+    async fn api_key(&self, key_id: &str) -> Result<Option<ApiKeyRecord>, LedgerError>;
+    /// Keys, newest first, of one tenant or all; at most `limit` (capped at
+    /// [`PAGE_MAX`](super::PAGE_MAX)).
+    async fn list_api_keys(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>, LedgerError>;
+    /// Revokes a key. `Ok(false)`: it was already revoked (nothing changed); `NotFound`: no such id.
+    async fn revoke_api_key(
+        &self,
+        request: &RevokeKey<'_>,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError>;
+    /// Rotation, in one transaction: stores the new key and makes the active old one expire at
+    /// `old_until` (or keep an earlier expiry), naming the new one as its replacement. `Ok(false)`:
+    /// the old key is revoked, expired or already rotated (nothing changed); `NotFound`: no such id.
+    async fn rotate_api_key(
+        &self,
+        request: &RotateKey<'_>,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError>;
+    /// Records that the key was used at `now` unless a use within `resolution` is already recorded
+    /// (so accepted requests write at most once per key per resolution).
+    async fn touch_api_key(
+        &self,
+        key_id: &str,
+        now: Timestamp,
+        resolution: Duration,
+    ) -> Result<(), LedgerError>;
+}
+
+/// What the api may reach: a tenant's operations and refunds, approvals, tool calls, keys, and
+/// storing webhooks. No queue, no recovery, no reads across tenants.
+pub trait TenantLedger: Operations + Refunds + Approvals + ToolCalls + Keys + Webhooks {}
+impl<T: Operations + Refunds + Approvals + ToolCalls + Keys + Webhooks + ?Sized> TenantLedger
+    for T
+{
+}
+
+/// The whole ledger, as a store implements it. Every method is atomic; none holds a transaction
+/// across a network call.
+pub trait Ledger: TenantLedger + Recovery {}
+impl<T: TenantLedger + Recovery + ?Sized> Ledger for T {}
