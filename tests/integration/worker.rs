@@ -3,7 +3,7 @@
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SharedClock, SystemClock, Timestamp};
+use payonce_shared::clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{LedgerError, Recorded, SharedLedger};
 use payonce_shared::state::Status;
@@ -82,15 +82,19 @@ async fn two_worker_processes_pay_each_of_500_operations_exactly_once() {
 }
 
 fn reconciler(ledger: &SharedLedger, sim: &payonce_simulator::Simulator) -> Reconciler {
+    reconciler_on(ledger, sim, Arc::new(SystemClock))
+}
+
+/// [`reconciler`] on a given clock.
+fn reconciler_on(
+    ledger: &SharedLedger,
+    sim: &payonce_simulator::Simulator,
+    clock: SharedClock,
+) -> Reconciler {
     let mut config = ReconcilerConfig::new("reconciler-test");
     config.retry = WorkerConfig::new("reconciler-test");
     config.check_backoff_base = Duration::from_millis(50);
-    Reconciler::new(
-        ledger.clone(),
-        processes::stripe(sim, None),
-        Arc::new(SystemClock),
-        config,
-    )
+    Reconciler::new(ledger.clone(), processes::stripe(sim, None), clock, config)
 }
 
 /// A worker killed at each failure point leaves a row the reconciler (and a fresh worker) finishes
@@ -200,10 +204,11 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
 async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let clock: SharedClock = Arc::new(SystemClock);
-    let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", now()).await;
-    // Claimed and marked at one instant, so a slow machine cannot expire the lease in between.
-    let claimed_at = now();
+    // Time moves only when the test says so: the lease lapses because the clock is moved past it.
+    let manual = ManualClock::new(now());
+    let clock: SharedClock = manual.clone();
+    let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", clock.now()).await;
+    let claimed_at = clock.now();
     let lease = Duration::from_millis(300);
     let zombie = ledger
         .claim("zombie", 1, lease, claimed_at)
@@ -218,17 +223,14 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
         [true]
     );
     // The zombie stalls past its lease; the reconciler takes over and finishes with the same key.
-    wait_for(
-        "the zombie's lease to lapse",
-        Duration::from_secs(5),
-        || async { (now() > claimed_at + lease).then_some(()) },
-    )
-    .await;
-    let rec = reconciler(&ledger, &sim);
+    manual.advance(lease + Duration::from_millis(1));
+    let rec = reconciler_on(&ledger, &sim, clock.clone());
     wait_for("reconciler finishes", Duration::from_secs(20), || {
-        let (ledger, rec, id) = (ledger.clone(), &rec, op.id.clone());
+        let (ledger, rec, id, manual) = (ledger.clone(), &rec, op.id.clone(), manual.clone());
         async move {
             rec.sweep_once(false).await.unwrap();
+            // Re-checks fall due as the clock moves, a tenth of a second per sweep.
+            manual.advance(Duration::from_millis(100));
             let row = ledger.get(&tenant(), &id).await.unwrap();
             (row.status == Status::Succeeded).then_some(())
         }
@@ -259,7 +261,7 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     };
     assert!(matches!(
         ledger
-            .record(&Fence::of(&zombie), &failed, "zombie", now())
+            .record(&Fence::of(&zombie), &failed, "zombie", clock.now())
             .await,
         Err(LedgerError::Fenced { .. })
     ));

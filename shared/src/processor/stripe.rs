@@ -20,6 +20,7 @@ pub use classify::{classify_response, classify_transport};
 pub use lookup::LOOKUP_PAGES_MAX;
 pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_refund_response};
 
+use crate::id::IdempotencyKey;
 use crate::processor::{
     Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject,
     RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome, SubmitRequest,
@@ -187,6 +188,46 @@ async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
+impl StripeProcessor {
+    /// POSTs a form once with the stored key and classifies the answer with `classify` (payments
+    /// and refunds differ only in which refusals are definitive). A 429 keeps its `Retry-After`.
+    pub(crate) async fn post_once(
+        &self,
+        url: String,
+        key: &IdempotencyKey,
+        body: String,
+        classify: fn(u16, &[u8]) -> SubmitOutcome,
+    ) -> SubmitOutcome {
+        let sent = self
+            .request(reqwest::Method::POST, url)
+            .header("Idempotency-Key", key.as_str())
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => return classify_transport(&e),
+        };
+        let status = response.status().as_u16();
+        let retry_after_ms = retry_after_ms(response.headers());
+        match read_body(response).await {
+            Ok(bytes) => match classify(status, &bytes) {
+                SubmitOutcome::RateLimited { reason, .. } => SubmitOutcome::RateLimited {
+                    reason,
+                    retry_after_ms,
+                },
+                other => other,
+            },
+            // The status line arrived, so the request was received; what it did is not known.
+            Err(why) => SubmitOutcome::Unknown {
+                reason: format!("HTTP {status}, {why}"),
+                reference: None,
+            },
+        }
+    }
+}
+
 #[async_trait]
 impl Processor for StripeProcessor {
     fn contract(&self) -> &Contract {
@@ -202,36 +243,13 @@ impl Processor for StripeProcessor {
                 };
             }
         };
-        let sent = self
-            .request(
-                reqwest::Method::POST,
-                wire::create_url(&self.config.api_base),
-            )
-            .header("Idempotency-Key", request.idempotency_key.as_str())
-            .header("Content-Type", "application/x-www-form-urlencoded")
-            .body(body)
-            .send()
-            .await;
-        let response = match sent {
-            Ok(r) => r,
-            Err(e) => return classify_transport(&e),
-        };
-        let status = response.status().as_u16();
-        let retry_after_ms = retry_after_ms(response.headers());
-        match read_body(response).await {
-            Ok(bytes) => match classify_response(status, &bytes) {
-                SubmitOutcome::RateLimited { reason, .. } => SubmitOutcome::RateLimited {
-                    reason,
-                    retry_after_ms,
-                },
-                other => other,
-            },
-            // The status line arrived, so the request was received; what it did is not known.
-            Err(why) => SubmitOutcome::Unknown {
-                reason: format!("HTTP {status}, {why}"),
-                reference: None,
-            },
-        }
+        self.post_once(
+            wire::create_url(&self.config.api_base),
+            request.idempotency_key,
+            body,
+            classify_response,
+        )
+        .await
     }
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {

@@ -20,9 +20,25 @@ const LIST_PAGE_LIMIT: u32 = 100;
 /// ledger's time is ours, and a skew must never hide a payment.
 pub const CLOCK_SKEW_MARGIN_SECS: i64 = 600;
 
-fn unavailable(reason: impl Into<String>) -> LookupOutcome {
+pub(crate) fn unavailable(reason: impl Into<String>) -> LookupOutcome {
     LookupOutcome::Unavailable {
         reason: reason.into(),
+    }
+}
+
+/// One page of a Stripe list, or the lookup outcome that ends the search: a 429 defers it, any
+/// other failure leaves it unavailable.
+pub(crate) async fn list_page(p: &StripeProcessor, url: String) -> Result<Value, LookupOutcome> {
+    match get_json(p, url).await {
+        Ok((200, v)) => Ok(v),
+        Ok((429, v)) => Err(LookupOutcome::RateLimited {
+            reason: format!("list answered HTTP 429: {}", error_message(&v)),
+        }),
+        Ok((status, v)) => Err(unavailable(format!(
+            "list answered HTTP {status}: {}",
+            error_message(&v)
+        ))),
+        Err(why) => Err(unavailable(why)),
     }
 }
 
@@ -139,20 +155,9 @@ async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome 
             return unavailable("could not encode the list query");
         };
         let url = format!("{}/v1/payment_intents?{qs}", p.config.api_base);
-        let page = match get_json(p, url).await {
-            Ok((200, v)) => v,
-            Ok((429, v)) => {
-                return LookupOutcome::RateLimited {
-                    reason: format!("list answered HTTP 429: {}", error_message(&v)),
-                };
-            }
-            Ok((status, v)) => {
-                return unavailable(format!(
-                    "list answered HTTP {status}: {}",
-                    error_message(&v)
-                ));
-            }
-            Err(why) => return unavailable(why),
+        let page = match list_page(p, url).await {
+            Ok(v) => v,
+            Err(outcome) => return outcome,
         };
         let data = page
             .get("data")

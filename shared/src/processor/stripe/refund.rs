@@ -14,10 +14,10 @@
 //! refused this refund for what the payment is, and executing nothing); every other status follows the
 //! payment table in [`super::classify`] (5xx and transport failures after sending: Unknown; 429: RateLimited).
 
-use super::classify::{classify_response, classify_transport};
-use super::lookup::{error_message, get_json, is_id};
+use super::StripeProcessor;
+use super::classify::classify_response;
+use super::lookup::{error_message, get_json, is_id, list_page, unavailable};
 use super::wire::METADATA_OPERATION_ID;
-use super::{StripeProcessor, read_body, retry_after_ms};
 use crate::processor::{
     FoundStatus, LookupOutcome, ProcessorObject, RefundLookupQuery, RefundRequest, Retrieved,
     SubmitOutcome,
@@ -171,41 +171,13 @@ pub(crate) async fn submit(p: &StripeProcessor, request: &RefundRequest<'_>) -> 
             };
         }
     };
-    let sent = p
-        .request(
-            reqwest::Method::POST,
-            format!("{}/v1/refunds", p.config.api_base),
-        )
-        .header("Idempotency-Key", request.idempotency_key.as_str())
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(body)
-        .send()
-        .await;
-    let response = match sent {
-        Ok(r) => r,
-        Err(e) => return classify_transport(&e),
-    };
-    let status = response.status().as_u16();
-    let retry_after_ms = retry_after_ms(response.headers());
-    match read_body(response).await {
-        Ok(bytes) => match classify_refund_response(status, &bytes) {
-            SubmitOutcome::RateLimited { reason, .. } => SubmitOutcome::RateLimited {
-                reason,
-                retry_after_ms,
-            },
-            other => other,
-        },
-        Err(why) => SubmitOutcome::Unknown {
-            reason: format!("HTTP {status}, {why}"),
-            reference: None,
-        },
-    }
-}
-
-fn unavailable(reason: impl Into<String>) -> LookupOutcome {
-    LookupOutcome::Unavailable {
-        reason: reason.into(),
-    }
+    p.post_once(
+        format!("{}/v1/refunds", p.config.api_base),
+        request.idempotency_key,
+        body,
+        classify_refund_response,
+    )
+    .await
 }
 
 fn rank(status: &FoundStatus) -> u8 {
@@ -269,20 +241,9 @@ async fn by_list(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOu
         let Ok(qs) = serde_urlencoded::to_string(&params) else {
             return unavailable("could not encode the list query");
         };
-        let page = match get_json(p, format!("{}/v1/refunds?{qs}", p.config.api_base)).await {
-            Ok((200, v)) => v,
-            Ok((429, v)) => {
-                return LookupOutcome::RateLimited {
-                    reason: format!("list answered HTTP 429: {}", error_message(&v)),
-                };
-            }
-            Ok((status, v)) => {
-                return unavailable(format!(
-                    "list answered HTTP {status}: {}",
-                    error_message(&v)
-                ));
-            }
-            Err(why) => return unavailable(why),
+        let page = match list_page(p, format!("{}/v1/refunds?{qs}", p.config.api_base)).await {
+            Ok(v) => v,
+            Err(outcome) => return outcome,
         };
         let data = page
             .get("data")
