@@ -251,6 +251,9 @@ pub struct ReconcilerArgs {
     /// Rows per sweep step.
     #[arg(long, env = "PAYONCE_SWEEP_BATCH", default_value_t = 200)]
     pub sweep_batch: u32,
+    /// Stuck operations one sweep step works on at once (0 is taken as 1).
+    #[arg(long, env = "PAYONCE_SWEEP_CONCURRENCY", default_value_t = payonce_reconciler::config::SWEEP_CONCURRENCY_DEFAULT)]
+    pub sweep_concurrency: usize,
     /// Daemon sweep interval, ms.
     #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_MS", default_value_t = 5_000)]
     pub sweep_interval_ms: u64,
@@ -283,6 +286,7 @@ impl ReconcilerArgs {
     pub fn config(&self, owner: String, worker: WorkerConfig) -> ReconcilerConfig {
         let mut c = ReconcilerConfig::new(owner);
         c.batch_size = self.sweep_batch;
+        c.concurrency = self.sweep_concurrency;
         c.interval = Duration::from_millis(self.sweep_interval_ms);
         c.check_backoff_base = Duration::from_millis(self.check_backoff_ms);
         c.check_backoff_max = Duration::from_millis(self.check_backoff_max_ms);

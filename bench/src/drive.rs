@@ -32,6 +32,26 @@ pub async fn until_recorded(
     expected: u64,
     deadline: Duration,
 ) -> anyhow::Result<Rate> {
+    until_recorded_on(
+        std::slice::from_ref(ledger),
+        processor,
+        fleet,
+        expected,
+        deadline,
+    )
+    .await
+}
+
+/// [`until_recorded`] with engine `n` on `ledgers[n % len]`: one pool per engine, as separate
+/// worker processes on one database would have.
+pub async fn until_recorded_on(
+    ledgers: &[SharedLedger],
+    processor: Arc<dyn Processor>,
+    fleet: &Fleet,
+    expected: u64,
+    deadline: Duration,
+) -> anyhow::Result<Rate> {
+    anyhow::ensure!(!ledgers.is_empty(), "no ledger to drain");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut metrics = Vec::new();
     let mut runs = Vec::new();
@@ -41,7 +61,7 @@ pub async fn until_recorded(
         config.owner = format!("{}-{n}", config.owner);
         let worker = Arc::new(
             Worker::new(
-                ledger.clone(),
+                ledgers[n % ledgers.len()].clone(),
                 processor.clone(),
                 Arc::new(SystemClock),
                 config,

@@ -6,6 +6,7 @@
 //! - [`run`]: runs every section in order and builds the results table.
 //! - [`baseline`]: the plain job lifecycle (insert, claim with SKIP LOCKED, mark done).
 //! - [`throughput`]: payonce end to end on Postgres with the in-process processor.
+//! - [`intake`]: creating and approving through the ledger calls, next to plain single-row inserts.
 //! - [`http`]: payonce end to end over HTTP against the simulator with a fixed latency.
 //! - [`latency`]: claim-to-submit percentiles at moderate load, from the audit trail.
 //! - [`sweep`]: reconciler sweep cost, stuck work among 100k and 1M rows.
@@ -27,6 +28,7 @@ pub mod drive;
 pub mod embedded;
 pub mod http;
 pub mod inprocess;
+pub mod intake;
 pub mod latency;
 pub mod load;
 pub mod memory;

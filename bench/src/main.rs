@@ -38,6 +38,18 @@ struct Args {
     /// Override the HTTP section's claim batch.
     #[arg(long)]
     http_batch: Option<u32>,
+    /// Override the engine counts the throughput section also runs (comma-separated; empty: none).
+    #[arg(long, value_delimiter = ',')]
+    engines: Option<Vec<usize>>,
+    /// Override the worker process's in-flight limit (section `process`).
+    #[arg(long)]
+    process_concurrency: Option<usize>,
+    /// Override the simulator latency while the worker process drains, ms (section `process`).
+    #[arg(long)]
+    process_latency_ms: Option<u64>,
+    /// Override the sweep section's stuck operations.
+    #[arg(long)]
+    sweep_stuck: Option<i64>,
     /// Override the rate-limit section's operations per run.
     #[arg(long)]
     ratelimit_operations: Option<u64>,
@@ -94,6 +106,18 @@ async fn main() -> ExitCode {
     }
     if let Some(n) = args.batch {
         settings.fleet.config.batch_size = n.max(1);
+    }
+    if let Some(engines) = args.engines {
+        settings.engines = engines.into_iter().filter(|n| *n > 0).collect();
+    }
+    if let Some(n) = args.process_concurrency {
+        settings.process_concurrency = n;
+    }
+    if let Some(ms) = args.process_latency_ms {
+        settings.process_latency = std::time::Duration::from_millis(ms);
+    }
+    if let Some(n) = args.sweep_stuck {
+        settings.sweep_stuck = n;
     }
     if let Some(n) = args.ratelimit_operations {
         settings.ratelimit_operations = n.max(1);

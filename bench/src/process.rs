@@ -34,13 +34,15 @@ pub fn sibling_binary() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// Loads `operations` ready rows, starts the simulator in this process, runs `payonce worker` with
-/// its defaults against both, waits until every operation succeeded, reads the process's peak
+/// Loads `operations` ready rows, starts the simulator in this process with `latency`, runs
+/// `payonce worker` with its defaults but `concurrency` in flight against both, waits until every operation succeeded, reads the process's peak
 /// memory, and stops it with SIGTERM (it must exit 0). Checks one payment per operation.
 pub async fn drain(
     admin_url: &str,
     payonce_bin: &Path,
     operations: u64,
+    concurrency: usize,
+    latency: Duration,
     deadline: Duration,
 ) -> anyhow::Result<WorkerProcess> {
     let db = ScratchDatabase::create(admin_url).await?;
@@ -53,7 +55,11 @@ pub async fn drain(
         crate::now_ms(),
     )
     .await?;
-    let sim = Simulator::start(SimulatorConfig::default()).await?;
+    let sim = Simulator::start(SimulatorConfig {
+        latency,
+        ..SimulatorConfig::default()
+    })
+    .await?;
     let started = Instant::now();
     let mut child = Command::new(payonce_bin)
         .arg("worker")
@@ -63,6 +69,7 @@ pub async fn drain(
             "PAYONCE_PROCESSOR_SECRET_KEY",
             payonce_simulator::config::API_KEY_DEFAULT,
         )
+        .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
         .spawn()

@@ -16,6 +16,11 @@ pub struct Settings {
     pub fleet: Fleet,
     /// Operations drained per zero-latency throughput run (Postgres and SQLite).
     pub operations: u64,
+    /// Worker engine counts the throughput section also runs, each engine with its own pool of
+    /// `clients` connections (as separate worker processes on one database would have).
+    pub engines: Vec<usize>,
+    /// Operations created and approved in the intake section (and rows in its insert baseline).
+    pub intake_operations: u64,
     /// Worker engines and their limits for the HTTP run.
     pub http_fleet: Fleet,
     /// Operations drained over HTTP.
@@ -40,6 +45,10 @@ pub struct Settings {
     pub payonce_bin: Option<std::path::PathBuf>,
     /// Operations the worker process drains.
     pub process_operations: u64,
+    /// The worker process's in-flight limit (`PAYONCE_WORKER_CONCURRENCY`).
+    pub process_concurrency: usize,
+    /// The simulator's latency while the worker process drains (so its in-flight limit fills).
+    pub process_latency: Duration,
     /// Operations each rate-limit run drains.
     pub ratelimit_operations: u64,
 }
@@ -59,25 +68,32 @@ impl Settings {
         Settings {
             admin_url: admin_url.to_string(),
             clients: 10,
-            fleet: fleet("bench-worker", 1, 64, 32),
+            // 512 in flight (the figure), claimed 128 at a time: one engine claims one batch
+            // at a time, so the batch bounds its claim rate (a batch per commit).
+            fleet: fleet("bench-worker", 1, 512, 128),
             operations: 20_000,
+            engines: vec![1, 2, 4],
+            intake_operations: 5_000,
             // Claim batches of a quarter of the in-flight limit, so claims overlap submissions.
-            http_fleet: fleet("bench-http-worker", 1, 32, 8),
-            http_operations: 5_000,
-            http_latency: Duration::from_millis(50),
+            http_fleet: fleet("bench-http-worker", 1, 512, 128),
+            // At most the simulator audit's 10,000 rows, so every payment can be counted.
+            http_operations: 10_000,
+            http_latency: Duration::from_millis(200),
             http_ceiling: Some((
                 fleet("bench-http-worker", 1, 64, 16),
                 Duration::from_millis(1),
             )),
             latency_operations: 3_000,
             latency_per_second: 300,
-            sweep_stuck: 1_000,
+            sweep_stuck: 10_000,
             sweep_rows: (100_000, 1_000_000),
             sweep_repeats: 3,
             deadline: Duration::from_secs(300),
             payonce_bin: crate::process::sibling_binary(),
             // At most the simulator audit's 10,000 rows, so every payment can be counted.
             process_operations: 10_000,
+            process_concurrency: 512,
+            process_latency: Duration::from_millis(200),
             ratelimit_operations: 3_000,
         }
     }
@@ -89,6 +105,8 @@ impl Settings {
             clients: 4,
             fleet: fleet("bench-worker", 2, 16, 8),
             operations: 200,
+            engines: vec![1, 2],
+            intake_operations: 40,
             http_fleet: fleet("bench-http-worker", 1, 16, 8),
             http_operations: 48,
             http_latency: Duration::from_millis(5),
@@ -101,6 +119,8 @@ impl Settings {
             deadline: Duration::from_secs(120),
             payonce_bin: None,
             process_operations: 100,
+            process_concurrency: 16,
+            process_latency: Duration::from_millis(5),
             ratelimit_operations: 100,
         }
     }

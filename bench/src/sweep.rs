@@ -11,8 +11,8 @@ use payonce_shared::ledger::SharedLedger;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Connections the sweeping reconciler's ledger may use.
-const SWEEP_CONNECTIONS: u32 = 4;
+/// Connections the sweeping reconciler's ledger may use: `payonce reconciler`'s default pool.
+const SWEEP_CONNECTIONS: u32 = 16;
 
 /// One table size's measurement.
 #[derive(Debug, Clone)]

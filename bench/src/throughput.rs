@@ -13,6 +13,10 @@ use payonce_shared::ledger::SharedLedger;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Jobs per statement in the batched plain lifecycle: the 32 issue 16's target is stated against,
+/// whatever claim batch the worker uses.
+pub const BASELINE_BATCH: u32 = 32;
+
 /// The payonce figure and its baselines.
 #[derive(Debug, Clone)]
 pub struct Throughput {
@@ -20,7 +24,7 @@ pub struct Throughput {
     pub payonce: Rate,
     /// Plain lifecycle, one job per statement.
     pub baseline_single: Rate,
-    /// Plain lifecycle, the worker's claim batch per statement.
+    /// Plain lifecycle, [`BASELINE_BATCH`] jobs per statement.
     pub baseline_batched: Rate,
     /// Peak resident memory of this process while the workers ran, KiB.
     pub peak_kib: Option<u64>,
@@ -37,7 +41,7 @@ pub async fn postgres(
     operations: u64,
     deadline: Duration,
 ) -> anyhow::Result<Throughput> {
-    let batch = fleet.config.batch_size;
+    let batch = BASELINE_BATCH;
     let rounds = |batch: u32| {
         u32::try_from(operations / u64::from(clients * batch))
             .unwrap_or(u32::MAX)
@@ -50,8 +54,34 @@ pub async fn postgres(
     let baseline_batched = baseline::job_lifecycle(&db.url, clients, batch, rounds(batch)).await?;
     db.drop_now().await?;
 
+    let peak_reset = memory::reset_peak();
+    let payonce = drain(admin_url, 1, clients, fleet, operations, deadline).await?;
+    let peak_kib = memory::peak_kib();
+    Ok(Throughput {
+        payonce,
+        baseline_single,
+        baseline_batched,
+        peak_kib,
+        peak_reset,
+    })
+}
+
+/// Drains `operations` bulk-loaded ready operations on a fresh database with `fleet.workers`
+/// engines spread over `pools` ledgers of `connections` each (one pool per engine: as that many
+/// worker processes would), then checks every operation succeeded and was paid exactly once.
+pub async fn drain(
+    admin_url: &str,
+    pools: usize,
+    connections: u32,
+    fleet: &Fleet,
+    operations: u64,
+    deadline: Duration,
+) -> anyhow::Result<Rate> {
     let db = ScratchDatabase::create(admin_url).await?;
-    let ledger = db.ledger(clients).await?;
+    let mut ledgers = Vec::with_capacity(pools);
+    for _ in 0..pools.max(1) {
+        ledgers.push(db.ledger(connections).await?);
+    }
     load::postgres(
         &db.url,
         Kind::Ready,
@@ -60,21 +90,18 @@ pub async fn postgres(
         crate::now_ms(),
     )
     .await?;
-    let shared: SharedLedger = Arc::new(ledger.clone());
+    let shared: Vec<SharedLedger> = ledgers
+        .iter()
+        .map(|l| Arc::new(l.clone()) as SharedLedger)
+        .collect();
     let processor = Arc::new(InProcessProcessor::default());
-    let peak_reset = memory::reset_peak();
-    let payonce =
-        drive::until_recorded(&shared, processor.clone(), fleet, operations, deadline).await?;
-    let peak_kib = memory::peak_kib();
-    drive::check_all_succeeded(&shared, operations).await?;
+    let rate =
+        drive::until_recorded_on(&shared, processor.clone(), fleet, operations, deadline).await?;
+    drive::check_all_succeeded(&shared[0], operations).await?;
     crate::check_paid_once(&processor, operations)?;
-    ledger.pool().close().await;
+    for ledger in ledgers {
+        ledger.pool().close().await;
+    }
     db.drop_now().await?;
-    Ok(Throughput {
-        payonce,
-        baseline_single,
-        baseline_batched,
-        peak_kib,
-        peak_reset,
-    })
+    Ok(rate)
 }

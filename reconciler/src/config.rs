@@ -3,6 +3,11 @@
 use payonce_worker::WorkerConfig;
 use std::time::Duration;
 
+/// Stuck operations one sweep step works on at once (lease expiries; lookups and their writes).
+/// Each write is still one fenced statement; concurrency only overlaps their round trips and lets
+/// Postgres group their commits (issue 16). Zero is treated as one.
+pub const SWEEP_CONCURRENCY_DEFAULT: usize = 16;
+
 /// How the reconciler sweeps and what it may do.
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
@@ -10,6 +15,8 @@ pub struct ReconcilerConfig {
     pub owner: String,
     /// Most rows handled per sweep step (expired leases; due checks).
     pub batch_size: u32,
+    /// Stuck operations worked on at once within a sweep step ([`SWEEP_CONCURRENCY_DEFAULT`]).
+    pub concurrency: usize,
     /// Time between sweeps in daemon mode.
     pub interval: Duration,
     /// How long the sweep lease lasts (one reconciler sweeps at a time).
@@ -41,6 +48,7 @@ impl ReconcilerConfig {
             retry: WorkerConfig::new(owner.clone()),
             owner,
             batch_size: 200,
+            concurrency: SWEEP_CONCURRENCY_DEFAULT,
             interval: Duration::from_secs(5),
             sweep_lease_ttl: Duration::from_secs(60),
             check_backoff_base: Duration::from_secs(2),

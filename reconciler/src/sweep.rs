@@ -12,6 +12,7 @@
 use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
+use futures_util::{StreamExt, stream};
 use payonce_shared::clock::SharedClock;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::failpoint::{self, FailPoint};
@@ -64,6 +65,21 @@ pub struct SweepReport {
 }
 
 impl SweepReport {
+    /// Adds what one operation's step did (`other`, counters and actions only) to this report.
+    fn absorb(&mut self, other: SweepReport) {
+        self.requeued += other.requeued;
+        self.marked_unknown += other.marked_unknown;
+        self.resolved_succeeded += other.resolved_succeeded;
+        self.resolved_failed += other.resolved_failed;
+        self.retried_same_key += other.retried_same_key;
+        self.resubmitted += other.resubmitted;
+        self.escalated += other.escalated;
+        self.deferred += other.deferred;
+        self.fenced += other.fenced;
+        self.errors += other.errors;
+        self.actions.extend(other.actions);
+    }
+
     /// The one-line summary cron and on-call read.
     pub fn summary(&self) -> String {
         format!(
@@ -253,33 +269,46 @@ impl Reconciler {
         Ok(report)
     }
 
+    /// Stuck operations worked on at once (at least one).
+    fn concurrency(&self) -> usize {
+        self.config.concurrency.max(1)
+    }
+
     async fn sweep_leases(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
         let now = self.clock.now();
-        for lease in self
+        let leases = self
             .ledger
             .expired_leases(now, self.config.batch_size)
-            .await?
-        {
+            .await?;
+        for lease in &leases {
             let target = if lease.submitted { "unknown" } else { "ready" };
             report.actions.push(format!(
                 "{}: lease of {} expired -> {target}",
                 lease.id, lease.lease_owner
             ));
-            if report.dry_run {
-                continue;
-            }
-            match self
-                .ledger
-                .expire_lease(
-                    &ExpireLease {
-                        lease: &lease,
-                        actor: &self.config.owner,
-                        next_check_at: now,
-                    },
-                    now,
-                )
-                .await
-            {
+        }
+        if report.dry_run {
+            return Ok(());
+        }
+        // Each expiry is its own fenced statement; `buffered` overlaps them and keeps their order.
+        // Owned items and `move` blocks: a stream over borrowed items would make the sweep's
+        // future not provably `Send` (rustc's higher-ranked lifetime limitation).
+        let mut writes = stream::iter(leases)
+            .map(move |lease| async move {
+                self.ledger
+                    .expire_lease(
+                        &ExpireLease {
+                            lease: &lease,
+                            actor: &self.config.owner,
+                            next_check_at: now,
+                        },
+                        now,
+                    )
+                    .await
+            })
+            .buffered(self.concurrency());
+        while let Some(written) = writes.next().await {
+            match written {
                 Ok(Status::Unknown) => {
                     report.marked_unknown += 1;
                     self.metrics.marked_unknown.inc();
@@ -304,14 +333,27 @@ impl Reconciler {
             .ledger
             .due_for_check(now, self.config.batch_size)
             .await?;
-        for (i, op) in due.into_iter().enumerate() {
-            if i == 1 {
-                failpoint::hit(FailPoint::MidSweep);
-            }
-            if let Err(error) = self.resolve_unknown(&op, report).await {
-                report.errors += 1;
-                tracing::warn!(operation = %op.id, %error, "could not resolve unknown operation");
-            }
+        let dry_run = report.dry_run;
+        // Lookups and their fenced writes overlap, up to `concurrency` at once; each operation's
+        // step gets its own report, merged in the order the rows came.
+        let mut steps = stream::iter(due.into_iter().enumerate())
+            .map(move |(i, op)| async move {
+                if i == 1 {
+                    failpoint::hit(FailPoint::MidSweep);
+                }
+                let mut own = SweepReport {
+                    dry_run,
+                    ..SweepReport::default()
+                };
+                if let Err(error) = self.resolve_unknown(&op, &mut own).await {
+                    own.errors += 1;
+                    tracing::warn!(operation = %op.id, %error, "could not resolve unknown operation");
+                }
+                own
+            })
+            .buffered(self.concurrency());
+        while let Some(own) = steps.next().await {
+            report.absorb(own);
         }
         Ok(())
     }

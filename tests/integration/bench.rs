@@ -12,6 +12,8 @@ async fn a_worker_process_drains_over_http_and_reports_its_own_peak_memory() {
         &admin,
         Path::new(crate::support::payonce_bin()),
         100,
+        16,
+        Duration::from_millis(5),
         Duration::from_secs(60),
     )
     .await

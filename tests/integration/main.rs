@@ -24,4 +24,5 @@ mod simulator;
 mod simulator_refunds;
 mod stripe_adapter;
 mod stripe_refunds;
+mod sweep_concurrency;
 mod worker;

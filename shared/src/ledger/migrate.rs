@@ -49,6 +49,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "refunds",
         include_str!("../../../migrations/postgres/0008_refunds.sql"),
     ),
+    // Postgres only: the audit trail's foreign key, a lock per event on the hot path (issue 16).
+    (
+        9,
+        "hot_path",
+        include_str!("../../../migrations/postgres/0009_hot_path.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[

@@ -54,17 +54,22 @@ const RENEW: &str = "WITH held AS MATERIALIZED ( \
 /// A note (no state change): requests are about to leave, for one fence or a whole claimed batch
 /// in one statement (one round trip, one commit), rows locked in id order. Refused once a lease has
 /// expired. Returns the ids marked; the others lost their fence.
-const MARK_SUBMITTING: &str = "WITH b AS MATERIALIZED ( \
-       SELECT * FROM unnest($1::text[], $2::bigint[]) AS b(id, attempt)), \
-     locked AS MATERIALIZED ( \
-       SELECT o.id FROM operations o JOIN b ON o.id = b.id AND o.attempt = b.attempt \
+///
+/// The fence (attempt, `executing`, unexpired lease) is the `locked` CTE's: `FOR UPDATE` re-checks
+/// it on the newest row version and holds the row until commit, so the outer update, which joins
+/// only locked rows by primary key, needs no second copy. A second copy would be harmful: it
+/// matches `operations_lease_idx`'s predicate, whose statistics say almost no row is executing,
+/// and the planner then scans every executing row once per batch row (measured: 150 ms for a
+/// 128-row batch with 512 rows executing, 36 ms without; issue 16).
+const MARK_SUBMITTING: &str = "WITH locked AS MATERIALIZED ( \
+       SELECT o.id, o.attempt FROM operations o \
+       JOIN unnest($1::text[], $2::bigint[]) AS b(id, attempt) ON o.id = b.id AND o.attempt = b.attempt \
        WHERE o.status = 'executing' AND o.lease_expires_at > $3 ORDER BY o.id FOR UPDATE OF o) \
      UPDATE operations o SET first_submitted_at = COALESCE(o.first_submitted_at, $3), \
-       first_submitted_attempt = COALESCE(o.first_submitted_attempt, b.attempt), last_submitted_at = $3, \
+       first_submitted_attempt = COALESCE(o.first_submitted_attempt, locked.attempt), last_submitted_at = $3, \
        submit_count = o.submit_count + 1, updated_at = $3, last_event = 'submission_started', \
        last_actor = o.lease_owner, last_detail = NULL \
-     FROM b, locked WHERE o.id = locked.id AND o.id = b.id AND o.attempt = b.attempt \
-       AND o.status = 'executing' AND o.lease_expires_at > $3 \
+     FROM locked WHERE o.id = locked.id AND o.attempt = locked.attempt \
      RETURNING o.id";
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
 /// Two refunds of one payment queue here, so the second's guard reads a snapshot taken after the
@@ -72,16 +77,23 @@ const MARK_SUBMITTING: &str = "WITH b AS MATERIALIZED ( \
 const LOCK_REFUNDED_PAYMENT: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// The worker's `processor_succeeded` for many rows in one statement, each fenced by its own
-/// attempt.
+/// attempt, rows locked in id order first (see `RENEW`). Needs no transaction of its own: it is the
+/// batch's only statement when every outcome is a success (the common case), one commit per batch.
+/// The fence (attempt, the move's from-state) is checked under the lock, as in `MARK_SUBMITTING`
+/// (which says why the outer update must not repeat it).
 static RECORD_SUCCEEDED_BATCH: LazyLock<String> = LazyLock::new(|| {
     let succeeded = legal(&[Status::Executing], Event::ProcessorSucceeded);
     format!(
-        "UPDATE operations o SET status = '{to}', last_event = '{event}', external_ref = b.reference, \
-           result = b.result, failure_code = NULL, failure_message = NULL, lease_owner = NULL, \
+        "WITH b AS MATERIALIZED ( \
+           SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS b(id, attempt, reference, result)), \
+         locked AS MATERIALIZED ( \
+           SELECT o.id, b.attempt, b.reference, b.result FROM operations o JOIN b ON o.id = b.id AND o.attempt = b.attempt \
+           WHERE {from} ORDER BY o.id FOR UPDATE OF o) \
+         UPDATE operations o SET status = '{to}', last_event = '{event}', external_ref = l.reference, \
+           result = l.result, failure_code = NULL, failure_message = NULL, lease_owner = NULL, \
            lease_expires_at = NULL, next_check_at = NULL, updated_at = $6, last_actor = $5, \
-           last_detail = b.reference \
-         FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS b(id, attempt, reference, result) \
-         WHERE o.id = b.id AND o.attempt = b.attempt AND {from} \
+           last_detail = l.reference \
+         FROM locked l WHERE o.id = l.id AND o.attempt = l.attempt \
          RETURNING o.id",
         to = succeeded.to.as_str(),
         event = succeeded.event.as_str(),
@@ -218,8 +230,9 @@ async fn mark_submitting(
         .collect())
 }
 
-/// Records outcomes in one transaction: every row locked first in id order, succeeded outcomes
-/// (the common case) in one statement, the rest one by one. Each is fenced on its own.
+/// Records outcomes, each fenced on its own. All successes (the common case): one statement, one
+/// commit. Otherwise one transaction: every row locked first in id order, the successes in one
+/// statement, the rest one by one.
 async fn record_batch(
     pool: &PgPool,
     items: &[(Fence, Recorded)],
@@ -227,12 +240,6 @@ async fn record_batch(
     now: Timestamp,
 ) -> Result<Vec<bool>, LedgerError> {
     let mut recorded = vec![false; items.len()];
-    let mut tx = pool.begin().await?;
-    let all: Vec<String> = items
-        .iter()
-        .map(|(fence, _)| fence.id.as_str().to_string())
-        .collect();
-    sqlx::query(LOCK_BATCH).bind(&all).execute(&mut *tx).await?;
     let (mut ids, mut attempts, mut references, mut results) = (vec![], vec![], vec![], vec![]);
     // The first occurrence of an id is the one recorded; a repeat loses its fence, as it would
     // one by one.
@@ -252,21 +259,36 @@ async fn record_batch(
             _ => others.push(i),
         }
     }
-    if !ids.is_empty() {
-        let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH.as_str())
+    let succeeded = |written: Vec<String>, recorded: &mut Vec<bool>| {
+        for id in &written {
+            if let Some(i) = position.get(id.as_str()) {
+                recorded[*i] = true;
+            }
+        }
+    };
+    let statement = || {
+        sqlx::query_scalar::<_, String>(RECORD_SUCCEEDED_BATCH.as_str())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
             .bind(&results)
             .bind(bounded(actor))
             .bind(now)
-            .fetch_all(&mut *tx)
-            .await?;
-        for id in &written {
-            if let Some(i) = position.get(id.as_str()) {
-                recorded[*i] = true;
-            }
+    };
+    if others.is_empty() {
+        if !ids.is_empty() {
+            succeeded(statement().fetch_all(pool).await?, &mut recorded);
         }
+        return Ok(recorded);
+    }
+    let mut tx = pool.begin().await?;
+    let all: Vec<String> = items
+        .iter()
+        .map(|(fence, _)| fence.id.as_str().to_string())
+        .collect();
+    sqlx::query(LOCK_BATCH).bind(&all).execute(&mut *tx).await?;
+    if !ids.is_empty() {
+        succeeded(statement().fetch_all(&mut *tx).await?, &mut recorded);
     }
     for i in others {
         let (fence, outcome) = &items[i];

@@ -1,0 +1,167 @@
+//! A sweep works on many stuck operations at once (`ReconcilerConfig::concurrency`, issue 16):
+//! every one is still resolved exactly once, with one fenced write per step and one payment each,
+//! and a concurrency of zero is taken as one rather than sweeping nothing.
+
+use crate::support::processes::{self, payments_for};
+use crate::support::{self, ready_operation, tenant};
+use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::ledger::Fence;
+use payonce_shared::processor::SubmitOutcome;
+use payonce_shared::state::Status;
+use payonce_simulator::SimulatorConfig;
+use payonce_worker::WorkerConfig;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn now() -> Timestamp {
+    SystemClock.now()
+}
+
+/// The reconciler's clock, this far ahead of the wall clock: the crashed leases have lapsed for it.
+#[derive(Debug)]
+struct Ahead(Duration);
+
+impl Clock for Ahead {
+    fn now(&self) -> Timestamp {
+        now() + self.0
+    }
+}
+
+/// Lease of the crashed worker below.
+const LEASE: Duration = Duration::from_millis(100);
+/// Stuck operations in the concurrent sweep; half paid with the response lost, half never sent.
+const STUCK: usize = 10;
+
+fn reconciler(
+    ledger: &payonce_shared::ledger::SharedLedger,
+    sim: &payonce_simulator::Simulator,
+    concurrency: usize,
+) -> Reconciler {
+    let mut config = ReconcilerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec");
+    config.concurrency = concurrency;
+    Reconciler::new(
+        ledger.clone(),
+        processes::stripe(sim, None),
+        Arc::new(Ahead(Duration::from_secs(1))),
+        config,
+    )
+}
+
+#[tokio::test]
+async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let mut ops = Vec::new();
+    for i in 0..STUCK {
+        ops.push(
+            ready_operation(
+                &ledger,
+                &format!("INV-C{i}"),
+                "pm_card_visa",
+                now() + Duration::from_millis(i as u64),
+            )
+            .await,
+        );
+    }
+    // One crashed worker held them all with a submission recorded; the even ones reached the
+    // processor (response dropped), the odd ones never left.
+    let claimed_at = now() + Duration::from_millis(STUCK as u64);
+    let claimed = ledger
+        .claim("crashed", STUCK as u32, LEASE, claimed_at)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), STUCK);
+    let fences: Vec<Fence> = claimed.iter().map(Fence::of).collect();
+    let marked = ledger.mark_submitting(&fences, claimed_at).await.unwrap();
+    assert!(marked.iter().all(|m| *m), "{marked:?}");
+    let paid: Vec<_> = ops.iter().step_by(2).map(|o| o.id.clone()).collect();
+    for c in claimed.iter().filter(|c| paid.contains(&c.id)) {
+        processes::arm_faults(
+            &sim,
+            serde_json::json!([{"match": c.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
+        )
+        .await;
+        let outcome = payonce_worker::execution::submit(
+            processes::stripe(&sim, None).as_ref(),
+            c,
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(
+            matches!(outcome, SubmitOutcome::Unknown { .. }),
+            "{outcome:?}"
+        );
+    }
+
+    let report = reconciler(&ledger, &sim, 4)
+        .sweep_once(false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.marked_unknown,
+            report.resolved_succeeded,
+            report.retried_same_key,
+            report.fenced,
+            report.errors
+        ),
+        (STUCK as u32, (STUCK / 2) as u32, (STUCK / 2) as u32, 0, 0),
+        "{report:?}"
+    );
+    for op in &ops {
+        let row = ledger.get(&tenant(), &op.id).await.unwrap();
+        assert_eq!(row.status, Status::Succeeded, "{}", op.id);
+        assert_eq!(row.idempotency_key, op.idempotency_key, "never a new key");
+        assert_eq!(payments_for(&sim, op.id.as_str()).await, 1, "{}", op.id);
+        let expired: Vec<_> = ledger
+            .events(&tenant(), &op.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.event == "lease_expired_submitted")
+            .collect();
+        assert_eq!(expired.len(), 1, "one expiry per operation: {expired:?}");
+        assert_eq!(expired[0].attempt, 1);
+    }
+    // The lease lines come first, one per operation, in the order the rows were read.
+    let lines: Vec<_> = report.actions[..STUCK]
+        .iter()
+        .map(|a| a.split(':').next().unwrap().to_string())
+        .collect();
+    let mut expected: Vec<_> = ops.iter().map(|o| o.id.as_str().to_string()).collect();
+    let mut sorted = lines.clone();
+    sorted.sort();
+    expected.sort();
+    assert_eq!(sorted, expected);
+    assert!(
+        report.actions[..STUCK]
+            .iter()
+            .all(|a| a.ends_with("lease of crashed expired -> unknown"))
+    );
+}
+
+#[tokio::test]
+async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let op = ready_operation(&ledger, "INV-Z1", "pm_card_visa", now()).await;
+    let claimed = ledger.claim("crashed", 1, LEASE, now()).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let rec = reconciler(&ledger, &sim, 0);
+    let report = tokio::time::timeout(Duration::from_secs(30), rec.sweep_once(false))
+        .await
+        .expect("a zero concurrency must not stall the sweep")
+        .unwrap();
+    assert_eq!(
+        (report.requeued, report.marked_unknown),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Ready
+    );
+    assert_eq!(payments_for(&sim, op.id.as_str()).await, 0);
+}
