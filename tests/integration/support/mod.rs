@@ -46,7 +46,11 @@ where
     Fut: Future<Output = Option<T>>,
 {
     let start = Instant::now();
+    // The poll cadence of the condition; a tick missed under load is not made up in a burst.
+    let mut poll = tokio::time::interval(Duration::from_millis(20));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        poll.tick().await;
         if let Some(v) = check().await {
             return v;
         }
@@ -54,7 +58,6 @@ where
             start.elapsed() < deadline,
             "timed out after {deadline:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

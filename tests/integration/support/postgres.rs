@@ -53,15 +53,13 @@ async fn admin_url() -> String {
         return url;
     }
     start_throwaway_cluster();
-    for _ in 0..100 {
-        if reachable(&url).await {
-            return url;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!(
-        "started a throwaway Postgres cluster on port {THROWAWAY_PORT} but cannot connect to it"
-    );
+    super::wait_for(
+        "the throwaway Postgres cluster to accept connections",
+        std::time::Duration::from_secs(10),
+        || async { reachable(&url).await.then_some(()) },
+    )
+    .await;
+    url
 }
 
 /// The newest installed Postgres `bin` directory, if any.
