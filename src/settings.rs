@@ -254,6 +254,10 @@ pub struct ReconcilerArgs {
     /// Stuck operations one sweep step works on at once (0 is taken as 1).
     #[arg(long, env = "PAYONCE_SWEEP_CONCURRENCY", default_value_t = payonce_reconciler::config::SWEEP_CONCURRENCY_DEFAULT)]
     pub sweep_concurrency: usize,
+    /// Most rows one sweep write moves: expired leases per statement, found payments per commit
+    /// (0 is taken as 1).
+    #[arg(long, env = "PAYONCE_SWEEP_WRITE_BATCH", default_value_t = payonce_reconciler::config::SWEEP_WRITE_BATCH_DEFAULT)]
+    pub sweep_write_batch: usize,
     /// Daemon sweep interval, ms.
     #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_MS", default_value_t = 5_000)]
     pub sweep_interval_ms: u64,
@@ -287,6 +291,7 @@ impl ReconcilerArgs {
         let mut c = ReconcilerConfig::new(owner);
         c.batch_size = self.sweep_batch;
         c.concurrency = self.sweep_concurrency;
+        c.write_batch = self.sweep_write_batch;
         c.interval = Duration::from_millis(self.sweep_interval_ms);
         c.check_backoff_base = Duration::from_millis(self.check_backoff_ms);
         c.check_backoff_max = Duration::from_millis(self.check_backoff_max_ms);

@@ -8,6 +8,12 @@ use std::time::Duration;
 /// Postgres group their commits (issue 16). Zero is treated as one.
 pub const SWEEP_CONCURRENCY_DEFAULT: usize = 16;
 
+/// Most rows one sweep write moves: expired leases per statement, and found lookups recorded
+/// together. One commit per group instead of one per row is what lets a sweep resolve thousands
+/// of stuck operations a second (issue 16); each row in a group is still fenced on its own. Zero
+/// is treated as one.
+pub const SWEEP_WRITE_BATCH_DEFAULT: usize = 500;
+
 /// How the reconciler sweeps and what it may do.
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
@@ -17,6 +23,8 @@ pub struct ReconcilerConfig {
     pub batch_size: u32,
     /// Stuck operations worked on at once within a sweep step ([`SWEEP_CONCURRENCY_DEFAULT`]).
     pub concurrency: usize,
+    /// Most rows one sweep write moves ([`SWEEP_WRITE_BATCH_DEFAULT`]).
+    pub write_batch: usize,
     /// Time between sweeps in daemon mode.
     pub interval: Duration,
     /// How long the sweep lease lasts (one reconciler sweeps at a time).
@@ -49,6 +57,7 @@ impl ReconcilerConfig {
             owner,
             batch_size: 200,
             concurrency: SWEEP_CONCURRENCY_DEFAULT,
+            write_batch: SWEEP_WRITE_BATCH_DEFAULT,
             interval: Duration::from_secs(5),
             sweep_lease_ttl: Duration::from_secs(60),
             check_backoff_base: Duration::from_secs(2),

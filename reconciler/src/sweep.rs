@@ -17,8 +17,8 @@ use payonce_shared::clock::SharedClock;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{
-    ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, LedgerError, MaintenanceLease,
-    Operation, Recovery, Report,
+    ClaimUnknown, DeferCheck, Escalate, ExpireLeases, ExpiredLease, Fence, LedgerError,
+    LookupFound, MaintenanceLease, Operation, RecordLookups, Recovery, Report,
 };
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
@@ -274,6 +274,11 @@ impl Reconciler {
         self.config.concurrency.max(1)
     }
 
+    /// Rows one sweep write moves (at least one).
+    fn write_batch(&self) -> usize {
+        self.config.write_batch.max(1)
+    }
+
     async fn sweep_leases(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
         let now = self.clock.now();
         let leases = self
@@ -290,38 +295,54 @@ impl Reconciler {
         if report.dry_run {
             return Ok(());
         }
-        // Each expiry is its own fenced statement; `buffered` overlaps them and keeps their order.
+        // Each group is one fenced statement; `buffered` overlaps the groups and keeps their order.
         // Owned items and `move` blocks: a stream over borrowed items would make the sweep's
         // future not provably `Send` (rustc's higher-ranked lifetime limitation).
-        let mut writes = stream::iter(leases)
-            .map(move |lease| async move {
-                self.ledger
-                    .expire_lease(
-                        &ExpireLease {
-                            lease: &lease,
+        let groups: Vec<Vec<ExpiredLease>> = leases
+            .chunks(self.write_batch())
+            .map(<[ExpiredLease]>::to_vec)
+            .collect();
+        let mut writes = stream::iter(groups)
+            .map(move |group| async move {
+                let moved = self
+                    .ledger
+                    .expire_leases(
+                        &ExpireLeases {
+                            leases: &group,
                             actor: &self.config.owner,
                             next_check_at: now,
                         },
                         now,
                     )
-                    .await
+                    .await;
+                (group.len(), moved)
             })
             .buffered(self.concurrency());
-        while let Some(written) = writes.next().await {
-            match written {
-                Ok(Status::Unknown) => {
-                    report.marked_unknown += 1;
-                    self.metrics.marked_unknown.inc();
+        while let Some((n, moved)) = writes.next().await {
+            let moved = match moved {
+                Ok(moved) => moved,
+                Err(error) => {
+                    // Nothing of the group was written; the next sweep finds the same leases.
+                    report.errors += u32::try_from(n).unwrap_or(u32::MAX);
+                    tracing::warn!(%error, leases = n, "could not expire a group of leases");
+                    continue;
                 }
-                Ok(_) => {
-                    report.requeued += 1;
-                    self.metrics.requeued.inc();
+            };
+            for to in moved {
+                match to {
+                    Some(Status::Unknown) => {
+                        report.marked_unknown += 1;
+                        self.metrics.marked_unknown.inc();
+                    }
+                    Some(_) => {
+                        report.requeued += 1;
+                        self.metrics.requeued.inc();
+                    }
+                    None => {
+                        report.fenced += 1;
+                        self.metrics.fenced.inc();
+                    }
                 }
-                Err(LedgerError::Fenced { .. }) => {
-                    report.fenced += 1;
-                    self.metrics.fenced.inc();
-                }
-                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -345,24 +366,82 @@ impl Reconciler {
                     dry_run,
                     ..SweepReport::default()
                 };
-                if let Err(error) = self.resolve_unknown(&op, &mut own).await {
-                    own.errors += 1;
-                    tracing::warn!(operation = %op.id, %error, "could not resolve unknown operation");
-                }
-                own
+                let found = match self.resolve_unknown(&op, &mut own).await {
+                    Ok(found) => found,
+                    Err(error) => {
+                        own.errors += 1;
+                        tracing::warn!(operation = %op.id, %error, "could not resolve unknown operation");
+                        None
+                    }
+                };
+                (own, found)
             })
             .buffered(self.concurrency());
-        while let Some(own) = steps.next().await {
+        // Found payments are recorded in groups of `write_batch`, one commit each.
+        let mut found = Vec::new();
+        while let Some((own, one)) = steps.next().await {
             report.absorb(own);
+            found.extend(one);
+            if found.len() >= self.write_batch() {
+                self.record_found(std::mem::take(&mut found), report).await;
+            }
         }
+        self.record_found(found, report).await;
         Ok(())
     }
 
+    /// Records lookups that found the approved object, in one write; a row that moved since its
+    /// lookup (its fence lost) gets the finding as a report instead, planned from its new state.
+    async fn record_found(&self, found: Vec<LookupFound>, report: &mut SweepReport) {
+        if found.is_empty() {
+            return;
+        }
+        let source = format!("lookup by {}", self.config.owner);
+        let now = self.clock.now();
+        let written = match self
+            .ledger
+            .record_lookups(
+                &RecordLookups {
+                    found: &found,
+                    source: &source,
+                },
+                now,
+            )
+            .await
+        {
+            Ok(written) => written,
+            Err(error) => {
+                // Nothing of the group was written; the rows stay unknown for the next sweep.
+                report.errors += u32::try_from(found.len()).unwrap_or(u32::MAX);
+                tracing::warn!(%error, n = found.len(), "could not record found payments");
+                return;
+            }
+        };
+        for (item, ok) in found.into_iter().zip(written) {
+            if !ok {
+                let id = item.fence.id.clone();
+                let finding = Report::Succeeded {
+                    reference: item.reference,
+                    result: item.result,
+                };
+                if let Err(error) = self.ledger.apply_report(&id, &finding, &source, now).await {
+                    report.errors += 1;
+                    tracing::warn!(operation = %id, %error, "could not record a found payment");
+                    continue;
+                }
+            }
+            report.resolved_succeeded += 1;
+            self.metrics.resolved_succeeded.inc();
+        }
+    }
+
+    /// Looks one unknown operation up and writes what that decides, except a found payment of a
+    /// row still `unknown`: that is returned, for [`Self::record_found`] to record with others.
     async fn resolve_unknown(
         &self,
         op: &Operation,
         report: &mut SweepReport,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<Option<LookupFound>, LedgerError> {
         let contract = self.processor.contract();
         let lookup = if contract.lookup == LookupSupport::None {
             LookupOutcome::NotFound { consistent: false }
@@ -403,10 +482,19 @@ impl Reconciler {
             .actions
             .push(format!("{}: {}", op.id, decision.describe()));
         if report.dry_run {
-            return Ok(());
+            return Ok(None);
         }
         let owner = self.config.owner.as_str();
         let fence = Fence::of(op);
+        if op.status == Status::Unknown
+            && let Decision::Record(Report::Succeeded { reference, result }) = decision
+        {
+            return Ok(Some(LookupFound {
+                fence,
+                reference,
+                result,
+            }));
+        }
         let fenced = |report: &mut SweepReport, m: &ReconcilerMetrics| {
             report.fenced += 1;
             m.fenced.inc();
@@ -499,7 +587,7 @@ impl Reconciler {
                     Ok(c) => c,
                     Err(LedgerError::Fenced { .. }) => {
                         fenced(report, &self.metrics);
-                        return Ok(());
+                        return Ok(None);
                     }
                     Err(e) => return Err(e),
                 };
@@ -523,7 +611,7 @@ impl Reconciler {
                 }
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Checks the pending webhook hints once (a step of every sweep; callable alone, e.g. by tests).

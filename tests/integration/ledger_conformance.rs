@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 mod refunds;
+mod sweep_batches;
 
 const T0: i64 = 1_800_000_000_000;
 const LEASE_MS: i64 = 30_000;

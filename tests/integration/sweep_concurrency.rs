@@ -165,3 +165,102 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
     );
     assert_eq!(payments_for(&sim, op.id.as_str()).await, 0);
 }
+
+/// More stuck operations than one sweep write takes (`ReconcilerConfig::write_batch`, here 4 of
+/// 10): the expiries and the found payments go in three groups each, and every operation is still
+/// moved and resolved once.
+#[tokio::test]
+async fn a_sweep_writes_more_rows_than_one_group_holds() {
+    let stuck = 10;
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let mut ops = Vec::new();
+    for i in 0..stuck {
+        let at = now() + Duration::from_millis(i as u64);
+        ops.push(ready_operation(&ledger, &format!("INV-G{i}"), "pm_card_visa", at).await);
+    }
+    // A crashed worker recorded every submission and every payment reached the processor; no
+    // outcome reached the ledger.
+    let claimed_at = now() + Duration::from_millis(stuck as u64);
+    let claimed = ledger
+        .claim("crashed", stuck as u32, LEASE, claimed_at)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), stuck);
+    let fences: Vec<Fence> = claimed.iter().map(Fence::of).collect();
+    let marked = ledger.mark_submitting(&fences, claimed_at).await.unwrap();
+    assert!(marked.iter().all(|m| *m));
+    let stripe = processes::stripe(&sim, None);
+    for c in &claimed {
+        let outcome =
+            payonce_worker::execution::submit(stripe.as_ref(), c, Duration::from_secs(5)).await;
+        assert!(
+            matches!(outcome, SubmitOutcome::Succeeded { .. }),
+            "{outcome:?}"
+        );
+    }
+
+    let mut config = ReconcilerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec");
+    config.write_batch = 4;
+    let report = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(Ahead(Duration::from_secs(1))),
+        config,
+    )
+    .sweep_once(false)
+    .await
+    .unwrap();
+    let n = stuck as u32;
+    assert_eq!(
+        (
+            report.marked_unknown,
+            report.resolved_succeeded,
+            report.retried_same_key,
+            report.fenced,
+            report.errors
+        ),
+        (n, n, 0, 0, 0),
+        "{:?}",
+        (
+            report.marked_unknown,
+            report.resolved_succeeded,
+            report.fenced,
+            report.errors
+        )
+    );
+    for op in &ops {
+        let row = ledger.get(&tenant(), &op.id).await.unwrap();
+        assert_eq!(row.status, Status::Succeeded, "{}", op.id);
+        let moves: Vec<String> = ledger
+            .events(&tenant(), &op.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .skip(4)
+            .collect();
+        assert_eq!(
+            moves,
+            ["lease_expired_submitted", "processor_succeeded"],
+            "{}",
+            op.id
+        );
+    }
+    // One payment per operation at the processor: the sweep looked, it never paid.
+    let paid = processes::audit(&sim).await;
+    assert_eq!(paid.len(), stuck, "the sweep paid nothing more");
+    let mut named: Vec<String> = paid
+        .iter()
+        .map(|p| {
+            p["metadata"]["payonce_operation_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    named.sort();
+    named.dedup();
+    assert_eq!(named.len(), stuck, "one payment per operation");
+}

@@ -4,14 +4,15 @@
 //!
 //! What differs: the claim statement (`FOR UPDATE SKIP LOCKED` on Postgres), lease renewal (row
 //! locks in id order and `jsonb` on Postgres), the wake-up after an approval (`NOTIFY`/`LISTEN` on
-//! Postgres, in-process only on SQLite), marking submissions and recording outcomes in batches
-//! (array statements on Postgres, one statement per item on SQLite), the row lock of the
-//! over-refund guard (Postgres only), how a write's row count is read, and migrations
+//! Postgres, in-process only on SQLite), the batched writes (marking submissions, recording
+//! outcomes, the sweep's lease expiries and found lookups: array statements on Postgres, one
+//! statement per item in one transaction on SQLite), the row lock of the over-refund guard (Postgres only), how a write's row count is read, and migrations
 //! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
 
 use super::store::Store;
-use super::{Fence, LedgerError, Recorded};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded};
 use crate::clock::Timestamp;
+use crate::state::Status;
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -48,6 +49,21 @@ pub trait Dialect: sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
     async fn mark_submitting(
         store: &Store<Self>,
         fences: &[Fence],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError>;
+
+    /// Moves many expired leases on in one write, each fenced on its own (`Recovery::expire_leases`).
+    async fn expire_leases(
+        store: &Store<Self>,
+        request: &ExpireLeases<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<Option<Status>>, LedgerError>;
+
+    /// Records many successful lookups in one write, each fenced on its own
+    /// (`Recovery::record_lookups`).
+    async fn record_lookups(
+        store: &Store<Self>,
+        request: &RecordLookups<'_>,
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
 

@@ -8,8 +8,9 @@
 //! [`TenantLedger`] does not include.
 
 use super::requests::{
-    ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, MaintenanceLease, NewProcessorEvent,
-    NewToolCall, ProcessorEventKey, Resolve, RevokeKey, RotateKey, ToolAnswer,
+    ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence, MaintenanceLease,
+    NewProcessorEvent, NewToolCall, ProcessorEventKey, RecordLookups, Resolve, RevokeKey,
+    RotateKey, ToolAnswer,
 };
 use super::{
     ApiKeyRecord, Applied, Approval, ApprovalLink, Claimed, Created, ExpiredLease, LedgerError,
@@ -218,6 +219,13 @@ pub trait Recovery: Inspection + Queue + HintChecks {
         request: &ExpireLease<'_>,
         now: Timestamp,
     ) -> Result<Status, LedgerError>;
+    /// [`Recovery::expire_lease`] for many leases in one write (one statement on Postgres, one
+    /// transaction on SQLite): per lease, the state it moved to, or `None` where its fence lost.
+    async fn expire_leases(
+        &self,
+        request: &ExpireLeases<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<Option<Status>>, LedgerError>;
     /// Unknown operations whose check is due, soonest first (served by a partial index).
     async fn due_for_check(
         &self,
@@ -247,6 +255,15 @@ pub trait Recovery: Inspection + Queue + HintChecks {
         source: &str,
         now: Timestamp,
     ) -> Result<Applied, LedgerError>;
+    /// Records lookups that found the approved object as `processor_succeeded`, in one write,
+    /// each only while its row is still `unknown` at the attempt the lookup was made for. `false`
+    /// where that fence lost: the caller applies that one as a report ([`Recovery::apply_report`]),
+    /// which plans from the row's new state.
+    async fn record_lookups(
+        &self,
+        request: &RecordLookups<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError>;
     /// On-call resolution of an `unknown` or `needs_attention` operation; the reason is recorded.
     async fn resolve(
         &self,

@@ -46,8 +46,9 @@ pub use record::{
     StatusCount,
 };
 pub use requests::{
-    ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, MaintenanceLease, NewProcessorEvent,
-    NewToolCall, ProcessorEventKey, Resolve, RevokeKey, RotateKey, ToolAnswer,
+    ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence, LookupFound,
+    MaintenanceLease, NewProcessorEvent, NewToolCall, ProcessorEventKey, RecordLookups, Resolve,
+    RevokeKey, RotateKey, ToolAnswer,
 };
 pub use store::Store;
 pub use values::{

@@ -3,10 +3,11 @@
 use super::dialect::Dialect;
 use super::moves::{legal, status_in};
 use super::queue::record_on;
+use super::recovery::{expiry_detail, found_detail};
 use super::store::Store;
-use super::{Fence, LedgerError, Recorded, bounded, migrate};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::state::{Event, Status};
+use crate::state::{Event, Status, transition};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
 use sqlx::{Connection, PgPool, Postgres};
@@ -106,6 +107,62 @@ static RECORD_SUCCEEDED_BATCH: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The sweep's lease expiries for many rows in one statement: each fenced as
+/// `Recovery::expire_lease` fences one (the attempt the sweep saw, still `executing`, the lease
+/// still expired, a submission recorded or not as the sweep saw it), rows locked in id order and
+/// found by id alone (see `RENEW`). A row with a recorded submission moves to the table's target
+/// for `lease_expired_submitted`, one without to that of `lease_expired_unsubmitted`.
+static EXPIRE_LEASES: LazyLock<String> = LazyLock::new(|| {
+    let submitted = legal(&[Status::Executing], Event::LeaseExpiredSubmitted);
+    let unsubmitted = legal(&[Status::Executing], Event::LeaseExpiredUnsubmitted);
+    format!(
+        "WITH locked AS MATERIALIZED ( \
+           SELECT id, attempt, status, lease_expires_at, first_submitted_at FROM operations \
+           WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
+         fenced AS MATERIALIZED ( \
+           SELECT l.id, b.submitted, b.detail FROM locked l \
+           JOIN unnest($1::text[], $2::bigint[], $3::boolean[], $4::text[]) AS b(id, attempt, submitted, detail) \
+           ON l.id = b.id AND l.attempt = b.attempt WHERE {from} AND l.lease_expires_at <= $5 \
+           AND (l.first_submitted_at IS NOT NULL) = b.submitted) \
+         UPDATE operations o SET \
+           status = CASE WHEN f.submitted THEN '{s_to}' ELSE '{u_to}' END, \
+           last_event = CASE WHEN f.submitted THEN '{s_event}' ELSE '{u_event}' END, \
+           next_check_at = CASE WHEN f.submitted THEN $6 ELSE o.next_check_at END, \
+           available_at = CASE WHEN f.submitted THEN o.available_at ELSE $5 END, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, last_actor = $7, \
+           last_detail = f.detail \
+         FROM fenced f WHERE o.id = f.id \
+         RETURNING o.id",
+        from = status_in("l.status", &submitted.from),
+        s_to = submitted.to.as_str(),
+        u_to = unsubmitted.to.as_str(),
+        s_event = submitted.event.as_str(),
+        u_event = unsubmitted.event.as_str(),
+    )
+});
+/// Lookups that found the approved object, for many `unknown` rows in one statement, each fenced by
+/// the attempt the lookup was made for; the same columns as a report's `SET_SUCCEEDED`.
+static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| {
+    let found = legal(&[Status::Unknown], Event::ProcessorSucceeded);
+    format!(
+        "WITH locked AS MATERIALIZED ( \
+           SELECT id, attempt, status FROM operations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
+         fenced AS MATERIALIZED ( \
+           SELECT l.id, b.reference, b.result, b.detail FROM locked l \
+           JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[]) \
+             AS b(id, attempt, reference, result, detail) \
+           ON l.id = b.id AND l.attempt = b.attempt WHERE {from}) \
+         UPDATE operations o SET status = '{to}', last_event = '{event}', external_ref = f.reference, \
+           result = f.result, failure_code = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+           next_check_at = NULL, updated_at = $7, last_actor = $6, last_detail = f.detail \
+         FROM fenced f WHERE o.id = f.id \
+         RETURNING o.id",
+        from = status_in("l.status", &found.from),
+        to = found.to.as_str(),
+        event = found.event.as_str(),
+    )
+});
+
 /// The Postgres ledger.
 pub type PostgresLedger = Store<Postgres>;
 
@@ -202,6 +259,78 @@ impl Dialect for Postgres {
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
         mark_submitting(&store.pool, fences, now).await
+    }
+
+    async fn expire_leases(
+        store: &PostgresLedger,
+        request: &ExpireLeases<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<Option<Status>>, LedgerError> {
+        let firsts = Firsts::of(request.leases.iter().map(|l| l.id.as_str()));
+        let (mut ids, mut attempts, mut submitted, mut details) = (vec![], vec![], vec![], vec![]);
+        for &i in &firsts.order {
+            let lease = &request.leases[i];
+            ids.push(lease.id.as_str().to_string());
+            attempts.push(lease.attempt);
+            submitted.push(lease.submitted);
+            details.push(expiry_detail(lease));
+        }
+        let written: Vec<String> = sqlx::query_scalar(EXPIRE_LEASES.as_str())
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(&submitted)
+            .bind(&details)
+            .bind(now)
+            .bind(request.next_check_at)
+            .bind(bounded(request.actor))
+            .fetch_all(&store.pool)
+            .await?;
+        let to = |submitted: bool| {
+            let event = if submitted {
+                Event::LeaseExpiredSubmitted
+            } else {
+                Event::LeaseExpiredUnsubmitted
+            };
+            transition(Status::Executing, event)
+        };
+        let mut moved = vec![None; request.leases.len()];
+        for i in firsts.written(&written) {
+            moved[i] = Some(to(request.leases[i].submitted)?);
+        }
+        Ok(moved)
+    }
+
+    async fn record_lookups(
+        store: &PostgresLedger,
+        request: &RecordLookups<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let firsts = Firsts::of(request.found.iter().map(|f| f.fence.id.as_str()));
+        let (mut ids, mut attempts, mut references, mut results, mut details) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for &i in &firsts.order {
+            let item = &request.found[i];
+            ids.push(item.fence.id.as_str().to_string());
+            attempts.push(item.fence.attempt);
+            references.push(item.reference.clone());
+            results.push(item.result.to_string());
+            details.push(bounded(&found_detail(request.source, &item.reference)));
+        }
+        let written: Vec<String> = sqlx::query_scalar(RECORD_LOOKUPS.as_str())
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(&references)
+            .bind(&results)
+            .bind(&details)
+            .bind(bounded(request.source))
+            .bind(now)
+            .fetch_all(&store.pool)
+            .await?;
+        let mut recorded = vec![false; request.found.len()];
+        for i in firsts.written(&written) {
+            recorded[i] = true;
+        }
+        Ok(recorded)
     }
 
     async fn record_batch(
@@ -305,4 +434,35 @@ async fn record_batch(
     }
     tx.commit().await?;
     Ok(recorded)
+}
+
+/// The first occurrence of each id in a batch: the one an array statement writes (a repeat
+/// loses, as it would one by one, and would otherwise make one row match twice).
+struct Firsts<'a> {
+    /// Positions of first occurrences, in batch order.
+    order: Vec<usize>,
+    position: HashMap<&'a str, usize>,
+}
+
+impl<'a> Firsts<'a> {
+    fn of(ids: impl Iterator<Item = &'a str>) -> Self {
+        let mut firsts = Firsts {
+            order: Vec::new(),
+            position: HashMap::new(),
+        };
+        for (i, id) in ids.enumerate() {
+            if !firsts.position.contains_key(id) {
+                firsts.position.insert(id, i);
+                firsts.order.push(i);
+            }
+        }
+        firsts
+    }
+
+    /// Batch positions of the ids a statement returned.
+    fn written<'w>(&'w self, returned: &'w [String]) -> impl Iterator<Item = usize> + 'w {
+        returned
+            .iter()
+            .filter_map(|id| self.position.get(id.as_str()).copied())
+    }
 }

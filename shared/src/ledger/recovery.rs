@@ -9,9 +9,9 @@ use super::record::decode_operation;
 use super::report::{Plan, REPORT_RETRIES_MAX, plan_report, plan_resolution};
 use super::store::Store;
 use super::{
-    Applied, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpiredLease, Fence,
-    Inspection, LedgerError, LimitError, MaintenanceLease, Operation, PAGE_MAX, Recovery, Report,
-    Resolve, bounded,
+    Applied, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpireLeases, ExpiredLease,
+    Fence, Inspection, LedgerError, LimitError, MaintenanceLease, Operation, PAGE_MAX,
+    RecordLookups, Recovery, Report, Resolve, bounded,
 };
 use crate::clock::Timestamp;
 use crate::id::OperationId;
@@ -25,7 +25,7 @@ const EXPIRED_LEASES: &str = "SELECT id, attempt, lease_owner, lease_expires_at,
      FROM operations WHERE status = 'executing' AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2";
 /// The sweep's fence: the attempt it saw, the lease still expired (the moves add `executing`).
 const EXPIRED: &str = "id = $1 AND attempt = $2 AND lease_expires_at <= $3";
-static EXPIRE_UNSUBMITTED: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static EXPIRE_UNSUBMITTED: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::Executing], Event::LeaseExpiredUnsubmitted),
         "lease_owner = NULL, lease_expires_at = NULL, available_at = $3, updated_at = $3, \
@@ -34,7 +34,7 @@ static EXPIRE_UNSUBMITTED: LazyLock<String> = LazyLock::new(|| {
         false,
     )
 });
-static EXPIRE_SUBMITTED: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static EXPIRE_SUBMITTED: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::Executing], Event::LeaseExpiredSubmitted),
         "next_check_at = $6, lease_owner = NULL, lease_expires_at = NULL, updated_at = $3, \
@@ -69,7 +69,7 @@ static ESCALATE_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
 });
 /// Report or resolution: the row becomes `succeeded` (`$3` the state the plan was made from, `$4`
 /// the table's target, `$5` the event; see `write_plan`).
-const SET_SUCCEEDED: &str = "UPDATE operations SET status = $4, last_event = $5, external_ref = $6, \
+pub(crate) const SET_SUCCEEDED: &str = "UPDATE operations SET status = $4, last_event = $5, external_ref = $6, \
      result = COALESCE($7, result), failure_code = NULL, lease_owner = NULL, lease_expires_at = NULL, \
      next_check_at = NULL, updated_at = $8, last_actor = $9, last_detail = $10 \
      WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING *";
@@ -149,10 +149,7 @@ where
         now: Timestamp,
     ) -> Result<Status, LedgerError> {
         let lease = request.lease;
-        let detail = format!(
-            "lease of {} expired at {}",
-            lease.lease_owner, lease.lease_expires_at_ms
-        );
+        let detail = expiry_detail(lease);
         let (statement, event) = if lease.submitted {
             (&EXPIRE_SUBMITTED, Event::LeaseExpiredSubmitted)
         } else {
@@ -174,6 +171,17 @@ where
         };
         fenced(DB::rows_affected(&done), &fence)?;
         Ok(to)
+    }
+
+    async fn expire_leases(
+        &self,
+        request: &ExpireLeases<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<Option<Status>>, LedgerError> {
+        if request.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        DB::expire_leases(self, request, now).await
     }
 
     async fn due_for_check(
@@ -260,6 +268,17 @@ where
         })
     }
 
+    async fn record_lookups(
+        &self,
+        request: &RecordLookups<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        if request.found.is_empty() {
+            return Ok(Vec::new());
+        }
+        DB::record_lookups(self, request, now).await
+    }
+
     async fn resolve(
         &self,
         request: &Resolve<'_>,
@@ -304,6 +323,19 @@ where
             .await?;
         Ok(())
     }
+}
+
+/// The audit detail of a lease expiry.
+pub(crate) fn expiry_detail(lease: &ExpiredLease) -> String {
+    format!(
+        "lease of {} expired at {}",
+        lease.lease_owner, lease.lease_expires_at_ms
+    )
+}
+
+/// The audit detail of a lookup that found the approved object (as `plan_report` words it).
+pub(crate) fn found_detail(source: &str, reference: &str) -> String {
+    format!("{source}: succeeded as {reference}")
 }
 
 /// Writes a planned report or resolution, fenced by the status and attempt it was planned

@@ -109,7 +109,7 @@ pub fn plan_report(
                     event: Event::ProcessorSucceeded,
                     reference: reference.clone(),
                     result: Some(result.clone()),
-                    detail: format!("{source}: succeeded as {reference}"),
+                    detail: super::recovery::found_detail(source, reference),
                     applied: Applied::Moved(to),
                 })
             }

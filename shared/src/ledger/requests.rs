@@ -38,6 +38,41 @@ pub struct ExpireLease<'a> {
     pub next_check_at: Timestamp,
 }
 
+/// Moves many expired leases on in one write
+/// ([`Recovery::expire_leases`](super::Recovery::expire_leases)), each as
+/// [`ExpireLease`] would.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpireLeases<'a> {
+    /// The leases as the sweep found them (each one's attempt is its fence).
+    pub leases: &'a [ExpiredLease],
+    /// Who expires them (the audit trail's actor).
+    pub actor: &'a str,
+    /// When the reconciler should look at those with a recorded submission.
+    pub next_check_at: Timestamp,
+}
+
+/// A payment or refund a lookup found for an `unknown` operation, its evidence already checked
+/// ([`Recovery::record_lookups`](super::Recovery::record_lookups)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LookupFound {
+    /// The operation and the attempt the reconciler saw it at.
+    pub fence: Fence,
+    /// The processor's object id.
+    pub reference: String,
+    /// The processor's object, stored as the operation's result.
+    pub result: serde_json::Value,
+}
+
+/// Records many lookups that found the approved payment, in one write
+/// ([`Recovery::record_lookups`](super::Recovery::record_lookups)).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordLookups<'a> {
+    /// What each lookup found.
+    pub found: &'a [LookupFound],
+    /// Who looked (the audit trail's actor, as [`Recovery::apply_report`](super::Recovery::apply_report)'s source).
+    pub source: &'a str,
+}
+
 /// Schedules the next check of an unknown operation
 /// ([`Recovery::defer_check`](super::Recovery::defer_check)).
 #[derive(Debug, Clone, Copy)]

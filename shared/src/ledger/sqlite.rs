@@ -4,10 +4,13 @@
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update};
 use super::queue::record_on;
+use super::recovery::{
+    EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
+};
 use super::store::Store;
-use super::{Fence, LedgerError, Recorded, migrate};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::state::{Event, Status};
+use crate::state::{Event, Status, transition};
 use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
@@ -134,6 +137,68 @@ impl Dialect for Sqlite {
         }
         tx.commit().await?;
         Ok(marked)
+    }
+
+    /// One transaction, the per-lease statement of `Recovery::expire_lease` for each.
+    async fn expire_leases(
+        store: &SqliteLedger,
+        request: &ExpireLeases<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<Option<Status>>, LedgerError> {
+        let actor = bounded(request.actor);
+        let mut tx = store.pool.begin().await?;
+        let mut moved = Vec::with_capacity(request.leases.len());
+        for lease in request.leases {
+            let (statement, event) = if lease.submitted {
+                (&EXPIRE_SUBMITTED, Event::LeaseExpiredSubmitted)
+            } else {
+                (&EXPIRE_UNSUBMITTED, Event::LeaseExpiredUnsubmitted)
+            };
+            let done = sqlx::query(statement.as_str())
+                .bind(lease.id.as_str())
+                .bind(lease.attempt)
+                .bind(now)
+                .bind(actor.as_str())
+                .bind(expiry_detail(lease))
+                .bind(request.next_check_at)
+                .execute(&mut *tx)
+                .await?;
+            let to = transition(Status::Executing, event)?;
+            moved.push((done.rows_affected() == 1).then_some(to));
+        }
+        tx.commit().await?;
+        Ok(moved)
+    }
+
+    /// One transaction, the report statement `Recovery::apply_report` writes for a lookup that
+    /// found the payment of an `unknown` row, for each.
+    async fn record_lookups(
+        store: &SqliteLedger,
+        request: &RecordLookups<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let found = legal(&[Status::Unknown], Event::ProcessorSucceeded);
+        let source = bounded(request.source);
+        let mut tx = store.pool.begin().await?;
+        let mut recorded = Vec::with_capacity(request.found.len());
+        for item in request.found {
+            let row = sqlx::query(SET_SUCCEEDED)
+                .bind(item.fence.id.as_str())
+                .bind(item.fence.attempt)
+                .bind(Status::Unknown.as_str())
+                .bind(found.to.as_str())
+                .bind(found.event.as_str())
+                .bind(item.reference.as_str())
+                .bind(item.result.to_string())
+                .bind(now)
+                .bind(source.as_str())
+                .bind(bounded(&found_detail(request.source, &item.reference)))
+                .fetch_optional(&mut *tx)
+                .await?;
+            recorded.push(row.is_some());
+        }
+        tx.commit().await?;
+        Ok(recorded)
     }
 
     /// One transaction, one statement each, each fenced on its own.
