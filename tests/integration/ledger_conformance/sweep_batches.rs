@@ -39,7 +39,12 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         let mut wrong_d = lease(&d.id);
         wrong_d.submitted = true;
         let renewed = ledger
-            .renew("crashed", &[e.id.clone()], LEASE, at(T0 + 4 + LEASE_MS))
+            .renew(
+                "crashed",
+                std::slice::from_ref(&e.id),
+                LEASE,
+                at(T0 + 4 + LEASE_MS),
+            )
             .await
             .unwrap();
         assert_eq!(renewed, vec![(e.id.clone(), 1)]);
