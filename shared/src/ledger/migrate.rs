@@ -55,6 +55,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "hot_path",
         include_str!("../../../migrations/postgres/0009_hot_path.sql"),
     ),
+    // Postgres only: one audit INSERT per statement, and no index on `updated_at` (issue 16).
+    (
+        10,
+        "statement_audit",
+        include_str!("../../../migrations/postgres/0010_statement_audit.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
