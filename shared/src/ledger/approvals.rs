@@ -5,6 +5,8 @@
 use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Approval, ApprovalLink, Approvals, Inspection, LedgerError, LimitError, NewApproval, Operation,
@@ -14,7 +16,6 @@ use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId, random_hex};
 use crate::state::{Event, Status};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
 /// Approves only the details the row holds now (`$3`), and enqueues the row.
@@ -42,19 +43,7 @@ const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash 
      AND expires_at > $2";
 
 #[async_trait]
-impl<DB> Approvals for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Approvals for Store<DB> {
     async fn approve(
         &self,
         tenant: &TenantId,
@@ -66,16 +55,18 @@ where
             return Err(LimitError::ApprovalExpiry.into());
         }
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(APPROVE.as_str())
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(approval.details_hash.as_str())
-            .bind(bounded(&approval.approved_by))
-            .bind(approval.expires_at_ms)
-            .bind(now)
-            .bind(bounded(&approval.method))
-            .fetch_optional(&mut *tx)
-            .await?;
+        let row = DB::fetch_optional(
+            &mut *tx,
+            Stmt::new(APPROVE.as_str())
+                .bind(id.as_str())
+                .bind(tenant.as_str())
+                .bind(approval.details_hash.as_str())
+                .bind(bounded(&approval.approved_by))
+                .bind(approval.expires_at_ms)
+                .bind(now)
+                .bind(bounded(&approval.method)),
+        )
+        .await?;
         let Some(row) = row else {
             tx.rollback().await?;
             let current = self.get(tenant, id).await?;
@@ -95,18 +86,20 @@ where
             });
         };
         let op = decode_operation(&row)?;
-        sqlx::query(INSERT_APPROVAL)
-            .bind(format!("apv_{}", random_hex(16)))
-            .bind(id.as_str())
-            .bind(approval.details_hash.as_str())
-            .bind(bounded(&approval.approved_by))
-            .bind(bounded(&approval.method))
-            .bind(now)
-            .bind(approval.expires_at_ms)
-            .execute(&mut *tx)
-            .await?;
+        DB::execute(
+            &mut *tx,
+            Stmt::new(INSERT_APPROVAL)
+                .bind(format!("apv_{}", random_hex(16)))
+                .bind(id.as_str())
+                .bind(approval.details_hash.as_str())
+                .bind(bounded(&approval.approved_by))
+                .bind(bounded(&approval.method))
+                .bind(now)
+                .bind(approval.expires_at_ms),
+        )
+        .await?;
         if let Some(notify) = DB::NOTIFY_READY {
-            sqlx::query(notify).execute(&mut *tx).await?;
+            DB::execute(&mut *tx, Stmt::new(notify)).await?;
         }
         tx.commit().await?;
         self.wake_local();
@@ -122,20 +115,22 @@ where
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Option<Approval>, LedgerError> {
-        let row = sqlx::query(LATEST_APPROVAL)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(LATEST_APPROVAL)
+                .bind(id.as_str())
+                .bind(tenant.as_str()),
+        )
+        .await?;
         row.map(|r| {
             Ok::<_, LedgerError>(Approval {
-                id: r.try_get("id")?,
+                id: r.get("id")?,
                 operation_id: id.clone(),
-                details_hash: r.try_get("details_hash")?,
-                approved_by: r.try_get("approved_by")?,
-                method: r.try_get("method")?,
-                approved_at_ms: r.try_get("approved_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
+                details_hash: r.get("details_hash")?,
+                approved_by: r.get("approved_by")?,
+                method: r.get("method")?,
+                approved_at_ms: r.get("approved_at")?,
+                expires_at_ms: r.get("expires_at")?,
             })
         })
         .transpose()
@@ -146,33 +141,32 @@ where
         link: &ApprovalLink,
         open_max: u32,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(INSERT_LINK)
-            .bind(link.token_hash.as_str())
-            .bind(link.operation_id.as_str())
-            .bind(link.details_hash.as_str())
-            .bind(link.created_at_ms)
-            .bind(link.expires_at_ms)
-            .bind(i64::from(open_max))
-            .execute(&self.pool)
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(INSERT_LINK)
+                .bind(link.token_hash.as_str())
+                .bind(link.operation_id.as_str())
+                .bind(link.details_hash.as_str())
+                .bind(link.created_at_ms)
+                .bind(link.expires_at_ms)
+                .bind(i64::from(open_max)),
+        )
+        .await?;
+        Ok(done == 1)
     }
 
     async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {
-        let row = sqlx::query(SELECT_LINK)
-            .bind(token_hash)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = DB::fetch_optional(&self.pool, Stmt::new(SELECT_LINK).bind(token_hash)).await?;
         row.map(|r| {
-            let op: String = r.try_get("operation_id")?;
+            let op: String = r.get("operation_id")?;
             Ok::<_, LedgerError>(ApprovalLink {
-                token_hash: r.try_get("token_hash")?,
+                token_hash: r.get("token_hash")?,
                 operation_id: OperationId::parse(&op)
                     .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-                details_hash: r.try_get("details_hash")?,
-                created_at_ms: r.try_get("created_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
-                used_at_ms: r.try_get("used_at")?,
+                details_hash: r.get("details_hash")?,
+                created_at_ms: r.get("created_at")?,
+                expires_at_ms: r.get("expires_at")?,
+                used_at_ms: r.get("used_at")?,
             })
         })
         .transpose()
@@ -187,12 +181,8 @@ where
         token_hash: &str,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(USE_LINK)
-            .bind(token_hash)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(&self.pool, Stmt::new(USE_LINK).bind(token_hash).bind(now)).await?;
+        Ok(done == 1)
     }
 }
 

@@ -6,12 +6,13 @@
 
 use super::dialect::Dialect;
 use super::record::decode_operation;
+use super::row::{LedgerRow, corrupt};
+use super::statement::{Arg, Stmt};
 use super::store::Store;
 use super::{LedgerError, Operation};
 use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 
 /// Largest console page.
 pub const CONSOLE_PAGE_MAX: u32 = 200;
@@ -200,25 +201,21 @@ const LINKS: &str = "SELECT origin, created_at, expires_at, used_at FROM approva
 const TOOL_CALLS: &str = "SELECT provider, tool, at FROM tool_calls WHERE operation_id = $1 AND tenant_id = $2 \
      ORDER BY id LIMIT $3";
 
-/// A bound value of a page query.
-#[derive(Debug, Clone)]
-enum Arg {
-    Text(String),
-    Int(i64),
-}
-
 /// The page statement and its arguments, in placeholder order. Only the conditions asked for are
 /// in the text, so each shape gets its own plan (a `$n IS NULL OR …` pattern would defeat the
 /// indexes in a generic plan).
-fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>), LedgerError> {
+fn page_sql(
+    tenant: &TenantId,
+    q: &OperationQuery,
+) -> Result<(String, Vec<Arg<'static>>), LedgerError> {
     if q.limit == 0 || q.limit > CONSOLE_PAGE_MAX {
         return Err(LedgerError::Limit(super::LimitError::ConsolePageSize(
             CONSOLE_PAGE_MAX,
         )));
     }
-    let mut args = vec![Arg::Text(tenant.as_str().to_string())];
+    let mut args = vec![Arg::from(tenant.as_str().to_string())];
     let mut sql = String::from("SELECT * FROM operations WHERE tenant_id = $1");
-    fn push(sql: &mut String, args: &mut Vec<Arg>, cond: &str, arg: Arg) {
+    fn push(sql: &mut String, args: &mut Vec<Arg<'static>>, cond: &str, arg: Arg<'static>) {
         args.push(arg);
         sql.push_str(&cond.replace("$n", &format!("${}", args.len())));
     }
@@ -227,7 +224,7 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
             &mut sql,
             &mut args,
             " AND status = $n",
-            Arg::Text(status.as_str().to_string()),
+            Arg::from(status.as_str().to_string()),
         );
     }
     if let Some(from) = q.created_from_ms {
@@ -247,13 +244,13 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
                 &mut sql,
                 &mut args,
                 " AND id = $n",
-                Arg::Text(id.as_str().to_string()),
+                Arg::from(id.as_str().to_string()),
             ),
             Err(_) => push(
                 &mut sql,
                 &mut args,
                 " AND (business_key = $n OR invoice = $n OR customer = $n OR external_ref = $n)",
-                Arg::Text(search.to_string()),
+                Arg::from(search.to_string()),
             ),
         }
     }
@@ -270,7 +267,7 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
             &mut sql,
             &mut args,
             ", $n)",
-            Arg::Text(id.as_str().to_string()),
+            Arg::from(id.as_str().to_string()),
         );
     }
     args.push(Arg::Int(i64::from(q.limit)));
@@ -286,24 +283,13 @@ pub fn page_statement(tenant: &TenantId, q: &OperationQuery) -> Result<String, L
     page_sql(tenant, q).map(|(sql, _)| sql)
 }
 
-fn corrupt(e: impl std::fmt::Display) -> LedgerError {
-    LedgerError::Corrupt(e.to_string())
-}
-
-fn decode_session<'r, R>(row: &'r R) -> Result<ConsoleSession, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let tenant: String = row.try_get("tenant_id")?;
+fn decode_session(row: &impl LedgerRow) -> Result<ConsoleSession, LedgerError> {
     Ok(ConsoleSession {
-        session_hash: row.try_get("session_hash")?,
-        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
-        key_id: row.try_get("key_id")?,
-        created_at_ms: row.try_get("created_at")?,
-        expires_at_ms: row.try_get("expires_at")?,
+        session_hash: row.get("session_hash")?,
+        tenant: row.get("tenant_id")?,
+        key_id: row.get("key_id")?,
+        created_at_ms: row.get("created_at")?,
+        expires_at_ms: row.get("expires_at")?,
     })
 }
 
@@ -326,28 +312,18 @@ fn tally(buckets: &mut [Bucket], bucket: i64, event: &str, to_status: &str, n: i
 }
 
 #[async_trait]
-impl<DB> ConsoleLedger for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB> + Decode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB> + Decode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> ConsoleLedger for Store<DB> {
     async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
-        sqlx::query(INSERT_SESSION)
-            .bind(&s.session_hash)
-            .bind(s.tenant.as_str())
-            .bind(&s.key_id)
-            .bind(s.created_at_ms)
-            .bind(s.expires_at_ms)
-            .execute(self.pool())
-            .await?;
+        DB::execute(
+            &self.pool,
+            Stmt::new(INSERT_SESSION)
+                .bind(s.session_hash.as_str())
+                .bind(s.tenant.as_str())
+                .bind(s.key_id.as_str())
+                .bind(s.created_at_ms)
+                .bind(s.expires_at_ms),
+        )
+        .await?;
         Ok(())
     }
 
@@ -356,21 +332,21 @@ where
         session_hash: &str,
         now_ms: i64,
     ) -> Result<Option<ConsoleSession>, LedgerError> {
-        let row = sqlx::query(SELECT_SESSION)
-            .bind(session_hash)
-            .bind(now_ms)
-            .fetch_optional(self.pool())
-            .await?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(SELECT_SESSION).bind(session_hash).bind(now_ms),
+        )
+        .await?;
         row.as_ref().map(decode_session).transpose()
     }
 
     async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        let done = sqlx::query(END_SESSION)
-            .bind(session_hash)
-            .bind(now_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(END_SESSION).bind(session_hash).bind(now_ms),
+        )
+        .await?;
+        Ok(done == 1)
     }
 
     async fn page(
@@ -379,14 +355,7 @@ where
         q: &OperationQuery,
     ) -> Result<Vec<Operation>, LedgerError> {
         let (sql, args) = page_sql(tenant, q)?;
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for arg in args {
-            query = match arg {
-                Arg::Text(s) => query.bind(s),
-                Arg::Int(i) => query.bind(i),
-            };
-        }
-        let rows = query.fetch_all(self.pool()).await?;
+        let rows = DB::fetch_all(&self.pool, Stmt::built(sql).bind_all(args)).await?;
         rows.iter().map(decode_operation).collect()
     }
 
@@ -398,36 +367,34 @@ where
         buckets: u32,
     ) -> Result<Overview, LedgerError> {
         let mut by_status = Vec::new();
-        for row in sqlx::query(COUNTS)
-            .bind(tenant.as_str())
-            .fetch_all(self.pool())
-            .await?
-        {
-            let status: String = row.try_get("status")?;
+        for row in DB::fetch_all(&self.pool, Stmt::new(COUNTS).bind(tenant.as_str())).await? {
+            let status: String = row.get("status")?;
             let status =
                 Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?;
-            by_status.push((status, row.try_get("n")?, row.try_get("oldest")?));
+            by_status.push((status, row.get("n")?, row.get("oldest")?));
         }
         by_status.sort_by_key(|(s, _, _)| s.as_str());
         let bucket_ms = bucket_ms.max(1);
         let start = now_ms - bucket_ms * i64::from(buckets);
         let mut chart = vec![Bucket::default(); buckets as usize];
-        for row in sqlx::query(CHART)
-            .bind(tenant.as_str())
-            .bind(start)
-            .bind(bucket_ms)
-            .bind(now_ms)
-            .fetch_all(self.pool())
-            .await?
+        for row in DB::fetch_all(
+            &self.pool,
+            Stmt::new(CHART)
+                .bind(tenant.as_str())
+                .bind(start)
+                .bind(bucket_ms)
+                .bind(now_ms),
+        )
+        .await?
         {
-            let event: String = row.try_get("event")?;
-            let to_status: String = row.try_get("to_status")?;
+            let event: String = row.get("event")?;
+            let to_status: String = row.get("to_status")?;
             tally(
                 &mut chart,
-                row.try_get("bucket")?,
+                row.get("bucket")?,
                 &event,
                 &to_status,
-                row.try_get("n")?,
+                row.get("n")?,
             );
         }
         Ok(Overview {
@@ -437,69 +404,71 @@ where
     }
 
     async fn related(&self, tenant: &TenantId, id: &OperationId) -> Result<Related, LedgerError> {
-        sqlx::query(OWNED)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(self.pool())
-            .await?
-            .ok_or(LedgerError::NotFound)?;
+        DB::fetch_optional(
+            &self.pool,
+            Stmt::new(OWNED).bind(id.as_str()).bind(tenant.as_str()),
+        )
+        .await?
+        .ok_or(LedgerError::NotFound)?;
         let mut out = Related::default();
-        for r in sqlx::query(APPROVALS)
-            .bind(id.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
+        for r in DB::fetch_all(
+            &self.pool,
+            Stmt::new(APPROVALS).bind(id.as_str()).bind(RELATED_MAX),
+        )
+        .await?
         {
             out.approvals.push(ApprovalRow {
-                id: r.try_get("id")?,
-                details_hash: r.try_get("details_hash")?,
-                approved_by: r.try_get("approved_by")?,
-                method: r.try_get("method")?,
-                approved_at_ms: r.try_get("approved_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
-                revoked_at_ms: r.try_get("revoked_at")?,
+                id: r.get("id")?,
+                details_hash: r.get("details_hash")?,
+                approved_by: r.get("approved_by")?,
+                method: r.get("method")?,
+                approved_at_ms: r.get("approved_at")?,
+                expires_at_ms: r.get("expires_at")?,
+                revoked_at_ms: r.get("revoked_at")?,
             });
         }
-        for r in sqlx::query(WEBHOOKS)
-            .bind(id.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
+        for r in DB::fetch_all(
+            &self.pool,
+            Stmt::new(WEBHOOKS).bind(id.as_str()).bind(RELATED_MAX),
+        )
+        .await?
         {
             out.webhooks.push(WebhookRow {
-                processor: r.try_get("processor")?,
-                event_id: r.try_get("event_id")?,
-                event_type: r.try_get("event_type")?,
-                payload: r.try_get("payload")?,
-                received_at_ms: r.try_get("received_at")?,
-                applied_at_ms: r.try_get("applied_at")?,
-                outcome: r.try_get("outcome")?,
+                processor: r.get("processor")?,
+                event_id: r.get("event_id")?,
+                event_type: r.get("event_type")?,
+                payload: r.get("payload")?,
+                received_at_ms: r.get("received_at")?,
+                applied_at_ms: r.get("applied_at")?,
+                outcome: r.get("outcome")?,
             });
         }
-        for r in sqlx::query(LINKS)
-            .bind(id.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
+        for r in DB::fetch_all(
+            &self.pool,
+            Stmt::new(LINKS).bind(id.as_str()).bind(RELATED_MAX),
+        )
+        .await?
         {
             out.links.push(LinkRow {
-                origin: r.try_get("origin")?,
-                created_at_ms: r.try_get("created_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
-                used_at_ms: r.try_get("used_at")?,
+                origin: r.get("origin")?,
+                created_at_ms: r.get("created_at")?,
+                expires_at_ms: r.get("expires_at")?,
+                used_at_ms: r.get("used_at")?,
             });
         }
-        for r in sqlx::query(TOOL_CALLS)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
+        for r in DB::fetch_all(
+            &self.pool,
+            Stmt::new(TOOL_CALLS)
+                .bind(id.as_str())
+                .bind(tenant.as_str())
+                .bind(RELATED_MAX),
+        )
+        .await?
         {
             out.tool_calls.push(ToolCallRow {
-                provider: r.try_get("provider")?,
-                tool: r.try_get("tool")?,
-                at_ms: r.try_get("at")?,
+                provider: r.get("provider")?,
+                tool: r.get("tool")?,
+                at_ms: r.get("at")?,
             });
         }
         Ok(out)

@@ -6,6 +6,8 @@ use super::dialect::Dialect;
 use super::moves::update;
 use super::record::{decode_event, decode_operation};
 use super::refunds::RefundRows;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
@@ -16,7 +18,6 @@ use crate::details::OperationKind;
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Event, Move, Status};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
 /// A new row starts in `awaiting_approval` with the `create` event (the one event with no
@@ -50,19 +51,7 @@ const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS 
      MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 
 #[async_trait]
-impl<DB> Operations for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Operations for Store<DB> {
     fn store(&self) -> &'static str {
         DB::STORE
     }
@@ -83,36 +72,40 @@ where
         let d = &new.details;
         let hash = d.hash();
         let key = IdempotencyKey::derive(&new.id);
-        let row = sqlx::query(INSERT_OPERATION)
-            .bind(new.id.as_str())
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .bind(d.kind().as_str())
-            .bind(d.money().amount_minor())
-            .bind(d.money().currency().code())
-            .bind(d.customer())
-            .bind(d.payment_method())
-            .bind(d.invoice())
-            .bind(d.destination())
-            .bind(d.description())
-            .bind(hash.as_str())
-            .bind(key.as_str())
-            .bind(now)
-            .bind(bounded(&new.actor))
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(INSERT_OPERATION)
+                .bind(new.id.as_str())
+                .bind(new.tenant.as_str())
+                .bind(new.business_key.as_str())
+                .bind(d.kind().as_str())
+                .bind(d.money().amount_minor())
+                .bind(d.money().currency().code())
+                .bind(d.customer())
+                .bind(d.payment_method())
+                .bind(d.invoice())
+                .bind(d.destination())
+                .bind(d.description())
+                .bind(hash.as_str())
+                .bind(key.as_str())
+                .bind(now)
+                .bind(bounded(&new.actor)),
+        )
+        .await?;
         if let Some(row) = row {
             return Ok(Created {
                 operation: decode_operation(&row)?,
                 inserted: true,
             });
         }
-        let row = sqlx::query(SELECT_BY_BUSINESS_KEY)
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(SELECT_BY_BUSINESS_KEY)
+                .bind(new.tenant.as_str())
+                .bind(new.business_key.as_str()),
+        )
+        .await?
+        .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
         let existing = decode_operation(&row)?;
         if existing.details_hash != hash {
             return Err(LedgerError::Conflict {
@@ -126,12 +119,14 @@ where
     }
 
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_BY_ID_IN_TENANT)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(LedgerError::NotFound)?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(SELECT_BY_ID_IN_TENANT)
+                .bind(id.as_str())
+                .bind(tenant.as_str()),
+        )
+        .await?
+        .ok_or(LedgerError::NotFound)?;
         decode_operation(&row)
     }
 
@@ -140,11 +135,13 @@ where
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = sqlx::query(SELECT_EVENTS_IN_TENANT)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = DB::fetch_all(
+            &self.pool,
+            Stmt::new(SELECT_EVENTS_IN_TENANT)
+                .bind(id.as_str())
+                .bind(tenant.as_str()),
+        )
+        .await?;
         rows.iter().map(decode_event).collect()
     }
 
@@ -155,13 +152,15 @@ where
         actor: &str,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(CANCEL.as_str())
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(now)
-            .bind(bounded(actor))
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(CANCEL.as_str())
+                .bind(id.as_str())
+                .bind(tenant.as_str())
+                .bind(now)
+                .bind(bounded(actor)),
+        )
+        .await?;
         match row {
             Some(row) => decode_operation(&row),
             None => {
@@ -189,21 +188,21 @@ where
     }
 
     async fn ping(&self) -> Result<(), LedgerError> {
-        sqlx::query(PING).execute(&self.pool).await?;
+        DB::execute(&self.pool, Stmt::new(PING)).await?;
         Ok(())
     }
 
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {
-        let rows = sqlx::query(COUNT_BY_STATUS).fetch_all(&self.pool).await?;
+        let rows = DB::fetch_all(&self.pool, Stmt::new(COUNT_BY_STATUS)).await?;
         rows.iter()
             .map(|r| {
-                let s: String = r.try_get("status")?;
+                let s: String = r.get("status")?;
                 Ok(StatusCount {
                     status: Status::parse(&s)
                         .ok_or_else(|| LedgerError::Corrupt(format!("unknown status {s}")))?,
-                    count: r.try_get("n")?,
-                    oldest_updated_at_ms: r.try_get("oldest")?,
-                    oldest_submitted_at_ms: r.try_get("oldest_submitted")?,
+                    count: r.get("n")?,
+                    oldest_updated_at_ms: r.get("oldest")?,
+                    oldest_submitted_at_ms: r.get("oldest_submitted")?,
                 })
             })
             .collect()
@@ -211,33 +210,16 @@ where
 }
 
 #[async_trait]
-impl<DB> Inspection for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Inspection for Store<DB> {
     async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
+        let row = DB::fetch_optional(&self.pool, Stmt::new(SELECT_BY_ID).bind(id.as_str()))
             .await?
             .ok_or(LedgerError::NotFound)?;
         decode_operation(&row)
     }
 
     async fn events_unscoped(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = sqlx::query(SELECT_EVENTS)
-            .bind(id.as_str())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = DB::fetch_all(&self.pool, Stmt::new(SELECT_EVENTS).bind(id.as_str())).await?;
         rows.iter().map(decode_event).collect()
     }
 
@@ -252,17 +234,19 @@ where
         };
         let mut all = Vec::new();
         for status in statuses {
-            let rows = sqlx::query(LIST)
-                .bind(status.as_str())
-                .bind(
-                    filter
-                        .updated_before_ms
-                        .unwrap_or(Timestamp::from_millis(i64::MAX)),
-                )
-                .bind(filter.tenant.as_ref().map(|t| t.as_str().to_string()))
-                .bind(i64::from(filter.limit))
-                .fetch_all(&self.pool)
-                .await?;
+            let rows = DB::fetch_all(
+                &self.pool,
+                Stmt::new(LIST)
+                    .bind(status.as_str())
+                    .bind(
+                        filter
+                            .updated_before_ms
+                            .unwrap_or(Timestamp::from_millis(i64::MAX)),
+                    )
+                    .bind(filter.tenant.as_ref().map(|t| t.as_str().to_string()))
+                    .bind(i64::from(filter.limit)),
+            )
+            .await?;
             for r in &rows {
                 all.push(decode_operation(r)?);
             }

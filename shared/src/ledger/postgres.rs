@@ -3,6 +3,7 @@
 use super::dialect::Dialect;
 use super::moves::{legal, status_in};
 use super::queue::record_on;
+use super::statement::RowCount;
 use super::store::Store;
 use super::{Fence, LedgerError, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -171,6 +172,12 @@ async fn still_in_transaction(conn: &mut sqlx::PgConnection) -> bool {
     }
 }
 
+impl RowCount for PgQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
 #[async_trait]
 impl Dialect for Postgres {
     const STORE: &'static str = "postgres";
@@ -180,10 +187,6 @@ impl Dialect for Postgres {
 
     fn claim() -> &'static str {
         CLAIM.as_str()
-    }
-
-    fn rows_affected(done: &PgQueryResult) -> u64 {
-        done.rows_affected()
     }
 
     async fn wait_ready(store: &PostgresLedger, max_wait: Duration) {
@@ -220,7 +223,7 @@ async fn mark_submitting(
     let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING)
         .bind(&ids)
         .bind(&attempts)
-        .bind(now)
+        .bind(now.as_millis())
         .fetch_all(pool)
         .await?;
     let marked: HashSet<&str> = marked.iter().map(String::as_str).collect();
@@ -273,7 +276,7 @@ async fn record_batch(
             .bind(&references)
             .bind(&results)
             .bind(bounded(actor))
-            .bind(now)
+            .bind(now.as_millis())
     };
     if others.is_empty() {
         if !ids.is_empty() {

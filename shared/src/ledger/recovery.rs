@@ -7,6 +7,8 @@ use super::moves::{legal, update};
 use super::queue::{fenced, lost};
 use super::record::decode_operation;
 use super::report::{Plan, REPORT_RETRIES_MAX, plan_report, plan_resolution};
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Applied, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpiredLease, Fence,
@@ -17,7 +19,6 @@ use crate::clock::Timestamp;
 use crate::id::OperationId;
 use crate::state::{Event, Move, Status, transition};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -106,38 +107,26 @@ fn sweep_page(limit: u32) -> Result<i64, LedgerError> {
 }
 
 #[async_trait]
-impl<DB> Recovery for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Recovery for Store<DB> {
     async fn expired_leases(
         &self,
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<ExpiredLease>, LedgerError> {
-        let rows = sqlx::query(EXPIRED_LEASES)
-            .bind(now)
-            .bind(sweep_page(limit)?)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = DB::fetch_all(
+            &self.pool,
+            Stmt::new(EXPIRED_LEASES).bind(now).bind(sweep_page(limit)?),
+        )
+        .await?;
         rows.iter()
             .map(|r| {
-                let id: String = r.try_get("id")?;
+                let id: String = r.get("id")?;
                 Ok(ExpiredLease {
                     id: OperationId::parse(&id).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-                    attempt: r.try_get("attempt")?,
-                    lease_owner: r.try_get("lease_owner")?,
-                    lease_expires_at_ms: r.try_get("lease_expires_at")?,
-                    submitted: r.try_get::<Option<i64>, _>("first_submitted_at")?.is_some(),
+                    attempt: r.get("attempt")?,
+                    lease_owner: r.get("lease_owner")?,
+                    lease_expires_at_ms: r.get("lease_expires_at")?,
+                    submitted: r.get::<Option<i64>>("first_submitted_at")?.is_some(),
                 })
             })
             .collect()
@@ -159,20 +148,22 @@ where
             (&EXPIRE_UNSUBMITTED, Event::LeaseExpiredUnsubmitted)
         };
         let to = transition(Status::Executing, event)?;
-        let done = sqlx::query(statement.as_str())
-            .bind(lease.id.as_str())
-            .bind(lease.attempt)
-            .bind(now)
-            .bind(bounded(request.actor))
-            .bind(detail)
-            .bind(request.next_check_at)
-            .execute(&self.pool)
-            .await?;
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(statement.as_str())
+                .bind(lease.id.as_str())
+                .bind(lease.attempt)
+                .bind(now)
+                .bind(bounded(request.actor))
+                .bind(detail)
+                .bind(request.next_check_at),
+        )
+        .await?;
         let fence = Fence {
             id: lease.id.clone(),
             attempt: lease.attempt,
         };
-        fenced(DB::rows_affected(&done), &fence)?;
+        fenced(done, &fence)?;
         Ok(to)
     }
 
@@ -181,11 +172,11 @@ where
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<Operation>, LedgerError> {
-        let rows = sqlx::query(DUE_FOR_CHECK)
-            .bind(now)
-            .bind(sweep_page(limit)?)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = DB::fetch_all(
+            &self.pool,
+            Stmt::new(DUE_FOR_CHECK).bind(now).bind(sweep_page(limit)?),
+        )
+        .await?;
         rows.iter().map(decode_operation).collect()
     }
 
@@ -194,16 +185,18 @@ where
         request: &DeferCheck<'_>,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let done = sqlx::query(DEFER_CHECK)
-            .bind(request.fence.id.as_str())
-            .bind(request.fence.attempt)
-            .bind(request.next_check_at)
-            .bind(bounded(request.detail))
-            .bind(bounded(request.actor))
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        fenced(DB::rows_affected(&done), request.fence)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(DEFER_CHECK)
+                .bind(request.fence.id.as_str())
+                .bind(request.fence.attempt)
+                .bind(request.next_check_at)
+                .bind(bounded(request.detail))
+                .bind(bounded(request.actor))
+                .bind(now),
+        )
+        .await?;
+        fenced(done, request.fence)
     }
 
     async fn claim_unknown(
@@ -211,29 +204,33 @@ where
         request: &ClaimUnknown<'_>,
         now: Timestamp,
     ) -> Result<Claimed, LedgerError> {
-        let row = sqlx::query(CLAIM_UNKNOWN.as_str())
-            .bind(request.fence.id.as_str())
-            .bind(request.fence.attempt)
-            .bind(request.owner)
-            .bind(now + request.lease_ttl)
-            .bind(now)
-            .bind(bounded(request.why))
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| lost(request.fence))?;
+        let row = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(CLAIM_UNKNOWN.as_str())
+                .bind(request.fence.id.as_str())
+                .bind(request.fence.attempt)
+                .bind(request.owner)
+                .bind(now + request.lease_ttl)
+                .bind(now)
+                .bind(bounded(request.why)),
+        )
+        .await?
+        .ok_or_else(|| lost(request.fence))?;
         decode_operation(&row)
     }
 
     async fn escalate(&self, request: &Escalate<'_>, now: Timestamp) -> Result<(), LedgerError> {
-        let done = sqlx::query(ESCALATE_UNKNOWN.as_str())
-            .bind(request.fence.id.as_str())
-            .bind(request.fence.attempt)
-            .bind(bounded(request.reason))
-            .bind(bounded(request.actor))
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        fenced(DB::rows_affected(&done), request.fence)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(ESCALATE_UNKNOWN.as_str())
+                .bind(request.fence.id.as_str())
+                .bind(request.fence.attempt)
+                .bind(bounded(request.reason))
+                .bind(bounded(request.actor))
+                .bind(now),
+        )
+        .await?;
+        fenced(done, request.fence)
     }
 
     async fn apply_report(
@@ -283,25 +280,29 @@ where
         ttl: Duration,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(TRY_MAINTENANCE_LEASE)
-            .bind(lease.name)
-            .bind(lease.owner)
-            .bind(now + ttl)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(TRY_MAINTENANCE_LEASE)
+                .bind(lease.name)
+                .bind(lease.owner)
+                .bind(now + ttl)
+                .bind(now),
+        )
+        .await?;
+        Ok(done == 1)
     }
 
     async fn drop_maintenance_lease(
         &self,
         lease: &MaintenanceLease<'_>,
     ) -> Result<(), LedgerError> {
-        sqlx::query(DROP_MAINTENANCE_LEASE)
-            .bind(lease.name)
-            .bind(lease.owner)
-            .execute(&self.pool)
-            .await?;
+        DB::execute(
+            &self.pool,
+            Stmt::new(DROP_MAINTENANCE_LEASE)
+                .bind(lease.name)
+                .bind(lease.owner),
+        )
+        .await?;
         Ok(())
     }
 }
@@ -309,25 +310,13 @@ where
 /// Writes a planned report or resolution, fenced by the status and attempt it was planned
 /// from, to the state the table gives for the plan's event: `Some(applied)` when written (or
 /// nothing to write), `None` when a racing writer won.
-async fn write_plan<DB>(
+async fn write_plan<DB: Dialect>(
     store: &Store<DB>,
     current: &Operation,
     plan: Plan,
     actor: &str,
     now: Timestamp,
-) -> Result<Option<Applied>, LedgerError>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+) -> Result<Option<Applied>, LedgerError> {
     let pool = &store.pool;
     let actor = bounded(actor);
     let id = current.id.as_str();
@@ -339,14 +328,16 @@ where
             detail,
             applied,
         } => {
-            sqlx::query(NOTE)
-                .bind(id)
-                .bind(now)
-                .bind(event)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .execute(pool)
-                .await?;
+            DB::execute(
+                pool,
+                Stmt::new(NOTE)
+                    .bind(id)
+                    .bind(now)
+                    .bind(event)
+                    .bind(actor.as_str())
+                    .bind(bounded(&detail)),
+            )
+            .await?;
             return Ok(Some(applied));
         }
         Plan::Succeed {
@@ -357,20 +348,22 @@ where
             applied,
         } => {
             let mv = moved(event)?;
-            sqlx::query(SET_SUCCEEDED)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
-                .bind(reference)
-                .bind(result.map(|r| r.to_string()))
-                .bind(now)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .fetch_optional(pool)
-                .await?
-                .map(|_| applied)
+            DB::fetch_optional(
+                pool,
+                Stmt::new(SET_SUCCEEDED)
+                    .bind(id)
+                    .bind(current.attempt)
+                    .bind(current.status.as_str())
+                    .bind(mv.to.as_str())
+                    .bind(mv.event.as_str())
+                    .bind(reference)
+                    .bind(result.map(|r| r.to_string()))
+                    .bind(now)
+                    .bind(actor.as_str())
+                    .bind(bounded(&detail)),
+            )
+            .await?
+            .map(|_| applied)
         }
         Plan::Fail {
             event,
@@ -381,51 +374,57 @@ where
             applied,
         } => {
             let mv = moved(event)?;
-            sqlx::query(SET_FAILED)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
-                .bind(reference)
-                .bind(bounded(&code))
-                .bind(bounded(&message))
-                .bind(now)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .fetch_optional(pool)
-                .await?
-                .map(|_| applied)
+            DB::fetch_optional(
+                pool,
+                Stmt::new(SET_FAILED)
+                    .bind(id)
+                    .bind(current.attempt)
+                    .bind(current.status.as_str())
+                    .bind(mv.to.as_str())
+                    .bind(mv.event.as_str())
+                    .bind(reference)
+                    .bind(bounded(&code))
+                    .bind(bounded(&message))
+                    .bind(now)
+                    .bind(actor.as_str())
+                    .bind(bounded(&detail)),
+            )
+            .await?
+            .map(|_| applied)
         }
         Plan::Conflict { detail, applied } => {
             let mv = moved(Event::ConflictingReport)?;
-            sqlx::query(SET_CONFLICT)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
-                .bind(bounded(&detail))
-                .bind(now)
-                .bind(actor.as_str())
-                .fetch_optional(pool)
-                .await?
-                .map(|_| applied)
+            DB::fetch_optional(
+                pool,
+                Stmt::new(SET_CONFLICT)
+                    .bind(id)
+                    .bind(current.attempt)
+                    .bind(current.status.as_str())
+                    .bind(mv.to.as_str())
+                    .bind(mv.event.as_str())
+                    .bind(bounded(&detail))
+                    .bind(now)
+                    .bind(actor.as_str()),
+            )
+            .await?
+            .map(|_| applied)
         }
         Plan::Retry { detail } => {
             let mv = moved(Event::ResolveRetry)?;
-            sqlx::query(SET_RETRY)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
-                .bind(now)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .fetch_optional(pool)
-                .await?
-                .map(|_| Applied::Moved(mv.to))
+            DB::fetch_optional(
+                pool,
+                Stmt::new(SET_RETRY)
+                    .bind(id)
+                    .bind(current.attempt)
+                    .bind(current.status.as_str())
+                    .bind(mv.to.as_str())
+                    .bind(mv.event.as_str())
+                    .bind(now)
+                    .bind(actor.as_str())
+                    .bind(bounded(&detail)),
+            )
+            .await?
+            .map(|_| Applied::Moved(mv.to))
         }
     };
     Ok(row)

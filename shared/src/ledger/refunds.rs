@@ -14,6 +14,8 @@ use super::dialect::Dialect;
 use super::moves::status_in;
 use super::operations::SELECT_BY_BUSINESS_KEY;
 use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Created, LedgerError, LimitError, NewOperation, Operation, PAGE_MAX, Refunds, bounded,
@@ -24,7 +26,6 @@ use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
 /// The states in which a refund no longer holds any of the payment's money: it never reached the
@@ -89,19 +90,7 @@ impl RefundTotals {
 /// [`Refunds`].
 pub(crate) struct RefundRows<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
 
-impl<DB> RefundRows<'_, DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> RefundRows<'_, DB> {
     /// Creates a refund under the guard, or returns the existing one for the same business key and
     /// details (see [`Operations::create_or_get`](super::Operations::create_or_get)).
     pub(crate) async fn create_or_get(
@@ -118,29 +107,28 @@ where
         let key = IdempotencyKey::derive(&new.id);
         let mut tx = self.0.pool.begin().await?;
         if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
-            sqlx::query(lock)
-                .bind(payment.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
+            DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment.as_str())).await?;
         }
-        let row = sqlx::query(INSERT_REFUND.as_str())
-            .bind(new.id.as_str())
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .bind(d.money().amount_minor())
-            .bind(d.money().currency().code())
-            .bind(d.customer())
-            .bind(d.payment_method())
-            .bind(d.invoice())
-            .bind(hash.as_str())
-            .bind(key.as_str())
-            .bind(now)
-            .bind(bounded(&new.actor))
-            .bind(payment.as_str())
-            .bind(of.payment_reference())
-            .bind(of.reason().as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+        let row = DB::fetch_optional(
+            &mut *tx,
+            Stmt::new(INSERT_REFUND.as_str())
+                .bind(new.id.as_str())
+                .bind(new.tenant.as_str())
+                .bind(new.business_key.as_str())
+                .bind(d.money().amount_minor())
+                .bind(d.money().currency().code())
+                .bind(d.customer())
+                .bind(d.payment_method())
+                .bind(d.invoice())
+                .bind(hash.as_str())
+                .bind(key.as_str())
+                .bind(now)
+                .bind(bounded(&new.actor))
+                .bind(payment.as_str())
+                .bind(of.payment_reference())
+                .bind(of.reason().as_str()),
+        )
+        .await?;
         tx.commit().await?;
         if let Some(row) = row {
             return Ok(Created {
@@ -149,11 +137,13 @@ where
             });
         }
         // Nothing inserted: the business key is taken, or the guard refused. Say which.
-        let existing = sqlx::query(SELECT_BY_BUSINESS_KEY)
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .fetch_optional(&self.0.pool)
-            .await?;
+        let existing = DB::fetch_optional(
+            &self.0.pool,
+            Stmt::new(SELECT_BY_BUSINESS_KEY)
+                .bind(new.tenant.as_str())
+                .bind(new.business_key.as_str()),
+        )
+        .await?;
         if let Some(row) = existing {
             let existing = decode_operation(&row)?;
             if existing.details_hash != hash {
@@ -202,43 +192,32 @@ where
         tenant: &TenantId,
         payment: &OperationId,
     ) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_PAYMENT)
-            .bind(payment.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&self.0.pool)
-            .await?
-            .ok_or(LedgerError::NotFound)?;
+        let row = DB::fetch_optional(
+            &self.0.pool,
+            Stmt::new(SELECT_PAYMENT)
+                .bind(payment.as_str())
+                .bind(tenant.as_str()),
+        )
+        .await?
+        .ok_or(LedgerError::NotFound)?;
         decode_operation(&row)
     }
 
     async fn totals(&self, payment: &Operation) -> Result<RefundTotals, LedgerError> {
-        let row = sqlx::query(TOTALS.as_str())
-            .bind(payment.id.as_str())
-            .fetch_one(&self.0.pool)
-            .await?;
+        let row = DB::fetch_optional(&self.0.pool, Stmt::new(TOTALS.as_str()).bind(&payment.id))
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("an aggregate returned no row".into()))?;
         Ok(RefundTotals {
             payment_minor: payment.details.money().amount_minor(),
-            refunded_minor: row.try_get("refunded")?,
-            in_flight_minor: row.try_get("in_flight")?,
-            refund_count: row.try_get("n")?,
+            refunded_minor: row.get("refunded")?,
+            in_flight_minor: row.get("in_flight")?,
+            refund_count: row.get("n")?,
         })
     }
 }
 
 #[async_trait]
-impl<DB> Refunds for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Refunds for Store<DB> {
     async fn refund_totals(
         &self,
         tenant: &TenantId,
@@ -258,12 +237,14 @@ where
         if limit == 0 || limit > PAGE_MAX {
             return Err(LimitError::PageSize.into());
         }
-        let rows = sqlx::query(SELECT_REFUNDS)
-            .bind(payment.as_str())
-            .bind(tenant.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = DB::fetch_all(
+            &self.pool,
+            Stmt::new(SELECT_REFUNDS)
+                .bind(payment.as_str())
+                .bind(tenant.as_str())
+                .bind(i64::from(limit)),
+        )
+        .await?;
         rows.iter().map(decode_operation).collect()
     }
 }

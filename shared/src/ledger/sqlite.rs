@@ -4,6 +4,7 @@
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update};
 use super::queue::record_on;
+use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
 use super::{Fence, LedgerError, Recorded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -94,6 +95,12 @@ async fn still_in_transaction(conn: &mut sqlx::SqliteConnection) -> bool {
     }
 }
 
+impl RowCount for SqliteQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
 #[async_trait]
 impl Dialect for Sqlite {
     const STORE: &'static str = "sqlite";
@@ -104,10 +111,6 @@ impl Dialect for Sqlite {
 
     fn claim() -> &'static str {
         CLAIM.as_str()
-    }
-
-    fn rows_affected(done: &SqliteQueryResult) -> u64 {
-        done.rows_affected()
     }
 
     async fn wait_ready(store: &SqliteLedger, max_wait: Duration) {
@@ -124,13 +127,11 @@ impl Dialect for Sqlite {
         let mut tx = store.pool.begin().await?;
         let mut marked = Vec::with_capacity(fences.len());
         for fence in fences {
-            let done = sqlx::query(MARK_SUBMITTING)
-                .bind(fence.id.as_str())
+            let stmt = Stmt::new(MARK_SUBMITTING)
+                .bind(&fence.id)
                 .bind(fence.attempt)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            marked.push(done.rows_affected() == 1);
+                .bind(now);
+            marked.push(Sqlite::execute(&mut *tx, stmt).await? == 1);
         }
         tx.commit().await?;
         Ok(marked)

@@ -5,10 +5,11 @@
 
 use super::LedgerError;
 use super::dialect::Dialect;
+use super::row::{LedgerRow, corrupt};
+use super::statement::Stmt;
 use super::store::Store;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 
 /// How a tenant's customers prove, on the confirmation page, that they are the customer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -205,77 +206,49 @@ const INSERT_NOTICE: &str = "INSERT INTO approval_notices (operation_id, seq, at
      HAVING COUNT(*) < $3 AND COALESCE(MAX(at), $2 - $4) <= $2 - $4 \
      ON CONFLICT (operation_id, seq) DO NOTHING";
 
-fn corrupt(e: impl std::fmt::Display) -> LedgerError {
-    LedgerError::Corrupt(e.to_string())
-}
-
-fn decode_tenant<'r, R>(row: &'r R) -> Result<TenantVerification, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let method: String = row.try_get("method")?;
-    let tenant: String = row.try_get("tenant_id")?;
+fn decode_tenant(row: &impl LedgerRow) -> Result<TenantVerification, LedgerError> {
+    let method: String = row.get("method")?;
     Ok(TenantVerification {
-        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+        tenant: row.get("tenant_id")?,
         method: VerificationMethod::parse(&method)
             .ok_or_else(|| corrupt(format!("verification method {method}")))?,
-        assertion_key_id: row.try_get("assertion_key_id")?,
-        assertion_key: row.try_get("assertion_key")?,
-        notify_url: row.try_get("notify_url")?,
-        notify_secret: row.try_get("notify_secret")?,
-        updated_at_ms: row.try_get("updated_at")?,
+        assertion_key_id: row.get("assertion_key_id")?,
+        assertion_key: row.get("assertion_key")?,
+        notify_url: row.get("notify_url")?,
+        notify_secret: row.get("notify_secret")?,
+        updated_at_ms: row.get("updated_at")?,
     })
 }
 
-fn decode_code<'r, R>(row: &'r R) -> Result<ApprovalCode, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let op: String = row.try_get("operation_id")?;
+fn decode_code(row: &impl LedgerRow) -> Result<ApprovalCode, LedgerError> {
     Ok(ApprovalCode {
-        delivery_id: row.try_get("delivery_id")?,
-        operation_id: OperationId::parse(&op).map_err(corrupt)?,
-        link_hash: row.try_get("link_hash")?,
-        code_hash: row.try_get("code_hash")?,
-        created_at_ms: row.try_get("created_at")?,
-        expires_at_ms: row.try_get("expires_at")?,
-        attempts: row.try_get("attempts")?,
-        attempt_max: row.try_get("attempt_max")?,
-        used_at_ms: row.try_get("used_at")?,
+        delivery_id: row.get("delivery_id")?,
+        operation_id: row.get("operation_id")?,
+        link_hash: row.get("link_hash")?,
+        code_hash: row.get("code_hash")?,
+        created_at_ms: row.get("created_at")?,
+        expires_at_ms: row.get("expires_at")?,
+        attempts: row.get("attempts")?,
+        attempt_max: row.get("attempt_max")?,
+        used_at_ms: row.get("used_at")?,
     })
 }
 
 #[async_trait]
-impl<DB> VerificationLedger for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> VerificationLedger for Store<DB> {
     async fn set_tenant_verification(&self, v: &TenantVerification) -> Result<(), LedgerError> {
-        sqlx::query(UPSERT_TENANT)
-            .bind(v.tenant.as_str())
-            .bind(v.method.as_str())
-            .bind(v.assertion_key_id.as_deref())
-            .bind(v.assertion_key.as_deref())
-            .bind(v.notify_url.as_deref())
-            .bind(v.notify_secret.as_deref())
-            .bind(v.updated_at_ms)
-            .execute(self.pool())
-            .await?;
+        DB::execute(
+            &self.pool,
+            Stmt::new(UPSERT_TENANT)
+                .bind(v.tenant.as_str())
+                .bind(v.method.as_str())
+                .bind(v.assertion_key_id.as_deref())
+                .bind(v.assertion_key.as_deref())
+                .bind(v.notify_url.as_deref())
+                .bind(v.notify_secret.as_deref())
+                .bind(v.updated_at_ms),
+        )
+        .await?;
         Ok(())
     }
 
@@ -283,10 +256,8 @@ where
         &self,
         tenant: &TenantId,
     ) -> Result<Option<TenantVerification>, LedgerError> {
-        let row = sqlx::query(SELECT_TENANT)
-            .bind(tenant.as_str())
-            .fetch_optional(self.pool())
-            .await?;
+        let row =
+            DB::fetch_optional(&self.pool, Stmt::new(SELECT_TENANT).bind(tenant.as_str())).await?;
         row.as_ref().map(decode_tenant).transpose()
     }
 
@@ -298,15 +269,17 @@ where
         now_ms: i64,
         expires_at_ms: i64,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(INSERT_NONCE)
-            .bind(tenant.as_str())
-            .bind(nonce)
-            .bind(operation.as_str())
-            .bind(now_ms)
-            .bind(expires_at_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(INSERT_NONCE)
+                .bind(tenant.as_str())
+                .bind(nonce)
+                .bind(operation.as_str())
+                .bind(now_ms)
+                .bind(expires_at_ms),
+        )
+        .await?;
+        Ok(done == 1)
     }
 
     async fn create_link(
@@ -317,31 +290,35 @@ where
         code: Option<&ApprovalCode>,
     ) -> Result<bool, LedgerError> {
         let mut tx = self.pool().begin().await?;
-        let done = sqlx::query(INSERT_LINK_OF)
-            .bind(link.token_hash.as_str())
-            .bind(link.operation_id.as_str())
-            .bind(link.details_hash.as_str())
-            .bind(link.created_at_ms)
-            .bind(link.expires_at_ms)
-            .bind(i64::from(open_max))
-            .bind(origin.as_str())
-            .execute(&mut *tx)
-            .await?;
-        if DB::rows_affected(&done) != 1 {
+        let done = DB::execute(
+            &mut *tx,
+            Stmt::new(INSERT_LINK_OF)
+                .bind(link.token_hash.as_str())
+                .bind(link.operation_id.as_str())
+                .bind(link.details_hash.as_str())
+                .bind(link.created_at_ms)
+                .bind(link.expires_at_ms)
+                .bind(i64::from(open_max))
+                .bind(origin.as_str()),
+        )
+        .await?;
+        if done != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
         if let Some(c) = code {
-            sqlx::query(INSERT_CODE)
-                .bind(c.delivery_id.as_str())
-                .bind(c.operation_id.as_str())
-                .bind(c.link_hash.as_str())
-                .bind(c.code_hash.as_str())
-                .bind(c.created_at_ms)
-                .bind(c.expires_at_ms)
-                .bind(c.attempt_max)
-                .execute(&mut *tx)
-                .await?;
+            DB::execute(
+                &mut *tx,
+                Stmt::new(INSERT_CODE)
+                    .bind(c.delivery_id.as_str())
+                    .bind(c.operation_id.as_str())
+                    .bind(c.link_hash.as_str())
+                    .bind(c.code_hash.as_str())
+                    .bind(c.created_at_ms)
+                    .bind(c.expires_at_ms)
+                    .bind(c.attempt_max),
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -352,18 +329,15 @@ where
         link_hash: &str,
         now_ms: i64,
     ) -> Result<CodeAttempt, LedgerError> {
-        let counted = sqlx::query(COUNT_CODE_ATTEMPT)
-            .bind(link_hash)
-            .bind(now_ms)
-            .fetch_optional(self.pool())
-            .await?;
+        let counted = DB::fetch_optional(
+            &self.pool,
+            Stmt::new(COUNT_CODE_ATTEMPT).bind(link_hash).bind(now_ms),
+        )
+        .await?;
         if let Some(row) = counted {
             return Ok(CodeAttempt::Counted(decode_code(&row)?));
         }
-        let latest = sqlx::query(LATEST_CODE)
-            .bind(link_hash)
-            .fetch_optional(self.pool())
-            .await?;
+        let latest = DB::fetch_optional(&self.pool, Stmt::new(LATEST_CODE).bind(link_hash)).await?;
         let Some(row) = latest else {
             return Ok(CodeAttempt::Missing);
         };
@@ -378,12 +352,12 @@ where
     }
 
     async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        let done = sqlx::query(USE_CODE)
-            .bind(delivery_id)
-            .bind(now_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(USE_CODE).bind(delivery_id).bind(now_ms),
+        )
+        .await?;
+        Ok(done == 1)
     }
 
     async fn record_approval_notice(
@@ -393,13 +367,15 @@ where
         max: u32,
         interval_ms: i64,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(INSERT_NOTICE)
-            .bind(operation.as_str())
-            .bind(now_ms)
-            .bind(i64::from(max))
-            .bind(interval_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let done = DB::execute(
+            &self.pool,
+            Stmt::new(INSERT_NOTICE)
+                .bind(operation.as_str())
+                .bind(now_ms)
+                .bind(i64::from(max))
+                .bind(interval_ms),
+        )
+        .await?;
+        Ok(done == 1)
     }
 }
