@@ -10,7 +10,7 @@ use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Approval, ApprovalLink, Approvals, Inspection, LedgerError, LimitError, NewApproval, Operation,
-    Operations, bounded, verification,
+    Operations, bounded, verification, verification::LinkOrigin,
 };
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId, random_hex};
@@ -33,11 +33,6 @@ const INSERT_APPROVAL: &str = "INSERT INTO approvals (id, operation_id, details_
 const LATEST_APPROVAL: &str = "SELECT * FROM approvals WHERE operation_id = $1 AND revoked_at IS NULL \
      AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) \
      ORDER BY approved_at DESC, id DESC LIMIT 1";
-/// Inserts a service link only while the operation has fewer than `$6` unused, unexpired service
-/// links.
-const INSERT_LINK: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
-     expires_at) SELECT $1, $2, $3, $4, $5 WHERE (SELECT COUNT(*) FROM approval_links WHERE operation_id = $2 \
-     AND used_at IS NULL AND expires_at > $4 AND origin = 'service') < $6";
 const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
 const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
      AND expires_at > $2";
@@ -58,8 +53,8 @@ impl<DB: Dialect> Approvals for Store<DB> {
         let row = DB::fetch_optional(
             &mut *tx,
             Stmt::new(APPROVE.as_str())
-                .bind(id.as_str())
-                .bind(tenant.as_str())
+                .bind(id)
+                .bind(tenant)
                 .bind(approval.details_hash.as_str())
                 .bind(bounded(&approval.approved_by))
                 .bind(approval.expires_at_ms)
@@ -90,7 +85,7 @@ impl<DB: Dialect> Approvals for Store<DB> {
             &mut *tx,
             Stmt::new(INSERT_APPROVAL)
                 .bind(format!("apv_{}", random_hex(16)))
-                .bind(id.as_str())
+                .bind(id)
                 .bind(approval.details_hash.as_str())
                 .bind(bounded(&approval.approved_by))
                 .bind(bounded(&approval.method))
@@ -115,15 +110,9 @@ impl<DB: Dialect> Approvals for Store<DB> {
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Option<Approval>, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(LATEST_APPROVAL)
-                .bind(id.as_str())
-                .bind(tenant.as_str()),
-        )
-        .await?;
-        row.map(|r| {
-            Ok::<_, LedgerError>(Approval {
+        let stmt = Stmt::new(LATEST_APPROVAL).bind(id).bind(tenant);
+        self.first(stmt, |r| {
+            Ok(Approval {
                 id: r.get("id")?,
                 operation_id: id.clone(),
                 details_hash: r.get("details_hash")?,
@@ -133,7 +122,7 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 expires_at_ms: r.get("expires_at")?,
             })
         })
-        .transpose()
+        .await
     }
 
     async fn create_approval_link(
@@ -141,35 +130,22 @@ impl<DB: Dialect> Approvals for Store<DB> {
         link: &ApprovalLink,
         open_max: u32,
     ) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(INSERT_LINK)
-                .bind(link.token_hash.as_str())
-                .bind(link.operation_id.as_str())
-                .bind(link.details_hash.as_str())
-                .bind(link.created_at_ms)
-                .bind(link.expires_at_ms)
-                .bind(i64::from(open_max)),
-        )
-        .await?;
-        Ok(done == 1)
+        let stmt = verification::insert_link(link, LinkOrigin::Service, open_max);
+        Ok(self.execute(stmt).await? == 1)
     }
 
     async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {
-        let row = DB::fetch_optional(&self.pool, Stmt::new(SELECT_LINK).bind(token_hash)).await?;
-        row.map(|r| {
-            let op: String = r.get("operation_id")?;
-            Ok::<_, LedgerError>(ApprovalLink {
+        self.first(Stmt::new(SELECT_LINK).bind(token_hash), |r| {
+            Ok(ApprovalLink {
                 token_hash: r.get("token_hash")?,
-                operation_id: OperationId::parse(&op)
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
+                operation_id: r.get("operation_id")?,
                 details_hash: r.get("details_hash")?,
                 created_at_ms: r.get("created_at")?,
                 expires_at_ms: r.get("expires_at")?,
                 used_at_ms: r.get("used_at")?,
             })
         })
-        .transpose()
+        .await
     }
 
     async fn link_operation(&self, link: &ApprovalLink) -> Result<Operation, LedgerError> {
@@ -181,8 +157,10 @@ impl<DB: Dialect> Approvals for Store<DB> {
         token_hash: &str,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = DB::execute(&self.pool, Stmt::new(USE_LINK).bind(token_hash).bind(now)).await?;
-        Ok(done == 1)
+        Ok(self
+            .execute(Stmt::new(USE_LINK).bind(token_hash).bind(now))
+            .await?
+            == 1)
     }
 }
 

@@ -6,13 +6,15 @@
 
 use super::dialect::Dialect;
 use super::record::decode_operation;
-use super::row::{LedgerRow, corrupt};
+use super::row::LedgerRow;
 use super::statement::{Arg, Stmt};
 use super::store::Store;
 use super::{LedgerError, Operation};
+use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
+use std::time::Duration;
 
 /// Largest console page.
 pub const CONSOLE_PAGE_MAX: u32 = 200;
@@ -29,9 +31,9 @@ pub struct ConsoleSession {
     /// The key that signed in (`key_…`); re-checked on every request.
     pub key_id: String,
     /// Signed in, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Ends, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
 }
 
 /// A page request: filters, search and the keyset cursor (newest first).
@@ -40,13 +42,13 @@ pub struct OperationQuery {
     /// Only this state.
     pub status: Option<Status>,
     /// Only operations created at or after this time, ms.
-    pub created_from_ms: Option<i64>,
+    pub created_from_ms: Option<Timestamp>,
     /// Only operations created before this time, ms.
-    pub created_before_ms: Option<i64>,
+    pub created_before_ms: Option<Timestamp>,
     /// An operation id, or an exact business key, invoice, customer or processor reference.
     pub search: Option<String>,
     /// Only operations strictly older than this `(created_at, id)` (the last row of the previous page).
-    pub after: Option<(i64, OperationId)>,
+    pub after: Option<(Timestamp, OperationId)>,
     /// Page size, 1 to [`CONSOLE_PAGE_MAX`].
     pub limit: u32,
 }
@@ -66,7 +68,7 @@ pub struct Bucket {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overview {
     /// (state, count, oldest `updated_at`) for every state with rows.
-    pub by_status: Vec<(Status, i64, Option<i64>)>,
+    pub by_status: Vec<(Status, i64, Option<Timestamp>)>,
     /// The chart's buckets, oldest first.
     pub buckets: Vec<Bucket>,
 }
@@ -83,11 +85,11 @@ pub struct ApprovalRow {
     /// How (the verification method and its evidence id).
     pub method: String,
     /// When, ms.
-    pub approved_at_ms: i64,
+    pub approved_at_ms: Timestamp,
     /// Valid until, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Revoked, ms.
-    pub revoked_at_ms: Option<i64>,
+    pub revoked_at_ms: Option<Timestamp>,
 }
 
 /// A processor webhook stored for the operation (its payload is summarised by the caller).
@@ -102,9 +104,9 @@ pub struct WebhookRow {
     /// The raw payload (never shown as is: callers show `summary()` of its object).
     pub payload: String,
     /// Received, ms.
-    pub received_at_ms: i64,
+    pub received_at_ms: Timestamp,
     /// Applied, ms.
-    pub applied_at_ms: Option<i64>,
+    pub applied_at_ms: Option<Timestamp>,
     /// What applying it did.
     pub outcome: Option<String>,
 }
@@ -115,11 +117,11 @@ pub struct LinkRow {
     /// Who asked for it (`service`, `assistant`).
     pub origin: String,
     /// Issued, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Used, ms.
-    pub used_at_ms: Option<i64>,
+    pub used_at_ms: Option<Timestamp>,
 }
 
 /// A tool call about the operation.
@@ -130,7 +132,7 @@ pub struct ToolCallRow {
     /// The tool.
     pub tool: String,
     /// When, ms.
-    pub at_ms: i64,
+    pub at_ms: Timestamp,
 }
 
 /// The rows besides the audit trail that an operation's timeline shows.
@@ -151,26 +153,26 @@ pub struct Related {
 pub trait ConsoleLedger: Send + Sync {
     /// Stores a new session.
     async fn create_session(&self, session: &ConsoleSession) -> Result<(), LedgerError>;
-    /// The live session with this hash (not ended, not expired at `now_ms`).
+    /// The live session with this hash (not ended, not expired at `now`).
     async fn session(
         &self,
         session_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Option<ConsoleSession>, LedgerError>;
     /// Ends a session. False: it was not live.
-    async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError>;
+    async fn end_session(&self, session_hash: &str, now: Timestamp) -> Result<bool, LedgerError>;
     /// One page of a tenant's operations, newest first.
     async fn page(
         &self,
         tenant: &TenantId,
         query: &OperationQuery,
     ) -> Result<Vec<Operation>, LedgerError>;
-    /// Counts by state and the chart of `buckets` buckets of `bucket_ms` ending at `now_ms`.
+    /// Counts by state and the chart of `buckets` buckets of `bucket` ending at `now`.
     async fn overview(
         &self,
         tenant: &TenantId,
-        now_ms: i64,
-        bucket_ms: i64,
+        now: Timestamp,
+        bucket: Duration,
         buckets: u32,
     ) -> Result<Overview, LedgerError>;
     /// The related rows of an operation of the tenant (another tenant's: [`LedgerError::NotFound`]).
@@ -228,14 +230,19 @@ fn page_sql(
         );
     }
     if let Some(from) = q.created_from_ms {
-        push(&mut sql, &mut args, " AND created_at >= $n", Arg::Int(from));
+        push(
+            &mut sql,
+            &mut args,
+            " AND created_at >= $n",
+            Arg::from(from),
+        );
     }
     if let Some(before) = q.created_before_ms {
         push(
             &mut sql,
             &mut args,
             " AND created_at < $n",
-            Arg::Int(before),
+            Arg::from(before),
         );
     }
     if let Some(search) = q.search.as_deref() {
@@ -261,7 +268,7 @@ fn page_sql(
             &mut sql,
             &mut args,
             " AND (created_at, id) < ($n",
-            Arg::Int(*created),
+            Arg::from(*created),
         );
         push(
             &mut sql,
@@ -314,39 +321,27 @@ fn tally(buckets: &mut [Bucket], bucket: i64, event: &str, to_status: &str, n: i
 #[async_trait]
 impl<DB: Dialect> ConsoleLedger for Store<DB> {
     async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(INSERT_SESSION)
-                .bind(s.session_hash.as_str())
-                .bind(s.tenant.as_str())
-                .bind(s.key_id.as_str())
-                .bind(s.created_at_ms)
-                .bind(s.expires_at_ms),
-        )
-        .await?;
+        let stmt = Stmt::new(INSERT_SESSION).bind(s.session_hash.as_str());
+        let stmt = stmt.bind(&s.tenant).bind(s.key_id.as_str());
+        self.execute(stmt.bind(s.created_at_ms).bind(s.expires_at_ms))
+            .await?;
         Ok(())
     }
 
     async fn session(
         &self,
         session_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Option<ConsoleSession>, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(SELECT_SESSION).bind(session_hash).bind(now_ms),
-        )
-        .await?;
-        row.as_ref().map(decode_session).transpose()
+        let stmt = Stmt::new(SELECT_SESSION).bind(session_hash).bind(now);
+        self.first(stmt, decode_session).await
     }
 
-    async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(END_SESSION).bind(session_hash).bind(now_ms),
-        )
-        .await?;
-        Ok(done == 1)
+    async fn end_session(&self, session_hash: &str, now: Timestamp) -> Result<bool, LedgerError> {
+        Ok(self
+            .execute(Stmt::new(END_SESSION).bind(session_hash).bind(now))
+            .await?
+            == 1)
     }
 
     async fn page(
@@ -355,47 +350,36 @@ impl<DB: Dialect> ConsoleLedger for Store<DB> {
         q: &OperationQuery,
     ) -> Result<Vec<Operation>, LedgerError> {
         let (sql, args) = page_sql(tenant, q)?;
-        let rows = DB::fetch_all(&self.pool, Stmt::built(sql).bind_all(args)).await?;
-        rows.iter().map(decode_operation).collect()
+        self.all(Stmt::built(sql).bind_all(args), decode_operation)
+            .await
     }
 
     async fn overview(
         &self,
         tenant: &TenantId,
-        now_ms: i64,
-        bucket_ms: i64,
+        now: Timestamp,
+        bucket: Duration,
         buckets: u32,
     ) -> Result<Overview, LedgerError> {
-        let mut by_status = Vec::new();
-        for row in DB::fetch_all(&self.pool, Stmt::new(COUNTS).bind(tenant.as_str())).await? {
-            let status: String = row.get("status")?;
-            let status =
-                Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?;
-            by_status.push((status, row.get("n")?, row.get("oldest")?));
-        }
-        by_status.sort_by_key(|(s, _, _)| s.as_str());
-        let bucket_ms = bucket_ms.max(1);
-        let start = now_ms - bucket_ms * i64::from(buckets);
+        let mut by_status = self
+            .all(Stmt::new(COUNTS).bind(tenant), |row| {
+                Ok((row.get("status")?, row.get("n")?, row.get("oldest")?))
+            })
+            .await?;
+        by_status.sort_by_key(|(s, _, _): &(Status, _, _)| s.as_str());
+        let bucket = bucket.max(Duration::from_millis(1));
+        let start = now.saturating_sub_span(bucket * buckets);
         let mut chart = vec![Bucket::default(); buckets as usize];
-        for row in DB::fetch_all(
-            &self.pool,
-            Stmt::new(CHART)
-                .bind(tenant.as_str())
-                .bind(start)
-                .bind(bucket_ms)
-                .bind(now_ms),
-        )
-        .await?
-        {
-            let event: String = row.get("event")?;
-            let to_status: String = row.get("to_status")?;
-            tally(
-                &mut chart,
-                row.get("bucket")?,
-                &event,
-                &to_status,
-                row.get("n")?,
-            );
+        let stmt = Stmt::new(CHART).bind(tenant).bind(start).bind(bucket);
+        let counted = self
+            .all(stmt.bind(now), |row| {
+                let (event, to_status): (String, String) =
+                    (row.get("event")?, row.get("to_status")?);
+                Ok((row.get("bucket")?, event, to_status, row.get("n")?))
+            })
+            .await?;
+        for (at, event, to_status, n) in counted {
+            tally(&mut chart, at, &event, &to_status, n);
         }
         Ok(Overview {
             by_status,
@@ -404,75 +388,62 @@ impl<DB: Dialect> ConsoleLedger for Store<DB> {
     }
 
     async fn related(&self, tenant: &TenantId, id: &OperationId) -> Result<Related, LedgerError> {
-        DB::fetch_optional(
-            &self.pool,
-            Stmt::new(OWNED).bind(id.as_str()).bind(tenant.as_str()),
-        )
-        .await?
-        .ok_or(LedgerError::NotFound)?;
-        let mut out = Related::default();
-        for r in DB::fetch_all(
-            &self.pool,
-            Stmt::new(APPROVALS).bind(id.as_str()).bind(RELATED_MAX),
-        )
-        .await?
-        {
-            out.approvals.push(ApprovalRow {
-                id: r.get("id")?,
-                details_hash: r.get("details_hash")?,
-                approved_by: r.get("approved_by")?,
-                method: r.get("method")?,
-                approved_at_ms: r.get("approved_at")?,
-                expires_at_ms: r.get("expires_at")?,
-                revoked_at_ms: r.get("revoked_at")?,
-            });
-        }
-        for r in DB::fetch_all(
-            &self.pool,
-            Stmt::new(WEBHOOKS).bind(id.as_str()).bind(RELATED_MAX),
-        )
-        .await?
-        {
-            out.webhooks.push(WebhookRow {
-                processor: r.get("processor")?,
-                event_id: r.get("event_id")?,
-                event_type: r.get("event_type")?,
-                payload: r.get("payload")?,
-                received_at_ms: r.get("received_at")?,
-                applied_at_ms: r.get("applied_at")?,
-                outcome: r.get("outcome")?,
-            });
-        }
-        for r in DB::fetch_all(
-            &self.pool,
-            Stmt::new(LINKS).bind(id.as_str()).bind(RELATED_MAX),
-        )
-        .await?
-        {
-            out.links.push(LinkRow {
-                origin: r.get("origin")?,
-                created_at_ms: r.get("created_at")?,
-                expires_at_ms: r.get("expires_at")?,
-                used_at_ms: r.get("used_at")?,
-            });
-        }
-        for r in DB::fetch_all(
-            &self.pool,
-            Stmt::new(TOOL_CALLS)
-                .bind(id.as_str())
-                .bind(tenant.as_str())
-                .bind(RELATED_MAX),
-        )
-        .await?
-        {
-            out.tool_calls.push(ToolCallRow {
-                provider: r.get("provider")?,
-                tool: r.get("tool")?,
-                at_ms: r.get("at")?,
-            });
-        }
-        Ok(out)
+        self.first(Stmt::new(OWNED).bind(id).bind(tenant), |_| Ok(()))
+            .await?
+            .ok_or(LedgerError::NotFound)?;
+        let of = |sql: &'static str| Stmt::new(sql).bind(id).bind(RELATED_MAX);
+        let tool_calls = Stmt::new(TOOL_CALLS)
+            .bind(id)
+            .bind(tenant)
+            .bind(RELATED_MAX);
+        Ok(Related {
+            approvals: self.all(of(APPROVALS), decode_approval).await?,
+            webhooks: self.all(of(WEBHOOKS), decode_webhook).await?,
+            links: self.all(of(LINKS), decode_link).await?,
+            tool_calls: self.all(tool_calls, decode_tool_call).await?,
+        })
     }
+}
+
+fn decode_approval(r: &impl LedgerRow) -> Result<ApprovalRow, LedgerError> {
+    Ok(ApprovalRow {
+        id: r.get("id")?,
+        details_hash: r.get("details_hash")?,
+        approved_by: r.get("approved_by")?,
+        method: r.get("method")?,
+        approved_at_ms: r.get("approved_at")?,
+        expires_at_ms: r.get("expires_at")?,
+        revoked_at_ms: r.get("revoked_at")?,
+    })
+}
+
+fn decode_webhook(r: &impl LedgerRow) -> Result<WebhookRow, LedgerError> {
+    Ok(WebhookRow {
+        processor: r.get("processor")?,
+        event_id: r.get("event_id")?,
+        event_type: r.get("event_type")?,
+        payload: r.get("payload")?,
+        received_at_ms: r.get("received_at")?,
+        applied_at_ms: r.get("applied_at")?,
+        outcome: r.get("outcome")?,
+    })
+}
+
+fn decode_link(r: &impl LedgerRow) -> Result<LinkRow, LedgerError> {
+    Ok(LinkRow {
+        origin: r.get("origin")?,
+        created_at_ms: r.get("created_at")?,
+        expires_at_ms: r.get("expires_at")?,
+        used_at_ms: r.get("used_at")?,
+    })
+}
+
+fn decode_tool_call(r: &impl LedgerRow) -> Result<ToolCallRow, LedgerError> {
+    Ok(ToolCallRow {
+        provider: r.get("provider")?,
+        tool: r.get("tool")?,
+        at_ms: r.get("at")?,
+    })
 }
 
 #[cfg(test)]
@@ -500,7 +471,7 @@ mod tests {
             &OperationQuery {
                 status: Some(Status::NeedsAttention),
                 search: Some("INV-1".into()),
-                after: Some((5, id)),
+                after: Some((Timestamp::from_millis(5), id)),
                 limit: 10,
                 ..Default::default()
             },

@@ -30,7 +30,7 @@ const TOUCH_API_KEY: &str = "UPDATE api_keys SET last_used_at = $2 WHERE key_id 
 #[async_trait]
 impl<DB: Dialect> Keys for Store<DB> {
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError> {
-        DB::execute(&self.pool, insert_key(key)).await?;
+        self.execute(insert_key(key)).await?;
         Ok(())
     }
 
@@ -39,14 +39,13 @@ impl<DB: Dialect> Keys for Store<DB> {
         key_hash: &str,
         now: Timestamp,
     ) -> Result<Option<ApiKeyRecord>, LedgerError> {
-        let row = DB::fetch_optional(&self.pool, Stmt::new(FIND_API_KEY).bind(key_hash).bind(now))
-            .await?;
-        row.as_ref().map(decode_api_key).transpose()
+        let stmt = Stmt::new(FIND_API_KEY).bind(key_hash).bind(now);
+        self.first(stmt, decode_api_key).await
     }
 
     async fn api_key(&self, key_id: &str) -> Result<Option<ApiKeyRecord>, LedgerError> {
-        let row = DB::fetch_optional(&self.pool, Stmt::new(SELECT_API_KEY).bind(key_id)).await?;
-        row.as_ref().map(decode_api_key).transpose()
+        self.first(Stmt::new(SELECT_API_KEY).bind(key_id), decode_api_key)
+            .await
     }
 
     async fn list_api_keys(
@@ -54,14 +53,9 @@ impl<DB: Dialect> Keys for Store<DB> {
         tenant: Option<&TenantId>,
         limit: u32,
     ) -> Result<Vec<ApiKeyRecord>, LedgerError> {
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(LIST_API_KEYS)
-                .bind(tenant.map(TenantId::as_str))
-                .bind(i64::from(limit.min(PAGE_MAX))),
-        )
-        .await?;
-        rows.iter().map(decode_api_key).collect()
+        let stmt = Stmt::new(LIST_API_KEYS).bind(tenant.map(TenantId::as_str));
+        self.all(stmt.bind(i64::from(limit.min(PAGE_MAX))), decode_api_key)
+            .await
     }
 
     async fn revoke_api_key(
@@ -70,22 +64,14 @@ impl<DB: Dialect> Keys for Store<DB> {
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
         let key_id = request.key_id;
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(REVOKE_API_KEY)
-                .bind(key_id)
-                .bind(now)
-                .bind(bounded(request.revoked_by))
-                .bind(bounded(request.reason)),
-        )
-        .await?;
-        if done == 1 {
+        let stmt = Stmt::new(REVOKE_API_KEY).bind(key_id).bind(now);
+        let stmt = stmt
+            .bind(bounded(request.revoked_by))
+            .bind(bounded(request.reason));
+        if self.execute(stmt).await? == 1 {
             return Ok(true);
         }
-        match self.api_key(key_id).await? {
-            Some(_) => Ok(false),
-            None => Err(LedgerError::NotFound),
-        }
+        self.unchanged(key_id).await
     }
 
     async fn rotate_api_key(
@@ -99,21 +85,12 @@ impl<DB: Dialect> Keys for Store<DB> {
             old_until,
         } = *request;
         let mut tx = self.pool.begin().await?;
-        let retired = DB::execute(
-            &mut *tx,
-            Stmt::new(RETIRE_API_KEY)
-                .bind(old_id)
-                .bind(new.key_id.as_str())
-                .bind(old_until)
-                .bind(now),
-        )
-        .await?;
-        if retired != 1 {
+        let retire = Stmt::new(RETIRE_API_KEY)
+            .bind(old_id)
+            .bind(new.key_id.as_str());
+        if DB::execute(&mut *tx, retire.bind(old_until).bind(now)).await? != 1 {
             tx.rollback().await?;
-            return match self.api_key(old_id).await? {
-                Some(_) => Ok(false),
-                None => Err(LedgerError::NotFound),
-            };
+            return self.unchanged(old_id).await;
         }
         DB::execute(&mut *tx, insert_key(new)).await?;
         tx.commit().await?;
@@ -126,15 +103,21 @@ impl<DB: Dialect> Keys for Store<DB> {
         now: Timestamp,
         resolution: Duration,
     ) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(TOUCH_API_KEY)
-                .bind(key_id)
-                .bind(now)
-                .bind(now.saturating_sub_span(resolution)),
-        )
-        .await?;
+        let stmt = Stmt::new(TOUCH_API_KEY).bind(key_id).bind(now);
+        self.execute(stmt.bind(now.saturating_sub_span(resolution)))
+            .await?;
         Ok(())
+    }
+}
+
+impl<DB: Dialect> Store<DB> {
+    /// What revoking or rotating a key that matched nothing answers: `Ok(false)` if the key
+    /// exists (nothing changed), else [`LedgerError::NotFound`].
+    async fn unchanged(&self, key_id: &str) -> Result<bool, LedgerError> {
+        match self.api_key(key_id).await? {
+            Some(_) => Ok(false),
+            None => Err(LedgerError::NotFound),
+        }
     }
 }
 
@@ -143,7 +126,7 @@ fn insert_key(key: &ApiKeyRecord) -> Stmt<'_> {
     Stmt::new(INSERT_API_KEY)
         .bind(key.key_id.as_str())
         .bind(key.key_hash.as_str())
-        .bind(key.tenant.as_str())
+        .bind(&key.tenant)
         .bind(key.role.as_str())
         .bind(bounded(&key.label))
         .bind(key.created_at_ms)

@@ -14,7 +14,7 @@ use super::{
     OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, bounded, console,
 };
 use crate::clock::Timestamp;
-use crate::details::OperationKind;
+use crate::details::{DetailsHash, OperationKind};
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Event, Move, Status};
 use async_trait::async_trait;
@@ -27,7 +27,7 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_
      available_at, last_event, last_actor, last_detail, created_at, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'awaiting_approval', 0, $13, $14, 'create', $15, NULL, $14, $14) \
      ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
-pub(crate) const SELECT_BY_BUSINESS_KEY: &str =
+const SELECT_BY_BUSINESS_KEY: &str =
     "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
@@ -72,62 +72,40 @@ impl<DB: Dialect> Operations for Store<DB> {
         let d = &new.details;
         let hash = d.hash();
         let key = IdempotencyKey::derive(&new.id);
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(INSERT_OPERATION)
-                .bind(new.id.as_str())
-                .bind(new.tenant.as_str())
-                .bind(new.business_key.as_str())
-                .bind(d.kind().as_str())
-                .bind(d.money().amount_minor())
-                .bind(d.money().currency().code())
-                .bind(d.customer())
-                .bind(d.payment_method())
-                .bind(d.invoice())
-                .bind(d.destination())
-                .bind(d.description())
-                .bind(hash.as_str())
-                .bind(key.as_str())
-                .bind(now)
-                .bind(bounded(&new.actor)),
-        )
-        .await?;
-        if let Some(row) = row {
+        let inserted = Stmt::new(INSERT_OPERATION)
+            .bind(&new.id)
+            .bind(&new.tenant)
+            .bind(new.business_key.as_str())
+            .bind(d.kind().as_str())
+            .bind(d.money().amount_minor())
+            .bind(d.money().currency().code())
+            .bind(d.customer())
+            .bind(d.payment_method())
+            .bind(d.invoice())
+            .bind(d.destination())
+            .bind(d.description())
+            .bind(hash.as_str())
+            .bind(key.as_str())
+            .bind(now)
+            .bind(bounded(&new.actor));
+        if let Some(operation) = self.first(inserted, decode_operation).await? {
             return Ok(Created {
-                operation: decode_operation(&row)?,
+                operation,
                 inserted: true,
             });
         }
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(SELECT_BY_BUSINESS_KEY)
-                .bind(new.tenant.as_str())
-                .bind(new.business_key.as_str()),
-        )
-        .await?
-        .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
-        let existing = decode_operation(&row)?;
-        if existing.details_hash != hash {
-            return Err(LedgerError::Conflict {
-                existing: existing.id,
-            });
-        }
-        Ok(Created {
-            operation: existing,
-            inserted: false,
-        })
+        let existing = self
+            .by_business_key(&new)
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
+        existing.created_again(hash)
     }
 
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(SELECT_BY_ID_IN_TENANT)
-                .bind(id.as_str())
-                .bind(tenant.as_str()),
-        )
-        .await?
-        .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
+        let stmt = Stmt::new(SELECT_BY_ID_IN_TENANT).bind(id).bind(tenant);
+        self.first(stmt, decode_operation)
+            .await?
+            .ok_or(LedgerError::NotFound)
     }
 
     async fn events(
@@ -135,14 +113,8 @@ impl<DB: Dialect> Operations for Store<DB> {
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(SELECT_EVENTS_IN_TENANT)
-                .bind(id.as_str())
-                .bind(tenant.as_str()),
-        )
-        .await?;
-        rows.iter().map(decode_event).collect()
+        let stmt = Stmt::new(SELECT_EVENTS_IN_TENANT).bind(id).bind(tenant);
+        self.all(stmt, decode_event).await
     }
 
     async fn cancel(
@@ -152,17 +124,13 @@ impl<DB: Dialect> Operations for Store<DB> {
         actor: &str,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(CANCEL.as_str())
-                .bind(id.as_str())
-                .bind(tenant.as_str())
-                .bind(now)
-                .bind(bounded(actor)),
-        )
-        .await?;
-        match row {
-            Some(row) => decode_operation(&row),
+        let stmt = Stmt::new(CANCEL.as_str())
+            .bind(id)
+            .bind(tenant)
+            .bind(now)
+            .bind(bounded(actor));
+        match self.first(stmt, decode_operation).await? {
+            Some(cancelled) => Ok(cancelled),
             None => {
                 let current = self.get(tenant, id).await?;
                 if current.status == Status::Cancelled {
@@ -188,39 +156,61 @@ impl<DB: Dialect> Operations for Store<DB> {
     }
 
     async fn ping(&self) -> Result<(), LedgerError> {
-        DB::execute(&self.pool, Stmt::new(PING)).await?;
+        self.execute(Stmt::new(PING)).await?;
         Ok(())
     }
 
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {
-        let rows = DB::fetch_all(&self.pool, Stmt::new(COUNT_BY_STATUS)).await?;
-        rows.iter()
-            .map(|r| {
-                let s: String = r.get("status")?;
-                Ok(StatusCount {
-                    status: Status::parse(&s)
-                        .ok_or_else(|| LedgerError::Corrupt(format!("unknown status {s}")))?,
-                    count: r.get("n")?,
-                    oldest_updated_at_ms: r.get("oldest")?,
-                    oldest_submitted_at_ms: r.get("oldest_submitted")?,
-                })
+        self.all(Stmt::new(COUNT_BY_STATUS), |r| {
+            Ok(StatusCount {
+                status: r.get("status")?,
+                count: r.get("n")?,
+                oldest_updated_at_ms: r.get("oldest")?,
+                oldest_submitted_at_ms: r.get("oldest_submitted")?,
             })
-            .collect()
+        })
+        .await
+    }
+}
+
+impl<DB: Dialect> Store<DB> {
+    /// The operation a new one's business key already names in its tenant, if any.
+    pub(crate) async fn by_business_key(
+        &self,
+        new: &NewOperation,
+    ) -> Result<Option<Operation>, LedgerError> {
+        let stmt = Stmt::new(SELECT_BY_BUSINESS_KEY)
+            .bind(&new.tenant)
+            .bind(new.business_key.as_str());
+        self.first(stmt, decode_operation).await
+    }
+}
+
+impl Operation {
+    /// What create-or-get answers when the business key already names this operation: it, if the
+    /// details are the same (`hash`), else [`LedgerError::Conflict`].
+    pub(crate) fn created_again(self, hash: DetailsHash) -> Result<Created, LedgerError> {
+        if self.details_hash != hash {
+            return Err(LedgerError::Conflict { existing: self.id });
+        }
+        Ok(Created {
+            operation: self,
+            inserted: false,
+        })
     }
 }
 
 #[async_trait]
 impl<DB: Dialect> Inspection for Store<DB> {
     async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = DB::fetch_optional(&self.pool, Stmt::new(SELECT_BY_ID).bind(id.as_str()))
+        self.first(Stmt::new(SELECT_BY_ID).bind(id), decode_operation)
             .await?
-            .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
+            .ok_or(LedgerError::NotFound)
     }
 
     async fn events_unscoped(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = DB::fetch_all(&self.pool, Stmt::new(SELECT_EVENTS).bind(id.as_str())).await?;
-        rows.iter().map(decode_event).collect()
+        self.all(Stmt::new(SELECT_EVENTS).bind(id), decode_event)
+            .await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError> {
@@ -234,22 +224,16 @@ impl<DB: Dialect> Inspection for Store<DB> {
         };
         let mut all = Vec::new();
         for status in statuses {
-            let rows = DB::fetch_all(
-                &self.pool,
-                Stmt::new(LIST)
-                    .bind(status.as_str())
-                    .bind(
-                        filter
-                            .updated_before_ms
-                            .unwrap_or(Timestamp::from_millis(i64::MAX)),
-                    )
-                    .bind(filter.tenant.as_ref().map(|t| t.as_str().to_string()))
-                    .bind(i64::from(filter.limit)),
-            )
-            .await?;
-            for r in &rows {
-                all.push(decode_operation(r)?);
-            }
+            let stmt = Stmt::new(LIST)
+                .bind(status.as_str())
+                .bind(
+                    filter
+                        .updated_before_ms
+                        .unwrap_or(Timestamp::from_millis(i64::MAX)),
+                )
+                .bind(filter.tenant.as_ref().map(TenantId::as_str))
+                .bind(i64::from(filter.limit));
+            all.extend(self.all(stmt, decode_operation).await?);
         }
         all.sort_by_key(|o| (o.updated_at_ms, o.id.clone()));
         all.truncate(filter.limit as usize);

@@ -143,16 +143,9 @@ impl<DB: Dialect> Queue for Store<DB> {
         if lease_ttl.as_millis() == 0 {
             return Err(LimitError::LeaseTtl.into());
         }
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(DB::claim())
-                .bind(now)
-                .bind(i64::from(batch))
-                .bind(owner)
-                .bind(now + lease_ttl),
-        )
-        .await?;
-        rows.iter().map(decode_operation).collect()
+        let stmt = Stmt::new(DB::claim()).bind(now).bind(i64::from(batch));
+        self.all(stmt.bind(owner).bind(now + lease_ttl), decode_operation)
+            .await
     }
 
     async fn renew(
@@ -167,18 +160,10 @@ impl<DB: Dialect> Queue for Store<DB> {
         }
         let ids: Vec<&str> = held.iter().map(|id| id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(DB::RENEW)
-                .bind(owner)
-                .bind(now)
-                .bind(now + lease_ttl)
-                .bind(ids),
-        )
-        .await?;
-        rows.iter()
-            .map(|r| Ok((r.get("id")?, r.get("attempt")?)))
-            .collect()
+        let stmt = Stmt::new(DB::RENEW).bind(owner).bind(now);
+        let stmt = stmt.bind(now + lease_ttl).bind(ids);
+        self.all(stmt, |r| Ok((r.get("id")?, r.get("attempt")?)))
+            .await
     }
 
     async fn mark_submitting(
@@ -195,16 +180,8 @@ impl<DB: Dialect> Queue for Store<DB> {
     async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError> {
         // At most one of the two matches: they split on whether anything was ever submitted.
         for statement in [&RELEASE, &RELEASE_SUBMITTED] {
-            let done = DB::execute(
-                &self.pool,
-                Stmt::new(statement.as_str())
-                    .bind(fence.id.as_str())
-                    .bind(fence.attempt)
-                    .bind(now)
-                    .bind(bounded(actor)),
-            )
-            .await?;
-            if done == 1 {
+            let stmt = fence.stmt(statement.as_str()).bind(now);
+            if self.execute(stmt.bind(bounded(actor))).await? == 1 {
                 return Ok(());
             }
         }
@@ -305,11 +282,7 @@ async fn write_outcome<DB: Dialect>(
     actor: &str,
     now: Timestamp,
 ) -> Result<Option<DB::Row>, LedgerError> {
-    let fence = |statement: &'static LazyLock<String>| {
-        Stmt::new(statement.as_str())
-            .bind(&fence.id)
-            .bind(fence.attempt)
-    };
+    let fence = |statement: &'static LazyLock<String>| fence.stmt(statement.as_str());
     let stmt = match outcome {
         Recorded::Succeeded { reference, result } => fence(&RECORD_SUCCEEDED)
             .bind(reference.as_str())

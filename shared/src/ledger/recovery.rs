@@ -113,23 +113,17 @@ impl<DB: Dialect> Recovery for Store<DB> {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<ExpiredLease>, LedgerError> {
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(EXPIRED_LEASES).bind(now).bind(sweep_page(limit)?),
-        )
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.get("id")?;
-                Ok(ExpiredLease {
-                    id: OperationId::parse(&id).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-                    attempt: r.get("attempt")?,
-                    lease_owner: r.get("lease_owner")?,
-                    lease_expires_at_ms: r.get("lease_expires_at")?,
-                    submitted: r.get::<Option<i64>>("first_submitted_at")?.is_some(),
-                })
+        let stmt = Stmt::new(EXPIRED_LEASES).bind(now).bind(sweep_page(limit)?);
+        self.all(stmt, |r| {
+            Ok(ExpiredLease {
+                id: r.get("id")?,
+                attempt: r.get("attempt")?,
+                lease_owner: r.get("lease_owner")?,
+                lease_expires_at_ms: r.get("lease_expires_at")?,
+                submitted: r.get::<Option<i64>>("first_submitted_at")?.is_some(),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn expire_lease(
@@ -148,22 +142,16 @@ impl<DB: Dialect> Recovery for Store<DB> {
             (&EXPIRE_UNSUBMITTED, Event::LeaseExpiredUnsubmitted)
         };
         let to = transition(Status::Executing, event)?;
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(statement.as_str())
-                .bind(lease.id.as_str())
-                .bind(lease.attempt)
-                .bind(now)
-                .bind(bounded(request.actor))
-                .bind(detail)
-                .bind(request.next_check_at),
-        )
-        .await?;
         let fence = Fence {
             id: lease.id.clone(),
             attempt: lease.attempt,
         };
-        fenced(done, &fence)?;
+        let stmt = fence.stmt(statement.as_str()).bind(now);
+        let stmt = stmt.bind(bounded(request.actor)).bind(detail);
+        fenced(
+            self.execute(stmt.bind(request.next_check_at)).await?,
+            &fence,
+        )?;
         Ok(to)
     }
 
@@ -172,12 +160,8 @@ impl<DB: Dialect> Recovery for Store<DB> {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<Operation>, LedgerError> {
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(DUE_FOR_CHECK).bind(now).bind(sweep_page(limit)?),
-        )
-        .await?;
-        rows.iter().map(decode_operation).collect()
+        let stmt = Stmt::new(DUE_FOR_CHECK).bind(now).bind(sweep_page(limit)?);
+        self.all(stmt, decode_operation).await
     }
 
     async fn defer_check(
@@ -185,18 +169,11 @@ impl<DB: Dialect> Recovery for Store<DB> {
         request: &DeferCheck<'_>,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(DEFER_CHECK)
-                .bind(request.fence.id.as_str())
-                .bind(request.fence.attempt)
-                .bind(request.next_check_at)
-                .bind(bounded(request.detail))
-                .bind(bounded(request.actor))
-                .bind(now),
-        )
-        .await?;
-        fenced(done, request.fence)
+        let stmt = request.fence.stmt(DEFER_CHECK).bind(request.next_check_at);
+        let stmt = stmt
+            .bind(bounded(request.detail))
+            .bind(bounded(request.actor));
+        fenced(self.execute(stmt.bind(now)).await?, request.fence)
     }
 
     async fn claim_unknown(
@@ -204,33 +181,22 @@ impl<DB: Dialect> Recovery for Store<DB> {
         request: &ClaimUnknown<'_>,
         now: Timestamp,
     ) -> Result<Claimed, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(CLAIM_UNKNOWN.as_str())
-                .bind(request.fence.id.as_str())
-                .bind(request.fence.attempt)
-                .bind(request.owner)
-                .bind(now + request.lease_ttl)
-                .bind(now)
-                .bind(bounded(request.why)),
-        )
-        .await?
-        .ok_or_else(|| lost(request.fence))?;
-        decode_operation(&row)
+        let stmt = request
+            .fence
+            .stmt(CLAIM_UNKNOWN.as_str())
+            .bind(request.owner);
+        let stmt = stmt.bind(now + request.lease_ttl).bind(now);
+        self.first(stmt.bind(bounded(request.why)), decode_operation)
+            .await?
+            .ok_or_else(|| lost(request.fence))
     }
 
     async fn escalate(&self, request: &Escalate<'_>, now: Timestamp) -> Result<(), LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(ESCALATE_UNKNOWN.as_str())
-                .bind(request.fence.id.as_str())
-                .bind(request.fence.attempt)
-                .bind(bounded(request.reason))
-                .bind(bounded(request.actor))
-                .bind(now),
-        )
-        .await?;
-        fenced(done, request.fence)
+        let stmt = request.fence.stmt(ESCALATE_UNKNOWN.as_str());
+        let stmt = stmt
+            .bind(bounded(request.reason))
+            .bind(bounded(request.actor));
+        fenced(self.execute(stmt.bind(now)).await?, request.fence)
     }
 
     async fn apply_report(
@@ -280,29 +246,18 @@ impl<DB: Dialect> Recovery for Store<DB> {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(TRY_MAINTENANCE_LEASE)
-                .bind(lease.name)
-                .bind(lease.owner)
-                .bind(now + ttl)
-                .bind(now),
-        )
-        .await?;
-        Ok(done == 1)
+        let stmt = Stmt::new(TRY_MAINTENANCE_LEASE)
+            .bind(lease.name)
+            .bind(lease.owner);
+        Ok(self.execute(stmt.bind(now + ttl).bind(now)).await? == 1)
     }
 
     async fn drop_maintenance_lease(
         &self,
         lease: &MaintenanceLease<'_>,
     ) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(DROP_MAINTENANCE_LEASE)
-                .bind(lease.name)
-                .bind(lease.owner),
-        )
-        .await?;
+        let stmt = Stmt::new(DROP_MAINTENANCE_LEASE).bind(lease.name);
+        self.execute(stmt.bind(lease.owner)).await?;
         Ok(())
     }
 }
@@ -317,27 +272,28 @@ async fn write_plan<DB: Dialect>(
     actor: &str,
     now: Timestamp,
 ) -> Result<Option<Applied>, LedgerError> {
-    let pool = &store.pool;
     let actor = bounded(actor);
-    let id = current.id.as_str();
-    let moved = |event: Event| Move::new(&[current.status], event);
-    let row = match plan {
+    // Every move below: `$1` id, `$2` attempt and `$3` state as planned from, `$4` to, `$5` event.
+    let planned = |sql: &'static str, event: Event| -> Result<Stmt<'_>, LedgerError> {
+        let mv = Move::new(&[current.status], event)?;
+        Ok(Stmt::new(sql)
+            .bind(&current.id)
+            .bind(current.attempt)
+            .bind(current.status.as_str())
+            .bind(mv.to.as_str())
+            .bind(mv.event.as_str()))
+    };
+    let (stmt, applied) = match plan {
         Plan::Nothing(applied) => return Ok(Some(applied)),
         Plan::Note {
             event,
             detail,
             applied,
         } => {
-            DB::execute(
-                pool,
-                Stmt::new(NOTE)
-                    .bind(id)
-                    .bind(now)
-                    .bind(event)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail)),
-            )
-            .await?;
+            let note = Stmt::new(NOTE).bind(&current.id).bind(now).bind(event);
+            store
+                .execute(note.bind(actor.as_str()).bind(bounded(&detail)))
+                .await?;
             return Ok(Some(applied));
         }
         Plan::Succeed {
@@ -347,23 +303,12 @@ async fn write_plan<DB: Dialect>(
             detail,
             applied,
         } => {
-            let mv = moved(event)?;
-            DB::fetch_optional(
-                pool,
-                Stmt::new(SET_SUCCEEDED)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(reference)
-                    .bind(result.map(|r| r.to_string()))
-                    .bind(now)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail)),
+            let result = result.map(|r| r.to_string());
+            let stmt = planned(SET_SUCCEEDED, event)?.bind(reference).bind(result);
+            (
+                stmt.bind(now).bind(actor.as_str()).bind(bounded(&detail)),
+                applied,
             )
-            .await?
-            .map(|_| applied)
         }
         Plan::Fail {
             event,
@@ -373,61 +318,25 @@ async fn write_plan<DB: Dialect>(
             detail,
             applied,
         } => {
-            let mv = moved(event)?;
-            DB::fetch_optional(
-                pool,
-                Stmt::new(SET_FAILED)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(reference)
-                    .bind(bounded(&code))
-                    .bind(bounded(&message))
-                    .bind(now)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail)),
-            )
-            .await?
-            .map(|_| applied)
+            let stmt = planned(SET_FAILED, event)?
+                .bind(reference)
+                .bind(bounded(&code));
+            let stmt = stmt.bind(bounded(&message)).bind(now).bind(actor.as_str());
+            (stmt.bind(bounded(&detail)), applied)
         }
         Plan::Conflict { detail, applied } => {
-            let mv = moved(Event::ConflictingReport)?;
-            DB::fetch_optional(
-                pool,
-                Stmt::new(SET_CONFLICT)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(bounded(&detail))
-                    .bind(now)
-                    .bind(actor.as_str()),
-            )
-            .await?
-            .map(|_| applied)
+            let stmt = planned(SET_CONFLICT, Event::ConflictingReport)?.bind(bounded(&detail));
+            (stmt.bind(now).bind(actor.as_str()), applied)
         }
         Plan::Retry { detail } => {
-            let mv = moved(Event::ResolveRetry)?;
-            DB::fetch_optional(
-                pool,
-                Stmt::new(SET_RETRY)
-                    .bind(id)
-                    .bind(current.attempt)
-                    .bind(current.status.as_str())
-                    .bind(mv.to.as_str())
-                    .bind(mv.event.as_str())
-                    .bind(now)
-                    .bind(actor.as_str())
-                    .bind(bounded(&detail)),
-            )
-            .await?
-            .map(|_| Applied::Moved(mv.to))
+            let to = transition(current.status, Event::ResolveRetry)?;
+            let stmt = planned(SET_RETRY, Event::ResolveRetry)?
+                .bind(now)
+                .bind(actor.as_str());
+            (stmt.bind(bounded(&detail)), Applied::Moved(to))
         }
     };
-    Ok(row)
+    Ok(store.first(stmt, |_| Ok(())).await?.map(|()| applied))
 }
 
 #[cfg(test)]

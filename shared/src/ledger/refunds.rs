@@ -12,13 +12,13 @@
 
 use super::dialect::Dialect;
 use super::moves::status_in;
-use super::operations::SELECT_BY_BUSINESS_KEY;
 use super::record::decode_operation;
 use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    Created, LedgerError, LimitError, NewOperation, Operation, PAGE_MAX, Refunds, bounded,
+    Created, LedgerError, LimitError, NewOperation, Operation, Operations, PAGE_MAX, Refunds,
+    bounded,
 };
 use crate::clock::Timestamp;
 use crate::details::OperationKind;
@@ -63,7 +63,6 @@ static TOTALS: LazyLock<String> = LazyLock::new(|| {
 });
 const SELECT_REFUNDS: &str = "SELECT * FROM operations WHERE refund_of = $1 AND tenant_id = $2 \
      ORDER BY created_at, id LIMIT $3";
-const SELECT_PAYMENT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 
 /// How much of a payment its refunds have given back or hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -107,28 +106,25 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         let key = IdempotencyKey::derive(&new.id);
         let mut tx = self.0.pool.begin().await?;
         if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
-            DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment.as_str())).await?;
+            DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment)).await?;
         }
-        let row = DB::fetch_optional(
-            &mut *tx,
-            Stmt::new(INSERT_REFUND.as_str())
-                .bind(new.id.as_str())
-                .bind(new.tenant.as_str())
-                .bind(new.business_key.as_str())
-                .bind(d.money().amount_minor())
-                .bind(d.money().currency().code())
-                .bind(d.customer())
-                .bind(d.payment_method())
-                .bind(d.invoice())
-                .bind(hash.as_str())
-                .bind(key.as_str())
-                .bind(now)
-                .bind(bounded(&new.actor))
-                .bind(payment.as_str())
-                .bind(of.payment_reference())
-                .bind(of.reason().as_str()),
-        )
-        .await?;
+        let inserted = Stmt::new(INSERT_REFUND.as_str())
+            .bind(&new.id)
+            .bind(&new.tenant)
+            .bind(new.business_key.as_str())
+            .bind(d.money().amount_minor())
+            .bind(d.money().currency().code())
+            .bind(d.customer())
+            .bind(d.payment_method())
+            .bind(d.invoice())
+            .bind(hash.as_str())
+            .bind(key.as_str())
+            .bind(now)
+            .bind(bounded(&new.actor))
+            .bind(payment)
+            .bind(of.payment_reference())
+            .bind(of.reason().as_str());
+        let row = DB::fetch_optional(&mut *tx, inserted).await?;
         tx.commit().await?;
         if let Some(row) = row {
             return Ok(Created {
@@ -137,26 +133,10 @@ impl<DB: Dialect> RefundRows<'_, DB> {
             });
         }
         // Nothing inserted: the business key is taken, or the guard refused. Say which.
-        let existing = DB::fetch_optional(
-            &self.0.pool,
-            Stmt::new(SELECT_BY_BUSINESS_KEY)
-                .bind(new.tenant.as_str())
-                .bind(new.business_key.as_str()),
-        )
-        .await?;
-        if let Some(row) = existing {
-            let existing = decode_operation(&row)?;
-            if existing.details_hash != hash {
-                return Err(LedgerError::Conflict {
-                    existing: existing.id,
-                });
-            }
-            return Ok(Created {
-                operation: existing,
-                inserted: false,
-            });
+        if let Some(existing) = self.0.by_business_key(&new).await? {
+            return existing.created_again(hash);
         }
-        let paid = self.payment(&new.tenant, payment).await?;
+        let paid = self.0.get(&new.tenant, payment).await?;
         let not_refundable = |why| LedgerError::NotRefundable {
             payment: payment.clone(),
             why,
@@ -187,32 +167,19 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         })
     }
 
-    async fn payment(
-        &self,
-        tenant: &TenantId,
-        payment: &OperationId,
-    ) -> Result<Operation, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.0.pool,
-            Stmt::new(SELECT_PAYMENT)
-                .bind(payment.as_str())
-                .bind(tenant.as_str()),
-        )
-        .await?
-        .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
-    }
-
     async fn totals(&self, payment: &Operation) -> Result<RefundTotals, LedgerError> {
-        let row = DB::fetch_optional(&self.0.pool, Stmt::new(TOTALS.as_str()).bind(&payment.id))
+        let stmt = Stmt::new(TOTALS.as_str()).bind(&payment.id);
+        let totals = self.0.first(stmt, |row| {
+            Ok(RefundTotals {
+                payment_minor: payment.details.money().amount_minor(),
+                refunded_minor: row.get("refunded")?,
+                in_flight_minor: row.get("in_flight")?,
+                refund_count: row.get("n")?,
+            })
+        });
+        totals
             .await?
-            .ok_or_else(|| LedgerError::Corrupt("an aggregate returned no row".into()))?;
-        Ok(RefundTotals {
-            payment_minor: payment.details.money().amount_minor(),
-            refunded_minor: row.get("refunded")?,
-            in_flight_minor: row.get("in_flight")?,
-            refund_count: row.get("n")?,
-        })
+            .ok_or_else(|| LedgerError::Corrupt("an aggregate returned no row".into()))
     }
 }
 
@@ -223,9 +190,8 @@ impl<DB: Dialect> Refunds for Store<DB> {
         tenant: &TenantId,
         payment: &OperationId,
     ) -> Result<RefundTotals, LedgerError> {
-        let rows = RefundRows(self);
-        let paid = rows.payment(tenant, payment).await?;
-        rows.totals(&paid).await
+        let paid = self.get(tenant, payment).await?;
+        RefundRows(self).totals(&paid).await
     }
 
     async fn refunds_of(
@@ -237,15 +203,11 @@ impl<DB: Dialect> Refunds for Store<DB> {
         if limit == 0 || limit > PAGE_MAX {
             return Err(LimitError::PageSize.into());
         }
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(SELECT_REFUNDS)
-                .bind(payment.as_str())
-                .bind(tenant.as_str())
-                .bind(i64::from(limit)),
-        )
-        .await?;
-        rows.iter().map(decode_operation).collect()
+        let stmt = Stmt::new(SELECT_REFUNDS)
+            .bind(payment)
+            .bind(tenant)
+            .bind(i64::from(limit));
+        self.all(stmt, decode_operation).await
     }
 }
 

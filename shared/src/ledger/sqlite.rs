@@ -4,7 +4,7 @@
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update};
 use super::queue::record_on;
-use super::statement::{Driver, RowCount, Stmt};
+use super::statement::{Driver, RowCount};
 use super::store::Store;
 use super::{Fence, LedgerError, Recorded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -127,10 +127,7 @@ impl Dialect for Sqlite {
         let mut tx = store.pool.begin().await?;
         let mut marked = Vec::with_capacity(fences.len());
         for fence in fences {
-            let stmt = Stmt::new(MARK_SUBMITTING)
-                .bind(&fence.id)
-                .bind(fence.attempt)
-                .bind(now);
+            let stmt = fence.stmt(MARK_SUBMITTING).bind(now);
             marked.push(Sqlite::execute(&mut *tx, stmt).await? == 1);
         }
         tx.commit().await?;

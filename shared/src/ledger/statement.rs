@@ -5,13 +5,14 @@
 //! their `NULL`s) are stated once, on the one `impl` of [`Driver`] below, so no ledger module is
 //! generic over them.
 
-use super::LedgerError;
+use super::{Fence, LedgerError, ProcessorEventKey};
 use crate::clock::Timestamp;
-use crate::id::OperationId;
+use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Database, Encode, Executor, IntoArguments, Pool, Type};
 use std::borrow::Cow;
+use std::time::Duration;
 
 /// A value bound to a placeholder: the two column types the ledger stores, or their `NULL`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,13 @@ impl From<Timestamp> for Arg<'_> {
     }
 }
 
+/// A span is stored as its whole milliseconds (saturating).
+impl From<Duration> for Arg<'_> {
+    fn from(v: Duration) -> Self {
+        Arg::Int(i64::try_from(v.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
 impl From<String> for Arg<'_> {
     fn from(v: String) -> Self {
         Arg::Text(Cow::Owned(v))
@@ -60,6 +68,12 @@ impl From<Option<String>> for Arg<'_> {
 impl<'a> From<&'a OperationId> for Arg<'a> {
     fn from(v: &'a OperationId) -> Self {
         Arg::from(v.as_str())
+    }
+}
+
+impl<'a> From<&'a TenantId> for Arg<'a> {
+    fn from(v: &'a TenantId) -> Self {
+        Arg::Text(v.as_str().into())
     }
 }
 
@@ -111,6 +125,20 @@ impl<'a> Stmt<'a> {
     pub fn bind_all(mut self, values: impl IntoIterator<Item = Arg<'a>>) -> Self {
         self.args.extend(values);
         self
+    }
+}
+
+impl Fence {
+    /// A statement fenced by this attempt: `$1` the operation, `$2` the attempt.
+    pub(crate) fn stmt(&self, sql: &'static str) -> Stmt<'_> {
+        Stmt::new(sql).bind(&self.id).bind(self.attempt)
+    }
+}
+
+impl ProcessorEventKey<'_> {
+    /// A statement about this stored webhook: `$1` the processor, `$2` its event id.
+    pub(crate) fn stmt(&self, sql: &'static str) -> Stmt<'_> {
+        Stmt::new(sql).bind(self.processor).bind(self.event_id)
     }
 }
 

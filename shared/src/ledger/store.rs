@@ -17,6 +17,9 @@
 //! Every state change is written by a statement whose from-states, to-state and event name come
 //! from [`crate::state`]'s table (`state::Move`).
 
+use super::LedgerError;
+use super::dialect::Dialect;
+use super::statement::Stmt;
 use sqlx::{Database, Pool};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -64,5 +67,34 @@ impl<DB: Database> Store<DB> {
     /// Wakes this process's idle workers (other processes: the dialect's `NOTIFY_READY`).
     pub(crate) fn wake_local(&self) {
         self.ready.notify_waiters();
+    }
+}
+
+/// The pool's side of the [`Driver`](super::statement::Driver): statements that need no
+/// transaction, each on a connection taken from the pool for it.
+impl<DB: Dialect> Store<DB> {
+    /// Runs a write; the rows it changed.
+    pub(crate) async fn execute(&self, stmt: Stmt<'_>) -> Result<u64, LedgerError> {
+        DB::execute(&self.pool, stmt).await
+    }
+
+    /// Runs a statement and decodes its first row, if it returned one.
+    pub(crate) async fn first<T>(
+        &self,
+        stmt: Stmt<'_>,
+        decode: impl FnOnce(&DB::Row) -> Result<T, LedgerError> + Send,
+    ) -> Result<Option<T>, LedgerError> {
+        let row = DB::fetch_optional(&self.pool, stmt).await?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Runs a statement and decodes every row it returned.
+    pub(crate) async fn all<T>(
+        &self,
+        stmt: Stmt<'_>,
+        decode: impl FnMut(&DB::Row) -> Result<T, LedgerError> + Send,
+    ) -> Result<Vec<T>, LedgerError> {
+        let rows = DB::fetch_all(&self.pool, stmt).await?;
+        rows.iter().map(decode).collect()
     }
 }

@@ -27,17 +27,13 @@ impl<DB: Dialect> ToolCalls for Store<DB> {
         call: &NewToolCall<'_>,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(INSERT_TOOL_CALL)
-                .bind(tenant.as_str())
-                .bind(call.operation.map(|o| o.as_str().to_string()))
-                .bind(bounded(call.provider))
-                .bind(call.provider_call_id.map(bounded))
-                .bind(bounded(call.tool))
-                .bind(now),
-        )
-        .await?;
+        let stmt = Stmt::new(INSERT_TOOL_CALL).bind(tenant);
+        let stmt = stmt.bind(call.operation.map(OperationId::as_str));
+        let stmt = stmt
+            .bind(bounded(call.provider))
+            .bind(call.provider_call_id.map(bounded));
+        self.execute(stmt.bind(bounded(call.tool)).bind(now))
+            .await?;
         Ok(())
     }
 
@@ -46,22 +42,12 @@ impl<DB: Dialect> ToolCalls for Store<DB> {
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Vec<(String, Option<String>, String)>, LedgerError> {
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(SELECT_TOOL_CALLS)
-                .bind(id.as_str())
-                .bind(tenant.as_str()),
-        )
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.get("provider")?,
-                    r.get("provider_call_id")?,
-                    r.get("tool")?,
-                ))
-            })
-            .collect()
+        let stmt = Stmt::new(SELECT_TOOL_CALLS).bind(id).bind(tenant);
+        self.all(stmt, |r| {
+            let call_id = r.get("provider_call_id")?;
+            Ok((r.get("provider")?, call_id, r.get("tool")?))
+        })
+        .await
     }
 
     async fn keep_tool_answer(
@@ -70,16 +56,9 @@ impl<DB: Dialect> ToolCalls for Store<DB> {
         answer: &ToolAnswer<'_>,
         now: Timestamp,
     ) -> Result<(String, String), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(KEEP_TOOL_ANSWER)
-                .bind(tenant.as_str())
-                .bind(answer.key)
-                .bind(answer.fingerprint)
-                .bind(answer.answer)
-                .bind(now),
-        )
-        .await?;
+        let stmt = Stmt::new(KEEP_TOOL_ANSWER).bind(tenant).bind(answer.key);
+        let stmt = stmt.bind(answer.fingerprint).bind(answer.answer);
+        self.execute(stmt.bind(now)).await?;
         self.tool_answer(tenant, answer.key)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("a kept tool answer is missing".into()))
@@ -90,14 +69,8 @@ impl<DB: Dialect> ToolCalls for Store<DB> {
         tenant: &TenantId,
         key: &str,
     ) -> Result<Option<(String, String)>, LedgerError> {
-        let row = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(SELECT_TOOL_ANSWER)
-                .bind(tenant.as_str())
-                .bind(key),
-        )
-        .await?;
-        row.map(|r| Ok((r.get("fingerprint")?, r.get("answer")?)))
-            .transpose()
+        let stmt = Stmt::new(SELECT_TOOL_ANSWER).bind(tenant).bind(key);
+        self.first(stmt, |r| Ok((r.get("fingerprint")?, r.get("answer")?)))
+            .await
     }
 }

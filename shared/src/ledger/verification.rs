@@ -3,13 +3,15 @@
 //! A trait of its own, reached through [`Approvals::verification`](super::Approvals::verification), so the
 //! core ledger stays about operations.
 
-use super::LedgerError;
 use super::dialect::Dialect;
 use super::row::{LedgerRow, corrupt};
-use super::statement::Stmt;
+use super::statement::{Arg, Stmt};
 use super::store::Store;
+use super::{ApprovalLink, LedgerError};
+use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
+use std::time::Duration;
 
 /// How a tenant's customers prove, on the confirmation page, that they are the customer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -58,7 +60,7 @@ pub struct TenantVerification {
     /// What those POSTs are signed with.
     pub notify_secret: Option<String>,
     /// Last set, ms.
-    pub updated_at_ms: i64,
+    pub updated_at_ms: Timestamp,
 }
 
 impl std::fmt::Debug for TenantVerification {
@@ -85,15 +87,29 @@ pub struct ApprovalCode {
     /// SHA-256 of the delivery id and the code.
     pub code_hash: String,
     /// Created, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Attempts counted so far.
     pub attempts: i64,
     /// Attempts allowed.
     pub attempt_max: i64,
     /// Used, ms.
-    pub used_at_ms: Option<i64>,
+    pub used_at_ms: Option<Timestamp>,
+}
+
+/// An assertion nonce to record as used
+/// ([`VerificationLedger::use_assertion_nonce`]).
+#[derive(Debug, Clone, Copy)]
+pub struct UsedNonce<'a> {
+    /// The tenant whose key signed the assertion.
+    pub tenant: &'a TenantId,
+    /// The assertion's nonce.
+    pub nonce: &'a str,
+    /// The operation it approves.
+    pub operation: &'a OperationId,
+    /// When the assertion expires (the nonce need not be kept past it).
+    pub expires_at: Timestamp,
 }
 
 /// Who asked for a confirmation link.
@@ -143,17 +159,14 @@ pub trait VerificationLedger: Send + Sync {
     /// Records an assertion nonce as used. False: it was used before (a replay, or a race lost).
     async fn use_assertion_nonce(
         &self,
-        tenant: &TenantId,
-        nonce: &str,
-        operation: &OperationId,
-        now_ms: i64,
-        expires_at_ms: i64,
+        used: &UsedNonce<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError>;
     /// Inserts a link (and its code, in the same transaction) while the operation has fewer than
     /// `open_max` unused, unexpired links of the same origin. False: none was inserted.
     async fn create_link(
         &self,
-        link: &super::ApprovalLink,
+        link: &ApprovalLink,
         origin: LinkOrigin,
         open_max: u32,
         code: Option<&ApprovalCode>,
@@ -163,18 +176,18 @@ pub trait VerificationLedger: Send + Sync {
     async fn count_code_attempt(
         &self,
         link_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<CodeAttempt, LedgerError>;
     /// Marks a code used. False: it was used already or expired (a racing second use loses).
-    async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError>;
+    async fn use_code(&self, delivery_id: &str, now: Timestamp) -> Result<bool, LedgerError>;
     /// Records that payonce asked the customer to approve, if the operation has had fewer than
-    /// `max` such requests and none in the last `interval_ms`. False: over the limit, nothing sent.
+    /// `max` such requests and none in the last `interval`. False: over the limit, nothing sent.
     async fn record_approval_notice(
         &self,
         operation: &OperationId,
-        now_ms: i64,
+        now: Timestamp,
         max: u32,
-        interval_ms: i64,
+        interval: Duration,
     ) -> Result<bool, LedgerError>;
 }
 
@@ -205,6 +218,23 @@ const INSERT_NOTICE: &str = "INSERT INTO approval_notices (operation_id, seq, at
      SELECT $1, COUNT(*), $2 FROM approval_notices WHERE operation_id = $1 \
      HAVING COUNT(*) < $3 AND COALESCE(MAX(at), $2 - $4) <= $2 - $4 \
      ON CONFLICT (operation_id, seq) DO NOTHING";
+
+/// Inserts a link, counted against the open links of its origin (a service link from
+/// [`Approvals::create_approval_link`](super::Approvals::create_approval_link) too).
+pub(crate) fn insert_link<'a>(
+    link: &'a ApprovalLink,
+    origin: LinkOrigin,
+    open_max: u32,
+) -> Stmt<'a> {
+    Stmt::new(INSERT_LINK_OF)
+        .bind(link.token_hash.as_str())
+        .bind(&link.operation_id)
+        .bind(link.details_hash.as_str())
+        .bind(link.created_at_ms)
+        .bind(link.expires_at_ms)
+        .bind(i64::from(open_max))
+        .bind(origin.as_str())
+}
 
 fn decode_tenant(row: &impl LedgerRow) -> Result<TenantVerification, LedgerError> {
     let method: String = row.get("method")?;
@@ -237,18 +267,17 @@ fn decode_code(row: &impl LedgerRow) -> Result<ApprovalCode, LedgerError> {
 #[async_trait]
 impl<DB: Dialect> VerificationLedger for Store<DB> {
     async fn set_tenant_verification(&self, v: &TenantVerification) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(UPSERT_TENANT)
-                .bind(v.tenant.as_str())
-                .bind(v.method.as_str())
-                .bind(v.assertion_key_id.as_deref())
-                .bind(v.assertion_key.as_deref())
-                .bind(v.notify_url.as_deref())
-                .bind(v.notify_secret.as_deref())
-                .bind(v.updated_at_ms),
-        )
-        .await?;
+        let stmt = Stmt::new(UPSERT_TENANT)
+            .bind(&v.tenant)
+            .bind(v.method.as_str());
+        let keys = [
+            &v.assertion_key_id,
+            &v.assertion_key,
+            &v.notify_url,
+            &v.notify_secret,
+        ];
+        let stmt = stmt.bind_all(keys.map(|k| Arg::from(k.as_deref())));
+        self.execute(stmt.bind(v.updated_at_ms)).await?;
         Ok(())
     }
 
@@ -256,69 +285,37 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
         &self,
         tenant: &TenantId,
     ) -> Result<Option<TenantVerification>, LedgerError> {
-        let row =
-            DB::fetch_optional(&self.pool, Stmt::new(SELECT_TENANT).bind(tenant.as_str())).await?;
-        row.as_ref().map(decode_tenant).transpose()
+        self.first(Stmt::new(SELECT_TENANT).bind(tenant), decode_tenant)
+            .await
     }
 
     async fn use_assertion_nonce(
         &self,
-        tenant: &TenantId,
-        nonce: &str,
-        operation: &OperationId,
-        now_ms: i64,
-        expires_at_ms: i64,
+        used: &UsedNonce<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(INSERT_NONCE)
-                .bind(tenant.as_str())
-                .bind(nonce)
-                .bind(operation.as_str())
-                .bind(now_ms)
-                .bind(expires_at_ms),
-        )
-        .await?;
-        Ok(done == 1)
+        let stmt = Stmt::new(INSERT_NONCE).bind(used.tenant).bind(used.nonce);
+        let stmt = stmt.bind(used.operation).bind(now).bind(used.expires_at);
+        Ok(self.execute(stmt).await? == 1)
     }
 
     async fn create_link(
         &self,
-        link: &super::ApprovalLink,
+        link: &ApprovalLink,
         origin: LinkOrigin,
         open_max: u32,
         code: Option<&ApprovalCode>,
     ) -> Result<bool, LedgerError> {
-        let mut tx = self.pool().begin().await?;
-        let done = DB::execute(
-            &mut *tx,
-            Stmt::new(INSERT_LINK_OF)
-                .bind(link.token_hash.as_str())
-                .bind(link.operation_id.as_str())
-                .bind(link.details_hash.as_str())
-                .bind(link.created_at_ms)
-                .bind(link.expires_at_ms)
-                .bind(i64::from(open_max))
-                .bind(origin.as_str()),
-        )
-        .await?;
-        if done != 1 {
+        let mut tx = self.pool.begin().await?;
+        if DB::execute(&mut *tx, insert_link(link, origin, open_max)).await? != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
         if let Some(c) = code {
-            DB::execute(
-                &mut *tx,
-                Stmt::new(INSERT_CODE)
-                    .bind(c.delivery_id.as_str())
-                    .bind(c.operation_id.as_str())
-                    .bind(c.link_hash.as_str())
-                    .bind(c.code_hash.as_str())
-                    .bind(c.created_at_ms)
-                    .bind(c.expires_at_ms)
-                    .bind(c.attempt_max),
-            )
-            .await?;
+            let stmt = Stmt::new(INSERT_CODE).bind(c.delivery_id.as_str());
+            let stmt = stmt.bind(&c.operation_id).bind(c.link_hash.as_str());
+            let stmt = stmt.bind(c.code_hash.as_str()).bind(c.created_at_ms);
+            DB::execute(&mut *tx, stmt.bind(c.expires_at_ms).bind(c.attempt_max)).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -327,55 +324,39 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
     async fn count_code_attempt(
         &self,
         link_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<CodeAttempt, LedgerError> {
-        let counted = DB::fetch_optional(
-            &self.pool,
-            Stmt::new(COUNT_CODE_ATTEMPT).bind(link_hash).bind(now_ms),
-        )
-        .await?;
-        if let Some(row) = counted {
-            return Ok(CodeAttempt::Counted(decode_code(&row)?));
+        let counted = Stmt::new(COUNT_CODE_ATTEMPT).bind(link_hash).bind(now);
+        if let Some(code) = self.first(counted, decode_code).await? {
+            return Ok(CodeAttempt::Counted(code));
         }
-        let latest = DB::fetch_optional(&self.pool, Stmt::new(LATEST_CODE).bind(link_hash)).await?;
-        let Some(row) = latest else {
-            return Ok(CodeAttempt::Missing);
-        };
-        let code = decode_code(&row)?;
-        Ok(if code.used_at_ms.is_some() {
-            CodeAttempt::Used
-        } else if code.attempts >= code.attempt_max {
-            CodeAttempt::Exhausted
-        } else {
-            CodeAttempt::Expired
+        let latest = Stmt::new(LATEST_CODE).bind(link_hash);
+        Ok(match self.first(latest, decode_code).await? {
+            None => CodeAttempt::Missing,
+            Some(code) if code.used_at_ms.is_some() => CodeAttempt::Used,
+            Some(code) if code.attempts >= code.attempt_max => CodeAttempt::Exhausted,
+            Some(_) => CodeAttempt::Expired,
         })
     }
 
-    async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(USE_CODE).bind(delivery_id).bind(now_ms),
-        )
-        .await?;
-        Ok(done == 1)
+    async fn use_code(&self, delivery_id: &str, now: Timestamp) -> Result<bool, LedgerError> {
+        Ok(self
+            .execute(Stmt::new(USE_CODE).bind(delivery_id).bind(now))
+            .await?
+            == 1)
     }
 
     async fn record_approval_notice(
         &self,
         operation: &OperationId,
-        now_ms: i64,
+        now: Timestamp,
         max: u32,
-        interval_ms: i64,
+        interval: Duration,
     ) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(INSERT_NOTICE)
-                .bind(operation.as_str())
-                .bind(now_ms)
-                .bind(i64::from(max))
-                .bind(interval_ms),
-        )
-        .await?;
-        Ok(done == 1)
+        let stmt = Stmt::new(INSERT_NOTICE).bind(operation).bind(now);
+        Ok(self
+            .execute(stmt.bind(i64::from(max)).bind(interval))
+            .await?
+            == 1)
     }
 }

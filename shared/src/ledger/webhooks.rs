@@ -30,18 +30,10 @@ impl<DB: Dialect> Webhooks for Store<DB> {
         event: &NewProcessorEvent<'_>,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = DB::execute(
-            &self.pool,
-            Stmt::new(INSERT_PROCESSOR_EVENT)
-                .bind(event.processor)
-                .bind(event.event_id)
-                .bind(event.event_type)
-                .bind(event.operation.map(|o| o.as_str().to_string()))
-                .bind(event.payload)
-                .bind(now),
-        )
-        .await?;
-        Ok(done == 1)
+        let stmt = Stmt::new(INSERT_PROCESSOR_EVENT).bind(event.processor);
+        let stmt = stmt.bind(event.event_id).bind(event.event_type);
+        let stmt = stmt.bind(event.operation.map(OperationId::as_str));
+        Ok(self.execute(stmt.bind(event.payload).bind(now)).await? == 1)
     }
 
     async fn mark_processor_event(
@@ -50,15 +42,8 @@ impl<DB: Dialect> Webhooks for Store<DB> {
         outcome: &str,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(MARK_PROCESSOR_EVENT)
-                .bind(event.processor)
-                .bind(event.event_id)
-                .bind(now)
-                .bind(bounded(outcome)),
-        )
-        .await?;
+        let stmt = event.stmt(MARK_PROCESSOR_EVENT).bind(now);
+        self.execute(stmt.bind(bounded(outcome))).await?;
         Ok(())
     }
 }
@@ -71,32 +56,18 @@ impl<DB: Dialect> HintChecks for Store<DB> {
         limit: u32,
     ) -> Result<Vec<StoredProcessorEvent>, LedgerError> {
         let limit = limit.min(PAGE_MAX);
-        let rows = DB::fetch_all(
-            &self.pool,
-            Stmt::new(PENDING_PROCESSOR_EVENTS)
-                .bind(now)
-                .bind(i64::from(limit)),
-        )
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let operation: Option<String> = r.get("operation_id")?;
-                let operation = operation
-                    .map(|o| OperationId::parse(&o))
-                    .transpose()
-                    .map_err(|e| {
-                        LedgerError::Corrupt(format!("processor event operation id: {e}"))
-                    })?;
-                Ok(StoredProcessorEvent {
-                    processor: r.get("processor")?,
-                    event_id: r.get("event_id")?,
-                    event_type: r.get("event_type")?,
-                    operation,
-                    payload: r.get("payload")?,
-                    checks: r.get("checks")?,
-                })
+        let stmt = Stmt::new(PENDING_PROCESSOR_EVENTS).bind(now);
+        self.all(stmt.bind(i64::from(limit)), |r| {
+            Ok(StoredProcessorEvent {
+                processor: r.get("processor")?,
+                event_id: r.get("event_id")?,
+                event_type: r.get("event_type")?,
+                operation: r.get("operation_id")?,
+                payload: r.get("payload")?,
+                checks: r.get("checks")?,
             })
-            .collect()
+        })
+        .await
     }
 
     async fn defer_processor_event(
@@ -105,15 +76,8 @@ impl<DB: Dialect> HintChecks for Store<DB> {
         check_after: Timestamp,
         why: &str,
     ) -> Result<(), LedgerError> {
-        DB::execute(
-            &self.pool,
-            Stmt::new(DEFER_PROCESSOR_EVENT)
-                .bind(event.processor)
-                .bind(event.event_id)
-                .bind(check_after)
-                .bind(bounded(why)),
-        )
-        .await?;
+        let stmt = event.stmt(DEFER_PROCESSOR_EVENT).bind(check_after);
+        self.execute(stmt.bind(bounded(why))).await?;
         Ok(())
     }
 }
