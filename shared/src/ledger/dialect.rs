@@ -1,6 +1,7 @@
 //! Everything that differs between the two stores, in one place: the [`Dialect`] trait. Postgres
 //! (`postgres.rs`) and SQLite (`sqlite.rs`) implement it; every other ledger module is generic
-//! over it and runs the same statements on both.
+//! over it and runs the same statements on both, needing nothing but `DB: Dialect` (running a
+//! statement and reading a row come with it: see the trait).
 //!
 //! What differs: the claim statement (`FOR UPDATE SKIP LOCKED` on Postgres), lease renewal (row
 //! locks in id order and `jsonb` on Postgres), the wake-up after an approval (`NOTIFY`/`LISTEN` on
@@ -19,9 +20,9 @@ use std::time::Duration;
 
 /// A store's own statements and behaviour; see the module documentation for the list.
 ///
-/// Ledger code needs nothing but `DB: Dialect`: running a [`Stmt`](super::statement::Stmt) comes
-/// from the [`Driver`] supertrait (whose one `impl` states the sqlx bounds) and reading a row from
-/// the [`LedgerRow`] bound on the row type; both are supertrait bounds, which Rust carries to every
+/// Ledger code needs nothing but `DB: Dialect`: running a `Stmt` comes
+/// from the `Driver` supertrait (whose one `impl` states the sqlx bounds) and reading a row from
+/// the `LedgerRow` bound on the row type; both are supertrait bounds, which Rust carries to every
 /// user of `Dialect` (a `where` clause it would not).
 #[async_trait]
 pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {

@@ -12,7 +12,12 @@
 //! - `refunds.rs`: `Refunds` (a payment's refunds and totals) and refund creation under the
 //!   over-refund guard;
 //! - `webhooks.rs`, `keys.rs`, `tool_calls.rs`: stored webhooks, API keys, assistant tool calls;
+//! - `verification.rs`, `console.rs`: the customer verification and on-call console stores;
 //! - `dialect.rs`: what differs between Postgres and SQLite.
+//!
+//! A module runs a [`Stmt`] with [`Store::execute`], [`Store::first`] or [`Store::all`] (on the
+//! pool), or with the [`Driver`](super::statement::Driver) methods on a transaction's connection;
+//! it never names a sqlx bound.
 //!
 //! Every state change is written by a statement whose from-states, to-state and event name come
 //! from [`crate::state`]'s table (`state::Move`).
