@@ -25,7 +25,7 @@ use std::sync::LazyLock;
 const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
      customer, payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
      available_at, last_event, last_actor, last_detail, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'awaiting_approval', 0, $13, $14, 'create', $15, NULL, $14, $14) \
+     VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11) \
      ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
 const SELECT_BY_BUSINESS_KEY: &str =
     "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
@@ -71,23 +71,8 @@ impl<DB: Dialect> Operations for Store<DB> {
         }
         let d = &new.details;
         let hash = d.hash();
-        let key = IdempotencyKey::derive(&new.id);
-        let inserted = Stmt::new(INSERT_OPERATION)
-            .bind(&new.id)
-            .bind(&new.tenant)
-            .bind(new.business_key.as_str())
-            .bind(d.kind().as_str())
-            .bind(d.money().amount_minor())
-            .bind(d.money().currency().code())
-            .bind(d.customer())
-            .bind(d.payment_method())
-            .bind(d.invoice())
-            .bind(d.destination())
-            .bind(d.description())
-            .bind(hash.as_str())
-            .bind(key.as_str())
-            .bind(now)
-            .bind(bounded(&new.actor));
+        let inserted = insert(INSERT_OPERATION, &new, &hash, now).bind(d.kind().as_str());
+        let inserted = inserted.bind(d.destination()).bind(d.description());
         if let Some(operation) = self.first(inserted, decode_operation).await? {
             return Ok(Created {
                 operation,
@@ -171,6 +156,30 @@ impl<DB: Dialect> Operations for Store<DB> {
         })
         .await
     }
+}
+
+/// `$1`–`$12` of both inserts (this module's `INSERT_OPERATION`, the refund guard's
+/// `INSERT_REFUND`): id, tenant, business key, amount, currency, customer, payment method, invoice,
+/// details hash, idempotency key, the instant and the actor.
+pub(crate) fn insert<'a>(
+    sql: &'static str,
+    new: &'a NewOperation,
+    hash: &'a DetailsHash,
+    now: Timestamp,
+) -> Stmt<'a> {
+    let (d, key) = (&new.details, IdempotencyKey::derive(&new.id));
+    let stmt = Stmt::new(sql).bind(&new.id).bind(&new.tenant);
+    let stmt = stmt
+        .bind(new.business_key.as_str())
+        .bind(d.money().amount_minor());
+    let stmt = stmt.bind(d.money().currency().code()).bind(d.customer());
+    let stmt = stmt
+        .bind(d.payment_method())
+        .bind(d.invoice())
+        .bind(hash.as_str());
+    stmt.bind(key.as_str().to_string())
+        .bind(now)
+        .bind(bounded(&new.actor))
 }
 
 impl<DB: Dialect> Store<DB> {

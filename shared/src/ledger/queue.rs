@@ -217,6 +217,14 @@ impl<DB: Dialect> Queue for Store<DB> {
     }
 }
 
+impl<DB: Dialect> Store<DB> {
+    /// Runs a write fenced by `fence`: `Ok` if it changed its one row, else
+    /// [`LedgerError::Fenced`].
+    pub(crate) async fn fenced(&self, stmt: Stmt<'_>, fence: &Fence) -> Result<(), LedgerError> {
+        fenced(self.execute(stmt).await?, fence)
+    }
+}
+
 /// `Ok` if a fenced write changed its one row, else [`LedgerError::Fenced`].
 pub(crate) fn fenced(rows: u64, fence: &Fence) -> Result<(), LedgerError> {
     if rows == 1 { Ok(()) } else { Err(lost(fence)) }

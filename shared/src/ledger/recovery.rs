@@ -173,7 +173,7 @@ impl<DB: Dialect> Recovery for Store<DB> {
         let stmt = stmt
             .bind(bounded(request.detail))
             .bind(bounded(request.actor));
-        fenced(self.execute(stmt.bind(now)).await?, request.fence)
+        self.fenced(stmt.bind(now), request.fence).await
     }
 
     async fn claim_unknown(
@@ -196,7 +196,7 @@ impl<DB: Dialect> Recovery for Store<DB> {
         let stmt = stmt
             .bind(bounded(request.reason))
             .bind(bounded(request.actor));
-        fenced(self.execute(stmt.bind(now)).await?, request.fence)
+        self.fenced(stmt.bind(now), request.fence).await
     }
 
     async fn apply_report(

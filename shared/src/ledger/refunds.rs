@@ -12,17 +12,17 @@
 
 use super::dialect::Dialect;
 use super::moves::status_in;
+use super::operations::insert;
 use super::record::decode_operation;
 use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Created, LedgerError, LimitError, NewOperation, Operation, Operations, PAGE_MAX, Refunds,
-    bounded,
 };
 use crate::clock::Timestamp;
 use crate::details::OperationKind;
-use crate::id::{IdempotencyKey, OperationId, TenantId};
+use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
 use serde::Serialize;
@@ -103,25 +103,12 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         })?;
         let payment = of.payment_operation();
         let hash = d.hash();
-        let key = IdempotencyKey::derive(&new.id);
         let mut tx = self.0.pool.begin().await?;
         if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
             DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment)).await?;
         }
-        let inserted = Stmt::new(INSERT_REFUND.as_str())
-            .bind(&new.id)
-            .bind(&new.tenant)
-            .bind(new.business_key.as_str())
-            .bind(d.money().amount_minor())
-            .bind(d.money().currency().code())
-            .bind(d.customer())
-            .bind(d.payment_method())
-            .bind(d.invoice())
-            .bind(hash.as_str())
-            .bind(key.as_str())
-            .bind(now)
-            .bind(bounded(&new.actor))
-            .bind(payment)
+        let inserted = insert(INSERT_REFUND.as_str(), &new, &hash, now).bind(payment);
+        let inserted = inserted
             .bind(of.payment_reference())
             .bind(of.reason().as_str());
         let row = DB::fetch_optional(&mut *tx, inserted).await?;

@@ -89,8 +89,11 @@ impl<DB: Dialect> Store<DB> {
         stmt: Stmt<'_>,
         decode: impl FnOnce(&DB::Row) -> Result<T, LedgerError> + Send,
     ) -> Result<Option<T>, LedgerError> {
-        let row = DB::fetch_optional(&self.pool, stmt).await?;
-        row.as_ref().map(decode).transpose()
+        DB::fetch_optional(&self.pool, stmt)
+            .await?
+            .as_ref()
+            .map(decode)
+            .transpose()
     }
 
     /// Runs a statement and decodes every row it returned.
