@@ -291,19 +291,13 @@ pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, Ledger
         last_submitted_at_ms: row.get("last_submitted_at")?,
         submit_count: row.get("submit_count")?,
         external_ref: row.get("external_ref")?,
-        result: text("result")?
-            .map(|r| serde_json::from_str(&r))
-            .transpose()
-            .map_err(corrupt)?,
+        result: row.get("result")?,
         failure_code: row.get("failure_code")?,
         failure_message: row.get("failure_message")?,
         available_at_ms: row.get("available_at")?,
         next_check_at_ms: row.get("next_check_at")?,
         check_count: row.get("check_count")?,
-        approved_hash: text("approved_hash")?
-            .map(|h| DetailsHash::parse(&h))
-            .transpose()
-            .map_err(corrupt)?,
+        approved_hash: row.get("approved_hash")?,
         approved_by: row.get("approved_by")?,
         approval_expires_at_ms: row.get("approval_expires_at")?,
         created_at_ms: row.get("created_at")?,

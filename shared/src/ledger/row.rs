@@ -5,6 +5,7 @@
 
 use super::LedgerError;
 use crate::clock::Timestamp;
+use crate::details::DetailsHash;
 use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use sqlx::{ColumnIndex, Decode, Row, Type};
@@ -126,5 +127,22 @@ impl FromColumn for Status {
 impl FromColumn for TenantId {
     fn from_column<R: LedgerRow + ?Sized>(row: &R, col: &'static str) -> Result<Self, LedgerError> {
         row.parse(col, TenantId::parse)
+    }
+}
+
+impl FromColumn for Option<DetailsHash> {
+    fn from_column<R: LedgerRow + ?Sized>(row: &R, col: &'static str) -> Result<Self, LedgerError> {
+        let raw: Option<String> = row.get(col)?;
+        raw.map(|h| DetailsHash::parse(&h).map_err(corrupt))
+            .transpose()
+    }
+}
+
+/// A JSON document stored as text (a processor's result, kept whole as evidence).
+impl FromColumn for Option<serde_json::Value> {
+    fn from_column<R: LedgerRow + ?Sized>(row: &R, col: &'static str) -> Result<Self, LedgerError> {
+        let raw: Option<String> = row.get(col)?;
+        raw.map(|json| serde_json::from_str(&json).map_err(corrupt))
+            .transpose()
     }
 }
