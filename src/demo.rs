@@ -237,7 +237,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             assertion_key_id: Some("acme-app".into()),
             notify_url: None,
         },
-        clock.now().as_millis(),
+        clock.now(),
     )
     .await?;
     let assertion_key = secrets

@@ -214,13 +214,8 @@ async fn start_tenant_app(stack: &mut Stack, tenant: &TenantId) -> anyhow::Resul
         assertion_key_id: None,
         notify_url: Some(notify_url),
     };
-    let secrets = set_tenant_verification(
-        &stack.ledger,
-        tenant,
-        &request,
-        SystemClock.now().as_millis(),
-    )
-    .await?;
+    let secrets =
+        set_tenant_verification(&stack.ledger, tenant, &request, SystemClock.now()).await?;
     let secret = secrets
         .notify_secret
         .context("a one-time-code tenant has a notification secret")?;

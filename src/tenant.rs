@@ -57,8 +57,7 @@ pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Resul
                 notify_url,
             };
             let secrets =
-                set_tenant_verification(ledger, &tenant, &request, SystemClock.now().as_millis())
-                    .await?;
+                set_tenant_verification(ledger, &tenant, &request, SystemClock.now()).await?;
             println!(
                 "tenant {tenant}: customers approve with {}",
                 request.method.as_str()

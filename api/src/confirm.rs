@@ -24,7 +24,9 @@ use axum::routing::get;
 use axum::{Form, extract::FromRequest as _};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::DetailsHash;
-use payonce_shared::ledger::verification::{CodeAttempt, TenantVerification, VerificationMethod};
+use payonce_shared::ledger::verification::{
+    CodeAttempt, TenantVerification, UsedNonce, VerificationMethod,
+};
 use payonce_shared::ledger::{ApprovalLink, LedgerError, NewApproval, Operation};
 use payonce_shared::state::Status;
 use serde::Deserialize;
@@ -488,15 +490,18 @@ async fn spend_proof(
     link: &ApprovalLink,
     posted: &Submitted,
 ) -> Result<String, Outcome> {
-    let now = state.now_ms();
+    let now = state.now();
     let store = state.ledger().verification();
     match config.method {
         VerificationMethod::SignedAssertion => {
-            let claims = check_assertion(config, op, posted.assertion.as_deref(), now)?;
-            match store
-                .use_assertion_nonce(&op.tenant, &claims.nonce, &op.id, now, claims.exp)
-                .await
-            {
+            let claims = check_assertion(config, op, posted.assertion.as_deref(), now.as_millis())?;
+            let used = UsedNonce {
+                tenant: &op.tenant,
+                nonce: &claims.nonce,
+                operation: &op.id,
+                expires_at: Timestamp::from_millis(claims.exp),
+            };
+            match store.use_assertion_nonce(&used, now).await {
                 Ok(true) => Ok(format!("{}:{}", config.method.as_str(), claims.nonce)),
                 Ok(false) => Err(Outcome::AssertionReplayed),
                 Err(e) => Err(unavailable(&e)),

@@ -5,7 +5,6 @@
 
 use crate::app::AppState;
 use crate::auth::sha256_hex;
-use crate::config::duration_ms;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::{TenantId, random_hex};
@@ -16,6 +15,7 @@ use payonce_shared::ledger::{ApprovalLink, LedgerError, Operation};
 use payonce_shared::state::Status;
 use serde::Serialize;
 use serde_json::json;
+use std::time::Duration;
 
 /// Bytes of randomness in a link token (256 bits).
 pub const TOKEN_RANDOM_BYTES: usize = 32;
@@ -26,12 +26,12 @@ pub const CODE_DIGITS: u32 = 6;
 /// Guesses allowed at one code: with [`CODE_DIGITS`] digits, a guesser wins one time in 200,000.
 pub const CODE_ATTEMPTS_MAX: u32 = 5;
 /// How long a code works (never past its link).
-pub const CODE_TTL_MS: i64 = 10 * 60 * 1000;
+pub const CODE_TTL: Duration = Duration::from_secs(10 * 60);
 /// Most customer requests payonce sends for one operation because an assistant asked to pay: an
 /// assistant in a loop must not turn payonce into a mailer.
 pub const ASSISTANT_REQUESTS_MAX: u32 = 3;
 /// Least time between two such requests for one operation.
-pub const ASSISTANT_REQUEST_INTERVAL_MS: i64 = 10 * 60 * 1000;
+pub const ASSISTANT_REQUEST_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// Most open links minted for assistant requests; bounded by [`ASSISTANT_REQUESTS_MAX`] anyway, and
 /// counted apart from the service's [`OPEN_LINKS_MAX`] so an assistant can never starve the service.
 pub const ASSISTANT_OPEN_LINKS_MAX: u32 = ASSISTANT_REQUESTS_MAX;
@@ -131,14 +131,14 @@ pub async fn issue_link(
         return Ok(Issue::NotConfigured);
     };
     let token = random_hex(TOKEN_RANDOM_BYTES);
-    let now = state.now_ms();
-    let expires_at_ms = now.saturating_add(duration_ms(state.config().link_ttl));
+    let now = state.now();
+    let expires_at = now + state.config().link_ttl;
     let link = ApprovalLink {
         token_hash: sha256_hex(&token),
         operation_id: op.id.clone(),
         details_hash: op.details_hash.as_str().to_string(),
-        created_at_ms: Timestamp::from_millis(now),
-        expires_at_ms: Timestamp::from_millis(expires_at_ms),
+        created_at_ms: now,
+        expires_at_ms: expires_at,
         used_at_ms: None,
     };
     let delivery = delivery_id();
@@ -149,7 +149,7 @@ pub async fn issue_link(
         link_hash: link.token_hash.clone(),
         code_hash: code_hash(&delivery, c),
         created_at_ms: now,
-        expires_at_ms: expires_at_ms.min(now.saturating_add(CODE_TTL_MS)),
+        expires_at_ms: expires_at.min(now + CODE_TTL),
         attempts: 0,
         attempt_max: i64::from(CODE_ATTEMPTS_MAX),
         used_at_ms: None,
@@ -172,7 +172,7 @@ pub async fn issue_link(
             &config,
             op,
             &url,
-            expires_at_ms,
+            expires_at,
             origin,
             &delivery,
             code.as_deref(),
@@ -180,7 +180,7 @@ pub async fn issue_link(
     }
     Ok(Issue::Issued(IssuedLink {
         url,
-        expires_at_ms,
+        expires_at_ms: expires_at.as_millis(),
         verification: config.method,
     }))
 }
@@ -193,7 +193,7 @@ fn notify(
     config: &TenantVerification,
     op: &Operation,
     url: &str,
-    expires_at_ms: i64,
+    expires_at: Timestamp,
     origin: LinkOrigin,
     delivery: &str,
     code: Option<&str>,
@@ -212,7 +212,7 @@ fn notify(
         "verification": config.method.as_str(),
         "requested_by": origin.as_str(),
         "confirmation_url": url,
-        "expires_at_ms": expires_at_ms,
+        "expires_at_ms": expires_at.as_millis(),
     });
     if let Some(code) = code {
         body["code"] = json!(code);
@@ -244,7 +244,7 @@ pub enum Asked {
 }
 
 /// Asks the customer to approve, on an assistant's behalf, within [`ASSISTANT_REQUESTS_MAX`] and
-/// [`ASSISTANT_REQUEST_INTERVAL_MS`]. Returns what was done and the tenant's method.
+/// [`ASSISTANT_REQUEST_INTERVAL`]. Returns what was done and the tenant's method.
 pub async fn ask_customer(
     state: &AppState,
     op: &Operation,
@@ -265,9 +265,9 @@ pub async fn ask_customer(
         .verification()
         .record_approval_notice(
             &op.id,
-            state.now_ms(),
+            state.now(),
             ASSISTANT_REQUESTS_MAX,
-            ASSISTANT_REQUEST_INTERVAL_MS,
+            ASSISTANT_REQUEST_INTERVAL,
         )
         .await?;
     if !allowed {
@@ -300,7 +300,12 @@ pub async fn elicitation_link(
     let counted = state
         .ledger()
         .verification()
-        .record_approval_notice(&op.id, state.now_ms(), ASSISTANT_LINKS_TOTAL_MAX, 0)
+        .record_approval_notice(
+            &op.id,
+            state.now(),
+            ASSISTANT_LINKS_TOTAL_MAX,
+            Duration::ZERO,
+        )
         .await?;
     if !counted {
         return Ok(None);
@@ -348,7 +353,7 @@ pub async fn set_tenant_verification(
     ledger: &payonce_shared::ledger::SharedLedger,
     tenant: &TenantId,
     request: &VerificationRequest,
-    now_ms: i64,
+    now: Timestamp,
 ) -> Result<IssuedSecrets, SetupError> {
     let invalid = |m: &str| Err(SetupError::Invalid(m.to_string()));
     if let Some(url) = &request.notify_url {
@@ -399,7 +404,7 @@ pub async fn set_tenant_verification(
         assertion_key: assertion_key.clone(),
         notify_url: request.notify_url.clone(),
         notify_secret: notify_secret.clone(),
-        updated_at_ms: now_ms,
+        updated_at_ms: now,
     };
     ledger
         .verification()
@@ -428,8 +433,8 @@ mod tests {
             operation_id: OperationId::generate(),
             link_hash: "h".into(),
             code_hash: code_hash("dlv_1", "012345"),
-            created_at_ms: 0,
-            expires_at_ms: 1,
+            created_at_ms: Timestamp::EPOCH,
+            expires_at_ms: Timestamp::from_millis(1),
             attempts: 0,
             attempt_max: 5,
             used_at_ms: None,

@@ -142,7 +142,7 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
             assertion_key_id: Some(ASSERTION_KEY_ID.into()),
             notify_url: None,
         },
-        T0_MS,
+        T0,
     )
     .await
     .unwrap();

@@ -1123,7 +1123,7 @@ fn code_for(
     op: &OperationId,
     link_hash: &str,
     delivery: &str,
-    expires_at_ms: i64,
+    expires_at_ms: Timestamp,
     attempt_max: i64,
 ) -> payonce_shared::ledger::verification::ApprovalCode {
     payonce_shared::ledger::verification::ApprovalCode {
@@ -1131,7 +1131,7 @@ fn code_for(
         operation_id: op.clone(),
         link_hash: link_hash.into(),
         code_hash: format!("hash-of-{delivery}"),
-        created_at_ms: T0,
+        created_at_ms: at(T0),
         expires_at_ms,
         attempts: 0,
         attempt_max,
@@ -1156,7 +1156,7 @@ fn link_for(
 #[tokio::test]
 async fn customer_verification_is_stored_single_use_and_bounded() {
     use payonce_shared::ledger::verification::{
-        CodeAttempt, LinkOrigin, TenantVerification, VerificationMethod,
+        CodeAttempt, LinkOrigin, TenantVerification, UsedNonce, VerificationMethod,
     };
     for_each_store(|ledger| async move {
         let store = ledger.verification();
@@ -1168,7 +1168,7 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
             assertion_key: Some("key".into()),
             notify_url: None,
             notify_secret: None,
-            updated_at_ms: T0,
+            updated_at_ms: at(T0),
         };
         store.set_tenant_verification(&config).await.unwrap();
         assert_eq!(store.tenant_verification(&tenant()).await.unwrap(), Some(config.clone()));
@@ -1182,53 +1182,55 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
         assert!(store.set_tenant_verification(&nowhere).await.is_err());
 
         let op = ledger.create_or_get(new_op("INV-V1", 2048), at(T0)).await.unwrap().operation;
-        assert!(store.use_assertion_nonce(&tenant(), "nonce-1", &op.id, T0, T0 + 1).await.unwrap());
-        assert!(!store.use_assertion_nonce(&tenant(), "nonce-1", &op.id, T0, T0 + 1).await.unwrap(), "replay");
+        let t = tenant();
+        let used = UsedNonce { tenant: &t, nonce: "nonce-1", operation: &op.id, expires_at: at(T0 + 1) };
+        assert!(store.use_assertion_nonce(&used, at(T0)).await.unwrap());
+        assert!(!store.use_assertion_nonce(&used, at(T0)).await.unwrap(), "replay");
 
         // Budgets per origin: the assistant's links never use up the service's.
-        let code = code_for(&op.id, "a1", "dlv_a1", T0 + 5_000, 2);
+        let code = code_for(&op.id, "a1", "dlv_a1", at(T0 + 5_000), 2);
         assert!(store.create_link(&link_for(&op, "a1"), LinkOrigin::Assistant, 1, Some(&code)).await.unwrap());
         assert!(!store.create_link(&link_for(&op, "a2"), LinkOrigin::Assistant, 1, None).await.unwrap());
         assert!(store.create_link(&link_for(&op, "s1"), LinkOrigin::Service, 1, None).await.unwrap());
         assert!(!ledger.create_approval_link(&link_for(&op, "s2"), 1).await.unwrap());
 
         // Attempts are counted before comparing; the limit holds; a used or expired code is dead.
-        match store.count_code_attempt("a1", T0).await.unwrap() {
+        match store.count_code_attempt("a1", at(T0)).await.unwrap() {
             CodeAttempt::Counted(c) => assert_eq!((c.attempts, c.delivery_id.as_str()), (1, "dlv_a1")),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(store.count_code_attempt("a1", T0).await.unwrap(), CodeAttempt::Counted(c) if c.attempts == 2));
-        assert_eq!(store.count_code_attempt("a1", T0).await.unwrap(), CodeAttempt::Exhausted);
-        assert_eq!(store.count_code_attempt("s1", T0).await.unwrap(), CodeAttempt::Missing);
+        assert!(matches!(store.count_code_attempt("a1", at(T0)).await.unwrap(), CodeAttempt::Counted(c) if c.attempts == 2));
+        assert_eq!(store.count_code_attempt("a1", at(T0)).await.unwrap(), CodeAttempt::Exhausted);
+        assert_eq!(store.count_code_attempt("s1", at(T0)).await.unwrap(), CodeAttempt::Missing);
         let op2 = ledger.create_or_get(new_op("INV-V2", 2048), at(T0)).await.unwrap().operation;
-        let code2 = code_for(&op2.id, "b1", "dlv_b1", T0 + 5_000, 5);
+        let code2 = code_for(&op2.id, "b1", "dlv_b1", at(T0 + 5_000), 5);
         assert!(store.create_link(&link_for(&op2, "b1"), LinkOrigin::Service, 5, Some(&code2)).await.unwrap());
-        assert!(!store.use_code("dlv_b1", T0 + 5_000).await.unwrap(), "expired");
-        assert_eq!(store.count_code_attempt("b1", T0 + 5_000).await.unwrap(), CodeAttempt::Expired);
-        assert!(store.use_code("dlv_b1", T0).await.unwrap());
-        assert!(!store.use_code("dlv_b1", T0).await.unwrap(), "single use");
-        assert_eq!(store.count_code_attempt("b1", T0).await.unwrap(), CodeAttempt::Used);
+        assert!(!store.use_code("dlv_b1", at(T0 + 5_000)).await.unwrap(), "expired");
+        assert_eq!(store.count_code_attempt("b1", at(T0 + 5_000)).await.unwrap(), CodeAttempt::Expired);
+        assert!(store.use_code("dlv_b1", at(T0)).await.unwrap());
+        assert!(!store.use_code("dlv_b1", at(T0)).await.unwrap(), "single use");
+        assert_eq!(store.count_code_attempt("b1", at(T0)).await.unwrap(), CodeAttempt::Used);
 
         // Customer requests: one per interval, a maximum per operation.
-        assert!(store.record_approval_notice(&op.id, T0, 2, 100).await.unwrap());
-        assert!(!store.record_approval_notice(&op.id, T0 + 99, 2, 100).await.unwrap());
-        assert!(store.record_approval_notice(&op.id, T0 + 100, 2, 100).await.unwrap());
-        assert!(!store.record_approval_notice(&op.id, T0 + 1_000, 2, 100).await.unwrap(), "max");
-        assert!(store.record_approval_notice(&op2.id, T0, 2, 100).await.unwrap(), "per operation");
+        assert!(store.record_approval_notice(&op.id, at(T0), 2, Duration::from_millis(100)).await.unwrap());
+        assert!(!store.record_approval_notice(&op.id, at(T0 + 99), 2, Duration::from_millis(100)).await.unwrap());
+        assert!(store.record_approval_notice(&op.id, at(T0 + 100), 2, Duration::from_millis(100)).await.unwrap());
+        assert!(!store.record_approval_notice(&op.id, at(T0 + 1_000), 2, Duration::from_millis(100)).await.unwrap(), "max");
+        assert!(store.record_approval_notice(&op2.id, at(T0), 2, Duration::from_millis(100)).await.unwrap(), "per operation");
     })
     .await;
 }
 
 #[tokio::test]
 async fn postgres_racing_proofs_and_requests_each_win_once() {
-    use payonce_shared::ledger::verification::{CodeAttempt, LinkOrigin};
+    use payonce_shared::ledger::verification::{CodeAttempt, LinkOrigin, UsedNonce};
     let (ledger, _) = support::postgres_ledger().await;
     let op = ledger
         .create_or_get(new_op("INV-V3", 2048), at(T0))
         .await
         .unwrap()
         .operation;
-    let code = code_for(&op.id, "r1", "dlv_r1", T0 + 5_000, 5);
+    let code = code_for(&op.id, "r1", "dlv_r1", at(T0 + 5_000), 5);
     assert!(
         ledger
             .verification()
@@ -1241,16 +1243,20 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
         let (ledger, id) = (ledger.clone(), op.id.clone());
         tasks.spawn(async move {
             let store = ledger.verification();
-            let nonce = store
-                .use_assertion_nonce(&tenant(), "racy", &id, T0, T0 + 1)
-                .await
-                .unwrap();
+            let t = tenant();
+            let used = UsedNonce {
+                tenant: &t,
+                nonce: "racy",
+                operation: &id,
+                expires_at: at(T0 + 1),
+            };
+            let nonce = store.use_assertion_nonce(&used, at(T0)).await.unwrap();
             let notice = store
-                .record_approval_notice(&id, T0 + i, 3, 1_000)
+                .record_approval_notice(&id, at(T0 + i), 3, ms(1_000))
                 .await
                 .unwrap();
             let counted = matches!(
-                store.count_code_attempt("r1", T0).await.unwrap(),
+                store.count_code_attempt("r1", at(T0)).await.unwrap(),
                 CodeAttempt::Counted(_)
             );
             (nonce, notice, counted)

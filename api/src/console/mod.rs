@@ -19,6 +19,7 @@ use axum::middleware;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, OperationQuery, Related};
 use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution, Resolve};
@@ -199,7 +200,7 @@ async fn sign_out(
     if let Err(e) = state
         .ledger()
         .console()
-        .end_session(&who.session_hash, state.now_ms())
+        .end_session(&who.session_hash, state.now())
         .await
     {
         return refuse(&state, Some(&who.csrf), e.into());
@@ -219,17 +220,21 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
         Ok(w) => w,
         Err(r) => return r,
     };
-    let now = state.now_ms();
-    let bucket_ms = i64::try_from(CHART_BUCKET.as_millis()).unwrap_or(i64::MAX);
+    let now = state.now();
     match state
         .ledger()
         .console()
-        .overview(&who.tenant, now, bucket_ms, CHART_BUCKETS)
+        .overview(&who.tenant, now, CHART_BUCKET, CHART_BUCKETS)
         .await
     {
         Ok(o) => html(
             StatusCode::OK,
-            views::overview(&who.csrf, &o, now, state.metrics().webhooks_refused()),
+            views::overview(
+                &who.csrf,
+                &o,
+                now.as_millis(),
+                state.metrics().webhooks_refused(),
+            ),
         ),
         Err(e) => refuse(&state, Some(&who.csrf), e.into()),
     }
@@ -269,7 +274,10 @@ fn parse_list(
     let after = get("after")
         .map(|a| {
             a.split_once('.')
-                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, OperationId::parse(id).ok()?)))
+                .and_then(|(at, id)| {
+                    let at = Timestamp::from_millis(at.parse::<i64>().ok()?);
+                    Some((at, OperationId::parse(id).ok()?))
+                })
                 .ok_or_else(|| invalid("after must be a cursor from a previous page"))
         })
         .transpose()?;
@@ -281,8 +289,7 @@ fn parse_list(
     };
     let query = OperationQuery {
         status,
-        created_from_ms: since
-            .map(|d| now_ms.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
+        created_from_ms: since.map(|d| Timestamp::from_millis(now_ms).saturating_sub_span(d)),
         created_before_ms: None,
         search: q,
         after,
@@ -381,19 +388,19 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     };
     out.extend(related.approvals.iter().map(|a| {
         (
-            a.approved_at_ms,
-            approve_at(a.approved_at_ms),
+            a.approved_at_ms.as_millis(),
+            approve_at(a.approved_at_ms.as_millis()),
             TimelineEntry {
-                at_ms: a.approved_at_ms,
+                at_ms: a.approved_at_ms.as_millis(),
                 kind: "approval",
                 what: format!("approved details {}", a.details_hash),
                 actor: a.approved_by.clone(),
                 detail: format!(
                     "method {}; valid until {}{}",
                     a.method,
-                    views::utc(a.expires_at_ms),
+                    views::utc(a.expires_at_ms.as_millis()),
                     a.revoked_at_ms
-                        .map(|r| format!("; revoked {}", views::utc(r)))
+                        .map(|r| format!("; revoked {}", views::utc(r.as_millis())))
                         .unwrap_or_default()
                 ),
             },
@@ -401,26 +408,29 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     }));
     out.extend(related.links.iter().map(|l| {
         (
-            l.created_at_ms,
+            l.created_at_ms.as_millis(),
             after_events,
             TimelineEntry {
-                at_ms: l.created_at_ms,
+                at_ms: l.created_at_ms.as_millis(),
                 kind: "link",
                 what: format!("confirmation link issued ({})", l.origin),
                 actor: l.origin.clone(),
                 detail: match l.used_at_ms {
-                    Some(u) => format!("used {}", views::utc(u)),
-                    None => format!("unused; expires {}", views::utc(l.expires_at_ms)),
+                    Some(u) => format!("used {}", views::utc(u.as_millis())),
+                    None => format!(
+                        "unused; expires {}",
+                        views::utc(l.expires_at_ms.as_millis())
+                    ),
                 },
             },
         )
     }));
     out.extend(related.webhooks.iter().map(|w| {
         (
-            w.received_at_ms,
+            w.received_at_ms.as_millis(),
             after_events,
             TimelineEntry {
-                at_ms: w.received_at_ms,
+                at_ms: w.received_at_ms.as_millis(),
                 kind: "webhook",
                 what: format!("webhook {} {}", w.event_type, w.event_id),
                 actor: w.processor.clone(),
@@ -434,10 +444,10 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     }));
     out.extend(related.tool_calls.iter().map(|t| {
         (
-            t.at_ms,
+            t.at_ms.as_millis(),
             after_events,
             TimelineEntry {
-                at_ms: t.at_ms,
+                at_ms: t.at_ms.as_millis(),
                 kind: "tool_call",
                 what: format!("tool call {}", t.tool),
                 actor: format!("assistant ({})", t.provider),
@@ -624,7 +634,7 @@ async fn resolve_checked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use payonce_shared::clock::Timestamp;
+
     use payonce_shared::ledger::console::ApprovalRow;
 
     fn event(at_ms: i64, name: &str) -> OperationEvent {
@@ -648,8 +658,8 @@ mod tests {
                 details_hash: "h".into(),
                 approved_by: "customer:c".into(),
                 method: "signed_assertion:n".into(),
-                approved_at_ms: 1,
-                expires_at_ms: 2,
+                approved_at_ms: Timestamp::from_millis(1),
+                expires_at_ms: Timestamp::from_millis(2),
                 revoked_at_ms: None,
             }],
             ..Related::default()

@@ -130,7 +130,7 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
     let session = state
         .ledger()
         .console()
-        .session(&hash, now.as_millis())
+        .session(&hash, now)
         .await?
         .ok_or_else(signed_out)?;
     // The key is read on every request (no cache): a revocation or expiry ends the session in every
@@ -139,12 +139,7 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
     let live =
         key.filter(|k| k.is_active(now) && k.role == Role::OnCall && k.tenant == session.tenant);
     let Some(key) = live else {
-        if let Err(e) = state
-            .ledger()
-            .console()
-            .end_session(&hash, now.as_millis())
-            .await
-        {
+        if let Err(e) = state.ledger().console().end_session(&hash, now).await {
             tracing::warn!(error = %e, "could not end a console session whose key is no longer active");
         }
         return Err(signed_out());
@@ -193,8 +188,8 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
         session_hash: sha256_hex(&id),
         tenant: record.tenant,
         key_id: record.key_id,
-        created_at_ms: now.as_millis(),
-        expires_at_ms: (now + SESSION_TTL).as_millis(),
+        created_at_ms: now,
+        expires_at_ms: now + SESSION_TTL,
     };
     state
         .ledger()

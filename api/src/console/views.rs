@@ -185,7 +185,7 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
             .iter()
             .find(|(st, _, _)| *st == s)
             .and_then(|(_, _, at)| *at)
-            .map_or_else(|| "none".to_string(), |at| age(now_ms - at))
+            .map_or_else(|| "none".to_string(), |at| age(now_ms - at.as_millis()))
     };
     layout(
         "Overview",
@@ -209,7 +209,7 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
                             tr {
                                 td { a href=(format!("/console/operations?status={}", s.as_str())) { (state_badge(s.as_str())) } }
                                 td { (row.map_or(0, |r| r.1)) }
-                                td { (row.and_then(|r| r.2).map_or_else(String::new, |at| format!("{} ago", age(now_ms - at)))) }
+                                td { (row.and_then(|r| r.2).map_or_else(String::new, |at| format!("{} ago", age(now_ms - at.as_millis())))) }
                             }
                         }
                     }

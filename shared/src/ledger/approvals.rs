@@ -5,16 +5,17 @@
 use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Approval, ApprovalLink, Approvals, Inspection, LedgerError, LimitError, NewApproval, Operation,
-    Operations, bounded, verification,
+    Operations, bounded, verification, verification::LinkOrigin,
 };
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId, random_hex};
 use crate::state::{Event, Status};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
 /// Approves only the details the row holds now (`$3`), and enqueues the row.
@@ -32,29 +33,12 @@ const INSERT_APPROVAL: &str = "INSERT INTO approvals (id, operation_id, details_
 const LATEST_APPROVAL: &str = "SELECT * FROM approvals WHERE operation_id = $1 AND revoked_at IS NULL \
      AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) \
      ORDER BY approved_at DESC, id DESC LIMIT 1";
-/// Inserts a service link only while the operation has fewer than `$6` unused, unexpired service
-/// links.
-const INSERT_LINK: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
-     expires_at) SELECT $1, $2, $3, $4, $5 WHERE (SELECT COUNT(*) FROM approval_links WHERE operation_id = $2 \
-     AND used_at IS NULL AND expires_at > $4 AND origin = 'service') < $6";
 const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
 const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
      AND expires_at > $2";
 
 #[async_trait]
-impl<DB> Approvals for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Approvals for Store<DB> {
     async fn approve(
         &self,
         tenant: &TenantId,
@@ -66,16 +50,18 @@ where
             return Err(LimitError::ApprovalExpiry.into());
         }
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(APPROVE.as_str())
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(approval.details_hash.as_str())
-            .bind(bounded(&approval.approved_by))
-            .bind(approval.expires_at_ms)
-            .bind(now)
-            .bind(bounded(&approval.method))
-            .fetch_optional(&mut *tx)
-            .await?;
+        let row = DB::fetch_optional(
+            &mut *tx,
+            Stmt::new(APPROVE.as_str())
+                .bind(id)
+                .bind(tenant)
+                .bind(approval.details_hash.as_str())
+                .bind(bounded(&approval.approved_by))
+                .bind(approval.expires_at_ms)
+                .bind(now)
+                .bind(bounded(&approval.method)),
+        )
+        .await?;
         let Some(row) = row else {
             tx.rollback().await?;
             let current = self.get(tenant, id).await?;
@@ -95,18 +81,20 @@ where
             });
         };
         let op = decode_operation(&row)?;
-        sqlx::query(INSERT_APPROVAL)
-            .bind(format!("apv_{}", random_hex(16)))
-            .bind(id.as_str())
-            .bind(approval.details_hash.as_str())
-            .bind(bounded(&approval.approved_by))
-            .bind(bounded(&approval.method))
-            .bind(now)
-            .bind(approval.expires_at_ms)
-            .execute(&mut *tx)
-            .await?;
+        DB::execute(
+            &mut *tx,
+            Stmt::new(INSERT_APPROVAL)
+                .bind(format!("apv_{}", random_hex(16)))
+                .bind(id)
+                .bind(approval.details_hash.as_str())
+                .bind(bounded(&approval.approved_by))
+                .bind(bounded(&approval.method))
+                .bind(now)
+                .bind(approval.expires_at_ms),
+        )
+        .await?;
         if let Some(notify) = DB::NOTIFY_READY {
-            sqlx::query(notify).execute(&mut *tx).await?;
+            DB::execute(&mut *tx, Stmt::new(notify)).await?;
         }
         tx.commit().await?;
         self.wake_local();
@@ -122,23 +110,19 @@ where
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Option<Approval>, LedgerError> {
-        let row = sqlx::query(LATEST_APPROVAL)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| {
-            Ok::<_, LedgerError>(Approval {
-                id: r.try_get("id")?,
+        let stmt = Stmt::new(LATEST_APPROVAL).bind(id).bind(tenant);
+        self.first(stmt, |r| {
+            Ok(Approval {
+                id: r.get("id")?,
                 operation_id: id.clone(),
-                details_hash: r.try_get("details_hash")?,
-                approved_by: r.try_get("approved_by")?,
-                method: r.try_get("method")?,
-                approved_at_ms: r.try_get("approved_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
+                details_hash: r.get("details_hash")?,
+                approved_by: r.get("approved_by")?,
+                method: r.get("method")?,
+                approved_at_ms: r.get("approved_at")?,
+                expires_at_ms: r.get("expires_at")?,
             })
         })
-        .transpose()
+        .await
     }
 
     async fn create_approval_link(
@@ -146,36 +130,22 @@ where
         link: &ApprovalLink,
         open_max: u32,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(INSERT_LINK)
-            .bind(link.token_hash.as_str())
-            .bind(link.operation_id.as_str())
-            .bind(link.details_hash.as_str())
-            .bind(link.created_at_ms)
-            .bind(link.expires_at_ms)
-            .bind(i64::from(open_max))
-            .execute(&self.pool)
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let stmt = verification::insert_link(link, LinkOrigin::Service, open_max);
+        Ok(self.execute(stmt).await? == 1)
     }
 
     async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {
-        let row = sqlx::query(SELECT_LINK)
-            .bind(token_hash)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| {
-            let op: String = r.try_get("operation_id")?;
-            Ok::<_, LedgerError>(ApprovalLink {
-                token_hash: r.try_get("token_hash")?,
-                operation_id: OperationId::parse(&op)
-                    .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-                details_hash: r.try_get("details_hash")?,
-                created_at_ms: r.try_get("created_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
-                used_at_ms: r.try_get("used_at")?,
+        self.first(Stmt::new(SELECT_LINK).bind(token_hash), |r| {
+            Ok(ApprovalLink {
+                token_hash: r.get("token_hash")?,
+                operation_id: r.get("operation_id")?,
+                details_hash: r.get("details_hash")?,
+                created_at_ms: r.get("created_at")?,
+                expires_at_ms: r.get("expires_at")?,
+                used_at_ms: r.get("used_at")?,
             })
         })
-        .transpose()
+        .await
     }
 
     async fn link_operation(&self, link: &ApprovalLink) -> Result<Operation, LedgerError> {
@@ -187,12 +157,10 @@ where
         token_hash: &str,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(USE_LINK)
-            .bind(token_hash)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        Ok(self
+            .execute(Stmt::new(USE_LINK).bind(token_hash).bind(now))
+            .await?
+            == 1)
     }
 }
 

@@ -6,12 +6,15 @@
 
 use super::dialect::Dialect;
 use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::{Arg, Stmt};
 use super::store::Store;
 use super::{LedgerError, Operation};
+use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
+use std::time::Duration;
 
 /// Largest console page.
 pub const CONSOLE_PAGE_MAX: u32 = 200;
@@ -28,9 +31,9 @@ pub struct ConsoleSession {
     /// The key that signed in (`key_…`); re-checked on every request.
     pub key_id: String,
     /// Signed in, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Ends, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
 }
 
 /// A page request: filters, search and the keyset cursor (newest first).
@@ -39,13 +42,13 @@ pub struct OperationQuery {
     /// Only this state.
     pub status: Option<Status>,
     /// Only operations created at or after this time, ms.
-    pub created_from_ms: Option<i64>,
+    pub created_from_ms: Option<Timestamp>,
     /// Only operations created before this time, ms.
-    pub created_before_ms: Option<i64>,
+    pub created_before_ms: Option<Timestamp>,
     /// An operation id, or an exact business key, invoice, customer or processor reference.
     pub search: Option<String>,
     /// Only operations strictly older than this `(created_at, id)` (the last row of the previous page).
-    pub after: Option<(i64, OperationId)>,
+    pub after: Option<(Timestamp, OperationId)>,
     /// Page size, 1 to [`CONSOLE_PAGE_MAX`].
     pub limit: u32,
 }
@@ -65,7 +68,7 @@ pub struct Bucket {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overview {
     /// (state, count, oldest `updated_at`) for every state with rows.
-    pub by_status: Vec<(Status, i64, Option<i64>)>,
+    pub by_status: Vec<(Status, i64, Option<Timestamp>)>,
     /// The chart's buckets, oldest first.
     pub buckets: Vec<Bucket>,
 }
@@ -82,11 +85,11 @@ pub struct ApprovalRow {
     /// How (the verification method and its evidence id).
     pub method: String,
     /// When, ms.
-    pub approved_at_ms: i64,
+    pub approved_at_ms: Timestamp,
     /// Valid until, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Revoked, ms.
-    pub revoked_at_ms: Option<i64>,
+    pub revoked_at_ms: Option<Timestamp>,
 }
 
 /// A processor webhook stored for the operation (its payload is summarised by the caller).
@@ -101,9 +104,9 @@ pub struct WebhookRow {
     /// The raw payload (never shown as is: callers show `summary()` of its object).
     pub payload: String,
     /// Received, ms.
-    pub received_at_ms: i64,
+    pub received_at_ms: Timestamp,
     /// Applied, ms.
-    pub applied_at_ms: Option<i64>,
+    pub applied_at_ms: Option<Timestamp>,
     /// What applying it did.
     pub outcome: Option<String>,
 }
@@ -114,11 +117,11 @@ pub struct LinkRow {
     /// Who asked for it (`service`, `assistant`).
     pub origin: String,
     /// Issued, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Used, ms.
-    pub used_at_ms: Option<i64>,
+    pub used_at_ms: Option<Timestamp>,
 }
 
 /// A tool call about the operation.
@@ -129,7 +132,7 @@ pub struct ToolCallRow {
     /// The tool.
     pub tool: String,
     /// When, ms.
-    pub at_ms: i64,
+    pub at_ms: Timestamp,
 }
 
 /// The rows besides the audit trail that an operation's timeline shows.
@@ -150,26 +153,26 @@ pub struct Related {
 pub trait ConsoleLedger: Send + Sync {
     /// Stores a new session.
     async fn create_session(&self, session: &ConsoleSession) -> Result<(), LedgerError>;
-    /// The live session with this hash (not ended, not expired at `now_ms`).
+    /// The live session with this hash (not ended, not expired at `now`).
     async fn session(
         &self,
         session_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Option<ConsoleSession>, LedgerError>;
     /// Ends a session. False: it was not live.
-    async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError>;
+    async fn end_session(&self, session_hash: &str, now: Timestamp) -> Result<bool, LedgerError>;
     /// One page of a tenant's operations, newest first.
     async fn page(
         &self,
         tenant: &TenantId,
         query: &OperationQuery,
     ) -> Result<Vec<Operation>, LedgerError>;
-    /// Counts by state and the chart of `buckets` buckets of `bucket_ms` ending at `now_ms`.
+    /// Counts by state and the chart of `buckets` buckets of `bucket` ending at `now`.
     async fn overview(
         &self,
         tenant: &TenantId,
-        now_ms: i64,
-        bucket_ms: i64,
+        now: Timestamp,
+        bucket: Duration,
         buckets: u32,
     ) -> Result<Overview, LedgerError>;
     /// The related rows of an operation of the tenant (another tenant's: [`LedgerError::NotFound`]).
@@ -200,25 +203,21 @@ const LINKS: &str = "SELECT origin, created_at, expires_at, used_at FROM approva
 const TOOL_CALLS: &str = "SELECT provider, tool, at FROM tool_calls WHERE operation_id = $1 AND tenant_id = $2 \
      ORDER BY id LIMIT $3";
 
-/// A bound value of a page query.
-#[derive(Debug, Clone)]
-enum Arg {
-    Text(String),
-    Int(i64),
-}
-
 /// The page statement and its arguments, in placeholder order. Only the conditions asked for are
 /// in the text, so each shape gets its own plan (a `$n IS NULL OR …` pattern would defeat the
 /// indexes in a generic plan).
-fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>), LedgerError> {
+fn page_sql(
+    tenant: &TenantId,
+    q: &OperationQuery,
+) -> Result<(String, Vec<Arg<'static>>), LedgerError> {
     if q.limit == 0 || q.limit > CONSOLE_PAGE_MAX {
         return Err(LedgerError::Limit(super::LimitError::ConsolePageSize(
             CONSOLE_PAGE_MAX,
         )));
     }
-    let mut args = vec![Arg::Text(tenant.as_str().to_string())];
+    let mut args = vec![Arg::from(tenant.as_str().to_string())];
     let mut sql = String::from("SELECT * FROM operations WHERE tenant_id = $1");
-    fn push(sql: &mut String, args: &mut Vec<Arg>, cond: &str, arg: Arg) {
+    fn push(sql: &mut String, args: &mut Vec<Arg<'static>>, cond: &str, arg: Arg<'static>) {
         args.push(arg);
         sql.push_str(&cond.replace("$n", &format!("${}", args.len())));
     }
@@ -227,18 +226,23 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
             &mut sql,
             &mut args,
             " AND status = $n",
-            Arg::Text(status.as_str().to_string()),
+            Arg::from(status.as_str().to_string()),
         );
     }
     if let Some(from) = q.created_from_ms {
-        push(&mut sql, &mut args, " AND created_at >= $n", Arg::Int(from));
+        push(
+            &mut sql,
+            &mut args,
+            " AND created_at >= $n",
+            Arg::from(from),
+        );
     }
     if let Some(before) = q.created_before_ms {
         push(
             &mut sql,
             &mut args,
             " AND created_at < $n",
-            Arg::Int(before),
+            Arg::from(before),
         );
     }
     if let Some(search) = q.search.as_deref() {
@@ -247,13 +251,13 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
                 &mut sql,
                 &mut args,
                 " AND id = $n",
-                Arg::Text(id.as_str().to_string()),
+                Arg::from(id.as_str().to_string()),
             ),
             Err(_) => push(
                 &mut sql,
                 &mut args,
                 " AND (business_key = $n OR invoice = $n OR customer = $n OR external_ref = $n)",
-                Arg::Text(search.to_string()),
+                Arg::from(search.to_string()),
             ),
         }
     }
@@ -264,13 +268,13 @@ fn page_sql(tenant: &TenantId, q: &OperationQuery) -> Result<(String, Vec<Arg>),
             &mut sql,
             &mut args,
             " AND (created_at, id) < ($n",
-            Arg::Int(*created),
+            Arg::from(*created),
         );
         push(
             &mut sql,
             &mut args,
             ", $n)",
-            Arg::Text(id.as_str().to_string()),
+            Arg::from(id.as_str().to_string()),
         );
     }
     args.push(Arg::Int(i64::from(q.limit)));
@@ -286,24 +290,13 @@ pub fn page_statement(tenant: &TenantId, q: &OperationQuery) -> Result<String, L
     page_sql(tenant, q).map(|(sql, _)| sql)
 }
 
-fn corrupt(e: impl std::fmt::Display) -> LedgerError {
-    LedgerError::Corrupt(e.to_string())
-}
-
-fn decode_session<'r, R>(row: &'r R) -> Result<ConsoleSession, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let tenant: String = row.try_get("tenant_id")?;
+fn decode_session(row: &impl LedgerRow) -> Result<ConsoleSession, LedgerError> {
     Ok(ConsoleSession {
-        session_hash: row.try_get("session_hash")?,
-        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
-        key_id: row.try_get("key_id")?,
-        created_at_ms: row.try_get("created_at")?,
-        expires_at_ms: row.try_get("expires_at")?,
+        session_hash: row.get("session_hash")?,
+        tenant: row.get("tenant_id")?,
+        key_id: row.get("key_id")?,
+        created_at_ms: row.get("created_at")?,
+        expires_at_ms: row.get("expires_at")?,
     })
 }
 
@@ -326,27 +319,11 @@ fn tally(buckets: &mut [Bucket], bucket: i64, event: &str, to_status: &str, n: i
 }
 
 #[async_trait]
-impl<DB> ConsoleLedger for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB> + Decode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB> + Decode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> ConsoleLedger for Store<DB> {
     async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
-        sqlx::query(INSERT_SESSION)
-            .bind(&s.session_hash)
-            .bind(s.tenant.as_str())
-            .bind(&s.key_id)
-            .bind(s.created_at_ms)
-            .bind(s.expires_at_ms)
-            .execute(self.pool())
+        let stmt = Stmt::new(INSERT_SESSION).bind(s.session_hash.as_str());
+        let stmt = stmt.bind(&s.tenant).bind(s.key_id.as_str());
+        self.execute(stmt.bind(s.created_at_ms).bind(s.expires_at_ms))
             .await?;
         Ok(())
     }
@@ -354,23 +331,17 @@ where
     async fn session(
         &self,
         session_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<Option<ConsoleSession>, LedgerError> {
-        let row = sqlx::query(SELECT_SESSION)
-            .bind(session_hash)
-            .bind(now_ms)
-            .fetch_optional(self.pool())
-            .await?;
-        row.as_ref().map(decode_session).transpose()
+        let stmt = Stmt::new(SELECT_SESSION).bind(session_hash).bind(now);
+        self.first(stmt, decode_session).await
     }
 
-    async fn end_session(&self, session_hash: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        let done = sqlx::query(END_SESSION)
-            .bind(session_hash)
-            .bind(now_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+    async fn end_session(&self, session_hash: &str, now: Timestamp) -> Result<bool, LedgerError> {
+        Ok(self
+            .execute(Stmt::new(END_SESSION).bind(session_hash).bind(now))
+            .await?
+            == 1)
     }
 
     async fn page(
@@ -379,56 +350,36 @@ where
         q: &OperationQuery,
     ) -> Result<Vec<Operation>, LedgerError> {
         let (sql, args) = page_sql(tenant, q)?;
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for arg in args {
-            query = match arg {
-                Arg::Text(s) => query.bind(s),
-                Arg::Int(i) => query.bind(i),
-            };
-        }
-        let rows = query.fetch_all(self.pool()).await?;
-        rows.iter().map(decode_operation).collect()
+        self.all(Stmt::built(sql).bind_all(args), decode_operation)
+            .await
     }
 
     async fn overview(
         &self,
         tenant: &TenantId,
-        now_ms: i64,
-        bucket_ms: i64,
+        now: Timestamp,
+        bucket: Duration,
         buckets: u32,
     ) -> Result<Overview, LedgerError> {
-        let mut by_status = Vec::new();
-        for row in sqlx::query(COUNTS)
-            .bind(tenant.as_str())
-            .fetch_all(self.pool())
-            .await?
-        {
-            let status: String = row.try_get("status")?;
-            let status =
-                Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?;
-            by_status.push((status, row.try_get("n")?, row.try_get("oldest")?));
-        }
-        by_status.sort_by_key(|(s, _, _)| s.as_str());
-        let bucket_ms = bucket_ms.max(1);
-        let start = now_ms - bucket_ms * i64::from(buckets);
+        let mut by_status = self
+            .all(Stmt::new(COUNTS).bind(tenant), |row| {
+                Ok((row.get("status")?, row.get("n")?, row.get("oldest")?))
+            })
+            .await?;
+        by_status.sort_by_key(|(s, _, _): &(Status, _, _)| s.as_str());
+        let bucket = bucket.max(Duration::from_millis(1));
+        let start = now.saturating_sub_span(bucket * buckets);
         let mut chart = vec![Bucket::default(); buckets as usize];
-        for row in sqlx::query(CHART)
-            .bind(tenant.as_str())
-            .bind(start)
-            .bind(bucket_ms)
-            .bind(now_ms)
-            .fetch_all(self.pool())
-            .await?
-        {
-            let event: String = row.try_get("event")?;
-            let to_status: String = row.try_get("to_status")?;
-            tally(
-                &mut chart,
-                row.try_get("bucket")?,
-                &event,
-                &to_status,
-                row.try_get("n")?,
-            );
+        let stmt = Stmt::new(CHART).bind(tenant).bind(start).bind(bucket);
+        let counted = self
+            .all(stmt.bind(now), |row| {
+                let (event, to_status): (String, String) =
+                    (row.get("event")?, row.get("to_status")?);
+                Ok((row.get("bucket")?, event, to_status, row.get("n")?))
+            })
+            .await?;
+        for (at, event, to_status, n) in counted {
+            tally(&mut chart, at, &event, &to_status, n);
         }
         Ok(Overview {
             by_status,
@@ -437,73 +388,62 @@ where
     }
 
     async fn related(&self, tenant: &TenantId, id: &OperationId) -> Result<Related, LedgerError> {
-        sqlx::query(OWNED)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(self.pool())
+        self.first(Stmt::new(OWNED).bind(id).bind(tenant), |_| Ok(()))
             .await?
             .ok_or(LedgerError::NotFound)?;
-        let mut out = Related::default();
-        for r in sqlx::query(APPROVALS)
-            .bind(id.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
-        {
-            out.approvals.push(ApprovalRow {
-                id: r.try_get("id")?,
-                details_hash: r.try_get("details_hash")?,
-                approved_by: r.try_get("approved_by")?,
-                method: r.try_get("method")?,
-                approved_at_ms: r.try_get("approved_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
-                revoked_at_ms: r.try_get("revoked_at")?,
-            });
-        }
-        for r in sqlx::query(WEBHOOKS)
-            .bind(id.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
-        {
-            out.webhooks.push(WebhookRow {
-                processor: r.try_get("processor")?,
-                event_id: r.try_get("event_id")?,
-                event_type: r.try_get("event_type")?,
-                payload: r.try_get("payload")?,
-                received_at_ms: r.try_get("received_at")?,
-                applied_at_ms: r.try_get("applied_at")?,
-                outcome: r.try_get("outcome")?,
-            });
-        }
-        for r in sqlx::query(LINKS)
-            .bind(id.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
-        {
-            out.links.push(LinkRow {
-                origin: r.try_get("origin")?,
-                created_at_ms: r.try_get("created_at")?,
-                expires_at_ms: r.try_get("expires_at")?,
-                used_at_ms: r.try_get("used_at")?,
-            });
-        }
-        for r in sqlx::query(TOOL_CALLS)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .bind(RELATED_MAX)
-            .fetch_all(self.pool())
-            .await?
-        {
-            out.tool_calls.push(ToolCallRow {
-                provider: r.try_get("provider")?,
-                tool: r.try_get("tool")?,
-                at_ms: r.try_get("at")?,
-            });
-        }
-        Ok(out)
+        let of = |sql: &'static str| Stmt::new(sql).bind(id).bind(RELATED_MAX);
+        let tool_calls = Stmt::new(TOOL_CALLS)
+            .bind(id)
+            .bind(tenant)
+            .bind(RELATED_MAX);
+        Ok(Related {
+            approvals: self.all(of(APPROVALS), decode_approval).await?,
+            webhooks: self.all(of(WEBHOOKS), decode_webhook).await?,
+            links: self.all(of(LINKS), decode_link).await?,
+            tool_calls: self.all(tool_calls, decode_tool_call).await?,
+        })
     }
+}
+
+fn decode_approval(r: &impl LedgerRow) -> Result<ApprovalRow, LedgerError> {
+    Ok(ApprovalRow {
+        id: r.get("id")?,
+        details_hash: r.get("details_hash")?,
+        approved_by: r.get("approved_by")?,
+        method: r.get("method")?,
+        approved_at_ms: r.get("approved_at")?,
+        expires_at_ms: r.get("expires_at")?,
+        revoked_at_ms: r.get("revoked_at")?,
+    })
+}
+
+fn decode_webhook(r: &impl LedgerRow) -> Result<WebhookRow, LedgerError> {
+    Ok(WebhookRow {
+        processor: r.get("processor")?,
+        event_id: r.get("event_id")?,
+        event_type: r.get("event_type")?,
+        payload: r.get("payload")?,
+        received_at_ms: r.get("received_at")?,
+        applied_at_ms: r.get("applied_at")?,
+        outcome: r.get("outcome")?,
+    })
+}
+
+fn decode_link(r: &impl LedgerRow) -> Result<LinkRow, LedgerError> {
+    Ok(LinkRow {
+        origin: r.get("origin")?,
+        created_at_ms: r.get("created_at")?,
+        expires_at_ms: r.get("expires_at")?,
+        used_at_ms: r.get("used_at")?,
+    })
+}
+
+fn decode_tool_call(r: &impl LedgerRow) -> Result<ToolCallRow, LedgerError> {
+    Ok(ToolCallRow {
+        provider: r.get("provider")?,
+        tool: r.get("tool")?,
+        at_ms: r.get("at")?,
+    })
 }
 
 #[cfg(test)]
@@ -531,7 +471,7 @@ mod tests {
             &OperationQuery {
                 status: Some(Status::NeedsAttention),
                 search: Some("INV-1".into()),
-                after: Some((5, id)),
+                after: Some((Timestamp::from_millis(5), id)),
                 limit: 10,
                 ..Default::default()
             },

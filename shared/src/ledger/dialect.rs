@@ -1,14 +1,18 @@
 //! Everything that differs between the two stores, in one place: the [`Dialect`] trait. Postgres
 //! (`postgres.rs`) and SQLite (`sqlite.rs`) implement it; every other ledger module is generic
-//! over it and runs the same statements on both.
+//! over it and runs the same statements on both, needing nothing but `DB: Dialect` (running a
+//! statement and reading a row come with it: see the trait).
 //!
 //! What differs: the claim statement (`FOR UPDATE SKIP LOCKED` on Postgres), lease renewal (row
 //! locks in id order and `jsonb` on Postgres), the wake-up after an approval (`NOTIFY`/`LISTEN` on
 //! Postgres, in-process only on SQLite), the batched writes (marking submissions, recording
 //! outcomes, the sweep's lease expiries and found lookups: array statements on Postgres, one
-//! statement per item in one transaction on SQLite), the row lock of the over-refund guard (Postgres only), how a write's row count is read, and migrations
+//! statement per item in one transaction on SQLite), the row lock of the over-refund guard
+//! (Postgres only), how a write's row count is read (`RowCount`), and migrations
 //! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
 
+use super::row::LedgerRow;
+use super::statement::Driver;
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded};
 use crate::clock::Timestamp;
@@ -18,12 +22,12 @@ use std::time::Duration;
 
 /// A store's own statements and behaviour; see the module documentation for the list.
 ///
-/// Generic ledger code needs, besides `DB: Dialect`, that the driver can run statements on a
-/// connection and bind and read the column types the ledger uses (`i64`, `String`, their
-/// `Option`s, `&str`). Rust does not carry such `where` clauses from a trait to its users, so each
-/// generic `impl` block states them once (search for `LEDGER BOUNDS`).
+/// Ledger code needs nothing but `DB: Dialect`: running a `Stmt` comes
+/// from the `Driver` supertrait (whose one `impl` states the sqlx bounds) and reading a row from
+/// the `LedgerRow` bound on the row type; both are supertrait bounds, which Rust carries to every
+/// user of `Dialect` (a `where` clause it would not).
 #[async_trait]
-pub trait Dialect: sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
+pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// Store name (`postgres`, `sqlite`).
     const STORE: &'static str;
     /// Renews the leases in `$4` (a JSON array of ids) that `$1` holds unexpired at `$2`, until `$3`.
@@ -38,9 +42,6 @@ pub trait Dialect: sqlx::Database<Arguments: sqlx::IntoArguments<Self>> {
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
     /// the table's `claim` move (`moves.rs`).
     fn claim() -> &'static str;
-
-    /// Rows a write changed (sqlx has no driver-independent accessor).
-    fn rows_affected(done: &Self::QueryResult) -> u64;
 
     /// Waits until an approval may have made work ready, or `max_wait` passes.
     async fn wait_ready(store: &Store<Self>, max_wait: Duration);

@@ -3,12 +3,12 @@
 
 use super::dialect::Dialect;
 use super::record::decode_api_key;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{ApiKeyRecord, Keys, LedgerError, PAGE_MAX, RevokeKey, RotateKey, bounded};
 use crate::clock::Timestamp;
 use crate::id::TenantId;
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Type};
 use std::time::Duration;
 
 const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_id, key_hash, tenant_id, role, label, created_at, \
@@ -28,21 +28,10 @@ const TOUCH_API_KEY: &str = "UPDATE api_keys SET last_used_at = $2 WHERE key_id 
      AND (last_used_at IS NULL OR last_used_at <= $3)";
 
 #[async_trait]
-impl<DB> Keys for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Keys for Store<DB> {
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<(), LedgerError> {
-        insert_on::<DB>(&mut *self.pool.acquire().await?, key).await
+        self.execute(insert_key(key)).await?;
+        Ok(())
     }
 
     async fn find_api_key(
@@ -50,20 +39,13 @@ where
         key_hash: &str,
         now: Timestamp,
     ) -> Result<Option<ApiKeyRecord>, LedgerError> {
-        let row = sqlx::query(FIND_API_KEY)
-            .bind(key_hash)
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(decode_api_key).transpose()
+        let stmt = Stmt::new(FIND_API_KEY).bind(key_hash).bind(now);
+        self.first(stmt, decode_api_key).await
     }
 
     async fn api_key(&self, key_id: &str) -> Result<Option<ApiKeyRecord>, LedgerError> {
-        let row = sqlx::query(SELECT_API_KEY)
-            .bind(key_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(decode_api_key).transpose()
+        self.first(Stmt::new(SELECT_API_KEY).bind(key_id), decode_api_key)
+            .await
     }
 
     async fn list_api_keys(
@@ -71,12 +53,9 @@ where
         tenant: Option<&TenantId>,
         limit: u32,
     ) -> Result<Vec<ApiKeyRecord>, LedgerError> {
-        let rows = sqlx::query(LIST_API_KEYS)
-            .bind(tenant.map(TenantId::as_str))
-            .bind(i64::from(limit.min(PAGE_MAX)))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode_api_key).collect()
+        let stmt = Stmt::new(LIST_API_KEYS).bind(tenant.map(TenantId::as_str));
+        self.all(stmt.bind(i64::from(limit.min(PAGE_MAX))), decode_api_key)
+            .await
     }
 
     async fn revoke_api_key(
@@ -85,20 +64,14 @@ where
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
         let key_id = request.key_id;
-        let done = sqlx::query(REVOKE_API_KEY)
-            .bind(key_id)
-            .bind(now)
+        let stmt = Stmt::new(REVOKE_API_KEY).bind(key_id).bind(now);
+        let stmt = stmt
             .bind(bounded(request.revoked_by))
-            .bind(bounded(request.reason))
-            .execute(&self.pool)
-            .await?;
-        if DB::rows_affected(&done) == 1 {
+            .bind(bounded(request.reason));
+        if self.execute(stmt).await? == 1 {
             return Ok(true);
         }
-        match self.api_key(key_id).await? {
-            Some(_) => Ok(false),
-            None => Err(LedgerError::NotFound),
-        }
+        self.unchanged(key_id).await
     }
 
     async fn rotate_api_key(
@@ -112,21 +85,14 @@ where
             old_until,
         } = *request;
         let mut tx = self.pool.begin().await?;
-        let retired = sqlx::query(RETIRE_API_KEY)
+        let retire = Stmt::new(RETIRE_API_KEY)
             .bind(old_id)
-            .bind(new.key_id.as_str())
-            .bind(old_until)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        if DB::rows_affected(&retired) != 1 {
+            .bind(new.key_id.as_str());
+        if DB::execute(&mut *tx, retire.bind(old_until).bind(now)).await? != 1 {
             tx.rollback().await?;
-            return match self.api_key(old_id).await? {
-                Some(_) => Ok(false),
-                None => Err(LedgerError::NotFound),
-            };
+            return self.unchanged(old_id).await;
         }
-        insert_on::<DB>(&mut *tx, new).await?;
+        DB::execute(&mut *tx, insert_key(new)).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -137,40 +103,32 @@ where
         now: Timestamp,
         resolution: Duration,
     ) -> Result<(), LedgerError> {
-        sqlx::query(TOUCH_API_KEY)
-            .bind(key_id)
-            .bind(now)
-            .bind(now.saturating_sub_span(resolution))
-            .execute(&self.pool)
+        let stmt = Stmt::new(TOUCH_API_KEY).bind(key_id).bind(now);
+        self.execute(stmt.bind(now.saturating_sub_span(resolution)))
             .await?;
         Ok(())
     }
 }
 
-/// Inserts a key on a connection (pooled, or inside the rotation's transaction).
-async fn insert_on<DB>(conn: &mut DB::Connection, key: &ApiKeyRecord) -> Result<(), LedgerError>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
-    sqlx::query(INSERT_API_KEY)
+impl<DB: Dialect> Store<DB> {
+    /// What revoking or rotating a key that matched nothing answers: `Ok(false)` if the key
+    /// exists (nothing changed), else [`LedgerError::NotFound`].
+    async fn unchanged(&self, key_id: &str) -> Result<bool, LedgerError> {
+        match self.api_key(key_id).await? {
+            Some(_) => Ok(false),
+            None => Err(LedgerError::NotFound),
+        }
+    }
+}
+
+/// The statement that stores a key (on the pool, or inside the rotation's transaction).
+fn insert_key(key: &ApiKeyRecord) -> Stmt<'_> {
+    Stmt::new(INSERT_API_KEY)
         .bind(key.key_id.as_str())
         .bind(key.key_hash.as_str())
-        .bind(key.tenant.as_str())
+        .bind(&key.tenant)
         .bind(key.role.as_str())
         .bind(bounded(&key.label))
         .bind(key.created_at_ms)
-        // (sqlx encodes `Option` per driver, so the optional instant goes in as its integer.)
-        .bind(key.expires_at_ms.map(Timestamp::as_millis))
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+        .bind(key.expires_at_ms)
 }

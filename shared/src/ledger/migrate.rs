@@ -145,7 +145,7 @@ where
         sqlx::query(RECORD)
             .bind(*version)
             .bind(*name)
-            .bind(now)
+            .bind(now.as_millis())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

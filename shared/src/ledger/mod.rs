@@ -6,11 +6,13 @@
 //!
 //! Layout: `interface.rs` holds one trait per concern ([`Operations`], [`Refunds`],
 //! [`Inspection`], [`Approvals`], [`Queue`], [`Recovery`], [`Webhooks`], [`HintChecks`],
-//! [`ToolCalls`], [`Keys`])
-//! and [`Ledger`], all of them; each is implemented for [`Store`] in the module of the same name,
-//! with its SQL;
+//! [`ToolCalls`], [`Keys`]) and [`Ledger`], all of them; each is implemented for [`Store`] in the
+//! module of the same name, with its SQL (a state change is written where its trait method is
+//! implemented, through a `moves.rs` statement or `recovery.rs::write_plan`);
 //! `store.rs` holds the store itself and `dialect.rs` what differs between Postgres and SQLite;
-//! `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak.
+//! `statement.rs` (a `Stmt` and its `Arg`s, and the one place they meet sqlx)
+//! and `row.rs` (reading a row of either store) are the layer that keeps module code free of
+//! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak.
 
 mod approvals;
 pub mod console;
@@ -28,7 +30,9 @@ mod recovery;
 pub mod refunds;
 pub mod report;
 mod requests;
+mod row;
 pub mod sqlite;
+mod statement;
 mod store;
 mod tool_calls;
 mod values;

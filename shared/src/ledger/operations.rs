@@ -6,17 +6,18 @@ use super::dialect::Dialect;
 use super::moves::update;
 use super::record::{decode_event, decode_operation};
 use super::refunds::RefundRows;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
     OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, bounded, console,
 };
 use crate::clock::Timestamp;
-use crate::details::OperationKind;
+use crate::details::{DetailsHash, OperationKind};
 use crate::id::{IdempotencyKey, OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Event, Move, Status};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
 /// A new row starts in `awaiting_approval` with the `create` event (the one event with no
@@ -24,9 +25,9 @@ use std::sync::LazyLock;
 const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
      customer, payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
      available_at, last_event, last_actor, last_detail, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'awaiting_approval', 0, $13, $14, 'create', $15, NULL, $14, $14) \
+     VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11) \
      ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
-pub(crate) const SELECT_BY_BUSINESS_KEY: &str =
+const SELECT_BY_BUSINESS_KEY: &str =
     "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
@@ -50,19 +51,7 @@ const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS 
      MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 
 #[async_trait]
-impl<DB> Operations for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Operations for Store<DB> {
     fn store(&self) -> &'static str {
         DB::STORE
     }
@@ -82,57 +71,26 @@ where
         }
         let d = &new.details;
         let hash = d.hash();
-        let key = IdempotencyKey::derive(&new.id);
-        let row = sqlx::query(INSERT_OPERATION)
-            .bind(new.id.as_str())
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .bind(d.kind().as_str())
-            .bind(d.money().amount_minor())
-            .bind(d.money().currency().code())
-            .bind(d.customer())
-            .bind(d.payment_method())
-            .bind(d.invoice())
-            .bind(d.destination())
-            .bind(d.description())
-            .bind(hash.as_str())
-            .bind(key.as_str())
-            .bind(now)
-            .bind(bounded(&new.actor))
-            .fetch_optional(&self.pool)
-            .await?;
-        if let Some(row) = row {
+        let inserted = insert(INSERT_OPERATION, &new, &hash, now).bind(d.kind().as_str());
+        let inserted = inserted.bind(d.destination()).bind(d.description());
+        if let Some(operation) = self.first(inserted, decode_operation).await? {
             return Ok(Created {
-                operation: decode_operation(&row)?,
+                operation,
                 inserted: true,
             });
         }
-        let row = sqlx::query(SELECT_BY_BUSINESS_KEY)
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .fetch_optional(&self.pool)
+        let existing = self
+            .by_business_key(&new)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
-        let existing = decode_operation(&row)?;
-        if existing.details_hash != hash {
-            return Err(LedgerError::Conflict {
-                existing: existing.id,
-            });
-        }
-        Ok(Created {
-            operation: existing,
-            inserted: false,
-        })
+        existing.created_again(hash)
     }
 
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_BY_ID_IN_TENANT)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&self.pool)
+        let stmt = Stmt::new(SELECT_BY_ID_IN_TENANT).bind(id).bind(tenant);
+        self.first(stmt, decode_operation)
             .await?
-            .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
+            .ok_or(LedgerError::NotFound)
     }
 
     async fn events(
@@ -140,12 +98,8 @@ where
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = sqlx::query(SELECT_EVENTS_IN_TENANT)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode_event).collect()
+        let stmt = Stmt::new(SELECT_EVENTS_IN_TENANT).bind(id).bind(tenant);
+        self.all(stmt, decode_event).await
     }
 
     async fn cancel(
@@ -155,15 +109,13 @@ where
         actor: &str,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(CANCEL.as_str())
-            .bind(id.as_str())
-            .bind(tenant.as_str())
+        let stmt = Stmt::new(CANCEL.as_str())
+            .bind(id)
+            .bind(tenant)
             .bind(now)
-            .bind(bounded(actor))
-            .fetch_optional(&self.pool)
-            .await?;
-        match row {
-            Some(row) => decode_operation(&row),
+            .bind(bounded(actor));
+        match self.first(stmt, decode_operation).await? {
+            Some(cancelled) => Ok(cancelled),
             None => {
                 let current = self.get(tenant, id).await?;
                 if current.status == Status::Cancelled {
@@ -189,56 +141,85 @@ where
     }
 
     async fn ping(&self) -> Result<(), LedgerError> {
-        sqlx::query(PING).execute(&self.pool).await?;
+        self.execute(Stmt::new(PING)).await?;
         Ok(())
     }
 
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {
-        let rows = sqlx::query(COUNT_BY_STATUS).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                let s: String = r.try_get("status")?;
-                Ok(StatusCount {
-                    status: Status::parse(&s)
-                        .ok_or_else(|| LedgerError::Corrupt(format!("unknown status {s}")))?,
-                    count: r.try_get("n")?,
-                    oldest_updated_at_ms: r.try_get("oldest")?,
-                    oldest_submitted_at_ms: r.try_get("oldest_submitted")?,
-                })
+        self.all(Stmt::new(COUNT_BY_STATUS), |r| {
+            Ok(StatusCount {
+                status: r.get("status")?,
+                count: r.get("n")?,
+                oldest_updated_at_ms: r.get("oldest")?,
+                oldest_submitted_at_ms: r.get("oldest_submitted")?,
             })
-            .collect()
+        })
+        .await
+    }
+}
+
+/// `$1`–`$12` of both inserts (this module's `INSERT_OPERATION`, the refund guard's
+/// `INSERT_REFUND`): id, tenant, business key, amount, currency, customer, payment method, invoice,
+/// details hash, idempotency key, the instant and the actor.
+pub(crate) fn insert<'a>(
+    sql: &'static str,
+    new: &'a NewOperation,
+    hash: &'a DetailsHash,
+    now: Timestamp,
+) -> Stmt<'a> {
+    let (d, key) = (&new.details, IdempotencyKey::derive(&new.id));
+    let stmt = Stmt::new(sql).bind(&new.id).bind(&new.tenant);
+    let stmt = stmt
+        .bind(new.business_key.as_str())
+        .bind(d.money().amount_minor());
+    let stmt = stmt.bind(d.money().currency().code()).bind(d.customer());
+    let stmt = stmt
+        .bind(d.payment_method())
+        .bind(d.invoice())
+        .bind(hash.as_str());
+    stmt.bind(key.as_str().to_string())
+        .bind(now)
+        .bind(bounded(&new.actor))
+}
+
+impl<DB: Dialect> Store<DB> {
+    /// The operation a new one's business key already names in its tenant, if any.
+    pub(crate) async fn by_business_key(
+        &self,
+        new: &NewOperation,
+    ) -> Result<Option<Operation>, LedgerError> {
+        let stmt = Stmt::new(SELECT_BY_BUSINESS_KEY)
+            .bind(&new.tenant)
+            .bind(new.business_key.as_str());
+        self.first(stmt, decode_operation).await
+    }
+}
+
+impl Operation {
+    /// What create-or-get answers when the business key already names this operation: it, if the
+    /// details are the same (`hash`), else [`LedgerError::Conflict`].
+    pub(crate) fn created_again(self, hash: DetailsHash) -> Result<Created, LedgerError> {
+        if self.details_hash != hash {
+            return Err(LedgerError::Conflict { existing: self.id });
+        }
+        Ok(Created {
+            operation: self,
+            inserted: false,
+        })
     }
 }
 
 #[async_trait]
-impl<DB> Inspection for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Inspection for Store<DB> {
     async fn get_unscoped(&self, id: &OperationId) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
+        self.first(Stmt::new(SELECT_BY_ID).bind(id), decode_operation)
             .await?
-            .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
+            .ok_or(LedgerError::NotFound)
     }
 
     async fn events_unscoped(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError> {
-        let rows = sqlx::query(SELECT_EVENTS)
-            .bind(id.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode_event).collect()
+        self.all(Stmt::new(SELECT_EVENTS).bind(id), decode_event)
+            .await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError> {
@@ -252,20 +233,16 @@ where
         };
         let mut all = Vec::new();
         for status in statuses {
-            let rows = sqlx::query(LIST)
+            let stmt = Stmt::new(LIST)
                 .bind(status.as_str())
                 .bind(
                     filter
                         .updated_before_ms
                         .unwrap_or(Timestamp::from_millis(i64::MAX)),
                 )
-                .bind(filter.tenant.as_ref().map(|t| t.as_str().to_string()))
-                .bind(i64::from(filter.limit))
-                .fetch_all(&self.pool)
-                .await?;
-            for r in &rows {
-                all.push(decode_operation(r)?);
-            }
+                .bind(filter.tenant.as_ref().map(TenantId::as_str))
+                .bind(i64::from(filter.limit));
+            all.extend(self.all(stmt, decode_operation).await?);
         }
         all.sort_by_key(|o| (o.updated_at_ms, o.id.clone()));
         all.truncate(filter.limit as usize);

@@ -4,6 +4,7 @@ use super::dialect::Dialect;
 use super::moves::{legal, status_in};
 use super::queue::record_on;
 use super::recovery::{expiry_detail, found_detail};
+use super::statement::RowCount;
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -233,6 +234,12 @@ async fn still_in_transaction(conn: &mut sqlx::PgConnection) -> bool {
     }
 }
 
+impl RowCount for PgQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
 #[async_trait]
 impl Dialect for Postgres {
     const STORE: &'static str = "postgres";
@@ -242,10 +249,6 @@ impl Dialect for Postgres {
 
     fn claim() -> &'static str {
         CLAIM.as_str()
-    }
-
-    fn rows_affected(done: &PgQueryResult) -> u64 {
-        done.rows_affected()
     }
 
     async fn wait_ready(store: &PostgresLedger, max_wait: Duration) {
@@ -280,8 +283,8 @@ impl Dialect for Postgres {
             .bind(&attempts)
             .bind(&submitted)
             .bind(&details)
-            .bind(now)
-            .bind(request.next_check_at)
+            .bind(now.as_millis())
+            .bind(request.next_check_at.as_millis())
             .bind(bounded(request.actor))
             .fetch_all(&store.pool)
             .await?;
@@ -323,7 +326,7 @@ impl Dialect for Postgres {
             .bind(&results)
             .bind(&details)
             .bind(bounded(request.source))
-            .bind(now)
+            .bind(now.as_millis())
             .fetch_all(&store.pool)
             .await?;
         let mut recorded = vec![false; request.found.len()];
@@ -354,7 +357,7 @@ async fn mark_submitting(
     let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING)
         .bind(&ids)
         .bind(&attempts)
-        .bind(now)
+        .bind(now.as_millis())
         .fetch_all(pool)
         .await?;
     let marked: HashSet<&str> = marked.iter().map(String::as_str).collect();
@@ -407,7 +410,7 @@ async fn record_batch(
             .bind(&references)
             .bind(&results)
             .bind(bounded(actor))
-            .bind(now)
+            .bind(now.as_millis())
     };
     if others.is_empty() {
         if !ids.is_empty() {

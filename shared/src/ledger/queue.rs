@@ -5,6 +5,8 @@
 use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LedgerError, LimitError, Operation, Queue,
@@ -14,7 +16,6 @@ use crate::clock::Timestamp;
 use crate::id::OperationId;
 use crate::state::{Event, Status};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -128,19 +129,7 @@ static RECORD_ATTENTION: LazyLock<String> = LazyLock::new(|| {
 });
 
 #[async_trait]
-impl<DB> Queue for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Queue for Store<DB> {
     async fn claim(
         &self,
         owner: &str,
@@ -154,14 +143,9 @@ where
         if lease_ttl.as_millis() == 0 {
             return Err(LimitError::LeaseTtl.into());
         }
-        let rows = sqlx::query(DB::claim())
-            .bind(now)
-            .bind(i64::from(batch))
-            .bind(owner)
-            .bind(now + lease_ttl)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode_operation).collect()
+        let stmt = Stmt::new(DB::claim()).bind(now).bind(i64::from(batch));
+        self.all(stmt.bind(owner).bind(now + lease_ttl), decode_operation)
+            .await
     }
 
     async fn renew(
@@ -176,21 +160,10 @@ where
         }
         let ids: Vec<&str> = held.iter().map(|id| id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-        let rows = sqlx::query(DB::RENEW)
-            .bind(owner)
-            .bind(now)
-            .bind(now + lease_ttl)
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.try_get("id")?;
-                let id =
-                    OperationId::parse(&id).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-                Ok((id, r.try_get("attempt")?))
-            })
-            .collect()
+        let stmt = Stmt::new(DB::RENEW).bind(owner).bind(now);
+        let stmt = stmt.bind(now + lease_ttl).bind(ids);
+        self.all(stmt, |r| Ok((r.get("id")?, r.get("attempt")?)))
+            .await
     }
 
     async fn mark_submitting(
@@ -207,14 +180,8 @@ where
     async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError> {
         // At most one of the two matches: they split on whether anything was ever submitted.
         for statement in [&RELEASE, &RELEASE_SUBMITTED] {
-            let done = sqlx::query(statement.as_str())
-                .bind(fence.id.as_str())
-                .bind(fence.attempt)
-                .bind(now)
-                .bind(bounded(actor))
-                .execute(&self.pool)
-                .await?;
-            if DB::rows_affected(&done) == 1 {
+            let stmt = fence.stmt(statement.as_str()).bind(now);
+            if self.execute(stmt.bind(bounded(actor))).await? == 1 {
                 return Ok(());
             }
         }
@@ -229,7 +196,7 @@ where
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
         let mut conn = self.pool.acquire().await?;
-        record_on(&mut *conn, fence, outcome, actor, now).await
+        record_on::<DB>(&mut *conn, fence, outcome, actor, now).await
     }
 
     async fn record_batch(
@@ -250,6 +217,14 @@ where
     }
 }
 
+impl<DB: Dialect> Store<DB> {
+    /// Runs a write fenced by `fence`: `Ok` if it changed its one row, else
+    /// [`LedgerError::Fenced`].
+    pub(crate) async fn fenced(&self, stmt: Stmt<'_>, fence: &Fence) -> Result<(), LedgerError> {
+        fenced(self.execute(stmt).await?, fence)
+    }
+}
+
 /// `Ok` if a fenced write changed its one row, else [`LedgerError::Fenced`].
 pub(crate) fn fenced(rows: u64, fence: &Fence) -> Result<(), LedgerError> {
     if rows == 1 { Ok(()) } else { Err(lost(fence)) }
@@ -265,31 +240,19 @@ pub(crate) fn lost(fence: &Fence) -> LedgerError {
 
 /// Records one fenced outcome on a connection (pooled, or inside a batch's transaction). An
 /// outcome that would hide an earlier submission is written as its [`fallback`] instead.
-pub(crate) async fn record_on<DB>(
+pub(crate) async fn record_on<DB: Dialect>(
     conn: &mut DB::Connection,
     fence: &Fence,
     outcome: &Recorded,
     actor: &str,
     now: Timestamp,
-) -> Result<Operation, LedgerError>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+) -> Result<Operation, LedgerError> {
     let actor = bounded(actor);
-    let mut row = write_outcome(&mut *conn, fence, outcome, &actor, now).await?;
+    let mut row = write_outcome::<DB>(&mut *conn, fence, outcome, &actor, now).await?;
     if row.is_none()
         && let Some(instead) = fallback(outcome, now)
     {
-        row = write_outcome(&mut *conn, fence, &instead, &actor, now).await?;
+        row = write_outcome::<DB>(&mut *conn, fence, &instead, &actor, now).await?;
     }
     match row {
         Some(row) => decode_operation(&row),
@@ -320,31 +283,15 @@ fn fallback(outcome: &Recorded, now: Timestamp) -> Option<Recorded> {
 }
 
 /// Runs `outcome`'s one statement; `None` when it matched no row.
-async fn write_outcome<DB>(
+async fn write_outcome<DB: Dialect>(
     conn: &mut DB::Connection,
     fence: &Fence,
     outcome: &Recorded,
     actor: &str,
     now: Timestamp,
-) -> Result<Option<DB::Row>, LedgerError>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
-    let fence = |statement: &'static LazyLock<String>| {
-        sqlx::query::<DB>(statement.as_str())
-            .bind(fence.id.as_str())
-            .bind(fence.attempt)
-    };
-    let query = match outcome {
+) -> Result<Option<DB::Row>, LedgerError> {
+    let fence = |statement: &'static LazyLock<String>| fence.stmt(statement.as_str());
+    let stmt = match outcome {
         Recorded::Succeeded { reference, result } => fence(&RECORD_SUCCEEDED)
             .bind(reference.as_str())
             .bind(result.to_string())
@@ -392,7 +339,7 @@ where
             .bind(actor)
             .bind(now),
     };
-    Ok(query.fetch_optional(&mut *conn).await?)
+    DB::fetch_optional(conn, stmt).await
 }
 
 #[cfg(test)]

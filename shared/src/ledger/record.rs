@@ -1,14 +1,12 @@
 //! Rows as the ledger returns them, decoded from either store.
 
 use super::LedgerError;
+use super::row::{LedgerRow, corrupt};
 use crate::clock::Timestamp;
 use crate::details::{Details, DetailsHash, RawDetails, RawRefundOf};
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::state::Status;
 use serde::Serialize;
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 
 /// One intended action, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -224,31 +222,21 @@ impl ApiKeyRecord {
 }
 
 /// Decodes an `api_keys` row from either store.
-pub(crate) fn decode_api_key<'r, R>(row: &'r R) -> Result<ApiKeyRecord, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let s = |c: &'static str| row.try_get::<String, _>(c);
-    let os = |c: &'static str| row.try_get::<Option<String>, _>(c);
-    let ot = |c: &'static str| row.try_get::<Option<Timestamp>, _>(c);
-    let tenant = s("tenant_id")?;
-    let role = s("role")?;
+pub(crate) fn decode_api_key(row: &impl LedgerRow) -> Result<ApiKeyRecord, LedgerError> {
+    let role: String = row.get("role")?;
     Ok(ApiKeyRecord {
-        key_id: s("key_id")?,
-        key_hash: s("key_hash")?,
-        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+        key_id: row.get("key_id")?,
+        key_hash: row.get("key_hash")?,
+        tenant: row.get("tenant_id")?,
         role: Role::parse(&role).ok_or_else(|| corrupt(format!("role {role}")))?,
-        label: s("label")?,
-        created_at_ms: row.try_get("created_at")?,
-        expires_at_ms: ot("expires_at")?,
-        revoked_at_ms: ot("revoked_at")?,
-        revoked_by: os("revoked_by")?,
-        revoked_reason: os("revoked_reason")?,
-        replaced_by: os("replaced_by")?,
-        last_used_at_ms: ot("last_used_at")?,
+        label: row.get("label")?,
+        created_at_ms: row.get("created_at")?,
+        expires_at_ms: row.get("expires_at")?,
+        revoked_at_ms: row.get("revoked_at")?,
+        revoked_by: row.get("revoked_by")?,
+        revoked_reason: row.get("revoked_reason")?,
+        replaced_by: row.get("replaced_by")?,
+        last_used_at_ms: row.get("last_used_at")?,
     })
 }
 
@@ -266,130 +254,66 @@ pub struct StatusCount {
     pub oldest_submitted_at_ms: Option<Timestamp>,
 }
 
-// An instant is stored as the `BIGINT` (`INTEGER` in SQLite) of its milliseconds since the epoch:
-// these three impls are the one place it crosses into and out of SQL.
-impl<DB: Database> Type<DB> for Timestamp
-where
-    i64: Type<DB>,
-{
-    fn type_info() -> DB::TypeInfo {
-        <i64 as Type<DB>>::type_info()
-    }
-    fn compatible(ty: &DB::TypeInfo) -> bool {
-        <i64 as Type<DB>>::compatible(ty)
-    }
-}
-
-impl<'q, DB: Database> Encode<'q, DB> for Timestamp
-where
-    i64: Encode<'q, DB>,
-{
-    fn encode_by_ref(
-        &self,
-        buf: &mut <DB as Database>::ArgumentBuffer,
-    ) -> Result<IsNull, BoxDynError> {
-        self.as_millis().encode_by_ref(buf)
-    }
-}
-
-impl<'r, DB: Database> Decode<'r, DB> for Timestamp
-where
-    i64: Decode<'r, DB>,
-{
-    fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
-        Ok(Timestamp::from_millis(i64::decode(value)?))
-    }
-}
-
-fn corrupt(e: impl std::fmt::Display) -> LedgerError {
-    LedgerError::Corrupt(e.to_string())
-}
-
 /// Decodes an `operations` row from either store.
-pub(crate) fn decode_operation<'r, R>(row: &'r R) -> Result<Operation, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let s = |c: &'static str| row.try_get::<String, _>(c);
-    let os = |c: &'static str| row.try_get::<Option<String>, _>(c);
-    let i = |c: &'static str| row.try_get::<i64, _>(c);
-    let oi = |c: &'static str| row.try_get::<Option<i64>, _>(c);
-    let t = |c: &'static str| row.try_get::<Timestamp, _>(c);
-    let ot = |c: &'static str| row.try_get::<Option<Timestamp>, _>(c);
+pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, LedgerError> {
+    let text = |c: &'static str| row.get::<Option<String>>(c);
     let raw = RawDetails {
-        kind: s("kind")?,
-        amount: i("amount_minor")?,
-        currency: s("currency")?,
-        customer: s("customer")?,
-        payment_method: s("payment_method")?,
-        invoice: s("invoice")?,
-        destination: os("destination")?,
-        description: os("description")?,
-        refund_of: match os("refund_of")? {
+        kind: row.get("kind")?,
+        amount: row.get("amount_minor")?,
+        currency: row.get("currency")?,
+        customer: row.get("customer")?,
+        payment_method: row.get("payment_method")?,
+        invoice: row.get("invoice")?,
+        destination: text("destination")?,
+        description: text("description")?,
+        refund_of: match text("refund_of")? {
             None => None,
             Some(payment_operation) => Some(RawRefundOf {
                 payment_operation,
-                payment_reference: os("refund_payment_reference")?.unwrap_or_default(),
-                reason: os("refund_reason")?.unwrap_or_default(),
+                payment_reference: text("refund_payment_reference")?.unwrap_or_default(),
+                reason: text("refund_reason")?.unwrap_or_default(),
             }),
         },
     };
-    let status_raw = s("status")?;
     Ok(Operation {
-        id: OperationId::parse(&s("id")?).map_err(corrupt)?,
-        tenant: TenantId::parse(&s("tenant_id")?).map_err(corrupt)?,
-        business_key: BusinessKey::parse(&s("business_key")?).map_err(corrupt)?,
+        id: row.get("id")?,
+        tenant: row.get("tenant_id")?,
+        business_key: row.parse("business_key", BusinessKey::parse)?,
         details: Details::parse(&raw).map_err(corrupt)?,
-        details_hash: DetailsHash::parse(&s("details_hash")?).map_err(corrupt)?,
-        status: Status::parse(&status_raw)
-            .ok_or_else(|| corrupt(format!("unknown status {status_raw}")))?,
-        attempt: i("attempt")?,
-        lease_owner: os("lease_owner")?,
-        lease_expires_at_ms: ot("lease_expires_at")?,
-        idempotency_key: IdempotencyKey::parse(&s("idempotency_key")?).map_err(corrupt)?,
-        first_submitted_at_ms: ot("first_submitted_at")?,
-        first_submitted_attempt: oi("first_submitted_attempt")?,
-        last_submitted_at_ms: ot("last_submitted_at")?,
-        submit_count: i("submit_count")?,
-        external_ref: os("external_ref")?,
-        result: os("result")?
-            .map(|r| serde_json::from_str(&r))
-            .transpose()
-            .map_err(corrupt)?,
-        failure_code: os("failure_code")?,
-        failure_message: os("failure_message")?,
-        available_at_ms: t("available_at")?,
-        next_check_at_ms: ot("next_check_at")?,
-        check_count: i("check_count")?,
-        approved_hash: os("approved_hash")?
-            .map(|h| DetailsHash::parse(&h))
-            .transpose()
-            .map_err(corrupt)?,
-        approved_by: os("approved_by")?,
-        approval_expires_at_ms: ot("approval_expires_at")?,
-        created_at_ms: t("created_at")?,
-        updated_at_ms: t("updated_at")?,
+        details_hash: row.parse("details_hash", DetailsHash::parse)?,
+        status: row.get("status")?,
+        attempt: row.get("attempt")?,
+        lease_owner: row.get("lease_owner")?,
+        lease_expires_at_ms: row.get("lease_expires_at")?,
+        idempotency_key: row.parse("idempotency_key", IdempotencyKey::parse)?,
+        first_submitted_at_ms: row.get("first_submitted_at")?,
+        first_submitted_attempt: row.get("first_submitted_attempt")?,
+        last_submitted_at_ms: row.get("last_submitted_at")?,
+        submit_count: row.get("submit_count")?,
+        external_ref: row.get("external_ref")?,
+        result: row.get("result")?,
+        failure_code: row.get("failure_code")?,
+        failure_message: row.get("failure_message")?,
+        available_at_ms: row.get("available_at")?,
+        next_check_at_ms: row.get("next_check_at")?,
+        check_count: row.get("check_count")?,
+        approved_hash: row.get("approved_hash")?,
+        approved_by: row.get("approved_by")?,
+        approval_expires_at_ms: row.get("approval_expires_at")?,
+        created_at_ms: row.get("created_at")?,
+        updated_at_ms: row.get("updated_at")?,
     })
 }
 
 /// Decodes an `operation_events` row.
-pub(crate) fn decode_event<'r, R>(row: &'r R) -> Result<OperationEvent, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
+pub(crate) fn decode_event(row: &impl LedgerRow) -> Result<OperationEvent, LedgerError> {
     Ok(OperationEvent {
-        at_ms: row.try_get("at")?,
-        event: row.try_get("event")?,
-        actor: row.try_get("actor")?,
-        from_status: row.try_get("from_status")?,
-        to_status: row.try_get("to_status")?,
-        attempt: row.try_get("attempt")?,
-        detail: row.try_get("detail")?,
+        at_ms: row.get("at")?,
+        event: row.get("event")?,
+        actor: row.get("actor")?,
+        from_status: row.get("from_status")?,
+        to_status: row.get("to_status")?,
+        attempt: row.get("attempt")?,
+        detail: row.get("detail")?,
     })
 }

@@ -7,6 +7,8 @@ use super::moves::{legal, update};
 use super::queue::{fenced, lost};
 use super::record::decode_operation;
 use super::report::{Plan, REPORT_RETRIES_MAX, plan_report, plan_resolution};
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Applied, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpireLeases, ExpiredLease,
@@ -17,7 +19,6 @@ use crate::clock::Timestamp;
 use crate::id::OperationId;
 use crate::state::{Event, Move, Status, transition};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -106,41 +107,23 @@ fn sweep_page(limit: u32) -> Result<i64, LedgerError> {
 }
 
 #[async_trait]
-impl<DB> Recovery for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Recovery for Store<DB> {
     async fn expired_leases(
         &self,
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<ExpiredLease>, LedgerError> {
-        let rows = sqlx::query(EXPIRED_LEASES)
-            .bind(now)
-            .bind(sweep_page(limit)?)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.try_get("id")?;
-                Ok(ExpiredLease {
-                    id: OperationId::parse(&id).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-                    attempt: r.try_get("attempt")?,
-                    lease_owner: r.try_get("lease_owner")?,
-                    lease_expires_at_ms: r.try_get("lease_expires_at")?,
-                    submitted: r.try_get::<Option<i64>, _>("first_submitted_at")?.is_some(),
-                })
+        let stmt = Stmt::new(EXPIRED_LEASES).bind(now).bind(sweep_page(limit)?);
+        self.all(stmt, |r| {
+            Ok(ExpiredLease {
+                id: r.get("id")?,
+                attempt: r.get("attempt")?,
+                lease_owner: r.get("lease_owner")?,
+                lease_expires_at_ms: r.get("lease_expires_at")?,
+                submitted: r.get::<Option<i64>>("first_submitted_at")?.is_some(),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn expire_lease(
@@ -156,20 +139,16 @@ where
             (&EXPIRE_UNSUBMITTED, Event::LeaseExpiredUnsubmitted)
         };
         let to = transition(Status::Executing, event)?;
-        let done = sqlx::query(statement.as_str())
-            .bind(lease.id.as_str())
-            .bind(lease.attempt)
-            .bind(now)
-            .bind(bounded(request.actor))
-            .bind(detail)
-            .bind(request.next_check_at)
-            .execute(&self.pool)
-            .await?;
         let fence = Fence {
             id: lease.id.clone(),
             attempt: lease.attempt,
         };
-        fenced(DB::rows_affected(&done), &fence)?;
+        let stmt = fence.stmt(statement.as_str()).bind(now);
+        let stmt = stmt.bind(bounded(request.actor)).bind(detail);
+        fenced(
+            self.execute(stmt.bind(request.next_check_at)).await?,
+            &fence,
+        )?;
         Ok(to)
     }
 
@@ -189,12 +168,8 @@ where
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<Operation>, LedgerError> {
-        let rows = sqlx::query(DUE_FOR_CHECK)
-            .bind(now)
-            .bind(sweep_page(limit)?)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode_operation).collect()
+        let stmt = Stmt::new(DUE_FOR_CHECK).bind(now).bind(sweep_page(limit)?);
+        self.all(stmt, decode_operation).await
     }
 
     async fn defer_check(
@@ -202,16 +177,11 @@ where
         request: &DeferCheck<'_>,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let done = sqlx::query(DEFER_CHECK)
-            .bind(request.fence.id.as_str())
-            .bind(request.fence.attempt)
-            .bind(request.next_check_at)
+        let stmt = request.fence.stmt(DEFER_CHECK).bind(request.next_check_at);
+        let stmt = stmt
             .bind(bounded(request.detail))
-            .bind(bounded(request.actor))
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        fenced(DB::rows_affected(&done), request.fence)
+            .bind(bounded(request.actor));
+        self.fenced(stmt.bind(now), request.fence).await
     }
 
     async fn claim_unknown(
@@ -219,29 +189,22 @@ where
         request: &ClaimUnknown<'_>,
         now: Timestamp,
     ) -> Result<Claimed, LedgerError> {
-        let row = sqlx::query(CLAIM_UNKNOWN.as_str())
-            .bind(request.fence.id.as_str())
-            .bind(request.fence.attempt)
-            .bind(request.owner)
-            .bind(now + request.lease_ttl)
-            .bind(now)
-            .bind(bounded(request.why))
-            .fetch_optional(&self.pool)
+        let stmt = request
+            .fence
+            .stmt(CLAIM_UNKNOWN.as_str())
+            .bind(request.owner);
+        let stmt = stmt.bind(now + request.lease_ttl).bind(now);
+        self.first(stmt.bind(bounded(request.why)), decode_operation)
             .await?
-            .ok_or_else(|| lost(request.fence))?;
-        decode_operation(&row)
+            .ok_or_else(|| lost(request.fence))
     }
 
     async fn escalate(&self, request: &Escalate<'_>, now: Timestamp) -> Result<(), LedgerError> {
-        let done = sqlx::query(ESCALATE_UNKNOWN.as_str())
-            .bind(request.fence.id.as_str())
-            .bind(request.fence.attempt)
+        let stmt = request.fence.stmt(ESCALATE_UNKNOWN.as_str());
+        let stmt = stmt
             .bind(bounded(request.reason))
-            .bind(bounded(request.actor))
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        fenced(DB::rows_affected(&done), request.fence)
+            .bind(bounded(request.actor));
+        self.fenced(stmt.bind(now), request.fence).await
     }
 
     async fn apply_report(
@@ -302,25 +265,18 @@ where
         ttl: Duration,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(TRY_MAINTENANCE_LEASE)
+        let stmt = Stmt::new(TRY_MAINTENANCE_LEASE)
             .bind(lease.name)
-            .bind(lease.owner)
-            .bind(now + ttl)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+            .bind(lease.owner);
+        Ok(self.execute(stmt.bind(now + ttl).bind(now)).await? == 1)
     }
 
     async fn drop_maintenance_lease(
         &self,
         lease: &MaintenanceLease<'_>,
     ) -> Result<(), LedgerError> {
-        sqlx::query(DROP_MAINTENANCE_LEASE)
-            .bind(lease.name)
-            .bind(lease.owner)
-            .execute(&self.pool)
-            .await?;
+        let stmt = Stmt::new(DROP_MAINTENANCE_LEASE).bind(lease.name);
+        self.execute(stmt.bind(lease.owner)).await?;
         Ok(())
     }
 }
@@ -341,43 +297,34 @@ pub(crate) fn found_detail(source: &str, reference: &str) -> String {
 /// Writes a planned report or resolution, fenced by the status and attempt it was planned
 /// from, to the state the table gives for the plan's event: `Some(applied)` when written (or
 /// nothing to write), `None` when a racing writer won.
-async fn write_plan<DB>(
+async fn write_plan<DB: Dialect>(
     store: &Store<DB>,
     current: &Operation,
     plan: Plan,
     actor: &str,
     now: Timestamp,
-) -> Result<Option<Applied>, LedgerError>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
-    let pool = &store.pool;
+) -> Result<Option<Applied>, LedgerError> {
     let actor = bounded(actor);
-    let id = current.id.as_str();
-    let moved = |event: Event| Move::new(&[current.status], event);
-    let row = match plan {
+    // Every move below: `$1` id, `$2` attempt and `$3` state as planned from, `$4` to, `$5` event.
+    let planned = |sql: &'static str, event: Event| -> Result<Stmt<'_>, LedgerError> {
+        let mv = Move::new(&[current.status], event)?;
+        Ok(Stmt::new(sql)
+            .bind(&current.id)
+            .bind(current.attempt)
+            .bind(current.status.as_str())
+            .bind(mv.to.as_str())
+            .bind(mv.event.as_str()))
+    };
+    let (stmt, applied) = match plan {
         Plan::Nothing(applied) => return Ok(Some(applied)),
         Plan::Note {
             event,
             detail,
             applied,
         } => {
-            sqlx::query(NOTE)
-                .bind(id)
-                .bind(now)
-                .bind(event)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .execute(pool)
+            let note = Stmt::new(NOTE).bind(&current.id).bind(now).bind(event);
+            store
+                .execute(note.bind(actor.as_str()).bind(bounded(&detail)))
                 .await?;
             return Ok(Some(applied));
         }
@@ -388,21 +335,12 @@ where
             detail,
             applied,
         } => {
-            let mv = moved(event)?;
-            sqlx::query(SET_SUCCEEDED)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
-                .bind(reference)
-                .bind(result.map(|r| r.to_string()))
-                .bind(now)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .fetch_optional(pool)
-                .await?
-                .map(|_| applied)
+            let result = result.map(|r| r.to_string());
+            let stmt = planned(SET_SUCCEEDED, event)?.bind(reference).bind(result);
+            (
+                stmt.bind(now).bind(actor.as_str()).bind(bounded(&detail)),
+                applied,
+            )
         }
         Plan::Fail {
             event,
@@ -412,55 +350,25 @@ where
             detail,
             applied,
         } => {
-            let mv = moved(event)?;
-            sqlx::query(SET_FAILED)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
+            let stmt = planned(SET_FAILED, event)?
                 .bind(reference)
-                .bind(bounded(&code))
-                .bind(bounded(&message))
-                .bind(now)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .fetch_optional(pool)
-                .await?
-                .map(|_| applied)
+                .bind(bounded(&code));
+            let stmt = stmt.bind(bounded(&message)).bind(now).bind(actor.as_str());
+            (stmt.bind(bounded(&detail)), applied)
         }
         Plan::Conflict { detail, applied } => {
-            let mv = moved(Event::ConflictingReport)?;
-            sqlx::query(SET_CONFLICT)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
-                .bind(bounded(&detail))
-                .bind(now)
-                .bind(actor.as_str())
-                .fetch_optional(pool)
-                .await?
-                .map(|_| applied)
+            let stmt = planned(SET_CONFLICT, Event::ConflictingReport)?.bind(bounded(&detail));
+            (stmt.bind(now).bind(actor.as_str()), applied)
         }
         Plan::Retry { detail } => {
-            let mv = moved(Event::ResolveRetry)?;
-            sqlx::query(SET_RETRY)
-                .bind(id)
-                .bind(current.attempt)
-                .bind(current.status.as_str())
-                .bind(mv.to.as_str())
-                .bind(mv.event.as_str())
+            let to = transition(current.status, Event::ResolveRetry)?;
+            let stmt = planned(SET_RETRY, Event::ResolveRetry)?
                 .bind(now)
-                .bind(actor.as_str())
-                .bind(bounded(&detail))
-                .fetch_optional(pool)
-                .await?
-                .map(|_| Applied::Moved(mv.to))
+                .bind(actor.as_str());
+            (stmt.bind(bounded(&detail)), Applied::Moved(to))
         }
     };
-    Ok(row)
+    Ok(store.first(stmt, |_| Ok(())).await?.map(|()| applied))
 }
 
 #[cfg(test)]

@@ -12,19 +12,20 @@
 
 use super::dialect::Dialect;
 use super::moves::status_in;
-use super::operations::SELECT_BY_BUSINESS_KEY;
+use super::operations::insert;
 use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    Created, LedgerError, LimitError, NewOperation, Operation, PAGE_MAX, Refunds, bounded,
+    Created, LedgerError, LimitError, NewOperation, Operation, Operations, PAGE_MAX, Refunds,
 };
 use crate::clock::Timestamp;
 use crate::details::OperationKind;
-use crate::id::{IdempotencyKey, OperationId, TenantId};
+use crate::id::{OperationId, TenantId};
 use crate::state::Status;
 use async_trait::async_trait;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 use std::sync::LazyLock;
 
 /// The states in which a refund no longer holds any of the payment's money: it never reached the
@@ -62,7 +63,6 @@ static TOTALS: LazyLock<String> = LazyLock::new(|| {
 });
 const SELECT_REFUNDS: &str = "SELECT * FROM operations WHERE refund_of = $1 AND tenant_id = $2 \
      ORDER BY created_at, id LIMIT $3";
-const SELECT_PAYMENT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 
 /// How much of a payment its refunds have given back or hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -89,19 +89,7 @@ impl RefundTotals {
 /// [`Refunds`].
 pub(crate) struct RefundRows<'a, DB: Dialect>(pub(crate) &'a Store<DB>);
 
-impl<DB> RefundRows<'_, DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> RefundRows<'_, DB> {
     /// Creates a refund under the guard, or returns the existing one for the same business key and
     /// details (see [`Operations::create_or_get`](super::Operations::create_or_get)).
     pub(crate) async fn create_or_get(
@@ -115,32 +103,15 @@ where
         })?;
         let payment = of.payment_operation();
         let hash = d.hash();
-        let key = IdempotencyKey::derive(&new.id);
         let mut tx = self.0.pool.begin().await?;
         if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
-            sqlx::query(lock)
-                .bind(payment.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
+            DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment)).await?;
         }
-        let row = sqlx::query(INSERT_REFUND.as_str())
-            .bind(new.id.as_str())
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .bind(d.money().amount_minor())
-            .bind(d.money().currency().code())
-            .bind(d.customer())
-            .bind(d.payment_method())
-            .bind(d.invoice())
-            .bind(hash.as_str())
-            .bind(key.as_str())
-            .bind(now)
-            .bind(bounded(&new.actor))
-            .bind(payment.as_str())
+        let inserted = insert(INSERT_REFUND.as_str(), &new, &hash, now).bind(payment);
+        let inserted = inserted
             .bind(of.payment_reference())
-            .bind(of.reason().as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+            .bind(of.reason().as_str());
+        let row = DB::fetch_optional(&mut *tx, inserted).await?;
         tx.commit().await?;
         if let Some(row) = row {
             return Ok(Created {
@@ -149,24 +120,10 @@ where
             });
         }
         // Nothing inserted: the business key is taken, or the guard refused. Say which.
-        let existing = sqlx::query(SELECT_BY_BUSINESS_KEY)
-            .bind(new.tenant.as_str())
-            .bind(new.business_key.as_str())
-            .fetch_optional(&self.0.pool)
-            .await?;
-        if let Some(row) = existing {
-            let existing = decode_operation(&row)?;
-            if existing.details_hash != hash {
-                return Err(LedgerError::Conflict {
-                    existing: existing.id,
-                });
-            }
-            return Ok(Created {
-                operation: existing,
-                inserted: false,
-            });
+        if let Some(existing) = self.0.by_business_key(&new).await? {
+            return existing.created_again(hash);
         }
-        let paid = self.payment(&new.tenant, payment).await?;
+        let paid = self.0.get(&new.tenant, payment).await?;
         let not_refundable = |why| LedgerError::NotRefundable {
             payment: payment.clone(),
             why,
@@ -197,56 +154,31 @@ where
         })
     }
 
-    async fn payment(
-        &self,
-        tenant: &TenantId,
-        payment: &OperationId,
-    ) -> Result<Operation, LedgerError> {
-        let row = sqlx::query(SELECT_PAYMENT)
-            .bind(payment.as_str())
-            .bind(tenant.as_str())
-            .fetch_optional(&self.0.pool)
-            .await?
-            .ok_or(LedgerError::NotFound)?;
-        decode_operation(&row)
-    }
-
     async fn totals(&self, payment: &Operation) -> Result<RefundTotals, LedgerError> {
-        let row = sqlx::query(TOTALS.as_str())
-            .bind(payment.id.as_str())
-            .fetch_one(&self.0.pool)
-            .await?;
-        Ok(RefundTotals {
-            payment_minor: payment.details.money().amount_minor(),
-            refunded_minor: row.try_get("refunded")?,
-            in_flight_minor: row.try_get("in_flight")?,
-            refund_count: row.try_get("n")?,
-        })
+        let stmt = Stmt::new(TOTALS.as_str()).bind(&payment.id);
+        let totals = self.0.first(stmt, |row| {
+            Ok(RefundTotals {
+                payment_minor: payment.details.money().amount_minor(),
+                refunded_minor: row.get("refunded")?,
+                in_flight_minor: row.get("in_flight")?,
+                refund_count: row.get("n")?,
+            })
+        });
+        totals
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("an aggregate returned no row".into()))
     }
 }
 
 #[async_trait]
-impl<DB> Refunds for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> Refunds for Store<DB> {
     async fn refund_totals(
         &self,
         tenant: &TenantId,
         payment: &OperationId,
     ) -> Result<RefundTotals, LedgerError> {
-        let rows = RefundRows(self);
-        let paid = rows.payment(tenant, payment).await?;
-        rows.totals(&paid).await
+        let paid = self.get(tenant, payment).await?;
+        RefundRows(self).totals(&paid).await
     }
 
     async fn refunds_of(
@@ -258,13 +190,11 @@ where
         if limit == 0 || limit > PAGE_MAX {
             return Err(LimitError::PageSize.into());
         }
-        let rows = sqlx::query(SELECT_REFUNDS)
-            .bind(payment.as_str())
-            .bind(tenant.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode_operation).collect()
+        let stmt = Stmt::new(SELECT_REFUNDS)
+            .bind(payment)
+            .bind(tenant)
+            .bind(i64::from(limit));
+        self.all(stmt, decode_operation).await
     }
 }
 

@@ -7,6 +7,7 @@ use super::queue::record_on;
 use super::recovery::{
     EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
 };
+use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -97,6 +98,12 @@ async fn still_in_transaction(conn: &mut sqlx::SqliteConnection) -> bool {
     }
 }
 
+impl RowCount for SqliteQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
 #[async_trait]
 impl Dialect for Sqlite {
     const STORE: &'static str = "sqlite";
@@ -107,10 +114,6 @@ impl Dialect for Sqlite {
 
     fn claim() -> &'static str {
         CLAIM.as_str()
-    }
-
-    fn rows_affected(done: &SqliteQueryResult) -> u64 {
-        done.rows_affected()
     }
 
     async fn wait_ready(store: &SqliteLedger, max_wait: Duration) {
@@ -127,13 +130,8 @@ impl Dialect for Sqlite {
         let mut tx = store.pool.begin().await?;
         let mut marked = Vec::with_capacity(fences.len());
         for fence in fences {
-            let done = sqlx::query(MARK_SUBMITTING)
-                .bind(fence.id.as_str())
-                .bind(fence.attempt)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            marked.push(done.rows_affected() == 1);
+            let stmt = fence.stmt(MARK_SUBMITTING).bind(now);
+            marked.push(Sqlite::execute(&mut *tx, stmt).await? == 1);
         }
         tx.commit().await?;
         Ok(marked)
@@ -154,17 +152,15 @@ impl Dialect for Sqlite {
             } else {
                 (&EXPIRE_UNSUBMITTED, Event::LeaseExpiredUnsubmitted)
             };
-            let done = sqlx::query(statement.as_str())
-                .bind(lease.id.as_str())
+            let stmt = Stmt::new(statement.as_str())
+                .bind(&lease.id)
                 .bind(lease.attempt)
                 .bind(now)
                 .bind(actor.as_str())
                 .bind(expiry_detail(lease))
-                .bind(request.next_check_at)
-                .execute(&mut *tx)
-                .await?;
-            let to = transition(Status::Executing, event)?;
-            moved.push((done.rows_affected() == 1).then_some(to));
+                .bind(request.next_check_at);
+            let written = Sqlite::execute(&mut *tx, stmt).await? == 1;
+            moved.push(written.then_some(transition(Status::Executing, event)?));
         }
         tx.commit().await?;
         Ok(moved)
@@ -182,9 +178,9 @@ impl Dialect for Sqlite {
         let mut tx = store.pool.begin().await?;
         let mut recorded = Vec::with_capacity(request.found.len());
         for item in request.found {
-            let row = sqlx::query(SET_SUCCEEDED)
-                .bind(item.fence.id.as_str())
-                .bind(item.fence.attempt)
+            let stmt = item
+                .fence
+                .stmt(SET_SUCCEEDED)
                 .bind(Status::Unknown.as_str())
                 .bind(found.to.as_str())
                 .bind(found.event.as_str())
@@ -192,10 +188,8 @@ impl Dialect for Sqlite {
                 .bind(item.result.to_string())
                 .bind(now)
                 .bind(source.as_str())
-                .bind(bounded(&found_detail(request.source, &item.reference)))
-                .fetch_optional(&mut *tx)
-                .await?;
-            recorded.push(row.is_some());
+                .bind(bounded(&found_detail(request.source, &item.reference)));
+            recorded.push(Sqlite::fetch_optional(&mut *tx, stmt).await?.is_some());
         }
         tx.commit().await?;
         Ok(recorded)

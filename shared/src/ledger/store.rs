@@ -12,11 +12,19 @@
 //! - `refunds.rs`: `Refunds` (a payment's refunds and totals) and refund creation under the
 //!   over-refund guard;
 //! - `webhooks.rs`, `keys.rs`, `tool_calls.rs`: stored webhooks, API keys, assistant tool calls;
+//! - `verification.rs`, `console.rs`: the customer verification and on-call console stores;
 //! - `dialect.rs`: what differs between Postgres and SQLite.
+//!
+//! A module runs a [`Stmt`] with [`Store::execute`], [`Store::first`] or [`Store::all`] (on the
+//! pool), or with the [`Driver`](super::statement::Driver) methods on a transaction's connection;
+//! it never names a sqlx bound.
 //!
 //! Every state change is written by a statement whose from-states, to-state and event name come
 //! from [`crate::state`]'s table (`state::Move`).
 
+use super::LedgerError;
+use super::dialect::Dialect;
+use super::statement::Stmt;
 use sqlx::{Database, Pool};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -64,5 +72,37 @@ impl<DB: Database> Store<DB> {
     /// Wakes this process's idle workers (other processes: the dialect's `NOTIFY_READY`).
     pub(crate) fn wake_local(&self) {
         self.ready.notify_waiters();
+    }
+}
+
+/// The pool's side of the [`Driver`](super::statement::Driver): statements that need no
+/// transaction, each on a connection taken from the pool for it.
+impl<DB: Dialect> Store<DB> {
+    /// Runs a write; the rows it changed.
+    pub(crate) async fn execute(&self, stmt: Stmt<'_>) -> Result<u64, LedgerError> {
+        DB::execute(&self.pool, stmt).await
+    }
+
+    /// Runs a statement and decodes its first row, if it returned one.
+    pub(crate) async fn first<T>(
+        &self,
+        stmt: Stmt<'_>,
+        decode: impl FnOnce(&DB::Row) -> Result<T, LedgerError> + Send,
+    ) -> Result<Option<T>, LedgerError> {
+        DB::fetch_optional(&self.pool, stmt)
+            .await?
+            .as_ref()
+            .map(decode)
+            .transpose()
+    }
+
+    /// Runs a statement and decodes every row it returned.
+    pub(crate) async fn all<T>(
+        &self,
+        stmt: Stmt<'_>,
+        decode: impl FnMut(&DB::Row) -> Result<T, LedgerError> + Send,
+    ) -> Result<Vec<T>, LedgerError> {
+        let rows = DB::fetch_all(&self.pool, stmt).await?;
+        rows.iter().map(decode).collect()
     }
 }

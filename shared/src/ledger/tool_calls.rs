@@ -2,12 +2,13 @@
 //! one answer kept per tool-call idempotency key so a retry gets the first call's answer.
 
 use super::dialect::Dialect;
+use super::row::LedgerRow;
+use super::statement::Stmt;
 use super::store::Store;
 use super::{LedgerError, NewToolCall, ToolAnswer, ToolCalls, bounded};
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
 
 const INSERT_TOOL_CALL: &str = "INSERT INTO tool_calls (tenant_id, operation_id, provider, provider_call_id, \
      tool, at) VALUES ($1, $2, $3, $4, $5, $6)";
@@ -19,33 +20,19 @@ const SELECT_TOOL_ANSWER: &str =
     "SELECT fingerprint, answer FROM tool_call_keys WHERE tenant_id = $1 AND idempotency_key = $2";
 
 #[async_trait]
-impl<DB> ToolCalls for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> ToolCalls for Store<DB> {
     async fn record_tool_call(
         &self,
         tenant: &TenantId,
         call: &NewToolCall<'_>,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        sqlx::query(INSERT_TOOL_CALL)
-            .bind(tenant.as_str())
-            .bind(call.operation.map(|o| o.as_str().to_string()))
+        let stmt = Stmt::new(INSERT_TOOL_CALL).bind(tenant);
+        let stmt = stmt.bind(call.operation.map(OperationId::as_str));
+        let stmt = stmt
             .bind(bounded(call.provider))
-            .bind(call.provider_call_id.map(bounded))
-            .bind(bounded(call.tool))
-            .bind(now)
-            .execute(&self.pool)
+            .bind(call.provider_call_id.map(bounded));
+        self.execute(stmt.bind(bounded(call.tool)).bind(now))
             .await?;
         Ok(())
     }
@@ -55,20 +42,12 @@ where
         tenant: &TenantId,
         id: &OperationId,
     ) -> Result<Vec<(String, Option<String>, String)>, LedgerError> {
-        let rows = sqlx::query(SELECT_TOOL_CALLS)
-            .bind(id.as_str())
-            .bind(tenant.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("provider")?,
-                    r.try_get("provider_call_id")?,
-                    r.try_get("tool")?,
-                ))
-            })
-            .collect()
+        let stmt = Stmt::new(SELECT_TOOL_CALLS).bind(id).bind(tenant);
+        self.all(stmt, |r| {
+            let call_id = r.get("provider_call_id")?;
+            Ok((r.get("provider")?, call_id, r.get("tool")?))
+        })
+        .await
     }
 
     async fn keep_tool_answer(
@@ -77,14 +56,9 @@ where
         answer: &ToolAnswer<'_>,
         now: Timestamp,
     ) -> Result<(String, String), LedgerError> {
-        sqlx::query(KEEP_TOOL_ANSWER)
-            .bind(tenant.as_str())
-            .bind(answer.key)
-            .bind(answer.fingerprint)
-            .bind(answer.answer)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+        let stmt = Stmt::new(KEEP_TOOL_ANSWER).bind(tenant).bind(answer.key);
+        let stmt = stmt.bind(answer.fingerprint).bind(answer.answer);
+        self.execute(stmt.bind(now)).await?;
         self.tool_answer(tenant, answer.key)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("a kept tool answer is missing".into()))
@@ -95,12 +69,8 @@ where
         tenant: &TenantId,
         key: &str,
     ) -> Result<Option<(String, String)>, LedgerError> {
-        let row = sqlx::query(SELECT_TOOL_ANSWER)
-            .bind(tenant.as_str())
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| Ok((r.try_get("fingerprint")?, r.try_get("answer")?)))
-            .transpose()
+        let stmt = Stmt::new(SELECT_TOOL_ANSWER).bind(tenant).bind(key);
+        self.first(stmt, |r| Ok((r.get("fingerprint")?, r.get("answer")?)))
+            .await
     }
 }

@@ -3,12 +3,15 @@
 //! A trait of its own, reached through [`Approvals::verification`](super::Approvals::verification), so the
 //! core ledger stays about operations.
 
-use super::LedgerError;
 use super::dialect::Dialect;
+use super::row::{LedgerRow, corrupt};
+use super::statement::{Arg, Stmt};
 use super::store::Store;
+use super::{ApprovalLink, LedgerError};
+use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Row, Type};
+use std::time::Duration;
 
 /// How a tenant's customers prove, on the confirmation page, that they are the customer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -57,7 +60,7 @@ pub struct TenantVerification {
     /// What those POSTs are signed with.
     pub notify_secret: Option<String>,
     /// Last set, ms.
-    pub updated_at_ms: i64,
+    pub updated_at_ms: Timestamp,
 }
 
 impl std::fmt::Debug for TenantVerification {
@@ -84,15 +87,29 @@ pub struct ApprovalCode {
     /// SHA-256 of the delivery id and the code.
     pub code_hash: String,
     /// Created, ms.
-    pub created_at_ms: i64,
+    pub created_at_ms: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: i64,
+    pub expires_at_ms: Timestamp,
     /// Attempts counted so far.
     pub attempts: i64,
     /// Attempts allowed.
     pub attempt_max: i64,
     /// Used, ms.
-    pub used_at_ms: Option<i64>,
+    pub used_at_ms: Option<Timestamp>,
+}
+
+/// An assertion nonce to record as used
+/// ([`VerificationLedger::use_assertion_nonce`]).
+#[derive(Debug, Clone, Copy)]
+pub struct UsedNonce<'a> {
+    /// The tenant whose key signed the assertion.
+    pub tenant: &'a TenantId,
+    /// The assertion's nonce.
+    pub nonce: &'a str,
+    /// The operation it approves.
+    pub operation: &'a OperationId,
+    /// When the assertion expires (the nonce need not be kept past it).
+    pub expires_at: Timestamp,
 }
 
 /// Who asked for a confirmation link.
@@ -142,17 +159,14 @@ pub trait VerificationLedger: Send + Sync {
     /// Records an assertion nonce as used. False: it was used before (a replay, or a race lost).
     async fn use_assertion_nonce(
         &self,
-        tenant: &TenantId,
-        nonce: &str,
-        operation: &OperationId,
-        now_ms: i64,
-        expires_at_ms: i64,
+        used: &UsedNonce<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError>;
     /// Inserts a link (and its code, in the same transaction) while the operation has fewer than
     /// `open_max` unused, unexpired links of the same origin. False: none was inserted.
     async fn create_link(
         &self,
-        link: &super::ApprovalLink,
+        link: &ApprovalLink,
         origin: LinkOrigin,
         open_max: u32,
         code: Option<&ApprovalCode>,
@@ -162,18 +176,18 @@ pub trait VerificationLedger: Send + Sync {
     async fn count_code_attempt(
         &self,
         link_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<CodeAttempt, LedgerError>;
     /// Marks a code used. False: it was used already or expired (a racing second use loses).
-    async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError>;
+    async fn use_code(&self, delivery_id: &str, now: Timestamp) -> Result<bool, LedgerError>;
     /// Records that payonce asked the customer to approve, if the operation has had fewer than
-    /// `max` such requests and none in the last `interval_ms`. False: over the limit, nothing sent.
+    /// `max` such requests and none in the last `interval`. False: over the limit, nothing sent.
     async fn record_approval_notice(
         &self,
         operation: &OperationId,
-        now_ms: i64,
+        now: Timestamp,
         max: u32,
-        interval_ms: i64,
+        interval: Duration,
     ) -> Result<bool, LedgerError>;
 }
 
@@ -205,77 +219,65 @@ const INSERT_NOTICE: &str = "INSERT INTO approval_notices (operation_id, seq, at
      HAVING COUNT(*) < $3 AND COALESCE(MAX(at), $2 - $4) <= $2 - $4 \
      ON CONFLICT (operation_id, seq) DO NOTHING";
 
-fn corrupt(e: impl std::fmt::Display) -> LedgerError {
-    LedgerError::Corrupt(e.to_string())
+/// Inserts a link, counted against the open links of its origin (a service link from
+/// [`Approvals::create_approval_link`](super::Approvals::create_approval_link) too).
+pub(crate) fn insert_link<'a>(
+    link: &'a ApprovalLink,
+    origin: LinkOrigin,
+    open_max: u32,
+) -> Stmt<'a> {
+    Stmt::new(INSERT_LINK_OF)
+        .bind(link.token_hash.as_str())
+        .bind(&link.operation_id)
+        .bind(link.details_hash.as_str())
+        .bind(link.created_at_ms)
+        .bind(link.expires_at_ms)
+        .bind(i64::from(open_max))
+        .bind(origin.as_str())
 }
 
-fn decode_tenant<'r, R>(row: &'r R) -> Result<TenantVerification, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let method: String = row.try_get("method")?;
-    let tenant: String = row.try_get("tenant_id")?;
+fn decode_tenant(row: &impl LedgerRow) -> Result<TenantVerification, LedgerError> {
+    let method: String = row.get("method")?;
     Ok(TenantVerification {
-        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+        tenant: row.get("tenant_id")?,
         method: VerificationMethod::parse(&method)
             .ok_or_else(|| corrupt(format!("verification method {method}")))?,
-        assertion_key_id: row.try_get("assertion_key_id")?,
-        assertion_key: row.try_get("assertion_key")?,
-        notify_url: row.try_get("notify_url")?,
-        notify_secret: row.try_get("notify_secret")?,
-        updated_at_ms: row.try_get("updated_at")?,
+        assertion_key_id: row.get("assertion_key_id")?,
+        assertion_key: row.get("assertion_key")?,
+        notify_url: row.get("notify_url")?,
+        notify_secret: row.get("notify_secret")?,
+        updated_at_ms: row.get("updated_at")?,
     })
 }
 
-fn decode_code<'r, R>(row: &'r R) -> Result<ApprovalCode, LedgerError>
-where
-    R: Row,
-    &'static str: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let op: String = row.try_get("operation_id")?;
+fn decode_code(row: &impl LedgerRow) -> Result<ApprovalCode, LedgerError> {
     Ok(ApprovalCode {
-        delivery_id: row.try_get("delivery_id")?,
-        operation_id: OperationId::parse(&op).map_err(corrupt)?,
-        link_hash: row.try_get("link_hash")?,
-        code_hash: row.try_get("code_hash")?,
-        created_at_ms: row.try_get("created_at")?,
-        expires_at_ms: row.try_get("expires_at")?,
-        attempts: row.try_get("attempts")?,
-        attempt_max: row.try_get("attempt_max")?,
-        used_at_ms: row.try_get("used_at")?,
+        delivery_id: row.get("delivery_id")?,
+        operation_id: row.get("operation_id")?,
+        link_hash: row.get("link_hash")?,
+        code_hash: row.get("code_hash")?,
+        created_at_ms: row.get("created_at")?,
+        expires_at_ms: row.get("expires_at")?,
+        attempts: row.get("attempts")?,
+        attempt_max: row.get("attempt_max")?,
+        used_at_ms: row.get("used_at")?,
     })
 }
 
 #[async_trait]
-impl<DB> VerificationLedger for Store<DB>
-where
-    // LEDGER BOUNDS (see `dialect.rs`)
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    for<'t> i64: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB>,
-    for<'t> Option<String>: Encode<'t, DB>,
-    for<'t> Option<&'t str>: Encode<'t, DB>,
-{
+impl<DB: Dialect> VerificationLedger for Store<DB> {
     async fn set_tenant_verification(&self, v: &TenantVerification) -> Result<(), LedgerError> {
-        sqlx::query(UPSERT_TENANT)
-            .bind(v.tenant.as_str())
-            .bind(v.method.as_str())
-            .bind(v.assertion_key_id.as_deref())
-            .bind(v.assertion_key.as_deref())
-            .bind(v.notify_url.as_deref())
-            .bind(v.notify_secret.as_deref())
-            .bind(v.updated_at_ms)
-            .execute(self.pool())
-            .await?;
+        let stmt = Stmt::new(UPSERT_TENANT)
+            .bind(&v.tenant)
+            .bind(v.method.as_str());
+        let keys = [
+            &v.assertion_key_id,
+            &v.assertion_key,
+            &v.notify_url,
+            &v.notify_secret,
+        ];
+        let stmt = stmt.bind_all(keys.map(|k| Arg::from(k.as_deref())));
+        self.execute(stmt.bind(v.updated_at_ms)).await?;
         Ok(())
     }
 
@@ -283,65 +285,37 @@ where
         &self,
         tenant: &TenantId,
     ) -> Result<Option<TenantVerification>, LedgerError> {
-        let row = sqlx::query(SELECT_TENANT)
-            .bind(tenant.as_str())
-            .fetch_optional(self.pool())
-            .await?;
-        row.as_ref().map(decode_tenant).transpose()
+        self.first(Stmt::new(SELECT_TENANT).bind(tenant), decode_tenant)
+            .await
     }
 
     async fn use_assertion_nonce(
         &self,
-        tenant: &TenantId,
-        nonce: &str,
-        operation: &OperationId,
-        now_ms: i64,
-        expires_at_ms: i64,
+        used: &UsedNonce<'_>,
+        now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(INSERT_NONCE)
-            .bind(tenant.as_str())
-            .bind(nonce)
-            .bind(operation.as_str())
-            .bind(now_ms)
-            .bind(expires_at_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let stmt = Stmt::new(INSERT_NONCE).bind(used.tenant).bind(used.nonce);
+        let stmt = stmt.bind(used.operation).bind(now).bind(used.expires_at);
+        Ok(self.execute(stmt).await? == 1)
     }
 
     async fn create_link(
         &self,
-        link: &super::ApprovalLink,
+        link: &ApprovalLink,
         origin: LinkOrigin,
         open_max: u32,
         code: Option<&ApprovalCode>,
     ) -> Result<bool, LedgerError> {
-        let mut tx = self.pool().begin().await?;
-        let done = sqlx::query(INSERT_LINK_OF)
-            .bind(link.token_hash.as_str())
-            .bind(link.operation_id.as_str())
-            .bind(link.details_hash.as_str())
-            .bind(link.created_at_ms)
-            .bind(link.expires_at_ms)
-            .bind(i64::from(open_max))
-            .bind(origin.as_str())
-            .execute(&mut *tx)
-            .await?;
-        if DB::rows_affected(&done) != 1 {
+        let mut tx = self.pool.begin().await?;
+        if DB::execute(&mut *tx, insert_link(link, origin, open_max)).await? != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
         if let Some(c) = code {
-            sqlx::query(INSERT_CODE)
-                .bind(c.delivery_id.as_str())
-                .bind(c.operation_id.as_str())
-                .bind(c.link_hash.as_str())
-                .bind(c.code_hash.as_str())
-                .bind(c.created_at_ms)
-                .bind(c.expires_at_ms)
-                .bind(c.attempt_max)
-                .execute(&mut *tx)
-                .await?;
+            let stmt = Stmt::new(INSERT_CODE).bind(c.delivery_id.as_str());
+            let stmt = stmt.bind(&c.operation_id).bind(c.link_hash.as_str());
+            let stmt = stmt.bind(c.code_hash.as_str()).bind(c.created_at_ms);
+            DB::execute(&mut *tx, stmt.bind(c.expires_at_ms).bind(c.attempt_max)).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -350,56 +324,39 @@ where
     async fn count_code_attempt(
         &self,
         link_hash: &str,
-        now_ms: i64,
+        now: Timestamp,
     ) -> Result<CodeAttempt, LedgerError> {
-        let counted = sqlx::query(COUNT_CODE_ATTEMPT)
-            .bind(link_hash)
-            .bind(now_ms)
-            .fetch_optional(self.pool())
-            .await?;
-        if let Some(row) = counted {
-            return Ok(CodeAttempt::Counted(decode_code(&row)?));
+        let counted = Stmt::new(COUNT_CODE_ATTEMPT).bind(link_hash).bind(now);
+        if let Some(code) = self.first(counted, decode_code).await? {
+            return Ok(CodeAttempt::Counted(code));
         }
-        let latest = sqlx::query(LATEST_CODE)
-            .bind(link_hash)
-            .fetch_optional(self.pool())
-            .await?;
-        let Some(row) = latest else {
-            return Ok(CodeAttempt::Missing);
-        };
-        let code = decode_code(&row)?;
-        Ok(if code.used_at_ms.is_some() {
-            CodeAttempt::Used
-        } else if code.attempts >= code.attempt_max {
-            CodeAttempt::Exhausted
-        } else {
-            CodeAttempt::Expired
+        let latest = Stmt::new(LATEST_CODE).bind(link_hash);
+        Ok(match self.first(latest, decode_code).await? {
+            None => CodeAttempt::Missing,
+            Some(code) if code.used_at_ms.is_some() => CodeAttempt::Used,
+            Some(code) if code.attempts >= code.attempt_max => CodeAttempt::Exhausted,
+            Some(_) => CodeAttempt::Expired,
         })
     }
 
-    async fn use_code(&self, delivery_id: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        let done = sqlx::query(USE_CODE)
-            .bind(delivery_id)
-            .bind(now_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+    async fn use_code(&self, delivery_id: &str, now: Timestamp) -> Result<bool, LedgerError> {
+        Ok(self
+            .execute(Stmt::new(USE_CODE).bind(delivery_id).bind(now))
+            .await?
+            == 1)
     }
 
     async fn record_approval_notice(
         &self,
         operation: &OperationId,
-        now_ms: i64,
+        now: Timestamp,
         max: u32,
-        interval_ms: i64,
+        interval: Duration,
     ) -> Result<bool, LedgerError> {
-        let done = sqlx::query(INSERT_NOTICE)
-            .bind(operation.as_str())
-            .bind(now_ms)
-            .bind(i64::from(max))
-            .bind(interval_ms)
-            .execute(self.pool())
-            .await?;
-        Ok(DB::rows_affected(&done) == 1)
+        let stmt = Stmt::new(INSERT_NOTICE).bind(operation).bind(now);
+        Ok(self
+            .execute(stmt.bind(i64::from(max)).bind(interval))
+            .await?
+            == 1)
     }
 }

@@ -4,7 +4,7 @@
 //! (another tenant's operation is not found), search and keyset pagination, resolve with and without
 //! a reason, the JSON export without `client_secret`, and the list queries' plans on a large table.
 
-use super::{OTHER_TENANT, T0_MS, TestApi, raw_details, spawn, tenant};
+use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, tenant};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
@@ -282,10 +282,7 @@ async fn an_on_call_key_signs_in_and_out_and_other_keys_cannot() {
     let stored = api
         .ledger
         .console()
-        .session(
-            &payonce_api::auth::sha256_hex(&session),
-            api.clock_now().as_millis(),
-        )
+        .session(&payonce_api::auth::sha256_hex(&session), api.clock_now())
         .await
         .unwrap()
         .unwrap();
@@ -695,7 +692,12 @@ async fn the_overview_counts_states_and_charts_the_last_hour() {
     let o = api
         .ledger
         .console()
-        .overview(&tenant(), api.clock_now().as_millis(), 300_000, 12)
+        .overview(
+            &tenant(),
+            api.clock_now(),
+            std::time::Duration::from_millis(300_000),
+            12,
+        )
         .await
         .unwrap();
     let count = |s: Status| o.by_status.iter().find(|r| r.0 == s).map_or(0, |r| r.1);
@@ -750,7 +752,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
     .unwrap();
     let t = TenantId::parse("tenant7").unwrap();
     let after = Some((
-        1_800_000_000_000 + 150_007_000,
+        Timestamp::from_millis(1_800_000_000_000 + 150_007_000),
         OperationId::parse(&format!("op_{:032x}", 150_007)).unwrap(),
     ));
     // Each shape and the index that must serve it (and, without a search, in order: no Sort).
@@ -789,7 +791,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
         ),
         (
             OperationQuery {
-                created_from_ms: Some(1_800_000_000_000 + 190_000_000),
+                created_from_ms: Some(Timestamp::from_millis(1_800_000_000_000 + 190_000_000)),
                 limit: 51,
                 ..Default::default()
             },
@@ -892,40 +894,44 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
             session_hash: "a".repeat(64),
             tenant: tenant(),
             key_id: "key_0123456789abcdef".into(),
-            created_at_ms: T0_MS,
-            expires_at_ms: T0_MS + 1_000,
+            created_at_ms: T0,
+            expires_at_ms: at(T0_MS + 1_000),
         };
         c.create_session(&session).await.unwrap();
         assert_eq!(
-            c.session(&session.session_hash, T0_MS + 999).await.unwrap(),
+            c.session(&session.session_hash, at(T0_MS + 999))
+                .await
+                .unwrap(),
             Some(session.clone()),
             "{store}"
         );
         assert_eq!(
-            c.session(&session.session_hash, T0_MS + 1_000)
+            c.session(&session.session_hash, at(T0_MS + 1_000))
                 .await
                 .unwrap(),
             None,
             "{store}: expired"
         );
         assert_eq!(
-            c.session(&"b".repeat(64), T0_MS).await.unwrap(),
+            c.session(&"b".repeat(64), at(T0_MS)).await.unwrap(),
             None,
             "{store}"
         );
         assert!(
-            c.end_session(&session.session_hash, T0_MS + 1)
+            c.end_session(&session.session_hash, at(T0_MS + 1))
                 .await
                 .unwrap()
         );
         assert!(
-            !c.end_session(&session.session_hash, T0_MS + 2)
+            !c.end_session(&session.session_hash, at(T0_MS + 2))
                 .await
                 .unwrap(),
             "{store}: ended once"
         );
         assert_eq!(
-            c.session(&session.session_hash, T0_MS + 3).await.unwrap(),
+            c.session(&session.session_hash, at(T0_MS + 3))
+                .await
+                .unwrap(),
             None,
             "{store}: ended"
         );
@@ -945,10 +951,10 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
                 .id,
             );
         }
-        let mut expected: Vec<(i64, OperationId)> = Vec::new();
+        let mut expected: Vec<(Timestamp, OperationId)> = Vec::new();
         for id in &ids {
             let op = ledger.get(&tenant(), id).await.unwrap();
-            expected.push((op.created_at_ms.as_millis(), op.id));
+            expected.push((op.created_at_ms, op.id));
         }
         expected.sort_by(|a, b| b.cmp(a));
         let mut walked = Vec::new();
@@ -968,13 +974,8 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
             if page.is_empty() {
                 break;
             }
-            after = page
-                .last()
-                .map(|o| (o.created_at_ms.as_millis(), o.id.clone()));
-            walked.extend(
-                page.into_iter()
-                    .map(|o| (o.created_at_ms.as_millis(), o.id)),
-            );
+            after = page.last().map(|o| (o.created_at_ms, o.id.clone()));
+            walked.extend(page.into_iter().map(|o| (o.created_at_ms, o.id)));
         }
         assert_eq!(walked, expected, "{store}");
         let found = c
@@ -1010,4 +1011,8 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
             "{store}"
         );
     }
+}
+
+fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(ms)
 }

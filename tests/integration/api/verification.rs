@@ -13,13 +13,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use payonce_api::assertion::ASSERTION_LIFETIME_MAX_MS;
 use payonce_api::verify::{
-    ASSISTANT_REQUEST_INTERVAL_MS, ASSISTANT_REQUESTS_MAX, CODE_ATTEMPTS_MAX, CODE_TTL_MS,
+    ASSISTANT_REQUEST_INTERVAL, ASSISTANT_REQUESTS_MAX, CODE_ATTEMPTS_MAX, CODE_TTL,
     OPEN_LINKS_MAX, VerificationRequest, set_tenant_verification,
 };
 use payonce_shared::clock::Clock;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::ApprovalLink;
-use payonce_shared::ledger::verification::VerificationMethod;
+use payonce_shared::ledger::verification::{UsedNonce, VerificationMethod};
 use payonce_shared::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S};
 use payonce_simulator::SimulatorConfig;
 use payonce_worker::{Worker, WorkerConfig};
@@ -136,7 +136,7 @@ pub(super) async fn use_codes_for(api: &TestApi, tenant: &TenantId, inbox: &Inbo
             assertion_key_id: None,
             notify_url: Some(inbox.url.clone()),
         },
-        api.clock.now().as_millis(),
+        api.clock.now(),
     )
     .await
     .unwrap()
@@ -408,11 +408,13 @@ async fn bad_assertions_are_refused_with_stable_codes_and_change_nothing() {
         .ledger
         .verification()
         .use_assertion_nonce(
-            &tenant(),
-            &nonce,
-            &OperationId::parse(&id_of(&other)).unwrap(),
-            api.clock.now().as_millis(),
-            api.clock.now().as_millis() + 60_000,
+            &UsedNonce {
+                tenant: &tenant(),
+                nonce: &nonce,
+                operation: &OperationId::parse(&id_of(&other)).unwrap(),
+                expires_at: api.clock.now() + std::time::Duration::from_millis(60_000),
+            },
+            api.clock.now(),
         )
         .await
         .unwrap();
@@ -496,13 +498,12 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     let r = submit(&api, &url, &[("details_hash", hash), ("code", &code)]).await;
     assert_refused(&r, 409, "link_used");
 
-    // Expired: a code lives CODE_TTL_MS, less than its link.
+    // Expired: a code lives CODE_TTL, less than its link.
     let late = api.create("INV-134", 2048).await;
     let late_url = api.link(&id_of(&late)).await;
     let got = inbox.wait_for(2).await;
     let late_code = got[1].json()["code"].as_str().unwrap().to_string();
-    api.clock
-        .advance(std::time::Duration::from_millis(CODE_TTL_MS.unsigned_abs()));
+    api.clock.advance(CODE_TTL);
     let r = submit(
         &api,
         &late_url,
@@ -638,9 +639,7 @@ async fn an_assistant_cannot_starve_the_services_links_and_asks_the_customer_wit
     }
     // Across the interval, at most ASSISTANT_REQUESTS_MAX requests ever.
     for _ in 0..ASSISTANT_REQUESTS_MAX + 2 {
-        api.clock.advance(std::time::Duration::from_millis(
-            ASSISTANT_REQUEST_INTERVAL_MS.unsigned_abs(),
-        ));
+        api.clock.advance(ASSISTANT_REQUEST_INTERVAL);
         if pay().await["approval_request"]["status"] == "sent" {
             sent += 1;
         }

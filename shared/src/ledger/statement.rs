@@ -1,0 +1,256 @@
+//! The ledger's own statement and its one way to a driver: module code builds a [`Stmt`] (a
+//! named SQL constant and its [`Arg`]s) and runs it with the [`Driver`] methods every
+//! [`Dialect`](super::Dialect) has, on the pool or inside a transaction ([`On`]). The sqlx bounds
+//! the binding and running need (an executor for a connection, encoders for `i64` and text and
+//! their `NULL`s) are stated once, on the one `impl` of [`Driver`] below, so no ledger module is
+//! generic over them.
+
+use super::{Fence, LedgerError, ProcessorEventKey};
+use crate::clock::Timestamp;
+use crate::id::{OperationId, TenantId};
+use async_trait::async_trait;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Database, Encode, Executor, IntoArguments, Pool, Type};
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// A value bound to a placeholder: the two column types the ledger stores, or their `NULL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Arg<'a> {
+    /// A `BIGINT` (`INTEGER` in SQLite): counts, amounts, attempts, instants in ms.
+    Int(i64),
+    /// A `TEXT`.
+    Text(Cow<'a, str>),
+    /// A `NULL` typed as a `BIGINT`.
+    NullInt,
+    /// A `NULL` typed as a `TEXT`.
+    NullText,
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(v: i64) -> Self {
+        Arg::Int(v)
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(v: &'a str) -> Self {
+        Arg::Text(v.into())
+    }
+}
+
+/// An instant is stored as its milliseconds since the epoch: this is where it crosses into SQL.
+impl From<Timestamp> for Arg<'_> {
+    fn from(v: Timestamp) -> Self {
+        Arg::Int(v.as_millis())
+    }
+}
+
+/// A span is stored as its whole milliseconds (saturating).
+impl From<Duration> for Arg<'_> {
+    fn from(v: Duration) -> Self {
+        Arg::Int(i64::try_from(v.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+impl From<String> for Arg<'_> {
+    fn from(v: String) -> Self {
+        Arg::Text(Cow::Owned(v))
+    }
+}
+
+impl From<Option<String>> for Arg<'_> {
+    fn from(v: Option<String>) -> Self {
+        v.map_or(Arg::NullText, Arg::from)
+    }
+}
+
+impl<'a> From<&'a OperationId> for Arg<'a> {
+    fn from(v: &'a OperationId) -> Self {
+        Arg::from(v.as_str())
+    }
+}
+
+impl<'a> From<&'a TenantId> for Arg<'a> {
+    fn from(v: &'a TenantId) -> Self {
+        Arg::Text(v.as_str().into())
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(v: Option<&'a str>) -> Self {
+        v.map_or(Arg::NullText, Arg::from)
+    }
+}
+
+impl From<Option<Timestamp>> for Arg<'_> {
+    fn from(v: Option<Timestamp>) -> Self {
+        v.map_or(Arg::NullInt, Arg::from)
+    }
+}
+
+/// A statement: one of a module's named SQL constants (or one built from fixed fragments, never
+/// from input) and its arguments in placeholder order.
+#[derive(Debug, Clone)]
+#[must_use = "a statement does nothing until a `Driver` method runs it"]
+pub struct Stmt<'a> {
+    sql: Cow<'static, str>,
+    args: Vec<Arg<'a>>,
+}
+
+impl<'a> Stmt<'a> {
+    /// A named statement.
+    pub fn new(sql: &'static str) -> Self {
+        Stmt {
+            sql: Cow::Borrowed(sql),
+            args: Vec::new(),
+        }
+    }
+
+    /// A statement assembled at run time from fixed fragments (the console's page query).
+    pub fn built(sql: String) -> Self {
+        Stmt {
+            sql: Cow::Owned(sql),
+            args: Vec::new(),
+        }
+    }
+
+    /// Binds the next placeholder.
+    pub fn bind(mut self, value: impl Into<Arg<'a>>) -> Self {
+        self.args.push(value.into());
+        self
+    }
+
+    /// Binds many placeholders, in order.
+    pub fn bind_all(mut self, values: impl IntoIterator<Item = Arg<'a>>) -> Self {
+        self.args.extend(values);
+        self
+    }
+}
+
+impl Fence {
+    /// A statement fenced by this attempt: `$1` the operation, `$2` the attempt.
+    pub(crate) fn stmt(&self, sql: &'static str) -> Stmt<'_> {
+        Stmt::new(sql).bind(&self.id).bind(self.attempt)
+    }
+}
+
+impl ProcessorEventKey<'_> {
+    /// A statement about this stored webhook: `$1` the processor, `$2` its event id.
+    pub(crate) fn stmt(&self, sql: &'static str) -> Stmt<'_> {
+        Stmt::new(sql).bind(self.processor).bind(self.event_id)
+    }
+}
+
+/// Where a statement runs: a connection taken from the pool for it, or the connection of an open
+/// transaction (`&mut *tx`).
+pub enum On<'c, DB: Database> {
+    /// The store's pool.
+    Pool(&'c Pool<DB>),
+    /// One connection (a transaction's, or one held for several statements).
+    Conn(&'c mut DB::Connection),
+}
+
+impl<'c, DB: Database> From<&'c Pool<DB>> for On<'c, DB> {
+    fn from(pool: &'c Pool<DB>) -> Self {
+        On::Pool(pool)
+    }
+}
+
+impl<'c, DB: Database> From<&'c mut DB::Connection> for On<'c, DB> {
+    fn from(conn: &'c mut DB::Connection) -> Self {
+        On::Conn(conn)
+    }
+}
+
+/// How many rows a write changed (sqlx has no driver-independent accessor: one impl per store).
+pub trait RowCount {
+    /// Rows changed.
+    fn rows(&self) -> u64;
+}
+
+/// Runs [`Stmt`]s: what the ledger needs of a sqlx driver. Implemented once, below, for every
+/// driver that can bind the ledger's [`Arg`]s; [`Dialect`](super::Dialect) requires it, so ledger
+/// code needs only `DB: Dialect`.
+#[async_trait]
+pub trait Driver: Database {
+    /// The sqlx query for a statement, its arguments bound (the one place [`Arg`]s meet sqlx).
+    fn query(stmt: Stmt<'_>) -> Query<'static, Self, Self::Arguments>;
+
+    /// Runs a write on the pool or a connection; the rows it changed.
+    async fn execute<'c, O>(on: O, stmt: Stmt<'_>) -> Result<u64, LedgerError>
+    where
+        O: Into<On<'c, Self>> + Send;
+
+    /// Runs a statement; its first row, if any.
+    async fn fetch_optional<'c, O>(on: O, stmt: Stmt<'_>) -> Result<Option<Self::Row>, LedgerError>
+    where
+        O: Into<On<'c, Self>> + Send;
+
+    /// Runs a statement; every row it returns.
+    async fn fetch_all<'c, O>(on: O, stmt: Stmt<'_>) -> Result<Vec<Self::Row>, LedgerError>
+    where
+        O: Into<On<'c, Self>> + Send;
+}
+
+#[async_trait]
+impl<DB> Driver for DB
+where
+    DB: Database<Arguments: IntoArguments<DB>, QueryResult: RowCount>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB>,
+{
+    fn query(stmt: Stmt<'_>) -> Query<'static, DB, DB::Arguments> {
+        let mut query = match stmt.sql {
+            Cow::Borrowed(sql) => sqlx::query(sql),
+            // Built from the module's fixed fragments; every value is a bound argument.
+            Cow::Owned(sql) => sqlx::query(AssertSqlSafe(sql)),
+        };
+        for arg in &stmt.args {
+            query = match arg {
+                Arg::Int(v) => query.bind(*v),
+                Arg::Text(v) => query.bind(v.as_ref()),
+                Arg::NullInt => query.bind(None::<i64>),
+                Arg::NullText => query.bind(None::<&str>),
+            };
+        }
+        query
+    }
+
+    async fn execute<'c, O>(on: O, stmt: Stmt<'_>) -> Result<u64, LedgerError>
+    where
+        O: Into<On<'c, DB>> + Send,
+    {
+        let query = DB::query(stmt);
+        let done = match on.into() {
+            On::Pool(pool) => query.execute(pool).await?,
+            On::Conn(conn) => query.execute(conn).await?,
+        };
+        Ok(done.rows())
+    }
+
+    async fn fetch_optional<'c, O>(on: O, stmt: Stmt<'_>) -> Result<Option<DB::Row>, LedgerError>
+    where
+        O: Into<On<'c, DB>> + Send,
+    {
+        let query = DB::query(stmt);
+        Ok(match on.into() {
+            On::Pool(pool) => query.fetch_optional(pool).await,
+            On::Conn(conn) => query.fetch_optional(conn).await,
+        }?)
+    }
+
+    async fn fetch_all<'c, O>(on: O, stmt: Stmt<'_>) -> Result<Vec<DB::Row>, LedgerError>
+    where
+        O: Into<On<'c, DB>> + Send,
+    {
+        let rows = match on.into() {
+            On::Conn(conn) => DB::query(stmt).fetch_all(conn).await?,
+            On::Pool(pool) => DB::query(stmt).fetch_all(pool).await?,
+        };
+        Ok(rows)
+    }
+}
