@@ -734,7 +734,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
     // 200,000 operations over 50 tenants and every state the checks allow without an approval
     // (the audit trigger is off for the bulk load: the plan, not the trail, is under test).
     sqlx::raw_sql(
-        "ALTER TABLE operations DISABLE TRIGGER operations_audit;
+        "ALTER TABLE operations DISABLE TRIGGER operations_audit_insert;
          INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer, payment_method,
              invoice, details_hash, status, idempotency_key, available_at, external_ref, created_at, updated_at,
              approved_hash)
@@ -744,7 +744,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
              'key_' || g, 0, CASE WHEN g % 5 = 2 THEN 'pi_' || g END, 1800000000000 + g * 1000,
              1800000000000 + g * 1000, CASE WHEN g % 5 >= 2 THEN repeat('a', 64) END
          FROM generate_series(1, 200000) g;
-         ALTER TABLE operations ENABLE TRIGGER operations_audit;
+         ALTER TABLE operations ENABLE TRIGGER operations_audit_insert;
          ANALYZE operations;",
     )
     .execute(&db)
