@@ -13,7 +13,7 @@ use payonce_shared::processor::Processor;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -89,7 +89,7 @@ impl Worker {
         self.hold(&claimed);
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
-        let batch = self.batch(claimed, tx, stop_rx);
+        let batch = self.batch(claimed, tx, stop_rx, None);
         let recorder = self.recorder(rx);
         let ((), ()) = tokio::join!(batch, recorder);
         Ok(n)
@@ -160,12 +160,15 @@ impl Worker {
             } else {
                 None
             };
+            let mut slots_held = first;
+            if let Some(more) = more {
+                slots_held.merge(more);
+            }
             let this = self.clone();
             let tx = record_tx.clone();
             let stop = stop_rx.clone();
             batches.spawn(async move {
-                this.batch(claimed, tx, stop).await;
-                drop((first, more));
+                this.batch(claimed, tx, stop, Some(slots_held)).await;
             });
             while batches.try_join_next().is_some() {}
         }
@@ -213,12 +216,16 @@ impl Worker {
     }
 
     /// One claimed batch: checks, one commit recording every submission start, then concurrent
-    /// submissions whose outcomes go to the recorder.
+    /// submissions whose outcomes go to the recorder. `slots` holds one in-flight slot per claimed
+    /// operation (the daemon's; none for `run_once`): each submission gives its own back as soon as
+    /// the processor answered, so one slow answer does not hold the batch's other slots; the rest
+    /// (rejected, fenced) go back when the batch ends.
     async fn batch(
         &self,
         claimed: Vec<Operation>,
         tx: mpsc::Sender<Pending>,
         stop: watch::Receiver<bool>,
+        mut slots: Option<OwnedSemaphorePermit>,
     ) {
         let claimed_at = Instant::now();
         failpoint::hit(FailPoint::AfterClaim);
@@ -272,6 +279,7 @@ impl Worker {
             let metrics = self.metrics.clone();
             let tx = tx.clone();
             let stop = stop.clone();
+            let slot = slots.as_mut().and_then(|s| s.split(1));
             let span = tracing::info_span!("submit", operation = %op.id, tenant = %op.tenant, attempt = op.attempt,
                 key = %op.idempotency_key);
             submissions.spawn(
@@ -287,6 +295,7 @@ impl Worker {
                         Some(&stop),
                     )
                     .await;
+                    drop(slot);
                     let _ = tx.send(Pending { op, recorded }).await;
                 }
                 .instrument(span),
