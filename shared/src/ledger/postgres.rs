@@ -62,51 +62,75 @@ const RENEW: &str = "WITH held AS MATERIALIZED ( \
      UPDATE operations o SET lease_expires_at = $3, last_event = NULL FROM held WHERE o.id = held.id \
        AND held.status = 'executing' AND held.lease_owner = $1 AND held.lease_expires_at > $2 \
      RETURNING o.id, o.attempt";
+/// Every batch statement's shape: `locked` locks the batch's rows (`$1`, the ids) in id order,
+/// found by primary key alone; `fenced` (alias `f`) keeps those whose locked, current version passes
+/// the fence `check` (on `l`, the locked row) at the attempt the batch names, joined to the batch's
+/// arrays (`unnest({arrays}) AS b({columns})`, whose first two are the ids and attempts) and
+/// exposing `l.id`, `l.attempt` and `fields`; the update then sets `set` on exactly those rows and
+/// returns their ids. See `RENEW` for why the fence is not in the lock step.
+fn fenced_batch(arrays: &str, columns: &str, fields: &str, check: &str, set: &str) -> String {
+    format!(
+        "WITH locked AS MATERIALIZED ( \
+           SELECT id, attempt, status, lease_expires_at, first_submitted_at FROM operations \
+           WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
+         fenced AS MATERIALIZED ( \
+           SELECT l.id, l.attempt{fields} FROM locked l JOIN unnest({arrays}) AS b({columns}) \
+           ON l.id = b.id AND l.attempt = b.attempt WHERE {check}) \
+         UPDATE operations o SET {set} FROM fenced f WHERE o.id = f.id RETURNING o.id"
+    )
+}
+
 /// A note (no state change): requests are about to leave, for one fence or a whole claimed batch
 /// in one statement (one round trip, one commit), rows locked in id order (see `RENEW` for why the
 /// rows are found by id alone and the fence checked after the lock). Refused once a lease has
 /// expired. Returns the ids marked; the others lost their fence.
-const MARK_SUBMITTING: &str = "WITH locked AS MATERIALIZED ( \
-       SELECT id, attempt, status, lease_expires_at FROM operations WHERE id = ANY($1::text[]) \
-       ORDER BY id FOR UPDATE), \
-     fenced AS MATERIALIZED ( \
-       SELECT l.id, l.attempt FROM locked l JOIN unnest($1::text[], $2::bigint[]) AS b(id, attempt) \
-       ON l.id = b.id AND l.attempt = b.attempt WHERE l.status = 'executing' AND l.lease_expires_at > $3) \
-     UPDATE operations o SET first_submitted_at = COALESCE(o.first_submitted_at, $3), \
-       first_submitted_attempt = COALESCE(o.first_submitted_attempt, fenced.attempt), last_submitted_at = $3, \
-       submit_count = o.submit_count + 1, updated_at = $3, last_event = 'submission_started', \
-       last_actor = o.lease_owner, last_detail = NULL \
-     FROM fenced WHERE o.id = fenced.id \
-     RETURNING o.id";
+static MARK_SUBMITTING: LazyLock<String> = LazyLock::new(|| {
+    fenced_batch(
+        "$1::text[], $2::bigint[]",
+        "id, attempt",
+        "",
+        "l.status = 'executing' AND l.lease_expires_at > $3",
+        "first_submitted_at = COALESCE(o.first_submitted_at, $3), \
+         first_submitted_attempt = COALESCE(o.first_submitted_attempt, f.attempt), last_submitted_at = $3, \
+         submit_count = o.submit_count + 1, updated_at = $3, last_event = 'submission_started', \
+         last_actor = o.lease_owner, last_detail = NULL",
+    )
+});
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
 /// Two refunds of one payment queue here, so the second's guard reads a snapshot taken after the
 /// first committed (READ COMMITTED: each statement sees what was committed before it began).
 const LOCK_REFUNDED_PAYMENT: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
-/// The worker's `processor_succeeded` for many rows in one statement, each fenced by its own
-/// attempt, rows locked in id order first (see `RENEW`, which also says why the rows are found by id
-/// alone and the fence checked on the locked row). Needs no transaction of its own: it is the
-/// batch's only statement when every outcome is a success (the common case), one commit per batch.
-static RECORD_SUCCEEDED_BATCH: LazyLock<String> = LazyLock::new(|| {
-    let succeeded = legal(&[Status::Executing], Event::ProcessorSucceeded);
-    format!(
-        "WITH locked AS MATERIALIZED ( \
-           SELECT id, attempt, status FROM operations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
-         fenced AS MATERIALIZED ( \
-           SELECT l.id, b.reference, b.result FROM locked l \
-           JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS b(id, attempt, reference, result) \
-           ON l.id = b.id AND l.attempt = b.attempt WHERE {from}) \
-         UPDATE operations o SET status = '{to}', last_event = '{event}', external_ref = f.reference, \
-           result = f.result, failure_code = NULL, failure_message = NULL, lease_owner = NULL, \
-           lease_expires_at = NULL, next_check_at = NULL, updated_at = $6, last_actor = $5, \
-           last_detail = f.reference \
-         FROM fenced f WHERE o.id = f.id \
-         RETURNING o.id",
-        to = succeeded.to.as_str(),
-        event = succeeded.event.as_str(),
-        from = status_in("l.status", &succeeded.from),
+/// `processor_succeeded` for many rows in one statement, each fenced by its own attempt and by
+/// `from` (the worker's outcomes from `executing`, the sweep's found lookups from `unknown`), rows
+/// locked in id order first (see `fenced_batch`). Arrays: ids, attempts, references, results,
+/// details; `$6` the actor, `$7` now. The worker's write also clears the failure message (as its
+/// one-row write does); a found lookup keeps the reason the row was unknown, as a report does.
+fn succeeded_batch(from: Status, clear_failure_message: bool) -> String {
+    let succeeded = legal(&[from], Event::ProcessorSucceeded);
+    let failure_message = if clear_failure_message {
+        "failure_message = NULL, "
+    } else {
+        ""
+    };
+    fenced_batch(
+        "$1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[]",
+        "id, attempt, reference, result, detail",
+        ", b.reference, b.result, b.detail",
+        &status_in("l.status", &succeeded.from),
+        &format!(
+            "status = '{to}', last_event = '{event}', external_ref = f.reference, result = f.result, \
+             failure_code = NULL, {failure_message}lease_owner = NULL, lease_expires_at = NULL, \
+             next_check_at = NULL, updated_at = $7, last_actor = $6, last_detail = f.detail",
+            to = succeeded.to.as_str(),
+            event = succeeded.event.as_str(),
+        ),
     )
-});
+}
+/// The worker's outcomes (`succeeded_batch`). Needs no transaction of its own: it is the batch's
+/// only statement when every outcome is a success (the common case), one commit per batch.
+static RECORD_SUCCEEDED_BATCH: LazyLock<String> =
+    LazyLock::new(|| succeeded_batch(Status::Executing, true));
 
 /// The sweep's lease expiries for many rows in one statement: each fenced as
 /// `Recovery::expire_lease` fences one (the attempt the sweep saw, still `executing`, the lease
@@ -116,53 +140,31 @@ static RECORD_SUCCEEDED_BATCH: LazyLock<String> = LazyLock::new(|| {
 static EXPIRE_LEASES: LazyLock<String> = LazyLock::new(|| {
     let submitted = legal(&[Status::Executing], Event::LeaseExpiredSubmitted);
     let unsubmitted = legal(&[Status::Executing], Event::LeaseExpiredUnsubmitted);
-    format!(
-        "WITH locked AS MATERIALIZED ( \
-           SELECT id, attempt, status, lease_expires_at, first_submitted_at FROM operations \
-           WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
-         fenced AS MATERIALIZED ( \
-           SELECT l.id, b.submitted, b.detail FROM locked l \
-           JOIN unnest($1::text[], $2::bigint[], $3::boolean[], $4::text[]) AS b(id, attempt, submitted, detail) \
-           ON l.id = b.id AND l.attempt = b.attempt WHERE {from} AND l.lease_expires_at <= $5 \
-           AND (l.first_submitted_at IS NOT NULL) = b.submitted) \
-         UPDATE operations o SET \
-           status = CASE WHEN f.submitted THEN '{s_to}' ELSE '{u_to}' END, \
-           last_event = CASE WHEN f.submitted THEN '{s_event}' ELSE '{u_event}' END, \
-           next_check_at = CASE WHEN f.submitted THEN $6 ELSE o.next_check_at END, \
-           available_at = CASE WHEN f.submitted THEN o.available_at ELSE $5 END, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, last_actor = $7, \
-           last_detail = f.detail \
-         FROM fenced f WHERE o.id = f.id \
-         RETURNING o.id",
-        from = status_in("l.status", &submitted.from),
-        s_to = submitted.to.as_str(),
-        u_to = unsubmitted.to.as_str(),
-        s_event = submitted.event.as_str(),
-        u_event = unsubmitted.event.as_str(),
+    fenced_batch(
+        "$1::text[], $2::bigint[], $3::boolean[], $4::text[]",
+        "id, attempt, submitted, detail",
+        ", b.submitted, b.detail",
+        &format!(
+            "{} AND l.lease_expires_at <= $5 AND (l.first_submitted_at IS NOT NULL) = b.submitted",
+            status_in("l.status", &submitted.from)
+        ),
+        &format!(
+            "status = CASE WHEN f.submitted THEN '{s_to}' ELSE '{u_to}' END, \
+             last_event = CASE WHEN f.submitted THEN '{s_event}' ELSE '{u_event}' END, \
+             next_check_at = CASE WHEN f.submitted THEN $6 ELSE o.next_check_at END, \
+             available_at = CASE WHEN f.submitted THEN o.available_at ELSE $5 END, \
+             lease_owner = NULL, lease_expires_at = NULL, updated_at = $5, last_actor = $7, \
+             last_detail = f.detail",
+            s_to = submitted.to.as_str(),
+            u_to = unsubmitted.to.as_str(),
+            s_event = submitted.event.as_str(),
+            u_event = unsubmitted.event.as_str(),
+        ),
     )
 });
-/// Lookups that found the approved object, for many `unknown` rows in one statement, each fenced by
-/// the attempt the lookup was made for; the same columns as a report's `SET_SUCCEEDED`.
-static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| {
-    let found = legal(&[Status::Unknown], Event::ProcessorSucceeded);
-    format!(
-        "WITH locked AS MATERIALIZED ( \
-           SELECT id, attempt, status FROM operations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
-         fenced AS MATERIALIZED ( \
-           SELECT l.id, b.reference, b.result, b.detail FROM locked l \
-           JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[]) \
-             AS b(id, attempt, reference, result, detail) \
-           ON l.id = b.id AND l.attempt = b.attempt WHERE {from}) \
-         UPDATE operations o SET status = '{to}', last_event = '{event}', external_ref = f.reference, \
-           result = f.result, failure_code = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-           next_check_at = NULL, updated_at = $7, last_actor = $6, last_detail = f.detail \
-         FROM fenced f WHERE o.id = f.id \
-         RETURNING o.id",
-        from = status_in("l.status", &found.from),
-        to = found.to.as_str(),
-        event = found.event.as_str(),
-    )
-});
+/// Lookups that found the approved object, for many `unknown` rows in one statement
+/// (`succeeded_batch`), each fenced by the attempt the lookup was made for.
+static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Status::Unknown, false));
 
 /// The Postgres ledger.
 pub type PostgresLedger = Store<Postgres>;
@@ -354,7 +356,7 @@ async fn mark_submitting(
 ) -> Result<Vec<bool>, LedgerError> {
     let ids: Vec<String> = fences.iter().map(|f| f.id.as_str().to_string()).collect();
     let attempts: Vec<i64> = fences.iter().map(|f| f.attempt).collect();
-    let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING)
+    let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING.as_str())
         .bind(&ids)
         .bind(&attempts)
         .bind(now.as_millis())
@@ -409,6 +411,7 @@ async fn record_batch(
             .bind(&attempts)
             .bind(&references)
             .bind(&results)
+            .bind(&references)
             .bind(bounded(actor))
             .bind(now.as_millis())
     };
