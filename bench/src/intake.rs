@@ -1,7 +1,8 @@
 //! Creating and approving operations at full speed through the real ledger calls (`create_or_get`,
-//! then `approve`: the row, its audit events, the approval record, the wake-up), next to a plain
-//! single-row insert on the same server in the same run, both with the same number of clients, each
-//! statement its own commit.
+//! then `approve`: the row, its audit events, the approval record, the wake-up), and through the HTTP
+//! API with a real service key (`POST /v1/operations`, then `POST /v1/operations/{id}/approve`: key
+//! lookup, JSON, validation, the same ledger calls), next to a plain single-row insert on the same
+//! server in the same run, all with the same number of clients, each statement its own commit.
 
 use crate::database::ScratchDatabase;
 use crate::load::bench_details;
@@ -24,6 +25,8 @@ const COUNT: &str = "SELECT COUNT(*) FROM intake";
 pub struct Intake {
     /// Operations created and approved through the ledger, per second.
     pub payonce: Rate,
+    /// Operations created and approved through the HTTP API with a service key, per second.
+    pub http: Rate,
     /// Plain single-row inserts, per second.
     pub baseline: Rate,
 }
@@ -97,7 +100,125 @@ pub async fn measure(admin_url: &str, clients: u32, operations: u64) -> anyhow::
     );
     ledger.pool().close().await;
     db.drop_now().await?;
-    Ok(Intake { payonce, baseline })
+    let http = through_api(admin_url, clients, operations).await?;
+    Ok(Intake {
+        payonce,
+        http,
+        baseline,
+    })
+}
+
+/// Creates and approves `operations` through the API (served in this process on a loopback port, a
+/// pool of `clients` connections) with `clients` concurrent HTTP callers holding one service key;
+/// checks every operation ended `ready`.
+async fn through_api(admin_url: &str, clients: u32, operations: u64) -> anyhow::Result<Rate> {
+    let db = ScratchDatabase::create(admin_url).await?;
+    let ledger = db.ledger(clients).await?;
+    let shared: SharedLedger = Arc::new(ledger.clone());
+    let tenant = TenantId::parse("bench")?;
+    let key = payonce_api::create_api_key(
+        shared.as_ref(),
+        &tenant,
+        payonce_shared::ledger::Role::Service,
+        "bench-billing",
+        crate::now(),
+    )
+    .await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let config = payonce_api::ApiConfig {
+        listen: addr,
+        public_base_url: format!("http://{addr}"),
+        ..payonce_api::ApiConfig::default()
+    };
+    let state = payonce_api::AppState::new(
+        shared.clone(),
+        Arc::new(payonce_shared::clock::SystemClock),
+        config,
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(payonce_api::serve_listener(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::try_from(clients)?)
+        .build()?;
+    let base = format!("http://{addr}");
+    let started = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for client in 0..u64::from(clients) {
+        let (http, base, key) = (http.clone(), base.clone(), key.clone());
+        loops.spawn(async move {
+            let mut i = client;
+            while i < operations {
+                create_and_approve_over_http(&http, &base, &key, i).await?;
+                i += u64::from(clients);
+            }
+            Ok::<(), anyhow::Error>(())
+        });
+    }
+    while let Some(joined) = loops.join_next().await {
+        joined??;
+    }
+    let rate = Rate::new(operations, started.elapsed());
+    let counts = shared.count_by_status().await?;
+    anyhow::ensure!(
+        counts.len() == 1
+            && counts[0].status == Status::Ready
+            && u64::try_from(counts[0].count).ok() == Some(operations),
+        "after intake over HTTP: {counts:?}, expected {operations} ready"
+    );
+    let _ = stop.send(());
+    server.await??;
+    ledger.pool().close().await;
+    db.drop_now().await?;
+    Ok(rate)
+}
+
+/// One operation created and approved through the API with a service key, as a merchant's backend
+/// does: the create answers 201 with the details hash the approval must name.
+async fn create_and_approve_over_http(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    i: u64,
+) -> anyhow::Result<()> {
+    let created = http
+        .post(format!("{base}/v1/operations"))
+        .bearer_auth(key)
+        .json(&serde_json::json!({
+            "business_key": format!("bench:intake:{i}"),
+            "details": {
+                "kind": "payment", "amount": 2048, "currency": "usd", "customer": "cus_bench",
+                "payment_method": "pm_card_visa", "invoice": format!("INV-BENCH-{i}"),
+            },
+        }))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        created.status() == reqwest::StatusCode::CREATED,
+        "create answered {}",
+        created.status()
+    );
+    let op: serde_json::Value = created.json().await?;
+    let id = op["id"]
+        .as_str()
+        .context("the created operation has an id")?;
+    let approved = http
+        .post(format!("{base}/v1/operations/{id}/approve"))
+        .bearer_auth(key)
+        .json(&serde_json::json!({
+            "details_hash": op["details_hash"],
+            "approved_by": "customer:cus_bench",
+        }))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        approved.status() == reqwest::StatusCode::OK,
+        "approve answered {}",
+        approved.status()
+    );
+    Ok(())
 }
 
 /// One operation created and approved through the ledger calls, as the API does for a service key.

@@ -300,6 +300,19 @@ async fn intake_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         ),
         None,
     );
+    out.table.compare(
+        format!(
+            "same, through the HTTP API with a service key (create, then approve; {} ops, {} concurrent callers)",
+            thousands(s.intake_operations),
+            s.clients
+        ),
+        (i.http.per_second(), &per_second(&i.http)),
+        (
+            i.baseline.per_second(),
+            &format!("{} plain single-row inserts", per_second(&i.baseline)),
+        ),
+        None,
+    );
     out.intake = Some(i);
     Ok(())
 }
@@ -486,13 +499,14 @@ mod tests {
         assert_eq!(small.samples.len(), s.sweep_repeats);
         assert_eq!(large.rows, s.sweep_rows.1);
         assert_eq!(outcome.sqlite.expect("sqlite ran").count, s.operations);
-        // 4 throughput rows + one per engine count, intake, http (+ ceiling), 2 latency, 3 sweep, sqlite.
-        let rows = 4 + s.engines.len() + 1 + 1 + 2 + 3 + 1 + usize::from(s.http_ceiling.is_some());
+        // 4 throughput rows + one per engine count, 2 intake, http (+ ceiling), 2 latency, 3 sweep, sqlite.
+        let rows = 4 + s.engines.len() + 2 + 1 + 2 + 3 + 1 + usize::from(s.http_ceiling.is_some());
         assert_eq!(outcome.engines.len(), s.engines.len());
         assert!(outcome.engines.iter().all(|(_, r)| r.count == s.operations));
         let intake = outcome.intake.as_ref().expect("intake ran");
         assert_eq!(intake.payonce.count, s.intake_operations);
         assert_eq!(intake.baseline.count, s.intake_operations);
+        assert_eq!(intake.http.count, s.intake_operations);
         assert_eq!(
             outcome.table.rows.len(),
             rows,
