@@ -41,28 +41,20 @@ pub async fn measure(admin_url: &str, clients: u32, operations: u64) -> anyhow::
         .await
         .context("connect for the insert baseline")?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-    let started = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for client in 0..u64::from(clients) {
-        let pool = pool.clone();
-        loops.spawn(async move {
-            let mut i = client;
-            while i < operations {
-                sqlx::query(INSERT)
-                    .bind(format!("bench:intake:{i}"))
-                    .bind("{\"invoice\":\"INV-BENCH\",\"amount\":2048}")
-                    .bind(crate::now_ms())
-                    .execute(&pool)
-                    .await?;
-                i += u64::from(clients);
-            }
-            Ok::<(), sqlx::Error>(())
-        });
-    }
-    while let Some(joined) = loops.join_next().await {
-        joined??;
-    }
-    let baseline = Rate::new(operations, started.elapsed());
+    let pool_for_loops = pool.clone();
+    let baseline = spread(clients, operations, move |i| {
+        let pool = pool_for_loops.clone();
+        async move {
+            sqlx::query(INSERT)
+                .bind(format!("bench:intake:{i}"))
+                .bind("{\"invoice\":\"INV-BENCH\",\"amount\":2048}")
+                .bind(crate::now_ms())
+                .execute(&pool)
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
     let rows: i64 = sqlx::query_scalar(COUNT).fetch_one(&pool).await?;
     anyhow::ensure!(
         u64::try_from(rows).ok() == Some(operations),
@@ -72,23 +64,12 @@ pub async fn measure(admin_url: &str, clients: u32, operations: u64) -> anyhow::
 
     let ledger = db.ledger(clients).await?;
     let shared: SharedLedger = Arc::new(ledger.clone());
-    let started = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for client in 0..u64::from(clients) {
-        let shared = shared.clone();
-        loops.spawn(async move {
-            let mut i = client;
-            while i < operations {
-                create_and_approve(&shared, &format!("bench:intake:{i}")).await?;
-                i += u64::from(clients);
-            }
-            Ok::<(), anyhow::Error>(())
-        });
-    }
-    while let Some(joined) = loops.join_next().await {
-        joined??;
-    }
-    let payonce = Rate::new(operations, started.elapsed());
+    let callers = shared.clone();
+    let payonce = spread(clients, operations, move |i| {
+        let ledger = callers.clone();
+        async move { create_and_approve(&ledger, &format!("bench:intake:{i}")).await }
+    })
+    .await?;
     let counts = shared.count_by_status().await?;
     let ready = counts
         .iter()
@@ -144,23 +125,11 @@ async fn through_api(admin_url: &str, clients: u32, operations: u64) -> anyhow::
         .pool_max_idle_per_host(usize::try_from(clients)?)
         .build()?;
     let base = format!("http://{addr}");
-    let started = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for client in 0..u64::from(clients) {
+    let rate = spread(clients, operations, move |i| {
         let (http, base, key) = (http.clone(), base.clone(), key.clone());
-        loops.spawn(async move {
-            let mut i = client;
-            while i < operations {
-                create_and_approve_over_http(&http, &base, &key, i).await?;
-                i += u64::from(clients);
-            }
-            Ok::<(), anyhow::Error>(())
-        });
-    }
-    while let Some(joined) = loops.join_next().await {
-        joined??;
-    }
-    let rate = Rate::new(operations, started.elapsed());
+        async move { create_and_approve_over_http(&http, &base, &key, i).await }
+    })
+    .await?;
     let counts = shared.count_by_status().await?;
     anyhow::ensure!(
         counts.len() == 1
@@ -253,4 +222,30 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
         )
         .await?;
     Ok(())
+}
+
+/// Runs `one(i)` for every `i` in `0..operations`, spread over `clients` concurrent loops (loop `c`
+/// takes `c`, `c + clients`, …); the rate from the first call to the last answer.
+async fn spread<F, Fut>(clients: u32, operations: u64, one: F) -> anyhow::Result<Rate>
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let started = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for client in 0..u64::from(clients) {
+        let one = one.clone();
+        loops.spawn(async move {
+            let mut i = client;
+            while i < operations {
+                one(i).await?;
+                i += u64::from(clients);
+            }
+            Ok::<(), anyhow::Error>(())
+        });
+    }
+    while let Some(joined) = loops.join_next().await {
+        joined??;
+    }
+    Ok(Rate::new(operations, started.elapsed()))
 }

@@ -49,33 +49,40 @@ fn reconciler(
     )
 }
 
+/// `n` ready operations that one crashed worker claimed, all with a submission recorded; the
+/// operations (in creation order) and the claimed rows.
+async fn crashed_after_marking(
+    ledger: &payonce_shared::ledger::SharedLedger,
+    prefix: &str,
+    n: usize,
+) -> (
+    Vec<payonce_shared::ledger::Operation>,
+    Vec<payonce_shared::ledger::Operation>,
+) {
+    let mut ops = Vec::new();
+    for i in 0..n {
+        let at = now() + Duration::from_millis(i as u64);
+        ops.push(ready_operation(ledger, &format!("{prefix}{i}"), "pm_card_visa", at).await);
+    }
+    let claimed_at = now() + Duration::from_millis(n as u64);
+    let claimed = ledger
+        .claim("crashed", n as u32, LEASE, claimed_at)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), n);
+    let fences: Vec<Fence> = claimed.iter().map(Fence::of).collect();
+    let marked = ledger.mark_submitting(&fences, claimed_at).await.unwrap();
+    assert!(marked.iter().all(|m| *m), "{marked:?}");
+    (ops, claimed)
+}
+
 #[tokio::test]
 async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let mut ops = Vec::new();
-    for i in 0..STUCK {
-        ops.push(
-            ready_operation(
-                &ledger,
-                &format!("INV-C{i}"),
-                "pm_card_visa",
-                now() + Duration::from_millis(i as u64),
-            )
-            .await,
-        );
-    }
     // One crashed worker held them all with a submission recorded; the even ones reached the
     // processor (response dropped), the odd ones never left.
-    let claimed_at = now() + Duration::from_millis(STUCK as u64);
-    let claimed = ledger
-        .claim("crashed", STUCK as u32, LEASE, claimed_at)
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), STUCK);
-    let fences: Vec<Fence> = claimed.iter().map(Fence::of).collect();
-    let marked = ledger.mark_submitting(&fences, claimed_at).await.unwrap();
-    assert!(marked.iter().all(|m| *m), "{marked:?}");
+    let (ops, claimed) = crashed_after_marking(&ledger, "INV-C", STUCK).await;
     let paid: Vec<_> = ops.iter().step_by(2).map(|o| o.id.clone()).collect();
     for c in claimed.iter().filter(|c| paid.contains(&c.id)) {
         processes::arm_faults(
@@ -174,22 +181,9 @@ async fn a_sweep_writes_more_rows_than_one_group_holds() {
     let stuck = 10;
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let mut ops = Vec::new();
-    for i in 0..stuck {
-        let at = now() + Duration::from_millis(i as u64);
-        ops.push(ready_operation(&ledger, &format!("INV-G{i}"), "pm_card_visa", at).await);
-    }
     // A crashed worker recorded every submission and every payment reached the processor; no
     // outcome reached the ledger.
-    let claimed_at = now() + Duration::from_millis(stuck as u64);
-    let claimed = ledger
-        .claim("crashed", stuck as u32, LEASE, claimed_at)
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), stuck);
-    let fences: Vec<Fence> = claimed.iter().map(Fence::of).collect();
-    let marked = ledger.mark_submitting(&fences, claimed_at).await.unwrap();
-    assert!(marked.iter().all(|m| *m));
+    let (ops, claimed) = crashed_after_marking(&ledger, "INV-G", stuck).await;
     let stripe = processes::stripe(&sim, None);
     for c in &claimed {
         let outcome =
