@@ -15,6 +15,9 @@ use serde_json::json;
 
 /// Most refunds `show` lists beside a payment (oldest first); the totals count them all.
 pub const REFUNDS_SHOWN_MAX: u32 = 100;
+/// How far before an operation's creation `show`'s lookup starts (clock skew between us and the
+/// processor; the sweep's is `ReconcilerConfig::lookup_skew`, the same by default).
+pub const SHOW_LOOKUP_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How output is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +139,10 @@ pub async fn show(
     let events = ledger.events_unscoped(id).await?;
     let processor_view = match processor {
         // A payment or a refund, as its kind says.
-        Some(p) => Some(operation::lookup(p, &op, op.created_at_ms.as_millis() - 300_000).await),
+        Some(p) => {
+            let created_after = op.created_at_ms.saturating_sub_span(SHOW_LOOKUP_SKEW);
+            Some(operation::lookup(p, &op, created_after).await)
+        }
         None => None,
     };
     let refunds = refunds_of(ledger, &op).await?;

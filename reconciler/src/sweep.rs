@@ -446,18 +446,16 @@ impl Reconciler {
         let lookup = if contract.lookup == LookupSupport::None {
             LookupOutcome::NotFound { consistent: false }
         } else {
-            let created_after_ms = op
+            let created_after = op
                 .first_submitted_at_ms
                 .unwrap_or(op.created_at_ms)
-                .saturating_sub_span(self.config.lookup_skew)
-                .as_millis();
+                .saturating_sub_span(self.config.lookup_skew);
             // Lookups draw from the read budget, apart from submissions; no permit in time defers the check.
             let limiter = self.config.retry.limiter.as_ref();
             match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
                 Ok(_) => {
                     // A payment or a refund, as its kind says.
-                    let found =
-                        operation::lookup(self.processor.as_ref(), op, created_after_ms).await;
+                    let found = operation::lookup(self.processor.as_ref(), op, created_after).await;
                     if matches!(found, LookupOutcome::RateLimited { .. }) {
                         self.metrics.lookups_rate_limited.inc();
                     }

@@ -97,7 +97,7 @@ async fn a_refund_operation_is_submitted_found_and_checked_as_a_refund() {
     // By the payment's refund list, then by reference: the same refund.
     for external_ref in [None, Some(re.clone())] {
         refund.external_ref = external_ref.clone();
-        match operation::lookup(p.as_ref(), &refund, 0).await {
+        match operation::lookup(p.as_ref(), &refund, Timestamp::from_millis(0)).await {
             LookupOutcome::Found {
                 reference,
                 status: FoundStatus::Succeeded { .. },
@@ -106,7 +106,7 @@ async fn a_refund_operation_is_submitted_found_and_checked_as_a_refund() {
         }
     }
     // The payment's own lookup still finds the payment, not the refund.
-    match operation::lookup(p.as_ref(), &payment, now() - 60_000).await {
+    match operation::lookup(p.as_ref(), &payment, Timestamp::from_millis(now() - 60_000)).await {
         LookupOutcome::Found { reference, .. } => assert_eq!(reference, pi),
         other => panic!("{other:?}"),
     }
@@ -220,7 +220,7 @@ async fn a_pending_refund_is_unknown_and_its_lookup_is_pending_then_failed() {
     let failed = crate::support::wait_for("the refund to fail", Duration::from_secs(15), || {
         let (p, refund) = (p.clone(), refund.clone());
         async move {
-            match operation::lookup(p.as_ref(), &refund, 0).await {
+            match operation::lookup(p.as_ref(), &refund, Timestamp::from_millis(0)).await {
                 LookupOutcome::Found {
                     status: status @ FoundStatus::Failed { .. },
                     ..

@@ -6,6 +6,7 @@
 
 use crate::simulator::{API_KEY, DEADLINE, Sim, start, start_default};
 use crate::support::{details, tenant, wait_for};
+use payonce_shared::clock::Timestamp;
 use payonce_shared::details::Details;
 use payonce_shared::id::{IdempotencyKey, OperationId};
 use payonce_shared::processor::stripe::{STRIPE_VERSION, StripeConfig, StripeProcessor};
@@ -70,7 +71,7 @@ impl Op {
             idempotency_key: &self.key,
             reference,
             customer: self.details.customer(),
-            created_after_ms: self.submitted_ms,
+            created_after: Timestamp::from_millis(self.submitted_ms),
         })
         .await
     }

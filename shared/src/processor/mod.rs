@@ -112,8 +112,8 @@ pub struct LookupQuery<'a> {
     pub reference: Option<&'a str>,
     /// The customer (narrows list queries).
     pub customer: &'a str,
-    /// Earliest time the payment could have been created, ms since the epoch (narrows list queries).
-    pub created_after_ms: i64,
+    /// Earliest time the payment could have been created (narrows list queries).
+    pub created_after: crate::clock::Timestamp,
 }
 
 /// A processor-side status found by lookup.

@@ -47,12 +47,12 @@ pub async fn submit(processor: &dyn Processor, op: &Operation) -> SubmitOutcome 
     }
 }
 
-/// Looks for a past submission of `op`, as its kind says. `created_after_ms` narrows a payment's list
+/// Looks for a past submission of `op`, as its kind says. `created_after` narrows a payment's list
 /// query (a refund's list is its payment's refunds, already narrow).
 pub async fn lookup(
     processor: &dyn Processor,
     op: &Operation,
-    created_after_ms: i64,
+    created_after: crate::clock::Timestamp,
 ) -> LookupOutcome {
     match op.details.kind() {
         OperationKind::Payment => {
@@ -62,7 +62,7 @@ pub async fn lookup(
                     idempotency_key: &op.idempotency_key,
                     reference: op.external_ref.as_deref(),
                     customer: op.details.customer(),
-                    created_after_ms,
+                    created_after,
                 })
                 .await
         }

@@ -138,7 +138,7 @@ pub(crate) fn error_message(v: &Value) -> String {
 }
 
 async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome {
-    let created_gte = query.created_after_ms.div_euclid(1000) - CLOCK_SKEW_MARGIN_SECS;
+    let created_gte = query.created_after.as_millis().div_euclid(1000) - CLOCK_SKEW_MARGIN_SECS;
     let mut starting_after: Option<String> = None;
     let mut best: Option<(String, FoundStatus)> = None;
     let mut matches = 0_usize;
