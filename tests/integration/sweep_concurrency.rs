@@ -33,6 +33,17 @@ const LEASE: Duration = Duration::from_millis(100);
 /// Stuck operations in the concurrent sweep; half paid with the response lost, half never sent.
 const STUCK: usize = 10;
 
+/// A sweep's (marked unknown, resolved succeeded, retried with the same key, fenced, errors).
+fn counts(report: &payonce_reconciler::SweepReport) -> (u32, u32, u32, u32, u32) {
+    (
+        report.marked_unknown,
+        report.resolved_succeeded,
+        report.retried_same_key,
+        report.fenced,
+        report.errors,
+    )
+}
+
 fn reconciler(
     ledger: &payonce_shared::ledger::SharedLedger,
     sim: &payonce_simulator::Simulator,
@@ -107,13 +118,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
         .await
         .unwrap();
     assert_eq!(
-        (
-            report.marked_unknown,
-            report.resolved_succeeded,
-            report.retried_same_key,
-            report.fenced,
-            report.errors
-        ),
+        counts(&report),
         (STUCK as u32, (STUCK / 2) as u32, (STUCK / 2) as u32, 0, 0),
         "{report:?}"
     );
@@ -208,13 +213,7 @@ async fn a_sweep_writes_more_rows_than_one_group_holds() {
     .unwrap();
     let n = stuck as u32;
     assert_eq!(
-        (
-            report.marked_unknown,
-            report.resolved_succeeded,
-            report.retried_same_key,
-            report.fenced,
-            report.errors
-        ),
+        counts(&report),
         (n, n, 0, 0, 0),
         "{:?}",
         (
