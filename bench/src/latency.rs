@@ -5,9 +5,8 @@
 use crate::database::ScratchDatabase;
 use crate::drive::{self, Fleet};
 use crate::inprocess::InProcessProcessor;
-use crate::load::bench_details;
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
+use crate::intake;
+use payonce_shared::ledger::SharedLedger;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,7 +68,7 @@ pub async fn moderate_load(
             while i < operations {
                 let due = start + Duration::from_micros(i * 1_000_000 / per_second);
                 tokio::time::sleep_until(due.into()).await;
-                create_and_approve(&shared, i).await?;
+                intake::create_and_approve(&shared, &format!("bench:latency:{i}")).await?;
                 i += FEEDERS;
             }
             Ok::<(), anyhow::Error>(())
@@ -97,37 +96,4 @@ pub async fn moderate_load(
     ledger.pool().close().await;
     db.drop_now().await?;
     Ok(latencies)
-}
-
-async fn create_and_approve(ledger: &SharedLedger, i: u64) -> anyhow::Result<()> {
-    let details = bench_details();
-    let hash = details.hash();
-    let tenant = TenantId::parse("bench")?;
-    let now = crate::now();
-    let created = ledger
-        .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant.clone(),
-                business_key: BusinessKey::parse(&format!("bench:latency:{i}"))?,
-                details,
-                actor: "bench".into(),
-            },
-            now,
-        )
-        .await?;
-    ledger
-        .approve(
-            &tenant,
-            &created.operation.id,
-            NewApproval {
-                details_hash: hash,
-                approved_by: "bench".into(),
-                method: "bench".into(),
-                expires_at_ms: now + Duration::from_secs(86_400),
-            },
-            crate::now(),
-        )
-        .await?;
-    Ok(())
 }
