@@ -4,21 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  if ! "$PYTHON" -m venv .venv 2>/dev/null; then
-    # Debian's python3 ships venv separately.
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq python3-venv
-    rm -rf .venv
-    "$PYTHON" -m venv .venv
-  fi
-fi
-
-want=$(grep -v '^#' requirements.txt | sed '/^$/d' | tr 'A-Z_' 'a-z-' | sort)
-have=$(.venv/bin/pip freeze 2>/dev/null | tr 'A-Z_' 'a-z-' | sort)
-if [ "$want" != "$have" ]; then
-  .venv/bin/pip install --quiet --disable-pip-version-check --no-input -r requirements.txt
-fi
+. ../pinned_venv.sh
 .venv/bin/python -c "import importlib.metadata as m; print('stripe client ready:', m.version('stripe'))"
