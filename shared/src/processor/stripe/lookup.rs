@@ -7,6 +7,7 @@ use super::StripeProcessor;
 use super::classify::failure_of;
 use super::read_body;
 use super::wire::METADATA_OPERATION_ID;
+use crate::id::OperationId;
 use crate::processor::{FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved};
 use serde_json::Value;
 
@@ -93,29 +94,30 @@ pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, V
     Ok((status, v))
 }
 
-async fn by_reference(
+/// Retrieves `{path}/{reference}` (a payment intent or a refund) and trusts it only when it carries
+/// `operation_id`; `status_of` reads the object's status.
+pub(crate) async fn by_reference(
     p: &StripeProcessor,
-    query: &LookupQuery<'_>,
+    path: &str,
     reference: &str,
+    operation_id: &OperationId,
+    status_of: fn(&Value) -> FoundStatus,
 ) -> LookupOutcome {
     if !is_id(reference) {
         return unavailable(format!("stored reference {reference:?} is not a Stripe id"));
     }
-    let url = format!("{}/v1/payment_intents/{reference}", p.config.api_base);
+    let url = format!("{}{path}/{reference}", p.config.api_base);
     match get_json(p, url).await {
-        Ok((200, pi)) => {
+        Ok((200, object)) => match operation_of(&object) {
             // A reference is only trusted when it carries this operation's id.
-            match operation_of(&pi) {
-                Some(op) if op == query.operation_id.as_str() => LookupOutcome::Found {
-                    reference: reference.to_string(),
-                    status: found_status(&pi),
-                },
-                other => unavailable(format!(
-                    "{reference} belongs to operation {other:?}, not {}",
-                    query.operation_id
-                )),
-            }
-        }
+            Some(op) if op == operation_id.as_str() => LookupOutcome::Found {
+                reference: reference.to_string(),
+                status: status_of(&object),
+            },
+            other => unavailable(format!(
+                "{reference} belongs to operation {other:?}, not {operation_id}"
+            )),
+        },
         // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
         Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
         Ok((429, v)) => LookupOutcome::RateLimited {
@@ -254,7 +256,16 @@ pub(crate) async fn retrieve(p: &StripeProcessor, reference: &str) -> Retrieved 
 /// Runs a lookup.
 pub(crate) async fn run(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome {
     match query.reference {
-        Some(reference) => by_reference(p, query, reference).await,
+        Some(reference) => {
+            by_reference(
+                p,
+                "/v1/payment_intents",
+                reference,
+                query.operation_id,
+                found_status,
+            )
+            .await
+        }
         None => by_list(p, query).await,
     }
 }

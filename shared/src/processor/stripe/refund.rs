@@ -16,7 +16,7 @@
 
 use super::StripeProcessor;
 use super::classify::classify_response;
-use super::lookup::{error_message, get_json, is_id, list_page, unavailable};
+use super::lookup::{by_reference, error_message, get_json, is_id, list_page, unavailable};
 use super::wire::METADATA_OPERATION_ID;
 use crate::processor::{
     FoundStatus, LookupOutcome, ProcessorObject, RefundLookupQuery, RefundRequest, Retrieved,
@@ -188,39 +188,6 @@ fn rank(status: &FoundStatus) -> u8 {
     }
 }
 
-async fn by_reference(
-    p: &StripeProcessor,
-    query: &RefundLookupQuery<'_>,
-    reference: &str,
-) -> LookupOutcome {
-    if !is_id(reference) {
-        return unavailable(format!("stored reference {reference:?} is not a Stripe id"));
-    }
-    let url = format!("{}/v1/refunds/{reference}", p.config.api_base);
-    match get_json(p, url).await {
-        Ok((200, refund)) => match operation_of(&refund) {
-            Some(op) if op == query.operation_id.as_str() => LookupOutcome::Found {
-                reference: reference.to_string(),
-                status: found_status(&refund),
-            },
-            other => unavailable(format!(
-                "{reference} belongs to operation {other:?}, not {}",
-                query.operation_id
-            )),
-        },
-        // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
-        Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
-        Ok((429, v)) => LookupOutcome::RateLimited {
-            reason: format!("retrieve answered HTTP 429: {}", error_message(&v)),
-        },
-        Ok((status, v)) => unavailable(format!(
-            "retrieve answered HTTP {status}: {}",
-            error_message(&v)
-        )),
-        Err(why) => unavailable(why),
-    }
-}
-
 async fn by_list(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOutcome {
     if !is_id(query.payment_reference) {
         return unavailable(format!(
@@ -288,7 +255,16 @@ async fn by_list(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOu
 /// Runs a refund lookup.
 pub(crate) async fn lookup(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOutcome {
     match query.reference {
-        Some(reference) => by_reference(p, query, reference).await,
+        Some(reference) => {
+            by_reference(
+                p,
+                "/v1/refunds",
+                reference,
+                query.operation_id,
+                found_status,
+            )
+            .await
+        }
         None => by_list(p, query).await,
     }
 }
