@@ -315,25 +315,66 @@ pub(crate) async fn retrieve(
     Path(id): Path<String>,
 ) -> Response {
     let path = format!("{PATH}/{id}");
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", &path, None) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
+    let found = Retrieve {
+        path: &path,
+        param: "intent",
+        kind: "payment_intent",
+        what: "payment retrieve",
     };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
-    let worker = app.clone();
-    let found = detached(async move {
-        settle_due(&worker).await?;
-        worker.store.payment(&id).await.map(|row| (row, id))
-    })
-    .await;
-    match found {
-        Ok((Some(row), _)) => {
-            ctx.finish(ctx.respond(StatusCode::OK, body(&objects::payment_intent(&row)), false))
+    found
+        .run(app, conn, &headers, id, |app, id| async move {
+            let row = app.store.payment(&id).await?;
+            Ok(row.map(|row| objects::payment_intent(&row)))
+        })
+        .await
+}
+
+/// One `GET` of a stored object (a payment intent, a refund): the read faults, then what is due
+/// settled, then the object; Stripe's missing-resource error naming `param` and `kind` when there is
+/// none.
+pub(crate) struct Retrieve<'a> {
+    /// The request path.
+    pub path: &'a str,
+    /// The parameter Stripe's 404 names.
+    pub param: &'a str,
+    /// The object kind Stripe's 404 names.
+    pub kind: &'a str,
+    /// What failed, for an internal error.
+    pub what: &'a str,
+}
+
+impl Retrieve<'_> {
+    pub(crate) async fn run<F, Fut>(
+        &self,
+        app: Shared,
+        conn: ConnHandle,
+        headers: &HeaderMap,
+        id: String,
+        fetch: F,
+    ) -> Response
+    where
+        F: FnOnce(Shared, String) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Option<serde_json::Value>, sqlx::Error>> + Send + 'static,
+    {
+        let ctx = match Ctx::begin(&app, conn, headers, "GET", self.path, None) {
+            Ok(ctx) => ctx,
+            Err(response) => return response,
+        };
+        if let Some(r) = read_faults(&app, &ctx).await {
+            return r;
         }
-        Ok((None, id)) => ctx.error(&ApiError::missing("intent", "payment_intent", &id)),
-        Err(e) => ctx.internal("payment retrieve", &e),
+        let worker = app.clone();
+        let missing = ApiError::missing(self.param, self.kind, &id);
+        let found = detached(async move {
+            settle_due(&worker).await?;
+            fetch(worker, id).await
+        })
+        .await;
+        match found {
+            Ok(Some(object)) => ctx.finish(ctx.respond(StatusCode::OK, body(&object), false)),
+            Ok(None) => ctx.error(&missing),
+            Err(e) => ctx.internal(self.what, &e),
+        }
     }
 }
 

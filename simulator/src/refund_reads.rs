@@ -6,7 +6,7 @@ use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::form::{self, Pairs};
 use crate::objects;
-use crate::payment_intents::{detached, read_faults, settle_due};
+use crate::payment_intents::{Retrieve, detached, read_faults, settle_due};
 use crate::refunds::PATH;
 use crate::routes::{Ctx, Shared};
 use crate::store::{RefundPage, RefundRow};
@@ -31,24 +31,17 @@ pub(crate) async fn retrieve(
     Path(id): Path<String>,
 ) -> Response {
     let path = format!("{PATH}/{id}");
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", &path, None) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
+    let found = Retrieve {
+        path: &path,
+        param: "id",
+        kind: "refund",
+        what: "refund retrieve",
     };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
-    let worker = app.clone();
-    let found = detached(async move {
-        settle_due(&worker).await?;
-        worker.store.refund(&id).await.map(|row| (row, id))
-    })
-    .await;
-    match found {
-        Ok((Some(row), _)) => ctx.finish(ctx.respond(StatusCode::OK, body(&object(&row)), false)),
-        Ok((None, id)) => ctx.error(&ApiError::missing("id", "refund", &id)),
-        Err(e) => ctx.internal("refund retrieve", &e),
-    }
+    found
+        .run(app, conn, &headers, id, |app, id| async move {
+            Ok(app.store.refund(&id).await?.map(|row| object(&row)))
+        })
+        .await
 }
 
 struct ListFilter {
