@@ -137,7 +137,8 @@ fn refuse_refund(op: &Operation) -> Result<(), HttpError> {
     }
 }
 
-fn invalid(e: impl std::fmt::Display) -> HttpError {
+/// A 400 `invalid_request` carrying why (the api's JSON routes share it).
+pub(crate) fn invalid(e: impl std::fmt::Display) -> HttpError {
     HttpError::new(ErrorCode::InvalidRequest, e.to_string())
 }
 

@@ -8,7 +8,7 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
-use crate::operations::{OperationView, load, parse_id};
+use crate::operations::{OperationView, invalid, load, parse_id};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -164,10 +164,6 @@ pub async fn propose(
         }
         Err(e) => Err(e),
     }
-}
-
-fn invalid(e: impl std::fmt::Display) -> HttpError {
-    HttpError::new(ErrorCode::InvalidRequest, e.to_string())
 }
 
 /// `POST /v1/refunds` (service): 201 new, 200 existing with the same details; 409 `over_refund`,
