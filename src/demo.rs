@@ -84,6 +84,10 @@ pub struct SimulatorArgs {
     #[arg(long, env = "PAYONCE_SIMULATOR_RATE_LIMITS", default_value = "{}",
           value_parser = parse_rate_limits)]
     pub rate_limits: RateLimits,
+    /// Added before every `/v1` request is handled, ms: a processor's own latency, so a benchmark's
+    /// worker fills its in-flight limit (0: none).
+    #[arg(long, env = "PAYONCE_SIMULATOR_LATENCY_MS", default_value_t = 0)]
+    pub latency_ms: u64,
 }
 
 /// Parses and validates `--rate-limits`.
@@ -105,6 +109,7 @@ impl SimulatorArgs {
             webhook_duplicates_per_mille: self.webhook_duplicates_per_mille,
             seed: self.seed,
             rate_limits: self.rate_limits.clone(),
+            latency: Duration::from_millis(self.latency_ms),
             ..SimulatorConfig::default()
         }
     }

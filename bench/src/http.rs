@@ -61,6 +61,8 @@ pub async fn postgres(
 
 /// Payments the simulator at `base` holds (its audit endpoint).
 pub async fn simulator_payments(base: &str) -> anyhow::Result<u64> {
+    // The simulator may run in another process: this one's client needs a TLS provider of its own.
+    payonce_simulator::install_crypto_provider();
     let client = reqwest::Client::builder().timeout(AUDIT_TIMEOUT).build()?;
     let body: serde_json::Value = client
         .get(format!("{base}/_sim/audit/payments"))

@@ -1,5 +1,9 @@
-//! A real `payonce worker` process draining operations over HTTP: its own peak memory (`VmHWM` of
-//! that process, not of the bench), read from `/proc/PID/status` while it still runs.
+//! Real processes over real HTTP: a `payonce worker` process draining operations from a `payonce
+//! simulator` process, each with its own CPU time and the worker's peak memory (`VmHWM` of that
+//! process, not of the bench), read from `/proc` while they still run. Postgres's share is the CPU
+//! time of the server's processes over the same span, so the three costs stand apart: what the
+//! worker (ledger calls and the Stripe adapter) spends per payment, what the simulator spends, and
+//! what the database spends.
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
@@ -7,24 +11,57 @@ use crate::report::Rate;
 use anyhow::Context;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::state::Status;
-use payonce_simulator::{Simulator, SimulatorConfig};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 
 /// How often the bench looks at the ledger while the process drains (one cheap count).
 const POLL: Duration = Duration::from_millis(50);
-/// How long the process gets to exit after SIGTERM before it is killed.
+/// How long a process gets to exit after SIGTERM before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(10);
+/// How long the simulator process gets to answer its first request.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+/// Linux reports process CPU times in these ticks per second (`USER_HZ`, fixed at 100).
+const TICKS_PER_SECOND: u64 = 100;
 
 /// What the worker process did.
 #[derive(Debug, Clone)]
 pub struct WorkerProcess {
     /// Operations recorded, start of the process to the last outcome seen.
     pub rate: Rate,
-    /// The process's peak resident set size, KiB.
+    /// The worker process's peak resident set size, KiB.
     pub peak_kib: u64,
+    /// CPU time spent over the drain, by process.
+    pub cpu: CpuSplit,
+}
+
+/// CPU time over one drain: the two payonce-built processes, the database server, the whole machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuSplit {
+    /// The `payonce worker` process (its ledger calls, the Stripe adapter, the HTTP client).
+    pub worker: Duration,
+    /// The `payonce simulator` process (HTTP server, its SQLite store, the added latency's timers).
+    pub simulator: Duration,
+    /// Every `postgres` process on the machine (the worker's connections and the bench's poll).
+    pub postgres: Duration,
+    /// Busy time of every core, everything included.
+    pub machine_busy: Duration,
+    /// Wall time of the drain times the cores.
+    pub machine_capacity: Duration,
+}
+
+impl CpuSplit {
+    /// Microseconds of `part` per operation drained.
+    pub fn per_operation_us(part: Duration, operations: u64) -> f64 {
+        part.as_secs_f64() * 1e6 / operations.max(1) as f64
+    }
+
+    /// Share of the machine's cores that were busy.
+    pub fn busy_share(&self) -> f64 {
+        self.machine_busy.as_secs_f64() / self.machine_capacity.as_secs_f64().max(f64::EPSILON)
+    }
 }
 
 /// The `payonce` binary beside this executable (`target/release/payonce` next to
@@ -34,9 +71,11 @@ pub fn sibling_binary() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// Loads `operations` ready rows, starts the simulator in this process with `latency`, runs
-/// `payonce worker` with its defaults but `concurrency` in flight against both, waits until every operation succeeded, reads the process's peak
-/// memory, and stops it with SIGTERM (it must exit 0). Checks one payment per operation.
+/// Loads `operations` ready rows, starts `payonce simulator` with `latency`, runs `payonce worker`
+/// with its defaults but `concurrency` in flight and no fleet limiter (so the in-flight limit, not
+/// the limiter's 100/s, bounds it) against both, waits until every operation succeeded, reads the
+/// worker's peak memory and both processes' CPU time, and stops both with SIGTERM (each must exit
+/// 0). Checks one payment per operation at the simulator.
 pub async fn drain(
     admin_url: &str,
     payonce_bin: &Path,
@@ -55,21 +94,36 @@ pub async fn drain(
         crate::now_ms(),
     )
     .await?;
-    let sim = Simulator::start(SimulatorConfig {
-        latency,
-        ..SimulatorConfig::default()
-    })
-    .await?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let sim_url = format!("http://127.0.0.1:{port}");
+    let mut sim = Command::new(payonce_bin)
+        .arg("simulator")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--latency-ms", &latency.as_millis().to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("spawn {} simulator", payonce_bin.display()))?;
+    let sim_pid = sim.id().context("the simulator exited at once")?;
+    wait_answering(&sim_url, &mut sim).await?;
+
+    let sim_before = cpu_of(sim_pid).context("read the simulator's CPU time")?;
+    let postgres_before = postgres_cpu();
+    let machine_before = machine_cpu().context("read /proc/stat")?;
     let started = Instant::now();
     let mut child = Command::new(payonce_bin)
         .arg("worker")
         .env("PAYONCE_DATABASE_URL", &db.url)
-        .env("PAYONCE_PROCESSOR_URL", sim.base_url())
+        .env("PAYONCE_PROCESSOR_URL", &sim_url)
         .env(
             "PAYONCE_PROCESSOR_SECRET_KEY",
             payonce_simulator::config::API_KEY_DEFAULT,
         )
         .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
+        .env("PAYONCE_LIMITER", "off")
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
         .spawn()
@@ -91,29 +145,64 @@ pub async fn drain(
         tokio::time::sleep(POLL).await;
     };
     let elapsed = started.elapsed();
+    let (machine_busy, machine_total) = machine_cpu().context("read /proc/stat")?;
+    let cpu = CpuSplit {
+        worker: cpu_of(pid).context("read the worker's CPU time")?,
+        simulator: cpu_of(sim_pid)
+            .context("read the simulator's CPU time")?
+            .saturating_sub(sim_before),
+        postgres: postgres_cpu().saturating_sub(postgres_before),
+        machine_busy: machine_busy.saturating_sub(machine_before.0),
+        machine_capacity: machine_total.saturating_sub(machine_before.1),
+    };
     let peak_kib = peak_kib_of(pid).context("read the worker's VmHWM")?;
-    let term = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .await?;
-    anyhow::ensure!(term.success(), "kill -TERM {pid} failed");
-    let exit = tokio::time::timeout(EXIT_GRACE, child.wait())
-        .await
-        .context("the worker did not exit after SIGTERM")??;
-    anyhow::ensure!(exit.success(), "the worker exited with {exit} on SIGTERM");
+    stop(&mut child, pid, "worker").await?;
     crate::drive::check_all_succeeded(&shared, operations).await?;
-    let payments = crate::http::simulator_payments(&sim.base_url()).await?;
+    let payments = crate::http::simulator_payments(&sim_url).await?;
     anyhow::ensure!(
         payments == operations,
         "the simulator holds {payments} payments for {operations} operations"
     );
-    sim.shutdown().await;
+    stop(&mut sim, sim_pid, "simulator").await?;
     ledger.pool().close().await;
     db.drop_now().await?;
     Ok(WorkerProcess {
         rate: Rate::new(succeeded, elapsed),
         peak_kib,
+        cpu,
     })
+}
+
+/// Waits until the simulator process answers its audit endpoint.
+async fn wait_answering(base: &str, sim: &mut Child) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        if crate::http::simulator_payments(base).await.is_ok() {
+            return Ok(());
+        }
+        if let Some(exit) = sim.try_wait()? {
+            anyhow::bail!("the simulator process exited before answering: {exit}");
+        }
+        anyhow::ensure!(
+            started.elapsed() < START_DEADLINE,
+            "the simulator at {base} did not answer within {START_DEADLINE:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// SIGTERM, then the process must exit 0 within [`EXIT_GRACE`].
+async fn stop(child: &mut Child, pid: u32, what: &str) -> anyhow::Result<()> {
+    let term = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await?;
+    anyhow::ensure!(term.success(), "kill -TERM {pid} ({what}) failed");
+    let exit = tokio::time::timeout(EXIT_GRACE, child.wait())
+        .await
+        .with_context(|| format!("the {what} did not exit after SIGTERM"))??;
+    anyhow::ensure!(exit.success(), "the {what} exited with {exit} on SIGTERM");
+    Ok(())
 }
 
 async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
@@ -127,4 +216,87 @@ async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
 
 fn peak_kib_of(pid: u32) -> Option<u64> {
     crate::memory::vm_hwm_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// User plus system CPU time of process `pid`, all its threads (`/proc/PID/stat`).
+fn cpu_of(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_of_stat(&stat).map(|(_, cpu)| cpu)
+}
+
+/// The command name and user plus system CPU time in a `/proc/PID/stat` line. The name is between
+/// the first `(` and the last `)` (it may hold spaces); utime and stime are the 12th and 13th
+/// fields after it.
+fn cpu_of_stat(stat: &str) -> Option<(&str, Duration)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat.get(open + 1..close)?;
+    let mut fields = stat.get(close + 1..)?.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((name, ticks(utime + stime)))
+}
+
+fn ticks(n: u64) -> Duration {
+    Duration::from_millis(n * 1000 / TICKS_PER_SECOND)
+}
+
+/// CPU time of every process named `postgres` that is running now.
+fn postgres_cpu() -> Duration {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            cpu_of_stat(&stat).and_then(|(name, cpu)| (name == "postgres").then_some(cpu))
+        })
+        .sum()
+}
+
+/// (busy, total) CPU time of all cores since boot (`/proc/stat`'s `cpu` line; idle and iowait
+/// are not busy).
+fn machine_cpu() -> Option<(Duration, Duration)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    machine_cpu_of(stat.lines().next()?)
+}
+
+fn machine_cpu_of(line: &str) -> Option<(Duration, Duration)> {
+    let mut fields = line.split_whitespace();
+    (fields.next()? == "cpu").then_some(())?;
+    let values: Vec<u64> = fields.take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    let total: u64 = values.iter().sum();
+    let idle = values.get(3)? + values.get(4)?;
+    Some((ticks(total - idle), ticks(total)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_its_name_and_cpu_time_even_with_spaces_in_the_name() {
+        let line = "4242 (tokio runtime) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 3 1 20 0 9 0";
+        let (name, cpu) = cpu_of_stat(line).unwrap();
+        assert_eq!(name, "tokio runtime");
+        assert_eq!(cpu, Duration::from_millis(3_250));
+        assert_eq!(cpu_of_stat("4242 no parentheses"), None);
+    }
+
+    #[test]
+    fn the_machine_line_counts_idle_and_iowait_as_not_busy() {
+        let (busy, total) = machine_cpu_of("cpu  100 5 50 800 40 3 2 0 0 0").unwrap();
+        assert_eq!(total, Duration::from_millis(10_000));
+        assert_eq!(busy, Duration::from_millis(1_600));
+        assert_eq!(machine_cpu_of("intr 1 2 3"), None);
+    }
+
+    #[test]
+    fn this_process_has_a_cpu_time() {
+        if cfg!(target_os = "linux") {
+            assert!(cpu_of(std::process::id()).is_some());
+            assert!(machine_cpu().is_some_and(|(busy, total)| busy <= total));
+        }
+    }
 }

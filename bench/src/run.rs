@@ -106,7 +106,7 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         );
         return Ok(());
     };
-    progress("a payonce worker process draining over HTTP");
+    progress("a payonce worker process draining from a payonce simulator process");
     let p = process::drain(
         &s.admin_url,
         bin,
@@ -116,21 +116,65 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         s.deadline,
     )
     .await?;
+    let what = format!(
+        "`payonce worker` process, {} in flight, no fleet limiter, `payonce simulator` process at {} ms, {} ops",
+        s.process_concurrency,
+        s.process_latency.as_millis(),
+        thousands(s.process_operations),
+    );
+    let bound = s.process_concurrency as f64 / s.process_latency.as_secs_f64();
+    out.table.compare(
+        format!("{what}: payments/s"),
+        (p.rate.per_second(), &per_second(&p.rate)),
+        (bound, &format!("{bound:.0}/s concurrency / latency")),
+        Some(Target::AtLeast(TARGET_HTTP_SHARE)),
+    );
     let mib = p.peak_kib as f64 / 1024.0;
     out.table.compare(
-        format!(
-            "peak RSS (VmHWM) of a `payonce worker` process, {} in flight, simulator latency {} ms, draining {} ops over HTTP ({} while the bench polled)",
-            s.process_concurrency,
-            s.process_latency.as_millis(),
-            thousands(s.process_operations),
-            per_second(&p.rate)
-        ),
+        format!("{what}: the worker's peak RSS (VmHWM)"),
         (mib, &format!("{mib:.1} MiB")),
         (TARGET_WORKER_MIB, &format!("{TARGET_WORKER_MIB:.0} MiB")),
         Some(Target::AtMost(1.0)),
     );
+    cpu_row(out, &what, &p);
+    if let Some((concurrency, latency)) = s.process_ceiling {
+        progress("the same processes at the HTTP ceiling's latency");
+        let c = process::drain(
+            &s.admin_url,
+            bin,
+            s.process_operations,
+            concurrency,
+            latency,
+            s.deadline,
+        )
+        .await?;
+        let what = format!(
+            "`payonce worker` process, {concurrency} in flight, no fleet limiter, `payonce simulator` process at {} ms, {} ops",
+            latency.as_millis(),
+            thousands(s.process_operations),
+        );
+        out.table
+            .fact(format!("{what}: payments/s"), per_second(&c.rate));
+        cpu_row(out, &what, &c);
+    }
     out.process = Some(p);
     Ok(())
+}
+
+/// Where one drain's CPU went, per payment and by process.
+fn cpu_row(out: &mut Outcome, what: &str, p: &process::WorkerProcess) {
+    let us = |d| process::CpuSplit::per_operation_us(d, p.rate.count);
+    out.table.fact(
+        format!("{what}: CPU per payment by process (`/proc/PID/stat`; Postgres: every `postgres` process)"),
+        format!(
+            "worker {:.0} µs, simulator {:.0} µs, Postgres {:.0} µs; machine {:.0} µs, {:.0}% busy",
+            us(p.cpu.worker),
+            us(p.cpu.simulator),
+            us(p.cpu.postgres),
+            us(p.cpu.machine_busy),
+            p.cpu.busy_share() * 100.0,
+        ),
+    );
 }
 
 /// The least share of the processor's write limit the limited fleet must reach.

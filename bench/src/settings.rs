@@ -49,6 +49,8 @@ pub struct Settings {
     pub process_concurrency: usize,
     /// The simulator's latency while the worker process drains (so its in-flight limit fills).
     pub process_latency: Duration,
+    /// A second worker-process run near zero latency (in flight, latency): the processes' ceiling.
+    pub process_ceiling: Option<(usize, Duration)>,
     /// Operations each rate-limit run drains.
     pub ratelimit_operations: u64,
 }
@@ -94,6 +96,7 @@ impl Settings {
             process_operations: 10_000,
             process_concurrency: 512,
             process_latency: Duration::from_millis(200),
+            process_ceiling: Some((64, Duration::from_millis(1))),
             ratelimit_operations: 3_000,
         }
     }
@@ -121,6 +124,7 @@ impl Settings {
             process_operations: 100,
             process_concurrency: 16,
             process_latency: Duration::from_millis(5),
+            process_ceiling: Some((8, Duration::from_millis(1))),
             ratelimit_operations: 100,
         }
     }

@@ -1,12 +1,13 @@
-//! The bench's worker-process section against the real `payonce` binary: it drains every operation,
-//! pays each once, exits cleanly on SIGTERM, and reads that process's own peak memory.
+//! The bench's worker-process section against the real `payonce` binary: a worker process drains
+//! every operation from a simulator process, pays each once, both exit cleanly on SIGTERM, and the
+//! section reads the worker's own peak memory and each process's CPU time.
 
 use payonce_bench::database::ADMIN_URL_DEFAULT;
 use std::path::Path;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_process_drains_over_http_and_reports_its_own_peak_memory() {
+async fn a_worker_process_drains_over_http_and_reports_its_own_peak_memory_and_cpu() {
     let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| ADMIN_URL_DEFAULT.to_string());
     let measured = payonce_bench::process::drain(
         &admin,
@@ -21,4 +22,10 @@ async fn a_worker_process_drains_over_http_and_reports_its_own_peak_memory() {
     assert_eq!(measured.rate.count, 100);
     // A process's peak resident set is at least a few MiB; zero would mean the wrong file was read.
     assert!(measured.peak_kib > 1_024, "{measured:?}");
+    // The worker made 100 payments over HTTP and its ledger calls: some CPU time, all of it inside
+    // the machine's busy time over the same span.
+    let cpu = measured.cpu;
+    assert!(cpu.worker > Duration::ZERO, "{cpu:?}");
+    assert!(cpu.machine_busy >= cpu.worker, "{cpu:?}");
+    assert!(cpu.machine_busy <= cpu.machine_capacity, "{cpu:?}");
 }
