@@ -65,6 +65,11 @@ pub struct Common {
     /// Processor total request timeout, ms.
     #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
     pub processor_timeout_ms: u64,
+    /// Most idle keep-alive connections kept to the processor; below the requests in flight, bursts
+    /// of answers close connections the next burst must open again.
+    #[arg(long, env = "PAYONCE_PROCESSOR_IDLE_CONNECTIONS", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub processor_idle_connections: u64,
     /// Fleet limiter: `local` (in-process; embedded mode), `redis` (shared by every process of the
     /// account through `limiter_redis_url`), or `off` (no pacing; 429s are still retried).
     #[arg(long, env = "PAYONCE_LIMITER", default_value = "local",
@@ -136,6 +141,7 @@ impl Common {
         );
         config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
         config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
+        config.idle_connections = usize::try_from(self.processor_idle_connections)?;
         let mut stripe = StripeProcessor::new(config)?;
         if let Some(s) = self.key_retention_s {
             stripe = stripe.with_key_retention(Duration::from_secs(s));

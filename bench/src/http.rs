@@ -41,10 +41,11 @@ pub async fn postgres(
         ..SimulatorConfig::default()
     })
     .await?;
-    let processor = Arc::new(StripeProcessor::new(StripeConfig::new(
-        sim.base_url(),
-        payonce_simulator::config::API_KEY_DEFAULT,
-    ))?);
+    let mut config = StripeConfig::new(sim.base_url(), payonce_simulator::config::API_KEY_DEFAULT);
+    // As many keep-alive connections kept as requests in flight, as a deployment at this
+    // concurrency sets `processor_idle_connections`.
+    config.idle_connections = fleet.config.concurrency.max(1);
+    let processor = Arc::new(StripeProcessor::new(config)?);
     let shared: SharedLedger = Arc::new(ledger.clone());
     let rate = drive::until_recorded(&shared, processor, fleet, operations, deadline).await?;
     drive::check_all_succeeded(&shared, operations).await?;

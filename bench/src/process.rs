@@ -72,8 +72,8 @@ pub fn sibling_binary() -> Option<PathBuf> {
 }
 
 /// Loads `operations` ready rows, starts `payonce simulator` with `latency`, runs `payonce worker`
-/// with its defaults but `concurrency` in flight and no fleet limiter (so the in-flight limit, not
-/// the limiter's 100/s, bounds it) against both, waits until every operation succeeded, reads the
+/// with its defaults but `concurrency` in flight (and as many idle connections kept) and no fleet
+/// limiter (so the in-flight limit, not the limiter's 100/s, bounds it) against both, waits until every operation succeeded, reads the
 /// worker's peak memory and both processes' CPU time, and stops both with SIGTERM (each must exit
 /// 0). Checks one payment per operation at the simulator.
 pub async fn drain(
@@ -123,6 +123,10 @@ pub async fn drain(
             payonce_simulator::config::API_KEY_DEFAULT,
         )
         .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
+        .env(
+            "PAYONCE_PROCESSOR_IDLE_CONNECTIONS",
+            concurrency.max(1).to_string(),
+        )
         .env("PAYONCE_LIMITER", "off")
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
@@ -247,7 +251,12 @@ fn postgres_cpu() -> Duration {
         return Duration::ZERO;
     };
     dir.filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|stat| {
             cpu_of_stat(&stat).and_then(|(name, cpu)| (name == "postgres").then_some(cpu))
@@ -265,7 +274,10 @@ fn machine_cpu() -> Option<(Duration, Duration)> {
 fn machine_cpu_of(line: &str) -> Option<(Duration, Duration)> {
     let mut fields = line.split_whitespace();
     (fields.next()? == "cpu").then_some(())?;
-    let values: Vec<u64> = fields.take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    let values: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
     let total: u64 = values.iter().sum();
     let idle = values.get(3)? + values.get(4)?;
     Some((ticks(total - idle), ticks(total)))

@@ -203,6 +203,12 @@ pub(crate) async fn set_rate_limits(State(app): State<Shared>, body: Bytes) -> R
 
 /// `GET /_sim/audit/rate_limits`: per endpoint, how many authenticated requests reached the limiters and
 /// how many they refused with 429 `rate_limit` (fault-injected 429s are counted in neither).
+/// `GET /_sim/audit/connections`: TCP connections accepted since start.
+pub(crate) async fn audit_connections(State(app): State<Shared>) -> Response {
+    let accepted = app.accepted.load(std::sync::atomic::Ordering::Relaxed);
+    Json(json!({ "accepted": accepted })).into_response()
+}
+
 pub(crate) async fn audit_rate_limits(State(app): State<Shared>) -> Response {
     let refused = app.limiter.refused();
     let total: u64 = refused.values().sum();

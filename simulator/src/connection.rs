@@ -8,7 +8,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -82,16 +82,19 @@ impl AsyncWrite for KillableStream {
     }
 }
 
-/// A TCP listener whose streams can be killed by their handlers.
+/// A TCP listener whose streams can be killed by their handlers; it counts the connections it
+/// accepted (`GET /_sim/audit/connections`), so a test can tell a client that reuses its
+/// connections from one that opens a new one per request.
 #[derive(Debug)]
 pub(crate) struct KillableListener {
     inner: TcpListener,
+    accepted: Arc<AtomicU64>,
 }
 
 impl KillableListener {
-    /// Wraps a bound listener.
-    pub(crate) fn new(inner: TcpListener) -> Self {
-        KillableListener { inner }
+    /// Wraps a bound listener; `accepted` counts every connection it hands out.
+    pub(crate) fn new(inner: TcpListener, accepted: Arc<AtomicU64>) -> Self {
+        KillableListener { inner, accepted }
     }
 }
 
@@ -103,6 +106,7 @@ impl Listener for KillableListener {
         loop {
             match self.inner.accept().await {
                 Ok((stream, addr)) => {
+                    self.accepted.fetch_add(1, Ordering::Relaxed);
                     let _ = stream.set_nodelay(true);
                     return (
                         KillableStream {

@@ -34,6 +34,8 @@ pub(crate) struct App {
     pub(crate) limiter: crate::rate_limits::Limiter,
     /// How far `POST /_sim/clock` moved the simulator's clock ahead of the wall clock, ms.
     pub(crate) clock_offset_ms: std::sync::atomic::AtomicI64,
+    /// TCP connections accepted since start.
+    pub(crate) accepted: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Shared application state.
@@ -89,6 +91,7 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/_sim/audit/refunds", get(admin::audit_refunds))
         .route("/_sim/audit/requests", get(admin::audit_requests))
         .route("/_sim/audit/rate_limits", get(admin::audit_rate_limits))
+        .route("/_sim/audit/connections", get(admin::audit_connections))
         .route(
             "/_sim/rate_limits",
             get(admin::rate_limits).put(admin::set_rate_limits),

@@ -113,12 +113,14 @@ impl Simulator {
             webhook_wake: Notify::new(),
             limiter: crate::rate_limits::Limiter::new(rate_limits),
             clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
+            accepted: Arc::default(),
         });
+        let accepted = app.accepted.clone();
         let router = routes::router(app.clone());
         let mut signal = shutdown.clone();
         let server = tokio::spawn(async move {
             let served = axum::serve(
-                KillableListener::new(listener),
+                KillableListener::new(listener, accepted),
                 router.into_make_service_with_connect_info::<ConnHandle>(),
             )
             .with_graceful_shutdown(async move {

@@ -617,3 +617,49 @@ async fn a_lookup_past_its_page_limit_is_inconclusive_and_the_same_key_replays_t
     );
     s.sim.shutdown().await;
 }
+
+/// The adapter keeps up to `idle_connections` keep-alive connections: a second burst of concurrent
+/// submissions reuses what the first opened when that many are kept, and opens the difference again
+/// when fewer are. Counted at the simulator's listener (the count includes this test's own read).
+#[tokio::test]
+async fn the_adapter_reuses_as_many_connections_as_it_keeps_idle() {
+    const BURST: usize = 16;
+    for (kept, accepted) in [(BURST, BURST), (4, BURST + (BURST - 4))] {
+        // Each request is held long enough that a burst's requests all overlap.
+        let s = start(SimulatorConfig {
+            latency: Duration::from_millis(100),
+            ..SimulatorConfig::default()
+        })
+        .await;
+        let mut config = StripeConfig::new(&s.base, API_KEY);
+        config.idle_connections = kept;
+        let p = std::sync::Arc::new(StripeProcessor::new(config).unwrap());
+        for _ in 0..2 {
+            let mut burst = tokio::task::JoinSet::new();
+            for _ in 0..BURST {
+                let p = p.clone();
+                burst.spawn(async move { Op::new("pm_card_visa").submit(&p).await });
+            }
+            for outcome in burst.join_all().await {
+                assert!(
+                    matches!(outcome, SubmitOutcome::Succeeded { .. }),
+                    "{outcome:?}"
+                );
+            }
+        }
+        let counted: Value = s
+            .http
+            .get(format!("{}/_sim/audit/connections", s.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            counted["accepted"],
+            json!(accepted + 1),
+            "{kept} kept idle: two bursts of {BURST} and one audit read"
+        );
+    }
+}

@@ -38,8 +38,9 @@ pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// Largest response body read; anything longer is treated as unreadable.
 pub const RESPONSE_BYTES_MAX: usize = 1024 * 1024;
-/// Idle pooled connections kept per host.
-const POOL_IDLE_PER_HOST_MAX: usize = 8;
+/// Default of [`StripeConfig::idle_connections`]: the worker's default in-flight limit, so a worker
+/// at its default concurrency reuses its connections instead of opening new ones.
+pub const IDLE_CONNECTIONS_DEFAULT: usize = 64;
 /// How long an idle pooled connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -56,6 +57,10 @@ pub struct StripeConfig {
     pub request_timeout: Duration,
     /// The pinned `Stripe-Version`.
     pub stripe_version: &'static str,
+    /// Most idle keep-alive connections kept to the processor. Fewer than the requests in flight
+    /// means each burst of answers closes connections the next burst opens again (a TCP and TLS
+    /// handshake each): set it to the worker's concurrency.
+    pub idle_connections: usize,
 }
 
 impl StripeConfig {
@@ -67,6 +72,7 @@ impl StripeConfig {
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             stripe_version: STRIPE_VERSION,
+            idle_connections: IDLE_CONNECTIONS_DEFAULT,
         }
     }
 }
@@ -79,6 +85,7 @@ impl std::fmt::Debug for StripeConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("stripe_version", &self.stripe_version)
+            .field("idle_connections", &self.idle_connections)
             .finish_non_exhaustive()
     }
 }
@@ -117,13 +124,18 @@ impl StripeProcessor {
         if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
             return Err(StripeError::Config("timeouts must be positive".into()));
         }
+        if config.idle_connections == 0 {
+            return Err(StripeError::Config(
+                "idle_connections must be positive".into(),
+            ));
+        }
         config.api_base = base;
         // reqwest is built without a default crypto provider; installing twice is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
-            .pool_max_idle_per_host(POOL_IDLE_PER_HOST_MAX)
+            .pool_max_idle_per_host(config.idle_connections)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .user_agent(concat!("payonce/", env!("CARGO_PKG_VERSION")))
             .build()?;
@@ -299,5 +311,8 @@ mod tests {
         let mut zero = StripeConfig::new("http://x", "sk");
         zero.request_timeout = Duration::ZERO;
         assert!(StripeProcessor::new(zero).is_err());
+        let mut no_idle = StripeConfig::new("http://x", "sk");
+        no_idle.idle_connections = 0;
+        assert!(StripeProcessor::new(no_idle).is_err());
     }
 }
