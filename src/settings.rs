@@ -189,7 +189,7 @@ impl Common {
 /// Worker limits.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// Most submissions in flight.
+    /// Most operations in flight: submitted or about to be, and not yet recorded.
     #[arg(long, env = "PAYONCE_WORKER_CONCURRENCY", default_value_t = 64)]
     pub concurrency: usize,
     /// Most operations per claim.

@@ -382,3 +382,104 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         assert_eq!(payments_for(&sim, op.id.as_str()).await, 1);
     }
 }
+
+/// The Stripe adapter, counting the submissions it starts and, at each, how many more have been
+/// started than the ledger has recorded.
+struct AheadOfTheLedger {
+    inner: Arc<dyn payonce_shared::processor::Processor>,
+    ledger: SharedLedger,
+    started: std::sync::atomic::AtomicUsize,
+    most_ahead: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl payonce_shared::processor::Processor for AheadOfTheLedger {
+    fn contract(&self) -> &payonce_shared::processor::Contract {
+        self.inner.contract()
+    }
+    async fn submit(
+        &self,
+        request: &payonce_shared::processor::SubmitRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        use std::sync::atomic::Ordering::SeqCst;
+        let recorded = statuses(&self.ledger)
+            .await
+            .get(&Status::Succeeded)
+            .copied()
+            .unwrap_or(0);
+        let started = self.started.fetch_add(1, SeqCst) + 1;
+        self.most_ahead
+            .fetch_max(started.saturating_sub(recorded), SeqCst);
+        self.inner.submit(request).await
+    }
+    async fn submit_refund(
+        &self,
+        _request: &payonce_shared::processor::RefundRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        panic!("this test refunds nothing")
+    }
+    async fn lookup(
+        &self,
+        query: &payonce_shared::processor::LookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        self.inner.lookup(query).await
+    }
+    async fn lookup_refund(
+        &self,
+        _query: &payonce_shared::processor::RefundLookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        panic!("this test refunds nothing")
+    }
+}
+
+/// A submission keeps its in-flight slot until its outcome is written: however fast the processor
+/// answers, the worker never has more than `concurrency` operations submitted and unrecorded, so
+/// answered work cannot pile up in memory (nor, after a crash, in the reconciler's lookups).
+#[tokio::test]
+async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
+    const CONCURRENCY: usize = 4;
+    const OPERATIONS: usize = 40;
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let t0 = now();
+    for i in 0..OPERATIONS {
+        ready_operation(&ledger, &format!("INV-SLOT{i}"), "pm_card_visa", t0).await;
+    }
+    let processor = Arc::new(AheadOfTheLedger {
+        inner: processes::stripe(&sim, None),
+        ledger: ledger.clone(),
+        started: std::sync::atomic::AtomicUsize::new(0),
+        most_ahead: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let mut config = WorkerConfig::new("worker-slots");
+    config.concurrency = CONCURRENCY;
+    config.batch_size = 2;
+    let worker = Arc::new(
+        Worker::new(
+            ledger.clone(),
+            processor.clone(),
+            Arc::new(SystemClock),
+            config,
+        )
+        .unwrap(),
+    );
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(worker.clone().run(async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
+    }));
+    wait_for("every operation succeeded", Duration::from_secs(60), || {
+        let ledger = ledger.clone();
+        async move {
+            (statuses(&ledger).await.get(&Status::Succeeded) == Some(&OPERATIONS)).then_some(())
+        }
+    })
+    .await;
+    stop_tx.send(true).unwrap();
+    run.await.unwrap();
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!(processor.started.load(SeqCst), OPERATIONS);
+    // Reached (the worker fills its slots) and never passed.
+    assert_eq!(processor.most_ahead.load(SeqCst), CONCURRENCY);
+    assert_eq!(processes::audit(&sim).await.len(), OPERATIONS);
+    sim.shutdown().await;
+}

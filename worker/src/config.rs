@@ -9,7 +9,8 @@ use std::time::Duration;
 pub struct WorkerConfig {
     /// This process's lease owner name (unique per process).
     pub owner: String,
-    /// Most submissions in flight at once.
+    /// Most operations in flight at once: claimed for submission and not yet recorded (a
+    /// submission keeps its slot until its outcome is written).
     pub concurrency: usize,
     /// Most operations claimed per statement.
     pub batch_size: u32,

@@ -46,6 +46,10 @@ pub struct RunSummary {
 struct Pending {
     op: Operation,
     recorded: Recorded,
+    /// The submission's in-flight slot, given back once the outcome is written (or given up on):
+    /// `concurrency` bounds claimed-and-unrecorded work, and with it the worker's memory and what a
+    /// crash leaves to the reconciler's lookups.
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Worker {
@@ -217,9 +221,10 @@ impl Worker {
 
     /// One claimed batch: checks, one commit recording every submission start, then concurrent
     /// submissions whose outcomes go to the recorder. `slots` holds one in-flight slot per claimed
-    /// operation (the daemon's; none for `run_once`): each submission gives its own back as soon as
-    /// the processor answered, so one slow answer does not hold the batch's other slots; the rest
-    /// (rejected, fenced) go back when the batch ends.
+    /// operation (the daemon's; none for `run_once`): each submission hands its own to the recorder
+    /// with its outcome, which gives it back once that outcome is written, so one slow answer does
+    /// not hold the batch's other slots and answered work never piles up unrecorded beyond
+    /// `concurrency`; the rest (rejected, fenced) go back when the batch ends.
     async fn batch(
         &self,
         claimed: Vec<Operation>,
@@ -243,6 +248,7 @@ impl Worker {
                         .send(Pending {
                             op,
                             recorded: rejection,
+                            slot: None,
                         })
                         .await;
                 }
@@ -295,8 +301,7 @@ impl Worker {
                         Some(&stop),
                     )
                     .await;
-                    drop(slot);
-                    let _ = tx.send(Pending { op, recorded }).await;
+                    let _ = tx.send(Pending { op, recorded, slot }).await;
                 }
                 .instrument(span),
             );
