@@ -49,7 +49,7 @@ struct Pending {
     /// The submission's in-flight slot, given back once the outcome is written (or given up on):
     /// `concurrency` bounds claimed-and-unrecorded work, and with it the worker's memory and what a
     /// crash leaves to the reconciler's lookups.
-    slot: Option<OwnedSemaphorePermit>,
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Worker {
@@ -248,7 +248,7 @@ impl Worker {
                         .send(Pending {
                             op,
                             recorded: rejection,
-                            slot: None,
+                            _slot: None,
                         })
                         .await;
                 }
@@ -301,7 +301,13 @@ impl Worker {
                         Some(&stop),
                     )
                     .await;
-                    let _ = tx.send(Pending { op, recorded, slot }).await;
+                    let _ = tx
+                        .send(Pending {
+                            op,
+                            recorded,
+                            _slot: slot,
+                        })
+                        .await;
                 }
                 .instrument(span),
             );
