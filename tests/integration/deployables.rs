@@ -311,7 +311,7 @@ async fn deploy_files_name_only_real_settings() {
 
 #[tokio::test]
 async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
-    use payonce_shared::ledger::{self, Recorded};
+    use payonce_shared::ledger::{self, LeaseHolder, RecordOutcome, Recorded};
     let dir = scratch("sweep-codes");
     let db = format!("sqlite:{}", dir.join("sweep.db").display());
     let sweep = || async {
@@ -331,7 +331,14 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
     let now = payonce_shared::clock::Clock::now(&payonce_shared::clock::SystemClock);
     crate::support::ready_operation(&ledger, "INV-3", "pm_card_visa", now).await;
     let claimed = ledger
-        .claim("test", 1, Duration::from_millis(60_000), now)
+        .claim(
+            &LeaseHolder {
+                owner: "test",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     let op = &claimed[0];
@@ -339,7 +346,14 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
         reason: "the processor refused every connection".into(),
     };
     ledger
-        .record(&Fence::of(op), &exhausted, "test", now)
+        .record(
+            &RecordOutcome {
+                fence: &Fence::of(op),
+                outcome: &exhausted,
+                actor: "test",
+            },
+            now,
+        )
         .await
         .unwrap();
     drop(ledger);

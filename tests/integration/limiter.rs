@@ -7,7 +7,7 @@
 use crate::support::processes;
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::Fence;
+use payonce_shared::ledger::{Fence, LeaseHolder, RecordOutcome};
 use payonce_shared::limiter::{
     Budget, Decision, Limiter, Rates, RedisLimiter, RedisLimiterConfig, acquire,
 };
@@ -411,7 +411,14 @@ async fn unknown_never_sent(
     let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
     let c = ledger
-        .claim("crashed-worker", 1, Duration::from_secs(60), now)
+        .claim(
+            &LeaseHolder {
+                owner: "crashed-worker",
+                lease_ttl: Duration::from_secs(60),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap()
         .remove(0);
@@ -426,7 +433,14 @@ async fn unknown_never_sent(
         next_check_at_ms: now,
     };
     ledger
-        .record(&Fence::of(&c), &unknown, "crashed-worker", now)
+        .record(
+            &RecordOutcome {
+                fence: &Fence::of(&c),
+                outcome: &unknown,
+                actor: "crashed-worker",
+            },
+            now,
+        )
         .await
         .unwrap();
     op

@@ -5,7 +5,9 @@
 use crate::support::{ready_operation, sqlite_ledger, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{Recorded, Report, SharedLedger};
+use payonce_shared::ledger::{
+    ApplyReport, LeaseHolder, Paid, RecordOutcome, Recorded, Report, SharedLedger,
+};
 use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -75,10 +77,10 @@ fn any_step() -> impl Strategy<Value = Step> {
 }
 
 fn succeeded_report() -> Report {
-    Report::Succeeded {
+    Report::Succeeded(Paid {
         reference: "pi_truth".into(),
         result: serde_json::json!({"id": "pi_truth", "status": "succeeded"}),
-    }
+    })
 }
 
 async fn apply(
@@ -91,26 +93,42 @@ async fn apply(
     // Errors are the point: a fenced or stale write must simply lose.
     let _ = match step {
         Step::WebhookSucceeded => ledger
-            .apply_report(id, &succeeded_report(), "webhook evt_prop", at)
+            .apply_report(
+                &ApplyReport {
+                    id,
+                    report: &succeeded_report(),
+                    source: "webhook evt_prop",
+                },
+                at,
+            )
             .await
             .map(drop),
         Step::LookupSucceeded => ledger
-            .apply_report(id, &succeeded_report(), "lookup by prop", at)
+            .apply_report(
+                &ApplyReport {
+                    id,
+                    report: &succeeded_report(),
+                    source: "lookup by prop",
+                },
+                at,
+            )
             .await
             .map(drop),
         Step::WorkerRecordsSucceeded => {
-            let r = Recorded::Succeeded {
+            let r = Recorded::Succeeded(Paid {
                 reference: "pi_truth".into(),
                 result: serde_json::json!({"id": "pi_truth"}),
-            };
+            });
             ledger
                 .record(
-                    &Fence {
-                        id: id.clone(),
-                        attempt,
+                    &RecordOutcome {
+                        fence: &Fence {
+                            id: id.clone(),
+                            attempt,
+                        },
+                        outcome: &r,
+                        actor: "worker-prop",
                     },
-                    &r,
-                    "worker-prop",
                     at,
                 )
                 .await
@@ -124,12 +142,14 @@ async fn apply(
             };
             ledger
                 .record(
-                    &Fence {
-                        id: id.clone(),
-                        attempt,
+                    &RecordOutcome {
+                        fence: &Fence {
+                            id: id.clone(),
+                            attempt,
+                        },
+                        outcome: &r,
+                        actor: "worker-prop",
                     },
-                    &r,
-                    "worker-prop",
                     at,
                 )
                 .await
@@ -150,7 +170,14 @@ fn run_interleaving(steps: &[Step]) -> (Status, (Status, Option<String>, usize))
         let t0 = Timestamp::from_millis(1_800_000_000_000);
         let op = ready_operation(&ledger, "INV-PROP", "pm_card_visa", t0).await;
         let claimed = ledger
-            .claim("worker-prop", 1, Duration::from_secs(60), t0)
+            .claim(
+                &LeaseHolder {
+                    owner: "worker-prop",
+                    lease_ttl: Duration::from_secs(60),
+                },
+                1,
+                t0,
+            )
             .await
             .unwrap()
             .remove(0);

@@ -4,10 +4,12 @@ use super::dialect::Dialect;
 use super::moves::{legal, status_in};
 use super::queue::record_on;
 use super::recovery::{expiry_detail, found_detail};
+use super::requests::RecordOutcome;
 use super::statement::RowCount;
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::ledger::Paid;
 use crate::state::{Event, Status, transition};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
@@ -386,7 +388,7 @@ async fn record_batch(
     let mut others = Vec::new();
     for (i, (fence, outcome)) in items.iter().enumerate() {
         match outcome {
-            Recorded::Succeeded { reference, result }
+            Recorded::Succeeded(Paid { reference, result })
                 if !position.contains_key(fence.id.as_str()) =>
             {
                 position.insert(fence.id.as_str(), i);
@@ -432,7 +434,17 @@ async fn record_batch(
     }
     for i in others {
         let (fence, outcome) = &items[i];
-        match record_on::<Postgres>(&mut *tx, fence, outcome, actor, now).await {
+        match record_on::<Postgres>(
+            &mut *tx,
+            &RecordOutcome {
+                fence,
+                outcome,
+                actor,
+            },
+            now,
+        )
+        .await
+        {
             Ok(_) => recorded[i] = true,
             Err(LedgerError::Fenced { .. }) => {}
             Err(other) => return Err(other),

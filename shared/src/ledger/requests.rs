@@ -2,7 +2,7 @@
 //! type that could be swapped unnoticed: each field is named at the call site. The instant of the
 //! call (`now`) stays a separate argument of every method.
 
-use super::{ApiKeyRecord, ExpiredLease, Operation, Resolution};
+use super::{ApiKeyRecord, ExpiredLease, Operation, Recorded, Report, Resolution};
 use crate::clock::Timestamp;
 use crate::id::OperationId;
 use std::time::Duration;
@@ -25,6 +25,47 @@ impl Fence {
             attempt: op.attempt,
         }
     }
+}
+
+/// Who takes or renews leases, and for how long ([`Queue::claim`](super::Queue::claim),
+/// [`Queue::renew`](super::Queue::renew)): a worker's one identity for all its calls.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseHolder<'a> {
+    /// The lease owner (the worker's name).
+    pub owner: &'a str,
+    /// How long each lease lasts from the call's `now`.
+    pub lease_ttl: Duration,
+}
+
+/// An outcome a lease holder records ([`Queue::record`](super::Queue::record)).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordOutcome<'a> {
+    /// The operation and the attempt the writer holds.
+    pub fence: &'a Fence,
+    /// What happened.
+    pub outcome: &'a Recorded,
+    /// Who records it (the audit trail's actor).
+    pub actor: &'a str,
+}
+
+/// Withdraws an operation within its tenant ([`Operations::cancel`](super::Operations::cancel)).
+#[derive(Debug, Clone, Copy)]
+pub struct Cancel<'a> {
+    /// The operation.
+    pub id: &'a OperationId,
+    /// Who withdraws it (the audit trail's actor).
+    pub actor: &'a str,
+}
+
+/// A processor's report to apply ([`Recovery::apply_report`](super::Recovery::apply_report)).
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyReport<'a> {
+    /// The operation the report is about.
+    pub id: &'a OperationId,
+    /// What the processor says.
+    pub report: &'a Report,
+    /// Where it came from (`webhook evt_…`, `lookup by …`): the audit trail's actor.
+    pub source: &'a str,
 }
 
 /// Moves an expired lease on ([`Recovery::expire_lease`](super::Recovery::expire_lease)).

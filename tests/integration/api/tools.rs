@@ -7,7 +7,7 @@ use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Escalate, Fence};
+use payonce_shared::ledger::{Declined, Escalate, Fence, LeaseHolder, Paid, RecordOutcome};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -376,7 +376,14 @@ async fn claim_and_submit(api: &TestApi, id: &OperationId) -> i64 {
     let now = api.clock.now();
     let claimed = api
         .ledger
-        .claim("test-worker", 1, Duration::from_secs(30), now)
+        .claim(
+            &LeaseHolder {
+                owner: "test-worker",
+                lease_ttl: Duration::from_secs(30),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
@@ -483,18 +490,20 @@ async fn every_state_has_its_answer() {
     );
     let result = json!({"id": "pi_123", "object": "payment_intent", "status": "succeeded", "amount": 2048,
                         "client_secret": "pi_123_secret_never_shown"});
-    let outcome = Recorded::Succeeded {
+    let outcome = Recorded::Succeeded(Paid {
         reference: "pi_123".into(),
         result,
-    };
+    });
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
+            &RecordOutcome {
+                fence: &Fence {
+                    id: id.clone(),
+                    attempt,
+                },
+                outcome: &outcome,
+                actor: "test-worker",
             },
-            &outcome,
-            "test-worker",
             now(),
         )
         .await
@@ -520,12 +529,14 @@ async fn every_state_has_its_answer() {
     };
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
+            &RecordOutcome {
+                fence: &Fence {
+                    id: id.clone(),
+                    attempt,
+                },
+                outcome: &outcome,
+                actor: "test-worker",
             },
-            &outcome,
-            "test-worker",
             now(),
         )
         .await
@@ -571,19 +582,21 @@ async fn every_state_has_its_answer() {
     let op = api.create_ready("INV-63").await;
     let id = ready_id(&op);
     let attempt = claim_and_submit(&api, &id).await;
-    let outcome = Recorded::Failed {
+    let outcome = Recorded::Failed(Declined {
         code: "card_declined".into(),
         message: "Your card was declined".into(),
         reference: Some("pi_9".into()),
-    };
+    });
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
+            &RecordOutcome {
+                fence: &Fence {
+                    id: id.clone(),
+                    attempt,
+                },
+                outcome: &outcome,
+                actor: "test-worker",
             },
-            &outcome,
-            "test-worker",
             now(),
         )
         .await
@@ -604,7 +617,14 @@ async fn every_state_has_its_answer() {
     let id = ready_id(&op);
     let claimed = api
         .ledger
-        .claim("test-worker", 1, Duration::from_secs(30), now())
+        .claim(
+            &LeaseHolder {
+                owner: "test-worker",
+                lease_ttl: Duration::from_secs(30),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap();
     let outcome = Recorded::Rejected {
@@ -613,12 +633,14 @@ async fn every_state_has_its_answer() {
     };
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt: claimed[0].attempt,
+            &RecordOutcome {
+                fence: &Fence {
+                    id: id.clone(),
+                    attempt: claimed[0].attempt,
+                },
+                outcome: &outcome,
+                actor: "test-worker",
             },
-            &outcome,
-            "test-worker",
             now(),
         )
         .await

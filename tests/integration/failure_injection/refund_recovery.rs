@@ -14,7 +14,9 @@ use crate::support::{postgres_ledger, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
+use payonce_shared::ledger::{
+    Declined, LeaseHolder, LedgerError, Operation, RecordOutcome, Recorded, SharedLedger,
+};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -125,7 +127,14 @@ async fn crashed_refunding(
     submit: bool,
 ) {
     let c = ledger
-        .claim("crashed", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "crashed",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -155,7 +164,14 @@ async fn crashed_refunding(
         next_check_at_ms: now(),
     };
     ledger
-        .record(&Fence::of(&c), &unknown, "crashed", now())
+        .record(
+            &RecordOutcome {
+                fence: &Fence::of(&c),
+                outcome: &unknown,
+                actor: "crashed",
+            },
+            now(),
+        )
         .await
         .unwrap();
 }
@@ -253,7 +269,14 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW5:1", 900).await;
     // The zombie claims with a short lease, reaches the processor, then stalls.
     let zombie = ledger
-        .claim("zombie", 1, Duration::from_millis(300), now())
+        .claim(
+            &LeaseHolder {
+                owner: "zombie",
+                lease_ttl: Duration::from_millis(300),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -281,14 +304,21 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
         Status::Succeeded
     );
     // The zombie wakes with its stale attempt: fenced, whatever it claims.
-    let late = Recorded::Failed {
+    let late = Recorded::Failed(Declined {
         code: "zombie".into(),
         message: "late".into(),
         reference: None,
-    };
+    });
     assert!(matches!(
         ledger
-            .record(&Fence::of(&zombie), &late, "zombie", now())
+            .record(
+                &RecordOutcome {
+                    fence: &Fence::of(&zombie),
+                    outcome: &late,
+                    actor: "zombie"
+                },
+                now()
+            )
             .await,
         Err(LedgerError::Fenced { .. })
     ));

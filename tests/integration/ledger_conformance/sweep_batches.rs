@@ -3,7 +3,7 @@
 
 use super::{LEASE, LEASE_MS, T0, at, fence, for_each_store, ms};
 use crate::support::{ready_operation, tenant};
-use payonce_shared::ledger::{ExpireLeases, LookupFound, RecordLookups};
+use payonce_shared::ledger::{ExpireLeases, LeaseHolder, LookupFound, RecordLookups};
 use payonce_shared::state::Status;
 
 #[tokio::test]
@@ -15,7 +15,14 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         let d = ready_operation(&ledger, "INV-S4", "pm_card_visa", at(T0 + 3)).await;
         let e = ready_operation(&ledger, "INV-S5", "pm_card_visa", at(T0 + 4)).await;
         let claimed = ledger
-            .claim("crashed", 10, LEASE, at(T0 + 5))
+            .claim(
+                &LeaseHolder {
+                    owner: "crashed",
+                    lease_ttl: LEASE,
+                },
+                10,
+                at(T0 + 5),
+            )
             .await
             .unwrap();
         assert_eq!(claimed.len(), 5);
@@ -40,9 +47,11 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         wrong_d.submitted = true;
         let renewed = ledger
             .renew(
-                "crashed",
+                &LeaseHolder {
+                    owner: "crashed",
+                    lease_ttl: LEASE,
+                },
                 std::slice::from_ref(&e.id),
-                LEASE,
                 at(T0 + 4 + LEASE_MS),
             )
             .await

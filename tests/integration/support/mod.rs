@@ -107,8 +107,8 @@ pub async fn ready_operation(
     ledger
         .approve(
             &tenant(),
-            &created.operation.id,
             NewApproval {
+                operation: created.operation.id.clone(),
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
