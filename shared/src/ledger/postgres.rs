@@ -4,7 +4,6 @@ use super::dialect::Dialect;
 use super::moves::{legal, status_in};
 use super::queue::record_on;
 use super::recovery::{expiry_detail, found_detail};
-use super::requests::RecordOutcome;
 use super::statement::RowCount;
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
@@ -434,17 +433,7 @@ async fn record_batch(
     }
     for i in others {
         let (fence, outcome) = &items[i];
-        match record_on::<Postgres>(
-            &mut *tx,
-            &RecordOutcome {
-                fence,
-                outcome,
-                actor,
-            },
-            now,
-        )
-        .await
-        {
+        match record_on::<Postgres>(&mut *tx, fence, outcome, actor, now).await {
             Ok(_) => recorded[i] = true,
             Err(LedgerError::Fenced { .. }) => {}
             Err(other) => return Err(other),

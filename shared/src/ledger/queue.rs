@@ -193,7 +193,12 @@ impl<DB: Dialect> Queue for Store<DB> {
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
         let mut conn = self.pool.acquire().await?;
-        record_on::<DB>(&mut *conn, request, now).await
+        let RecordOutcome {
+            fence,
+            outcome,
+            actor,
+        } = *request;
+        record_on::<DB>(&mut *conn, fence, outcome, actor, now).await
     }
 
     async fn record_batch(
@@ -239,14 +244,11 @@ pub(crate) fn lost(fence: &Fence) -> LedgerError {
 /// outcome that would hide an earlier submission is written as its [`fallback`] instead.
 pub(crate) async fn record_on<DB: Dialect>(
     conn: &mut DB::Connection,
-    request: &RecordOutcome<'_>,
+    fence: &Fence,
+    outcome: &Recorded,
+    actor: &str,
     now: Timestamp,
 ) -> Result<Operation, LedgerError> {
-    let RecordOutcome {
-        fence,
-        outcome,
-        actor,
-    } = *request;
     let actor = bounded(actor);
     let mut row = write_outcome::<DB>(&mut *conn, fence, outcome, &actor, now).await?;
     if row.is_none()

@@ -7,7 +7,6 @@ use super::queue::record_on;
 use super::recovery::{
     EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
 };
-use super::requests::RecordOutcome;
 use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
@@ -206,17 +205,7 @@ impl Dialect for Sqlite {
         let mut tx = store.pool.begin().await?;
         let mut recorded = Vec::with_capacity(items.len());
         for (fence, outcome) in items {
-            match record_on::<Sqlite>(
-                &mut *tx,
-                &RecordOutcome {
-                    fence,
-                    outcome,
-                    actor,
-                },
-                now,
-            )
-            .await
-            {
+            match record_on::<Sqlite>(&mut *tx, fence, outcome, actor, now).await {
                 Ok(_) => recorded.push(true),
                 Err(LedgerError::Fenced { .. }) => recorded.push(false),
                 Err(other) => return Err(other),
