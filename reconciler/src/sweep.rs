@@ -18,7 +18,8 @@ use payonce_shared::clock::Timestamp;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{
     ApplyReport, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLeases, ExpiredLease, Fence,
-    LedgerError, LookupFound, MaintenanceLease, Operation, Paid, RecordLookups, Recovery, Report,
+    LeaseHolder, LedgerError, LookupFound, MaintenanceLease, Operation, Paid, RecordLookups,
+    Recovery, Report,
 };
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
@@ -592,8 +593,10 @@ impl Reconciler {
                     .claim_unknown(
                         &ClaimUnknown {
                             fence: &fence,
-                            owner,
-                            lease_ttl: self.config.retry.lease_ttl,
+                            holder: LeaseHolder {
+                                owner,
+                                lease_ttl: self.config.retry.lease_ttl,
+                            },
                             why,
                         },
                         now,

@@ -7,8 +7,8 @@ use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
     Applied, ApplyReport, Cancel, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLease, Fence,
     LeaseHolder, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, NewProcessorEvent,
-    NewToolCall, PAGE_MAX, Paid, RecordOutcome, Recorded, Report, Resolution, Resolve,
-    SharedLedger, ToolAnswer,
+    NewToolCall, PAGE_MAX, Paid, ProcessorEventKey, RecordOutcome, Recorded, Report, Resolution,
+    Resolve, SharedLedger, ToolAnswer,
 };
 use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
@@ -571,8 +571,10 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                         id: op.id.clone(),
                         attempt: 1,
                     },
-                    owner: "reconciler",
-                    lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    holder: LeaseHolder {
+                        owner: "reconciler",
+                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    },
                     why: "retry with the same key",
                 },
                 at(T0 + 200),
@@ -588,8 +590,10 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                             id: op.id.clone(),
                             attempt: 1
                         },
-                        owner: "r2",
-                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                        holder: LeaseHolder {
+                            owner: "r2",
+                            lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap())
+                        },
                         why: "retry with the same key"
                     },
                     at(T0 + 200)
@@ -633,8 +637,10 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                         id: op.id.clone(),
                         attempt: 2,
                     },
-                    owner: "reconciler",
-                    lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    holder: LeaseHolder {
+                        owner: "reconciler",
+                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    },
                     why: "retry with the same key",
                 },
                 at(T0 + 400),
@@ -922,8 +928,10 @@ async fn cancel_listing_links_events_keys_and_limits() {
             ledger
                 .insert_processor_event(
                     &NewProcessorEvent {
-                        processor: "stripe",
-                        event_id: "evt_1",
+                        key: ProcessorEventKey {
+                            processor: "stripe",
+                            event_id: "evt_1"
+                        },
                         event_type: "payment_intent.succeeded",
                         operation: Some(&op.id),
                         payload: "{}"
@@ -937,8 +945,10 @@ async fn cancel_listing_links_events_keys_and_limits() {
             !ledger
                 .insert_processor_event(
                     &NewProcessorEvent {
-                        processor: "stripe",
-                        event_id: "evt_1",
+                        key: ProcessorEventKey {
+                            processor: "stripe",
+                            event_id: "evt_1"
+                        },
                         event_type: "payment_intent.succeeded",
                         operation: Some(&op.id),
                         payload: "{}"
@@ -1702,8 +1712,10 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
                         id: op.id.clone(),
                         attempt: 2,
                     },
-                    owner: "reconciler",
-                    lease_ttl: LEASE,
+                    holder: LeaseHolder {
+                        owner: "reconciler",
+                        lease_ttl: LEASE,
+                    },
                     why: "same key",
                 },
                 at(T0 + 6),

@@ -191,8 +191,8 @@ impl<DB: Dialect> Recovery for Store<DB> {
         let stmt = request
             .fence
             .stmt(CLAIM_UNKNOWN.as_str())
-            .bind(request.owner);
-        let stmt = stmt.bind(now + request.lease_ttl).bind(now);
+            .bind(request.holder.owner);
+        let stmt = stmt.bind(now + request.holder.lease_ttl).bind(now);
         self.first(stmt.bind(bounded(request.why)), decode_operation)
             .await?
             .ok_or_else(|| lost(request.fence))

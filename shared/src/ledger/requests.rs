@@ -134,10 +134,8 @@ pub struct DeferCheck<'a> {
 pub struct ClaimUnknown<'a> {
     /// The row's attempt as the reconciler saw it.
     pub fence: &'a Fence,
-    /// The new lease's holder.
-    pub owner: &'a str,
-    /// How long the lease lasts.
-    pub lease_ttl: Duration,
+    /// The new lease's holder, and how long the lease lasts.
+    pub holder: LeaseHolder<'a>,
     /// Why (same-key retry inside the window, or resubmission after it).
     pub why: &'a str,
 }
@@ -179,10 +177,8 @@ pub struct MaintenanceLease<'a> {
 /// A verified webhook to store ([`Webhooks::insert_processor_event`](super::Webhooks::insert_processor_event)).
 #[derive(Debug, Clone, Copy)]
 pub struct NewProcessorEvent<'a> {
-    /// Processor name (`stripe`).
-    pub processor: &'a str,
-    /// The processor's event id.
-    pub event_id: &'a str,
+    /// The processor and its event id: what names the stored webhook from then on.
+    pub key: ProcessorEventKey<'a>,
     /// The event type (`payment_intent.succeeded`).
     pub event_type: &'a str,
     /// The operation the event names, if it names one of ours.
