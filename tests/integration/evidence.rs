@@ -4,13 +4,13 @@
 //! only what the processor holds. Money that moved without an approval is the loudest alert.
 
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, details, every_store, ready_operation, tenant};
+use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
     Applied, ApplyReport, Cancel, Declined, LeaseHolder, LedgerError, NewOperation, Operation,
-    Paid, RecordOutcome, Recorded, Report, Resolution, SharedLedger,
+    Paid, Recorded, Report, Resolution, SharedLedger,
 };
 use payonce_shared::ledger::{Fence, Resolve};
 use payonce_shared::metrics::Exposition;
@@ -187,14 +187,14 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     assert!(matches!(
         ledger
             .record(
-                &RecordOutcome {
-                    fence: &Fence {
+                &recording(
+                    &Fence {
                         id: paid.id.clone(),
                         attempt
                     },
-                    outcome: &late,
-                    actor: "w"
-                },
+                    &late,
+                    "w"
+                ),
                 now()
             )
             .await,
@@ -241,14 +241,14 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     });
     ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence {
+            &recording(
+                &Fence {
                     id: forged_op.id.clone(),
                     attempt: forged_attempt,
                 },
-                outcome: &declined,
-                actor: "w",
-            },
+                &declined,
+                "w",
+            ),
             now(),
         )
         .await
@@ -276,14 +276,14 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     assert!(
         ledger
             .record(
-                &RecordOutcome {
-                    fence: &Fence {
+                &recording(
+                    &Fence {
                         id: odd.id.clone(),
                         attempt: odd_attempt
                     },
-                    outcome: &declined,
-                    actor: "w"
-                },
+                    &declined,
+                    "w"
+                ),
                 now()
             )
             .await
@@ -524,14 +524,14 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     };
     ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence {
+            &recording(
+                &Fence {
                     id: op.id.clone(),
                     attempt,
                 },
-                outcome: &unknown,
-                actor: "w",
-            },
+                &unknown,
+                "w",
+            ),
             now(),
         )
         .await
@@ -542,14 +542,14 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     let (fine, fine_attempt) = executing(&ledger, "INV-E10").await;
     ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence {
+            &recording(
+                &Fence {
                     id: fine.id.clone(),
                     attempt: fine_attempt,
                 },
-                outcome: &unknown,
-                actor: "w",
-            },
+                &unknown,
+                "w",
+            ),
             now(),
         )
         .await

@@ -1,7 +1,7 @@
 //! One conformance suite, run against every store (Postgres and SQLite), plus the Postgres
 //! concurrency tests the design depends on.
 
-use crate::support::{self, details, every_store, ready_operation, tenant};
+use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
@@ -27,6 +27,14 @@ fn at(ms: i64) -> Timestamp {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// A lease holder of the suite: `owner` with the suite's [`LEASE`].
+fn holder(owner: &str) -> LeaseHolder<'_> {
+    LeaseHolder {
+        owner,
+        lease_ttl: LEASE,
+    }
 }
 
 fn fence(id: &OperationId, attempt: i64) -> Fence {
@@ -208,17 +216,7 @@ async fn approval_binds_to_the_details_hash() {
 async fn claim_submit_record_is_fenced_by_the_attempt() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-3", "pm_card_visa", at(T0)).await;
-        let claimed = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "worker-a",
-                    lease_ttl: LEASE,
-                },
-                10,
-                at(T0),
-            )
-            .await
-            .unwrap();
+        let claimed = ledger.claim(&holder("worker-a"), 10, at(T0)).await.unwrap();
         assert_eq!(claimed.len(), 1);
         let c = &claimed[0];
         assert_eq!(
@@ -228,14 +226,7 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         assert_eq!(c.lease_owner.as_deref(), Some("worker-a"));
         assert!(
             ledger
-                .claim(
-                    &LeaseHolder {
-                        owner: "worker-b",
-                        lease_ttl: LEASE
-                    },
-                    10,
-                    at(T0)
-                )
+                .claim(&holder("worker-b"), 10, at(T0))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -263,26 +254,12 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         });
         assert!(matches!(
             ledger
-                .record(
-                    &RecordOutcome {
-                        fence: &fence(&op.id, 2),
-                        outcome: &ok,
-                        actor: "worker-a"
-                    },
-                    at(T0 + 2)
-                )
+                .record(&recording(&fence(&op.id, 2), &ok, "worker-a"), at(T0 + 2))
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
         let done = ledger
-            .record(
-                &RecordOutcome {
-                    fence: &fence(&op.id, 1),
-                    outcome: &ok,
-                    actor: "worker-a",
-                },
-                at(T0 + 2),
-            )
+            .record(&recording(&fence(&op.id, 1), &ok, "worker-a"), at(T0 + 2))
             .await
             .unwrap();
         assert_eq!(done.status, Status::Succeeded);
@@ -297,14 +274,7 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         });
         assert!(matches!(
             ledger
-                .record(
-                    &RecordOutcome {
-                        fence: &fence(&op.id, 1),
-                        outcome: &declined,
-                        actor: "w"
-                    },
-                    at(T0 + 3)
-                )
+                .record(&recording(&fence(&op.id, 1), &declined, "w"), at(T0 + 3))
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
@@ -334,17 +304,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
     for_each_store(|ledger| async move {
         let a = ready_operation(&ledger, "INV-4a", "pm_card_visa", at(T0)).await;
         let b = ready_operation(&ledger, "INV-4b", "pm_card_visa", at(T0 + 1)).await;
-        let claimed = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                10,
-                at(T0 + 2),
-            )
-            .await
-            .unwrap();
+        let claimed = ledger.claim(&holder("w"), 10, at(T0 + 2)).await.unwrap();
         assert_eq!(claimed.len(), 2);
         // a: submission recorded then the worker vanished; b: vanished before submitting.
         assert_eq!(
@@ -364,27 +324,13 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         );
         let both = [a.id.clone(), b.id.clone()];
         let renewed = ledger
-            .renew(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                &both,
-                at(T0 + 10),
-            )
+            .renew(&holder("w"), &both, at(T0 + 10))
             .await
             .unwrap();
         assert_eq!(renewed.len(), 2);
         assert!(
             ledger
-                .renew(
-                    &LeaseHolder {
-                        owner: "w",
-                        lease_ttl: LEASE
-                    },
-                    &[],
-                    at(T0 + 10)
-                )
+                .renew(&holder("w"), &[], at(T0 + 10))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -393,14 +339,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         // The owner gave up on b (say, its outcome could not be recorded): only a is renewed, and
         // b's lease lapses to the reconciler on time.
         let renewed = ledger
-            .renew(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                &both[..1],
-                at(T0 + 20),
-            )
+            .renew(&holder("w"), &both[..1], at(T0 + 20))
             .await
             .unwrap();
         assert_eq!(renewed, vec![(a.id.clone(), 1)]);
@@ -456,14 +395,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         );
         // b runs again at attempt 2, nothing reaches the processor: back to ready with a delay.
         let again = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w2",
-                    lease_ttl: LEASE,
-                },
-                10,
-                later + ms(1),
-            )
+            .claim(&holder("w2"), 10, later + ms(1))
             .await
             .unwrap();
         assert_eq!((again.len(), again[0].attempt), (1, 2));
@@ -479,28 +411,14 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             available_at_ms: later + ms(5_000),
         };
         let op = ledger
-            .record(
-                &RecordOutcome {
-                    fence: &fence(&b.id, 2),
-                    outcome: &retry,
-                    actor: "w2",
-                },
-                later + ms(3),
-            )
+            .record(&recording(&fence(&b.id, 2), &retry, "w2"), later + ms(3))
             .await
             .unwrap();
         assert_eq!(op.status, Status::Ready);
         assert_eq!(op.first_submitted_at_ms, None, "nothing ever left");
         assert!(
             ledger
-                .claim(
-                    &LeaseHolder {
-                        owner: "w3",
-                        lease_ttl: LEASE
-                    },
-                    10,
-                    later + ms(4_999)
-                )
+                .claim(&holder("w3"), 10, later + ms(4_999))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -508,14 +426,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         );
         assert_eq!(
             ledger
-                .claim(
-                    &LeaseHolder {
-                        owner: "w3",
-                        lease_ttl: LEASE
-                    },
-                    10,
-                    later + ms(5_000)
-                )
+                .claim(&holder("w3"), 10, later + ms(5_000))
                 .await
                 .unwrap()
                 .len(),
@@ -529,17 +440,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-5", "pm_card_visa", at(T0)).await;
-        ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                1,
-                at(T0),
-            )
-            .await
-            .unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
@@ -553,14 +454,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
             next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(
-                &RecordOutcome {
-                    fence: &fence(&op.id, 1),
-                    outcome: &unknown,
-                    actor: "w",
-                },
-                at(T0 + 2),
-            )
+            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
             .await
             .unwrap();
         // The reconciler retries with the same key under its own lease; that request is refused.
@@ -571,10 +465,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                         id: op.id.clone(),
                         attempt: 1,
                     },
-                    holder: LeaseHolder {
-                        owner: "reconciler",
-                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
-                    },
+                    holder: holder("reconciler"),
                     why: "retry with the same key",
                 },
                 at(T0 + 200),
@@ -590,10 +481,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                             id: op.id.clone(),
                             attempt: 1
                         },
-                        holder: LeaseHolder {
-                            owner: "r2",
-                            lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap())
-                        },
+                        holder: holder("r2"),
                         why: "retry with the same key"
                     },
                     at(T0 + 200)
@@ -614,11 +502,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         };
         let after = ledger
             .record(
-                &RecordOutcome {
-                    fence: &fence(&op.id, 2),
-                    outcome: &retry,
-                    actor: "reconciler",
-                },
+                &recording(&fence(&op.id, 2), &retry, "reconciler"),
                 at(T0 + 202),
             )
             .await
@@ -637,10 +521,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                         id: op.id.clone(),
                         attempt: 2,
                     },
-                    holder: LeaseHolder {
-                        owner: "reconciler",
-                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
-                    },
+                    holder: holder("reconciler"),
                     why: "retry with the same key",
                 },
                 at(T0 + 400),
@@ -653,11 +534,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         };
         let after = ledger
             .record(
-                &RecordOutcome {
-                    fence: &fence(&op.id, c.attempt),
-                    outcome: &rejected,
-                    actor: "reconciler",
-                },
+                &recording(&fence(&op.id, c.attempt), &rejected, "reconciler"),
                 at(T0 + 401),
             )
             .await
@@ -671,17 +548,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
 async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-6", "pm_card_visa", at(T0)).await;
-        ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                1,
-                at(T0),
-            )
-            .await
-            .unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
@@ -728,14 +595,7 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
         });
         assert!(matches!(
             ledger
-                .record(
-                    &RecordOutcome {
-                        fence: &fence(&op.id, 1),
-                        outcome: &late,
-                        actor: "w"
-                    },
-                    at(T0 + 4)
-                )
+                .record(&recording(&fence(&op.id, 1), &late, "w"), at(T0 + 4))
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
@@ -830,17 +690,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
             .unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         let running = ready_operation(&ledger, "INV-7b", "pm_card_visa", at(T0)).await;
-        ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                1,
-                at(T0),
-            )
-            .await
-            .unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert!(matches!(
             ledger
                 .cancel(
@@ -873,29 +723,11 @@ async fn cancel_listing_links_events_keys_and_limits() {
                 .any(|c| c.status == Status::Executing && c.count == 1)
         );
         assert!(matches!(
-            ledger
-                .claim(
-                    &LeaseHolder {
-                        owner: "w",
-                        lease_ttl: LEASE
-                    },
-                    0,
-                    at(T0)
-                )
-                .await,
+            ledger.claim(&holder("w"), 0, at(T0)).await,
             Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
-            ledger
-                .claim(
-                    &LeaseHolder {
-                        owner: "w",
-                        lease_ttl: LEASE
-                    },
-                    1_001,
-                    at(T0)
-                )
-                .await,
+            ledger.claim(&holder("w"), 1_001, at(T0)).await,
             Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         // A lease is stored in whole milliseconds: shorter than one is no lease.
@@ -1037,14 +869,7 @@ async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
             let mut mine = Vec::new();
             loop {
                 let batch = ledger
-                    .claim(
-                        &LeaseHolder {
-                            owner: &format!("w{w}"),
-                            lease_ttl: LEASE,
-                        },
-                        7,
-                        at(T0 + 1),
-                    )
+                    .claim(&holder(&format!("w{w}")), 7, at(T0 + 1))
                     .await
                     .unwrap();
                 if batch.is_empty() {
@@ -1100,17 +925,7 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
 async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
     let (ledger, _) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", at(T0)).await;
-    ledger
-        .claim(
-            &LeaseHolder {
-                owner: "zombie",
-                lease_ttl: LEASE,
-            },
-            1,
-            at(T0),
-        )
-        .await
-        .unwrap();
+    ledger.claim(&holder("zombie"), 1, at(T0)).await.unwrap();
     let expired = ledger.expired_leases(at(T0 + LEASE_MS), 10).await.unwrap();
     ledger
         .expire_lease(
@@ -1124,14 +939,7 @@ async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
         .await
         .unwrap();
     let fresh = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "fresh",
-                lease_ttl: LEASE,
-            },
-            1,
-            at(T0 + LEASE_MS + 1),
-        )
+        .claim(&holder("fresh"), 1, at(T0 + LEASE_MS + 1))
         .await
         .unwrap();
     assert_eq!(fresh[0].attempt, 2);
@@ -1243,17 +1051,7 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
         let a = ready_operation(&ledger, "INV-B1", "pm_card_visa", at(T0)).await;
         let b = ready_operation(&ledger, "INV-B2", "pm_card_visa", at(T0 + 1)).await;
         let c = ready_operation(&ledger, "INV-B3", "pm_card_visa", at(T0 + 2)).await;
-        let claimed = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                10,
-                at(T0 + 3),
-            )
-            .await
-            .unwrap();
+        let claimed = ledger.claim(&holder("w"), 10, at(T0 + 3)).await.unwrap();
         assert_eq!(claimed.len(), 3);
         // b's item carries a stale attempt: only b loses.
         let marked = ledger
@@ -1344,17 +1142,7 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     for i in 0..200 {
         ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", at(T0)).await);
     }
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: LEASE,
-            },
-            200,
-            at(T0 + 1),
-        )
-        .await
-        .unwrap();
+    let claimed = ledger.claim(&holder("w"), 200, at(T0 + 1)).await.unwrap();
     assert_eq!(claimed.len(), 200);
     let held: Vec<_> = claimed.iter().map(|o| o.id.clone()).collect();
     let renewer = {
@@ -1362,14 +1150,7 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
         tokio::spawn(async move {
             for round in 0..40 {
                 ledger
-                    .renew(
-                        &LeaseHolder {
-                            owner: "w",
-                            lease_ttl: LEASE,
-                        },
-                        &held,
-                        at(T0 + 2) + ms(round),
-                    )
+                    .renew(&holder("w"), &held, at(T0 + 2) + ms(round))
                     .await
                     .expect("renewal never fails");
             }
@@ -1637,17 +1418,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
     for_each_store(|ledger| async move {
         // Nothing was ever submitted: `release`, back to ready.
         let op = ready_operation(&ledger, "INV-REL-1", "pm_card_visa", at(T0)).await;
-        ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                1,
-                at(T0),
-            )
-            .await
-            .unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         ledger
             .release(&fence(&op.id, 1), "w", at(T0 + 1))
             .await
@@ -1671,17 +1442,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
 
         // An earlier attempt submitted: giving the lease back leaves the outcome unknown, due for a
         // check at once.
-        ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                1,
-                at(T0 + 3),
-            )
-            .await
-            .unwrap();
+        ledger.claim(&holder("w"), 1, at(T0 + 3)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 2)], at(T0 + 4))
@@ -1695,14 +1456,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
             next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(
-                &RecordOutcome {
-                    fence: &fence(&op.id, 2),
-                    outcome: &unknown,
-                    actor: "w",
-                },
-                at(T0 + 5),
-            )
+            .record(&recording(&fence(&op.id, 2), &unknown, "w"), at(T0 + 5))
             .await
             .unwrap();
         let c = ledger
@@ -1712,10 +1466,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
                         id: op.id.clone(),
                         attempt: 2,
                     },
-                    holder: LeaseHolder {
-                        owner: "reconciler",
-                        lease_ttl: LEASE,
-                    },
+                    holder: holder("reconciler"),
                     why: "same key",
                 },
                 at(T0 + 6),
@@ -1783,17 +1534,7 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
 async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", at(T0)).await;
-        ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: LEASE,
-                },
-                1,
-                at(T0),
-            )
-            .await
-            .unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
@@ -1807,14 +1548,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
             next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(
-                &RecordOutcome {
-                    fence: &fence(&op.id, 1),
-                    outcome: &unknown,
-                    actor: "w",
-                },
-                at(T0 + 2),
-            )
+            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
             .await
             .unwrap();
         let due = ledger.due_for_check(at(T0 + 100), 10).await.unwrap();

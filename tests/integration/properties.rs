@@ -2,12 +2,10 @@
 //! duplicate or reordered webhook reports, lookups and worker records against a real ledger (SQLite
 //! in memory, for speed) converging to one final state with one success.
 
-use crate::support::{ready_operation, sqlite_ledger, tenant};
+use crate::support::{ready_operation, recording, sqlite_ledger, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{
-    ApplyReport, LeaseHolder, Paid, RecordOutcome, Recorded, Report, SharedLedger,
-};
+use payonce_shared::ledger::{ApplyReport, LeaseHolder, Paid, Recorded, Report, SharedLedger};
 use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -90,6 +88,10 @@ async fn apply(
     step: Step,
     at: Timestamp,
 ) {
+    let fence = Fence {
+        id: id.clone(),
+        attempt,
+    };
     // Errors are the point: a fenced or stale write must simply lose.
     let _ = match step {
         Step::WebhookSucceeded => ledger
@@ -120,17 +122,7 @@ async fn apply(
                 result: serde_json::json!({"id": "pi_truth"}),
             });
             ledger
-                .record(
-                    &RecordOutcome {
-                        fence: &Fence {
-                            id: id.clone(),
-                            attempt,
-                        },
-                        outcome: &r,
-                        actor: "worker-prop",
-                    },
-                    at,
-                )
+                .record(&recording(&fence, &r, "worker-prop"), at)
                 .await
                 .map(drop)
         }
@@ -141,17 +133,7 @@ async fn apply(
                 next_check_at_ms: at,
             };
             ledger
-                .record(
-                    &RecordOutcome {
-                        fence: &Fence {
-                            id: id.clone(),
-                            attempt,
-                        },
-                        outcome: &r,
-                        actor: "worker-prop",
-                    },
-                    at,
-                )
+                .record(&recording(&fence, &r, "worker-prop"), at)
                 .await
                 .map(drop)
         }

@@ -2,10 +2,10 @@
 //! a retention window that closes, and two reconcilers racing.
 
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, ready_operation, tenant, wait_for};
+use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
-use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid, RecordOutcome};
+use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::WebhookError;
 use payonce_shared::processor::{LookupSupport, Processor};
@@ -195,14 +195,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         now().saturating_sub_span(Duration::from_secs(10)),
     );
     ledger
-        .record(
-            &RecordOutcome {
-                fence: &Fence::of(&c),
-                outcome: &recorded,
-                actor: "w",
-            },
-            now(),
-        )
+        .record(&recording(&Fence::of(&c), &recorded, "w"), now())
         .await
         .unwrap();
     assert_eq!(
@@ -236,14 +229,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         next_check_at_ms: now(),
     };
     ledger
-        .record(
-            &RecordOutcome {
-                fence: &Fence::of(&c2),
-                outcome: &unknown,
-                actor: "w",
-            },
-            now(),
-        )
+        .record(&recording(&Fence::of(&c2), &unknown, "w"), now())
         .await
         .unwrap();
 
@@ -503,14 +489,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
             next_check_at_ms: now(),
         };
         ledger
-            .record(
-                &RecordOutcome {
-                    fence: &Fence::of(&c),
-                    outcome: &unknown,
-                    actor: "w",
-                },
-                now(),
-            )
+            .record(&recording(&Fence::of(&c), &unknown, "w"), now())
             .await
             .unwrap();
         ops.push(op);
@@ -624,14 +603,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     });
     assert!(
         ledger
-            .record(
-                &RecordOutcome {
-                    fence: &Fence::of(&op),
-                    outcome: &late,
-                    actor: "w"
-                },
-                now()
-            )
+            .record(&recording(&Fence::of(&op), &late, "w"), now())
             .await
             .is_err()
     );
@@ -928,14 +900,7 @@ async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
         next_check_at_ms: now(),
     };
     ledger
-        .record(
-            &RecordOutcome {
-                fence: &Fence::of(&c),
-                outcome: &unknown,
-                actor: "w",
-            },
-            now(),
-        )
+        .record(&recording(&Fence::of(&c), &unknown, "w"), now())
         .await
         .unwrap();
 

@@ -1,12 +1,12 @@
 //! The worker against real Postgres and the simulator over HTTP, with real processes.
 
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, ready_operation, tenant, wait_for};
+use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
-    ApplyReport, Declined, LeaseHolder, LedgerError, Paid, RecordOutcome, Recorded, SharedLedger,
+    ApplyReport, Declined, LeaseHolder, LedgerError, Paid, Recorded, SharedLedger,
 };
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -258,11 +258,7 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     );
     let write = ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence::of(&zombie),
-                outcome: &recorded,
-                actor: "zombie",
-            },
+            &recording(&Fence::of(&zombie), &recorded, "zombie"),
             clock.now(),
         )
         .await;
@@ -278,11 +274,7 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     assert!(matches!(
         ledger
             .record(
-                &RecordOutcome {
-                    fence: &Fence::of(&zombie),
-                    outcome: &failed,
-                    actor: "zombie"
-                },
+                &recording(&Fence::of(&zombie), &failed, "zombie"),
                 clock.now()
             )
             .await,

@@ -1,11 +1,21 @@
-//! Requests for the ledger calls that would otherwise take more than four arguments, or two of one
-//! type that could be swapped unnoticed: each field is named at the call site. The instant of the
-//! call (`now`) stays a separate argument of every method.
+//! Requests for the ledger calls that would otherwise take four arguments or more besides `self`, or
+//! two of one type that could be swapped unnoticed: each field is named at the call site. The instant
+//! of the call (`now`) stays a separate argument of every method. In the order of the interfaces
+//! (`interface.rs`) that take them.
 
 use super::{ApiKeyRecord, ExpiredLease, Operation, Recorded, Report, Resolution};
 use crate::clock::Timestamp;
 use crate::id::OperationId;
 use std::time::Duration;
+
+/// Withdraws an operation within its tenant ([`Operations::cancel`](super::Operations::cancel)).
+#[derive(Debug, Clone, Copy)]
+pub struct Cancel<'a> {
+    /// The operation.
+    pub id: &'a OperationId,
+    /// Who withdraws it (the audit trail's actor).
+    pub actor: &'a str,
+}
 
 /// The fencing token of a write by a lease holder: the operation and the attempt it holds. A
 /// write whose attempt is no longer the row's loses with [`LedgerError::Fenced`](super::LedgerError::Fenced).
@@ -46,26 +56,6 @@ pub struct RecordOutcome<'a> {
     pub outcome: &'a Recorded,
     /// Who records it (the audit trail's actor).
     pub actor: &'a str,
-}
-
-/// Withdraws an operation within its tenant ([`Operations::cancel`](super::Operations::cancel)).
-#[derive(Debug, Clone, Copy)]
-pub struct Cancel<'a> {
-    /// The operation.
-    pub id: &'a OperationId,
-    /// Who withdraws it (the audit trail's actor).
-    pub actor: &'a str,
-}
-
-/// A processor's report to apply ([`Recovery::apply_report`](super::Recovery::apply_report)).
-#[derive(Debug, Clone, Copy)]
-pub struct ApplyReport<'a> {
-    /// The operation the report is about.
-    pub id: &'a OperationId,
-    /// What the processor says.
-    pub report: &'a Report,
-    /// Where it came from (`webhook evt_…`, `lookup by …`): the audit trail's actor.
-    pub source: &'a str,
 }
 
 /// Moves an expired lease on ([`Recovery::expire_lease`](super::Recovery::expire_lease)).
@@ -149,6 +139,17 @@ pub struct Escalate<'a> {
     pub reason: &'a str,
     /// Who.
     pub actor: &'a str,
+}
+
+/// A processor's report to apply ([`Recovery::apply_report`](super::Recovery::apply_report)).
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyReport<'a> {
+    /// The operation the report is about.
+    pub id: &'a OperationId,
+    /// What the processor says.
+    pub report: &'a Report,
+    /// Where it came from (`webhook evt_…`, `lookup by …`): the audit trail's actor.
+    pub source: &'a str,
 }
 
 /// An on-call resolution ([`Recovery::resolve`](super::Recovery::resolve)).

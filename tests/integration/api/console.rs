@@ -5,12 +5,12 @@
 //! a reason, the JSON export without `client_secret`, and the list queries' plans on a large table.
 
 use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, tenant};
-use crate::support::{postgres_ledger, sqlite_ledger};
+use crate::support::{postgres_ledger, recording, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::console::{Chart, OperationQuery, page_statement};
-use payonce_shared::ledger::{Escalate, Fence, LeaseHolder, Paid, RecordOutcome};
+use payonce_shared::ledger::{Escalate, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Recorded, Role};
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -185,14 +185,14 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
     };
     api.ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence {
+            &recording(
+                &Fence {
                     id: id.clone(),
                     attempt,
                 },
-                outcome: &unknown,
-                actor: "test-worker",
-            },
+                &unknown,
+                "test-worker",
+            ),
             now,
         )
         .await
@@ -655,14 +655,14 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     );
     let secret = "pi_s1_secret_DO_NOT_SHOW";
     api.ledger
-        .record(&RecordOutcome { fence: &Fence {
+        .record(&recording(&Fence {
                 id: id.clone(),
                 attempt: claimed[0].attempt,
-            }, outcome: &Recorded::Succeeded(Paid {
+            }, &Recorded::Succeeded(Paid {
                 reference: "pi_s1".into(),
                 result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
                                "status": "succeeded", "client_secret": secret}),
-            }), actor: "w" }, now)
+            }), "w"), now)
         .await
         .unwrap();
     let page = get(&api, &format!("/console/operations/{id}"), Some(&session)).await;

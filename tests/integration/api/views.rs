@@ -3,12 +3,12 @@
 //! method options or metadata, to any role. Assistant keys also get no audit trail.
 
 use super::{T0_MS, spawn};
-use crate::support::sqlite_ledger;
+use crate::support::{recording, sqlite_ledger};
 use payonce_reconciler::oncall::{self, Format};
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Fence, LeaseHolder, Paid, RecordOutcome};
+use payonce_shared::ledger::{Fence, LeaseHolder, Paid};
 use serde_json::json;
 use std::time::Duration;
 
@@ -63,14 +63,14 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     });
     api.ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence {
+            &recording(
+                &Fence {
                     id: id.clone(),
                     attempt: c.attempt,
                 },
-                outcome: &outcome,
-                actor: "w",
-            },
+                &outcome,
+                "w",
+            ),
             now,
         )
         .await

@@ -4,10 +4,10 @@
 
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
 use crate::support::processes::{self, simulator};
-use crate::support::{postgres_ledger, ready_operation, tenant};
+use crate::support::{postgres_ledger, ready_operation, recording, tenant};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Fence, LeaseHolder, RecordOutcome};
+use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
@@ -102,11 +102,7 @@ async fn unknown_rows(
         };
         ledger
             .record(
-                &RecordOutcome {
-                    fence: &Fence::of(&c),
-                    outcome: &unknown,
-                    actor: "crashed-worker",
-                },
+                &recording(&Fence::of(&c), &unknown, "crashed-worker"),
                 now(),
             )
             .await

@@ -4,13 +4,12 @@
 
 use super::fleet::successful_payments;
 use crate::support::refunds::create_refund;
-use crate::support::{processes, ready_operation, tenant};
+use crate::support::{processes, ready_operation, recording, tenant};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
-    LeaseHolder, NewApproval, Operation, OperationEvent, Paid, RecordOutcome, Recorded,
-    SharedLedger,
+    LeaseHolder, NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
 };
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -65,11 +64,11 @@ pub async fn paid_payment(
     };
     let paid = ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence::of(&c),
-                outcome: &Recorded::Succeeded(Paid { reference, result }),
-                actor: "payer",
-            },
+            &recording(
+                &Fence::of(&c),
+                &Recorded::Succeeded(Paid { reference, result }),
+                "payer",
+            ),
             now(),
         )
         .await

@@ -10,12 +10,12 @@ use super::refund_fixtures::{
 };
 use crate::support::processes::{self, advance_clock, simulator};
 use crate::support::refunds::create_refund;
-use crate::support::{postgres_ledger, tenant, wait_for};
+use crate::support::{postgres_ledger, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
-    Declined, LeaseHolder, LedgerError, Operation, RecordOutcome, Recorded, SharedLedger,
+    Declined, LeaseHolder, LedgerError, Operation, Recorded, SharedLedger,
 };
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -164,14 +164,7 @@ async fn crashed_refunding(
         next_check_at_ms: now(),
     };
     ledger
-        .record(
-            &RecordOutcome {
-                fence: &Fence::of(&c),
-                outcome: &unknown,
-                actor: "crashed",
-            },
-            now(),
-        )
+        .record(&recording(&Fence::of(&c), &unknown, "crashed"), now())
         .await
         .unwrap();
 }
@@ -311,14 +304,7 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     });
     assert!(matches!(
         ledger
-            .record(
-                &RecordOutcome {
-                    fence: &Fence::of(&zombie),
-                    outcome: &late,
-                    actor: "zombie"
-                },
-                now()
-            )
+            .record(&recording(&Fence::of(&zombie), &late, "zombie"), now())
             .await,
         Err(LedgerError::Fenced { .. })
     ));

@@ -9,7 +9,9 @@ pub mod refunds;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{self, NewApproval, NewOperation, Operation, SharedLedger};
+use payonce_shared::ledger::{
+    self, Fence, NewApproval, NewOperation, Operation, RecordOutcome, Recorded, SharedLedger,
+};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -37,6 +39,15 @@ pub fn pinned_python(name: &str, also_ready: impl FnOnce(&Path) -> bool) -> Path
         assert!(status.success(), "tests/{name}/setup.sh failed: {status}");
     }
     dir.join(".venv/bin/python")
+}
+
+/// The request of a write a test makes as a worker: `actor` records `outcome` under `fence`.
+pub fn recording<'a>(fence: &'a Fence, outcome: &'a Recorded, actor: &'a str) -> RecordOutcome<'a> {
+    RecordOutcome {
+        fence,
+        outcome,
+        actor,
+    }
 }
 
 /// A Postgres ledger on a database of its own.

@@ -2,12 +2,13 @@
 //! operations of it.
 
 use super::{details, tenant};
+use crate::support::recording;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
-    Created, Fence, LeaseHolder, LedgerError, NewApproval, NewOperation, Operation, Paid,
-    RecordOutcome, Recorded, SharedLedger,
+    Created, Fence, LeaseHolder, LedgerError, NewApproval, NewOperation, Operation, Paid, Recorded,
+    SharedLedger,
 };
 use payonce_shared::state::Status;
 use std::time::Duration;
@@ -78,13 +79,13 @@ pub async fn succeeded_payment(
         [true]
     );
     let paid = ledger
-        .record(&RecordOutcome { fence: &Fence {
+        .record(&recording(&Fence {
                 id: created.id.clone(),
                 attempt,
-            }, outcome: &Recorded::Succeeded(Paid {
+            }, &Recorded::Succeeded(Paid {
                 reference: format!("pi_{invoice}"),
                 result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
-            }), actor: "fixture" }, now)
+            }), "fixture"), now)
         .await
         .unwrap();
     assert_eq!(paid.status, Status::Succeeded);
@@ -169,11 +170,7 @@ pub async fn settle_refund(
     );
     ledger
         .record(
-            &RecordOutcome {
-                fence: &Fence::of(&claimed[0]),
-                outcome: &outcome,
-                actor: "fixture",
-            },
+            &recording(&Fence::of(&claimed[0]), &outcome, "fixture"),
             now,
         )
         .await
