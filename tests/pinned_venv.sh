@@ -17,3 +17,6 @@ have=$(.venv/bin/pip freeze 2>/dev/null | tr 'A-Z_' 'a-z-' | sort)
 if [ "$want" != "$have" ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check --no-input -r requirements.txt
 fi
+# The stamp the integration tests read (support::pinned_python): these pins are installed. A file
+# comparison is all a test pays to know, instead of an interpreter start-up and an import.
+cp requirements.txt .venv/pins

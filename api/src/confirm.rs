@@ -573,12 +573,13 @@ async fn approve(state: &AppState, token: &str, posted: Option<Submitted>) -> Ou
         Err(e) => return unavailable(&e),
     }
     let approval = NewApproval {
+        operation: op.id.clone(),
         details_hash: shown,
         approved_by: format!("customer:{}", op.details.customer()),
         method,
         expires_at_ms: now + state.config().approval_ttl,
     };
-    match ledger.approve(&op.tenant, &op.id, approval, now).await {
+    match ledger.approve(&op.tenant, approval, now).await {
         Ok(approved) => Outcome::Approved {
             amount: approved.details.money().display(),
             invoice: approved.details.invoice().to_string(),

@@ -15,7 +15,7 @@ use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::verification::LinkOrigin;
-use payonce_shared::ledger::{NewApproval, NewOperation, Operation, OperationEvent, Role};
+use payonce_shared::ledger::{Cancel, NewApproval, NewOperation, Operation, OperationEvent, Role};
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
@@ -251,6 +251,7 @@ pub async fn approve(
     let id = op.id;
     let now = state.now();
     let approval = NewApproval {
+        operation: id.clone(),
         details_hash,
         approved_by: approved_by.to_string(),
         method: "service".to_string(),
@@ -258,7 +259,7 @@ pub async fn approve(
     };
     let op = state
         .ledger()
-        .approve(&caller.tenant, &id, approval, now)
+        .approve(&caller.tenant, approval, now)
         .await?;
     Ok(Json(OperationView::from(&op)))
 }
@@ -273,7 +274,14 @@ pub async fn cancel(
     let id = parse_id(&id)?;
     let op = state
         .ledger()
-        .cancel(&caller.tenant, &id, &caller.actor(), state.now())
+        .cancel(
+            &caller.tenant,
+            &Cancel {
+                id: &id,
+                actor: &caller.actor(),
+            },
+            state.now(),
+        )
         .await?;
     Ok(Json(OperationView::from(&op)))
 }

@@ -208,6 +208,7 @@ pub async fn approve(
     }
     let now = state.now();
     let approval = NewApproval {
+        operation: op.id.clone(),
         details_hash,
         approved_by: caller.actor(),
         method: ON_CALL_APPROVAL.to_string(),
@@ -215,7 +216,7 @@ pub async fn approve(
     };
     let approved = state
         .ledger()
-        .approve(&caller.tenant, &op.id, approval, now)
+        .approve(&caller.tenant, approval, now)
         .await?;
     Ok(Json(OperationView::from(&approved)))
 }

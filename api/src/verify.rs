@@ -9,7 +9,7 @@ use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::{TenantId, random_hex};
 use payonce_shared::ledger::verification::{
-    ApprovalCode, LinkOrigin, TenantVerification, VerificationMethod,
+    ApprovalCode, LinkOrigin, NewLink, NoticeLimit, TenantVerification, VerificationMethod,
 };
 use payonce_shared::ledger::{ApprovalLink, LedgerError, Operation};
 use payonce_shared::state::Status;
@@ -160,7 +160,12 @@ pub async fn issue_link(
     };
     if !ledger
         .verification()
-        .create_link(&link, origin, open_max, stored_code.as_ref())
+        .create_link(&NewLink {
+            link: &link,
+            origin,
+            open_max,
+            code: stored_code.as_ref(),
+        })
         .await?
     {
         return Ok(Issue::TooManyOpen);
@@ -265,9 +270,11 @@ pub async fn ask_customer(
         .verification()
         .record_approval_notice(
             &op.id,
+            NoticeLimit {
+                max: ASSISTANT_REQUESTS_MAX,
+                interval: ASSISTANT_REQUEST_INTERVAL,
+            },
             state.now(),
-            ASSISTANT_REQUESTS_MAX,
-            ASSISTANT_REQUEST_INTERVAL,
         )
         .await?;
     if !allowed {
@@ -302,9 +309,11 @@ pub async fn elicitation_link(
         .verification()
         .record_approval_notice(
             &op.id,
+            NoticeLimit {
+                max: ASSISTANT_LINKS_TOTAL_MAX,
+                interval: Duration::ZERO,
+            },
             state.now(),
-            ASSISTANT_LINKS_TOTAL_MAX,
-            Duration::ZERO,
         )
         .await?;
     if !counted {

@@ -211,8 +211,8 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
     ledger
         .approve(
             &tenant,
-            &created.operation.id,
             NewApproval {
+                operation: created.operation.id.clone(),
                 details_hash: hash,
                 approved_by: "bench".into(),
                 method: "bench".into(),

@@ -3,7 +3,7 @@
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
-use payonce_shared::ledger::{Fence, Queue, Recorded};
+use payonce_shared::ledger::{Fence, LeaseHolder, Paid, Queue, Recorded};
 use std::time::{Duration, Instant};
 
 /// Mean time per call of each hot-path step.
@@ -35,7 +35,14 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
     for _ in 0..batches {
         let t = Instant::now();
         let claimed = ledger
-            .claim("profile", batch, Duration::from_secs(30), crate::now())
+            .claim(
+                &LeaseHolder {
+                    owner: "profile",
+                    lease_ttl: Duration::from_secs(30),
+                },
+                batch,
+                crate::now(),
+            )
             .await?;
         costs.claim += t.elapsed();
         let fences: Vec<_> = claimed.iter().map(Fence::of).collect();
@@ -48,10 +55,10 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
             .map(|o| {
                 (
                     Fence::of(o),
-                    Recorded::Succeeded {
+                    Recorded::Succeeded(Paid {
                         reference: format!("pi_{}", o.id.as_str()),
                         result: serde_json::json!({ "status": "succeeded" }),
-                    },
+                    }),
                 )
             })
             .collect();

@@ -84,8 +84,8 @@ pub async fn create(
             ledger
                 .approve(
                     &tenant,
-                    &created.operation.id,
                     NewApproval {
+                        operation: created.operation.id.clone(),
                         details_hash: hash,
                         approved_by: "customer:cus_chaos".into(),
                         method: "chaos".into(),

@@ -79,8 +79,8 @@ async fn create(
     ledger
         .approve(
             tenant,
-            &created.operation.id,
             NewApproval {
+                operation: created.operation.id.clone(),
                 details_hash: hash,
                 approved_by: "oncall:chaos".into(),
                 method: "chaos".into(),

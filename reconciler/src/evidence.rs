@@ -16,7 +16,8 @@ use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::{
-    Applied, LedgerError, Operation, ProcessorEventKey, Recovery, Report, StoredProcessorEvent,
+    Applied, ApplyReport, Declined, LedgerError, Operation, Paid, ProcessorEventKey, Recovery,
+    Report, StoredProcessorEvent,
 };
 use payonce_shared::processor::stripe::webhook::reference_of;
 use payonce_shared::processor::{FoundStatus, Processor, ProcessorObject, Retrieved};
@@ -121,15 +122,15 @@ pub fn report_of(op: &Operation, object: &ProcessorObject) -> Option<Report> {
         });
     }
     match &object.status {
-        FoundStatus::Succeeded { .. } => Some(Report::Succeeded {
+        FoundStatus::Succeeded { .. } => Some(Report::Succeeded(Paid {
             reference: object.reference.clone(),
             result: object.object.clone(),
-        }),
-        FoundStatus::Failed { code, message } => Some(Report::Failed {
+        })),
+        FoundStatus::Failed { code, message } => Some(Report::Failed(Declined {
             code: code.clone(),
             message: message.clone(),
             reference: Some(object.reference.clone()),
-        }),
+        })),
         FoundStatus::Pending { .. } => None,
     }
 }
@@ -241,7 +242,17 @@ async fn check_one(
         "webhook {} checked by retrieving {reference}",
         hint.event_id
     );
-    let applied = match ledger.apply_report(&op.id, &checked, &source, now).await {
+    let applied = match ledger
+        .apply_report(
+            &ApplyReport {
+                id: &op.id,
+                report: &checked,
+                source: &source,
+            },
+            now,
+        )
+        .await
+    {
         Ok(applied) => applied,
         Err(LedgerError::NotFound) => {
             report.closed += 1;

@@ -17,8 +17,9 @@ use payonce_shared::clock::SharedClock;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{
-    ClaimUnknown, DeferCheck, Escalate, ExpireLeases, ExpiredLease, Fence, LedgerError,
-    LookupFound, MaintenanceLease, Operation, RecordLookups, Recovery, Report,
+    ApplyReport, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLeases, ExpiredLease, Fence,
+    LeaseHolder, LedgerError, LookupFound, MaintenanceLease, Operation, Paid, RecordLookups,
+    Recovery, Report,
 };
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
@@ -127,7 +128,7 @@ impl Decision {
     /// (a PaymentIntent's client secret must not reach on-call output).
     pub fn describe(&self) -> String {
         match self {
-            Decision::Record(Report::Succeeded { reference, result }) => format!(
+            Decision::Record(Report::Succeeded(Paid { reference, result })) => format!(
                 "Record(Succeeded {{ reference: {reference:?}, result: {} }})",
                 payonce_shared::processor::summary::summary(result)
             ),
@@ -190,15 +191,15 @@ impl Reconciler {
             LookupOutcome::Found {
                 reference,
                 status: FoundStatus::Succeeded { result },
-            } => Decision::Record(Report::Succeeded { reference, result }),
+            } => Decision::Record(Report::Succeeded(Paid { reference, result })),
             LookupOutcome::Found {
                 reference,
                 status: FoundStatus::Failed { code, message },
-            } => Decision::Record(Report::Failed {
+            } => Decision::Record(Report::Failed(Declined {
                 code,
                 message,
                 reference: Some(reference),
-            }),
+            })),
             LookupOutcome::Found {
                 reference,
                 status: FoundStatus::Pending { processor_status },
@@ -420,11 +421,22 @@ impl Reconciler {
         for (item, ok) in found.into_iter().zip(written) {
             if !ok {
                 let id = item.fence.id.clone();
-                let finding = Report::Succeeded {
+                let finding = Report::Succeeded(Paid {
                     reference: item.reference,
                     result: item.result,
-                };
-                if let Err(error) = self.ledger.apply_report(&id, &finding, &source, now).await {
+                });
+                if let Err(error) = self
+                    .ledger
+                    .apply_report(
+                        &ApplyReport {
+                            id: &id,
+                            report: &finding,
+                            source: &source,
+                        },
+                        now,
+                    )
+                    .await
+                {
                     report.errors += 1;
                     tracing::warn!(operation = %id, %error, "could not record a found payment");
                     continue;
@@ -470,7 +482,7 @@ impl Reconciler {
         let mut decision = self.decide(op, lookup, now);
         // Evidence before trust, for lookups too: a found payment or refund is applied only if it is the
         // approved one (see `evidence::differences`); otherwise a human sees both facts.
-        if let Decision::Record(Report::Succeeded { reference, result }) = &decision
+        if let Decision::Record(Report::Succeeded(Paid { reference, result })) = &decision
             && let Some(object) = self.processor.facts(reference, result)
             && let Some(checked @ Report::Mismatch { .. }) = crate::evidence::report_of(op, &object)
         {
@@ -485,7 +497,7 @@ impl Reconciler {
         let owner = self.config.owner.as_str();
         let fence = Fence::of(op);
         if op.status == Status::Unknown
-            && let Decision::Record(Report::Succeeded { reference, result }) = decision
+            && let Decision::Record(Report::Succeeded(Paid { reference, result })) = decision
         {
             return Ok(Some(LookupFound {
                 fence,
@@ -499,10 +511,17 @@ impl Reconciler {
         };
         match decision {
             Decision::Record(r) => {
-                let succeeded = matches!(r, Report::Succeeded { .. });
+                let succeeded = matches!(r, Report::Succeeded(_));
                 let applied = self
                     .ledger
-                    .apply_report(&op.id, &r, &format!("lookup by {owner}"), now)
+                    .apply_report(
+                        &ApplyReport {
+                            id: &op.id,
+                            report: &r,
+                            source: &format!("lookup by {owner}"),
+                        },
+                        now,
+                    )
                     .await?;
                 if let Report::Mismatch {
                     reference, detail, ..
@@ -574,8 +593,10 @@ impl Reconciler {
                     .claim_unknown(
                         &ClaimUnknown {
                             fence: &fence,
-                            owner,
-                            lease_ttl: self.config.retry.lease_ttl,
+                            holder: LeaseHolder {
+                                owner,
+                                lease_ttl: self.config.retry.lease_ttl,
+                            },
                             why,
                         },
                         now,

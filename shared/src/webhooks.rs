@@ -37,18 +37,17 @@ pub async fn ingest(
     let event = verify_event(secrets, signature_header, body, now)?;
     let operation = event.operation();
     let payload = String::from_utf8_lossy(body);
-    let stored = ledger
-        .insert_processor_event(
-            &NewProcessorEvent {
-                processor: PROCESSOR,
-                event_id: &event.id,
-                event_type: &event.event_type,
-                operation: operation.as_ref(),
-                payload: &payload,
-            },
-            now,
-        )
-        .await?;
+    let key = ProcessorEventKey {
+        processor: PROCESSOR,
+        event_id: &event.id,
+    };
+    let new = NewProcessorEvent {
+        key,
+        event_type: &event.event_type,
+        operation: operation.as_ref(),
+        payload: &payload,
+    };
+    let stored = ledger.insert_processor_event(&new, now).await?;
     let pending_check = operation.is_some() && event.claims_outcome();
     let outcome = if pending_check {
         "pending: to be checked against the processor"
@@ -59,16 +58,7 @@ pub async fn ingest(
     };
     // A redelivery leaves the stored event as it is (pending, or already checked).
     if stored && !pending_check {
-        ledger
-            .mark_processor_event(
-                &ProcessorEventKey {
-                    processor: PROCESSOR,
-                    event_id: &event.id,
-                },
-                outcome,
-                now,
-            )
-            .await?;
+        ledger.mark_processor_event(&key, outcome, now).await?;
     }
     tracing::info!(event_id = %event.id, event_type = %event.event_type, operation = ?operation, %outcome, duplicate = !stored, "webhook ingested");
     Ok(IngestOutcome {

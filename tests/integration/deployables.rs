@@ -3,7 +3,7 @@
 //! codes, and deploy/ naming only settings the binary reads.
 
 use crate::serve::{START_DEADLINE, free_port, get, payonce, scratch, sigterm_and_wait};
-use crate::support::wait_for;
+use crate::support::{recording, wait_for};
 use payonce_shared::ledger::Fence;
 use std::path::Path;
 use std::process::Stdio;
@@ -311,7 +311,7 @@ async fn deploy_files_name_only_real_settings() {
 
 #[tokio::test]
 async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
-    use payonce_shared::ledger::{self, Recorded};
+    use payonce_shared::ledger::{self, LeaseHolder, Recorded};
     let dir = scratch("sweep-codes");
     let db = format!("sqlite:{}", dir.join("sweep.db").display());
     let sweep = || async {
@@ -331,7 +331,14 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
     let now = payonce_shared::clock::Clock::now(&payonce_shared::clock::SystemClock);
     crate::support::ready_operation(&ledger, "INV-3", "pm_card_visa", now).await;
     let claimed = ledger
-        .claim("test", 1, Duration::from_millis(60_000), now)
+        .claim(
+            &LeaseHolder {
+                owner: "test",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     let op = &claimed[0];
@@ -339,7 +346,7 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
         reason: "the processor refused every connection".into(),
     };
     ledger
-        .record(&Fence::of(op), &exhausted, "test", now)
+        .record(&recording(&Fence::of(op), &exhausted, "test"), now)
         .await
         .unwrap();
     drop(ledger);

@@ -4,12 +4,13 @@
 //! only what the processor holds. Money that moved without an approval is the loudest alert.
 
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, details, every_store, ready_operation, tenant};
+use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
-    Applied, LedgerError, NewOperation, Operation, Recorded, Report, Resolution, SharedLedger,
+    Applied, ApplyReport, Cancel, Declined, LeaseHolder, LedgerError, NewOperation, Operation,
+    Paid, Recorded, Report, Resolution, SharedLedger,
 };
 use payonce_shared::ledger::{Fence, Resolve};
 use payonce_shared::metrics::Exposition;
@@ -92,7 +93,14 @@ async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, custom
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
     let c = ledger
-        .claim("w", 1, Duration::from_millis(600_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(600_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -172,19 +180,21 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
         "checked once"
     );
     // The worker's late record loses to the stored truth.
-    let late = Recorded::Succeeded {
+    let late = Recorded::Succeeded(Paid {
         reference: pi_id.clone(),
         result: json!({}),
-    };
+    });
     assert!(matches!(
         ledger
             .record(
-                &Fence {
-                    id: paid.id.clone(),
-                    attempt
-                },
-                &late,
-                "w",
+                &recording(
+                    &Fence {
+                        id: paid.id.clone(),
+                        attempt
+                    },
+                    &late,
+                    "w"
+                ),
                 now()
             )
             .await,
@@ -224,19 +234,21 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     );
     assert_eq!(payments_for(&sim, forged_op.id.as_str()).await, 0);
     // The worker still records its own outcome.
-    let declined = Recorded::Failed {
+    let declined = Recorded::Failed(Declined {
         code: "card_declined".into(),
         message: "declined".into(),
         reference: None,
-    };
+    });
     ledger
         .record(
-            &Fence {
-                id: forged_op.id.clone(),
-                attempt: forged_attempt,
-            },
-            &declined,
-            "w",
+            &recording(
+                &Fence {
+                    id: forged_op.id.clone(),
+                    attempt: forged_attempt,
+                },
+                &declined,
+                "w",
+            ),
             now(),
         )
         .await
@@ -264,12 +276,14 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     assert!(
         ledger
             .record(
-                &Fence {
-                    id: odd.id.clone(),
-                    attempt: odd_attempt
-                },
-                &declined,
-                "w",
+                &recording(
+                    &Fence {
+                        id: odd.id.clone(),
+                        attempt: odd_attempt
+                    },
+                    &declined,
+                    "w"
+                ),
                 now()
             )
             .await
@@ -384,7 +398,14 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
         // Cancelled before approval, then money moved anyway.
         let cancelled = unapproved(&ledger, "INV-E6").await;
         ledger
-            .cancel(&tenant(), &cancelled.id, "service:test", now())
+            .cancel(
+                &tenant(),
+                &Cancel {
+                    id: &cancelled.id,
+                    actor: "service:test",
+                },
+                now(),
+            )
             .await
             .unwrap();
         // Still awaiting approval, and money moved.
@@ -451,14 +472,30 @@ async fn the_ledger_keeps_a_payment_reported_for_a_cancelled_unapproved_operatio
     for ledger in every_store().await {
         let op = unapproved(&ledger, "INV-E8").await;
         ledger
-            .cancel(&tenant(), &op.id, "service:test", now())
+            .cancel(
+                &tenant(),
+                &Cancel {
+                    id: &op.id,
+                    actor: "service:test",
+                },
+                now(),
+            )
             .await
             .unwrap();
-        let paid = Report::Succeeded {
+        let paid = Report::Succeeded(Paid {
             reference: "pi_e8".into(),
             result: json!({"id": "pi_e8"}),
-        };
-        let applied = ledger.apply_report(&op.id, &paid, "lookup", now()).await;
+        });
+        let applied = ledger
+            .apply_report(
+                &ApplyReport {
+                    id: &op.id,
+                    report: &paid,
+                    source: "lookup",
+                },
+                now(),
+            )
+            .await;
         assert_eq!(
             applied.unwrap(),
             Applied::PaymentWithoutApproval,
@@ -487,12 +524,14 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     };
     ledger
         .record(
-            &Fence {
-                id: op.id.clone(),
-                attempt,
-            },
-            &unknown,
-            "w",
+            &recording(
+                &Fence {
+                    id: op.id.clone(),
+                    attempt,
+                },
+                &unknown,
+                "w",
+            ),
             now(),
         )
         .await
@@ -503,12 +542,14 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     let (fine, fine_attempt) = executing(&ledger, "INV-E10").await;
     ledger
         .record(
-            &Fence {
-                id: fine.id.clone(),
-                attempt: fine_attempt,
-            },
-            &unknown,
-            "w",
+            &recording(
+                &Fence {
+                    id: fine.id.clone(),
+                    attempt: fine_attempt,
+                },
+                &unknown,
+                "w",
+            ),
             now(),
         )
         .await
@@ -618,7 +659,14 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     // The triggers were recreated: a new operation and its cancel are both logged.
     let new = unapproved(&ledger, "INV-M2").await;
     ledger
-        .cancel(&tenant(), &new.id, "service:test", now())
+        .cancel(
+            &tenant(),
+            &Cancel {
+                id: &new.id,
+                actor: "service:test",
+            },
+            now(),
+        )
         .await
         .unwrap();
     let events: Vec<String> = ledger
@@ -632,7 +680,14 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     // Nothing runs without an approval: claiming finds nothing, and the CHECK refuses a forced move.
     assert!(
         ledger
-            .claim("w", 10, Duration::from_millis(1_000), now())
+            .claim(
+                &LeaseHolder {
+                    owner: "w",
+                    lease_ttl: Duration::from_millis(1_000)
+                },
+                10,
+                now()
+            )
             .await
             .unwrap()
             .is_empty()

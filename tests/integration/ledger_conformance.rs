@@ -1,13 +1,14 @@
 //! One conformance suite, run against every store (Postgres and SQLite), plus the Postgres
 //! concurrency tests the design depends on.
 
-use crate::support::{self, details, every_store, ready_operation, tenant};
+use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
-    Applied, ClaimUnknown, DeferCheck, Escalate, ExpireLease, Fence, LedgerError, LimitError,
-    ListFilter, NewApproval, NewOperation, NewProcessorEvent, NewToolCall, PAGE_MAX, Recorded,
-    Report, Resolution, Resolve, SharedLedger, ToolAnswer,
+    Applied, ApplyReport, Cancel, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLease, Fence,
+    LeaseHolder, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, NewProcessorEvent,
+    NewToolCall, PAGE_MAX, Paid, ProcessorEventKey, RecordOutcome, Recorded, Report, Resolution,
+    Resolve, SharedLedger, ToolAnswer,
 };
 use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
@@ -26,6 +27,14 @@ fn at(ms: i64) -> Timestamp {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// A lease holder of the suite: `owner` with the suite's [`LEASE`].
+fn holder(owner: &str) -> LeaseHolder<'_> {
+    LeaseHolder {
+        owner,
+        lease_ttl: LEASE,
+    }
 }
 
 fn fence(id: &OperationId, attempt: i64) -> Fence {
@@ -158,14 +167,13 @@ async fn approval_binds_to_the_details_hash() {
             .operation;
         let wrong = details("INV-2", 2049, "pm_card_visa").hash();
         let approval = |hash| NewApproval {
+            operation: op.id.clone(),
             details_hash: hash,
             approved_by: "customer:cus_test".into(),
             method: "confirmation_page".into(),
             expires_at_ms: at(T0 + 60_000),
         };
-        let refused = ledger
-            .approve(&tenant(), &op.id, approval(wrong), at(T0))
-            .await;
+        let refused = ledger.approve(&tenant(), approval(wrong), at(T0)).await;
         assert!(
             matches!(refused, Err(LedgerError::ApprovalMismatch)),
             "{refused:?}"
@@ -175,7 +183,7 @@ async fn approval_binds_to_the_details_hash() {
             Status::AwaitingApproval
         );
         let approved = ledger
-            .approve(&tenant(), &op.id, approval(op.details_hash.clone()), at(T0))
+            .approve(&tenant(), approval(op.details_hash.clone()), at(T0))
             .await
             .unwrap();
         assert_eq!(approved.status, Status::Ready);
@@ -185,12 +193,7 @@ async fn approval_binds_to_the_details_hash() {
             "expired at its expiry"
         );
         let twice = ledger
-            .approve(
-                &tenant(),
-                &op.id,
-                approval(op.details_hash.clone()),
-                at(T0 + 5),
-            )
+            .approve(&tenant(), approval(op.details_hash.clone()), at(T0 + 5))
             .await
             .unwrap();
         assert_eq!(
@@ -213,7 +216,7 @@ async fn approval_binds_to_the_details_hash() {
 async fn claim_submit_record_is_fenced_by_the_attempt() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-3", "pm_card_visa", at(T0)).await;
-        let claimed = ledger.claim("worker-a", 10, LEASE, at(T0)).await.unwrap();
+        let claimed = ledger.claim(&holder("worker-a"), 10, at(T0)).await.unwrap();
         assert_eq!(claimed.len(), 1);
         let c = &claimed[0];
         assert_eq!(
@@ -223,7 +226,7 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         assert_eq!(c.lease_owner.as_deref(), Some("worker-a"));
         assert!(
             ledger
-                .claim("worker-b", 10, LEASE, at(T0))
+                .claim(&holder("worker-b"), 10, at(T0))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -245,18 +248,18 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
                 .unwrap()[..],
             [false]
         ));
-        let ok = Recorded::Succeeded {
+        let ok = Recorded::Succeeded(Paid {
             reference: "pi_1".into(),
             result: serde_json::json!({"id": "pi_1"}),
-        };
+        });
         assert!(matches!(
             ledger
-                .record(&fence(&op.id, 2), &ok, "worker-a", at(T0 + 2))
+                .record(&recording(&fence(&op.id, 2), &ok, "worker-a"), at(T0 + 2))
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
         let done = ledger
-            .record(&fence(&op.id, 1), &ok, "worker-a", at(T0 + 2))
+            .record(&recording(&fence(&op.id, 1), &ok, "worker-a"), at(T0 + 2))
             .await
             .unwrap();
         assert_eq!(done.status, Status::Succeeded);
@@ -264,14 +267,14 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
         assert_eq!(done.first_submitted_at_ms, Some(at(T0 + 1)));
         assert_eq!(done.lease_owner, None);
         // Terminal: a second record loses.
-        let declined = Recorded::Failed {
+        let declined = Recorded::Failed(Declined {
             code: "card_declined".into(),
             message: "no".into(),
             reference: None,
-        };
+        });
         assert!(matches!(
             ledger
-                .record(&fence(&op.id, 1), &declined, "w", at(T0 + 3))
+                .record(&recording(&fence(&op.id, 1), &declined, "w"), at(T0 + 3))
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
@@ -301,7 +304,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
     for_each_store(|ledger| async move {
         let a = ready_operation(&ledger, "INV-4a", "pm_card_visa", at(T0)).await;
         let b = ready_operation(&ledger, "INV-4b", "pm_card_visa", at(T0 + 1)).await;
-        let claimed = ledger.claim("w", 10, LEASE, at(T0 + 2)).await.unwrap();
+        let claimed = ledger.claim(&holder("w"), 10, at(T0 + 2)).await.unwrap();
         assert_eq!(claimed.len(), 2);
         // a: submission recorded then the worker vanished; b: vanished before submitting.
         assert_eq!(
@@ -320,11 +323,14 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             "not expired yet"
         );
         let both = [a.id.clone(), b.id.clone()];
-        let renewed = ledger.renew("w", &both, LEASE, at(T0 + 10)).await.unwrap();
+        let renewed = ledger
+            .renew(&holder("w"), &both, at(T0 + 10))
+            .await
+            .unwrap();
         assert_eq!(renewed.len(), 2);
         assert!(
             ledger
-                .renew("w", &[], LEASE, at(T0 + 10))
+                .renew(&holder("w"), &[], at(T0 + 10))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -333,7 +339,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         // The owner gave up on b (say, its outcome could not be recorded): only a is renewed, and
         // b's lease lapses to the reconciler on time.
         let renewed = ledger
-            .renew("w", &both[..1], LEASE, at(T0 + 20))
+            .renew(&holder("w"), &both[..1], at(T0 + 20))
             .await
             .unwrap();
         assert_eq!(renewed, vec![(a.id.clone(), 1)]);
@@ -388,7 +394,10 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             vec![a.id.clone()]
         );
         // b runs again at attempt 2, nothing reaches the processor: back to ready with a delay.
-        let again = ledger.claim("w2", 10, LEASE, later + ms(1)).await.unwrap();
+        let again = ledger
+            .claim(&holder("w2"), 10, later + ms(1))
+            .await
+            .unwrap();
         assert_eq!((again.len(), again[0].attempt), (1, 2));
         assert_eq!(
             ledger
@@ -402,14 +411,14 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             available_at_ms: later + ms(5_000),
         };
         let op = ledger
-            .record(&fence(&b.id, 2), &retry, "w2", later + ms(3))
+            .record(&recording(&fence(&b.id, 2), &retry, "w2"), later + ms(3))
             .await
             .unwrap();
         assert_eq!(op.status, Status::Ready);
         assert_eq!(op.first_submitted_at_ms, None, "nothing ever left");
         assert!(
             ledger
-                .claim("w3", 10, LEASE, later + ms(4_999))
+                .claim(&holder("w3"), 10, later + ms(4_999))
                 .await
                 .unwrap()
                 .is_empty(),
@@ -417,7 +426,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         );
         assert_eq!(
             ledger
-                .claim("w3", 10, LEASE, later + ms(5_000))
+                .claim(&holder("w3"), 10, later + ms(5_000))
                 .await
                 .unwrap()
                 .len(),
@@ -431,7 +440,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-5", "pm_card_visa", at(T0)).await;
-        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
@@ -445,7 +454,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
             next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(&fence(&op.id, 1), &unknown, "w", at(T0 + 2))
+            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
             .await
             .unwrap();
         // The reconciler retries with the same key under its own lease; that request is refused.
@@ -456,8 +465,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                         id: op.id.clone(),
                         attempt: 1,
                     },
-                    owner: "reconciler",
-                    lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    holder: holder("reconciler"),
                     why: "retry with the same key",
                 },
                 at(T0 + 200),
@@ -473,8 +481,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                             id: op.id.clone(),
                             attempt: 1
                         },
-                        owner: "r2",
-                        lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                        holder: holder("r2"),
                         why: "retry with the same key"
                     },
                     at(T0 + 200)
@@ -494,7 +501,10 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
             available_at_ms: at(T0 + 300),
         };
         let after = ledger
-            .record(&fence(&op.id, 2), &retry, "reconciler", at(T0 + 202))
+            .record(
+                &recording(&fence(&op.id, 2), &retry, "reconciler"),
+                at(T0 + 202),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -511,8 +521,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                         id: op.id.clone(),
                         attempt: 2,
                     },
-                    owner: "reconciler",
-                    lease_ttl: Duration::from_millis(u64::try_from(LEASE_MS).unwrap()),
+                    holder: holder("reconciler"),
                     why: "retry with the same key",
                 },
                 at(T0 + 400),
@@ -525,9 +534,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         };
         let after = ledger
             .record(
-                &fence(&op.id, c.attempt),
-                &rejected,
-                "reconciler",
+                &recording(&fence(&op.id, c.attempt), &rejected, "reconciler"),
                 at(T0 + 401),
             )
             .await
@@ -541,7 +548,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
 async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-6", "pm_card_visa", at(T0)).await;
-        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
@@ -550,42 +557,63 @@ async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
             [true]
         );
         // The webhook beats the worker.
-        let ok = Report::Succeeded {
+        let ok = Report::Succeeded(Paid {
             reference: "pi_9".into(),
             result: serde_json::json!({"id": "pi_9"}),
-        };
+        });
         assert_eq!(
             ledger
-                .apply_report(&op.id, &ok, "webhook", at(T0 + 2))
+                .apply_report(
+                    &ApplyReport {
+                        id: &op.id,
+                        report: &ok,
+                        source: "webhook"
+                    },
+                    at(T0 + 2)
+                )
                 .await
                 .unwrap(),
             Applied::Moved(Status::Succeeded)
         );
         assert_eq!(
             ledger
-                .apply_report(&op.id, &ok, "webhook", at(T0 + 3))
+                .apply_report(
+                    &ApplyReport {
+                        id: &op.id,
+                        report: &ok,
+                        source: "webhook"
+                    },
+                    at(T0 + 3)
+                )
                 .await
                 .unwrap(),
             Applied::AlreadyKnown
         );
-        let late = Recorded::Succeeded {
+        let late = Recorded::Succeeded(Paid {
             reference: "pi_9".into(),
             result: serde_json::json!({}),
-        };
+        });
         assert!(matches!(
             ledger
-                .record(&fence(&op.id, 1), &late, "w", at(T0 + 4))
+                .record(&recording(&fence(&op.id, 1), &late, "w"), at(T0 + 4))
                 .await,
             Err(LedgerError::Fenced { .. })
         ));
-        let failed = Report::Failed {
+        let failed = Report::Failed(Declined {
             code: "card_declined".into(),
             message: "declined".into(),
             reference: Some("pi_9".into()),
-        };
+        });
         assert_eq!(
             ledger
-                .apply_report(&op.id, &failed, "webhook", at(T0 + 5))
+                .apply_report(
+                    &ApplyReport {
+                        id: &op.id,
+                        report: &failed,
+                        source: "webhook"
+                    },
+                    at(T0 + 5)
+                )
                 .await
                 .unwrap(),
             Applied::Conflict
@@ -650,15 +678,29 @@ async fn cancel_listing_links_events_keys_and_limits() {
             .unwrap()
             .operation;
         let cancelled = ledger
-            .cancel(&tenant(), &op.id, "service:test", at(T0 + 1))
+            .cancel(
+                &tenant(),
+                &Cancel {
+                    id: &op.id,
+                    actor: "service:test",
+                },
+                at(T0 + 1),
+            )
             .await
             .unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         let running = ready_operation(&ledger, "INV-7b", "pm_card_visa", at(T0)).await;
-        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert!(matches!(
             ledger
-                .cancel(&tenant(), &running.id, "service:test", at(T0 + 1))
+                .cancel(
+                    &tenant(),
+                    &Cancel {
+                        id: &running.id,
+                        actor: "service:test"
+                    },
+                    at(T0 + 1)
+                )
                 .await,
             Err(LedgerError::WrongState {
                 status: Status::Executing,
@@ -681,17 +723,26 @@ async fn cancel_listing_links_events_keys_and_limits() {
                 .any(|c| c.status == Status::Executing && c.count == 1)
         );
         assert!(matches!(
-            ledger.claim("w", 0, LEASE, at(T0)).await,
+            ledger.claim(&holder("w"), 0, at(T0)).await,
             Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         assert!(matches!(
-            ledger.claim("w", 1_001, LEASE, at(T0)).await,
+            ledger.claim(&holder("w"), 1_001, at(T0)).await,
             Err(LedgerError::Limit(LimitError::ClaimBatch))
         ));
         // A lease is stored in whole milliseconds: shorter than one is no lease.
         for ttl in [Duration::ZERO, Duration::from_micros(999)] {
             assert!(matches!(
-                ledger.claim("w", 1, ttl, at(T0)).await,
+                ledger
+                    .claim(
+                        &LeaseHolder {
+                            owner: "w",
+                            lease_ttl: ttl
+                        },
+                        1,
+                        at(T0)
+                    )
+                    .await,
                 Err(LedgerError::Limit(LimitError::LeaseTtl))
             ));
         }
@@ -709,8 +760,10 @@ async fn cancel_listing_links_events_keys_and_limits() {
             ledger
                 .insert_processor_event(
                     &NewProcessorEvent {
-                        processor: "stripe",
-                        event_id: "evt_1",
+                        key: ProcessorEventKey {
+                            processor: "stripe",
+                            event_id: "evt_1"
+                        },
                         event_type: "payment_intent.succeeded",
                         operation: Some(&op.id),
                         payload: "{}"
@@ -724,8 +777,10 @@ async fn cancel_listing_links_events_keys_and_limits() {
             !ledger
                 .insert_processor_event(
                     &NewProcessorEvent {
-                        processor: "stripe",
-                        event_id: "evt_1",
+                        key: ProcessorEventKey {
+                            processor: "stripe",
+                            event_id: "evt_1"
+                        },
                         event_type: "payment_intent.succeeded",
                         operation: Some(&op.id),
                         payload: "{}"
@@ -814,7 +869,7 @@ async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
             let mut mine = Vec::new();
             loop {
                 let batch = ledger
-                    .claim(&format!("w{w}"), 7, LEASE, at(T0 + 1))
+                    .claim(&holder(&format!("w{w}")), 7, at(T0 + 1))
                     .await
                     .unwrap();
                 if batch.is_empty() {
@@ -870,7 +925,7 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
 async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
     let (ledger, _) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", at(T0)).await;
-    ledger.claim("zombie", 1, LEASE, at(T0)).await.unwrap();
+    ledger.claim(&holder("zombie"), 1, at(T0)).await.unwrap();
     let expired = ledger.expired_leases(at(T0 + LEASE_MS), 10).await.unwrap();
     ledger
         .expire_lease(
@@ -884,24 +939,34 @@ async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
         .await
         .unwrap();
     let fresh = ledger
-        .claim("fresh", 1, LEASE, at(T0 + LEASE_MS + 1))
+        .claim(&holder("fresh"), 1, at(T0 + LEASE_MS + 1))
         .await
         .unwrap();
     assert_eq!(fresh[0].attempt, 2);
     // The zombie wakes up and races the fresh worker: every zombie write loses.
-    let zombie = Recorded::Failed {
+    let zombie = Recorded::Failed(Declined {
         code: "x".into(),
         message: "stale".into(),
         reference: None,
-    };
-    let fresh_ok = Recorded::Succeeded {
+    });
+    let fresh_ok = Recorded::Succeeded(Paid {
         reference: "pi_f".into(),
         result: serde_json::json!({}),
-    };
+    });
     let (zombie_fence, fresh_fence) = (fence(&op.id, 1), fence(&op.id, 2));
+    let zombie = RecordOutcome {
+        fence: &zombie_fence,
+        outcome: &zombie,
+        actor: "zombie",
+    };
+    let fresh = RecordOutcome {
+        fence: &fresh_fence,
+        outcome: &fresh_ok,
+        actor: "fresh",
+    };
     let (z, f) = tokio::join!(
-        ledger.record(&zombie_fence, &zombie, "zombie", at(T0 + LEASE_MS + 2)),
-        ledger.record(&fresh_fence, &fresh_ok, "fresh", at(T0 + LEASE_MS + 2))
+        ledger.record(&zombie, at(T0 + LEASE_MS + 2)),
+        ledger.record(&fresh, at(T0 + LEASE_MS + 2))
     );
     assert!(matches!(z, Err(LedgerError::Fenced { attempt: 1, .. })));
     assert_eq!(f.unwrap().status, Status::Succeeded);
@@ -940,8 +1005,8 @@ async fn postgres_cancelled_begins_lose_no_writes() {
             .operation;
         let approve = ledger.approve(
             &t,
-            &op.id,
             NewApproval {
+                operation: op.id.clone(),
                 details_hash: d.hash(),
                 approved_by: "c".into(),
                 method: "t".into(),
@@ -986,7 +1051,7 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
         let a = ready_operation(&ledger, "INV-B1", "pm_card_visa", at(T0)).await;
         let b = ready_operation(&ledger, "INV-B2", "pm_card_visa", at(T0 + 1)).await;
         let c = ready_operation(&ledger, "INV-B3", "pm_card_visa", at(T0 + 2)).await;
-        let claimed = ledger.claim("w", 10, LEASE, at(T0 + 3)).await.unwrap();
+        let claimed = ledger.claim(&holder("w"), 10, at(T0 + 3)).await.unwrap();
         assert_eq!(claimed.len(), 3);
         // b's item carries a stale attempt: only b loses.
         let marked = ledger
@@ -997,9 +1062,11 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
             .await
             .unwrap();
         assert_eq!(marked, vec![true, false, true]);
-        let paid = |reference: &str| Recorded::Succeeded {
-            reference: reference.into(),
-            result: serde_json::json!({ "id": reference }),
+        let paid = |reference: &str| {
+            Recorded::Succeeded(Paid {
+                reference: reference.into(),
+                result: serde_json::json!({ "id": reference }),
+            })
         };
         let recorded = ledger
             .record_batch(
@@ -1007,11 +1074,11 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
                     (fence(&a.id, 1), paid("pi_a")),
                     (
                         fence(&c.id, 1),
-                        Recorded::Failed {
+                        Recorded::Failed(Declined {
                             code: "card_declined".into(),
                             message: "declined".into(),
                             reference: Some("pi_c".into()),
-                        },
+                        }),
                     ),
                     (fence(&b.id, 0), paid("pi_stale")),
                     (fence(&a.id, 1), paid("pi_a_again")),
@@ -1075,7 +1142,7 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     for i in 0..200 {
         ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", at(T0)).await);
     }
-    let claimed = ledger.claim("w", 200, LEASE, at(T0 + 1)).await.unwrap();
+    let claimed = ledger.claim(&holder("w"), 200, at(T0 + 1)).await.unwrap();
     assert_eq!(claimed.len(), 200);
     let held: Vec<_> = claimed.iter().map(|o| o.id.clone()).collect();
     let renewer = {
@@ -1083,7 +1150,7 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
         tokio::spawn(async move {
             for round in 0..40 {
                 ledger
-                    .renew("w", &held, LEASE, at(T0 + 2) + ms(round))
+                    .renew(&holder("w"), &held, at(T0 + 2) + ms(round))
                     .await
                     .expect("renewal never fails");
             }
@@ -1103,10 +1170,10 @@ async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
             .map(|f| {
                 (
                     f.clone(),
-                    Recorded::Succeeded {
+                    Recorded::Succeeded(Paid {
                         reference: format!("pi_{}", f.id.as_str()),
                         result: serde_json::json!({}),
-                    },
+                    }),
                 )
             })
             .collect();
@@ -1156,7 +1223,8 @@ fn link_for(
 #[tokio::test]
 async fn customer_verification_is_stored_single_use_and_bounded() {
     use payonce_shared::ledger::verification::{
-        CodeAttempt, LinkOrigin, TenantVerification, UsedNonce, VerificationMethod,
+        CodeAttempt, LinkOrigin, NewLink, NoticeLimit, TenantVerification, UsedNonce,
+        VerificationMethod,
     };
     for_each_store(|ledger| async move {
         let store = ledger.verification();
@@ -1189,9 +1257,9 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
 
         // Budgets per origin: the assistant's links never use up the service's.
         let code = code_for(&op.id, "a1", "dlv_a1", at(T0 + 5_000), 2);
-        assert!(store.create_link(&link_for(&op, "a1"), LinkOrigin::Assistant, 1, Some(&code)).await.unwrap());
-        assert!(!store.create_link(&link_for(&op, "a2"), LinkOrigin::Assistant, 1, None).await.unwrap());
-        assert!(store.create_link(&link_for(&op, "s1"), LinkOrigin::Service, 1, None).await.unwrap());
+        assert!(store.create_link(&NewLink { link: &link_for(&op, "a1"), origin: LinkOrigin::Assistant, open_max: 1, code: Some(&code) }).await.unwrap());
+        assert!(!store.create_link(&NewLink { link: &link_for(&op, "a2"), origin: LinkOrigin::Assistant, open_max: 1, code: None }).await.unwrap());
+        assert!(store.create_link(&NewLink { link: &link_for(&op, "s1"), origin: LinkOrigin::Service, open_max: 1, code: None }).await.unwrap());
         assert!(!ledger.create_approval_link(&link_for(&op, "s2"), 1).await.unwrap());
 
         // Attempts are counted before comparing; the limit holds; a used or expired code is dead.
@@ -1204,7 +1272,7 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
         assert_eq!(store.count_code_attempt("s1", at(T0)).await.unwrap(), CodeAttempt::Missing);
         let op2 = ledger.create_or_get(new_op("INV-V2", 2048), at(T0)).await.unwrap().operation;
         let code2 = code_for(&op2.id, "b1", "dlv_b1", at(T0 + 5_000), 5);
-        assert!(store.create_link(&link_for(&op2, "b1"), LinkOrigin::Service, 5, Some(&code2)).await.unwrap());
+        assert!(store.create_link(&NewLink { link: &link_for(&op2, "b1"), origin: LinkOrigin::Service, open_max: 5, code: Some(&code2) }).await.unwrap());
         assert!(!store.use_code("dlv_b1", at(T0 + 5_000)).await.unwrap(), "expired");
         assert_eq!(store.count_code_attempt("b1", at(T0 + 5_000)).await.unwrap(), CodeAttempt::Expired);
         assert!(store.use_code("dlv_b1", at(T0)).await.unwrap());
@@ -1212,18 +1280,20 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
         assert_eq!(store.count_code_attempt("b1", at(T0)).await.unwrap(), CodeAttempt::Used);
 
         // Customer requests: one per interval, a maximum per operation.
-        assert!(store.record_approval_notice(&op.id, at(T0), 2, Duration::from_millis(100)).await.unwrap());
-        assert!(!store.record_approval_notice(&op.id, at(T0 + 99), 2, Duration::from_millis(100)).await.unwrap());
-        assert!(store.record_approval_notice(&op.id, at(T0 + 100), 2, Duration::from_millis(100)).await.unwrap());
-        assert!(!store.record_approval_notice(&op.id, at(T0 + 1_000), 2, Duration::from_millis(100)).await.unwrap(), "max");
-        assert!(store.record_approval_notice(&op2.id, at(T0), 2, Duration::from_millis(100)).await.unwrap(), "per operation");
+        assert!(store.record_approval_notice(&op.id, NoticeLimit { max: 2, interval: Duration::from_millis(100) }, at(T0)).await.unwrap());
+        assert!(!store.record_approval_notice(&op.id, NoticeLimit { max: 2, interval: Duration::from_millis(100) }, at(T0 + 99)).await.unwrap());
+        assert!(store.record_approval_notice(&op.id, NoticeLimit { max: 2, interval: Duration::from_millis(100) }, at(T0 + 100)).await.unwrap());
+        assert!(!store.record_approval_notice(&op.id, NoticeLimit { max: 2, interval: Duration::from_millis(100) }, at(T0 + 1_000)).await.unwrap(), "max");
+        assert!(store.record_approval_notice(&op2.id, NoticeLimit { max: 2, interval: Duration::from_millis(100) }, at(T0)).await.unwrap(), "per operation");
     })
     .await;
 }
 
 #[tokio::test]
 async fn postgres_racing_proofs_and_requests_each_win_once() {
-    use payonce_shared::ledger::verification::{CodeAttempt, LinkOrigin, UsedNonce};
+    use payonce_shared::ledger::verification::{
+        CodeAttempt, LinkOrigin, NewLink, NoticeLimit, UsedNonce,
+    };
     let (ledger, _) = support::postgres_ledger().await;
     let op = ledger
         .create_or_get(new_op("INV-V3", 2048), at(T0))
@@ -1234,7 +1304,12 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
     assert!(
         ledger
             .verification()
-            .create_link(&link_for(&op, "r1"), LinkOrigin::Service, 5, Some(&code))
+            .create_link(&NewLink {
+                link: &link_for(&op, "r1"),
+                origin: LinkOrigin::Service,
+                open_max: 5,
+                code: Some(&code)
+            })
             .await
             .unwrap()
     );
@@ -1252,7 +1327,14 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
             };
             let nonce = store.use_assertion_nonce(&used, at(T0)).await.unwrap();
             let notice = store
-                .record_approval_notice(&id, at(T0 + i), 3, ms(1_000))
+                .record_approval_notice(
+                    &id,
+                    NoticeLimit {
+                        max: 3,
+                        interval: ms(1_000),
+                    },
+                    at(T0 + i),
+                )
                 .await
                 .unwrap();
             let counted = matches!(
@@ -1336,7 +1418,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
     for_each_store(|ledger| async move {
         // Nothing was ever submitted: `release`, back to ready.
         let op = ready_operation(&ledger, "INV-REL-1", "pm_card_visa", at(T0)).await;
-        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         ledger
             .release(&fence(&op.id, 1), "w", at(T0 + 1))
             .await
@@ -1360,7 +1442,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
 
         // An earlier attempt submitted: giving the lease back leaves the outcome unknown, due for a
         // check at once.
-        ledger.claim("w", 1, LEASE, at(T0 + 3)).await.unwrap();
+        ledger.claim(&holder("w"), 1, at(T0 + 3)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 2)], at(T0 + 4))
@@ -1374,7 +1456,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
             next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(&fence(&op.id, 2), &unknown, "w", at(T0 + 5))
+            .record(&recording(&fence(&op.id, 2), &unknown, "w"), at(T0 + 5))
             .await
             .unwrap();
         let c = ledger
@@ -1384,8 +1466,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
                         id: op.id.clone(),
                         attempt: 2,
                     },
-                    owner: "reconciler",
-                    lease_ttl: LEASE,
+                    holder: holder("reconciler"),
                     why: "same key",
                 },
                 at(T0 + 6),
@@ -1453,7 +1534,7 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
 async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", at(T0)).await;
-        ledger.claim("w", 1, LEASE, at(T0)).await.unwrap();
+        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
         assert_eq!(
             ledger
                 .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
@@ -1467,7 +1548,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
             next_check_at_ms: at(T0 + 100),
         };
         ledger
-            .record(&fence(&op.id, 1), &unknown, "w", at(T0 + 2))
+            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
             .await
             .unwrap();
         let due = ledger.due_for_check(at(T0 + 100), 10).await.unwrap();

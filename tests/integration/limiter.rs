@@ -5,9 +5,9 @@
 //! Keys on the shared Redis (127.0.0.1:6379) carry a prefix per test run; they expire on their own.
 
 use crate::support::processes;
-use crate::support::{self, ready_operation, tenant, wait_for};
+use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::Fence;
+use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::limiter::{
     Budget, Decision, Limiter, Rates, RedisLimiter, RedisLimiterConfig, acquire,
 };
@@ -411,7 +411,14 @@ async fn unknown_never_sent(
     let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
     let c = ledger
-        .claim("crashed-worker", 1, Duration::from_secs(60), now)
+        .claim(
+            &LeaseHolder {
+                owner: "crashed-worker",
+                lease_ttl: Duration::from_secs(60),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap()
         .remove(0);
@@ -426,7 +433,7 @@ async fn unknown_never_sent(
         next_check_at_ms: now,
     };
     ledger
-        .record(&Fence::of(&c), &unknown, "crashed-worker", now)
+        .record(&recording(&Fence::of(&c), &unknown, "crashed-worker"), now)
         .await
         .unwrap();
     op

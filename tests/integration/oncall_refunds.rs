@@ -5,7 +5,7 @@ use crate::support::refunds::{create_refund, settle_refund, succeeded_payment};
 use crate::support::{sqlite_ledger, tenant};
 use payonce_reconciler::oncall::{self, Format};
 use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::Recorded;
+use payonce_shared::ledger::{Cancel, Paid, Recorded};
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -27,10 +27,10 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
     let done = settle_refund(
         &ledger,
         &done,
-        Recorded::Succeeded {
+        Recorded::Succeeded(Paid {
             reference: "re_oc_a".into(),
             result: json!({"id": "re_oc_a", "status": "succeeded"}),
-        },
+        }),
     )
     .await;
     assert_eq!(done.status, Status::Succeeded);
@@ -43,7 +43,14 @@ async fn show_puts_refunds_beside_their_payment_and_a_refund_names_its_payment()
         .unwrap()
         .operation;
     ledger
-        .cancel(&tenant(), &withdrawn.id, "on_call:test", T0 + ms(4))
+        .cancel(
+            &tenant(),
+            &Cancel {
+                id: &withdrawn.id,
+                actor: "on_call:test",
+            },
+            T0 + ms(4),
+        )
         .await
         .unwrap();
     let now = T0 + ms(60_000);

@@ -2,10 +2,10 @@
 //! duplicate or reordered webhook reports, lookups and worker records against a real ledger (SQLite
 //! in memory, for speed) converging to one final state with one success.
 
-use crate::support::{ready_operation, sqlite_ledger, tenant};
+use crate::support::{ready_operation, recording, sqlite_ledger, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{Recorded, Report, SharedLedger};
+use payonce_shared::ledger::{ApplyReport, LeaseHolder, Paid, Recorded, Report, SharedLedger};
 use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -75,10 +75,10 @@ fn any_step() -> impl Strategy<Value = Step> {
 }
 
 fn succeeded_report() -> Report {
-    Report::Succeeded {
+    Report::Succeeded(Paid {
         reference: "pi_truth".into(),
         result: serde_json::json!({"id": "pi_truth", "status": "succeeded"}),
-    }
+    })
 }
 
 async fn apply(
@@ -88,31 +88,41 @@ async fn apply(
     step: Step,
     at: Timestamp,
 ) {
+    let fence = Fence {
+        id: id.clone(),
+        attempt,
+    };
     // Errors are the point: a fenced or stale write must simply lose.
     let _ = match step {
         Step::WebhookSucceeded => ledger
-            .apply_report(id, &succeeded_report(), "webhook evt_prop", at)
+            .apply_report(
+                &ApplyReport {
+                    id,
+                    report: &succeeded_report(),
+                    source: "webhook evt_prop",
+                },
+                at,
+            )
             .await
             .map(drop),
         Step::LookupSucceeded => ledger
-            .apply_report(id, &succeeded_report(), "lookup by prop", at)
+            .apply_report(
+                &ApplyReport {
+                    id,
+                    report: &succeeded_report(),
+                    source: "lookup by prop",
+                },
+                at,
+            )
             .await
             .map(drop),
         Step::WorkerRecordsSucceeded => {
-            let r = Recorded::Succeeded {
+            let r = Recorded::Succeeded(Paid {
                 reference: "pi_truth".into(),
                 result: serde_json::json!({"id": "pi_truth"}),
-            };
+            });
             ledger
-                .record(
-                    &Fence {
-                        id: id.clone(),
-                        attempt,
-                    },
-                    &r,
-                    "worker-prop",
-                    at,
-                )
+                .record(&recording(&fence, &r, "worker-prop"), at)
                 .await
                 .map(drop)
         }
@@ -123,15 +133,7 @@ async fn apply(
                 next_check_at_ms: at,
             };
             ledger
-                .record(
-                    &Fence {
-                        id: id.clone(),
-                        attempt,
-                    },
-                    &r,
-                    "worker-prop",
-                    at,
-                )
+                .record(&recording(&fence, &r, "worker-prop"), at)
                 .await
                 .map(drop)
         }
@@ -150,7 +152,14 @@ fn run_interleaving(steps: &[Step]) -> (Status, (Status, Option<String>, usize))
         let t0 = Timestamp::from_millis(1_800_000_000_000);
         let op = ready_operation(&ledger, "INV-PROP", "pm_card_visa", t0).await;
         let claimed = ledger
-            .claim("worker-prop", 1, Duration::from_secs(60), t0)
+            .claim(
+                &LeaseHolder {
+                    owner: "worker-prop",
+                    lease_ttl: Duration::from_secs(60),
+                },
+                1,
+                t0,
+            )
             .await
             .unwrap()
             .remove(0);

@@ -2,10 +2,10 @@
 //! a retention window that closes, and two reconcilers racing.
 
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, ready_operation, tenant, wait_for};
+use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
-use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence};
+use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::WebhookError;
 use payonce_shared::processor::{LookupSupport, Processor};
@@ -82,7 +82,14 @@ async fn crashed_paying_with(
     // Claimed and marked at one instant: a slow machine cannot lapse the lease in between.
     let claimed_at = now();
     let claimed = ledger
-        .claim("crashed-worker", 1, CRASHED_LEASE, claimed_at)
+        .claim(
+            &LeaseHolder {
+                owner: "crashed-worker",
+                lease_ttl: CRASHED_LEASE,
+            },
+            1,
+            claimed_at,
+        )
         .await
         .unwrap()
         .remove(0);
@@ -152,7 +159,14 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     // Paid but the response was lost: found by lookup.
     let paid = ready_operation(&ledger, "INV-R1", "pm_card_visa", now()).await;
     let c = ledger
-        .claim("w", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -181,7 +195,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         now().saturating_sub_span(Duration::from_secs(10)),
     );
     ledger
-        .record(&Fence::of(&c), &recorded, "w", now())
+        .record(&recording(&Fence::of(&c), &recorded, "w"), now())
         .await
         .unwrap();
     assert_eq!(
@@ -191,7 +205,14 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     // Never submitted although recorded as started: not found, window open, same-key retry.
     let lost = ready_operation(&ledger, "INV-R2", "pm_card_visa", now()).await;
     let c2 = ledger
-        .claim("w", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -208,7 +229,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         next_check_at_ms: now(),
     };
     ledger
-        .record(&Fence::of(&c2), &unknown, "w", now())
+        .record(&recording(&Fence::of(&c2), &unknown, "w"), now())
         .await
         .unwrap();
 
@@ -273,7 +294,14 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
     .await;
     let claimed_at = now() + Duration::from_millis(2);
     let claimed = ledger
-        .claim("w", 2, Duration::from_millis(100), claimed_at)
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(100),
+            },
+            2,
+            claimed_at,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
@@ -428,7 +456,14 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
     for i in 0..40 {
         let op = ready_operation(&ledger, &format!("INV-RR{i}"), "pm_card_visa", now()).await;
         let c = ledger
-            .claim("w", 1, Duration::from_millis(60_000), now())
+            .claim(
+                &LeaseHolder {
+                    owner: "w",
+                    lease_ttl: Duration::from_millis(60_000),
+                },
+                1,
+                now(),
+            )
             .await
             .unwrap()
             .remove(0);
@@ -454,7 +489,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
             next_check_at_ms: now(),
         };
         ledger
-            .record(&Fence::of(&c), &unknown, "w", now())
+            .record(&recording(&Fence::of(&c), &unknown, "w"), now())
             .await
             .unwrap();
         ops.push(op);
@@ -562,13 +597,13 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     assert_eq!((pass.applied, pass.closed), (1, 0), "{pass:?}");
     assert_eq!(rec.check_hints_once().await.unwrap().applied, 0);
     // The worker's late record loses to the stored truth.
-    let late = payonce_shared::ledger::Recorded::Succeeded {
+    let late = payonce_shared::ledger::Recorded::Succeeded(Paid {
         reference: reference.clone(),
         result: serde_json::json!({}),
-    };
+    });
     assert!(
         ledger
-            .record(&Fence::of(&op), &late, "w", now())
+            .record(&recording(&Fence::of(&op), &late, "w"), now())
             .await
             .is_err()
     );
@@ -635,7 +670,14 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
     let t0 = now();
     let op = ready_operation(&ledger, "INV-AGE", "pm_card_visa", t0).await;
     let claimed = ledger
-        .claim("w", 1, Duration::from_millis(100), t0)
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(100),
+            },
+            1,
+            t0,
+        )
         .await
         .unwrap()
         .remove(0);
@@ -834,7 +876,14 @@ async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
     let (ledger, _) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-LEASE", "pm_card_visa", now()).await;
     let c = ledger
-        .claim("w", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -851,7 +900,7 @@ async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
         next_check_at_ms: now(),
     };
     ledger
-        .record(&Fence::of(&c), &unknown, "w", now())
+        .record(&recording(&Fence::of(&c), &unknown, "w"), now())
         .await
         .unwrap();
 

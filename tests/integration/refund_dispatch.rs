@@ -13,7 +13,7 @@ use payonce_reconciler::evidence::{differences, report_of};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{IdempotencyKey, OperationId};
-use payonce_shared::ledger::{Operation, Report};
+use payonce_shared::ledger::{Declined, Operation, Paid, Report};
 use payonce_shared::processor::{
     FoundStatus, LookupOutcome, Processor, Retrieved, SubmitOutcome, operation,
 };
@@ -115,10 +115,10 @@ async fn a_refund_operation_is_submitted_found_and_checked_as_a_refund() {
     assert_eq!(differences(&refund, &object), Vec::<String>::new());
     assert_eq!(
         report_of(&refund, &object),
-        Some(Report::Succeeded {
+        Some(Report::Succeeded(Paid {
             reference: re.clone(),
             result: object.object.clone()
-        })
+        }))
     );
     sim.shutdown().await;
 }
@@ -240,11 +240,11 @@ async fn a_pending_refund_is_unknown_and_its_lookup_is_pending_then_failed() {
     );
     assert_eq!(
         report_of(&refund, &facts(p.as_ref(), &re).await),
-        Some(Report::Failed {
+        Some(Report::Failed(Declined {
             code: "expired_or_canceled_card".into(),
             message: "refund is failed".into(),
             reference: Some(re.clone())
-        })
+        }))
     );
     sim.shutdown().await;
 }

@@ -8,7 +8,7 @@
 
 use crate::api::repo_root;
 use crate::simulator::{API_KEY, DEADLINE, Sim, create_form, start, start_default};
-use crate::support::wait_for;
+use crate::support::{pinned_python, wait_for};
 use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -20,21 +20,7 @@ const PYTHON_DEADLINE: Duration = Duration::from_secs(60);
 const REFUND_SETTLE: Duration = Duration::from_millis(300);
 
 fn ensure_stripe_python() -> std::path::PathBuf {
-    let dir = repo_root().join("tests/stripe");
-    let python = dir.join(".venv/bin/python");
-    let installed = python.exists()
-        && std::process::Command::new(&python)
-            .args(["-c", "import stripe"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !installed {
-        let status = std::process::Command::new("bash")
-            .arg(dir.join("setup.sh"))
-            .status()
-            .expect("run tests/stripe/setup.sh");
-        assert!(status.success(), "tests/stripe/setup.sh failed: {status}");
-    }
-    python
+    pinned_python("stripe", |_| true)
 }
 
 async fn paid(s: &Sim, amount: i64, payment_method: &str) -> String {

@@ -6,7 +6,7 @@ use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::ledger::Fence;
+use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -77,7 +77,14 @@ async fn crashed_after_marking(
     }
     let claimed_at = now() + Duration::from_millis(n as u64);
     let claimed = ledger
-        .claim("crashed", n as u32, LEASE, claimed_at)
+        .claim(
+            &LeaseHolder {
+                owner: "crashed",
+                lease_ttl: LEASE,
+            },
+            n as u32,
+            claimed_at,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), n);
@@ -159,7 +166,17 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let op = ready_operation(&ledger, "INV-Z1", "pm_card_visa", now()).await;
-    let claimed = ledger.claim("crashed", 1, LEASE, now()).await.unwrap();
+    let claimed = ledger
+        .claim(
+            &LeaseHolder {
+                owner: "crashed",
+                lease_ttl: LEASE,
+            },
+            1,
+            now(),
+        )
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 1);
     let rec = reconciler(&ledger, &sim, 0);
     let report = tokio::time::timeout(Duration::from_secs(30), rec.sweep_once(false))

@@ -1,11 +1,13 @@
 //! The worker against real Postgres and the simulator over HTTP, with real processes.
 
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, ready_operation, tenant, wait_for};
+use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{LedgerError, Recorded, SharedLedger};
+use payonce_shared::ledger::{
+    ApplyReport, Declined, LeaseHolder, LedgerError, Paid, Recorded, SharedLedger,
+};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use payonce_worker::{Worker, WorkerConfig};
@@ -211,7 +213,14 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let claimed_at = clock.now();
     let lease = Duration::from_millis(300);
     let zombie = ledger
-        .claim("zombie", 1, lease, claimed_at)
+        .claim(
+            &LeaseHolder {
+                owner: "zombie",
+                lease_ttl: lease,
+            },
+            1,
+            claimed_at,
+        )
         .await
         .unwrap()
         .remove(0);
@@ -248,20 +257,26 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
         clock.now(),
     );
     let write = ledger
-        .record(&Fence::of(&zombie), &recorded, "zombie", clock.now())
+        .record(
+            &recording(&Fence::of(&zombie), &recorded, "zombie"),
+            clock.now(),
+        )
         .await;
     assert!(
         matches!(write, Err(LedgerError::Fenced { .. })),
         "{write:?}"
     );
-    let failed = Recorded::Failed {
+    let failed = Recorded::Failed(Declined {
         code: "zombie".into(),
         message: "stale".into(),
         reference: None,
-    };
+    });
     assert!(matches!(
         ledger
-            .record(&Fence::of(&zombie), &failed, "zombie", clock.now())
+            .record(
+                &recording(&Fence::of(&zombie), &failed, "zombie"),
+                clock.now()
+            )
             .await,
         Err(LedgerError::Fenced { .. })
     ));
@@ -291,12 +306,19 @@ impl payonce_shared::processor::Processor for WebhookFirst {
         let outcome = self.inner.submit(request).await;
         if let payonce_shared::processor::SubmitOutcome::Succeeded { reference, result } = &outcome
         {
-            let report = payonce_shared::ledger::Report::Succeeded {
+            let report = payonce_shared::ledger::Report::Succeeded(Paid {
                 reference: reference.clone(),
                 result: result.clone(),
-            };
+            });
             self.ledger
-                .apply_report(request.operation_id, &report, "webhook", now())
+                .apply_report(
+                    &ApplyReport {
+                        id: request.operation_id,
+                        report: &report,
+                        source: "webhook",
+                    },
+                    now(),
+                )
                 .await
                 .unwrap();
         }
@@ -337,7 +359,14 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
 
     let single = ready_operation(&ledger, "INV-ONE-PATH-1", "pm_card_visa", now()).await;
     let claimed = ledger
-        .claim("single", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "single",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);

@@ -1,5 +1,6 @@
 //! Worker limits. Every one is named, has a default, and is set explicitly by the binary.
 
+use payonce_shared::ledger::LeaseHolder;
 use payonce_shared::limiter::{SharedLimiter, Unlimited};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,14 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// This worker as the holder of the leases it claims and renews.
+    pub fn lease_holder(&self) -> LeaseHolder<'_> {
+        LeaseHolder {
+            owner: &self.owner,
+            lease_ttl: self.lease_ttl,
+        }
+    }
+
     /// Defaults for `owner`; every other field documented here.
     pub fn new(owner: impl Into<String>) -> Self {
         WorkerConfig {

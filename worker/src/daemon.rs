@@ -82,9 +82,8 @@ impl Worker {
         let claimed = self
             .ledger
             .claim(
-                &self.config.owner,
+                &self.config.lease_holder(),
                 self.config.batch_size,
-                self.config.lease_ttl,
                 self.clock.now(),
             )
             .await?;
@@ -131,12 +130,7 @@ impl Worker {
                 .min(self.config.batch_size);
             let claimed = match self
                 .ledger
-                .claim(
-                    &self.config.owner,
-                    want,
-                    self.config.lease_ttl,
-                    self.clock.now(),
-                )
+                .claim(&self.config.lease_holder(), want, self.clock.now())
                 .await
             {
                 Ok(c) => c,
@@ -400,12 +394,7 @@ impl Worker {
             let held: Vec<OperationId> = self.held().iter().cloned().collect();
             if let Err(error) = self
                 .ledger
-                .renew(
-                    &self.config.owner,
-                    &held,
-                    self.config.lease_ttl,
-                    self.clock.now(),
-                )
+                .renew(&self.config.lease_holder(), &held, self.clock.now())
                 .await
             {
                 tracing::warn!(%error, "lease renewal failed");
@@ -416,8 +405,8 @@ impl Worker {
 
 fn outcome_name(r: &Recorded) -> &'static str {
     match r {
-        Recorded::Succeeded { .. } => "succeeded",
-        Recorded::Failed { .. } => "failed",
+        Recorded::Succeeded(_) => "succeeded",
+        Recorded::Failed(_) => "failed",
         Recorded::RetryLater { .. } => "retry_later",
         Recorded::Exhausted { .. } => "exhausted",
         Recorded::Unknown { .. } => "unknown",

@@ -7,7 +7,9 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use payonce_shared::clock::{SharedClock, Timestamp};
 use payonce_shared::details::OperationKind;
 use payonce_shared::failpoint::{self, FailPoint};
-use payonce_shared::ledger::{Fence, LedgerError, Operation, Queue, Recorded};
+use payonce_shared::ledger::{
+    Declined, Fence, LedgerError, Operation, Paid, Queue, RecordOutcome, Recorded,
+};
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{Processor, SubmitOutcome, operation};
 use payonce_shared::state::Status;
@@ -94,16 +96,18 @@ pub fn to_recorded(
     now: Timestamp,
 ) -> Recorded {
     match outcome {
-        SubmitOutcome::Succeeded { reference, result } => Recorded::Succeeded { reference, result },
+        SubmitOutcome::Succeeded { reference, result } => {
+            Recorded::Succeeded(Paid { reference, result })
+        }
         SubmitOutcome::Declined {
             code,
             message,
             reference,
-        } => Recorded::Failed {
+        } => Recorded::Failed(Declined {
             code,
             message,
             reference,
-        },
+        }),
         SubmitOutcome::NotSubmitted { reason } if attempt >= config.attempt_max => {
             Recorded::Exhausted {
                 reason: format!("{reason} (attempt {attempt} of {})", config.attempt_max),
@@ -216,8 +220,8 @@ pub async fn submit(processor: &dyn Processor, op: &Operation, timeout: Duration
 /// Counts a recorded outcome.
 pub fn count(metrics: &WorkerMetrics, recorded: &Recorded) {
     match recorded {
-        Recorded::Succeeded { .. } => metrics.succeeded.inc(),
-        Recorded::Failed { .. } => metrics.failed.inc(),
+        Recorded::Succeeded(_) => metrics.succeeded.inc(),
+        Recorded::Failed(_) => metrics.failed.inc(),
         Recorded::RetryLater { .. } => metrics.retried.inc(),
         Recorded::Unknown { .. } => metrics.unknown.inc(),
         Recorded::Rejected { .. } => metrics.rejected.inc(),
@@ -319,7 +323,14 @@ pub async fn execute_one(
         }
     };
     let written = ledger
-        .record(&fence, &recorded, config.owner.as_str(), clock.now())
+        .record(
+            &RecordOutcome {
+                fence: &fence,
+                outcome: &recorded,
+                actor: config.owner.as_str(),
+            },
+            clock.now(),
+        )
         .await;
     match written {
         Ok(row) => {
@@ -441,7 +452,7 @@ mod tests {
         };
         assert!(matches!(
             to_recorded(declined, 1, &config, Timestamp::from_millis(10)),
-            Recorded::Failed { .. }
+            Recorded::Failed(_)
         ));
     }
 }

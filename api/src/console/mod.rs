@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, OperationQuery, Related};
+use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, Chart, OperationQuery, Related};
 use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution, Resolve};
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
@@ -224,7 +224,14 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
     match state
         .ledger()
         .console()
-        .overview(&who.tenant, now, CHART_BUCKET, CHART_BUCKETS)
+        .overview(
+            &who.tenant,
+            Chart {
+                bucket: CHART_BUCKET,
+                buckets: CHART_BUCKETS,
+            },
+            now,
+        )
         .await
     {
         Ok(o) => html(

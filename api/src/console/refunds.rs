@@ -18,7 +18,7 @@ use maud::{Markup, html};
 use payonce_shared::details::{DetailsHash, OperationKind};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::refunds::RefundTotals;
-use payonce_shared::ledger::{NewApproval, Operation};
+use payonce_shared::ledger::{Cancel, NewApproval, Operation};
 use payonce_shared::state::Status;
 use std::collections::HashMap;
 
@@ -143,15 +143,13 @@ async fn approve_checked(
         .and_then(|h| DetailsHash::parse(h).map_err(|e| invalid(e.to_string())))?;
     let now = state.now();
     let approval = NewApproval {
+        operation: id.clone(),
         details_hash: shown,
         approved_by: who.actor(),
         method: CONSOLE_APPROVAL.to_string(),
         expires_at_ms: now + state.config().approval_ttl,
     };
-    state
-        .ledger()
-        .approve(&who.tenant, &id, approval, now)
-        .await?;
+    state.ledger().approve(&who.tenant, approval, now).await?;
     Ok(id)
 }
 
@@ -182,7 +180,14 @@ async fn decline_checked(
     }
     state
         .ledger()
-        .cancel(&who.tenant, &id, &who.actor(), state.now())
+        .cancel(
+            &who.tenant,
+            &Cancel {
+                id: &id,
+                actor: &who.actor(),
+            },
+            state.now(),
+        )
         .await?;
     Ok(id)
 }

@@ -10,7 +10,8 @@ use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Approval, ApprovalLink, Approvals, Inspection, LedgerError, LimitError, NewApproval, Operation,
-    Operations, bounded, verification, verification::LinkOrigin,
+    Operations, bounded, verification,
+    verification::{LinkOrigin, NewLink},
 };
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId, random_hex};
@@ -42,10 +43,10 @@ impl<DB: Dialect> Approvals for Store<DB> {
     async fn approve(
         &self,
         tenant: &TenantId,
-        id: &OperationId,
         approval: NewApproval,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
+        let id = &approval.operation;
         if approval.expires_at_ms <= now {
             return Err(LimitError::ApprovalExpiry.into());
         }
@@ -130,7 +131,12 @@ impl<DB: Dialect> Approvals for Store<DB> {
         link: &ApprovalLink,
         open_max: u32,
     ) -> Result<bool, LedgerError> {
-        let stmt = verification::insert_link(link, LinkOrigin::Service, open_max);
+        let stmt = verification::insert_link(&NewLink {
+            link,
+            origin: LinkOrigin::Service,
+            open_max,
+            code: None,
+        });
         Ok(self.execute(stmt).await? == 1)
     }
 

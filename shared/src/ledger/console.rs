@@ -64,6 +64,15 @@ pub struct Bucket {
     pub failures: i64,
 }
 
+/// The overview's chart: `buckets` buckets of `bucket` each, the last ending at the call's `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chart {
+    /// One bucket's span (at least a millisecond is used).
+    pub bucket: Duration,
+    /// How many buckets.
+    pub buckets: u32,
+}
+
 /// The overview's figures for one tenant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overview {
@@ -167,13 +176,12 @@ pub trait ConsoleLedger: Send + Sync {
         tenant: &TenantId,
         query: &OperationQuery,
     ) -> Result<Vec<Operation>, LedgerError>;
-    /// Counts by state and the chart of `buckets` buckets of `bucket` ending at `now`.
+    /// Counts by state and the chart ending at `now`.
     async fn overview(
         &self,
         tenant: &TenantId,
+        chart: Chart,
         now: Timestamp,
-        bucket: Duration,
-        buckets: u32,
     ) -> Result<Overview, LedgerError>;
     /// The related rows of an operation of the tenant (another tenant's: [`LedgerError::NotFound`]).
     async fn related(&self, tenant: &TenantId, id: &OperationId) -> Result<Related, LedgerError>;
@@ -357,9 +365,8 @@ impl<DB: Dialect> ConsoleLedger for Store<DB> {
     async fn overview(
         &self,
         tenant: &TenantId,
+        Chart { bucket, buckets }: Chart,
         now: Timestamp,
-        bucket: Duration,
-        buckets: u32,
     ) -> Result<Overview, LedgerError> {
         let mut by_status = self
             .all(Stmt::new(COUNTS).bind(tenant), |row| {

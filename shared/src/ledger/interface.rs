@@ -8,14 +8,14 @@
 //! [`TenantLedger`] does not include.
 
 use super::requests::{
-    ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence, MaintenanceLease,
-    NewProcessorEvent, NewToolCall, ProcessorEventKey, RecordLookups, Resolve, RevokeKey,
-    RotateKey, ToolAnswer,
+    ApplyReport, Cancel, ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence,
+    LeaseHolder, MaintenanceLease, NewProcessorEvent, NewToolCall, ProcessorEventKey,
+    RecordLookups, RecordOutcome, Resolve, RevokeKey, RotateKey, ToolAnswer,
 };
 use super::{
     ApiKeyRecord, Applied, Approval, ApprovalLink, Claimed, Created, ExpiredLease, LedgerError,
-    ListFilter, NewApproval, NewOperation, Operation, OperationEvent, Recorded, Report,
-    StatusCount, StoredProcessorEvent, console, refunds::RefundTotals, verification,
+    ListFilter, NewApproval, NewOperation, Operation, OperationEvent, Recorded, StatusCount,
+    StoredProcessorEvent, console, refunds::RefundTotals, verification,
 };
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
@@ -54,8 +54,7 @@ pub trait Operations: Send + Sync {
     async fn cancel(
         &self,
         tenant: &TenantId,
-        id: &OperationId,
-        actor: &str,
+        request: &Cancel<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
     /// On-call resolution (see [`Recovery::resolve`]) of an operation within a tenant: another
@@ -110,12 +109,11 @@ pub trait Inspection: Send + Sync {
 pub trait Approvals: Send + Sync {
     /// The customer verification store (migration 0002) on the same database.
     fn verification(&self) -> &dyn verification::VerificationLedger;
-    /// Records an approval and enqueues the operation in one transaction, only if the approved hash
-    /// equals the current details hash.
+    /// Records an approval and enqueues its operation in one transaction, only if the approved
+    /// hash equals the current details hash.
     async fn approve(
         &self,
         tenant: &TenantId,
-        id: &OperationId,
         approval: NewApproval,
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
@@ -149,22 +147,20 @@ pub trait Approvals: Send + Sync {
 /// The worker's queue: claim under a lease, renew, mark a submission, give back, record.
 #[async_trait]
 pub trait Queue: Send + Sync {
-    /// Claims up to `batch` ready operations for `owner` with a lease; bumps each attempt.
+    /// Claims up to `batch` ready operations for the holder with a lease; bumps each attempt.
     async fn claim(
         &self,
-        owner: &str,
+        holder: &LeaseHolder<'_>,
         batch: u32,
-        lease_ttl: Duration,
         now: Timestamp,
     ) -> Result<Vec<Claimed>, LedgerError>;
-    /// Extends the unexpired leases `owner` holds on the operations in `held` (the work it is still
-    /// doing; a lease it gave up on must lapse to the reconciler); returns the (id, attempt) pairs
-    /// renewed.
+    /// Extends the unexpired leases the holder has on the operations in `held` (the work it is
+    /// still doing; a lease it gave up on must lapse to the reconciler); returns the (id, attempt)
+    /// pairs renewed.
     async fn renew(
         &self,
-        owner: &str,
+        holder: &LeaseHolder<'_>,
         held: &[OperationId],
-        lease_ttl: Duration,
         now: Timestamp,
     ) -> Result<Vec<(OperationId, i64)>, LedgerError>;
     /// Records, committed, that a request is about to leave for the processor, for each fence
@@ -180,9 +176,7 @@ pub trait Queue: Send + Sync {
     /// Records an outcome, fenced by the attempt and `status = 'executing'`.
     async fn record(
         &self,
-        fence: &Fence,
-        outcome: &Recorded,
-        actor: &str,
+        request: &RecordOutcome<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
     /// Records many outcomes in one transaction; each is fenced on its own. Returns per item
@@ -250,9 +244,7 @@ pub trait Recovery: Inspection + Queue + HintChecks {
     /// Applies a processor report in any arrival order, per the state machine.
     async fn apply_report(
         &self,
-        id: &OperationId,
-        report: &Report,
-        source: &str,
+        request: &ApplyReport<'_>,
         now: Timestamp,
     ) -> Result<Applied, LedgerError>;
     /// Records lookups that found the approved object as `processor_succeeded`, in one write,

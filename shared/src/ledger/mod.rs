@@ -50,14 +50,14 @@ pub use record::{
     StatusCount,
 };
 pub use requests::{
-    ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence, LookupFound,
-    MaintenanceLease, NewProcessorEvent, NewToolCall, ProcessorEventKey, RecordLookups, Resolve,
-    RevokeKey, RotateKey, ToolAnswer,
+    ApplyReport, Cancel, ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence,
+    LeaseHolder, LookupFound, MaintenanceLease, NewProcessorEvent, NewToolCall, ProcessorEventKey,
+    RecordLookups, RecordOutcome, Resolve, RevokeKey, RotateKey, ToolAnswer,
 };
 pub use store::Store;
 pub use values::{
-    Applied, Created, ListFilter, NewApproval, NewOperation, Recorded, Report, Resolution,
-    StoredProcessorEvent,
+    Applied, Created, Declined, ListFilter, NewApproval, NewOperation, Paid, Recorded, Report,
+    Resolution, StoredProcessorEvent,
 };
 
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
+    Cancel, Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
     OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, bounded, console,
 };
 use crate::clock::Timestamp;
@@ -105,15 +105,15 @@ impl<DB: Dialect> Operations for Store<DB> {
     async fn cancel(
         &self,
         tenant: &TenantId,
-        id: &OperationId,
-        actor: &str,
+        request: &Cancel<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
+        let id = request.id;
         let stmt = Stmt::new(CANCEL.as_str())
             .bind(id)
             .bind(tenant)
             .bind(now)
-            .bind(bounded(actor));
+            .bind(bounded(request.actor));
         match self.first(stmt, decode_operation).await? {
             Some(cancelled) => Ok(cancelled),
             None => {

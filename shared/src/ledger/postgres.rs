@@ -8,6 +8,7 @@ use super::statement::RowCount;
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::ledger::Paid;
 use crate::state::{Event, Status, transition};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
@@ -386,7 +387,7 @@ async fn record_batch(
     let mut others = Vec::new();
     for (i, (fence, outcome)) in items.iter().enumerate() {
         match outcome {
-            Recorded::Succeeded { reference, result }
+            Recorded::Succeeded(Paid { reference, result })
                 if !position.contains_key(fence.id.as_str()) =>
             {
                 position.insert(fence.id.as_str(), i);

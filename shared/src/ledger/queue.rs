@@ -9,11 +9,12 @@ use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LedgerError, LimitError, Operation, Queue,
-    Recorded, bounded,
+    CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LeaseHolder, LedgerError, LimitError, Operation,
+    Queue, RecordOutcome, Recorded, bounded,
 };
 use crate::clock::Timestamp;
 use crate::id::OperationId;
+use crate::ledger::{Declined, Paid};
 use crate::state::{Event, Status};
 use async_trait::async_trait;
 use std::sync::LazyLock;
@@ -132,27 +133,25 @@ static RECORD_ATTENTION: LazyLock<String> = LazyLock::new(|| {
 impl<DB: Dialect> Queue for Store<DB> {
     async fn claim(
         &self,
-        owner: &str,
+        holder: &LeaseHolder<'_>,
         batch: u32,
-        lease_ttl: Duration,
         now: Timestamp,
     ) -> Result<Vec<Claimed>, LedgerError> {
         if batch == 0 || batch > CLAIM_BATCH_MAX {
             return Err(LimitError::ClaimBatch.into());
         }
-        if lease_ttl.as_millis() == 0 {
+        if holder.lease_ttl.as_millis() == 0 {
             return Err(LimitError::LeaseTtl.into());
         }
         let stmt = Stmt::new(DB::claim()).bind(now).bind(i64::from(batch));
-        self.all(stmt.bind(owner).bind(now + lease_ttl), decode_operation)
-            .await
+        let stmt = stmt.bind(holder.owner).bind(now + holder.lease_ttl);
+        self.all(stmt, decode_operation).await
     }
 
     async fn renew(
         &self,
-        owner: &str,
+        holder: &LeaseHolder<'_>,
         held: &[OperationId],
-        lease_ttl: Duration,
         now: Timestamp,
     ) -> Result<Vec<(OperationId, i64)>, LedgerError> {
         if held.is_empty() {
@@ -160,8 +159,8 @@ impl<DB: Dialect> Queue for Store<DB> {
         }
         let ids: Vec<&str> = held.iter().map(|id| id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-        let stmt = Stmt::new(DB::RENEW).bind(owner).bind(now);
-        let stmt = stmt.bind(now + lease_ttl).bind(ids);
+        let stmt = Stmt::new(DB::RENEW).bind(holder.owner).bind(now);
+        let stmt = stmt.bind(now + holder.lease_ttl).bind(ids);
         self.all(stmt, |r| Ok((r.get("id")?, r.get("attempt")?)))
             .await
     }
@@ -190,12 +189,15 @@ impl<DB: Dialect> Queue for Store<DB> {
 
     async fn record(
         &self,
-        fence: &Fence,
-        outcome: &Recorded,
-        actor: &str,
+        request: &RecordOutcome<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
         let mut conn = self.pool.acquire().await?;
+        let RecordOutcome {
+            fence,
+            outcome,
+            actor,
+        } = *request;
         record_on::<DB>(&mut *conn, fence, outcome, actor, now).await
     }
 
@@ -274,8 +276,8 @@ fn fallback(outcome: &Recorded, now: Timestamp) -> Option<Recorded> {
         Recorded::Rejected { code, message } => Some(Recorded::NeedsAttention {
             reason: format!("{code}: {message}; an earlier attempt was submitted"),
         }),
-        Recorded::Succeeded { .. }
-        | Recorded::Failed { .. }
+        Recorded::Succeeded(_)
+        | Recorded::Failed(_)
         | Recorded::Exhausted { .. }
         | Recorded::Unknown { .. }
         | Recorded::NeedsAttention { .. } => None,
@@ -292,16 +294,16 @@ async fn write_outcome<DB: Dialect>(
 ) -> Result<Option<DB::Row>, LedgerError> {
     let fence = |statement: &'static LazyLock<String>| fence.stmt(statement.as_str());
     let stmt = match outcome {
-        Recorded::Succeeded { reference, result } => fence(&RECORD_SUCCEEDED)
+        Recorded::Succeeded(Paid { reference, result }) => fence(&RECORD_SUCCEEDED)
             .bind(reference.as_str())
             .bind(result.to_string())
             .bind(actor)
             .bind(now),
-        Recorded::Failed {
+        Recorded::Failed(Declined {
             code,
             message,
             reference,
-        } => fence(&RECORD_FAILED)
+        }) => fence(&RECORD_FAILED)
             .bind(reference.as_deref())
             .bind(bounded(code))
             .bind(bounded(message))

@@ -11,12 +11,11 @@ use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    Applied, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpireLeases, ExpiredLease,
-    Fence, Inspection, LedgerError, LimitError, MaintenanceLease, Operation, PAGE_MAX,
-    RecordLookups, Recovery, Report, Resolve, bounded,
+    Applied, ApplyReport, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpireLeases,
+    ExpiredLease, Fence, Inspection, LedgerError, LimitError, MaintenanceLease, Operation,
+    PAGE_MAX, RecordLookups, Recovery, Resolve, bounded,
 };
 use crate::clock::Timestamp;
-use crate::id::OperationId;
 use crate::state::{Event, Move, Status, transition};
 use async_trait::async_trait;
 use std::sync::LazyLock;
@@ -192,8 +191,8 @@ impl<DB: Dialect> Recovery for Store<DB> {
         let stmt = request
             .fence
             .stmt(CLAIM_UNKNOWN.as_str())
-            .bind(request.owner);
-        let stmt = stmt.bind(now + request.lease_ttl).bind(now);
+            .bind(request.holder.owner);
+        let stmt = stmt.bind(now + request.holder.lease_ttl).bind(now);
         self.first(stmt.bind(bounded(request.why)), decode_operation)
             .await?
             .ok_or_else(|| lost(request.fence))
@@ -209,11 +208,10 @@ impl<DB: Dialect> Recovery for Store<DB> {
 
     async fn apply_report(
         &self,
-        id: &OperationId,
-        report: &Report,
-        source: &str,
+        request: &ApplyReport<'_>,
         now: Timestamp,
     ) -> Result<Applied, LedgerError> {
+        let ApplyReport { id, report, source } = *request;
         // A racing writer can move the row between the read and the fenced write: re-plan.
         let mut lost_at = None;
         for _ in 0..REPORT_RETRIES_MAX {

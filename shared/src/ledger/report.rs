@@ -3,6 +3,7 @@
 //! status and attempt it was planned from.
 
 use super::{Applied, LedgerError, LimitError, Operation, Report, Resolution};
+use crate::ledger::{Declined, Paid};
 use crate::state::{Event, Status, transition};
 
 /// How many times a report is re-planned when a racing writer moved the row first.
@@ -102,7 +103,7 @@ pub fn plan_report(
         })
     };
     match report {
-        Report::Succeeded { reference, result } => match status {
+        Report::Succeeded(Paid { reference, result }) => match status {
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorSucceeded)?;
                 Ok(Plan::Succeed {
@@ -128,11 +129,11 @@ pub fn plan_report(
             // the same-key claim finds it, so the fact is kept and nothing moves.
             S::Ready => Ok(note(&format!("succeeded as {reference}"))),
         },
-        Report::Failed {
+        Report::Failed(Declined {
             code,
             message,
             reference,
-        } => match status {
+        }) => match status {
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorFailed)?;
                 Ok(Plan::Fail {

@@ -1,11 +1,21 @@
-//! Requests for the ledger calls that would otherwise take more than four arguments, or two of one
-//! type that could be swapped unnoticed: each field is named at the call site. The instant of the
-//! call (`now`) stays a separate argument of every method.
+//! Requests for the ledger calls that would otherwise take four arguments or more besides `self`, or
+//! two of one type that could be swapped unnoticed: each field is named at the call site. The instant
+//! of the call (`now`) stays a separate argument of every method. In the order of the interfaces
+//! (`interface.rs`) that take them.
 
-use super::{ApiKeyRecord, ExpiredLease, Operation, Resolution};
+use super::{ApiKeyRecord, ExpiredLease, Operation, Recorded, Report, Resolution};
 use crate::clock::Timestamp;
 use crate::id::OperationId;
 use std::time::Duration;
+
+/// Withdraws an operation within its tenant ([`Operations::cancel`](super::Operations::cancel)).
+#[derive(Debug, Clone, Copy)]
+pub struct Cancel<'a> {
+    /// The operation.
+    pub id: &'a OperationId,
+    /// Who withdraws it (the audit trail's actor).
+    pub actor: &'a str,
+}
 
 /// The fencing token of a write by a lease holder: the operation and the attempt it holds. A
 /// write whose attempt is no longer the row's loses with [`LedgerError::Fenced`](super::LedgerError::Fenced).
@@ -25,6 +35,27 @@ impl Fence {
             attempt: op.attempt,
         }
     }
+}
+
+/// Who takes or renews leases, and for how long ([`Queue::claim`](super::Queue::claim),
+/// [`Queue::renew`](super::Queue::renew)): a worker's one identity for all its calls.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseHolder<'a> {
+    /// The lease owner (the worker's name).
+    pub owner: &'a str,
+    /// How long each lease lasts from the call's `now`.
+    pub lease_ttl: Duration,
+}
+
+/// An outcome a lease holder records ([`Queue::record`](super::Queue::record)).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordOutcome<'a> {
+    /// The operation and the attempt the writer holds.
+    pub fence: &'a Fence,
+    /// What happened.
+    pub outcome: &'a Recorded,
+    /// Who records it (the audit trail's actor).
+    pub actor: &'a str,
 }
 
 /// Moves an expired lease on ([`Recovery::expire_lease`](super::Recovery::expire_lease)).
@@ -93,10 +124,8 @@ pub struct DeferCheck<'a> {
 pub struct ClaimUnknown<'a> {
     /// The row's attempt as the reconciler saw it.
     pub fence: &'a Fence,
-    /// The new lease's holder.
-    pub owner: &'a str,
-    /// How long the lease lasts.
-    pub lease_ttl: Duration,
+    /// The new lease's holder, and how long the lease lasts.
+    pub holder: LeaseHolder<'a>,
     /// Why (same-key retry inside the window, or resubmission after it).
     pub why: &'a str,
 }
@@ -110,6 +139,17 @@ pub struct Escalate<'a> {
     pub reason: &'a str,
     /// Who.
     pub actor: &'a str,
+}
+
+/// A processor's report to apply ([`Recovery::apply_report`](super::Recovery::apply_report)).
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyReport<'a> {
+    /// The operation the report is about.
+    pub id: &'a OperationId,
+    /// What the processor says.
+    pub report: &'a Report,
+    /// Where it came from (`webhook evt_…`, `lookup by …`): the audit trail's actor.
+    pub source: &'a str,
 }
 
 /// An on-call resolution ([`Recovery::resolve`](super::Recovery::resolve)).
@@ -138,10 +178,8 @@ pub struct MaintenanceLease<'a> {
 /// A verified webhook to store ([`Webhooks::insert_processor_event`](super::Webhooks::insert_processor_event)).
 #[derive(Debug, Clone, Copy)]
 pub struct NewProcessorEvent<'a> {
-    /// Processor name (`stripe`).
-    pub processor: &'a str,
-    /// The processor's event id.
-    pub event_id: &'a str,
+    /// The processor and its event id: what names the stored webhook from then on.
+    pub key: ProcessorEventKey<'a>,
     /// The event type (`payment_intent.succeeded`).
     pub event_type: &'a str,
     /// The operation the event names, if it names one of ours.

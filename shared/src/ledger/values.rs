@@ -34,6 +34,8 @@ pub struct Created {
 /// An approval to record.
 #[derive(Debug, Clone)]
 pub struct NewApproval {
+    /// The operation approved.
+    pub operation: OperationId,
     /// The hash of the details that were shown and approved.
     pub details_hash: DetailsHash,
     /// Who approved (customer id, on-call user, service).
@@ -44,25 +46,34 @@ pub struct NewApproval {
     pub expires_at_ms: Timestamp,
 }
 
+/// What the processor holds for a request it accepted: the outcome both a worker records
+/// ([`Recorded::Succeeded`]) and a report brings ([`Report::Succeeded`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paid {
+    /// Processor reference.
+    pub reference: String,
+    /// The processor's object (response or retrieved), kept as evidence.
+    pub result: serde_json::Value,
+}
+
+/// A request the processor definitively declined ([`Recorded::Failed`], [`Report::Failed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declined {
+    /// Decline code.
+    pub code: String,
+    /// Message.
+    pub message: String,
+    /// Processor reference, if one was created.
+    pub reference: Option<String>,
+}
+
 /// The outcome a worker (or the reconciler under its own lease) records, fenced by the attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Recorded {
     /// Paid.
-    Succeeded {
-        /// Processor reference.
-        reference: String,
-        /// Processor response.
-        result: serde_json::Value,
-    },
+    Succeeded(Paid),
     /// Definitively declined.
-    Failed {
-        /// Decline code.
-        code: String,
-        /// Message.
-        message: String,
-        /// Processor reference, if one was created.
-        reference: Option<String>,
-    },
+    Failed(Declined),
     /// Nothing was sent; back to `ready` at `available_at_ms`.
     RetryLater {
         /// Why.
@@ -102,21 +113,9 @@ pub enum Recorded {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Report {
     /// The processor says it is paid.
-    Succeeded {
-        /// Processor reference.
-        reference: String,
-        /// Processor object.
-        result: serde_json::Value,
-    },
+    Succeeded(Paid),
     /// The processor says it definitively failed.
-    Failed {
-        /// Code.
-        code: String,
-        /// Message.
-        message: String,
-        /// Processor reference.
-        reference: Option<String>,
-    },
+    Failed(Declined),
     /// A retrieved processor object names this operation but does not match its approved details
     /// (amount, currency, customer or operation id): never applied as an outcome, always sent to a
     /// human with both facts.

@@ -112,6 +112,29 @@ pub struct UsedNonce<'a> {
     pub expires_at: Timestamp,
 }
 
+/// A link to insert, with its code ([`VerificationLedger::create_link`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NewLink<'a> {
+    /// The link.
+    pub link: &'a ApprovalLink,
+    /// Who asked for it; its open links are counted apart from the other origin's.
+    pub origin: LinkOrigin,
+    /// Most unused, unexpired links of this origin the operation may have.
+    pub open_max: u32,
+    /// Its one-time code, if the tenant's method sends one.
+    pub code: Option<&'a ApprovalCode>,
+}
+
+/// How often payonce may ask a customer to approve one operation
+/// ([`VerificationLedger::record_approval_notice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoticeLimit {
+    /// Most requests in all.
+    pub max: u32,
+    /// Least time between two requests.
+    pub interval: Duration,
+}
+
 /// Who asked for a confirmation link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkOrigin {
@@ -164,13 +187,7 @@ pub trait VerificationLedger: Send + Sync {
     ) -> Result<bool, LedgerError>;
     /// Inserts a link (and its code, in the same transaction) while the operation has fewer than
     /// `open_max` unused, unexpired links of the same origin. False: none was inserted.
-    async fn create_link(
-        &self,
-        link: &ApprovalLink,
-        origin: LinkOrigin,
-        open_max: u32,
-        code: Option<&ApprovalCode>,
-    ) -> Result<bool, LedgerError>;
+    async fn create_link(&self, new: &NewLink<'_>) -> Result<bool, LedgerError>;
     /// Counts one attempt at the link's live code (before the caller compares it), or says why
     /// there is none to try.
     async fn count_code_attempt(
@@ -181,13 +198,13 @@ pub trait VerificationLedger: Send + Sync {
     /// Marks a code used. False: it was used already or expired (a racing second use loses).
     async fn use_code(&self, delivery_id: &str, now: Timestamp) -> Result<bool, LedgerError>;
     /// Records that payonce asked the customer to approve, if the operation has had fewer than
-    /// `max` such requests and none in the last `interval`. False: over the limit, nothing sent.
+    /// `limit.max` such requests and none in the last `limit.interval`. False: over the limit,
+    /// nothing sent.
     async fn record_approval_notice(
         &self,
         operation: &OperationId,
+        limit: NoticeLimit,
         now: Timestamp,
-        max: u32,
-        interval: Duration,
     ) -> Result<bool, LedgerError>;
 }
 
@@ -221,11 +238,13 @@ const INSERT_NOTICE: &str = "INSERT INTO approval_notices (operation_id, seq, at
 
 /// Inserts a link, counted against the open links of its origin (a service link from
 /// [`Approvals::create_approval_link`](super::Approvals::create_approval_link) too).
-pub(crate) fn insert_link<'a>(
-    link: &'a ApprovalLink,
-    origin: LinkOrigin,
-    open_max: u32,
-) -> Stmt<'a> {
+pub(crate) fn insert_link<'a>(new: &NewLink<'a>) -> Stmt<'a> {
+    let NewLink {
+        link,
+        origin,
+        open_max,
+        ..
+    } = *new;
     Stmt::new(INSERT_LINK_OF)
         .bind(link.token_hash.as_str())
         .bind(&link.operation_id)
@@ -299,19 +318,13 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
         Ok(self.execute(stmt).await? == 1)
     }
 
-    async fn create_link(
-        &self,
-        link: &ApprovalLink,
-        origin: LinkOrigin,
-        open_max: u32,
-        code: Option<&ApprovalCode>,
-    ) -> Result<bool, LedgerError> {
+    async fn create_link(&self, new: &NewLink<'_>) -> Result<bool, LedgerError> {
         let mut tx = self.pool.begin().await?;
-        if DB::execute(&mut *tx, insert_link(link, origin, open_max)).await? != 1 {
+        if DB::execute(&mut *tx, insert_link(new)).await? != 1 {
             tx.rollback().await?;
             return Ok(false);
         }
-        if let Some(c) = code {
+        if let Some(c) = new.code {
             let stmt = Stmt::new(INSERT_CODE).bind(c.delivery_id.as_str());
             let stmt = stmt.bind(&c.operation_id).bind(c.link_hash.as_str());
             let stmt = stmt.bind(c.code_hash.as_str()).bind(c.created_at_ms);
@@ -349,13 +362,12 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
     async fn record_approval_notice(
         &self,
         operation: &OperationId,
+        limit: NoticeLimit,
         now: Timestamp,
-        max: u32,
-        interval: Duration,
     ) -> Result<bool, LedgerError> {
         let stmt = Stmt::new(INSERT_NOTICE).bind(operation).bind(now);
         Ok(self
-            .execute(stmt.bind(i64::from(max)).bind(interval))
+            .execute(stmt.bind(i64::from(limit.max)).bind(limit.interval))
             .await?
             == 1)
     }

@@ -30,8 +30,10 @@ impl<DB: Dialect> Webhooks for Store<DB> {
         event: &NewProcessorEvent<'_>,
         now: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let stmt = Stmt::new(INSERT_PROCESSOR_EVENT).bind(event.processor);
-        let stmt = stmt.bind(event.event_id).bind(event.event_type);
+        let stmt = event
+            .key
+            .stmt(INSERT_PROCESSOR_EVENT)
+            .bind(event.event_type);
         let stmt = stmt.bind(event.operation.map(OperationId::as_str));
         Ok(self.execute(stmt.bind(event.payload).bind(now)).await? == 1)
     }

@@ -185,15 +185,22 @@ fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<u64> {
 }
 
 /// Reads a body of at most [`RESPONSE_BYTES_MAX`] bytes.
-async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+/// Why a response's body could not be had.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// The connection failed while the body was read.
+    #[error("reading the response failed: {0}")]
+    Read(#[source] reqwest::Error),
+    /// The body is longer than [`RESPONSE_BYTES_MAX`].
+    #[error("response longer than {RESPONSE_BYTES_MAX} bytes")]
+    TooLong,
+}
+
+async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("reading the response failed: {e}"))?
-    {
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
         if body.len() + chunk.len() > RESPONSE_BYTES_MAX {
-            return Err(format!("response longer than {RESPONSE_BYTES_MAX} bytes"));
+            return Err(BodyError::TooLong);
         }
         body.extend_from_slice(&chunk);
     }

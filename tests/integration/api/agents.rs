@@ -7,7 +7,7 @@
 use super::tenant;
 use super::{repo_root, spawn};
 use crate::support::processes::{payments_for, simulator, terminate, worker_process};
-use crate::support::{postgres_ledger, wait_for};
+use crate::support::{pinned_python, postgres_ledger, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::OperationId;
 use payonce_simulator::SimulatorConfig;
@@ -21,21 +21,7 @@ const AGENT_DEADLINE: Duration = Duration::from_secs(90);
 const PAID_DEADLINE: Duration = Duration::from_secs(60);
 
 fn ensure_agents() -> std::path::PathBuf {
-    let dir = repo_root().join("tests/agents");
-    let python = dir.join(".venv/bin/python");
-    let installed = python.exists()
-        && std::process::Command::new(&python)
-            .args(["-c", "import openai, anthropic"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !installed {
-        let status = std::process::Command::new("bash")
-            .arg(dir.join("setup.sh"))
-            .status()
-            .expect("run tests/agents/setup.sh");
-        assert!(status.success(), "tests/agents/setup.sh failed: {status}");
-    }
-    python
+    pinned_python("agents", |_| true)
 }
 
 async fn run_agent(

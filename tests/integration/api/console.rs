@@ -5,12 +5,12 @@
 //! a reason, the JSON export without `client_secret`, and the list queries' plans on a large table.
 
 use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, tenant};
-use crate::support::{postgres_ledger, sqlite_ledger};
+use crate::support::{postgres_ledger, recording, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::console::{OperationQuery, page_statement};
-use payonce_shared::ledger::{Escalate, Fence};
+use payonce_shared::ledger::console::{Chart, OperationQuery, page_statement};
+use payonce_shared::ledger::{Escalate, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Recorded, Role};
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -153,7 +153,14 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
     let now = api.clock_now();
     let claimed = api
         .ledger
-        .claim("test-worker", 1, Duration::from_secs(30), now)
+        .claim(
+            &LeaseHolder {
+                owner: "test-worker",
+                lease_ttl: Duration::from_secs(30),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(claimed[0].id, id);
@@ -178,12 +185,14 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
     };
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
-            },
-            &unknown,
-            "test-worker",
+            &recording(
+                &Fence {
+                    id: id.clone(),
+                    attempt,
+                },
+                &unknown,
+                "test-worker",
+            ),
             now,
         )
         .await
@@ -621,7 +630,14 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     let now = api.clock_now();
     let claimed = api
         .ledger
-        .claim("w", 1, Duration::from_millis(30_000), now)
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(30_000),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -639,19 +655,14 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     );
     let secret = "pi_s1_secret_DO_NOT_SHOW";
     api.ledger
-        .record(
-            &Fence {
+        .record(&recording(&Fence {
                 id: id.clone(),
                 attempt: claimed[0].attempt,
-            },
-            &Recorded::Succeeded {
+            }, &Recorded::Succeeded(Paid {
                 reference: "pi_s1".into(),
                 result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
                                "status": "succeeded", "client_secret": secret}),
-            },
-            "w",
-            now,
-        )
+            }), "w"), now)
         .await
         .unwrap();
     let page = get(&api, &format!("/console/operations/{id}"), Some(&session)).await;
@@ -694,9 +705,11 @@ async fn the_overview_counts_states_and_charts_the_last_hour() {
         .console()
         .overview(
             &tenant(),
+            Chart {
+                bucket: std::time::Duration::from_millis(300_000),
+                buckets: 12,
+            },
             api.clock_now(),
-            std::time::Duration::from_millis(300_000),
-            12,
         )
         .await
         .unwrap();

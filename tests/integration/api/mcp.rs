@@ -3,7 +3,7 @@
 
 use super::tenant;
 use super::{repo_root, spawn};
-use crate::support::sqlite_ledger;
+use crate::support::{pinned_python, sqlite_ledger};
 use payonce_shared::id::OperationId;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -12,25 +12,12 @@ use std::time::Duration;
 /// How long the Python client may take (interpreter start-up included).
 const CLIENT_DEADLINE: Duration = Duration::from_secs(90);
 
-/// Runs tests/mcp/setup.sh when the venv is missing: a fresh machine installs the client instead of
-/// skipping the test.
+/// The MCP client's Python, with the MCP Inspector CLI beside it (tests/mcp/setup.sh on a fresh
+/// machine).
 pub fn ensure_client() -> std::path::PathBuf {
-    let dir = repo_root().join("tests/mcp");
-    let python = dir.join(".venv/bin/python");
-    let installed = python.exists()
-        && dir.join("node_modules/.bin/mcp-inspector").exists()
-        && std::process::Command::new(&python)
-            .args(["-c", "import mcp"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !installed {
-        let status = std::process::Command::new("bash")
-            .arg(dir.join("setup.sh"))
-            .status()
-            .expect("run tests/mcp/setup.sh");
-        assert!(status.success(), "tests/mcp/setup.sh failed: {status}");
-    }
-    python
+    pinned_python("mcp", |dir| {
+        dir.join("node_modules/.bin/mcp-inspector").exists()
+    })
 }
 
 fn structured(call: &Value) -> &Value {

@@ -2,12 +2,12 @@
 //! regenerated calls, refused arguments, and the answer for every state.
 
 use super::{TestApi, spawn, tenant};
-use crate::support::{postgres_ledger, sqlite_ledger};
+use crate::support::{postgres_ledger, recording, sqlite_ledger};
 use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Escalate, Fence};
+use payonce_shared::ledger::{Declined, Escalate, Fence, LeaseHolder, Paid};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -371,30 +371,33 @@ async fn tool_definitions_are_served_in_each_providers_shape() {
     api.stop().await;
 }
 
-/// Moves the only ready operation of `api` to executing with a submission recorded; returns its attempt.
-async fn claim_and_submit(api: &TestApi, id: &OperationId) -> i64 {
+/// Moves the only ready operation of `api` to executing with a submission recorded; returns the
+/// fence the test worker then writes with.
+async fn claim_and_submit(api: &TestApi, id: &OperationId) -> Fence {
     let now = api.clock.now();
     let claimed = api
         .ledger
-        .claim("test-worker", 1, Duration::from_secs(30), now)
+        .claim(
+            &LeaseHolder {
+                owner: "test-worker",
+                lease_ttl: Duration::from_secs(30),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(&claimed[0].id, id);
+    let fence = Fence::of(&claimed[0]);
     assert_eq!(
         api.ledger
-            .mark_submitting(
-                &[Fence {
-                    id: id.clone(),
-                    attempt: claimed[0].attempt
-                }],
-                now
-            )
+            .mark_submitting(std::slice::from_ref(&fence), now)
             .await
             .unwrap(),
         [true]
     );
-    claimed[0].attempt
+    fence
 }
 
 #[tokio::test]
@@ -475,7 +478,7 @@ async fn every_state_has_its_answer() {
     // succeeded: stored reference and a safe subset of the result.
     let op = api.create_ready("INV-61").await;
     let id = ready_id(&op);
-    let attempt = claim_and_submit(&api, &id).await;
+    let fence = claim_and_submit(&api, &id).await;
     let executing = ask(id.to_string()).await;
     assert_eq!(
         (executing["status"].as_str(), executing["outcome"].as_str()),
@@ -483,20 +486,12 @@ async fn every_state_has_its_answer() {
     );
     let result = json!({"id": "pi_123", "object": "payment_intent", "status": "succeeded", "amount": 2048,
                         "client_secret": "pi_123_secret_never_shown"});
-    let outcome = Recorded::Succeeded {
+    let outcome = Recorded::Succeeded(Paid {
         reference: "pi_123".into(),
         result,
-    };
+    });
     api.ledger
-        .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
-            },
-            &outcome,
-            "test-worker",
-            now(),
-        )
+        .record(&recording(&fence, &outcome, "test-worker"), now())
         .await
         .unwrap();
     let paid = ask(id.to_string()).await;
@@ -512,22 +507,14 @@ async fn every_state_has_its_answer() {
     // unknown: the fixed sentence.
     let op = api.create_ready("INV-62").await;
     let id = ready_id(&op);
-    let attempt = claim_and_submit(&api, &id).await;
+    let fence = claim_and_submit(&api, &id).await;
     let outcome = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
         next_check_at_ms: now() + Duration::from_millis(60_000),
     };
     api.ledger
-        .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
-            },
-            &outcome,
-            "test-worker",
-            now(),
-        )
+        .record(&recording(&fence, &outcome, "test-worker"), now())
         .await
         .unwrap();
     let unknown = ask(id.to_string()).await;
@@ -547,10 +534,7 @@ async fn every_state_has_its_answer() {
     api.ledger
         .escalate(
             &Escalate {
-                fence: &Fence {
-                    id: id.clone(),
-                    attempt,
-                },
+                fence: &fence,
                 reason: "no lookup left",
                 actor: "reconciler",
             },
@@ -570,22 +554,14 @@ async fn every_state_has_its_answer() {
     // failed and rejected: the stored truth.
     let op = api.create_ready("INV-63").await;
     let id = ready_id(&op);
-    let attempt = claim_and_submit(&api, &id).await;
-    let outcome = Recorded::Failed {
+    let fence = claim_and_submit(&api, &id).await;
+    let outcome = Recorded::Failed(Declined {
         code: "card_declined".into(),
         message: "Your card was declined".into(),
         reference: Some("pi_9".into()),
-    };
+    });
     api.ledger
-        .record(
-            &Fence {
-                id: id.clone(),
-                attempt,
-            },
-            &outcome,
-            "test-worker",
-            now(),
-        )
+        .record(&recording(&fence, &outcome, "test-worker"), now())
         .await
         .unwrap();
     let failed = ask(id.to_string()).await;
@@ -604,7 +580,14 @@ async fn every_state_has_its_answer() {
     let id = ready_id(&op);
     let claimed = api
         .ledger
-        .claim("test-worker", 1, Duration::from_secs(30), now())
+        .claim(
+            &LeaseHolder {
+                owner: "test-worker",
+                lease_ttl: Duration::from_secs(30),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap();
     let outcome = Recorded::Rejected {
@@ -613,12 +596,14 @@ async fn every_state_has_its_answer() {
     };
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt: claimed[0].attempt,
-            },
-            &outcome,
-            "test-worker",
+            &recording(
+                &Fence {
+                    id: id.clone(),
+                    attempt: claimed[0].attempt,
+                },
+                &outcome,
+                "test-worker",
+            ),
             now(),
         )
         .await

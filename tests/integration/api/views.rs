@@ -3,12 +3,12 @@
 //! method options or metadata, to any role. Assistant keys also get no audit trail.
 
 use super::{T0_MS, spawn};
-use crate::support::sqlite_ledger;
+use crate::support::{recording, sqlite_ledger};
 use payonce_reconciler::oncall::{self, Format};
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::Recorded;
+use payonce_shared::ledger::{Fence, LeaseHolder, Paid};
 use serde_json::json;
 use std::time::Duration;
 
@@ -31,7 +31,14 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     let now = api.clock.now();
     let c = api
         .ledger
-        .claim("w", 1, Duration::from_millis(30_000), now)
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(30_000),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap()
         .remove(0);
@@ -50,18 +57,20 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
         "client_secret": "pi_v_secret_abc", "latest_charge": "ch_v", "payment_method": "pm_card_visa_v",
         "payment_method_options": {"card": {"request_three_d_secure": "automatic"}},
         "metadata": {"payonce_operation_id": id.as_str()}});
-    let outcome = Recorded::Succeeded {
+    let outcome = Recorded::Succeeded(Paid {
         reference: "pi_v".into(),
         result: stored.clone(),
-    };
+    });
     api.ledger
         .record(
-            &Fence {
-                id: id.clone(),
-                attempt: c.attempt,
-            },
-            &outcome,
-            "w",
+            &recording(
+                &Fence {
+                    id: id.clone(),
+                    attempt: c.attempt,
+                },
+                &outcome,
+                "w",
+            ),
             now,
         )
         .await

@@ -9,7 +9,7 @@ use crate::support::sqlite_ledger;
 use payonce_shared::clock::Clock;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::Fence;
+use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -22,7 +22,14 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let claimed = api
         .ledger
-        .claim("w", 1, Duration::from_millis(30_000), api.clock.now())
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(30_000),
+            },
+            1,
+            api.clock.now(),
+        )
         .await
         .unwrap();
     api.ledger
@@ -152,7 +159,14 @@ async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let c = api
         .ledger
-        .claim("w", 1, Duration::from_millis(30_000), api.clock.now())
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(30_000),
+            },
+            1,
+            api.clock.now(),
+        )
         .await
         .unwrap();
     api.ledger

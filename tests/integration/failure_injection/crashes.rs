@@ -4,10 +4,10 @@
 
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
 use crate::support::processes::{self, simulator};
-use crate::support::{postgres_ledger, ready_operation, tenant};
+use crate::support::{postgres_ledger, ready_operation, recording, tenant};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::Recorded;
+use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
@@ -69,7 +69,14 @@ async fn unknown_rows(
     for i in 0..n {
         let op = ready_operation(ledger, &format!("INV-FI9-{i}"), "pm_card_visa", now()).await;
         let c = ledger
-            .claim("crashed-worker", 1, Duration::from_secs(60), now())
+            .claim(
+                &LeaseHolder {
+                    owner: "crashed-worker",
+                    lease_ttl: Duration::from_secs(60),
+                },
+                1,
+                now(),
+            )
             .await
             .unwrap()
             .remove(0);
@@ -94,7 +101,10 @@ async fn unknown_rows(
             next_check_at_ms: now(),
         };
         ledger
-            .record(&Fence::of(&c), &unknown, "crashed-worker", now())
+            .record(
+                &recording(&Fence::of(&c), &unknown, "crashed-worker"),
+                now(),
+            )
             .await
             .unwrap();
         ops.push(op);

@@ -4,11 +4,13 @@
 
 use super::fleet::successful_payments;
 use crate::support::refunds::create_refund;
-use crate::support::{processes, ready_operation, tenant};
+use crate::support::{processes, ready_operation, recording, tenant};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{NewApproval, Operation, OperationEvent, Recorded, SharedLedger};
+use payonce_shared::ledger::{
+    LeaseHolder, NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
+};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::Simulator;
@@ -32,7 +34,14 @@ pub async fn paid_payment(
 ) -> Operation {
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
     let c = ledger
-        .claim("payer", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "payer",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -55,9 +64,11 @@ pub async fn paid_payment(
     };
     let paid = ledger
         .record(
-            &Fence::of(&c),
-            &Recorded::Succeeded { reference, result },
-            "payer",
+            &recording(
+                &Fence::of(&c),
+                &Recorded::Succeeded(Paid { reference, result }),
+                "payer",
+            ),
             now(),
         )
         .await
@@ -72,8 +83,8 @@ pub async fn approve(ledger: &SharedLedger, refund: &Operation) -> Operation {
     ledger
         .approve(
             &tenant(),
-            &refund.id,
             NewApproval {
+                operation: refund.id.clone(),
                 details_hash: refund.details_hash.clone(),
                 approved_by: "oncall:alice".into(),
                 method: "test".into(),

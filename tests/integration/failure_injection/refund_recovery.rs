@@ -10,11 +10,13 @@ use super::refund_fixtures::{
 };
 use crate::support::processes::{self, advance_clock, simulator};
 use crate::support::refunds::create_refund;
-use crate::support::{postgres_ledger, tenant, wait_for};
+use crate::support::{postgres_ledger, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{LedgerError, Operation, Recorded, SharedLedger};
+use payonce_shared::ledger::{
+    Declined, LeaseHolder, LedgerError, Operation, Recorded, SharedLedger,
+};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -125,7 +127,14 @@ async fn crashed_refunding(
     submit: bool,
 ) {
     let c = ledger
-        .claim("crashed", 1, Duration::from_millis(60_000), now())
+        .claim(
+            &LeaseHolder {
+                owner: "crashed",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -155,7 +164,7 @@ async fn crashed_refunding(
         next_check_at_ms: now(),
     };
     ledger
-        .record(&Fence::of(&c), &unknown, "crashed", now())
+        .record(&recording(&Fence::of(&c), &unknown, "crashed"), now())
         .await
         .unwrap();
 }
@@ -253,7 +262,14 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW5:1", 900).await;
     // The zombie claims with a short lease, reaches the processor, then stalls.
     let zombie = ledger
-        .claim("zombie", 1, Duration::from_millis(300), now())
+        .claim(
+            &LeaseHolder {
+                owner: "zombie",
+                lease_ttl: Duration::from_millis(300),
+            },
+            1,
+            now(),
+        )
         .await
         .unwrap()
         .remove(0);
@@ -281,14 +297,14 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
         Status::Succeeded
     );
     // The zombie wakes with its stale attempt: fenced, whatever it claims.
-    let late = Recorded::Failed {
+    let late = Recorded::Failed(Declined {
         code: "zombie".into(),
         message: "late".into(),
         reference: None,
-    };
+    });
     assert!(matches!(
         ledger
-            .record(&Fence::of(&zombie), &late, "zombie", now())
+            .record(&recording(&Fence::of(&zombie), &late, "zombie"), now())
             .await,
         Err(LedgerError::Fenced { .. })
     ));

@@ -9,7 +9,8 @@ use payonce_shared::details::{OperationKind, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{
-    LedgerError, LimitError, NewOperation, Operation, Recorded, SharedLedger,
+    Cancel, Declined, LedgerError, LimitError, NewOperation, Operation, Paid, Recorded,
+    SharedLedger,
 };
 use payonce_shared::state::Status;
 
@@ -65,21 +66,21 @@ async fn refunds_never_sum_past_the_payment_and_released_ones_free_their_money()
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 1_000, 2));
 
         // A cancelled refund frees its money; a succeeded one keeps it; a failed one frees it.
-        let cancelled = ledger.cancel(&tenant(), &a.id, "on_call:test", at(T0)).await.unwrap();
+        let cancelled = ledger.cancel(&tenant(), &Cancel { id: &a.id, actor: "on_call:test" }, at(T0)).await.unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 0, 400, 2));
-        let done = settle_refund(&ledger, &b, Recorded::Succeeded {
+        let done = settle_refund(&ledger, &b, Recorded::Succeeded(Paid {
             reference: "re_b".into(),
             result: serde_json::json!({"id": "re_b", "status": "succeeded"}),
-        }).await;
+        })).await;
         assert_eq!(done.status, Status::Succeeded);
         let c = create_refund(&ledger, &payment, "refund:c", 600, at(T0 + 2)).await.unwrap().operation;
         assert_eq!(ledger.refund_totals(&tenant(), &payment.id).await.unwrap(), totals(1_000, 400, 600, 3));
-        let failed = settle_refund(&ledger, &c, Recorded::Failed {
+        let failed = settle_refund(&ledger, &c, Recorded::Failed(Declined {
             code: "insufficient_funds".into(),
             message: "the connected account cannot cover it".into(),
             reference: Some("re_c".into()),
-        }).await;
+        })).await;
         assert_eq!(failed.status, Status::Failed);
         let t = ledger.refund_totals(&tenant(), &payment.id).await.unwrap();
         assert_eq!((t, t.refundable_minor()), (totals(1_000, 400, 0, 3), 600));

@@ -1,7 +1,7 @@
 //! The sweep's batched writes (`Recovery::expire_leases`, `Recovery::record_lookups`) fence each
 //! row on its own, exactly as the one-row calls do, on both stores.
 
-use super::{LEASE, LEASE_MS, T0, at, fence, for_each_store, ms};
+use super::{LEASE_MS, T0, at, fence, for_each_store, holder, ms};
 use crate::support::{ready_operation, tenant};
 use payonce_shared::ledger::{ExpireLeases, LookupFound, RecordLookups};
 use payonce_shared::state::Status;
@@ -15,7 +15,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         let d = ready_operation(&ledger, "INV-S4", "pm_card_visa", at(T0 + 3)).await;
         let e = ready_operation(&ledger, "INV-S5", "pm_card_visa", at(T0 + 4)).await;
         let claimed = ledger
-            .claim("crashed", 10, LEASE, at(T0 + 5))
+            .claim(&holder("crashed"), 10, at(T0 + 5))
             .await
             .unwrap();
         assert_eq!(claimed.len(), 5);
@@ -40,9 +40,8 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         wrong_d.submitted = true;
         let renewed = ledger
             .renew(
-                "crashed",
+                &holder("crashed"),
                 std::slice::from_ref(&e.id),
-                LEASE,
                 at(T0 + 4 + LEASE_MS),
             )
             .await

@@ -9,13 +9,45 @@ pub mod refunds;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{self, NewApproval, NewOperation, Operation, SharedLedger};
+use payonce_shared::ledger::{
+    self, Fence, NewApproval, NewOperation, Operation, RecordOutcome, Recorded, SharedLedger,
+};
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The `payonce` binary built for this test run.
 pub fn payonce_bin() -> &'static str {
     env!("CARGO_BIN_EXE_payonce")
+}
+
+/// The Python of `tests/{name}/.venv`, after running `tests/{name}/setup.sh` unless the venv holds
+/// exactly the pins of `tests/{name}/requirements.txt` (the stamp `tests/pinned_venv.sh` writes)
+/// and `also_ready` says the rest of the setup is in place: a fresh machine installs the packages
+/// instead of skipping the test, and a ready one pays no interpreter start-up to find out.
+pub fn pinned_python(name: &str, also_ready: impl FnOnce(&Path) -> bool) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(name);
+    let pins = |file: &str| std::fs::read(dir.join(file)).ok();
+    let stamped = pins(".venv/pins").is_some_and(|p| Some(p) == pins("requirements.txt"));
+    if !(stamped && also_ready(&dir)) {
+        let status = std::process::Command::new("bash")
+            .arg(dir.join("setup.sh"))
+            .status()
+            .unwrap_or_else(|e| panic!("run tests/{name}/setup.sh: {e}"));
+        assert!(status.success(), "tests/{name}/setup.sh failed: {status}");
+    }
+    dir.join(".venv/bin/python")
+}
+
+/// The request of a write a test makes as a worker: `actor` records `outcome` under `fence`.
+pub fn recording<'a>(fence: &'a Fence, outcome: &'a Recorded, actor: &'a str) -> RecordOutcome<'a> {
+    RecordOutcome {
+        fence,
+        outcome,
+        actor,
+    }
 }
 
 /// A Postgres ledger on a database of its own.
@@ -107,8 +139,8 @@ pub async fn ready_operation(
     ledger
         .approve(
             &tenant(),
-            &created.operation.id,
             NewApproval {
+                operation: created.operation.id.clone(),
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),

@@ -2,11 +2,13 @@
 //! operations of it.
 
 use super::{details, tenant};
+use crate::support::recording;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
-    Created, Fence, LedgerError, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+    Created, Fence, LeaseHolder, LedgerError, NewApproval, NewOperation, Operation, Paid, Recorded,
+    SharedLedger,
 };
 use payonce_shared::state::Status;
 use std::time::Duration;
@@ -38,8 +40,8 @@ pub async fn succeeded_payment(
     ledger
         .approve(
             &tenant(),
-            &created.id,
             NewApproval {
+                operation: created.id.clone(),
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
@@ -50,7 +52,14 @@ pub async fn succeeded_payment(
         .await
         .unwrap();
     let claimed = ledger
-        .claim("fixture", 1, Duration::from_millis(30_000), now)
+        .claim(
+            &LeaseHolder {
+                owner: "fixture",
+                lease_ttl: Duration::from_millis(30_000),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "the fixture claims its own payment only");
@@ -70,18 +79,13 @@ pub async fn succeeded_payment(
         [true]
     );
     let paid = ledger
-        .record(
-            &Fence {
+        .record(&recording(&Fence {
                 id: created.id.clone(),
                 attempt,
-            },
-            &Recorded::Succeeded {
+            }, &Recorded::Succeeded(Paid {
                 reference: format!("pi_{invoice}"),
                 result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
-            },
-            "fixture",
-            now,
-        )
+            }), "fixture"), now)
         .await
         .unwrap();
     assert_eq!(paid.status, Status::Succeeded);
@@ -133,8 +137,8 @@ pub async fn settle_refund(
     ledger
         .approve(
             &tenant(),
-            &refund.id,
             NewApproval {
+                operation: refund.id.clone(),
                 details_hash: refund.details_hash.clone(),
                 approved_by: "on_call:key_test".into(),
                 method: "on_call_key".into(),
@@ -145,7 +149,14 @@ pub async fn settle_refund(
         .await
         .unwrap();
     let claimed = ledger
-        .claim("fixture", 1, Duration::from_millis(30_000), now)
+        .claim(
+            &LeaseHolder {
+                owner: "fixture",
+                lease_ttl: Duration::from_millis(30_000),
+            },
+            1,
+            now,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
@@ -158,7 +169,10 @@ pub async fn settle_refund(
         [true]
     );
     ledger
-        .record(&Fence::of(&claimed[0]), &outcome, "fixture", now)
+        .record(
+            &recording(&Fence::of(&claimed[0]), &outcome, "fixture"),
+            now,
+        )
         .await
         .unwrap()
 }

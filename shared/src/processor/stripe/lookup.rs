@@ -5,8 +5,8 @@
 
 use super::StripeProcessor;
 use super::classify::failure_of;
-use super::read_body;
 use super::wire::METADATA_OPERATION_ID;
+use super::{BodyError, read_body};
 use crate::id::OperationId;
 use crate::processor::{FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved};
 use serde_json::Value;
@@ -39,7 +39,7 @@ pub(crate) async fn list_page(p: &StripeProcessor, url: String) -> Result<Value,
             "list answered HTTP {status}: {}",
             error_message(&v)
         ))),
-        Err(why) => Err(unavailable(why)),
+        Err(why) => Err(unavailable(why.to_string())),
     }
 }
 
@@ -81,16 +81,35 @@ fn operation_of(pi: &Value) -> Option<&str> {
     pi.get("metadata")?.get(METADATA_OPERATION_ID)?.as_str()
 }
 
-pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, Value), String> {
+/// Why a GET brought no JSON answer (the caller reports it as the lookup's reason).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GetError {
+    /// Nothing came back.
+    #[error("request failed: {0}")]
+    Request(#[source] reqwest::Error),
+    /// A status came back, its body did not.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    /// The body is not JSON.
+    #[error("HTTP {status} with an unparseable body: {source}")]
+    Unparseable {
+        /// The answer's HTTP status.
+        status: u16,
+        /// Why it did not parse.
+        source: serde_json::Error,
+    },
+}
+
+pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, Value), GetError> {
     let response = p
         .request(reqwest::Method::GET, url)
         .send()
         .await
-        .map_err(|e| format!("request failed: {e}"))?;
+        .map_err(GetError::Request)?;
     let status = response.status().as_u16();
     let body = read_body(response).await?;
-    let v = serde_json::from_slice(&body)
-        .map_err(|e| format!("HTTP {status} with an unparseable body: {e}"))?;
+    let v =
+        serde_json::from_slice(&body).map_err(|source| GetError::Unparseable { status, source })?;
     Ok((status, v))
 }
 
@@ -127,7 +146,7 @@ pub(crate) async fn by_reference(
             "retrieve answered HTTP {status}: {}",
             error_message(&v)
         )),
-        Err(why) => unavailable(why),
+        Err(why) => unavailable(why.to_string()),
     }
 }
 
@@ -249,7 +268,9 @@ pub(crate) async fn retrieve(p: &StripeProcessor, reference: &str) -> Retrieved 
         Ok((status, v)) => Retrieved::Unavailable {
             reason: format!("retrieve answered HTTP {status}: {}", error_message(&v)),
         },
-        Err(reason) => Retrieved::Unavailable { reason },
+        Err(why) => Retrieved::Unavailable {
+            reason: why.to_string(),
+        },
     }
 }
 

@@ -288,7 +288,9 @@ pub(crate) async fn retrieve(p: &StripeProcessor, reference: &str) -> Retrieved 
         Ok((status, v)) => Retrieved::Unavailable {
             reason: format!("retrieve answered HTTP {status}: {}", error_message(&v)),
         },
-        Err(reason) => Retrieved::Unavailable { reason },
+        Err(why) => Retrieved::Unavailable {
+            reason: why.to_string(),
+        },
     }
 }
 
