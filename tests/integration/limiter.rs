@@ -550,24 +550,12 @@ async fn shutdown_does_not_wait_for_permits_and_unsent_operations_go_back_to_rea
     config.concurrency = 30;
     config.batch_size = 30;
     config.limiter = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
-    let worker = Arc::new(
-        Worker::new(
-            ledger.clone(),
-            processes::stripe(&sim, None),
-            Arc::new(SystemClock),
-            config,
-        )
-        .unwrap(),
-    );
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let run = tokio::spawn(worker.clone().run(async move {
-        let _ = stop_rx.wait_for(|s| *s).await;
-    }));
+    let running = processes::run_worker(ledger.clone(), processes::stripe(&sim, None), config);
     wait_for("the first payment", DEADLINE, || async {
         (processes::audit(&sim).await.len() == 1).then_some(())
     })
     .await;
-    stop_tx.send(true).unwrap();
+    let run = running.stop();
     // Well under the 29 s the remaining permits would take.
     tokio::time::timeout(Duration::from_secs(10), run)
         .await

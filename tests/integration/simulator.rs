@@ -152,7 +152,8 @@ impl Sim {
         assert_eq!(r.status(), 200);
     }
 
-    async fn admin(&self, path: &str) -> Value {
+    /// The JSON of an admin endpoint (`/_sim/…`).
+    pub async fn admin(&self, path: &str) -> Value {
         self.http
             .get(format!("{}{path}", self.base))
             .send()

@@ -647,15 +647,7 @@ async fn the_adapter_reuses_as_many_connections_as_it_keeps_idle() {
                 );
             }
         }
-        let counted: Value = s
-            .http
-            .get(format!("{}/_sim/audit/connections", s.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let counted = s.admin("/_sim/audit/connections").await;
         assert_eq!(
             counted["accepted"],
             json!(accepted + 1),

@@ -290,22 +290,17 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
 /// A processor whose success is recorded by a webhook before the submitter's own write: the
 /// submitter's fenced write loses, as it must.
 struct WebhookFirst {
-    inner: Arc<dyn payonce_shared::processor::Processor>,
     ledger: SharedLedger,
 }
 
 #[async_trait::async_trait]
-impl payonce_shared::processor::Processor for WebhookFirst {
-    fn contract(&self) -> &payonce_shared::processor::Contract {
-        self.inner.contract()
-    }
-    async fn submit(
+impl processes::SubmitHook for WebhookFirst {
+    async fn after(
         &self,
         request: &payonce_shared::processor::SubmitRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
-        let outcome = self.inner.submit(request).await;
-        if let payonce_shared::processor::SubmitOutcome::Succeeded { reference, result } = &outcome
-        {
+        outcome: &payonce_shared::processor::SubmitOutcome,
+    ) {
+        if let payonce_shared::processor::SubmitOutcome::Succeeded { reference, result } = outcome {
             let report = payonce_shared::ledger::Report::Succeeded(Paid {
                 reference: reference.clone(),
                 result: result.clone(),
@@ -322,25 +317,6 @@ impl payonce_shared::processor::Processor for WebhookFirst {
                 .await
                 .unwrap();
         }
-        outcome
-    }
-    async fn lookup(
-        &self,
-        query: &payonce_shared::processor::LookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
-        self.inner.lookup(query).await
-    }
-    async fn submit_refund(
-        &self,
-        request: &payonce_shared::processor::RefundRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
-        self.inner.submit_refund(request).await
-    }
-    async fn lookup_refund(
-        &self,
-        query: &payonce_shared::processor::RefundLookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
-        self.inner.lookup_refund(query).await
     }
 }
 
@@ -351,9 +327,11 @@ impl payonce_shared::processor::Processor for WebhookFirst {
 async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
     let (ledger, _) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let processor: Arc<dyn payonce_shared::processor::Processor> = Arc::new(WebhookFirst {
+    let processor: Arc<dyn payonce_shared::processor::Processor> = Arc::new(processes::Hooked {
         inner: processes::stripe(&sim, None),
-        ledger: ledger.clone(),
+        hook: WebhookFirst {
+            ledger: ledger.clone(),
+        },
     });
     let clock: SharedClock = Arc::new(SystemClock);
 
@@ -412,24 +390,17 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
     }
 }
 
-/// The Stripe adapter, counting the submissions it starts and, at each, how many more have been
-/// started than the ledger has recorded.
+/// Counts the submissions started and, at each, how many more have been started than the ledger
+/// has recorded.
 struct AheadOfTheLedger {
-    inner: Arc<dyn payonce_shared::processor::Processor>,
     ledger: SharedLedger,
     started: std::sync::atomic::AtomicUsize,
     most_ahead: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
-impl payonce_shared::processor::Processor for AheadOfTheLedger {
-    fn contract(&self) -> &payonce_shared::processor::Contract {
-        self.inner.contract()
-    }
-    async fn submit(
-        &self,
-        request: &payonce_shared::processor::SubmitRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
+impl processes::SubmitHook for AheadOfTheLedger {
+    async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {
         use std::sync::atomic::Ordering::SeqCst;
         let recorded = statuses(&self.ledger)
             .await
@@ -439,25 +410,6 @@ impl payonce_shared::processor::Processor for AheadOfTheLedger {
         let started = self.started.fetch_add(1, SeqCst) + 1;
         self.most_ahead
             .fetch_max(started.saturating_sub(recorded), SeqCst);
-        self.inner.submit(request).await
-    }
-    async fn submit_refund(
-        &self,
-        _request: &payonce_shared::processor::RefundRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
-        panic!("this test refunds nothing")
-    }
-    async fn lookup(
-        &self,
-        query: &payonce_shared::processor::LookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
-        self.inner.lookup(query).await
-    }
-    async fn lookup_refund(
-        &self,
-        _query: &payonce_shared::processor::RefundLookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
-        panic!("this test refunds nothing")
     }
 }
 
@@ -474,28 +426,18 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
     for i in 0..OPERATIONS {
         ready_operation(&ledger, &format!("INV-SLOT{i}"), "pm_card_visa", t0).await;
     }
-    let processor = Arc::new(AheadOfTheLedger {
+    let processor = Arc::new(processes::Hooked {
         inner: processes::stripe(&sim, None),
-        ledger: ledger.clone(),
-        started: std::sync::atomic::AtomicUsize::new(0),
-        most_ahead: std::sync::atomic::AtomicUsize::new(0),
+        hook: AheadOfTheLedger {
+            ledger: ledger.clone(),
+            started: std::sync::atomic::AtomicUsize::new(0),
+            most_ahead: std::sync::atomic::AtomicUsize::new(0),
+        },
     });
     let mut config = WorkerConfig::new("worker-slots");
     config.concurrency = CONCURRENCY;
     config.batch_size = 2;
-    let worker = Arc::new(
-        Worker::new(
-            ledger.clone(),
-            processor.clone(),
-            Arc::new(SystemClock),
-            config,
-        )
-        .unwrap(),
-    );
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let run = tokio::spawn(worker.clone().run(async move {
-        let _ = stop_rx.wait_for(|s| *s).await;
-    }));
+    let running = processes::run_worker(ledger.clone(), processor.clone(), config);
     wait_for("every operation succeeded", Duration::from_secs(60), || {
         let ledger = ledger.clone();
         async move {
@@ -503,12 +445,11 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
         }
     })
     .await;
-    stop_tx.send(true).unwrap();
-    run.await.unwrap();
+    running.stop().await.unwrap();
     use std::sync::atomic::Ordering::SeqCst;
-    assert_eq!(processor.started.load(SeqCst), OPERATIONS);
+    assert_eq!(processor.hook.started.load(SeqCst), OPERATIONS);
     // Reached (the worker fills its slots) and never passed.
-    assert_eq!(processor.most_ahead.load(SeqCst), CONCURRENCY);
+    assert_eq!(processor.hook.most_ahead.load(SeqCst), CONCURRENCY);
     assert_eq!(processes::audit(&sim).await.len(), OPERATIONS);
     sim.shutdown().await;
 }

@@ -12,6 +12,6 @@ pub mod execution;
 pub mod metrics;
 
 pub use config::{ConfigError, WorkerConfig};
-pub use daemon::Worker;
+pub use daemon::{RunSummary, Worker};
 pub use execution::{execute_one, precheck, settle, submit_claimed, to_recorded};
 pub use metrics::WorkerMetrics;

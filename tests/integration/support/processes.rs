@@ -100,3 +100,95 @@ pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
         .expect("worker exits within its grace")
         .unwrap()
 }
+
+/// What a test does around each payment submission of a [`Hooked`] processor.
+#[async_trait::async_trait]
+pub trait SubmitHook: Send + Sync {
+    /// Before the request leaves.
+    async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {}
+    /// After the processor answered, before the worker sees the answer.
+    async fn after(
+        &self,
+        _request: &payonce_shared::processor::SubmitRequest<'_>,
+        _outcome: &payonce_shared::processor::SubmitOutcome,
+    ) {
+    }
+}
+
+/// A real processor (`inner`) with a test's hook around each payment submission; everything else
+/// passes through unchanged.
+pub struct Hooked<H> {
+    pub inner: Arc<dyn Processor>,
+    pub hook: H,
+}
+
+#[async_trait::async_trait]
+impl<H: SubmitHook> Processor for Hooked<H> {
+    fn contract(&self) -> &payonce_shared::processor::Contract {
+        self.inner.contract()
+    }
+    async fn submit(
+        &self,
+        request: &payonce_shared::processor::SubmitRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        self.hook.before(request).await;
+        let outcome = self.inner.submit(request).await;
+        self.hook.after(request, &outcome).await;
+        outcome
+    }
+    async fn lookup(
+        &self,
+        query: &payonce_shared::processor::LookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        self.inner.lookup(query).await
+    }
+    async fn submit_refund(
+        &self,
+        request: &payonce_shared::processor::RefundRequest<'_>,
+    ) -> payonce_shared::processor::SubmitOutcome {
+        self.inner.submit_refund(request).await
+    }
+    async fn lookup_refund(
+        &self,
+        query: &payonce_shared::processor::RefundLookupQuery<'_>,
+    ) -> payonce_shared::processor::LookupOutcome {
+        self.inner.lookup_refund(query).await
+    }
+}
+
+/// A worker daemon built from `config` over `ledger` and `processor` on the system clock, running in
+/// this process until [`RunningWorker::stop`].
+pub struct RunningWorker {
+    stop: tokio::sync::watch::Sender<bool>,
+    run: tokio::task::JoinHandle<payonce_worker::RunSummary>,
+}
+
+/// Starts a worker daemon (see [`RunningWorker`]).
+pub fn run_worker(
+    ledger: payonce_shared::ledger::SharedLedger,
+    processor: Arc<dyn Processor>,
+    config: payonce_worker::WorkerConfig,
+) -> RunningWorker {
+    let worker = Arc::new(
+        payonce_worker::Worker::new(
+            ledger,
+            processor,
+            Arc::new(payonce_shared::clock::SystemClock),
+            config,
+        )
+        .expect("a valid worker configuration"),
+    );
+    let (stop, mut stopping) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(worker.run(async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    }));
+    RunningWorker { stop, run }
+}
+
+impl RunningWorker {
+    /// Asks for a graceful shutdown; the handle resolves when the daemon has returned.
+    pub fn stop(self) -> tokio::task::JoinHandle<payonce_worker::RunSummary> {
+        let _ = self.stop.send(true);
+        self.run
+    }
+}
