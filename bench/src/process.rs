@@ -94,9 +94,7 @@ pub async fn drain(
         crate::now_ms(),
     )
     .await?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     let sim_url = format!("http://127.0.0.1:{port}");
     let mut sim = Command::new(payonce_bin)
         .arg("simulator")
@@ -108,7 +106,18 @@ pub async fn drain(
         .spawn()
         .with_context(|| format!("spawn {} simulator", payonce_bin.display()))?;
     let sim_pid = sim.id().context("the simulator exited at once")?;
-    wait_answering(&sim_url, &mut sim).await?;
+    until(
+        &mut sim,
+        "the simulator",
+        Instant::now(),
+        START_DEADLINE,
+        || async {
+            Ok(crate::http::simulator_payments(&sim_url)
+                .await
+                .map_err(|e| format!("{sim_url} does not answer: {e:#}")))
+        },
+    )
+    .await?;
 
     let sim_before = cpu_of(sim_pid).context("read the simulator's CPU time")?;
     let postgres_before = postgres_cpu();
@@ -134,20 +143,15 @@ pub async fn drain(
         .with_context(|| format!("spawn {} worker", payonce_bin.display()))?;
     let pid = child.id().context("the worker exited at once")?;
     let shared: SharedLedger = Arc::new(ledger.clone());
-    let succeeded = loop {
+    let succeeded = until(&mut child, "the worker", started, deadline, || async {
         let done = succeeded(&shared).await?;
-        if done >= operations {
-            break done;
-        }
-        if let Some(exit) = child.try_wait()? {
-            anyhow::bail!("the worker process exited early: {exit}");
-        }
-        anyhow::ensure!(
-            started.elapsed() < deadline,
-            "only {done} of {operations} operations succeeded within {deadline:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    };
+        Ok(if done >= operations {
+            Ok(done)
+        } else {
+            Err(format!("only {done} of {operations} operations succeeded"))
+        })
+    })
+    .await?;
     let elapsed = started.elapsed();
     let (machine_busy, machine_total) = machine_cpu().context("read /proc/stat")?;
     let cpu = CpuSplit {
@@ -160,14 +164,14 @@ pub async fn drain(
         machine_capacity: machine_total.saturating_sub(machine_before.1),
     };
     let peak_kib = peak_kib_of(pid).context("read the worker's VmHWM")?;
-    stop(&mut child, pid, "worker").await?;
+    stop(&mut child, "worker").await?;
     crate::drive::check_all_succeeded(&shared, operations).await?;
     let payments = crate::http::simulator_payments(&sim_url).await?;
     anyhow::ensure!(
         payments == operations,
         "the simulator holds {payments} payments for {operations} operations"
     );
-    stop(&mut sim, sim_pid, "simulator").await?;
+    stop(&mut sim, "simulator").await?;
     ledger.pool().close().await;
     db.drop_now().await?;
     Ok(WorkerProcess {
@@ -177,31 +181,57 @@ pub async fn drain(
     })
 }
 
-/// Waits until the simulator process answers its audit endpoint.
-async fn wait_answering(base: &str, sim: &mut Child) -> anyhow::Result<()> {
-    let started = Instant::now();
+/// Polls `check` every [`POLL`] until it is done (`Ok`); fails if `child` (`what`) exits first or
+/// `deadline` passes after `started`, saying what `check` saw last (`Err`).
+async fn until<T, F, Fut>(
+    child: &mut Child,
+    what: &str,
+    started: Instant,
+    deadline: Duration,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Result<T, String>>>,
+{
     loop {
-        if crate::http::simulator_payments(base).await.is_ok() {
-            return Ok(());
-        }
-        if let Some(exit) = sim.try_wait()? {
-            anyhow::bail!("the simulator process exited before answering: {exit}");
+        let last = match check().await? {
+            Ok(done) => return Ok(done),
+            Err(last) => last,
+        };
+        if let Some(exit) = child.try_wait()? {
+            anyhow::bail!("{what} exited early ({exit}): {last}");
         }
         anyhow::ensure!(
-            started.elapsed() < START_DEADLINE,
-            "the simulator at {base} did not answer within {START_DEADLINE:?}"
+            started.elapsed() < deadline,
+            "{what}: {last} within {deadline:?}"
         );
         tokio::time::sleep(POLL).await;
     }
 }
 
+/// A loopback port nothing listens on now.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Sends SIGTERM to `child` (a no-op if it already exited).
+pub(crate) async fn sigterm(child: &Child) -> anyhow::Result<()> {
+    if let Some(pid) = child.id() {
+        let term = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await?;
+        anyhow::ensure!(term.success(), "kill -TERM {pid} failed");
+    }
+    Ok(())
+}
+
 /// SIGTERM, then the process must exit 0 within [`EXIT_GRACE`].
-async fn stop(child: &mut Child, pid: u32, what: &str) -> anyhow::Result<()> {
-    let term = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .await?;
-    anyhow::ensure!(term.success(), "kill -TERM {pid} ({what}) failed");
+async fn stop(child: &mut Child, what: &str) -> anyhow::Result<()> {
+    sigterm(child).await?;
     let exit = tokio::time::timeout(EXIT_GRACE, child.wait())
         .await
         .with_context(|| format!("the {what} did not exit after SIGTERM"))??;
@@ -209,7 +239,8 @@ async fn stop(child: &mut Child, pid: u32, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
+/// Operations the ledger holds as succeeded.
+pub(crate) async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
     Ok(ledger
         .count_by_status()
         .await?

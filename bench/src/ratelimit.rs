@@ -6,9 +6,9 @@
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
+use crate::process::{free_port, sigterm, succeeded};
 use anyhow::Context;
 use payonce_shared::ledger::SharedLedger;
-use payonce_shared::state::Status;
 use payonce_simulator::{RateLimits, Simulator, SimulatorConfig};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -77,12 +77,6 @@ impl FleetRun {
             self.refused_429 as f64 / self.requests as f64
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// A redis-server of the bench's own (never the machine's shared one: this one gets killed).
@@ -205,12 +199,7 @@ impl Fleet {
 
     async fn stop(mut self) -> anyhow::Result<()> {
         for c in &self.children {
-            if let Some(pid) = c.id() {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status()
-                    .await;
-            }
+            sigterm(c).await?;
         }
         for c in &mut self.children {
             let exit = tokio::time::timeout(EXIT_GRACE, c.wait())
@@ -220,15 +209,6 @@ impl Fleet {
         }
         Ok(())
     }
-}
-
-async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
-    Ok(ledger
-        .count_by_status()
-        .await?
-        .iter()
-        .find(|c| c.status == Status::Succeeded)
-        .map_or(0, |c| u64::try_from(c.count).unwrap_or(0)))
 }
 
 /// One run: loads `operations`, starts the simulator and the fleet in `mode`, waits until every
