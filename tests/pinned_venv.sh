@@ -1,5 +1,10 @@
 # Sourced by the setup scripts of tests/*/: makes ./.venv hold exactly the pins of ./requirements.txt
 # (from PyPI only). Idempotent: does nothing when the venv already holds exactly those pins.
+# Tests that find the stamp missing run their setup script themselves, several at once under nextest:
+# the first to lock this folder installs, the others wait and then find the pins in place. The lock is
+# held until the sourcing script exits, so its own later steps (npm ci) are serialized too.
+exec 9<.
+flock 9
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   if ! "$PYTHON" -m venv .venv 2>/dev/null; then
