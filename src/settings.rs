@@ -195,6 +195,15 @@ pub struct WorkerArgs {
     /// Most operations per claim.
     #[arg(long, env = "PAYONCE_WORKER_BATCH", default_value_t = 32)]
     pub batch_size: u32,
+    /// Short of a full claim's worth of free slots, how long after the previous claim the next
+    /// waits for more to free up, ms (0: claim at every free slot; at most 1000).
+    #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS", default_value_t = payonce_worker::config::CLAIM_COOLDOWN_DEFAULT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    pub claim_cooldown_ms: u64,
+    /// How long an outcome waits for others to join its write, ms (0: write at once; at most 1000).
+    #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS", default_value_t = payonce_worker::config::RECORD_LINGER_DEFAULT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    pub record_linger_ms: u64,
     /// Lease TTL, ms.
     #[arg(long, env = "PAYONCE_LEASE_TTL_MS", default_value_t = 30_000)]
     pub lease_ttl_ms: u64,
@@ -237,6 +246,8 @@ impl WorkerArgs {
         let mut c = WorkerConfig::new(owner);
         c.concurrency = self.concurrency;
         c.batch_size = self.batch_size;
+        c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
+        c.record_linger = Duration::from_millis(self.record_linger_ms);
         c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);
         c.renew_interval = Duration::from_millis(self.renew_ms);
         c.submit_timeout = Duration::from_millis(self.submit_timeout_ms);

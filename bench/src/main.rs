@@ -53,6 +53,13 @@ struct Args {
     /// Override the rate-limit section's operations per run.
     #[arg(long)]
     ratelimit_operations: Option<u64>,
+    /// Override every in-process worker's claim cooldown, ms. The same variable reaches the
+    /// `payonce worker` processes the bench starts (they inherit its environment).
+    #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS")]
+    claim_cooldown_ms: Option<u64>,
+    /// Override every in-process worker's record linger, ms; reaches worker processes likewise.
+    #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS")]
+    record_linger_ms: Option<u64>,
     /// Run one section only.
     #[arg(long, value_enum)]
     only: Option<Section>,
@@ -130,6 +137,14 @@ async fn main() -> ExitCode {
     }
     if let Some(n) = args.http_concurrency {
         settings.http_fleet.config.concurrency = n.max(1);
+    }
+    for config in settings.worker_configs_mut() {
+        if let Some(ms) = args.claim_cooldown_ms {
+            config.claim_cooldown = std::time::Duration::from_millis(ms);
+        }
+        if let Some(ms) = args.record_linger_ms {
+            config.record_linger = std::time::Duration::from_millis(ms);
+        }
     }
     match run(&settings, args.only).await {
         Ok(outcome) => {

@@ -210,12 +210,7 @@ where
     }
 }
 
-/// A loopback port nothing listens on now.
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+pub(crate) use payonce_chaos::fleet::free_port;
 
 /// Sends SIGTERM to `child` (a no-op if it already exited).
 pub(crate) async fn sigterm(child: &Child) -> anyhow::Result<()> {

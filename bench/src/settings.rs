@@ -65,6 +65,17 @@ fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
 }
 
 impl Settings {
+    /// Every in-process worker configuration the run uses (for overrides that apply to all).
+    pub fn worker_configs_mut(&mut self) -> impl Iterator<Item = &mut WorkerConfig> {
+        [&mut self.fleet.config, &mut self.http_fleet.config]
+            .into_iter()
+            .chain(
+                self.http_ceiling
+                    .as_mut()
+                    .map(|(fleet, _)| &mut fleet.config),
+            )
+    }
+
     /// The figures docs/benchmarks.md reports.
     pub fn full(admin_url: &str) -> Self {
         Settings {

@@ -101,9 +101,78 @@ pub fn exited(child: &mut Child) -> bool {
     matches!(child.try_wait(), Ok(Some(_)))
 }
 
-/// A free loopback port (bound and released; a race with another process is possible but harmless
-/// here: the api then fails to start and the soak says so).
+/// The lowest port [`free_port`] hands out (below it sit well-known services).
+pub const FREE_PORT_FLOOR: u16 = 10_000;
+/// The kernel's ephemeral range, read where the machine does not say.
+const EPHEMERAL_RANGE_FILE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+/// Linux's default first ephemeral port, when the file above cannot be read.
+const EPHEMERAL_LOW_DEFAULT: u16 = 32_768;
+
+/// A loopback port nothing listens on now, for a child process to listen on.
+///
+/// Taken from below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`). A port from
+/// `bind("127.0.0.1:0")` lies inside that range, so between its release and the child's own bind
+/// an outgoing connection of any process (a Postgres pool, an HTTP client with 512 requests in
+/// flight) could be given it, and the child died with "Address already in use" (seen in the bench's
+/// fleet). Below the range only an explicit bind can take it. Each process starts at its own random
+/// point and walks on from there, so one process never hands out the same port twice and two
+/// processes rarely try the same one.
 pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a free port")?;
-    Ok(l.local_addr()?.port())
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static START: OnceLock<u32> = OnceLock::new();
+    static TAKEN: AtomicU32 = AtomicU32::new(0);
+    let low = ephemeral_low();
+    let span = u32::from(low.saturating_sub(FREE_PORT_FLOOR));
+    anyhow::ensure!(
+        span > 0,
+        "no ports between {FREE_PORT_FLOOR} and the ephemeral range's start {low}"
+    );
+    let start = *START.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        (h.finish() % u64::from(span)) as u32
+    });
+    for _ in 0..span {
+        let step = TAKEN.fetch_add(1, Ordering::Relaxed);
+        let port = FREE_PORT_FLOOR + (start.wrapping_add(step) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free loopback port between {FREE_PORT_FLOOR} and {low}")
+}
+
+/// The first port of the kernel's ephemeral range.
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string(EPHEMERAL_RANGE_FILE)
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(EPHEMERAL_LOW_DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice() {
+        let low = ephemeral_low();
+        let ports: Vec<u16> = (0..64).map(|_| free_port().expect("a free port")).collect();
+        for &port in &ports {
+            assert!(
+                (FREE_PORT_FLOOR..low).contains(&port),
+                "{port} outside {FREE_PORT_FLOOR}..{low}"
+            );
+        }
+        let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            ports.len(),
+            "a port handed out twice: {ports:?}"
+        );
+        let port = free_port().expect("a free port");
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port handed out is free");
+    }
 }

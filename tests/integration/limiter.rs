@@ -191,11 +191,7 @@ struct OwnRedis {
 
 impl OwnRedis {
     async fn start() -> OwnRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::serve::free_port();
         let dir = std::env::temp_dir().join(format!(
             "payonce-redis-{port}-{}",
             payonce_shared::id::random_hex(4)

@@ -38,11 +38,7 @@ pub(crate) fn payonce(dir: &Path, args: &[&str]) -> Command {
 
 /// A loopback port nobody listens on right now.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    payonce_chaos::fleet::free_port().expect("a free loopback port")
 }
 
 /// Sends SIGTERM and waits (bounded) for the exit status.

@@ -1129,11 +1129,7 @@ async fn state_survives_a_restart_on_a_file_database() {
 
 #[tokio::test]
 async fn binary_mode_serves_until_shutdown() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::serve::free_port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = SimulatorConfig {
         listen: format!("127.0.0.1:{port}").parse().unwrap(),

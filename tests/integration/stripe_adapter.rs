@@ -181,11 +181,7 @@ async fn processing_is_unknown_with_a_reference_and_lookup_follows_it_to_success
 
 #[tokio::test]
 async fn connection_refused_is_not_submitted() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::serve::free_port();
     let p = adapter(&format!("http://127.0.0.1:{port}"));
     let op = Op::new("pm_card_visa");
     assert!(matches!(

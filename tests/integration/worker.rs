@@ -453,3 +453,165 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
     assert_eq!(processes::audit(&sim).await.len(), OPERATIONS);
     sim.shutdown().await;
 }
+
+/// The worker's queue as the worker calls it, with the size of every claim that found work and of
+/// every outcome write.
+struct CountingQueue {
+    inner: SharedLedger,
+    claims: std::sync::Mutex<Vec<usize>>,
+    writes: std::sync::Mutex<Vec<usize>>,
+}
+
+#[async_trait::async_trait]
+impl payonce_shared::ledger::Queue for CountingQueue {
+    async fn claim(
+        &self,
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<Vec<payonce_shared::ledger::Claimed>, LedgerError> {
+        let claimed = self.inner.claim(holder, batch, now).await?;
+        if !claimed.is_empty() {
+            self.claims.lock().unwrap().push(claimed.len());
+        }
+        Ok(claimed)
+    }
+    async fn renew(
+        &self,
+        holder: &LeaseHolder<'_>,
+        held: &[payonce_shared::id::OperationId],
+        now: Timestamp,
+    ) -> Result<Vec<(payonce_shared::id::OperationId, i64)>, LedgerError> {
+        self.inner.renew(holder, held, now).await
+    }
+    async fn mark_submitting(
+        &self,
+        fences: &[Fence],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        self.inner.mark_submitting(fences, now).await
+    }
+    async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError> {
+        self.inner.release(fence, actor, now).await
+    }
+    async fn record(
+        &self,
+        request: &payonce_shared::ledger::RecordOutcome<'_>,
+        now: Timestamp,
+    ) -> Result<payonce_shared::ledger::Operation, LedgerError> {
+        self.inner.record(request, now).await
+    }
+    async fn record_batch(
+        &self,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let written = self.inner.record_batch(items, actor, now).await?;
+        self.writes.lock().unwrap().push(items.len());
+        Ok(written)
+    }
+    async fn current(
+        &self,
+        fence: &Fence,
+    ) -> Result<payonce_shared::ledger::Operation, LedgerError> {
+        self.inner.current(fence).await
+    }
+    async fn wait_for_ready(&self, max_wait: Duration) {
+        self.inner.wait_for_ready(max_wait).await
+    }
+}
+
+/// Holds every submission at the door until the test lets one through; counts the answers.
+struct Gate {
+    door: tokio::sync::Semaphore,
+    started: std::sync::atomic::AtomicUsize,
+    answered: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl processes::SubmitHook for Gate {
+    async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.door
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+    }
+    async fn after(
+        &self,
+        _request: &payonce_shared::processor::SubmitRequest<'_>,
+        _outcome: &payonce_shared::processor::SubmitOutcome,
+    ) {
+        self.answered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A busy worker claims and records in groups: answers that come back one at a time are written
+/// `record_batch_max` per commit (they wait up to `record_linger` for each other), and slots that
+/// free up one write at a time are claimed together once a full claim's worth is free (the next
+/// claim waits up to `claim_cooldown`). Without the linger every answer is its own write; without
+/// the cooldown the first freed slots are claimed at once, two by two.
+#[tokio::test]
+async fn a_busy_worker_claims_and_records_in_groups() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let t0 = now();
+    for i in 0..8 {
+        ready_operation(&ledger, &format!("INV-GROUP{i}"), "pm_card_visa", t0).await;
+    }
+    let queue = Arc::new(CountingQueue {
+        inner: ledger.clone(),
+        claims: Default::default(),
+        writes: Default::default(),
+    });
+    let processor = Arc::new(processes::Hooked {
+        inner: processes::stripe(&sim, None),
+        hook: Gate {
+            door: tokio::sync::Semaphore::new(0),
+            started: Default::default(),
+            answered: Default::default(),
+        },
+    });
+    let mut config = WorkerConfig::new("worker-groups");
+    config.concurrency = 4;
+    config.batch_size = 4;
+    config.record_batch_max = 2;
+    // The longest both may be: every step below happens well inside them.
+    config.claim_cooldown = payonce_worker::config::BATCH_WAIT_MAX;
+    config.record_linger = payonce_worker::config::BATCH_WAIT_MAX;
+    let running = processes::run_worker(queue.clone(), processor.clone(), config);
+    let gate = &processor.hook;
+    for wave in 1..=2 {
+        wait_for(
+            "a full claim is submitting",
+            Duration::from_secs(30),
+            || async { (gate.started.load(SeqCst) == 4 * wave).then_some(()) },
+        )
+        .await;
+        // Let the answers through one at a time, each only after the one before has come back.
+        for answered in 4 * (wave - 1) + 1..=4 * wave {
+            gate.door.add_permits(1);
+            wait_for(
+                "the processor answered",
+                Duration::from_secs(30),
+                || async { (gate.answered.load(SeqCst) == answered).then_some(()) },
+            )
+            .await;
+        }
+    }
+    wait_for("every operation succeeded", Duration::from_secs(30), || {
+        let ledger = ledger.clone();
+        async move { (statuses(&ledger).await.get(&Status::Succeeded) == Some(&8)).then_some(()) }
+    })
+    .await;
+    running.stop().await.unwrap();
+    assert_eq!(*queue.claims.lock().unwrap(), vec![4, 4]);
+    assert_eq!(*queue.writes.lock().unwrap(), vec![2, 2, 2, 2]);
+    assert_eq!(processes::audit(&sim).await.len(), 8);
+    sim.shutdown().await;
+}

@@ -5,6 +5,14 @@ use payonce_shared::limiter::{SharedLimiter, Unlimited};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Default [`WorkerConfig::claim_cooldown`] (measured in docs/benchmarks.md, issue 16 fourth pass).
+pub const CLAIM_COOLDOWN_DEFAULT: Duration = Duration::from_millis(5);
+/// Default [`WorkerConfig::record_linger`] (measured in docs/benchmarks.md, issue 16 fourth pass).
+pub const RECORD_LINGER_DEFAULT: Duration = Duration::from_millis(2);
+/// Longest [`WorkerConfig::claim_cooldown`] and [`WorkerConfig::record_linger`]: each delays work
+/// that is ready, so neither may approach a processor's own latency.
+pub const BATCH_WAIT_MAX: Duration = Duration::from_millis(1_000);
+
 /// What a worker may do and how long it may take.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -15,6 +23,9 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most operations claimed per statement.
     pub batch_size: u32,
+    /// With fewer than a full claim's worth of free slots, how long after the previous claim
+    /// started the next one waits for more slots to free up. Zero claims at every free slot.
+    pub claim_cooldown: Duration,
     /// How long a lease lasts without renewal.
     pub lease_ttl: Duration,
     /// How often held leases are renewed (well under `lease_ttl`).
@@ -33,6 +44,9 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// Most outcomes written in one transaction.
     pub record_batch_max: usize,
+    /// How long an outcome waits for others to join its write (the write starts sooner when
+    /// `record_batch_max` are queued). Zero writes what is queued at once.
+    pub record_linger: Duration,
     /// How long shutdown waits for in-flight submissions.
     pub shutdown_grace: Duration,
     /// The fleet's request budget at the processor: one write permit per submission.
@@ -62,6 +76,7 @@ impl WorkerConfig {
             owner: owner.into(),
             concurrency: 64,
             batch_size: 32,
+            claim_cooldown: CLAIM_COOLDOWN_DEFAULT,
             lease_ttl: Duration::from_secs(30),
             renew_interval: Duration::from_secs(10),
             submit_timeout: Duration::from_secs(20),
@@ -71,6 +86,7 @@ impl WorkerConfig {
             first_check_delay: Duration::from_secs(2),
             poll_interval: Duration::from_millis(500),
             record_batch_max: 128,
+            record_linger: RECORD_LINGER_DEFAULT,
             shutdown_grace: Duration::from_secs(25),
             limiter: Arc::new(Unlimited::default()),
             rate_limit_backoff_base: Duration::from_millis(250),
@@ -96,6 +112,9 @@ impl WorkerConfig {
         {
             return Err(ConfigError::RateLimitBounds);
         }
+        if self.claim_cooldown > BATCH_WAIT_MAX || self.record_linger > BATCH_WAIT_MAX {
+            return Err(ConfigError::BatchWaitTooLong);
+        }
         if self.attempt_max < 1 {
             return Err(ConfigError::NoAttempts);
         }
@@ -119,6 +138,9 @@ pub enum ConfigError {
     /// Rate-limit backoff and wait bounds are zero or out of order.
     #[error("rate-limit backoff and wait bounds must be positive and ordered")]
     RateLimitBounds,
+    /// A claim cooldown or record linger over [`BATCH_WAIT_MAX`] would hold ready work back.
+    #[error("claim cooldown and record linger must be at most 1000 ms")]
+    BatchWaitTooLong,
     /// `attempt_max` below 1 would exhaust operations before their first submission.
     #[error("attempt_max must be at least 1")]
     NoAttempts,
@@ -176,6 +198,18 @@ mod tests {
             ConfigError::RateLimitBounds
         );
         assert_eq!(refused(|c| c.attempt_max = 0), ConfigError::NoAttempts);
+        assert_eq!(
+            refused(|c| c.claim_cooldown = BATCH_WAIT_MAX + Duration::from_millis(1)),
+            ConfigError::BatchWaitTooLong
+        );
+        assert_eq!(
+            refused(|c| c.record_linger = BATCH_WAIT_MAX + Duration::from_millis(1)),
+            ConfigError::BatchWaitTooLong
+        );
+        let mut at_the_limit = ok.clone();
+        at_the_limit.claim_cooldown = BATCH_WAIT_MAX;
+        at_the_limit.record_linger = BATCH_WAIT_MAX;
+        assert!(at_the_limit.validate().is_ok());
         assert_ne!(owner_name("worker"), owner_name("worker"));
     }
 }

@@ -117,17 +117,41 @@ impl Worker {
         let mut summary = RunSummary::default();
         tokio::pin!(shutdown);
         tracing::info!(owner = %self.config.owner, concurrency = self.config.concurrency, "worker started");
-        loop {
+        let full_claim = self
+            .config
+            .batch_size
+            .min(u32::try_from(self.config.concurrency).unwrap_or(u32::MAX));
+        let mut last_claim: Option<tokio::time::Instant> = None;
+        'claims: loop {
             // Wait for at least one free slot, or shutdown.
-            let first = tokio::select! {
+            let mut first = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
             };
-            let free = 1 + slots.available_permits();
+            // Claim cooldown: short of a full claim's worth of free slots, wait for more to free
+            // up until `claim_cooldown` has passed since the last claim started, so a busy worker
+            // claims (and records its submission starts) in larger groups instead of one slot at a
+            // time. An idle worker's first claim is not delayed: its last claim is long past.
+            if let Some(last) = last_claim {
+                let until = last + self.config.claim_cooldown;
+                while (first.num_permits() + slots.available_permits()) < full_claim as usize {
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break 'claims,
+                        () = tokio::time::sleep_until(until) => break,
+                        more = slots.clone().acquire_owned() => match more {
+                            Ok(p) => first.merge(p),
+                            Err(_) => break,
+                        },
+                    }
+                }
+            }
+            let free = first.num_permits() + slots.available_permits();
             let want = u32::try_from(free)
                 .unwrap_or(u32::MAX)
                 .min(self.config.batch_size);
+            last_claim = Some(tokio::time::Instant::now());
             let claimed = match self
                 .ledger
                 .claim(&self.config.lease_holder(), want, self.clock.now())
@@ -152,15 +176,18 @@ impl Worker {
             summary.claimed += claimed.len() as u64;
             self.metrics.claimed.add(claimed.len() as u64);
             self.hold(&claimed);
-            let extra = u32::try_from(claimed.len() - 1).unwrap_or(0);
-            let more = if extra > 0 {
-                slots.clone().acquire_many_owned(extra).await.ok()
-            } else {
-                None
-            };
+            // One slot per claimed operation: give back what the claim did not fill, take the
+            // rest (free when the claim was asked for; only this loop takes slots).
             let mut slots_held = first;
-            if let Some(more) = more {
-                slots_held.merge(more);
+            if claimed.len() < slots_held.num_permits() {
+                drop(slots_held.split(slots_held.num_permits() - claimed.len()));
+            } else {
+                let extra = u32::try_from(claimed.len() - slots_held.num_permits()).unwrap_or(0);
+                if extra > 0
+                    && let Ok(more) = slots.clone().acquire_many_owned(extra).await
+                {
+                    slots_held.merge(more);
+                }
             }
             let this = self.clone();
             let tx = record_tx.clone();
@@ -325,15 +352,24 @@ impl Worker {
         }
     }
 
-    /// Writes outcomes in group commits: whatever is queued when a write starts goes in it.
+    /// Writes outcomes in group commits: what is queued when a write starts goes in it, and what
+    /// arrives within `record_linger` of the first outcome joins it (up to `record_batch_max`), so
+    /// answers that come back spread out are still written a group per commit.
     async fn recorder(&self, mut rx: mpsc::Receiver<Pending>) {
         let max = self.config.record_batch_max;
         while let Some(first) = rx.recv().await {
+            let until = tokio::time::Instant::now() + self.config.record_linger;
             let mut batch = vec![first];
             while batch.len() < max {
                 match rx.try_recv() {
                     Ok(p) => batch.push(p),
-                    Err(_) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        match tokio::time::timeout_at(until, rx.recv()).await {
+                            Ok(Some(p)) => batch.push(p),
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
                 }
             }
             self.record(batch).await;

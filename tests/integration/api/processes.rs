@@ -19,13 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// Concurrent assistant requests across the two processes.
 const CALLS: usize = 50;
 
-pub(super) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub(super) use crate::serve::free_port;
 
 pub(super) fn api_process(database_url: &str, port: u16) -> Child {
     Command::new(payonce_bin())

@@ -89,11 +89,7 @@ pub const WEBHOOK_SECRET: &str = "whsec_fleet_c0ffee_not_the_published_default";
 /// `payonce api` on a free port, accepting webhooks signed with [`WEBHOOK_SECRET`]; returns the
 /// process and its base URL once it is ready.
 pub async fn api(database_url: &str) -> (Proc, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::serve::free_port();
     let listen = format!("127.0.0.1:{port}");
     let secret = WEBHOOK_SECRET;
     let p = spawn(

@@ -32,11 +32,7 @@ impl Cluster {
         let bin = super::postgres::postgres_bin_dir().expect(
             "a test that restarts Postgres needs the Postgres binaries under /usr/lib/postgresql",
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::serve::free_port();
         let dir = std::env::temp_dir().join(format!(
             "payonce-cluster-{}",
             payonce_shared::id::random_hex(6)

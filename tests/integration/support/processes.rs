@@ -165,7 +165,7 @@ pub struct RunningWorker {
 
 /// Starts a worker daemon (see [`RunningWorker`]).
 pub fn run_worker(
-    ledger: payonce_shared::ledger::SharedLedger,
+    ledger: Arc<dyn payonce_shared::ledger::Queue>,
     processor: Arc<dyn Processor>,
     config: payonce_worker::WorkerConfig,
 ) -> RunningWorker {
