@@ -35,6 +35,54 @@ pub struct WorkerProcess {
     pub peak_kib: u64,
     /// CPU time spent over the drain, by process.
     pub cpu: CpuSplit,
+    /// How the worker grouped its ledger writes, from its `/metrics` at the end of the drain.
+    pub grouping: Grouping,
+}
+
+/// The worker's claims and outcome writes over one drain (its `/metrics` counters).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grouping {
+    /// `payonce_worker_claimed_total`: operations claimed.
+    pub claimed: u64,
+    /// `payonce_worker_claims_total`: claim statements that returned operations.
+    pub claims: u64,
+    /// `payonce_worker_outcomes_total`, every outcome.
+    pub outcomes: u64,
+    /// `payonce_worker_record_writes_total`: group writes of outcomes.
+    pub record_writes: u64,
+}
+
+impl Grouping {
+    /// Reads the four counters from a `/metrics` page.
+    pub fn from_exposition(text: &str) -> Grouping {
+        Grouping {
+            claimed: metric_sum(text, "payonce_worker_claimed_total"),
+            claims: metric_sum(text, "payonce_worker_claims_total"),
+            outcomes: metric_sum(text, "payonce_worker_outcomes_total"),
+            record_writes: metric_sum(text, "payonce_worker_record_writes_total"),
+        }
+    }
+
+    /// Mean operations per claim.
+    pub fn per_claim(&self) -> f64 {
+        self.claimed as f64 / self.claims.max(1) as f64
+    }
+
+    /// Mean outcomes per write.
+    pub fn per_write(&self) -> f64 {
+        self.outcomes as f64 / self.record_writes.max(1) as f64
+    }
+}
+
+/// The sum of every sample of `series` (all its label sets) on a Prometheus text page.
+pub(crate) fn metric_sum(text: &str, series: &str) -> u64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// CPU time over one drain: the two payonce-built processes, the database server, the whole machine.
@@ -123,8 +171,15 @@ pub async fn drain(
     let postgres_before = postgres_cpu();
     let machine_before = machine_cpu().context("read /proc/stat")?;
     let started = Instant::now();
+    let metrics_url = format!("http://127.0.0.1:{}/metrics", free_port()?);
     let mut child = Command::new(payonce_bin)
         .arg("worker")
+        .env(
+            "PAYONCE_METRICS_LISTEN",
+            metrics_url
+                .trim_start_matches("http://")
+                .trim_end_matches("/metrics"),
+        )
         .env("PAYONCE_DATABASE_URL", &db.url)
         .env("PAYONCE_PROCESSOR_URL", &sim_url)
         .env(
@@ -164,6 +219,14 @@ pub async fn drain(
         machine_capacity: machine_total.saturating_sub(machine_before.1),
     };
     let peak_kib = peak_kib_of(pid).context("read the worker's VmHWM")?;
+    let grouping = Grouping::from_exposition(
+        &reqwest::get(&metrics_url)
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .with_context(|| format!("scrape the worker's {metrics_url}"))?
+            .text()
+            .await?,
+    );
     stop(&mut child, "worker").await?;
     crate::drive::check_all_succeeded(&shared, operations).await?;
     let payments = crate::http::simulator_payments(&sim_url).await?;
@@ -178,6 +241,7 @@ pub async fn drain(
         rate: Rate::new(succeeded, elapsed),
         peak_kib,
         cpu,
+        grouping,
     })
 }
 
@@ -336,5 +400,31 @@ mod tests {
             assert!(cpu_of(std::process::id()).is_some());
             assert!(machine_cpu().is_some_and(|(busy, total)| busy <= total));
         }
+    }
+
+    #[test]
+    fn grouping_reads_every_label_set_of_a_series_and_no_longer_name() {
+        let page = "\
+# TYPE payonce_worker_claimed_total counter
+payonce_worker_claimed_total 1000
+payonce_worker_claims_total 125
+payonce_worker_outcomes_total{outcome=\"succeeded\"} 990
+payonce_worker_outcomes_total{outcome=\"failed\"} 10
+payonce_worker_record_writes_total 250
+payonce_limiter_fallback 1
+payonce_limiter_fallback_entered_total 4
+";
+        let g = Grouping::from_exposition(page);
+        assert_eq!(
+            (g.claimed, g.claims, g.outcomes, g.record_writes),
+            (1000, 125, 1000, 250)
+        );
+        assert_eq!((g.per_claim(), g.per_write()), (8.0, 4.0));
+        assert_eq!(metric_sum(page, "payonce_limiter_fallback"), 1);
+        assert_eq!(
+            metric_sum(page, "payonce_limiter_fallback_entered_total"),
+            4
+        );
+        assert_eq!(Grouping::from_exposition("").per_claim(), 0.0);
     }
 }

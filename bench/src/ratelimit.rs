@@ -6,7 +6,7 @@
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
-use crate::process::{free_port, sigterm, succeeded};
+use crate::process::{free_port, metric_sum, sigterm, succeeded};
 use anyhow::Context;
 use payonce_shared::ledger::SharedLedger;
 use payonce_simulator::{RateLimits, Simulator, SimulatorConfig};
@@ -188,11 +188,7 @@ impl Fleet {
                 continue;
             };
             let Ok(text) = r.text().await else { continue };
-            sum += text
-                .lines()
-                .filter(|l| l.starts_with(series))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum::<u64>();
+            sum += metric_sum(&text, series);
         }
         sum
     }
@@ -316,7 +312,7 @@ pub async fn drain(
                 killed = true;
             } else if killed && !restarted {
                 if !fallback_seen {
-                    fallback_seen = fleet.scrape_sum(&http, "payonce_limiter_fallback ").await > 0;
+                    fallback_seen = fleet.scrape_sum(&http, "payonce_limiter_fallback").await > 0;
                 }
                 if done >= operations * 2 / 3 {
                     r.restart().await?;

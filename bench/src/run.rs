@@ -175,6 +175,17 @@ fn cpu_row(out: &mut Outcome, what: &str, p: &process::WorkerProcess) {
             p.cpu.busy_share() * 100.0,
         ),
     );
+    let g = &p.grouping;
+    out.table.fact(
+        format!("{what}: operations per claim, outcomes per write (the worker's `/metrics`)"),
+        format!(
+            "{:.1} per claim ({} claims), {:.1} per write ({} writes)",
+            g.per_claim(),
+            thousands(g.claims),
+            g.per_write(),
+            thousands(g.record_writes),
+        ),
+    );
 }
 
 /// The least share of the processor's write limit the limited fleet must reach.

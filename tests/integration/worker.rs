@@ -609,9 +609,16 @@ async fn a_busy_worker_claims_and_records_in_groups() {
         async move { (statuses(&ledger).await.get(&Status::Succeeded) == Some(&8)).then_some(()) }
     })
     .await;
+    let metrics = running.metrics.clone();
     running.stop().await.unwrap();
     assert_eq!(*queue.claims.lock().unwrap(), vec![4, 4]);
     assert_eq!(*queue.writes.lock().unwrap(), vec![2, 2, 2, 2]);
+    // What on-call sees: 8 claimed in 2 claims, 8 outcomes in 4 writes.
+    assert_eq!((metrics.claimed.get(), metrics.claims.get()), (8, 2));
+    assert_eq!(
+        (metrics.succeeded.get(), metrics.record_writes.get()),
+        (8, 4)
+    );
     assert_eq!(processes::audit(&sim).await.len(), 8);
     sim.shutdown().await;
 }

@@ -89,6 +89,9 @@ impl Worker {
             .await?;
         let n = claimed.len();
         self.metrics.claimed.add(n as u64);
+        if n > 0 {
+            self.metrics.claims.add(1);
+        }
         self.hold(&claimed);
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
@@ -175,6 +178,7 @@ impl Worker {
             }
             summary.claimed += claimed.len() as u64;
             self.metrics.claimed.add(claimed.len() as u64);
+            self.metrics.claims.add(1);
             self.hold(&claimed);
             // One slot per claimed operation: give back what the claim did not fill, take the
             // rest (free when the claim was asked for; only this loop takes slots).
@@ -390,7 +394,10 @@ impl Worker {
                 .record_batch(&items, &self.config.owner, self.clock.now())
                 .await
             {
-                Ok(r) => break r,
+                Ok(r) => {
+                    self.metrics.record_writes.add(1);
+                    break r;
+                }
                 Err(error) if Instant::now() < deadline => {
                     tracing::warn!(%error, n = items.len(), "recording outcomes failed; retrying");
                     tokio::time::sleep(LEDGER_ERROR_PAUSE).await;

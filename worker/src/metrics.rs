@@ -7,6 +7,10 @@ use payonce_shared::metrics::{Counter, Exposition, Histogram};
 pub struct WorkerMetrics {
     /// Operations claimed.
     pub claimed: Counter,
+    /// Claim statements that returned operations (`claimed / claims` is the mean claim size).
+    pub claims: Counter,
+    /// Group writes of outcomes (`outcomes / record_writes` is the mean group size).
+    pub record_writes: Counter,
     /// Outcomes recorded as succeeded.
     pub succeeded: Counter,
     /// Outcomes recorded as failed.
@@ -43,6 +47,18 @@ impl WorkerMetrics {
             "Operations claimed.",
             "",
             self.claimed.get(),
+        );
+        e.counter(
+            "payonce_worker_claims_total",
+            "Claim statements that returned operations (claimed_total / claims_total: the mean claim size).",
+            "",
+            self.claims.get(),
+        );
+        e.counter(
+            "payonce_worker_record_writes_total",
+            "Group writes of outcomes (outcomes_total / record_writes_total: the mean group size).",
+            "",
+            self.record_writes.get(),
         );
         let outcomes = "Outcomes recorded by the worker.";
         e.counter(

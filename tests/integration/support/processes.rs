@@ -161,6 +161,8 @@ impl<H: SubmitHook> Processor for Hooked<H> {
 pub struct RunningWorker {
     stop: tokio::sync::watch::Sender<bool>,
     run: tokio::task::JoinHandle<payonce_worker::RunSummary>,
+    /// The daemon's counters, as its `/metrics` would render them.
+    pub metrics: Arc<payonce_worker::WorkerMetrics>,
 }
 
 /// Starts a worker daemon (see [`RunningWorker`]).
@@ -178,11 +180,12 @@ pub fn run_worker(
         )
         .expect("a valid worker configuration"),
     );
+    let metrics = worker.metrics();
     let (stop, mut stopping) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(worker.run(async move {
         let _ = stopping.wait_for(|s| *s).await;
     }));
-    RunningWorker { stop, run }
+    RunningWorker { stop, run, metrics }
 }
 
 impl RunningWorker {
