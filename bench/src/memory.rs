@@ -14,9 +14,19 @@ pub fn peak_kib() -> Option<u64> {
 
 /// `VmHWM` in KiB from the text of a `/proc/PID/status` file.
 pub fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmHWM:")
+}
+
+/// `RssAnon` in KiB (resident private memory now: heap, stacks; not the binary's code mapped from its
+/// file) from the text of a `/proc/PID/status` file.
+pub fn rss_anon_kib(status: &str) -> Option<u64> {
+    status_kib(status, "RssAnon:")
+}
+
+fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
@@ -27,5 +37,14 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(super::peak_kib().is_some_and(|kib| kib > 0));
         }
+    }
+
+    #[test]
+    fn status_fields_are_read_by_name() {
+        let status =
+            "Name:\tpayonce\nVmHWM:\t   37736 kB\nVmRSS:\t   30000 kB\nRssAnon:\t   25496 kB\n";
+        assert_eq!(super::vm_hwm_kib(status), Some(37_736));
+        assert_eq!(super::rss_anon_kib(status), Some(25_496));
+        assert_eq!(super::rss_anon_kib("Name:\tx\n"), None);
     }
 }

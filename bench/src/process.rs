@@ -33,6 +33,9 @@ pub struct WorkerProcess {
     pub rate: Rate,
     /// The worker process's peak resident set size, KiB.
     pub peak_kib: u64,
+    /// The largest private resident memory (`RssAnon`) seen at the bench's polls, KiB: the peak
+    /// without the binary's code and read-only data mapped from its file.
+    pub peak_anon_kib: u64,
     /// CPU time spent over the drain, by process.
     pub cpu: CpuSplit,
     /// How the worker grouped its ledger writes, from its `/metrics` at the end of the drain.
@@ -198,7 +201,11 @@ pub async fn drain(
         .with_context(|| format!("spawn {} worker", payonce_bin.display()))?;
     let pid = child.id().context("the worker exited at once")?;
     let shared: SharedLedger = Arc::new(ledger.clone());
+    let peak_anon = std::cell::Cell::new(0_u64);
     let succeeded = until(&mut child, "the worker", started, deadline, || async {
+        if let Some(kib) = anon_kib_of(pid) {
+            peak_anon.set(peak_anon.get().max(kib));
+        }
         let done = succeeded(&shared).await?;
         Ok(if done >= operations {
             Ok(done)
@@ -240,6 +247,7 @@ pub async fn drain(
     Ok(WorkerProcess {
         rate: Rate::new(succeeded, elapsed),
         peak_kib,
+        peak_anon_kib: peak_anon.get(),
         cpu,
         grouping,
     })
@@ -310,6 +318,10 @@ pub(crate) async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
 
 fn peak_kib_of(pid: u32) -> Option<u64> {
     crate::memory::vm_hwm_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+fn anon_kib_of(pid: u32) -> Option<u64> {
+    crate::memory::rss_anon_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
 }
 
 /// User plus system CPU time of process `pid`, all its threads (`/proc/PID/stat`).

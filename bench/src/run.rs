@@ -136,6 +136,10 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         (TARGET_WORKER_MIB, &format!("{TARGET_WORKER_MIB:.0} MiB")),
         Some(Target::AtMost(1.0)),
     );
+    out.table.fact(
+        format!("{what}: the worker's private memory at its largest (`RssAnon`, polled every 50 ms; the peak above adds the binary's code and read-only data mapped from its file)"),
+        format!("{:.1} MiB", p.peak_anon_kib as f64 / 1024.0),
+    );
     cpu_row(out, &what, &p);
     if let Some((concurrency, latency)) = s.process_ceiling {
         progress("the same processes at the HTTP ceiling's latency");
