@@ -12,7 +12,7 @@
 use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
-use futures_util::{StreamExt, stream};
+use futures_util::stream::{self, FuturesUnordered, StreamExt};
 use payonce_shared::clock::SharedClock;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::failpoint::{self, FailPoint};
@@ -378,24 +378,46 @@ impl Reconciler {
                 (own, found)
             })
             .buffered(self.concurrency());
-        // Found payments are recorded in groups of `write_batch`, one commit each.
+        // Found payments are recorded in groups of `write_batch`, one commit each. Up to
+        // `concurrency` group writes run at once, beside the lookups: the groups hold disjoint rows,
+        // each statement locks its rows in id order, and every row is fenced, so they cannot
+        // deadlock or overwrite each other, and Postgres works on several groups at a time.
         let mut found = Vec::new();
-        while let Some((own, one)) = steps.next().await {
-            report.absorb(own);
-            found.extend(one);
-            if found.len() >= self.write_batch() {
-                self.record_found(std::mem::take(&mut found), report).await;
+        let mut writes = FuturesUnordered::new();
+        let mut looked_up_all = false;
+        while !looked_up_all {
+            tokio::select! {
+                Some(written) = writes.next(), if !writes.is_empty() => report.absorb(written),
+                step = steps.next() => match step {
+                    Some((own, one)) => {
+                        report.absorb(own);
+                        found.extend(one);
+                        if found.len() >= self.write_batch() {
+                            if writes.len() >= self.concurrency()
+                                && let Some(written) = writes.next().await
+                            {
+                                report.absorb(written);
+                            }
+                            writes.push(self.record_found(std::mem::take(&mut found)));
+                        }
+                    }
+                    None => looked_up_all = true,
+                },
             }
         }
-        self.record_found(found, report).await;
+        writes.push(self.record_found(found));
+        while let Some(written) = writes.next().await {
+            report.absorb(written);
+        }
         Ok(())
     }
 
     /// Records lookups that found the approved object, in one write; a row that moved since its
     /// lookup (its fence lost) gets the finding as a report instead, planned from its new state.
-    async fn record_found(&self, found: Vec<LookupFound>, report: &mut SweepReport) {
+    async fn record_found(&self, found: Vec<LookupFound>) -> SweepReport {
+        let mut report = SweepReport::default();
         if found.is_empty() {
-            return;
+            return report;
         }
         let source = format!("lookup by {}", self.config.owner);
         let now = self.clock.now();
@@ -415,7 +437,7 @@ impl Reconciler {
                 // Nothing of the group was written; the rows stay unknown for the next sweep.
                 report.errors += u32::try_from(found.len()).unwrap_or(u32::MAX);
                 tracing::warn!(%error, n = found.len(), "could not record found payments");
-                return;
+                return report;
             }
         };
         for (item, ok) in found.into_iter().zip(written) {
@@ -445,6 +467,7 @@ impl Reconciler {
             report.resolved_succeeded += 1;
             self.metrics.resolved_succeeded.inc();
         }
+        report
     }
 
     /// Looks one unknown operation up and writes what that decides, except a found payment of a
