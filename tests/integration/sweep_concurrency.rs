@@ -195,17 +195,21 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
     assert_eq!(payments_for(&sim, op.id.as_str()).await, 0);
 }
 
-/// More stuck operations than one sweep write takes (`ReconcilerConfig::write_batch`, here 4 of
-/// 10): the expiries and the found payments go in three groups each, and every operation is still
-/// moved and resolved once.
+/// More stuck operations than one sweep write takes (`ReconcilerConfig::write_batch`, here 2 of
+/// 10): the expiries and the found payments go in five groups each, written concurrently (up to
+/// the sweep's concurrency), and every operation is still moved and resolved once, on both stores.
 #[tokio::test]
 async fn a_sweep_writes_more_rows_than_one_group_holds() {
-    let stuck = 10;
-    let (ledger, _) = support::postgres_ledger().await;
+    for ledger in support::every_store().await {
+        sweep_in_groups(&ledger, 10).await;
+    }
+}
+
+async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: usize) {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // A crashed worker recorded every submission and every payment reached the processor; no
     // outcome reached the ledger.
-    let (ops, claimed) = crashed_after_marking(&ledger, "INV-G", stuck).await;
+    let (ops, claimed) = crashed_after_marking(ledger, "INV-G", stuck).await;
     let stripe = processes::stripe(&sim, None);
     for c in &claimed {
         let outcome =
@@ -218,7 +222,7 @@ async fn a_sweep_writes_more_rows_than_one_group_holds() {
 
     let mut config = ReconcilerConfig::new("rec");
     config.retry = WorkerConfig::new("rec");
-    config.write_batch = 4;
+    config.write_batch = 2;
     let report = Reconciler::new(
         ledger.clone(),
         processes::stripe(&sim, None),
