@@ -174,15 +174,11 @@ pub async fn drain(
     let postgres_before = postgres_cpu();
     let machine_before = machine_cpu().context("read /proc/stat")?;
     let started = Instant::now();
-    let metrics_url = format!("http://127.0.0.1:{}/metrics", free_port()?);
+    let metrics_listen = format!("127.0.0.1:{}", free_port()?);
+    let metrics_url = format!("http://{metrics_listen}/metrics");
     let mut child = Command::new(payonce_bin)
         .arg("worker")
-        .env(
-            "PAYONCE_METRICS_LISTEN",
-            metrics_url
-                .trim_start_matches("http://")
-                .trim_end_matches("/metrics"),
-        )
+        .env("PAYONCE_METRICS_LISTEN", &metrics_listen)
         .env("PAYONCE_DATABASE_URL", &db.url)
         .env("PAYONCE_PROCESSOR_URL", &sim_url)
         .env(
@@ -317,11 +313,16 @@ pub(crate) async fn succeeded(ledger: &SharedLedger) -> anyhow::Result<u64> {
 }
 
 fn peak_kib_of(pid: u32) -> Option<u64> {
-    crate::memory::vm_hwm_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+    crate::memory::vm_hwm_kib(&status_of(pid)?)
 }
 
 fn anon_kib_of(pid: u32) -> Option<u64> {
-    crate::memory::rss_anon_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+    crate::memory::rss_anon_kib(&status_of(pid)?)
+}
+
+/// `/proc/PID/status` of process `pid`.
+fn status_of(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok()
 }
 
 /// User plus system CPU time of process `pid`, all its threads (`/proc/PID/stat`).

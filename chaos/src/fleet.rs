@@ -121,19 +121,20 @@ pub fn free_port() -> anyhow::Result<u16> {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU32, Ordering};
-    static START: OnceLock<u32> = OnceLock::new();
+    // Read once a process: the ephemeral range's start, the span below it, this process's start.
+    static WALK: OnceLock<(u16, u32, u32)> = OnceLock::new();
     static TAKEN: AtomicU32 = AtomicU32::new(0);
-    let low = ephemeral_low();
-    let span = u32::from(low.saturating_sub(FREE_PORT_FLOOR));
+    let (low, span, start) = *WALK.get_or_init(|| {
+        let low = ephemeral_low();
+        let span = u32::from(low.saturating_sub(FREE_PORT_FLOOR));
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        (low, span, (h.finish() % u64::from(span.max(1))) as u32)
+    });
     anyhow::ensure!(
         span > 0,
         "no ports between {FREE_PORT_FLOOR} and the ephemeral range's start {low}"
     );
-    let start = *START.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        (h.finish() % u64::from(span)) as u32
-    });
     for _ in 0..span {
         let step = TAKEN.fetch_add(1, Ordering::Relaxed);
         let port = FREE_PORT_FLOOR + (start.wrapping_add(step) % span) as u16;
