@@ -102,12 +102,9 @@ pub(crate) async fn begin(
     let Some(claim) = in_flight.claim(key) else {
         return Ok(KeyState::InUse);
     };
-    // Spawned: a client hanging up (a worker's timeout) must not cancel the query half way; sqlx then
-    // closes the simulator's one connection.
-    let (store, owned_key) = (store.clone(), key.to_string());
-    let saved = tokio::spawn(async move { store.saved_response(&owned_key, not_before_ms).await })
-        .await
-        .map_err(|e| sqlx::Error::Protocol(format!("idempotency lookup task: {e}")))??;
+    // The store runs the lookup in its own task: a client hanging up (a worker's timeout) cannot cancel
+    // the query half way (sqlx would then close the simulator's one connection).
+    let saved = store.saved_response(key, not_before_ms).await?;
     match saved {
         Some(saved) if saved.fingerprint == fingerprint => Ok(KeyState::Replay(saved)),
         Some(_) => Ok(KeyState::Mismatch),

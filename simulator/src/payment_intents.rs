@@ -10,7 +10,7 @@ use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
 use crate::objects::{self, EventCause};
 use crate::routes::{Ctx, Shared};
 use crate::search::Query;
-use crate::store::{KeyRecord, NewEvent, PaymentRow};
+use crate::store::{KeyRecord, NewEvent, PaymentCommit, PaymentRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -207,23 +207,15 @@ pub(crate) async fn create(
             body: exec.body.clone(),
             created_ms: ctx.now_ms,
         });
-    let store = app.store.clone();
-    let due = app.webhooks_due_ms(ctx.now_ms);
-    let row = exec.row.clone();
-    let events = exec.events.clone();
-    // Spawned: a client hanging up must not cancel the transaction, and the claim is held until it commits.
-    let committed = tokio::spawn(async move {
-        let result = store
-            .commit_payment(&row, &events, key_record.as_ref(), due)
-            .await;
-        drop(claim);
-        result
-    })
-    .await;
-    match committed {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return ctx.internal("payment commit", &e),
-        Err(e) => return ctx.internal("payment commit task", &e),
+    let commit = PaymentCommit {
+        row: exec.row,
+        events: exec.events,
+        key: key_record,
+        webhooks_due_ms: app.webhooks_due_ms(ctx.now_ms),
+    };
+    // The claim is held until the commit has finished, even if the client hangs up first.
+    if let Err(e) = app.store.commit_payment(commit, claim).await {
+        return ctx.internal("payment commit", &e);
     }
     app.webhook_wake.notify_one();
     ctx.finish(ctx.respond(exec.status, exec.body, false))

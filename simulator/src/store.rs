@@ -9,7 +9,9 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Row};
 
+mod groups;
 mod refunds;
+mod writes;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -133,17 +135,6 @@ macro_rules! payment_columns {
 const SELECT_SAVED_RESPONSE: &str =
     "SELECT fingerprint, status, body FROM idempotency_keys WHERE key = ?1 AND created_ms >= ?2";
 const DELETE_EXPIRED_KEYS: &str = "DELETE FROM idempotency_keys WHERE created_ms < ?1";
-const UPSERT_KEY: &str = "INSERT INTO idempotency_keys (key, fingerprint, status, body, created_ms) \
-    VALUES (?1, ?2, ?3, ?4, ?5) \
-    ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, \
-    body = excluded.body, created_ms = excluded.created_ms";
-const INSERT_PAYMENT: &str = "INSERT INTO payment_intents (id, created, created_ms, amount, currency, customer, \
-    description, payment_method, status, metadata, transfer_destination, latest_charge, last_payment_error, \
-    next_action, amount_received, amount_refunded, client_secret, idempotency_key, request_id, settle_at_ms) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
-const INSERT_EVENT: &str = "INSERT INTO events (id, created, type, body) VALUES (?1, ?2, ?3, ?4)";
-const INSERT_OUTBOX: &str =
-    "INSERT INTO webhook_outbox (event_seq, due_ms, state) VALUES (?1, ?2, 'pending')";
 const SETTLE_PAYMENT: &str = "UPDATE payment_intents SET status = 'succeeded', latest_charge = ?2, \
     amount_received = amount, settle_at_ms = NULL WHERE id = ?1 AND status = 'processing'";
 const SELECT_EVENTS: &str =
@@ -286,47 +277,15 @@ pub(crate) struct Store {
     /// cancelled half way, a failed release check); without the anchor that silently replaced the
     /// whole simulator with an empty database (found by the chaos soak: "no such table").
     _anchor: Option<std::sync::Arc<sqlx::SqliteConnection>>,
+    /// The queue of key lookups and payment commits run in groups (`groups`).
+    groups: groups::Queue,
 }
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
+pub(crate) use groups::PaymentCommit;
 pub(crate) use refunds::{RefundCommit, RefundPage, RefundRow, RefundSettle};
-
-pub(crate) async fn insert_events(
-    tx: &mut Tx<'_>,
-    events: &[NewEvent],
-    webhooks_due_ms: Option<i64>,
-) -> Result<(), sqlx::Error> {
-    for e in events {
-        let done = sqlx::query(INSERT_EVENT)
-            .bind(&e.id)
-            .bind(e.created)
-            .bind(e.kind)
-            .bind(&e.body)
-            .execute(&mut **tx)
-            .await?;
-        if let Some(due) = webhooks_due_ms {
-            sqlx::query(INSERT_OUTBOX)
-                .bind(done.last_insert_rowid())
-                .bind(due)
-                .execute(&mut **tx)
-                .await?;
-        }
-    }
-    Ok(())
-}
-
-pub(crate) async fn upsert_key(tx: &mut Tx<'_>, key: &KeyRecord) -> Result<(), sqlx::Error> {
-    sqlx::query(UPSERT_KEY)
-        .bind(&key.key)
-        .bind(&key.fingerprint)
-        .bind(i64::from(key.status))
-        .bind(&key.body)
-        .bind(key.created_ms)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
+use writes::insert_events;
 
 impl Store {
     /// Opens (creating if needed) `sqlite::memory:`, a `sqlite:` URL or a file path, and creates the schema.
@@ -377,6 +336,7 @@ impl Store {
             sqlx::query(*statement).execute(&pool).await?;
         }
         Ok(Store {
+            groups: groups::start(pool.clone()),
             pool,
             _anchor: anchor,
         })
@@ -393,20 +353,18 @@ impl Store {
         key: &str,
         not_before_ms: i64,
     ) -> Result<Option<SavedResponse>, sqlx::Error> {
-        let row = sqlx::query(SELECT_SAVED_RESPONSE)
-            .bind(key)
-            .bind(not_before_ms)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| {
-            let status: i64 = r.try_get("status")?;
-            Ok(SavedResponse {
-                fingerprint: r.try_get("fingerprint")?,
-                status: u16::try_from(status).unwrap_or(500),
-                body: r.try_get("body")?,
-            })
-        })
-        .transpose()
+        groups::lookup(&self.groups, key, not_before_ms).await
+    }
+
+    /// Commits a new PaymentIntent with its events, webhook deliveries and idempotent response, in a
+    /// group with whatever other payments are waiting (`groups`). `hold` is dropped once the commit has
+    /// finished, even if the caller stopped waiting.
+    pub(crate) async fn commit_payment(
+        &self,
+        commit: PaymentCommit,
+        hold: impl Send + 'static,
+    ) -> Result<(), sqlx::Error> {
+        groups::commit(&self.groups, commit, Box::new(hold)).await
     }
 
     /// Forgets keys saved before `before_ms`.
@@ -416,45 +374,6 @@ impl Store {
             .execute(&self.pool)
             .await?
             .rows_affected())
-    }
-
-    /// Commits a new PaymentIntent with its events, webhook deliveries and idempotent response.
-    pub(crate) async fn commit_payment(
-        &self,
-        pi: &PaymentRow,
-        events: &[NewEvent],
-        key: Option<&KeyRecord>,
-        webhooks_due_ms: Option<i64>,
-    ) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(INSERT_PAYMENT)
-            .bind(&pi.id)
-            .bind(pi.created)
-            .bind(pi.created_ms)
-            .bind(pi.amount)
-            .bind(&pi.currency)
-            .bind(&pi.customer)
-            .bind(&pi.description)
-            .bind(&pi.payment_method)
-            .bind(&pi.status)
-            .bind(&pi.metadata)
-            .bind(&pi.transfer_destination)
-            .bind(&pi.latest_charge)
-            .bind(&pi.last_payment_error)
-            .bind(&pi.next_action)
-            .bind(pi.amount_received)
-            .bind(pi.amount_refunded)
-            .bind(&pi.client_secret)
-            .bind(&pi.idempotency_key)
-            .bind(&pi.request_id)
-            .bind(pi.settle_at_ms)
-            .execute(&mut *tx)
-            .await?;
-        insert_events(&mut tx, events, webhooks_due_ms).await?;
-        if let Some(key) = key {
-            upsert_key(&mut tx, key).await?;
-        }
-        tx.commit().await
     }
 
     /// Moves a `processing` payment to `succeeded` with its event; false if it was no longer processing.

@@ -3,7 +3,8 @@
 //! A refund counts against the payment's refundable amount from the moment it is created, `pending`
 //! included, and gives it back only when it fails, as Stripe does.
 
-use super::{KeyRecord, NewEvent, Store, insert_events, upsert_key};
+use super::writes::{insert_events, upsert_key};
+use super::{KeyRecord, NewEvent, Store};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
