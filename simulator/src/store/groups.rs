@@ -18,8 +18,8 @@
 
 use super::writes::{VARIABLES_MAX, insert_events_due, insert_payments, statement, upsert_keys};
 use super::{KeyRecord, NewEvent, PaymentRow, SELECT_SAVED_RESPONSE, SavedResponse};
-use sqlx::{AssertSqlSafe, Row};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
+use sqlx::{AssertSqlSafe, Row};
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
@@ -140,7 +140,10 @@ async fn run(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Job>) {
     }
 }
 
-async fn answer_lookups(pool: &SqlitePool, lookups: Vec<(String, i64, Reply<Option<SavedResponse>>)>) {
+async fn answer_lookups(
+    pool: &SqlitePool,
+    lookups: Vec<(String, i64, Reply<Option<SavedResponse>>)>,
+) {
     if lookups.is_empty() {
         return;
     }
@@ -180,7 +183,10 @@ async fn saved_responses(
             query = query.bind(*key);
         }
         for row in query.fetch_all(pool).await? {
-            found.insert(row.try_get("key")?, (row.try_get("created_ms")?, saved(&row)?));
+            found.insert(
+                row.try_get("key")?,
+                (row.try_get("created_ms")?, saved(&row)?),
+            );
         }
     }
     Ok(found)
@@ -309,7 +315,10 @@ mod tests {
     }
 
     async fn count(store: &Store, sql: &'static str) -> i64 {
-        sqlx::query_scalar(sql).fetch_one(&store.pool).await.unwrap()
+        sqlx::query_scalar(sql)
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
     }
 
     /// Sets its flag when dropped: stands for the request's claim on its key.
@@ -328,7 +337,10 @@ mod tests {
             .collect();
         let group: Vec<&PaymentCommit> = commits.iter().collect();
         commit_group(&store.pool, &group).await.unwrap();
-        assert_eq!(count(&store, "SELECT COUNT(*) FROM payment_intents").await, 10);
+        assert_eq!(
+            count(&store, "SELECT COUNT(*) FROM payment_intents").await,
+            10
+        );
         assert_eq!(count(&store, "SELECT COUNT(*) FROM events").await, 20);
         assert_eq!(
             count(
@@ -348,8 +360,14 @@ mod tests {
         let expected: Vec<String> = (0..10).map(|i| format!("pi_{i}")).collect();
         assert_eq!(ids, expected);
         let saved = store.saved_response("k7", 0).await.unwrap().unwrap();
-        assert_eq!((saved.fingerprint.as_str(), saved.body.as_slice()), ("fp_k7", b"pi_7".as_slice()));
-        assert!(store.saved_response("k7", 1_001).await.unwrap().is_none(), "saved before the window");
+        assert_eq!(
+            (saved.fingerprint.as_str(), saved.body.as_slice()),
+            ("fp_k7", b"pi_7".as_slice())
+        );
+        assert!(
+            store.saved_response("k7", 1_001).await.unwrap().is_none(),
+            "saved before the window"
+        );
         assert!(store.saved_response("k99", 0).await.unwrap().is_none());
     }
 
@@ -363,7 +381,9 @@ mod tests {
         for (i, id) in ids.into_iter().enumerate() {
             let q = queue.clone();
             let p = payment(id, &format!("key{i}"));
-            answers.push(tokio::spawn(async move { commit(&q, p, Box::new(())).await }));
+            answers.push(tokio::spawn(
+                async move { commit(&q, p, Box::new(())).await },
+            ));
         }
         while jobs.len() < ids.len() {
             tokio::task::yield_now().await;
@@ -380,10 +400,19 @@ mod tests {
             results.push(answer.await.unwrap().is_ok());
         }
         assert_eq!(results, [true, true, true, false, true]);
-        assert_eq!(count(&store, "SELECT COUNT(*) FROM payment_intents").await, 4);
+        assert_eq!(
+            count(&store, "SELECT COUNT(*) FROM payment_intents").await,
+            4
+        );
         assert_eq!(count(&store, "SELECT COUNT(*) FROM events").await, 8);
-        assert_eq!(count(&store, "SELECT COUNT(*) FROM idempotency_keys").await, 4);
-        assert!(store.saved_response("key3", 0).await.unwrap().is_none(), "the failed payment's key is not remembered");
+        assert_eq!(
+            count(&store, "SELECT COUNT(*) FROM idempotency_keys").await,
+            4
+        );
+        assert!(
+            store.saved_response("key3", 0).await.unwrap().is_none(),
+            "the failed payment's key is not remembered"
+        );
     }
 
     #[tokio::test]
@@ -405,7 +434,10 @@ mod tests {
         assert_eq!(next_group(&mut jobs, GROUP_MAX).await.len(), GROUP_MAX);
         assert_eq!(next_group(&mut jobs, GROUP_MAX).await.len(), 6);
         drop(queue);
-        assert!(next_group(&mut jobs, GROUP_MAX).await.is_empty(), "closed and drained");
+        assert!(
+            next_group(&mut jobs, GROUP_MAX).await.is_empty(),
+            "closed and drained"
+        );
     }
 
     #[tokio::test]
@@ -421,7 +453,10 @@ mod tests {
             }
         };
         assert_eq!(saved.body, b"pi_gone");
-        assert!(released.load(Ordering::SeqCst), "the hold is dropped after the commit");
+        assert!(
+            released.load(Ordering::SeqCst),
+            "the hold is dropped after the commit"
+        );
     }
 
     /// Polls `f` once and drops it; true if it was still pending.

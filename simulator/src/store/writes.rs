@@ -50,7 +50,10 @@ fn rows_per_statement(parameters: usize) -> usize {
 }
 
 /// Inserts new PaymentIntents.
-pub(crate) async fn insert_payments(tx: &mut Tx<'_>, rows: &[&PaymentRow]) -> Result<(), sqlx::Error> {
+pub(crate) async fn insert_payments(
+    tx: &mut Tx<'_>,
+    rows: &[&PaymentRow],
+) -> Result<(), sqlx::Error> {
     for chunk in rows.chunks(rows_per_statement(PAYMENT_PARAMETERS)) {
         let sql = statement(INSERT_PAYMENTS, PAYMENT_TUPLE, chunk.len(), "");
         let mut query = sqlx::query(AssertSqlSafe(sql));
@@ -124,7 +127,8 @@ pub(crate) async fn insert_events(
     events: &[NewEvent],
     webhooks_due_ms: Option<i64>,
 ) -> Result<(), sqlx::Error> {
-    let events: Vec<(&NewEvent, Option<i64>)> = events.iter().map(|e| (e, webhooks_due_ms)).collect();
+    let events: Vec<(&NewEvent, Option<i64>)> =
+        events.iter().map(|e| (e, webhooks_due_ms)).collect();
     insert_events_due(tx, &events).await
 }
 
