@@ -5,17 +5,71 @@
 use sqlx::Connection;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 const LOCAL_SERVER: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const THROWAWAY_PORT: u16 = 55432;
 
+/// What every test database's name starts with: `payonce_t_<unix seconds>_<random hex>`.
+const TEST_DATABASE_PREFIX: &str = "payonce_t_";
+/// A test database older than this was left by an earlier run (no run takes this long: CI's limit is
+/// 90 minutes) and is dropped by the next [`fresh_database`]. Each test makes one on the shared server
+/// and nothing else drops it; about 90 a run, 10 MiB each.
+const STALE_TEST_DATABASE_AGE: Duration = Duration::from_secs(3 * 60 * 60);
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// When a test database was made, read from its name; `None` for any other name (an older
+/// naming included: those are left alone).
+fn test_database_created_secs(name: &str) -> Option<u64> {
+    let (secs, rest) = name.strip_prefix(TEST_DATABASE_PREFIX)?.split_once('_')?;
+    let hex = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then(|| secs.parse().ok()).flatten()
+}
+
+fn is_stale_test_database(name: &str, now_secs: u64) -> bool {
+    test_database_created_secs(name)
+        .is_some_and(|made| now_secs.saturating_sub(made) > STALE_TEST_DATABASE_AGE.as_secs())
+}
+
+/// Drops the test databases earlier runs left behind. Tests running at the same time may try the same
+/// ones: a database already gone is not an error.
+async fn drop_stale_test_databases(conn: &mut sqlx::PgConnection) {
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
+            .bind(TEST_DATABASE_PREFIX)
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap_or_default();
+    let now = unix_secs();
+    for name in names.iter().filter(|n| is_stale_test_database(n, now)) {
+        // The name parsed as prefix, digits and hex: nothing to quote.
+        let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+            .execute(&mut *conn)
+            .await
+        {
+            eprintln!("could not drop the stale test database {name}: {e}");
+        }
+    }
+}
+
 /// Creates a new, empty database and returns its URL.
 pub async fn fresh_database() -> String {
     let admin = admin_url().await;
-    let name = format!("payonce_t_{}", payonce_shared::id::random_hex(8));
+    let name = format!(
+        "{TEST_DATABASE_PREFIX}{}_{}",
+        unix_secs(),
+        payonce_shared::id::random_hex(8)
+    );
     let mut conn = sqlx::PgConnection::connect(&admin)
         .await
         .expect("connect to the admin database");
+    drop_stale_test_databases(&mut conn).await;
     // A test database need not survive a crash of the server it shares (the throwaway cluster runs
     // with fsync off for the same reason; the crash scenarios start a cluster of their own): commits
     // return without waiting for the WAL flush, which is most of a small write's time.
@@ -129,5 +183,38 @@ fn start_throwaway_cluster() {
             "-w",
             "start",
         ],
+    );
+}
+
+#[test]
+fn only_this_suites_databases_older_than_the_limit_are_stale() {
+    let now = 1_800_000_000;
+    let limit = STALE_TEST_DATABASE_AGE.as_secs();
+    let named = |made: u64| format!("{TEST_DATABASE_PREFIX}{made}_0123456789abcdef");
+    assert!(is_stale_test_database(&named(now - limit - 1), now));
+    assert!(
+        !is_stale_test_database(&named(now - limit), now),
+        "at the limit"
+    );
+    assert!(!is_stale_test_database(&named(now), now));
+    assert!(
+        !is_stale_test_database(&named(now + 60), now),
+        "a clock behind another"
+    );
+    // Not ours, or not this naming: never dropped.
+    for other in [
+        "payonce_t_0123456789abcdef",
+        "payonce_t_12_",
+        "payonce_t_12_not-hex",
+        "payonce_t_x_0123",
+        "postgres",
+        "test",
+        "payonce",
+    ] {
+        assert!(!is_stale_test_database(other, now), "{other}");
+    }
+    assert_eq!(
+        test_database_created_secs(&named(1_700_000_000)),
+        Some(1_700_000_000)
     );
 }
