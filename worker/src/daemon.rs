@@ -46,6 +46,8 @@ pub struct RunSummary {
 struct Pending {
     op: Operation,
     recorded: Recorded,
+    /// When the outcome was known (the processor answered, or the precheck refused).
+    known_at: Instant,
     /// The submission's in-flight slot, given back once the outcome is written (or given up on):
     /// `concurrency` bounds claimed-and-unrecorded work, and with it the worker's memory and what a
     /// crash leaves to the reconciler's lookups.
@@ -273,6 +275,7 @@ impl Worker {
                         .send(Pending {
                             op,
                             recorded: rejection,
+                            known_at: Instant::now(),
                             _slot: None,
                         })
                         .await;
@@ -330,6 +333,7 @@ impl Worker {
                         .send(Pending {
                             op,
                             recorded,
+                            known_at: Instant::now(),
                             _slot: slot,
                         })
                         .await;
@@ -396,6 +400,11 @@ impl Worker {
             {
                 Ok(r) => {
                     self.metrics.record_writes.add(1);
+                    for p in &batch {
+                        self.metrics.known_to_recorded.observe_ms(
+                            u64::try_from(p.known_at.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        );
+                    }
                     break r;
                 }
                 Err(error) if Instant::now() < deadline => {

@@ -37,6 +37,10 @@ pub struct WorkerMetrics {
     pub submit_latency: Histogram,
     /// Claim-to-submit latency.
     pub claim_to_submit: Histogram,
+    /// From an outcome being known (the processor's answer, a precheck's refusal) to its group write
+    /// committed: the record linger, the wait behind an earlier write, the write. The submission's
+    /// slot is held all that time.
+    pub known_to_recorded: Histogram,
 }
 
 impl WorkerMetrics {
@@ -136,6 +140,11 @@ impl WorkerMetrics {
             "payonce_worker_claim_to_submit_seconds",
             "Claim to submission latency.",
             &self.claim_to_submit,
+        );
+        e.histogram(
+            "payonce_worker_outcome_to_recorded_seconds",
+            "From an outcome being known (answer or precheck refusal) to its write committed; its slot is held meanwhile.",
+            &self.known_to_recorded,
         );
     }
 }
