@@ -80,21 +80,8 @@ impl Grouping {
 /// The worker's count of outcomes recorded as succeeded.
 const SUCCEEDED_SERIES: &str = "payonce_worker_outcomes_total{outcome=\"succeeded\"}";
 
-/// The value of one sample (a series with its exact label set) on a Prometheus text page; 0 if absent.
-pub(crate) fn metric_value(text: &str, sample: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| {
-            l.strip_prefix(sample)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .next()
-        .unwrap_or(0)
-}
-
-/// The sum of every sample of `series` (all its label sets) on a Prometheus text page.
+/// The sum of every sample of `series` on a Prometheus text page: all its label sets, or one when
+/// `series` names it (`name{label="…"}`); 0 if absent.
 pub(crate) fn metric_sum(text: &str, series: &str) -> u64 {
     text.lines()
         .filter(|l| {
@@ -227,7 +214,7 @@ pub async fn drain(
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(e) => return Ok(Err(format!("the worker's metrics are not up: {e}"))),
         };
-        let done = metric_value(&page, SUCCEEDED_SERIES);
+        let done = metric_sum(&page, SUCCEEDED_SERIES);
         Ok(if done >= operations {
             Ok(done)
         } else {
@@ -464,16 +451,16 @@ payonce_limiter_fallback_entered_total 4
             4
         );
         assert_eq!(Grouping::from_exposition("").per_claim(), 0.0);
-        assert_eq!(metric_value(page, SUCCEEDED_SERIES), 990);
+        assert_eq!(metric_sum(page, SUCCEEDED_SERIES), 990);
         assert_eq!(
-            metric_value(page, "payonce_worker_outcomes_total{outcome=\"failed\"}"),
+            metric_sum(page, "payonce_worker_outcomes_total{outcome=\"failed\"}"),
             10
         );
         assert_eq!(
-            metric_value(page, "payonce_worker_claimed"),
+            metric_sum(page, "payonce_worker_claimed"),
             0,
             "a prefix is not a sample"
         );
-        assert_eq!(metric_value("", SUCCEEDED_SERIES), 0);
+        assert_eq!(metric_sum("", SUCCEEDED_SERIES), 0);
     }
 }

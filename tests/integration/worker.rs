@@ -545,6 +545,11 @@ async fn a_busy_worker_claims_and_records_in_groups() {
         (metrics.succeeded.get(), metrics.record_writes.get()),
         (8, 4)
     );
+    assert_eq!(
+        metrics.known_to_recorded.count(),
+        8,
+        "one answer-to-recorded observation per outcome written"
+    );
     assert_eq!(processes::audit(&sim).await.len(), 8);
     sim.shutdown().await;
 }

@@ -444,9 +444,21 @@ mod tests {
     async fn a_commit_whose_caller_stops_waiting_still_commits_then_releases_its_hold() {
         let store = Store::open("sqlite::memory:").await.unwrap();
         let released = Arc::new(AtomicBool::new(false));
+        // Holding the store's one connection keeps the commit from running.
+        let connection = store.pool.acquire().await.unwrap();
         let waiting = store.commit_payment(payment("pi_gone", "k_gone"), Flag(released.clone()));
         // Polled once (the job is queued), then dropped, as when a client hangs up mid-request.
         assert!(futures_poll_once(waiting).await);
+        // On this single-threaded runtime the group task runs at each yield, up to its wait for the
+        // connection; the hold must outlive that wait.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !released.load(Ordering::SeqCst),
+            "the hold was released before its commit"
+        );
+        drop(connection);
         // The first lookup may share the commit's group, where lookups are answered first; the
         // second is queued only after that group began, so it runs after the commit.
         let mut saved = store.saved_response("k_gone", 0).await.unwrap();
