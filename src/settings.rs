@@ -70,6 +70,11 @@ pub struct Common {
     #[arg(long, env = "PAYONCE_PROCESSOR_IDLE_CONNECTIONS", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub processor_idle_connections: u64,
+    /// Speak HTTP/2 to the processor (one connection, a stream per request in flight) instead of a
+    /// connection per request. Off by default: the server's stream limit then caps the requests in
+    /// flight, and a lost connection loses every request on it (docs/decisions.md).
+    #[arg(long, env = "PAYONCE_PROCESSOR_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
+    pub processor_http2: bool,
     /// Fleet limiter: `local` (in-process; embedded mode), `redis` (shared by every process of the
     /// account through `limiter_redis_url`), or `off` (no pacing; 429s are still retried).
     #[arg(long, env = "PAYONCE_LIMITER", default_value = "local",
@@ -142,6 +147,7 @@ impl Common {
         config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
         config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
         config.idle_connections = usize::try_from(self.processor_idle_connections)?;
+        config.http2 = self.processor_http2;
         let mut stripe = StripeProcessor::new(config)?;
         if let Some(s) = self.key_retention_s {
             stripe = stripe.with_key_retention(Duration::from_secs(s));

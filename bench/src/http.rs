@@ -61,6 +61,22 @@ pub async fn postgres(
 }
 
 /// Payments the simulator at `base` holds (its audit endpoint).
+/// TCP connections the simulator at `base` accepted since it started, this read's own included.
+pub async fn simulator_connections(base: &str) -> anyhow::Result<u64> {
+    payonce_simulator::install_crypto_provider();
+    let client = reqwest::Client::builder().timeout(AUDIT_TIMEOUT).build()?;
+    let body: serde_json::Value = client
+        .get(format!("{base}/_sim/audit/connections"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    body["accepted"]
+        .as_u64()
+        .context("the connection audit has no count")
+}
+
+/// Payments the simulator at `base` holds.
 pub async fn simulator_payments(base: &str) -> anyhow::Result<u64> {
     // The simulator may run in another process: this one's client needs a TLS provider of its own.
     payonce_simulator::install_crypto_provider();

@@ -40,6 +40,8 @@ pub struct WorkerProcess {
     pub cpu: CpuSplit,
     /// How the worker grouped its ledger writes, from its `/metrics` at the end of the drain.
     pub grouping: Grouping,
+    /// TCP connections the worker opened to the simulator (the simulator's count, less the bench's own reads).
+    pub connections: u64,
 }
 
 /// The worker's claims and outcome writes over one drain (its `/metrics` counters).
@@ -126,16 +128,46 @@ pub fn sibling_binary() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
+/// How the worker speaks to the simulator (`PAYONCE_PROCESSOR_HTTP2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// The default: a connection per request in flight.
+    Http1,
+    /// One connection, a stream per request in flight (cleartext, prior knowledge).
+    Http2,
+}
+
+impl Protocol {
+    /// Both, the default first.
+    pub const ALL: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
+
+    fn http2_setting(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "false",
+            Protocol::Http2 => "true",
+        }
+    }
+
+    /// How a row names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "HTTP/1.1",
+            Protocol::Http2 => "HTTP/2",
+        }
+    }
+}
+
 /// Loads `operations` ready rows, starts `payonce simulator` with `latency`, runs `payonce worker`
-/// with its defaults but `concurrency` in flight (and as many idle connections kept) and no fleet
-/// limiter (so the in-flight limit, not the limiter's 100/s, bounds it) against both, waits until every operation succeeded, reads the
-/// worker's peak memory and both processes' CPU time, and stops both with SIGTERM (each must exit
-/// 0). Checks one payment per operation at the simulator.
+/// with its defaults but `concurrency` in flight (and as many idle connections kept) over
+/// `protocol` and no fleet limiter (so the in-flight limit, not the limiter's 100/s, bounds it)
+/// against both, waits until every operation succeeded, reads the worker's peak memory and both
+/// processes' CPU time, and stops both with SIGTERM (each must exit 0). Checks one payment per
+/// operation at the simulator.
 pub async fn drain(
     admin_url: &str,
     payonce_bin: &Path,
     operations: u64,
-    concurrency: usize,
+    (concurrency, protocol): (usize, Protocol),
     latency: Duration,
     deadline: Duration,
 ) -> anyhow::Result<WorkerProcess> {
@@ -174,6 +206,7 @@ pub async fn drain(
     )
     .await?;
 
+    let connections_before = crate::http::simulator_connections(&sim_url).await?;
     let sim_before = cpu_of(sim_pid).context("read the simulator's CPU time")?;
     let postgres_before = postgres_cpu();
     let machine_before = machine_cpu().context("read /proc/stat")?;
@@ -194,6 +227,7 @@ pub async fn drain(
             "PAYONCE_PROCESSOR_IDLE_CONNECTIONS",
             concurrency.max(1).to_string(),
         )
+        .env("PAYONCE_PROCESSOR_HTTP2", protocol.http2_setting())
         .env("PAYONCE_LIMITER", "off")
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
@@ -243,6 +277,9 @@ pub async fn drain(
             .await?,
     );
     stop(&mut child, "worker").await?;
+    // Less this read's own connection.
+    let connections = (crate::http::simulator_connections(&sim_url).await?)
+        .saturating_sub(connections_before + 1);
     crate::drive::check_all_succeeded(&shared, operations).await?;
     let payments = crate::http::simulator_payments(&sim_url).await?;
     anyhow::ensure!(
@@ -258,6 +295,7 @@ pub async fn drain(
         peak_anon_kib: peak_anon.get(),
         cpu,
         grouping,
+        connections,
     })
 }
 

@@ -106,62 +106,77 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         );
         return Ok(());
     };
-    progress("a payonce worker process draining from a payonce simulator process");
-    let p = process::drain(
-        &s.admin_url,
-        bin,
-        s.process_operations,
-        s.process_concurrency,
-        s.process_latency,
-        s.deadline,
-    )
-    .await?;
-    let what = format!(
-        "`payonce worker` process, {} in flight, no fleet limiter, `payonce simulator` process at {} ms, {} ops",
-        s.process_concurrency,
-        s.process_latency.as_millis(),
-        thousands(s.process_operations),
-    );
-    let bound = s.process_concurrency as f64 / s.process_latency.as_secs_f64();
-    out.table.compare(
-        format!("{what}: payments/s"),
-        (p.rate.per_second(), &per_second(&p.rate)),
-        (bound, &format!("{bound:.0}/s concurrency / latency")),
-        Some(Target::AtLeast(TARGET_HTTP_SHARE)),
-    );
-    let mib = p.peak_kib as f64 / 1024.0;
-    out.table.compare(
-        format!("{what}: the worker's peak RSS (VmHWM)"),
-        (mib, &format!("{mib:.1} MiB")),
-        (TARGET_WORKER_MIB, &format!("{TARGET_WORKER_MIB:.0} MiB")),
-        Some(Target::AtMost(1.0)),
-    );
-    out.table.fact(
-        format!("{what}: the worker's private memory at its largest (`RssAnon`, polled every 50 ms; the peak above adds the binary's code and read-only data mapped from its file)"),
-        format!("{:.1} MiB", p.peak_anon_kib as f64 / 1024.0),
-    );
-    cpu_row(out, &what, &p);
-    if let Some((concurrency, latency)) = s.process_ceiling {
-        progress("the same processes at the HTTP ceiling's latency");
-        let c = process::drain(
+    let mut default_run = None;
+    for protocol in process::Protocol::ALL {
+        progress(&format!(
+            "a payonce worker process draining from a payonce simulator process over {}",
+            protocol.label()
+        ));
+        let p = process::drain(
             &s.admin_url,
             bin,
             s.process_operations,
-            concurrency,
-            latency,
+            (s.process_concurrency, protocol),
+            s.process_latency,
             s.deadline,
         )
         .await?;
         let what = format!(
-            "`payonce worker` process, {concurrency} in flight, no fleet limiter, `payonce simulator` process at {} ms, {} ops",
-            latency.as_millis(),
+            "`payonce worker` process over {}, {} in flight, no fleet limiter, `payonce simulator` process at {} ms, {} ops",
+            protocol.label(),
+            s.process_concurrency,
+            s.process_latency.as_millis(),
             thousands(s.process_operations),
         );
-        out.table
-            .fact(format!("{what}: payments/s"), per_second(&c.rate));
-        cpu_row(out, &what, &c);
+        let bound = s.process_concurrency as f64 / s.process_latency.as_secs_f64();
+        out.table.compare(
+            format!("{what}: payments/s"),
+            (p.rate.per_second(), &per_second(&p.rate)),
+            (bound, &format!("{bound:.0}/s concurrency / latency")),
+            Some(Target::AtLeast(TARGET_HTTP_SHARE)),
+        );
+        let mib = p.peak_kib as f64 / 1024.0;
+        out.table.compare(
+            format!("{what}: the worker's peak RSS (VmHWM)"),
+            (mib, &format!("{mib:.1} MiB")),
+            (TARGET_WORKER_MIB, &format!("{TARGET_WORKER_MIB:.0} MiB")),
+            Some(Target::AtMost(1.0)),
+        );
+        out.table.fact(
+            format!("{what}: the worker's private memory at its largest (`RssAnon`, polled every 50 ms; the peak above adds the binary's code and read-only data mapped from its file)"),
+            format!("{:.1} MiB", p.peak_anon_kib as f64 / 1024.0),
+        );
+        cpu_row(out, &what, &p);
+        out.table.fact(
+            format!(
+                "{what}: TCP connections the worker opened to the simulator (the simulator's count)"
+            ),
+            thousands(p.connections),
+        );
+        if let Some((concurrency, latency)) = s.process_ceiling {
+            progress("the same processes at the HTTP ceiling's latency");
+            let c = process::drain(
+                &s.admin_url,
+                bin,
+                s.process_operations,
+                (concurrency, protocol),
+                latency,
+                s.deadline,
+            )
+            .await?;
+            let what = format!(
+                "`payonce worker` process over {}, {concurrency} in flight, no fleet limiter, `payonce simulator` process at {} ms, {} ops",
+                protocol.label(),
+                latency.as_millis(),
+                thousands(s.process_operations),
+            );
+            out.table
+                .fact(format!("{what}: payments/s"), per_second(&c.rate));
+            cpu_row(out, &what, &c);
+        }
+        default_run.get_or_insert(p);
     }
-    out.process = Some(p);
+    out.process = default_run;
     Ok(())
 }
 

@@ -63,6 +63,7 @@ mod store;
 mod webhooks;
 
 pub use config::SimulatorConfig;
+pub use connection::HTTP2_MAX_STREAMS;
 pub use error::SimulatorError;
 pub use faults::FaultKind;
 pub use rate_limits::{

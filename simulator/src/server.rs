@@ -3,7 +3,7 @@
 
 use crate::audit::RequestAudit;
 use crate::config::SimulatorConfig;
-use crate::connection::{ConnHandle, KillableListener};
+use crate::connection::{self, KillableListener};
 use crate::error::SimulatorError;
 use crate::faults::Faults;
 use crate::idempotency::InFlight;
@@ -119,17 +119,14 @@ impl Simulator {
         let router = routes::router(app.clone());
         let mut signal = shutdown.clone();
         let server = tokio::spawn(async move {
-            let served = axum::serve(
+            connection::serve(
                 KillableListener::new(listener, accepted),
-                router.into_make_service_with_connect_info::<ConnHandle>(),
+                router,
+                async move {
+                    let _ = signal.wait_for(|stop| *stop).await;
+                },
             )
-            .with_graceful_shutdown(async move {
-                let _ = signal.wait_for(|stop| *stop).await;
-            })
             .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "simulator server stopped");
-            }
         });
         let tasks = vec![
             tokio::spawn(maintenance(app.clone())),

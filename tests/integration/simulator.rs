@@ -1386,3 +1386,30 @@ async fn search_endpoint_and_global_limits_apply_separately_and_are_set_at_run_t
     );
     s.sim.shutdown().await;
 }
+
+/// The simulator serves cleartext HTTP/2 beside HTTP/1.1 on the same port and lets one connection
+/// carry `HTTP2_MAX_STREAMS` requests at once (hyper's own default is 200, below a worker's 512 in
+/// flight): read from the `SETTINGS` it sends, after one request over a raw HTTP/2 connection.
+#[tokio::test]
+async fn http2_connections_may_carry_the_named_number_of_streams() {
+    let s = start_default().await;
+    let tcp = tokio::net::TcpStream::connect(s.sim.local_addr())
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::get(format!("{}/_sim/health", s.base))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        client.current_max_send_streams(),
+        payonce_simulator::HTTP2_MAX_STREAMS as usize
+    );
+    drop(client);
+    driver.abort();
+    s.sim.shutdown().await;
+}

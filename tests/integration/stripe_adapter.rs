@@ -651,3 +651,99 @@ async fn the_adapter_reuses_as_many_connections_as_it_keeps_idle() {
         );
     }
 }
+
+/// Over HTTP/2 every request in flight is a stream of one connection: two bursts of concurrent
+/// submissions (each held at the simulator long enough that a burst's requests overlap) open one
+/// connection between them, and each still makes exactly one payment.
+#[tokio::test]
+async fn over_http2_the_adapter_multiplexes_its_requests_on_one_connection() {
+    const BURST: usize = 16;
+    let s = start(SimulatorConfig {
+        latency: Duration::from_millis(100),
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let mut config = StripeConfig::new(&s.base, API_KEY);
+    config.http2 = true;
+    let p = std::sync::Arc::new(StripeProcessor::new(config).unwrap());
+    let mut keys = Vec::new();
+    for _ in 0..2 {
+        let mut burst = tokio::task::JoinSet::new();
+        for _ in 0..BURST {
+            let p = p.clone();
+            let op = Op::new("pm_card_visa");
+            keys.push(op.key.clone());
+            burst.spawn(async move { op.submit(&p).await });
+        }
+        for outcome in burst.join_all().await {
+            assert!(
+                matches!(outcome, SubmitOutcome::Succeeded { .. }),
+                "{outcome:?}"
+            );
+        }
+    }
+    for key in &keys {
+        assert_eq!(s.payments_with_key(key.as_str()).await.len(), 1, "{key}");
+    }
+    let counted = s.admin("/_sim/audit/connections").await;
+    assert_eq!(
+        counted["accepted"],
+        json!(2),
+        "one HTTP/2 connection for 32 submissions; the test's own reads share another"
+    );
+    s.sim.shutdown().await;
+}
+
+/// A connection reset over HTTP/2 is a reset of that request's stream: that submission is unknown
+/// (it was sent) and made nothing, the other requests on the same connection are answered, and the
+/// same key sent again makes the one payment.
+#[tokio::test]
+async fn over_http2_a_reset_stream_is_unknown_and_its_neighbours_are_answered() {
+    const NEIGHBOURS: usize = 4;
+    let s = start(SimulatorConfig {
+        latency: Duration::from_millis(100),
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let mut config = StripeConfig::new(&s.base, API_KEY);
+    config.http2 = true;
+    let p = std::sync::Arc::new(StripeProcessor::new(config).unwrap());
+    let reset = std::sync::Arc::new(Op::new("pm_card_visa"));
+    with_fault(&s, &reset, "reset").await;
+    let mut burst = tokio::task::JoinSet::new();
+    {
+        let (p, reset) = (p.clone(), reset.clone());
+        burst.spawn(async move { (true, reset.submit(&p).await) });
+    }
+    for _ in 0..NEIGHBOURS {
+        let p = p.clone();
+        burst.spawn(async move { (false, Op::new("pm_card_visa").submit(&p).await) });
+    }
+    let outcomes = burst.join_all().await;
+    for (is_reset, outcome) in &outcomes {
+        if *is_reset {
+            assert!(
+                matches!(outcome, SubmitOutcome::Unknown { .. }),
+                "{outcome:?}"
+            );
+        } else {
+            assert!(
+                matches!(outcome, SubmitOutcome::Succeeded { .. }),
+                "{outcome:?}"
+            );
+        }
+    }
+    assert_eq!(s.payments_with_key(reset.key.as_str()).await.len(), 0);
+    assert!(matches!(
+        reset.submit(&p).await,
+        SubmitOutcome::Succeeded { .. }
+    ));
+    assert_eq!(s.payments_with_key(reset.key.as_str()).await.len(), 1);
+    let counted = s.admin("/_sim/audit/connections").await;
+    assert_eq!(
+        counted["accepted"],
+        json!(2),
+        "the reset did not cost the adapter its one connection; the test's own reads share another"
+    );
+    s.sim.shutdown().await;
+}

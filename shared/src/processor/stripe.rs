@@ -61,6 +61,12 @@ pub struct StripeConfig {
     /// means each burst of answers closes connections the next burst opens again (a TCP and TLS
     /// handshake each): set it to the worker's concurrency.
     pub idle_connections: usize,
+    /// Speak HTTP/2 to the processor: every request in flight a stream of one connection instead of
+    /// a connection each (cleartext prior knowledge for an `http://` base, ALPN for `https://`). Off
+    /// by default, as Stripe's own libraries speak HTTP/1.1: the server's stream limit then caps the
+    /// requests in flight (the client queues past it rather than opening a second connection), and
+    /// one lost connection is every request on it lost at once. See docs/decisions.md.
+    pub http2: bool,
 }
 
 impl StripeConfig {
@@ -73,6 +79,7 @@ impl StripeConfig {
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             stripe_version: STRIPE_VERSION,
             idle_connections: IDLE_CONNECTIONS_DEFAULT,
+            http2: false,
         }
     }
 }
@@ -86,6 +93,7 @@ impl std::fmt::Debug for StripeConfig {
             .field("request_timeout", &self.request_timeout)
             .field("stripe_version", &self.stripe_version)
             .field("idle_connections", &self.idle_connections)
+            .field("http2", &self.http2)
             .finish_non_exhaustive()
     }
 }
@@ -132,13 +140,19 @@ impl StripeProcessor {
         config.api_base = base;
         // reqwest is built without a default crypto provider; installing twice is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
             .pool_max_idle_per_host(config.idle_connections)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .user_agent(concat!("payonce/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+            .user_agent(concat!("payonce/", env!("CARGO_PKG_VERSION")));
+        let builder = match (config.http2, config.api_base.starts_with("http://")) {
+            (false, _) => builder.http1_only(),
+            (true, true) => builder.http2_prior_knowledge(),
+            // https: offered by ALPN; a server that declines it gets HTTP/1.1.
+            (true, false) => builder,
+        };
+        let client = builder.build()?;
         let contract = Contract {
             name: "stripe",
             honours_idempotency_keys: true,
