@@ -40,6 +40,10 @@ pub struct WorkerProcess {
     pub cpu: CpuSplit,
     /// How the worker grouped its ledger writes, from its `/metrics` at the end of the drain.
     pub grouping: Grouping,
+    /// The rate between the bench's polls that first saw [`STEADY_FROM`] and [`STEADY_TO`] of the
+    /// operations succeeded: the drain without the process's start-up, the ramp to full
+    /// concurrency and the tail; `None` when the drain was too short to see both.
+    pub steady: Option<Rate>,
     /// TCP connections the worker opened to the simulator (the simulator's count, less the bench's own reads).
     pub connections: u64,
 }
@@ -236,6 +240,7 @@ pub async fn drain(
     let pid = child.id().context("the worker exited at once")?;
     let shared: SharedLedger = Arc::new(ledger.clone());
     let peak_anon = std::cell::Cell::new(0_u64);
+    let progress = std::cell::RefCell::new(Vec::new());
     // Progress is read from the worker's own counter, not the ledger: a `count_by_status` every 50 ms
     // cost Postgres about 10 ms each, charged to the drain's CPU per payment and taken from the
     // processes being measured. The ledger is checked once the counter says done.
@@ -249,6 +254,7 @@ pub async fn drain(
             Err(e) => return Ok(Err(format!("the worker's metrics are not up: {e}"))),
         };
         let done = metric_sum(&page, SUCCEEDED_SERIES);
+        progress.borrow_mut().push((Instant::now(), done));
         Ok(if done >= operations {
             Ok(done)
         } else {
@@ -295,8 +301,28 @@ pub async fn drain(
         peak_anon_kib: peak_anon.get(),
         cpu,
         grouping,
+        steady: steady_rate(&progress.into_inner(), operations),
         connections,
     })
+}
+
+/// Where the steady-state window starts and ends, as shares of the operations succeeded.
+pub const STEADY_FROM: f64 = 0.1;
+/// See [`STEADY_FROM`].
+pub const STEADY_TO: f64 = 0.9;
+
+/// The rate between the first poll that saw [`STEADY_FROM`] of `operations` done and the first
+/// that saw [`STEADY_TO`], from the counts those polls read (not the thresholds).
+fn steady_rate(polls: &[(Instant, u64)], operations: u64) -> Option<Rate> {
+    let seen = |share: f64| {
+        polls
+            .iter()
+            .find(|(_, done)| *done as f64 >= share * operations as f64)
+    };
+    let (from_at, from_done) = seen(STEADY_FROM)?;
+    let (to_at, to_done) = seen(STEADY_TO)?;
+    (to_done > from_done && to_at > from_at)
+        .then(|| Rate::new(to_done - from_done, to_at.duration_since(*from_at)))
 }
 
 /// Polls `check` every [`POLL`] until it is done (`Ok`); fails if `child` (`what`) exits first or
@@ -463,6 +489,26 @@ mod tests {
             assert!(cpu_of(std::process::id()).is_some());
             assert!(machine_cpu().is_some_and(|(busy, total)| busy <= total));
         }
+    }
+
+    #[test]
+    fn the_steady_rate_counts_between_the_polls_that_first_saw_each_share() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // 1,000 operations: 50 done at 100 ms (under 10 %), 150 at 200 ms (the first at 10 %),
+        // 800 at 700 ms, 950 at 800 ms (the first at 90 %), all at 900 ms.
+        let polls = [
+            (at(100), 50),
+            (at(200), 150),
+            (at(700), 800),
+            (at(800), 950),
+            (at(900), 1_000),
+        ];
+        let steady = steady_rate(&polls, 1_000).unwrap();
+        assert_eq!(steady.count, 800);
+        assert_eq!(steady.elapsed, Duration::from_millis(600));
+        // A drain seen only at its end has no window.
+        assert!(steady_rate(&[(at(900), 1_000)], 1_000).is_none());
     }
 
     #[test]

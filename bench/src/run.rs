@@ -135,6 +135,18 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
             (bound, &format!("{bound:.0}/s concurrency / latency")),
             Some(Target::AtLeast(TARGET_HTTP_SHARE)),
         );
+        if let Some(steady) = &p.steady {
+            out.table.compare(
+                format!(
+                    "{what}: payments/s in steady state (between the polls that first saw {:.0} % and {:.0} % succeeded)",
+                    process::STEADY_FROM * 100.0,
+                    process::STEADY_TO * 100.0
+                ),
+                (steady.per_second(), &per_second(steady)),
+                (bound, &format!("{bound:.0}/s concurrency / latency")),
+                Some(Target::AtLeast(TARGET_HTTP_SHARE)),
+            );
+        }
         let mib = p.peak_kib as f64 / 1024.0;
         out.table.compare(
             format!("{what}: the worker's peak RSS (VmHWM)"),
