@@ -31,6 +31,8 @@ const TICKS_PER_SECOND: u64 = 100;
 pub struct WorkerProcess {
     /// Operations recorded, start of the process to the last outcome seen.
     pub rate: Rate,
+    /// The worker's in-flight limit.
+    pub concurrency: usize,
     /// The worker process's peak resident set size, KiB.
     pub peak_kib: u64,
     /// The largest private resident memory (`RssAnon`) seen at the bench's polls, KiB: the peak
@@ -59,6 +61,12 @@ pub struct Grouping {
     pub outcomes: u64,
     /// `payonce_worker_record_writes_total`: group writes of outcomes.
     pub record_writes: u64,
+    /// Mean of `payonce_worker_submit_seconds`, ms: the processor's answer as the worker waits for it.
+    pub submit_ms: f64,
+    /// Mean of `payonce_worker_claim_to_submit_seconds`, ms: claimed → submission sent.
+    pub claim_to_submit_ms: f64,
+    /// Mean of `payonce_worker_outcome_to_recorded_seconds`, ms: answer → outcome written.
+    pub answer_to_recorded_ms: f64,
 }
 
 impl Grouping {
@@ -69,6 +77,12 @@ impl Grouping {
             claims: metric_sum(text, "payonce_worker_claims_total"),
             outcomes: metric_sum(text, "payonce_worker_outcomes_total"),
             record_writes: metric_sum(text, "payonce_worker_record_writes_total"),
+            submit_ms: histogram_mean_ms(text, "payonce_worker_submit_seconds"),
+            claim_to_submit_ms: histogram_mean_ms(text, "payonce_worker_claim_to_submit_seconds"),
+            answer_to_recorded_ms: histogram_mean_ms(
+                text,
+                "payonce_worker_outcome_to_recorded_seconds",
+            ),
         }
     }
 
@@ -96,6 +110,27 @@ pub(crate) fn metric_sum(text: &str, series: &str) -> u64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// The mean of a histogram in seconds on a Prometheus text page, in ms: its `_sum` over its
+/// `_count` (all label sets); 0 when it has no observations.
+fn histogram_mean_ms(text: &str, histogram: &str) -> f64 {
+    let total = |suffix: &str| -> f64 {
+        let series = format!("{histogram}{suffix}");
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(series.as_str())
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let count = total("_count");
+    if count > 0.0 {
+        total("_sum") * 1_000.0 / count
+    } else {
+        0.0
+    }
 }
 
 /// CPU time over one drain: the two payonce-built processes, the database server, the whole machine.
@@ -297,6 +332,7 @@ pub async fn drain(
     db.drop_now().await?;
     Ok(WorkerProcess {
         rate: Rate::new(succeeded, elapsed),
+        concurrency,
         peak_kib,
         peak_anon_kib: peak_anon.get(),
         cpu,
@@ -509,6 +545,19 @@ mod tests {
         assert_eq!(steady.elapsed, Duration::from_millis(600));
         // A drain seen only at its end has no window.
         assert!(steady_rate(&[(at(900), 1_000)], 1_000).is_none());
+    }
+
+    #[test]
+    fn a_histogram_mean_is_its_sum_over_its_count_in_ms() {
+        let page = "payonce_worker_submit_seconds_bucket{le=\"0.25\"} 3\n\
+                    payonce_worker_submit_seconds_sum 0.63\n\
+                    payonce_worker_submit_seconds_count 3\n\
+                    payonce_worker_submit_seconds_total_other 9\n";
+        assert!((histogram_mean_ms(page, "payonce_worker_submit_seconds") - 210.0).abs() < 1e-9);
+        assert_eq!(
+            histogram_mean_ms(page, "payonce_worker_claim_to_submit_seconds"),
+            0.0
+        );
     }
 
     #[test]

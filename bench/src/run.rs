@@ -207,6 +207,20 @@ fn cpu_row(out: &mut Outcome, what: &str, p: &process::WorkerProcess) {
         ),
     );
     let g = &p.grouping;
+    if let Some(steady) = &p.steady {
+        // Each slot carries one operation at a time: concurrency / rate is one slot's turn.
+        let turn_ms = p.concurrency as f64 * 1_000.0 / steady.per_second().max(f64::EPSILON);
+        out.table.fact(
+            format!("{what}: one slot's turn in steady state (concurrency / rate) and its parts, means from the worker's histograms"),
+            format!(
+                "{turn_ms:.1} ms: submission {:.1} ms, claimed → sent {:.1} ms, answer → recorded {:.1} ms, the rest {:.1} ms (a freed slot waiting for the next claim and the claim itself)",
+                g.submit_ms,
+                g.claim_to_submit_ms,
+                g.answer_to_recorded_ms,
+                turn_ms - g.submit_ms - g.claim_to_submit_ms - g.answer_to_recorded_ms,
+            ),
+        );
+    }
     out.table.fact(
         format!("{what}: operations per claim, outcomes per write (the worker's `/metrics`)"),
         format!(

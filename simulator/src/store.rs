@@ -10,6 +10,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row};
 
 mod groups;
+mod keys;
 mod refunds;
 mod writes;
 use std::str::FromStr;
@@ -279,6 +280,10 @@ pub(crate) struct Store {
     _anchor: Option<std::sync::Arc<sqlx::SqliteConnection>>,
     /// The queue of key lookups and payment commits run in groups (`groups`).
     groups: groups::Queue,
+    /// Which keys may have a remembered response, and the newest `created_ms` saved under each
+    /// (`keys`): a key it does not hold, or holds older than a lookup's window, has none, and the
+    /// lookup answers without a statement.
+    keys: keys::KeyIndex,
 }
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
@@ -335,10 +340,12 @@ impl Store {
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await?;
         }
+        let keys = keys::KeyIndex::load(&pool).await?;
         Ok(Store {
             groups: groups::start(pool.clone()),
             pool,
             _anchor: anchor,
+            keys,
         })
     }
 
@@ -353,6 +360,9 @@ impl Store {
         key: &str,
         not_before_ms: i64,
     ) -> Result<Option<SavedResponse>, sqlx::Error> {
+        if !self.keys.may_hold(key, not_before_ms) {
+            return Ok(None);
+        }
         groups::lookup(&self.groups, key, not_before_ms).await
     }
 
@@ -364,16 +374,23 @@ impl Store {
         commit: PaymentCommit,
         hold: impl Send + 'static,
     ) -> Result<(), sqlx::Error> {
+        // Indexed before it is written: the index may name a key the table lacks, never the reverse.
+        if let Some(key) = &commit.key {
+            self.keys.saved(&key.key, key.created_ms);
+        }
         groups::commit(&self.groups, commit, Box::new(hold)).await
     }
 
     /// Forgets keys saved before `before_ms`.
     pub(crate) async fn forget_keys_before(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(DELETE_EXPIRED_KEYS)
+        let forgotten = sqlx::query(DELETE_EXPIRED_KEYS)
             .bind(before_ms)
             .execute(&self.pool)
             .await?
-            .rows_affected())
+            .rows_affected();
+        // After the rows: a key saved meanwhile is newer than `before_ms` and stays.
+        self.keys.forget_before(before_ms);
+        Ok(forgotten)
     }
 
     /// Moves a `processing` payment to `succeeded` with its event; false if it was no longer processing.
@@ -624,6 +641,7 @@ mod tests {
         let mut conn = store.pool.acquire().await.unwrap();
         conn.close_on_drop();
         drop(conn);
+        store.keys.saved("k", 1);
         let saved = store.saved_response("k", 0).await.unwrap();
         assert_eq!(
             saved.map(|s| s.fingerprint).as_deref(),

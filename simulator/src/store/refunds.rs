@@ -131,6 +131,10 @@ impl Store {
         key: Option<&KeyRecord>,
         webhooks_due_ms: Option<i64>,
     ) -> Result<RefundCommit, sqlx::Error> {
+        // Indexed before it is written: the index may name a key the table lacks, never the reverse.
+        if let Some(key) = key {
+            self.keys.saved(&key.key, key.created_ms);
+        }
         let mut tx = self.pool.begin().await?;
         let done = sqlx::query(ADD_REFUNDED)
             .bind(&refund.payment_intent)
