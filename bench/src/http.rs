@@ -61,32 +61,29 @@ pub async fn postgres(
 }
 
 /// Payments the simulator at `base` holds (its audit endpoint).
-/// TCP connections the simulator at `base` accepted since it started, this read's own included.
-pub async fn simulator_connections(base: &str) -> anyhow::Result<u64> {
+/// One of the simulator's `/_sim/audit/…` pages.
+async fn audit(base: &str, page: &str) -> anyhow::Result<serde_json::Value> {
+    // The simulator may run in another process: this one's client needs a TLS provider of its own.
     payonce_simulator::install_crypto_provider();
     let client = reqwest::Client::builder().timeout(AUDIT_TIMEOUT).build()?;
-    let body: serde_json::Value = client
-        .get(format!("{base}/_sim/audit/connections"))
+    Ok(client
+        .get(format!("{base}/_sim/audit/{page}"))
         .send()
         .await?
         .json()
-        .await?;
-    body["accepted"]
+        .await?)
+}
+
+/// TCP connections the simulator at `base` accepted since it started, this read's own included.
+pub async fn simulator_connections(base: &str) -> anyhow::Result<u64> {
+    audit(base, "connections").await?["accepted"]
         .as_u64()
         .context("the connection audit has no count")
 }
 
 /// Payments the simulator at `base` holds.
 pub async fn simulator_payments(base: &str) -> anyhow::Result<u64> {
-    // The simulator may run in another process: this one's client needs a TLS provider of its own.
-    payonce_simulator::install_crypto_provider();
-    let client = reqwest::Client::builder().timeout(AUDIT_TIMEOUT).build()?;
-    let body: serde_json::Value = client
-        .get(format!("{base}/_sim/audit/payments"))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let body = audit(base, "payments").await?;
     let data = body["data"].as_array().context("audit has no data")?;
     Ok(data.len() as u64)
 }
