@@ -479,7 +479,7 @@ async fn latency_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     .await?;
     out.table.fact(
         format!(
-            "claim → submission recorded, p50 / p99, {} ops offered at {}/s",
+            "claim → submission recorded (the worker's claim records it: `claim_to_submit`), p50 / p99, {} ops offered at {}/s",
             thousands(l.operations),
             l.offered_per_second
         ),

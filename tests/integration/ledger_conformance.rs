@@ -436,6 +436,152 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
     .await;
 }
 
+/// The worker's claim records the submission start in its own commit (`claim_to_submit`): the row
+/// and the audit trail read as a claim followed by a submission record, a lapsed lease is then
+/// unknown, and a holder that sent nothing (released, rejected, retried later) withdraws its own
+/// attempt's record, never an earlier attempt's.
+#[tokio::test]
+async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_it() {
+    for_each_store(|ledger| async move {
+        let mut ops = Vec::new();
+        for (i, invoice) in ["INV-CS-a", "INV-CS-b", "INV-CS-c", "INV-CS-d"].iter().enumerate() {
+            ops.push(ready_operation(&ledger, invoice, "pm_card_visa", at(T0 + i as i64)).await);
+        }
+        let [a, b, c, d] = [0, 1, 2, 3].map(|i| ops[i].id.clone());
+        let claimed = ledger
+            .claim_to_submit(&holder("w"), 10, at(T0 + 5))
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 4);
+        for op in &claimed {
+            assert_eq!(
+                (
+                    op.status,
+                    op.attempt,
+                    op.first_submitted_at_ms,
+                    op.first_submitted_attempt,
+                    op.last_submitted_at_ms,
+                    op.submit_count
+                ),
+                (Status::Executing, 1, Some(at(T0 + 5)), Some(1), Some(at(T0 + 5)), 1),
+                "{}",
+                op.id
+            );
+        }
+        let trail: Vec<_> = ledger
+            .events_unscoped(&a)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.event, e.from_status, e.to_status, e.actor, e.attempt, e.at_ms))
+            .collect();
+        let step = |event: &str, from: &str| {
+            let owner = "w".to_string();
+            (event.to_string(), Some(from.to_string()), "executing".to_string(), owner, 1, at(T0 + 5))
+        };
+        assert_eq!(trail[..2].iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["create", "approve"]);
+        assert_eq!(
+            trail[2..],
+            [step("claim", "ready"), step("submission_started", "executing")],
+            "the claim, then its submission start"
+        );
+
+        // Recorded as a claim then a submission record would be: a success keeps the start.
+        let ok = Recorded::Succeeded(Paid {
+            reference: "pi_cs".into(),
+            result: serde_json::json!({"id": "pi_cs"}),
+        });
+        let done = ledger
+            .record(&recording(&fence(&a, 1), &ok, "w"), at(T0 + 6))
+            .await
+            .unwrap();
+        assert_eq!((done.status, done.first_submitted_at_ms), (Status::Succeeded, Some(at(T0 + 5))));
+
+        // Given back before sending: ready, the record withdrawn.
+        ledger.release(&fence(&b, 1), "w", at(T0 + 6)).await.unwrap();
+        let released = ledger.get_unscoped(&b).await.unwrap();
+        assert_eq!(
+            (released.status, released.first_submitted_at_ms, released.first_submitted_attempt),
+            (Status::Ready, None, None)
+        );
+        // Rejected before sending: rejected, not needs_attention, the record withdrawn.
+        let rejected = Recorded::Rejected {
+            code: "approval_expired".into(),
+            message: "expired".into(),
+        };
+        let c_row = ledger
+            .record(&recording(&fence(&c, 1), &rejected, "w"), at(T0 + 6))
+            .await
+            .unwrap();
+        assert_eq!(
+            (c_row.status, c_row.first_submitted_at_ms, c_row.first_submitted_attempt),
+            (Status::Rejected, None, None)
+        );
+
+        // d's holder vanished: its lease lapses as submitted, to unknown.
+        let lapse = at(T0 + 5 + LEASE_MS);
+        let expired = ledger.expired_leases(lapse, 10).await.unwrap();
+        assert_eq!(
+            expired.iter().map(|l| (l.id.clone(), l.submitted)).collect::<Vec<_>>(),
+            [(d.clone(), true)]
+        );
+        let to = ledger
+            .expire_lease(
+                &ExpireLease {
+                    lease: &expired[0],
+                    actor: "reconciler",
+                    next_check_at: lapse,
+                },
+                lapse,
+            )
+            .await
+            .unwrap();
+        assert_eq!(to, Status::Unknown);
+
+        // b again, attempt 2, refused by a limit before sending: back to ready, withdrawn again.
+        let again = ledger
+            .claim_to_submit(&holder("w2"), 10, lapse)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.iter().map(|o| (o.id.clone(), o.attempt, o.first_submitted_attempt)).collect::<Vec<_>>(),
+            [(b.clone(), 2, Some(2))]
+        );
+        let later = Recorded::RetryLater {
+            reason: "rate limited".into(),
+            available_at_ms: lapse + ms(1_000),
+        };
+        let b_row = ledger
+            .record(&recording(&fence(&b, 2), &later, "w2"), lapse + ms(1))
+            .await
+            .unwrap();
+        assert_eq!((b_row.status, b_row.first_submitted_at_ms), (Status::Ready, None));
+
+        // An earlier attempt's record is never withdrawn: the reconciler's attempt on d is rejected
+        // after attempt 1 submitted, which a human must look at.
+        let retry = ledger
+            .claim_unknown(
+                &ClaimUnknown {
+                    fence: &fence(&d, 1),
+                    holder: holder("reconciler"),
+                    why: "retry with the same key",
+                },
+                lapse + ms(2),
+            )
+            .await
+            .unwrap();
+        let d_row = ledger
+            .record(&recording(&fence(&d, retry.attempt), &rejected, "reconciler"), lapse + ms(3))
+            .await
+            .unwrap();
+        assert_eq!(
+            (d_row.status, d_row.first_submitted_attempt, d_row.first_submitted_at_ms),
+            (Status::NeedsAttention, Some(1), Some(at(T0 + 5)))
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {

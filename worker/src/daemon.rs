@@ -3,7 +3,7 @@
 //! in the background, and stop only at safe points.
 
 use crate::config::{ConfigError, WorkerConfig};
-use crate::execution::{explain_fenced, precheck, settle, submit_claimed};
+use crate::execution::{precheck, settle, submit_claimed};
 use crate::metrics::WorkerMetrics;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
@@ -83,7 +83,7 @@ impl Worker {
     pub async fn run_once(&self) -> Result<usize, payonce_shared::ledger::LedgerError> {
         let claimed = self
             .ledger
-            .claim(
+            .claim_to_submit(
                 &self.config.lease_holder(),
                 self.config.batch_size,
                 self.clock.now(),
@@ -159,7 +159,7 @@ impl Worker {
             last_claim = Some(tokio::time::Instant::now());
             let claimed = match self
                 .ledger
-                .claim(&self.config.lease_holder(), want, self.clock.now())
+                .claim_to_submit(&self.config.lease_holder(), want, self.clock.now())
                 .await
             {
                 Ok(c) => c,
@@ -246,9 +246,10 @@ impl Worker {
         }
     }
 
-    /// One claimed batch: checks, one commit recording every submission start, then concurrent
-    /// submissions whose outcomes go to the recorder. `slots` holds one in-flight slot per claimed
-    /// operation (the daemon's; none for `run_once`): each submission hands its own to the recorder
+    /// One claimed batch (its claim also recorded every submission start): checks, then concurrent
+    /// submissions whose outcomes go to the recorder; a rejection withdraws its submission record.
+    /// `slots` holds one in-flight slot per claimed operation (the daemon's; none for `run_once`):
+    /// each submission hands its own to the recorder
     /// with its outcome, which gives it back once that outcome is written, so one slow answer does
     /// not hold the batch's other slots and answered work never piles up unrecorded beyond
     /// `concurrency`; the rest (rejected, fenced) go back when the batch ends.
@@ -286,24 +287,10 @@ impl Worker {
         if to_submit.is_empty() {
             return;
         }
-        let fences: Vec<Fence> = to_submit.iter().map(Fence::of).collect();
-        let marked = match self.ledger.mark_submitting(&fences, self.clock.now()).await {
-            Ok(m) => m,
-            Err(error) => {
-                // Nothing was sent; the leases lapse and the reconciler re-queues them.
-                tracing::warn!(%error, "could not record submission starts; not submitting this batch");
-                self.let_go(&to_submit);
-                return;
-            }
-        };
+        // The claim recorded every submission start in its own commit (`claim_to_submit`).
         failpoint::hit(FailPoint::AfterSubmissionRecorded);
         let mut submissions = JoinSet::new();
-        for (op, ok) in to_submit.into_iter().zip(marked) {
-            if !ok {
-                self.let_go([&op]);
-                explain_fenced(self.ledger.as_ref(), &self.metrics, &op).await;
-                continue;
-            }
+        for op in to_submit {
             self.metrics
                 .claim_to_submit
                 .observe_ms(u64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(u64::MAX));

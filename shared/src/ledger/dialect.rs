@@ -40,8 +40,9 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     const LOCK_REFUNDED_PAYMENT: Option<&'static str>;
 
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
-    /// the table's `claim` move (`moves.rs`).
-    fn claim() -> &'static str;
+    /// the table's `claim` move (`moves.rs`). With `to_submit`, the same update also records the
+    /// submission start (`queue::submission_started_at_claim`).
+    fn claim(to_submit: bool) -> &'static str;
 
     /// Waits until an approval may have made work ready, or `max_wait` passes.
     async fn wait_ready(store: &Store<Self>, max_wait: Duration);

@@ -154,6 +154,17 @@ pub trait Queue: Send + Sync {
         batch: u32,
         now: Timestamp,
     ) -> Result<Vec<Claimed>, LedgerError>;
+    /// Claims as `claim` does and records, in the same commit, that each claimed operation's
+    /// request is about to leave (what `mark_submitting` records, and its `submission_started`
+    /// event): the worker's claim, one row version and one commit fewer per payment. From then on
+    /// a lapsed lease is `unknown` (the reconciler looks it up), so a holder that sends nothing
+    /// says so: `release`, or a `Rejected` or `RetryLater` outcome, withdraws this attempt's record.
+    async fn claim_to_submit(
+        &self,
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>, LedgerError>;
     /// Extends the unexpired leases the holder has on the operations in `held` (the work it is
     /// still doing; a lease it gave up on must lapse to the reconciler); returns the (id, attempt)
     /// pairs renewed.
@@ -171,7 +182,9 @@ pub trait Queue: Send + Sync {
         fences: &[Fence],
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
-    /// Gives the lease back before anything was sent (shutdown). Fenced.
+    /// Gives the lease back before this attempt sent anything (shutdown): to `ready`, withdrawing
+    /// this attempt's submission record if its claim made one, or to `unknown` when an earlier
+    /// attempt submitted. Fenced.
     async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError>;
     /// Records an outcome, fenced by the attempt and `status = 'executing'`.
     async fn record(

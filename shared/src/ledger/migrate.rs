@@ -61,6 +61,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "statement_audit",
         include_str!("../../../migrations/postgres/0010_statement_audit.sql"),
     ),
+    // The audit trail of a claim that also records the submission start (issue 16).
+    (
+        11,
+        "claim_records_submission",
+        include_str!("../../../migrations/postgres/0011_claim_records_submission.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -104,6 +110,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         8,
         "refunds",
         include_str!("../../../migrations/sqlite/0008_refunds.sql"),
+    ),
+    // The audit trail of a claim that also records the submission start (issue 16).
+    (
+        9,
+        "claim_records_submission",
+        include_str!("../../../migrations/sqlite/0009_claim_records_submission.sql"),
     ),
 ];
 

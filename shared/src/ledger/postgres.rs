@@ -2,7 +2,7 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, status_in};
-use super::queue::record_on;
+use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{expiry_detail, found_detail};
 use super::statement::RowCount;
 use super::store::Store;
@@ -30,21 +30,27 @@ pub const READY_CHANNEL: &str = "payonce_ready";
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 
 /// Claims the oldest ready rows, skipping rows another claimer holds locked.
-static CLAIM: LazyLock<String> = LazyLock::new(|| {
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(""));
+/// The same claim, also recording in the same row version that each claimed operation's request is
+/// about to leave (`Queue::claim_to_submit`); the audit trigger logs it as `submission_started`.
+static CLAIM_TO_SUBMIT: LazyLock<String> = LazyLock::new(|| claim(&submission_started_at_claim("o.")));
+
+/// The claim statement with `also` (`, column = …` assignments, on the old row `o`) added to its update.
+fn claim(also: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
     format!(
         "WITH picked AS ( \
            SELECT id FROM operations WHERE {from} AND available_at <= $1 \
            ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
          UPDATE operations o SET status = '{to}', last_event = '{event}', attempt = o.attempt + 1, \
-           lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL \
+           lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
          FROM picked WHERE o.id = picked.id AND {o_from} RETURNING o.*",
         from = status_in("status", &claim.from),
         o_from = status_in("o.status", &claim.from),
         to = claim.to.as_str(),
         event = claim.event.as_str(),
     )
-});
+}
 const NOTIFY_READY: Option<&str> = Some("SELECT pg_notify('payonce_ready', '')");
 /// Renewal locks the owner's rows in id order, as the batches below do: a renewal racing a batch
 /// then waits instead of deadlocking (which cost a 1 s `deadlock_timeout` stall and a failed renewal).
@@ -250,8 +256,12 @@ impl Dialect for Postgres {
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
     const LOCK_REFUNDED_PAYMENT: Option<&'static str> = Some(LOCK_REFUNDED_PAYMENT);
 
-    fn claim() -> &'static str {
-        CLAIM.as_str()
+    fn claim(to_submit: bool) -> &'static str {
+        if to_submit {
+            CLAIM_TO_SUBMIT.as_str()
+        } else {
+            CLAIM.as_str()
+        }
     }
 
     async fn wait_ready(store: &PostgresLedger, max_wait: Duration) {

@@ -24,15 +24,37 @@ use std::time::Duration;
 const FENCE: &str = "id = $1 AND attempt = $2";
 const LEASE_CLEARED: &str = "lease_owner = NULL, lease_expires_at = NULL";
 
-/// Gives a lease back before anything was ever submitted: to `ready`.
+/// No attempt before this one (`$2`) recorded a submission: this attempt's own record, if any (a
+/// claim that recorded it, `Queue::claim_to_submit`), is the caller's to withdraw, since the caller
+/// says nothing left. `RECORD_RETRY`, `RECORD_REJECTED` and `RELEASE` clear it
+/// (`OWN_SUBMISSION_CLEARED`); an earlier attempt's record is never cleared.
+const NO_EARLIER_SUBMISSION: &str =
+    "(first_submitted_attempt IS NULL OR first_submitted_attempt = $2)";
+const OWN_SUBMISSION_CLEARED: &str = "first_submitted_at = NULL, first_submitted_attempt = NULL";
+
+/// The assignments that make a claim also record its submission start, as `mark_submitting`
+/// would (`$1` now; `old` prefixes the old row's columns: `o.` on Postgres's `UPDATE … FROM`).
+/// A ready row has no submission recorded (every way back to ready clears it or goes to unknown
+/// instead), so the first submission is this attempt's; the audit trigger logs the
+/// `submission_started` event after the claim's (migrations: `claim_records_submission`).
+pub(crate) fn submission_started_at_claim(old: &str) -> String {
+    format!(
+        ", first_submitted_at = COALESCE({old}first_submitted_at, $1), \
+         first_submitted_attempt = COALESCE({old}first_submitted_attempt, {old}attempt + 1), \
+         last_submitted_at = $1, submit_count = {old}submit_count + 1"
+    )
+}
+
+/// Gives a lease back before this attempt sent anything, and no earlier attempt submitted: to
+/// `ready`, withdrawing this attempt's own submission record if its claim made one.
 static RELEASE: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::Executing], Event::Release),
         &format!(
-            "{LEASE_CLEARED}, next_check_at = NULL, available_at = $3, updated_at = $3, \
-          last_actor = $4, last_detail = 'lease given back before submitting'"
+            "{LEASE_CLEARED}, {OWN_SUBMISSION_CLEARED}, next_check_at = NULL, available_at = $3, \
+          updated_at = $3, last_actor = $4, last_detail = 'lease given back before submitting'"
         ),
-        &format!("{FENCE} AND first_submitted_at IS NULL"),
+        &format!("{FENCE} AND {NO_EARLIER_SUBMISSION}"),
         false,
     )
 });
@@ -45,7 +67,7 @@ static RELEASE_SUBMITTED: LazyLock<String> = LazyLock::new(|| {
             "{LEASE_CLEARED}, next_check_at = $3, available_at = $3, updated_at = $3, \
           last_actor = $4, last_detail = 'lease given back before submitting'"
         ),
-        &format!("{FENCE} AND first_submitted_at IS NOT NULL"),
+        &format!("{FENCE} AND NOT {NO_EARLIER_SUBMISSION}"),
         false,
     )
 });
@@ -76,10 +98,10 @@ static RECORD_RETRY: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::Executing], Event::NotSubmittedRetry),
         &format!(
-            "available_at = $3, failure_message = $4, first_submitted_at = NULL, \
-          first_submitted_attempt = NULL, {LEASE_CLEARED}, updated_at = $6, last_actor = $5, last_detail = $4"
+            "available_at = $3, failure_message = $4, {OWN_SUBMISSION_CLEARED}, \
+          {LEASE_CLEARED}, updated_at = $6, last_actor = $5, last_detail = $4"
         ),
-        &format!("{FENCE} AND (first_submitted_attempt IS NULL OR first_submitted_attempt = $2)"),
+        &format!("{FENCE} AND {NO_EARLIER_SUBMISSION}"),
         true,
     )
 });
@@ -105,15 +127,16 @@ static RECORD_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
         true,
     )
 });
-/// Rejected only if nothing was ever submitted; otherwise the caller escalates.
+/// Rejected only if no earlier attempt submitted (this attempt's own record, made by its claim, is
+/// withdrawn: a rejection is decided before anything is sent); otherwise the caller escalates.
 static RECORD_REJECTED: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::Executing], Event::RejectBeforeSubmit),
         &format!(
-            "failure_code = $3, failure_message = $4, {LEASE_CLEARED}, updated_at = $6, \
-          last_actor = $5, last_detail = $3"
+            "failure_code = $3, failure_message = $4, {OWN_SUBMISSION_CLEARED}, {LEASE_CLEARED}, \
+          updated_at = $6, last_actor = $5, last_detail = $3"
         ),
-        &format!("{FENCE} AND first_submitted_at IS NULL"),
+        &format!("{FENCE} AND {NO_EARLIER_SUBMISSION}"),
         true,
     )
 });
@@ -137,15 +160,16 @@ impl<DB: Dialect> Queue for Store<DB> {
         batch: u32,
         now: Timestamp,
     ) -> Result<Vec<Claimed>, LedgerError> {
-        if batch == 0 || batch > CLAIM_BATCH_MAX {
-            return Err(LimitError::ClaimBatch.into());
-        }
-        if holder.lease_ttl.as_millis() == 0 {
-            return Err(LimitError::LeaseTtl.into());
-        }
-        let stmt = Stmt::new(DB::claim()).bind(now).bind(i64::from(batch));
-        let stmt = stmt.bind(holder.owner).bind(now + holder.lease_ttl);
-        self.all(stmt, decode_operation).await
+        self.claim_with(holder, batch, now, false).await
+    }
+
+    async fn claim_to_submit(
+        &self,
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>, LedgerError> {
+        self.claim_with(holder, batch, now, true).await
     }
 
     async fn renew(
@@ -220,6 +244,25 @@ impl<DB: Dialect> Queue for Store<DB> {
 }
 
 impl<DB: Dialect> Store<DB> {
+    /// `claim`, and with `to_submit` also the submission start of each claimed operation.
+    async fn claim_with(
+        &self,
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+        to_submit: bool,
+    ) -> Result<Vec<Claimed>, LedgerError> {
+        if batch == 0 || batch > CLAIM_BATCH_MAX {
+            return Err(LimitError::ClaimBatch.into());
+        }
+        if holder.lease_ttl.as_millis() == 0 {
+            return Err(LimitError::LeaseTtl.into());
+        }
+        let stmt = Stmt::new(DB::claim(to_submit)).bind(now).bind(i64::from(batch));
+        let stmt = stmt.bind(holder.owner).bind(now + holder.lease_ttl);
+        self.all(stmt, decode_operation).await
+    }
+
     /// Runs a write fenced by `fence`: `Ok` if it changed its one row, else
     /// [`LedgerError::Fenced`].
     pub(crate) async fn fenced(&self, stmt: Stmt<'_>, fence: &Fence) -> Result<(), LedgerError> {

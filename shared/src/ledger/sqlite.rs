@@ -3,7 +3,7 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update};
-use super::queue::record_on;
+use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{
     EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
 };
@@ -28,19 +28,28 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Claims the oldest ready rows (the `ready` partial index serves the inner select).
-static CLAIM: LazyLock<String> = LazyLock::new(|| {
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(""));
+/// The same claim, also recording in the same row version that each claimed operation's request is
+/// about to leave (`Queue::claim_to_submit`); the audit trigger logs it as `submission_started`.
+static CLAIM_TO_SUBMIT: LazyLock<String> =
+    LazyLock::new(|| claim(&submission_started_at_claim("")));
+
+/// The claim statement with `also` (`, column = …` assignments) added to its update.
+fn claim(also: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
     update(
         &claim,
-        "attempt = attempt + 1, lease_owner = $3, lease_expires_at = $4, updated_at = $1, \
-         last_actor = $3, last_detail = NULL",
+        &format!(
+            "attempt = attempt + 1, lease_owner = $3, lease_expires_at = $4, updated_at = $1, \
+             last_actor = $3, last_detail = NULL{also}"
+        ),
         &format!(
             "id IN (SELECT id FROM operations WHERE {} AND available_at <= $1 ORDER BY available_at LIMIT $2)",
             status_in("status", &claim.from)
         ),
         true,
     )
-});
+}
 /// Renews only the leases named in `$4` (a JSON array of ids): an owner-wide renewal would keep alive
 /// a lease whose work the owner gave up on (an outcome it could not record through an outage).
 const RENEW: &str = "UPDATE operations SET lease_expires_at = $3, last_event = NULL \
@@ -112,8 +121,12 @@ impl Dialect for Sqlite {
     const NOTIFY_READY: Option<&'static str> = None;
     const LOCK_REFUNDED_PAYMENT: Option<&'static str> = None;
 
-    fn claim() -> &'static str {
-        CLAIM.as_str()
+    fn claim(to_submit: bool) -> &'static str {
+        if to_submit {
+            CLAIM_TO_SUBMIT.as_str()
+        } else {
+            CLAIM.as_str()
+        }
     }
 
     async fn wait_ready(store: &SqliteLedger, max_wait: Duration) {
