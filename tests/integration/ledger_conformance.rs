@@ -444,7 +444,10 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
 async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_it() {
     for_each_store(|ledger| async move {
         let mut ops = Vec::new();
-        for (i, invoice) in ["INV-CS-a", "INV-CS-b", "INV-CS-c", "INV-CS-d"].iter().enumerate() {
+        for (i, invoice) in ["INV-CS-a", "INV-CS-b", "INV-CS-c", "INV-CS-d"]
+            .iter()
+            .enumerate()
+        {
             ops.push(ready_operation(&ledger, invoice, "pm_card_visa", at(T0 + i as i64)).await);
         }
         let [a, b, c, d] = [0, 1, 2, 3].map(|i| ops[i].id.clone());
@@ -463,7 +466,14 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
                     op.last_submitted_at_ms,
                     op.submit_count
                 ),
-                (Status::Executing, 1, Some(at(T0 + 5)), Some(1), Some(at(T0 + 5)), 1),
+                (
+                    Status::Executing,
+                    1,
+                    Some(at(T0 + 5)),
+                    Some(1),
+                    Some(at(T0 + 5)),
+                    1
+                ),
                 "{}",
                 op.id
             );
@@ -473,16 +483,38 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .await
             .unwrap()
             .into_iter()
-            .map(|e| (e.event, e.from_status, e.to_status, e.actor, e.attempt, e.at_ms))
+            .map(|e| {
+                (
+                    e.event,
+                    e.from_status,
+                    e.to_status,
+                    e.actor,
+                    e.attempt,
+                    e.at_ms,
+                )
+            })
             .collect();
         let step = |event: &str, from: &str| {
             let owner = "w".to_string();
-            (event.to_string(), Some(from.to_string()), "executing".to_string(), owner, 1, at(T0 + 5))
+            (
+                event.to_string(),
+                Some(from.to_string()),
+                "executing".to_string(),
+                owner,
+                1,
+                at(T0 + 5),
+            )
         };
-        assert_eq!(trail[..2].iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["create", "approve"]);
+        assert_eq!(
+            trail[..2].iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            ["create", "approve"]
+        );
         assert_eq!(
             trail[2..],
-            [step("claim", "ready"), step("submission_started", "executing")],
+            [
+                step("claim", "ready"),
+                step("submission_started", "executing")
+            ],
             "the claim, then its submission start"
         );
 
@@ -495,13 +527,23 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .record(&recording(&fence(&a, 1), &ok, "w"), at(T0 + 6))
             .await
             .unwrap();
-        assert_eq!((done.status, done.first_submitted_at_ms), (Status::Succeeded, Some(at(T0 + 5))));
+        assert_eq!(
+            (done.status, done.first_submitted_at_ms),
+            (Status::Succeeded, Some(at(T0 + 5)))
+        );
 
         // Given back before sending: ready, the record withdrawn.
-        ledger.release(&fence(&b, 1), "w", at(T0 + 6)).await.unwrap();
+        ledger
+            .release(&fence(&b, 1), "w", at(T0 + 6))
+            .await
+            .unwrap();
         let released = ledger.get_unscoped(&b).await.unwrap();
         assert_eq!(
-            (released.status, released.first_submitted_at_ms, released.first_submitted_attempt),
+            (
+                released.status,
+                released.first_submitted_at_ms,
+                released.first_submitted_attempt
+            ),
             (Status::Ready, None, None)
         );
         // Rejected before sending: rejected, not needs_attention, the record withdrawn.
@@ -514,7 +556,11 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .await
             .unwrap();
         assert_eq!(
-            (c_row.status, c_row.first_submitted_at_ms, c_row.first_submitted_attempt),
+            (
+                c_row.status,
+                c_row.first_submitted_at_ms,
+                c_row.first_submitted_attempt
+            ),
             (Status::Rejected, None, None)
         );
 
@@ -522,7 +568,10 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
         let lapse = at(T0 + 5 + LEASE_MS);
         let expired = ledger.expired_leases(lapse, 10).await.unwrap();
         assert_eq!(
-            expired.iter().map(|l| (l.id.clone(), l.submitted)).collect::<Vec<_>>(),
+            expired
+                .iter()
+                .map(|l| (l.id.clone(), l.submitted))
+                .collect::<Vec<_>>(),
             [(d.clone(), true)]
         );
         let to = ledger
@@ -544,7 +593,10 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .await
             .unwrap();
         assert_eq!(
-            again.iter().map(|o| (o.id.clone(), o.attempt, o.first_submitted_attempt)).collect::<Vec<_>>(),
+            again
+                .iter()
+                .map(|o| (o.id.clone(), o.attempt, o.first_submitted_attempt))
+                .collect::<Vec<_>>(),
             [(b.clone(), 2, Some(2))]
         );
         let later = Recorded::RetryLater {
@@ -555,7 +607,10 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .record(&recording(&fence(&b, 2), &later, "w2"), lapse + ms(1))
             .await
             .unwrap();
-        assert_eq!((b_row.status, b_row.first_submitted_at_ms), (Status::Ready, None));
+        assert_eq!(
+            (b_row.status, b_row.first_submitted_at_ms),
+            (Status::Ready, None)
+        );
 
         // An earlier attempt's record is never withdrawn: the reconciler's attempt on d is rejected
         // after attempt 1 submitted, which a human must look at.
@@ -571,11 +626,18 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .await
             .unwrap();
         let d_row = ledger
-            .record(&recording(&fence(&d, retry.attempt), &rejected, "reconciler"), lapse + ms(3))
+            .record(
+                &recording(&fence(&d, retry.attempt), &rejected, "reconciler"),
+                lapse + ms(3),
+            )
             .await
             .unwrap();
         assert_eq!(
-            (d_row.status, d_row.first_submitted_attempt, d_row.first_submitted_at_ms),
+            (
+                d_row.status,
+                d_row.first_submitted_attempt,
+                d_row.first_submitted_at_ms
+            ),
             (Status::NeedsAttention, Some(1), Some(at(T0 + 5)))
         );
     })

@@ -197,7 +197,10 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
             ["create", "approve", "claim"].map(String::from),
             "{point}"
         );
-        assert_eq!(events[3], "submission_started", "{point}: logged after the claim");
+        assert_eq!(
+            events[3], "submission_started",
+            "{point}: logged after the claim"
+        );
     }
 }
 

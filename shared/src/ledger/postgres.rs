@@ -33,7 +33,8 @@ const LISTEN_RETRY: Duration = Duration::from_secs(1);
 static CLAIM: LazyLock<String> = LazyLock::new(|| claim(""));
 /// The same claim, also recording in the same row version that each claimed operation's request is
 /// about to leave (`Queue::claim_to_submit`); the audit trigger logs it as `submission_started`.
-static CLAIM_TO_SUBMIT: LazyLock<String> = LazyLock::new(|| claim(&submission_started_at_claim("o.")));
+static CLAIM_TO_SUBMIT: LazyLock<String> =
+    LazyLock::new(|| claim(&submission_started_at_claim("o.")));
 
 /// The claim statement with `also` (`, column = …` assignments, on the old row `o`) added to its update.
 fn claim(also: &str) -> String {

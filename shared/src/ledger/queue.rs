@@ -258,7 +258,9 @@ impl<DB: Dialect> Store<DB> {
         if holder.lease_ttl.as_millis() == 0 {
             return Err(LimitError::LeaseTtl.into());
         }
-        let stmt = Stmt::new(DB::claim(to_submit)).bind(now).bind(i64::from(batch));
+        let stmt = Stmt::new(DB::claim(to_submit))
+            .bind(now)
+            .bind(i64::from(batch));
         let stmt = stmt.bind(holder.owner).bind(now + holder.lease_ttl);
         self.all(stmt, decode_operation).await
     }
