@@ -1830,3 +1830,68 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
     })
     .await;
 }
+
+/// Postgres's id and currency CHECKs (written without regular expressions since migration 12, to
+/// cost less per row version) accept and refuse exactly what `^op_[0-9a-f]{32}$` and `^[a-z]{3}$`
+/// do: a copy of a valid row that differs only in that column goes in or is refused.
+#[tokio::test]
+async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns() {
+    let (shared, url) = support::postgres_ledger().await;
+    let op = ready_operation(&shared, "INV-CHECK-1", "pm_card_visa", at(T0)).await;
+    let db = sqlx::PgPool::connect(&url).await.unwrap();
+    let hex = "0123456789abcdef".repeat(2);
+    // A copy of the row under a fresh id, key and business key, then `column` set to `value`.
+    let copy = |n: u32, column: &str, value: &str| {
+        let fresh = format!("op_{n:032x}");
+        format!(
+            "CREATE TEMP TABLE IF NOT EXISTS c AS SELECT * FROM operations WHERE false; DELETE FROM c; \
+             INSERT INTO c SELECT * FROM operations WHERE id = '{}'; \
+             UPDATE c SET id = '{fresh}', idempotency_key = 'payonce-{fresh}', business_key = '{fresh}'; \
+             UPDATE c SET {column} = {value}; \
+             INSERT INTO operations SELECT * FROM c;",
+            op.id.as_str()
+        )
+    };
+    let mut n = 0;
+    let mut outcome = |column: &str, value: String| {
+        n += 1;
+        let sql = copy(n, column, &value);
+        let db = db.clone();
+        async move {
+            let mut conn = db.acquire().await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *conn)
+                .await
+                .map(|_| ())
+        }
+    };
+    for good in [format!("'op_{hex}'"), format!("'op_{}'", "f".repeat(32))] {
+        outcome("id", good.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{good} refused: {e}"));
+    }
+    for bad in [
+        format!("'op_{}'", "0123456789ABCDEF".repeat(2)),
+        format!("'op_a{}'", "z".repeat(31)),
+        format!("'op_{}'", "é".repeat(32)),
+        format!("'op_{}'", &hex[..31]),
+        format!("'op_{hex}0'"),
+        format!("'op_{}' || chr(10)", &hex[..31]),
+        format!("'xx_{hex}'"),
+        format!("'op-{hex}'"),
+    ] {
+        let refused = outcome("id", bad.clone()).await;
+        let e = refused.expect_err(&format!("id {bad} must be refused"));
+        assert!(e.to_string().contains("operations_id_check"), "{bad}: {e}");
+    }
+    outcome("currency", "'eur'".into()).await.unwrap();
+    for bad in ["'USD'", "'us'", "'usdd'", "'u1d'", "'üsd'", "''", "'us '"] {
+        let e = outcome("currency", bad.into())
+            .await
+            .expect_err(&format!("currency {bad} must be refused"));
+        assert!(
+            e.to_string().contains("operations_currency_check"),
+            "{bad}: {e}"
+        );
+    }
+}

@@ -67,6 +67,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "claim_records_submission",
         include_str!("../../../migrations/postgres/0011_claim_records_submission.sql"),
     ),
+    // Fewer index entries per status change (issue 16).
+    (
+        12,
+        "lean_indexes",
+        include_str!("../../../migrations/postgres/0012_lean_indexes.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
