@@ -1895,3 +1895,55 @@ async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns
         );
     }
 }
+
+/// The console's search directory (`operation_search`, migration `search_directory`) copies
+/// columns that never change; on both stores an update that would change one is refused and leaves
+/// the row as it was, while one that names a column without changing it passes.
+#[tokio::test]
+async fn both_stores_refuse_to_change_what_the_search_directory_copies() {
+    let (pg, url) = support::postgres_ledger().await;
+    let pg_db = sqlx::PgPool::connect(&url).await.unwrap();
+    let lite = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    let lite_shared: SharedLedger = std::sync::Arc::new(lite.clone());
+    let pg_op = ready_operation(&pg, "INV-FIXED-1", "pm_card_visa", at(T0)).await;
+    let lite_op = ready_operation(&lite_shared, "INV-FIXED-1", "pm_card_visa", at(T0)).await;
+    for (column, value) in [
+        ("invoice", "'INV-OTHER'"),
+        ("customer", "'cus_other'"),
+        ("tenant_id", "'other'"),
+        ("created_at", "created_at + 1"),
+    ] {
+        let change =
+            |id: &str| format!("UPDATE operations SET {column} = {value} WHERE id = '{id}'");
+        let e = sqlx::raw_sql(sqlx::AssertSqlSafe(change(pg_op.id.as_str())))
+            .execute(&pg_db)
+            .await
+            .expect_err(&format!("postgres lets {column} change"));
+        assert!(e.to_string().contains("never change"), "{e}");
+        let e = sqlx::raw_sql(sqlx::AssertSqlSafe(change(lite_op.id.as_str())))
+            .execute(lite.pool())
+            .await
+            .expect_err(&format!("sqlite lets {column} change"));
+        assert!(e.to_string().contains("never change"), "{e}");
+        let same =
+            |id: &str| format!("UPDATE operations SET {column} = {column} WHERE id = '{id}'");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(same(pg_op.id.as_str())))
+            .execute(&pg_db)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(same(lite_op.id.as_str())))
+            .execute(lite.pool())
+            .await
+            .unwrap();
+    }
+    for (ledger, op) in [(&pg, &pg_op), (&lite_shared, &lite_op)] {
+        let now = ledger.get_unscoped(&op.id).await.unwrap();
+        assert_eq!(now.details, op.details);
+        assert_eq!(
+            (&now.tenant, now.created_at_ms),
+            (&op.tenant, op.created_at_ms)
+        );
+    }
+}

@@ -214,6 +214,12 @@ const TOOL_CALLS: &str = "SELECT provider, tool, at FROM tool_calls WHERE operat
 /// The page statement and its arguments, in placeholder order. Only the conditions asked for are
 /// in the text, so each shape gets its own plan (a `$n IS NULL OR …` pattern would defeat the
 /// indexes in a generic plan).
+///
+/// A page in one state walks `operations_console_status_idx`. Any other page walks the write-once
+/// directory `operation_search` (tenant, creation time, invoice, customer: columns no update
+/// changes, so the hot path's row versions add no entry to its indexes; migration
+/// `search_directory`) and joins each operation by id. A text search finds ids by invoice or
+/// customer in the directory and by business key or processor reference in operations.
 fn page_sql(
     tenant: &TenantId,
     q: &OperationQuery,
@@ -224,24 +230,35 @@ fn page_sql(
         )));
     }
     let mut args = vec![Arg::from(tenant.as_str().to_string())];
-    let mut sql = String::from("SELECT * FROM operations WHERE tenant_id = $1");
     fn push(sql: &mut String, args: &mut Vec<Arg<'static>>, cond: &str, arg: Arg<'static>) {
         args.push(arg);
         sql.push_str(&cond.replace("$n", &format!("${}", args.len())));
     }
-    if let Some(status) = q.status {
-        push(
-            &mut sql,
-            &mut args,
-            " AND status = $n",
-            Arg::from(status.as_str().to_string()),
-        );
-    }
+    // `k`: the table whose (tenant, created_at, id) index orders the page.
+    let (mut sql, k) = match q.status {
+        Some(status) => {
+            let mut sql = String::from("SELECT o.* FROM operations o WHERE o.tenant_id = $1");
+            push(
+                &mut sql,
+                &mut args,
+                " AND o.status = $n",
+                Arg::from(status.as_str().to_string()),
+            );
+            (sql, "o")
+        }
+        None => (
+            String::from(
+                "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+                 WHERE s.tenant_id = $1",
+            ),
+            "s",
+        ),
+    };
     if let Some(from) = q.created_from_ms {
         push(
             &mut sql,
             &mut args,
-            " AND created_at >= $n",
+            &format!(" AND {k}.created_at >= $n"),
             Arg::from(from),
         );
     }
@@ -249,7 +266,7 @@ fn page_sql(
         push(
             &mut sql,
             &mut args,
-            " AND created_at < $n",
+            &format!(" AND {k}.created_at < $n"),
             Arg::from(before),
         );
     }
@@ -258,13 +275,15 @@ fn page_sql(
             Ok(id) => push(
                 &mut sql,
                 &mut args,
-                " AND id = $n",
+                " AND o.id = $n",
                 Arg::from(id.as_str().to_string()),
             ),
             Err(_) => push(
                 &mut sql,
                 &mut args,
-                " AND (business_key = $n OR invoice = $n OR customer = $n OR external_ref = $n)",
+                " AND o.id IN (SELECT id FROM operation_search WHERE tenant_id = $1 \
+                 AND (invoice = $n OR customer = $n) UNION ALL SELECT id FROM operations \
+                 WHERE tenant_id = $1 AND (business_key = $n OR external_ref = $n))",
                 Arg::from(search.to_string()),
             ),
         }
@@ -275,7 +294,7 @@ fn page_sql(
         push(
             &mut sql,
             &mut args,
-            " AND (created_at, id) < ($n",
+            &format!(" AND ({k}.created_at, {k}.id) < ($n"),
             Arg::from(*created),
         );
         push(
@@ -287,7 +306,7 @@ fn page_sql(
     }
     args.push(Arg::Int(i64::from(q.limit)));
     sql.push_str(&format!(
-        " ORDER BY created_at DESC, id DESC LIMIT ${}",
+        " ORDER BY {k}.created_at DESC, {k}.id DESC LIMIT ${}",
         args.len()
     ));
     Ok((sql, args))
@@ -470,7 +489,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             plain,
-            "SELECT * FROM operations WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+            "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+             WHERE s.tenant_id = $1 ORDER BY s.created_at DESC, s.id DESC LIMIT $2"
         );
         let id = OperationId::parse(&format!("op_{}", "a".repeat(32))).unwrap();
         let (sql, args) = page_sql(
@@ -484,9 +504,13 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(sql.contains("status = $2"), "{sql}");
-        assert!(sql.contains("invoice = $3"), "{sql}");
-        assert!(sql.contains("AND (created_at, id) < ($4, $5)"), "{sql}");
+        assert!(sql.contains("o.status = $2"), "{sql}");
+        assert!(sql.contains("(invoice = $3 OR customer = $3)"), "{sql}");
+        assert!(
+            sql.contains("(business_key = $3 OR external_ref = $3)"),
+            "{sql}"
+        );
+        assert!(sql.contains("AND (o.created_at, o.id) < ($4, $5)"), "{sql}");
         assert!(sql.ends_with("LIMIT $6"), "{sql}");
         assert_eq!(args.len(), 6);
         for bad in [0, CONSOLE_PAGE_MAX + 1] {

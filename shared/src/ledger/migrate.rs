@@ -73,6 +73,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "lean_indexes",
         include_str!("../../../migrations/postgres/0012_lean_indexes.sql"),
     ),
+    // The console's write-once search directory (issue 16).
+    (
+        13,
+        "search_directory",
+        include_str!("../../../migrations/postgres/0013_search_directory.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -122,6 +128,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         9,
         "claim_records_submission",
         include_str!("../../../migrations/sqlite/0009_claim_records_submission.sql"),
+    ),
+    // The console's write-once search directory (issue 16).
+    (
+        10,
+        "search_directory",
+        include_str!("../../../migrations/sqlite/0010_search_directory.sql"),
     ),
 ];
 

@@ -737,9 +737,10 @@ async fn the_overview_counts_states_and_charts_the_last_hour() {
 }
 
 /// The list's statements at scale: on a Postgres table of realistic size and spread, with fresh
-/// planner statistics and sequential scans allowed, no shape reads the whole operations table, each
-/// uses the index migration 0007 made for it, and pages without a search walk the index in order (no
-/// Sort). Without 0007's indexes this test fails (checked).
+/// planner statistics and sequential scans allowed, no shape reads the whole operations table or
+/// the search directory, each uses the index made for it (migration 0007's, or the directory's since
+/// `search_directory`), and pages without a search walk the index in order (no Sort). Without those
+/// indexes this test fails (checked).
 #[tokio::test]
 async fn list_queries_use_indexes_on_a_large_table() {
     let (ledger, url) = postgres_ledger().await;
@@ -758,7 +759,8 @@ async fn list_queries_use_indexes_on_a_large_table() {
              1800000000000 + g * 1000, CASE WHEN g % 5 >= 2 THEN repeat('a', 64) END
          FROM generate_series(1, 200000) g;
          ALTER TABLE operations ENABLE TRIGGER operations_audit_insert;
-         ANALYZE operations;",
+         ANALYZE operations;
+         ANALYZE operation_search;",
     )
     .execute(&db)
     .await
@@ -775,7 +777,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
                 limit: 51,
                 ..Default::default()
             },
-            "operations_console_tenant_idx",
+            "operation_search_tenant_idx",
         ),
         (
             OperationQuery {
@@ -783,7 +785,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
                 after: after.clone(),
                 ..Default::default()
             },
-            "operations_console_tenant_idx",
+            "operation_search_tenant_idx",
         ),
         (
             OperationQuery {
@@ -808,7 +810,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
                 limit: 51,
                 ..Default::default()
             },
-            "operations_console_tenant_idx",
+            "operation_search_tenant_idx",
         ),
         (
             OperationQuery {
@@ -816,7 +818,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
                 limit: 51,
                 ..Default::default()
             },
-            "operations_console_invoice_idx",
+            "operation_search_invoice_idx",
         ),
         (
             OperationQuery {
@@ -824,7 +826,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
                 limit: 51,
                 ..Default::default()
             },
-            "operations_console_customer_idx",
+            "operation_search_customer_idx",
         ),
         (
             OperationQuery {
@@ -864,7 +866,8 @@ async fn list_queries_use_indexes_on_a_large_table() {
                 .unwrap();
         let plan = plan.join("\n");
         assert!(
-            !plan.contains("Seq Scan on operations"),
+            !plan.contains("Seq Scan on operations")
+                && !plan.contains("Seq Scan on operation_search"),
             "{q:?}\n{inlined}\n{plan}"
         );
         assert!(plan.contains(index), "{q:?} does not use {index}:\n{plan}");

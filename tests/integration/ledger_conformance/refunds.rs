@@ -280,7 +280,8 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
     }
     assert_races(&ledgers).await;
     drop(ledgers);
-    // Migration 0008 rebuilt `operations`: every index and trigger 0001-0007 made is back.
+    // Migration 0008 rebuilt `operations`: every index and trigger 0001-0007 made is back (less the
+    // three console indexes migration 0010 moved to `operation_search`, plus its two triggers).
     use sqlx::Connection;
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
     let mut names: Vec<String> = sqlx::query_scalar(
@@ -297,15 +298,14 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
             "operations_attention_idx",
             "operations_audit_insert",
             "operations_audit_update",
-            "operations_console_customer_idx",
-            "operations_console_invoice_idx",
             "operations_console_reference_idx",
             "operations_console_status_idx",
-            "operations_console_tenant_idx",
             "operations_due_idx",
             "operations_lease_idx",
             "operations_ready_idx",
             "operations_refund_of_idx",
+            "operations_search_columns_fixed",
+            "operations_search_insert",
         ]
     );
     conn.close().await.unwrap();
@@ -547,6 +547,41 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
             .unwrap()
             .len(),
         1
+    );
+    // The search directory (migration `search_directory`) was filled from the rows already there,
+    // and its trigger adds new ones: the console's page finds the old payment and the new refund.
+    let page = ledger
+        .console()
+        .page(
+            &TenantId::parse("acme").unwrap(),
+            &payonce_shared::ledger::console::OperationQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = page.iter().map(|o| o.id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected = vec![id.as_str(), refund.operation.id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    let by_invoice = ledger
+        .console()
+        .page(
+            &TenantId::parse("acme").unwrap(),
+            &payonce_shared::ledger::console::OperationQuery {
+                search: Some("INV-M8".into()),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        by_invoice.len(),
+        2,
+        "the payment and its refund name INV-M8"
     );
     let over = create_refund(&ledger, &payment, "refund:m8:b", 1, at(T0)).await;
     assert!(
