@@ -1833,7 +1833,8 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
 
 /// Postgres's id and currency CHECKs (written without regular expressions since migration 12, to
 /// cost less per row version) accept and refuse exactly what `^op_[0-9a-f]{32}$` and `^[a-z]{3}$`
-/// do: a copy of a valid row that differs only in that column goes in or is refused.
+/// do, and the idempotency key must be the id's (migration 14): a copy of a valid row that differs
+/// only in that column goes in or is refused.
 #[tokio::test]
 async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns() {
     let (shared, url) = support::postgres_ledger().await;
@@ -1843,11 +1844,17 @@ async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns
     // A copy of the row under a fresh id, key and business key, then `column` set to `value`.
     let copy = |n: u32, column: &str, value: &str| {
         let fresh = format!("op_{n:032x}");
+        // The key follows the id (its own CHECK), unless the key is what is under test.
+        let key = if column == "idempotency_key" {
+            ""
+        } else {
+            "UPDATE c SET idempotency_key = 'payonce-' || id;"
+        };
         format!(
             "CREATE TEMP TABLE IF NOT EXISTS c AS SELECT * FROM operations WHERE false; DELETE FROM c; \
              INSERT INTO c SELECT * FROM operations WHERE id = '{}'; \
              UPDATE c SET id = '{fresh}', idempotency_key = 'payonce-{fresh}', business_key = '{fresh}'; \
-             UPDATE c SET {column} = {value}; \
+             UPDATE c SET {column} = {value}; {key} \
              INSERT INTO operations SELECT * FROM c;",
             op.id.as_str()
         )
@@ -1883,6 +1890,20 @@ async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns
         let refused = outcome("id", bad.clone()).await;
         let e = refused.expect_err(&format!("id {bad} must be refused"));
         assert!(e.to_string().contains("operations_id_check"), "{bad}: {e}");
+    }
+    // The key is the id's (migration 14): another key, even a well-formed one, is refused.
+    for bad in [
+        format!("'payonce-op_{hex}'"),
+        "'payonce-' || id || 'x'".to_string(),
+        "'key-1'".to_string(),
+    ] {
+        let e = outcome("idempotency_key", bad.clone())
+            .await
+            .expect_err(&format!("key {bad} must be refused"));
+        assert!(
+            e.to_string().contains("operations_idempotency_key_derived"),
+            "{bad}: {e}"
+        );
     }
     outcome("currency", "'eur'".into()).await.unwrap();
     for bad in ["'USD'", "'us'", "'usdd'", "'u1d'", "'üsd'", "''", "'us '"] {

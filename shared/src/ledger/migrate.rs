@@ -79,6 +79,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "search_directory",
         include_str!("../../../migrations/postgres/0013_search_directory.sql"),
     ),
+    // The idempotency key is the id's, so the id's key makes it unique (issue 16).
+    (
+        14,
+        "derived_idempotency_key",
+        include_str!("../../../migrations/postgres/0014_derived_idempotency_key.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[

@@ -755,7 +755,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
          SELECT 'op_' || lpad(to_hex(g), 32, '0'), 'tenant' || (g % 50), 'invoice:INV-' || g || ':pay', 'payment',
              100 + g % 1000, 'usd', 'cus_' || (g % 5000), 'pm_card_visa', 'INV-' || g, repeat('a', 64),
              (ARRAY['awaiting_approval','cancelled','succeeded','failed','needs_attention'])[1 + g % 5],
-             'key_' || g, 0, CASE WHEN g % 5 = 2 THEN 'pi_' || g END, 1800000000000 + g * 1000,
+             'payonce-op_' || lpad(to_hex(g), 32, '0'), 0, CASE WHEN g % 5 = 2 THEN 'pi_' || g END, 1800000000000 + g * 1000,
              1800000000000 + g * 1000, CASE WHEN g % 5 >= 2 THEN repeat('a', 64) END
          FROM generate_series(1, 200000) g;
          ALTER TABLE operations ENABLE TRIGGER operations_audit_insert;
