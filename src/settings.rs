@@ -210,10 +210,6 @@ pub struct WorkerArgs {
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS", default_value_t = payonce_worker::config::RECORD_LINGER_DEFAULT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub record_linger_ms: u64,
-    /// Outcome writes in flight at once (1 to 16; each holds a pooled connection while it writes).
-    #[arg(long, env = "PAYONCE_WORKER_RECORD_WRITERS", default_value_t = payonce_worker::config::RECORD_WRITERS_DEFAULT as u64,
-          value_parser = clap::value_parser!(u64).range(1..=payonce_worker::config::RECORD_WRITERS_MAX as u64))]
-    pub record_writers: u64,
     /// Lease TTL, ms.
     #[arg(long, env = "PAYONCE_LEASE_TTL_MS", default_value_t = 30_000)]
     pub lease_ttl_ms: u64,
@@ -258,7 +254,6 @@ impl WorkerArgs {
         c.batch_size = self.batch_size;
         c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
         c.record_linger = Duration::from_millis(self.record_linger_ms);
-        c.record_writers = usize::try_from(self.record_writers).unwrap_or(usize::MAX);
         c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);
         c.renew_interval = Duration::from_millis(self.renew_ms);
         c.submit_timeout = Duration::from_millis(self.submit_timeout_ms);

@@ -9,10 +9,6 @@ use std::time::Duration;
 pub const CLAIM_COOLDOWN_DEFAULT: Duration = Duration::from_millis(5);
 /// Default [`WorkerConfig::record_linger`] (measured in docs/benchmarks.md, issue 16 fourth pass).
 pub const RECORD_LINGER_DEFAULT: Duration = Duration::from_millis(2);
-/// Default [`WorkerConfig::record_writers`] (measured in docs/benchmarks.md, issue 16 seventh pass).
-pub const RECORD_WRITERS_DEFAULT: usize = 4;
-/// Most [`WorkerConfig::record_writers`]: each may hold a pooled connection while it writes.
-pub const RECORD_WRITERS_MAX: usize = 16;
 /// Longest [`WorkerConfig::claim_cooldown`] and [`WorkerConfig::record_linger`]: each delays work
 /// that is ready, so neither may approach a processor's own latency.
 pub const BATCH_WAIT_MAX: Duration = Duration::from_millis(1_000);
@@ -51,11 +47,6 @@ pub struct WorkerConfig {
     /// How long an outcome waits for others to join its write (the write starts sooner when
     /// `record_batch_max` are queued). Zero writes what is queued at once.
     pub record_linger: Duration,
-    /// Outcome writes in flight at once (`run` only; `run_once` writes one group at a time): while
-    /// one group commits, the next gathers and may start, so a commit's wait does not stall every
-    /// answer behind it. Each write fences its own rows, locked in id order, and no operation is in
-    /// two groups.
-    pub record_writers: usize,
     /// How long shutdown waits for in-flight submissions.
     pub shutdown_grace: Duration,
     /// The fleet's request budget at the processor: one write permit per submission.
@@ -96,7 +87,6 @@ impl WorkerConfig {
             poll_interval: Duration::from_millis(500),
             record_batch_max: 128,
             record_linger: RECORD_LINGER_DEFAULT,
-            record_writers: RECORD_WRITERS_DEFAULT,
             shutdown_grace: Duration::from_secs(25),
             limiter: Arc::new(Unlimited::default()),
             rate_limit_backoff_base: Duration::from_millis(250),
@@ -109,9 +99,6 @@ impl WorkerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.concurrency == 0 || self.batch_size == 0 || self.record_batch_max == 0 {
             return Err(ConfigError::ZeroCapacity);
-        }
-        if self.record_writers == 0 || self.record_writers > RECORD_WRITERS_MAX {
-            return Err(ConfigError::RecordWriters);
         }
         if self.renew_interval >= self.lease_ttl {
             return Err(ConfigError::RenewalNotInsideLease);
@@ -142,9 +129,6 @@ pub enum ConfigError {
     /// A zero concurrency, batch size or record batch would never make progress.
     #[error("concurrency, batch size and record batch must be positive")]
     ZeroCapacity,
-    /// No outcome writer, or more than [`RECORD_WRITERS_MAX`].
-    #[error("record writers must be between 1 and 16")]
-    RecordWriters,
     /// Renewal at or after the TTL lets every lease lapse while held.
     #[error("the renewal interval must be shorter than the lease TTL")]
     RenewalNotInsideLease,
@@ -222,16 +206,7 @@ mod tests {
             refused(|c| c.record_linger = BATCH_WAIT_MAX + Duration::from_millis(1)),
             ConfigError::BatchWaitTooLong
         );
-        assert_eq!(
-            refused(|c| c.record_writers = 0),
-            ConfigError::RecordWriters
-        );
-        assert_eq!(
-            refused(|c| c.record_writers = RECORD_WRITERS_MAX + 1),
-            ConfigError::RecordWriters
-        );
         let mut at_the_limit = ok.clone();
-        at_the_limit.record_writers = RECORD_WRITERS_MAX;
         at_the_limit.claim_cooldown = BATCH_WAIT_MAX;
         at_the_limit.record_linger = BATCH_WAIT_MAX;
         assert!(at_the_limit.validate().is_ok());

@@ -98,8 +98,7 @@ impl Worker {
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
         let batch = self.batch(claimed, tx, stop_rx, None);
-        let rx = tokio::sync::Mutex::new(rx);
-        let recorder = self.recorder(&rx);
+        let recorder = self.recorder(rx);
         let ((), ()) = tokio::join!(batch, recorder);
         Ok(n)
     }
@@ -109,16 +108,9 @@ impl Worker {
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (record_tx, record_rx) = mpsc::channel(RECORD_QUEUE_LEN);
-        // `record_writers` loops share the queue: while one writes its group, the next gathers.
         let recorder = {
-            let record_rx = Arc::new(tokio::sync::Mutex::new(record_rx));
-            let mut writers = JoinSet::new();
-            for _ in 0..self.config.record_writers {
-                let this = self.clone();
-                let rx = record_rx.clone();
-                writers.spawn(async move { this.recorder(&rx).await });
-            }
-            async move { while writers.join_next().await.is_some() {} }
+            let this = self.clone();
+            tokio::spawn(async move { this.recorder(record_rx).await })
         };
         let renewer = {
             let this = self.clone();
@@ -357,31 +349,24 @@ impl Worker {
 
     /// Writes outcomes in group commits: what is queued when a write starts goes in it, and what
     /// arrives within `record_linger` of the first outcome joins it (up to `record_batch_max`), so
-    /// answers that come back spread out are still written a group per commit. Several of these
-    /// loops may share one queue (`record_writers`): one gathers a group while holding the queue,
-    /// lets go of it, and writes; the next gathers meanwhile. Each outcome is in exactly one group.
-    async fn recorder(&self, rx: &tokio::sync::Mutex<mpsc::Receiver<Pending>>) {
+    /// answers that come back spread out are still written a group per commit.
+    async fn recorder(&self, mut rx: mpsc::Receiver<Pending>) {
         let max = self.config.record_batch_max;
-        loop {
-            let batch = {
-                let mut rx = rx.lock().await;
-                let Some(first) = rx.recv().await else { return };
-                let until = tokio::time::Instant::now() + self.config.record_linger;
-                let mut batch = vec![first];
-                while batch.len() < max {
-                    match rx.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(mpsc::error::TryRecvError::Disconnected) => break,
-                        Err(mpsc::error::TryRecvError::Empty) => {
-                            match tokio::time::timeout_at(until, rx.recv()).await {
-                                Ok(Some(p)) => batch.push(p),
-                                Ok(None) | Err(_) => break,
-                            }
+        while let Some(first) = rx.recv().await {
+            let until = tokio::time::Instant::now() + self.config.record_linger;
+            let mut batch = vec![first];
+            while batch.len() < max {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        match tokio::time::timeout_at(until, rx.recv()).await {
+                            Ok(Some(p)) => batch.push(p),
+                            Ok(None) | Err(_) => break,
                         }
                     }
                 }
-                batch
-            };
+            }
             self.record(batch).await;
         }
     }

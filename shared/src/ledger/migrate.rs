@@ -79,11 +79,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "search_directory",
         include_str!("../../../migrations/postgres/0013_search_directory.sql"),
     ),
-    // The idempotency key is the id's, so the id's key makes it unique (issue 16).
+    // Keys that repeated another: the derived idempotency key, the events' id (issue 16).
     (
         14,
-        "derived_idempotency_key",
-        include_str!("../../../migrations/postgres/0014_derived_idempotency_key.sql"),
+        "derived_keys",
+        include_str!("../../../migrations/postgres/0014_derived_keys.sql"),
     ),
 ];
 /// SQLite migrations, in order.
