@@ -1935,6 +1935,7 @@ async fn both_stores_refuse_to_change_what_the_search_directory_copies() {
         ("customer", "'cus_other'"),
         ("tenant_id", "'other'"),
         ("created_at", "created_at + 1"),
+        ("business_key", "'other-key'"),
     ] {
         let change =
             |id: &str| format!("UPDATE operations SET {column} = {value} WHERE id = '{id}'");

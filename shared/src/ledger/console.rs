@@ -216,10 +216,10 @@ const TOOL_CALLS: &str = "SELECT provider, tool, at FROM tool_calls WHERE operat
 /// indexes in a generic plan).
 ///
 /// A page in one state walks `operations_console_status_idx`. Any other page walks the write-once
-/// directory `operation_search` (tenant, creation time, invoice, customer: columns no update
+/// directory `operation_search` (tenant, creation time, invoice, customer, business key: columns no update
 /// changes, so the hot path's row versions add no entry to its indexes; migration
-/// `search_directory`) and joins each operation by id. A text search finds ids by invoice or
-/// customer in the directory and by business key or processor reference in operations.
+/// `search_directory`) and joins each operation by id. A text search finds ids by business key,
+/// invoice or customer in the directory and by processor reference in operations.
 fn page_sql(
     tenant: &TenantId,
     q: &OperationQuery,
@@ -282,8 +282,8 @@ fn page_sql(
                 &mut sql,
                 &mut args,
                 " AND o.id IN (SELECT id FROM operation_search WHERE tenant_id = $1 \
-                 AND (invoice = $n OR customer = $n) UNION ALL SELECT id FROM operations \
-                 WHERE tenant_id = $1 AND (business_key = $n OR external_ref = $n))",
+                 AND (business_key = $n OR invoice = $n OR customer = $n) UNION ALL \
+                 SELECT id FROM operations WHERE tenant_id = $1 AND external_ref = $n)",
                 Arg::from(search.to_string()),
             ),
         }
@@ -505,11 +505,11 @@ mod tests {
         )
         .unwrap();
         assert!(sql.contains("o.status = $2"), "{sql}");
-        assert!(sql.contains("(invoice = $3 OR customer = $3)"), "{sql}");
         assert!(
-            sql.contains("(business_key = $3 OR external_ref = $3)"),
+            sql.contains("(business_key = $3 OR invoice = $3 OR customer = $3)"),
             "{sql}"
         );
+        assert!(sql.contains("AND external_ref = $3)"), "{sql}");
         assert!(sql.contains("AND (o.created_at, o.id) < ($4, $5)"), "{sql}");
         assert!(sql.ends_with("LIMIT $6"), "{sql}");
         assert_eq!(args.len(), 6);

@@ -85,6 +85,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "derived_keys",
         include_str!("../../../migrations/postgres/0014_derived_keys.sql"),
     ),
+    // The business key's uniqueness moves to the search directory (issue 16).
+    (
+        15,
+        "business_key_in_directory",
+        include_str!("../../../migrations/postgres/0015_business_key_in_directory.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -140,6 +146,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         10,
         "search_directory",
         include_str!("../../../migrations/sqlite/0010_search_directory.sql"),
+    ),
+    // The business key joins the search directory (issue 16).
+    (
+        11,
+        "business_key_in_directory",
+        include_str!("../../../migrations/sqlite/0011_business_key_in_directory.sql"),
     ),
 ];
 

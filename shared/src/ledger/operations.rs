@@ -26,9 +26,15 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_
      customer, payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
      available_at, last_event, last_actor, last_detail, created_at, updated_at) \
      VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11) \
-     ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *";
-const SELECT_BY_BUSINESS_KEY: &str =
-    "SELECT * FROM operations WHERE tenant_id = $1 AND business_key = $2";
+     ON CONFLICT DO NOTHING RETURNING *";
+/// Through the search directory, which holds each tenant's business keys (unique there; on
+/// Postgres only there: migration `business_key_in_directory`).
+const SELECT_BY_BUSINESS_KEY: &str = "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+     WHERE s.tenant_id = $1 AND s.business_key = $2";
+/// The directory's unique index on (tenant, business key): a create that finds the key taken fails
+/// on it in the creating statement (Postgres; SQLite's insert finds it on operations and does
+/// nothing).
+const BUSINESS_KEY_TAKEN: &str = "operation_search_business_key";
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
 const SELECT_EVENTS: &str = "SELECT * FROM operation_events WHERE operation_id = $1 ORDER BY id";
@@ -73,7 +79,7 @@ impl<DB: Dialect> Operations for Store<DB> {
         let hash = d.hash();
         let inserted = insert(INSERT_OPERATION, &new, &hash, now).bind(d.kind().as_str());
         let inserted = inserted.bind(d.destination()).bind(d.description());
-        if let Some(operation) = self.first(inserted, decode_operation).await? {
+        if let Some(operation) = taken_as_none(self.first(inserted, decode_operation).await)? {
             return Ok(Created {
                 operation,
                 inserted: true,
@@ -180,6 +186,22 @@ pub(crate) fn insert<'a>(
     stmt.bind(key.as_str().to_string())
         .bind(now)
         .bind(bounded(&new.actor))
+}
+
+/// An insert's result with "the business key is taken" read as nothing inserted: the unique
+/// violation on the search directory's key (see `BUSINESS_KEY_TAKEN`), as `ON CONFLICT DO NOTHING`
+/// answers where the key is on operations itself.
+pub(crate) fn taken_as_none<T>(
+    inserted: Result<Option<T>, LedgerError>,
+) -> Result<Option<T>, LedgerError> {
+    match inserted {
+        Err(LedgerError::Database(sqlx::Error::Database(e)))
+            if e.constraint() == Some(BUSINESS_KEY_TAKEN) =>
+        {
+            Ok(None)
+        }
+        other => other,
+    }
 }
 
 impl<DB: Dialect> Store<DB> {

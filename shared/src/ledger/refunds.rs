@@ -12,7 +12,7 @@
 
 use super::dialect::Dialect;
 use super::moves::status_in;
-use super::operations::insert;
+use super::operations::{insert, taken_as_none};
 use super::record::decode_operation;
 use super::row::LedgerRow;
 use super::statement::Stmt;
@@ -47,7 +47,7 @@ static INSERT_REFUND: LazyLock<String> = LazyLock::new(|| {
          AND p.invoice = $8 \
          AND (SELECT COALESCE(SUM(r.amount_minor), 0) FROM operations r \
               WHERE r.refund_of = $13 AND NOT ({released})) + $4 <= p.amount_minor \
-         ON CONFLICT (tenant_id, business_key) DO NOTHING RETURNING *",
+         ON CONFLICT DO NOTHING RETURNING *",
         released = status_in("r.status", &RELEASED)
     )
 });
@@ -111,8 +111,18 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         let inserted = inserted
             .bind(of.payment_reference())
             .bind(of.reason().as_str());
-        let row = DB::fetch_optional(&mut *tx, inserted).await?;
-        tx.commit().await?;
+        // A taken business key fails the statement on Postgres (the directory's unique index),
+        // which ends the transaction: it is rolled back, and the key's owner looked up below.
+        let row = match taken_as_none(DB::fetch_optional(&mut *tx, inserted).await)? {
+            Some(row) => {
+                tx.commit().await?;
+                Some(row)
+            }
+            None => {
+                tx.rollback().await?;
+                None
+            }
+        };
         if let Some(row) = row {
             return Ok(Created {
                 operation: decode_operation(&row)?,
