@@ -644,6 +644,102 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
     .await;
 }
 
+/// A row an on-call person sent back to ready (`resolve retry`) after a submission keeps that
+/// record: the next `claim_to_submit` counts its own submission but leaves attempt 1 as the first,
+/// logs `submission_started` after its claim, and its retry-later cannot withdraw attempt 1's
+/// record (unknown, not ready). A plain claim of such a row logs no submission start.
+#[tokio::test]
+async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
+    for_each_store(|ledger| async move {
+        let op = ready_operation(&ledger, "INV-RR", "pm_card_visa", at(T0)).await;
+        ledger
+            .claim_to_submit(&holder("w"), 1, at(T0))
+            .await
+            .unwrap();
+        let unknown = Recorded::Unknown {
+            reason: "timeout".into(),
+            reference: None,
+            next_check_at_ms: at(T0 + 100),
+        };
+        ledger
+            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 1))
+            .await
+            .unwrap();
+        let retry = || Resolve {
+            id: &op.id,
+            resolution: &Resolution::RetrySameKey,
+            actor: "oncall:ann",
+            reason: "processor says it has nothing; retry",
+        };
+        let ready = ledger.resolve(&retry(), at(T0 + 2)).await.unwrap();
+        assert_eq!(
+            (ready.status, ready.first_submitted_attempt),
+            (Status::Ready, Some(1))
+        );
+        let claimed = ledger
+            .claim_to_submit(&holder("w2"), 1, at(T0 + 3))
+            .await
+            .unwrap();
+        assert_eq!(
+            claimed
+                .iter()
+                .map(|o| (
+                    o.attempt,
+                    o.first_submitted_attempt,
+                    o.first_submitted_at_ms,
+                    o.last_submitted_at_ms,
+                    o.submit_count
+                ))
+                .collect::<Vec<_>>(),
+            [(2, Some(1), Some(at(T0)), Some(at(T0 + 3)), 2)]
+        );
+        let tail = |events: Vec<payonce_shared::ledger::OperationEvent>, n: usize| {
+            let k = events.len() - n;
+            events[k..]
+                .iter()
+                .map(|e| (e.event.clone(), e.attempt))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            tail(ledger.events_unscoped(&op.id).await.unwrap(), 2),
+            [
+                ("claim".to_string(), 2),
+                ("submission_started".to_string(), 2)
+            ]
+        );
+        let later = Recorded::RetryLater {
+            reason: "rate limited".into(),
+            available_at_ms: at(T0 + 1_000),
+        };
+        let row = ledger
+            .record(&recording(&fence(&op.id, 2), &later, "w2"), at(T0 + 4))
+            .await
+            .unwrap();
+        assert_eq!(
+            (row.status, row.first_submitted_attempt),
+            (Status::Unknown, Some(1)),
+            "attempt 1 may have reached the processor"
+        );
+        // Back to ready once more, then a plain claim: it records no submission and logs none.
+        ledger.resolve(&retry(), at(T0 + 5)).await.unwrap();
+        let plain = ledger.claim(&holder("w3"), 1, at(T0 + 6)).await.unwrap();
+        assert_eq!(
+            plain
+                .iter()
+                .map(|o| (o.attempt, o.submit_count))
+                .collect::<Vec<_>>(),
+            [(3, 2)]
+        );
+        let events = ledger.events_unscoped(&op.id).await.unwrap();
+        assert_eq!(
+            tail(events, 1),
+            [("claim".to_string(), 3)],
+            "a plain claim logs only its claim"
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {

@@ -34,9 +34,12 @@ const OWN_SUBMISSION_CLEARED: &str = "first_submitted_at = NULL, first_submitted
 
 /// The assignments that make a claim also record its submission start, as `mark_submitting`
 /// would (`$1` now; `old` prefixes the old row's columns: `o.` on Postgres's `UPDATE … FROM`).
-/// A ready row has no submission recorded (every way back to ready clears it or goes to unknown
-/// instead), so the first submission is this attempt's; the audit trigger logs the
-/// `submission_started` event after the claim's (migrations: `claim_records_submission`).
+/// The first submission is this attempt's unless an earlier one is on record, which it keeps: a
+/// row an on-call person sent back to ready (`resolve retry`) after a submission that may have
+/// reached the processor; then this attempt's release, retry or rejection cannot withdraw it and
+/// goes to `unknown` or `needs_attention` instead. The audit trigger logs `submission_started`
+/// after the claim's event whenever the claim counts a submission (migrations:
+/// `claim_records_submission`).
 pub(crate) fn submission_started_at_claim(old: &str) -> String {
     format!(
         ", first_submitted_at = COALESCE({old}first_submitted_at, $1), \
