@@ -1,5 +1,5 @@
-//! Where one batch's time goes: the hot-path ledger calls (claim, submission record, outcome
-//! record) timed one after another on one connection, with nothing else running.
+//! Where one batch's time goes: the worker's hot-path ledger calls (the claim that records the
+//! submission start, then the outcome record) timed one after another, with nothing else running.
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
@@ -13,15 +13,13 @@ pub struct StepCosts {
     pub batches: u32,
     /// Operations per batch.
     pub batch: u32,
-    /// `claim`.
+    /// `claim_to_submit` (the claim and the batch's submission starts, one statement).
     pub claim: Duration,
-    /// `mark_submitting` (the whole batch).
-    pub mark: Duration,
     /// `record_batch` (succeeded outcomes).
     pub record: Duration,
 }
 
-/// Times `batches` rounds of claim → mark → record of `batch` operations each.
+/// Times `batches` rounds of claim (with submission starts) → record of `batch` operations each.
 pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Result<StepCosts> {
     let db = ScratchDatabase::create(admin_url).await?;
     let ledger = db.ledger(2).await?;
@@ -35,7 +33,7 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
     for _ in 0..batches {
         let t = Instant::now();
         let claimed = ledger
-            .claim(
+            .claim_to_submit(
                 &LeaseHolder {
                     owner: "profile",
                     lease_ttl: Duration::from_secs(30),
@@ -45,11 +43,12 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
             )
             .await?;
         costs.claim += t.elapsed();
-        let fences: Vec<_> = claimed.iter().map(Fence::of).collect();
-        let t = Instant::now();
-        let marked = ledger.mark_submitting(&fences, crate::now()).await?;
-        costs.mark += t.elapsed();
-        anyhow::ensure!(marked.iter().all(|m| *m), "a fresh claim lost its fence");
+        anyhow::ensure!(
+            claimed
+                .iter()
+                .all(|o| o.first_submitted_attempt == Some(o.attempt)),
+            "a claim to submit did not record its submission start"
+        );
         let items: Vec<_> = claimed
             .iter()
             .map(|o| {
@@ -68,7 +67,6 @@ pub async fn hot_path(admin_url: &str, batch: u32, batches: u32) -> anyhow::Resu
         anyhow::ensure!(recorded.iter().all(|r| *r), "a fresh claim lost its fence");
     }
     costs.claim /= batches;
-    costs.mark /= batches;
     costs.record /= batches;
     ledger.pool().close().await;
     db.drop_now().await?;

@@ -2065,3 +2065,93 @@ async fn both_stores_refuse_to_change_what_the_search_directory_copies() {
         );
     }
 }
+
+/// A Postgres ledger as migrations 1–12 left it, with an operation in it, migrated by `connect`:
+/// migrations 13–15 fill the search directory from the existing rows (tenant, time, invoice,
+/// customer, business key), so the console finds the old operation by every search, and creating
+/// it again by its business key answers with it (the key's uniqueness now lives in the directory).
+#[tokio::test]
+async fn postgres_migrations_13_to_15_fill_the_directory_from_existing_rows() {
+    use sqlx::Connection;
+    let url = support::postgres::fresh_database().await;
+    let existing = new_op("INV-MIG", 2048);
+    {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        for sql in [
+            include_str!("../../migrations/postgres/0001_ledger.sql"),
+            include_str!("../../migrations/postgres/0002_customer_verification.sql"),
+            include_str!("../../migrations/postgres/0003_evidence.sql"),
+            include_str!("../../migrations/postgres/0004_api_key_lifecycle.sql"),
+            include_str!("../../migrations/postgres/0005_tool_call_keys.sql"),
+            include_str!("../../migrations/postgres/0007_console.sql"),
+            include_str!("../../migrations/postgres/0008_refunds.sql"),
+            include_str!("../../migrations/postgres/0009_hot_path.sql"),
+            include_str!("../../migrations/postgres/0010_statement_audit.sql"),
+            include_str!("../../migrations/postgres/0011_claim_records_submission.sql"),
+            include_str!("../../migrations/postgres/0012_lean_indexes.sql"),
+        ] {
+            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+        }
+        sqlx::raw_sql(
+            "CREATE TABLE payonce_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+             applied_at BIGINT NOT NULL); INSERT INTO payonce_migrations (version, name, applied_at) \
+             SELECT v, 'before 13', 0 FROM unnest(ARRAY[1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12]) AS v",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer, \
+             payment_method, invoice, description, details_hash, status, attempt, idempotency_key, \
+             available_at, last_event, last_actor, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'payment', 2048, 'usd', 'cus_test', 'pm_card_visa', 'INV-MIG', \
+             'Invoice INV-MIG', $4, 'awaiting_approval', 0, $5, 1, 'create', 'service:test', 1, 1)",
+        )
+        .bind(existing.id.as_str())
+        .bind(existing.tenant.as_str())
+        .bind(existing.business_key.as_str())
+        .bind(existing.details.hash().as_str())
+        .bind(format!("payonce-{}", existing.id.as_str()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+    let ledger = payonce_shared::ledger::connect(&url, 2).await.unwrap();
+    let search = |text: Option<&str>| payonce_shared::ledger::console::OperationQuery {
+        search: text.map(str::to_string),
+        limit: 10,
+        ..Default::default()
+    };
+    for text in [
+        None,
+        Some("INV-MIG"),
+        Some("cus_test"),
+        Some("invoice:INV-MIG:pay"),
+    ] {
+        let page = ledger
+            .console()
+            .page(&existing.tenant, &search(text))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.iter().map(|o| &o.id).collect::<Vec<_>>(),
+            [&existing.id],
+            "search {text:?}"
+        );
+    }
+    let again = NewOperation {
+        id: OperationId::generate(),
+        ..new_op("INV-MIG", 2048)
+    };
+    let created = ledger.create_or_get(again, at(T0)).await.unwrap();
+    assert_eq!(
+        (created.inserted, created.operation.id),
+        (false, existing.id.clone())
+    );
+    let conflict = ledger.create_or_get(new_op("INV-MIG", 4096), at(T0)).await;
+    assert!(
+        matches!(conflict, Err(LedgerError::Conflict { existing: ref id }) if *id == existing.id),
+        "{conflict:?}"
+    );
+}

@@ -249,10 +249,10 @@ impl Worker {
     /// One claimed batch (its claim also recorded every submission start): checks, then concurrent
     /// submissions whose outcomes go to the recorder; a rejection withdraws its submission record.
     /// `slots` holds one in-flight slot per claimed operation (the daemon's; none for `run_once`):
-    /// each submission hands its own to the recorder
-    /// with its outcome, which gives it back once that outcome is written, so one slow answer does
-    /// not hold the batch's other slots and answered work never piles up unrecorded beyond
-    /// `concurrency`; the rest (rejected, fenced) go back when the batch ends.
+    /// each submission hands its own to the recorder with its outcome, which gives it back once
+    /// that outcome is written, so one slow answer does not hold the batch's other slots and
+    /// answered work never piles up unrecorded beyond `concurrency`; the rest (rejected) go back
+    /// when the batch ends.
     async fn batch(
         &self,
         claimed: Vec<Operation>,

@@ -113,21 +113,15 @@ impl<DB: Dialect> RefundRows<'_, DB> {
             .bind(of.reason().as_str());
         // A taken business key fails the statement on Postgres (the directory's unique index),
         // which ends the transaction: it is rolled back, and the key's owner looked up below.
-        let row = match taken_as_none(DB::fetch_optional(&mut *tx, inserted).await)? {
+        match taken_as_none(DB::fetch_optional(&mut *tx, inserted).await)? {
             Some(row) => {
                 tx.commit().await?;
-                Some(row)
+                return Ok(Created {
+                    operation: decode_operation(&row)?,
+                    inserted: true,
+                });
             }
-            None => {
-                tx.rollback().await?;
-                None
-            }
-        };
-        if let Some(row) = row {
-            return Ok(Created {
-                operation: decode_operation(&row)?,
-                inserted: true,
-            });
+            None => tx.rollback().await?,
         }
         // Nothing inserted: the business key is taken, or the guard refused. Say which.
         if let Some(existing) = self.0.by_business_key(&new).await? {

@@ -578,6 +578,20 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         2,
         "the payment and its refund name INV-M8"
     );
+    // And the business key the directory took from the old row (migration 0011).
+    let by_key = ledger
+        .console()
+        .page(
+            &TenantId::parse("acme").unwrap(),
+            &payonce_shared::ledger::console::OperationQuery {
+                search: Some("invoice:INV-M8:pay".into()),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_key.iter().map(|o| &o.id).collect::<Vec<_>>(), [&id]);
     let over = create_refund(&ledger, &payment, "refund:m8:b", 1, at(T0)).await;
     assert!(
         matches!(
