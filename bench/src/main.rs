@@ -38,6 +38,9 @@ struct Args {
     /// Override the HTTP section's claim batch.
     #[arg(long)]
     http_batch: Option<u32>,
+    /// Override the zero-latency sections' operations per drain (throughput, sqlite).
+    #[arg(long)]
+    operations: Option<u64>,
     /// Override the engine counts the throughput section also runs (comma-separated; empty: none).
     #[arg(long, value_delimiter = ',')]
     engines: Option<Vec<usize>>,
@@ -113,6 +116,9 @@ async fn main() -> ExitCode {
     }
     if let Some(n) = args.batch {
         settings.fleet.config.batch_size = n.max(1);
+    }
+    if let Some(n) = args.operations {
+        settings.operations = n.max(1);
     }
     if let Some(engines) = args.engines {
         settings.engines = engines.into_iter().filter(|n| *n > 0).collect();

@@ -193,8 +193,10 @@ const SELECT_SESSION: &str = "SELECT * FROM console_sessions WHERE session_hash 
      AND expires_at > $2";
 const END_SESSION: &str =
     "UPDATE console_sessions SET ended_at = $2 WHERE session_hash = $1 AND ended_at IS NULL";
-const COUNTS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM operations \
-     WHERE tenant_id = $1 GROUP BY status";
+/// Per state, through the directory: no index of operations covers every state (the hot path's two
+/// have no entry in `operations_console_status_idx` on Postgres, migration `console_state_index`).
+const COUNTS: &str = "SELECT o.status AS status, COUNT(*) AS n, MIN(o.updated_at) AS oldest \
+     FROM operation_search s JOIN operations o ON o.id = s.id WHERE s.tenant_id = $1 GROUP BY o.status";
 /// Joined to operations for the tenant; `operation_events_at_idx` bounds the scan to the hour.
 const CHART: &str = "SELECT (e.at - $2) / $3 AS bucket, e.event AS event, e.to_status AS to_status, \
      COUNT(*) AS n FROM operation_events e JOIN operations o ON o.id = e.operation_id \
@@ -215,8 +217,13 @@ const TOOL_CALLS: &str = "SELECT provider, tool, at FROM tool_calls WHERE operat
 /// in the text, so each shape gets its own plan (a `$n IS NULL OR …` pattern would defeat the
 /// indexes in a generic plan).
 ///
-/// A page in one state walks `operations_console_status_idx`. Any other page walks the write-once
-/// directory `operation_search` (tenant, creation time, invoice, customer, business key: columns no update
+/// A page in one state walks `operations_console_status_idx`, except in the worker's two states,
+/// which have no entry there on Postgres (migration `console_state_index`: the claim and the outcome
+/// write add none): `succeeded`, most rows, walks the directory and keeps the rows in that state;
+/// `executing`, at most the fleet's in-flight work, is found through `operations_lease_idx`. The
+/// state is written into the text (a closed set of names), not bound, so a generic plan still
+/// matches the partial indexes' predicates. Any other page walks the write-once directory
+/// `operation_search` (tenant, creation time, invoice, customer, business key: columns no update
 /// changes, so the hot path's row versions add no entry to its indexes; migration
 /// `search_directory`) and joins each operation by id. A text search finds ids by business key,
 /// invoice or customer in the directory and by processor reference in operations.
@@ -236,16 +243,21 @@ fn page_sql(
     }
     // `k`: the table whose (tenant, created_at, id) index orders the page.
     let (mut sql, k) = match q.status {
-        Some(status) => {
-            let mut sql = String::from("SELECT o.* FROM operations o WHERE o.tenant_id = $1");
-            push(
-                &mut sql,
-                &mut args,
-                " AND o.status = $n",
-                Arg::from(status.as_str().to_string()),
-            );
-            (sql, "o")
-        }
+        Some(Status::Succeeded) => (
+            format!(
+                "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+                 WHERE s.tenant_id = $1 AND o.status = '{}'",
+                Status::Succeeded.as_str()
+            ),
+            "s",
+        ),
+        Some(status) => (
+            format!(
+                "SELECT o.* FROM operations o WHERE o.tenant_id = $1 AND o.status = '{}'",
+                status.as_str()
+            ),
+            "o",
+        ),
         None => (
             String::from(
                 "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
@@ -310,6 +322,11 @@ fn page_sql(
         args.len()
     ));
     Ok((sql, args))
+}
+
+/// The overview's count by state, as the store runs it (for `EXPLAIN` in tests; `$1`: the tenant).
+pub fn counts_statement() -> &'static str {
+    COUNTS
 }
 
 /// The page statement for a tenant and query, as the store runs it (for `EXPLAIN` in tests).
@@ -504,15 +521,30 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(sql.contains("o.status = $2"), "{sql}");
+        assert!(sql.contains("o.status = 'needs_attention'"), "{sql}");
         assert!(
-            sql.contains("(business_key = $3 OR invoice = $3 OR customer = $3)"),
+            sql.contains("(business_key = $2 OR invoice = $2 OR customer = $2)"),
             "{sql}"
         );
-        assert!(sql.contains("AND external_ref = $3)"), "{sql}");
-        assert!(sql.contains("AND (o.created_at, o.id) < ($4, $5)"), "{sql}");
-        assert!(sql.ends_with("LIMIT $6"), "{sql}");
-        assert_eq!(args.len(), 6);
+        assert!(sql.contains("AND external_ref = $2)"), "{sql}");
+        assert!(sql.contains("AND (o.created_at, o.id) < ($3, $4)"), "{sql}");
+        assert!(sql.ends_with("LIMIT $5"), "{sql}");
+        assert_eq!(args.len(), 5);
+        // Succeeded rows, most of a tenant's, walk the directory in order.
+        let succeeded = page_statement(
+            &t,
+            &OperationQuery {
+                status: Some(Status::Succeeded),
+                limit: 50,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            succeeded,
+            "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+             WHERE s.tenant_id = $1 AND o.status = 'succeeded' ORDER BY s.created_at DESC, s.id DESC LIMIT $2"
+        );
         for bad in [0, CONSOLE_PAGE_MAX + 1] {
             assert!(
                 page_sql(

@@ -91,6 +91,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "business_key_in_directory",
         include_str!("../../../migrations/postgres/0015_business_key_in_directory.sql"),
     ),
+    // The console's state index leaves out the worker's two states (issue 16).
+    (
+        16,
+        "console_state_index",
+        include_str!("../../../migrations/postgres/0016_console_state_index.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
