@@ -201,6 +201,11 @@ pub struct WorkerArgs {
     /// Most operations per claim.
     #[arg(long, env = "PAYONCE_WORKER_BATCH", default_value_t = 32)]
     pub batch_size: u32,
+    /// Claim → submit → record loops the in-flight slots are split over (1 to 16; at most one per
+    /// slot), each with its own claims and outcome writes.
+    #[arg(long, env = "PAYONCE_WORKER_PIPELINES", default_value_t = payonce_worker::config::PIPELINES_DEFAULT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=payonce_worker::config::PIPELINES_MAX as u64))]
+    pub pipelines: usize,
     /// Short of a full claim's worth of free slots, how long after the previous claim the next
     /// waits for more to free up, ms (0: claim at every free slot; at most 1000).
     #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS", default_value_t = payonce_worker::config::CLAIM_COOLDOWN_DEFAULT.as_millis() as u64,
@@ -252,6 +257,7 @@ impl WorkerArgs {
         let mut c = WorkerConfig::new(owner);
         c.concurrency = self.concurrency;
         c.batch_size = self.batch_size;
+        c.pipelines = self.pipelines;
         c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
         c.record_linger = Duration::from_millis(self.record_linger_ms);
         c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);

@@ -63,6 +63,9 @@ struct Args {
     /// Override every in-process worker's record linger, ms; reaches worker processes likewise.
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS")]
     record_linger_ms: Option<u64>,
+    /// Override every in-process worker's pipelines (1 to 16); reaches worker processes likewise.
+    #[arg(long, env = "PAYONCE_WORKER_PIPELINES")]
+    pipelines: Option<usize>,
     /// Run one section only.
     #[arg(long, value_enum)]
     only: Option<Section>,
@@ -150,6 +153,9 @@ async fn main() -> ExitCode {
         }
         if let Some(ms) = args.record_linger_ms {
             config.record_linger = std::time::Duration::from_millis(ms);
+        }
+        if let Some(n) = args.pipelines {
+            config.pipelines = n;
         }
     }
     match run(&settings, args.only).await {

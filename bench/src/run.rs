@@ -318,10 +318,11 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
     let figure = per_second(&t.payonce);
     out.table.compare(
         format!(
-            "Postgres end to end, in-process processor, {} ops, {} worker(s) × concurrency {}, claim batch {}, {} connections",
+            "Postgres end to end, in-process processor, {} ops, {} worker(s) × concurrency {} in {} pipelines, claim batch {}, {} connections",
             thousands(s.operations),
             s.fleet.workers,
             s.fleet.config.concurrency,
+            s.fleet.config.pipeline_slots().len(),
             s.fleet.config.batch_size,
             s.clients
         ),

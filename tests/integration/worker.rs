@@ -439,6 +439,8 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
     let mut config = WorkerConfig::new("worker-slots");
     config.concurrency = CONCURRENCY;
     config.batch_size = 2;
+    // The bound holds for the worker as a whole, over its pipelines' shares of the slots.
+    config.pipelines = 2;
     let running = processes::run_worker(ledger.clone(), processor.clone(), config);
     wait_for("every operation succeeded", Duration::from_secs(60), || {
         let ledger = ledger.clone();
@@ -509,6 +511,8 @@ async fn a_busy_worker_claims_and_records_in_groups() {
     let mut config = WorkerConfig::new("worker-groups");
     config.concurrency = 4;
     config.batch_size = 4;
+    // One claim loop: with two, each claims into its own two slots (the next test).
+    config.pipelines = 1;
     config.record_batch_max = 2;
     // The longest both may be: every step below happens well inside them.
     config.claim_cooldown = payonce_worker::config::BATCH_WAIT_MAX;
@@ -553,5 +557,62 @@ async fn a_busy_worker_claims_and_records_in_groups() {
         "one answer-to-recorded observation per outcome written"
     );
     assert_eq!(processes::audit(&sim).await.len(), 8);
+    sim.shutdown().await;
+}
+
+/// A worker's in-flight slots are split over its pipelines, each claiming into its own share: with
+/// 4 slots over 2 pipelines an idle worker makes two claims of 2 (one pipeline would make one claim
+/// of 4), never has more than 4 submissions started before one is answered, and pays each once.
+#[tokio::test]
+async fn pipelines_claim_into_their_own_share_of_the_slots() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let t0 = now();
+    for i in 0..8 {
+        ready_operation(&ledger, &format!("INV-PIPE{i}"), "pm_card_visa", t0).await;
+    }
+    let processor = Arc::new(processes::Hooked {
+        inner: processes::stripe(&sim, None),
+        hook: Gate {
+            door: tokio::sync::Semaphore::new(0),
+            started: Default::default(),
+            answered: Default::default(),
+        },
+    });
+    let mut config = WorkerConfig::new("worker-pipelines");
+    config.concurrency = 4;
+    config.batch_size = 4;
+    config.pipelines = 2;
+    assert_eq!(config.pipeline_slots(), vec![2, 2]);
+    let running = processes::run_worker(ledger.clone(), processor.clone(), config);
+    let gate = &processor.hook;
+    wait_for(
+        "every slot is submitting",
+        Duration::from_secs(30),
+        || async { (gate.started.load(SeqCst) == 4).then_some(()) },
+    )
+    .await;
+    // Every slot is taken and nothing has answered: no third claim can have happened.
+    assert_eq!(
+        (running.metrics.claimed.get(), running.metrics.claims.get()),
+        (4, 2)
+    );
+    assert_eq!(statuses(&ledger).await.get(&Status::Executing), Some(&4));
+    gate.door.add_permits(8);
+    wait_for("every operation succeeded", Duration::from_secs(30), || {
+        let ledger = ledger.clone();
+        async move { (statuses(&ledger).await.get(&Status::Succeeded) == Some(&8)).then_some(()) }
+    })
+    .await;
+    let metrics = running.metrics.clone();
+    running.stop().await.unwrap();
+    assert_eq!(metrics.claimed.get(), 8);
+    assert_eq!(gate.started.load(SeqCst), 8);
+    assert_eq!(
+        processes::audit(&sim).await.len(),
+        8,
+        "one payment per operation"
+    );
     sim.shutdown().await;
 }

@@ -9,6 +9,11 @@ use std::time::Duration;
 pub const CLAIM_COOLDOWN_DEFAULT: Duration = Duration::from_millis(5);
 /// Default [`WorkerConfig::record_linger`] (measured in docs/benchmarks.md, issue 16 fourth pass).
 pub const RECORD_LINGER_DEFAULT: Duration = Duration::from_millis(2);
+/// Default [`WorkerConfig::pipelines`] (measured in docs/benchmarks.md, issue 16 eighth pass).
+pub const PIPELINES_DEFAULT: usize = 2;
+/// Most [`WorkerConfig::pipelines`]: each keeps a claim and an outcome write of its own running,
+/// so more than a few per worker only adds statements competing for the same database.
+pub const PIPELINES_MAX: usize = 16;
 /// Longest [`WorkerConfig::claim_cooldown`] and [`WorkerConfig::record_linger`]: each delays work
 /// that is ready, so neither may approach a processor's own latency.
 pub const BATCH_WAIT_MAX: Duration = Duration::from_millis(1_000);
@@ -23,6 +28,11 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most operations claimed per statement.
     pub batch_size: u32,
+    /// Independent claim → submit → record loops the in-flight slots are split over (at most one
+    /// per slot): each claims into its own share of `concurrency` and writes its own outcomes, so
+    /// one worker keeps a claim and an outcome write of each running at once. The total in flight
+    /// is still `concurrency`.
+    pub pipelines: usize,
     /// With fewer than a full claim's worth of free slots, how long after the previous claim
     /// started the next one waits for more slots to free up. Zero claims at every free slot.
     pub claim_cooldown: Duration,
@@ -76,6 +86,7 @@ impl WorkerConfig {
             owner: owner.into(),
             concurrency: 64,
             batch_size: 32,
+            pipelines: PIPELINES_DEFAULT,
             claim_cooldown: CLAIM_COOLDOWN_DEFAULT,
             lease_ttl: Duration::from_secs(30),
             renew_interval: Duration::from_secs(10),
@@ -95,10 +106,22 @@ impl WorkerConfig {
         }
     }
 
+    /// Each pipeline's share of the in-flight slots: `pipelines` shares (fewer when there are fewer
+    /// slots: a pipeline needs one), as even as they divide, together exactly `concurrency`.
+    pub fn pipeline_slots(&self) -> Vec<usize> {
+        let n = self.pipelines.clamp(1, self.concurrency.max(1));
+        (0..n)
+            .map(|i| self.concurrency / n + usize::from(i < self.concurrency % n))
+            .collect()
+    }
+
     /// Refuses settings that would break the lease discipline.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.concurrency == 0 || self.batch_size == 0 || self.record_batch_max == 0 {
             return Err(ConfigError::ZeroCapacity);
+        }
+        if self.pipelines == 0 || self.pipelines > PIPELINES_MAX {
+            return Err(ConfigError::Pipelines);
         }
         if self.renew_interval >= self.lease_ttl {
             return Err(ConfigError::RenewalNotInsideLease);
@@ -138,6 +161,9 @@ pub enum ConfigError {
     /// Rate-limit backoff and wait bounds are zero or out of order.
     #[error("rate-limit backoff and wait bounds must be positive and ordered")]
     RateLimitBounds,
+    /// Zero pipelines would never claim; more than [`PIPELINES_MAX`] only add competing statements.
+    #[error("pipelines must be between 1 and 16")]
+    Pipelines,
     /// A claim cooldown or record linger over [`BATCH_WAIT_MAX`] would hold ready work back.
     #[error("claim cooldown and record linger must be at most 1000 ms")]
     BatchWaitTooLong,
@@ -206,10 +232,38 @@ mod tests {
             refused(|c| c.record_linger = BATCH_WAIT_MAX + Duration::from_millis(1)),
             ConfigError::BatchWaitTooLong
         );
+        assert_eq!(refused(|c| c.pipelines = 0), ConfigError::Pipelines);
+        assert_eq!(
+            refused(|c| c.pipelines = PIPELINES_MAX + 1),
+            ConfigError::Pipelines
+        );
         let mut at_the_limit = ok.clone();
         at_the_limit.claim_cooldown = BATCH_WAIT_MAX;
         at_the_limit.record_linger = BATCH_WAIT_MAX;
+        at_the_limit.pipelines = PIPELINES_MAX;
         assert!(at_the_limit.validate().is_ok());
         assert_ne!(owner_name("worker"), owner_name("worker"));
+    }
+
+    #[test]
+    fn the_slots_are_split_evenly_over_the_pipelines_one_slot_at_least_each() {
+        let split = |concurrency: usize, pipelines: usize| {
+            let mut c = WorkerConfig::new("w");
+            c.concurrency = concurrency;
+            c.pipelines = pipelines;
+            c.pipeline_slots()
+        };
+        assert_eq!(split(512, 2), vec![256, 256]);
+        assert_eq!(split(64, 1), vec![64]);
+        assert_eq!(split(7, 3), vec![3, 2, 2]);
+        // Fewer slots than pipelines: one pipeline per slot.
+        assert_eq!(split(1, PIPELINES_DEFAULT), vec![1]);
+        assert_eq!(split(3, 16), vec![1, 1, 1]);
+        for (concurrency, pipelines) in [(512, 2), (7, 3), (3, 16), (100, 16)] {
+            assert_eq!(
+                split(concurrency, pipelines).iter().sum::<usize>(),
+                concurrency
+            );
+        }
     }
 }

@@ -105,33 +105,73 @@ impl Worker {
 
     /// Runs until `shutdown` resolves: then stops claiming, gives back leases of work not started,
     /// lets in-flight submissions finish within `shutdown_grace`, flushes outcomes, and returns.
+    /// The in-flight slots are split over `pipelines` loops that claim and record on their own
+    /// (`WorkerConfig::pipeline_slots`); leases are renewed for all of them by one task.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let (record_tx, record_rx) = mpsc::channel(RECORD_QUEUE_LEN);
-        let recorder = {
-            let this = self.clone();
-            tokio::spawn(async move { this.recorder(record_rx).await })
-        };
         let renewer = {
             let this = self.clone();
             let stop = stop_rx.clone();
             tokio::spawn(async move { this.renew_loop(stop).await })
         };
-        let slots = Arc::new(Semaphore::new(self.config.concurrency));
-        let mut batches = JoinSet::new();
+        let shares = self.config.pipeline_slots();
+        tracing::info!(owner = %self.config.owner, concurrency = self.config.concurrency,
+            pipelines = shares.len(), "worker started");
+        let mut pipelines = JoinSet::new();
+        for slots in shares {
+            let this = self.clone();
+            let stop = stop_rx.clone();
+            pipelines.spawn(async move { this.pipeline(slots, stop).await });
+        }
+        shutdown.await;
+        tracing::info!(owner = %self.config.owner, "shutdown: no new claims; finishing in-flight work");
+        let _ = stop_tx.send(true);
         let mut summary = RunSummary::default();
-        tokio::pin!(shutdown);
-        tracing::info!(owner = %self.config.owner, concurrency = self.config.concurrency, "worker started");
+        while let Some(done) = pipelines.join_next().await {
+            match done {
+                Ok(claimed) => summary.claimed += claimed,
+                Err(error) => tracing::error!(%error, "a worker pipeline ended abnormally"),
+            }
+        }
+        renewer.abort();
+        summary.released = self.metrics.released.get();
+        tracing::info!(
+            claimed = summary.claimed,
+            released = summary.released,
+            "worker stopped"
+        );
+        summary
+    }
+
+    /// One claim → submit → record loop over `concurrency` slots of its own, until `stop` turns
+    /// true; then it waits for its batches (within `shutdown_grace`) and flushes its outcomes.
+    /// Returns how many operations it claimed.
+    async fn pipeline(self: Arc<Self>, concurrency: usize, stop: watch::Receiver<bool>) -> u64 {
+        let (record_tx, record_rx) = mpsc::channel(RECORD_QUEUE_LEN);
+        let recorder = {
+            let this = self.clone();
+            tokio::spawn(async move { this.recorder(record_rx).await })
+        };
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let mut batches = JoinSet::new();
+        let mut claimed_total = 0u64;
+        let stopped = {
+            let mut stop = stop.clone();
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }
+        };
+        tokio::pin!(stopped);
         let full_claim = self
             .config
             .batch_size
-            .min(u32::try_from(self.config.concurrency).unwrap_or(u32::MAX));
+            .min(u32::try_from(concurrency).unwrap_or(u32::MAX));
         let mut last_claim: Option<tokio::time::Instant> = None;
         'claims: loop {
             // Wait for at least one free slot, or shutdown.
             let mut first = tokio::select! {
                 biased;
-                () = &mut shutdown => break,
+                () = &mut stopped => break,
                 permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
             };
             // Claim cooldown: short of a full claim's worth of free slots, wait for more to free
@@ -143,7 +183,7 @@ impl Worker {
                 while (first.num_permits() + slots.available_permits()) < full_claim as usize {
                     tokio::select! {
                         biased;
-                        () = &mut shutdown => break 'claims,
+                        () = &mut stopped => break 'claims,
                         () = tokio::time::sleep_until(until) => break,
                         more = slots.clone().acquire_owned() => match more {
                             Ok(p) => first.merge(p),
@@ -166,24 +206,24 @@ impl Worker {
                 Err(error) => {
                     tracing::warn!(%error, "claim failed; pausing");
                     drop(first);
-                    tokio::select! { () = &mut shutdown => break, () = tokio::time::sleep(LEDGER_ERROR_PAUSE) => {} }
+                    tokio::select! { () = &mut stopped => break, () = tokio::time::sleep(LEDGER_ERROR_PAUSE) => {} }
                     continue;
                 }
             };
             if claimed.is_empty() {
                 drop(first);
                 tokio::select! {
-                    () = &mut shutdown => break,
+                    () = &mut stopped => break,
                     () = self.ledger.wait_for_ready(self.config.poll_interval) => {}
                 }
                 continue;
             }
-            summary.claimed += claimed.len() as u64;
+            claimed_total += claimed.len() as u64;
             self.metrics.claimed.add(claimed.len() as u64);
             self.metrics.claims.add(1);
             self.hold(&claimed);
             // One slot per claimed operation: give back what the claim did not fill, take the
-            // rest (free when the claim was asked for; only this loop takes slots).
+            // rest (free when the claim was asked for; only this loop takes this pipeline's slots).
             let mut slots_held = first;
             if claimed.len() < slots_held.num_permits() {
                 drop(slots_held.split(slots_held.num_permits() - claimed.len()));
@@ -197,14 +237,12 @@ impl Worker {
             }
             let this = self.clone();
             let tx = record_tx.clone();
-            let stop = stop_rx.clone();
+            let stop = stop.clone();
             batches.spawn(async move {
                 this.batch(claimed, tx, stop, Some(slots_held)).await;
             });
             while batches.try_join_next().is_some() {}
         }
-        tracing::info!(owner = %self.config.owner, "shutdown: no new claims; finishing in-flight work");
-        let _ = stop_tx.send(true);
         let drained = tokio::time::timeout(self.config.shutdown_grace, async {
             while batches.join_next().await.is_some() {}
         })
@@ -217,14 +255,7 @@ impl Worker {
         }
         drop(record_tx);
         let _ = tokio::time::timeout(self.config.shutdown_grace, recorder).await;
-        renewer.abort();
-        summary.released = self.metrics.released.get();
-        tracing::info!(
-            claimed = summary.claimed,
-            released = summary.released,
-            "worker stopped"
-        );
-        summary
+        claimed_total
     }
 
     fn held(&self) -> MutexGuard<'_, HashSet<OperationId>> {
