@@ -486,19 +486,21 @@ impl processes::SubmitHook for Gate {
     }
 }
 
-/// A busy worker claims and records in groups: answers that come back one at a time are written
-/// `record_batch_max` per commit (they wait up to `record_linger` for each other), and slots that
-/// free up one write at a time are claimed together once a full claim's worth is free (the next
-/// claim waits up to `claim_cooldown`). Without the linger every answer is its own write; without
-/// the cooldown the first freed slots are claimed at once, two by two.
-#[tokio::test]
-async fn a_busy_worker_claims_and_records_in_groups() {
-    use std::sync::atomic::Ordering::SeqCst;
+/// `n` ready operations on a fresh Postgres ledger (invoices `{prefix}0`, ...) and the Stripe
+/// adapter to a fresh simulator behind a closed [`Gate`].
+async fn behind_a_gate(
+    prefix: &str,
+    n: usize,
+) -> (
+    SharedLedger,
+    payonce_simulator::Simulator,
+    Arc<processes::Hooked<Gate>>,
+) {
     let (ledger, _url) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let t0 = now();
-    for i in 0..8 {
-        ready_operation(&ledger, &format!("INV-GROUP{i}"), "pm_card_visa", t0).await;
+    for i in 0..n {
+        ready_operation(&ledger, &format!("{prefix}{i}"), "pm_card_visa", t0).await;
     }
     let processor = Arc::new(processes::Hooked {
         inner: processes::stripe(&sim, None),
@@ -508,6 +510,27 @@ async fn a_busy_worker_claims_and_records_in_groups() {
             answered: Default::default(),
         },
     });
+    (ledger, sim, processor)
+}
+
+/// Waits until `n` operations of `ledger` succeeded.
+async fn all_succeeded(ledger: &SharedLedger, n: usize) {
+    wait_for("every operation succeeded", Duration::from_secs(30), || {
+        let ledger = ledger.clone();
+        async move { (statuses(&ledger).await.get(&Status::Succeeded) == Some(&n)).then_some(()) }
+    })
+    .await;
+}
+
+/// A busy worker claims and records in groups: answers that come back one at a time are written
+/// `record_batch_max` per commit (they wait up to `record_linger` for each other), and slots that
+/// free up one write at a time are claimed together once a full claim's worth is free (the next
+/// claim waits up to `claim_cooldown`). Without the linger every answer is its own write; without
+/// the cooldown the first freed slots are claimed at once, two by two.
+#[tokio::test]
+async fn a_busy_worker_claims_and_records_in_groups() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (ledger, sim, processor) = behind_a_gate("INV-GROUP", 8).await;
     let mut config = WorkerConfig::new("worker-groups");
     config.concurrency = 4;
     config.batch_size = 4;
@@ -537,11 +560,7 @@ async fn a_busy_worker_claims_and_records_in_groups() {
             .await;
         }
     }
-    wait_for("every operation succeeded", Duration::from_secs(30), || {
-        let ledger = ledger.clone();
-        async move { (statuses(&ledger).await.get(&Status::Succeeded) == Some(&8)).then_some(()) }
-    })
-    .await;
+    all_succeeded(&ledger, 8).await;
     let metrics = running.metrics.clone();
     running.stop().await.unwrap();
     // 8 claimed in 2 claims of at most 4 (`batch_size`): two claims of 4. 8 outcomes in 4 writes of
@@ -566,20 +585,7 @@ async fn a_busy_worker_claims_and_records_in_groups() {
 #[tokio::test]
 async fn pipelines_claim_into_their_own_share_of_the_slots() {
     use std::sync::atomic::Ordering::SeqCst;
-    let (ledger, _url) = support::postgres_ledger().await;
-    let sim = processes::simulator(SimulatorConfig::default()).await;
-    let t0 = now();
-    for i in 0..8 {
-        ready_operation(&ledger, &format!("INV-PIPE{i}"), "pm_card_visa", t0).await;
-    }
-    let processor = Arc::new(processes::Hooked {
-        inner: processes::stripe(&sim, None),
-        hook: Gate {
-            door: tokio::sync::Semaphore::new(0),
-            started: Default::default(),
-            answered: Default::default(),
-        },
-    });
+    let (ledger, sim, processor) = behind_a_gate("INV-PIPE", 8).await;
     let mut config = WorkerConfig::new("worker-pipelines");
     config.concurrency = 4;
     config.batch_size = 4;
@@ -600,11 +606,7 @@ async fn pipelines_claim_into_their_own_share_of_the_slots() {
     );
     assert_eq!(statuses(&ledger).await.get(&Status::Executing), Some(&4));
     gate.door.add_permits(8);
-    wait_for("every operation succeeded", Duration::from_secs(30), || {
-        let ledger = ledger.clone();
-        async move { (statuses(&ledger).await.get(&Status::Succeeded) == Some(&8)).then_some(()) }
-    })
-    .await;
+    all_succeeded(&ledger, 8).await;
     let metrics = running.metrics.clone();
     running.stop().await.unwrap();
     assert_eq!(metrics.claimed.get(), 8);
