@@ -618,3 +618,119 @@ async fn pipelines_claim_into_their_own_share_of_the_slots() {
     );
     sim.shutdown().await;
 }
+
+/// The ledger's queue, except that the first claim panics (a bug in one pipeline).
+struct FirstClaimPanics {
+    inner: SharedLedger,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl payonce_shared::ledger::Queue for FirstClaimPanics {
+    async fn claim(
+        &self,
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<Vec<payonce_shared::ledger::Claimed>, LedgerError> {
+        self.inner.claim(holder, batch, now).await
+    }
+    async fn claim_to_submit(
+        &self,
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<Vec<payonce_shared::ledger::Claimed>, LedgerError> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("a bug in one pipeline's claim");
+        }
+        self.inner.claim_to_submit(holder, batch, now).await
+    }
+    async fn renew(
+        &self,
+        holder: &LeaseHolder<'_>,
+        held: &[payonce_shared::id::OperationId],
+        now: Timestamp,
+    ) -> Result<Vec<(payonce_shared::id::OperationId, i64)>, LedgerError> {
+        self.inner.renew(holder, held, now).await
+    }
+    async fn mark_submitting(
+        &self,
+        fences: &[Fence],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        self.inner.mark_submitting(fences, now).await
+    }
+    async fn release(&self, fence: &Fence, actor: &str, now: Timestamp) -> Result<(), LedgerError> {
+        self.inner.release(fence, actor, now).await
+    }
+    async fn record(
+        &self,
+        request: &payonce_shared::ledger::RecordOutcome<'_>,
+        now: Timestamp,
+    ) -> Result<payonce_shared::ledger::Operation, LedgerError> {
+        self.inner.record(request, now).await
+    }
+    async fn record_batch(
+        &self,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        self.inner.record_batch(items, actor, now).await
+    }
+    async fn current(
+        &self,
+        fence: &Fence,
+    ) -> Result<payonce_shared::ledger::Operation, LedgerError> {
+        self.inner.current(fence).await
+    }
+    async fn wait_for_ready(&self, max_wait: Duration) {
+        self.inner.wait_for_ready(max_wait).await
+    }
+}
+
+/// A pipeline that panics stops the whole worker, as the single loop's panic did: the other
+/// pipeline stops claiming and finishes what it holds, then the panic reaches the caller (the
+/// process exits non-zero) with nothing left executing under a lease the worker would renew, and
+/// every payment made recorded.
+#[tokio::test]
+async fn a_panicking_pipeline_stops_the_worker_and_leaves_nothing_executing() {
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let t0 = now();
+    for i in 0..6 {
+        ready_operation(&ledger, &format!("INV-PANIC{i}"), "pm_card_visa", t0).await;
+    }
+    let queue = Arc::new(FirstClaimPanics {
+        inner: ledger.clone(),
+        armed: std::sync::atomic::AtomicBool::new(true),
+    });
+    let mut config = WorkerConfig::new("worker-panics");
+    config.concurrency = 4;
+    config.batch_size = 2;
+    config.pipelines = 2;
+    let worker = Arc::new(
+        Worker::new(
+            queue,
+            processes::stripe(&sim, None),
+            Arc::new(SystemClock),
+            config,
+        )
+        .unwrap(),
+    );
+    // Never asked to stop: it must stop by itself.
+    let run = tokio::spawn(worker.run(std::future::pending()));
+    let ended = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the worker stopped by itself");
+    let panic = ended.expect_err("the pipeline's panic reached the caller");
+    assert!(panic.is_panic());
+    let by_status = statuses(&ledger).await;
+    assert_eq!(by_status.get(&Status::Executing), None, "{by_status:?}");
+    let succeeded = by_status.get(&Status::Succeeded).copied().unwrap_or(0);
+    let ready = by_status.get(&Status::Ready).copied().unwrap_or(0);
+    assert_eq!(succeeded + ready, 6, "{by_status:?}");
+    assert_eq!(processes::audit(&sim).await.len(), succeeded);
+    sim.shutdown().await;
+}

@@ -123,17 +123,39 @@ impl Worker {
             let stop = stop_rx.clone();
             pipelines.spawn(async move { this.pipeline(slots, stop).await });
         }
-        shutdown.await;
-        tracing::info!(owner = %self.config.owner, "shutdown: no new claims; finishing in-flight work");
-        let _ = stop_tx.send(true);
         let mut summary = RunSummary::default();
-        while let Some(done) = pipelines.join_next().await {
-            match done {
+        let mut panicked = None;
+        let mut ended =
+            |done: Result<u64, tokio::task::JoinError>, summary: &mut RunSummary| match done {
                 Ok(claimed) => summary.claimed += claimed,
-                Err(error) => tracing::error!(%error, "a worker pipeline ended abnormally"),
+                Err(error) => {
+                    tracing::error!(%error, "a worker pipeline ended abnormally");
+                    if error.is_panic() && panicked.is_none() {
+                        panicked = Some(error.into_panic());
+                    }
+                }
+            };
+        tokio::pin!(shutdown);
+        // A pipeline ends only at shutdown. One that panics stops the whole worker, as a panic of
+        // a single loop would: the others stop claiming and finish what they hold, and then the
+        // panic goes on to the caller (the process exits non-zero; the dead pipeline's leases
+        // lapse to the reconciler instead of being renewed by a worker that no longer drives them).
+        tokio::select! {
+            () = &mut shutdown => {}
+            Some(done) = pipelines.join_next() => {
+                ended(done, &mut summary);
+                tracing::error!(owner = %self.config.owner, "a pipeline stopped early; stopping the worker");
             }
         }
+        tracing::info!(owner = %self.config.owner, "shutdown: no new claims; finishing in-flight work");
+        let _ = stop_tx.send(true);
+        while let Some(done) = pipelines.join_next().await {
+            ended(done, &mut summary);
+        }
         renewer.abort();
+        if let Some(panic) = panicked {
+            std::panic::resume_unwind(panic);
+        }
         summary.released = self.metrics.released.get();
         tracing::info!(
             claimed = summary.claimed,
