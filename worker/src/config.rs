@@ -162,7 +162,7 @@ pub enum ConfigError {
     #[error("rate-limit backoff and wait bounds must be positive and ordered")]
     RateLimitBounds,
     /// Zero pipelines would never claim; more than [`PIPELINES_MAX`] only add competing statements.
-    #[error("pipelines must be between 1 and 16")]
+    #[error("pipelines must be between 1 and {max}", max = PIPELINES_MAX)]
     Pipelines,
     /// A claim cooldown or record linger over [`BATCH_WAIT_MAX`] would hold ready work back.
     #[error("claim cooldown and record linger must be at most 1000 ms")]
@@ -233,6 +233,10 @@ mod tests {
             ConfigError::BatchWaitTooLong
         );
         assert_eq!(refused(|c| c.pipelines = 0), ConfigError::Pipelines);
+        assert_eq!(
+            ConfigError::Pipelines.to_string(),
+            format!("pipelines must be between 1 and {PIPELINES_MAX}")
+        );
         assert_eq!(
             refused(|c| c.pipelines = PIPELINES_MAX + 1),
             ConfigError::Pipelines
