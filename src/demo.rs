@@ -84,8 +84,8 @@ pub struct SimulatorArgs {
     #[arg(long, env = "PAYONCE_SIMULATOR_RATE_LIMITS", default_value = "{}",
           value_parser = parse_rate_limits)]
     pub rate_limits: RateLimits,
-    /// Added before every `/v1` request is handled, ms: a processor's own latency, so a benchmark's
-    /// worker fills its in-flight limit (0: none).
+    /// Time from a `/v1` request's arrival to its answer, ms (handled on arrival): a processor's own
+    /// latency, so a benchmark's worker fills its in-flight limit (0: none).
     #[arg(long, env = "PAYONCE_SIMULATOR_LATENCY_MS", default_value_t = 0)]
     pub latency_ms: u64,
 }

@@ -119,3 +119,42 @@ pub async fn check_all_succeeded(ledger: &SharedLedger, expected: u64) -> anyhow
     );
     Ok(())
 }
+
+/// When a drain worked, from the ledger's own timestamps (ms since the epoch, the worker's clock):
+/// its first claim (the first move out of `ready`) and its last outcome (the last move into
+/// `succeeded`). Unlike a poll, neither is late by the poll's interval.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkWindow {
+    /// The first claim, ms.
+    pub first_claim_ms: i64,
+    /// The last outcome, ms.
+    pub last_outcome_ms: i64,
+}
+
+impl WorkWindow {
+    /// Reads the window of the drain on `pool`'s database.
+    pub async fn read(pool: &sqlx::PgPool) -> anyhow::Result<Self> {
+        let (first, last): (Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT (SELECT MIN(at) FROM operation_events WHERE from_status = 'ready' \
+               AND to_status = 'executing'), \
+             (SELECT MAX(at) FROM operation_events WHERE to_status = 'succeeded' \
+               AND from_status = 'executing')",
+        )
+        .fetch_one(pool)
+        .await
+        .context("read the drain's first claim and last outcome")?;
+        match (first, last) {
+            (Some(first_claim_ms), Some(last_outcome_ms)) => Ok(WorkWindow {
+                first_claim_ms,
+                last_outcome_ms,
+            }),
+            _ => anyhow::bail!("the ledger logged no claim or no outcome"),
+        }
+    }
+
+    /// `count` operations over the window (at least 1 ms).
+    pub fn rate(&self, count: u64) -> Rate {
+        let ms = (self.last_outcome_ms - self.first_claim_ms).max(1);
+        Rate::new(count, Duration::from_millis(ms.unsigned_abs()))
+    }
+}

@@ -17,7 +17,8 @@ use std::time::Duration;
 const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Drains `operations` through the simulator at `latency`; checks the simulator holds exactly one
-/// payment per operation.
+/// payment per operation. Returns the whole drain's rate (the engines' start to the last outcome
+/// the bench saw) and the rate from the first claim to the last outcome as the ledger logged them.
 pub async fn postgres(
     admin_url: &str,
     clients: u32,
@@ -25,7 +26,7 @@ pub async fn postgres(
     operations: u64,
     latency: Duration,
     deadline: Duration,
-) -> anyhow::Result<Rate> {
+) -> anyhow::Result<(Rate, Rate)> {
     let db = ScratchDatabase::create(admin_url).await?;
     let ledger = db.ledger(clients).await?;
     load::postgres(
@@ -49,6 +50,9 @@ pub async fn postgres(
     let shared: SharedLedger = Arc::new(ledger.clone());
     let rate = drive::until_recorded(&shared, processor, fleet, operations, deadline).await?;
     drive::check_all_succeeded(&shared, operations).await?;
+    let working = drive::WorkWindow::read(ledger.pool())
+        .await?
+        .rate(operations);
     let payments = simulator_payments(&sim.base_url()).await?;
     anyhow::ensure!(
         payments == operations,
@@ -57,7 +61,7 @@ pub async fn postgres(
     sim.shutdown().await;
     ledger.pool().close().await;
     db.drop_now().await?;
-    Ok(rate)
+    Ok((rate, working))
 }
 
 /// Payments the simulator at `base` holds (its audit endpoint).

@@ -46,6 +46,11 @@ pub struct WorkerProcess {
     /// operations succeeded: the drain without the process's start-up, the ramp to full
     /// concurrency and the tail; `None` when the drain was too short to see both.
     pub steady: Option<Rate>,
+    /// Operations from the worker's first claim to its last outcome, as the ledger logged them:
+    /// the drain without the process's start-up and the poll's lateness, with the ramp and the tail.
+    pub working: Rate,
+    /// From the bench spawning the worker to the worker's first claim (the ledger's timestamp).
+    pub start_up: Duration,
     /// TCP connections the worker opened to the simulator (the simulator's count, less the bench's own reads).
     pub connections: u64,
 }
@@ -250,6 +255,7 @@ pub async fn drain(
     let postgres_before = postgres_cpu();
     let machine_before = machine_cpu().context("read /proc/stat")?;
     let started = Instant::now();
+    let spawned_ms = crate::now_ms();
     let metrics_listen = format!("127.0.0.1:{}", free_port()?);
     let metrics_url = format!("http://{metrics_listen}/metrics");
     let mut child = Command::new(payonce_bin)
@@ -322,6 +328,7 @@ pub async fn drain(
     let connections = (crate::http::simulator_connections(&sim_url).await?)
         .saturating_sub(connections_before + 1);
     crate::drive::check_all_succeeded(&shared, operations).await?;
+    let window = crate::drive::WorkWindow::read(ledger.pool()).await?;
     let payments = crate::http::simulator_payments(&sim_url).await?;
     anyhow::ensure!(
         payments == operations,
@@ -338,6 +345,8 @@ pub async fn drain(
         cpu,
         grouping,
         steady: steady_rate(&progress.into_inner(), operations),
+        working: window.rate(operations),
+        start_up: Duration::from_millis((window.first_claim_ms - spawned_ms).max(0).unsigned_abs()),
         connections,
     })
 }

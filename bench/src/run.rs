@@ -135,6 +135,15 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
             (bound, &format!("{bound:.0}/s concurrency / latency")),
             Some(Target::AtLeast(TARGET_HTTP_SHARE)),
         );
+        out.table.compare(
+            format!(
+                "{what}: payments/s from the worker's first claim to its last outcome (the ledger's timestamps; the process's start-up before it: {} ms)",
+                p.start_up.as_millis()
+            ),
+            (p.working.per_second(), &per_second(&p.working)),
+            (bound, &format!("{bound:.0}/s concurrency / latency")),
+            Some(Target::AtLeast(TARGET_HTTP_SHARE)),
+        );
         if let Some(steady) = &p.steady {
             out.table.compare(
                 format!(
@@ -312,19 +321,35 @@ fn progress(what: &str) {
 
 async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("zero-latency throughput on Postgres (baselines first)");
-    let t =
-        throughput::postgres(&s.admin_url, s.clients, &s.fleet, s.operations, s.deadline).await?;
+    let t = throughput::postgres(
+        &s.admin_url,
+        s.clients,
+        &s.fleet,
+        s.operations,
+        s.throughput_repeats,
+        s.deadline,
+    )
+    .await?;
     let ops = t.payonce.per_second();
     let figure = per_second(&t.payonce);
+    let samples = |rates: &[Rate]| {
+        rates
+            .iter()
+            .map(|r| thousands(r.per_second().round() as u64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     out.table.compare(
         format!(
-            "Postgres end to end, in-process processor, {} ops, {} worker(s) × concurrency {} in {} pipelines, claim batch {}, {} connections",
+            "Postgres end to end, in-process processor, {} ops, {} worker(s) × concurrency {} in {} pipelines, claim batch {}, {} connections (median of {} drains, each after a batched baseline; samples {}/s)",
             thousands(s.operations),
             s.fleet.workers,
             s.fleet.config.concurrency,
             s.fleet.config.pipeline_slots().len(),
             s.fleet.config.batch_size,
-            s.clients
+            s.clients,
+            t.payonce_samples.len(),
+            samples(&t.payonce_samples)
         ),
         (ops, &figure),
         (
@@ -339,7 +364,11 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
         throughput::BASELINE_BATCH
     );
     out.table.compare(
-        "same, against the batched plain lifecycle",
+        format!(
+            "same, against the batched plain lifecycle (median of {}; samples {}/s)",
+            t.batched_samples.len(),
+            samples(&t.batched_samples)
+        ),
         (ops, &figure),
         (t.baseline_batched.per_second(), &batched),
         Some(Target::AtLeast(TARGET_VS_BATCHED)),
@@ -419,7 +448,7 @@ async fn intake_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
 
 async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("throughput over HTTP with processor latency");
-    let h = http::postgres(
+    let (h, working) = http::postgres(
         &s.admin_url,
         s.clients,
         &s.http_fleet,
@@ -442,9 +471,21 @@ async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         (bound, &format!("{}/s = concurrency / latency", thousands(bound.round() as u64))),
         Some(Target::AtLeast(TARGET_HTTP_SHARE)),
     );
+    out.table.compare(
+        "same drain, from its first claim to its last outcome (the ledger's timestamps)",
+        (working.per_second(), &per_second(&working)),
+        (
+            bound,
+            &format!(
+                "{}/s = concurrency / latency",
+                thousands(bound.round() as u64)
+            ),
+        ),
+        Some(Target::AtLeast(TARGET_HTTP_SHARE)),
+    );
     if let Some((fleet, latency)) = &s.http_ceiling {
         progress("HTTP path ceiling (near-zero latency)");
-        let c = http::postgres(
+        let (c, _) = http::postgres(
             &s.admin_url,
             s.clients,
             fleet,
@@ -590,6 +631,12 @@ mod tests {
         let t = outcome.throughput.as_ref().expect("throughput ran");
         assert_eq!(t.payonce.count, s.operations);
         assert!(t.baseline_single.count > 0 && t.baseline_batched.count > 0);
+        assert_eq!(t.payonce_samples.len(), s.throughput_repeats);
+        assert_eq!(t.batched_samples.len(), s.throughput_repeats);
+        assert!(
+            t.payonce_samples.iter().all(|r| r.count == s.operations),
+            "every repetition drains every operation"
+        );
         assert_eq!(outcome.http.expect("http ran").0.count, s.http_operations);
         assert_eq!(
             outcome.latency.expect("latency ran").operations,
@@ -599,8 +646,9 @@ mod tests {
         assert_eq!(small.samples.len(), s.sweep_repeats);
         assert_eq!(large.rows, s.sweep_rows.1);
         assert_eq!(outcome.sqlite.expect("sqlite ran").count, s.operations);
-        // 4 throughput rows + one per engine count, 2 intake, http (+ ceiling), 2 latency, 3 sweep, sqlite.
-        let rows = 4 + s.engines.len() + 2 + 1 + 2 + 3 + 1 + usize::from(s.http_ceiling.is_some());
+        // 4 throughput rows + one per engine count, 2 intake, 2 http (whole drain, first claim to
+        // last outcome) (+ ceiling), 2 latency, 3 sweep, sqlite.
+        let rows = 4 + s.engines.len() + 2 + 2 + 2 + 3 + 1 + usize::from(s.http_ceiling.is_some());
         assert_eq!(outcome.engines.len(), s.engines.len());
         assert!(outcome.engines.iter().all(|(_, r)| r.count == s.operations));
         let intake = outcome.intake.as_ref().expect("intake ran");

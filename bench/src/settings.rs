@@ -16,6 +16,8 @@ pub struct Settings {
     pub fleet: Fleet,
     /// Operations drained per zero-latency throughput run (Postgres and SQLite).
     pub operations: u64,
+    /// Repetitions of the headline pair (batched baseline, then payonce's drain; medians reported).
+    pub throughput_repeats: usize,
     /// Worker engine counts the throughput section also runs, each engine with its own pool of
     /// `clients` connections (as separate worker processes on one database would have).
     pub engines: Vec<usize>,
@@ -55,6 +57,12 @@ pub struct Settings {
     pub ratelimit_operations: u64,
 }
 
+/// Operations drained over HTTP at 512 (and 64) in flight: 19 whole rounds of 512, so every slot
+/// has work to the end and the drain's bound is concurrency / latency itself. 10,000 left a last
+/// round of 272, a bound of 20 rounds for 19.5 rounds' work (0.977× of concurrency / latency).
+/// At most the simulator audit's 10,000 rows, so every payment can be counted.
+pub const WHOLE_ROUNDS: u64 = 19 * 512;
+
 fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
     let mut config = WorkerConfig::new(owner);
     config.concurrency = concurrency;
@@ -85,12 +93,12 @@ impl Settings {
             // at a time, so the batch bounds its claim rate (a batch per commit).
             fleet: fleet("bench-worker", 1, 512, 128),
             operations: 20_000,
+            throughput_repeats: 3,
             engines: vec![1, 2, 4],
             intake_operations: 5_000,
             // Claim batches of a quarter of the in-flight limit, so claims overlap submissions.
             http_fleet: fleet("bench-http-worker", 1, 512, 128),
-            // At most the simulator audit's 10,000 rows, so every payment can be counted.
-            http_operations: 10_000,
+            http_operations: WHOLE_ROUNDS,
             http_latency: Duration::from_millis(200),
             http_ceiling: Some((
                 fleet("bench-http-worker", 1, 64, 16),
@@ -103,8 +111,7 @@ impl Settings {
             sweep_repeats: 3,
             deadline: Duration::from_secs(300),
             payonce_bin: crate::process::sibling_binary(),
-            // At most the simulator audit's 10,000 rows, so every payment can be counted.
-            process_operations: 10_000,
+            process_operations: WHOLE_ROUNDS,
             process_concurrency: 512,
             process_latency: Duration::from_millis(200),
             process_ceiling: Some((64, Duration::from_millis(1))),
@@ -119,6 +126,7 @@ impl Settings {
             clients: 4,
             fleet: fleet("bench-worker", 2, 16, 8),
             operations: 200,
+            throughput_repeats: 2,
             engines: vec![1, 2],
             intake_operations: 40,
             http_fleet: fleet("bench-http-worker", 1, 16, 8),

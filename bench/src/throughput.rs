@@ -20,25 +20,33 @@ pub const BASELINE_BATCH: u32 = 32;
 /// The payonce figure and its baselines.
 #[derive(Debug, Clone)]
 pub struct Throughput {
-    /// payonce, end to end.
+    /// payonce, end to end: the median of [`Throughput::payonce_samples`].
     pub payonce: Rate,
-    /// Plain lifecycle, one job per statement.
+    /// Each repetition's payonce drain, in the order run.
+    pub payonce_samples: Vec<Rate>,
+    /// Plain lifecycle, one job per statement (measured once: it is the slow baseline).
     pub baseline_single: Rate,
-    /// Plain lifecycle, [`BASELINE_BATCH`] jobs per statement.
+    /// Plain lifecycle, [`BASELINE_BATCH`] jobs per statement: the median of its samples.
     pub baseline_batched: Rate,
+    /// Each repetition's batched baseline, in the order run.
+    pub batched_samples: Vec<Rate>,
     /// Peak resident memory of this process while the workers ran, KiB.
     pub peak_kib: Option<u64>,
     /// Whether the peak was reset before the workers started (else it covers the run so far).
     pub peak_reset: bool,
 }
 
-/// Measures the baselines (with `clients` connections) and then payonce (a pool of `clients`
-/// connections shared by the fleet) over `operations` pre-approved operations.
+/// Measures the single-statement baseline once, then `repeats` times the batched baseline and
+/// payonce's drain alternately (with `clients` connections each; the fleet shares one pool of
+/// `clients`) over `operations` pre-approved operations. One drain of about a second moved by ±10 %
+/// with what ran just before it; alternating repetitions expose both to the same drift, and the
+/// medians are reported with every sample.
 pub async fn postgres(
     admin_url: &str,
     clients: u32,
     fleet: &Fleet,
     operations: u64,
+    repeats: usize,
     deadline: Duration,
 ) -> anyhow::Result<Throughput> {
     let batch = BASELINE_BATCH;
@@ -50,20 +58,39 @@ pub async fn postgres(
     let db = ScratchDatabase::create(admin_url).await?;
     let baseline_single = baseline::job_lifecycle(&db.url, clients, 1, rounds(1)).await?;
     db.drop_now().await?;
-    let db = ScratchDatabase::create(admin_url).await?;
-    let baseline_batched = baseline::job_lifecycle(&db.url, clients, batch, rounds(batch)).await?;
-    db.drop_now().await?;
 
     let peak_reset = memory::reset_peak();
-    let payonce = drain(admin_url, 1, clients, fleet, operations, deadline).await?;
+    let mut batched_samples = Vec::with_capacity(repeats);
+    let mut payonce_samples = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let db = ScratchDatabase::create(admin_url).await?;
+        batched_samples
+            .push(baseline::job_lifecycle(&db.url, clients, batch, rounds(batch)).await?);
+        db.drop_now().await?;
+        payonce_samples.push(drain(admin_url, 1, clients, fleet, operations, deadline).await?);
+    }
     let peak_kib = memory::peak_kib();
+    let (Some(payonce), Some(baseline_batched)) =
+        (median(&payonce_samples), median(&batched_samples))
+    else {
+        anyhow::bail!("at least one repetition");
+    };
     Ok(Throughput {
         payonce,
+        payonce_samples,
         baseline_single,
         baseline_batched,
+        batched_samples,
         peak_kib,
         peak_reset,
     })
+}
+
+/// The sample with the middle rate (the upper middle of an even count); `None` for no samples.
+fn median(samples: &[Rate]) -> Option<Rate> {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.per_second().total_cmp(&b.per_second()));
+    sorted.get(sorted.len() / 2).copied()
 }
 
 /// Drains `operations` bulk-loaded ready operations on a fresh database with `fleet.workers`

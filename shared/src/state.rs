@@ -388,8 +388,15 @@ pub const NOTES: [&str; 4] = [
     "report_ignored",
 ];
 
+/// The note a claim that also records its request's start (`Queue::claim_to_submit`) logs in place
+/// of [`Event::Claim`]: one row version, one commit, one event, with the claim's move. The trail
+/// still shows who claimed (the actor) and when the request left, and every submission is still
+/// one `submission_started`.
+pub const SUBMITTING_CLAIM: &str = "submission_started";
+
 /// Whether an event-log row `(from, to, event)` is one the state machine allows: a legal
-/// transition, `create` into `awaiting_approval`, or a note that leaves the state as it was.
+/// transition, `create` into `awaiting_approval`, a note that leaves the state as it was, or a
+/// claim out of `ready` that recorded its submission ([`SUBMITTING_CLAIM`], the claim's move).
 pub fn legal_log_entry(from: Option<&str>, to: &str, event: &str) -> bool {
     let Some(to) = Status::parse(to) else {
         return false;
@@ -402,6 +409,9 @@ pub fn legal_log_entry(from: Option<&str>, to: &str, event: &str) -> bool {
     };
     if let Some(event) = ALL_EVENTS.into_iter().find(|e| e.as_str() == event) {
         return transition(from, event) == Ok(to);
+    }
+    if event == SUBMITTING_CLAIM && from == Status::Ready {
+        return transition(from, Event::Claim) == Ok(to);
     }
     NOTES.contains(&event) && event != "create" && from == to
 }
@@ -529,6 +539,28 @@ mod tests {
         ));
         assert!(!legal_log_entry(Some("unknown"), "ready", "check_deferred"));
         assert!(!legal_log_entry(Some("ready"), "ready", "made_up"));
+        // A claim out of ready that recorded its submission logs the note with the claim's move, and
+        // no other move (the reconciler's claim of an unknown operation logs `claim`).
+        assert!(legal_log_entry(
+            Some("executing"),
+            "executing",
+            SUBMITTING_CLAIM
+        ));
+        assert!(legal_log_entry(
+            Some("ready"),
+            "executing",
+            SUBMITTING_CLAIM
+        ));
+        assert!(!legal_log_entry(
+            Some("unknown"),
+            "executing",
+            SUBMITTING_CLAIM
+        ));
+        assert!(!legal_log_entry(
+            Some("ready"),
+            "succeeded",
+            SUBMITTING_CLAIM
+        ));
     }
 
     #[test]

@@ -45,8 +45,9 @@ pub struct SimulatorConfig {
     pub seed: u64,
     /// The accepted bearer secret key.
     pub api_key: String,
-    /// Added before every `/v1` request is handled: a processor's own latency, for benchmarks that
-    /// must be bound by in-flight concurrency rather than by the database.
+    /// Time from a `/v1` request's arrival to its answer (handled on arrival, the answer held for the
+    /// rest): a processor's own latency, for benchmarks that must be bound by in-flight concurrency
+    /// rather than by the database.
     pub latency: Duration,
     /// Stripe's request limiters for the account; unlimited by default (tests and benchmarks set them,
     /// or change them at run time through `PUT /_sim/rate_limits`).

@@ -437,7 +437,8 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
 }
 
 /// The worker's claim records the submission start in its own commit (`claim_to_submit`): the row
-/// and the audit trail read as a claim followed by a submission record, a lapsed lease is then
+/// reads as a claim with a submission record and the audit trail logs one `submission_started`
+/// with the claim's move (ready to executing), a lapsed lease is then
 /// unknown, and a holder that sent nothing (released, rejected, retried later) withdraws its own
 /// attempt's record, never an earlier attempt's.
 #[tokio::test]
@@ -511,11 +512,8 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
         );
         assert_eq!(
             trail[2..],
-            [
-                step("claim", "ready"),
-                step("submission_started", "executing")
-            ],
-            "the claim, then its submission start"
+            [step("submission_started", "ready")],
+            "one event: the submission start, with the claim's move"
         );
 
         // Recorded as a claim then a submission record would be: a success keeps the start.
@@ -646,7 +644,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
 
 /// A row an on-call person sent back to ready (`resolve retry`) after a submission keeps that
 /// record: the next `claim_to_submit` counts its own submission but leaves attempt 1 as the first,
-/// logs `submission_started` after its claim, and its retry-later cannot withdraw attempt 1's
+/// logs it as one `submission_started`, and its retry-later cannot withdraw attempt 1's
 /// record (unknown, not ready). A plain claim of such a row logs no submission start.
 #[tokio::test]
 async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
@@ -703,9 +701,10 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
         assert_eq!(
             tail(ledger.events_unscoped(&op.id).await.unwrap(), 2),
             [
-                ("claim".to_string(), 2),
+                ("resolve_retry".to_string(), 1),
                 ("submission_started".to_string(), 2)
-            ]
+            ],
+            "the claim is logged as its submission start"
         );
         let later = Recorded::RetryLater {
             reason: "rate limited".into(),

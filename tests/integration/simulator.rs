@@ -1165,22 +1165,40 @@ async fn binary_mode_serves_until_shutdown() {
     );
 }
 
+/// The configured latency is the time from a request's arrival to its answer: the request is
+/// handled on arrival (its payment exists at once) and its answer held; the admin API is never
+/// held, and shutdown releases a held answer instead of waiting it out.
 #[tokio::test]
-async fn configured_latency_holds_stripe_requests_but_not_the_admin_api() {
-    // An hour of latency: the request cannot complete inside the short window below whatever the
-    // machine's load, so the check has no timing assumption that could flake.
+async fn configured_latency_holds_the_answer_not_the_handling_nor_the_admin_api() {
+    // An hour of latency: the answer cannot arrive during the checks below whatever the machine's
+    // load, so they carry no timing assumption that could flake.
     let s = start(SimulatorConfig {
         latency: Duration::from_secs(3_600),
         ..SimulatorConfig::default()
     })
     .await;
-    let form = create_form(300, "pm_card_visa", "op_latency");
-    let held = tokio::time::timeout(
-        Duration::from_millis(300),
-        s.try_post("/v1/payment_intents", Some("key-latency"), &form),
+    let held = {
+        let request = s
+            .http
+            .post(format!("{}/v1/payment_intents", s.base))
+            .bearer_auth(API_KEY)
+            .header("Idempotency-Key", "key-latency")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(create_form(300, "pm_card_visa", "op_latency"));
+        tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+    };
+    let paid = wait_for(
+        "the held request to be handled on arrival",
+        DEADLINE,
+        || async {
+            let payments = s.payments().await;
+            (!payments.is_empty()).then_some(payments)
+        },
     )
     .await;
-    assert!(held.is_err(), "a Stripe API request waits for the latency");
+    assert_eq!(paid.len(), 1);
+    assert_eq!(paid[0]["idempotency_key"], "key-latency");
+    assert!(!held.is_finished(), "its answer waits for the latency");
     let health = s
         .http
         .get(format!("{}/_sim/health", s.base))
@@ -1188,13 +1206,19 @@ async fn configured_latency_holds_stripe_requests_but_not_the_admin_api() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200, "the admin API is not delayed");
-    assert!(
-        s.payments().await.is_empty(),
-        "the held request was not handled"
-    );
+    assert!(!held.is_finished(), "its answer still waits");
     tokio::time::timeout(DEADLINE, s.sim.shutdown())
         .await
         .expect("shutdown does not wait out the latency");
+    let answered = tokio::time::timeout(DEADLINE, held)
+        .await
+        .expect("shutdown releases the held answer")
+        .unwrap();
+    assert_eq!(
+        answered.unwrap(),
+        200,
+        "the held answer is the request's own"
+    );
 }
 
 /// Most requests a rate-limit test sends before the limiter must have refused one.

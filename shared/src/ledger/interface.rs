@@ -155,8 +155,9 @@ pub trait Queue: Send + Sync {
         now: Timestamp,
     ) -> Result<Vec<Claimed>, LedgerError>;
     /// Claims as `claim` does and records, in the same commit, that each claimed operation's
-    /// request is about to leave (what `mark_submitting` records, and its `submission_started`
-    /// event): the worker's claim, one row version and one commit fewer per payment. From then on
+    /// request is about to leave (what `mark_submitting` records), logged as one
+    /// `submission_started` event with the claim's move: the worker's claim, one row version, one
+    /// commit and one audit row fewer per payment. From then on
     /// a lapsed lease is `unknown` (the reconciler looks it up), so a holder that sends nothing
     /// says so: `release`, or a `Rejected` or `RetryLater` outcome, withdraws this attempt's record.
     async fn claim_to_submit(

@@ -97,6 +97,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "console_state_index",
         include_str!("../../../migrations/postgres/0016_console_state_index.sql"),
     ),
+    // A claim that records its submission logs one event (issue 16).
+    (
+        17,
+        "one_event_per_claim",
+        include_str!("../../../migrations/postgres/0017_one_event_per_claim.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -158,6 +164,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         11,
         "business_key_in_directory",
         include_str!("../../../migrations/sqlite/0011_business_key_in_directory.sql"),
+    ),
+    // A claim that records its submission logs one event (issue 16).
+    (
+        12,
+        "one_event_per_claim",
+        include_str!("../../../migrations/sqlite/0012_one_event_per_claim.sql"),
     ),
 ];
 

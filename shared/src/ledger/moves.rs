@@ -29,10 +29,21 @@ pub(crate) fn status_in(column: &str, from: &[Status]) -> String {
 /// `UPDATE operations SET status = <to>, last_event = <event>, {set} WHERE {filter} AND status
 /// IN <from>`, with `RETURNING *` when asked.
 pub(crate) fn update(mv: &Move, set: &str, filter: &str, returning: bool) -> String {
+    update_logged_as(mv, mv.event.as_str(), set, filter, returning)
+}
+
+/// [`update`], logged as `logged` instead of the move's event name: a claim that also records its
+/// submission is logged as [`crate::state::SUBMITTING_CLAIM`].
+pub(crate) fn update_logged_as(
+    mv: &Move,
+    logged: &str,
+    set: &str,
+    filter: &str,
+    returning: bool,
+) -> String {
     format!(
-        "UPDATE operations SET status = '{to}', last_event = '{event}', {set} WHERE {filter} AND {from}{ret}",
+        "UPDATE operations SET status = '{to}', last_event = '{logged}', {set} WHERE {filter} AND {from}{ret}",
         to = mv.to.as_str(),
-        event = mv.event.as_str(),
         from = status_in("status", &mv.from),
         ret = if returning { " RETURNING *" } else { "" },
     )

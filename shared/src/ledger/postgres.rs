@@ -9,7 +9,7 @@ use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ledger::Paid;
-use crate::state::{Event, Status, transition};
+use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
 use sqlx::{Connection, PgPool, Postgres};
@@ -30,26 +30,26 @@ pub const READY_CHANNEL: &str = "payonce_ready";
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 
 /// Claims the oldest ready rows, skipping rows another claimer holds locked.
-static CLAIM: LazyLock<String> = LazyLock::new(|| claim(""));
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), ""));
 /// The same claim, also recording in the same row version that each claimed operation's request is
-/// about to leave (`Queue::claim_to_submit`); the audit trigger logs it as `submission_started`.
+/// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).
 static CLAIM_TO_SUBMIT: LazyLock<String> =
-    LazyLock::new(|| claim(&submission_started_at_claim("o.")));
+    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("o.")));
 
-/// The claim statement with `also` (`, column = …` assignments, on the old row `o`) added to its update.
-fn claim(also: &str) -> String {
+/// The claim statement, logged as `logged`, with `also` (`, column = …` assignments, on the old
+/// row `o`) added to its update.
+fn claim(logged: &str, also: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
     format!(
         "WITH picked AS ( \
            SELECT id FROM operations WHERE {from} AND available_at <= $1 \
            ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         UPDATE operations o SET status = '{to}', last_event = '{event}', attempt = o.attempt + 1, \
+         UPDATE operations o SET status = '{to}', last_event = '{logged}', attempt = o.attempt + 1, \
            lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
          FROM picked WHERE o.id = picked.id AND {o_from} RETURNING o.*",
         from = status_in("status", &claim.from),
         o_from = status_in("o.status", &claim.from),
         to = claim.to.as_str(),
-        event = claim.event.as_str(),
     )
 }
 const NOTIFY_READY: Option<&str> = Some("SELECT pg_notify('payonce_ready', '')");

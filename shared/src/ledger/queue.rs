@@ -37,9 +37,9 @@ const OWN_SUBMISSION_CLEARED: &str = "first_submitted_at = NULL, first_submitted
 /// The first submission is this attempt's unless an earlier one is on record, which it keeps: a
 /// row an on-call person sent back to ready (`resolve retry`) after a submission that may have
 /// reached the processor; then this attempt's release, retry or rejection cannot withdraw it and
-/// goes to `unknown` or `needs_attention` instead. The audit trigger logs `submission_started`
-/// after the claim's event whenever the claim counts a submission (migrations:
-/// `claim_records_submission`).
+/// goes to `unknown` or `needs_attention` instead. Such a claim is logged as one
+/// `submission_started` with the claim's move (`state::SUBMITTING_CLAIM`; migrations:
+/// `one_event_per_claim`).
 pub(crate) fn submission_started_at_claim(old: &str) -> String {
     format!(
         ", first_submitted_at = COALESCE({old}first_submitted_at, $1), \

@@ -117,6 +117,20 @@ pub struct OperationEvent {
     pub detail: Option<String>,
 }
 
+impl OperationEvent {
+    /// Whether this entry is a claim: `claim`, or the one `submission_started` a claim out of
+    /// `ready` that also recorded its submission logs with the claim's move
+    /// (`state::SUBMITTING_CLAIM`).
+    pub fn is_claim(&self) -> bool {
+        use crate::state::{Event, Status};
+        self.event == Event::Claim.as_str()
+            || (self.event == crate::state::SUBMITTING_CLAIM
+                && self.from_status.as_deref() == Some(Status::Ready.as_str())
+                && crate::state::transition(Status::Ready, Event::Claim)
+                    .is_ok_and(|to| to.as_str() == self.to_status))
+    }
+}
+
 /// A recorded approval.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Approval {

@@ -2,7 +2,7 @@
 //! statement, which is what SQLite does with writers anyway, and rules out `SQLITE_BUSY`.
 
 use super::dialect::Dialect;
-use super::moves::{legal, status_in, update};
+use super::moves::{legal, status_in, update_logged_as};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{
     EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
@@ -11,7 +11,7 @@ use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::state::{Event, Status, transition};
+use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
@@ -28,17 +28,18 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Claims the oldest ready rows (the `ready` partial index serves the inner select).
-static CLAIM: LazyLock<String> = LazyLock::new(|| claim(""));
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), ""));
 /// The same claim, also recording in the same row version that each claimed operation's request is
-/// about to leave (`Queue::claim_to_submit`); the audit trigger logs it as `submission_started`.
+/// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).
 static CLAIM_TO_SUBMIT: LazyLock<String> =
-    LazyLock::new(|| claim(&submission_started_at_claim("")));
+    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("")));
 
-/// The claim statement with `also` (`, column = …` assignments) added to its update.
-fn claim(also: &str) -> String {
+/// The claim statement, logged as `logged`, with `also` (`, column = …` assignments) added to its update.
+fn claim(logged: &str, also: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
-    update(
+    update_logged_as(
         &claim,
+        logged,
         &format!(
             "attempt = attempt + 1, lease_owner = $3, lease_expires_at = $4, updated_at = $1, \
              last_actor = $3, last_detail = NULL{also}"

@@ -178,9 +178,11 @@ pub async fn assert_refunded_once(
     let events = ledger.events_unscoped(id).await.unwrap();
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");
-    for needed in ["approve", "claim"] {
-        assert!(names.contains(&needed), "{id}: no {needed} in {names:?}");
-    }
+    assert!(names.contains(&"approve"), "{id}: no approve in {names:?}");
+    assert!(
+        events.iter().any(|e| e.is_claim()),
+        "{id}: no claim in {names:?}"
+    );
     let into_succeeded = events
         .iter()
         .filter(|e| e.to_status == "succeeded" && e.from_status.as_deref() != Some("succeeded"))

@@ -134,7 +134,7 @@ async fn scenario_1_tool_calls_execute_requests_and_workers_at_once_pay_once() {
     }
     assert_eq!(settled(&ledger, &id, DEADLINE).await, Status::Succeeded);
     let events = assert_paid_once(&ledger, &sim, &id).await;
-    let claims = events.iter().filter(|e| e.event == "claim").count();
+    let claims = events.iter().filter(|e| e.is_claim()).count();
     assert_eq!(claims, 1, "one worker of {WORKERS} claimed it: {events:?}");
     let calls = ledger.tool_calls(&tenant(), &id).await.unwrap();
     assert_eq!(
