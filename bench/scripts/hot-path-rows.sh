@@ -46,7 +46,7 @@ BEGIN
     t0 := clock_timestamp();
     WITH picked AS (SELECT id FROM operations WHERE status = 'ready' AND available_at <= 10000000000000
                     ORDER BY available_at LIMIT 128 FOR UPDATE SKIP LOCKED)
-    UPDATE operations o SET status = 'executing', last_event = 'claim', attempt = o.attempt + 1,
+    UPDATE operations o SET status = 'executing', last_event = 'submission_started', attempt = o.attempt + 1,
       lease_owner = 'w', lease_expires_at = 9000000000000, updated_at = 5, last_actor = 'w', last_detail = NULL,
       first_submitted_at = COALESCE(o.first_submitted_at, 5),
       first_submitted_attempt = COALESCE(o.first_submitted_attempt, o.attempt + 1),

@@ -84,11 +84,19 @@ impl Table {
             Some(Target::AtMost(t)) if ratio <= t => format!("meets ≤ {t:.2}x"),
             Some(Target::AtMost(t)) => format!("MISSES ≤ {t:.2}x"),
         };
+        // A ratio that rounds to its target's own figure gets a third decimal, so 0.495 against
+        // 0.50 does not read as a met target marked as missed.
+        let at_target = matches!(target, Some(Target::AtLeast(t) | Target::AtMost(t))
+            if format!("{ratio:.2}") == format!("{t:.2}"));
         self.rows.push(Row {
             what: what.into(),
             figure: figure.1.to_string(),
             against: against.1.to_string(),
-            ratio: format!("{ratio:.2}x"),
+            ratio: if at_target {
+                format!("{ratio:.3}x")
+            } else {
+                format!("{ratio:.2}x")
+            },
             verdict,
         });
     }
@@ -155,7 +163,17 @@ mod tests {
             (1.0, "1.0 s"),
             Some(Target::AtMost(1.5)),
         );
+        t.compare(
+            "c",
+            (12_893.0, "12,893/s"),
+            (26_027.0, "26,027/s"),
+            Some(Target::AtLeast(0.5)),
+        );
         let md = t.markdown();
+        assert!(
+            md.contains("| c | 12,893/s | 26,027/s | 0.495x | MISSES ≥ 0.50x |"),
+            "a ratio at its target's rounding gets a third decimal: {md}"
+        );
         assert!(
             md.contains("| a | 3,000/s | 1,000/s | 3.00x | meets ≥ 2.00x |"),
             "{md}"
