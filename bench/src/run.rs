@@ -129,10 +129,11 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
             thousands(s.process_operations),
         );
         let bound = s.process_concurrency as f64 / s.process_latency.as_secs_f64();
+        let against = format!("{bound:.0}/s concurrency / latency");
         out.table.compare(
             format!("{what}: payments/s"),
             (p.rate.per_second(), &per_second(&p.rate)),
-            (bound, &format!("{bound:.0}/s concurrency / latency")),
+            (bound, &against),
             Some(Target::AtLeast(TARGET_HTTP_SHARE)),
         );
         out.table.compare(
@@ -141,7 +142,7 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
                 p.start_up.as_millis()
             ),
             (p.working.per_second(), &per_second(&p.working)),
-            (bound, &format!("{bound:.0}/s concurrency / latency")),
+            (bound, &against),
             Some(Target::AtLeast(TARGET_HTTP_SHARE)),
         );
         if let Some(steady) = &p.steady {
@@ -152,7 +153,7 @@ async fn process_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
                     process::STEADY_TO * 100.0
                 ),
                 (steady.per_second(), &per_second(steady)),
-                (bound, &format!("{bound:.0}/s concurrency / latency")),
+                (bound, &against),
                 Some(Target::AtLeast(TARGET_HTTP_SHARE)),
             );
         }
@@ -459,6 +460,10 @@ async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     .await?;
     let in_flight = (s.http_fleet.workers * s.http_fleet.config.concurrency) as f64;
     let bound = in_flight / s.http_latency.as_secs_f64();
+    let against = format!(
+        "{}/s = concurrency / latency",
+        thousands(bound.round() as u64)
+    );
     out.table.compare(
         format!(
             "Postgres end to end over HTTP, simulator latency {} ms, {} ops, {} in flight, claim batch {}",
@@ -468,19 +473,13 @@ async fn http_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
             s.http_fleet.config.batch_size
         ),
         (h.per_second(), &per_second(&h)),
-        (bound, &format!("{}/s = concurrency / latency", thousands(bound.round() as u64))),
+        (bound, &against),
         Some(Target::AtLeast(TARGET_HTTP_SHARE)),
     );
     out.table.compare(
         "same drain, from its first claim to its last outcome (the ledger's timestamps)",
         (working.per_second(), &per_second(&working)),
-        (
-            bound,
-            &format!(
-                "{}/s = concurrency / latency",
-                thousands(bound.round() as u64)
-            ),
-        ),
+        (bound, &against),
         Some(Target::AtLeast(TARGET_HTTP_SHARE)),
     );
     if let Some((fleet, latency)) = &s.http_ceiling {

@@ -410,10 +410,24 @@ pub fn legal_log_entry(from: Option<&str>, to: &str, event: &str) -> bool {
     if let Some(event) = ALL_EVENTS.into_iter().find(|e| e.as_str() == event) {
         return transition(from, event) == Ok(to);
     }
-    if event == SUBMITTING_CLAIM && from == Status::Ready {
-        return transition(from, Event::Claim) == Ok(to);
+    submitting_claim(from, to, event) || (NOTES.contains(&event) && event != "create" && from == to)
+}
+
+/// Whether an event-log row `(from, to, event)` logs a claim: `claim`, or a claim out of `ready`
+/// that recorded its submission ([`SUBMITTING_CLAIM`] with the claim's move).
+pub fn is_claim_entry(from: Option<&str>, to: &str, event: &str) -> bool {
+    if event == Event::Claim.as_str() {
+        return true;
     }
-    NOTES.contains(&event) && event != "create" && from == to
+    match (from.and_then(Status::parse), Status::parse(to)) {
+        (Some(from), Some(to)) => submitting_claim(from, to, event),
+        _ => false,
+    }
+}
+
+/// [`SUBMITTING_CLAIM`] with the claim's move out of `ready`.
+fn submitting_claim(from: Status, to: Status, event: &str) -> bool {
+    event == SUBMITTING_CLAIM && from == Status::Ready && transition(from, Event::Claim) == Ok(to)
 }
 
 #[cfg(test)]
@@ -561,6 +575,26 @@ mod tests {
             "succeeded",
             SUBMITTING_CLAIM
         ));
+    }
+
+    #[test]
+    fn a_claim_is_logged_as_claim_or_as_a_submission_start_out_of_ready() {
+        assert!(is_claim_entry(Some("ready"), "executing", "claim"));
+        assert!(is_claim_entry(Some("unknown"), "executing", "claim"));
+        assert!(is_claim_entry(Some("ready"), "executing", SUBMITTING_CLAIM));
+        // `mark_submitting`'s note in place is not a claim, nor is any other move or event.
+        assert!(!is_claim_entry(
+            Some("executing"),
+            "executing",
+            SUBMITTING_CLAIM
+        ));
+        assert!(!is_claim_entry(
+            Some("unknown"),
+            "executing",
+            SUBMITTING_CLAIM
+        ));
+        assert!(!is_claim_entry(Some("ready"), "executing", "approve"));
+        assert!(!is_claim_entry(None, "executing", SUBMITTING_CLAIM));
     }
 
     #[test]

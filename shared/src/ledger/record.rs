@@ -122,12 +122,7 @@ impl OperationEvent {
     /// `ready` that also recorded its submission logs with the claim's move
     /// (`state::SUBMITTING_CLAIM`).
     pub fn is_claim(&self) -> bool {
-        use crate::state::{Event, Status};
-        self.event == Event::Claim.as_str()
-            || (self.event == crate::state::SUBMITTING_CLAIM
-                && self.from_status.as_deref() == Some(Status::Ready.as_str())
-                && crate::state::transition(Status::Ready, Event::Claim)
-                    .is_ok_and(|to| to.as_str() == self.to_status))
+        crate::state::is_claim_entry(self.from_status.as_deref(), &self.to_status, &self.event)
     }
 }
 
