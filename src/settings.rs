@@ -211,6 +211,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS", default_value_t = payonce_worker::config::CLAIM_COOLDOWN_DEFAULT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub claim_cooldown_ms: u64,
+    /// Whether an outcome write also claims ready work into the slots it frees, in the same commit.
+    #[arg(long, env = "PAYONCE_WORKER_CLAIM_WITH_OUTCOMES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub claim_with_outcomes: bool,
     /// How long an outcome waits for others to join its write, ms (0: write at once; at most 1000).
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS", default_value_t = payonce_worker::config::RECORD_LINGER_DEFAULT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1_000))]
@@ -259,6 +262,7 @@ impl WorkerArgs {
         c.batch_size = self.batch_size;
         c.pipelines = self.pipelines;
         c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
+        c.claim_with_outcomes = self.claim_with_outcomes;
         c.record_linger = Duration::from_millis(self.record_linger_ms);
         c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);
         c.renew_interval = Duration::from_millis(self.renew_ms);

@@ -60,6 +60,9 @@ struct Args {
     /// `payonce worker` processes the bench starts (they inherit its environment).
     #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS")]
     claim_cooldown_ms: Option<u64>,
+    /// Whether an outcome write also claims into the slots it frees (the worker's default: true).
+    #[arg(long, env = "PAYONCE_WORKER_CLAIM_WITH_OUTCOMES", action = clap::ArgAction::Set)]
+    claim_with_outcomes: Option<bool>,
     /// Override every in-process worker's record linger, ms; reaches worker processes likewise.
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS")]
     record_linger_ms: Option<u64>,
@@ -148,6 +151,9 @@ async fn main() -> ExitCode {
         settings.http_fleet.config.concurrency = n.max(1);
     }
     for config in settings.worker_configs_mut() {
+        if let Some(on) = args.claim_with_outcomes {
+            config.claim_with_outcomes = on;
+        }
         if let Some(ms) = args.claim_cooldown_ms {
             config.claim_cooldown = std::time::Duration::from_millis(ms);
         }

@@ -1436,6 +1436,157 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
     .await;
 }
 
+/// `record_and_claim` writes a group's outcomes and claims into the slots they free in one commit:
+/// each outcome fenced on its own (mixed outcomes take the locked path), each claim exactly what
+/// `claim_to_submit` makes (attempt, lease, submission start, one `submission_started` out of
+/// `ready`); a claim of 0 only records; a claim over the limit is refused with nothing written.
+#[tokio::test]
+async fn an_outcome_write_claims_in_the_same_commit() {
+    for_each_store(|ledger| async move {
+        let ops = [
+            ready_operation(&ledger, "INV-RC1", "pm_card_visa", at(T0)).await,
+            ready_operation(&ledger, "INV-RC2", "pm_card_visa", at(T0 + 1)).await,
+            ready_operation(&ledger, "INV-RC3", "pm_card_visa", at(T0 + 2)).await,
+            ready_operation(&ledger, "INV-RC4", "pm_card_visa", at(T0 + 3)).await,
+        ];
+        let [a, b, c, d] = &ops;
+        let first = ledger
+            .claim_to_submit(&holder("w"), 2, at(T0 + 10))
+            .await
+            .unwrap();
+        let ids = |claimed: &[payonce_shared::ledger::Claimed]| -> Vec<OperationId> {
+            claimed.iter().map(|op| op.id.clone()).collect()
+        };
+        assert_eq!(ids(&first), vec![a.id.clone(), b.id.clone()]);
+        let paid = |reference: &str| {
+            Recorded::Succeeded(Paid {
+                reference: reference.into(),
+                result: serde_json::json!({ "id": reference }),
+            })
+        };
+        // Over the claim limit: refused, and the outcome is not written either.
+        assert!(matches!(
+            ledger
+                .record_and_claim(
+                    &[(fence(&a.id, 1), paid("pi_a"))],
+                    &holder("w"),
+                    1_001,
+                    at(T0 + 20)
+                )
+                .await,
+            Err(LedgerError::Limit(LimitError::ClaimBatch))
+        ));
+        assert_eq!(
+            ledger.get(&tenant(), &a.id).await.unwrap().status,
+            Status::Executing
+        );
+        // a succeeds, b's stale fence loses, and the freed slots take c and d.
+        let (recorded, claimed) = ledger
+            .record_and_claim(
+                &[
+                    (fence(&a.id, 1), paid("pi_a")),
+                    (fence(&b.id, 0), paid("pi_stale")),
+                ],
+                &holder("w"),
+                2,
+                at(T0 + 30),
+            )
+            .await
+            .unwrap();
+        assert_eq!(recorded, vec![true, false]);
+        assert_eq!(ids(&claimed), vec![c.id.clone(), d.id.clone()]);
+        for op in [c, d] {
+            let now = ledger.get(&tenant(), &op.id).await.unwrap();
+            assert_eq!(
+                (
+                    now.status,
+                    now.attempt,
+                    now.lease_owner.as_deref(),
+                    now.lease_expires_at_ms,
+                    now.first_submitted_at_ms
+                ),
+                (
+                    Status::Executing,
+                    1,
+                    Some("w"),
+                    Some(at(T0 + 30 + LEASE_MS)),
+                    Some(at(T0 + 30))
+                ),
+                "claimed as claim_to_submit claims"
+            );
+            let events: Vec<(Option<String>, String)> = ledger
+                .events_unscoped(&op.id)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.from_status, e.event))
+                .collect();
+            assert_eq!(
+                events.last(),
+                Some(&(Some("ready".to_string()), "submission_started".to_string()))
+            );
+        }
+        let a_now = ledger.get(&tenant(), &a.id).await.unwrap();
+        assert_eq!(
+            (
+                a_now.status,
+                a_now.external_ref.as_deref(),
+                a_now.lease_owner
+            ),
+            (Status::Succeeded, Some("pi_a"), None)
+        );
+        // Mixed outcomes (a decline beside a success) and nothing left to claim.
+        let (recorded, claimed) = ledger
+            .record_and_claim(
+                &[
+                    (fence(&b.id, 1), paid("pi_b")),
+                    (
+                        fence(&c.id, 1),
+                        Recorded::Failed(Declined {
+                            code: "card_declined".into(),
+                            message: "declined".into(),
+                            reference: Some("pi_c".into()),
+                        }),
+                    ),
+                ],
+                &holder("w"),
+                2,
+                at(T0 + 40),
+            )
+            .await
+            .unwrap();
+        assert_eq!((recorded, claimed.len()), (vec![true, true], 0));
+        // A claim of 0 records only.
+        let (recorded, claimed) = ledger
+            .record_and_claim(
+                &[(fence(&d.id, 1), paid("pi_d"))],
+                &holder("w"),
+                0,
+                at(T0 + 50),
+            )
+            .await
+            .unwrap();
+        assert_eq!((recorded, claimed.len()), (vec![true], 0));
+        let statuses: Vec<Status> = {
+            let mut v = Vec::new();
+            for op in &ops {
+                v.push(ledger.get(&tenant(), &op.id).await.unwrap().status);
+            }
+            v
+        };
+        assert_eq!(
+            statuses,
+            vec![
+                Status::Succeeded,
+                Status::Succeeded,
+                Status::Failed,
+                Status::Succeeded
+            ]
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     // Renewal locks every row its owner holds; batches lock theirs. Before both locked in id order

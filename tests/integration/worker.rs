@@ -523,17 +523,71 @@ async fn all_succeeded(ledger: &SharedLedger, n: usize) {
 /// `record_batch_max` per commit (they wait up to `record_linger` for each other), and slots that
 /// free up one write at a time are claimed together once a full claim's worth is free (the next
 /// claim waits up to `claim_cooldown`). Without the linger every answer is its own write; without
-/// the cooldown the first freed slots are claimed at once, two by two.
+/// the cooldown the first freed slots are claimed at once, two by two. Here outcome writes do not
+/// claim (`claim_with_outcomes` off); the next test has them refill.
 #[tokio::test]
 async fn a_busy_worker_claims_and_records_in_groups() {
+    let (metrics, payments) = claims_and_records_in_groups("INV-GROUP", false).await;
+    // 8 claimed in 2 claims of at most 4 (`batch_size`): two claims of 4. 8 outcomes in 4 writes of
+    // at most 2 (`record_batch_max`): four writes of 2. The counters are the ones on-call sees.
+    assert_eq!(
+        (
+            metrics.claimed.get(),
+            metrics.claims.get(),
+            metrics.claims_with_outcomes.get()
+        ),
+        (8, 2, 0)
+    );
+    assert_eq!(
+        (metrics.succeeded.get(), metrics.record_writes.get()),
+        (8, 4)
+    );
+    assert_eq!(
+        metrics.known_to_recorded.count(),
+        8,
+        "one answer-to-recorded observation per outcome written"
+    );
+    assert_eq!(payments, 8, "one payment per operation");
+}
+
+/// With `claim_with_outcomes` (the default), a write refills the slots its outcomes held in its
+/// own commit: the first claim takes 4, the writes of answers 1–2 and 3–4 each claim 2 more into
+/// the 2 slots they free (nothing else claims: no slot is ever free), the last two writes find
+/// nothing ready and give their slots back. Never more than 4 in flight.
+#[tokio::test]
+async fn outcome_writes_refill_the_slots_they_free() {
+    let (metrics, payments) = claims_and_records_in_groups("INV-REFILL", true).await;
+    assert_eq!(
+        (
+            metrics.claimed.get(),
+            metrics.claims.get(),
+            metrics.claims_with_outcomes.get()
+        ),
+        (8, 3, 2)
+    );
+    assert_eq!(
+        (metrics.succeeded.get(), metrics.record_writes.get()),
+        (8, 4)
+    );
+    assert_eq!(payments, 8, "one payment per operation");
+}
+
+/// 8 operations through a worker of 4 slots, one pipeline, claims of up to 4 and writes of up to
+/// 2, the cooldown and linger at their longest; the answers let through one at a time, each after
+/// the one before came back. The worker's counters and the simulator's payments.
+async fn claims_and_records_in_groups(
+    prefix: &str,
+    claim_with_outcomes: bool,
+) -> (Arc<payonce_worker::metrics::WorkerMetrics>, usize) {
     use std::sync::atomic::Ordering::SeqCst;
-    let (ledger, sim, processor) = behind_a_gate("INV-GROUP", 8).await;
-    let mut config = WorkerConfig::new("worker-groups");
+    let (ledger, sim, processor) = behind_a_gate(prefix, 8).await;
+    let mut config = WorkerConfig::new(format!("worker-{prefix}"));
     config.concurrency = 4;
     config.batch_size = 4;
     // One claim loop: with two, each claims into its own two slots (the next test).
     config.pipelines = 1;
     config.record_batch_max = 2;
+    config.claim_with_outcomes = claim_with_outcomes;
     // The longest both may be: every step below happens well inside them.
     config.claim_cooldown = payonce_worker::config::BATCH_WAIT_MAX;
     config.record_linger = payonce_worker::config::BATCH_WAIT_MAX;
@@ -543,7 +597,7 @@ async fn a_busy_worker_claims_and_records_in_groups() {
         wait_for(
             "a full claim is submitting",
             Duration::from_secs(30),
-            || async { (gate.started.load(SeqCst) == 4 * wave).then_some(()) },
+            || async { (gate.started.load(SeqCst) >= 4 * wave).then_some(()) },
         )
         .await;
         // Let the answers through one at a time, each only after the one before has come back.
@@ -555,25 +609,19 @@ async fn a_busy_worker_claims_and_records_in_groups() {
                 || async { (gate.answered.load(SeqCst) == answered).then_some(()) },
             )
             .await;
+            assert!(
+                gate.started.load(SeqCst) - gate.answered.load(SeqCst) <= 4,
+                "never more submissions unanswered than slots"
+            );
         }
     }
     all_succeeded(&ledger, 8).await;
     let metrics = running.metrics.clone();
     running.stop().await.unwrap();
-    // 8 claimed in 2 claims of at most 4 (`batch_size`): two claims of 4. 8 outcomes in 4 writes of
-    // at most 2 (`record_batch_max`): four writes of 2. The counters are the ones on-call sees.
-    assert_eq!((metrics.claimed.get(), metrics.claims.get()), (8, 2));
-    assert_eq!(
-        (metrics.succeeded.get(), metrics.record_writes.get()),
-        (8, 4)
-    );
-    assert_eq!(
-        metrics.known_to_recorded.count(),
-        8,
-        "one answer-to-recorded observation per outcome written"
-    );
-    assert_eq!(processes::audit(&sim).await.len(), 8);
+    assert_eq!(gate.started.load(SeqCst), 8);
+    let payments = processes::audit(&sim).await.len();
     sim.shutdown().await;
+    (metrics, payments)
 }
 
 /// A worker's in-flight slots are split over its pipelines, each claiming into its own share: with
@@ -675,6 +723,15 @@ impl payonce_shared::ledger::Queue for FirstClaimPanics {
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
         self.inner.record_batch(items, actor, now).await
+    }
+    async fn record_and_claim(
+        &self,
+        items: &[(Fence, Recorded)],
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<(Vec<bool>, Vec<payonce_shared::ledger::Claimed>), LedgerError> {
+        self.inner.record_and_claim(items, holder, batch, now).await
     }
     async fn current(
         &self,

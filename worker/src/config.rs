@@ -36,6 +36,10 @@ pub struct WorkerConfig {
     /// With fewer than a full claim's worth of free slots, how long after the previous claim
     /// started the next one waits for more slots to free up. Zero claims at every free slot.
     pub claim_cooldown: Duration,
+    /// An outcome write also claims ready work into the slots it frees, in the same commit
+    /// (`Queue::record_and_claim`): a busy worker refills its slots with one commit per group
+    /// instead of a write and a claim. Off: only the claim loop claims.
+    pub claim_with_outcomes: bool,
     /// How long a lease lasts without renewal.
     pub lease_ttl: Duration,
     /// How often held leases are renewed (well under `lease_ttl`).
@@ -88,6 +92,7 @@ impl WorkerConfig {
             batch_size: 32,
             pipelines: PIPELINES_DEFAULT,
             claim_cooldown: CLAIM_COOLDOWN_DEFAULT,
+            claim_with_outcomes: true,
             lease_ttl: Duration::from_secs(30),
             renew_interval: Duration::from_secs(10),
             submit_timeout: Duration::from_secs(20),

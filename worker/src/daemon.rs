@@ -50,8 +50,22 @@ struct Pending {
     known_at: Instant,
     /// The submission's in-flight slot, given back once the outcome is written (or given up on):
     /// `concurrency` bounds claimed-and-unrecorded work, and with it the worker's memory and what a
-    /// crash leaves to the reconciler's lookups.
-    _slot: Option<OwnedSemaphorePermit>,
+    /// crash leaves to the reconciler's lookups. A write that refills (`claim_with_outcomes`)
+    /// hands it on to the operation it claims.
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+/// What a pipeline's recorder needs to refill the slots its writes free (`claim_with_outcomes`).
+struct Refill {
+    stop: watch::Receiver<bool>,
+    /// To the pipeline's claim loop, which starts each claimed batch as it starts its own.
+    claimed: mpsc::UnboundedSender<Claimed>,
+}
+
+/// Operations an outcome write claimed, with one in-flight slot each.
+struct Claimed {
+    ops: Vec<Operation>,
+    slots: OwnedSemaphorePermit,
 }
 
 impl Worker {
@@ -98,7 +112,7 @@ impl Worker {
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
         let batch = self.batch(claimed, tx, stop_rx, None);
-        let recorder = self.recorder(rx);
+        let recorder = self.recorder(rx, None);
         let ((), ()) = tokio::join!(batch, recorder);
         Ok(n)
     }
@@ -170,9 +184,14 @@ impl Worker {
     /// Returns how many operations it claimed.
     async fn pipeline(self: Arc<Self>, concurrency: usize, stop: watch::Receiver<bool>) -> u64 {
         let (record_tx, record_rx) = mpsc::channel(RECORD_QUEUE_LEN);
+        let (refill_tx, mut refilled) = mpsc::unbounded_channel();
+        let refill = self.config.claim_with_outcomes.then(|| Refill {
+            stop: stop.clone(),
+            claimed: refill_tx,
+        });
         let recorder = {
             let this = self.clone();
-            tokio::spawn(async move { this.recorder(record_rx).await })
+            tokio::spawn(async move { this.recorder(record_rx, refill).await })
         };
         let slots = Arc::new(Semaphore::new(concurrency));
         let mut batches = JoinSet::new();
@@ -189,11 +208,26 @@ impl Worker {
             .batch_size
             .min(u32::try_from(concurrency).unwrap_or(u32::MAX));
         let mut last_claim: Option<tokio::time::Instant> = None;
+        // Starts a claimed batch on its slots (after shutdown began, the batch gives its leases back).
+        let start = |batches: &mut JoinSet<()>, claimed: Vec<Operation>, slots| {
+            let this = self.clone();
+            let tx = record_tx.clone();
+            let stop = stop.clone();
+            batches.spawn(async move {
+                this.batch(claimed, tx, stop, Some(slots)).await;
+            });
+            while batches.try_join_next().is_some() {}
+        };
         'claims: loop {
-            // Wait for at least one free slot, or shutdown.
+            // Wait for at least one free slot, or shutdown; start what outcome writes claimed.
             let mut first = tokio::select! {
                 biased;
                 () = &mut stopped => break,
+                Some(c) = refilled.recv() => {
+                    claimed_total += c.ops.len() as u64;
+                    start(&mut batches, c.ops, c.slots);
+                    continue;
+                }
                 permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
             };
             // Claim cooldown: short of a full claim's worth of free slots, wait for more to free
@@ -207,6 +241,10 @@ impl Worker {
                         biased;
                         () = &mut stopped => break 'claims,
                         () = tokio::time::sleep_until(until) => break,
+                        Some(c) = refilled.recv() => {
+                            claimed_total += c.ops.len() as u64;
+                            start(&mut batches, c.ops, c.slots);
+                        }
                         more = slots.clone().acquire_owned() => match more {
                             Ok(p) => first.merge(p),
                             Err(_) => break,
@@ -257,16 +295,20 @@ impl Worker {
                     slots_held.merge(more);
                 }
             }
-            let this = self.clone();
-            let tx = record_tx.clone();
-            let stop = stop.clone();
-            batches.spawn(async move {
-                this.batch(claimed, tx, stop, Some(slots_held)).await;
-            });
-            while batches.try_join_next().is_some() {}
+            start(&mut batches, claimed, slots_held);
         }
+        // What an outcome write claimed while shutdown began is started too: a stopped batch gives
+        // its leases back at once.
         let drained = tokio::time::timeout(self.config.shutdown_grace, async {
-            while batches.join_next().await.is_some() {}
+            loop {
+                tokio::select! {
+                    done = batches.join_next() => if done.is_none() { break },
+                    Some(c) = refilled.recv() => {
+                        claimed_total += c.ops.len() as u64;
+                        start(&mut batches, c.ops, c.slots);
+                    }
+                }
+            }
         })
         .await;
         if drained.is_err() {
@@ -277,6 +319,12 @@ impl Worker {
         }
         drop(record_tx);
         let _ = tokio::time::timeout(self.config.shutdown_grace, recorder).await;
+        // The recorder is done (or given up on): what its last write claimed goes back.
+        refilled.close();
+        while let Ok(c) = refilled.try_recv() {
+            claimed_total += c.ops.len() as u64;
+            self.release_all(&c.ops).await;
+        }
         claimed_total
     }
 
@@ -330,7 +378,7 @@ impl Worker {
                             op,
                             recorded: rejection,
                             known_at: Instant::now(),
-                            _slot: None,
+                            slot: None,
                         })
                         .await;
                 }
@@ -374,7 +422,7 @@ impl Worker {
                             op,
                             recorded,
                             known_at: Instant::now(),
-                            _slot: slot,
+                            slot,
                         })
                         .await;
                 }
@@ -402,8 +450,9 @@ impl Worker {
 
     /// Writes outcomes in group commits: what is queued when a write starts goes in it, and what
     /// arrives within `record_linger` of the first outcome joins it (up to `record_batch_max`), so
-    /// answers that come back spread out are still written a group per commit.
-    async fn recorder(&self, mut rx: mpsc::Receiver<Pending>) {
+    /// answers that come back spread out are still written a group per commit. With `refill`, each
+    /// write also claims ready work into the slots it frees (`claim_with_outcomes`).
+    async fn recorder(&self, mut rx: mpsc::Receiver<Pending>, refill: Option<Refill>) {
         let max = self.config.record_batch_max;
         while let Some(first) = rx.recv().await {
             let until = tokio::time::Instant::now() + self.config.record_linger;
@@ -420,35 +469,56 @@ impl Worker {
                     }
                 }
             }
-            self.record(batch).await;
+            self.record(batch, refill.as_ref()).await;
         }
     }
 
-    async fn record(&self, batch: Vec<Pending>) {
+    /// Writes one group of outcomes. With `refill` (and shutdown not begun) the write also claims
+    /// into the slots the group held, in the same commit, and sends what it claimed to the
+    /// pipeline on those slots; the slots it could not fill go back.
+    async fn record(&self, mut batch: Vec<Pending>, refill: Option<&Refill>) {
         let items: Vec<_> = batch
             .iter()
             .map(|p| (Fence::of(&p.op), p.recorded.clone()))
             .collect();
+        let mut freed: Option<OwnedSemaphorePermit> = None;
+        if let Some(refill) = refill
+            && !*refill.stop.borrow()
+        {
+            for slot in batch.iter_mut().filter_map(|p| p.slot.take()) {
+                match freed.as_mut() {
+                    Some(all) => all.merge(slot),
+                    None => freed = Some(slot),
+                }
+            }
+        }
+        let mut want = freed.as_ref().map_or(0, |f| {
+            u32::try_from(f.num_permits())
+                .unwrap_or(u32::MAX)
+                .min(self.config.batch_size)
+        });
         // The outcome is the one fact we must not drop: retry through ledger outages for as long as
-        // the lease could still be ours; after that the reconciler owns the row.
+        // the lease could still be ours; after that the reconciler owns the row. A retry claims
+        // nothing: the write alone matters then.
         let deadline = Instant::now() + self.config.lease_ttl;
-        let results = loop {
+        let (results, claimed) = loop {
             match self
                 .ledger
-                .record_batch(&items, &self.config.owner, self.clock.now())
+                .record_and_claim(&items, &self.config.lease_holder(), want, self.clock.now())
                 .await
             {
-                Ok(r) => {
+                Ok((r, claimed)) => {
                     self.metrics.record_writes.add(1);
                     for p in &batch {
                         self.metrics.known_to_recorded.observe_ms(
                             u64::try_from(p.known_at.elapsed().as_millis()).unwrap_or(u64::MAX),
                         );
                     }
-                    break r;
+                    break (r, claimed);
                 }
                 Err(error) if Instant::now() < deadline => {
                     tracing::warn!(%error, n = items.len(), "recording outcomes failed; retrying");
+                    want = 0;
                     tokio::time::sleep(LEDGER_ERROR_PAUSE).await;
                 }
                 Err(error) => {
@@ -459,6 +529,25 @@ impl Worker {
             }
         };
         self.let_go(batch.iter().map(|p| &p.op));
+        if !claimed.is_empty()
+            && let (Some(refill), Some(mut slots)) = (refill, freed.take())
+        {
+            self.hold(&claimed);
+            self.metrics.claimed.add(claimed.len() as u64);
+            self.metrics.claims.add(1);
+            self.metrics.claims_with_outcomes.add(1);
+            if slots.num_permits() > claimed.len() {
+                drop(slots.split(slots.num_permits() - claimed.len()));
+            }
+            if let Err(unsent) = refill.claimed.send(Claimed {
+                ops: claimed,
+                slots,
+            }) {
+                // The pipeline is gone (it stopped): give the leases back.
+                self.release_all(&unsent.0.ops).await;
+            }
+        }
+        drop(freed);
         for (pending, ok) in batch.iter().zip(results) {
             if ok {
                 tracing::info!(operation = %pending.op.id, attempt = pending.op.attempt, "recorded {}", outcome_name(&pending.recorded));

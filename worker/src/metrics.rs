@@ -9,6 +9,8 @@ pub struct WorkerMetrics {
     pub claimed: Counter,
     /// Claim statements that returned operations (`claimed / claims` is the mean claim size).
     pub claims: Counter,
+    /// Of those, claims an outcome write made in its own commit (`claim_with_outcomes`).
+    pub claims_with_outcomes: Counter,
     /// Group writes of outcomes (`outcomes / record_writes` is the mean group size).
     pub record_writes: Counter,
     /// Outcomes recorded as succeeded.
@@ -57,6 +59,12 @@ impl WorkerMetrics {
             "Claim statements that returned operations (claimed_total / claims_total: the mean claim size).",
             "",
             self.claims.get(),
+        );
+        e.counter(
+            "payonce_worker_claims_with_outcomes_total",
+            "Of those, claims an outcome write made in its own commit (refilling the slots it freed).",
+            "",
+            self.claims_with_outcomes.get(),
         );
         e.counter(
             "payonce_worker_record_writes_total",

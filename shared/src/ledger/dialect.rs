@@ -76,4 +76,13 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
         actor: &str,
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
+
+    /// Records many outcomes, each fenced on its own, on a connection inside the caller's
+    /// transaction (`Queue::record_and_claim`), which commits them.
+    async fn record_batch_on(
+        conn: &mut Self::Connection,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError>;
 }

@@ -201,6 +201,17 @@ pub trait Queue: Send + Sync {
         actor: &str,
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
+    /// Records outcomes as `record_batch` does (`holder.owner` the actor) and, in the same
+    /// commit, claims up to `batch` ready operations as `claim_to_submit` does: a busy worker
+    /// refills the slots its outcomes free with one commit instead of two. Nothing is committed if
+    /// either part fails. `batch` 0 claims nothing (and is not an error, as it is for a claim).
+    async fn record_and_claim(
+        &self,
+        items: &[(Fence, Recorded)],
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError>;
     /// Reads the operation a worker holds (or held): what its fence lost to.
     async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError>;
     /// Waits until new work may be ready (an approval was committed here or, on Postgres, anywhere),

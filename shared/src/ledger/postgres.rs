@@ -12,7 +12,7 @@ use crate::ledger::Paid;
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
-use sqlx::{Connection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -356,7 +356,28 @@ impl Dialect for Postgres {
         actor: &str,
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
-        record_batch(&store.pool, items, actor, now).await
+        // Successes of distinct rows (the common case): one statement, committed on its own.
+        let mut seen = HashSet::new();
+        if items
+            .iter()
+            .all(|(f, o)| matches!(o, Recorded::Succeeded(_)) && seen.insert(f.id.as_str()))
+        {
+            let mut conn = store.pool.acquire().await?;
+            return record_batch(&mut conn, items, actor, now).await;
+        }
+        let mut tx = store.pool.begin().await?;
+        let recorded = record_batch(&mut tx, items, actor, now).await?;
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
+    async fn record_batch_on(
+        conn: &mut PgConnection,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
+        record_batch(conn, items, actor, now).await
     }
 }
 
@@ -381,11 +402,11 @@ async fn mark_submitting(
         .collect())
 }
 
-/// Records outcomes, each fenced on its own. All successes (the common case): one statement, one
-/// commit. Otherwise one transaction: every row locked first in id order, the successes in one
-/// statement, the rest one by one.
+/// Records outcomes, each fenced on its own, on `conn`: the successes in one statement; if there
+/// is anything else, every row locked first in id order, then the successes, then the rest one by
+/// one (the caller's transaction holds them together).
 async fn record_batch(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     items: &[(Fence, Recorded)],
     actor: &str,
     now: Timestamp,
@@ -410,15 +431,18 @@ async fn record_batch(
             _ => others.push(i),
         }
     }
-    let succeeded = |written: Vec<String>, recorded: &mut Vec<bool>| {
-        for id in &written {
-            if let Some(i) = position.get(id.as_str()) {
-                recorded[*i] = true;
-            }
-        }
-    };
-    let statement = || {
-        sqlx::query_scalar::<_, String>(RECORD_SUCCEEDED_BATCH.as_str())
+    if !others.is_empty() {
+        let all: Vec<String> = items
+            .iter()
+            .map(|(fence, _)| fence.id.as_str().to_string())
+            .collect();
+        sqlx::query(LOCK_BATCH)
+            .bind(&all)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if !ids.is_empty() {
+        let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH.as_str())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
@@ -426,31 +450,22 @@ async fn record_batch(
             .bind(&references)
             .bind(bounded(actor))
             .bind(now.as_millis())
-    };
-    if others.is_empty() {
-        if !ids.is_empty() {
-            succeeded(statement().fetch_all(pool).await?, &mut recorded);
+            .fetch_all(&mut *conn)
+            .await?;
+        for id in &written {
+            if let Some(i) = position.get(id.as_str()) {
+                recorded[*i] = true;
+            }
         }
-        return Ok(recorded);
-    }
-    let mut tx = pool.begin().await?;
-    let all: Vec<String> = items
-        .iter()
-        .map(|(fence, _)| fence.id.as_str().to_string())
-        .collect();
-    sqlx::query(LOCK_BATCH).bind(&all).execute(&mut *tx).await?;
-    if !ids.is_empty() {
-        succeeded(statement().fetch_all(&mut *tx).await?, &mut recorded);
     }
     for i in others {
         let (fence, outcome) = &items[i];
-        match record_on::<Postgres>(&mut *tx, fence, outcome, actor, now).await {
+        match record_on::<Postgres>(&mut *conn, fence, outcome, actor, now).await {
             Ok(_) => recorded[i] = true,
             Err(LedgerError::Fenced { .. }) => {}
             Err(other) => return Err(other),
         }
     }
-    tx.commit().await?;
     Ok(recorded)
 }
 

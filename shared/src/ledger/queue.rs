@@ -237,6 +237,31 @@ impl<DB: Dialect> Queue for Store<DB> {
         DB::record_batch(self, items, actor, now).await
     }
 
+    async fn record_and_claim(
+        &self,
+        items: &[(Fence, Recorded)],
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError> {
+        if batch == 0 {
+            return Ok((
+                self.record_batch(items, holder.owner, now).await?,
+                Vec::new(),
+            ));
+        }
+        let claim = claim_statement::<DB>(holder, batch, now, true)?;
+        let mut tx = self.pool.begin().await?;
+        let recorded = DB::record_batch_on(&mut tx, items, holder.owner, now).await?;
+        let rows = DB::fetch_all(&mut *tx, claim).await?;
+        tx.commit().await?;
+        let claimed = rows
+            .iter()
+            .map(decode_operation)
+            .collect::<Result<_, _>>()?;
+        Ok((recorded, claimed))
+    }
+
     async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError> {
         self.get_unscoped(&fence.id).await
     }
@@ -255,16 +280,7 @@ impl<DB: Dialect> Store<DB> {
         now: Timestamp,
         to_submit: bool,
     ) -> Result<Vec<Claimed>, LedgerError> {
-        if batch == 0 || batch > CLAIM_BATCH_MAX {
-            return Err(LimitError::ClaimBatch.into());
-        }
-        if holder.lease_ttl.as_millis() == 0 {
-            return Err(LimitError::LeaseTtl.into());
-        }
-        let stmt = Stmt::new(DB::claim(to_submit))
-            .bind(now)
-            .bind(i64::from(batch));
-        let stmt = stmt.bind(holder.owner).bind(now + holder.lease_ttl);
+        let stmt = claim_statement::<DB>(holder, batch, now, to_submit)?;
         self.all(stmt, decode_operation).await
     }
 
@@ -273,6 +289,27 @@ impl<DB: Dialect> Store<DB> {
     pub(crate) async fn fenced(&self, stmt: Stmt<'_>, fence: &Fence) -> Result<(), LedgerError> {
         fenced(self.execute(stmt).await?, fence)
     }
+}
+
+/// The claim statement (`Dialect::claim`), its limits checked: `batch` within 1..=`CLAIM_BATCH_MAX`,
+/// a lease that lasts.
+fn claim_statement<'a, DB: Dialect>(
+    holder: &LeaseHolder<'a>,
+    batch: u32,
+    now: Timestamp,
+    to_submit: bool,
+) -> Result<Stmt<'a>, LedgerError> {
+    if batch == 0 || batch > CLAIM_BATCH_MAX {
+        return Err(LimitError::ClaimBatch.into());
+    }
+    if holder.lease_ttl.as_millis() == 0 {
+        return Err(LimitError::LeaseTtl.into());
+    }
+    Ok(Stmt::new(DB::claim(to_submit))
+        .bind(now)
+        .bind(i64::from(batch))
+        .bind(holder.owner)
+        .bind(now + holder.lease_ttl))
 }
 
 /// `Ok` if a fenced write changed its one row, else [`LedgerError::Fenced`].

@@ -217,15 +217,25 @@ impl Dialect for Sqlite {
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
         let mut tx = store.pool.begin().await?;
+        let recorded = Self::record_batch_on(&mut tx, items, actor, now).await?;
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
+    async fn record_batch_on(
+        conn: &mut sqlx::SqliteConnection,
+        items: &[(Fence, Recorded)],
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Vec<bool>, LedgerError> {
         let mut recorded = Vec::with_capacity(items.len());
         for (fence, outcome) in items {
-            match record_on::<Sqlite>(&mut *tx, fence, outcome, actor, now).await {
+            match record_on::<Sqlite>(&mut *conn, fence, outcome, actor, now).await {
                 Ok(_) => recorded.push(true),
                 Err(LedgerError::Fenced { .. }) => recorded.push(false),
                 Err(other) => return Err(other),
             }
         }
-        tx.commit().await?;
         Ok(recorded)
     }
 }
