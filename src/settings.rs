@@ -218,6 +218,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS", default_value_t = payonce_worker::config::RECORD_LINGER_DEFAULT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub record_linger_ms: u64,
+    /// Outcome writes one pipeline keeps under way at once (1 to 8).
+    #[arg(long, env = "PAYONCE_WORKER_RECORD_WRITES", default_value_t = payonce_worker::config::RECORD_WRITES_DEFAULT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=payonce_worker::config::RECORD_WRITES_MAX as u64))]
+    pub record_writes: usize,
     /// Lease TTL, ms.
     #[arg(long, env = "PAYONCE_LEASE_TTL_MS", default_value_t = 30_000)]
     pub lease_ttl_ms: u64,
@@ -264,6 +268,7 @@ impl WorkerArgs {
         c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
         c.claim_with_outcomes = self.claim_with_outcomes;
         c.record_linger = Duration::from_millis(self.record_linger_ms);
+        c.record_writes = self.record_writes;
         c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);
         c.renew_interval = Duration::from_millis(self.renew_ms);
         c.submit_timeout = Duration::from_millis(self.submit_timeout_ms);

@@ -63,6 +63,9 @@ struct Args {
     /// Whether an outcome write also claims into the slots it frees (the worker's default: true).
     #[arg(long, env = "PAYONCE_WORKER_CLAIM_WITH_OUTCOMES", action = clap::ArgAction::Set)]
     claim_with_outcomes: Option<bool>,
+    /// Outcome writes one pipeline keeps under way at once (the worker's default: 2).
+    #[arg(long, env = "PAYONCE_WORKER_RECORD_WRITES")]
+    record_writes: Option<usize>,
     /// Override every in-process worker's record linger, ms; reaches worker processes likewise.
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS")]
     record_linger_ms: Option<u64>,
@@ -153,6 +156,9 @@ async fn main() -> ExitCode {
     for config in settings.worker_configs_mut() {
         if let Some(on) = args.claim_with_outcomes {
             config.claim_with_outcomes = on;
+        }
+        if let Some(n) = args.record_writes {
+            config.record_writes = n;
         }
         if let Some(ms) = args.claim_cooldown_ms {
             config.claim_cooldown = std::time::Duration::from_millis(ms);

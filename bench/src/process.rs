@@ -72,6 +72,10 @@ pub struct Grouping {
     pub claim_to_submit_ms: f64,
     /// Mean of `payonce_worker_outcome_to_recorded_seconds`, ms: answer → outcome written.
     pub answer_to_recorded_ms: f64,
+    /// Mean of `payonce_worker_record_write_seconds`, ms: one group write (with its claim) itself.
+    pub write_ms: f64,
+    /// `payonce_worker_claims_with_outcomes_total`: claims made by outcome writes.
+    pub claims_with_outcomes: u64,
 }
 
 impl Grouping {
@@ -88,6 +92,8 @@ impl Grouping {
                 text,
                 "payonce_worker_outcome_to_recorded_seconds",
             ),
+            write_ms: histogram_mean_ms(text, "payonce_worker_record_write_seconds"),
+            claims_with_outcomes: metric_sum(text, "payonce_worker_claims_with_outcomes_total"),
         }
     }
 

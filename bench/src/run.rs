@@ -223,10 +223,11 @@ fn cpu_row(out: &mut Outcome, what: &str, p: &process::WorkerProcess) {
         out.table.fact(
             format!("{what}: one slot's turn in steady state (concurrency / rate) and its parts, means from the worker's histograms"),
             format!(
-                "{turn_ms:.1} ms: submission {:.1} ms, claimed → sent {:.1} ms, answer → recorded {:.1} ms, the rest {:.1} ms (a freed slot waiting for the next claim and the claim itself)",
+                "{turn_ms:.1} ms: submission {:.1} ms, claimed → sent {:.1} ms, answer → recorded {:.1} ms (the write itself, with the claim it makes: {:.1} ms), the rest {:.1} ms (a freed slot waiting for the next claim, and a claim of its own)",
                 g.submit_ms,
                 g.claim_to_submit_ms,
                 g.answer_to_recorded_ms,
+                g.write_ms,
                 turn_ms - g.submit_ms - g.claim_to_submit_ms - g.answer_to_recorded_ms,
             ),
         );
@@ -234,9 +235,10 @@ fn cpu_row(out: &mut Outcome, what: &str, p: &process::WorkerProcess) {
     out.table.fact(
         format!("{what}: operations per claim, outcomes per write (the worker's `/metrics`)"),
         format!(
-            "{:.1} per claim ({} claims), {:.1} per write ({} writes)",
+            "{:.1} per claim ({} claims, {} of them by outcome writes), {:.1} per write ({} writes)",
             g.per_claim(),
             thousands(g.claims),
+            thousands(g.claims_with_outcomes),
             g.per_write(),
             thousands(g.record_writes),
         ),

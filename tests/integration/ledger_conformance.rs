@@ -1567,6 +1567,45 @@ async fn an_outcome_write_claims_in_the_same_commit() {
             .await
             .unwrap();
         assert_eq!((recorded, claimed.len()), (vec![true], 0));
+        // A row the write names but whose fence fails because it is ready again (its lease given
+        // back) is not written by the record, and the claim may take it: one write, no conflict.
+        let e = ready_operation(&ledger, "INV-RC5", "pm_card_visa", at(T0 + 60)).await;
+        let taken = ledger
+            .claim_to_submit(&holder("w"), 1, at(T0 + 61))
+            .await
+            .unwrap();
+        assert_eq!(ids(&taken), vec![e.id.clone()]);
+        ledger
+            .release(&fence(&e.id, 1), "w", at(T0 + 62))
+            .await
+            .unwrap();
+        let (recorded, claimed) = ledger
+            .record_and_claim(
+                &[(fence(&e.id, 1), paid("pi_e_stale"))],
+                &holder("w"),
+                5,
+                at(T0 + 70),
+            )
+            .await
+            .unwrap();
+        assert_eq!((recorded, ids(&claimed)), (vec![false], vec![e.id.clone()]));
+        assert_eq!(claimed[0].attempt, 2);
+        // Recorded, and nothing left to claim.
+        let (recorded, claimed) = ledger
+            .record_and_claim(
+                &[(fence(&e.id, 2), paid("pi_e"))],
+                &holder("w"),
+                5,
+                at(T0 + 80),
+            )
+            .await
+            .unwrap();
+        assert_eq!((recorded, claimed.len()), (vec![true], 0));
+        let e_now = ledger.get(&tenant(), &e.id).await.unwrap();
+        assert_eq!(
+            (e_now.status, e_now.attempt, e_now.external_ref.as_deref()),
+            (Status::Succeeded, 2, Some("pi_e"))
+        );
         let statuses: Vec<Status> = {
             let mut v = Vec::new();
             for op in &ops {

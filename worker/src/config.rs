@@ -14,6 +14,11 @@ pub const PIPELINES_DEFAULT: usize = 2;
 /// Most [`WorkerConfig::pipelines`]: each keeps a claim and an outcome write of its own running,
 /// so more than a few per worker only adds statements competing for the same database.
 pub const PIPELINES_MAX: usize = 16;
+/// Default [`WorkerConfig::record_writes`] (measured in docs/benchmarks.md, issue 16 tenth pass).
+pub const RECORD_WRITES_DEFAULT: usize = 2;
+/// Most [`WorkerConfig::record_writes`]: each holds a database connection for its transaction, and
+/// a worker's pool is shared by its pipelines, claims, renewals and writes.
+pub const RECORD_WRITES_MAX: usize = 8;
 /// Longest [`WorkerConfig::claim_cooldown`] and [`WorkerConfig::record_linger`]: each delays work
 /// that is ready, so neither may approach a processor's own latency.
 pub const BATCH_WAIT_MAX: Duration = Duration::from_millis(1_000);
@@ -61,6 +66,10 @@ pub struct WorkerConfig {
     /// How long an outcome waits for others to join its write (the write starts sooner when
     /// `record_batch_max` are queued). Zero writes what is queued at once.
     pub record_linger: Duration,
+    /// Outcome writes one pipeline keeps under way at once (1 to [`RECORD_WRITES_MAX`]): outcomes
+    /// that arrive during a write form the next group and start it, instead of waiting for that
+    /// write's commit.
+    pub record_writes: usize,
     /// How long shutdown waits for in-flight submissions.
     pub shutdown_grace: Duration,
     /// The fleet's request budget at the processor: one write permit per submission.
@@ -103,6 +112,7 @@ impl WorkerConfig {
             poll_interval: Duration::from_millis(500),
             record_batch_max: 128,
             record_linger: RECORD_LINGER_DEFAULT,
+            record_writes: RECORD_WRITES_DEFAULT,
             shutdown_grace: Duration::from_secs(25),
             limiter: Arc::new(Unlimited::default()),
             rate_limit_backoff_base: Duration::from_millis(250),
@@ -127,6 +137,9 @@ impl WorkerConfig {
         }
         if self.pipelines == 0 || self.pipelines > PIPELINES_MAX {
             return Err(ConfigError::Pipelines);
+        }
+        if self.record_writes == 0 || self.record_writes > RECORD_WRITES_MAX {
+            return Err(ConfigError::RecordWrites);
         }
         if self.renew_interval >= self.lease_ttl {
             return Err(ConfigError::RenewalNotInsideLease);
@@ -169,6 +182,10 @@ pub enum ConfigError {
     /// Zero pipelines would never claim; more than [`PIPELINES_MAX`] only add competing statements.
     #[error("pipelines must be between 1 and {max}", max = PIPELINES_MAX)]
     Pipelines,
+    /// No outcome write at a time would never record; more than [`RECORD_WRITES_MAX`] would take
+    /// the pool's connections from claims and renewals.
+    #[error("record writes must be between 1 and {max}", max = RECORD_WRITES_MAX)]
+    RecordWrites,
     /// A claim cooldown or record linger over [`BATCH_WAIT_MAX`] would hold ready work back.
     #[error("claim cooldown and record linger must be at most 1000 ms")]
     BatchWaitTooLong,
@@ -246,7 +263,13 @@ mod tests {
             refused(|c| c.pipelines = PIPELINES_MAX + 1),
             ConfigError::Pipelines
         );
+        assert_eq!(refused(|c| c.record_writes = 0), ConfigError::RecordWrites);
+        assert_eq!(
+            refused(|c| c.record_writes = RECORD_WRITES_MAX + 1),
+            ConfigError::RecordWrites
+        );
         let mut at_the_limit = ok.clone();
+        at_the_limit.record_writes = RECORD_WRITES_MAX;
         at_the_limit.claim_cooldown = BATCH_WAIT_MAX;
         at_the_limit.record_linger = BATCH_WAIT_MAX;
         at_the_limit.pipelines = PIPELINES_MAX;

@@ -5,6 +5,8 @@
 use crate::config::{ConfigError, WorkerConfig};
 use crate::execution::{precheck, settle, submit_claimed};
 use crate::metrics::WorkerMetrics;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use payonce_shared::clock::SharedClock;
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::id::OperationId;
@@ -392,9 +394,7 @@ impl Worker {
         failpoint::hit(FailPoint::AfterSubmissionRecorded);
         let mut submissions = JoinSet::new();
         for op in to_submit {
-            self.metrics
-                .claim_to_submit
-                .observe_ms(u64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
+            self.metrics.claim_to_submit.observe(claimed_at.elapsed());
             let processor = self.processor.clone();
             let clock = self.clock.clone();
             let config = self.config.clone();
@@ -452,9 +452,28 @@ impl Worker {
     /// arrives within `record_linger` of the first outcome joins it (up to `record_batch_max`), so
     /// answers that come back spread out are still written a group per commit. With `refill`, each
     /// write also claims ready work into the slots it frees (`claim_with_outcomes`).
+    /// Up to `record_writes` groups are written at once, so outcomes that arrive while a write is
+    /// under way form the next group and start it instead of waiting for that write's commit.
     async fn recorder(&self, mut rx: mpsc::Receiver<Pending>, refill: Option<Refill>) {
         let max = self.config.record_batch_max;
-        while let Some(first) = rx.recv().await {
+        let mut writes = FuturesUnordered::new();
+        let mut open = true;
+        while open || !writes.is_empty() {
+            if !open || writes.len() >= self.config.record_writes {
+                writes.next().await;
+                continue;
+            }
+            // Wait for an outcome while the writes under way finish.
+            let first = tokio::select! {
+                Some(()) = writes.next() => continue,
+                first = rx.recv() => match first {
+                    Some(p) => p,
+                    None => {
+                        open = false;
+                        continue;
+                    }
+                },
+            };
             let until = tokio::time::Instant::now() + self.config.record_linger;
             let mut batch = vec![first];
             while batch.len() < max {
@@ -462,14 +481,18 @@ impl Worker {
                     Ok(p) => batch.push(p),
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        match tokio::time::timeout_at(until, rx.recv()).await {
+                        let more = tokio::select! {
+                            Some(()) = writes.next() => continue,
+                            more = tokio::time::timeout_at(until, rx.recv()) => more,
+                        };
+                        match more {
                             Ok(Some(p)) => batch.push(p),
                             Ok(None) | Err(_) => break,
                         }
                     }
                 }
             }
-            self.record(batch, refill.as_ref()).await;
+            writes.push(self.record(batch, refill.as_ref()));
         }
     }
 
@@ -502,6 +525,7 @@ impl Worker {
         // nothing: the write alone matters then.
         let deadline = Instant::now() + self.config.lease_ttl;
         let (results, claimed) = loop {
+            let started = Instant::now();
             match self
                 .ledger
                 .record_and_claim(&items, &self.config.lease_holder(), want, self.clock.now())
@@ -509,10 +533,9 @@ impl Worker {
             {
                 Ok((r, claimed)) => {
                     self.metrics.record_writes.add(1);
+                    self.metrics.record_write.observe(started.elapsed());
                     for p in &batch {
-                        self.metrics.known_to_recorded.observe_ms(
-                            u64::try_from(p.known_at.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        );
+                        self.metrics.known_to_recorded.observe(p.known_at.elapsed());
                     }
                     break (r, claimed);
                 }

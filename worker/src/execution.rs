@@ -266,9 +266,7 @@ pub async fn submit_claimed(
 ) -> Recorded {
     let started = std::time::Instant::now();
     let outcome = submit_paced(processor, op, config, metrics, wait_max, stop).await;
-    metrics
-        .submit_latency
-        .observe_ms(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    metrics.submit_latency.observe(started.elapsed());
     if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
         failpoint::hit(FailPoint::AfterProcessorAccepted);
     }

@@ -43,6 +43,9 @@ pub struct WorkerMetrics {
     /// committed: the record linger, the wait behind an earlier write, the write. The submission's
     /// slot is held all that time.
     pub known_to_recorded: Histogram,
+    /// One group write of outcomes (with the claim it makes), from sending it to its commit: the
+    /// part of `known_to_recorded` the database takes.
+    pub record_write: Histogram,
 }
 
 impl WorkerMetrics {
@@ -153,6 +156,11 @@ impl WorkerMetrics {
             "payonce_worker_outcome_to_recorded_seconds",
             "From an outcome being known (answer or precheck refusal) to its write committed; its slot is held meanwhile.",
             &self.known_to_recorded,
+        );
+        e.histogram(
+            "payonce_worker_record_write_seconds",
+            "One group write of outcomes (with the claim it makes), from sending it to its commit.",
+            &self.record_write,
         );
     }
 }

@@ -339,10 +339,7 @@ pub async fn acquire(
                 if waited_once || waited > Duration::from_millis(1) {
                     limiter.metrics().waited.inc();
                 }
-                limiter
-                    .metrics()
-                    .wait
-                    .observe_ms(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX));
+                limiter.metrics().wait.observe(waited);
                 return Ok(waited);
             }
             Decision::Retry(after) => {
