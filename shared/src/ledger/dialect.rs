@@ -14,7 +14,7 @@
 use super::row::LedgerRow;
 use super::statement::Driver;
 use super::store::Store;
-use super::{Claimed, ExpireLeases, Fence, LeaseHolder, LedgerError, RecordLookups, Recorded};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded};
 use crate::clock::Timestamp;
 use crate::state::Status;
 use async_trait::async_trait;
@@ -77,18 +77,8 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError>;
 
-    /// Records outcomes and claims in one commit (`Queue::record_and_claim`; the caller checked the
-    /// claim's limits and that `batch` is not 0).
-    async fn record_and_claim(
-        store: &Store<Self>,
-        items: &[(Fence, Recorded)],
-        holder: &LeaseHolder<'_>,
-        batch: u32,
-        now: Timestamp,
-    ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError>;
-
     /// Records many outcomes, each fenced on its own, on a connection inside the caller's
-    /// transaction (`queue::record_and_claim_in_transaction`), which commits them.
+    /// transaction (`Queue::record_and_claim`), which commits them.
     async fn record_batch_on(
         conn: &mut Self::Connection,
         items: &[(Fence, Recorded)],

@@ -2,21 +2,17 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, status_in};
-use super::queue::{record_and_claim_in_transaction, record_on, submission_started_at_claim};
-use super::record::decode_operation;
+use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{expiry_detail, found_detail};
 use super::statement::RowCount;
 use super::store::Store;
-use super::{
-    Claimed, ExpireLeases, Fence, LeaseHolder, LedgerError, RecordLookups, Recorded, bounded,
-    migrate,
-};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ledger::Paid;
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
-use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -34,29 +30,22 @@ pub const READY_CHANNEL: &str = "payonce_ready";
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 
 /// Claims the oldest ready rows, skipping rows another claimer holds locked.
-static CLAIM: LazyLock<String> = LazyLock::new(|| claim(false, CLAIM_PARAMS));
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), ""));
 /// The same claim, also recording in the same row version that each claimed operation's request is
 /// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).
-static CLAIM_TO_SUBMIT: LazyLock<String> = LazyLock::new(|| claim(true, CLAIM_PARAMS));
-/// The claim statements' placeholders: now, batch size, owner, lease expiry.
-const CLAIM_PARAMS: [&str; 4] = ["$1", "$2", "$3", "$4"];
+static CLAIM_TO_SUBMIT: LazyLock<String> =
+    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("o.")));
 
-/// The claim statement, its values at the placeholders `[now, batch, owner, expiry]`; with
-/// `to_submit` it also records the submission start and is logged as `SUBMITTING_CLAIM`.
-fn claim(to_submit: bool, [now, batch, owner, expiry]: [&str; 4]) -> String {
+/// The claim statement, logged as `logged`, with `also` (`, column = …` assignments, on the old
+/// row `o`) added to its update.
+fn claim(logged: &str, also: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
-    let (logged, also) = if to_submit {
-        (SUBMITTING_CLAIM, submission_started_at_claim("o.", now))
-    } else {
-        (Event::Claim.as_str(), String::new())
-    };
     format!(
         "WITH picked AS ( \
-           SELECT id FROM operations WHERE {from} AND available_at <= {now} \
-           ORDER BY available_at LIMIT {batch} FOR UPDATE SKIP LOCKED) \
+           SELECT id FROM operations WHERE {from} AND available_at <= $1 \
+           ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
          UPDATE operations o SET status = '{to}', last_event = '{logged}', attempt = o.attempt + 1, \
-           lease_owner = {owner}, lease_expires_at = {expiry}, updated_at = {now}, last_actor = {owner}, \
-           last_detail = NULL{also} \
+           lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
          FROM picked WHERE o.id = picked.id AND {o_from} RETURNING o.*",
         from = status_in("status", &claim.from),
         o_from = status_in("o.status", &claim.from),
@@ -150,22 +139,6 @@ fn succeeded_batch(from: Status, clear_failure_message: bool) -> String {
 /// only statement when every outcome is a success (the common case), one commit per batch.
 static RECORD_SUCCEEDED_BATCH: LazyLock<String> =
     LazyLock::new(|| succeeded_batch(Status::Executing, true));
-/// A busy worker's write (`Queue::record_and_claim` when every outcome is a success of a row of its
-/// own): `RECORD_SUCCEEDED_BATCH` (`$1`–`$7`) and `CLAIM_TO_SUBMIT` (now `$7`, batch `$8`, owner
-/// `$6`, lease expiry `$9`) as one statement: one round trip and one commit instead of four round
-/// trips. The two updates write different rows: the recorded ones are `executing`, a claim takes
-/// `ready` ones (a row the record's lock step holds but whose fence fails is not written by it).
-/// Returns the claimed rows whole, each with the recorded ids (`recorded`); when nothing was
-/// claimed, one row of NULLs carries them.
-static RECORD_AND_CLAIM: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH recorded AS ({record}), claimed AS ({claim}) \
-         SELECT ARRAY(SELECT id FROM recorded) AS recorded, c.* \
-         FROM (VALUES (1)) AS one(x) LEFT JOIN claimed c ON true",
-        record = RECORD_SUCCEEDED_BATCH.as_str(),
-        claim = claim(true, ["$7", "$8", "$6", "$9"]),
-    )
-});
 
 /// The sweep's lease expiries for many rows in one statement: each fenced as
 /// `Recovery::expire_lease` fences one (the attempt the sweep saw, still `executing`, the lease
@@ -398,16 +371,6 @@ impl Dialect for Postgres {
         Ok(recorded)
     }
 
-    async fn record_and_claim(
-        store: &PostgresLedger,
-        items: &[(Fence, Recorded)],
-        holder: &LeaseHolder<'_>,
-        batch: u32,
-        now: Timestamp,
-    ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError> {
-        record_and_claim(store, items, holder, batch, now).await
-    }
-
     async fn record_batch_on(
         conn: &mut PgConnection,
         items: &[(Fence, Recorded)],
@@ -439,71 +402,6 @@ async fn mark_submitting(
         .collect())
 }
 
-/// A batch's successes as `RECORD_SUCCEEDED_BATCH`'s arrays (the first occurrence of each row; a
-/// repeat loses its fence, as it would one by one), and the positions of everything else.
-struct Successes<'a> {
-    ids: Vec<String>,
-    attempts: Vec<i64>,
-    references: Vec<String>,
-    results: Vec<String>,
-    position: HashMap<&'a str, usize>,
-    others: Vec<usize>,
-}
-
-impl<'a> Successes<'a> {
-    fn of(items: &'a [(Fence, Recorded)]) -> Self {
-        let mut s = Successes {
-            ids: vec![],
-            attempts: vec![],
-            references: vec![],
-            results: vec![],
-            position: HashMap::new(),
-            others: vec![],
-        };
-        for (i, (fence, outcome)) in items.iter().enumerate() {
-            match outcome {
-                Recorded::Succeeded(Paid { reference, result })
-                    if !s.position.contains_key(fence.id.as_str()) =>
-                {
-                    s.position.insert(fence.id.as_str(), i);
-                    s.ids.push(fence.id.as_str().to_string());
-                    s.attempts.push(fence.attempt);
-                    s.references.push(reference.clone());
-                    s.results.push(result.to_string());
-                }
-                _ => s.others.push(i),
-            }
-        }
-        s
-    }
-
-    /// `RECORD_SUCCEEDED_BATCH`'s values (`$1`–`$7`) bound to `query`.
-    fn bind<'q>(
-        &'q self,
-        query: sqlx::query::Query<'q, Postgres, PgArguments>,
-        actor: &str,
-        now: Timestamp,
-    ) -> sqlx::query::Query<'q, Postgres, PgArguments> {
-        query
-            .bind(&self.ids)
-            .bind(&self.attempts)
-            .bind(&self.references)
-            .bind(&self.results)
-            .bind(&self.references)
-            .bind(bounded(actor))
-            .bind(now.as_millis())
-    }
-
-    /// Marks as recorded the batch positions of the ids the statement wrote.
-    fn written(&self, ids: &[String], recorded: &mut [bool]) {
-        for id in ids {
-            if let Some(i) = self.position.get(id.as_str()) {
-                recorded[*i] = true;
-            }
-        }
-    }
-}
-
 /// Records outcomes, each fenced on its own, on `conn`: the successes in one statement; if there
 /// is anything else, every row locked first in id order, then the successes, then the rest one by
 /// one (the caller's transaction holds them together).
@@ -514,8 +412,26 @@ async fn record_batch(
     now: Timestamp,
 ) -> Result<Vec<bool>, LedgerError> {
     let mut recorded = vec![false; items.len()];
-    let successes = Successes::of(items);
-    if !successes.others.is_empty() {
+    let (mut ids, mut attempts, mut references, mut results) = (vec![], vec![], vec![], vec![]);
+    // The first occurrence of an id is the one recorded; a repeat loses its fence, as it would
+    // one by one.
+    let mut position: HashMap<&str, usize> = HashMap::new();
+    let mut others = Vec::new();
+    for (i, (fence, outcome)) in items.iter().enumerate() {
+        match outcome {
+            Recorded::Succeeded(Paid { reference, result })
+                if !position.contains_key(fence.id.as_str()) =>
+            {
+                position.insert(fence.id.as_str(), i);
+                ids.push(fence.id.as_str().to_string());
+                attempts.push(fence.attempt);
+                references.push(reference.clone());
+                results.push(result.to_string());
+            }
+            _ => others.push(i),
+        }
+    }
+    if !others.is_empty() {
         let all: Vec<String> = items
             .iter()
             .map(|(fence, _)| fence.id.as_str().to_string())
@@ -525,15 +441,24 @@ async fn record_batch(
             .execute(&mut *conn)
             .await?;
     }
-    if !successes.ids.is_empty() {
-        let rows = successes
-            .bind(sqlx::query(RECORD_SUCCEEDED_BATCH.as_str()), actor, now)
+    if !ids.is_empty() {
+        let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH.as_str())
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(&references)
+            .bind(&results)
+            .bind(&references)
+            .bind(bounded(actor))
+            .bind(now.as_millis())
             .fetch_all(&mut *conn)
             .await?;
-        let written: Vec<String> = rows.iter().map(|r| r.get("id")).collect();
-        successes.written(&written, &mut recorded);
+        for id in &written {
+            if let Some(i) = position.get(id.as_str()) {
+                recorded[*i] = true;
+            }
+        }
     }
-    for &i in &successes.others {
+    for i in others {
         let (fence, outcome) = &items[i];
         match record_on::<Postgres>(&mut *conn, fence, outcome, actor, now).await {
             Ok(_) => recorded[i] = true,
@@ -542,41 +467,6 @@ async fn record_batch(
         }
     }
     Ok(recorded)
-}
-
-/// `Queue::record_and_claim`: when every outcome is a success of a row of its own (a busy worker's
-/// writes), one statement (`RECORD_AND_CLAIM`); otherwise a transaction of the locked path and the
-/// claim.
-async fn record_and_claim(
-    store: &PostgresLedger,
-    items: &[(Fence, Recorded)],
-    holder: &LeaseHolder<'_>,
-    batch: u32,
-    now: Timestamp,
-) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError> {
-    let successes = Successes::of(items);
-    if !successes.others.is_empty() {
-        return record_and_claim_in_transaction(store, items, holder, batch, now).await;
-    }
-    let rows = successes
-        .bind(sqlx::query(RECORD_AND_CLAIM.as_str()), holder.owner, now)
-        .bind(i64::from(batch))
-        .bind((now + holder.lease_ttl).as_millis())
-        .fetch_all(&store.pool)
-        .await?;
-    let mut recorded = vec![false; items.len()];
-    let mut claimed = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        if i == 0 {
-            let written: Vec<String> = row.try_get("recorded")?;
-            successes.written(&written, &mut recorded);
-        }
-        // The one row of NULLs when nothing was claimed.
-        if row.try_get::<Option<String>, _>("id")?.is_some() {
-            claimed.push(decode_operation(row)?);
-        }
-    }
-    Ok((recorded, claimed))
 }
 
 /// The first occurrence of each id in a batch: the one an array statement writes (a repeat

@@ -33,19 +33,18 @@ const NO_EARLIER_SUBMISSION: &str =
 const OWN_SUBMISSION_CLEARED: &str = "first_submitted_at = NULL, first_submitted_attempt = NULL";
 
 /// The assignments that make a claim also record its submission start, as `mark_submitting`
-/// would (`now` the placeholder of now; `old` prefixes the old row's columns: `o.` on Postgres's
-/// `UPDATE … FROM`).
+/// would (`$1` now; `old` prefixes the old row's columns: `o.` on Postgres's `UPDATE … FROM`).
 /// The first submission is this attempt's unless an earlier one is on record, which it keeps: a
 /// row an on-call person sent back to ready (`resolve retry`) after a submission that may have
 /// reached the processor; then this attempt's release, retry or rejection cannot withdraw it and
 /// goes to `unknown` or `needs_attention` instead. Such a claim is logged as one
 /// `submission_started` with the claim's move (`state::SUBMITTING_CLAIM`; migrations:
 /// `one_event_per_claim`).
-pub(crate) fn submission_started_at_claim(old: &str, now: &str) -> String {
+pub(crate) fn submission_started_at_claim(old: &str) -> String {
     format!(
-        ", first_submitted_at = COALESCE({old}first_submitted_at, {now}), \
+        ", first_submitted_at = COALESCE({old}first_submitted_at, $1), \
          first_submitted_attempt = COALESCE({old}first_submitted_attempt, {old}attempt + 1), \
-         last_submitted_at = {now}, submit_count = {old}submit_count + 1"
+         last_submitted_at = $1, submit_count = {old}submit_count + 1"
     )
 }
 
@@ -251,8 +250,16 @@ impl<DB: Dialect> Queue for Store<DB> {
                 Vec::new(),
             ));
         }
-        claim_limits(holder, batch)?;
-        DB::record_and_claim(self, items, holder, batch, now).await
+        let claim = claim_statement::<DB>(holder, batch, now, true)?;
+        let mut tx = self.pool.begin().await?;
+        let recorded = DB::record_batch_on(&mut tx, items, holder.owner, now).await?;
+        let rows = DB::fetch_all(&mut *tx, claim).await?;
+        tx.commit().await?;
+        let claimed = rows
+            .iter()
+            .map(decode_operation)
+            .collect::<Result<_, _>>()?;
+        Ok((recorded, claimed))
     }
 
     async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError> {
@@ -284,46 +291,20 @@ impl<DB: Dialect> Store<DB> {
     }
 }
 
-/// `Queue::record_and_claim` as a transaction: the outcomes (`Dialect::record_batch_on`), then the
-/// claim (`claim_to_submit`'s statement), one commit.
-pub(crate) async fn record_and_claim_in_transaction<DB: Dialect>(
-    store: &Store<DB>,
-    items: &[(Fence, Recorded)],
-    holder: &LeaseHolder<'_>,
-    batch: u32,
-    now: Timestamp,
-) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError> {
-    let claim = claim_statement::<DB>(holder, batch, now, true)?;
-    let mut tx = store.pool.begin().await?;
-    let recorded = DB::record_batch_on(&mut tx, items, holder.owner, now).await?;
-    let rows = DB::fetch_all(&mut *tx, claim).await?;
-    tx.commit().await?;
-    let claimed = rows
-        .iter()
-        .map(decode_operation)
-        .collect::<Result<_, _>>()?;
-    Ok((recorded, claimed))
-}
-
-/// A claim's limits: `batch` within 1..=`CLAIM_BATCH_MAX`, a lease of at least a millisecond.
-fn claim_limits(holder: &LeaseHolder<'_>, batch: u32) -> Result<(), LedgerError> {
-    if batch == 0 || batch > CLAIM_BATCH_MAX {
-        return Err(LimitError::ClaimBatch.into());
-    }
-    if holder.lease_ttl.as_millis() == 0 {
-        return Err(LimitError::LeaseTtl.into());
-    }
-    Ok(())
-}
-
-/// The claim statement (`Dialect::claim`), its limits checked (`claim_limits`).
+/// The claim statement (`Dialect::claim`), its limits checked: `batch` within 1..=`CLAIM_BATCH_MAX`,
+/// a lease that lasts.
 fn claim_statement<'a, DB: Dialect>(
     holder: &LeaseHolder<'a>,
     batch: u32,
     now: Timestamp,
     to_submit: bool,
 ) -> Result<Stmt<'a>, LedgerError> {
-    claim_limits(holder, batch)?;
+    if batch == 0 || batch > CLAIM_BATCH_MAX {
+        return Err(LimitError::ClaimBatch.into());
+    }
+    if holder.lease_ttl.as_millis() == 0 {
+        return Err(LimitError::LeaseTtl.into());
+    }
     Ok(Stmt::new(DB::claim(to_submit))
         .bind(now)
         .bind(i64::from(batch))

@@ -3,16 +3,13 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update_logged_as};
-use super::queue::{record_and_claim_in_transaction, record_on, submission_started_at_claim};
+use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{
     EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
 };
 use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
-use super::{
-    Claimed, ExpireLeases, Fence, LeaseHolder, LedgerError, RecordLookups, Recorded, bounded,
-    migrate,
-};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
@@ -35,7 +32,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), "
 /// The same claim, also recording in the same row version that each claimed operation's request is
 /// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).
 static CLAIM_TO_SUBMIT: LazyLock<String> =
-    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("", "$1")));
+    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("")));
 
 /// The claim statement, logged as `logged`, with `also` (`, column = …` assignments) added to its update.
 fn claim(logged: &str, also: &str) -> String {
@@ -223,16 +220,6 @@ impl Dialect for Sqlite {
         let recorded = Self::record_batch_on(&mut tx, items, actor, now).await?;
         tx.commit().await?;
         Ok(recorded)
-    }
-
-    async fn record_and_claim(
-        store: &SqliteLedger,
-        items: &[(Fence, Recorded)],
-        holder: &LeaseHolder<'_>,
-        batch: u32,
-        now: Timestamp,
-    ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError> {
-        record_and_claim_in_transaction(store, items, holder, batch, now).await
     }
 
     async fn record_batch_on(
