@@ -13,6 +13,8 @@ use payonce_simulator::SimulatorConfig;
 use payonce_worker::{Worker, WorkerConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
 
 fn now() -> Timestamp {
@@ -664,14 +666,34 @@ async fn pipelines_claim_into_their_own_share_of_the_slots() {
     sim.shutdown().await;
 }
 
-/// The ledger's queue, except that the first claim panics (a bug in one pipeline).
-struct FirstClaimPanics {
+/// The ledger's queue with two test hooks: the first claim panics (`first_claim_panics`: a bug in
+/// one pipeline), and an outcome write that would also claim waits until the worker has renewed
+/// its leases twice, its start and then its shutdown (`hold_refills`: a refill under way when
+/// shutdown begins).
+struct Hooked {
     inner: SharedLedger,
-    armed: std::sync::atomic::AtomicBool,
+    first_claim_panics: AtomicBool,
+    hold_refills: bool,
+    refill_waiting: AtomicBool,
+    renewals: AtomicUsize,
+    renewed: tokio::sync::Notify,
+}
+
+impl Hooked {
+    fn new(inner: SharedLedger) -> Self {
+        Hooked {
+            inner,
+            first_claim_panics: AtomicBool::new(false),
+            hold_refills: false,
+            refill_waiting: AtomicBool::new(false),
+            renewals: AtomicUsize::new(0),
+            renewed: tokio::sync::Notify::new(),
+        }
+    }
 }
 
 #[async_trait::async_trait]
-impl payonce_shared::ledger::Queue for FirstClaimPanics {
+impl payonce_shared::ledger::Queue for Hooked {
     async fn claim(
         &self,
         holder: &LeaseHolder<'_>,
@@ -686,7 +708,7 @@ impl payonce_shared::ledger::Queue for FirstClaimPanics {
         batch: u32,
         now: Timestamp,
     ) -> Result<Vec<payonce_shared::ledger::Claimed>, LedgerError> {
-        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        if self.first_claim_panics.swap(false, SeqCst) {
             panic!("a bug in one pipeline's claim");
         }
         self.inner.claim_to_submit(holder, batch, now).await
@@ -697,7 +719,10 @@ impl payonce_shared::ledger::Queue for FirstClaimPanics {
         held: &[payonce_shared::id::OperationId],
         now: Timestamp,
     ) -> Result<Vec<(payonce_shared::id::OperationId, i64)>, LedgerError> {
-        self.inner.renew(holder, held, now).await
+        let renewed = self.inner.renew(holder, held, now).await;
+        self.renewals.fetch_add(1, SeqCst);
+        self.renewed.notify_waiters();
+        renewed
     }
     async fn mark_submitting(
         &self,
@@ -731,6 +756,16 @@ impl payonce_shared::ledger::Queue for FirstClaimPanics {
         batch: u32,
         now: Timestamp,
     ) -> Result<(Vec<bool>, Vec<payonce_shared::ledger::Claimed>), LedgerError> {
+        if self.hold_refills && batch > 0 {
+            self.refill_waiting.store(true, SeqCst);
+            loop {
+                let renewed = self.renewed.notified();
+                if self.renewals.load(SeqCst) >= 2 {
+                    break;
+                }
+                renewed.await;
+            }
+        }
         self.inner.record_and_claim(items, holder, batch, now).await
     }
     async fn current(
@@ -756,10 +791,8 @@ async fn a_panicking_pipeline_stops_the_worker_and_leaves_nothing_executing() {
     for i in 0..6 {
         ready_operation(&ledger, &format!("INV-PANIC{i}"), "pm_card_visa", t0).await;
     }
-    let queue = Arc::new(FirstClaimPanics {
-        inner: ledger.clone(),
-        armed: std::sync::atomic::AtomicBool::new(true),
-    });
+    let queue = Arc::new(Hooked::new(ledger.clone()));
+    queue.first_claim_panics.store(true, SeqCst);
     let mut config = WorkerConfig::new("worker-panics");
     config.concurrency = 4;
     config.batch_size = 2;
@@ -786,5 +819,87 @@ async fn a_panicking_pipeline_stops_the_worker_and_leaves_nothing_executing() {
     let ready = by_status.get(&Status::Ready).copied().unwrap_or(0);
     assert_eq!(succeeded + ready, 6, "{by_status:?}");
     assert_eq!(processes::audit(&sim).await.len(), succeeded);
+    sim.shutdown().await;
+}
+
+/// An outcome write that claims while shutdown begins: the claim commits with the outcomes, and the
+/// operations it took go back to `ready` (released, this attempt's submission record withdrawn),
+/// never submitted. The write is held until the worker's renewer has seen the shutdown, so the
+/// window is hit every run: 2 paid and recorded, 2 claimed by the write and released, 2 payments.
+#[tokio::test]
+async fn a_refill_claimed_as_shutdown_begins_is_given_back_unsent() {
+    let (ledger, _url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let t0 = now();
+    let mut ops = Vec::new();
+    for i in 0..4 {
+        ops.push(ready_operation(&ledger, &format!("INV-STOPREFILL{i}"), "pm_card_visa", t0).await);
+    }
+    let mut hooked = Hooked::new(ledger.clone());
+    hooked.hold_refills = true;
+    let queue = Arc::new(hooked);
+    let mut config = WorkerConfig::new("worker-stop-refill");
+    config.concurrency = 2;
+    config.batch_size = 2;
+    config.pipelines = 1;
+    config.record_batch_max = 2;
+    config.record_linger = payonce_worker::config::BATCH_WAIT_MAX;
+    // The renewer runs at its start and then only at shutdown, within the test.
+    config.lease_ttl = Duration::from_secs(60);
+    config.renew_interval = Duration::from_secs(50);
+    let worker = Arc::new(
+        Worker::new(
+            queue.clone(),
+            processes::stripe(&sim, None),
+            Arc::new(SystemClock),
+            config,
+        )
+        .unwrap(),
+    );
+    let metrics = worker.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(worker.run(async move {
+        let _ = stopped.await;
+    }));
+    wait_for(
+        "a write that claims is held",
+        Duration::from_secs(30),
+        || async { queue.refill_waiting.load(SeqCst).then_some(()) },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let summary = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the worker stopped")
+        .unwrap();
+    assert_eq!((summary.claimed, summary.released), (4, 2));
+    assert_eq!(metrics.claims_with_outcomes.get(), 1);
+    let by_status = statuses(&ledger).await;
+    assert_eq!(
+        (
+            by_status.get(&Status::Succeeded),
+            by_status.get(&Status::Ready)
+        ),
+        (Some(&2), Some(&2)),
+        "{by_status:?}"
+    );
+    for op in &ops[2..] {
+        let now = ledger.get(&tenant(), &op.id).await.unwrap();
+        assert_eq!(
+            (
+                now.status,
+                now.attempt,
+                now.first_submitted_at_ms,
+                now.lease_owner
+            ),
+            (Status::Ready, 1, None, None),
+            "claimed by the write, given back unsent"
+        );
+    }
+    assert_eq!(
+        processes::audit(&sim).await.len(),
+        2,
+        "only the first two were paid"
+    );
     sim.shutdown().await;
 }
