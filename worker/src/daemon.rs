@@ -1,6 +1,7 @@
 //! The worker daemon: claim batches with a lease, record submission starts in one commit per batch,
-//! submit concurrently (bounded), record outcomes through a group-committing recorder, renew leases
-//! in the background, and stop only at safe points.
+//! submit concurrently (bounded), record outcomes through a group-committing recorder whose writes
+//! also claim into the slots they free, renew leases in the background, and stop only at safe
+//! points.
 
 use crate::config::{ConfigError, WorkerConfig};
 use crate::execution::{precheck, settle, submit_claimed};
@@ -452,6 +453,7 @@ impl Worker {
     /// arrives within `record_linger` of the first outcome joins it (up to `record_batch_max`), so
     /// answers that come back spread out are still written a group per commit. With `refill`, each
     /// write also claims ready work into the slots it frees (`claim_with_outcomes`).
+    ///
     /// Up to `record_writes` groups are written at once, so outcomes that arrive while a write is
     /// under way form the next group and start it instead of waiting for that write's commit.
     async fn recorder(&self, mut rx: mpsc::Receiver<Pending>, refill: Option<Refill>) {

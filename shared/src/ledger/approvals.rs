@@ -50,7 +50,7 @@ impl<DB: Dialect> Approvals for Store<DB> {
         if approval.expires_at_ms <= now {
             return Err(LimitError::ApprovalExpiry.into());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let row = DB::fetch_optional(
             &mut *tx,
             Stmt::new(APPROVE.as_str())

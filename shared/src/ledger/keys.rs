@@ -84,7 +84,7 @@ impl<DB: Dialect> Keys for Store<DB> {
             new,
             old_until,
         } = *request;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let retire = Stmt::new(RETIRE_API_KEY)
             .bind(old_id)
             .bind(new.key_id.as_str());

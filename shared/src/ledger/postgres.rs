@@ -12,7 +12,7 @@ use crate::ledger::Paid;
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
-use sqlx::{Connection, PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -186,9 +186,6 @@ impl PostgresLedger {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .after_release(|conn, _meta| {
-                Box::pin(async move { Ok(!still_in_transaction(conn).await) })
-            })
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
@@ -223,24 +220,6 @@ async fn listen(pool: &PgPool, ready: &Notify) -> Result<(), sqlx::Error> {
     loop {
         listener.recv().await?;
         ready.notify_waiters();
-    }
-}
-
-/// Guards against sqlx 0.9 returning a connection to the pool inside an open transaction (a
-/// cancelled `begin()` leaves `BEGIN` sent but uncounted; later autocommit writes on it would never
-/// commit). `SAVEPOINT` succeeds only inside a transaction block, so success means: close it.
-async fn still_in_transaction(conn: &mut sqlx::PgConnection) -> bool {
-    if conn.is_in_transaction() {
-        return true;
-    }
-    match sqlx::raw_sql("SAVEPOINT payonce_release_probe")
-        .execute(&mut *conn)
-        .await
-    {
-        Ok(_) => true,
-        // 25P01 no_active_sql_transaction: the healthy case.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P01") => false,
-        Err(_) => true,
     }
 }
 
@@ -365,7 +344,7 @@ impl Dialect for Postgres {
             let mut conn = store.pool.acquire().await?;
             return record_batch(&mut conn, items, actor, now).await;
         }
-        let mut tx = store.pool.begin().await?;
+        let mut tx = store.begin().await?;
         let recorded = record_batch(&mut tx, items, actor, now).await?;
         tx.commit().await?;
         Ok(recorded)

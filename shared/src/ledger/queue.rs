@@ -251,7 +251,7 @@ impl<DB: Dialect> Queue for Store<DB> {
             ));
         }
         let claim = claim_statement::<DB>(holder, batch, now, true)?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let recorded = DB::record_batch_on(&mut tx, items, holder.owner, now).await?;
         let rows = DB::fetch_all(&mut *tx, claim).await?;
         tx.commit().await?;

@@ -103,7 +103,7 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         })?;
         let payment = of.payment_operation();
         let hash = d.hash();
-        let mut tx = self.0.pool.begin().await?;
+        let mut tx = self.0.begin().await?;
         if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
             DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment)).await?;
         }

@@ -13,11 +13,11 @@ use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
+use sqlx::Sqlite;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
     SqliteSynchronous,
 };
-use sqlx::{Connection, Sqlite};
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -84,27 +84,12 @@ impl SqliteLedger {
             // An in-memory database lives as long as its one connection: never let it be reaped.
             .idle_timeout(None)
             .max_lifetime(None)
-            .after_release(|conn, _meta| {
-                Box::pin(async move { Ok(!still_in_transaction(conn).await) })
-            })
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
         migrate::sqlite(&mut conn, SystemClock.now()).await?;
         drop(conn);
         Ok(Store::new(pool))
-    }
-}
-
-/// The same guard as Postgres's (see there). In SQLite, `BEGIN` fails inside a transaction; outside
-/// it succeeds and is rolled back at once.
-async fn still_in_transaction(conn: &mut sqlx::SqliteConnection) -> bool {
-    if conn.is_in_transaction() {
-        return true;
-    }
-    match sqlx::raw_sql("BEGIN").execute(&mut *conn).await {
-        Ok(_) => sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err(),
-        Err(_) => true,
     }
 }
 

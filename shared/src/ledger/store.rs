@@ -73,6 +73,24 @@ impl<DB: Database> Store<DB> {
     pub(crate) fn wake_local(&self) {
         self.ready.notify_waiters();
     }
+
+    /// Opens a transaction that a cancelled caller cannot leave half open. sqlx 0.9 sends `BEGIN`
+    /// and counts the transaction only once the server has answered; a caller dropped in between
+    /// (a timeout, a client that hung up) returns the connection to the pool inside a transaction
+    /// nobody will end, and later autocommit writes on it would never commit. The `BEGIN` runs in
+    /// a task of its own, which finishes even when the caller is gone; a transaction nobody takes
+    /// rolls back when dropped, as any unfinished one does. (Checking every released connection
+    /// instead cost a round trip and a server-logged error per ledger call.)
+    pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, LedgerError>
+    where
+        DB: 'static,
+    {
+        let pool = self.pool.clone();
+        tokio::spawn(async move { pool.begin().await })
+            .await
+            .map_err(|e| LedgerError::Database(sqlx::Error::Protocol(format!("begin: {e}"))))?
+            .map_err(LedgerError::from)
+    }
 }
 
 /// The pool's side of the [`Driver`](super::statement::Driver): statements that need no

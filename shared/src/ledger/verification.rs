@@ -319,7 +319,7 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
     }
 
     async fn create_link(&self, new: &NewLink<'_>) -> Result<bool, LedgerError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         if DB::execute(&mut *tx, insert_link(new)).await? != 1 {
             tx.rollback().await?;
             return Ok(false);
