@@ -265,6 +265,10 @@ mod tests {
         );
         assert_eq!(refused(|c| c.record_writes = 0), ConfigError::RecordWrites);
         assert_eq!(
+            ConfigError::RecordWrites.to_string(),
+            format!("record writes must be between 1 and {RECORD_WRITES_MAX}")
+        );
+        assert_eq!(
             refused(|c| c.record_writes = RECORD_WRITES_MAX + 1),
             ConfigError::RecordWrites
         );
