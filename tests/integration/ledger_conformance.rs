@@ -14,6 +14,7 @@ use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
 use std::time::Duration;
 
+mod cancelled_begin;
 mod refunds;
 mod sweep_batches;
 
