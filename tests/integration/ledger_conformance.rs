@@ -1225,6 +1225,29 @@ async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
     assert_eq!(listed.len(), 1);
 }
 
+/// Creates `n` operations through `ledger` (autocommit writes) and reads each back on a connection
+/// of its own straight to `url`: none may sit uncommitted on a pooled connection.
+async fn autocommit_writes_are_committed(ledger: &SharedLedger, url: &str, prefix: &str, n: usize) {
+    let mut written = Vec::new();
+    for i in 0..n {
+        written.push(
+            ledger
+                .create_or_get(new_op(&format!("{prefix}{i}"), 100), at(T0))
+                .await
+                .unwrap()
+                .operation
+                .id,
+        );
+    }
+    let reader = payonce_shared::ledger::connect(url, 1).await.unwrap();
+    for id in &written {
+        reader
+            .get(&tenant(), id)
+            .await
+            .unwrap_or_else(|e| panic!("write of {id} lost: {e}"));
+    }
+}
+
 #[tokio::test]
 async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
     let (ledger, _) = support::postgres_ledger().await;
@@ -1323,25 +1346,7 @@ async fn postgres_cancelled_begins_lose_no_writes() {
             cancelled += 1;
         }
     }
-    let mut written = Vec::new();
-    for i in 0..200 {
-        written.push(
-            ledger
-                .create_or_get(new_op(&format!("INV-W{i}"), 100), at(T0))
-                .await
-                .unwrap()
-                .operation
-                .id,
-        );
-    }
-    // Read through fresh connections: every autocommit write must be visible.
-    let reader = payonce_shared::ledger::connect(&url, 2).await.unwrap();
-    for id in &written {
-        reader
-            .get(&tenant(), id)
-            .await
-            .unwrap_or_else(|e| panic!("write of {id} lost: {e}"));
-    }
+    autocommit_writes_are_committed(&ledger, &url, "INV-W", 200).await;
     eprintln!("cancelled approvals: {cancelled}");
     assert!(
         cancelled > 0,

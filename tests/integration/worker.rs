@@ -391,26 +391,27 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
     }
 }
 
-/// Counts the submissions started and, at each, how many more have been started than the ledger
-/// has recorded.
+/// Counts the submissions started and, at each, how many operations the ledger holds claimed and
+/// unrecorded (`executing`), read in one snapshot. (Comparing a count of recorded outcomes read
+/// before the submission with a count of starts taken after it overstated the gap whenever a
+/// write recorded outcomes and started their refills in between.)
 struct AheadOfTheLedger {
     ledger: SharedLedger,
     started: std::sync::atomic::AtomicUsize,
-    most_ahead: std::sync::atomic::AtomicUsize,
+    most_executing: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
 impl processes::SubmitHook for AheadOfTheLedger {
     async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {
         use std::sync::atomic::Ordering::SeqCst;
-        let recorded = statuses(&self.ledger)
+        let executing = statuses(&self.ledger)
             .await
-            .get(&Status::Succeeded)
+            .get(&Status::Executing)
             .copied()
             .unwrap_or(0);
-        let started = self.started.fetch_add(1, SeqCst) + 1;
-        self.most_ahead
-            .fetch_max(started.saturating_sub(recorded), SeqCst);
+        self.started.fetch_add(1, SeqCst);
+        self.most_executing.fetch_max(executing, SeqCst);
     }
 }
 
@@ -432,7 +433,7 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
         hook: AheadOfTheLedger {
             ledger: ledger.clone(),
             started: std::sync::atomic::AtomicUsize::new(0),
-            most_ahead: std::sync::atomic::AtomicUsize::new(0),
+            most_executing: std::sync::atomic::AtomicUsize::new(0),
         },
     });
     let mut config = WorkerConfig::new("worker-slots");
@@ -452,7 +453,7 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
     use std::sync::atomic::Ordering::SeqCst;
     assert_eq!(processor.hook.started.load(SeqCst), OPERATIONS);
     // Reached (the worker fills its slots) and never passed.
-    assert_eq!(processor.hook.most_ahead.load(SeqCst), CONCURRENCY);
+    assert_eq!(processor.hook.most_executing.load(SeqCst), CONCURRENCY);
     assert_eq!(processes::audit(&sim).await.len(), OPERATIONS);
     sim.shutdown().await;
 }
@@ -659,10 +660,11 @@ async fn pipelines_claim_into_their_own_share_of_the_slots() {
     sim.shutdown().await;
 }
 
-/// The ledger's queue with two test hooks: the first claim panics (`first_claim_panics`: a bug in
-/// one pipeline), and an outcome write that would also claim waits until the worker has renewed
-/// its leases twice, its start and then its shutdown (`hold_refills`: a refill under way when
-/// shutdown begins).
+/// The ledger's queue with test hooks: the first claim panics (`first_claim_panics`: a bug in one
+/// pipeline); an outcome write that would also claim waits until the worker has renewed its leases
+/// twice, its start and then its shutdown (`hold_refills`: a refill under way when shutdown
+/// begins); every outcome write waits for a permit of `writes_open` (`hold_writes`), counting how
+/// many are under way at once.
 struct Hooked {
     inner: SharedLedger,
     first_claim_panics: AtomicBool,
@@ -670,6 +672,10 @@ struct Hooked {
     refill_waiting: AtomicBool,
     renewals: AtomicUsize,
     renewed: tokio::sync::Notify,
+    hold_writes: bool,
+    writes_open: tokio::sync::Semaphore,
+    writing: AtomicUsize,
+    most_writing: AtomicUsize,
 }
 
 impl Hooked {
@@ -681,6 +687,10 @@ impl Hooked {
             refill_waiting: AtomicBool::new(false),
             renewals: AtomicUsize::new(0),
             renewed: tokio::sync::Notify::new(),
+            hold_writes: false,
+            writes_open: tokio::sync::Semaphore::new(0),
+            writing: AtomicUsize::new(0),
+            most_writing: AtomicUsize::new(0),
         }
     }
 }
@@ -758,6 +768,16 @@ impl payonce_shared::ledger::Queue for Hooked {
                 }
                 renewed.await;
             }
+        }
+        if self.hold_writes {
+            let under_way = self.writing.fetch_add(1, SeqCst) + 1;
+            self.most_writing.fetch_max(under_way, SeqCst);
+            self.writes_open
+                .acquire()
+                .await
+                .expect("the test never closes the gate")
+                .forget();
+            self.writing.fetch_sub(1, SeqCst);
         }
         self.inner.record_and_claim(items, holder, batch, now).await
     }
@@ -895,4 +915,76 @@ async fn a_refill_claimed_as_shutdown_begins_is_given_back_unsent() {
         "only the first two were paid"
     );
     sim.shutdown().await;
+}
+
+/// A pipeline keeps `record_writes` outcome writes under way at once, no more: with every write
+/// held at the ledger, six answers written one per write (`record_batch_max` 1, no linger) start
+/// exactly `record_writes` writes; the rest wait for them. Each operation is paid and recorded once.
+#[tokio::test]
+async fn a_pipeline_keeps_record_writes_writes_under_way() {
+    for record_writes in [1, 2] {
+        let (ledger, _url) = support::postgres_ledger().await;
+        let sim = processes::simulator(SimulatorConfig::default()).await;
+        let t0 = now();
+        for i in 0..6 {
+            ready_operation(
+                &ledger,
+                &format!("INV-WRITES{record_writes}-{i}"),
+                "pm_card_visa",
+                t0,
+            )
+            .await;
+        }
+        let mut hooked = Hooked::new(ledger.clone());
+        hooked.hold_writes = true;
+        let queue = Arc::new(hooked);
+        let mut config = WorkerConfig::new(format!("worker-writes-{record_writes}"));
+        config.concurrency = 6;
+        config.batch_size = 6;
+        config.pipelines = 1;
+        config.record_batch_max = 1;
+        config.record_linger = Duration::ZERO;
+        config.claim_with_outcomes = false;
+        config.record_writes = record_writes;
+        let worker = Arc::new(
+            Worker::new(
+                queue.clone(),
+                processes::stripe(&sim, None),
+                Arc::new(SystemClock),
+                config,
+            )
+            .unwrap(),
+        );
+        let metrics = worker.metrics();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(worker.run(async move {
+            let _ = stopped.await;
+        }));
+        wait_for(
+            "every answer is in and the writes are held",
+            Duration::from_secs(30),
+            || async {
+                (metrics.submit_latency.count() == 6 && queue.writing.load(SeqCst) == record_writes)
+                    .then_some(())
+            },
+        )
+        .await;
+        queue.writes_open.add_permits(6);
+        all_succeeded(&ledger, 6).await;
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the worker stopped")
+            .unwrap();
+        assert_eq!(
+            (
+                queue.most_writing.load(SeqCst),
+                metrics.record_writes.get(),
+                processes::audit(&sim).await.len()
+            ),
+            (record_writes, 6, 6),
+            "writes under way at most, writes, payments"
+        );
+        sim.shutdown().await;
+    }
 }

@@ -4,7 +4,7 @@
 //! proxy between the ledger's pool and Postgres holds the server's answer to the `BEGIN`, so the
 //! window is hit every run, not by chance.
 
-use super::{T0, at, new_op};
+use super::{T0, at, autocommit_writes_are_committed};
 use crate::support::{self, details, tenant, wait_for};
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{NewApproval, NewOperation};
@@ -177,23 +177,6 @@ async fn postgres_a_begin_dropped_before_its_answer_leaves_no_open_transaction()
     }
     drop(approve);
     gate.release();
-    let mut written = Vec::new();
-    for i in 0..5 {
-        written.push(
-            ledger
-                .create_or_get(new_op(&format!("INV-AFTER-BEGIN{i}"), 100), at(T0))
-                .await
-                .unwrap()
-                .operation
-                .id,
-        );
-    }
-    // Read on a connection of its own, straight to the server: autocommit writes are committed.
-    let reader = payonce_shared::ledger::connect(&url, 1).await.unwrap();
-    for id in &written {
-        reader
-            .get(&tenant(), id)
-            .await
-            .unwrap_or_else(|e| panic!("the write of {id} after the dropped BEGIN is lost: {e}"));
-    }
+    // Autocommit writes on the pool's one connection, read back straight from the server.
+    autocommit_writes_are_committed(&ledger, &url, "INV-AFTER-BEGIN", 5).await;
 }
