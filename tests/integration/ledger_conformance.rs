@@ -55,6 +55,17 @@ fn new_op(invoice: &str, amount: i64) -> NewOperation {
     }
 }
 
+/// The customer's approval of `op` as it was created (its own details hash), valid for a minute from `T0`.
+fn approval_of(op: &payonce_shared::ledger::Operation) -> NewApproval {
+    NewApproval {
+        operation: op.id.clone(),
+        details_hash: op.details_hash.clone(),
+        approved_by: "customer:cus_test".into(),
+        method: "confirmation_page".into(),
+        expires_at_ms: at(T0 + 60_000),
+    }
+}
+
 async fn for_each_store<F, Fut>(test: F)
 where
     F: Fn(SharedLedger) -> Fut,
@@ -1315,32 +1326,12 @@ async fn postgres_cancelled_begins_lose_no_writes() {
     let mut cancelled = 0;
     let t = tenant();
     for i in 0..120 {
-        let d = details(&format!("INV-X{i}"), 100, "pm_card_visa");
         let op = ledger
-            .create_or_get(
-                NewOperation {
-                    id: OperationId::generate(),
-                    tenant: tenant(),
-                    business_key: BusinessKey::parse(&format!("x:{i}")).unwrap(),
-                    details: d.clone(),
-                    actor: "t".into(),
-                },
-                at(T0),
-            )
+            .create_or_get(new_op(&format!("INV-X{i}"), 100), at(T0))
             .await
             .unwrap()
             .operation;
-        let approve = ledger.approve(
-            &t,
-            NewApproval {
-                operation: op.id.clone(),
-                details_hash: d.hash(),
-                approved_by: "c".into(),
-                method: "t".into(),
-                expires_at_ms: at(T0 + 1_000_000),
-            },
-            at(T0),
-        );
+        let approve = ledger.approve(&t, approval_of(&op), at(T0));
         let budget = std::time::Duration::from_micros(50 + (i % 7) * 40);
         if tokio::time::timeout(budget, approve).await.is_err() {
             cancelled += 1;

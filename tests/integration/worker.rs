@@ -860,31 +860,15 @@ async fn a_refill_claimed_as_shutdown_begins_is_given_back_unsent() {
     // The renewer runs at its start and then only at shutdown, within the test.
     config.lease_ttl = Duration::from_secs(60);
     config.renew_interval = Duration::from_secs(50);
-    let worker = Arc::new(
-        Worker::new(
-            queue.clone(),
-            processes::stripe(&sim, None),
-            Arc::new(SystemClock),
-            config,
-        )
-        .unwrap(),
-    );
-    let metrics = worker.metrics();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(async move {
-        let _ = stopped.await;
-    }));
+    let running = Running::start(queue.clone(), &sim, config);
+    let metrics = running.metrics.clone();
     wait_for(
         "a write that claims is held",
         Duration::from_secs(30),
         || async { queue.refill_waiting.load(SeqCst).then_some(()) },
     )
     .await;
-    stop.send(()).unwrap();
-    let summary = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the worker stopped")
-        .unwrap();
+    let summary = running.stop().await;
     assert_eq!((summary.claimed, summary.released), (4, 2));
     assert_eq!(metrics.claims_with_outcomes.get(), 1);
     let by_status = statuses(&ledger).await;
@@ -917,6 +901,46 @@ async fn a_refill_claimed_as_shutdown_begins_is_given_back_unsent() {
     sim.shutdown().await;
 }
 
+/// A worker on a hooked queue, paying through `sim`, that runs until [`Running::stop`].
+struct Running {
+    metrics: Arc<payonce_worker::WorkerMetrics>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<payonce_worker::RunSummary>,
+}
+
+impl Running {
+    fn start(
+        queue: Arc<Hooked>,
+        sim: &payonce_simulator::Simulator,
+        config: WorkerConfig,
+    ) -> Running {
+        let worker = Arc::new(
+            Worker::new(
+                queue,
+                processes::stripe(sim, None),
+                Arc::new(SystemClock),
+                config,
+            )
+            .unwrap(),
+        );
+        let metrics = worker.metrics();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(worker.run(async move {
+            let _ = stopped.await;
+        }));
+        Running { metrics, stop, run }
+    }
+
+    /// Asks the worker to stop and waits (a minute at most) for its summary.
+    async fn stop(self) -> payonce_worker::RunSummary {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), self.run)
+            .await
+            .expect("the worker stopped")
+            .unwrap()
+    }
+}
+
 /// A pipeline keeps `record_writes` outcome writes under way at once, no more: with every write
 /// held at the ledger, six answers written one per write (`record_batch_max` 1, no linger) start
 /// exactly `record_writes` writes; the rest wait for them. Each operation is paid and recorded once.
@@ -946,20 +970,8 @@ async fn a_pipeline_keeps_record_writes_writes_under_way() {
         config.record_linger = Duration::ZERO;
         config.claim_with_outcomes = false;
         config.record_writes = record_writes;
-        let worker = Arc::new(
-            Worker::new(
-                queue.clone(),
-                processes::stripe(&sim, None),
-                Arc::new(SystemClock),
-                config,
-            )
-            .unwrap(),
-        );
-        let metrics = worker.metrics();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let run = tokio::spawn(worker.run(async move {
-            let _ = stopped.await;
-        }));
+        let running = Running::start(queue.clone(), &sim, config);
+        let metrics = running.metrics.clone();
         wait_for(
             "every answer is in and the writes are held",
             Duration::from_secs(30),
@@ -971,11 +983,7 @@ async fn a_pipeline_keeps_record_writes_writes_under_way() {
         .await;
         queue.writes_open.add_permits(6);
         all_succeeded(&ledger, 6).await;
-        stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(60), run)
-            .await
-            .expect("the worker stopped")
-            .unwrap();
+        running.stop().await;
         assert_eq!(
             (
                 queue.most_writing.load(SeqCst),

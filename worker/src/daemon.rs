@@ -501,27 +501,29 @@ impl Worker {
     /// Writes one group of outcomes. With `refill` (and shutdown not begun) the write also claims
     /// into the slots the group held, in the same commit, and sends what it claimed to the
     /// pipeline on those slots; the slots it could not fill go back.
-    async fn record(&self, mut batch: Vec<Pending>, refill: Option<&Refill>) {
-        let items: Vec<_> = batch
-            .iter()
-            .map(|p| (Fence::of(&p.op), p.recorded.clone()))
-            .collect();
+    async fn record(&self, batch: Vec<Pending>, refill: Option<&Refill>) {
+        // The outcomes move into the write (no copy of the processor's objects); the group's slots,
+        // one permit, are held until the write is done, or handed on to what it claims.
+        let mut ops = Vec::with_capacity(batch.len());
+        let mut items = Vec::with_capacity(batch.len());
         let mut freed: Option<OwnedSemaphorePermit> = None;
-        if let Some(refill) = refill
-            && !*refill.stop.borrow()
-        {
-            for slot in batch.iter_mut().filter_map(|p| p.slot.take()) {
+        for p in batch {
+            if let Some(slot) = p.slot {
                 match freed.as_mut() {
                     Some(all) => all.merge(slot),
                     None => freed = Some(slot),
                 }
             }
+            items.push((Fence::of(&p.op), p.recorded));
+            ops.push((p.op, p.known_at));
         }
-        let mut want = freed.as_ref().map_or(0, |f| {
-            u32::try_from(f.num_permits())
+        let refill = refill.filter(|r| !*r.stop.borrow());
+        let mut want = match (refill, freed.as_ref()) {
+            (Some(_), Some(f)) => u32::try_from(f.num_permits())
                 .unwrap_or(u32::MAX)
-                .min(self.config.batch_size)
-        });
+                .min(self.config.batch_size),
+            _ => 0,
+        };
         // The outcome is the one fact we must not drop: retry through ledger outages for as long as
         // the lease could still be ours; after that the reconciler owns the row. A retry claims
         // nothing: the write alone matters then.
@@ -536,8 +538,8 @@ impl Worker {
                 Ok((r, claimed)) => {
                     self.metrics.record_writes.add(1);
                     self.metrics.record_write.observe(started.elapsed());
-                    for p in &batch {
-                        self.metrics.known_to_recorded.observe(p.known_at.elapsed());
+                    for (_, known_at) in &ops {
+                        self.metrics.known_to_recorded.observe(known_at.elapsed());
                     }
                     break (r, claimed);
                 }
@@ -548,12 +550,12 @@ impl Worker {
                 }
                 Err(error) => {
                     tracing::error!(%error, n = items.len(), "could not record outcomes; the reconciler will resolve them");
-                    self.let_go(batch.iter().map(|p| &p.op));
+                    self.let_go(ops.iter().map(|(op, _)| op));
                     return;
                 }
             }
         };
-        self.let_go(batch.iter().map(|p| &p.op));
+        self.let_go(ops.iter().map(|(op, _)| op));
         if !claimed.is_empty()
             && let (Some(refill), Some(mut slots)) = (refill, freed.take())
         {
@@ -573,18 +575,11 @@ impl Worker {
             }
         }
         drop(freed);
-        for (pending, ok) in batch.iter().zip(results) {
+        for (((op, _), (_, recorded)), ok) in ops.iter().zip(&items).zip(results) {
             if ok {
-                tracing::info!(operation = %pending.op.id, attempt = pending.op.attempt, "recorded {}", outcome_name(&pending.recorded));
+                tracing::info!(operation = %op.id, attempt = op.attempt, "recorded {}", outcome_name(recorded));
             }
-            settle(
-                self.ledger.as_ref(),
-                &self.metrics,
-                &pending.op,
-                &pending.recorded,
-                ok,
-            )
-            .await;
+            settle(self.ledger.as_ref(), &self.metrics, op, recorded, ok).await;
         }
     }
 

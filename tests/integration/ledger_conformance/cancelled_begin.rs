@@ -4,10 +4,8 @@
 //! proxy between the ledger's pool and Postgres holds the server's answer to the `BEGIN`, so the
 //! window is hit every run, not by chance.
 
-use super::{T0, at, autocommit_writes_are_committed};
-use crate::support::{self, details, tenant, wait_for};
-use payonce_shared::id::{BusinessKey, OperationId};
-use payonce_shared::ledger::{NewApproval, NewOperation};
+use super::{T0, approval_of, at, autocommit_writes_are_committed, new_op};
+use crate::support::{self, tenant, wait_for};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
@@ -141,34 +139,14 @@ async fn postgres_a_begin_dropped_before_its_answer_leaves_no_open_transaction()
     };
     // One connection: whatever the dropped approval leaves on it, the next writes get.
     let ledger = payonce_shared::ledger::connect(&proxied, 1).await.unwrap();
-    let d = details("INV-GATE", 100, "pm_card_visa");
     let op = ledger
-        .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant(),
-                business_key: BusinessKey::parse("gate:1").unwrap(),
-                details: d.clone(),
-                actor: "t".into(),
-            },
-            at(T0),
-        )
+        .create_or_get(new_op("INV-GATE", 100), at(T0))
         .await
         .unwrap()
         .operation;
     gate.armed.store(true, SeqCst);
     let t = tenant();
-    let mut approve = Box::pin(ledger.approve(
-        &t,
-        NewApproval {
-            operation: op.id.clone(),
-            details_hash: d.hash(),
-            approved_by: "c".into(),
-            method: "t".into(),
-            expires_at_ms: at(T0 + 1_000_000),
-        },
-        at(T0),
-    ));
+    let mut approve = Box::pin(ledger.approve(&t, approval_of(&op), at(T0)));
     tokio::select! {
         _ = &mut approve => panic!("the approval cannot end while its BEGIN's answer is held"),
         () = wait_for("the BEGIN's answer is held", Duration::from_secs(30), || async {
