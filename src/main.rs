@@ -20,6 +20,7 @@ mod cli;
 mod config_file;
 mod config_reference;
 mod demo;
+mod key_secret;
 mod keys;
 mod ops;
 mod progress;
@@ -76,12 +77,24 @@ fn reconciler(
     let owner = owner_name("reconciler");
     let mut config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
     config.retry.limiter = common.limiter()?;
+    config.key_secret = key_secret_for_scan(common);
     Ok(Reconciler::new(
         ledger,
         common.processor()?,
         clock(),
         config,
     ))
+}
+
+/// The key secret the processor scan recreates lost rows with; without one it only reports them.
+fn key_secret_for_scan(common: &Common) -> Option<payonce_shared::intention::KeySecret> {
+    match common.key_secret() {
+        Ok(secret) => Some(secret),
+        Err(error) => {
+            tracing::warn!(%error, "payments the ledger lost will be reported, not recreated");
+            None
+        }
+    }
 }
 
 /// The parsed command line with what produced it: `config show` reports sources.
@@ -158,8 +171,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Api { common, api } => {
+            let mut config = api.config();
+            config.key_secret = common.key_secret()?;
             let ledger = open(&common).await?;
-            payonce_api::serve(api.config(), ledger, clock(), ops::shutdown_signal()).await?;
+            payonce_api::serve(config, ledger, clock(), ops::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CreateKey { common, args } => {
@@ -244,9 +259,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         }
                         println!("{} needs_attention={attention}", report.summary());
                     }
+                    let unrecoverable = report.scan.as_ref().map_or(0, |s| s.unrecoverable);
                     Ok(if report.errors > 0 {
                         ExitCode::from(1)
-                    } else if attention > 0 {
+                    } else if attention > 0 || unrecoverable > 0 {
                         ExitCode::from(3)
                     } else {
                         ExitCode::SUCCESS

@@ -92,13 +92,17 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
 
 impl Stack {
     /// Opens the ledger (running migrations), starts the simulator if planned, and serves the api.
-    pub async fn start(plan: Plan) -> anyhow::Result<Stack> {
+    pub async fn start(mut plan: Plan) -> anyhow::Result<Stack> {
+        // Resolved once: an in-memory ledger's secret is fresh, and the api and the reconciler
+        // must derive with the same one.
+        plan.common.key_secret = plan.common.key_secret()?.expose().to_string();
         let ledger = crate::open(&plan.common).await?;
         let listener = tokio::net::TcpListener::bind(plan.api.listen)
             .await
             .with_context(|| format!("cannot listen on {} (api_listen)", plan.api.listen))?;
         let bound = reachable(listener.local_addr()?);
         let mut api_config = plan.api.config();
+        api_config.key_secret = plan.common.key_secret()?;
         api_config.listen = bound;
         if plan.api.public_base_url.is_none() {
             api_config.public_base_url = format!("http://{bound}");
@@ -179,6 +183,7 @@ impl Stack {
             .reconciler
             .config(owner.clone(), self.plan.worker.config(owner));
         config.retry.limiter = self.limiter.clone();
+        config.key_secret = self.plan.common.key_secret().ok();
         let reconciler = Arc::new(Reconciler::new(
             self.ledger.clone(),
             self.processor.clone(),

@@ -3,6 +3,7 @@
 
 use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
+use payonce_shared::intention::KeySecret;
 use payonce_shared::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
 };
@@ -135,9 +136,26 @@ pub struct Common {
     /// Where worker and reconciler serve `/metrics`, `/healthz` and `/readyz` (worker, reconciler run, serve; the api serves them on its own address); empty: nowhere.
     #[arg(long, env = "PAYONCE_METRICS_LISTEN", default_value = "")]
     pub metrics_listen: String,
+    /// Secret of the keyed hash that derives each operation's processor key from its intention
+    /// (tenant, business key, details); the same on every api and reconciler of a ledger and kept
+    /// outside its backups. Empty: on a SQLite file, the one kept next to it (created mode 0600);
+    /// elsewhere, required.
+    #[arg(
+        long,
+        env = "PAYONCE_KEY_SECRET",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub key_secret: String,
 }
 
 impl Common {
+    /// The key secret: the configured one, else the file next to a SQLite ledger (created on first
+    /// use), else a fresh one for an in-memory ledger; a Postgres ledger requires it configured.
+    pub fn key_secret(&self) -> anyhow::Result<KeySecret> {
+        crate::key_secret::resolve(&self.key_secret, &self.database_url)
+    }
+
     /// The Stripe adapter pointed at the configured processor.
     pub fn processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
         let mut config = StripeConfig::new(

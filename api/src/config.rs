@@ -69,6 +69,9 @@ pub struct ApiConfig {
     /// Browser origins (`scheme://host[:port]`) allowed to call `/mcp` besides the public base
     /// URL's own; a request without `Origin` (not from a browser) is not affected.
     pub mcp_allowed_origins: Vec<String>,
+    /// Derives each new operation's processor key from its intention (`payonce_shared::intention`);
+    /// the default is a fresh random one, which only a ledger nothing will restore may use.
+    pub key_secret: payonce_shared::intention::KeySecret,
 }
 
 impl Default for ApiConfig {
@@ -84,6 +87,7 @@ impl Default for ApiConfig {
             header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
             mcp_allowed_origins: Vec::new(),
+            key_secret: payonce_shared::intention::KeySecret::generate(),
         }
     }
 }

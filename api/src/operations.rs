@@ -162,13 +162,13 @@ pub async fn create(
             ));
         }
     }
-    let new = NewOperation {
-        id: OperationId::generate(),
-        tenant: caller.tenant.clone(),
+    let new = NewOperation::keyed(
+        &state.config().key_secret,
+        caller.tenant.clone(),
         business_key,
         details,
-        actor: caller.actor(),
-    };
+        caller.actor(),
+    );
     let created = state.ledger().create_or_get(new, state.now()).await?;
     let status = if created.inserted {
         StatusCode::CREATED

@@ -127,13 +127,13 @@ pub async fn create_refund(
     reason: RefundReason,
 ) -> Result<(Operation, bool), RefundError> {
     let details = details_of(state, &caller.tenant, payment, amount, reason).await?;
-    let new = NewOperation {
-        id: OperationId::generate(),
-        tenant: caller.tenant.clone(),
+    let new = NewOperation::keyed(
+        &state.config().key_secret,
+        caller.tenant.clone(),
         business_key,
         details,
-        actor: caller.actor(),
-    };
+        caller.actor(),
+    );
     let created = state.ledger().create_or_get(new, state.now()).await?;
     Ok((created.operation, created.inserted))
 }

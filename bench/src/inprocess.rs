@@ -207,7 +207,7 @@ impl Processor for InProcessProcessor {
 mod tests {
     use super::*;
     use payonce_shared::details::{Details, RawDetails, RefundReason};
-    use payonce_shared::id::{IdempotencyKey, OperationId, TenantId};
+    use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 
     #[tokio::test]
     async fn refunds_replay_by_key_never_exceed_the_payment_and_are_found() {
@@ -230,7 +230,9 @@ mod tests {
             .submit(&SubmitRequest {
                 operation_id: &pay,
                 tenant: &tenant,
-                idempotency_key: &IdempotencyKey::derive(&pay),
+                idempotency_key: &IdempotencyKey::parse("po1_pay").unwrap(),
+                business_key: &BusinessKey::parse("invoice:INV-1:pay").unwrap(),
+                details_hash: &details.hash(),
                 details: &details,
             })
             .await
@@ -240,14 +242,18 @@ mod tests {
         let refund = |op: &OperationId, amount: i64| {
             let refund =
                 Details::refund(&details, &pay, &pi, amount, RefundReason::Duplicate).unwrap();
-            (op.clone(), IdempotencyKey::derive(op), refund)
+            let key = IdempotencyKey::parse(&format!("po1_{}", &op.as_str()[3..])).unwrap();
+            let business_key = BusinessKey::parse(&format!("refund:{op}")).unwrap();
+            (op.clone(), key, refund, business_key)
         };
         let first = OperationId::generate();
-        let (id, key, d) = refund(&first, 600);
+        let (id, key, d, bk) = refund(&first, 600);
         let request = RefundRequest {
             operation_id: &id,
             tenant: &tenant,
             idempotency_key: &key,
+            business_key: &bk,
+            details_hash: &d.hash(),
             payment_reference: &pi,
             amount: d.money(),
             reason: RefundReason::Duplicate,
@@ -260,12 +266,14 @@ mod tests {
             "the same key replays"
         );
         let second = OperationId::generate();
-        let (id2, key2, d2) = refund(&second, 401);
+        let (id2, key2, d2, bk2) = refund(&second, 401);
         let over = p
             .submit_refund(&RefundRequest {
                 operation_id: &id2,
                 tenant: &tenant,
                 idempotency_key: &key2,
+                business_key: &bk2,
+                details_hash: &d2.hash(),
                 payment_reference: &pi,
                 amount: d2.money(),
                 reason: RefundReason::Duplicate,
@@ -279,6 +287,8 @@ mod tests {
             .lookup_refund(&RefundLookupQuery {
                 operation_id: &id,
                 idempotency_key: &key,
+                business_key: &bk,
+                details_hash: &d.hash(),
                 reference: None,
                 payment_reference: &pi,
             })
@@ -288,6 +298,8 @@ mod tests {
             .lookup_refund(&RefundLookupQuery {
                 operation_id: &id2,
                 idempotency_key: &key2,
+                business_key: &bk2,
+                details_hash: &d2.hash(),
                 reference: None,
                 payment_reference: &pi,
             })

@@ -8,7 +8,7 @@ use crate::database::ScratchDatabase;
 use crate::load::bench_details;
 use crate::report::Rate;
 use anyhow::Context;
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
+use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
 use payonce_shared::state::Status;
 use sqlx::postgres::PgPoolOptions;
@@ -198,13 +198,13 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
     let now = crate::now();
     let created = ledger
         .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant.clone(),
-                business_key: BusinessKey::parse(business_key)?,
+            NewOperation::keyed(
+                &payonce_shared::intention::KeySecret::generate(),
+                tenant.clone(),
+                BusinessKey::parse(business_key)?,
                 details,
-                actor: "bench".into(),
-            },
+                "bench".into(),
+            ),
             now,
         )
         .await?;

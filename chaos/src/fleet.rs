@@ -11,6 +11,9 @@ use tokio::process::{Child, Command};
 
 /// Worker and reconciler limits for the soak: short leases so a killed process's work is taken over
 /// within seconds, and processor timeouts short enough that a hanging request is given up quickly.
+/// The key secret of every chaos process and of the soak's own creates: one ledger, one secret.
+pub const CHAOS_KEY_SECRET: &str = "payonce-chaos-soak-key-secret-0123456789abcdef";
+
 const DAEMON_ENV: [(&str, &str); 15] = [
     ("RUST_LOG", "warn"),
     ("PAYONCE_LEASE_TTL_MS", "1500"),
@@ -53,6 +56,7 @@ impl Launch {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .env("PAYONCE_DATABASE_URL", &self.database_url)
+            .env("PAYONCE_KEY_SECRET", CHAOS_KEY_SECRET)
             .env("PAYONCE_PROCESSOR_URL", &self.processor_url)
             .envs(DAEMON_ENV)
             .env_remove(failpoint::ENV)

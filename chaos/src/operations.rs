@@ -67,14 +67,14 @@ pub async fn create(
         let hash = details.hash();
         let created = ledger
             .create_or_get(
-                NewOperation {
-                    id: OperationId::generate(),
-                    tenant: tenant.clone(),
-                    business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay"))
+                NewOperation::keyed(
+                    &payonce_shared::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
+                    tenant.clone(),
+                    BusinessKey::parse(&format!("invoice:{invoice}:pay"))
                         .map_err(|e| anyhow::anyhow!("business key: {e:?}"))?,
                     details,
-                    actor: "service:chaos".into(),
-                },
+                    "service:chaos".into(),
+                ),
                 now,
             )
             .await

@@ -61,13 +61,13 @@ async fn create(
     let now = SystemClock.now();
     let created = ledger
         .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant.clone(),
-                business_key: BusinessKey::parse(&key).map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            NewOperation::keyed(
+                &payonce_shared::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
+                tenant.clone(),
+                BusinessKey::parse(&key).map_err(|e| anyhow::anyhow!("{e:?}"))?,
                 details,
-                actor: "service:chaos".into(),
-            },
+                "service:chaos".into(),
+            ),
             now,
         )
         .await;

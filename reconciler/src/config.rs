@@ -44,6 +44,13 @@ pub struct ReconcilerConfig {
     /// Longest a lookup waits for a read permit from the fleet limiter (`retry.limiter`, the process's
     /// limiter) before the check is deferred instead.
     pub lookup_permit_wait_max: Duration,
+    /// Derives the key of a row the processor scan recreates (`payonce_shared::intention`); `None`:
+    /// lost rows are reported, not recreated.
+    pub key_secret: Option<payonce_shared::intention::KeySecret>,
+    /// Time between scans of the processor's recent payments (every `sweep --once` scans).
+    pub scan_interval: Duration,
+    /// How far back a ledger's first scan looks ([`crate::scan::SCAN_LOOKBACK_DEFAULT`]).
+    pub scan_lookback: Duration,
     /// Limits for same-key retries (lease TTL, submit timeout) and the process's fleet limiter.
     pub retry: WorkerConfig,
 }
@@ -66,6 +73,9 @@ impl ReconcilerConfig {
             resubmit_after_window: false,
             lookup_skew: Duration::from_secs(300),
             lookup_permit_wait_max: Duration::from_secs(2),
+            key_secret: None,
+            scan_interval: Duration::from_secs(60),
+            scan_lookback: crate::scan::SCAN_LOOKBACK_DEFAULT,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! - [`config`]: sweep limits and the resubmission policy.
 //! - [`sweep`]: expired leases and unknown outcomes, in bounded batches, with a dry run.
 //! - [`evidence`]: stored webhooks (verified and stored by `payonce_shared::webhooks`) checked by retrieving the processor object before anything applies.
+//! - [`scan`]: the processor's recent payments checked against the ledger (money a restore or failover lost).
 //! - [`oncall`]: listing, showing and resolving operations by hand, as tables or JSON.
 //! - [`metrics`]: operations per state, oldest unknown, resolutions by path.
 
@@ -10,6 +11,7 @@ pub mod config;
 pub mod evidence;
 pub mod metrics;
 pub mod oncall;
+pub mod scan;
 pub mod sweep;
 
 pub use config::ReconcilerConfig;

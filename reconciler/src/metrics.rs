@@ -35,6 +35,8 @@ pub struct ReconcilerMetrics {
     pub webhook_mismatches: Counter,
     /// Alert: the processor holds a payment for an operation nobody approved.
     pub payments_without_approval: Counter,
+    /// Alert: payments at the processor the ledger did not record (lost rows, rows that say otherwise).
+    pub unknown_payments: Counter,
     /// Lookups the processor refused with 429 (the check is deferred).
     pub lookups_rate_limited: Counter,
 }
@@ -88,6 +90,12 @@ impl ReconcilerMetrics {
             "Alert: the processor holds a payment for an operation nobody approved.",
             "",
             self.payments_without_approval.get(),
+        );
+        e.counter(
+            "payonce_unknown_payments_total",
+            "Alert: paid payments at the processor the ledger did not record (a restore or failover lost their rows, or the row says otherwise).",
+            "",
+            self.unknown_payments.get(),
         );
         e.counter(
             "payonce_processor_rate_limited_total",

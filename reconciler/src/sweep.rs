@@ -12,6 +12,7 @@
 use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
+use crate::scan::{ScanLimits, ScanReport};
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
 use payonce_shared::clock::SharedClock;
 use payonce_shared::clock::Timestamp;
@@ -61,6 +62,8 @@ pub struct SweepReport {
     pub errors: u32,
     /// Webhook hints checked against the processor (what each did).
     pub hints: HintReport,
+    /// The scan for payments the ledger does not know about, when one ran.
+    pub scan: Option<ScanReport>,
     /// One line per action, for dry runs and logs.
     pub actions: Vec<String>,
 }
@@ -86,7 +89,7 @@ impl SweepReport {
         format!(
             "sweep{}: requeued={} unknown={} succeeded={} failed={} retried_same_key={} resubmitted={} \
              escalated={} deferred={} fenced={} errors={} hints_applied={} hints_deferred={} \
-             hint_mismatches={} payments_without_approval={}",
+             hint_mismatches={} payments_without_approval={} unknown_payments={}",
             if self.dry_run { " (dry run)" } else { "" },
             self.requeued,
             self.marked_unknown,
@@ -101,7 +104,8 @@ impl SweepReport {
             self.hints.applied,
             self.hints.deferred,
             self.hints.mismatched + self.hints.unproven,
-            self.hints.without_approval
+            self.hints.without_approval,
+            self.scan.as_ref().map_or(0, ScanReport::findings)
         )
     }
 }
@@ -145,6 +149,8 @@ pub struct Reconciler {
     config: ReconcilerConfig,
     metrics: Arc<ReconcilerMetrics>,
     retry_metrics: WorkerMetrics,
+    /// When this process last scanned the processor's payments (`None`: not yet).
+    last_scan: std::sync::Mutex<Option<Timestamp>>,
 }
 
 impl Reconciler {
@@ -162,6 +168,7 @@ impl Reconciler {
             config,
             metrics: Arc::new(ReconcilerMetrics::default()),
             retry_metrics: WorkerMetrics::default(),
+            last_scan: std::sync::Mutex::new(None),
         }
     }
 
@@ -262,6 +269,10 @@ impl Reconciler {
         self.sweep_unknown(&mut report).await?;
         if !dry_run {
             report.hints = self.check_hints_once().await?;
+            report.scan = self.scan_if_due().await?;
+            if let Some(scan) = &report.scan {
+                report.actions.extend(scan.found.iter().cloned());
+            }
         }
         if !dry_run {
             self.ledger.drop_maintenance_lease(&lease).await?;
@@ -673,6 +684,35 @@ impl Reconciler {
             self.clock.now(),
         )
         .await
+    }
+
+    /// Scans the processor's recent payments ([`crate::scan`]) when the process has not in the last
+    /// `scan_interval` (every `sweep --once` is a new process, so it always scans).
+    async fn scan_if_due(&self) -> Result<Option<ScanReport>, LedgerError> {
+        let now = self.clock.now();
+        {
+            let last = self.last_scan.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now < t + self.config.scan_interval) {
+                return Ok(None);
+            }
+        }
+        let limits = ScanLimits {
+            key_secret: self.config.key_secret.clone(),
+            overlap: self.config.lookup_skew,
+            lookback: self.config.scan_lookback,
+            limiter: self.config.retry.limiter.clone(),
+            permit_wait_max: self.config.lookup_permit_wait_max,
+        };
+        let report = crate::scan::scan(
+            self.ledger.as_ref(),
+            self.processor.as_ref(),
+            &self.metrics,
+            &limits,
+            now,
+        )
+        .await?;
+        *self.last_scan.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        Ok(Some(report))
     }
 
     /// Sweeps every `interval` until `shutdown` resolves; a sweep in progress finishes first.

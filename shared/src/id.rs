@@ -9,6 +9,8 @@ pub const TENANT_ID_LEN_MAX: usize = 64;
 pub const BUSINESS_KEY_LEN_MAX: usize = 200;
 /// Longest idempotency key accepted: Stripe's limit.
 pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
+/// Prefix of the keys of operations created before issue 37 (`payonce-` + operation id).
+pub const LEGACY_KEY_PREFIX: &str = "payonce-";
 /// Bytes of randomness in an operation id (128 bits).
 const OPERATION_ID_RANDOM_BYTES: usize = 16;
 
@@ -95,7 +97,8 @@ string_id!(
     BusinessKey
 );
 string_id!(
-    /// The key forwarded to the processor: derived once from the operation, stored, never regenerated.
+    /// The key forwarded to the processor: derived once from the intention (`crate::intention`),
+    /// stored, never regenerated.
     IdempotencyKey
 );
 
@@ -167,10 +170,10 @@ impl BusinessKey {
 }
 
 impl IdempotencyKey {
-    /// Derives the key for an operation, once, when the operation is created. The key names the
-    /// operation so that a processor-side search by key leads back to it.
-    pub fn derive(operation: &OperationId) -> Self {
-        IdempotencyKey(format!("payonce-{}", operation.as_str()))
+    /// The operation a key of the first form (`payonce-` + the operation id, before issue 37) names;
+    /// rows created then keep that key, and an intention key names no operation.
+    pub fn legacy_operation(raw: &str) -> Option<OperationId> {
+        OperationId::parse(raw.strip_prefix(LEGACY_KEY_PREFIX)?).ok()
     }
 
     /// Parses a stored key.
@@ -231,12 +234,12 @@ mod tests {
     }
 
     #[test]
-    fn idempotency_key_is_derived_from_the_operation_and_bounded() {
+    fn idempotency_keys_are_bounded_and_legacy_keys_name_their_operation() {
         let op = OperationId::generate();
-        let key = IdempotencyKey::derive(&op);
-        assert!(key.as_str().ends_with(op.as_str()));
-        assert!(key.as_str().len() <= IDEMPOTENCY_KEY_LEN_MAX);
-        assert_eq!(IdempotencyKey::derive(&op), key, "derivation is stable");
+        let legacy = format!("{LEGACY_KEY_PREFIX}{op}");
+        assert!(IdempotencyKey::parse(&legacy).is_ok());
+        assert_eq!(IdempotencyKey::legacy_operation(&legacy), Some(op));
+        assert_eq!(IdempotencyKey::legacy_operation("po1_00"), None);
         assert!(IdempotencyKey::parse(&"k".repeat(IDEMPOTENCY_KEY_LEN_MAX + 1)).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! - [`money`]: integer minor units and ISO 4217 currencies.
 //! - [`id`]: operation ids, tenants, business keys, idempotency keys, parsed at the boundary.
+//! - [`intention`]: the processor key derived from the business action, not the row.
 //! - [`details`]: an operation's consequential details and the hash approvals bind to.
 //! - [`state`]: the operation state machine, one transition function.
 //! - [`clock`]: injected time.
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod details;
 pub mod failpoint;
 pub mod id;
+pub mod intention;
 pub mod ledger;
 pub mod limiter;
 pub mod metrics;

@@ -139,6 +139,7 @@ async fn every_deployable_answers_liveness_readiness_and_metrics() {
     let spawn = |args: Vec<&str>| {
         payonce(&dir, &args)
             .env("PAYONCE_DATABASE_URL", db)
+            .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
             .env("PAYONCE_PROCESSOR_URL", format!("http://{sim_listen}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -375,13 +375,13 @@ async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
 async fn unapproved(ledger: &SharedLedger, invoice: &str) -> Operation {
     ledger
         .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant(),
-                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                details: details(invoice, 2048, "pm_card_visa"),
-                actor: "service:test".into(),
-            },
+            NewOperation::keyed(
+                &crate::support::key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                details(invoice, 2048, "pm_card_visa"),
+                "service:test".into(),
+            ),
             now(),
         )
         .await

@@ -46,13 +46,13 @@ fn fence(id: &OperationId, attempt: i64) -> Fence {
 }
 
 fn new_op(invoice: &str, amount: i64) -> NewOperation {
-    NewOperation {
-        id: OperationId::generate(),
-        tenant: tenant(),
-        business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-        details: details(invoice, amount, "pm_card_visa"),
-        actor: "service:test".into(),
-    }
+    NewOperation::keyed(
+        &crate::support::key_secret(),
+        tenant(),
+        BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+        details(invoice, amount, "pm_card_visa"),
+        "service:test".into(),
+    )
 }
 
 /// The customer's approval of `op` as it was created (its own details hash), valid for a minute from `T0`.

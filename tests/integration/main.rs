@@ -15,6 +15,7 @@ mod failure_injection;
 mod fuzz_bodies;
 mod ledger_conformance;
 mod limiter;
+mod lost_ledger;
 mod oncall_refunds;
 mod properties;
 mod reconciler;

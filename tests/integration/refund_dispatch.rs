@@ -56,7 +56,7 @@ fn refund_of(payment: &Operation, payment_reference: &str, amount: i64) -> Opera
     )
     .unwrap();
     Operation {
-        idempotency_key: IdempotencyKey::derive(&id),
+        idempotency_key: IdempotencyKey::parse(&format!("po1_{}", &id.as_str()[3..])).unwrap(),
         id,
         details_hash: details.hash(),
         details,

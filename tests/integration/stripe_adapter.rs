@@ -35,6 +35,7 @@ pub(crate) fn adapter(base: &str) -> StripeProcessor {
 pub(crate) struct Op {
     id: OperationId,
     key: IdempotencyKey,
+    business_key: payonce_shared::id::BusinessKey,
     details: Details,
     submitted_ms: i64,
 }
@@ -42,13 +43,20 @@ pub(crate) struct Op {
 impl Op {
     pub(crate) fn new(payment_method: &str) -> Op {
         let id = OperationId::generate();
+        let invoice = format!("INV-{}", &id.as_str()[3..11]);
+        let details = details(&invoice, 2048, payment_method);
+        let business_key =
+            payonce_shared::id::BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap();
+        let key = crate::support::key_secret().key_for(&payonce_shared::intention::Intention {
+            tenant: &tenant(),
+            business_key: &business_key,
+            details_hash: &details.hash(),
+            generation: 0,
+        });
         Op {
-            key: IdempotencyKey::derive(&id),
-            details: details(
-                &format!("INV-{}", &id.as_str()[3..11]),
-                2048,
-                payment_method,
-            ),
+            key,
+            business_key,
+            details,
             id,
             submitted_ms: now_ms(),
         }
@@ -60,6 +68,8 @@ impl Op {
             operation_id: &self.id,
             tenant: &tenant,
             idempotency_key: &self.key,
+            business_key: &self.business_key,
+            details_hash: &self.details.hash(),
             details: &self.details,
         })
         .await
@@ -69,6 +79,8 @@ impl Op {
         p.lookup(&LookupQuery {
             operation_id: &self.id,
             idempotency_key: &self.key,
+            business_key: &self.business_key,
+            details_hash: &self.details.hash(),
             reference,
             customer: self.details.customer(),
             created_after: Timestamp::from_millis(self.submitted_ms),

@@ -28,6 +28,8 @@ const REFUND_SETTLE: Duration = Duration::from_millis(300);
 struct RefundOp {
     id: OperationId,
     key: IdempotencyKey,
+    business_key: payonce_shared::id::BusinessKey,
+    details_hash: payonce_shared::details::DetailsHash,
     payment: String,
     amount: i64,
 }
@@ -36,7 +38,9 @@ impl RefundOp {
     fn new(payment: &str, amount: i64) -> RefundOp {
         let id = OperationId::generate();
         RefundOp {
-            key: IdempotencyKey::derive(&id),
+            key: IdempotencyKey::parse(&format!("po1_{}", &id.as_str()[3..])).unwrap(),
+            business_key: payonce_shared::id::BusinessKey::parse(&format!("refund:{id}")).unwrap(),
+            details_hash: payonce_shared::details::DetailsHash::parse(&"0".repeat(64)).unwrap(),
             id,
             payment: payment.to_string(),
             amount,
@@ -49,6 +53,8 @@ impl RefundOp {
             operation_id: &self.id,
             tenant: &tenant,
             idempotency_key: &self.key,
+            business_key: &self.business_key,
+            details_hash: &self.details_hash,
             payment_reference: &self.payment,
             amount: Money::new(self.amount, Currency::parse("usd").unwrap()).unwrap(),
             reason: RefundReason::RequestedByCustomer,
@@ -60,6 +66,8 @@ impl RefundOp {
         p.lookup_refund(&RefundLookupQuery {
             operation_id: &self.id,
             idempotency_key: &self.key,
+            business_key: &self.business_key,
+            details_hash: &self.details_hash,
             reference,
             payment_reference: &self.payment,
         })

@@ -295,6 +295,20 @@ pub trait Recovery: Inspection + Queue + HintChecks {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<bool, LedgerError>;
+    /// Creates the row of an operation the processor holds but the ledger lost (a restore, a
+    /// failover), under the id the processor's metadata names, exactly as create-or-get would: an
+    /// operation already holding the business key is answered instead (same details), or a
+    /// [`LedgerError::Conflict`] names it (other details).
+    async fn recreate(&self, new: NewOperation, now: Timestamp) -> Result<Created, LedgerError>;
+    /// Where the scan for unknown payments at `processor` has read up to (`None`: never scanned).
+    async fn scan_watermark(&self, processor: &str) -> Result<Option<Timestamp>, LedgerError>;
+    /// Records that the scan has read every payment created from `watermark` on.
+    async fn set_scan_watermark(
+        &self,
+        processor: &str,
+        watermark: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
     /// Gives a maintenance lease back.
     async fn drop_maintenance_lease(&self, lease: &MaintenanceLease<'_>)
     -> Result<(), LedgerError>;

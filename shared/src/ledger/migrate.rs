@@ -103,6 +103,18 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "one_event_per_claim",
         include_str!("../../../migrations/postgres/0017_one_event_per_claim.sql"),
     ),
+    // The processor key comes from the intention, not the row (issue 37).
+    (
+        18,
+        "intention_keys",
+        include_str!("../../../migrations/postgres/0018_intention_keys.sql"),
+    ),
+    // The scan for money the ledger does not know about (issue 37).
+    (
+        19,
+        "processor_scans",
+        include_str!("../../../migrations/postgres/0019_processor_scans.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -170,6 +182,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         12,
         "one_event_per_claim",
         include_str!("../../../migrations/sqlite/0012_one_event_per_claim.sql"),
+    ),
+    // The scan for money the ledger does not know about (issue 37).
+    (
+        13,
+        "processor_scans",
+        include_str!("../../../migrations/sqlite/0013_processor_scans.sql"),
     ),
 ];
 

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::clock::Timestamp;
 use crate::details::{DetailsHash, OperationKind};
-use crate::id::{IdempotencyKey, OperationId, TenantId};
+use crate::id::{OperationId, TenantId};
 use crate::state::{ALL_STATUSES, Event, Move, Status};
 use async_trait::async_trait;
 use std::sync::LazyLock;
@@ -173,7 +173,7 @@ pub(crate) fn insert<'a>(
     hash: &'a DetailsHash,
     now: Timestamp,
 ) -> Stmt<'a> {
-    let (d, key) = (&new.details, IdempotencyKey::derive(&new.id));
+    let d = &new.details;
     let stmt = Stmt::new(sql).bind(&new.id).bind(&new.tenant);
     let stmt = stmt
         .bind(new.business_key.as_str())
@@ -183,7 +183,7 @@ pub(crate) fn insert<'a>(
         .bind(d.payment_method())
         .bind(d.invoice())
         .bind(hash.as_str());
-    stmt.bind(key.as_str().to_string())
+    stmt.bind(new.idempotency_key.as_str())
         .bind(now)
         .bind(bounded(&new.actor))
 }

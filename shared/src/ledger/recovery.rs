@@ -11,9 +11,9 @@ use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    Applied, ApplyReport, ClaimUnknown, Claimed, DeferCheck, Escalate, ExpireLease, ExpireLeases,
-    ExpiredLease, Fence, Inspection, LedgerError, LimitError, MaintenanceLease, Operation,
-    PAGE_MAX, RecordLookups, Recovery, Resolve, bounded,
+    Applied, ApplyReport, ClaimUnknown, Claimed, Created, DeferCheck, Escalate, ExpireLease,
+    ExpireLeases, ExpiredLease, Fence, Inspection, LedgerError, LimitError, MaintenanceLease,
+    NewOperation, Operation, Operations, PAGE_MAX, RecordLookups, Recovery, Resolve, bounded,
 };
 use crate::clock::Timestamp;
 use crate::state::{Event, Move, Status, transition};
@@ -94,6 +94,9 @@ const NOTE: &str = "UPDATE operations SET updated_at = $2, last_event = $3, last
 const TRY_MAINTENANCE_LEASE: &str = "INSERT INTO maintenance_leases (name, owner, expires_at) VALUES ($1, $2, $3) \
      ON CONFLICT (name) DO UPDATE SET owner = $2, expires_at = $3 \
      WHERE maintenance_leases.expires_at <= $4 OR maintenance_leases.owner = $2";
+const SELECT_SCAN_WATERMARK: &str = "SELECT watermark_ms FROM processor_scans WHERE processor = $1";
+const SET_SCAN_WATERMARK: &str = "INSERT INTO processor_scans (processor, watermark_ms, updated_at) \
+     VALUES ($1, $2, $3) ON CONFLICT (processor) DO UPDATE SET watermark_ms = $2, updated_at = $3";
 const DROP_MAINTENANCE_LEASE: &str =
     "DELETE FROM maintenance_leases WHERE name = $1 AND owner = $2";
 
@@ -267,6 +270,28 @@ impl<DB: Dialect> Recovery for Store<DB> {
             .bind(lease.name)
             .bind(lease.owner);
         Ok(self.execute(stmt.bind(now + ttl).bind(now)).await? == 1)
+    }
+
+    async fn recreate(&self, new: NewOperation, now: Timestamp) -> Result<Created, LedgerError> {
+        Operations::create_or_get(self, new, now).await
+    }
+
+    async fn scan_watermark(&self, processor: &str) -> Result<Option<Timestamp>, LedgerError> {
+        let stmt = Stmt::new(SELECT_SCAN_WATERMARK).bind(processor);
+        self.first(stmt, |r| r.get("watermark_ms")).await
+    }
+
+    async fn set_scan_watermark(
+        &self,
+        processor: &str,
+        watermark: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let stmt = Stmt::new(SET_SCAN_WATERMARK)
+            .bind(processor)
+            .bind(watermark);
+        self.execute(stmt.bind(now)).await?;
+        Ok(())
     }
 
     async fn drop_maintenance_lease(

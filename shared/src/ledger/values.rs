@@ -4,13 +4,15 @@
 use super::Operation;
 use crate::clock::Timestamp;
 use crate::details::{Details, DetailsHash};
-use crate::id::{BusinessKey, OperationId, TenantId};
+use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+use crate::intention::{Intention, KeySecret};
 use crate::state::Status;
 
 /// A new operation from a trusted upstream service.
 #[derive(Debug, Clone)]
 pub struct NewOperation {
-    /// Issued by the caller with [`OperationId::generate`]; used only when the business key is new.
+    /// Derived by [`NewOperation::keyed`] from the tenant and business key; used only when the
+    /// business key is new.
     pub id: OperationId,
     /// The tenant from the authenticated key.
     pub tenant: TenantId,
@@ -20,6 +22,35 @@ pub struct NewOperation {
     pub details: Details,
     /// Who created it (for the audit trail).
     pub actor: String,
+    /// The processor key of the intention ([`crate::intention`]): stored with the row when the
+    /// business key is new, never regenerated.
+    pub idempotency_key: IdempotencyKey,
+}
+
+impl NewOperation {
+    /// A new operation whose id and processor key are derived from its intention with `secret`.
+    pub fn keyed(
+        secret: &KeySecret,
+        tenant: TenantId,
+        business_key: BusinessKey,
+        details: Details,
+        actor: String,
+    ) -> Self {
+        let idempotency_key = secret.key_for(&Intention {
+            tenant: &tenant,
+            business_key: &business_key,
+            details_hash: &details.hash(),
+            generation: 0,
+        });
+        NewOperation {
+            id: secret.operation_id_for(&tenant, &business_key),
+            tenant,
+            business_key,
+            details,
+            actor,
+            idempotency_key,
+        }
+    }
 }
 
 /// Whether create-or-get made a row.

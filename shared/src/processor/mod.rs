@@ -7,8 +7,8 @@ pub mod operation;
 pub mod stripe;
 pub mod summary;
 
-use crate::details::{Details, RefundReason};
-use crate::id::{IdempotencyKey, OperationId, TenantId};
+use crate::details::{Details, DetailsHash, RefundReason};
+use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::money::Money;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,11 @@ pub struct SubmitRequest<'a> {
     pub tenant: &'a TenantId,
     /// The stored key; the same on every attempt.
     pub idempotency_key: &'a IdempotencyKey,
+    /// The trusted workflow's key (sent as metadata: an operation re-created after the ledger lost it
+    /// carries the same one, so its processor object is found again).
+    pub business_key: &'a BusinessKey,
+    /// The approved details' hash (sent as metadata, beside the business key).
+    pub details_hash: &'a DetailsHash,
     /// The approved details.
     pub details: &'a Details,
 }
@@ -37,6 +42,11 @@ pub struct RefundRequest<'a> {
     pub tenant: &'a TenantId,
     /// The refund operation's stored key; the same on every attempt.
     pub idempotency_key: &'a IdempotencyKey,
+    /// The trusted workflow's key (sent as metadata: an operation re-created after the ledger lost it
+    /// carries the same one, so its processor object is found again).
+    pub business_key: &'a BusinessKey,
+    /// The approved details' hash (sent as metadata, beside the business key).
+    pub details_hash: &'a DetailsHash,
     /// The processor reference of the refunded payment, e.g. `pi_...`.
     pub payment_reference: &'a str,
     /// How much to give back, in the payment's currency (partial refunds allowed).
@@ -52,6 +62,11 @@ pub struct RefundLookupQuery<'a> {
     pub operation_id: &'a OperationId,
     /// The refund operation's stored key.
     pub idempotency_key: &'a IdempotencyKey,
+    /// The operation's business key: an object whose metadata carries it and `details_hash` belongs
+    /// to the same intention even when it names another operation id (a row the ledger lost).
+    pub business_key: &'a BusinessKey,
+    /// The approved details' hash.
+    pub details_hash: &'a DetailsHash,
     /// The refund's processor reference (`re_...`), when the ledger has one.
     pub reference: Option<&'a str>,
     /// The processor reference of the refunded payment, e.g. `pi_...`.
@@ -108,6 +123,11 @@ pub struct LookupQuery<'a> {
     pub operation_id: &'a OperationId,
     /// The stored key.
     pub idempotency_key: &'a IdempotencyKey,
+    /// The operation's business key: an object whose metadata carries it and `details_hash` belongs
+    /// to the same intention even when it names another operation id (a row the ledger lost).
+    pub business_key: &'a BusinessKey,
+    /// The approved details' hash.
+    pub details_hash: &'a DetailsHash,
     /// The processor reference, when the ledger has one.
     pub reference: Option<&'a str>,
     /// The customer (narrows list queries).
@@ -183,12 +203,35 @@ pub struct ProcessorObject {
     pub customer: Option<String>,
     /// The operation id the object carries in its metadata, if any.
     pub operation_id: Option<String>,
+    /// The tenant, business key and details hash its metadata carries (objects created since issue
+    /// 37): the intention, which outlives the operation id when a ledger forgets a row.
+    pub intention: Option<IntentionMetadata>,
     /// For a refund: the payment it gives money back from (`pi_...`); `None` for a payment.
     pub payment_reference: Option<String>,
     /// What its status says about the operation.
     pub status: FoundStatus,
     /// The whole object (stored as the result; shown only through [`summary::summary`]).
     pub object: serde_json::Value,
+}
+
+/// The intention a processor object's metadata names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntentionMetadata {
+    /// The tenant.
+    pub tenant: String,
+    /// The trusted workflow's key.
+    pub business_key: String,
+    /// The approved details' hash.
+    pub details_hash: String,
+}
+
+impl IntentionMetadata {
+    /// Whether this is `op`'s intention: same tenant, business key and details.
+    pub fn is_of(&self, op: &crate::ledger::Operation) -> bool {
+        self.tenant == op.tenant.as_str()
+            && self.business_key == op.business_key.as_str()
+            && self.details_hash == op.details_hash.as_str()
+    }
 }
 
 /// The result of retrieving one object by reference.
@@ -232,6 +275,48 @@ pub struct Contract {
     pub replays_error_responses: bool,
 }
 
+/// One page of a scan of the processor's recent payments: money the ledger may not know about
+/// (a restore or a failover lost its row).
+#[derive(Debug, Clone)]
+pub struct RecentQuery<'a> {
+    /// Earliest creation time, Unix seconds on the processor's clock.
+    pub created_gte_s: i64,
+    /// The last object of the previous page (lists run newest first).
+    pub starting_after: Option<&'a str>,
+}
+
+/// A payment found by a scan, with the details its metadata and fields carry.
+#[derive(Debug, Clone)]
+pub struct ScannedPayment {
+    /// Its facts.
+    pub object: ProcessorObject,
+    /// The details it was created with, when everything a ledger row needs is on it (objects
+    /// created by payonce since issue 37 carry the invoice in metadata).
+    pub details: Option<Details>,
+}
+
+/// What one scan page brought.
+#[derive(Debug, Clone)]
+pub enum RecentPage {
+    /// A page, and the cursor of the next one if there is more.
+    Page {
+        /// The payments, newest first.
+        payments: Vec<ScannedPayment>,
+        /// `starting_after` of the next page; `None` at the end.
+        next: Option<String>,
+    },
+    /// The processor asked us to slow down; try the scan again later.
+    RateLimited {
+        /// Why.
+        reason: String,
+    },
+    /// The processor could not be asked, or this adapter cannot list.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
 /// One payment processor.
 #[async_trait]
 pub trait Processor: Send + Sync {
@@ -250,6 +335,14 @@ pub trait Processor: Send + Sync {
     fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
         let _ = (reference, object);
         None
+    }
+    /// One page of the payments created since `query.created_gte_s`, newest first. An adapter that
+    /// cannot list finds no money the ledger lost.
+    async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
+        let _ = query;
+        RecentPage::Unavailable {
+            reason: format!("the {} adapter cannot list payments", self.contract().name),
+        }
     }
     /// Retrieves one object by its reference (checking a webhook's claim). An adapter that cannot
     /// leaves every hint unapplied.
@@ -299,5 +392,8 @@ impl Processor for WithContract {
     }
     async fn retrieve(&self, reference: &str) -> Retrieved {
         self.inner.retrieve(reference).await
+    }
+    async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
+        self.inner.recent_payments(query).await
     }
 }

@@ -23,6 +23,8 @@ pub async fn submit(processor: &dyn Processor, op: &Operation) -> SubmitOutcome 
                     operation_id: &op.id,
                     tenant: &op.tenant,
                     idempotency_key: &op.idempotency_key,
+                    business_key: &op.business_key,
+                    details_hash: &op.details_hash,
                     details: &op.details,
                 })
                 .await
@@ -34,6 +36,8 @@ pub async fn submit(processor: &dyn Processor, op: &Operation) -> SubmitOutcome 
                         operation_id: &op.id,
                         tenant: &op.tenant,
                         idempotency_key: &op.idempotency_key,
+                        business_key: &op.business_key,
+                        details_hash: &op.details_hash,
                         payment_reference: of.payment_reference(),
                         amount: op.details.money(),
                         reason: of.reason(),
@@ -60,6 +64,8 @@ pub async fn lookup(
                 .lookup(&LookupQuery {
                     operation_id: &op.id,
                     idempotency_key: &op.idempotency_key,
+                    business_key: &op.business_key,
+                    details_hash: &op.details_hash,
                     reference: op.external_ref.as_deref(),
                     customer: op.details.customer(),
                     created_after,
@@ -72,6 +78,8 @@ pub async fn lookup(
                     .lookup_refund(&RefundLookupQuery {
                         operation_id: &op.id,
                         idempotency_key: &op.idempotency_key,
+                        business_key: &op.business_key,
+                        details_hash: &op.details_hash,
                         reference: op.external_ref.as_deref(),
                         payment_reference: of.payment_reference(),
                     })

@@ -4,6 +4,7 @@
 //! - `wire`: the exact parameters a submission sends and the URLs it calls.
 //! - `classify`: the table from HTTP status, error type and transport failure to the four outcomes.
 //! - `lookup`: finding a past submission, by reference or by a consistent list query (never search).
+//! - `scan`: the account's recent payments, page by page (finding money the ledger lost).
 //! - `refund`: refunds (`POST /v1/refunds`), their lookups, classification and facts.
 //! - [`webhook`]: `Stripe-Signature` verification and event parsing (pure; storing is [`crate::webhooks`]).
 //!
@@ -13,6 +14,7 @@
 mod classify;
 mod lookup;
 mod refund;
+mod scan;
 pub mod webhook;
 mod wire;
 
@@ -22,8 +24,8 @@ pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_ref
 
 use crate::id::IdempotencyKey;
 use crate::processor::{
-    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject,
-    RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome, SubmitRequest,
+    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject, RecentPage,
+    RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome, SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -287,6 +289,10 @@ impl Processor for StripeProcessor {
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
         lookup::run(self, query).await
+    }
+
+    async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
+        scan::page(self, query).await
     }
 
     async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {

@@ -27,6 +27,7 @@ pub(super) fn api_process(database_url: &str, port: u16) -> Child {
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .env("PAYONCE_DATABASE_URL", database_url)
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

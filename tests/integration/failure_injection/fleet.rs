@@ -46,6 +46,7 @@ pub fn spawn(args: &[&str], database_url: &str, processor_url: &str, env: &[(&st
     let mut cmd = Command::new(payonce_bin());
     cmd.args(args)
         .env("PAYONCE_DATABASE_URL", database_url)
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
         .env("PAYONCE_PROCESSOR_URL", processor_url)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")

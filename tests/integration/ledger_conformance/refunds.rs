@@ -108,12 +108,14 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
             .await
             .unwrap()
             .operation;
-        let new = |tenant: TenantId, key: &str, details| NewOperation {
-            id: OperationId::generate(),
-            tenant,
-            business_key: BusinessKey::parse(key).unwrap(),
-            details,
-            actor: "service:test".into(),
+        let new = |tenant: TenantId, key: &str, details| {
+            NewOperation::keyed(
+                &crate::support::key_secret(),
+                tenant,
+                BusinessKey::parse(key).unwrap(),
+                details,
+                "service:test".into(),
+            )
         };
         let refused = |r: Result<_, LedgerError>| match r {
             Err(LedgerError::NotRefundable { why, .. }) => why,

@@ -8,7 +8,7 @@ pub mod refunds;
 
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
+use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::{
     self, Fence, NewApproval, NewOperation, Operation, RecordOutcome, Recorded, SharedLedger,
 };
@@ -93,6 +93,15 @@ where
     }
 }
 
+/// The key secret of every test ledger (fixed, so a test that stands for two processes, or a
+/// restore, derives the same keys in both).
+pub fn key_secret() -> payonce_shared::intention::KeySecret {
+    payonce_shared::intention::KeySecret::parse(KEY_SECRET).unwrap()
+}
+
+/// [`key_secret`]'s text, for processes the tests start (`PAYONCE_KEY_SECRET`).
+pub const KEY_SECRET: &str = "payonce-integration-tests-key-secret-0123456789";
+
 /// The tenant most tests use.
 pub fn tenant() -> TenantId {
     TenantId::parse("acme").unwrap()
@@ -125,13 +134,13 @@ pub async fn ready_operation(
     let hash = d.hash();
     let created = ledger
         .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant(),
-                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                details: d,
-                actor: "service:test".into(),
-            },
+            NewOperation::keyed(
+                &key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                d,
+                "service:test".into(),
+            ),
             now,
         )
         .await

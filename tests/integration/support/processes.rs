@@ -76,6 +76,7 @@ pub fn worker_process(database_url: &str, sim: &Simulator, env: &[(&str, &str)])
     let mut cmd = Command::new(super::payonce_bin());
     cmd.arg("worker")
         .env("PAYONCE_DATABASE_URL", database_url)
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
         .env("PAYONCE_PROCESSOR_URL", sim.base_url())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())

@@ -5,7 +5,7 @@ use super::{details, tenant};
 use crate::support::recording;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
-use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::id::BusinessKey;
 use payonce_shared::ledger::{
     Created, Fence, LeaseHolder, LedgerError, NewApproval, NewOperation, Operation, Paid, Recorded,
     SharedLedger,
@@ -25,13 +25,13 @@ pub async fn succeeded_payment(
     let hash = d.hash();
     let created = ledger
         .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant(),
-                business_key: BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                details: d,
-                actor: "service:test".into(),
-            },
+            NewOperation::keyed(
+                &crate::support::key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                d,
+                "service:test".into(),
+            ),
             now,
         )
         .await
@@ -114,13 +114,13 @@ pub async fn create_refund(
 ) -> Result<Created, LedgerError> {
     ledger
         .create_or_get(
-            NewOperation {
-                id: OperationId::generate(),
-                tenant: tenant(),
-                business_key: BusinessKey::parse(key).unwrap(),
-                details: refund_details(payment, amount, RefundReason::RequestedByCustomer),
-                actor: "service:test".into(),
-            },
+            NewOperation::keyed(
+                &crate::support::key_secret(),
+                tenant(),
+                BusinessKey::parse(key).unwrap(),
+                refund_details(payment, amount, RefundReason::RequestedByCustomer),
+                "service:test".into(),
+            ),
             now,
         )
         .await

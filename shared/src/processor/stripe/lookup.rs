@@ -5,9 +5,10 @@
 
 use super::StripeProcessor;
 use super::classify::failure_of;
-use super::wire::METADATA_OPERATION_ID;
+use super::wire::{belongs, intention_of, operation_of};
 use super::{BodyError, read_body};
-use crate::id::OperationId;
+use crate::details::DetailsHash;
+use crate::id::{BusinessKey, OperationId};
 use crate::processor::{FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved};
 use serde_json::Value;
 
@@ -77,10 +78,6 @@ fn rank(status: &FoundStatus) -> u8 {
     }
 }
 
-fn operation_of(pi: &Value) -> Option<&str> {
-    pi.get("metadata")?.get(METADATA_OPERATION_ID)?.as_str()
-}
-
 /// Why a GET brought no JSON answer (the caller reports it as the lookup's reason).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GetError {
@@ -113,30 +110,48 @@ pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, V
     Ok((status, v))
 }
 
-/// Retrieves `{path}/{reference}` (a payment intent or a refund) and trusts it only when it carries
-/// `operation_id`; `status_of` reads the object's status.
+/// Whose object a lookup looks for: the operation, or its intention (business key and details hash).
+pub(crate) struct Owner<'a> {
+    pub(crate) operation_id: &'a OperationId,
+    pub(crate) business_key: &'a BusinessKey,
+    pub(crate) details_hash: &'a DetailsHash,
+}
+
+impl Owner<'_> {
+    pub(crate) fn owns(&self, object: &Value) -> bool {
+        belongs(
+            object,
+            self.operation_id,
+            self.business_key,
+            self.details_hash,
+        )
+    }
+}
+
+/// Retrieves `{path}/{reference}` (a payment intent or a refund) and trusts it only when it is
+/// `owner`'s; `status_of` reads the object's status.
 pub(crate) async fn by_reference(
     p: &StripeProcessor,
     path: &str,
     reference: &str,
-    operation_id: &OperationId,
+    owner: &Owner<'_>,
     status_of: fn(&Value) -> FoundStatus,
 ) -> LookupOutcome {
+    let operation_id = owner.operation_id;
     if !is_id(reference) {
         return unavailable(format!("stored reference {reference:?} is not a Stripe id"));
     }
     let url = format!("{}{path}/{reference}", p.config.api_base);
     match get_json(p, url).await {
-        Ok((200, object)) => match operation_of(&object) {
-            // A reference is only trusted when it carries this operation's id.
-            Some(op) if op == operation_id.as_str() => LookupOutcome::Found {
-                reference: reference.to_string(),
-                status: status_of(&object),
-            },
-            other => unavailable(format!(
-                "{reference} belongs to operation {other:?}, not {operation_id}"
-            )),
+        // A reference is only trusted when it carries this operation's id or intention.
+        Ok((200, object)) if owner.owns(&object) => LookupOutcome::Found {
+            reference: reference.to_string(),
+            status: status_of(&object),
         },
+        Ok((200, object)) => unavailable(format!(
+            "{reference} belongs to operation {:?}, not {operation_id}",
+            operation_of(&object)
+        )),
         // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
         Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
         Ok((429, v)) => LookupOutcome::RateLimited {
@@ -186,7 +201,12 @@ async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome 
             .cloned()
             .unwrap_or_default();
         for pi in &data {
-            if operation_of(pi) != Some(query.operation_id.as_str()) {
+            if !belongs(
+                pi,
+                query.operation_id,
+                query.business_key,
+                query.details_hash,
+            ) {
                 continue;
             }
             let Some(id) = pi.get("id").and_then(Value::as_str) else {
@@ -244,6 +264,7 @@ pub(crate) fn object_of(reference: &str, pi: &Value) -> ProcessorObject {
         currency: text("currency").map(|c| c.to_ascii_lowercase()),
         customer: text("customer"),
         operation_id: operation_of(pi).map(str::to_string),
+        intention: intention_of(pi),
         payment_reference: None,
         status: found_status(pi),
         object: pi.clone(),
@@ -278,14 +299,12 @@ pub(crate) async fn retrieve(p: &StripeProcessor, reference: &str) -> Retrieved 
 pub(crate) async fn run(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome {
     match query.reference {
         Some(reference) => {
-            by_reference(
-                p,
-                "/v1/payment_intents",
-                reference,
-                query.operation_id,
-                found_status,
-            )
-            .await
+            let owner = Owner {
+                operation_id: query.operation_id,
+                business_key: query.business_key,
+                details_hash: query.details_hash,
+            };
+            by_reference(p, "/v1/payment_intents", reference, &owner, found_status).await
         }
         None => by_list(p, query).await,
     }

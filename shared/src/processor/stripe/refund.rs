@@ -16,8 +16,8 @@
 
 use super::StripeProcessor;
 use super::classify::classify_response;
-use super::lookup::{by_reference, error_message, get_json, is_id, list_page, unavailable};
-use super::wire::METADATA_OPERATION_ID;
+use super::lookup::{Owner, by_reference, error_message, get_json, is_id, list_page, unavailable};
+use super::wire::{belongs, intention_of, operation_of};
 use crate::processor::{
     FoundStatus, LookupOutcome, ProcessorObject, RefundLookupQuery, RefundRequest, Retrieved,
     SubmitOutcome,
@@ -79,14 +79,11 @@ pub(crate) fn object_of(reference: &str, refund: &Value) -> ProcessorObject {
         currency: text(refund, "currency").map(str::to_ascii_lowercase),
         customer: None,
         operation_id: operation_of(refund).map(str::to_string),
+        intention: intention_of(refund),
         payment_reference: text(refund, "payment_intent").map(str::to_string),
         status: found_status(refund),
         object: refund.clone(),
     }
-}
-
-fn operation_of(refund: &Value) -> Option<&str> {
-    refund.get("metadata")?.get(METADATA_OPERATION_ID)?.as_str()
 }
 
 /// The form parameters of a refund submission, in a fixed order, from the ledger record only.
@@ -102,6 +99,14 @@ pub(crate) fn submit_params(request: &RefundRequest<'_>) -> Vec<(&'static str, S
         (
             "metadata[payonce_tenant]",
             request.tenant.as_str().to_string(),
+        ),
+        (
+            "metadata[payonce_business_key]",
+            request.business_key.as_str().to_string(),
+        ),
+        (
+            "metadata[payonce_details_hash]",
+            request.details_hash.as_str().to_string(),
         ),
     ]
 }
@@ -218,7 +223,12 @@ async fn by_list(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOu
             .cloned()
             .unwrap_or_default();
         for refund in &data {
-            if operation_of(refund) != Some(query.operation_id.as_str()) {
+            if !belongs(
+                refund,
+                query.operation_id,
+                query.business_key,
+                query.details_hash,
+            ) {
                 continue;
             }
             let Some(id) = text(refund, "id") else {
@@ -256,14 +266,12 @@ async fn by_list(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOu
 pub(crate) async fn lookup(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOutcome {
     match query.reference {
         Some(reference) => {
-            by_reference(
-                p,
-                "/v1/refunds",
-                reference,
-                query.operation_id,
-                found_status,
-            )
-            .await
+            let owner = Owner {
+                operation_id: query.operation_id,
+                business_key: query.business_key,
+                details_hash: query.details_hash,
+            };
+            by_reference(p, "/v1/refunds", reference, &owner, found_status).await
         }
         None => by_list(p, query).await,
     }

@@ -2,7 +2,7 @@
 //! parse the signed body into a typed [`Event`] matched to its operation. Pure: nothing here touches
 //! the ledger; [`crate::webhooks::ingest`] stores what [`verify_event`] accepts as a hint.
 
-use crate::id::OperationId;
+use crate::id::{IdempotencyKey, OperationId};
 use crate::ledger::LedgerError;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -201,7 +201,8 @@ struct EventRequest {
 }
 
 impl Event {
-    /// The operation this event is about: metadata first, then the request's idempotency key.
+    /// The operation this event is about: metadata first, then the request's idempotency key when
+    /// it has the first form (`payonce-` + id; an intention key names no operation).
     pub fn operation(&self) -> Option<OperationId> {
         let from_metadata = self
             .data
@@ -215,7 +216,7 @@ impl Event {
             return Some(id);
         }
         let key = self.request.as_ref()?.idempotency_key.as_deref()?;
-        OperationId::parse(key.strip_prefix("payonce-")?).ok()
+        IdempotencyKey::legacy_operation(key)
     }
 
     /// The processor reference the event names (`data.object.id`), if any.

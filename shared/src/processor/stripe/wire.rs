@@ -1,9 +1,57 @@
 //! The exact parameters a submission sends, in a fixed order, and the URLs the adapter calls.
 
-use crate::processor::SubmitRequest;
+use crate::details::DetailsHash;
+use crate::id::{BusinessKey, OperationId};
+use crate::processor::{IntentionMetadata, SubmitRequest};
 
 /// Metadata key carrying the operation id (lookups match on it).
 pub(crate) const METADATA_OPERATION_ID: &str = "payonce_operation_id";
+
+/// Metadata key carrying the tenant.
+pub(crate) const METADATA_TENANT: &str = "payonce_tenant";
+/// Metadata key carrying the business key (the intention outlives the operation id).
+pub(crate) const METADATA_BUSINESS_KEY: &str = "payonce_business_key";
+/// Metadata key carrying the approved details' hash.
+pub(crate) const METADATA_DETAILS_HASH: &str = "payonce_details_hash";
+/// Metadata key carrying the invoice (so a payment the ledger lost can be shown with its details).
+pub(crate) const METADATA_INVOICE: &str = "payonce_invoice";
+
+/// The operation id an object's metadata names.
+pub(crate) fn operation_of(object: &serde_json::Value) -> Option<&str> {
+    object.get("metadata")?.get(METADATA_OPERATION_ID)?.as_str()
+}
+
+/// The intention an object's metadata names, when it carries all three parts.
+pub(crate) fn intention_of(object: &serde_json::Value) -> Option<IntentionMetadata> {
+    let metadata = object.get("metadata")?;
+    let text = |k: &str| {
+        metadata
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+    };
+    Some(IntentionMetadata {
+        tenant: text(METADATA_TENANT)?,
+        business_key: text(METADATA_BUSINESS_KEY)?,
+        details_hash: text(METADATA_DETAILS_HASH)?,
+    })
+}
+
+/// Whether an object is the one a lookup looks for: it names the operation, or (a row the ledger
+/// lost and re-created under another id) the same business key and details.
+pub(crate) fn belongs(
+    object: &serde_json::Value,
+    operation_id: &OperationId,
+    business_key: &BusinessKey,
+    details_hash: &DetailsHash,
+) -> bool {
+    if operation_of(object) == Some(operation_id.as_str()) {
+        return true;
+    }
+    intention_of(object).is_some_and(|i| {
+        i.business_key == business_key.as_str() && i.details_hash == details_hash.as_str()
+    })
+}
 
 /// `POST /v1/payment_intents`.
 pub(crate) fn create_url(base: &str) -> String {
@@ -34,6 +82,15 @@ pub(crate) fn submit_params(request: &SubmitRequest<'_>) -> Vec<(&'static str, S
         "metadata[payonce_tenant]",
         request.tenant.as_str().to_string(),
     ));
+    params.push((
+        "metadata[payonce_business_key]",
+        request.business_key.as_str().to_string(),
+    ));
+    params.push((
+        "metadata[payonce_details_hash]",
+        request.details_hash.as_str().to_string(),
+    ));
+    params.push(("metadata[payonce_invoice]", d.invoice().to_string()));
     if let Some(destination) = d.destination() {
         params.push(("transfer_data[destination]", destination.to_string()));
     }
@@ -51,13 +108,14 @@ pub(crate) fn submit_body(
 mod tests {
     use super::*;
     use crate::details::{Details, RawDetails};
-    use crate::id::{IdempotencyKey, OperationId, TenantId};
+    use crate::id::{IdempotencyKey, TenantId};
 
     #[test]
     fn parameters_are_complete_stable_and_ordered() {
         let op = OperationId::generate();
         let tenant = TenantId::parse("acme").unwrap();
-        let key = IdempotencyKey::derive(&op);
+        let key = IdempotencyKey::parse("po1_0123").unwrap();
+        let business_key = BusinessKey::parse("invoice:INV-1:pay").unwrap();
         let details = Details::parse(&RawDetails {
             kind: "payment".into(),
             amount: 2048,
@@ -74,6 +132,8 @@ mod tests {
             operation_id: &op,
             tenant: &tenant,
             idempotency_key: &key,
+            business_key: &business_key,
+            details_hash: &details.hash(),
             details: &details,
         };
         let keys: Vec<&str> = submit_params(&req).iter().map(|(k, _)| *k).collect();
@@ -89,6 +149,9 @@ mod tests {
                 "description",
                 "metadata[payonce_operation_id]",
                 "metadata[payonce_tenant]",
+                "metadata[payonce_business_key]",
+                "metadata[payonce_details_hash]",
+                "metadata[payonce_invoice]",
                 "transfer_data[destination]"
             ]
         );

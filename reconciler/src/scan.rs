@@ -1,0 +1,330 @@
+//! Money the ledger does not know about. A ledger restored from an older backup, or an asynchronous
+//! replica promoted without the primary's last commits, has forgotten operations the processor
+//! already paid. Lookups start from a row, so nothing else would ever find them.
+//!
+//! The scan walks the processor's payments created since a watermark kept in the ledger (so a
+//! restored ledger comes back with an older one and the scan walks the lost period again), and for
+//! each paid one that payonce created (its metadata names an operation):
+//! - the row names it as paid, or holds it in flight (`executing`, `unknown`) or before a human
+//!   (`needs_attention`): nothing to do;
+//! - the row exists and says anything else: the fact is applied as a report (the state machine sends
+//!   a contradiction to `needs_attention`, a payment nobody approved with the loudest alert);
+//! - no row: the row is created again under the id the processor holds, from the details the
+//!   payment carries, and the payment applied to it, so it waits in `needs_attention` as a payment
+//!   without approval; upstream asking again for the same business key then finds that row (or,
+//!   if the business key is already back under another id, that row gets the fact);
+//! - no row and not enough on the payment to make one (created before payonce sent the invoice and
+//!   intention in metadata, or no key secret configured): counted and logged as an error.
+//!
+//! Every finding counts in `payonce_unknown_payments_total` and makes `sweep --once` exit 3.
+
+use crate::evidence::report_of;
+use crate::metrics::ReconcilerMetrics;
+use payonce_shared::clock::Timestamp;
+use payonce_shared::intention::{Intention, KeySecret};
+use payonce_shared::ledger::{
+    Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery,
+};
+use payonce_shared::processor::{FoundStatus, Processor, RecentPage, RecentQuery, ScannedPayment};
+use payonce_shared::state::Status;
+use serde::Serialize;
+use std::time::Duration;
+
+/// Most list pages one scan reads (100 payments each); a scan that needs more leaves the watermark
+/// where it was, so the next one covers the same period again.
+pub const SCAN_PAGES_MAX: usize = 1_000;
+/// How far back the very first scan of a ledger looks (no watermark yet): Stripe's key retention.
+pub const SCAN_LOOKBACK_DEFAULT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The actor of everything the scan writes.
+pub const SCAN_ACTOR: &str = "reconciler: processor scan";
+
+/// Limits of one scan.
+#[derive(Debug, Clone)]
+pub struct ScanLimits {
+    /// Derives a recreated row's processor key; `None`: lost rows are reported, not recreated.
+    pub key_secret: Option<KeySecret>,
+    /// How far before the watermark a scan starts again: the processor's clock against ours.
+    pub overlap: Duration,
+    /// How far back a ledger's first scan looks.
+    pub lookback: Duration,
+    /// The fleet limiter: each page is a read.
+    pub limiter: payonce_shared::limiter::SharedLimiter,
+    /// Longest wait for a read permit; none in time ends the scan early.
+    pub permit_wait_max: Duration,
+}
+
+/// What one scan found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScanReport {
+    /// Paid payments read.
+    pub scanned: u32,
+    /// Payments whose row the ledger had lost, now back in `needs_attention`.
+    pub recreated: u32,
+    /// Payments whose row does not say so, now applied to it (`needs_attention` when it contradicts).
+    pub unrecorded: u32,
+    /// Payments for operations the ledger lacks and cannot recreate: only logged and counted.
+    pub unrecoverable: u32,
+    /// True if every page since the watermark was read and the watermark moved.
+    pub complete: bool,
+    /// Ledger errors that stopped a payment's check.
+    pub errors: u32,
+    /// One line per finding, naming the payment and the operation.
+    pub found: Vec<String>,
+}
+
+impl ScanReport {
+    /// Payments the ledger did not know about: each is an alert.
+    pub fn findings(&self) -> u32 {
+        self.recreated + self.unrecorded + self.unrecoverable
+    }
+}
+
+/// One scan of the processor's payments since the ledger's watermark.
+pub async fn scan(
+    ledger: &dyn Recovery,
+    processor: &dyn Processor,
+    metrics: &ReconcilerMetrics,
+    limits: &ScanLimits,
+    now: Timestamp,
+) -> Result<ScanReport, LedgerError> {
+    let name = processor.contract().name;
+    let watermark = ledger
+        .scan_watermark(name)
+        .await?
+        .unwrap_or_else(|| now.saturating_sub_span(limits.lookback));
+    let from = watermark.saturating_sub_span(limits.overlap);
+    let created_gte_s = from.as_millis().div_euclid(1000);
+    let mut report = ScanReport::default();
+    let mut cursor: Option<String> = None;
+    for _ in 0..SCAN_PAGES_MAX {
+        if let Err(denied) = payonce_shared::limiter::acquire(
+            limits.limiter.as_ref(),
+            payonce_shared::limiter::Budget::Read,
+            limits.permit_wait_max,
+        )
+        .await
+        {
+            tracing::warn!(%denied, "processor scan stopped early: no read permit");
+            return Ok(report);
+        }
+        let query = RecentQuery {
+            created_gte_s,
+            starting_after: cursor.as_deref(),
+        };
+        let (payments, next) = match processor.recent_payments(&query).await {
+            RecentPage::Page { payments, next } => (payments, next),
+            RecentPage::RateLimited { reason } | RecentPage::Unavailable { reason } => {
+                tracing::warn!(%reason, "processor scan stopped early; the watermark stays");
+                return Ok(report);
+            }
+        };
+        for payment in payments {
+            if let Err(error) = check(ledger, metrics, limits, &payment, now, &mut report).await {
+                report.errors += 1;
+                tracing::warn!(reference = %payment.object.reference, %error,
+                    "processor scan could not check a payment");
+            }
+        }
+        match next {
+            Some(next) => cursor = Some(next),
+            None => {
+                if report.errors == 0 {
+                    ledger.set_scan_watermark(name, now, now).await?;
+                    report.complete = true;
+                }
+                return Ok(report);
+            }
+        }
+    }
+    tracing::warn!(
+        "processor scan read {SCAN_PAGES_MAX} pages without reaching the watermark; it stays"
+    );
+    Ok(report)
+}
+
+async fn check(
+    ledger: &dyn Recovery,
+    metrics: &ReconcilerMetrics,
+    limits: &ScanLimits,
+    payment: &ScannedPayment,
+    now: Timestamp,
+    report: &mut ScanReport,
+) -> Result<(), LedgerError> {
+    let object = &payment.object;
+    // Only money that moved matters: anything else cannot be a second charge.
+    if !matches!(object.status, FoundStatus::Succeeded { .. }) {
+        return Ok(());
+    }
+    // Not created by payonce (or not an id payonce issues): not this ledger's to judge.
+    let Some(id) = object
+        .operation_id
+        .as_deref()
+        .and_then(|raw| payonce_shared::id::OperationId::parse(raw).ok())
+    else {
+        return Ok(());
+    };
+    report.scanned += 1;
+    let (op, recreated) = match ledger.get_unscoped(&id).await {
+        Ok(op) => (op, false),
+        Err(LedgerError::NotFound) => match recreate(ledger, limits, payment, &id, now).await? {
+            Some(found) => found,
+            None => {
+                report.unrecoverable += 1;
+                metrics.unknown_payments.inc();
+                report.found.push(format!(
+                    "{}: paid for {id}, which the ledger does not have; not recreated (no intention \
+                     metadata or no key secret): resolve by hand",
+                    object.reference
+                ));
+                tracing::error!(operation_id = %id, reference = %object.reference,
+                    "ALERT: the processor holds a payment for an operation the ledger does not have, \
+                     and its row cannot be recreated (no intention metadata or no key secret)");
+                return Ok(());
+            }
+        },
+        Err(e) => return Err(e),
+    };
+    let applied = apply(ledger, &op, payment, now).await?;
+    if matches!(applied, Some(Applied::PaymentWithoutApproval)) {
+        metrics.payments_without_approval.inc();
+    }
+    let line = if recreated {
+        report.recreated += 1;
+        tracing::error!(operation_id = %id, reference = %object.reference,
+            "ALERT: the processor holds a payment for an operation the ledger had lost \
+             (restored or failed over?); its row is back in needs_attention");
+        format!(
+            "{}: paid for {id}, which the ledger had lost; recreated in {}",
+            object.reference,
+            status_after(ledger, &op).await
+        )
+    } else if let Some(
+        applied @ (Applied::PaymentWithoutApproval | Applied::Conflict | Applied::Moved(_)),
+    ) = applied
+    {
+        report.unrecorded += 1;
+        tracing::error!(operation_id = %op.id, reference = %object.reference, ?applied,
+            "ALERT: the processor holds a payment its ledger row did not record");
+        format!(
+            "{}: paid, but {} said {}: {applied:?}",
+            object.reference,
+            op.id,
+            op.status.as_str()
+        )
+    } else {
+        return Ok(());
+    };
+    metrics.unknown_payments.inc();
+    report.found.push(line);
+    Ok(())
+}
+
+/// The row's state now (for the report line), or why it could not be read.
+async fn status_after(ledger: &dyn Recovery, op: &Operation) -> &'static str {
+    match ledger.get_unscoped(&op.id).await {
+        Ok(now) => now.status.as_str(),
+        Err(_) => "an unreadable state",
+    }
+}
+
+/// Applies a paid object to the row it belongs to, unless the row already says it or someone is on
+/// it (`None`: nothing applied).
+async fn apply(
+    ledger: &dyn Recovery,
+    op: &Operation,
+    payment: &ScannedPayment,
+    now: Timestamp,
+) -> Result<Option<Applied>, LedgerError> {
+    let object = &payment.object;
+    match op.status {
+        // In flight: the worker or the reconciler's lookups record it; a human already has it.
+        Status::Executing | Status::Unknown | Status::NeedsAttention => return Ok(None),
+        Status::Succeeded if op.external_ref.as_deref() == Some(object.reference.as_str()) => {
+            return Ok(None);
+        }
+        Status::AwaitingApproval
+        | Status::Ready
+        | Status::Succeeded
+        | Status::Failed
+        | Status::Rejected
+        | Status::Cancelled => {}
+    }
+    let Some(found) = report_of(op, object) else {
+        return Ok(None);
+    };
+    let request = ApplyReport {
+        id: &op.id,
+        report: &found,
+        source: SCAN_ACTOR,
+    };
+    Ok(Some(ledger.apply_report(&request, now).await?))
+}
+
+/// The lost row made again from what the payment carries: `Some((row, inserted))`, where the row is
+/// the one holding the business key now; `None` when the payment does not carry enough.
+async fn recreate(
+    ledger: &dyn Recovery,
+    limits: &ScanLimits,
+    payment: &ScannedPayment,
+    id: &payonce_shared::id::OperationId,
+    now: Timestamp,
+) -> Result<Option<(Operation, bool)>, LedgerError> {
+    let (Some(secret), Some(details), Some(intention)) = (
+        limits.key_secret.as_ref(),
+        payment.details.as_ref(),
+        payment.object.intention.as_ref(),
+    ) else {
+        return Ok(None);
+    };
+    let (Ok(tenant), Ok(business_key)) = (
+        payonce_shared::id::TenantId::parse(&intention.tenant),
+        payonce_shared::id::BusinessKey::parse(&intention.business_key),
+    ) else {
+        return Ok(None);
+    };
+    let details_hash = details.hash();
+    if details_hash.as_str() != intention.details_hash {
+        // The payment's fields do not give back the approved details: a row made from them would
+        // derive another key. Reported instead.
+        return Ok(None);
+    }
+    let idempotency_key = secret.key_for(&Intention {
+        tenant: &tenant,
+        business_key: &business_key,
+        details_hash: &details_hash,
+        generation: 0,
+    });
+    let new = NewOperation {
+        id: id.clone(),
+        tenant,
+        business_key,
+        details: details.clone(),
+        actor: SCAN_ACTOR.into(),
+        idempotency_key,
+    };
+    match ledger.recreate(new, now).await {
+        Ok(created) => Ok(Some((created.operation, created.inserted))),
+        // The business key is back under other details: that row gets the (contradicting) fact.
+        Err(LedgerError::Conflict { existing }) => {
+            Ok(Some((ledger.get_unscoped(&existing).await?, false)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_finding_is_an_alert() {
+        let report = ScanReport {
+            recreated: 1,
+            unrecorded: 2,
+            unrecoverable: 3,
+            ..ScanReport::default()
+        };
+        assert_eq!(report.findings(), 6);
+        assert_eq!(ScanReport::default().findings(), 0);
+    }
+}

@@ -1,0 +1,269 @@
+//! The processor's idempotency key (and the operation id sent with it) comes from the intention, not
+//! from a ledger row.
+//!
+//! A ledger that forgets a row (a restore from an older backup, an asynchronous replica promoted
+//! without the primary's last commits) would otherwise issue a new operation id for the same
+//! business action, and a key made from that id would charge the customer a second time. The key
+//! is instead a keyed hash of what the trusted workflow asked for: the tenant, its business key,
+//! the approved details' hash, and a generation that only a human decision could raise. The same
+//! intention re-created after a loss derives the same key, so the processor replays its first
+//! answer inside its key retention instead of paying again.
+//!
+//! The hash is keyed ([`KeySecret`], kept in configuration, outside the ledger, so a restored
+//! ledger derives the same keys) because processors share keys across an account's API users and
+//! advise unguessable ones: a plain hash of a business key would let anyone who knows an invoice
+//! number pre-empt or probe its payment.
+
+use crate::details::DetailsHash;
+use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+/// Shortest key secret accepted, in characters (32 random characters carry ≥ 128 bits as base64 or hex).
+pub const KEY_SECRET_LEN_MIN: usize = 32;
+/// Longest key secret accepted, in characters.
+pub const KEY_SECRET_LEN_MAX: usize = 512;
+/// Prefix of an intention key; the version names the derivation below.
+pub const INTENTION_KEY_PREFIX: &str = "po1_";
+/// Bytes of the HMAC kept in a key: 160 bits, 40 hex digits, so `po1_` + 40 = 44 characters fits every
+/// processor's limit (Stripe 255, Adyen 64).
+const INTENTION_KEY_BYTES: usize = 20;
+/// Length of an intention key.
+pub const INTENTION_KEY_LEN: usize = INTENTION_KEY_PREFIX.len() + 2 * INTENTION_KEY_BYTES;
+
+/// Why a key secret was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeySecretError {
+    /// None was configured where operations are created.
+    #[error(
+        "no key secret is configured: set PAYONCE_KEY_SECRET (or --key-secret) to at least \
+         {KEY_SECRET_LEN_MIN} random characters, the same on every api and reconciler of this \
+         ledger, and keep it outside the ledger's backups (e.g. `openssl rand -hex 32`)"
+    )]
+    Missing,
+    /// Too short or too long.
+    #[error(
+        "the key secret must be {KEY_SECRET_LEN_MIN} to {KEY_SECRET_LEN_MAX} characters, not {0}"
+    )]
+    Length(usize),
+}
+
+/// The secret of the keyed hash that derives processor keys. It never leaves the process; its
+/// `Debug` shows nothing of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeySecret(String);
+
+impl std::fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeySecret(..)")
+    }
+}
+
+impl KeySecret {
+    /// Parses a configured secret: [`KEY_SECRET_LEN_MIN`]..=[`KEY_SECRET_LEN_MAX`] characters.
+    pub fn parse(raw: &str) -> Result<Self, KeySecretError> {
+        let len = raw.chars().count();
+        if raw.is_empty() {
+            return Err(KeySecretError::Missing);
+        }
+        if !(KEY_SECRET_LEN_MIN..=KEY_SECRET_LEN_MAX).contains(&len) {
+            return Err(KeySecretError::Length(len));
+        }
+        Ok(KeySecret(raw.to_string()))
+    }
+
+    /// A fresh random secret (64 hex digits), for a quick-start ledger that keeps it in a file.
+    pub fn generate() -> Self {
+        KeySecret(crate::id::random_hex(32))
+    }
+
+    /// The secret's text, to be saved where it is kept (a mode-0600 file); never logged.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The operation id of a tenant's business key: `op_` + 32 hex digits of a keyed hash, as
+    /// unguessable as a random id without the secret, and the same again when a ledger that lost
+    /// the row creates the business key anew, so the processor sees the very same request (Stripe
+    /// refuses a key whose parameters, metadata included, changed) and replays its first answer.
+    pub fn operation_id_for(&self, tenant: &TenantId, business_key: &BusinessKey) -> OperationId {
+        let digest = self.mac(
+            b"payonce-operation-id-v1",
+            &[tenant.as_str(), business_key.as_str()],
+            0,
+        );
+        let id = format!("op_{}", hex::encode(&digest[..16]));
+        // 32 lowercase hex digits after `op_` is exactly the id shape.
+        #[allow(clippy::expect_used)]
+        OperationId::parse(&id).expect("a derived operation id is a valid id")
+    }
+
+    fn mac(&self, domain: &[u8], fields: &[&str], generation: u32) -> Vec<u8> {
+        // HMAC takes keys of any length, so this cannot fail.
+        #[allow(clippy::expect_used)]
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(self.0.as_bytes())
+            .expect("HMAC accepts any key length");
+        mac.update(domain);
+        for field in fields {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field.as_bytes());
+        }
+        mac.update(&generation.to_be_bytes());
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    /// The processor key of one intention: HMAC-SHA256 over length-prefixed tenant, business key,
+    /// details hash and generation, truncated to [`INTENTION_KEY_BYTES`].
+    pub fn key_for(&self, intention: &Intention<'_>) -> IdempotencyKey {
+        let digest = self.mac(
+            b"payonce-intention-key-v1",
+            &[
+                intention.tenant.as_str(),
+                intention.business_key.as_str(),
+                intention.details_hash.as_str(),
+            ],
+            intention.generation,
+        );
+        let key = format!(
+            "{INTENTION_KEY_PREFIX}{}",
+            hex::encode(&digest[..INTENTION_KEY_BYTES])
+        );
+        // The prefix and hex digits are token characters and the length is fixed below every limit.
+        #[allow(clippy::expect_used)]
+        IdempotencyKey::parse(&key).expect("an intention key is a valid idempotency key")
+    }
+}
+
+/// What one processor key stands for: the business action, not the row that records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Intention<'a> {
+    /// The tenant, from the authenticated key.
+    pub tenant: &'a TenantId,
+    /// The trusted workflow's key for the action.
+    pub business_key: &'a BusinessKey,
+    /// The approved details.
+    pub details_hash: &'a DetailsHash,
+    /// 0 for every operation today; only an explicit human decision to pay the same intention again
+    /// after a definitive failure may raise it (nothing does yet: such a retry is a new business key).
+    pub generation: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(c: char) -> DetailsHash {
+        DetailsHash::parse(&c.to_string().repeat(64)).unwrap()
+    }
+
+    #[test]
+    fn the_same_intention_derives_the_same_key_and_any_change_another() {
+        let secret = KeySecret::parse(&"s".repeat(KEY_SECRET_LEN_MIN)).unwrap();
+        let (t, b, h) = (
+            TenantId::parse("acme").unwrap(),
+            BusinessKey::parse("invoice:INV-2048:pay").unwrap(),
+            hash('a'),
+        );
+        let base = Intention {
+            tenant: &t,
+            business_key: &b,
+            details_hash: &h,
+            generation: 0,
+        };
+        let key = secret.key_for(&base);
+        assert_eq!(secret.key_for(&base), key, "stable");
+        assert_eq!(key.as_str().len(), INTENTION_KEY_LEN);
+        assert!(key.as_str().starts_with(INTENTION_KEY_PREFIX));
+        assert!(INTENTION_KEY_LEN <= 64, "fits Adyen's 64-character limit");
+
+        let (t2, b2, h2) = (
+            TenantId::parse("acme2").unwrap(),
+            BusinessKey::parse("invoice:INV-2049:pay").unwrap(),
+            hash('b'),
+        );
+        let others = [
+            Intention {
+                tenant: &t2,
+                ..base
+            },
+            Intention {
+                business_key: &b2,
+                ..base
+            },
+            Intention {
+                details_hash: &h2,
+                ..base
+            },
+            Intention {
+                generation: 1,
+                ..base
+            },
+        ];
+        for other in others {
+            assert_ne!(secret.key_for(&other), key, "{other:?}");
+        }
+        let other_secret = KeySecret::parse(&"t".repeat(KEY_SECRET_LEN_MIN)).unwrap();
+        assert_ne!(
+            other_secret.key_for(&base),
+            key,
+            "keyed: another secret, another key"
+        );
+    }
+
+    #[test]
+    fn operation_ids_come_from_the_tenant_and_business_key() {
+        let secret = KeySecret::generate();
+        let (t, b) = (
+            TenantId::parse("acme").unwrap(),
+            BusinessKey::parse("invoice:INV-2048:pay").unwrap(),
+        );
+        let id = secret.operation_id_for(&t, &b);
+        assert_eq!(secret.operation_id_for(&t, &b), id, "stable");
+        let other = TenantId::parse("acme2").unwrap();
+        assert_ne!(secret.operation_id_for(&other, &b), id);
+        assert_ne!(KeySecret::generate().operation_id_for(&t, &b), id, "keyed");
+    }
+
+    #[test]
+    fn field_boundaries_cannot_be_shifted() {
+        // "ab" + "c" and "a" + "bc" must not collide: every field is length-prefixed.
+        let secret = KeySecret::generate();
+        let h = hash('a');
+        let (t1, b1) = (
+            TenantId::parse("ab").unwrap(),
+            BusinessKey::parse("c").unwrap(),
+        );
+        let (t2, b2) = (
+            TenantId::parse("a").unwrap(),
+            BusinessKey::parse("bc").unwrap(),
+        );
+        let one = Intention {
+            tenant: &t1,
+            business_key: &b1,
+            details_hash: &h,
+            generation: 0,
+        };
+        let two = Intention {
+            tenant: &t2,
+            business_key: &b2,
+            ..one
+        };
+        assert_ne!(secret.key_for(&one), secret.key_for(&two));
+    }
+
+    #[test]
+    fn secrets_are_bounded_and_never_printed() {
+        assert_eq!(KeySecret::parse(""), Err(KeySecretError::Missing));
+        assert_eq!(
+            KeySecret::parse(&"s".repeat(KEY_SECRET_LEN_MIN - 1)),
+            Err(KeySecretError::Length(KEY_SECRET_LEN_MIN - 1))
+        );
+        assert_eq!(
+            KeySecret::parse(&"s".repeat(KEY_SECRET_LEN_MAX + 1)),
+            Err(KeySecretError::Length(KEY_SECRET_LEN_MAX + 1))
+        );
+        let secret = KeySecret::parse(&"x".repeat(KEY_SECRET_LEN_MAX)).unwrap();
+        assert!(!format!("{secret:?}").contains('x'));
+        assert_eq!(KeySecret::generate().expose().len(), 64);
+    }
+}

@@ -1,0 +1,121 @@
+//! Where the key secret (`payonce_shared::intention`) comes from: configuration first; a quick-start
+//! SQLite ledger keeps one in a file beside it, so `payonce serve` and the commands run after it on
+//! the same file derive the same keys without anyone setting one.
+
+use anyhow::Context;
+use payonce_shared::intention::{KeySecret, KeySecretError};
+use std::path::{Path, PathBuf};
+
+/// Suffix of the file next to a SQLite database that keeps its key secret (mode 0600).
+pub const KEY_SECRET_FILE_SUFFIX: &str = ".key-secret";
+
+/// The secret for `database_url`: `configured` when set; else a SQLite file's own (read, or created
+/// mode 0600); else a fresh one for an in-memory ledger, which nothing can restore; else (Postgres)
+/// an error that says how to set one.
+pub fn resolve(configured: &str, database_url: &str) -> anyhow::Result<KeySecret> {
+    if !configured.is_empty() {
+        return Ok(KeySecret::parse(configured)?);
+    }
+    if let Some(path) = file_for(database_url) {
+        return read_or_create(&path);
+    }
+    if is_in_memory(database_url) {
+        return Ok(KeySecret::generate());
+    }
+    Err(KeySecretError::Missing.into())
+}
+
+fn sqlite_path(database_url: &str) -> Option<&str> {
+    let rest = database_url
+        .strip_prefix("sqlite://")
+        .or_else(|| database_url.strip_prefix("sqlite:"))?;
+    Some(rest.split('?').next().unwrap_or_default())
+}
+
+fn is_in_memory(database_url: &str) -> bool {
+    sqlite_path(database_url).is_some_and(|p| p.is_empty() || p == ":memory:")
+}
+
+/// The key secret file of a SQLite file ledger; none for Postgres or an in-memory database.
+pub fn file_for(database_url: &str) -> Option<PathBuf> {
+    let path = sqlite_path(database_url)?;
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    Some(PathBuf::from(format!("{path}{KEY_SECRET_FILE_SUFFIX}")))
+}
+
+fn read_or_create(path: &Path) -> anyhow::Result<KeySecret> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let mode = std::fs::metadata(path)?.permissions().mode();
+            anyhow::ensure!(
+                mode & 0o077 == 0,
+                "{} is readable by others (mode {:o}): chmod 600 it",
+                path.display(),
+                mode & 0o777
+            );
+            return KeySecret::parse(text.trim())
+                .with_context(|| format!("the key secret in {}", path.display()));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let secret = KeySecret::generate();
+    // create_new: two processes starting at once keep the first one's secret.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut file) => {
+            file.write_all(secret.expose().as_bytes())?;
+            file.sync_all()?;
+            Ok(secret)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create(path),
+        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configured_file_memory_and_postgres() {
+        let configured = "c".repeat(40);
+        assert_eq!(
+            resolve(&configured, "postgres://x/y").unwrap(),
+            KeySecret::parse(&configured).unwrap()
+        );
+        let err = resolve("", "postgres://x/y").unwrap_err().to_string();
+        assert!(err.contains("PAYONCE_KEY_SECRET"), "{err}");
+        assert!(resolve("short", "sqlite::memory:").is_err());
+        assert!(resolve("", "sqlite::memory:").is_ok());
+
+        let dir = std::env::temp_dir().join(format!(
+            "payonce-key-secret-{}",
+            payonce_shared::id::random_hex(6)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite:{}/ledger.db", dir.display());
+        let first = resolve("", &url).unwrap();
+        assert_eq!(resolve("", &url).unwrap(), first, "kept in the file");
+        let file = file_for(&url).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(
+            resolve("", &url).is_err(),
+            "a file others can read is refused"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,269 @@
+//! The ledger forgets what it had acknowledged (issue 37): restored from a backup taken before an
+//! operation existed, after the processor was paid. The same intention must not be paid twice,
+//! and the payment the ledger lost must be found and named.
+//!
+//! The backup and the restore are real (`pg_dump`, `psql` into a new database); the processor is
+//! the simulator over HTTP; the sweep right after the restore is the real `payonce reconciler sweep
+//! --once` process.
+
+use crate::support::postgres::fresh_database;
+use crate::support::processes::{self, audit};
+use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
+use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::id::BusinessKey;
+use payonce_shared::ledger::{self, NewApproval, NewOperation, SharedLedger};
+use payonce_shared::state::Status;
+use payonce_simulator::{Simulator, SimulatorConfig};
+use payonce_worker::{Worker, WorkerConfig};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn now() -> Timestamp {
+    SystemClock.now()
+}
+
+const INVOICE: &str = "INV-2048";
+
+/// Upstream asks for `invoice:INV-2048:pay` with the same details, and the customer approves.
+async fn create_and_approve(ledger: &SharedLedger) -> payonce_shared::ledger::Operation {
+    let d = details(INVOICE, 2048, "pm_card_visa");
+    let hash = d.hash();
+    let created = ledger
+        .create_or_get(
+            NewOperation::keyed(
+                &key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{INVOICE}:pay")).unwrap(),
+                d,
+                "service:test".into(),
+            ),
+            now(),
+        )
+        .await
+        .unwrap();
+    assert!(created.inserted, "a new row in this ledger");
+    ledger
+        .approve(
+            &tenant(),
+            NewApproval {
+                operation: created.operation.id.clone(),
+                details_hash: hash,
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at_ms: now() + Duration::from_secs(86_400),
+            },
+            now(),
+        )
+        .await
+        .unwrap()
+}
+
+/// One worker pass: claims the ready operation and submits it.
+async fn work(ledger: &SharedLedger, sim: &Simulator) {
+    let worker = Worker::new(
+        ledger.clone(),
+        processes::stripe(sim, None),
+        Arc::new(SystemClock),
+        WorkerConfig::new("lost-ledger-worker"),
+    )
+    .unwrap();
+    assert_eq!(worker.run_once().await.unwrap(), 1, "one operation claimed");
+}
+
+/// `pg_dump` of `url` as plain SQL.
+fn backup(url: &str) -> Vec<u8> {
+    let out = Command::new("pg_dump")
+        .args(["--no-owner", "--dbname", url])
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A new database loaded from `dump`; its URL.
+async fn restore(dump: &[u8]) -> String {
+    let url = fresh_database().await;
+    let path = std::env::temp_dir().join(format!(
+        "payonce-backup-{}.sql",
+        payonce_shared::id::random_hex(6)
+    ));
+    std::fs::write(&path, dump).unwrap();
+    let out = Command::new("psql")
+        .args(["-q", "-v", "ON_ERROR_STOP=1", "--dbname", &url, "-f"])
+        .arg(&path)
+        .output()
+        .expect("run psql");
+    std::fs::remove_file(&path).ok();
+    assert!(
+        out.status.success(),
+        "psql restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    url
+}
+
+async fn paid(sim: &Simulator) -> Vec<serde_json::Value> {
+    audit(sim)
+        .await
+        .into_iter()
+        .filter(|p| p["status"] == "succeeded")
+        .collect()
+}
+
+#[tokio::test]
+async fn a_restored_ledger_pays_the_same_intention_once_and_the_sweep_names_the_lost_payment() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (ledger, url) = support::postgres_ledger().await;
+    let dump = backup(&url);
+
+    let lost = create_and_approve(&ledger).await;
+    work(&ledger, &sim).await;
+    let paid_once = ledger.get(&tenant(), &lost.id).await.unwrap();
+    assert_eq!(paid_once.status, Status::Succeeded);
+    let reference = paid_once.external_ref.clone().unwrap();
+    assert!(
+        lost.idempotency_key.as_str().starts_with("po1_"),
+        "the key comes from the intention: {}",
+        lost.idempotency_key
+    );
+
+    // Restored twice from the backup taken before the operation existed.
+    let (first, second) = (restore(&dump).await, restore(&dump).await);
+
+    // 1. Right after the restore, cron's sweep finds the payment the ledger lost and exits 3.
+    // (tokio's Command: the simulator answers on this test's runtime while the sweep runs.)
+    let out = tokio::process::Command::new(support::payonce_bin())
+        .args(["reconciler", "sweep", "--once"])
+        .env("PAYONCE_DATABASE_URL", &first)
+        .env("PAYONCE_PROCESSOR_URL", sim.base_url())
+        .env("PAYONCE_KEY_SECRET", KEY_SECRET)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&reference) && stdout.contains(lost.id.as_str()),
+        "the sweep names the payment and the operation: {stdout}"
+    );
+    let restored = ledger::connect(&first, 4).await.unwrap();
+    let back = restored.get(&tenant(), &lost.id).await.unwrap();
+    assert_eq!(back.status, Status::NeedsAttention);
+    assert_eq!(
+        back.idempotency_key, lost.idempotency_key,
+        "recreated with the intention's key"
+    );
+    // Upstream asks again: it gets the row that waits for a human, not a second payment.
+    let again = restored
+        .create_or_get(
+            NewOperation::keyed(
+                &key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{INVOICE}:pay")).unwrap(),
+                details(INVOICE, 2048, "pm_card_visa"),
+                "service:test".into(),
+            ),
+            now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.inserted, again.operation.id),
+        (false, lost.id.clone())
+    );
+
+    // 2. Upstream re-drives before any sweep: a new row with the same id and key, so the
+    // processor sees the very same request and replays its first answer.
+    let redriven = ledger::connect(&second, 4).await.unwrap();
+    let new = create_and_approve(&redriven).await;
+    assert_eq!(
+        (&new.id, &new.idempotency_key),
+        (&lost.id, &lost.idempotency_key)
+    );
+    work(&redriven, &sim).await;
+    let done = redriven.get(&tenant(), &new.id).await.unwrap();
+    assert_eq!(
+        (done.status, done.external_ref.as_deref()),
+        (Status::Succeeded, Some(reference.as_str())),
+        "the replay is the first payment"
+    );
+    // The scan then finds the ledger knows this money: nothing to report.
+    let mut config = ReconcilerConfig::new("lost-ledger-rec");
+    config.key_secret = Some(key_secret());
+    let rec = Reconciler::new(
+        redriven.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    let report = rec.sweep_once(false).await.unwrap();
+    let scan = report.scan.unwrap();
+    assert_eq!((scan.scanned, scan.findings(), scan.complete), (1, 0, true));
+
+    // The processor's side: one payment for the invoice, whatever the ledgers did.
+    let payments = paid(&sim).await;
+    assert_eq!(payments.len(), 1, "{payments:?}");
+    assert_eq!(payments[0]["id"], reference.as_str());
+}
+
+#[tokio::test]
+async fn the_scan_walks_again_the_period_a_restored_watermark_covers() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (ledger, url) = support::postgres_ledger().await;
+    let mut config = ReconcilerConfig::new("scan-rec");
+    config.key_secret = Some(key_secret());
+    let rec = |l: &SharedLedger| {
+        Reconciler::new(
+            l.clone(),
+            processes::stripe(&sim, None),
+            Arc::new(SystemClock),
+            config.clone(),
+        )
+    };
+    // A first scan sets the watermark; the backup keeps it.
+    let first = rec(&ledger).sweep_once(false).await.unwrap().scan.unwrap();
+    assert_eq!((first.scanned, first.complete), (0, true));
+    let dump = backup(&url);
+    let lost = create_and_approve(&ledger).await;
+    work(&ledger, &sim).await;
+    // The live ledger scans again: it knows the payment.
+    let live = rec(&ledger).sweep_once(false).await.unwrap().scan.unwrap();
+    assert_eq!((live.scanned, live.findings()), (1, 0));
+
+    // The restored ledger's watermark is the backup's, before the payment: found.
+    let restored = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let found = rec(&restored)
+        .sweep_once(false)
+        .await
+        .unwrap()
+        .scan
+        .unwrap();
+    assert_eq!((found.recreated, found.findings()), (1, 1), "{found:?}");
+    let row = restored.get(&tenant(), &lost.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let events = restored.events(&tenant(), &lost.id).await.unwrap();
+    assert!(
+        events.iter().any(|e| e
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("PAYMENT WITHOUT APPROVAL")),
+        "{events:?}"
+    );
+    // Found once: a later scan of the same period reports nothing new.
+    let later = rec(&restored)
+        .sweep_once(false)
+        .await
+        .unwrap()
+        .scan
+        .unwrap();
+    assert_eq!(later.findings(), 0, "{later:?}");
+}
