@@ -20,6 +20,7 @@ mod oncall_refunds;
 mod properties;
 mod reconciler;
 mod refund_dispatch;
+mod replication_harness;
 mod serve;
 mod simulator;
 mod simulator_refunds;

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod postgres;
 pub mod processes;
 pub mod refunds;
+pub mod replication;
 
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
