@@ -2173,20 +2173,29 @@ async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns
         let e = refused.expect_err(&format!("id {bad} must be refused"));
         assert!(e.to_string().contains("operations_id_check"), "{bad}: {e}");
     }
-    // The key is the id's (migration 14): another key, even a well-formed one, is refused.
+    // The key is the id's first form or an intention key (migrations 14 and 18); any other key,
+    // even a well-formed one, is refused.
     for bad in [
         format!("'payonce-op_{hex}'"),
         "'payonce-' || id || 'x'".to_string(),
         "'key-1'".to_string(),
+        format!("'po1_{hex}'"),
+        format!("'po1_{hex}ABCDEFGH'"),
     ] {
         let e = outcome("idempotency_key", bad.clone())
             .await
             .expect_err(&format!("key {bad} must be refused"));
         assert!(
-            e.to_string().contains("operations_idempotency_key_derived"),
+            e.to_string().contains("operations_idempotency_key_shape"),
             "{bad}: {e}"
         );
     }
+    outcome("idempotency_key", format!("'po1_{hex}01234567'"))
+        .await
+        .unwrap();
+    outcome("idempotency_key", "'payonce-' || id".into())
+        .await
+        .unwrap();
     outcome("currency", "'eur'".into()).await.unwrap();
     for bad in ["'USD'", "'us'", "'usdd'", "'u1d'", "'üsd'", "''", "'us '"] {
         let e = outcome("currency", bad.into())

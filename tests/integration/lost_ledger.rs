@@ -28,14 +28,22 @@ const INVOICE: &str = "INV-2048";
 
 /// Upstream asks for `invoice:INV-2048:pay` with the same details, and the customer approves.
 async fn create_and_approve(ledger: &SharedLedger) -> payonce_shared::ledger::Operation {
-    let d = details(INVOICE, 2048, "pm_card_visa");
+    create_and_approve_invoice(ledger, INVOICE).await
+}
+
+/// Upstream asks for `invoice:{invoice}:pay`, and the customer approves.
+async fn create_and_approve_invoice(
+    ledger: &SharedLedger,
+    invoice: &str,
+) -> payonce_shared::ledger::Operation {
+    let d = details(invoice, 2048, "pm_card_visa");
     let hash = d.hash();
     let created = ledger
         .create_or_get(
             NewOperation::keyed(
                 &key_secret(),
                 tenant(),
-                BusinessKey::parse(&format!("invoice:{INVOICE}:pay")).unwrap(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
                 d,
                 "service:test".into(),
             ),
@@ -58,6 +66,24 @@ async fn create_and_approve(ledger: &SharedLedger) -> payonce_shared::ledger::Op
         )
         .await
         .unwrap()
+}
+
+/// Worker passes until nothing is ready; how many operations they ran.
+async fn work_all(ledger: &SharedLedger, sim: &Simulator) -> usize {
+    let worker = Worker::new(
+        ledger.clone(),
+        processes::stripe(sim, None),
+        Arc::new(SystemClock),
+        WorkerConfig::new("lost-ledger-worker"),
+    )
+    .unwrap();
+    let mut ran = 0;
+    loop {
+        match worker.run_once().await.unwrap() {
+            0 => return ran,
+            n => ran += n,
+        }
+    }
 }
 
 /// One worker pass: claims the ready operation and submits it.
@@ -266,4 +292,119 @@ async fn the_scan_walks_again_the_period_a_restored_watermark_covers() {
         .scan
         .unwrap();
     assert_eq!(later.findings(), 0, "{later:?}");
+}
+
+/// An asynchronous replica 0 WAL behind its primary is fine; one that never received the last
+/// commits is promoted without them. Invoices 1-20 reached the replica; 21-40 were paid on the
+/// primary only. After the promotion, upstream re-drives 21-30 at once (the same id and key: the
+/// processor replays), the sweep runs (it finds 31-40, which the ledger lost, and recreates them
+/// in needs_attention), then upstream re-drives 31-40 (they answer the rows waiting for a human).
+/// One payment per invoice at the processor, and every lost one reported.
+#[tokio::test]
+async fn a_promoted_async_replica_pays_every_invoice_once_and_reports_what_it_lost() {
+    let Some(pair) = crate::support::replication::Replicated::start() else {
+        return;
+    };
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    pair.create_database("ledger").await;
+    let primary = ledger::connect(&pair.primary_url("ledger"), 4)
+        .await
+        .unwrap();
+    let invoice = |n: usize| format!("INV-FO-{n:02}");
+    for n in 1..=20 {
+        create_and_approve_invoice(&primary, &invoice(n)).await;
+    }
+    assert_eq!(work_all(&primary, &sim).await, 20);
+    pair.wait_caught_up().await;
+    pair.hold_wal().await;
+    let mut lost = Vec::new();
+    for n in 21..=40 {
+        lost.push(create_and_approve_invoice(&primary, &invoice(n)).await);
+    }
+    assert_eq!(work_all(&primary, &sim).await, 20);
+    pair.kill_primary();
+    pair.promote().await;
+
+    let promoted = ledger::connect(&pair.replica_url("ledger"), 4)
+        .await
+        .unwrap();
+    for op in &lost {
+        assert!(
+            matches!(
+                promoted.get(&tenant(), &op.id).await,
+                Err(ledger::LedgerError::NotFound)
+            ),
+            "{} reached the replica",
+            op.id
+        );
+    }
+    // Re-driven before any sweep: the same rows again, the processor replays.
+    for n in 21..=30 {
+        create_and_approve_invoice(&promoted, &invoice(n)).await;
+    }
+    assert_eq!(work_all(&promoted, &sim).await, 10);
+
+    let mut config = ReconcilerConfig::new("failover-rec");
+    config.key_secret = Some(key_secret());
+    let rec = Reconciler::new(
+        promoted.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    let scan = rec.sweep_once(false).await.unwrap().scan.unwrap();
+    assert_eq!(
+        (
+            scan.scanned,
+            scan.recreated,
+            scan.unrecorded,
+            scan.unrecoverable
+        ),
+        (40, 10, 0, 0),
+        "{scan:?}"
+    );
+    for op in &lost[10..] {
+        assert!(
+            scan.found.iter().any(|line| line.contains(op.id.as_str())),
+            "{} is reported: {:?}",
+            op.id,
+            scan.found
+        );
+        let row = promoted.get(&tenant(), &op.id).await.unwrap();
+        assert_eq!(row.status, Status::NeedsAttention);
+    }
+    // Upstream re-drives the rest: each finds its row waiting for a human; nothing is submitted.
+    for n in 31..=40 {
+        let again = promoted
+            .create_or_get(
+                NewOperation::keyed(
+                    &key_secret(),
+                    tenant(),
+                    BusinessKey::parse(&format!("invoice:{}:pay", invoice(n))).unwrap(),
+                    details(&invoice(n), 2048, "pm_card_visa"),
+                    "service:test".into(),
+                ),
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (again.inserted, again.operation.status),
+            (false, Status::NeedsAttention)
+        );
+    }
+    assert_eq!(work_all(&promoted, &sim).await, 0);
+
+    // The processor's side: exactly one payment per invoice.
+    let payments = paid(&sim).await;
+    let mut per_invoice = std::collections::BTreeMap::<String, usize>::new();
+    for p in &payments {
+        let inv = p["metadata"]["payonce_invoice"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        *per_invoice.entry(inv).or_default() += 1;
+    }
+    assert_eq!(per_invoice.len(), 40, "{per_invoice:?}");
+    assert!(per_invoice.values().all(|n| *n == 1), "{per_invoice:?}");
 }

@@ -102,7 +102,7 @@ async fn crashed_paying_with(
         [true]
     );
     if submit {
-        processes::arm_faults(sim, serde_json::json!([{"match": op.id.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
+        processes::arm_faults(sim, serde_json::json!([{"match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
         let outcome = payonce_worker::execution::submit(
             processes::stripe(sim, None).as_ref(),
             &claimed,
@@ -179,7 +179,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     );
     processes::arm_faults(
         &sim,
-        serde_json::json!([{"match": paid.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
+        serde_json::json!([{"match": paid.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
     )
     .await;
     let outcome = payonce_worker::execution::submit(

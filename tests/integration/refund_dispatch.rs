@@ -153,8 +153,11 @@ async fn evidence_names_every_difference_between_a_refund_and_its_approval() {
             "refund of Some(\"{pi}\") at the processor, of Some(\"{other_pi}\") approved"
         )]
     );
-    // Another refund operation's Refund.
-    let stranger = refund_of(&payment, &pi, 500);
+    // Another refund operation's Refund (another business key: the same intention under another id
+    // would be the same action, a row the ledger lost and got back).
+    let mut stranger = refund_of(&payment, &pi, 500);
+    stranger.business_key =
+        payonce_shared::id::BusinessKey::parse("refund:another-intention").unwrap();
     assert_eq!(
         differences(&stranger, &object),
         [format!(

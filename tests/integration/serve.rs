@@ -97,6 +97,9 @@ async fn serve_pays_once(name: &str, database_url: &str) {
             "127.0.0.1:0",
             "--tenant",
             "acme",
+            // Postgres needs it configured (a SQLite file keeps one beside it).
+            "--key-secret",
+            crate::support::KEY_SECRET,
         ],
     )
     .stdout(Stdio::piped())

@@ -207,7 +207,7 @@ async fn connection_refused_is_not_submitted() {
 }
 
 async fn with_fault(s: &Sim, op: &Op, fault: &str) {
-    s.arm(json!([{ "match": op.id.as_str(), "fault": fault, "times": 1 }]))
+    s.arm(json!([{ "match": op.key.as_str(), "fault": fault, "times": 1 }]))
         .await;
 }
 
@@ -548,6 +548,9 @@ async fn every_sent_parameter_is_a_documented_payment_intent_create_parameter() 
         "description",
         "metadata[payonce_operation_id]",
         "metadata[payonce_tenant]",
+        "metadata[payonce_business_key]",
+        "metadata[payonce_details_hash]",
+        "metadata[payonce_invoice]",
         "transfer_data[destination]",
     ] {
         assert!(keys.contains(&required), "{required} is sent: {keys:?}");

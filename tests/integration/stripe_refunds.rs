@@ -286,7 +286,7 @@ async fn a_pending_refund_is_unknown_with_its_reference_and_lookup_follows_it_to
 }
 
 async fn with_fault(s: &Sim, op: &RefundOp, fault: &str) {
-    s.arm(json!([{ "match": op.id.as_str(), "fault": fault, "times": 1 }]))
+    s.arm(json!([{ "match": op.key.as_str(), "fault": fault, "times": 1 }]))
         .await;
 }
 
@@ -450,7 +450,9 @@ async fn every_sent_refund_parameter_is_a_documented_refund_create_parameter() {
             "amount",
             "reason",
             "metadata[payonce_operation_id]",
-            "metadata[payonce_tenant]"
+            "metadata[payonce_tenant]",
+            "metadata[payonce_business_key]",
+            "metadata[payonce_details_hash]"
         ])
     );
     for key in sent[0]["param_keys"].as_array().unwrap() {

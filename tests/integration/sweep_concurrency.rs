@@ -105,7 +105,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
     for c in claimed.iter().filter(|c| paid.contains(&c.id)) {
         processes::arm_faults(
             &sim,
-            serde_json::json!([{"match": c.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
+            serde_json::json!([{"match": c.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
         )
         .await;
         let outcome = payonce_worker::execution::submit(

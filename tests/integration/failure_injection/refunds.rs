@@ -162,7 +162,7 @@ async fn refund_a_result_lost_after_commit_is_found_never_made_again() {
     // The refund commits at the processor; the connection is cut before the worker reads the answer.
     arm_faults(
         &sim,
-        json!([{ "match": refund.id.as_str(), "fault": "drop_after_commit", "times": 1 }]),
+        json!([{ "match": refund.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1 }]),
     )
     .await;
     let _worker = fleet::worker(&url, &sim, &[]);

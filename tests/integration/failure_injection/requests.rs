@@ -155,7 +155,7 @@ async fn scenario_3_a_lost_tool_result_and_a_lost_processor_answer_never_pay_twi
     // The processor commits the payment and its answer to the worker is dropped, too.
     arm_faults(
         &sim,
-        json!([{"match": op.id.as_str(), "fault": "drop_after_commit", "times": 1}]),
+        json!([{"match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
     )
     .await;
 
