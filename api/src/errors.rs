@@ -247,6 +247,15 @@ impl From<LedgerError> for HttpError {
                 ErrorCode::NotRefundable,
                 format!("{why}; nothing was created"),
             ),
+            // A failover, a restart or a terminated backend: retry, never a 500.
+            unavailable @ LedgerError::Database(_) if unavailable.is_unavailable() => HttpError {
+                code: ErrorCode::Unavailable,
+                message:
+                    "the ledger is unreachable right now; retry the same request shortly (creates \
+                          are idempotent by business key)"
+                        .into(),
+                cause: Some(Box::new(unavailable)),
+            },
             other @ (LedgerError::Fenced { .. }
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)
@@ -278,6 +287,12 @@ impl IntoResponse for HttpError {
             },
         };
         let mut response = (self.code.status(), Json(body)).into_response();
+        if self.code == ErrorCode::Unavailable {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_S),
+            );
+        }
         if self.code == ErrorCode::Unauthorized {
             // RFC 6750 §3 (and MCP's authorization spec): a 401 names the scheme it wants.
             response.headers_mut().insert(
@@ -288,6 +303,10 @@ impl IntoResponse for HttpError {
         response
     }
 }
+
+/// Seconds a `503 unavailable` asks the caller to wait (`Retry-After`): a failover or a restart
+/// takes seconds.
+pub const UNAVAILABLE_RETRY_AFTER_S: &str = "2";
 
 /// The `WWW-Authenticate` challenge every 401 carries.
 pub const WWW_AUTHENTICATE: &str = "Bearer realm=\"payonce\"";
@@ -329,6 +348,16 @@ mod tests {
                 .headers()
                 .get(axum::http::header::WWW_AUTHENTICATE)
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn unavailable_asks_the_caller_to_retry_after_a_pause() {
+        let response = HttpError::new(ErrorCode::Unavailable, "later").into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers()[axum::http::header::RETRY_AFTER],
+            UNAVAILABLE_RETRY_AFTER_S
         );
     }
 

@@ -408,3 +408,47 @@ async fn a_promoted_async_replica_pays_every_invoice_once_and_reports_what_it_lo
     assert_eq!(per_invoice.len(), 40, "{per_invoice:?}");
     assert!(per_invoice.values().all(|n| *n == 1), "{per_invoice:?}");
 }
+
+/// A ledger that goes away (a failover, a restart) is a `503 unavailable` with `Retry-After`, never
+/// a 500; the same create retried once the server is back makes the one operation.
+#[tokio::test]
+async fn an_api_whose_ledger_went_away_answers_503_with_retry_after_and_the_retry_creates_once() {
+    let cluster = crate::support::cluster::Cluster::start();
+    cluster.create_database("ledger").await;
+    let ledger = ledger::connect(&cluster.url("ledger"), 2).await.unwrap();
+    let api = crate::api::spawn(ledger.clone()).await;
+    let body = serde_json::json!({
+        "business_key": "invoice:INV-503:pay",
+        "details": crate::api::raw_details("INV-503", 2048),
+    });
+
+    cluster.kill();
+    let down = api.post("/v1/operations", &api.service, body.clone()).await;
+    assert_eq!(
+        (
+            down.status,
+            down.code().as_str(),
+            down.header("retry-after")
+        ),
+        (503, "unavailable", "2"),
+        "{}",
+        down.text
+    );
+
+    cluster.pg_ctl(&["start"]);
+    let back = crate::support::wait_for("the ledger is back", Duration::from_secs(30), || {
+        let (api, body) = (&api, body.clone());
+        async move {
+            let r = api.post("/v1/operations", &api.service, body).await;
+            (r.status != 503).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(back.status, 201, "{}", back.text);
+    let again = api.post("/v1/operations", &api.service, body).await;
+    assert_eq!(
+        (again.status, again.json()["id"].clone()),
+        (200, back.json()["id"].clone())
+    );
+    api.stop().await;
+}

@@ -72,6 +72,33 @@ pub enum LedgerError {
     Database(#[from] sqlx::Error),
 }
 
+/// SQLSTATEs that mean "the server is going away or not taking connections": a failover, a
+/// restart, a backend terminated by an operator, no free connection slot.
+const UNAVAILABLE_SQLSTATES: [&str; 4] = ["57P01", "57P02", "57P03", "53300"];
+
+impl LedgerError {
+    /// Whether the database could not be reached or dropped the connection (a failover, a restart,
+    /// a terminated backend, a full pool): the caller answers "unavailable, retry" instead of an
+    /// internal error. What ran before the drop is unknown to the caller, so only an idempotent
+    /// request may be retried as it is (every create is: by business key).
+    pub fn is_unavailable(&self) -> bool {
+        let LedgerError::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
+            }),
+            _ => false,
+        }
+    }
+}
+
 /// Which named limit a request broke (the api answers each with `400 invalid_request`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
@@ -105,4 +132,23 @@ pub enum LimitError {
     /// An API key request outside the key limits (label, reason or duration; api's `KeyError`).
     #[error("{0}")]
     ApiKey(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_that_went_away_is_unavailable_and_nothing_else_is() {
+        for gone in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::WorkerCrashed,
+            sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        ] {
+            assert!(LedgerError::Database(gone).is_unavailable());
+        }
+        assert!(!LedgerError::Database(sqlx::Error::RowNotFound).is_unavailable());
+        assert!(!LedgerError::NotFound.is_unavailable());
+    }
 }
