@@ -311,6 +311,11 @@ impl ToolReply {
         self.structured.get("outcome").and_then(Value::as_str)
     }
 
+    /// The code of a tool error, if this is one.
+    pub fn error_code(&self) -> Option<&str> {
+        self.structured.get("error")?.get("code")?.as_str()
+    }
+
     /// The text form every provider carries: the structured fields as JSON.
     pub fn text(&self) -> String {
         self.structured.to_string()
@@ -384,8 +389,24 @@ pub(crate) fn internal(e: &LedgerError) -> ToolReply {
     )
 }
 
-/// Runs one tool call for `caller` and records it (provider + call id) for correlation.
+/// Runs one tool call for `caller` and records it (provider + call id) for correlation. A call the
+/// ledger could not answer (a dropped connection: a failover, a terminated backend) is run once
+/// more on a fresh connection before the caller hears "unavailable": a tool call is safe to repeat
+/// by design, it answers the stored truth and never submits twice.
 pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &ToolCall) -> ToolReply {
+    let reply = call_once(state, caller, provider, call).await;
+    if reply.error_code() != Some("unavailable") {
+        return reply;
+    }
+    call_once(state, caller, provider, call).await
+}
+
+async fn call_once(
+    state: &AppState,
+    caller: &Caller,
+    provider: &str,
+    call: &ToolCall,
+) -> ToolReply {
     let ledger = state.ledger();
     let now = state.now();
     let known = TOOLS.iter().any(|t| t.name == call.name);

@@ -83,6 +83,10 @@ pub struct SoakConfig {
     pub deadline: Duration,
     /// One approved payment in this many is refunded during the chaos (0: no refunds).
     pub refund_every: usize,
+    /// Shortest and longest pause between two rounds that terminate every Postgres backend of the
+    /// fleet (api, workers, reconciler) during the chaos, as a failover or an operator would;
+    /// `None`, or a SQLite ledger: none. The soak's own connections are spared (it is the observer).
+    pub terminate_backends_every: Option<(Duration, Duration)>,
     /// Where the processes' stderr goes.
     pub log: PathBuf,
 }
@@ -105,6 +109,7 @@ impl SoakConfig {
             chaos_window: Duration::from_secs(120),
             deadline: Duration::from_secs(900),
             refund_every: refunds::REFUND_EVERY_DEFAULT,
+            terminate_backends_every: Some((Duration::from_secs(2), Duration::from_secs(6))),
             log: std::env::temp_dir().join(format!("payonce-chaos-{seed}.log")),
         }
     }
@@ -184,6 +189,70 @@ impl Running {
             sigkill(&mut slot.0).await;
         }
         sigkill(&mut self.reconciler.0).await;
+    }
+}
+
+/// The `application_name` of the soak's own Postgres connections, which backend terminations spare.
+const OBSERVER_APPLICATION: &str = "payonce-chaos";
+/// Terminates every backend on the soak's database but the observer's; how many.
+const TERMINATE_FLEET_BACKENDS: &str = "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+     WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> $1";
+
+/// The observer's URL: the soak's ledger URL tagged with [`OBSERVER_APPLICATION`] (Postgres only).
+fn observer_url(database_url: &str) -> String {
+    if !database_url.starts_with("postgres") {
+        return database_url.to_string();
+    }
+    let sep = if database_url.contains('?') { '&' } else { '?' };
+    format!("{database_url}{sep}application_name={OBSERVER_APPLICATION}")
+}
+
+/// Postgres backend terminations during the chaos (a failover's dropped connections, an operator's
+/// `pg_terminate_backend`).
+struct BackendFaults {
+    pool: sqlx::PgPool,
+    every: (Duration, Duration),
+    next: Instant,
+    rounds: usize,
+    terminated: i64,
+}
+
+impl BackendFaults {
+    async fn connect(config: &SoakConfig, rng: &mut SoakRng) -> anyhow::Result<Option<Self>> {
+        let Some(every) = config.terminate_backends_every else {
+            return Ok(None);
+        };
+        if !config.database_url.starts_with("postgres") {
+            return Ok(None);
+        }
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&observer_url(&config.database_url))
+            .await
+            .context("connecting the backend terminator")?;
+        Ok(Some(BackendFaults {
+            pool,
+            every,
+            next: Instant::now() + rng.between(every.0, every.1),
+            rounds: 0,
+            terminated: 0,
+        }))
+    }
+
+    /// Terminates the fleet's backends when the next round is due.
+    async fn tick(&mut self, rng: &mut SoakRng) -> anyhow::Result<()> {
+        if Instant::now() < self.next {
+            return Ok(());
+        }
+        let n: i64 = sqlx::query_scalar(TERMINATE_FLEET_BACKENDS)
+            .bind(OBSERVER_APPLICATION)
+            .fetch_one(&self.pool)
+            .await
+            .context("terminating the fleet's backends")?;
+        self.rounds += 1;
+        self.terminated += n;
+        self.next = Instant::now() + rng.between(self.every.0, self.every.1);
+        Ok(())
     }
 }
 
@@ -297,9 +366,10 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(30))
         .build()?;
-    let ledger = ledger::connect(&config.database_url, 8)
+    let ledger = ledger::connect(&observer_url(&config.database_url), 8)
         .await
         .context("opening the soak ledger")?;
+    let mut backend_faults = BackendFaults::connect(&config, &mut rng).await?;
     anyhow::ensure!(
         ledger.count_by_status().await?.iter().all(|c| c.count == 0),
         "the soak needs a fresh ledger: this one already holds operations"
@@ -381,6 +451,9 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         }
         tokio::time::sleep(rng.between(config.kill_every.0, config.kill_every.1)).await;
         fleet.respawn_exited(&mut rng, config.failpoint_per_mille)?;
+        if let Some(faults) = backend_faults.as_mut() {
+            faults.tick(&mut rng).await?;
+        }
         // Refunds are created as payments succeed: the chaos lasts until they are made too.
         if in_progress(&ledger).await? == 0 && refunder.is_finished() {
             break;
@@ -437,6 +510,10 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     report.sigkills = fleet.sigkills;
     report.reconciler_sigkills = fleet.reconciler_kills;
     report.failpoint_aborts = fleet.failpoint_aborts;
+    if let Some(faults) = &backend_faults {
+        report.backend_terminations = faults.rounds;
+        report.backends_terminated = faults.terminated;
+    }
     report.tool_calls = tool_calls.sent;
     report.duplicate_tool_calls = tool_calls.duplicates;
     report.bad_tool_answers = tool_calls.bad;

@@ -21,6 +21,10 @@ const TOOL_CALLS_IN_FLIGHT: usize = 8;
 const CUSTOMERS: usize = 100;
 /// Timeout of one tool call (the api answers from the ledger; it never waits for the processor).
 const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times a tool call answered `503 unavailable` is asked again.
+const TOOL_CALL_RETRIES_MAX: usize = 5;
+/// Longest pause a `Retry-After` may ask of the soak's assistant, seconds.
+const TOOL_CALL_RETRY_AFTER_MAX_S: u64 = 5;
 
 /// One soak operation and what the plan made of it.
 #[derive(Debug, Clone)]
@@ -143,7 +147,7 @@ pub async fn tool_calls(
                 assistant_key.clone(),
                 id.clone(),
             );
-            in_flight.spawn(async move { one_call(&http, &base, &key, &id, n).await });
+            in_flight.spawn(async move { call_until_answered(&http, &base, &key, &id, n).await });
         }
     }
     while let Some(r) = in_flight.join_next().await {
@@ -152,34 +156,88 @@ pub async fn tool_calls(
     tally
 }
 
-/// One Anthropic-shaped tool call; true if the answer is well-formed and submitted nothing new.
+/// What one tool call answered.
+enum Answer {
+    /// Well-formed, about this operation, nothing new submitted.
+    Good,
+    /// "The state could not be read; call again shortly."
+    Unavailable,
+    /// Anything else: an HTTP error, a malformed answer, a claim that a new payment was submitted.
+    Bad,
+}
+
+/// One Anthropic-shaped tool call.
 async fn one_call(
     http: &reqwest::Client,
     base: &str,
     key: &str,
     id: &OperationId,
     n: usize,
-) -> bool {
+) -> Answer {
     let call_id = format!("toolu_chaos_{n}");
     let body = json!({"format": "anthropic", "call": {"type": "tool_use", "id": call_id,
         "name": "pay_invoice", "input": {"operation_id": id.as_str()}}});
-    let sent = http
-        .post(format!("{base}/v1/tool-calls"))
-        .bearer_auth(key)
-        .timeout(TOOL_CALL_TIMEOUT)
-        .json(&body)
-        .send()
-        .await;
-    let Ok(r) = sent else { return false };
+    // As an assistant would: a 503 (the ledger went away: a failover, a terminated backend) is
+    // asked again after its Retry-After, at most TOOL_CALL_RETRIES_MAX times.
+    let mut tries = 0;
+    let r = loop {
+        let sent = http
+            .post(format!("{base}/v1/tool-calls"))
+            .bearer_auth(key)
+            .timeout(TOOL_CALL_TIMEOUT)
+            .json(&body)
+            .send()
+            .await;
+        let Ok(r) = sent else { return Answer::Bad };
+        if r.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE || tries == TOOL_CALL_RETRIES_MAX
+        {
+            break r;
+        }
+        tries += 1;
+        let wait_s = r
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(1)
+            .min(TOOL_CALL_RETRY_AFTER_MAX_S);
+        tokio::time::sleep(Duration::from_secs(wait_s)).await;
+    };
     if !r.status().is_success() {
-        return false;
+        return Answer::Bad;
     }
     let Ok(result) = r.json::<Value>().await else {
-        return false;
+        return Answer::Bad;
     };
     let answer: Value = result["content"]
         .as_str()
         .and_then(|t| serde_json::from_str(t).ok())
         .unwrap_or(Value::Null);
-    answer["operation_id"] == id.as_str() && answer["new_payment_submitted"] != true
+    if answer["error"]["code"] == "unavailable" {
+        return Answer::Unavailable;
+    }
+    if answer["operation_id"] == id.as_str() && answer["new_payment_submitted"] != true {
+        Answer::Good
+    } else {
+        Answer::Bad
+    }
+}
+
+/// One tool call as an assistant follows the answer's advice: `unavailable` ("call again shortly
+/// with the same operation id") is called again, at most [`TOOL_CALL_RETRIES_MAX`] times.
+async fn call_until_answered(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    id: &OperationId,
+    n: usize,
+) -> bool {
+    for _ in 0..TOOL_CALL_RETRIES_MAX {
+        match one_call(http, base, key, id, n).await {
+            Answer::Unavailable => tokio::time::sleep(Duration::from_secs(1)).await,
+            Answer::Good => return true,
+            Answer::Bad => return false,
+        }
+    }
+    matches!(one_call(http, base, key, id, n).await, Answer::Good)
 }

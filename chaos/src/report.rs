@@ -77,6 +77,11 @@ pub struct SoakReport {
     pub reconciler_sigkills: usize,
     /// Processes that aborted at an armed failure point.
     pub failpoint_aborts: usize,
+    /// Times every Postgres backend of the fleet was terminated at once (a failover's dropped
+    /// connections), and how many backends that ended in all.
+    pub backend_terminations: usize,
+    /// Postgres backends of the fleet terminated.
+    pub backends_terminated: i64,
     /// Tool calls sent (duplicates included) and how many of them were duplicates.
     pub tool_calls: usize,
     /// Tool calls sent a second time, concurrently with the first.
@@ -216,6 +221,13 @@ impl fmt::Display for SoakReport {
             (
                 "processes aborted at a failure point".into(),
                 self.failpoint_aborts.to_string(),
+            ),
+            (
+                "Postgres backends terminated (in rounds)".into(),
+                format!(
+                    "{} ({})",
+                    self.backends_terminated, self.backend_terminations
+                ),
             ),
             (
                 "tool calls (of which concurrent duplicates)".into(),

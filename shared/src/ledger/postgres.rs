@@ -180,9 +180,16 @@ pub type PostgresLedger = Store<Postgres>;
 impl PostgresLedger {
     /// Connects, installs the release guard and runs pending migrations.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, LedgerError> {
-        let options = PgConnectOptions::from_str(url)?
+        let options = PgConnectOptions::from_str(url)?;
+        // `payonce` unless the URL names the connections (`?application_name=…`): an operator, or
+        // the chaos soak's observer, can then tell them apart in `pg_stat_activity`.
+        let name = options
+            .get_application_name()
+            .unwrap_or("payonce")
+            .to_string();
+        let options = options
             .options([("statement_timeout", STATEMENT_TIMEOUT_MS.to_string())])
-            .application_name("payonce");
+            .application_name(&name);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)

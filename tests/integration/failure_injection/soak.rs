@@ -51,6 +51,9 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     assert!(report.reconciler_sigkills >= 1, "{report}");
     assert!(report.recovered_after_crash > 0, "{report}");
     assert!(report.duplicate_tool_calls > 0, "{report}");
+    // Postgres faults too: every backend of the fleet terminated, round after round.
+    assert!(report.backend_terminations >= 2, "{report}");
+    assert!(report.backends_terminated > 0, "{report}");
     // Refunds ran under the same chaos: none made twice, no payment over-refunded, none lost.
     if refund_every == 0 {
         assert_eq!(report.refunds_created, 0, "{report}");
