@@ -255,6 +255,7 @@ mod tests {
             business_key: &bk,
             details_hash: &d.hash(),
             payment_reference: &pi,
+            payment_operation: &pay,
             amount: d.money(),
             reason: RefundReason::Duplicate,
         };
@@ -275,6 +276,7 @@ mod tests {
                 business_key: &bk2,
                 details_hash: &d2.hash(),
                 payment_reference: &pi,
+                payment_operation: &pay,
                 amount: d2.money(),
                 reason: RefundReason::Duplicate,
             })

@@ -2,15 +2,17 @@
 //! replica promoted without the primary's last commits, has forgotten operations the processor
 //! already paid. Lookups start from a row, so nothing else would ever find them.
 //!
-//! The scan walks the processor's payments created since a watermark kept in the ledger (so a
-//! restored ledger comes back with an older one and the scan walks the lost period again), and for
-//! each paid one that payonce created (its metadata names an operation):
+//! The scan walks the processor's payments, then its refunds, created since watermarks kept in the
+//! ledger (so a restored ledger comes back with older ones and the scan walks the lost period
+//! again), and for each one that moved money and that payonce created (its metadata names an
+//! operation):
 //! - the row names it as paid, or holds it in flight (`executing`, `unknown`) or before a human
 //!   (`needs_attention`): nothing to do;
 //! - the row exists and says anything else: the fact is applied as a report (the state machine sends
 //!   a contradiction to `needs_attention`, a payment nobody approved with the loudest alert);
 //! - no row: the row is created again under the id the processor holds, from the details the
-//!   payment carries, and the payment applied to it, so it waits in `needs_attention` as a payment
+//!   payment carries (a refund: from its payment's row and the refund's amount and reason), and the
+//!   object applied to it, so it waits in `needs_attention` as a payment
 //!   without approval; upstream asking again for the same business key then finds that row (or,
 //!   if the business key is already back under another id, that row gets the fact);
 //! - no row and not enough on the payment to make one (created before payonce sent the invoice and
@@ -79,7 +81,24 @@ impl ScanReport {
     }
 }
 
-/// One scan of the processor's payments since the ledger's watermark.
+/// What a scan walks: the account's payments, then its refunds (each with its own watermark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    Payments,
+    Refunds,
+}
+
+impl Listing {
+    /// The watermark's name in `processor_scans`.
+    fn watermark(self, processor: &str) -> String {
+        match self {
+            Listing::Payments => processor.to_string(),
+            Listing::Refunds => format!("{processor}:refunds"),
+        }
+    }
+}
+
+/// One scan of the processor's payments and refunds since the ledger's watermarks.
 pub async fn scan(
     ledger: &dyn Recovery,
     processor: &dyn Processor,
@@ -87,14 +106,50 @@ pub async fn scan(
     limits: &ScanLimits,
     now: Timestamp,
 ) -> Result<ScanReport, LedgerError> {
-    let name = processor.contract().name;
+    let mut report = ScanReport::default();
+    // Payments first: a lost refund is made again from its payment's row.
+    let payments = walk(
+        ledger,
+        processor,
+        metrics,
+        limits,
+        now,
+        Listing::Payments,
+        &mut report,
+    )
+    .await?;
+    let refunds = walk(
+        ledger,
+        processor,
+        metrics,
+        limits,
+        now,
+        Listing::Refunds,
+        &mut report,
+    )
+    .await?;
+    report.complete = payments && refunds;
+    Ok(report)
+}
+
+/// Walks one listing from its watermark; true if it read every page and moved the watermark.
+async fn walk(
+    ledger: &dyn Recovery,
+    processor: &dyn Processor,
+    metrics: &ReconcilerMetrics,
+    limits: &ScanLimits,
+    now: Timestamp,
+    listing: Listing,
+    report: &mut ScanReport,
+) -> Result<bool, LedgerError> {
+    let name = listing.watermark(processor.contract().name);
     let watermark = ledger
-        .scan_watermark(name)
+        .scan_watermark(&name)
         .await?
         .unwrap_or_else(|| now.saturating_sub_span(limits.lookback));
     let from = watermark.saturating_sub_span(limits.overlap);
     let created_gte_s = from.as_millis().div_euclid(1000);
-    let mut report = ScanReport::default();
+    let errors_before = report.errors;
     let mut cursor: Option<String> = None;
     for _ in 0..SCAN_PAGES_MAX {
         if let Err(denied) = payonce_shared::limiter::acquire(
@@ -104,42 +159,47 @@ pub async fn scan(
         )
         .await
         {
-            tracing::warn!(%denied, "processor scan stopped early: no read permit");
-            return Ok(report);
+            tracing::warn!(%denied, ?listing, "processor scan stopped early: no read permit");
+            return Ok(false);
         }
         let query = RecentQuery {
             created_gte_s,
             starting_after: cursor.as_deref(),
         };
-        let (payments, next) = match processor.recent_payments(&query).await {
+        let page = match listing {
+            Listing::Payments => processor.recent_payments(&query).await,
+            Listing::Refunds => processor.recent_refunds(&query).await,
+        };
+        let (objects, next) = match page {
             RecentPage::Page { payments, next } => (payments, next),
             RecentPage::RateLimited { reason } | RecentPage::Unavailable { reason } => {
-                tracing::warn!(%reason, "processor scan stopped early; the watermark stays");
-                return Ok(report);
+                tracing::warn!(%reason, ?listing, "processor scan stopped early; the watermark stays");
+                return Ok(false);
             }
         };
-        for payment in payments {
-            if let Err(error) = check(ledger, metrics, limits, &payment, now, &mut report).await {
+        for object in objects {
+            if let Err(error) = check(ledger, metrics, limits, &object, now, report).await {
                 report.errors += 1;
-                tracing::warn!(reference = %payment.object.reference, %error,
-                    "processor scan could not check a payment");
+                tracing::warn!(reference = %object.object.reference, %error,
+                    "processor scan could not check an object");
             }
         }
         match next {
             Some(next) => cursor = Some(next),
             None => {
-                if report.errors == 0 {
-                    ledger.set_scan_watermark(name, now, now).await?;
-                    report.complete = true;
+                if report.errors > errors_before {
+                    return Ok(false);
                 }
-                return Ok(report);
+                ledger.set_scan_watermark(&name, now, now).await?;
+                return Ok(true);
             }
         }
     }
     tracing::warn!(
+        ?listing,
         "processor scan read {SCAN_PAGES_MAX} pages without reaching the watermark; it stays"
     );
-    Ok(report)
+    Ok(false)
 }
 
 async fn check(
@@ -269,9 +329,8 @@ async fn recreate(
     id: &payonce_shared::id::OperationId,
     now: Timestamp,
 ) -> Result<Option<(Operation, bool)>, LedgerError> {
-    let (Some(secret), Some(details), Some(intention)) = (
+    let (Some(secret), Some(intention)) = (
         limits.key_secret.as_ref(),
-        payment.details.as_ref(),
         payment.object.intention.as_ref(),
     ) else {
         return Ok(None);
@@ -282,9 +341,17 @@ async fn recreate(
     ) else {
         return Ok(None);
     };
+    let details = match (&payment.details, &payment.payment_operation) {
+        (Some(details), _) => details.clone(),
+        (None, Some(paid)) => match refund_details(ledger, payment, paid).await? {
+            Some(details) => details,
+            None => return Ok(None),
+        },
+        (None, None) => return Ok(None),
+    };
     let details_hash = details.hash();
     if details_hash.as_str() != intention.details_hash {
-        // The payment's fields do not give back the approved details: a row made from them would
+        // The object's fields do not give back the approved details: a row made from them would
         // derive another key. Reported instead.
         return Ok(None);
     }
@@ -298,7 +365,7 @@ async fn recreate(
         id: id.clone(),
         tenant,
         business_key,
-        details: details.clone(),
+        details,
         actor: SCAN_ACTOR.into(),
         idempotency_key,
     };
@@ -308,8 +375,46 @@ async fn recreate(
         Err(LedgerError::Conflict { existing }) => {
             Ok(Some((ledger.get_unscoped(&existing).await?, false)))
         }
+        // The refund guard refuses it (the payment's other refunds already hold its money): a
+        // human must see both.
+        Err(LedgerError::OverRefund { .. } | LedgerError::NotRefundable { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// A lost refund's details, made from its payment's row as the api made them; `None` when the
+/// payment's row is gone too or the Refund does not carry what they need.
+async fn refund_details(
+    ledger: &dyn Recovery,
+    refund: &ScannedPayment,
+    payment_operation: &payonce_shared::id::OperationId,
+) -> Result<Option<payonce_shared::details::Details>, LedgerError> {
+    let payment = match ledger.get_unscoped(payment_operation).await {
+        Ok(payment) => payment,
+        Err(LedgerError::NotFound) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let object = &refund.object;
+    let reason = object
+        .object
+        .get("reason")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|raw| payonce_shared::details::RefundReason::parse(raw).ok());
+    let (Some(reason), Some(amount), Some(reference)) = (
+        reason,
+        object.amount_minor,
+        object.payment_reference.as_deref(),
+    ) else {
+        return Ok(None);
+    };
+    Ok(payonce_shared::details::Details::refund(
+        &payment.details,
+        &payment.id,
+        reference,
+        amount,
+        reason,
+    )
+    .ok())
 }
 
 #[cfg(test)]

@@ -452,3 +452,77 @@ async fn an_api_whose_ledger_went_away_answers_503_with_retry_after_and_the_retr
     );
     api.stop().await;
 }
+
+/// A refund the processor made after the backup the ledger was restored from: the scan makes its
+/// row again from the payment's row and the refund's metadata, and sends it to a human.
+#[tokio::test]
+async fn a_refund_the_restored_ledger_lost_is_recreated_from_its_payment_and_reported() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (ledger, url) = support::postgres_ledger().await;
+    let payment = create_and_approve(&ledger).await;
+    work(&ledger, &sim).await;
+    let payment = ledger.get(&tenant(), &payment.id).await.unwrap();
+    assert_eq!(payment.status, Status::Succeeded);
+    let dump = backup(&url);
+
+    let refund =
+        crate::support::refunds::create_refund(&ledger, &payment, "refund:INV-2048:1", 500, now())
+            .await
+            .unwrap()
+            .operation;
+    ledger
+        .approve(
+            &tenant(),
+            NewApproval {
+                operation: refund.id.clone(),
+                details_hash: refund.details_hash.clone(),
+                approved_by: "on_call:key_test".into(),
+                method: "on_call_key".into(),
+                expires_at_ms: now() + Duration::from_secs(86_400),
+            },
+            now(),
+        )
+        .await
+        .unwrap();
+    work(&ledger, &sim).await;
+    let refunded = ledger.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(refunded.status, Status::Succeeded);
+    let reference = refunded.external_ref.clone().unwrap();
+
+    let restored = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let mut config = ReconcilerConfig::new("refund-scan-rec");
+    config.key_secret = Some(key_secret());
+    let rec = Reconciler::new(
+        restored.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    let scan = rec.sweep_once(false).await.unwrap().scan.unwrap();
+    assert_eq!(
+        (scan.scanned, scan.recreated, scan.findings(), scan.complete),
+        (2, 1, 1, true),
+        "the payment is known, the refund was lost: {scan:?}"
+    );
+    assert!(
+        scan.found.iter().any(|l| l.contains(&reference)),
+        "{:?}",
+        scan.found
+    );
+    let back = restored.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(
+        (back.status, &back.details_hash, &back.idempotency_key),
+        (
+            Status::NeedsAttention,
+            &refund.details_hash,
+            &refund.idempotency_key
+        )
+    );
+    let refunds: serde_json::Value = reqwest::get(format!("{}/_sim/audit/refunds", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(refunds["data"].as_array().unwrap().len(), 1, "{refunds}");
+}

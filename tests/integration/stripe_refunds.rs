@@ -56,6 +56,7 @@ impl RefundOp {
             business_key: &self.business_key,
             details_hash: &self.details_hash,
             payment_reference: &self.payment,
+            payment_operation: &self.id,
             amount: Money::new(self.amount, Currency::parse("usd").unwrap()).unwrap(),
             reason: RefundReason::RequestedByCustomer,
         })
@@ -452,7 +453,8 @@ async fn every_sent_refund_parameter_is_a_documented_refund_create_parameter() {
             "metadata[payonce_operation_id]",
             "metadata[payonce_tenant]",
             "metadata[payonce_business_key]",
-            "metadata[payonce_details_hash]"
+            "metadata[payonce_details_hash]",
+            "metadata[payonce_payment_operation_id]"
         ])
     );
     for key in sent[0]["param_keys"].as_array().unwrap() {

@@ -49,6 +49,9 @@ pub struct RefundRequest<'a> {
     pub details_hash: &'a DetailsHash,
     /// The processor reference of the refunded payment, e.g. `pi_...`.
     pub payment_reference: &'a str,
+    /// The payment operation refunded (sent as metadata: a refund whose row the ledger lost is
+    /// made again from its payment's row).
+    pub payment_operation: &'a OperationId,
     /// How much to give back, in the payment's currency (partial refunds allowed).
     pub amount: Money,
     /// Why.
@@ -285,14 +288,16 @@ pub struct RecentQuery<'a> {
     pub starting_after: Option<&'a str>,
 }
 
-/// A payment found by a scan, with the details its metadata and fields carry.
+/// A payment or refund found by a scan, with the details its metadata and fields carry.
 #[derive(Debug, Clone)]
 pub struct ScannedPayment {
     /// Its facts.
     pub object: ProcessorObject,
-    /// The details it was created with, when everything a ledger row needs is on it (objects
-    /// created by payonce since issue 37 carry the invoice in metadata).
+    /// The details it was created with, when everything a ledger row needs is on it (payments
+    /// created by payonce since issue 37 carry the invoice in metadata; refunds: never).
     pub details: Option<Details>,
+    /// For a refund: the payment operation its metadata names (refunds since issue 37).
+    pub payment_operation: Option<OperationId>,
 }
 
 /// What one scan page brought.
@@ -342,6 +347,15 @@ pub trait Processor: Send + Sync {
         let _ = query;
         RecentPage::Unavailable {
             reason: format!("the {} adapter cannot list payments", self.contract().name),
+        }
+    }
+    /// One page of the refunds created since `query.created_gte_s`, newest first (their `details`
+    /// are `None`: a refund's are made from its payment's row). An adapter that cannot list finds no
+    /// refund the ledger lost.
+    async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
+        let _ = query;
+        RecentPage::Unavailable {
+            reason: format!("the {} adapter cannot list refunds", self.contract().name),
         }
     }
     /// Retrieves one object by its reference (checking a webhook's claim). An adapter that cannot
@@ -395,5 +409,8 @@ impl Processor for WithContract {
     }
     async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
         self.inner.recent_payments(query).await
+    }
+    async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
+        self.inner.recent_refunds(query).await
     }
 }

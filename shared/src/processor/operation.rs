@@ -39,6 +39,7 @@ pub async fn submit(processor: &dyn Processor, op: &Operation) -> SubmitOutcome 
                         business_key: &op.business_key,
                         details_hash: &op.details_hash,
                         payment_reference: of.payment_reference(),
+                        payment_operation: of.payment_operation(),
                         amount: op.details.money(),
                         reason: of.reason(),
                     })

@@ -292,7 +292,11 @@ impl Processor for StripeProcessor {
     }
 
     async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
-        scan::page(self, query).await
+        scan::page(self, scan::Listing::Payments, query).await
+    }
+
+    async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
+        scan::page(self, scan::Listing::Refunds, query).await
     }
 
     async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {

@@ -88,7 +88,7 @@ pub(crate) fn object_of(reference: &str, refund: &Value) -> ProcessorObject {
 
 /// The form parameters of a refund submission, in a fixed order, from the ledger record only.
 pub(crate) fn submit_params(request: &RefundRequest<'_>) -> Vec<(&'static str, String)> {
-    vec![
+    let mut params = vec![
         ("payment_intent", request.payment_reference.to_string()),
         ("amount", request.amount.amount_minor().to_string()),
         ("reason", request.reason.as_str().to_string()),
@@ -100,15 +100,24 @@ pub(crate) fn submit_params(request: &RefundRequest<'_>) -> Vec<(&'static str, S
             "metadata[payonce_tenant]",
             request.tenant.as_str().to_string(),
         ),
-        (
+    ];
+    // As for payments (`wire::carries_intention`): a row from before intention keys keeps its
+    // parameters.
+    if super::wire::carries_intention(request.idempotency_key) {
+        params.push((
             "metadata[payonce_business_key]",
             request.business_key.as_str().to_string(),
-        ),
-        (
+        ));
+        params.push((
             "metadata[payonce_details_hash]",
             request.details_hash.as_str().to_string(),
-        ),
-    ]
+        ));
+        params.push((
+            "metadata[payonce_payment_operation_id]",
+            request.payment_operation.as_str().to_string(),
+        ));
+    }
+    params
 }
 
 fn classify_success(body: &[u8]) -> SubmitOutcome {

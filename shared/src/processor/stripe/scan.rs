@@ -6,14 +6,31 @@ use super::StripeProcessor;
 use super::lookup::{error_message, get_json, object_of};
 use super::wire::METADATA_INVOICE;
 use crate::details::{Details, RawDetails};
+use crate::id::OperationId;
 use crate::processor::{RecentPage, RecentQuery, ScannedPayment};
 use serde_json::Value;
 
 /// Page size of a scan (Stripe's maximum).
 const SCAN_PAGE_LIMIT: u32 = 100;
 
+/// Metadata key of a refund carrying the payment operation it refunds.
+const METADATA_PAYMENT_OPERATION_ID: &str = "payonce_payment_operation_id";
+
+/// Which list a scan walks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Listing {
+    /// `GET /v1/payment_intents`.
+    Payments,
+    /// `GET /v1/refunds`.
+    Refunds,
+}
+
 /// One page of the scan.
-pub(crate) async fn page(p: &StripeProcessor, query: &RecentQuery<'_>) -> RecentPage {
+pub(crate) async fn page(
+    p: &StripeProcessor,
+    listing: Listing,
+    query: &RecentQuery<'_>,
+) -> RecentPage {
     let mut params: Vec<(&str, String)> = vec![
         ("created[gte]", query.created_gte_s.to_string()),
         ("limit", SCAN_PAGE_LIMIT.to_string()),
@@ -26,7 +43,11 @@ pub(crate) async fn page(p: &StripeProcessor, query: &RecentQuery<'_>) -> Recent
             reason: "could not encode the list query".into(),
         };
     };
-    let url = format!("{}/v1/payment_intents?{qs}", p.config.api_base);
+    let path = match listing {
+        Listing::Payments => "/v1/payment_intents",
+        Listing::Refunds => "/v1/refunds",
+    };
+    let url = format!("{}{path}?{qs}", p.config.api_base);
     let page = match get_json(p, url).await {
         Ok((200, v)) => v,
         Ok((429, v)) => {
@@ -51,13 +72,25 @@ pub(crate) async fn page(p: &StripeProcessor, query: &RecentQuery<'_>) -> Recent
         .cloned()
         .unwrap_or_default();
     let mut payments = Vec::with_capacity(data.len());
-    for pi in &data {
-        let Some(id) = pi.get("id").and_then(Value::as_str) else {
+    for object in &data {
+        let Some(id) = object.get("id").and_then(Value::as_str) else {
             continue;
         };
-        payments.push(ScannedPayment {
-            object: object_of(id, pi),
-            details: details_of(pi),
+        payments.push(match listing {
+            Listing::Payments => ScannedPayment {
+                object: object_of(id, object),
+                details: details_of(object),
+                payment_operation: None,
+            },
+            Listing::Refunds => ScannedPayment {
+                object: super::refund::object_of(id, object),
+                details: None,
+                payment_operation: object
+                    .get("metadata")
+                    .and_then(|m| m.get(METADATA_PAYMENT_OPERATION_ID))
+                    .and_then(Value::as_str)
+                    .and_then(|raw| OperationId::parse(raw).ok()),
+            },
         });
     }
     let has_more = page

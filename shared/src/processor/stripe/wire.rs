@@ -53,6 +53,14 @@ pub(crate) fn belongs(
     })
 }
 
+/// Whether a submission under `key` sends the intention metadata: an intention key does; a key of
+/// the first form (`payonce-<id>`, a row created before issue 37) keeps the parameters its earlier
+/// attempts sent, or Stripe would refuse the retry as the same key with other parameters.
+pub(crate) fn carries_intention(key: &crate::id::IdempotencyKey) -> bool {
+    key.as_str()
+        .starts_with(crate::intention::INTENTION_KEY_PREFIX)
+}
+
 /// `POST /v1/payment_intents`.
 pub(crate) fn create_url(base: &str) -> String {
     format!("{base}/v1/payment_intents")
@@ -82,15 +90,17 @@ pub(crate) fn submit_params(request: &SubmitRequest<'_>) -> Vec<(&'static str, S
         "metadata[payonce_tenant]",
         request.tenant.as_str().to_string(),
     ));
-    params.push((
-        "metadata[payonce_business_key]",
-        request.business_key.as_str().to_string(),
-    ));
-    params.push((
-        "metadata[payonce_details_hash]",
-        request.details_hash.as_str().to_string(),
-    ));
-    params.push(("metadata[payonce_invoice]", d.invoice().to_string()));
+    if carries_intention(request.idempotency_key) {
+        params.push((
+            "metadata[payonce_business_key]",
+            request.business_key.as_str().to_string(),
+        ));
+        params.push((
+            "metadata[payonce_details_hash]",
+            request.details_hash.as_str().to_string(),
+        ));
+        params.push(("metadata[payonce_invoice]", d.invoice().to_string()));
+    }
     if let Some(destination) = d.destination() {
         params.push(("transfer_data[destination]", destination.to_string()));
     }
@@ -114,7 +124,7 @@ mod tests {
     fn parameters_are_complete_stable_and_ordered() {
         let op = OperationId::generate();
         let tenant = TenantId::parse("acme").unwrap();
-        let key = IdempotencyKey::parse("po1_0123").unwrap();
+        let key = IdempotencyKey::parse(&format!("po1_{}", "a".repeat(40))).unwrap();
         let business_key = BusinessKey::parse("invoice:INV-1:pay").unwrap();
         let details = Details::parse(&RawDetails {
             kind: "payment".into(),
@@ -156,6 +166,17 @@ mod tests {
             ]
         );
         assert_eq!(submit_body(&req).unwrap(), submit_body(&req).unwrap());
+        // A row from before intention keys sends what its earlier attempts sent.
+        let legacy_key = IdempotencyKey::parse(&format!("payonce-{op}")).unwrap();
+        let legacy = SubmitRequest {
+            idempotency_key: &legacy_key,
+            ..req.clone()
+        };
+        let legacy_keys: Vec<&str> = submit_params(&legacy).iter().map(|(k, _)| *k).collect();
+        assert!(
+            !legacy_keys.iter().any(|k| k.contains("business_key")),
+            "{legacy_keys:?}"
+        );
         assert!(
             submit_body(&req)
                 .unwrap()
