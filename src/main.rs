@@ -174,7 +174,13 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             let mut config = api.config();
             config.key_secret = common.key_secret()?;
             let ledger = open(&common).await?;
-            payonce_api::serve(config, ledger, clock(), ops::shutdown_signal()).await?;
+            let served = ops::within_grace(ops::API_SHUTDOWN_GRACE, |shutdown| {
+                payonce_api::serve(config, ledger, clock(), shutdown)
+            })
+            .await;
+            if let Some(served) = served {
+                served?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::CreateKey { common, args } => {
@@ -204,7 +210,8 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 },
             )
             .await?;
-            w.run(ops::shutdown_signal()).await;
+            let grace = std::time::Duration::from_millis(worker.shutdown_grace_ms);
+            ops::within_grace(grace, |shutdown| w.run(shutdown)).await;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconciler { common, command } => {
@@ -226,7 +233,8 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         },
                     )
                     .await?;
-                    rec.run(ops::shutdown_signal()).await;
+                    let grace = std::time::Duration::from_millis(w.shutdown_grace_ms);
+                    ops::within_grace(grace, |shutdown| rec.run(shutdown)).await;
                     Ok(ExitCode::SUCCESS)
                 }
                 ReconcilerCommand::Sweep {

@@ -70,6 +70,51 @@ pub async fn probe(url: &str, timeout_ms: u64) -> std::process::ExitCode {
     }
 }
 
+/// How long `payonce api` may take after SIGTERM to finish the requests it is serving (the api has
+/// no `shutdown_grace_ms` of its own: its requests are short, and one blocked on an unreachable
+/// ledger must not hold the process past an orchestrator's patience).
+pub const API_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs a daemon, handing it a shutdown future, until it returns or until `grace` has passed since
+/// SIGTERM (or Ctrl-C), whichever comes first; false if the grace ran out. A daemon blocked on an
+/// unreachable database (a claim waiting for a connection, a request inside a dropped one) then
+/// stops anyway: what it holds is left as a kill would leave it, and payonce is built for kills
+/// (leases expire, the reconciler finishes what was in flight by lookup with the stored key).
+pub async fn within_grace<T, Fut>(
+    grace: std::time::Duration,
+    daemon: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+) -> Option<T>
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let signal = shutdown_signal();
+    tokio::spawn(async move {
+        signal.await;
+        let _ = stop.send(true);
+    });
+    let mut asked = stopping.clone();
+    let shutdown = Box::pin(async move {
+        let _ = asked.wait_for(|s| *s).await;
+    });
+    let mut past = stopping;
+    let deadline = async move {
+        if past.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        done = daemon(shutdown) => Some(done),
+        () = deadline => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64,
+                "shutdown grace passed with work still blocked; stopping now (leases expire and the \
+                 reconciler finishes anything in flight)");
+            None
+        }
+    }
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     // The handlers are registered now, not at the first poll: a SIGTERM that arrives between a

@@ -526,3 +526,78 @@ async fn a_refund_the_restored_ledger_lost_is_recreated_from_its_payment_and_rep
         .unwrap();
     assert_eq!(refunds["data"].as_array().unwrap().len(), 1, "{refunds}");
 }
+
+/// SIGTERM while the database is gone (a failover in progress): the worker, blocked on a claim that
+/// waits for a connection, and the reconciler stop within their `shutdown_grace_ms`, and the api
+/// within its own grace, instead of waiting for the pool's timeouts or an orchestrator's SIGKILL.
+#[tokio::test]
+async fn daemons_stop_within_their_grace_while_the_database_is_gone() {
+    let cluster = crate::support::cluster::Cluster::start();
+    cluster.create_database("ledger").await;
+    let url = cluster.url("ledger");
+    ledger::connect(&url, 1).await.unwrap();
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    const GRACE_MS: u64 = 1_000;
+    let grace = ("PAYONCE_SHUTDOWN_GRACE_MS", "1000");
+    let mut worker = processes::worker_process(&url, &sim, &[grace, ("PAYONCE_POLL_MS", "50")]);
+    let spawn = |args: &[&str]| {
+        tokio::process::Command::new(support::payonce_bin())
+            .args(args)
+            .env("PAYONCE_DATABASE_URL", &url)
+            .env("PAYONCE_KEY_SECRET", KEY_SECRET)
+            .env("PAYONCE_PROCESSOR_URL", sim.base_url())
+            .env("PAYONCE_SHUTDOWN_GRACE_MS", GRACE_MS.to_string())
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let listen = format!("127.0.0.1:{}", crate::serve::free_port());
+    let mut api = spawn(&["api", "--listen", &listen]);
+    let mut reconciler = spawn(&["reconciler", "run", "--sweep-interval-ms", "50"]);
+    crate::support::wait_for("the api is up", Duration::from_secs(20), || {
+        let url = format!("http://{listen}/readyz");
+        async move {
+            let r = reqwest::get(url).await.ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+
+    cluster.kill();
+    // The daemons notice: their next claims, sweeps and probes wait for a connection.
+    crate::support::wait_for("the api is not ready", Duration::from_secs(20), || {
+        let url = format!("http://{listen}/readyz");
+        async move {
+            match reqwest::get(url).await {
+                Ok(r) if r.status().is_success() => None,
+                _ => Some(()),
+            }
+        }
+    })
+    .await;
+    // Within the grace plus start-up slack for a loaded machine; the pools wait 10 s for a
+    // connection, so a daemon that waited for them would miss it.
+    let deadline = Duration::from_millis(GRACE_MS) + Duration::from_secs(4);
+    for (name, child) in [
+        ("worker", &mut worker),
+        ("reconciler", &mut reconciler),
+        ("api", &mut api),
+    ] {
+        let pid = child.id().unwrap().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let exited = tokio::time::timeout(deadline, child.wait()).await;
+        assert!(
+            matches!(exited, Ok(Ok(_))),
+            "{name} still running {deadline:?} after SIGTERM"
+        );
+    }
+}
