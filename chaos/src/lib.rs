@@ -83,6 +83,9 @@ pub struct SoakConfig {
     pub deadline: Duration,
     /// One approved payment in this many is refunded during the chaos (0: no refunds).
     pub refund_every: usize,
+    /// Restarts the ledger's database server once, halfway through the chaos (a test's own
+    /// throwaway cluster: never the shared server); `None`: no restart.
+    pub database_restart: Option<DatabaseRestart>,
     /// Shortest and longest pause between two rounds that terminate every Postgres backend of the
     /// fleet (api, workers, reconciler) during the chaos, as a failover or an operator would;
     /// `None`, or a SQLite ledger: none. The soak's own connections are spared (it is the observer).
@@ -110,8 +113,19 @@ impl SoakConfig {
             deadline: Duration::from_secs(900),
             refund_every: refunds::REFUND_EVERY_DEFAULT,
             terminate_backends_every: Some((Duration::from_secs(2), Duration::from_secs(6))),
+            database_restart: None,
             log: std::env::temp_dir().join(format!("payonce-chaos-{seed}.log")),
         }
+    }
+}
+
+/// Restarts the ledger's database server (blocking until it accepts connections again).
+#[derive(Clone)]
+pub struct DatabaseRestart(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for DatabaseRestart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DatabaseRestart(..)")
     }
 }
 
@@ -244,14 +258,19 @@ impl BackendFaults {
         if Instant::now() < self.next {
             return Ok(());
         }
-        let n: i64 = sqlx::query_scalar(TERMINATE_FLEET_BACKENDS)
+        self.next = Instant::now() + rng.between(self.every.0, self.every.1);
+        match sqlx::query_scalar::<_, i64>(TERMINATE_FLEET_BACKENDS)
             .bind(OBSERVER_APPLICATION)
             .fetch_one(&self.pool)
             .await
-            .context("terminating the fleet's backends")?;
-        self.rounds += 1;
-        self.terminated += n;
-        self.next = Instant::now() + rng.between(self.every.0, self.every.1);
+        {
+            Ok(n) => {
+                self.rounds += 1;
+                self.terminated += n;
+            }
+            // The server is being restarted by the soak itself: this round is skipped.
+            Err(e) => eprintln!("payonce-chaos: a backend termination round failed: {e}"),
+        }
         Ok(())
     }
 }
@@ -272,9 +291,14 @@ async fn progress(ledger: &SharedLedger, phase: &str, started: Instant) {
     }
 }
 
-/// Operations not yet in a final state (ready, executing or unknown).
+/// Operations not yet in a final state (ready, executing or unknown); while the database cannot be
+/// asked (it is being restarted), as many as there could be.
 async fn in_progress(ledger: &SharedLedger) -> anyhow::Result<i64> {
-    let counts = ledger.count_by_status().await?;
+    let counts = match ledger.count_by_status().await {
+        Ok(counts) => counts,
+        Err(e) if e.is_unavailable() => return Ok(i64::MAX),
+        Err(e) => return Err(e.into()),
+    };
     Ok(counts
         .iter()
         .filter(|c| {
@@ -418,7 +442,11 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         assistant,
         targets,
     ));
+    // The refunder's rounds hold this shared; a database restart takes it exclusively, so no refund
+    // is half made when the server goes away.
+    let ledger_pause = std::sync::Arc::new(tokio::sync::RwLock::new(()));
     let refunder = tokio::spawn(refunds::refund_some(
+        ledger_pause.clone(),
         ledger.clone(),
         ops.clone(),
         config.refund_every,
@@ -443,6 +471,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
 
     // Chaos phase: kill at random until everything converged or the window closes.
     let chaos_start = Instant::now();
+    let mut database_restarts = 0;
     let mut last_progress = Instant::now();
     while chaos_start.elapsed() < config.chaos_window {
         if last_progress.elapsed() >= PROGRESS_EVERY {
@@ -453,6 +482,17 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         fleet.respawn_exited(&mut rng, config.failpoint_per_mille)?;
         if let Some(faults) = backend_faults.as_mut() {
             faults.tick(&mut rng).await?;
+        }
+        if let Some(restart) = config.database_restart.as_ref()
+            && database_restarts == 0
+            && chaos_start.elapsed() >= config.chaos_window / 2
+        {
+            let _paused = ledger_pause.write().await;
+            let restart = restart.0.clone();
+            tokio::task::spawn_blocking(move || restart())
+                .await
+                .context("restarting the database")?;
+            database_restarts += 1;
         }
         // Refunds are created as payments succeed: the chaos lasts until they are made too.
         if in_progress(&ledger).await? == 0 && refunder.is_finished() {
@@ -510,6 +550,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     report.sigkills = fleet.sigkills;
     report.reconciler_sigkills = fleet.reconciler_kills;
     report.failpoint_aborts = fleet.failpoint_aborts;
+    report.database_restarts = database_restarts;
     if let Some(faults) = &backend_faults {
         report.backend_terminations = faults.rounds;
         report.backends_terminated = faults.terminated;

@@ -138,6 +138,7 @@ async fn refund(
 /// `deadline`. Runs beside the chaos, so refunds meet the same kills and faults as payments.
 /// `refund_every == 0` refunds nothing.
 pub async fn refund_some(
+    pause: std::sync::Arc<tokio::sync::RwLock<()>>,
     ledger: SharedLedger,
     ops: Vec<PlannedOp>,
     refund_every: usize,
@@ -156,6 +157,8 @@ pub async fn refund_some(
         .collect();
     let mut run = RefundRun::default();
     while !waiting.is_empty() && Instant::now() < deadline {
+        // Held for the round: a database restart waits for it and holds the next one off.
+        let round = pause.read().await;
         let mut still = Vec::new();
         for (plan, id) in waiting {
             let payment = ledger.get(&tenant, &id).await?;
@@ -167,6 +170,7 @@ pub async fn refund_some(
             }
         }
         waiting = still;
+        drop(round);
         if !waiting.is_empty() {
             tokio::time::sleep(POLL).await;
         }

@@ -82,6 +82,8 @@ pub struct SoakReport {
     pub backend_terminations: usize,
     /// Postgres backends of the fleet terminated.
     pub backends_terminated: i64,
+    /// Restarts of the ledger's database server during the chaos.
+    pub database_restarts: usize,
     /// Tool calls sent (duplicates included) and how many of them were duplicates.
     pub tool_calls: usize,
     /// Tool calls sent a second time, concurrently with the first.
@@ -221,6 +223,10 @@ impl fmt::Display for SoakReport {
             (
                 "processes aborted at a failure point".into(),
                 self.failpoint_aborts.to_string(),
+            ),
+            (
+                "database server restarts".into(),
+                self.database_restarts.to_string(),
             ),
             (
                 "Postgres backends terminated (in rounds)".into(),

@@ -3,8 +3,9 @@
 //! quarter of the paid payments made under the same chaos. The long soak is the
 //! same code run by the `payonce-chaos` binary (docs/failure-injection.md).
 
+use crate::support::cluster::Cluster;
 use crate::support::{self, postgres};
-use payonce_chaos::{SoakConfig, run};
+use payonce_chaos::{DatabaseRestart, SoakConfig, run};
 use std::time::Duration;
 
 /// Operations in the CI soak.
@@ -14,7 +15,14 @@ const OPERATIONS: usize = 1_000;
 // thread with the chaos loop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
-    let url = postgres::fresh_database().await;
+    // A cluster of the soak's own: the chaos restarts it once (never the shared server).
+    let cluster = std::sync::Arc::new(Cluster::initdb(
+        postgres::postgres_bin_dir().expect("the soak needs the Postgres server binaries"),
+        "-c max_connections=200",
+    ));
+    cluster.pg_ctl(&["start"]);
+    cluster.create_database("soak").await;
+    let url = cluster.url("soak");
     // A fixed seed by default so CI is repeatable; PAYONCE_CHAOS_SEED replays another plan.
     let seed = std::env::var("PAYONCE_CHAOS_SEED")
         .ok()
@@ -26,6 +34,10 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     // Each reconciler kill stalls sweeping for the fleet's 3 s sweep lease.
     config.reconciler_kills_max = 3;
     config.chaos_window = Duration::from_secs(30);
+    let restarted = cluster.clone();
+    config.database_restart = Some(DatabaseRestart(std::sync::Arc::new(move || {
+        restarted.crash_restart()
+    })));
     config.deadline = Duration::from_secs(150);
     // PAYONCE_CHAOS_REFUND_EVERY=0 measures the soak without refunds (the baseline of docs/failure-injection.md).
     if let Some(every) = std::env::var("PAYONCE_CHAOS_REFUND_EVERY")
@@ -51,7 +63,9 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
     assert!(report.reconciler_sigkills >= 1, "{report}");
     assert!(report.recovered_after_crash > 0, "{report}");
     assert!(report.duplicate_tool_calls > 0, "{report}");
-    // Postgres faults too: every backend of the fleet terminated, round after round.
+    // Postgres faults too: the server restarted once, every backend of the fleet terminated, round
+    // after round.
+    assert_eq!(report.database_restarts, 1, "{report}");
     assert!(report.backend_terminations >= 2, "{report}");
     assert!(report.backends_terminated > 0, "{report}");
     // Refunds ran under the same chaos: none made twice, no payment over-refunded, none lost.
