@@ -2,7 +2,9 @@
 //! operation. Before anything changes, the object the hint names is retrieved from the processor
 //! and its amount, currency, operation id and customer (for a refund: the refunded payment) are checked
 //! against the operation; only the
-//! retrieved object's facts are applied, through the same fenced report path as every lookup.
+//! retrieved object's facts are applied, through the same fenced report path as every lookup. A
+//! lookup by reference that retrieves an object not carrying its operation's id goes through the same
+//! check ([`report_of`], from the sweep).
 //!
 //! - matches: its status is applied (succeeded, failed; still processing: nothing);
 //! - differs, or money moved for an operation nobody approved: `needs_attention` with both facts

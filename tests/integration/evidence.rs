@@ -784,3 +784,53 @@ async fn sim_requests(sim: &Simulator) -> u64 {
         .unwrap();
     v["requests_total"].as_u64().unwrap()
 }
+
+/// An unknown operation whose stored reference names another operation's payment: the lookup by
+/// reference retrieves it, and the same rule as a webhook's (`evidence::report_of`) sends the
+/// operation to a human with both facts, instead of deferring the check forever.
+#[tokio::test]
+async fn a_lookup_finding_another_operations_payment_by_reference_needs_attention() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    let (op, attempt) = executing(&ledger, "INV-E11").await;
+    // The same amount, currency and customer: only the operation it belongs to differs.
+    let other = OperationId::generate();
+    let theirs = pay_at_processor(&sim, &other, 2048, "cus_test").await;
+    let pi = theirs["id"].as_str().unwrap();
+    let unknown = Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: Some(pi.to_string()),
+        next_check_at_ms: now(),
+    };
+    let fence = Fence {
+        id: op.id.clone(),
+        attempt,
+    };
+    ledger
+        .record(&recording(&fence, &unknown, "w"), now())
+        .await
+        .unwrap();
+    let sweep = rec.sweep_once(false).await.unwrap();
+    assert_eq!((sweep.escalated, sweep.deferred), (1, 0), "{sweep:?}");
+    let row = ledger.get(&tenant(), &op.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let why = row.failure_message.unwrap();
+    assert!(
+        why.contains(&format!(
+            "operation id Some({:?}) at the processor, {} approved",
+            other.as_str(),
+            op.id
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!("row says unknown (reference {pi})")),
+        "both facts: {why}"
+    );
+    let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
+    assert_eq!(last.event, "conflicting_report");
+    // Nothing is left to look up.
+    let again = rec.sweep_once(false).await.unwrap();
+    assert_eq!((again.escalated, again.deferred), (0, 0), "{again:?}");
+}

@@ -113,30 +113,35 @@ pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, V
     Ok((status, v))
 }
 
-/// Retrieves `{path}/{reference}` (a payment intent or a refund) and trusts it only when it carries
-/// `operation_id`; `status_of` reads the object's status.
+/// Retrieves `{path}/{reference}` (a payment intent or a refund): `Found` when it carries `operation_id`,
+/// otherwise its facts (`facts_of`), for the caller to check against the operation.
 pub(crate) async fn by_reference(
     p: &StripeProcessor,
     path: &str,
     reference: &str,
     operation_id: &OperationId,
-    status_of: fn(&Value) -> FoundStatus,
+    facts_of: fn(&str, &Value) -> ProcessorObject,
 ) -> LookupOutcome {
     if !is_id(reference) {
         return unavailable(format!("stored reference {reference:?} is not a Stripe id"));
     }
     let url = format!("{}{path}/{reference}", p.config.api_base);
     match get_json(p, url).await {
-        Ok((200, object)) => match operation_of(&object) {
-            // A reference is only trusted when it carries this operation's id.
-            Some(op) if op == operation_id.as_str() => LookupOutcome::Found {
-                reference: reference.to_string(),
-                status: status_of(&object),
-            },
-            other => unavailable(format!(
-                "{reference} belongs to operation {other:?}, not {operation_id}"
-            )),
-        },
+        Ok((200, object)) => {
+            let facts = facts_of(reference, &object);
+            if facts.operation_id.as_deref() == Some(operation_id.as_str()) {
+                LookupOutcome::Found {
+                    reference: reference.to_string(),
+                    status: facts.status,
+                }
+            } else {
+                // Whose it is and what that means is decided by the rule webhooks go through,
+                // not here: "unavailable" would defer the operation forever.
+                LookupOutcome::Unmatched {
+                    object: Box::new(facts),
+                }
+            }
+        }
         // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
         Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
         Ok((429, v)) => LookupOutcome::RateLimited {
@@ -283,7 +288,7 @@ pub(crate) async fn run(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupO
                 "/v1/payment_intents",
                 reference,
                 query.operation_id,
-                found_status,
+                object_of,
             )
             .await
         }

@@ -256,14 +256,7 @@ async fn by_list(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOu
 pub(crate) async fn lookup(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -> LookupOutcome {
     match query.reference {
         Some(reference) => {
-            by_reference(
-                p,
-                "/v1/refunds",
-                reference,
-                query.operation_id,
-                found_status,
-            )
-            .await
+            by_reference(p, "/v1/refunds", reference, query.operation_id, object_of).await
         }
         None => by_list(p, query).await,
     }
