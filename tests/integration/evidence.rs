@@ -834,3 +834,65 @@ async fn a_lookup_finding_another_operations_payment_by_reference_needs_attentio
     let again = rec.sweep_once(false).await.unwrap();
     assert_eq!((again.escalated, again.deferred), (0, 0), "{again:?}");
 }
+
+/// A signed webhook whose metadata names operation A about a payment the processor holds for
+/// operation B: the retrieved object's metadata says whose it is. B is checked and settled; A, which
+/// nobody approved, is not sent to a human as a payment without approval (the runbook would refund
+/// B's legitimate payment); the hint is closed saying it named the wrong operation.
+#[tokio::test]
+async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_object_belongs_to() {
+    let (ledger, url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    let named = unapproved(&ledger, "INV-E12").await;
+    let (owner, _) = executing(&ledger, "INV-E13").await;
+    let pi = pay_at_processor(&sim, &owner.id, 2048, "cus_test").await;
+    let mut misnamed = slim(&pi);
+    misnamed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
+    let events_before = ledger.events_unscoped(&named.id).await.unwrap().len();
+    let stored = deliver(
+        &ledger,
+        &delivery("evt_e12", "payment_intent.succeeded", misnamed),
+    )
+    .await;
+    assert!(stored.pending_check, "{stored:?}");
+
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        (pass.applied, pass.without_approval, pass.mismatched),
+        (1, 0, 0),
+        "{pass:?}"
+    );
+    let a = ledger.get(&tenant(), &named.id).await.unwrap();
+    assert_eq!(
+        (a.status, a.external_ref),
+        (Status::AwaitingApproval, None),
+        "the named operation is untouched"
+    );
+    assert_eq!(
+        ledger.events_unscoped(&named.id).await.unwrap().len(),
+        events_before
+    );
+    let b = ledger.get(&tenant(), &owner.id).await.unwrap();
+    assert_eq!(
+        (b.status, b.external_ref.as_deref()),
+        (Status::Succeeded, pi["id"].as_str())
+    );
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let outcome: Option<String> =
+        sqlx::query_scalar("SELECT outcome FROM processor_events WHERE event_id = 'evt_e12'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let outcome = outcome.unwrap();
+    assert!(
+        outcome.contains(named.id.as_str()) && outcome.contains(owner.id.as_str()),
+        "{outcome}"
+    );
+    let page = metrics_of(&rec, &ledger).await;
+    assert!(
+        page.contains("payonce_payment_without_approval_total 0\n")
+            && page.contains("payonce_webhook_evidence_mismatch_total 1\n"),
+        "the wrong name is an alert of its own: {page}"
+    );
+}
