@@ -4,7 +4,7 @@
 //! [`RELEASED`]: awaiting approval, ready, executing, unknown, needs attention and succeeded) plus
 //! the new refund's amount never exceed the payment's amount, and only a succeeded payment of the
 //! same tenant is refunded. One `INSERT ... SELECT` checks it and inserts; on Postgres it runs in a
-//! transaction after locking the payment's row ([`Dialect::LOCK_REFUNDED_PAYMENT`]), so a second
+//! transaction after locking the payment's row ([`Dialect::LOCK_OPERATION`]), so a second
 //! refund racing for the same money waits and then sees the first; SQLite's one writer makes the
 //! statement atomic by itself. Only creation adds to the sum; every later move of a refund keeps or
 //! releases its money, except a contradicting processor report on a released refund (the processor
@@ -104,7 +104,7 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         let payment = of.payment_operation();
         let hash = d.hash();
         let mut tx = self.0.begin().await?;
-        if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
+        if let Some(lock) = DB::LOCK_OPERATION {
             DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment)).await?;
         }
         let inserted = insert(INSERT_REFUND.as_str(), &new, &hash, now).bind(payment);
