@@ -889,10 +889,29 @@ async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_ob
         outcome.contains(named.id.as_str()) && outcome.contains(owner.id.as_str()),
         "{outcome}"
     );
+    // An object carrying an operation id this ledger does not have: nothing is applied anywhere.
+    let foreign = pay_at_processor(&sim, &OperationId::generate(), 2048, "cus_test").await;
+    let mut misnamed = slim(&foreign);
+    misnamed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
+    deliver(
+        &ledger,
+        &delivery("evt_e12_foreign", "payment_intent.succeeded", misnamed),
+    )
+    .await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        (pass.closed, pass.misnamed, pass.without_approval),
+        (1, 1, 0),
+        "{pass:?}"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &named.id).await.unwrap().status,
+        Status::AwaitingApproval
+    );
     let page = metrics_of(&rec, &ledger).await;
     assert!(
         page.contains("payonce_payment_without_approval_total 0\n")
-            && page.contains("payonce_webhook_evidence_mismatch_total 1\n"),
-        "the wrong name is an alert of its own: {page}"
+            && page.contains("payonce_webhook_evidence_mismatch_total 2\n"),
+        "the wrong name is an alert: {page}"
     );
 }
