@@ -14,7 +14,7 @@ use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::{Operation, Role};
 use payonce_shared::state::Status;
-use payonce_simulator::{RateLimits, SimulatorConfig};
+use payonce_simulator::{RateLimits, SimulatorConfig, payment_audit};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -414,10 +414,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             },
         )
         .await?;
-    let audit: serde_json::Value =
-        reqwest_get_json(&format!("{}/_sim/audit/payments", stack.processor_url))
-            .await
-            .context("reading the simulator audit")?;
+    let audit = payment_audit::read_all(&http, &stack.processor_url, payment_audit::PAGE_SIZE_MAX)
+        .await
+        .context("reading the simulator audit")?;
     let payments = audit_count(&audit, op_id.as_str());
     p.done(&format!(
         "outcome: {} ({}); payments at the processor for this operation: {payments}",
@@ -455,34 +454,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn reqwest_get_json(url: &str) -> anyhow::Result<serde_json::Value> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
-    Ok(client
-        .get(url)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?)
-}
-
 /// Counts audit entries whose metadata names the operation.
-fn audit_count(audit: &serde_json::Value, operation: &str) -> usize {
-    let rows = audit
-        .get("data")
-        .or_else(|| audit.get("payments"))
-        .and_then(|d| d.as_array());
-    rows.map_or(0, |rows| {
-        rows.iter()
-            .filter(|r| {
-                r.pointer("/metadata/payonce_operation_id")
-                    .and_then(|v| v.as_str())
-                    == Some(operation)
-            })
-            .count()
-    })
+fn audit_count(audit: &[serde_json::Value], operation: &str) -> usize {
+    audit
+        .iter()
+        .filter(|r| {
+            r.pointer("/metadata/payonce_operation_id")
+                .and_then(|v| v.as_str())
+                == Some(operation)
+        })
+        .count()
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use payonce_shared::details::{Details, DetailsHash, OperationKind, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::refunds::RefundTotals;
+use payonce_shared::ledger::refunds::{PROPOSAL_KEY_PREFIX, RefundTotals};
 use payonce_shared::ledger::{LedgerError, NewApproval, NewOperation, Operation, Role};
 use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
@@ -140,7 +140,8 @@ pub async fn create_refund(
 
 /// The assistant's proposal: the existing refund for the same payment and amount (whatever its
 /// state or reason), or a new one awaiting approval. Its business key is the payment and amount, so
-/// asking again never proposes a second refund of the same money.
+/// asking again never proposes a second refund of the same money; the ledger bounds and expires
+/// proposals by that key's prefix (`ledger::refunds::PROPOSALS_OPEN_MAX`, `PROPOSAL_TTL`).
 pub async fn propose(
     state: &AppState,
     caller: &Caller,
@@ -150,7 +151,7 @@ pub async fn propose(
 ) -> Result<Operation, RefundError> {
     let details = details_of(state, &caller.tenant, payment, amount, reason).await?;
     let key = format!(
-        "refund-proposal:{}:{}",
+        "{PROPOSAL_KEY_PREFIX}{}:{}",
         payment.as_str(),
         details.money().amount_minor()
     );
@@ -175,6 +176,12 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<OperationView>), HttpError> {
     caller.require(&[Role::Service], "create refunds")?;
     let business_key = BusinessKey::parse(&body.business_key).map_err(invalid)?;
+    // The prefix marks an assistant's proposal, which the ledger bounds and lets expire.
+    if business_key.as_str().starts_with(PROPOSAL_KEY_PREFIX) {
+        return Err(invalid(format!(
+            "business_key: keys starting with {PROPOSAL_KEY_PREFIX} are reserved for assistants' proposals"
+        )));
+    }
     let payment = OperationId::parse(&body.payment_operation_id)
         .map_err(|e| invalid(format!("payment_operation_id: {e}")))?;
     let reason = RefundReason::parse(&body.reason).map_err(invalid)?;

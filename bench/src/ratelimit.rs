@@ -9,7 +9,7 @@ use crate::load::{self, Kind};
 use crate::process::{free_port, metric_sum, sigterm, succeeded};
 use anyhow::Context;
 use payonce_shared::ledger::SharedLedger;
-use payonce_simulator::{RateLimits, Simulator, SimulatorConfig};
+use payonce_simulator::{RateLimits, Simulator, SimulatorConfig, payment_audit};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -366,11 +366,13 @@ pub async fn drain(
 
 /// (payments, distinct operation ids among them) at the simulator.
 async fn payments_by_operation(base: &str) -> anyhow::Result<(u64, u64)> {
-    let body: serde_json::Value = reqwest::get(format!("{base}/_sim/audit/payments"))
-        .await?
-        .json()
-        .await?;
-    let data = body["data"].as_array().context("payments audit")?;
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let data = payment_audit::read_all(&http, base, payment_audit::PAGE_SIZE_MAX)
+        .await
+        .context("payments audit")?;
     let ops: HashSet<&str> = data
         .iter()
         .filter_map(|p| p["metadata"]["payonce_operation_id"].as_str())

@@ -7,22 +7,17 @@ use anyhow::Context;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::state::Status;
-use payonce_simulator::Simulator;
+use payonce_simulator::{Simulator, payment_audit};
 use std::collections::HashMap;
 
-/// Successful payments per operation id, from `GET /_sim/audit/payments`.
+/// Successful payments per operation id, from every page of `GET /_sim/audit/payments`.
 pub async fn successful_payments(
     http: &reqwest::Client,
     sim: &Simulator,
 ) -> anyhow::Result<HashMap<String, usize>> {
-    let body: serde_json::Value = http
-        .get(format!("{}/_sim/audit/payments", sim.base_url()))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let rows = body["data"].as_array().context("audit has no data array")?;
+    let rows = payment_audit::read_all(http, &sim.base_url(), payment_audit::PAGE_SIZE_MAX)
+        .await
+        .context("reading the simulator's payment audit")?;
     let mut paid: HashMap<String, usize> = HashMap::new();
     for p in rows.iter().filter(|p| p["status"] == "succeeded") {
         let op = p["metadata"]["payonce_operation_id"].as_str().unwrap_or("");

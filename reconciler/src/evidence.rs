@@ -2,11 +2,15 @@
 //! operation. Before anything changes, the object the hint names is retrieved from the processor
 //! and its amount, currency, operation id and customer (for a refund: the refunded payment) are checked
 //! against the operation; only the
-//! retrieved object's facts are applied, through the same fenced report path as every lookup.
+//! retrieved object's facts are applied, through the same fenced report path as every lookup. A
+//! lookup by reference that retrieves an object not carrying its operation's id goes through the same
+//! check ([`report_of`], from the sweep).
 //!
 //! - matches: its status is applied (succeeded, failed; still processing: nothing);
 //! - differs, or money moved for an operation nobody approved: `needs_attention` with both facts
 //!   and an alert distinct from ordinary escalations;
+//! - carries another operation's id than the hint named: checked against, and applied to, that
+//!   operation; the named one is left untouched and the hint closed saying so, with an alert;
 //! - no such object: nothing is applied (a hint is not evidence), the hint is closed with an alert;
 //! - the processor cannot be asked: the hint stays pending and is retried with backoff.
 //!
@@ -15,6 +19,7 @@
 use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
+use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{
     Applied, ApplyReport, Declined, LedgerError, Operation, Paid, ProcessorEventKey, Recovery,
     Report, StoredProcessorEvent,
@@ -53,6 +58,9 @@ pub struct HintReport {
     pub without_approval: u32,
     /// Hints naming an object the processor does not have: nothing applied.
     pub unproven: u32,
+    /// Hints naming another operation than the one the object carries: checked against and applied to
+    /// the object's operation (counted above too), the named one left untouched.
+    pub misnamed: u32,
     /// Ledger errors that left a hint pending.
     pub errors: u32,
 }
@@ -234,15 +242,44 @@ async fn check_one(
                 .await;
         }
     };
+    // The processor's object says whose it is: a hint naming another operation is checked against,
+    // and applied to, the one the object carries; the named one is left alone (someone else's real
+    // payment must never make it "a payment without approval", which the runbook refunds).
+    let named = op.id.clone();
+    let Some(op) = owner_of(ledger, op, &object).await? else {
+        report.closed += 1;
+        report.misnamed += 1;
+        metrics.webhook_mismatches.inc();
+        tracing::error!(alert = "webhook_lookup_mismatch", event_id = %hint.event_id, operation = %named,
+            %reference, carried = ?object.operation_id,
+            "a signed webhook names an operation its object does not belong to; nothing applied");
+        return close(format!(
+            "closed: {reference} carries operation id {:?}, not an operation of this ledger; the hint \
+             named {named}, left untouched",
+            object.operation_id
+        ))
+        .await;
+    };
+    let misnamed = if op.id == named {
+        String::new()
+    } else {
+        report.misnamed += 1;
+        metrics.webhook_mismatches.inc();
+        tracing::error!(alert = "webhook_lookup_mismatch", event_id = %hint.event_id, named = %named,
+            operation = %op.id, %reference,
+            "a signed webhook names another operation than the one its object belongs to; checked against that one");
+        format!("; the hint named {named}, left untouched")
+    };
     let Some(checked) = report_of(&op, &object) else {
         report.closed += 1;
         return close(format!(
-            "checked: {reference} is still in progress at the processor; nothing applied"
+            "checked: {reference} of {} is still in progress at the processor; nothing applied{misnamed}",
+            op.id
         ))
         .await;
     };
     let source = format!(
-        "webhook {} checked by retrieving {reference}",
+        "webhook {} checked by retrieving {reference}{misnamed}",
         hint.event_id
     );
     let applied = match ledger
@@ -283,5 +320,29 @@ async fn check_one(
             metrics.hints_applied.inc();
         }
     }
-    close(format!("checked: {applied:?}")).await
+    close(format!("checked: {applied:?} on {}{misnamed}", op.id)).await
+}
+
+/// The operation `object` belongs to when a hint named `named`: `named` itself, unless the object is
+/// not its ([`differences`]) and carries another operation's id; `None` when that id is not an
+/// operation of this ledger.
+async fn owner_of(
+    ledger: &dyn Recovery,
+    named: Operation,
+    object: &ProcessorObject,
+) -> Result<Option<Operation>, LedgerError> {
+    let carried = object
+        .operation_id
+        .as_deref()
+        .and_then(|id| OperationId::parse(id).ok());
+    match carried {
+        Some(id) if id != named.id && !differences(&named, object).is_empty() => {
+            match ledger.get_unscoped(&id).await {
+                Ok(owner) => Ok(Some(owner)),
+                Err(LedgerError::NotFound) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        _ => Ok(Some(named)),
+    }
 }

@@ -293,6 +293,10 @@ fn summarize(lookup: &LookupOutcome) -> String {
             format!("lookup rate limited by the processor; try again shortly: {reason}")
         }
         LookupOutcome::Unavailable { reason } => format!("lookup unavailable: {reason}"),
+        LookupOutcome::Unmatched { object } => format!(
+            "{} carries operation id {:?}, not this one's; the reconciler checks it against this operation",
+            object.reference, object.operation_id
+        ),
     }
 }
 

@@ -2,7 +2,9 @@
 //! 1. expired leases: nothing submitted → `ready`; a submission recorded → `unknown`;
 //! 2. unknown outcomes: look up; found → record it; pending → poll later; not found while the key's
 //!    retention window is open → retry with the SAME key; not found after it → resubmit only on a
-//!    consistent lookup and an explicit policy, else `needs_attention`; lookup unavailable → back off.
+//!    consistent lookup and an explicit policy, else `needs_attention`; lookup unavailable → back off;
+//!    the stored reference names an object without the operation's id → checked as a webhook's object
+//!    is ([`crate::evidence::report_of`]): a contradiction is `needs_attention` with both facts.
 //!
 //! 3. webhook hints: retrieve the object each stored webhook names, check it against the operation,
 //!    apply only what the processor holds ([`crate::evidence`]).
@@ -232,6 +234,16 @@ impl Reconciler {
             LookupOutcome::Unavailable { reason } => {
                 Decision::Defer(format!("lookup unavailable: {reason}"))
             }
+            // The object the stored reference names is not plainly this operation's: the rule a
+            // webhook's object goes through decides, so a contradiction reaches a human with both
+            // facts instead of being looked up again forever.
+            LookupOutcome::Unmatched { object } => match crate::evidence::report_of(op, &object) {
+                Some(report) => Decision::Record(report),
+                None => Decision::Poll(format!(
+                    "{} is still in progress at the processor",
+                    object.reference
+                )),
+            },
         }
     }
 

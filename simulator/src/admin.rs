@@ -7,7 +7,7 @@ use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -77,16 +77,51 @@ pub(crate) async fn list_faults(State(app): State<Shared>) -> Response {
     Json(json!({ "rules": app.faults.rules() })).into_response()
 }
 
-/// `GET /_sim/audit/payments`: every PaymentIntent, oldest first.
-pub(crate) async fn audit_payments(State(app): State<Shared>) -> Response {
+/// `GET /_sim/audit/payments?limit=&starting_after=`: PaymentIntents, oldest first, a page at a time
+/// like a Stripe list (`limit` 1 to [`AUDIT_PAYMENTS_MAX`], which is also the default; `has_more`
+/// says another page follows `starting_after` the last id). A page, never a silent cut.
+pub(crate) async fn audit_payments(State(app): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Page {
+        limit: Option<i64>,
+        starting_after: Option<String>,
+    }
+    let page: Page = match serde_urlencoded::from_str(raw.as_deref().unwrap_or("")) {
+        Ok(p) => p,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("expected limit and starting_after only: {e}"),
+            );
+        }
+    };
+    let limit = page.limit.unwrap_or(AUDIT_PAYMENTS_MAX);
+    if !(1..=AUDIT_PAYMENTS_MAX).contains(&limit) {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            format!("limit must be 1 to {AUDIT_PAYMENTS_MAX}"),
+        );
+    }
     let worker = app.clone();
     let rows = detached(async move {
         settle_due(&worker).await?;
-        worker.store.all_payments(AUDIT_PAYMENTS_MAX).await
+        let after_seq = match &page.starting_after {
+            None => 0,
+            Some(id) => match worker.store.payment(id).await? {
+                Some(row) => row.seq,
+                None => return Ok(None),
+            },
+        };
+        // One more than the page: whether another page follows.
+        let rows = worker.store.payments_after(after_seq, limit + 1).await?;
+        Ok(Some(rows))
     })
     .await;
     match rows {
-        Ok(rows) => {
+        Ok(Some(mut rows)) => {
+            let has_more = rows.len() as i64 > limit;
+            rows.truncate(limit as usize);
             let data: Vec<Value> = rows
                 .iter()
                 .map(|r| {
@@ -105,8 +140,12 @@ pub(crate) async fn audit_payments(State(app): State<Shared>) -> Response {
                     })
                 })
                 .collect();
-            Json(json!({ "data": data })).into_response()
+            Json(json!({ "object": "list", "data": data, "has_more": has_more })).into_response()
         }
+        Ok(None) => admin_error(
+            StatusCode::BAD_REQUEST,
+            "no such payment_intent given as starting_after",
+        ),
         Err(e) => {
             tracing::error!(error = %e, "simulator payment audit failed");
             admin_error(StatusCode::INTERNAL_SERVER_ERROR, "audit failed")

@@ -9,6 +9,7 @@
 //! - `routes`: the HTTP surface (Stripe API under `/v1`, admin under `/_sim`).
 //! - `payment_intents`, `refunds` (create, settle), `refund_reads` (retrieve, list), `events`: the Stripe resources.
 //! - `admin`: fault rules, audits and health for tests.
+//! - [`payment_audit`]: reading every page of the payment audit, for callers outside the simulator.
 //! - `audit`: the recent requests and the parameter names each sent.
 //! - `cards`: the test payment methods and the outcome each one decides.
 //! - `form`: form-encoded parameter parsing and validation, Stripe's way.
@@ -39,6 +40,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod config;
+pub mod payment_audit;
 
 mod admin;
 mod audit;

@@ -31,7 +31,8 @@ pub(crate) const REQUEST_AUDIT_MAX: usize = 1000;
 /// Farthest one `POST /_sim/clock` may move the simulator's clock (a year: past Stripe's 24 h key
 /// retention and any settle delay, short of overflowing a timestamp).
 pub(crate) const CLOCK_ADVANCE_MS_MAX: i64 = 366 * 24 * 60 * 60 * 1000;
-/// Most payments returned by the payment audit.
+/// Most payments on one page of the payment audit, and its page size when none is asked for
+/// (`has_more` says another page follows).
 pub(crate) const AUDIT_PAYMENTS_MAX: i64 = 10_000;
 /// Most refunds returned by the refund audit.
 pub(crate) const AUDIT_REFUNDS_MAX: i64 = 10_000;

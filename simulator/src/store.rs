@@ -168,10 +168,10 @@ const SELECT_PAYMENTS_VISIBLE: &str = concat!(
     payment_columns!(),
     " FROM payment_intents WHERE created_ms <= ?1 ORDER BY seq DESC LIMIT ?2"
 );
-const SELECT_PAYMENTS_ALL: &str = concat!(
+const SELECT_PAYMENTS_AFTER: &str = concat!(
     "SELECT ",
     payment_columns!(),
-    " FROM payment_intents ORDER BY seq ASC LIMIT ?1"
+    " FROM payment_intents WHERE seq > ?1 ORDER BY seq ASC LIMIT ?2"
 );
 const SELECT_PROCESSING_DUE: &str = concat!(
     "SELECT ",
@@ -459,9 +459,14 @@ impl Store {
         rows.iter().map(payment_row).collect()
     }
 
-    /// Every PaymentIntent, oldest first, up to `limit`.
-    pub(crate) async fn all_payments(&self, limit: i64) -> Result<Vec<PaymentRow>, sqlx::Error> {
-        let rows = sqlx::query(SELECT_PAYMENTS_ALL)
+    /// PaymentIntents created after the one numbered `after_seq`, oldest first, up to `limit`.
+    pub(crate) async fn payments_after(
+        &self,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<PaymentRow>, sqlx::Error> {
+        let rows = sqlx::query(SELECT_PAYMENTS_AFTER)
+            .bind(after_seq)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;

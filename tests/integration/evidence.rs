@@ -784,3 +784,134 @@ async fn sim_requests(sim: &Simulator) -> u64 {
         .unwrap();
     v["requests_total"].as_u64().unwrap()
 }
+
+/// An unknown operation whose stored reference names another operation's payment: the lookup by
+/// reference retrieves it, and the same rule as a webhook's (`evidence::report_of`) sends the
+/// operation to a human with both facts, instead of deferring the check forever.
+#[tokio::test]
+async fn a_lookup_finding_another_operations_payment_by_reference_needs_attention() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    let (op, attempt) = executing(&ledger, "INV-E11").await;
+    // The same amount, currency and customer: only the operation it belongs to differs.
+    let other = OperationId::generate();
+    let theirs = pay_at_processor(&sim, &other, 2048, "cus_test").await;
+    let pi = theirs["id"].as_str().unwrap();
+    let unknown = Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: Some(pi.to_string()),
+        next_check_at_ms: now(),
+    };
+    let fence = Fence {
+        id: op.id.clone(),
+        attempt,
+    };
+    ledger
+        .record(&recording(&fence, &unknown, "w"), now())
+        .await
+        .unwrap();
+    let sweep = rec.sweep_once(false).await.unwrap();
+    assert_eq!((sweep.escalated, sweep.deferred), (1, 0), "{sweep:?}");
+    let row = ledger.get(&tenant(), &op.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let why = row.failure_message.unwrap();
+    assert!(
+        why.contains(&format!(
+            "operation id Some({:?}) at the processor, {} approved",
+            other.as_str(),
+            op.id
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!("row says unknown (reference {pi})")),
+        "both facts: {why}"
+    );
+    let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
+    assert_eq!(last.event, "conflicting_report");
+    // Nothing is left to look up.
+    let again = rec.sweep_once(false).await.unwrap();
+    assert_eq!((again.escalated, again.deferred), (0, 0), "{again:?}");
+}
+
+/// A signed webhook whose metadata names operation A about a payment the processor holds for
+/// operation B: the retrieved object's metadata says whose it is. B is checked and settled; A, which
+/// nobody approved, is not sent to a human as a payment without approval (the runbook would refund
+/// B's legitimate payment); the hint is closed saying it named the wrong operation.
+#[tokio::test]
+async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_object_belongs_to() {
+    let (ledger, url) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    let named = unapproved(&ledger, "INV-E12").await;
+    let (owner, _) = executing(&ledger, "INV-E13").await;
+    let pi = pay_at_processor(&sim, &owner.id, 2048, "cus_test").await;
+    let mut misnamed = slim(&pi);
+    misnamed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
+    let events_before = ledger.events_unscoped(&named.id).await.unwrap().len();
+    let stored = deliver(
+        &ledger,
+        &delivery("evt_e12", "payment_intent.succeeded", misnamed),
+    )
+    .await;
+    assert!(stored.pending_check, "{stored:?}");
+
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        (pass.applied, pass.without_approval, pass.mismatched),
+        (1, 0, 0),
+        "{pass:?}"
+    );
+    let a = ledger.get(&tenant(), &named.id).await.unwrap();
+    assert_eq!(
+        (a.status, a.external_ref),
+        (Status::AwaitingApproval, None),
+        "the named operation is untouched"
+    );
+    assert_eq!(
+        ledger.events_unscoped(&named.id).await.unwrap().len(),
+        events_before
+    );
+    let b = ledger.get(&tenant(), &owner.id).await.unwrap();
+    assert_eq!(
+        (b.status, b.external_ref.as_deref()),
+        (Status::Succeeded, pi["id"].as_str())
+    );
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let outcome: Option<String> =
+        sqlx::query_scalar("SELECT outcome FROM processor_events WHERE event_id = 'evt_e12'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let outcome = outcome.unwrap();
+    assert!(
+        outcome.contains(named.id.as_str()) && outcome.contains(owner.id.as_str()),
+        "{outcome}"
+    );
+    // An object carrying an operation id this ledger does not have: nothing is applied anywhere.
+    let foreign = pay_at_processor(&sim, &OperationId::generate(), 2048, "cus_test").await;
+    let mut misnamed = slim(&foreign);
+    misnamed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
+    deliver(
+        &ledger,
+        &delivery("evt_e12_foreign", "payment_intent.succeeded", misnamed),
+    )
+    .await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        (pass.closed, pass.misnamed, pass.without_approval),
+        (1, 1, 0),
+        "{pass:?}"
+    );
+    assert_eq!(
+        ledger.get(&tenant(), &named.id).await.unwrap().status,
+        Status::AwaitingApproval
+    );
+    let page = metrics_of(&rec, &ledger).await;
+    assert!(
+        page.contains("payonce_payment_without_approval_total 0\n")
+            && page.contains("payonce_webhook_evidence_mismatch_total 2\n"),
+        "the wrong name is an alert: {page}"
+    );
+}

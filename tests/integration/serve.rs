@@ -172,15 +172,14 @@ async fn serve_pays_once(name: &str, database_url: &str) {
         op["external_ref"].as_str().unwrap().starts_with("pi_"),
         "{op}"
     );
-    let payments: serde_json::Value = reqwest::get(format!("{processor}/_sim/audit/payments"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ours = payments["data"]
-        .as_array()
-        .unwrap()
+    let payments = payonce_simulator::payment_audit::read_all(
+        &crate::api::http_client(),
+        &processor,
+        payonce_simulator::payment_audit::PAGE_SIZE_MAX,
+    )
+    .await
+    .unwrap();
+    let ours = payments
         .iter()
         .filter(|p| p["metadata"]["payonce_operation_id"] == id.as_str())
         .count();

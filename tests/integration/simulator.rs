@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::support::wait_for;
-use payonce_simulator::{RateLimits, Simulator, SimulatorConfig, sign_payload};
+use payonce_simulator::{RateLimits, Simulator, SimulatorConfig, payment_audit, sign_payload};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -164,12 +164,11 @@ impl Sim {
             .unwrap()
     }
 
-    /// Every PaymentIntent, oldest first.
+    /// Every PaymentIntent, oldest first (every page of the audit).
     pub async fn payments(&self) -> Vec<Value> {
-        self.admin("/_sim/audit/payments").await["data"]
-            .as_array()
+        payment_audit::read_all(&self.http, &self.base, payment_audit::PAGE_SIZE_MAX)
+            .await
             .unwrap()
-            .clone()
     }
 
     /// Payments created under `key`.
@@ -1435,5 +1434,64 @@ async fn http2_connections_may_carry_the_named_number_of_streams() {
     );
     drop(client);
     driver.abort();
+    s.sim.shutdown().await;
+}
+
+/// The payment audit is paged like a Stripe list (`limit`, `starting_after`, `has_more`), oldest
+/// first, so it never stops silently at a page's worth of payments; a small `limit` stands in for
+/// 10,000 real payments.
+#[tokio::test]
+async fn the_payment_audit_is_paged_and_every_page_is_read() {
+    const PAYMENTS: usize = 5;
+    let s = start_default().await;
+    let mut made = Vec::new();
+    for i in 0..PAYMENTS {
+        let answer = s
+            .post(
+                "/v1/payment_intents",
+                None,
+                &create_form(2048, "pm_card_visa", &format!("op_audit{i}")),
+            )
+            .await;
+        made.push(answer.json()["id"].as_str().unwrap().to_string());
+    }
+    let mut pages = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let query = match &after {
+            None => "limit=2".to_string(),
+            Some(id) => format!("limit=2&starting_after={id}"),
+        };
+        let page = s.admin(&format!("/_sim/audit/payments?{query}")).await;
+        let ids: Vec<String> = page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["id"].as_str().unwrap().to_string())
+            .collect();
+        assert!(ids.len() <= 2, "{page}");
+        let has_more = page["has_more"].as_bool().unwrap();
+        after = ids.last().cloned();
+        pages.push(ids);
+        if !has_more {
+            break;
+        }
+    }
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert_eq!(pages.concat(), made, "every payment once, oldest first");
+    // The reader every caller uses follows the pages the same way.
+    let read = payment_audit::read_all(&s.http, &s.base, 2).await.unwrap();
+    let read: Vec<&str> = read.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(read, made);
+    assert_eq!(s.payments().await.len(), PAYMENTS, "one default page");
+    for bad in [
+        "limit=0",
+        "limit=10001",
+        "starting_after=pi_unknown",
+        "page=2",
+    ] {
+        let answer = s.get(&format!("/_sim/audit/payments?{bad}")).await;
+        assert_eq!(answer.status, 400, "{bad}");
+    }
     s.sim.shutdown().await;
 }

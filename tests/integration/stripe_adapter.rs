@@ -471,10 +471,15 @@ async fn a_reference_of_another_operation_is_not_trusted() {
     let a = Op::new("pm_card_visa");
     let reference = reference_of(&a.submit(&p).await).unwrap();
     let b = Op::new("pm_card_visa");
-    assert!(matches!(
-        b.lookup(&p, Some(&reference)).await,
-        LookupOutcome::Unavailable { .. }
-    ));
+    // Not found for b: its facts, naming a, for the reconciler to check against b.
+    match b.lookup(&p, Some(&reference)).await {
+        LookupOutcome::Unmatched { object } => {
+            assert_eq!(object.reference, reference);
+            assert_eq!(object.operation_id.as_deref(), Some(a.id.as_str()));
+            assert!(matches!(object.status, FoundStatus::Succeeded { .. }));
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
         b.lookup(&p, Some("pi_doesNotExist")).await,
         LookupOutcome::Unavailable { .. }

@@ -152,10 +152,14 @@ async fn a_refund_succeeds_replays_and_is_found_by_reference_by_list_and_by_retr
         other.lookup(&p, None).await,
         LookupOutcome::NotFound { consistent: true }
     );
-    assert!(matches!(
-        other.lookup(&p, Some(reference)).await,
-        LookupOutcome::Unavailable { .. }
-    ));
+    // By reference: the Refund's facts, naming this one's operation, for the reconciler to check.
+    match other.lookup(&p, Some(reference)).await {
+        LookupOutcome::Unmatched { object } => {
+            assert_eq!(object.operation_id.as_deref(), Some(op.id.as_str()));
+            assert_eq!(object.payment_reference.as_deref(), Some(pi.as_str()));
+        }
+        unexpected => panic!("{unexpected:?}"),
+    }
     s.sim.shutdown().await;
 }
 

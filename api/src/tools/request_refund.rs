@@ -8,7 +8,8 @@ use crate::auth::Caller;
 use crate::refunds::{self, RefundError};
 use payonce_shared::details::RefundReason;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::LedgerError;
+use payonce_shared::ledger::refunds::{PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
+use payonce_shared::ledger::{LedgerError, LimitError};
 use payonce_shared::money::AMOUNT_MINOR_MAX;
 use serde_json::{Value, json};
 
@@ -168,6 +169,15 @@ pub async fn run(
                  refunds that succeeded or are still in progress). Nothing was proposed."
             );
             return (Some(payment), refused("over_refund", message));
+        }
+        Err(RefundError::Ledger(LedgerError::Limit(LimitError::RefundProposals))) => {
+            let message = format!(
+                "This payment already has {PROPOSALS_OPEN_MAX} refund proposals awaiting approval by a person at \
+                 the merchant. Nothing was proposed. Wait until one is approved or declined; a proposal nobody \
+                 approves lapses after {} hours.",
+                PROPOSAL_TTL.as_secs() / 3600
+            );
+            return (Some(payment), refused("too_many_proposals", message));
         }
         Err(RefundError::Ledger(LedgerError::NotRefundable { why, .. })) => {
             return (

@@ -137,7 +137,11 @@ impl<DB: Dialect> Approvals for Store<DB> {
             open_max,
             code: None,
         });
-        Ok(self.execute(stmt).await? == 1)
+        let mut tx = self.begin().await?;
+        verification::lock_operation(&mut tx, &link.operation_id).await?;
+        let inserted = DB::execute(&mut *tx, stmt).await? == 1;
+        tx.commit().await?;
+        Ok(inserted)
     }
 
     async fn approval_link(&self, token_hash: &str) -> Result<Option<ApprovalLink>, LedgerError> {

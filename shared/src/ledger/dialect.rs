@@ -8,7 +8,7 @@
 //! Postgres, in-process only on SQLite), the batched writes (marking submissions, recording
 //! outcomes, the sweep's lease expiries and found lookups: array statements on Postgres, one
 //! statement per item in one transaction on SQLite), the row lock of the over-refund guard
-//! (Postgres only), how a write's row count is read (`RowCount`), and migrations
+//! (Postgres only; the open-link cap takes it too), how a write's row count is read (`RowCount`), and migrations
 //! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
 
 use super::row::LedgerRow;
@@ -35,9 +35,11 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// A statement run inside the approval's transaction to wake workers elsewhere, if the store
     /// has one.
     const NOTIFY_READY: Option<&'static str>;
-    /// Locks the refunded payment's row (`$1`) inside the refund guard's transaction, if the store
-    /// has row locks (Postgres); SQLite's single writer already serializes the guard's statement.
-    const LOCK_REFUNDED_PAYMENT: Option<&'static str>;
+    /// Locks one operation's row (`$1`) until the transaction ends, if the store has row locks
+    /// (Postgres): a check that counts other rows before inserting (the over-refund guard, on the
+    /// payment; the open-link cap, on the operation) then sees every racer that went first. SQLite's
+    /// single writer already serializes those statements.
+    const LOCK_OPERATION: Option<&'static str>;
 
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
     /// the table's `claim` move (`moves.rs`). With `to_submit`, the same update also records the

@@ -132,6 +132,13 @@ pub enum LimitError {
     /// An API key request outside the key limits (label, reason or duration; api's `KeyError`).
     #[error("{0}")]
     ApiKey(String),
+    /// An assistant's refund proposal for a payment that already has
+    /// [`PROPOSALS_OPEN_MAX`](super::refunds::PROPOSALS_OPEN_MAX) awaiting approval.
+    #[error(
+        "the payment already has {} refund proposals awaiting approval",
+        super::refunds::PROPOSALS_OPEN_MAX
+    )]
+    RefundProposals,
 }
 
 #[cfg(test)]

@@ -104,10 +104,11 @@ static MARK_SUBMITTING: LazyLock<String> = LazyLock::new(|| {
          last_actor = o.lease_owner, last_detail = NULL",
     )
 });
+/// Two refunds of one payment (or two links of one operation) queue here, so the second's count reads
+/// a snapshot taken after the first committed (READ COMMITTED: each statement sees what was committed
+/// before it began).
+const LOCK_OPERATION: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
-/// Two refunds of one payment queue here, so the second's guard reads a snapshot taken after the
-/// first committed (READ COMMITTED: each statement sees what was committed before it began).
-const LOCK_REFUNDED_PAYMENT: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// `processor_succeeded` for many rows in one statement, each fenced by its own attempt and by
 /// `from` (the worker's outcomes from `executing`, the sweep's found lookups from `unknown`), rows
@@ -241,7 +242,7 @@ impl Dialect for Postgres {
     const STORE: &'static str = "postgres";
     const RENEW: &'static str = RENEW;
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
-    const LOCK_REFUNDED_PAYMENT: Option<&'static str> = Some(LOCK_REFUNDED_PAYMENT);
+    const LOCK_OPERATION: Option<&'static str> = Some(LOCK_OPERATION);
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

@@ -4,14 +4,19 @@
 //! [`RELEASED`]: awaiting approval, ready, executing, unknown, needs attention and succeeded) plus
 //! the new refund's amount never exceed the payment's amount, and only a succeeded payment of the
 //! same tenant is refunded. One `INSERT ... SELECT` checks it and inserts; on Postgres it runs in a
-//! transaction after locking the payment's row ([`Dialect::LOCK_REFUNDED_PAYMENT`]), so a second
+//! transaction after locking the payment's row ([`Dialect::LOCK_OPERATION`]), so a second
 //! refund racing for the same money waits and then sees the first; SQLite's one writer makes the
 //! statement atomic by itself. Only creation adds to the sum; every later move of a refund keeps or
 //! releases its money, except a contradicting processor report on a released refund (the processor
 //! says money moved after all), which the processor's own over-refund refusal bounds.
+//!
+//! An assistant's proposals (business key [`PROPOSAL_KEY_PREFIX`]) hold money too, so they are
+//! bounded ([`PROPOSALS_OPEN_MAX`] awaiting approval per payment, counted under the same lock) and
+//! expire ([`PROPOSAL_TTL`]): every refund creation first cancels the payment's proposals left
+//! unapproved that long, so the guard never counts them (docs/decisions.md).
 
 use super::dialect::Dialect;
-use super::moves::status_in;
+use super::moves::{legal, status_in, update};
 use super::operations::{insert, taken_as_none};
 use super::record::decode_operation;
 use super::row::LedgerRow;
@@ -23,14 +28,41 @@ use super::{
 use crate::clock::Timestamp;
 use crate::details::OperationKind;
 use crate::id::{OperationId, TenantId};
-use crate::state::Status;
+use crate::state::{Event, Status};
 use async_trait::async_trait;
 use serde::Serialize;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 /// The states in which a refund no longer holds any of the payment's money: it never reached the
 /// processor (cancelled, rejected) or the processor definitively refused it (failed).
 pub const RELEASED: [Status; 3] = [Status::Failed, Status::Cancelled, Status::Rejected];
+
+/// How an assistant's refund proposal's business key starts (`refund-proposal:<payment>:<amount>`, made
+/// by the api's `request_refund`): the rows the two limits below apply to.
+pub const PROPOSAL_KEY_PREFIX: &str = "refund-proposal:";
+/// Most assistant proposals one payment may have awaiting approval: each holds its money, and an
+/// assistant in a loop must not hold the whole payment against the service's own refunds.
+pub const PROPOSALS_OPEN_MAX: u32 = 3;
+/// How long an assistant's proposal holds its money unapproved (a working day for a person of the
+/// merchant to look, like an approval's default validity); past it, it is cancelled.
+pub const PROPOSAL_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The actor of a proposal's expiry in the audit trail.
+const PROPOSAL_EXPIRY_ACTOR: &str = "ledger:proposal_expiry";
+
+/// Cancels the payment's (`$1`) assistant proposals (`$5`: the prefix pattern) awaiting approval and
+/// made at or before `$2`: they no longer hold money.
+static EXPIRE_PROPOSALS: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::AwaitingApproval], Event::Cancel),
+        "updated_at = $3, last_actor = $4, last_detail = $6",
+        "refund_of = $1 AND business_key LIKE $5 AND created_at <= $2",
+        false,
+    )
+});
+/// The payment's (`$1`) assistant proposals (`$2`: the prefix pattern) awaiting approval.
+const OPEN_PROPOSALS: &str = "SELECT COUNT(*) AS n FROM operations WHERE refund_of = $1 \
+     AND status = 'awaiting_approval' AND business_key LIKE $2";
 
 /// Inserts the refund only if its payment is a succeeded payment of the tenant whose record matches
 /// the refund's details, and the unreleased refunds plus this one fit in the payment's amount.
@@ -103,9 +135,27 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         })?;
         let payment = of.payment_operation();
         let hash = d.hash();
+        // Committed on its own: an expired proposal holds nothing, whatever this creation does.
+        self.expire_proposals(payment, now).await?;
         let mut tx = self.0.begin().await?;
-        if let Some(lock) = DB::LOCK_REFUNDED_PAYMENT {
+        if let Some(lock) = DB::LOCK_OPERATION {
             DB::fetch_optional(&mut *tx, Stmt::new(lock).bind(payment)).await?;
+        }
+        let proposal = new.business_key.as_str().starts_with(PROPOSAL_KEY_PREFIX);
+        if proposal {
+            let count = Stmt::new(OPEN_PROPOSALS).bind(payment).bind(proposals());
+            let open: i64 = match DB::fetch_optional(&mut *tx, count).await? {
+                Some(row) => row.get("n")?,
+                None => return Err(LedgerError::Corrupt("a count returned no row".into())),
+            };
+            if open >= i64::from(PROPOSALS_OPEN_MAX) {
+                tx.rollback().await?;
+                // Asking again for an open proposal still answers it.
+                if let Some(existing) = self.0.by_business_key(&new).await? {
+                    return existing.created_again(hash);
+                }
+                return Err(LimitError::RefundProposals.into());
+            }
         }
         let inserted = insert(INSERT_REFUND.as_str(), &new, &hash, now).bind(payment);
         let inserted = inserted
@@ -158,6 +208,26 @@ impl<DB: Dialect> RefundRows<'_, DB> {
         })
     }
 
+    /// Cancels the payment's assistant proposals left unapproved for [`PROPOSAL_TTL`] (at `now`).
+    async fn expire_proposals(
+        &self,
+        payment: &OperationId,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let stmt = Stmt::new(EXPIRE_PROPOSALS.as_str())
+            .bind(payment)
+            .bind(now.saturating_sub_span(PROPOSAL_TTL))
+            .bind(now)
+            .bind(PROPOSAL_EXPIRY_ACTOR)
+            .bind(proposals());
+        let detail = format!(
+            "an assistant's proposal left unapproved for {} h no longer holds money",
+            PROPOSAL_TTL.as_secs() / 3600
+        );
+        self.0.execute(stmt.bind(detail)).await?;
+        Ok(())
+    }
+
     async fn totals(&self, payment: &Operation) -> Result<RefundTotals, LedgerError> {
         let stmt = Stmt::new(TOTALS.as_str()).bind(&payment.id);
         let totals = self.0.first(stmt, |row| {
@@ -172,6 +242,11 @@ impl<DB: Dialect> RefundRows<'_, DB> {
             .await?
             .ok_or_else(|| LedgerError::Corrupt("an aggregate returned no row".into()))
     }
+}
+
+/// The `LIKE` pattern of an assistant proposal's business key.
+fn proposals() -> String {
+    format!("{PROPOSAL_KEY_PREFIX}%")
 }
 
 #[async_trait]

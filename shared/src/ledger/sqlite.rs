@@ -105,7 +105,7 @@ impl Dialect for Sqlite {
     const RENEW: &'static str = RENEW;
     // One process owns the file: the in-process wake-up reaches every worker.
     const NOTIFY_READY: Option<&'static str> = None;
-    const LOCK_REFUNDED_PAYMENT: Option<&'static str> = None;
+    const LOCK_OPERATION: Option<&'static str> = None;
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

@@ -215,7 +215,8 @@ const UPSERT_TENANT: &str = "INSERT INTO tenant_verification (tenant_id, method,
 const SELECT_TENANT: &str = "SELECT * FROM tenant_verification WHERE tenant_id = $1";
 const INSERT_NONCE: &str = "INSERT INTO used_assertions (tenant_id, nonce, operation_id, used_at, expires_at) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, nonce) DO NOTHING";
-/// A link counted against the open links of its own origin only.
+/// A link counted against the open links of its own origin only; run after [`lock_operation`] on the
+/// operation, or racing inserts each count the same open links and all get in.
 const INSERT_LINK_OF: &str = "INSERT INTO approval_links (token_hash, operation_id, details_hash, created_at, \
      expires_at, origin) SELECT $1, $2, $3, $4, $5, $7 WHERE (SELECT COUNT(*) FROM approval_links \
      WHERE operation_id = $2 AND used_at IS NULL AND expires_at > $4 AND origin = $7) < $6";
@@ -236,8 +237,21 @@ const INSERT_NOTICE: &str = "INSERT INTO approval_notices (operation_id, seq, at
      HAVING COUNT(*) < $3 AND COALESCE(MAX(at), $2 - $4) <= $2 - $4 \
      ON CONFLICT (operation_id, seq) DO NOTHING";
 
+/// Locks the operation's row in `tx` (where the store has row locks), so the open-link count of an
+/// [`insert_link`] after it sees every link a racing request inserted before.
+pub(crate) async fn lock_operation<DB: Dialect>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    operation: &OperationId,
+) -> Result<(), LedgerError> {
+    if let Some(lock) = DB::LOCK_OPERATION {
+        DB::fetch_optional(&mut **tx, Stmt::new(lock).bind(operation)).await?;
+    }
+    Ok(())
+}
+
 /// Inserts a link, counted against the open links of its origin (a service link from
-/// [`Approvals::create_approval_link`](super::Approvals::create_approval_link) too).
+/// [`Approvals::create_approval_link`](super::Approvals::create_approval_link) too); run it in a
+/// transaction after [`lock_operation`].
 pub(crate) fn insert_link<'a>(new: &NewLink<'a>) -> Stmt<'a> {
     let NewLink {
         link,
@@ -320,6 +334,7 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
 
     async fn create_link(&self, new: &NewLink<'_>) -> Result<bool, LedgerError> {
         let mut tx = self.begin().await?;
+        lock_operation(&mut tx, &new.link.operation_id).await?;
         if DB::execute(&mut *tx, insert_link(new)).await? != 1 {
             tx.rollback().await?;
             return Ok(false);

@@ -190,11 +190,18 @@ pub enum LookupOutcome {
         /// Why.
         reason: String,
     },
+    /// The stored reference names an object that does not carry this operation's id: its facts. Whose
+    /// it is and whether it contradicts the approval is the caller's check, the same one a webhook's
+    /// object goes through (the reconciler's `evidence::report_of`).
+    Unmatched {
+        /// What the processor holds under the reference.
+        object: Box<ProcessorObject>,
+    },
 }
 
 /// A processor object retrieved by its reference, parsed at the boundary into the facts payonce
 /// checks against the operation before it believes anything a webhook said.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessorObject {
     /// Processor reference, e.g. `pi_...`.
     pub reference: String,
@@ -214,11 +221,12 @@ pub struct ProcessorObject {
     /// What its status says about the operation.
     pub status: FoundStatus,
     /// The whole object (stored as the result; shown only through [`summary::summary`]).
+    #[serde(serialize_with = "summary::serialize_summary_of")]
     pub object: serde_json::Value,
 }
 
 /// The intention a processor object's metadata names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentionMetadata {
     /// The tenant.
     pub tenant: String,

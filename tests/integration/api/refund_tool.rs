@@ -6,7 +6,8 @@ use super::tenant;
 use super::tools::call_tool;
 use super::{T0, TestApi, spawn};
 use crate::support::refunds::succeeded_payment;
-use crate::support::sqlite_ledger;
+use crate::support::{postgres_ledger, sqlite_ledger};
+use payonce_shared::ledger::refunds::{PROPOSAL_KEY_PREFIX, PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
 use serde_json::{Value, json};
 
 const FORMATS: [&str; 4] = ["openai_chat", "openai_responses", "anthropic", "mcp"];
@@ -256,5 +257,110 @@ async fn request_refund_is_defined_in_every_providers_shape() {
         "destructiveHint": false, "idempotentHint": true, "openWorldHint": true})
     );
     assert!(m["outputSchema"]["properties"]["payment_operation_id"].is_object());
+    api.stop().await;
+}
+
+/// An assistant in a loop proposing refund after refund: its proposals awaiting approval are bounded
+/// per payment, so the service's own refund still fits; one past the bound is a clear tool error that
+/// proposes nothing (asking again for an open one still answers it); and a proposal left unapproved
+/// past its period holds nothing.
+#[tokio::test]
+async fn an_assistants_proposals_are_bounded_and_expire_so_the_service_can_still_refund() {
+    const CALLS: i64 = 40;
+    const OPEN_MAX: usize = PROPOSALS_OPEN_MAX as usize;
+    let api = spawn(postgres_ledger().await.0).await;
+    let payment = paid(&api, "INV-RF9", 2048).await;
+    let propose = |call: String, i: i64| {
+        let (api, payment) = (&api, &payment);
+        async move {
+            call_tool(
+                api,
+                &api.assistant,
+                "anthropic",
+                &call,
+                "request_refund",
+                json!({"payment_operation_id": payment, "amount": 50 + i,
+                       "reason": "requested_by_customer"}),
+            )
+            .await
+        }
+    };
+    let mut answers = Vec::new();
+    for i in 0..CALLS {
+        answers.push(propose(format!("call_loop_{i}"), i).await);
+    }
+    let service_refund = |key: &str, amount: i64| {
+        api.post(
+            "/v1/refunds",
+            &api.service,
+            json!({"business_key": key, "payment_operation_id": payment, "amount": amount,
+                   "reason": "duplicate"}),
+        )
+    };
+    let own = service_refund("refund:RF9:a", 1000).await;
+    assert_eq!(own.status, 201, "the service's refund: {}", own.text);
+
+    let (proposed, refused): (Vec<_>, Vec<_>) = answers.iter().partition(|(_, is_error)| !is_error);
+    assert_eq!(proposed.len(), OPEN_MAX, "{proposed:?}");
+    assert!(
+        proposed
+            .iter()
+            .all(|(a, _)| a["outcome"] == "approval_required"),
+        "{proposed:?}"
+    );
+    for (a, _) in &refused {
+        assert_eq!(
+            (a["outcome"].as_str(), a["error"]["code"].as_str()),
+            (Some("conflict"), Some("too_many_proposals")),
+            "{a}"
+        );
+        let message = a["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&OPEN_MAX.to_string()) && message.contains("Nothing was proposed"),
+            "{message}"
+        );
+    }
+    let (again, is_error) = propose("call_loop_again".into(), 0).await;
+    assert!(
+        !is_error,
+        "an open proposal is still its own answer: {again}"
+    );
+    assert_eq!(again["operation_id"], proposed[0].0["operation_id"]);
+
+    // Past the period nobody approved them: they hold nothing, and the service refunds the rest.
+    api.clock.advance(PROPOSAL_TTL);
+    let rest = service_refund("refund:RF9:b", 1048).await;
+    assert_eq!(rest.status, 201, "{}", rest.text);
+    let of_payment = api
+        .get(&format!("/v1/operations/{payment}/refunds"), &api.service)
+        .await
+        .json();
+    assert_eq!(
+        (
+            of_payment["totals"]["in_flight_minor"].as_i64(),
+            of_payment["refundable_minor"].as_i64()
+        ),
+        (Some(2048), Some(0)),
+        "{of_payment}"
+    );
+    let statuses: Vec<&str> = of_payment["refunds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["business_key"]
+                .as_str()
+                .unwrap()
+                .starts_with(PROPOSAL_KEY_PREFIX)
+        })
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["cancelled"; OPEN_MAX], "{of_payment}");
+    // The prefix is the assistant's: a service cannot make a refund the proposals' limits would touch.
+    let reserved = service_refund(&format!("{PROPOSAL_KEY_PREFIX}{payment}:1"), 1).await;
+    assert_eq!(
+        (reserved.status, reserved.code().as_str()),
+        (400, "invalid_request")
+    );
     api.stop().await;
 }

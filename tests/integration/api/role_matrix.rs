@@ -526,6 +526,19 @@ struct Fixture {
     refund_hash: String,
 }
 
+/// Whether a case's body proposes a refund (the `request_refund` tool).
+fn proposes(body: Body) -> bool {
+    matches!(
+        body,
+        Body::ToolCall {
+            tool: "request_refund",
+            ..
+        } | Body::Mcp {
+            tool: "request_refund"
+        }
+    )
+}
+
 /// A tool's arguments: the fixture operation, or a refund request of the fixture's payment for an
 /// amount unique to the cell.
 fn tool_arguments(tool: &str, fixture: &Fixture, cell: usize) -> Value {
@@ -690,6 +703,15 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
     let keys = Keys::make(&api).await;
     // Before any cell: no other operation is ready, so the fixture's claim takes its own payment.
     let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, super::T0).await;
+    // A payment of its own for every cell that proposes a refund: a payment has at most
+    // `PROPOSALS_OPEN_MAX` proposals awaiting approval, and the cells leave theirs open.
+    let proposing = cases().iter().filter(|c| proposes(c.body)).count() * EVERYONE.len();
+    let mut to_propose_on = Vec::new();
+    for i in 0..proposing {
+        let invoice = format!("INV-PROPOSE{i}");
+        to_propose_on.push(succeeded_payment(&api.ledger, &invoice, 1_000_000, super::T0).await);
+    }
+    let mut to_propose_on = to_propose_on.into_iter();
     let mut failures = Vec::new();
     let mut cell = 0_usize;
     for case in cases() {
@@ -701,11 +723,16 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
                     .await
                     .unwrap()
                     .operation;
+            let paid = if proposes(case.body) {
+                to_propose_on.next().unwrap().id
+            } else {
+                paid.id.clone()
+            };
             let fixture = Fixture {
                 id: op["id"].as_str().unwrap().to_string(),
                 details_hash: op["details_hash"].as_str().unwrap().to_string(),
                 token: token_of(&api.link(op["id"].as_str().unwrap()).await).to_string(),
-                paid: paid.id.as_str().to_string(),
+                paid: paid.as_str().to_string(),
                 refund: refund.id.as_str().to_string(),
                 refund_hash: refund.details_hash.as_str().to_string(),
             };

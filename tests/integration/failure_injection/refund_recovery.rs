@@ -311,3 +311,90 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     assert_refunded_once(&ledger, &sim, &refund.id).await;
     assert_totals_agree(&ledger, &sim, &payment).await;
 }
+
+/// A refund left `unknown` whose stored reference names a Refund the processor holds for another
+/// operation: the lookup retrieves it and, by the same rule as a webhook naming it, the refund goes to
+/// a human with both facts (it still holds its money until one decides), instead of being deferred
+/// forever while holding the payment's refundable amount.
+#[tokio::test]
+async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_with_both_facts() {
+    let (ledger, _) = postgres_ledger().await;
+    let sim = simulator(SimulatorConfig::default()).await;
+    let payment = paid_payment(&ledger, &sim, "INV-RW9", "pm_card_visa").await;
+    let pi = payment.external_ref.clone().unwrap();
+    // Someone else's refund of the same payment, carrying another operation's id.
+    let other = payonce_shared::id::OperationId::generate();
+    let theirs: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/refunds", sim.base_url()))
+        .bearer_auth("sk_test_payonce")
+        .form(&[
+            ("payment_intent", pi.as_str()),
+            ("amount", "500"),
+            ("metadata[payonce_operation_id]", other.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let re = theirs["id"].as_str().unwrap().to_string();
+    assert!(re.starts_with("re_"), "{theirs}");
+
+    let refund = approved_refund(&ledger, &payment, "refund:INV-RW9:1", 700).await;
+    let claimed = ledger
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(60_000),
+            },
+            1,
+            now(),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(claimed.id, refund.id);
+    let fence = Fence::of(&claimed);
+    assert_eq!(
+        ledger
+            .mark_submitting(&[Fence::of(&claimed)], now())
+            .await
+            .unwrap(),
+        [true]
+    );
+    let unknown = Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: Some(re.clone()),
+        next_check_at_ms: now(),
+    };
+    ledger
+        .record(&recording(&fence, &unknown, "w"), now())
+        .await
+        .unwrap();
+
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        std::sync::Arc::new(payonce_shared::clock::SystemClock),
+        ReconcilerConfig::new("rec-refund-reference"),
+    );
+    let sweep = rec.sweep_once(false).await.unwrap();
+    assert_eq!((sweep.escalated, sweep.deferred), (1, 0), "{sweep:?}");
+    let row = ledger.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let why = row.failure_message.unwrap();
+    for fact in [
+        format!(
+            "operation id Some({:?}) at the processor, {} approved",
+            other.as_str(),
+            refund.id
+        ),
+        "amount Some(500) at the processor, 700 approved".to_string(),
+        format!("row says unknown (reference {re})"),
+    ] {
+        assert!(why.contains(&fact), "{fact}: {why}");
+    }
+    let totals = ledger.refund_totals(&tenant(), &payment.id).await.unwrap();
+    assert_eq!(totals.in_flight_minor, 700, "held until a human decides");
+}

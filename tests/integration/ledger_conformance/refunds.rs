@@ -7,7 +7,9 @@ use crate::support::refunds::{create_refund, refund_details, settle_refund, succ
 use crate::support::{self, tenant};
 use payonce_shared::details::{OperationKind, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::refunds::RefundTotals;
+use payonce_shared::ledger::refunds::{
+    PROPOSAL_KEY_PREFIX, PROPOSAL_TTL, PROPOSALS_OPEN_MAX, RefundTotals,
+};
 use payonce_shared::ledger::{
     Cancel, Declined, LedgerError, LimitError, NewOperation, Operation, Paid, Recorded,
     SharedLedger,
@@ -261,6 +263,59 @@ async fn assert_races(ledgers: &[SharedLedger]) {
         ledger.refund_totals(&tenant(), &payment.id).await.unwrap(),
         totals(1_000, 0, 1_000, 1)
     );
+}
+
+/// An assistant's proposals (business key [`PROPOSAL_KEY_PREFIX`]) on both stores: at most
+/// [`PROPOSALS_OPEN_MAX`] await approval per payment (asking again for an open one answers it; a
+/// service refund is not counted), and once left unapproved for [`PROPOSAL_TTL`] the next refund
+/// created for the payment cancels them first, in the audit trail: they hold nothing.
+#[tokio::test]
+async fn proposals_are_bounded_per_payment_and_expire_on_both_stores() {
+    for_each_store(|ledger| async move {
+        let payment = succeeded_payment(&ledger, "INV-RP1", 1_000, at(T0)).await;
+        let key = |amount: i64| format!("{PROPOSAL_KEY_PREFIX}{}:{amount}", payment.id);
+        let open_max = i64::from(PROPOSALS_OPEN_MAX);
+        for amount in 1..=open_max {
+            let made = create_refund(&ledger, &payment, &key(amount), amount, at(T0)).await;
+            assert!(made.unwrap().inserted, "proposal {amount}");
+        }
+        let over = create_refund(&ledger, &payment, &key(open_max + 1), 1, at(T0)).await;
+        assert!(
+            matches!(over, Err(LedgerError::Limit(LimitError::RefundProposals))),
+            "{over:?}"
+        );
+        let again = create_refund(&ledger, &payment, &key(1), 1, at(T0 + 1)).await.unwrap();
+        assert!(!again.inserted, "an open proposal answers again");
+        let held: i64 = (1..=open_max).sum();
+        let service = create_refund(&ledger, &payment, "refund:svc1", 500, at(T0)).await;
+        assert!(service.unwrap().inserted, "a service refund is not a proposal");
+
+        // One millisecond short of the period the proposals still hold their money.
+        let ttl_ms = i64::try_from(PROPOSAL_TTL.as_millis()).unwrap();
+        let short = create_refund(&ledger, &payment, "refund:svc2", 500, at(T0 + ttl_ms - 1)).await;
+        assert!(
+            matches!(short, Err(LedgerError::OverRefund { refundable_minor, .. }) if refundable_minor == 500 - held),
+            "{short:?}"
+        );
+        // At the period they are cancelled before the guard sums: the rest of the payment fits.
+        let rest = create_refund(&ledger, &payment, "refund:svc2", 500, at(T0 + ttl_ms)).await;
+        assert!(rest.unwrap().inserted);
+        assert_eq!(
+            ledger.refund_totals(&tenant(), &payment.id).await.unwrap(),
+            totals(1_000, 0, 1_000, open_max + 2)
+        );
+        for proposal in rows(&ledger, &payment)
+            .await
+            .iter()
+            .filter(|r| r.business_key.as_str().starts_with(PROPOSAL_KEY_PREFIX))
+        {
+            assert_eq!(proposal.status, Status::Cancelled, "{}", proposal.id);
+            let last = ledger.events_unscoped(&proposal.id).await.unwrap().pop().unwrap();
+            assert_eq!(last.event, "cancel");
+            assert!(last.actor.contains("proposal_expiry"), "{last:?}");
+        }
+    })
+    .await;
 }
 
 #[tokio::test]

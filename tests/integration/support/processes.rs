@@ -2,7 +2,7 @@
 
 use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
-use payonce_simulator::{Simulator, SimulatorConfig};
+use payonce_simulator::{Simulator, SimulatorConfig, payment_audit};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,15 +22,15 @@ pub fn stripe(sim: &Simulator, retention: Option<Duration>) -> Arc<dyn Processor
     Arc::new(p)
 }
 
-/// Every payment the simulator holds, as JSON rows.
+/// Every payment the simulator holds, as JSON rows (every page of its audit).
 pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
-    let body: serde_json::Value = reqwest::get(format!("{}/_sim/audit/payments", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["data"].as_array().unwrap().clone()
+    payment_audit::read_all(
+        &crate::api::http_client(),
+        &sim.base_url(),
+        payment_audit::PAGE_SIZE_MAX,
+    )
+    .await
+    .unwrap()
 }
 
 /// Payments the simulator holds for one operation (by metadata).

@@ -128,30 +128,36 @@ impl Owner<'_> {
     }
 }
 
-/// Retrieves `{path}/{reference}` (a payment intent or a refund) and trusts it only when it is
-/// `owner`'s; `status_of` reads the object's status.
+/// Retrieves `{path}/{reference}` (a payment intent or a refund): `Found` when it is `owner`'s (its
+/// operation id or its intention), otherwise its facts (`facts_of`), for the caller to check
+/// against the operation.
 pub(crate) async fn by_reference(
     p: &StripeProcessor,
     path: &str,
     reference: &str,
     owner: &Owner<'_>,
-    status_of: fn(&Value) -> FoundStatus,
+    facts_of: fn(&str, &Value) -> ProcessorObject,
 ) -> LookupOutcome {
-    let operation_id = owner.operation_id;
     if !is_id(reference) {
         return unavailable(format!("stored reference {reference:?} is not a Stripe id"));
     }
     let url = format!("{}{path}/{reference}", p.config.api_base);
     match get_json(p, url).await {
-        // A reference is only trusted when it carries this operation's id or intention.
-        Ok((200, object)) if owner.owns(&object) => LookupOutcome::Found {
-            reference: reference.to_string(),
-            status: status_of(&object),
-        },
-        Ok((200, object)) => unavailable(format!(
-            "{reference} belongs to operation {:?}, not {operation_id}",
-            operation_of(&object)
-        )),
+        Ok((200, object)) => {
+            let facts = facts_of(reference, &object);
+            if owner.owns(&object) {
+                LookupOutcome::Found {
+                    reference: reference.to_string(),
+                    status: facts.status,
+                }
+            } else {
+                // Whose it is and what that means is decided by the rule webhooks go through,
+                // not here: "unavailable" would defer the operation forever.
+                LookupOutcome::Unmatched {
+                    object: Box::new(facts),
+                }
+            }
+        }
         // Stripe issued this id; not finding it is an anomaly for a human, never proof of absence.
         Ok((404, _)) => unavailable(format!("{reference} not found by retrieve")),
         Ok((429, v)) => LookupOutcome::RateLimited {
@@ -304,7 +310,7 @@ pub(crate) async fn run(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupO
                 business_key: query.business_key,
                 details_hash: query.details_hash,
             };
-            by_reference(p, "/v1/payment_intents", reference, &owner, found_status).await
+            by_reference(p, "/v1/payment_intents", reference, &owner, object_of).await
         }
         None => by_list(p, query).await,
     }

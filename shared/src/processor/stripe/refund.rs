@@ -280,7 +280,7 @@ pub(crate) async fn lookup(p: &StripeProcessor, query: &RefundLookupQuery<'_>) -
                 business_key: query.business_key,
                 details_hash: query.details_hash,
             };
-            by_reference(p, "/v1/refunds", reference, &owner, found_status).await
+            by_reference(p, "/v1/refunds", reference, &owner, object_of).await
         }
         None => by_list(p, query).await,
     }
