@@ -232,6 +232,11 @@ pub struct WorkerArgs {
     /// Whether an outcome write also claims ready work into the slots it frees, in the same commit.
     #[arg(long, env = "PAYONCE_WORKER_CLAIM_WITH_OUTCOMES", default_value_t = true, action = clap::ArgAction::Set)]
     pub claim_with_outcomes: bool,
+    /// Before a payment's first submission, ask the processor whether it already holds one for the
+    /// business key (one search per payment): for ledgers that may lose rows older than the
+    /// processor's key retention (late restores, asynchronous replicas).
+    #[arg(long, env = "PAYONCE_WORKER_CHECK_BEFORE_SUBMIT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub check_before_submit: bool,
     /// How long an outcome waits for others to join its write, ms (0: write at once; at most 1000).
     #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS", default_value_t = payonce_worker::config::RECORD_LINGER_DEFAULT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1_000))]
@@ -285,6 +290,7 @@ impl WorkerArgs {
         c.pipelines = self.pipelines;
         c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
         c.claim_with_outcomes = self.claim_with_outcomes;
+        c.check_before_submit = self.check_before_submit;
         c.record_linger = Duration::from_millis(self.record_linger_ms);
         c.record_writes = self.record_writes;
         c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);

@@ -71,14 +71,27 @@ pub struct HintReport {
 pub fn differences(op: &Operation, object: &ProcessorObject) -> Vec<String> {
     let money = op.details.money();
     let mut diffs = Vec::new();
-    // The same intention under another id is the same action: the ledger lost the row that made
-    // the object and the business key came back (same tenant, business key and details).
-    let same_intention = object.intention.as_ref().is_some_and(|i| i.is_of(op));
-    if object.operation_id.as_deref() != Some(op.id.as_str()) && !same_intention {
-        diffs.push(format!(
+    // An object with intention metadata is this operation's when it carries its intention (tenant,
+    // business key, details): the operation id is derived from the tenant and business key, so a
+    // ledger that lost a row and got the business key back with other details shares it. One from
+    // before intention metadata is this operation's when it names it.
+    match &object.intention {
+        Some(i) if !i.is_of(op) => diffs.push(format!(
+            "intention (tenant {}, business key {}, details {}) at the processor, (tenant {}, \
+             business key {}, details {}) approved",
+            i.tenant,
+            i.business_key,
+            i.details_hash,
+            op.tenant,
+            op.business_key,
+            op.details_hash.as_str()
+        )),
+        Some(_) => {}
+        None if object.operation_id.as_deref() != Some(op.id.as_str()) => diffs.push(format!(
             "operation id {:?} at the processor, {} approved",
             object.operation_id, op.id
-        ));
+        )),
+        None => {}
     }
     if object.amount_minor != Some(money.amount_minor()) {
         diffs.push(format!(

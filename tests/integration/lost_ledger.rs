@@ -601,3 +601,90 @@ async fn daemons_stop_within_their_grace_while_the_database_is_gone() {
         );
     }
 }
+
+/// Past the processor's key retention a same-key request is a new payment, so a row lost and
+/// re-created then would be paid twice. With `check_before_submit`, the worker asks the processor
+/// (search by business key) before a payment's first submission: the same intention is recorded as
+/// the payment it already is; other details under a paid business key go to a human.
+#[tokio::test]
+async fn past_the_key_retention_the_check_before_submission_pays_each_business_key_once() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (ledger, url) = support::postgres_ledger().await;
+    let dump = backup(&url);
+    let lost = create_and_approve(&ledger).await;
+    work(&ledger, &sim).await;
+    let reference = ledger
+        .get(&tenant(), &lost.id)
+        .await
+        .unwrap()
+        .external_ref
+        .unwrap();
+    // A day and an hour later: the processor has forgotten the key.
+    processes::advance_clock(&sim, Duration::from_secs(25 * 60 * 60)).await;
+
+    let checking = |ledger: &SharedLedger| {
+        let mut config = WorkerConfig::new("checking-worker");
+        config.check_before_submit = true;
+        Worker::new(
+            ledger.clone(),
+            processes::stripe(&sim, None),
+            Arc::new(SystemClock),
+            config,
+        )
+        .unwrap()
+    };
+    // The same intention re-driven on a ledger restored from before it: recorded, not paid again.
+    let same = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let again = create_and_approve(&same).await;
+    assert_eq!(checking(&same).run_once().await.unwrap(), 1);
+    let row = same.get(&tenant(), &again.id).await.unwrap();
+    assert_eq!(
+        (row.status, row.external_ref.as_deref()),
+        (Status::Succeeded, Some(reference.as_str()))
+    );
+
+    // Other details under the paid business key: a human decides, nothing is submitted.
+    let other = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let d = details(INVOICE, 4096, "pm_card_visa");
+    let hash = d.hash();
+    let created = other
+        .create_or_get(
+            NewOperation::keyed(
+                &key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{INVOICE}:pay")).unwrap(),
+                d,
+                "service:test".into(),
+            ),
+            now(),
+        )
+        .await
+        .unwrap();
+    other
+        .approve(
+            &tenant(),
+            NewApproval {
+                operation: created.operation.id.clone(),
+                details_hash: hash,
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at_ms: now() + Duration::from_secs(86_400),
+            },
+            now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(checking(&other).run_once().await.unwrap(), 1);
+    let row = other.get(&tenant(), &created.operation.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention);
+    let events = other.events(&tenant(), &row.id).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.detail.as_deref().unwrap_or("").contains(&reference)),
+        "{events:?}"
+    );
+
+    let payments = paid(&sim).await;
+    assert_eq!(payments.len(), 1, "{payments:?}");
+}

@@ -82,6 +82,12 @@ pub struct WorkerConfig {
     /// daemon renews the lease meanwhile); past it, the operation goes back to `ready` without counting
     /// as a failed attempt.
     pub rate_limit_wait_max: Duration,
+    /// Before the first submission of a payment, ask the processor whether it already holds a
+    /// payment for the operation's business key (Stripe: search by metadata). For ledgers that may
+    /// lose rows older than the processor's key retention (backups restored days later, asynchronous
+    /// replicas): within the retention the same key replays the first payment anyway. Costs one
+    /// read per payment.
+    pub check_before_submit: bool,
 }
 
 impl WorkerConfig {
@@ -118,6 +124,7 @@ impl WorkerConfig {
             rate_limit_backoff_base: Duration::from_millis(250),
             rate_limit_backoff_max: Duration::from_secs(5),
             rate_limit_wait_max: Duration::from_secs(120),
+            check_before_submit: false,
         }
     }
 

@@ -11,7 +11,7 @@ use payonce_shared::ledger::{
     Declined, Fence, LedgerError, Operation, Paid, Queue, RecordOutcome, Recorded,
 };
 use payonce_shared::limiter::{Budget, acquire};
-use payonce_shared::processor::{Processor, SubmitOutcome, operation};
+use payonce_shared::processor::{FoundStatus, PriorPayment, Processor, SubmitOutcome, operation};
 use payonce_shared::state::Status;
 use std::time::Duration;
 
@@ -264,6 +264,9 @@ pub async fn submit_claimed(
     wait_max: Duration,
     stop: Option<&tokio::sync::watch::Receiver<bool>>,
 ) -> Recorded {
+    if let Some(recorded) = check_before_submit(processor, clock, config, op).await {
+        return recorded;
+    }
     let started = std::time::Instant::now();
     let outcome = submit_paced(processor, op, config, metrics, wait_max, stop).await;
     metrics.submit_latency.observe(started.elapsed());
@@ -272,6 +275,84 @@ pub async fn submit_claimed(
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");
     to_recorded(outcome, op.attempt, config, clock.now())
+}
+
+/// Before the first submission of a payment, with `check_before_submit` on: what the processor
+/// already holds for its business key decides instead of a new request (`None`: submit).
+/// - the same intention (tenant, business key, details) paid: recorded as succeeded with it, as a
+///   lookup would (a ledger that lost the row past the key's retention, re-driven by upstream);
+///   in progress: unknown, for the reconciler's lookups;
+/// - other details paid or in progress under the business key: `needs_attention`, never a second
+///   payment for the business action;
+/// - the processor cannot be asked: nothing is sent, back to `ready` later (exhausted after
+///   `attempt_max`, like any attempt that sent nothing).
+async fn check_before_submit(
+    processor: &dyn Processor,
+    clock: &SharedClock,
+    config: &WorkerConfig,
+    op: &Operation,
+) -> Option<Recorded> {
+    let first = op.first_submitted_attempt == Some(op.attempt);
+    if !config.check_before_submit || op.details.kind() != OperationKind::Payment || !first {
+        return None;
+    }
+    let asked = match acquire(config.limiter.as_ref(), Budget::Read, config.submit_timeout).await {
+        Ok(_) => tokio::time::timeout(
+            config.submit_timeout,
+            processor.prior_payment(&op.tenant, &op.business_key),
+        )
+        .await
+        .unwrap_or_else(|_| PriorPayment::Unavailable {
+            reason: format!("no answer within {:?}", config.submit_timeout),
+        }),
+        Err(denied) => PriorPayment::Unavailable {
+            reason: format!("fleet limiter: {denied}"),
+        },
+    };
+    let now = clock.now();
+    let object = match asked {
+        PriorPayment::None => return None,
+        PriorPayment::Found(object) => object,
+        PriorPayment::Unavailable { reason } => {
+            let reason =
+                format!("the check before submission could not ask the processor: {reason}");
+            return Some(to_recorded(
+                SubmitOutcome::NotSubmitted { reason },
+                op.attempt,
+                config,
+                now,
+            ));
+        }
+    };
+    // The intention, not the operation id (derived from the tenant and business key only), says
+    // whether it is this payment; an object from before intention metadata never is.
+    let same = object.intention.as_ref().is_some_and(|i| i.is_of(op));
+    let reference = object.reference.clone();
+    match (same, object.status) {
+        // An earlier attempt that failed for good: this one may pay.
+        (_, FoundStatus::Failed { .. }) => None,
+        (true, FoundStatus::Succeeded { result }) => {
+            tracing::warn!(operation = %op.id, %reference,
+                "the processor already holds this intention's payment; recorded, not submitted again");
+            Some(Recorded::Succeeded(Paid { reference, result }))
+        }
+        (true, FoundStatus::Pending { processor_status }) => Some(Recorded::Unknown {
+            reason: format!(
+                "the processor already holds {reference} ({processor_status}) for this intention"
+            ),
+            reference: Some(reference),
+            next_check_at_ms: now + config.first_check_delay,
+        }),
+        (false, FoundStatus::Succeeded { .. } | FoundStatus::Pending { .. }) => {
+            Some(Recorded::NeedsAttention {
+                reason: format!(
+                    "the processor already holds {reference} for business key {} with other details \
+                     (operation {:?}); nothing was submitted",
+                    op.business_key, object.operation_id
+                ),
+            })
+        }
+    }
 }
 
 /// After the fenced write of `recorded` for `op`: counted only if it won (`won`); a lost write is

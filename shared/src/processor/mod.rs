@@ -330,6 +330,20 @@ pub enum RecentPage {
     },
 }
 
+/// What the processor holds for a business key, asked before a first submission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PriorPayment {
+    /// Nothing paid or in progress carries this business key.
+    None,
+    /// The most consequential object carrying it (a success before one in progress before a failure).
+    Found(Box<ProcessorObject>),
+    /// The processor could not be asked (or this adapter cannot search); nothing is known.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
 /// One payment processor.
 #[async_trait]
 pub trait Processor: Send + Sync {
@@ -355,6 +369,18 @@ pub trait Processor: Send + Sync {
         let _ = query;
         RecentPage::Unavailable {
             reason: format!("the {} adapter cannot list payments", self.contract().name),
+        }
+    }
+    /// The payment the processor holds for a tenant's business key, whenever it was made (Stripe:
+    /// search by metadata, which lags writes by up to an hour: enough for a payment older than the
+    /// key's retention, the only one a same-key submission would not replay).
+    async fn prior_payment(&self, tenant: &TenantId, business_key: &BusinessKey) -> PriorPayment {
+        let _ = (tenant, business_key);
+        PriorPayment::Unavailable {
+            reason: format!(
+                "the {} adapter cannot search payments",
+                self.contract().name
+            ),
         }
     }
     /// One page of the refunds created since `query.created_gte_s`, newest first (their `details`
@@ -420,5 +446,8 @@ impl Processor for WithContract {
     }
     async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
         self.inner.recent_refunds(query).await
+    }
+    async fn prior_payment(&self, tenant: &TenantId, business_key: &BusinessKey) -> PriorPayment {
+        self.inner.prior_payment(tenant, business_key).await
     }
 }

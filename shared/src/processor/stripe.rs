@@ -9,7 +9,9 @@
 //! - [`webhook`]: `Stripe-Signature` verification and event parsing (pure; storing is [`crate::webhooks`]).
 //!
 //! Contract: honours idempotency keys, remembers them 24 hours, lookup is read-after-write consistent
-//! (retrieve and list are; search is not and is never used), and replays stored error responses.
+//! (retrieve and list are; search is not, and is used only by the check before a first submission,
+//! for payments older than the key's retention, which search has long indexed), and replays stored
+//! error responses.
 
 mod classify;
 mod lookup;
@@ -297,6 +299,14 @@ impl Processor for StripeProcessor {
 
     async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
         scan::page(self, scan::Listing::Refunds, query).await
+    }
+
+    async fn prior_payment(
+        &self,
+        tenant: &crate::id::TenantId,
+        business_key: &crate::id::BusinessKey,
+    ) -> crate::processor::PriorPayment {
+        scan::prior_payment(self, tenant, business_key).await
     }
 
     async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {

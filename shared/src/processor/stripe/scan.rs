@@ -4,10 +4,10 @@
 
 use super::StripeProcessor;
 use super::lookup::{error_message, get_json, object_of};
-use super::wire::METADATA_INVOICE;
+use super::wire::{METADATA_BUSINESS_KEY, METADATA_INVOICE, METADATA_TENANT};
 use crate::details::{Details, RawDetails};
-use crate::id::OperationId;
-use crate::processor::{RecentPage, RecentQuery, ScannedPayment};
+use crate::id::{BusinessKey, OperationId, TenantId};
+use crate::processor::{FoundStatus, PriorPayment, RecentPage, RecentQuery, ScannedPayment};
 use serde_json::Value;
 
 /// Page size of a scan (Stripe's maximum).
@@ -104,6 +104,58 @@ pub(crate) async fn page(
         .filter(|_| has_more)
         .map(str::to_string);
     RecentPage::Page { payments, next }
+}
+
+/// Most payments one search for a business key reads (one page, Stripe's maximum).
+const PRIOR_SEARCH_LIMIT: u32 = 100;
+
+/// `GET /v1/payment_intents/search` for the tenant's business key in metadata: the most
+/// consequential payment found (succeeded, then in progress, then failed).
+pub(crate) async fn prior_payment(
+    p: &StripeProcessor,
+    tenant: &TenantId,
+    business_key: &BusinessKey,
+) -> PriorPayment {
+    // Tenant ids and business keys hold only token characters: no quote can end the value early.
+    let query = format!(
+        "metadata['{METADATA_TENANT}']:'{tenant}' AND metadata['{METADATA_BUSINESS_KEY}']:'{business_key}'"
+    );
+    let params = [("query", query), ("limit", PRIOR_SEARCH_LIMIT.to_string())];
+    let Ok(qs) = serde_urlencoded::to_string(params) else {
+        return PriorPayment::Unavailable {
+            reason: "could not encode the search".into(),
+        };
+    };
+    let url = format!("{}/v1/payment_intents/search?{qs}", p.config.api_base);
+    let page = match get_json(p, url).await {
+        Ok((200, v)) => v,
+        Ok((status, v)) => {
+            return PriorPayment::Unavailable {
+                reason: format!("search answered HTTP {status}: {}", error_message(&v)),
+            };
+        }
+        Err(why) => {
+            return PriorPayment::Unavailable {
+                reason: why.to_string(),
+            };
+        }
+    };
+    let rank = |status: &FoundStatus| match status {
+        FoundStatus::Succeeded { .. } => 0,
+        FoundStatus::Pending { .. } => 1,
+        FoundStatus::Failed { .. } => 2,
+    };
+    let best = page
+        .get("data")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|pi| Some(object_of(pi.get("id")?.as_str()?, pi)))
+        .min_by_key(|object| rank(&object.status));
+    match best {
+        Some(object) => PriorPayment::Found(Box::new(object)),
+        None => PriorPayment::None,
+    }
 }
 
 /// The details a PaymentIntent payonce created carries: its own fields, the invoice from metadata.

@@ -37,20 +37,23 @@ pub(crate) fn intention_of(object: &serde_json::Value) -> Option<IntentionMetada
     })
 }
 
-/// Whether an object is the one a lookup looks for: it names the operation, or (a row the ledger
-/// lost and re-created under another id) the same business key and details.
+/// Whether an object is the one a lookup looks for. One carrying intention metadata is when it
+/// carries the same business key and details: the operation id alone no longer says so, since it
+/// is derived from the tenant and business key and a ledger that lost a row may have made the
+/// business key again with other details. One from before intention metadata is when it names the
+/// operation.
 pub(crate) fn belongs(
     object: &serde_json::Value,
     operation_id: &OperationId,
     business_key: &BusinessKey,
     details_hash: &DetailsHash,
 ) -> bool {
-    if operation_of(object) == Some(operation_id.as_str()) {
-        return true;
+    match intention_of(object) {
+        Some(i) => {
+            i.business_key == business_key.as_str() && i.details_hash == details_hash.as_str()
+        }
+        None => operation_of(object) == Some(operation_id.as_str()),
     }
-    intention_of(object).is_some_and(|i| {
-        i.business_key == business_key.as_str() && i.details_hash == details_hash.as_str()
-    })
 }
 
 /// Whether a submission under `key` sends the intention metadata: an intention key does; a key of
