@@ -83,6 +83,7 @@ impl InProcessProcessor {
                 SubmitOutcome::Succeeded {
                     result: serde_json::json!({ "id": reference, "status": "succeeded" }),
                     reference,
+                    replayed: true,
                 },
             );
         })
@@ -98,6 +99,20 @@ impl InProcessProcessor {
     }
 }
 
+/// A stored answer as a replay answers it (Stripe: `Idempotent-Replayed: true`).
+fn replay_of(first: &SubmitOutcome) -> SubmitOutcome {
+    match first.clone() {
+        SubmitOutcome::Succeeded {
+            reference, result, ..
+        } => SubmitOutcome::Succeeded {
+            reference,
+            result,
+            replayed: true,
+        },
+        other => other,
+    }
+}
+
 #[async_trait]
 impl Processor for InProcessProcessor {
     fn contract(&self) -> &Contract {
@@ -108,7 +123,7 @@ impl Processor for InProcessProcessor {
         self.with_book(|b| {
             b.requests += 1;
             if let Some(first) = b.by_key.get(request.idempotency_key.as_str()) {
-                return first.clone();
+                return replay_of(first);
             }
             let reference = format!("pi_{}", b.by_key.len());
             let outcome = if request.details.payment_method() == DECLINE_CARD {
@@ -125,6 +140,7 @@ impl Processor for InProcessProcessor {
                 SubmitOutcome::Succeeded {
                     result: serde_json::json!({ "id": reference, "status": "succeeded" }),
                     reference,
+                    replayed: false,
                 }
             };
             b.by_key.insert(
@@ -151,7 +167,7 @@ impl Processor for InProcessProcessor {
         self.with_book(|b| {
             b.requests += 1;
             if let Some(first) = b.by_key.get(request.idempotency_key.as_str()) {
-                return first.clone();
+                return replay_of(first);
             }
             let payment = request.payment_reference;
             let received = b.received.get(payment).copied().unwrap_or(0);
@@ -176,6 +192,7 @@ impl Processor for InProcessProcessor {
                 result: serde_json::json!({ "id": reference, "object": "refund",
                     "status": "succeeded", "amount": amount, "payment_intent": payment }),
                 reference,
+                replayed: false,
             };
             b.by_key.insert(
                 request.idempotency_key.as_str().to_string(),
@@ -263,7 +280,7 @@ mod tests {
         assert!(matches!(made, SubmitOutcome::Succeeded { .. }), "{made:?}");
         assert_eq!(
             p.submit_refund(&request).await,
-            made,
+            replay_of(&made),
             "the same key replays"
         );
         let second = OperationId::generate();

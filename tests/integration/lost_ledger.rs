@@ -70,6 +70,12 @@ async fn create_and_approve_invoice(
 
 /// Worker passes until nothing is ready; how many operations they ran.
 async fn work_all(ledger: &SharedLedger, sim: &Simulator) -> usize {
+    work_counting_replays(ledger, sim).await.0
+}
+
+/// [`work_all`], and how many first submissions the processor answered as replays (the worker's
+/// alert that the ledger had lost the row that paid them).
+async fn work_counting_replays(ledger: &SharedLedger, sim: &Simulator) -> (usize, u64) {
     let worker = Worker::new(
         ledger.clone(),
         processes::stripe(sim, None),
@@ -80,7 +86,7 @@ async fn work_all(ledger: &SharedLedger, sim: &Simulator) -> usize {
     let mut ran = 0;
     loop {
         match worker.run_once().await.unwrap() {
-            0 => return ran,
+            0 => return (ran, worker.metrics().replayed_first_submissions.get()),
             n => ran += n,
         }
     }
@@ -314,7 +320,7 @@ async fn a_promoted_async_replica_pays_every_invoice_once_and_reports_what_it_lo
     for n in 1..=20 {
         create_and_approve_invoice(&primary, &invoice(n)).await;
     }
-    assert_eq!(work_all(&primary, &sim).await, 20);
+    assert_eq!(work_counting_replays(&primary, &sim).await, (20, 0));
     pair.wait_caught_up().await;
     pair.hold_wal().await;
     let mut lost = Vec::new();
@@ -338,11 +344,12 @@ async fn a_promoted_async_replica_pays_every_invoice_once_and_reports_what_it_lo
             op.id
         );
     }
-    // Re-driven before any sweep: the same rows again, the processor replays.
+    // Re-driven before any sweep: the same rows again, the processor replays, and the worker
+    // reports each replayed first submission (the ledger had lost the row that paid it).
     for n in 21..=30 {
         create_and_approve_invoice(&promoted, &invoice(n)).await;
     }
-    assert_eq!(work_all(&promoted, &sim).await, 10);
+    assert_eq!(work_counting_replays(&promoted, &sim).await, (10, 10));
 
     let mut config = ReconcilerConfig::new("failover-rec");
     config.key_secret = Some(key_secret());

@@ -82,6 +82,7 @@ async fn a_refund_operation_is_submitted_found_and_checked_as_a_refund() {
     let SubmitOutcome::Succeeded {
         reference: re,
         result,
+        ..
     } = operation::submit(p.as_ref(), &refund).await
     else {
         panic!("the refund succeeds")

@@ -301,7 +301,10 @@ impl processes::SubmitHook for WebhookFirst {
         request: &payonce_shared::processor::SubmitRequest<'_>,
         outcome: &payonce_shared::processor::SubmitOutcome,
     ) {
-        if let payonce_shared::processor::SubmitOutcome::Succeeded { reference, result } = outcome {
+        if let payonce_shared::processor::SubmitOutcome::Succeeded {
+            reference, result, ..
+        } = outcome
+        {
             let report = payonce_shared::ledger::Report::Succeeded(Paid {
                 reference: reference.clone(),
                 result: result.clone(),

@@ -96,9 +96,9 @@ pub fn to_recorded(
     now: Timestamp,
 ) -> Recorded {
     match outcome {
-        SubmitOutcome::Succeeded { reference, result } => {
-            Recorded::Succeeded(Paid { reference, result })
-        }
+        SubmitOutcome::Succeeded {
+            reference, result, ..
+        } => Recorded::Succeeded(Paid { reference, result }),
         SubmitOutcome::Declined {
             code,
             message,
@@ -270,8 +270,23 @@ pub async fn submit_claimed(
     let started = std::time::Instant::now();
     let outcome = submit_paced(processor, op, config, metrics, wait_max, stop).await;
     metrics.submit_latency.observe(started.elapsed());
-    if matches!(outcome, SubmitOutcome::Succeeded { .. }) {
+    if let SubmitOutcome::Succeeded {
+        reference,
+        replayed,
+        ..
+    } = &outcome
+    {
         failpoint::hit(FailPoint::AfterProcessorAccepted);
+        // This attempt made the row's first submission record before sending, so no earlier request
+        // of this row can exist: a replay means another row with this intention sent it, one the
+        // ledger no longer has (a restore, an asynchronous failover). The replay is the first
+        // payment, so recording it is right; the loss is what on-call must hear about.
+        if *replayed && op.first_submitted_attempt == Some(op.attempt) {
+            metrics.replayed_first_submissions.inc();
+            tracing::error!(operation = %op.id, %reference,
+                "ALERT: the processor replayed this operation's first submission: the ledger had \
+                 lost the row that paid it (restore or failover?); recorded as that payment");
+        }
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");
     to_recorded(outcome, op.attempt, config, clock.now())

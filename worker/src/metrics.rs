@@ -29,6 +29,9 @@ pub struct WorkerMetrics {
     pub lost_leases: Counter,
     /// Outcomes already recorded by someone else (a webhook beat the worker).
     pub already_recorded: Counter,
+    /// Alert: first submissions the processor answered with a stored response (a row with this
+    /// intention paid before and the ledger lost it).
+    pub replayed_first_submissions: Counter,
     /// Leases given back at shutdown.
     pub released: Counter,
     /// Submissions the processor answered 429 (each retried with the same key, never a failed attempt).
@@ -123,6 +126,12 @@ impl WorkerMetrics {
             "Outcomes someone else recorded first.",
             "",
             self.already_recorded.get(),
+        );
+        e.counter(
+            "payonce_worker_replayed_first_submissions_total",
+            "Alert: first submissions the processor answered from its key store: the ledger had lost the row that paid them.",
+            "",
+            self.replayed_first_submissions.get(),
         );
         e.counter(
             "payonce_worker_released_total",

@@ -86,6 +86,10 @@ pub enum SubmitOutcome {
         reference: String,
         /// The processor's response body, stored as the result.
         result: serde_json::Value,
+        /// The processor answered with a response it had stored under the key (Stripe:
+        /// `Idempotent-Replayed: true`): the request had been made before.
+        #[serde(default)]
+        replayed: bool,
     },
     /// A definitive unsuccessful outcome under the processor's documented semantics.
     Declined {

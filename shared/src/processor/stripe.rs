@@ -248,11 +248,22 @@ impl StripeProcessor {
         };
         let status = response.status().as_u16();
         let retry_after_ms = retry_after_ms(response.headers());
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
         match read_body(response).await {
             Ok(bytes) => match classify(status, &bytes) {
                 SubmitOutcome::RateLimited { reason, .. } => SubmitOutcome::RateLimited {
                     reason,
                     retry_after_ms,
+                },
+                SubmitOutcome::Succeeded {
+                    reference, result, ..
+                } => SubmitOutcome::Succeeded {
+                    reference,
+                    result,
+                    replayed,
                 },
                 other => other,
             },

@@ -59,7 +59,10 @@ pub async fn paid_payment(
         Duration::from_secs(5),
     )
     .await;
-    let SubmitOutcome::Succeeded { reference, result } = outcome else {
+    let SubmitOutcome::Succeeded {
+        reference, result, ..
+    } = outcome
+    else {
         panic!("the payment is paid: {outcome:?}")
     };
     let paid = ledger

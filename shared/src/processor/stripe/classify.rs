@@ -102,6 +102,7 @@ fn classify_success(body: &[u8]) -> SubmitOutcome {
         "succeeded" => SubmitOutcome::Succeeded {
             reference: id,
             result: pi,
+            replayed: false,
         },
         "requires_payment_method" | "requires_action" | "canceled" => {
             let (code, message) = failure_of(&pi, &status);

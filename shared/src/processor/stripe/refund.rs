@@ -138,6 +138,7 @@ fn classify_success(body: &[u8]) -> SubmitOutcome {
         "succeeded" => SubmitOutcome::Succeeded {
             reference: id,
             result: refund,
+            replayed: false,
         },
         "failed" | "canceled" => {
             let (code, message) = failure_of(&refund, &status);
