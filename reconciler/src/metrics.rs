@@ -2,7 +2,7 @@
 
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::{LedgerError, Operations};
-use payonce_shared::metrics::{Counter, Exposition};
+use payonce_shared::metrics::{Counter, Exposition, Gauge};
 use payonce_shared::state::Status;
 
 /// Resolutions and failures by path.
@@ -35,6 +35,12 @@ pub struct ReconcilerMetrics {
     pub webhook_mismatches: Counter,
     /// Alert: the processor holds a payment for an operation nobody approved.
     pub payments_without_approval: Counter,
+    /// Webhook hints closed without a processor read: the row already said the same.
+    pub hints_known: Counter,
+    /// Stored webhooks not yet checked (set at each pass).
+    pub hint_backlog: Gauge,
+    /// Age of the oldest stored webhook not yet checked, seconds (0: none).
+    pub hint_backlog_oldest_age_s: Gauge,
     /// Alert: payments at the processor the ledger did not record (lost rows, rows that say otherwise).
     pub unknown_payments: Counter,
     /// Lookups the processor refused with 429 (the check is deferred).
@@ -71,6 +77,7 @@ impl ReconcilerMetrics {
         for (result, c) in [
             ("applied", &self.hints_applied),
             ("deferred", &self.hints_deferred),
+            ("known", &self.hints_known),
         ] {
             e.counter(
                 "payonce_webhook_hints_total",
@@ -79,6 +86,18 @@ impl ReconcilerMetrics {
                 c.get(),
             );
         }
+        e.gauge(
+            "payonce_webhook_hint_backlog",
+            "Stored webhooks not yet checked against the processor.",
+            "",
+            self.hint_backlog.get(),
+        );
+        e.gauge(
+            "payonce_webhook_hint_backlog_oldest_age_seconds",
+            "Age of the oldest stored webhook not yet checked (0: none).",
+            "",
+            self.hint_backlog_oldest_age_s.get(),
+        );
         e.counter(
             "payonce_webhook_evidence_mismatch_total",
             "Alert: a signed webhook named a processor object that is missing or does not match the operation.",

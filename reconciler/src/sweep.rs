@@ -687,6 +687,7 @@ impl Reconciler {
             backoff_max: self.config.check_backoff_max,
             limiter: self.config.retry.limiter.clone(),
             permit_wait_max: self.config.lookup_permit_wait_max,
+            concurrency: self.config.concurrency,
         };
         check_hints(
             self.ledger.as_ref(),

@@ -915,3 +915,57 @@ async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_ob
         "the wrong name is an alert: {page}"
     );
 }
+
+/// A hint that says what the row already says (succeeded, the same object) is closed without a
+/// processor read; its duplicate too. The backlog gauge says what is left.
+#[tokio::test]
+async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (op, _) = executing(&ledger, "INV-E10").await;
+    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    let rec = reconciler(&ledger, processes::stripe(&sim, None));
+    deliver(
+        &ledger,
+        &delivery("evt_e10a", "payment_intent.succeeded", slim(&pi)),
+    )
+    .await;
+    // The first hint is checked against the processor and applied.
+    let first = rec.check_hints_once().await.unwrap();
+    assert_eq!((first.applied, first.known), (1, 0), "{first:?}");
+    assert_eq!(
+        ledger.get(&tenant(), &op.id).await.unwrap().status,
+        Status::Succeeded
+    );
+    // A later delivery of the same news: no read.
+    deliver(
+        &ledger,
+        &delivery("evt_e10b", "payment_intent.succeeded", slim(&pi)),
+    )
+    .await;
+    let requests_before = sim_requests(&sim).await;
+    let second = rec.check_hints_once().await.unwrap();
+    assert_eq!((second.known, second.applied), (1, 0), "{second:?}");
+    assert_eq!(sim_requests(&sim).await, requests_before, "no retrieval");
+    let metrics = metrics_of(&rec, &ledger).await;
+    assert!(
+        metrics.contains("payonce_webhook_hint_backlog 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("payonce_webhook_hints_total{result=\"known\"} 1"),
+        "{metrics}"
+    );
+    // A hint that contradicts the row is still checked (a read is spent).
+    let mut failed = slim(&pi);
+    failed["status"] = json!("requires_payment_method");
+    deliver(
+        &ledger,
+        &delivery("evt_e10c", "payment_intent.payment_failed", failed),
+    )
+    .await;
+    let third = rec.check_hints_once().await.unwrap();
+    assert_eq!(third.known, 0, "{third:?}");
+    assert!(sim_requests(&sim).await > requests_before);
+    sim.shutdown().await;
+}

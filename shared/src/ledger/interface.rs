@@ -345,6 +345,8 @@ pub trait HintChecks: Webhooks {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<StoredProcessorEvent>, LedgerError>;
+    /// The stored webhooks not yet checked: how many, and when the oldest arrived (`None`: none).
+    async fn processor_event_backlog(&self) -> Result<(i64, Option<Timestamp>), LedgerError>;
     /// Leaves a stored webhook pending (the processor could not be asked): counts the try and
     /// puts the next one off until `check_after`.
     async fn defer_processor_event(

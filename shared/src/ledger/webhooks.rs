@@ -19,6 +19,9 @@ const INSERT_PROCESSOR_EVENT: &str = "INSERT INTO processor_events (processor, e
 const PENDING_PROCESSOR_EVENTS: &str = "SELECT processor, event_id, event_type, operation_id, payload, \
      checks FROM processor_events WHERE applied_at IS NULL AND (check_after IS NULL OR check_after <= $1) \
      ORDER BY received_at LIMIT $2";
+/// The backlog of hints still to check (served by `processor_events_pending_idx`).
+const PROCESSOR_EVENT_BACKLOG: &str = "SELECT COUNT(*) AS n, MIN(received_at) AS oldest FROM processor_events \
+     WHERE applied_at IS NULL";
 const DEFER_PROCESSOR_EVENT: &str = "UPDATE processor_events SET check_after = $3, checks = checks + 1, \
      outcome = $4 WHERE processor = $1 AND event_id = $2 AND applied_at IS NULL";
 const MARK_PROCESSOR_EVENT: &str = "UPDATE processor_events SET applied_at = $3, outcome = $4 WHERE processor = $1 AND event_id = $2";
@@ -70,6 +73,15 @@ impl<DB: Dialect> HintChecks for Store<DB> {
             })
         })
         .await
+    }
+
+    async fn processor_event_backlog(&self) -> Result<(i64, Option<Timestamp>), LedgerError> {
+        let backlog = self
+            .first(Stmt::new(PROCESSOR_EVENT_BACKLOG), |r| {
+                Ok((r.get("n")?, r.get("oldest")?))
+            })
+            .await?;
+        Ok(backlog.unwrap_or((0, None)))
     }
 
     async fn defer_processor_event(

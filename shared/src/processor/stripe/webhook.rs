@@ -243,6 +243,17 @@ pub const OUTCOME_EVENT_TYPES: [&str; 7] = [
     "charge.refund.updated",
 ];
 
+/// The status of the object a stored event carries (`data.object.status`), if it reads as an event.
+pub fn object_status_of(payload: &str) -> Option<String> {
+    let event: Event = serde_json::from_str(payload).ok()?;
+    event
+        .data
+        .object
+        .get("status")
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+}
+
 /// The processor reference a stored event names (`data.object.id`), if it reads as an event.
 pub fn reference_of(payload: &str) -> Option<String> {
     let event: Event = serde_json::from_str(payload).ok()?;
