@@ -179,7 +179,7 @@ async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
 }
 
 async fn ready(State(s): State<MetricsState>) -> StatusCode {
-    match s.ledger.ping().await {
+    match s.ledger.probe_write(SystemClock.now()).await {
         Ok(_) => StatusCode::OK,
         Err(_) => StatusCode::SERVICE_UNAVAILABLE,
     }

@@ -53,7 +53,8 @@ pub enum ErrorCode {
     WebhookSignatureInvalid,
     /// A signed webhook body is not a Stripe event.
     WebhookPayloadInvalid,
-    /// The ledger is unreachable (readiness) or the webhook cannot be stored now; retry later.
+    /// The ledger is unreachable or cannot store a write (readiness, a full disk), or the webhook
+    /// cannot be stored now; retry later.
     Unavailable,
     /// The request took longer than the server allows.
     RequestTimeout,
@@ -247,16 +248,22 @@ impl From<LedgerError> for HttpError {
                 ErrorCode::NotRefundable,
                 format!("{why}; nothing was created"),
             ),
-            // A failover, a restart or a terminated backend: retry, never a 500.
-            unavailable @ LedgerError::Database(_) if unavailable.is_unavailable() => HttpError {
-                code: ErrorCode::Unavailable,
-                message:
-                    "the ledger is unreachable right now; retry the same request shortly (creates \
-                          are idempotent by business key)"
-                        .into(),
-                cause: Some(Box::new(unavailable)),
-            },
+            // A failover, a restart, a terminated backend, a full disk: retry, never a 500, and
+            // never a success for a write that did not commit.
+            unavailable @ (LedgerError::Database(_) | LedgerError::Full { .. })
+                if unavailable.is_unavailable() =>
+            {
+                HttpError {
+                    code: ErrorCode::Unavailable,
+                    message:
+                        "the ledger cannot take this request right now; retry the same request \
+                              shortly (creates are idempotent by business key)"
+                            .into(),
+                    cause: Some(Box::new(unavailable)),
+                }
+            }
             other @ (LedgerError::Fenced { .. }
+            | LedgerError::Full { .. }
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)
             | LedgerError::Database(_)) => HttpError::internal(other),

@@ -1,4 +1,4 @@
-//! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the ledger answers).
+//! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the ledger takes a write).
 
 use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError, cause_chain};
@@ -11,9 +11,11 @@ pub async fn live() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: 200 when the ledger answers a cheap query, 503 `unavailable` otherwise.
+/// `GET /readyz`: 200 when the ledger commits a one-row write (and, on SQLite, has room for more:
+/// `Operations::probe_write`), 503 `unavailable` otherwise. A ledger that answers reads but cannot
+/// store a create (a full disk) must take its instance out of rotation.
 pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, HttpError> {
-    match state.ledger().ping().await {
+    match state.ledger().probe_write(state.now()).await {
         Ok(_) => Ok(Json(
             json!({"status": "ready", "store": state.ledger().store()}),
         )),
@@ -21,7 +23,7 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, HttpErr
             tracing::warn!(cause = %cause_chain(&e), "readiness check failed");
             Err(HttpError::new(
                 ErrorCode::Unavailable,
-                "the ledger is not reachable",
+                "the ledger does not take writes",
             ))
         }
     }

@@ -1,5 +1,5 @@
-//! `GET /metrics`: what the front door counts (responses by status class, latency) and the ledger's
-//! rows per state, in the Prometheus text format. Scraped from inside the cluster; it names no tenant.
+//! `GET /metrics`: what the front door counts (responses by status class, latency), the ledger's
+//! storage failures and rows per state, in the Prometheus text format. Scraped from inside the cluster; it names no tenant.
 
 use crate::app::AppState;
 use axum::extract::{Request, State};
@@ -106,6 +106,13 @@ impl ApiMetrics {
             "Time to the response head.",
             &self.latency,
         );
+        e.counter(
+            "payonce_ledger_storage_failures_total",
+            "Ledger statements and commits the store refused for lack of space or an I/O error; \
+             none of their writes was stored or acknowledged.",
+            "",
+            payonce_shared::ledger::storage_failures(),
+        );
     }
 }
 
@@ -159,5 +166,6 @@ mod tests {
         assert!(text.contains("payonce_api_response_seconds_count 3\n"));
         assert!(text.contains("payonce_api_webhook_deliveries_total{result=\"accepted\"} 1\n"));
         assert!(text.contains("payonce_api_webhook_deliveries_total{result=\"refused\"} 1\n"));
+        assert!(text.contains("# TYPE payonce_ledger_storage_failures_total counter\n"));
     }
 }

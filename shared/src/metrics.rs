@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 pub struct Counter(AtomicU64);
 
 impl Counter {
+    /// A counter at zero (usable in a `static`).
+    pub const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
     /// Adds one.
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);

@@ -12,6 +12,7 @@ mod deployables;
 mod evidence;
 
 mod failure_injection;
+mod full_disk;
 mod fuzz_bodies;
 mod ledger_conformance;
 mod limiter;

@@ -8,8 +8,9 @@
 //! Postgres, in-process only on SQLite), the batched writes (marking submissions, recording
 //! outcomes, the sweep's lease expiries and found lookups: array statements on Postgres, one
 //! statement per item in one transaction on SQLite), the row lock of the over-refund guard
-//! (Postgres only; the open-link cap takes it too), how a write's row count is read (`RowCount`), and migrations
-//! (`migrate.rs`: an advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
+//! (Postgres only; the open-link cap takes it too), the page headroom the readiness probe checks
+//! (SQLite only), how a write's row count is read (`RowCount`), and migrations (`migrate.rs`: an
+//! advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
 
 use super::row::LedgerRow;
 use super::statement::Driver;
@@ -45,6 +46,10 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// the table's `claim` move (`moves.rs`). With `to_submit`, the same update also records the
     /// submission start (`queue::submission_started_at_claim`).
     fn claim(to_submit: bool) -> &'static str;
+
+    /// Pages the store may still grow by, if it knows (SQLite: under `max_page_count` and in the
+    /// filesystem's free space), for the readiness probe (`Operations::probe_write`).
+    async fn write_headroom(store: &Store<Self>) -> Result<Option<i64>, LedgerError>;
 
     /// Waits until an approval may have made work ready, or `max_wait` passes.
     async fn wait_ready(store: &Store<Self>, max_wait: Duration);

@@ -1,8 +1,10 @@
 //! What the ledger refuses, as callers branch on it.
 
-use super::{CLAIM_BATCH_MAX, PAGE_MAX};
+use super::{CLAIM_BATCH_MAX, PAGE_MAX, WRITE_HEADROOM_PAGES_MIN};
 use crate::id::OperationId;
+use crate::metrics::Counter;
 use crate::state::{IllegalTransition, Status};
+use sqlx::sqlite::SqliteError;
 
 /// What the ledger refuses, as callers branch on it.
 #[derive(Debug, thiserror::Error)]
@@ -67,23 +69,67 @@ pub enum LedgerError {
     /// A stored row could not be decoded (schema drift or corruption).
     #[error("stored row is invalid: {0}")]
     Corrupt(String),
+    /// The store is about to run out of room: fewer than [`WRITE_HEADROOM_PAGES_MIN`] pages left
+    /// under its page limit or on its disk (the readiness probe, `Operations::probe_write`).
+    /// Nothing was changed.
+    #[error(
+        "only {headroom_pages} pages left for writes (at least {WRITE_HEADROOM_PAGES_MIN} wanted)"
+    )]
+    Full {
+        /// Pages the store may still grow by (the least of its limit's and its disk's).
+        headroom_pages: i64,
+    },
     /// The database failed.
     #[error("database error")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
+}
+
+/// Storage failures ([`LedgerError::is_storage_failure`]) this process has met, for
+/// `payonce_ledger_storage_failures_total`. Process-wide because the conversion from a driver
+/// error, the one place every failure passes (a statement, a `COMMIT`, inside a transaction or
+/// not), has no store at hand.
+static STORAGE_FAILURES: Counter = Counter::new();
+
+/// Storage failures met by this process so far (see [`STORAGE_FAILURES`]).
+pub fn storage_failures() -> u64 {
+    STORAGE_FAILURES.get()
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        let e = LedgerError::Database(e);
+        if e.is_storage_failure() {
+            STORAGE_FAILURES.inc();
+        }
+        e
+    }
 }
 
 /// SQLSTATEs that mean "the server is going away or not taking connections": a failover, a
 /// restart, a backend terminated by an operator, no free connection slot.
 const UNAVAILABLE_SQLSTATES: [&str; 4] = ["57P01", "57P02", "57P03", "53300"];
+/// SQLite primary result codes of a store that could not keep a write: `SQLITE_IOERR` (10) and
+/// `SQLITE_FULL` (13) (sqlite.org/rescode.html; an extended code carries its primary one in its low
+/// byte). SQLite has rolled the statement or the whole transaction back by then.
+const STORAGE_SQLITE_CODES: [i32; 2] = [10, 13];
+/// SQLSTATEs of the same on Postgres: `disk_full`, `io_error`.
+const STORAGE_SQLSTATES: [&str; 2] = ["53100", "58030"];
 
 impl LedgerError {
     /// Whether the database could not be reached or dropped the connection (a failover, a restart,
-    /// a terminated backend, a full pool): the caller answers "unavailable, retry" instead of an
-    /// internal error. What ran before the drop is unknown to the caller, so only an idempotent
-    /// request may be retried as it is (every create is: by business key).
+    /// a terminated backend, a full pool), or could not store a write (a full disk, an I/O error:
+    /// [`is_storage_failure`](Self::is_storage_failure), [`LedgerError::Full`]): the caller answers
+    /// "unavailable, retry" instead of an internal error. What ran before the drop is unknown to the
+    /// caller, so only an idempotent request may be retried as it is (every create is: by business
+    /// key).
     pub fn is_unavailable(&self) -> bool {
-        let LedgerError::Database(e) = self else {
-            return false;
+        if self.is_storage_failure() {
+            return true;
+        }
+        let e = match self {
+            LedgerError::Full { .. } => return true,
+            LedgerError::Database(e) => e,
+            _ => return false,
         };
         match e {
             sqlx::Error::Io(_)
@@ -95,6 +141,23 @@ impl LedgerError {
                 code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
             }),
             _ => false,
+        }
+    }
+
+    /// Whether the store refused to keep a write: out of space (`SQLITE_FULL`, Postgres
+    /// `disk_full`) or an I/O error. Nothing of the statement or transaction that met it was stored.
+    pub fn is_storage_failure(&self) -> bool {
+        let LedgerError::Database(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        let Some(code) = db.code() else {
+            return false;
+        };
+        if db.try_downcast_ref::<SqliteError>().is_some() {
+            code.parse::<i32>()
+                .is_ok_and(|code| STORAGE_SQLITE_CODES.contains(&(code & 0xff)))
+        } else {
+            STORAGE_SQLSTATES.contains(&code.as_ref())
         }
     }
 }
@@ -157,5 +220,46 @@ mod tests {
         }
         assert!(!LedgerError::Database(sqlx::Error::RowNotFound).is_unavailable());
         assert!(!LedgerError::NotFound.is_unavailable());
+        assert!(LedgerError::Full { headroom_pages: 0 }.is_unavailable());
+    }
+
+    /// SQLite's own `SQLITE_FULL` (a database at its `max_page_count`) is a storage failure, and
+    /// counted; a constraint it refuses is neither.
+    #[tokio::test]
+    async fn a_full_sqlite_database_is_a_storage_failure_and_a_constraint_is_not() {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("an in-memory database");
+        sqlx::raw_sql("CREATE TABLE t (v TEXT PRIMARY KEY); PRAGMA max_page_count = 3")
+            .execute(&mut conn)
+            .await
+            .expect("the table");
+        let before = storage_failures();
+        let mut full = None;
+        for i in 0..1_000 {
+            let insert = sqlx::query("INSERT INTO t (v) VALUES ($1)")
+                .bind(format!("{i:0>500}"))
+                .execute(&mut conn)
+                .await;
+            if let Err(e) = insert {
+                full = Some(LedgerError::from(e));
+                break;
+            }
+        }
+        let full = full.expect("three pages fill up");
+        assert!(full.is_storage_failure(), "{full:?}");
+        assert!(full.is_unavailable());
+        assert!(storage_failures() > before);
+        let taken = sqlx::query("INSERT INTO t (v) VALUES ($1)")
+            .bind(format!("{:0>500}", 0))
+            .execute(&mut conn)
+            .await
+            .expect_err("a duplicate key");
+        let taken = LedgerError::from(taken);
+        assert!(
+            !taken.is_storage_failure() && !taken.is_unavailable(),
+            "{taken:?}"
+        );
     }
 }

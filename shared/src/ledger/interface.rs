@@ -65,9 +65,12 @@ pub trait Operations: Send + Sync {
         request: &Resolve<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
-    /// One cheap round trip (`SELECT 1`), for readiness probes: unlike counting, its cost does not
-    /// grow with the table.
-    async fn ping(&self) -> Result<(), LedgerError>;
+    /// Whether the store takes a write now, for readiness probes: one committed update of the
+    /// one-row `write_probe` table (a full disk or a read-only server fails it), and on SQLite at
+    /// least [`WRITE_HEADROOM_PAGES_MIN`](super::WRITE_HEADROOM_PAGES_MIN) pages of room under
+    /// `max_page_count` ([`LedgerError::Full`] otherwise). Unlike counting, its cost does not grow
+    /// with the table.
+    async fn probe_write(&self, now: Timestamp) -> Result<(), LedgerError>;
     /// Operations per state over every tenant, and the oldest `updated_at` in each (metrics).
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
 }

@@ -115,6 +115,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "processor_scans",
         include_str!("../../../migrations/postgres/0019_processor_scans.sql"),
     ),
+    // The readiness probe's one row (issue 43).
+    (
+        20,
+        "write_probe",
+        include_str!("../../../migrations/postgres/0020_write_probe.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -188,6 +194,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         13,
         "processor_scans",
         include_str!("../../../migrations/sqlite/0013_processor_scans.sql"),
+    ),
+    // The readiness probe's one row (issue 43).
+    (
+        14,
+        "write_probe",
+        include_str!("../../../migrations/sqlite/0014_write_probe.sql"),
     ),
 ];
 

@@ -40,7 +40,7 @@ pub mod verification;
 mod webhooks;
 
 pub use dialect::Dialect;
-pub use error::{LedgerError, LimitError};
+pub use error::{LedgerError, LimitError, storage_failures};
 pub use interface::{
     Approvals, HintChecks, Inspection, Keys, Ledger, Operations, Queue, Recovery, Refunds,
     TenantLedger, ToolCalls, Webhooks,
@@ -68,6 +68,11 @@ pub const CLAIM_BATCH_MAX: u32 = 1_000;
 pub const PAGE_MAX: u32 = 10_000;
 /// Longest free-text reason or detail written to the event log.
 pub const DETAIL_LEN_MAX: usize = 2_000;
+/// Fewest pages a SQLite ledger must still be able to grow by (under `max_page_count`, free pages
+/// included) to call itself ready: readiness should fail while a few writes still fit (a create
+/// touches a handful of pages), not after they started failing. 32 pages are 128 KiB at the
+/// default page size.
+pub const WRITE_HEADROOM_PAGES_MIN: i64 = 32;
 
 /// Shared handle to a whole ledger store (the binaries hand out the narrow interfaces from it).
 pub type SharedLedger = Arc<dyn Ledger>;

@@ -11,7 +11,8 @@ use super::statement::Stmt;
 use super::store::Store;
 use super::{
     Cancel, Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
-    OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, bounded, console,
+    OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, WRITE_HEADROOM_PAGES_MIN,
+    bounded, console,
 };
 use crate::clock::Timestamp;
 use crate::details::{DetailsHash, OperationKind};
@@ -52,7 +53,9 @@ static CANCEL: LazyLock<String> = LazyLock::new(|| {
 });
 const LIST: &str = "SELECT * FROM operations WHERE status = $1 AND updated_at < $2 \
      AND ($3 IS NULL OR tenant_id = $3) ORDER BY updated_at LIMIT $4";
-const PING: &str = "SELECT 1";
+/// The readiness probe's write: the one row of `write_probe` (migration `write_probe`). Committed,
+/// because only a commit meets a full disk: SQLite's write-ahead log grows at `COMMIT`.
+const PROBE_WRITE: &str = "UPDATE write_probe SET probed_at = $1 WHERE id = 1";
 const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest, \
      MIN(first_submitted_at) AS oldest_submitted FROM operations GROUP BY status";
 
@@ -146,9 +149,20 @@ impl<DB: Dialect> Operations for Store<DB> {
         Recovery::resolve(self, request, now).await
     }
 
-    async fn ping(&self) -> Result<(), LedgerError> {
-        self.execute(Stmt::new(PING)).await?;
-        Ok(())
+    async fn probe_write(&self, now: Timestamp) -> Result<(), LedgerError> {
+        if let Some(pages) = DB::write_headroom(self).await?
+            && pages < WRITE_HEADROOM_PAGES_MIN
+        {
+            return Err(LedgerError::Full {
+                headroom_pages: pages,
+            });
+        }
+        match self.execute(Stmt::new(PROBE_WRITE).bind(now)).await? {
+            1 => Ok(()),
+            n => Err(LedgerError::Corrupt(format!(
+                "the write probe changed {n} rows instead of its one"
+            ))),
+        }
     }
 
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {

@@ -244,6 +244,11 @@ impl Dialect for Postgres {
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
     const LOCK_OPERATION: Option<&'static str> = Some(LOCK_OPERATION);
 
+    /// None of its own: a full disk fails the probe's committed write.
+    async fn write_headroom(_: &PostgresLedger) -> Result<Option<i64>, LedgerError> {
+        Ok(None)
+    }
+
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {
             CLAIM_TO_SUBMIT.as_str()

@@ -7,6 +7,7 @@ use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{
     EXPIRE_SUBMITTED, EXPIRE_UNSUBMITTED, SET_SUCCEEDED, expiry_detail, found_detail,
 };
+use super::row::LedgerRow;
 use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
@@ -18,6 +19,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
     SqliteSynchronous,
 };
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -64,6 +66,14 @@ const MARK_SUBMITTING: &str = "UPDATE operations SET first_submitted_at = COALES
      submit_count = submit_count + 1, updated_at = $3, last_event = 'submission_started', last_actor = lease_owner, \
      last_detail = NULL \
      WHERE id = $1 AND attempt = $2 AND status = 'executing' AND lease_expires_at > $3";
+/// Pages the file may still grow by under `max_page_count` (its free pages included), the page
+/// size, and the file (empty for `:memory:`).
+const WRITE_HEADROOM: &str = "SELECT (SELECT max_page_count FROM pragma_max_page_count()) \
+     - (SELECT page_count FROM pragma_page_count()) \
+     + (SELECT freelist_count FROM pragma_freelist_count()) AS pages, \
+     (SELECT page_size FROM pragma_page_size()) AS page_size, \
+     (SELECT file FROM pragma_database_list() WHERE name = 'main') AS file";
+
 /// The SQLite ledger.
 pub type SqliteLedger = Store<Sqlite>;
 
@@ -84,6 +94,7 @@ impl SqliteLedger {
             // An in-memory database lives as long as its one connection: never let it be reaped.
             .idle_timeout(None)
             .max_lifetime(None)
+            .after_release(|conn, _| Box::pin(keep_after_release(conn)))
             .connect_with(options)
             .await?;
         let mut conn = pool.acquire().await?;
@@ -91,6 +102,33 @@ impl SqliteLedger {
         drop(conn);
         Ok(Store::new(pool))
     }
+}
+
+/// Whether a connection coming back to the pool may be used again: not while sqlx still counts
+/// it inside a transaction. That happens when SQLite rolled the transaction back on its own: a
+/// `COMMIT` that failed for a full disk or an I/O error (or a statement that did, without a
+/// statement journal) ends the transaction in SQLite, sqlx's `ROLLBACK` then fails and its count
+/// stays at one. The next `begin` on it sends `SAVEPOINT`, which opens a transaction in SQLite; a
+/// rollback of that is `ROLLBACK TO`, which leaves it open; and every later write on the one
+/// connection stays inside it, visible in this process and never committed (issue 43). sqlx resets
+/// its count only with a new connection: returning `false` closes this one and the pool opens
+/// another (`min_connections`). A `:memory:` ledger is lost with it, loudly (every later call
+/// fails), instead of silently keeping nothing.
+async fn keep_after_release(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A transaction dropped unfinished queued its `ROLLBACK` without waiting: the connection runs
+    // commands in order, so after this ping the count is settled.
+    conn.ping().await?;
+    let stuck = conn.is_in_transaction();
+    if stuck {
+        tracing::error!(
+            "a ledger connection left a transaction SQLite had already ended; reopening it"
+        );
+    }
+    Ok(!stuck)
 }
 
 impl RowCount for SqliteQueryResult {
@@ -113,6 +151,32 @@ impl Dialect for Sqlite {
         } else {
             CLAIM.as_str()
         }
+    }
+
+    /// The least of the room under `max_page_count` and the filesystem's free space in pages: on
+    /// a full disk a commit fails when the write-ahead log cannot grow, whatever the file's limit.
+    async fn write_headroom(store: &SqliteLedger) -> Result<Option<i64>, LedgerError> {
+        let (pages, page_size, file): (i64, i64, Option<String>) = store
+            .first(Stmt::new(WRITE_HEADROOM), |r| {
+                Ok((r.get("pages")?, r.get("page_size")?, r.get("file")?))
+            })
+            .await?
+            .ok_or_else(|| {
+                LedgerError::Corrupt("the page headroom query returned no row".into())
+            })?;
+        let dir = file
+            .as_deref()
+            .filter(|f| !f.is_empty())
+            .and_then(|f| Path::new(f).parent());
+        let Some(dir) = dir else {
+            return Ok(Some(pages));
+        };
+        let fs = rustix::fs::statvfs(dir)
+            .map_err(|e| LedgerError::Database(sqlx::Error::Io(e.into())))?;
+        let free_bytes = fs.f_bavail.saturating_mul(fs.f_frsize);
+        let free_pages =
+            i64::try_from(free_bytes / page_size.max(1).unsigned_abs()).unwrap_or(i64::MAX);
+        Ok(Some(pages.min(free_pages)))
     }
 
     async fn wait_ready(store: &SqliteLedger, max_wait: Duration) {

@@ -182,7 +182,8 @@ pub trait Driver: Database {
     where
         O: Into<On<'c, Self>> + Send;
 
-    /// Runs a statement; its first row, if any.
+    /// Runs a statement to its end (a write outside a transaction commits there); its first row,
+    /// if any.
     async fn fetch_optional<'c, O>(on: O, stmt: Stmt<'_>) -> Result<Option<Self::Row>, LedgerError>
     where
         O: Into<On<'c, Self>> + Send;
@@ -236,11 +237,13 @@ where
     where
         O: Into<On<'c, DB>> + Send,
     {
-        let query = DB::query(stmt);
-        Ok(match on.into() {
-            On::Pool(pool) => query.fetch_optional(pool).await,
-            On::Conn(conn) => query.fetch_optional(conn).await,
-        }?)
+        // Every row, not sqlx's `fetch_optional`: on SQLite that stops stepping after the first row
+        // and drops the error of the statement's end, which for a write outside a transaction is
+        // its `COMMIT` (a full disk: issue 43). A write would be answered with a row SQLite then
+        // rolled back. (Postgres's `fetch_optional` reads to the end as well.) The ledger runs
+        // only statements of at most a few rows through here.
+        let rows = Self::fetch_all(on, stmt).await?;
+        Ok(rows.into_iter().next())
     }
 
     async fn fetch_all<'c, O>(on: O, stmt: Stmt<'_>) -> Result<Vec<DB::Row>, LedgerError>
