@@ -65,6 +65,15 @@ pub enum Command {
         #[arg(long, default_value_t = 2_000)]
         timeout_ms: u64,
     },
+    /// Deletes, in bounded batches, the rows past their retention (checked webhook payloads, tool-call
+    /// correlation rows, expired links and console sessions; never an operation or its events) and
+    /// prints how many, as JSON. The reconciler daemon does the same every `prune_interval_ms`.
+    Prune {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        reconciler: ReconcilerArgs,
+    },
     /// Runs the ledger migrations and exits.
     Migrate {
         #[command(flatten)]

@@ -165,6 +165,13 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Simulator(args) => demo::run_simulator(args).await,
+        Command::Prune { common, reconciler } => {
+            let ledger = open(&common).await?;
+            let now = payonce_shared::clock::Clock::now(&SystemClock);
+            let pruned = ledger.prune(&reconciler.retention(), now).await?;
+            println!("{}", serde_json::to_string(&pruned)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Migrate { common } => {
             open(&common).await?;
             println!("migrations applied to {}", redact(&common.database_url));

@@ -338,6 +338,22 @@ pub struct ReconcilerArgs {
     /// Same-key retries must land this long before the key's retention closes, ms.
     #[arg(long, env = "PAYONCE_RETENTION_MARGIN_MS", default_value_t = 300_000)]
     pub retention_margin_ms: u64,
+    /// Days a checked webhook's payload is kept after it was checked (pending ones are never pruned).
+    #[arg(long, env = "PAYONCE_WEBHOOK_RETENTION_DAYS", default_value_t = 7,
+          value_parser = clap::value_parser!(u64).range(1..=3_650))]
+    pub webhook_retention_days: u64,
+    /// Days a tool call's correlation row is kept.
+    #[arg(long, env = "PAYONCE_TOOL_CALL_RETENTION_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3_650))]
+    pub tool_call_retention_days: u64,
+    /// Days an expired confirmation link or console session is kept.
+    #[arg(long, env = "PAYONCE_EXPIRED_TOKEN_RETENTION_DAYS", default_value_t = 7,
+          value_parser = clap::value_parser!(u64).range(1..=3_650))]
+    pub expired_token_retention_days: u64,
+    /// Time between prunes in the reconciler daemon, ms (`payonce prune` runs one now).
+    #[arg(long, env = "PAYONCE_PRUNE_INTERVAL_MS", default_value_t = 3_600_000,
+          value_parser = clap::value_parser!(u64).range(1_000..))]
+    pub prune_interval_ms: u64,
     /// Longest a lookup waits for a read permit from the fleet limiter before the check is deferred, ms.
     #[arg(long, env = "PAYONCE_LOOKUP_PERMIT_WAIT_MS", default_value_t = 2_000,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
@@ -359,10 +375,26 @@ impl ReconcilerArgs {
         c.check_backoff_max = Duration::from_millis(self.check_backoff_max_ms);
         c.sweep_lease_ttl = Duration::from_millis(self.sweep_lease_ttl_ms);
         c.retention_margin = Duration::from_millis(self.retention_margin_ms);
+        c.retention = self.retention();
+        c.prune_interval = Duration::from_millis(self.prune_interval_ms);
         c.resubmit_after_window = self.resubmit_after_window;
         c.lookup_permit_wait_max = Duration::from_millis(self.lookup_permit_wait_ms);
         c.retry = worker;
         c
+    }
+}
+
+impl ReconcilerArgs {
+    /// How long each kind of prunable row is kept.
+    pub fn retention(&self) -> payonce_shared::ledger::retention::Retention {
+        const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+        let days = |n: u64| DAY.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
+        payonce_shared::ledger::retention::Retention {
+            webhooks: days(self.webhook_retention_days),
+            tool_calls: days(self.tool_call_retention_days),
+            expired_tokens: days(self.expired_token_retention_days),
+            ..Default::default()
+        }
     }
 }
 

@@ -51,6 +51,10 @@ pub struct ReconcilerConfig {
     pub scan_interval: Duration,
     /// How far back a ledger's first scan looks ([`crate::scan::SCAN_LOOKBACK_DEFAULT`]).
     pub scan_lookback: Duration,
+    /// How long prunable rows are kept (`payonce_shared::ledger::retention`).
+    pub retention: payonce_shared::ledger::retention::Retention,
+    /// Time between prunes in daemon mode (under the sweep lease).
+    pub prune_interval: Duration,
     /// Limits for same-key retries (lease TTL, submit timeout) and the process's fleet limiter.
     pub retry: WorkerConfig,
 }
@@ -76,6 +80,8 @@ impl ReconcilerConfig {
             key_secret: None,
             scan_interval: Duration::from_secs(60),
             scan_lookback: crate::scan::SCAN_LOOKBACK_DEFAULT,
+            retention: payonce_shared::ledger::retention::Retention::default(),
+            prune_interval: Duration::from_secs(60 * 60),
         }
     }
 }

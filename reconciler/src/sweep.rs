@@ -66,6 +66,8 @@ pub struct SweepReport {
     pub hints: HintReport,
     /// The scan for payments the ledger does not know about, when one ran.
     pub scan: Option<ScanReport>,
+    /// What a prune deleted, when one ran.
+    pub pruned: Option<payonce_shared::ledger::retention::Pruned>,
     /// One line per action, for dry runs and logs.
     pub actions: Vec<String>,
 }
@@ -153,6 +155,8 @@ pub struct Reconciler {
     retry_metrics: WorkerMetrics,
     /// When this process last scanned the processor's payments (`None`: not yet).
     last_scan: std::sync::Mutex<Option<Timestamp>>,
+    /// When this process last pruned (`None`: not yet).
+    last_prune: std::sync::Mutex<Option<Timestamp>>,
 }
 
 impl Reconciler {
@@ -171,6 +175,7 @@ impl Reconciler {
             metrics: Arc::new(ReconcilerMetrics::default()),
             retry_metrics: WorkerMetrics::default(),
             last_scan: std::sync::Mutex::new(None),
+            last_prune: std::sync::Mutex::new(None),
         }
     }
 
@@ -285,6 +290,7 @@ impl Reconciler {
             if let Some(scan) = &report.scan {
                 report.actions.extend(scan.found.iter().cloned());
             }
+            report.pruned = self.prune_if_due().await?;
         }
         if !dry_run {
             self.ledger.drop_maintenance_lease(&lease).await?;
@@ -697,6 +703,26 @@ impl Reconciler {
             self.clock.now(),
         )
         .await
+    }
+
+    /// Prunes ([`payonce_shared::ledger::retention`]) when this process has not in the last
+    /// `prune_interval`.
+    async fn prune_if_due(
+        &self,
+    ) -> Result<Option<payonce_shared::ledger::retention::Pruned>, LedgerError> {
+        let now = self.clock.now();
+        {
+            let last = self.last_prune.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now < t + self.config.prune_interval) {
+                return Ok(None);
+            }
+        }
+        let pruned = self.ledger.prune(&self.config.retention, now).await?;
+        *self.last_prune.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        if pruned != Default::default() {
+            tracing::info!(?pruned, "pruned rows past their retention");
+        }
+        Ok(Some(pruned))
     }
 
     /// Scans the processor's recent payments ([`crate::scan`]) when the process has not in the last

@@ -2350,3 +2350,107 @@ async fn postgres_migrations_13_to_15_fill_the_directory_from_existing_rows() {
         "{conflict:?}"
     );
 }
+
+/// Retention on both stores: checked webhook payloads and tool-call rows past their period go,
+/// pending hints, recent rows, operations and their events stay.
+#[tokio::test]
+async fn prune_deletes_only_what_retention_lets_go() {
+    use payonce_shared::ledger::retention::{Pruned, Retention};
+    use payonce_shared::ledger::{NewProcessorEvent, NewToolCall, ProcessorEventKey};
+    const DAY: i64 = 24 * 60 * 60 * 1000;
+    for ledger in every_store().await {
+        let op = ready_operation(&ledger, "INV-PRUNE", "pm_card_visa", at(T0)).await;
+        let event = |id: &'static str| NewProcessorEvent {
+            key: ProcessorEventKey {
+                processor: "stripe",
+                event_id: id,
+            },
+            event_type: "payment_intent.succeeded",
+            operation: Some(&op.id),
+            payload: "{}",
+        };
+        for id in ["evt_old_checked", "evt_new_checked", "evt_old_pending"] {
+            assert!(
+                ledger
+                    .insert_processor_event(&event(id), at(T0))
+                    .await
+                    .unwrap()
+            );
+        }
+        let key = |id: &'static str| ProcessorEventKey {
+            processor: "stripe",
+            event_id: id,
+        };
+        ledger
+            .mark_processor_event(&key("evt_old_checked"), "checked", at(T0 + DAY))
+            .await
+            .unwrap();
+        ledger
+            .mark_processor_event(&key("evt_new_checked"), "checked", at(T0 + 15 * DAY))
+            .await
+            .unwrap();
+        let call = NewToolCall {
+            operation: Some(&op.id),
+            provider: "anthropic",
+            provider_call_id: Some("toolu_1"),
+            tool: "pay_invoice",
+        };
+        ledger
+            .record_tool_call(&tenant(), &call, at(T0))
+            .await
+            .unwrap();
+        let recent = NewToolCall {
+            provider_call_id: Some("toolu_2"),
+            ..call
+        };
+        ledger
+            .record_tool_call(&tenant(), &recent, at(T0 + 19 * DAY))
+            .await
+            .unwrap();
+        let before = ledger.events_unscoped(&op.id).await.unwrap().len();
+
+        let retention = Retention {
+            webhooks: Duration::from_millis(7 * DAY as u64),
+            tool_calls: Duration::from_millis(10 * DAY as u64),
+            expired_tokens: Duration::from_millis(7 * DAY as u64),
+            batch: 1,
+        };
+        let pruned = ledger.prune(&retention, at(T0 + 20 * DAY)).await.unwrap();
+        assert_eq!(
+            pruned,
+            Pruned {
+                webhooks: 1,
+                tool_calls: 1,
+                links: 0,
+                sessions: 0
+            },
+            "{}",
+            ledger.store()
+        );
+        // The pending hint is still due, however old.
+        let pending = ledger
+            .pending_processor_events(at(T0 + 20 * DAY), 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            pending
+                .iter()
+                .map(|e| e.event_id.as_str())
+                .collect::<Vec<_>>(),
+            ["evt_old_pending"]
+        );
+        let calls = ledger.tool_calls(&tenant(), &op.id).await.unwrap();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].1.as_deref(), Some("toolu_2"));
+        assert_eq!(ledger.events_unscoped(&op.id).await.unwrap().len(), before);
+        assert_eq!(
+            ledger.get(&tenant(), &op.id).await.unwrap().status,
+            Status::Ready
+        );
+        // Nothing left to prune: a second run deletes nothing.
+        assert_eq!(
+            ledger.prune(&retention, at(T0 + 20 * DAY)).await.unwrap(),
+            Pruned::default()
+        );
+    }
+}

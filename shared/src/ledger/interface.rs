@@ -303,6 +303,13 @@ pub trait Recovery: Inspection + Queue + HintChecks {
     /// operation already holding the business key is answered instead (same details), or a
     /// [`LedgerError::Conflict`] names it (other details).
     async fn recreate(&self, new: NewOperation, now: Timestamp) -> Result<Created, LedgerError>;
+    /// Deletes, in bounded batches, the rows `retention` lets go of at `now`
+    /// ([`super::retention`]): never an operation, its events or a pending hint.
+    async fn prune(
+        &self,
+        retention: &super::retention::Retention,
+        now: Timestamp,
+    ) -> Result<super::retention::Pruned, LedgerError>;
     /// Where the scan for unknown payments at `processor` has read up to (`None`: never scanned).
     async fn scan_watermark(&self, processor: &str) -> Result<Option<Timestamp>, LedgerError>;
     /// Records that the scan has read every payment created from `watermark` on.

@@ -121,6 +121,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "write_probe",
         include_str!("../../../migrations/postgres/0020_write_probe.sql"),
     ),
+    // Retention: checked webhooks are pruned by when they were checked (issue 43).
+    (
+        21,
+        "retention",
+        include_str!("../../../migrations/postgres/0021_retention.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -200,6 +206,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         14,
         "write_probe",
         include_str!("../../../migrations/sqlite/0014_write_probe.sql"),
+    ),
+    // Retention: checked webhooks are pruned by when they were checked (issue 43).
+    (
+        15,
+        "retention",
+        include_str!("../../../migrations/sqlite/0015_retention.sql"),
     ),
 ];
 

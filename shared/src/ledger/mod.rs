@@ -30,6 +30,7 @@ mod recovery;
 pub mod refunds;
 pub mod report;
 mod requests;
+pub mod retention;
 mod row;
 pub mod sqlite;
 mod statement;

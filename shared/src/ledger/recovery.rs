@@ -276,6 +276,14 @@ impl<DB: Dialect> Recovery for Store<DB> {
         Operations::create_or_get(self, new, now).await
     }
 
+    async fn prune(
+        &self,
+        retention: &super::retention::Retention,
+        now: Timestamp,
+    ) -> Result<super::retention::Pruned, LedgerError> {
+        Store::prune(self, retention, now).await
+    }
+
     async fn scan_watermark(&self, processor: &str) -> Result<Option<Timestamp>, LedgerError> {
         let stmt = Stmt::new(SELECT_SCAN_WATERMARK).bind(processor);
         self.first(stmt, |r| r.get("watermark_ms")).await
