@@ -14,7 +14,7 @@
 mod crashes;
 mod fleet;
 mod outages;
-mod refund_fixtures;
+pub(crate) mod refund_fixtures;
 mod refund_recovery;
 mod refunds;
 mod requests;

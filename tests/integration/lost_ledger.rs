@@ -6,6 +6,7 @@
 //! the simulator over HTTP; the sweep right after the restore is the real `payonce reconciler sweep
 //! --once` process.
 
+use crate::failure_injection::refund_fixtures::{approved_refund, refund_audit};
 use crate::support::postgres::fresh_database;
 use crate::support::processes::{self, audit};
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
@@ -36,7 +37,16 @@ async fn create_and_approve_invoice(
     ledger: &SharedLedger,
     invoice: &str,
 ) -> payonce_shared::ledger::Operation {
-    let d = details(invoice, 2048, "pm_card_visa");
+    create_and_approve_amount(ledger, invoice, 2048).await
+}
+
+/// [`create_and_approve_invoice`] for `amount`.
+async fn create_and_approve_amount(
+    ledger: &SharedLedger,
+    invoice: &str,
+    amount: i64,
+) -> payonce_shared::ledger::Operation {
+    let d = details(invoice, amount, "pm_card_visa");
     let hash = d.hash();
     let created = ledger
         .create_or_get(
@@ -102,6 +112,18 @@ async fn work(ledger: &SharedLedger, sim: &Simulator) {
     )
     .unwrap();
     assert_eq!(worker.run_once().await.unwrap(), 1, "one operation claimed");
+}
+
+/// A reconciler on `ledger` that recreates lost rows (it holds the key secret).
+fn scanning_reconciler(ledger: &SharedLedger, sim: &Simulator, name: &str) -> Reconciler {
+    let mut config = ReconcilerConfig::new(name);
+    config.key_secret = Some(key_secret());
+    Reconciler::new(
+        ledger.clone(),
+        processes::stripe(sim, None),
+        Arc::new(SystemClock),
+        config,
+    )
 }
 
 /// `pg_dump` of `url` as plain SQL.
@@ -228,14 +250,7 @@ async fn a_restored_ledger_pays_the_same_intention_once_and_the_sweep_names_the_
         "the replay is the first payment"
     );
     // The scan then finds the ledger knows this money: nothing to report.
-    let mut config = ReconcilerConfig::new("lost-ledger-rec");
-    config.key_secret = Some(key_secret());
-    let rec = Reconciler::new(
-        redriven.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec = scanning_reconciler(&redriven, &sim, "lost-ledger-rec");
     let report = rec.sweep_once(false).await.unwrap();
     let scan = report.scan.unwrap();
     assert_eq!((scan.scanned, scan.findings(), scan.complete), (1, 0, true));
@@ -250,16 +265,7 @@ async fn a_restored_ledger_pays_the_same_intention_once_and_the_sweep_names_the_
 async fn the_scan_walks_again_the_period_a_restored_watermark_covers() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (ledger, url) = support::postgres_ledger().await;
-    let mut config = ReconcilerConfig::new("scan-rec");
-    config.key_secret = Some(key_secret());
-    let rec = |l: &SharedLedger| {
-        Reconciler::new(
-            l.clone(),
-            processes::stripe(&sim, None),
-            Arc::new(SystemClock),
-            config.clone(),
-        )
-    };
+    let rec = |l: &SharedLedger| scanning_reconciler(l, &sim, "scan-rec");
     // A first scan sets the watermark; the backup keeps it.
     let first = rec(&ledger).sweep_once(false).await.unwrap().scan.unwrap();
     assert_eq!((first.scanned, first.complete), (0, true));
@@ -351,14 +357,7 @@ async fn a_promoted_async_replica_pays_every_invoice_once_and_reports_what_it_lo
     }
     assert_eq!(work_counting_replays(&promoted, &sim).await, (10, 10));
 
-    let mut config = ReconcilerConfig::new("failover-rec");
-    config.key_secret = Some(key_secret());
-    let rec = Reconciler::new(
-        promoted.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec = scanning_reconciler(&promoted, &sim, "failover-rec");
     let scan = rec.sweep_once(false).await.unwrap().scan.unwrap();
     assert_eq!(
         (
@@ -472,39 +471,14 @@ async fn a_refund_the_restored_ledger_lost_is_recreated_from_its_payment_and_rep
     assert_eq!(payment.status, Status::Succeeded);
     let dump = backup(&url);
 
-    let refund =
-        crate::support::refunds::create_refund(&ledger, &payment, "refund:INV-2048:1", 500, now())
-            .await
-            .unwrap()
-            .operation;
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: refund.id.clone(),
-                details_hash: refund.details_hash.clone(),
-                approved_by: "on_call:key_test".into(),
-                method: "on_call_key".into(),
-                expires_at_ms: now() + Duration::from_secs(86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap();
+    let refund = approved_refund(&ledger, &payment, "refund:INV-2048:1", 500).await;
     work(&ledger, &sim).await;
     let refunded = ledger.get(&tenant(), &refund.id).await.unwrap();
     assert_eq!(refunded.status, Status::Succeeded);
     let reference = refunded.external_ref.clone().unwrap();
 
     let restored = ledger::connect(&restore(&dump).await, 4).await.unwrap();
-    let mut config = ReconcilerConfig::new("refund-scan-rec");
-    config.key_secret = Some(key_secret());
-    let rec = Reconciler::new(
-        restored.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec = scanning_reconciler(&restored, &sim, "refund-scan-rec");
     let scan = rec.sweep_once(false).await.unwrap().scan.unwrap();
     assert_eq!(
         (scan.scanned, scan.recreated, scan.findings(), scan.complete),
@@ -525,12 +499,7 @@ async fn a_refund_the_restored_ledger_lost_is_recreated_from_its_payment_and_rep
             &refund.idempotency_key
         )
     );
-    let refunds: serde_json::Value = reqwest::get(format!("{}/_sim/audit/refunds", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let refunds = refund_audit(&sim).await;
     assert_eq!(refunds["data"].as_array().unwrap().len(), 1, "{refunds}");
 }
 
@@ -652,37 +621,9 @@ async fn past_the_key_retention_the_check_before_submission_pays_each_business_k
 
     // Other details under the paid business key: a human decides, nothing is submitted.
     let other = ledger::connect(&restore(&dump).await, 4).await.unwrap();
-    let d = details(INVOICE, 4096, "pm_card_visa");
-    let hash = d.hash();
-    let created = other
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{INVOICE}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now(),
-        )
-        .await
-        .unwrap();
-    other
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at_ms: now() + Duration::from_secs(86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap();
+    let created = create_and_approve_amount(&other, INVOICE, 4096).await;
     assert_eq!(checking(&other).run_once().await.unwrap(), 1);
-    let row = other.get(&tenant(), &created.operation.id).await.unwrap();
+    let row = other.get(&tenant(), &created.id).await.unwrap();
     assert_eq!(row.status, Status::NeedsAttention);
     let events = other.events(&tenant(), &row.id).await.unwrap();
     assert!(
