@@ -167,7 +167,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         Command::Simulator(args) => demo::run_simulator(args).await,
         Command::Prune { common, reconciler } => {
             let ledger = open(&common).await?;
-            let now = payonce_shared::clock::Clock::now(&SystemClock);
+            // Retention windows on the database's clock (the process's own on SQLite).
+            let now = ledger
+                .now(payonce_shared::clock::Clock::now(&SystemClock))
+                .await?;
             let pruned = ledger.prune(&reconciler.retention(), now).await?;
             println!("{}", serde_json::to_string(&pruned)?);
             Ok(ExitCode::SUCCESS)

@@ -2,8 +2,10 @@
 
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::{LedgerError, Operations};
+use payonce_shared::ledger_clock::Drift;
 use payonce_shared::metrics::{Counter, Exposition, Gauge};
 use payonce_shared::state::Status;
+use std::sync::Arc;
 
 /// Resolutions and failures by path.
 #[derive(Debug, Default)]
@@ -45,6 +47,8 @@ pub struct ReconcilerMetrics {
     pub unknown_payments: Counter,
     /// Lookups the processor refused with 429 (the check is deferred).
     pub lookups_rate_limited: Counter,
+    /// The database's clock minus the reconciler's, measured at each read of the database's time.
+    pub clock_drift: Arc<Drift>,
 }
 
 impl ReconcilerMetrics {
@@ -122,6 +126,7 @@ impl ReconcilerMetrics {
             "kind=\"lookup\"",
             self.lookups_rate_limited.get(),
         );
+        self.clock_drift.render(e, "reconciler");
         let counts = ledger.count_by_status().await?;
         e.operations_per_state(&counts);
         let oldest = counts

@@ -16,14 +16,14 @@ use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
 use crate::scan::{ScanLimits, ScanReport};
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
-use payonce_shared::clock::SharedClock;
-use payonce_shared::clock::Timestamp;
+use payonce_shared::clock::{SharedClock, Timestamp};
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::ledger::{
     ApplyReport, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLeases, ExpiredLease, Fence,
     LeaseHolder, LedgerError, LookupFound, MaintenanceLease, Operation, Paid, RecordLookups,
     Recovery, Report,
 };
+use payonce_shared::ledger_clock::LedgerClock;
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::{FoundStatus, LookupOutcome, LookupSupport, Processor, operation};
 use payonce_shared::state::Status;
@@ -149,7 +149,9 @@ impl Decision {
 pub struct Reconciler {
     ledger: Arc<dyn Recovery>,
     processor: Arc<dyn Processor>,
-    clock: SharedClock,
+    /// The database's time (issue 43): read at each sweep step, so a reconciler whose own clock is
+    /// off neither expires live leases nor closes a key's retention window early (or late).
+    clock: Arc<LedgerClock>,
     config: ReconcilerConfig,
     metrics: Arc<ReconcilerMetrics>,
     retry_metrics: WorkerMetrics,
@@ -160,19 +162,27 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// Builds a reconciler.
+    /// Builds a reconciler on `clock`, the process's clock (the ledger's on SQLite; on Postgres
+    /// only its drift from the server's is measured).
     pub fn new(
         ledger: Arc<dyn Recovery>,
         processor: Arc<dyn Processor>,
         clock: SharedClock,
         config: ReconcilerConfig,
     ) -> Self {
+        let metrics = Arc::new(ReconcilerMetrics::default());
+        let clock = LedgerClock::new(
+            ledger.clone(),
+            clock,
+            metrics.clock_drift.clone(),
+            "reconciler",
+        );
         Reconciler {
             ledger,
             processor,
-            clock,
+            clock: Arc::new(clock),
             config,
-            metrics: Arc::new(ReconcilerMetrics::default()),
+            metrics,
             retry_metrics: WorkerMetrics::default(),
             last_scan: std::sync::Mutex::new(None),
             last_prune: std::sync::Mutex::new(None),
@@ -189,7 +199,8 @@ impl Reconciler {
         self.config.retry.limiter.clone()
     }
 
-    /// Decides what to do with an unknown operation given a lookup result.
+    /// Decides what to do with an unknown operation given a lookup result; `now` is the database's
+    /// time, as `first_submitted_at` is (the key's retention window is measured on one clock).
     pub fn decide(&self, op: &Operation, lookup: LookupOutcome, now: Timestamp) -> Decision {
         let contract = self.processor.contract();
         let window_open = contract.honours_idempotency_keys
@@ -273,7 +284,11 @@ impl Reconciler {
         if !dry_run
             && !self
                 .ledger
-                .try_maintenance_lease(&lease, self.config.sweep_lease_ttl, self.clock.now())
+                .try_maintenance_lease(
+                    &lease,
+                    self.config.sweep_lease_ttl,
+                    self.clock.read().await?,
+                )
                 .await?
         {
             report
@@ -310,7 +325,8 @@ impl Reconciler {
     }
 
     async fn sweep_leases(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
-        let now = self.clock.now();
+        // One read for the page and its writes: a lease expired at `now` stays expired.
+        let now = self.clock.read().await?;
         let leases = self
             .ledger
             .expired_leases(now, self.config.batch_size)
@@ -379,7 +395,7 @@ impl Reconciler {
     }
 
     async fn sweep_unknown(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
-        let now = self.clock.now();
+        let now = self.clock.read().await?;
         let due = self
             .ledger
             .due_for_check(now, self.config.batch_size)
@@ -449,18 +465,15 @@ impl Reconciler {
             return report;
         }
         let source = format!("lookup by {}", self.config.owner);
-        let now = self.clock.now();
-        let written = match self
-            .ledger
-            .record_lookups(
-                &RecordLookups {
-                    found: &found,
-                    source: &source,
-                },
-                now,
-            )
-            .await
-        {
+        let write = async {
+            let now = self.clock.read().await?;
+            let request = RecordLookups {
+                found: &found,
+                source: &source,
+            };
+            Ok::<_, LedgerError>((self.ledger.record_lookups(&request, now).await?, now))
+        };
+        let (written, now) = match write.await {
             Ok(written) => written,
             Err(error) => {
                 // Nothing of the group was written; the rows stay unknown for the next sweep.
@@ -530,7 +543,9 @@ impl Reconciler {
                 },
             }
         };
-        let now = self.clock.now();
+        // Read after the lookup, which may have taken a while: the retention window, a retry's
+        // lease and the next check are decided on the database's time at the decision.
+        let now = self.clock.read().await?;
         let mut decision = self.decide(op, lookup, now);
         // Evidence before trust, for lookups too: a found payment or refund is applied only if it is the
         // approved one (see `evidence::differences`); otherwise a human sees both facts.
@@ -662,10 +677,11 @@ impl Reconciler {
                     }
                     Err(e) => return Err(e),
                 };
+                let clock: SharedClock = self.clock.clone();
                 let status = execute_one(
                     self.ledger.as_ref(),
                     self.processor.as_ref(),
-                    &self.clock,
+                    &clock,
                     &self.config.retry,
                     &self.retry_metrics,
                     &claimed,
@@ -700,7 +716,7 @@ impl Reconciler {
             self.processor.as_ref(),
             &self.metrics,
             &limits,
-            self.clock.now(),
+            self.clock.read().await?,
         )
         .await
     }
@@ -710,7 +726,8 @@ impl Reconciler {
     async fn prune_if_due(
         &self,
     ) -> Result<Option<payonce_shared::ledger::retention::Pruned>, LedgerError> {
-        let now = self.clock.now();
+        // Retention windows on the database's clock, like leases.
+        let now = self.clock.read().await?;
         {
             let last = self.last_prune.lock().unwrap_or_else(|p| p.into_inner());
             if last.is_some_and(|t| now < t + self.config.prune_interval) {
@@ -728,7 +745,7 @@ impl Reconciler {
     /// Scans the processor's recent payments ([`crate::scan`]) when the process has not in the last
     /// `scan_interval` (every `sweep --once` is a new process, so it always scans).
     async fn scan_if_due(&self) -> Result<Option<ScanReport>, LedgerError> {
-        let now = self.clock.now();
+        let now = self.clock.read().await?;
         {
             let last = self.last_scan.lock().unwrap_or_else(|p| p.into_inner());
             if last.is_some_and(|t| now < t + self.config.scan_interval) {

@@ -7,6 +7,7 @@
 //! - [`state`]: the operation state machine, one transition function.
 //! - [`clock`]: injected time.
 //! - [`ledger`]: the durable execution ledger (Postgres, SQLite) — the queue, the leases, the audit trail.
+//! - [`ledger_clock`]: the database's time, which decides leases, as workers and reconcilers read it; their drift.
 //! - [`processor`]: the processor trait, its contract, and the Stripe adapter.
 //! - [`limiter`]: the fleet's request budget at the processor (in-process, or shared through Redis).
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
@@ -20,6 +21,7 @@ pub mod failpoint;
 pub mod id;
 pub mod intention;
 pub mod ledger;
+pub mod ledger_clock;
 pub mod limiter;
 pub mod metrics;
 pub mod money;

@@ -95,6 +95,12 @@ impl Exposition {
         let _ = writeln!(self.0, "{name}{} {value}", braces(labels));
         self
     }
+    /// A gauge of a signed span, given in milliseconds and rendered in seconds.
+    pub fn gauge_seconds(&mut self, name: &str, help: &str, labels: &str, ms: i64) -> &mut Self {
+        self.header(name, help, "gauge");
+        let _ = writeln!(self.0, "{name}{} {}", braces(labels), ms as f64 / 1_000.0);
+        self
+    }
     /// A histogram in seconds.
     pub fn histogram(&mut self, name: &str, help: &str, h: &Histogram) -> &mut Self {
         self.header(name, help, "histogram");

@@ -120,6 +120,28 @@ fn the_log_check_refuses_a_move_the_table_does_not_allow() {
     ));
 }
 
+/// The ledger's time (`Queue::now`, issue 43): Postgres answers its server's clock whatever the
+/// caller's says, SQLite (in the caller's process) and a Postgres store on its callers' clocks
+/// answer the caller's.
+#[tokio::test]
+async fn the_ledgers_time_is_the_servers_on_postgres_and_the_callers_on_sqlite() {
+    use payonce_shared::clock::{Clock, SystemClock};
+    let postgres = support::postgres_ledger().await.0;
+    let off = at(T0);
+    let before = SystemClock.now();
+    let server = postgres.now(off).await.unwrap();
+    let after = SystemClock.now();
+    // The test database runs on this machine: its clock is this one's, whatever `off` says.
+    let slack = Duration::from_secs(1);
+    assert!(
+        server >= before.saturating_sub_span(slack) && server <= after + slack,
+        "{server} not within [{before}, {after}] (± {slack:?})"
+    );
+    assert_eq!(support::sqlite_ledger().await.now(off).await.unwrap(), off);
+    let by_hand = support::postgres_ledger_on_callers_clock().await.0;
+    assert_eq!(by_hand.now(off).await.unwrap(), off);
+}
+
 #[tokio::test]
 async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() {
     for_each_store(|ledger| async move {

@@ -8,6 +8,7 @@ mod support;
 
 mod api;
 mod bench;
+mod clock_skew;
 mod deployables;
 mod evidence;
 

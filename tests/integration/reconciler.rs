@@ -43,8 +43,9 @@ fn reconciler(
     )
 }
 
-/// The wall clock moved `ahead` into the future: a reconciler on it sees a crashed worker's
-/// short lease as lapsed at once, with time still running (processing payments settle, backoffs pass).
+/// The wall clock moved `ahead` into the future: a reconciler on it, over a ledger on its callers'
+/// clocks (`support::postgres_ledger_on_callers_clock`), sees a crashed worker's short lease as
+/// lapsed at once, with time still running (processing payments settle, backoffs pass).
 #[derive(Debug)]
 struct AheadClock {
     ahead: Duration,
@@ -269,7 +270,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
 
 #[tokio::test]
 async fn expired_leases_split_on_submission_and_processing_payments_are_polled() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig {
         processing_settle: Duration::from_millis(600),
         ..Default::default()
@@ -357,7 +358,7 @@ struct PastTheWindow {
 }
 
 async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
     // A minute's retention on both sides (Stripe's 24 h would outlive the approval, which then
     // stops any resubmission on its own); both clocks are moved past it, nobody waits for it.
     let retention = Duration::from_secs(60);
@@ -743,7 +744,7 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
 
 #[tokio::test]
 async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut config = config("rec", Duration::from_secs(60));
     config.check_backoff_base = Duration::from_secs(2);

@@ -205,7 +205,7 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
 
 #[tokio::test]
 async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // Time moves only when the test says so: the lease lapses because the clock is moved past it.
     let manual = ManualClock::new(now());
@@ -700,6 +700,9 @@ impl Hooked {
 
 #[async_trait::async_trait]
 impl payonce_shared::ledger::Queue for Hooked {
+    async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError> {
+        self.inner.now(local).await
+    }
     async fn claim(
         &self,
         holder: &LeaseHolder<'_>,

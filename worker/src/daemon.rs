@@ -8,10 +8,11 @@ use crate::execution::{precheck, settle, submit_claimed};
 use crate::metrics::WorkerMetrics;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use payonce_shared::clock::SharedClock;
+use payonce_shared::clock::{Clock, SharedClock};
 use payonce_shared::failpoint::{self, FailPoint};
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{Fence, Operation, Queue, Recorded};
+use payonce_shared::ledger::{Fence, LedgerError, Operation, Queue, Recorded};
+use payonce_shared::ledger_clock::LedgerClock;
 use payonce_shared::processor::Processor;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,7 +30,9 @@ pub const RECORD_QUEUE_LEN: usize = 4_096;
 pub struct Worker {
     ledger: Arc<dyn Queue>,
     processor: Arc<dyn Processor>,
-    clock: SharedClock,
+    /// The database's time (issue 43): read before each claim, outcome write, renewal and
+    /// release; the process's own clock only measures the drift.
+    clock: Arc<LedgerClock>,
     config: WorkerConfig,
     metrics: Arc<WorkerMetrics>,
     /// Operations claimed and not yet finished (recorded, fenced, released or given up): the only
@@ -72,7 +75,8 @@ struct Claimed {
 }
 
 impl Worker {
-    /// Builds a worker; refuses an invalid configuration.
+    /// Builds a worker on `clock`, the process's clock (the ledger's on SQLite; on Postgres only
+    /// its drift from the server's is measured); refuses an invalid configuration.
     pub fn new(
         ledger: Arc<dyn Queue>,
         processor: Arc<dyn Processor>,
@@ -80,12 +84,14 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let metrics = Arc::new(WorkerMetrics::default());
+        let clock = LedgerClock::new(ledger.clone(), clock, metrics.clock_drift.clone(), "worker");
         Ok(Worker {
             ledger,
             processor,
-            clock,
+            clock: Arc::new(clock),
             config,
-            metrics: Arc::new(WorkerMetrics::default()),
+            metrics,
             held: Mutex::new(HashSet::new()),
         })
     }
@@ -97,14 +103,11 @@ impl Worker {
 
     /// Claims one batch and drives every operation in it to a recorded outcome. Returns how many
     /// were claimed. For tests and `--once` runs; the daemon overlaps batches instead.
-    pub async fn run_once(&self) -> Result<usize, payonce_shared::ledger::LedgerError> {
+    pub async fn run_once(&self) -> Result<usize, LedgerError> {
+        let now = self.clock.read().await?;
         let claimed = self
             .ledger
-            .claim_to_submit(
-                &self.config.lease_holder(),
-                self.config.batch_size,
-                self.clock.now(),
-            )
+            .claim_to_submit(&self.config.lease_holder(), self.config.batch_size, now)
             .await?;
         let n = claimed.len();
         self.metrics.claimed.add(n as u64);
@@ -260,11 +263,7 @@ impl Worker {
                 .unwrap_or(u32::MAX)
                 .min(self.config.batch_size);
             last_claim = Some(tokio::time::Instant::now());
-            let claimed = match self
-                .ledger
-                .claim_to_submit(&self.config.lease_holder(), want, self.clock.now())
-                .await
-            {
+            let claimed = match self.claim(want).await {
                 Ok(c) => c,
                 Err(error) => {
                     tracing::warn!(%error, "claim failed; pausing");
@@ -370,6 +369,7 @@ impl Worker {
             self.release_all(&claimed).await;
             return;
         }
+        // The approval's expiry, on the database's time as of the claim just read (it only refuses).
         let now = self.clock.now();
         let mut to_submit = Vec::with_capacity(claimed.len());
         for op in claimed {
@@ -397,7 +397,7 @@ impl Worker {
         for op in to_submit {
             self.metrics.claim_to_submit.observe(claimed_at.elapsed());
             let processor = self.processor.clone();
-            let clock = self.clock.clone();
+            let clock: SharedClock = self.clock.clone();
             let config = self.config.clone();
             let metrics = self.metrics.clone();
             let tx = tx.clone();
@@ -433,12 +433,30 @@ impl Worker {
         while submissions.join_next().await.is_some() {}
     }
 
+    /// Claims up to `want` ready operations, on the database's time.
+    async fn claim(&self, want: u32) -> Result<Vec<Operation>, LedgerError> {
+        let now = self.clock.read().await?;
+        self.ledger
+            .claim_to_submit(&self.config.lease_holder(), want, now)
+            .await
+    }
+
     async fn release_all(&self, claimed: &[Operation]) {
         self.let_go(claimed);
+        if claimed.is_empty() {
+            return;
+        }
+        let now = match self.clock.read().await {
+            Ok(now) => now,
+            Err(error) => {
+                tracing::warn!(%error, n = claimed.len(), "could not release; the leases will lapse");
+                return;
+            }
+        };
         for op in claimed {
             match self
                 .ledger
-                .release(&Fence::of(op), &self.config.owner, self.clock.now())
+                .release(&Fence::of(op), &self.config.owner, now)
                 .await
             {
                 Ok(()) => self.metrics.released.inc(),
@@ -529,15 +547,19 @@ impl Worker {
         // nothing: the write alone matters then.
         let deadline = Instant::now() + self.config.lease_ttl;
         let (results, claimed) = loop {
-            let started = Instant::now();
-            match self
-                .ledger
-                .record_and_claim(&items, &self.config.lease_holder(), want, self.clock.now())
-                .await
-            {
-                Ok((r, claimed)) => {
+            let write = async {
+                let now = self.clock.read().await?;
+                let started = Instant::now();
+                let written = self
+                    .ledger
+                    .record_and_claim(&items, &self.config.lease_holder(), want, now)
+                    .await?;
+                Ok::<_, LedgerError>((written, started.elapsed()))
+            };
+            match write.await {
+                Ok(((r, claimed), took)) => {
                     self.metrics.record_writes.add(1);
-                    self.metrics.record_write.observe(started.elapsed());
+                    self.metrics.record_write.observe(took);
                     for (_, known_at) in &ops {
                         self.metrics.known_to_recorded.observe(known_at.elapsed());
                     }
@@ -593,11 +615,13 @@ impl Worker {
             }
             // Renewal continues through shutdown so in-flight submissions keep their leases.
             let held: Vec<OperationId> = self.held().iter().cloned().collect();
-            if let Err(error) = self
-                .ledger
-                .renew(&self.config.lease_holder(), &held, self.clock.now())
-                .await
-            {
+            let renewed = async {
+                let now = self.clock.read().await?;
+                self.ledger
+                    .renew(&self.config.lease_holder(), &held, now)
+                    .await
+            };
+            if let Err(error) = renewed.await {
                 tracing::warn!(%error, "lease renewal failed");
             }
         }

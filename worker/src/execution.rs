@@ -388,7 +388,9 @@ pub async fn settle(
 
 /// Runs one claimed operation end to end, sequentially (used by the reconciler's same-key retry and
 /// by tests; the daemon batches the ledger writes of the same steps). Returns the state it left
-/// the row in.
+/// the row in. Its two writes are on the ledger's time (`Queue::now`), read before each: the
+/// submission record is refused once the lease has expired by the database's clock, not the
+/// caller's.
 pub async fn execute_one(
     ledger: &dyn Queue,
     processor: &dyn Processor,
@@ -401,8 +403,9 @@ pub async fn execute_one(
     let recorded = match precheck(op, clock.now()) {
         Some(rejection) => rejection,
         None => {
+            let now = ledger.now(clock.now()).await?;
             let marked = ledger
-                .mark_submitting(std::slice::from_ref(&fence), clock.now())
+                .mark_submitting(std::slice::from_ref(&fence), now)
                 .await?;
             if marked != [true] {
                 return Err(LedgerError::Fenced {
@@ -416,6 +419,7 @@ pub async fn execute_one(
             submit_claimed(processor, clock, config, metrics, op, wait_max, None).await
         }
     };
+    let now = ledger.now(clock.now()).await?;
     let written = ledger
         .record(
             &RecordOutcome {
@@ -423,7 +427,7 @@ pub async fn execute_one(
                 outcome: &recorded,
                 actor: config.owner.as_str(),
             },
-            clock.now(),
+            now,
         )
         .await;
     match written {

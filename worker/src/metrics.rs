@@ -1,6 +1,8 @@
 //! What the worker counts, rendered for `/metrics`.
 
+use payonce_shared::ledger_clock::Drift;
 use payonce_shared::metrics::{Counter, Exposition, Histogram};
+use std::sync::Arc;
 
 /// Worker counters.
 #[derive(Debug, Default)]
@@ -49,6 +51,8 @@ pub struct WorkerMetrics {
     /// One group write of outcomes (with the claim it makes), from sending it to its commit: the
     /// part of `known_to_recorded` the database takes.
     pub record_write: Histogram,
+    /// The database's clock minus the worker's, measured at each read of the database's time.
+    pub clock_drift: Arc<Drift>,
 }
 
 impl WorkerMetrics {
@@ -171,5 +175,6 @@ impl WorkerMetrics {
             "One group write of outcomes (with the claim it makes), from sending it to its commit.",
             &self.record_write,
         );
+        self.clock_drift.render(e, "worker");
     }
 }

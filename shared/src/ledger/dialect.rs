@@ -8,9 +8,10 @@
 //! Postgres, in-process only on SQLite), the batched writes (marking submissions, recording
 //! outcomes, the sweep's lease expiries and found lookups: array statements on Postgres, one
 //! statement per item in one transaction on SQLite), the row lock of the over-refund guard
-//! (Postgres only; the open-link cap takes it too), the page headroom the readiness probe checks
-//! (SQLite only), how a write's row count is read (`RowCount`), and migrations (`migrate.rs`: an
-//! advisory lock on Postgres, foreign keys off during table rebuilds on SQLite).
+//! (Postgres only; the open-link cap takes it too), whose clock decides leases (the server's on
+//! Postgres, the caller's on SQLite), the page headroom the readiness probe checks (SQLite only), how
+//! a write's row count is read (`RowCount`), and migrations (`migrate.rs`: an advisory lock on
+//! Postgres, foreign keys off during table rebuilds on SQLite).
 
 use super::row::LedgerRow;
 use super::statement::Driver;
@@ -41,6 +42,10 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// payment; the open-link cap, on the operation) then sees every racer that went first. SQLite's
     /// single writer already serializes those statements.
     const LOCK_OPERATION: Option<&'static str>;
+    /// Reads the database server's clock, in milliseconds since the epoch, if the store has a
+    /// clock of its own (Postgres, shared by processes on many machines). `None`: the store runs
+    /// inside its caller's process (SQLite), so its clock is that process's.
+    const NOW: Option<&'static str>;
 
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
     /// the table's `claim` move (`moves.rs`). With `to_submit`, the same update also records the

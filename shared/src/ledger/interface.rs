@@ -150,6 +150,12 @@ pub trait Approvals: Send + Sync {
 /// The worker's queue: claim under a lease, renew, mark a submission, give back, record.
 #[async_trait]
 pub trait Queue: Send + Sync {
+    /// The ledger's time: the `now` that leases, expiries and retention windows are decided on
+    /// (issue 43). Postgres answers its server's clock (one round trip), so processes whose clocks
+    /// disagree still agree on every lease; `local` is the caller's clock, answered as it is where
+    /// the store has no clock of its own (SQLite, embedded in the caller's process) or was told to
+    /// use its callers' ([`Store::on_callers_clock`](super::Store::on_callers_clock)).
+    async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError>;
     /// Claims up to `batch` ready operations for the holder with a lease; bumps each attempt.
     async fn claim(
         &self,

@@ -108,6 +108,9 @@ static MARK_SUBMITTING: LazyLock<String> = LazyLock::new(|| {
 /// a snapshot taken after the first committed (READ COMMITTED: each statement sees what was committed
 /// before it began).
 const LOCK_OPERATION: &str = "SELECT id FROM operations WHERE id = $1 FOR UPDATE";
+/// The server's clock in the columns' unit (`clock_timestamp()`, not `now()`: the time of the
+/// read, not of some transaction's start).
+const NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now";
 /// Locks a batch's rows in id order before any of them is written (see `RENEW`).
 const LOCK_BATCH: &str = "SELECT id FROM operations WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// `processor_succeeded` for many rows in one statement, each fenced by its own attempt and by
@@ -243,6 +246,7 @@ impl Dialect for Postgres {
     const RENEW: &'static str = RENEW;
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
     const LOCK_OPERATION: Option<&'static str> = Some(LOCK_OPERATION);
+    const NOW: Option<&'static str> = Some(NOW);
 
     /// None of its own: a full disk fails the probe's committed write.
     async fn write_headroom(_: &PostgresLedger) -> Result<Option<i64>, LedgerError> {

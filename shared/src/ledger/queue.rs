@@ -157,6 +157,16 @@ static RECORD_ATTENTION: LazyLock<String> = LazyLock::new(|| {
 
 #[async_trait]
 impl<DB: Dialect> Queue for Store<DB> {
+    async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError> {
+        match DB::NOW {
+            Some(read) if !self.callers_clock => self
+                .first(Stmt::new(read), |r| r.get("now"))
+                .await?
+                .ok_or_else(|| LedgerError::Corrupt("the clock read returned no row".into())),
+            _ => Ok(local),
+        }
+    }
+
     async fn claim(
         &self,
         holder: &LeaseHolder<'_>,

@@ -144,6 +144,9 @@ impl Dialect for Sqlite {
     // One process owns the file: the in-process wake-up reaches every worker.
     const NOTIFY_READY: Option<&'static str> = None;
     const LOCK_OPERATION: Option<&'static str> = None;
+    // SQLite is embedded: the process that runs a statement is the database, and its clock (the
+    // caller's, injected) is the database's. Processes sharing one file share one machine's clock.
+    const NOW: Option<&'static str> = None;
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

@@ -36,6 +36,9 @@ pub struct Store<DB: Database> {
     pub(crate) ready: Arc<Notify>,
     /// Whether the store's listener (Postgres `LISTEN`) has been started.
     pub(crate) listening: Arc<AtomicBool>,
+    /// The callers' clocks are the store's (`Queue::now`): always on SQLite (`Dialect::NOW` is
+    /// `None`), on Postgres only when a test moves time by hand ([`Store::on_callers_clock`]).
+    pub(crate) callers_clock: bool,
 }
 
 impl<DB: Database> Clone for Store<DB> {
@@ -44,6 +47,7 @@ impl<DB: Database> Clone for Store<DB> {
             pool: self.pool.clone(),
             ready: self.ready.clone(),
             listening: self.listening.clone(),
+            callers_clock: self.callers_clock,
         }
     }
 }
@@ -61,7 +65,17 @@ impl<DB: Database> Store<DB> {
             pool,
             ready: Arc::new(Notify::new()),
             listening: Arc::new(AtomicBool::new(false)),
+            callers_clock: false,
         }
+    }
+
+    /// This store's time is whatever its callers' clocks say (`Queue::now` answers the `local`
+    /// it is given), as SQLite's always is. For tests that move a Postgres ledger's time by hand
+    /// (a manual clock, a clock ahead to lapse a lease at once); production never calls it: there
+    /// the server's clock decides leases, whatever each process's clock says (issue 43).
+    pub fn on_callers_clock(mut self) -> Self {
+        self.callers_clock = true;
+        self
     }
 
     /// The pool, for tests and benchmarks that inspect the database directly.

@@ -5,8 +5,8 @@
 use super::tenant;
 use super::verification::{Inbox, use_codes_for};
 use super::{OTHER_TENANT, raw_details, repo_root, spawn};
-use crate::support::postgres_ledger;
 use crate::support::processes::{self, payments_for};
+use crate::support::{postgres_ledger, postgres_ledger_on_callers_clock};
 use payonce_shared::clock::Clock;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::signing::TIMESTAMP_TOLERANCE_S;
@@ -156,7 +156,8 @@ async fn run_node(script: &str, envs: &[(&str, String)]) -> String {
 #[tokio::test]
 async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code() {
     ensure_browser();
-    let api = spawn(postgres_ledger().await.0).await;
+    // The worker runs on the api's manual clock, and the ledger with it.
+    let api = spawn(postgres_ledger_on_callers_clock().await.0).await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let worker = Worker::new(
         api.ledger.clone(),

@@ -10,7 +10,9 @@ use super::refund_fixtures::{
 };
 use crate::support::processes::{self, advance_clock, simulator};
 use crate::support::refunds::create_refund;
-use crate::support::{postgres_ledger, recording, tenant, wait_for};
+use crate::support::{
+    postgres_ledger, postgres_ledger_on_callers_clock, recording, tenant, wait_for,
+};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
@@ -171,7 +173,8 @@ async fn crashed_refunding(
 
 #[tokio::test]
 async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_new_key() {
-    let (ledger, _) = postgres_ledger().await;
+    // The reconciler's manual clock is the ledger's: the window closes when the test says so.
+    let (ledger, _) = postgres_ledger_on_callers_clock().await;
     let retention = Duration::from_secs(60);
     let sim = simulator(SimulatorConfig {
         key_retention: retention,

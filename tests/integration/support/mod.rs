@@ -60,6 +60,18 @@ pub async fn postgres_ledger() -> (SharedLedger, String) {
     (ledger, url)
 }
 
+/// A Postgres ledger on a database of its own whose time is its callers' clocks
+/// (`Store::on_callers_clock`), as SQLite's is: for tests that move a worker's or a reconciler's
+/// time by hand (a manual clock, a clock ahead to lapse a lease at once) and the ledger's with it.
+pub async fn postgres_ledger_on_callers_clock() -> (SharedLedger, String) {
+    let url = postgres::fresh_database().await;
+    let ledger = ledger::postgres::PostgresLedger::connect(&url, 20)
+        .await
+        .expect("connect to the test database")
+        .on_callers_clock();
+    (std::sync::Arc::new(ledger), url)
+}
+
 /// A private in-memory SQLite ledger.
 pub async fn sqlite_ledger() -> SharedLedger {
     ledger::connect("sqlite::memory:", 1)
