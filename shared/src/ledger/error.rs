@@ -67,9 +67,17 @@ pub enum LedgerError {
     /// A stored row could not be decoded (schema drift or corruption).
     #[error("stored row is invalid: {0}")]
     Corrupt(String),
-    /// The database failed.
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
+    /// The database failed. Its error is part of the message and not a `source()`: a log line that
+    /// prints the error names the cause, and chain walkers (the api's `cause_chain`, anyhow's `{:#}`)
+    /// do not print it twice.
+    #[error("database error: {0}")]
+    Database(sqlx::Error),
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        LedgerError::Database(e)
+    }
 }
 
 /// SQLSTATEs that mean "the server is going away or not taking connections": a failover, a
@@ -157,5 +165,26 @@ mod tests {
         }
         assert!(!LedgerError::Database(sqlx::Error::RowNotFound).is_unavailable());
         assert!(!LedgerError::NotFound.is_unavailable());
+    }
+
+    #[test]
+    fn a_database_failure_renders_with_its_cause_once() {
+        let refused = std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused by 10.0.0.7:5432",
+        );
+        let e = LedgerError::Database(sqlx::Error::Io(refused));
+        let rendered = e.to_string();
+        assert!(rendered.starts_with("database error: "), "{rendered}");
+        assert!(rendered.contains("refused by 10.0.0.7:5432"), "{rendered}");
+        // What a chain walker (the api's `cause_chain`, anyhow's `{:#}`) prints: the cause once.
+        let mut chain = rendered.clone();
+        let mut next = std::error::Error::source(&e);
+        while let Some(inner) = next {
+            chain.push_str(": ");
+            chain.push_str(&inner.to_string());
+            next = inner.source();
+        }
+        assert_eq!(chain.matches("refused by").count(), 1, "{chain}");
     }
 }
