@@ -115,6 +115,14 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "processor_scans",
         include_str!("../../../migrations/postgres/0019_processor_scans.sql"),
     ),
+    // A repeated tool call id is one row (issue 43). Numbered after main's 20 (write_probe) and 21
+    // (retention), which this branch does not have yet: a version used twice would make a ledger
+    // migrated by one branch skip the other's migration.
+    (
+        22,
+        "tool_call_dedupe",
+        include_str!("../../../migrations/postgres/0022_tool_call_dedupe.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -188,6 +196,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         13,
         "processor_scans",
         include_str!("../../../migrations/sqlite/0013_processor_scans.sql"),
+    ),
+    // A repeated tool call id is one row (issue 43); after main's 14 and 15, as for Postgres.
+    (
+        16,
+        "tool_call_dedupe",
+        include_str!("../../../migrations/sqlite/0016_tool_call_dedupe.sql"),
     ),
 ];
 
