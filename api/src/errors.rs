@@ -248,18 +248,22 @@ impl From<LedgerError> for HttpError {
                 format!("{why}; nothing was created"),
             ),
             // A failover, a restart or a terminated backend: retry, never a 500.
-            unavailable @ LedgerError::Database(_) if unavailable.is_unavailable() => HttpError {
-                code: ErrorCode::Unavailable,
-                message:
-                    "the ledger is unreachable right now; retry the same request shortly (creates \
-                          are idempotent by business key)"
+            unavailable @ (LedgerError::Database(_) | LedgerError::Connect { .. })
+                if unavailable.is_unavailable() =>
+            {
+                HttpError {
+                    code: ErrorCode::Unavailable,
+                    message: "the ledger is unreachable right now; retry the same request shortly \
+                              (creates are idempotent by business key)"
                         .into(),
-                cause: Some(Box::new(unavailable)),
-            },
+                    cause: Some(Box::new(unavailable)),
+                }
+            }
             other @ (LedgerError::Fenced { .. }
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)
-            | LedgerError::Database(_)) => HttpError::internal(other),
+            | LedgerError::Database(_)
+            | LedgerError::Connect { .. }) => HttpError::internal(other),
         }
     }
 }

@@ -72,6 +72,21 @@ pub enum LedgerError {
     /// do not print it twice.
     #[error("database error: {0}")]
     Database(sqlx::Error),
+    /// Opening the ledger found no database to talk to: it kept refusing or failing within the
+    /// connect timeout, or refused in a way a retry cannot change (credentials, no such database).
+    #[error(
+        "could not connect to the database at {address} (attempts: {attempts} in {waited_ms} ms): {cause}"
+    )]
+    Connect {
+        /// The `host:port` tried.
+        address: String,
+        /// Connection attempts made.
+        attempts: u32,
+        /// How long it kept trying, ms.
+        waited_ms: u64,
+        /// The last attempt's error (in the message, as for [`LedgerError::Database`]).
+        cause: sqlx::Error,
+    },
 }
 
 impl From<sqlx::Error> for LedgerError {
@@ -90,20 +105,26 @@ impl LedgerError {
     /// internal error. What ran before the drop is unknown to the caller, so only an idempotent
     /// request may be retried as it is (every create is: by business key).
     pub fn is_unavailable(&self) -> bool {
-        let LedgerError::Database(e) = self else {
-            return false;
-        };
-        match e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => true,
-            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
-            }),
+        match self {
+            LedgerError::Database(e) | LedgerError::Connect { cause: e, .. } => unavailable(e),
             _ => false,
         }
+    }
+}
+
+/// Whether `e` says the server could not be reached or is not taking connections (see
+/// [`LedgerError::is_unavailable`]); opening the ledger retries exactly these.
+pub(crate) fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
+        }),
+        _ => false,
     }
 }
 
