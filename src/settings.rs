@@ -35,7 +35,9 @@ pub struct Common {
         default_value = "sqlite:payonce.db"
     )]
     pub database_url: String,
-    /// Most pooled ledger connections (Postgres).
+    /// Most pooled ledger connections (Postgres). Every process's pool can grow to it at once when
+    /// the database stalls: the sum over all processes must fit the server (docs/runbook.md,
+    /// "Connection budget").
     #[arg(long, env = "PAYONCE_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
     /// How long opening the ledger keeps trying a Postgres that is down, starting, out of connection
