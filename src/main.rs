@@ -53,11 +53,17 @@ fn clock() -> SharedClock {
     Arc::new(SystemClock)
 }
 
-/// Opens the ledger named by `common`, running migrations.
+/// Opens the ledger named by `common`, running migrations. A Postgres that is down or full is
+/// tried for up to `db_connect_timeout_ms` first; nothing listens until then (docs/runbook.md).
 pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
-    ledger::connect(&common.database_url, common.db_max_connections)
-        .await
-        .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
+    let connect_timeout = std::time::Duration::from_millis(common.db_connect_timeout_ms);
+    ledger::connect_within(
+        &common.database_url,
+        common.db_max_connections,
+        connect_timeout,
+    )
+    .await
+    .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
 }
 
 /// Hides a password in a database URL for logs.

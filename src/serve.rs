@@ -137,7 +137,9 @@ impl Stack {
         let api_stopped = stopped(&stop);
         let api = tokio::spawn(async move {
             if let Err(error) = payonce_api::serve_listener(listener, state, api_stopped).await {
-                tracing::error!(error = %anyhow::Error::from(error), "api stopped");
+                // `{:#}`: the api's errors keep their cause in `source()` ("serving HTTP failed": why).
+                let error = anyhow::Error::from(error);
+                tracing::error!(error = %format!("{error:#}"), "api stopped");
             }
         });
         Ok(Stack {

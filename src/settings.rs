@@ -35,9 +35,17 @@ pub struct Common {
         default_value = "sqlite:payonce.db"
     )]
     pub database_url: String,
-    /// Most pooled ledger connections (Postgres).
+    /// Most pooled ledger connections (Postgres). Every process's pool can grow to it at once when
+    /// the database stalls: the sum over all processes must fit the server (docs/runbook.md,
+    /// "Connection budget").
     #[arg(long, env = "PAYONCE_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+    /// How long opening the ledger keeps trying a Postgres that is down, starting, out of connection
+    /// slots or unreachable, ms (backoff from 0.1 s to 5 s); the process does not listen meanwhile,
+    /// and past it exits naming the database's host, port and the last cause.
+    #[arg(long, env = "PAYONCE_DB_CONNECT_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+    pub db_connect_timeout_ms: u64,
     /// Processor base URL: the simulator, or https://api.stripe.com.
     #[arg(
         long,

@@ -250,7 +250,9 @@ impl From<LedgerError> for HttpError {
             ),
             // A failover, a restart, a terminated backend, a full disk: retry, never a 500, and
             // never a success for a write that did not commit.
-            unavailable @ (LedgerError::Database(_) | LedgerError::Full { .. })
+            unavailable @ (LedgerError::Database(_)
+            | LedgerError::Full { .. }
+            | LedgerError::Connect { .. })
                 if unavailable.is_unavailable() =>
             {
                 HttpError {
@@ -266,7 +268,8 @@ impl From<LedgerError> for HttpError {
             | LedgerError::Full { .. }
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)
-            | LedgerError::Database(_)) => HttpError::internal(other),
+            | LedgerError::Database(_)
+            | LedgerError::Connect { .. }) => HttpError::internal(other),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Fresh databases, one per section, so no section measures another's leftovers.
 
 use anyhow::Context;
-use payonce_shared::ledger::postgres::PostgresLedger;
 use payonce_shared::ledger::sqlite::SqliteLedger;
+use payonce_shared::ledger::{self, postgres::PostgresLedger};
 use sqlx::Connection;
 use std::path::PathBuf;
 
@@ -41,7 +41,7 @@ impl ScratchDatabase {
 
     /// Opens the payonce ledger on it (running the migrations) with at most `connections`.
     pub async fn ledger(&self, connections: u32) -> anyhow::Result<PostgresLedger> {
-        PostgresLedger::connect(&self.url, connections)
+        PostgresLedger::connect(&self.url, connections, ledger::CONNECT_TIMEOUT_DEFAULT)
             .await
             .context("open the Postgres ledger")
     }

@@ -17,6 +17,7 @@ use std::time::Duration;
 mod cancelled_begin;
 mod refunds;
 mod sweep_batches;
+mod tool_calls;
 
 const T0: i64 = 1_800_000_000_000;
 const LEASE_MS: i64 = 30_000;

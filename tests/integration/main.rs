@@ -26,6 +26,7 @@ mod replication_harness;
 mod serve;
 mod simulator;
 mod simulator_refunds;
+mod startup;
 mod stripe_adapter;
 mod stripe_refunds;
 mod sweep_concurrency;

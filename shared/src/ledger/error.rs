@@ -79,9 +79,26 @@ pub enum LedgerError {
         /// Pages the store may still grow by (the least of its limit's and its disk's).
         headroom_pages: i64,
     },
-    /// The database failed.
-    #[error("database error")]
+    /// The database failed. Its error is part of the message and not a `source()`: a log line that
+    /// prints the error names the cause, and chain walkers (the api's `cause_chain`, anyhow's `{:#}`)
+    /// do not print it twice.
+    #[error("database error: {0}")]
     Database(sqlx::Error),
+    /// Opening the ledger found no database to talk to: it kept refusing or failing within the
+    /// connect timeout, or refused in a way a retry cannot change (credentials, no such database).
+    #[error(
+        "could not connect to the database at {address} (attempts: {attempts} in {waited_ms} ms): {cause}"
+    )]
+    Connect {
+        /// The `host:port` tried.
+        address: String,
+        /// Connection attempts made.
+        attempts: u32,
+        /// How long it kept trying, ms.
+        waited_ms: u64,
+        /// The last attempt's error (in the message, as for [`LedgerError::Database`]).
+        cause: sqlx::Error,
+    },
 }
 
 /// Storage failures ([`LedgerError::is_storage_failure`]) this process has met, for
@@ -126,20 +143,9 @@ impl LedgerError {
         if self.is_storage_failure() {
             return true;
         }
-        let e = match self {
-            LedgerError::Full { .. } => return true,
-            LedgerError::Database(e) => e,
-            _ => return false,
-        };
-        match e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => true,
-            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
-            }),
+        match self {
+            LedgerError::Full { .. } => true,
+            LedgerError::Database(e) | LedgerError::Connect { cause: e, .. } => unavailable(e),
             _ => false,
         }
     }
@@ -159,6 +165,22 @@ impl LedgerError {
         } else {
             STORAGE_SQLSTATES.contains(&code.as_ref())
         }
+    }
+}
+
+/// Whether `e` says the server could not be reached or is not taking connections (see
+/// [`LedgerError::is_unavailable`]); opening the ledger retries exactly these.
+pub(crate) fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
+        }),
+        _ => false,
     }
 }
 
@@ -261,5 +283,26 @@ mod tests {
             !taken.is_storage_failure() && !taken.is_unavailable(),
             "{taken:?}"
         );
+    }
+
+    #[test]
+    fn a_database_failure_renders_with_its_cause_once() {
+        let refused = std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused by 10.0.0.7:5432",
+        );
+        let e = LedgerError::Database(sqlx::Error::Io(refused));
+        let rendered = e.to_string();
+        assert!(rendered.starts_with("database error: "), "{rendered}");
+        assert!(rendered.contains("refused by 10.0.0.7:5432"), "{rendered}");
+        // What a chain walker (the api's `cause_chain`, anyhow's `{:#}`) prints: the cause once.
+        let mut chain = rendered.clone();
+        let mut next = std::error::Error::source(&e);
+        while let Some(inner) = next {
+            chain.push_str(": ");
+            chain.push_str(&inner.to_string());
+            next = inner.source();
+        }
+        assert_eq!(chain.matches("refused by").count(), 1, "{chain}");
     }
 }

@@ -377,7 +377,9 @@ pub trait HintChecks: Webhooks {
 /// a retried call agree with the first.
 #[async_trait]
 pub trait ToolCalls: Send + Sync {
-    /// Records a provider tool call for correlation (never identity).
+    /// Records a provider tool call for correlation (never identity), unless a model provider's
+    /// call id is already recorded for the tenant and operation (the same call sent again; MCP's
+    /// JSON-RPC ids repeat across requests and are each recorded).
     async fn record_tool_call(
         &self,
         tenant: &TenantId,

@@ -127,6 +127,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "retention",
         include_str!("../../../migrations/postgres/0021_retention.sql"),
     ),
+    // A repeated tool call id is one row (issue 43).
+    (
+        22,
+        "tool_call_dedupe",
+        include_str!("../../../migrations/postgres/0022_tool_call_dedupe.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -212,6 +218,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         15,
         "retention",
         include_str!("../../../migrations/sqlite/0015_retention.sql"),
+    ),
+    // A repeated tool call id is one row (issue 43).
+    (
+        16,
+        "tool_call_dedupe",
+        include_str!("../../../migrations/sqlite/0016_tool_call_dedupe.sql"),
     ),
 ];
 

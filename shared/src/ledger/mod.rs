@@ -62,6 +62,7 @@ pub use values::{
 };
 
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Largest claim batch a caller may ask for.
 pub const CLAIM_BATCH_MAX: u32 = 1_000;
@@ -83,12 +84,27 @@ pub(crate) fn bounded(detail: &str) -> String {
     detail.chars().take(DETAIL_LEN_MAX).collect()
 }
 
+/// How long [`connect`] keeps trying a Postgres that is down, starting or out of connection slots
+/// (the binaries pass their `db_connect_timeout_ms` to [`connect_within`]).
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
 /// Opens the store a URL names: `postgres://…` or `sqlite:…` (`sqlite::memory:` for tests), and
-/// runs its migrations.
+/// runs its migrations, trying an unavailable Postgres for up to [`CONNECT_TIMEOUT_DEFAULT`].
 pub async fn connect(url: &str, max_connections: u32) -> Result<SharedLedger, LedgerError> {
+    connect_within(url, max_connections, CONNECT_TIMEOUT_DEFAULT).await
+}
+
+/// [`connect`], trying an unavailable Postgres (down, starting, out of connection slots,
+/// unreachable) with backoff for up to `connect_timeout` before giving up with
+/// [`LedgerError::Connect`].
+pub async fn connect_within(
+    url: &str,
+    max_connections: u32,
+    connect_timeout: Duration,
+) -> Result<SharedLedger, LedgerError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
-            postgres::PostgresLedger::connect(url, max_connections).await?,
+            postgres::PostgresLedger::connect(url, max_connections, connect_timeout).await?,
         ))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))

@@ -1,6 +1,7 @@
 //! The production store: many workers on many machines share one Postgres.
 
 use super::dialect::Dialect;
+use super::error::unavailable;
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{expiry_detail, found_detail};
@@ -11,8 +12,9 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ledger::Paid;
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
 use async_trait::async_trait;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -28,6 +30,13 @@ pub const STATEMENT_TIMEOUT_MS: u64 = 15_000;
 pub const READY_CHANNEL: &str = "payonce_ready";
 /// Pause before re-opening a failed LISTEN connection.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
+/// Longest one connection attempt of [`PostgresLedger::connect`] may take: a host that is gone
+/// drops packets instead of refusing, and the OS would wait minutes for an answer.
+pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// First pause between connection attempts at start-up (doubling, with jitter).
+const CONNECT_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between connection attempts at start-up.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Claims the oldest ready rows, skipping rows another claimer holds locked.
 static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), ""));
@@ -182,8 +191,15 @@ static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Statu
 pub type PostgresLedger = Store<Postgres>;
 
 impl PostgresLedger {
-    /// Connects, installs the release guard and runs pending migrations.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, LedgerError> {
+    /// Connects, runs pending migrations and opens a pool of up to `max_connections`. A server that
+    /// is down, starting, out of connection slots or unreachable is tried again with backoff for up
+    /// to `connect_timeout`; past it, or at once for what a retry cannot change (credentials, no such
+    /// database), the error names the server and the last attempt's cause.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        connect_timeout: Duration,
+    ) -> Result<Self, LedgerError> {
         let options = PgConnectOptions::from_str(url)?;
         // `payonce` unless the URL names the connections (`?application_name=…`): an operator, or
         // the chaos soak's observer, can then tell them apart in `pg_stat_activity`.
@@ -194,14 +210,16 @@ impl PostgresLedger {
         let options = options
             .options([("statement_timeout", STATEMENT_TIMEOUT_MS.to_string())])
             .application_name(&name);
+        // The first connection is made here, not by the pool: the pool's own retries end after a
+        // fixed 10 s in "pool timed out", without the cause.
+        let mut conn = first_connection(&options, connect_timeout).await?;
+        migrate::postgres(&mut conn, SystemClock.now()).await?;
+        // The pool opens its own connections as they are needed; a failed goodbye changes nothing.
+        conn.close().await.ok();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
-            .await?;
-        let mut conn = pool.acquire().await?;
-        migrate::postgres(&mut conn, SystemClock.now()).await?;
-        drop(conn);
+            .connect_lazy_with(options);
         Ok(Store::new(pool))
     }
 
@@ -222,6 +240,56 @@ impl PostgresLedger {
                 tokio::time::sleep(LISTEN_RETRY).await;
             }
         });
+    }
+}
+
+/// One connection to the server `options` name, tried until it answers, with backoff
+/// (`CONNECT_RETRY_MIN` doubling to `CONNECT_RETRY_MAX`, jittered so a fleet started together does
+/// not come back together), while the server is unavailable and `connect_timeout` leaves room for
+/// another attempt. Each failed attempt is logged with its cause.
+async fn first_connection(
+    options: &PgConnectOptions,
+    connect_timeout: Duration,
+) -> Result<PgConnection, LedgerError> {
+    let address = format!("{}:{}", options.get_host(), options.get_port());
+    let started = tokio::time::Instant::now();
+    let mut pauses = ExponentialBuilder::default()
+        .with_min_delay(CONNECT_RETRY_MIN)
+        .with_max_delay(CONNECT_RETRY_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build();
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let mut attempts = 0_u32;
+    loop {
+        attempts = attempts.saturating_add(1);
+        let limit = connect_timeout
+            .saturating_sub(started.elapsed())
+            .clamp(CONNECT_RETRY_MIN, CONNECT_ATTEMPT_TIMEOUT);
+        let cause = match tokio::time::timeout(limit, PgConnection::connect_with(options)).await {
+            Ok(Ok(conn)) => return Ok(conn),
+            Ok(Err(e)) => e,
+            Err(_) => sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} ms", millis(limit)),
+            )),
+        };
+        let waited = started.elapsed();
+        // The last pause is cut short so that the last attempt still has the shortest pause's time
+        // to answer before `connect_timeout`.
+        let left = connect_timeout.saturating_sub(waited + CONNECT_RETRY_MIN);
+        let pause = pauses.next().unwrap_or(CONNECT_RETRY_MAX).min(left);
+        if !unavailable(&cause) || left.is_zero() {
+            return Err(LedgerError::Connect {
+                address,
+                attempts,
+                waited_ms: millis(waited),
+                cause,
+            });
+        }
+        tracing::warn!(%address, attempt = attempts, waited_ms = millis(waited),
+            retry_in_ms = millis(pause), cause = %cause, "the database is not reachable yet; retrying");
+        tokio::time::sleep(pause).await;
     }
 }
 

@@ -1,5 +1,6 @@
-//! Assistant tool calls: the provider's call ids kept for correlation (never identity), and the
-//! one answer kept per tool-call idempotency key so a retry gets the first call's answer.
+//! Assistant tool calls: the provider's call ids kept for correlation (never identity; a model
+//! provider's call id is one row per tenant and operation), and the one answer kept per tool-call
+//! idempotency key so a retry gets the first call's answer.
 
 use super::dialect::Dialect;
 use super::row::LedgerRow;
@@ -10,8 +11,10 @@ use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
 
+/// A model provider's call id already recorded for the tenant and operation is the same call sent
+/// again (`tool_calls_call_idx`, which leaves out MCP's JSON-RPC ids): its first row stands.
 const INSERT_TOOL_CALL: &str = "INSERT INTO tool_calls (tenant_id, operation_id, provider, provider_call_id, \
-     tool, at) VALUES ($1, $2, $3, $4, $5, $6)";
+     tool, at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
 const SELECT_TOOL_CALLS: &str = "SELECT provider, provider_call_id, tool FROM tool_calls \
      WHERE operation_id = $1 AND tenant_id = $2 ORDER BY id";
 const KEEP_TOOL_ANSWER: &str = "INSERT INTO tool_call_keys (tenant_id, idempotency_key, fingerprint, answer, \

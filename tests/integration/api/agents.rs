@@ -120,7 +120,8 @@ async fn openai_and_anthropic_agent_loops_pay_once_and_hear_the_stored_truth() {
         .tool_calls(&tenant(), &OperationId::parse(&id).unwrap())
         .await
         .unwrap();
-    assert_eq!(recorded.len(), 8, "{recorded:?}");
+    // The runs after success send the scripted model's call ids again: one row per call id.
+    assert_eq!(recorded.len(), 4, "{recorded:?}");
     assert!(
         recorded
             .iter()

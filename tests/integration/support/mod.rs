@@ -65,10 +65,11 @@ pub async fn postgres_ledger() -> (SharedLedger, String) {
 /// time by hand (a manual clock, a clock ahead to lapse a lease at once) and the ledger's with it.
 pub async fn postgres_ledger_on_callers_clock() -> (SharedLedger, String) {
     let url = postgres::fresh_database().await;
-    let ledger = ledger::postgres::PostgresLedger::connect(&url, 20)
-        .await
-        .expect("connect to the test database")
-        .on_callers_clock();
+    let ledger =
+        ledger::postgres::PostgresLedger::connect(&url, 20, ledger::CONNECT_TIMEOUT_DEFAULT)
+            .await
+            .expect("connect to the test database")
+            .on_callers_clock();
     (std::sync::Arc::new(ledger), url)
 }
 
