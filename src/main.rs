@@ -190,8 +190,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             let mut config = api.config();
             config.key_secret = common.key_secret()?;
             let ledger = open(&common).await?;
+            // Approvals, links and sessions expire on the database's clock, as leases do.
+            let clock = payonce_api::database_clock(ledger.clone(), clock()).await?;
             let served = ops::within_grace(ops::API_SHUTDOWN_GRACE, |shutdown| {
-                payonce_api::serve(config, ledger, clock(), shutdown)
+                payonce_api::serve(config, ledger, clock, shutdown)
             })
             .await;
             if let Some(served) = served {

@@ -133,7 +133,9 @@ impl Stack {
         let limiter = common.limiter()?;
         let clock: SharedClock = Arc::new(SystemClock);
         let (stop, _) = watch::channel(false);
-        let state = payonce_api::AppState::new(ledger.clone(), clock.clone(), api_config.clone());
+        // The api's times on the database's clock, as the worker's and the reconciler's leases.
+        let api_clock = payonce_api::database_clock(ledger.clone(), clock.clone()).await?;
+        let state = payonce_api::AppState::new(ledger.clone(), api_clock, api_config.clone());
         let api_stopped = stopped(&stop);
         let api = tokio::spawn(async move {
             if let Err(error) = payonce_api::serve_listener(listener, state, api_stopped).await {

@@ -1,6 +1,9 @@
 //! `payonce tenant set-verification`: how a tenant's customers prove, on the confirmation page, that
 //! they are the customer (docs/runbook.md). The secrets are generated here and printed once: the
 //! operator never types one, so none lands in a shell history.
+//!
+//! `payonce tenant set-retention`: how long a tenant's settled operations are kept (docs/runbook.md,
+//! "Retention"); without one, for ever.
 
 use clap::{Subcommand, ValueEnum};
 use payonce_api::verify::{VerificationRequest, set_tenant_verification};
@@ -27,6 +30,20 @@ pub enum TenantCommand {
         #[arg(long)]
         notify_url: Option<String>,
     },
+    /// Sets how long the tenant's settled operations (and their events) are kept, or keeps them
+    /// for ever (the default); prints the period in force.
+    SetRetention {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Days after an operation was created and last changed (540..=36500: a card dispute can
+        /// come 540 days after a payment).
+        #[arg(long, conflicts_with = "forever", required_unless_present = "forever")]
+        operation_days: Option<u32>,
+        /// Keep the tenant's operations for ever (clears a period).
+        #[arg(long)]
+        forever: bool,
+    },
 }
 
 /// A verification method as typed.
@@ -41,6 +58,23 @@ pub enum Method {
 /// Runs a tenant command.
 pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Result<()> {
     match command {
+        TenantCommand::SetRetention {
+            tenant,
+            operation_days,
+            forever: _,
+        } => {
+            let tenant = TenantId::parse(&tenant)?;
+            ledger
+                .set_operation_retention(&tenant, operation_days, SystemClock.now())
+                .await?;
+            match ledger.operation_retention(&tenant).await? {
+                Some(days) => println!(
+                    "tenant {tenant}: settled operations are pruned {days} days after they were created and last changed"
+                ),
+                None => println!("tenant {tenant}: operations are kept for ever"),
+            }
+            Ok(())
+        }
         TenantCommand::SetVerification {
             tenant,
             method,

@@ -10,6 +10,7 @@
 //! - [`http`]: payonce end to end over HTTP against the simulator with a fixed latency.
 //! - [`latency`]: claim-to-submit percentiles at moderate load, from the audit trail.
 //! - [`sweep`]: reconciler sweep cost, stuck work among 100k and 1M rows.
+//! - [`hints`]: webhook hints the reconciler closes per second.
 //! - [`embedded`]: SQLite single-node throughput.
 //! - [`process`]: a real `payonce worker` process draining over HTTP, and its own peak memory.
 //! - [`ratelimit`]: four worker processes and a reconciler under the processor's rate limits (shared
@@ -26,6 +27,7 @@ pub mod baseline;
 pub mod database;
 pub mod drive;
 pub mod embedded;
+pub mod hints;
 pub mod http;
 pub mod inprocess;
 pub mod intake;

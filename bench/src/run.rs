@@ -3,7 +3,7 @@
 use crate::report::{Rate, Table, Target, per_second, thousands};
 use crate::settings::Settings;
 use crate::sweep::SweepCost;
-use crate::{embedded, http, intake, latency, process, ratelimit, sweep, throughput};
+use crate::{embedded, hints, http, intake, latency, process, ratelimit, sweep, throughput};
 use std::time::Duration;
 
 /// The least payonce/baseline ratio the issue asks for: 3,000 ops/s against ~1,700 jobs/s.
@@ -19,6 +19,9 @@ pub const TARGET_SWEEP_PER_SECOND: f64 = 5_000.0;
 pub const TARGET_WORKER_MIB: f64 = 32.0;
 /// The most sweep(large) / sweep(small) may be: cost follows stuck work, not table size.
 pub const TARGET_SWEEP_GROWTH: f64 = 1.5;
+/// The least hint capacity / the HTTP section's payment rate (issue 43: a payment brings about two
+/// webhooks, so checks must outrun payments twice over).
+pub const TARGET_HINTS_VS_HTTP: f64 = 2.0;
 /// The absolute throughput target on the reference machine (2 cores).
 pub const TARGET_OPS_PER_SECOND: f64 = 3_000.0;
 
@@ -35,6 +38,8 @@ pub enum Section {
     Latency,
     /// Reconciler sweep cost against table size.
     Sweep,
+    /// Webhook hints the reconciler closes per second, next to the HTTP section's payment rate.
+    Hints,
     /// SQLite embedded throughput.
     Sqlite,
     /// A real `payonce worker` process: its peak memory.
@@ -58,6 +63,8 @@ pub struct Outcome {
     pub http: Option<(Rate, f64)>,
     /// Latency section.
     pub latency: Option<latency::Latencies>,
+    /// Hint section.
+    pub hints: Option<hints::HintCapacity>,
     /// Sweep section, small and large table.
     pub sweep: Option<(SweepCost, SweepCost)>,
     /// SQLite section.
@@ -86,6 +93,9 @@ pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome>
     }
     if wanted(Section::Sweep) {
         sweep_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Hints) {
+        hint_rows(s, &mut out).await?;
     }
     if wanted(Section::Sqlite) {
         sqlite_rows(s, &mut out).await?;
@@ -542,6 +552,35 @@ async fn latency_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn hint_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress("webhook hints closed per second");
+    let h = hints::measure(&s.admin_url, s.hints).await?;
+    // Against the HTTP section's payment rate when it ran, else its in-flight bound (which that
+    // rate approaches): hints must keep up with the fastest payments payonce makes.
+    let (rate, what) = match &out.http {
+        Some((r, _)) => (r.per_second(), "the HTTP section's payments/s"),
+        None => {
+            let in_flight = (s.http_fleet.workers * s.http_fleet.config.concurrency) as f64;
+            (
+                in_flight / s.http_latency.as_secs_f64(),
+                "the HTTP section's in-flight bound",
+            )
+        }
+    };
+    out.table.compare(
+        format!(
+            "webhook hints closed per second by `check_hints_once` (daemon defaults), {} hints already agreeing with their rows, {} sweeps",
+            thousands(h.hints),
+            h.sweeps
+        ),
+        (h.per_second(), &format!("{}/s", thousands(h.per_second().round() as u64))),
+        (rate, &format!("{}/s {what}", thousands(rate.round() as u64))),
+        Some(Target::AtLeast(TARGET_HINTS_VS_HTTP)),
+    );
+    out.hints = Some(h);
+    Ok(())
+}
+
 async fn sweep_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("reconciler sweep cost (bulk loads first)");
     let small =
@@ -647,9 +686,14 @@ mod tests {
         assert_eq!(small.samples.len(), s.sweep_repeats);
         assert_eq!(large.rows, s.sweep_rows.1);
         assert_eq!(outcome.sqlite.expect("sqlite ran").count, s.operations);
+        assert_eq!(
+            outcome.hints.as_ref().expect("hints ran").hints,
+            s.hints.unsigned_abs()
+        );
         // 4 throughput rows + one per engine count, 2 intake, 2 http (whole drain, first claim to
-        // last outcome) (+ ceiling), 2 latency, 3 sweep, sqlite.
-        let rows = 4 + s.engines.len() + 2 + 2 + 2 + 3 + 1 + usize::from(s.http_ceiling.is_some());
+        // last outcome) (+ ceiling), 2 latency, 3 sweep, 1 hints, sqlite.
+        let rows =
+            4 + s.engines.len() + 2 + 2 + 2 + 3 + 1 + 1 + usize::from(s.http_ceiling.is_some());
         assert_eq!(outcome.engines.len(), s.engines.len());
         assert!(outcome.engines.iter().all(|(_, r)| r.count == s.operations));
         let intake = outcome.intake.as_ref().expect("intake ran");

@@ -41,6 +41,8 @@ pub struct Settings {
     pub sweep_rows: (i64, i64),
     /// Sweeps per table size (the median is reported).
     pub sweep_repeats: usize,
+    /// Stored webhook hints the hint section checks.
+    pub hints: i64,
     /// Longest any one section's drain may take before the run fails.
     pub deadline: Duration,
     /// The `payonce` binary whose `worker` process is measured; `None`: that section is not run.
@@ -109,6 +111,7 @@ impl Settings {
             sweep_stuck: 10_000,
             sweep_rows: (100_000, 1_000_000),
             sweep_repeats: 3,
+            hints: 50_000,
             deadline: Duration::from_secs(300),
             payonce_bin: crate::process::sibling_binary(),
             process_operations: WHOLE_ROUNDS,
@@ -138,6 +141,7 @@ impl Settings {
             sweep_stuck: 20,
             sweep_rows: (200, 2_000),
             sweep_repeats: 2,
+            hints: 500,
             deadline: Duration::from_secs(120),
             payonce_bin: None,
             process_operations: 100,

@@ -47,7 +47,8 @@ pub struct Launch {
 }
 
 impl Launch {
-    fn command(&self, args: &[&str], failpoint: Option<FailPoint>) -> anyhow::Result<Command> {
+    /// `payonce ARGS` on this fleet's ledger, simulator and log, with `env`.
+    fn base(&self, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Command> {
         let log = File::options()
             .create(true)
             .append(true)
@@ -58,16 +59,35 @@ impl Launch {
             .env("PAYONCE_DATABASE_URL", &self.database_url)
             .env("PAYONCE_KEY_SECRET", CHAOS_KEY_SECRET)
             .env("PAYONCE_PROCESSOR_URL", &self.processor_url)
-            .envs(DAEMON_ENV)
+            .envs(env.iter().copied())
             .env_remove(failpoint::ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true);
+        Ok(cmd)
+    }
+
+    fn command(&self, args: &[&str], failpoint: Option<FailPoint>) -> anyhow::Result<Command> {
+        let mut cmd = self.base(args, &DAEMON_ENV)?;
         if let Some(point) = failpoint {
             cmd.env(failpoint::ENV, point.name());
         }
         Ok(cmd)
+    }
+
+    /// Starts `payonce ARGS` with `env` instead of the failure soak's settings, after `customize`
+    /// (the steady soak's processes run production defaults).
+    pub fn spawn(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        customize: impl FnOnce(&mut Command),
+    ) -> anyhow::Result<Child> {
+        let mut cmd = self.base(args, env)?;
+        customize(&mut cmd);
+        cmd.spawn()
+            .with_context(|| format!("spawning payonce {}", args.join(" ")))
     }
 
     /// Starts `payonce worker`, aborting at `failpoint` if given.

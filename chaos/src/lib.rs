@@ -12,12 +12,15 @@
 //! - `tally`: reading the processor's audit and the ledger into a [`SoakReport`].
 //! - `report`: the report and the table it prints.
 //! - `rng`: the seeded generator behind every choice of the plan.
+//! - `steady`: the steady soak (`payonce-soak`): a long day of ordinary traffic, what stays flat
+//!   and what each settled payment leaves behind.
 
 pub mod fleet;
 pub mod operations;
 pub mod refunds;
 pub mod report;
 pub mod rng;
+pub mod steady;
 pub mod tally;
 
 pub use report::SoakReport;

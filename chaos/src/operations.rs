@@ -52,60 +52,72 @@ pub async fn create(
     unapproved_every: usize,
     now: Timestamp,
 ) -> anyhow::Result<Vec<PlannedOp>> {
-    let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
     let mut ops = Vec::with_capacity(count);
     for i in 0..count {
-        let invoice = format!("CHAOS-{i}");
-        let details = Details::parse(&RawDetails {
-            kind: "payment".into(),
-            amount: AMOUNT_MINOR,
-            currency: "usd".into(),
-            customer: format!("cus_chaos_{}", i % CUSTOMERS),
-            payment_method: payment_method(i).into(),
-            invoice: invoice.clone(),
-            destination: None,
-            description: Some(format!("Invoice {invoice}")),
-            refund_of: None,
-        })
-        .map_err(|e| anyhow::anyhow!("details: {e:?}"))?;
-        let hash = details.hash();
-        let created = ledger
-            .create_or_get(
-                NewOperation::keyed(
-                    &payonce_shared::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
-                    tenant.clone(),
-                    BusinessKey::parse(&format!("invoice:{invoice}:pay"))
-                        .map_err(|e| anyhow::anyhow!("business key: {e:?}"))?,
-                    details,
-                    "service:chaos".into(),
-                ),
+        let approved = unapproved_every == 0 || i % unapproved_every != unapproved_every - 1;
+        ops.push(create_one(ledger, i, CUSTOMERS, approved, now).await?);
+    }
+    Ok(ops)
+}
+
+/// Creates soak operation `i` (invoice `CHAOS-{i}`) for one of `customers` customers, approved by
+/// the customer when `approved`, as upstream would through the api.
+pub async fn create_one(
+    ledger: &SharedLedger,
+    i: usize,
+    customers: usize,
+    approved: bool,
+    now: Timestamp,
+) -> anyhow::Result<PlannedOp> {
+    let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
+    let invoice = format!("CHAOS-{i}");
+    let details = Details::parse(&RawDetails {
+        kind: "payment".into(),
+        amount: AMOUNT_MINOR,
+        currency: "usd".into(),
+        customer: format!("cus_chaos_{}", i % customers.max(1)),
+        payment_method: payment_method(i).into(),
+        invoice: invoice.clone(),
+        destination: None,
+        description: Some(format!("Invoice {invoice}")),
+        refund_of: None,
+    })
+    .map_err(|e| anyhow::anyhow!("details: {e:?}"))?;
+    let hash = details.hash();
+    let created = ledger
+        .create_or_get(
+            NewOperation::keyed(
+                &payonce_shared::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
+                tenant.clone(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay"))
+                    .map_err(|e| anyhow::anyhow!("business key: {e:?}"))?,
+                details,
+                "service:chaos".into(),
+            ),
+            now,
+        )
+        .await
+        .context("creating a soak operation")?;
+    if approved {
+        ledger
+            .approve(
+                &tenant,
+                NewApproval {
+                    operation: created.operation.id.clone(),
+                    details_hash: hash,
+                    approved_by: "customer:cus_chaos".into(),
+                    method: "chaos".into(),
+                    expires_at_ms: now + std::time::Duration::from_secs(86_400),
+                },
                 now,
             )
             .await
-            .context("creating a soak operation")?;
-        let approved = unapproved_every == 0 || i % unapproved_every != unapproved_every - 1;
-        if approved {
-            ledger
-                .approve(
-                    &tenant,
-                    NewApproval {
-                        operation: created.operation.id.clone(),
-                        details_hash: hash,
-                        approved_by: "customer:cus_chaos".into(),
-                        method: "chaos".into(),
-                        expires_at_ms: now + std::time::Duration::from_secs(86_400),
-                    },
-                    now,
-                )
-                .await
-                .context("approving a soak operation")?;
-        }
-        ops.push(PlannedOp {
-            id: created.operation.id,
-            approved,
-        });
+            .context("approving a soak operation")?;
     }
-    Ok(ops)
+    Ok(PlannedOp {
+        id: created.operation.id,
+        approved,
+    })
 }
 
 /// What the tool calls saw.
@@ -225,7 +237,7 @@ async fn one_call(
 
 /// One tool call as an assistant follows the answer's advice: `unavailable` ("call again shortly
 /// with the same operation id") is called again, at most [`TOOL_CALL_RETRIES_MAX`] times.
-async fn call_until_answered(
+pub async fn call_until_answered(
     http: &reqwest::Client,
     base: &str,
     key: &str,

@@ -710,6 +710,7 @@ impl Reconciler {
             limiter: self.config.retry.limiter.clone(),
             permit_wait_max: self.config.lookup_permit_wait_max,
             concurrency: self.config.concurrency,
+            pass_budget: self.config.interval,
         };
         check_hints(
             self.ledger.as_ref(),

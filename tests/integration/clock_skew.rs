@@ -412,3 +412,79 @@ async fn a_reconciler_ten_minutes_ahead_keeps_the_retention_window_open() {
     paid_once_each(&ledger, &sim, std::slice::from_ref(&op)).await;
     assert_eq!(rec.metrics().retried_same_key.get(), 1);
 }
+
+/// The api on a host 10 minutes ahead (or behind) of the database: an approval it records expires
+/// `approval_ttl` after the database's now, not the host's (the worker checks it on the database's
+/// clock, so a skewed api would hand out approvals 10 minutes too long or too short).
+#[tokio::test]
+async fn an_api_ten_minutes_off_gives_approvals_the_databases_expiry() {
+    use payonce_api::{ApiConfig, AppState, create_api_key, database_clock, serve_listener};
+    use payonce_shared::ledger::Role;
+    for (local, name) in [(ahead(), "ahead"), (behind(), "behind")] {
+        let (ledger, url) = support::postgres_ledger().await;
+        let key = create_api_key(
+            ledger.as_ref(),
+            &tenant(),
+            Role::Service,
+            "billing",
+            SystemClock.now(),
+        )
+        .await
+        .unwrap();
+        let clock = database_clock(ledger.clone(), local).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let config = ApiConfig {
+            public_base_url: base.clone(),
+            ..ApiConfig::default()
+        };
+        let ttl = config.approval_ttl;
+        let state = AppState::new(ledger.clone(), clock, config);
+        let (stop, stopped) = watch::channel(false);
+        let mut stopped_rx = stopped.clone();
+        let server = tokio::spawn(serve_listener(listener, state, async move {
+            let _ = stopped_rx.wait_for(|s| *s).await;
+        }));
+        let http = reqwest::Client::new();
+        let created: serde_json::Value = http
+            .post(format!("{base}/v1/operations"))
+            .bearer_auth(&key)
+            .json(&serde_json::json!({"business_key": "invoice:INV-SKEW-API:pay",
+                "details": {"kind": "payment", "amount": 2048, "currency": "usd", "customer": "cus_test",
+                    "payment_method": "pm_card_visa", "invoice": "INV-SKEW-API"}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = created["id"].as_str().unwrap().to_string();
+        let before = database_now(&url).await;
+        let approved = http
+            .post(format!("{base}/v1/operations/{id}/approve"))
+            .bearer_auth(&key)
+            .json(&serde_json::json!({"details_hash": created["details_hash"], "approved_by": "customer:cus_test"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(approved.status(), 200, "{}", approved.text().await.unwrap());
+        let after = database_now(&url).await;
+        let op = ledger
+            .get(
+                &tenant(),
+                &payonce_shared::id::OperationId::parse(&id).unwrap(),
+            )
+            .await
+            .unwrap();
+        let expires = op.approval_expires_at_ms.expect("approved");
+        let tolerance = Duration::from_secs_f64(DRIFT_TOLERANCE_S);
+        assert!(
+            expires >= (before + ttl).saturating_sub_span(tolerance)
+                && expires <= after + ttl + tolerance,
+            "a host {name}: the approval expires at {expires:?}, the database's now was {before:?}..{after:?}, ttl {ttl:?}"
+        );
+        stop.send(true).unwrap();
+        drop(stopped);
+        server.await.unwrap().unwrap();
+    }
+}

@@ -969,3 +969,46 @@ async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
     assert!(sim_requests(&sim).await > requests_before);
     sim.shutdown().await;
 }
+
+/// A backlog bigger than one batch is worked down in one pass (full batches one after another),
+/// not one batch a sweep: one batch per 5 s interval capped the checks at 40/s, behind for good at
+/// 50 payments/s. The pass stops at the first short batch.
+#[tokio::test]
+async fn a_backlog_of_several_batches_is_checked_in_one_pass() {
+    const BATCH: u32 = 4;
+    const HINTS: u32 = 3 * BATCH + 1;
+    let (ledger, _) = support::postgres_ledger().await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (op, _) = executing(&ledger, "INV-E11").await;
+    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    let mut config = ReconcilerConfig::new("rec-evidence");
+    config.batch_size = BATCH;
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processes::stripe(&sim, None),
+        Arc::new(SystemClock),
+        config,
+    );
+    deliver(
+        &ledger,
+        &delivery("evt_e11_first", "payment_intent.succeeded", slim(&pi)),
+    )
+    .await;
+    assert_eq!(rec.check_hints_once().await.unwrap().applied, 1);
+    // Redeliveries of the same news under new event ids: each one a hint, none needing a read.
+    for i in 0..HINTS {
+        deliver(
+            &ledger,
+            &delivery(
+                &format!("evt_e11_{i}"),
+                "payment_intent.succeeded",
+                slim(&pi),
+            ),
+        )
+        .await;
+    }
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(pass.known, HINTS, "{pass:?}");
+    assert_eq!(ledger.processor_event_backlog().await.unwrap().0, 0);
+    sim.shutdown().await;
+}

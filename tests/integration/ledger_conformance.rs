@@ -16,6 +16,7 @@ use std::time::Duration;
 
 mod cancelled_begin;
 mod refunds;
+mod retention;
 mod sweep_batches;
 mod tool_calls;
 
@@ -2445,7 +2446,8 @@ async fn prune_deletes_only_what_retention_lets_go() {
                 webhooks: 1,
                 tool_calls: 1,
                 links: 0,
-                sessions: 0
+                sessions: 0,
+                operations: 0
             },
             "{}",
             ledger.store()

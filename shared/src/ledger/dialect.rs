@@ -46,6 +46,13 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// clock of its own (Postgres, shared by processes on many machines). `None`: the store runs
     /// inside its caller's process (SQLite), so its clock is that process's.
     const NOW: Option<&'static str>;
+    /// Of the operations in `$1` (a JSON array of ids), those a prune may still delete at cutoff
+    /// `$2` (the condition of [`super::retention`]'s candidates, checked again), locked until the
+    /// transaction ends where the store has row locks: a refund created meanwhile waits, then fails.
+    const LOCK_PRUNABLE: &'static str;
+    /// Deletes every row of the operations in `$1` (a JSON array of ids), the rows that refer to
+    /// an operation first.
+    const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES];
 
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
     /// the table's `claim` move (`moves.rs`). With `to_submit`, the same update also records the

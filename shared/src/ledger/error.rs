@@ -224,6 +224,15 @@ pub enum LimitError {
         super::refunds::PROPOSALS_OPEN_MAX
     )]
     RefundProposals,
+    /// A tenant's operation retention period outside
+    /// [`OPERATION_RETENTION_DAYS_MIN`](super::retention::OPERATION_RETENTION_DAYS_MIN)..=
+    /// [`OPERATION_RETENTION_DAYS_MAX`](super::retention::OPERATION_RETENTION_DAYS_MAX) days.
+    #[error(
+        "an operation retention period must be {min}..={max} days (a card dispute can come {min} days after a payment); got {0}",
+        min = super::retention::OPERATION_RETENTION_DAYS_MIN,
+        max = super::retention::OPERATION_RETENTION_DAYS_MAX
+    )]
+    OperationRetention(u32),
 }
 
 #[cfg(test)]

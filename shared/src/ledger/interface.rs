@@ -310,12 +310,23 @@ pub trait Recovery: Inspection + Queue + HintChecks {
     /// [`LedgerError::Conflict`] names it (other details).
     async fn recreate(&self, new: NewOperation, now: Timestamp) -> Result<Created, LedgerError>;
     /// Deletes, in bounded batches, the rows `retention` lets go of at `now`
-    /// ([`super::retention`]): never an operation, its events or a pending hint.
+    /// ([`super::retention`]): never a pending hint, and an operation with its events only past its
+    /// tenant's period (none set: never).
     async fn prune(
         &self,
         retention: &super::retention::Retention,
         now: Timestamp,
     ) -> Result<super::retention::Pruned, LedgerError>;
+    /// Sets a tenant's retention period for its operations in days (checked against
+    /// [`super::retention::OPERATION_RETENTION_DAYS_MIN`]), or clears it (`None`: kept for ever).
+    async fn set_operation_retention(
+        &self,
+        tenant: &TenantId,
+        days: Option<u32>,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+    /// A tenant's retention period for its operations, days (`None`: kept for ever).
+    async fn operation_retention(&self, tenant: &TenantId) -> Result<Option<u32>, LedgerError>;
     /// Where the scan for unknown payments at `processor` has read up to (`None`: never scanned).
     async fn scan_watermark(&self, processor: &str) -> Result<Option<Timestamp>, LedgerError>;
     /// Records that the scan has read every payment created from `watermark` on.

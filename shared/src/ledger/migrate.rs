@@ -133,6 +133,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "tool_call_dedupe",
         include_str!("../../../migrations/postgres/0022_tool_call_dedupe.sql"),
     ),
+    // A tenant's retention period for its settled operations (issue 43).
+    (
+        25,
+        "operation_retention",
+        include_str!("../../../migrations/postgres/0025_operation_retention.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -224,6 +230,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         16,
         "tool_call_dedupe",
         include_str!("../../../migrations/sqlite/0016_tool_call_dedupe.sql"),
+    ),
+    // A tenant's retention period for its settled operations (issue 43).
+    (
+        19,
+        "operation_retention",
+        include_str!("../../../migrations/sqlite/0019_operation_retention.sql"),
     ),
 ];
 

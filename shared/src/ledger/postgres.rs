@@ -315,6 +315,9 @@ impl Dialect for Postgres {
     const NOTIFY_READY: Option<&'static str> = NOTIFY_READY;
     const LOCK_OPERATION: Option<&'static str> = Some(LOCK_OPERATION);
     const NOW: Option<&'static str> = Some(NOW);
+    const LOCK_PRUNABLE: &'static str = super::retention::LOCK_PRUNABLE_POSTGRES;
+    const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
+        super::retention::DELETE_OPERATIONS_POSTGRES;
 
     /// None of its own: a full disk fails the probe's committed write.
     async fn write_headroom(_: &PostgresLedger) -> Result<Option<i64>, LedgerError> {

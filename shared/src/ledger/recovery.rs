@@ -16,6 +16,7 @@ use super::{
     NewOperation, Operation, Operations, PAGE_MAX, RecordLookups, Recovery, Resolve, bounded,
 };
 use crate::clock::Timestamp;
+use crate::id::TenantId;
 use crate::state::{Event, Move, Status, transition};
 use async_trait::async_trait;
 use std::sync::LazyLock;
@@ -282,6 +283,19 @@ impl<DB: Dialect> Recovery for Store<DB> {
         now: Timestamp,
     ) -> Result<super::retention::Pruned, LedgerError> {
         Store::prune(self, retention, now).await
+    }
+
+    async fn set_operation_retention(
+        &self,
+        tenant: &TenantId,
+        days: Option<u32>,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        Store::set_operation_retention(self, tenant, days, now).await
+    }
+
+    async fn operation_retention(&self, tenant: &TenantId) -> Result<Option<u32>, LedgerError> {
+        Store::operation_retention(self, tenant).await
     }
 
     async fn scan_watermark(&self, processor: &str) -> Result<Option<Timestamp>, LedgerError> {

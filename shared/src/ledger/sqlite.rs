@@ -147,6 +147,10 @@ impl Dialect for Sqlite {
     // SQLite is embedded: the process that runs a statement is the database, and its clock (the
     // caller's, injected) is the database's. Processes sharing one file share one machine's clock.
     const NOW: Option<&'static str> = None;
+    // The single writer holds the file for the transaction: nothing changes between the statements.
+    const LOCK_PRUNABLE: &'static str = super::retention::LOCK_PRUNABLE_SQLITE;
+    const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
+        super::retention::DELETE_OPERATIONS_SQLITE;
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

@@ -1,0 +1,616 @@
+//! The steady soak (`payonce-soak`): a long day of ordinary traffic, no faults. Operations arrive at
+//! a fixed rate for a fixed time against real `payonce api`, `payonce worker` and `payonce reconciler
+//! run` processes on Postgres, with the simulator's webhooks and the assistant's tool calls (half of
+//! them asked again with the same call id). It samples what must stay flat — each process's
+//! resident memory, the webhook-hint backlog and its oldest age — and what must stay bounded — the
+//! database's size; then it prunes as a prune after every retention period would, rewrites the
+//! tables (`VACUUM FULL`) and reports the bytes each settled payment leaves behind, per table.
+//!
+//! It also checks what the failure soak checks: every approved operation paid exactly once.
+
+use crate::fleet::{self, Launch, sigkill};
+use crate::operations::{self, PlannedOp, TENANT};
+use anyhow::Context;
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::retention::{Pruned, Retention};
+use payonce_shared::ledger::{self, Role, SharedLedger};
+use payonce_shared::state::Status;
+use payonce_simulator::{Simulator, SimulatorConfig};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::Child;
+
+/// The most bytes a settled payment may leave behind beyond its operation row and its events, once
+/// every retention period has passed (issue 43's target).
+pub const TARGET_BYTES_PER_PAYMENT: f64 = 2_048.0;
+/// The tables that are the evidence of a payment (never pruned): the target is counted beyond them.
+pub const EVIDENCE_TABLES: [&str; 2] = ["operations", "operation_events"];
+/// Customers the soak's operations are spread over (the list lookup pages through one customer's
+/// recent payments; a day's traffic has many customers).
+const CUSTOMERS: usize = 1_000;
+/// Operations created per tick of the driver (the rate is kept by ticks of `1 / rate × this`).
+const TICK_OPERATIONS: u32 = 5;
+/// Tool calls in flight at once.
+const TOOL_CALLS_IN_FLIGHT: usize = 32;
+/// How long after the last operation everything must be final and every hint checked.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(300);
+/// The api's, workers' and reconciler's settings: production defaults, except a pool that fits
+/// the shared server and a prune every minute (so the run exercises it under load).
+const FLEET_ENV: [(&str, &str); 3] = [
+    ("RUST_LOG", "warn"),
+    ("PAYONCE_DB_MAX_CONNECTIONS", "8"),
+    ("PAYONCE_PRUNE_INTERVAL_MS", "60000"),
+];
+
+/// Everything a steady soak is run with.
+#[derive(Debug, Clone)]
+pub struct SteadyConfig {
+    /// The `payonce` binary under test.
+    pub payonce_bin: PathBuf,
+    /// A fresh Postgres ledger (it must hold no operations).
+    pub database_url: String,
+    /// Operations created per second.
+    pub rate: u32,
+    /// How long operations keep arriving.
+    pub duration: Duration,
+    /// Worker processes.
+    pub workers: usize,
+    /// Time between two samples.
+    pub sample_every: Duration,
+    /// Seed of the simulator's rolls.
+    pub seed: u64,
+    /// Where the processes' stderr goes.
+    pub log: PathBuf,
+}
+
+/// One sample of the run.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Seconds since operations started arriving.
+    pub at_s: f64,
+    /// Operations created so far.
+    pub created: usize,
+    /// Operations in a final state.
+    pub settled: i64,
+    /// Resident memory (`VmRSS`) of each process, KiB, by name.
+    pub rss_kib: Vec<(String, u64)>,
+    /// Webhook hints not yet checked.
+    pub hint_backlog: i64,
+    /// Age of the oldest of them, s.
+    pub hint_oldest_s: f64,
+    /// `pg_database_size`, bytes.
+    pub database_bytes: i64,
+}
+
+/// One table's share of what the run left behind.
+#[derive(Debug, Clone)]
+pub struct TableBytes {
+    /// Table name.
+    pub table: String,
+    /// Live rows after the final prune.
+    pub rows: i64,
+    /// `pg_total_relation_size` (heap, indexes, TOAST) after `VACUUM FULL`.
+    pub bytes: i64,
+}
+
+/// What a steady soak saw.
+#[derive(Debug, Clone, Default)]
+pub struct SteadyReport {
+    /// Operations per second asked for, and how long.
+    pub rate: u32,
+    /// Seconds operations kept arriving.
+    pub duration_s: f64,
+    /// Operations created, and approved among them.
+    pub created: usize,
+    /// Operations in each final state at the end.
+    pub statuses: HashMap<String, i64>,
+    /// Successful processor payments.
+    pub payments: usize,
+    /// Payments beyond the first for one operation, or for an unapproved one.
+    pub duplicates: usize,
+    /// Approved operations `succeeded` in the ledger without a payment, or paid but not `succeeded`.
+    pub mismatched: usize,
+    /// Tool calls sent, and answers that were not the stored truth.
+    pub tool_calls: usize,
+    /// Bad tool answers.
+    pub bad_tool_answers: usize,
+    /// Every sample, in order.
+    pub samples: Vec<Sample>,
+    /// The database's size before the final prune (what the disk held), bytes.
+    pub database_bytes_at_end: i64,
+    /// What the final prune (every period elapsed) deleted.
+    pub pruned: Pruned,
+    /// Each table after the final prune and `VACUUM FULL`.
+    pub tables: Vec<TableBytes>,
+    /// Whether everything was final and every hint checked before the drain deadline.
+    pub drained: bool,
+}
+
+impl SteadyReport {
+    /// Settled (final) operations.
+    pub fn settled(&self) -> i64 {
+        self.statuses.values().sum()
+    }
+
+    /// Bytes per settled payment of the evidence tables, and of everything else.
+    pub fn bytes_per_payment(&self) -> (f64, f64) {
+        let settled = self.settled().max(1) as f64;
+        let (evidence, rest): (Vec<_>, Vec<_>) = self
+            .tables
+            .iter()
+            .partition(|t| EVIDENCE_TABLES.contains(&t.table.as_str()));
+        let sum = |v: Vec<&TableBytes>| v.iter().map(|t| t.bytes).sum::<i64>() as f64;
+        (sum(evidence) / settled, sum(rest) / settled)
+    }
+
+    /// Resident memory of `process` in the sample nearest `share` of the run, KiB.
+    fn rss_at(&self, process: &str, share: f64) -> Option<u64> {
+        let i = ((self.samples.len().saturating_sub(1)) as f64 * share).round() as usize;
+        self.samples.get(i).and_then(|s| {
+            s.rss_kib
+                .iter()
+                .find(|(name, _)| name == process)
+                .map(|(_, kib)| *kib)
+        })
+    }
+
+    /// Nothing paid twice, nothing contradicted, everything drained.
+    pub fn is_clean(&self) -> bool {
+        self.duplicates == 0 && self.mismatched == 0 && self.bad_tool_answers == 0 && self.drained
+    }
+}
+
+impl fmt::Display for SteadyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (evidence, rest) = self.bytes_per_payment();
+        writeln!(
+            f,
+            "| steady soak: {} operations/s asked for {:.0} s; {:.1}/s created | |",
+            self.rate,
+            self.duration_s,
+            self.created as f64 / self.duration_s.max(1e-9)
+        )?;
+        writeln!(f, "| --- | --- |")?;
+        writeln!(
+            f,
+            "| operations created / settled | {} / {} |",
+            self.created,
+            self.settled()
+        )?;
+        let mut statuses: Vec<_> = self.statuses.iter().collect();
+        statuses.sort();
+        let statuses: Vec<String> = statuses.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        writeln!(f, "| final states | {} |", statuses.join(", "))?;
+        writeln!(
+            f,
+            "| processor payments / paid twice / contradicted | {} / {} / {} |",
+            self.payments, self.duplicates, self.mismatched
+        )?;
+        writeln!(
+            f,
+            "| tool calls / bad answers | {} / {} |",
+            self.tool_calls, self.bad_tool_answers
+        )?;
+        let mut names: Vec<&str> = self
+            .samples
+            .first()
+            .map(|s| s.rss_kib.iter().map(|(n, _)| n.as_str()).collect())
+            .unwrap_or_default();
+        names.dedup();
+        for name in names {
+            let at = |share| {
+                self.rss_at(name, share)
+                    .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+            };
+            writeln!(
+                f,
+                "| `{name}` RSS MiB at 10 % / 50 % / 100 % of the run | {} / {} / {} |",
+                at(0.1),
+                at(0.5),
+                at(1.0)
+            )?;
+        }
+        let backlog = |share: f64| {
+            let i = ((self.samples.len().saturating_sub(1)) as f64 * share).round() as usize;
+            self.samples.get(i).map_or("-".into(), |s| {
+                format!("{} ({:.0} s)", s.hint_backlog, s.hint_oldest_s)
+            })
+        };
+        let worst = self
+            .samples
+            .iter()
+            .max_by_key(|s| s.hint_backlog)
+            .map_or("-".into(), |s| {
+                format!("{} at {:.0} s", s.hint_backlog, s.at_s)
+            });
+        writeln!(
+            f,
+            "| unchecked webhook hints (oldest) at 10 % / 50 % / 100 % of the run; most | {} / {} / {}; {worst} |",
+            backlog(0.1),
+            backlog(0.5),
+            backlog(1.0)
+        )?;
+        let hours = self.duration_s / 3600.0;
+        let first = self.samples.first().map_or(0, |s| s.database_bytes);
+        writeln!(
+            f,
+            "| database size at the end (before the final prune); growth per hour of traffic | {:.1} MiB; {:.0} MiB/h |",
+            self.database_bytes_at_end as f64 / 1_048_576.0,
+            (self.database_bytes_at_end - first) as f64 / 1_048_576.0 / hours.max(1e-9)
+        )?;
+        writeln!(
+            f,
+            "| final prune (every period elapsed): webhooks / tool calls / links / sessions | {} / {} / {} / {} |",
+            self.pruned.webhooks, self.pruned.tool_calls, self.pruned.links, self.pruned.sessions
+        )?;
+        let empty: Vec<&TableBytes> = self.tables.iter().filter(|t| t.rows == 0).collect();
+        for t in self.tables.iter().filter(|t| t.rows > 0) {
+            writeln!(
+                f,
+                "| `{}` after the prune and `VACUUM FULL`: rows; bytes per settled payment | {}; {:.0} |",
+                t.table,
+                t.rows,
+                t.bytes as f64 / self.settled().max(1) as f64
+            )?;
+        }
+        writeln!(
+            f,
+            "| {} empty tables (their first pages) after the prune: bytes per settled payment | {:.0} |",
+            empty.len(),
+            empty.iter().map(|t| t.bytes).sum::<i64>() as f64 / self.settled().max(1) as f64
+        )?;
+        writeln!(
+            f,
+            "| bytes per settled payment: operation and events; everything else (target ≤ {TARGET_BYTES_PER_PAYMENT:.0}) | {evidence:.0}; {rest:.0} |"
+        )?;
+        write!(
+            f,
+            "| verdict | {} |",
+            if self.is_clean() {
+                "CLEAN"
+            } else {
+                "NOT CLEAN"
+            }
+        )
+    }
+}
+
+/// Resident memory of `pid`, KiB (`VmRSS` of `/proc/PID/status`).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The running processes, by name.
+struct Fleet {
+    api: Child,
+    workers: Vec<Child>,
+    reconciler: Child,
+}
+
+impl Fleet {
+    fn rss(&self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let mut one = |name: String, child: &Child| {
+            if let Some(kib) = child.id().and_then(rss_kib) {
+                out.push((name, kib));
+            }
+        };
+        one("api".into(), &self.api);
+        for (i, w) in self.workers.iter().enumerate() {
+            one(format!("worker {}", i + 1), w);
+        }
+        one("reconciler".into(), &self.reconciler);
+        out
+    }
+
+    fn exited(&mut self) -> Option<&'static str> {
+        if fleet::exited(&mut self.api) {
+            return Some("api");
+        }
+        if self.workers.iter_mut().any(fleet::exited) {
+            return Some("a worker");
+        }
+        fleet::exited(&mut self.reconciler).then_some("the reconciler")
+    }
+
+    async fn stop(&mut self) {
+        for w in &mut self.workers {
+            sigkill(w).await;
+        }
+        sigkill(&mut self.reconciler).await;
+        sigkill(&mut self.api).await;
+    }
+}
+
+async fn sample(
+    ledger: &SharedLedger,
+    pool: &sqlx::PgPool,
+    fleet: &Fleet,
+    created: usize,
+    at: Duration,
+) -> anyhow::Result<Sample> {
+    let settled = ledger
+        .count_by_status()
+        .await?
+        .iter()
+        .filter(|c| c.status.is_terminal() && c.status != Status::AwaitingApproval)
+        .map(|c| c.count)
+        .sum();
+    let (hint_backlog, oldest) = ledger.processor_event_backlog().await?;
+    let now = SystemClock.now();
+    let database_bytes: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
+        .fetch_one(pool)
+        .await?;
+    Ok(Sample {
+        at_s: at.as_secs_f64(),
+        created,
+        settled,
+        rss_kib: fleet.rss(),
+        hint_backlog,
+        hint_oldest_s: oldest.map_or(0.0, |t| now.saturating_sub(t).as_secs_f64()),
+        database_bytes,
+    })
+}
+
+/// Runs the steady soak; an error means it could not run (a process died, the database refused).
+pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
+    anyhow::ensure!(config.rate >= 1, "rate must be at least 1 operation/s");
+    anyhow::ensure!(config.workers >= 1, "at least one worker");
+    anyhow::ensure!(
+        config.database_url.starts_with("postgres"),
+        "the steady soak measures a Postgres ledger"
+    );
+    payonce_simulator::install_crypto_provider();
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let ledger = ledger::connect(&config.database_url, 8)
+        .await
+        .context("opening the soak ledger")?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&config.database_url)
+        .await?;
+    anyhow::ensure!(
+        ledger.count_by_status().await?.iter().all(|c| c.count == 0),
+        "the soak needs a fresh ledger: this one already holds operations"
+    );
+    let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
+    let assistant = payonce_api::create_api_key(
+        ledger.as_ref(),
+        &tenant,
+        Role::Assistant,
+        "soak",
+        SystemClock.now(),
+    )
+    .await?;
+    let port = fleet::free_port()?;
+    let api_base = format!("http://127.0.0.1:{port}");
+    let webhook_secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
+    let sim = Simulator::start(SimulatorConfig {
+        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
+        webhook_secret: webhook_secret.clone(),
+        processing_settle: Duration::from_millis(500),
+        seed: config.seed,
+        ..SimulatorConfig::default()
+    })
+    .await?;
+    let launch = Launch {
+        bin: config.payonce_bin.clone(),
+        database_url: config.database_url.clone(),
+        processor_url: sim.base_url(),
+        log: config.log.clone(),
+    };
+    let mut api = launch.spawn(
+        &["api", "--listen", &format!("127.0.0.1:{port}")],
+        &FLEET_ENV,
+        |c| {
+            c.env("PAYONCE_WEBHOOK_SECRETS", &webhook_secret);
+        },
+    )?;
+    crate::wait_ready(&http, &api_base, &mut api).await?;
+    let mut workers = Vec::with_capacity(config.workers);
+    for _ in 0..config.workers {
+        workers.push(launch.spawn(&["worker"], &FLEET_ENV, |_| {})?);
+    }
+    let reconciler = launch.spawn(&["reconciler", "run"], &FLEET_ENV, |_| {})?;
+    let mut fleet = Fleet {
+        api,
+        workers,
+        reconciler,
+    };
+
+    let calls = Arc::new(tokio::sync::Semaphore::new(TOOL_CALLS_IN_FLIGHT));
+    let mut call_tasks = tokio::task::JoinSet::new();
+    let mut ops: Vec<PlannedOp> = Vec::new();
+    let mut report = SteadyReport {
+        rate: config.rate,
+        ..SteadyReport::default()
+    };
+    let tick = Duration::from_secs_f64(f64::from(TICK_OPERATIONS) / f64::from(config.rate));
+    let mut ticker = tokio::time::interval(tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let started = Instant::now();
+    let mut next_sample = started;
+    let mut call_n = 0usize;
+    while started.elapsed() < config.duration {
+        ticker.tick().await;
+        if let Some(who) = fleet.exited() {
+            fleet.stop().await;
+            anyhow::bail!(
+                "{who} exited during the soak (see {})",
+                config.log.display()
+            );
+        }
+        let now = SystemClock.now();
+        // A tick's operations at once, as many upstream callers would: one after another, a
+        // loaded machine's round trips fell below the rate.
+        let mut creates = tokio::task::JoinSet::new();
+        for i in ops.len()..ops.len() + TICK_OPERATIONS as usize {
+            let ledger = ledger.clone();
+            creates.spawn(async move {
+                (
+                    i,
+                    operations::create_one(&ledger, i, CUSTOMERS, true, now).await,
+                )
+            });
+        }
+        let mut created = Vec::with_capacity(TICK_OPERATIONS as usize);
+        while let Some(done) = creates.join_next().await {
+            let (i, op) = done.context("a create task panicked")?;
+            created.push((i, op?));
+        }
+        created.sort_by_key(|(i, _)| *i);
+        for (i, op) in created {
+            // The assistant asks about every operation once; every other one it asks again with
+            // the same call id (a regenerated answer, a retried request).
+            call_n += 1;
+            let asks = if i % 2 == 0 { 2 } else { 1 };
+            let (http, base, key, id, n) = (
+                http.clone(),
+                api_base.clone(),
+                assistant.clone(),
+                op.id.clone(),
+                call_n,
+            );
+            let permits = calls.clone();
+            call_tasks.spawn(async move {
+                let mut good = 0usize;
+                for _ in 0..asks {
+                    let _permit = permits.acquire().await;
+                    good += usize::from(
+                        operations::call_until_answered(&http, &base, &key, &id, n).await,
+                    );
+                }
+                (asks, good)
+            });
+            ops.push(op);
+        }
+        while let Some(done) = call_tasks.try_join_next() {
+            let (asks, good) = done.unwrap_or((1, 0));
+            report.tool_calls += asks;
+            report.bad_tool_answers += asks - good;
+        }
+        if Instant::now() >= next_sample {
+            next_sample += config.sample_every;
+            let s = sample(&ledger, &pool, &fleet, ops.len(), started.elapsed()).await?;
+            eprintln!(
+                "payonce-soak: {:>6.0} s: {} created, {} settled, {} unchecked hints (oldest {:.0} s), database {:.1} MiB, RSS MiB {}",
+                s.at_s,
+                s.created,
+                s.settled,
+                s.hint_backlog,
+                s.hint_oldest_s,
+                s.database_bytes as f64 / 1_048_576.0,
+                s.rss_kib
+                    .iter()
+                    .map(|(n, k)| format!("{n} {:.1}", *k as f64 / 1024.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            report.samples.push(s);
+        }
+    }
+    report.duration_s = started.elapsed().as_secs_f64();
+    report.created = ops.len();
+    report
+        .samples
+        .push(sample(&ledger, &pool, &fleet, ops.len(), started.elapsed()).await?);
+
+    // Drain: everything final, every tool call answered, every hint checked.
+    let drain_start = Instant::now();
+    while drain_start.elapsed() < DRAIN_DEADLINE {
+        let counts = ledger.count_by_status().await?;
+        let open: i64 = counts
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.status,
+                    Status::Ready | Status::Executing | Status::Unknown
+                )
+            })
+            .map(|c| c.count)
+            .sum();
+        let (backlog, _) = ledger.processor_event_backlog().await?;
+        if open == 0 && backlog == 0 && call_tasks.is_empty() {
+            report.drained = true;
+            break;
+        }
+        while let Some(done) = call_tasks.try_join_next() {
+            let (asks, good) = done.unwrap_or((1, 0));
+            report.tool_calls += asks;
+            report.bad_tool_answers += asks - good;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    fleet.stop().await;
+
+    // Both sides: the processor's payments against the ledger's rows.
+    let paid = crate::tally::successful_payments(&http, &sim).await?;
+    sim.shutdown().await;
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM operations")
+        .fetch_all(&pool)
+        .await?;
+    for (id, status) in &rows {
+        *report.statuses.entry(status.clone()).or_default() += 1;
+        let payments = paid.get(id).copied().unwrap_or(0);
+        report.payments += payments;
+        report.duplicates += payments.saturating_sub(1);
+        if (payments > 0) != (status == "succeeded") && status != "needs_attention" {
+            report.mismatched += 1;
+        }
+    }
+    report.statuses.retain(|s, _| {
+        Status::parse(s).is_some_and(|s| s.is_terminal() && s != Status::AwaitingApproval)
+    });
+    report.database_bytes_at_end =
+        sqlx::query_scalar("SELECT pg_database_size(current_database())")
+            .fetch_one(&pool)
+            .await?;
+
+    // As a prune would after every retention period: nothing transient left, then the tables
+    // rewritten so the sizes are what the rows take, not the space deleted rows left.
+    let zero = Retention {
+        webhooks: Duration::ZERO,
+        tool_calls: Duration::ZERO,
+        expired_tokens: Duration::ZERO,
+        ..Retention::default()
+    };
+    loop {
+        let p = ledger.prune(&zero, SystemClock.now()).await?;
+        report.pruned.webhooks += p.webhooks;
+        report.pruned.tool_calls += p.tool_calls;
+        report.pruned.links += p.links;
+        report.pruned.sessions += p.sessions;
+        if p == Pruned::default() {
+            break;
+        }
+    }
+    sqlx::query("VACUUM FULL").execute(&pool).await?;
+    let tables: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT c.relname::text, pg_total_relation_size(c.oid) FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY 2 DESC",
+    )
+    .fetch_all(&pool)
+    .await?;
+    for (table, bytes) in tables {
+        let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            // A name read from pg_class just above, quoted.
+            "SELECT count(*) FROM \"{table}\""
+        )))
+        .fetch_one(&pool)
+        .await?;
+        report.tables.push(TableBytes { table, rows, bytes });
+    }
+    Ok(report)
+}
