@@ -595,6 +595,16 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
             break;
         }
     }
+    // The fleet's connections are gone with its processes, but a backend whose client was killed
+    // mid-statement can hold a snapshot until it notices: end every other session first, or
+    // `VACUUM FULL` keeps the rows that snapshot could still see.
+    drop(ledger);
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&pool)
+    .await?;
     sqlx::query("VACUUM FULL").execute(&pool).await?;
     let tables: Vec<(String, i64)> = sqlx::query_as(
         "SELECT c.relname::text, pg_total_relation_size(c.oid) FROM pg_class c \
