@@ -106,6 +106,10 @@ impl<DB: Dialect> Approvals for Store<DB> {
         self
     }
 
+    fn profiles(&self) -> &dyn super::profiles::ProfileLedger {
+        self
+    }
+
     async fn latest_approval(
         &self,
         tenant: &TenantId,

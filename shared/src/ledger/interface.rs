@@ -112,6 +112,8 @@ pub trait Inspection: Send + Sync {
 pub trait Approvals: Send + Sync {
     /// The customer verification store (migration 0002) on the same database.
     fn verification(&self) -> &dyn verification::VerificationLedger;
+    /// Tenants' public profiles and operations' cards (migration `customer_pages`).
+    fn profiles(&self) -> &dyn super::profiles::ProfileLedger;
     /// Records an approval and enqueues its operation in one transaction, only if the approved
     /// hash equals the current details hash.
     async fn approve(

@@ -27,6 +27,7 @@ pub mod postgres;
 mod queue;
 mod record;
 mod recovery;
+pub mod profiles;
 pub mod refunds;
 pub mod report;
 mod requests;
