@@ -133,7 +133,8 @@ impl Stack {
         let limiter = common.limiter()?;
         let clock: SharedClock = Arc::new(SystemClock);
         let (stop, _) = watch::channel(false);
-        let state = payonce_api::AppState::new(ledger.clone(), clock.clone(), api_config.clone());
+        let state = payonce_api::AppState::new(ledger.clone(), clock.clone(), api_config.clone())
+            .with_processor(processor.clone());
         let api_stopped = stopped(&stop);
         let api = tokio::spawn(async move {
             if let Err(error) = payonce_api::serve_listener(listener, state, api_stopped).await {

@@ -22,6 +22,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/operations/{id}/refunds"),
     ("post", "/v1/refunds"),
     ("post", "/v1/refunds/{id}/approve"),
+    ("get", "/v1/tenant/profile"),
+    ("put", "/v1/tenant/profile"),
     ("get", "/v1/tools"),
     ("post", "/v1/tool-calls"),
     ("post", "/v1/webhooks/stripe"),

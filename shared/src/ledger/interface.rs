@@ -122,6 +122,17 @@ pub trait Approvals: Send + Sync {
         approval: NewApproval,
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
+    /// The customer declines an operation awaiting approval, for the details it holds now: it is
+    /// cancelled with the customer as the actor, the proof's evidence as the detail and
+    /// [`DECLINED_BY_CUSTOMER`](super::approvals::DECLINED_BY_CUSTOMER) as its failure code.
+    /// Changed details are [`LedgerError::ApprovalMismatch`]; any other state is
+    /// [`LedgerError::WrongState`].
+    async fn decline(
+        &self,
+        tenant: &TenantId,
+        decline: &super::CustomerDecline<'_>,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
     /// The newest unrevoked approval of the tenant's operation, if any.
     async fn latest_approval(
         &self,

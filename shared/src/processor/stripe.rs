@@ -26,8 +26,9 @@ pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_ref
 
 use crate::id::IdempotencyKey;
 use crate::processor::{
-    CardLookup, Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject, RecentPage,
-    RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome, SubmitRequest,
+    CardLookup, Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject,
+    RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome,
+    SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;
