@@ -147,6 +147,9 @@ impl Now for TestApi {
 }
 
 /// An operation of the test tenant escalated to `needs_attention` after a submission.
+/// The reconciler's detail when a lookup finds nothing after the key's retention window closed.
+pub(super) const RETENTION_CLOSED: &str = "not found at the processor (consistent lookup) and the key's retention window has closed; a new submission could pay twice";
+
 pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId {
     let op = api.create_ready(invoice).await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
@@ -204,7 +207,8 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
                     id: id.clone(),
                     attempt,
                 },
-                reason: "no lookup left",
+                // The reconciler's own words for the commonest reason (runbook reason 1).
+                reason: RETENTION_CLOSED,
                 actor: "reconciler",
             },
             now,
