@@ -21,3 +21,9 @@ CREATE TABLE operation_cards (
     last4            TEXT NOT NULL CHECK (last4 ~ '^[0-9]{4}$'),
     fetched_at       BIGINT NOT NULL
 );
+
+-- A read-only on-call key (`payonce keys create --role on_call --read-only`): it signs in to the
+-- console and reads everything its tenant's on-call keys read, and resolves or approves nothing.
+-- Only an on-call key can be read-only (the other roles have their own narrow rights).
+ALTER TABLE api_keys ADD COLUMN read_only BIGINT NOT NULL DEFAULT 0
+    CHECK (read_only IN (0, 1) AND (read_only = 0 OR role = 'on_call'));

@@ -15,3 +15,6 @@ CREATE TABLE operation_cards (
     last4            TEXT NOT NULL CHECK (length(last4) = 4 AND last4 NOT GLOB '*[^0-9]*'),
     fetched_at       BIGINT NOT NULL
 );
+
+-- A read-only on-call key (see the Postgres migration 0023).
+ALTER TABLE api_keys ADD COLUMN read_only BIGINT NOT NULL DEFAULT 0 CHECK (read_only IN (0, 1));

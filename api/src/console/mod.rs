@@ -517,6 +517,7 @@ async fn operation_page(
                 StatusCode::OK
             };
             let extras = views::Extras {
+                read_only: who.read_only,
                 attention: attention(state, &op, &events).await,
                 submissions_seen: advice::submissions_seen(op.submit_count, &events),
                 resolve: form,
@@ -662,6 +663,9 @@ async fn resolve(
     if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
         return refuse(&state, Some(&who.csrf), e);
     }
+    if let Err(e) = who.require_writer("resolve operations") {
+        return refuse(&state, Some(&who.csrf), e);
+    }
     match resolve_checked(&state, &who, &id, &form).await {
         Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
         Err(e) if e.code() == ErrorCode::InvalidRequest => {
@@ -692,6 +696,9 @@ pub(crate) async fn operation_form(
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
     if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(state, Some(&who.csrf), e);
+    }
+    if let Err(e) = who.require_writer("change operations") {
         return refuse(state, Some(&who.csrf), e);
     }
     match act(&who, &form).await {

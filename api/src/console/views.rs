@@ -422,6 +422,8 @@ pub struct Extras {
     pub submissions_seen: i64,
     /// The resolve form's state.
     pub resolve: ResolveForm,
+    /// Signed in with a read-only key: no forms that change anything.
+    pub read_only: bool,
 }
 
 fn side_by_side(op: &Operation, p: &ProcessorFacts) -> Markup {
@@ -516,7 +518,13 @@ pub fn operation(
                     pre id="processor" { (serde_json::to_string_pretty(summary).unwrap_or_default()) }
                 }
             }
-            @if op.status == Status::NeedsAttention || op.status == Status::Unknown {
+            @if (op.status == Status::NeedsAttention || op.status == Status::Unknown) && extras.read_only {
+                section {
+                    h2 { "Resolve" }
+                    p id="read-only" { "You signed in with a read-only key: you can see everything, and resolve nothing. Ask an on-call person with a full key to resolve it." }
+                }
+            }
+            @if (op.status == Status::NeedsAttention || op.status == Status::Unknown) && !extras.read_only {
                 section {
                     h2 { "Resolve" }
                     p { "Same rules as " code { "payonce reconciler resolve" } ": check the processor first; the reason is recorded with your name." }

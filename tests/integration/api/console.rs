@@ -1144,3 +1144,165 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
 fn at(ms: i64) -> Timestamp {
     Timestamp::from_millis(ms)
 }
+
+#[tokio::test]
+async fn a_read_only_on_call_key_sees_everything_and_resolves_nothing() {
+    let api = spawn(postgres_ledger().await.0).await;
+    let reader = keys::issue_read_only(
+        api.ledger.as_ref(),
+        &tenant(),
+        "auditor",
+        None,
+        api.clock_now(),
+    )
+    .await
+    .unwrap();
+    assert!(reader.record.read_only);
+    let id = needs_attention(&api, "INV-RO1").await;
+    let session = sign_in(&api, &reader.secret).await;
+    let csrf = csrf_of(&api, &session).await;
+
+    // It sees every page an on-call key sees, with the same facts.
+    for path in [
+        "/console".to_string(),
+        "/console/operations?status=needs_attention".to_string(),
+        format!("/console/operations/{id}"),
+        format!("/console/operations/{id}/export"),
+    ] {
+        let r = get(&api, &path, Some(&session)).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+    }
+    let page = get(&api, &format!("/console/operations/{id}"), Some(&session)).await;
+    assert!(
+        page.text.contains("id=\"attention-reason\""),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("id=\"read-only\""));
+    assert!(!page.text.contains("id=\"resolve\""), "no resolve form");
+
+    // It resolves nothing, whatever the form says, and nothing changes.
+    let events_before = api.ledger.events_unscoped(&id).await.unwrap().len();
+    let r = post(
+        &api,
+        &format!("/console/operations/{id}/resolve"),
+        &session,
+        &[
+            ("csrf", &csrf),
+            ("as", "failed"),
+            ("reason", "checked the dashboard"),
+        ],
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.text);
+    assert!(r.text.contains("read-only key"), "{}", r.text);
+    let op = api.ledger.get(&tenant(), &id).await.unwrap();
+    assert_eq!(op.status, Status::NeedsAttention);
+    assert_eq!(
+        api.ledger.events_unscoped(&id).await.unwrap().len(),
+        events_before
+    );
+
+    // Nor a refund, in the console or with the key itself; reading through the API works.
+    let paid =
+        crate::support::refunds::succeeded_payment(&api.ledger, "INV-RO2", 5_000, super::T0).await;
+    let refund =
+        crate::support::refunds::create_refund(&api.ledger, &paid, "refund:RO2", 100, super::T0)
+            .await
+            .unwrap()
+            .operation;
+    for action in ["approve-refund", "decline-refund"] {
+        let r = post(
+            &api,
+            &format!("/console/operations/{}/{action}", refund.id),
+            &session,
+            &[
+                ("csrf", &csrf),
+                ("details_hash", refund.details_hash.as_str()),
+            ],
+        )
+        .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "forbidden"),
+            "{action}: {}",
+            r.text
+        );
+    }
+    let r = api
+        .post(
+            &format!("/v1/refunds/{}/approve", refund.id),
+            &reader.secret,
+            json!({"details_hash": refund.details_hash.as_str()}),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.text.contains("read-only"), "{}", r.text);
+    let still = api.ledger.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(still.status, Status::AwaitingApproval);
+    let read = api
+        .get(
+            &format!("/v1/operations/{}/refunds", paid.id),
+            &reader.secret,
+        )
+        .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+
+    // A full on-call key of the same tenant still resolves it.
+    let full = sign_in(&api, &api.on_call).await;
+    let full_csrf = csrf_of(&api, &full).await;
+    let r = post(
+        &api,
+        &format!("/console/operations/{id}/resolve"),
+        &full,
+        &[
+            ("csrf", &full_csrf),
+            ("as", "failed"),
+            ("reason", "checked the dashboard"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.text);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn keys_create_read_only_is_for_on_call_keys() {
+    use crate::serve::{payonce, scratch};
+    let dir = scratch("keys-read-only");
+    let db = format!("sqlite:{}", dir.join("keys.db").display());
+    let run = |role: &'static str| {
+        let args = [
+            "keys",
+            "--database-url",
+            db.as_str(),
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            role,
+            "--label",
+            "auditor",
+            "--read-only",
+            "--json",
+        ];
+        let mut command = payonce(&dir, &args);
+        async move { command.output().await.unwrap() }
+    };
+    let made = run("on_call").await;
+    assert!(made.status.success(), "{made:?}");
+    let json: Value = serde_json::from_slice(&made.stdout).unwrap();
+    assert_eq!(json["read_only"], true);
+    assert_eq!(json["role"], "on_call");
+    let refused = run("service").await;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--read-only is for on_call keys"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let ledger = payonce_shared::ledger::connect(&db, 1).await.unwrap();
+    let listed = ledger.list_api_keys(None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "the refused key was not stored");
+    assert!(listed[0].read_only);
+}
