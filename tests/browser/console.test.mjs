@@ -72,9 +72,10 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   assert.equal(new URL(page.url()).pathname, '/console');
   assert.equal((await page.locator('h1').textContent()).trim(), 'Overview');
   assert.equal(await page.locator('#chart').count(), 1);
-  assert.equal((await page.locator('#by-state tr:has(a[href$="needs_attention"]) td').nth(1).textContent()).trim(), '1');
+  // Two need attention: the one resolved here and the one the read-only key looks at below.
+  assert.equal((await page.locator('#by-state tr:has(a[href$="needs_attention"]) td').nth(1).textContent()).trim(), '2');
   // The overview leads with what needs a person, and reloads itself.
-  assert.equal((await page.locator('#count-needs-attention b').textContent()).trim(), '1');
+  assert.equal((await page.locator('#count-needs-attention b').textContent()).trim(), '2');
   assert.match(await page.locator('#count-needs-attention').getAttribute('class'), /alert/);
   const overviewResponse = await page.goto(`${base}/console`);
   assert.equal(overviewResponse.headers()['refresh'], '30');
@@ -86,7 +87,7 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
 
   // The state link, then the filter form, then a search by invoice.
   await click(page, '#count-needs-attention');
-  assert.equal(await page.locator('#operations tbody tr').count(), 1);
+  assert.equal(await page.locator('#operations tbody tr').count(), 2);
   await noBlockingViolations(page, 'operations');
   await page.selectOption('#status', 'succeeded');
   await click(page, '#filter');
@@ -156,5 +157,32 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   const gone = await page.goto(`${base}/console`);
   assert.equal(gone.status(), 401);
   assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('a read-only on-call key sees the operation and cannot resolve it', async () => {
+  const base = env('PAYONCE_CONSOLE_BASE');
+  const id = env('PAYONCE_READ_ONLY_TARGET_ID');
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(NAVIGATION_TIMEOUT_MS);
+  await page.goto(`${base}/console/sign-in`);
+  await page.fill('#key', env('PAYONCE_READ_ONLY_KEY'));
+  const signedIn = await click(page, '#sign-in');
+  assert.equal(signedIn.status(), 200);
+  await page.goto(`${base}/console/operations/${id}`);
+  assert.match(await page.locator('#attention-reason').textContent(), /idempotency key/);
+  assert.match(await page.locator('#read-only').textContent(), /read-only key/);
+  assert.equal(await page.locator('#resolve').count(), 0, 'no resolve form');
+  await noBlockingViolations(page, 'read-only operation');
+  await page.screenshot({ path: path.join(env('PAYONCE_SCREENSHOT_DIR'), 'read-only.png'), fullPage: true });
+  // The form it is not shown, posted anyway with its own session and token: refused.
+  const csrf = await page.locator('input[name="csrf"]').first().getAttribute('value');
+  const posted = await context.request.post(`${base}/console/operations/${id}/resolve`, {
+    form: { csrf, as: 'failed', reason: 'trying anyway' },
+    maxRedirects: 0,
+  });
+  assert.equal(posted.status(), 403);
+  assert.equal(posted.headers()['payonce-error-code'], 'forbidden');
   await context.close();
 });

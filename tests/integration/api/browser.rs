@@ -352,6 +352,16 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         api.create(&format!("INV-C{i}"), 2048).await;
     }
     let attention = super::console::needs_attention(&api, "INV-C9").await;
+    let read_only_target = super::console::needs_attention(&api, "INV-C10").await;
+    let reader = payonce_api::keys::issue_read_only(
+        api.ledger.as_ref(),
+        &tenant(),
+        "auditor",
+        None,
+        api.clock.now(),
+    )
+    .await
+    .unwrap();
     let other = api
         .post(
             "/v1/operations",
@@ -370,6 +380,8 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
             ("PAYONCE_ON_CALL_KEY", api.on_call.clone()),
             ("PAYONCE_ATTENTION_ID", attention.to_string()),
             ("PAYONCE_ATTENTION_INVOICE", "INV-C9".to_string()),
+            ("PAYONCE_READ_ONLY_KEY", reader.secret.clone()),
+            ("PAYONCE_READ_ONLY_TARGET_ID", read_only_target.to_string()),
             (
                 "PAYONCE_OTHER_ID",
                 other.json()["id"].as_str().unwrap().to_string(),
@@ -381,8 +393,17 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         ],
     )
     .await;
-    assert!(stdout.contains("pass 1"), "the console browser test passed");
-    for shot in ["overview.png", "operation.png", "resolved.png"] {
+    assert!(
+        stdout.contains("pass 2"),
+        "both console browser tests passed"
+    );
+    for shot in [
+        "overview.png",
+        "operation.png",
+        "resolve-refused.png",
+        "resolved.png",
+        "read-only.png",
+    ] {
         assert!(screens.join(shot).exists(), "{shot}");
     }
     let op = api.ledger.get_unscoped(&attention).await.unwrap();
@@ -399,5 +420,8 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         last.detail.as_deref(),
         Some("No payment in the processor dashboard; customer told to retry.")
     );
+    // The read-only key changed nothing.
+    let untouched = api.ledger.get_unscoped(&read_only_target).await.unwrap();
+    assert_eq!(untouched.status.as_str(), "needs_attention");
     api.stop().await;
 }
