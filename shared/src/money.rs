@@ -122,7 +122,7 @@ impl Currency {
 fn group_thousands(digits: &str) -> String {
     let mut out = String::with_capacity(digits.len() + digits.len() / GROUP_DIGITS);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % GROUP_DIGITS == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(GROUP_DIGITS) {
             out.push(',');
         }
         out.push(c);

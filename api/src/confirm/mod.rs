@@ -566,7 +566,7 @@ mod tests {
 
     #[test]
     fn every_refusal_code_is_documented() {
-        let doc = include_str!("../../docs/api.md");
+        let doc = include_str!("../../../docs/api.md");
         let mut outcomes = vec![
             Outcome::AlreadyUsed,
             Outcome::Expired,

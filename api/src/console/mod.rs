@@ -534,10 +534,10 @@ async fn operation_page(
                     now,
                 ),
             );
-            if let Some((code, _)) = &extras.resolve.error {
-                if let Ok(v) = HeaderValue::from_str(code) {
-                    r.headers_mut().insert(ERROR_CODE_HEADER, v);
-                }
+            if let Some((code, _)) = &extras.resolve.error
+                && let Ok(v) = HeaderValue::from_str(code)
+            {
+                r.headers_mut().insert(ERROR_CODE_HEADER, v);
             }
             r
         }
