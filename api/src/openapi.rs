@@ -39,6 +39,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/console/operations/{id}"),
     ("get", "/console/operations/{id}/export"),
     ("post", "/console/operations/{id}/resolve"),
+    ("get", "/console/resolve-many"),
+    ("post", "/console/resolve-many"),
     ("post", "/console/operations/{id}/approve-refund"),
     ("post", "/console/operations/{id}/decline-refund"),
     ("get", "/static/console.css"),

@@ -155,19 +155,21 @@ pub async fn set_profile(
     Ok(profile)
 }
 
-/// A profile as the API shows it.
+/// A profile as the API shows it: what the tenant's customers see.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProfileView {
     /// The tenant.
     pub tenant: String,
-    /// The display name.
+    /// The display name (the tenant id while none was set: what the pages show then).
     pub display_name: String,
     /// The support URL.
     pub support_url: Option<String>,
     /// The support email.
     pub support_email: Option<String>,
+    /// Whether a profile was set.
+    pub set: bool,
     /// Last set, ms.
-    pub updated_at_ms: i64,
+    pub updated_at_ms: Option<i64>,
 }
 
 impl From<TenantProfile> for ProfileView {
@@ -177,7 +179,22 @@ impl From<TenantProfile> for ProfileView {
             display_name: p.display_name,
             support_url: p.support_url,
             support_email: p.support_email,
-            updated_at_ms: p.updated_at_ms.as_millis(),
+            set: true,
+            updated_at_ms: Some(p.updated_at_ms.as_millis()),
+        }
+    }
+}
+
+impl ProfileView {
+    /// What the pages show for a tenant that set no profile.
+    fn unset(tenant: &TenantId) -> ProfileView {
+        ProfileView {
+            tenant: tenant.as_str().to_string(),
+            display_name: tenant.as_str().to_string(),
+            support_url: None,
+            support_email: None,
+            set: false,
+            updated_at_ms: None,
         }
     }
 }
@@ -199,19 +216,19 @@ pub async fn put(
     Ok(Json(profile.into()))
 }
 
-/// `GET /v1/tenant/profile` (service): the caller's tenant's public profile.
+/// `GET /v1/tenant/profile` (service): the caller's tenant's public profile; while none was set,
+/// what the pages show instead (`set: false`).
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<ProfileView>, HttpError> {
     caller.require(&[Role::Service], "read the tenant's profile")?;
-    match state.ledger().profiles().profile(&caller.tenant).await? {
-        Some(p) => Ok(Json(p.into())),
-        None => Err(HttpError::new(
-            ErrorCode::NotFound,
-            "this tenant has no profile; set one with PUT /v1/tenant/profile",
-        )),
-    }
+    Ok(Json(
+        match state.ledger().profiles().profile(&caller.tenant).await? {
+            Some(p) => p.into(),
+            None => ProfileView::unset(&caller.tenant),
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! redacted summary.
 
 pub mod advice;
+pub mod bulk;
 pub mod refunds;
 pub mod session;
 pub mod views;
@@ -64,6 +65,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/operations/{id}", get(operation))
         .route("/console/operations/{id}/export", get(export))
         .route("/console/operations/{id}/resolve", post(resolve))
+        .route("/console/resolve-many", get(bulk::show).post(bulk::resolve))
         .route(
             "/console/operations/{id}/approve-refund",
             post(refunds::approve),

@@ -43,6 +43,7 @@ button { font: inherit; padding: .4rem .9rem; border: 0; border-radius: 6px; bac
 #side-by-side caption { text-align: left; color: #4a5263; font-size: .85rem; padding-bottom: .4rem; }
 details summary { cursor: pointer; color: #0b57d0; margin-top: .8rem; }
 h3 { font-size: .95rem; margin: .8rem 0 .4rem; }
+.visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 pre { background: #f6f8fa; padding: .6rem; border-radius: 6px; overflow-x: auto; font-size: .8rem; }
 .legend span { margin-right: 1rem; font-size: .85rem; }
 .sw { display: inline-block; width: .8rem; height: .8rem; margin-right: .3rem; vertical-align: middle; }
@@ -317,11 +318,20 @@ pub fn list(
                     }
                     button type="submit" id="filter" { "Filter" }
                 }
+                @let selectable = f.status == Status::NeedsAttention.as_str() && !ops.is_empty();
+                @if selectable {
+                    form method="get" action="/console/resolve-many" id="select-many" {
+                        p { button type="submit" id="review-many" { "Review the selected ones for one resolution" } }
+                    }
+                }
                 table id="operations" {
-                    thead { tr { th { "Operation" } th { "State" } th { "Amount" } th { "Invoice" } th { "Customer" } th { "Reference" } th { "Created" } th { "Updated" } } }
+                    thead { tr { @if selectable { th { span.visually-hidden { "Select" } } } th { "Operation" } th { "State" } th { "Amount" } th { "Invoice" } th { "Customer" } th { "Reference" } th { "Created" } th { "Updated" } } }
                     tbody {
                         @for o in ops {
                             tr {
+                                @if selectable {
+                                    td { input type="checkbox" name="id" form="select-many" value=(o.id.as_str()) id=(format!("pick-{}", o.id)) aria-label=(format!("select {}", o.id)); }
+                                }
                                 td { a.mono href=(format!("/console/operations/{}", o.id)) { (o.id.as_str()) } }
                                 td { (state_badge(o.status.as_str())) }
                                 td { (o.details.money().display()) }
@@ -570,6 +580,101 @@ pub fn operation(
                         }
                     }
                 }
+            }
+        },
+    )
+}
+
+/// The review before resolving several operations at once: each one's reason and facts, then one
+/// form (`failed` or `retry`, one reason) for all of them.
+pub fn resolve_many(
+    csrf: &str,
+    reviewed: &[super::bulk::Reviewed],
+    form: &ResolveForm,
+    read_only: bool,
+) -> Markup {
+    let reason = reviewed.first().map(|r| r.reason);
+    layout(
+        "Resolve together",
+        Some(csrf),
+        html! {
+            section {
+                h1 { "Resolve " (reviewed.len()) " operations together" }
+                @if let Some(reason) = reason {
+                    p id="attention-reason" { strong { (reason.sentence()) } }
+                    div id="advice" {
+                        h2 { "What the runbook says" }
+                        @for line in reason.advice() { p { (line) } }
+                    }
+                }
+            }
+            @for r in reviewed {
+                section.reviewed {
+                    h2 { a href=(format!("/console/operations/{}", r.op.id)) { code { (r.op.id.as_str()) } } " " (state_badge(r.op.status.as_str())) }
+                    @if let Some(a) = &r.attention { (side_by_side(&r.op, &a.processor)) }
+                }
+            }
+            section {
+                h2 { "One resolution for all of them" }
+                @if read_only {
+                    p id="read-only" { "You signed in with a read-only key: you can see everything, and resolve nothing." }
+                } @else {
+                    @if let Some((code, message)) = &form.error {
+                        div.error id="resolve-error" role="alert" {
+                            p { (message) }
+                            p { "Error code: " code id="error-code" { (code) } }
+                        }
+                    }
+                    form method="post" action="/console/resolve-many" id="resolve-many" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        @for r in reviewed { input type="hidden" name="id" value=(r.op.id.as_str()); }
+                        div { label for="as" { "Outcome (the same for every operation; succeeded needs each one's reference, so resolve those one by one)" }
+                            select id="as" name="as" {
+                                option value="failed" selected[form.outcome == "failed"] { "failed (no payment happened)" }
+                                option value="retry" selected[form.outcome == "retry"] { "retry with the same key" }
+                            }
+                        }
+                        div { label for="reason" { "Reason (required; recorded on each operation)" }
+                            @if form.error.is_some() {
+                                textarea id="reason" name="reason" aria-invalid="true" aria-describedby="resolve-error" { (form.reason) }
+                            } @else {
+                                textarea id="reason" name="reason" { (form.reason) }
+                            }
+                        }
+                        p { button type="submit" id="resolve-many-submit" { "Resolve all " (reviewed.len()) } }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// What a bulk resolution did, one row per operation.
+pub fn resolved_many(
+    csrf: &str,
+    results: &[(payonce_shared::id::OperationId, Result<String, String>)],
+) -> Markup {
+    layout(
+        "Resolved",
+        Some(csrf),
+        html! {
+            section {
+                h1 { "Resolved" }
+                table id="resolved-many" {
+                    thead { tr { th scope="col" { "Operation" } th scope="col" { "Now" } } }
+                    tbody {
+                        @for (id, outcome) in results {
+                            tr {
+                                td { a.mono href=(format!("/console/operations/{id}")) { (id.as_str()) } }
+                                @match outcome {
+                                    Ok(status) => td { (state_badge(status)) },
+                                    Err(why) => td.error { (why) },
+                                }
+                            }
+                        }
+                    }
+                }
+                p { a href="/console/operations?status=needs_attention" { "Back to needs_attention" } }
             }
         },
     )

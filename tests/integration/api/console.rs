@@ -151,6 +151,15 @@ impl Now for TestApi {
 pub(super) const RETENTION_CLOSED: &str = "not found at the processor (consistent lookup) and the key's retention window has closed; a new submission could pay twice";
 
 pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId {
+    needs_attention_because(api, invoice, RETENTION_CLOSED).await
+}
+
+/// An operation escalated to needs_attention by the reconciler with `reason`.
+pub(super) async fn needs_attention_because(
+    api: &TestApi,
+    invoice: &str,
+    reason: &str,
+) -> OperationId {
     let op = api.create_ready(invoice).await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
@@ -207,8 +216,7 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
                     id: id.clone(),
                     attempt,
                 },
-                // The reconciler's own words for the commonest reason (runbook reason 1).
-                reason: RETENTION_CLOSED,
+                reason,
                 actor: "reconciler",
             },
             now,
@@ -1305,4 +1313,109 @@ async fn keys_create_read_only_is_for_on_call_keys() {
     let listed = ledger.list_api_keys(None, 10).await.unwrap();
     assert_eq!(listed.len(), 1, "the refused key was not stored");
     assert!(listed[0].read_only);
+}
+
+#[tokio::test]
+async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_its_event() {
+    let api = spawn(postgres_ledger().await.0).await;
+    let session = sign_in(&api, &api.on_call).await;
+    let csrf = csrf_of(&api, &session).await;
+    let a = needs_attention(&api, "INV-B1").await;
+    let b = needs_attention(&api, "INV-B2").await;
+    let review_path = format!("/console/resolve-many?id={a}&id={b}");
+
+    // The list offers the selection; the review shows each one's facts first.
+    let list = get(
+        &api,
+        "/console/operations?status=needs_attention",
+        Some(&session),
+    )
+    .await;
+    assert!(
+        list.text.contains(&format!("id=\"pick-{a}\"")),
+        "{}",
+        list.text
+    );
+    let review = get(&api, &review_path, Some(&session)).await;
+    assert_eq!(review.status, 200, "{}", review.text);
+    assert_eq!(review.text.matches("id=\"side-by-side\"").count(), 2);
+    assert!(
+        review
+            .text
+            .contains("no longer remembers its idempotency key")
+    );
+
+    // No reason, or succeeded (each needs its own reference): the review again, nothing changed.
+    let base = [
+        ("csrf", csrf.as_str()),
+        ("id", a.as_str()),
+        ("id", b.as_str()),
+    ];
+    for (outcome, reason, says) in [
+        ("failed", "", "a reason is required"),
+        ("succeeded", "found both", "resolve them one by one"),
+    ] {
+        let mut form = base.to_vec();
+        form.extend([("as", outcome), ("reason", reason)]);
+        let r = post(&api, "/console/resolve-many", &session, &form).await;
+        assert_eq!((r.status, r.code()), (400, "invalid_request"), "{}", r.text);
+        assert!(r.text.contains(says), "{}", r.text);
+        assert!(r.text.contains("id=\"resolve-many\""), "the form stays");
+        for id in [&a, &b] {
+            let op = api.ledger.get(&tenant(), id).await.unwrap();
+            assert_eq!(op.status, Status::NeedsAttention);
+        }
+    }
+
+    // A different reason among them: refused, nothing changed.
+    let c = needs_attention_because(&api, "INV-B3", "no lookup left").await;
+    let mixed = get(&api, &format!("{review_path}&id={c}"), Some(&session)).await;
+    assert_eq!(
+        (mixed.status, mixed.code()),
+        (400, "invalid_request"),
+        "{}",
+        mixed.text
+    );
+    assert!(mixed.text.contains("different reasons"), "{}", mixed.text);
+
+    // More than the limit: refused.
+    let many: String = (0..=payonce_api::console::bulk::BULK_RESOLVE_MAX)
+        .map(|_| format!("id={}&", OperationId::generate()))
+        .collect();
+    let r = get(
+        &api,
+        &format!("/console/resolve-many?{many}"),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+
+    // One reason, one outcome: each operation resolved with its own event.
+    let mut form = base.to_vec();
+    form.extend([
+        ("as", "failed"),
+        ("reason", "checked the dashboard: neither was paid"),
+    ]);
+    let r = post(&api, "/console/resolve-many", &session, &form).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    for id in [&a, &b] {
+        let op = api.ledger.get(&tenant(), id).await.unwrap();
+        assert_eq!(op.status, Status::Failed);
+        let events = api.ledger.events_unscoped(id).await.unwrap();
+        let resolved: Vec<_> = events
+            .iter()
+            .filter(|e| e.event == "resolve_failed")
+            .collect();
+        assert_eq!(resolved.len(), 1, "one event per operation");
+        assert_eq!(resolved[0].actor, "on_call:alice");
+        assert_eq!(
+            resolved[0].detail.as_deref(),
+            Some("checked the dashboard: neither was paid")
+        );
+    }
+    assert_eq!(
+        api.ledger.get(&tenant(), &c).await.unwrap().status,
+        Status::NeedsAttention
+    );
+    api.stop().await;
 }

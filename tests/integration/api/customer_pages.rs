@@ -47,8 +47,14 @@ fn id(op: &Value) -> &str {
 #[tokio::test]
 async fn only_a_tenants_service_key_sets_its_profile_and_bad_input_changes_nothing() {
     let api = spawn(postgres_ledger().await.0).await;
-    let missing = api.get(PROFILE, &api.service).await;
-    assert_eq!(missing.status, 404, "{}", missing.text);
+    let unset = api.get(PROFILE, &api.service).await;
+    assert_eq!(unset.status, 200, "{}", unset.text);
+    assert_eq!(unset.json()["set"], false);
+    assert_eq!(
+        unset.json()["display_name"],
+        tenant().as_str(),
+        "what the pages show"
+    );
 
     let set = put_profile(&api, Some(&api.service), acme()).await;
     assert_eq!(set.status, 200, "{}", set.text);

@@ -249,9 +249,8 @@ fn cases() -> Vec<Case> {
         link_holder: UNAUTHORIZED,
         ..Cols::all(HIDDEN)
     };
-    // The tenant's own profile, service key only. The fixture tenant has one; another tenant's
-    // service key reads and writes its own tenant's (none yet when it reads: 404; its write leaves
-    // this tenant's row unchanged, which the snapshot checks).
+    // The tenant's own profile, service key only. Another tenant's service key reads and writes its
+    // own tenant's (its write leaves this tenant's row unchanged, which the snapshot checks).
     let profile_read = Cols {
         service: ok(200),
         assistant: FORBIDDEN,
@@ -259,13 +258,12 @@ fn cases() -> Vec<Case> {
         customer: UNAUTHORIZED,
         link_holder: UNAUTHORIZED,
         none: UNAUTHORIZED,
-        other_service: HIDDEN,
+        other_service: ok(200),
         other_assistant: FORBIDDEN,
         other_on_call: FORBIDDEN,
     };
     let profile_write = Cols {
         service: writes(200),
-        other_service: ok(200),
         ..profile_read
     };
     let mut out = vec![
@@ -421,12 +419,14 @@ fn cases() -> Vec<Case> {
         "/console/operations",
         "/console/operations/{id}",
         "/console/operations/{id}/export",
+        "/console/resolve-many",
     ] {
         out.push(case("get", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
     for route in [
         "/console/sign-out",
         "/console/operations/{id}/resolve",
+        "/console/resolve-many",
         "/console/operations/{id}/approve-refund",
         "/console/operations/{id}/decline-refund",
     ] {
