@@ -89,6 +89,19 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   await click(page, '#count-needs-attention');
   assert.equal(await page.locator('#operations tbody tr').count(), 2);
   await noBlockingViolations(page, 'operations');
+  // Both selected for one resolution: each one's facts first; without a reason the review stays.
+  for (const box of await page.locator('input[type="checkbox"][name="id"]').all()) await box.check();
+  await click(page, '#review-many');
+  assert.equal(await page.locator('#side-by-side').count(), 2);
+  assert.match(await page.locator('#attention-reason').textContent(), /idempotency key/);
+  await noBlockingViolations(page, 'resolve together');
+  const keptMany = await click(page, '#resolve-many-submit');
+  assert.equal(keptMany.status(), 400);
+  assert.match(await page.locator('#resolve-error').textContent(), /a reason is required/);
+  assert.equal(await page.locator('#resolve-many').count(), 1);
+  await noBlockingViolations(page, 'resolve together refused');
+  await page.screenshot({ path: path.join(shots, 'resolve-many.png'), fullPage: true });
+  await page.goto(`${base}/console/operations?status=needs_attention`);
   await page.selectOption('#status', 'succeeded');
   await click(page, '#filter');
   assert.equal(await page.locator('#operations tbody tr').count(), 0);

@@ -401,6 +401,7 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         "overview.png",
         "operation.png",
         "resolve-refused.png",
+        "resolve-many.png",
         "resolved.png",
         "read-only.png",
     ] {
