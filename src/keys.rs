@@ -72,6 +72,9 @@ pub struct CreateArgs {
     /// Lifetime (e.g. 90d, 12h, 30m); default: never expires.
     #[arg(long, value_parser = lifetime)]
     pub expires_in: Option<Duration>,
+    /// An on-call key that signs in and reads everything, and resolves or approves nothing.
+    #[arg(long)]
+    pub read_only: bool,
     /// JSON output.
     #[arg(long)]
     pub json: bool,
@@ -135,6 +138,7 @@ fn view(key: &ApiKeyRecord, now_ms: Timestamp) -> Value {
         "revoked_reason": key.revoked_reason,
         "replaced_by": key.replaced_by,
         "last_used_at_ms": key.last_used_at_ms,
+        "read_only": key.read_only,
     })
 }
 
@@ -172,15 +176,23 @@ pub async fn create(
     let tenant = TenantId::parse(&args.tenant)?;
     let role = Role::parse(&args.role).context("role must be service, assistant or on_call")?;
     let now = now();
-    let key = keys::issue(
-        ledger.as_ref(),
-        &tenant,
-        role,
-        &args.label,
-        args.expires_in,
-        now,
-    )
-    .await
+    let key = if args.read_only {
+        anyhow::ensure!(
+            role == Role::OnCall,
+            "--read-only is for on_call keys (the other roles have their own narrow rights)"
+        );
+        keys::issue_read_only(ledger.as_ref(), &tenant, &args.label, args.expires_in, now).await
+    } else {
+        keys::issue(
+            ledger.as_ref(),
+            &tenant,
+            role,
+            &args.label,
+            args.expires_in,
+            now,
+        )
+        .await
+    }
     .map_err(refused)?;
     if args.json {
         println!("{}", issued_json(&key, now));

@@ -135,7 +135,8 @@ impl Stack {
         let (stop, _) = watch::channel(false);
         // The api's times on the database's clock, as the worker's and the reconciler's leases.
         let api_clock = payonce_api::database_clock(ledger.clone(), clock.clone()).await?;
-        let state = payonce_api::AppState::new(ledger.clone(), api_clock, api_config.clone());
+        let state = payonce_api::AppState::new(ledger.clone(), api_clock, api_config.clone())
+            .with_processor(processor.clone());
         let api_stopped = stopped(&stop);
         let api = tokio::spawn(async move {
             if let Err(error) = payonce_api::serve_listener(listener, state, api_stopped).await {

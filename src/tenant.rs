@@ -1,11 +1,13 @@
 //! `payonce tenant set-verification`: how a tenant's customers prove, on the confirmation page, that
 //! they are the customer (docs/runbook.md). The secrets are generated here and printed once: the
-//! operator never types one, so none lands in a shell history.
+//! operator never types one, so none lands in a shell history. `payonce tenant set-profile`: the
+//! name and support contact the customer's pages show.
 //!
 //! `payonce tenant set-retention`: how long a tenant's settled operations are kept (docs/runbook.md,
 //! "Retention"); without one, for ever.
 
 use clap::{Subcommand, ValueEnum};
+use payonce_api::profile::{ProfileRequest, set_profile};
 use payonce_api::verify::{VerificationRequest, set_tenant_verification};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::TenantId;
@@ -43,6 +45,21 @@ pub enum TenantCommand {
         /// Keep the tenant's operations for ever (clears a period).
         #[arg(long)]
         forever: bool,
+    },
+    /// Sets the tenant's public profile, shown on every page a customer sees.
+    SetProfile {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The name customers know the merchant by (1 to 80 characters, plain text).
+        #[arg(long)]
+        display_name: String,
+        /// Where customers get help (an https:// URL).
+        #[arg(long)]
+        support_url: Option<String>,
+        /// Where customers write for help.
+        #[arg(long)]
+        support_email: Option<String>,
     },
 }
 
@@ -104,6 +121,28 @@ pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Resul
                     "notification signing secret (for the tenant's endpoint; shown once): {secret}"
                 );
             }
+            Ok(())
+        }
+        TenantCommand::SetProfile {
+            tenant,
+            display_name,
+            support_url,
+            support_email,
+        } => {
+            let tenant = TenantId::parse(&tenant)?;
+            let request = ProfileRequest {
+                display_name,
+                support_url,
+                support_email,
+            };
+            let profile =
+                set_profile(ledger.profiles(), &tenant, &request, SystemClock.now()).await?;
+            println!(
+                "tenant {tenant}: customers see {:?}, support {} / {}",
+                profile.display_name,
+                profile.support_url.as_deref().unwrap_or("(no URL)"),
+                profile.support_email.as_deref().unwrap_or("(no email)")
+            );
             Ok(())
         }
     }

@@ -9,7 +9,7 @@ use crate::app::AppState;
 use crate::verify::{self, Asked};
 use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::verification::VerificationMethod;
-use payonce_shared::ledger::{LedgerError, Operation};
+use payonce_shared::ledger::{LedgerError, Operation, approvals};
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::Serialize;
@@ -204,6 +204,17 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
                     .unwrap_or("it did not pass the server's checks")
             ),
         ),
+        Status::Cancelled
+            if op.failure_code.as_deref() == Some(approvals::DECLINED_BY_CUSTOMER) =>
+        {
+            (
+                Outcome::Cancelled,
+                format!(
+                    "The customer declined {} on the confirmation page, so nothing was paid and nothing will be.",
+                    lower_first(&what)
+                ),
+            )
+        }
         Status::Cancelled => (
             Outcome::Cancelled,
             format!("{what} was cancelled before it was made."),
@@ -222,6 +233,15 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
         approval_request,
         new_payment_submitted: false,
     })
+}
+
+/// `The payment` → `the payment`, for a subject that moves into the middle of a sentence.
+fn lower_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

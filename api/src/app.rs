@@ -5,7 +5,8 @@ use crate::config::{ApiConfig, REQUEST_TIMEOUT};
 use crate::errors::{ErrorCode, HttpError};
 use crate::metrics::ApiMetrics;
 use crate::{
-    confirm, console, formats, health, mcp, metrics, openapi, operations, refunds, webhooks,
+    confirm, console, formats, health, mcp, metrics, openapi, operations, profile, refunds,
+    webhooks,
 };
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -14,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use payonce_shared::clock::{SharedClock, Timestamp};
 use payonce_shared::ledger::TenantLedger;
+use payonce_shared::processor::Processor;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,6 +54,9 @@ pub struct AppState {
     metrics: Arc<ApiMetrics>,
     /// Deliveries to tenants' notification endpoints (`None` if its client could not be built).
     notifier: Option<crate::notify::Notifier>,
+    /// The processor, read only for what the customer's page shows (a payment method's card);
+    /// `None`: the page goes without a card line. The api never submits anything.
+    processor: Option<Arc<dyn Processor>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -75,7 +80,17 @@ impl AppState {
             notifier: crate::notify::Notifier::new()
                 .inspect_err(|e| tracing::error!(error = %e, "no notification client: customer requests will not be sent"))
                 .ok(),
+            processor: None,
         }
+    }
+    /// The same state, reading cards from `processor` for the confirmation page.
+    pub fn with_processor(mut self, processor: Arc<dyn Processor>) -> Self {
+        self.processor = Some(processor);
+        self
+    }
+    /// The processor the page reads cards from, if any.
+    pub fn processor(&self) -> Option<&Arc<dyn Processor>> {
+        self.processor.as_ref()
     }
     /// The tenant-facing ledger.
     pub fn ledger(&self) -> &Arc<dyn TenantLedger> {
@@ -127,6 +142,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/operations/{id}/refunds", get(refunds::of_payment))
         .route("/v1/refunds", post(refunds::create))
         .route("/v1/refunds/{id}/approve", post(refunds::approve))
+        .route("/v1/tenant/profile", get(profile::get).put(profile::put))
         .route("/v1/tools", get(formats::list))
         .route("/v1/tool-calls", post(formats::call))
         .route(
@@ -177,13 +193,18 @@ pub async fn serve(
     config: ApiConfig,
     ledger: Arc<dyn TenantLedger>,
     clock: SharedClock,
+    processor: Option<Arc<dyn Processor>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
     let addr = config.listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ApiError::Bind { addr, source })?;
-    serve_listener(listener, AppState::new(ledger, clock, config), shutdown).await
+    let mut state = AppState::new(ledger, clock, config);
+    if let Some(processor) = processor {
+        state = state.with_processor(processor);
+    }
+    serve_listener(listener, state, shutdown).await
 }
 
 /// Serves on an already bound listener (tests bind 127.0.0.1:0 first to learn the port).

@@ -31,6 +31,8 @@ pub struct Caller {
     pub role: Role,
     /// The key's label, for the audit trail.
     pub label: String,
+    /// A read-only on-call key: reads what its role reads, changes nothing.
+    pub read_only: bool,
 }
 
 impl Caller {
@@ -45,6 +47,18 @@ impl Caller {
             Ok(())
         } else {
             Err(HttpError::forbidden(what))
+        }
+    }
+
+    /// Refuses a read-only key (`what`: the change it asked for).
+    pub fn require_writer(&self, what: &str) -> Result<(), HttpError> {
+        if self.read_only {
+            Err(HttpError::new(
+                crate::errors::ErrorCode::Forbidden,
+                format!("this key is read-only: it may not {what} (it reads and changes nothing)"),
+            ))
+        } else {
+            Ok(())
         }
     }
 }
@@ -123,6 +137,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
         tenant: record.tenant,
         role: record.role,
         label: record.label,
+        read_only: record.read_only,
     })
 }
 

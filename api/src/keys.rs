@@ -136,6 +136,7 @@ fn new_key(
         revoked_reason: None,
         replaced_by: None,
         last_used_at_ms: None,
+        read_only: false,
     };
     Ok(IssuedKey {
         key_id,
@@ -155,6 +156,21 @@ pub async fn issue(
     now: Timestamp,
 ) -> Result<IssuedKey, KeyError> {
     let key = new_key(tenant, role, label, expires_in, now)?;
+    ledger.insert_api_key(&key.record).await?;
+    Ok(key)
+}
+
+/// Issues a read-only on-call key for `tenant`: it signs in to the console and reads what any
+/// on-call key reads, and every route that resolves or approves refuses it (`403 forbidden`).
+pub async fn issue_read_only(
+    ledger: &dyn Keys,
+    tenant: &TenantId,
+    label: &str,
+    expires_in: Option<Duration>,
+    now: Timestamp,
+) -> Result<IssuedKey, KeyError> {
+    let mut key = new_key(tenant, Role::OnCall, label, expires_in, now)?;
+    key.record.read_only = true;
     ledger.insert_api_key(&key.record).await?;
     Ok(key)
 }
@@ -179,7 +195,9 @@ pub async fn rotate(
     if !old.is_active(now) || old.replaced_by.is_some() {
         return Err(KeyError::NotActive(old_id.to_string()));
     }
-    let new = new_key(&old.tenant, old.role, &old.label, expires_in, now)?;
+    let mut new = new_key(&old.tenant, old.role, &old.label, expires_in, now)?;
+    // A rotation never widens what the key may do.
+    new.record.read_only = old.read_only;
     let old_until_ms = now + grace;
     match ledger
         .rotate_api_key(

@@ -44,6 +44,7 @@ pub mod notify;
 pub mod openapi;
 pub mod operations;
 pub mod page;
+pub mod profile;
 pub mod refunds;
 pub mod tools;
 pub mod verify;

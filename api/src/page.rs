@@ -20,6 +20,22 @@ dd { margin: 0; font-weight: 500; word-break: break-word; }
 button { width: 100%; padding: .9rem 1rem; font-size: 1.05rem; font-weight: 600; border: 0; border-radius: 8px;
          background: #1f6feb; color: #fff; cursor: pointer; }
 button:hover { background: #1a5fd0; }
+.actions { display: flex; gap: .75rem; }
+.actions button { flex: 1 1 0; }
+button.secondary { background: #fff; color: #1d2330; border: 1px solid #8a91a0; }
+button.secondary:hover { background: #eef0f4; }
+.merchant { font-weight: 600; color: #4a5263; margin: 0 0 .75rem; }
+.error { border-left: 4px solid #cf222e; background: #fff5f5; padding: .5rem 1rem; margin: 0 0 1.25rem; }
+.error p { margin: .25rem 0; }
+.error .fine { margin-top: .25rem; color: #4a5263; }
+a { color: #0b57d0; }
+@media (max-width: 480px) {
+  body { padding: 1rem .5rem; }
+  main { padding: 1.25rem; }
+  dl { grid-template-columns: 1fr; gap: .15rem; }
+  dd { margin-bottom: .6rem; }
+  .actions { flex-direction: column; }
+}
 .result { border-left: 4px solid #6b7385; padding: .25rem 0 .25rem 1rem; }
 .result.ok { border-color: #1a7f37; }
 .result.warn { border-color: #bf8700; }

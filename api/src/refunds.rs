@@ -207,6 +207,7 @@ pub async fn approve(
         &[Role::OnCall],
         "approve refunds (a person of the merchant approves them with an on-call key)",
     )?;
+    caller.require_writer("approve refunds")?;
     let details_hash = DetailsHash::parse(&body.details_hash).map_err(invalid)?;
     let op = load(&state, &caller, &id).await?;
     match op.details.kind() {

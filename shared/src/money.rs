@@ -19,46 +19,24 @@ pub enum MoneyError {
     TooLarge(i64),
 }
 
-/// ISO 4217 currencies payonce accepts, with their minor-unit exponent.
-/// The list is deliberately explicit: an unknown code is refused, never guessed.
-const CURRENCIES: &[(&str, u8)] = &[
-    ("aud", 2),
-    ("bhd", 3),
-    ("brl", 2),
-    ("cad", 2),
-    ("chf", 2),
-    ("clp", 0),
-    ("cny", 2),
-    ("czk", 2),
-    ("dkk", 2),
-    ("eur", 2),
-    ("gbp", 2),
-    ("hkd", 2),
-    ("huf", 2),
-    ("inr", 2),
-    ("isk", 0),
-    ("jod", 3),
-    ("jpy", 0),
-    ("krw", 0),
-    ("kwd", 3),
-    ("mxn", 2),
-    ("nok", 2),
-    ("nzd", 2),
-    ("omr", 3),
-    ("pln", 2),
-    ("sek", 2),
-    ("sgd", 2),
-    ("tnd", 3),
-    ("usd", 2),
-    ("vnd", 0),
-    ("zar", 2),
+/// ISO 4217 currencies payonce accepts. The list is deliberately explicit (an unknown code is
+/// refused, never guessed); their minor units and symbols come from the ISO 4217 data of the
+/// `iso_currency` crate (docs/decisions.md), not from a table of ours.
+const CURRENCIES: &[&str] = &[
+    "aud", "bhd", "brl", "cad", "chf", "clp", "cny", "czk", "dkk", "eur", "gbp", "hkd", "huf",
+    "inr", "isk", "jod", "jpy", "krw", "kwd", "mxn", "nok", "nzd", "omr", "pln", "sek", "sgd",
+    "tnd", "usd", "vnd", "zar",
 ];
+
+/// Digits between two group separators when an amount is shown to a person (`1,299`).
+const GROUP_DIGITS: usize = 3;
 
 /// A supported ISO 4217 currency, lowercase as Stripe writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(into = "String")]
 pub struct Currency {
     code: &'static str,
+    iso: iso_currency::Currency,
     exponent: u8,
 }
 
@@ -66,14 +44,23 @@ impl Currency {
     /// Parses a currency code, case-insensitively.
     pub fn parse(raw: &str) -> Result<Self, MoneyError> {
         let lower = raw.trim().to_ascii_lowercase();
-        CURRENCIES
+        let unknown = || MoneyError::UnknownCurrency(raw.to_string());
+        let code = CURRENCIES
             .iter()
-            .find(|(code, _)| *code == lower)
-            .map(|(code, exponent)| Currency {
-                code,
-                exponent: *exponent,
-            })
-            .ok_or_else(|| MoneyError::UnknownCurrency(raw.to_string()))
+            .find(|code| **code == lower)
+            .ok_or_else(unknown)?;
+        let iso =
+            iso_currency::Currency::from_code(&lower.to_ascii_uppercase()).ok_or_else(unknown)?;
+        // Every accepted code has minor units in ISO 4217 (a unit test checks the whole list).
+        let exponent = iso
+            .exponent()
+            .and_then(|e| u8::try_from(e).ok())
+            .ok_or_else(unknown)?;
+        Ok(Currency {
+            code,
+            iso,
+            exponent,
+        })
     }
 
     /// The lowercase code, e.g. `usd`.
@@ -102,6 +89,45 @@ impl Currency {
             width = exp as usize
         )
     }
+}
+
+impl Currency {
+    /// A total as a person reads it: the currency's symbol, digits grouped by thousands and its own
+    /// minor units (`$20.48`, `¥1,299`, `1,299.00 kr` for a symbol made of letters), zero included.
+    pub fn for_people(&self, amount_minor: i64) -> String {
+        let exp = u32::from(self.exponent);
+        let unit = 10_i64.pow(exp);
+        let whole = group_thousands(&(amount_minor / unit).to_string());
+        let number = if exp == 0 {
+            whole
+        } else {
+            format!(
+                "{whole}.{:0width$}",
+                amount_minor % unit,
+                width = exp as usize
+            )
+        };
+        let symbol = self.iso.symbol().symbol;
+        if symbol.is_empty() {
+            format!("{number} {}", self.code.to_ascii_uppercase())
+        } else if symbol.chars().any(char::is_alphabetic) {
+            format!("{number} {symbol}")
+        } else {
+            format!("{symbol}{number}")
+        }
+    }
+}
+
+/// `1234567` → `1,234,567` (digits only; callers pass a non-negative whole number).
+fn group_thousands(digits: &str) -> String {
+    let mut out = String::with_capacity(digits.len() + digits.len() / GROUP_DIGITS);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(GROUP_DIGITS) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl From<Currency> for String {
@@ -149,9 +175,14 @@ impl Money {
         self.currency
     }
 
-    /// Human form for a confirmation page or a tool sentence: `20.48 USD`, `1500 JPY`.
+    /// Human form for a tool sentence or a log: `20.48 USD`, `1500 JPY`.
     pub fn display(&self) -> String {
         self.currency.display_total(self.amount_minor)
+    }
+
+    /// The form a customer reads on a page: `$20.48`, `¥1,299` ([`Currency::for_people`]).
+    pub fn for_people(&self) -> String {
+        self.currency.for_people(self.amount_minor)
     }
 }
 
@@ -205,5 +236,36 @@ mod tests {
         assert_eq!(usd.display_total(0), "0.00 USD");
         assert_eq!(usd.display_total(2048), "20.48 USD");
         assert_eq!(Currency::parse("jpy").unwrap().display_total(0), "0 JPY");
+    }
+
+    #[test]
+    fn every_accepted_currency_has_iso_minor_units() {
+        for code in CURRENCIES {
+            let c = Currency::parse(code).unwrap();
+            assert!(c.exponent() <= 3, "{code}");
+        }
+        assert_eq!(Currency::parse("usd").unwrap().exponent(), 2);
+        assert_eq!(Currency::parse("isk").unwrap().exponent(), 0);
+        assert_eq!(Currency::parse("bhd").unwrap().exponent(), 3);
+    }
+
+    #[test]
+    fn people_read_symbols_grouping_and_the_currencys_minor_units() {
+        let m = |a, c| {
+            Money::new(a, Currency::parse(c).unwrap())
+                .unwrap()
+                .for_people()
+        };
+        assert_eq!(m(1299, "jpy"), "¥1,299");
+        assert_eq!(m(2048, "usd"), "$20.48");
+        assert_eq!(m(129_900, "eur"), "€1,299.00");
+        assert_eq!(m(99_999_999, "usd"), "$999,999.99");
+        assert_eq!(m(5, "gbp"), "£0.05");
+        assert_eq!(m(1_234_567, "krw"), "₩1,234,567");
+        assert_eq!(m(1001, "kwd"), "1.001 د.ك");
+        assert_eq!(m(129_900, "huf"), "1,299.00 Ft");
+        assert_eq!(group_thousands("100"), "100");
+        assert_eq!(group_thousands("1000"), "1,000");
+        assert_eq!(group_thousands("0"), "0");
     }
 }

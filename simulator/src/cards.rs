@@ -1,6 +1,12 @@
 //! The test payment methods and the outcome each one decides when confirmed.
 
+use crate::connection::ConnHandle;
 use crate::error::ApiError;
+use crate::payment_intents::Retrieve;
+use crate::routes::Shared;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde_json::{Value, json};
 
 /// What confirming a payment method does.
@@ -84,5 +90,70 @@ pub(crate) fn confirm(payment_method: &str, off_session: bool) -> CardOutcome {
         })),
         "pm_card_processing" => CardOutcome::Processing,
         _ => CardOutcome::Succeeded,
+    }
+}
+
+/// The card behind a known test payment method, as Stripe's test cards are numbered: brand and
+/// last four digits.
+fn card_of(payment_method: &str) -> Option<(&'static str, &'static str)> {
+    Some(match payment_method {
+        "pm_card_visa" => ("visa", "4242"),
+        "pm_card_mastercard" => ("mastercard", "4444"),
+        "pm_card_chargeDeclined" => ("visa", "0002"),
+        "pm_card_chargeDeclinedInsufficientFunds" => ("visa", "9995"),
+        "pm_card_authenticationRequired" => ("visa", "3184"),
+        "pm_card_processing" => ("visa", "0077"),
+        "pm_card_pendingRefund" => ("visa", "3155"),
+        "pm_card_refundFail" => ("visa", "5126"),
+        "pm_card_pendingRefundFail" => ("visa", "5128"),
+        _ => return None,
+    })
+}
+
+/// A PaymentMethod object of type `card`, in Stripe's shape (the fields payonce reads and a few
+/// around them).
+fn payment_method_object(id: &str) -> Option<Value> {
+    let (brand, last4) = card_of(id)?;
+    Some(json!({
+        "id": id,
+        "object": "payment_method",
+        "type": "card",
+        "livemode": false,
+        "card": { "brand": brand, "last4": last4, "exp_month": 12, "exp_year": 2034, "funding": "credit", "country": "US" },
+    }))
+}
+
+/// `GET /v1/payment_methods/{id}`: the test payment method's card, or Stripe's missing-resource error.
+pub(crate) async fn retrieve(
+    State(app): State<Shared>,
+    ConnectInfo(conn): ConnectInfo<ConnHandle>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let path = format!("/v1/payment_methods/{id}");
+    let found = Retrieve {
+        path: &path,
+        param: "payment_method",
+        kind: "payment_method",
+        what: "payment method retrieve",
+    };
+    found
+        .run(app, conn, &headers, id, |_, id| async move {
+            Ok(payment_method_object(&id))
+        })
+        .await
+}
+
+#[cfg(test)]
+mod card_tests {
+    use super::*;
+
+    #[test]
+    fn every_known_payment_method_has_a_card() {
+        for pm in KNOWN_PAYMENT_METHODS {
+            let object = payment_method_object(pm).unwrap();
+            assert_eq!(object["card"]["last4"].as_str().unwrap().len(), 4, "{pm}");
+        }
+        assert!(payment_method_object("pm_unknown").is_none());
     }
 }

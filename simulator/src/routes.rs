@@ -12,7 +12,7 @@ use crate::limits::{BODY_BYTES_MAX, IDEMPOTENCY_KEY_LEN_MAX};
 use crate::objects::API_VERSION;
 use crate::rng::{IdGen, now_ms};
 use crate::store::{SavedResponse, Store};
-use crate::{admin, events, payment_intents, refund_reads, refunds};
+use crate::{admin, cards, events, payment_intents, refund_reads, refunds};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -75,6 +75,7 @@ pub(crate) fn router(app: Shared) -> Router {
         )
         .route("/v1/payment_intents/search", get(payment_intents::search))
         .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
+        .route("/v1/payment_methods/{id}", get(cards::retrieve))
         .route("/v1/refunds", post(refunds::create).get(refund_reads::list))
         .route("/v1/refunds/{id}", get(refund_reads::retrieve))
         .route("/v1/events", get(events::list))

@@ -11,6 +11,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import { blockingViolations, overflowPx, PHONE_WIDTH_PX } from './axe.mjs';
 
 const env = (name) => {
   const value = process.env[name];
@@ -34,6 +35,10 @@ before(async () => {
 after(async () => {
   await browser?.close();
 });
+
+async function noBlockingViolations(page, what) {
+  assert.deepEqual(await blockingViolations(page), [], `axe on ${what}`);
+}
 
 async function click(page, selector) {
   const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
@@ -60,21 +65,43 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   const first = await page.goto(`${base}/console`);
   assert.equal(first.status(), 401);
   assert.match(first.headers()['content-security-policy'], /default-src 'none'/);
+  await noBlockingViolations(page, 'sign-in');
   await page.fill('#key', env('PAYONCE_ON_CALL_KEY'));
   const signedIn = await click(page, '#sign-in');
   assert.equal(signedIn.status(), 200);
   assert.equal(new URL(page.url()).pathname, '/console');
   assert.equal((await page.locator('h1').textContent()).trim(), 'Overview');
   assert.equal(await page.locator('#chart').count(), 1);
-  assert.equal((await page.locator('#by-state tr:has(a[href$="needs_attention"]) td').nth(1).textContent()).trim(), '1');
+  // Two need attention: the one resolved here and the one the read-only key looks at below.
+  assert.equal((await page.locator('#by-state tr:has(a[href$="needs_attention"]) td').nth(1).textContent()).trim(), '2');
+  // The overview leads with what needs a person, and reloads itself.
+  assert.equal((await page.locator('#count-needs-attention b').textContent()).trim(), '2');
+  assert.match(await page.locator('#count-needs-attention').getAttribute('class'), /alert/);
+  const overviewResponse = await page.goto(`${base}/console`);
+  assert.equal(overviewResponse.headers()['refresh'], '30');
+  await noBlockingViolations(page, 'overview');
   // The stylesheet loaded under the CSP (the button is styled, not the browser default).
   const background = await page.locator('#sign-out').evaluate((el) => getComputedStyle(el).borderTopStyle);
   assert.equal(background, 'solid');
   await page.screenshot({ path: path.join(shots, 'overview.png'), fullPage: true });
 
   // The state link, then the filter form, then a search by invoice.
-  await click(page, 'a[href="/console/operations?status=needs_attention"]');
-  assert.equal(await page.locator('#operations tbody tr').count(), 1);
+  await click(page, '#count-needs-attention');
+  assert.equal(await page.locator('#operations tbody tr').count(), 2);
+  await noBlockingViolations(page, 'operations');
+  // Both selected for one resolution: each one's facts first; without a reason the review stays.
+  for (const box of await page.locator('input[type="checkbox"][name="id"]').all()) await box.check();
+  await click(page, '#review-many');
+  assert.equal(await page.locator('#side-by-side').count(), 2);
+  assert.match(await page.locator('#attention-reason').textContent(), /idempotency key/);
+  await noBlockingViolations(page, 'resolve together');
+  const keptMany = await click(page, '#resolve-many-submit');
+  assert.equal(keptMany.status(), 400);
+  assert.match(await page.locator('#resolve-error').textContent(), /a reason is required/);
+  assert.equal(await page.locator('#resolve-many').count(), 1);
+  await noBlockingViolations(page, 'resolve together refused');
+  await page.screenshot({ path: path.join(shots, 'resolve-many.png'), fullPage: true });
+  await page.goto(`${base}/console/operations?status=needs_attention`);
   await page.selectOption('#status', 'succeeded');
   await click(page, '#filter');
   assert.equal(await page.locator('#operations tbody tr').count(), 0);
@@ -91,13 +118,34 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   for (const step of ['create', 'approve', 'claim', 'submission_started', 'outcome_unknown', 'escalate', 'customer:cus_test']) {
     assert.ok(chain.includes(step), `the timeline shows ${step}`);
   }
+  // What on-call decides with: the reason, the runbook's advice, both sides' facts, the raw error
+  // behind a disclosure, and submissions as the processor saw them.
+  assert.match(await page.locator('#attention-reason').textContent(), /no longer remembers its idempotency key/);
+  assert.match(await page.locator('#advice').textContent(), /Search the processor's dashboard for metadata\[payonce_operation_id\]/);
+  assert.equal(await page.locator('#advice li').count(), 3);
+  assert.equal((await page.locator('#ledger-status').textContent()).trim(), 'needs_attention');
+  assert.match(await page.locator('#processor-source').textContent(), /no processor reference/);
+  assert.equal(await page.locator('#raw-error').getAttribute('open'), null, 'the raw error starts folded');
+  assert.equal(await page.locator('#raw-error pre').first().isVisible(), false);
+  await page.click('#raw-error summary');
+  assert.equal(await page.locator('#raw-error pre').first().isVisible(), true);
+  assert.equal((await page.locator('#submissions').textContent()).trim(), '1');
+  assert.equal(await page.locator('#refund-totals').count(), 0, 'no refund figures on a payment that did not succeed');
+  await noBlockingViolations(page, 'operation');
   await page.screenshot({ path: path.join(shots, 'operation.png'), fullPage: true });
 
-  // Without a reason: refused, nothing changed.
+  // Without a reason: refused, nothing changed, and on-call stays on the form with what they chose.
+  await page.selectOption('#as', 'retry');
   const refused = await click(page, '#resolve-submit');
   assert.equal(refused.status(), 400);
   assert.equal((await page.locator('#error-code').textContent()).trim(), 'invalid_request');
-  await page.goto(`${base}/console/operations/${id}`);
+  assert.match(await page.locator('#resolve-error').textContent(), /a reason is required/);
+  assert.equal(await page.locator('#resolve').count(), 1, 'the form stays');
+  assert.equal(await page.locator('#as').inputValue(), 'retry', 'the choice is kept');
+  assert.equal(await page.locator('#reason').getAttribute('aria-invalid'), 'true');
+  assert.match(await page.locator('h1 .state').textContent(), /needs_attention/);
+  await noBlockingViolations(page, 'resolve refused');
+  await page.screenshot({ path: path.join(shots, 'resolve-refused.png'), fullPage: true });
   await page.selectOption('#as', 'failed');
   await page.fill('#reason', 'No payment in the processor dashboard; customer told to retry.');
   const resolved = await click(page, '#resolve-submit');
@@ -106,12 +154,14 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   const after = await page.locator('#timeline').textContent();
   assert.ok(after.includes('resolve_failed') && after.includes('on_call:alice'), after);
   assert.ok(after.includes('customer told to retry'));
+  await noBlockingViolations(page, 'resolved');
   await page.screenshot({ path: path.join(shots, 'resolved.png'), fullPage: true });
 
   // Another tenant's operation does not exist here.
   const other = await page.goto(`${base}/console/operations/${env('PAYONCE_OTHER_ID')}`);
   assert.equal(other.status(), 404);
   assert.equal((await page.locator('#error-code').textContent()).trim(), 'operation_not_found');
+  await noBlockingViolations(page, 'refusal');
 
   // Sign out: the session is over.
   await page.goto(`${base}/console`);
@@ -120,5 +170,32 @@ test('on-call signs in, finds the operation, reads its chain and resolves it', a
   const gone = await page.goto(`${base}/console`);
   assert.equal(gone.status(), 401);
   assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('a read-only on-call key sees the operation and cannot resolve it', async () => {
+  const base = env('PAYONCE_CONSOLE_BASE');
+  const id = env('PAYONCE_READ_ONLY_TARGET_ID');
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(NAVIGATION_TIMEOUT_MS);
+  await page.goto(`${base}/console/sign-in`);
+  await page.fill('#key', env('PAYONCE_READ_ONLY_KEY'));
+  const signedIn = await click(page, '#sign-in');
+  assert.equal(signedIn.status(), 200);
+  await page.goto(`${base}/console/operations/${id}`);
+  assert.match(await page.locator('#attention-reason').textContent(), /idempotency key/);
+  assert.match(await page.locator('#read-only').textContent(), /read-only key/);
+  assert.equal(await page.locator('#resolve').count(), 0, 'no resolve form');
+  await noBlockingViolations(page, 'read-only operation');
+  await page.screenshot({ path: path.join(env('PAYONCE_SCREENSHOT_DIR'), 'read-only.png'), fullPage: true });
+  // The form it is not shown, posted anyway with its own session and token: refused.
+  const csrf = await page.locator('input[name="csrf"]').first().getAttribute('value');
+  const posted = await context.request.post(`${base}/console/operations/${id}/resolve`, {
+    form: { csrf, as: 'failed', reason: 'trying anyway' },
+    maxRedirects: 0,
+  });
+  assert.equal(posted.status(), 403);
+  assert.equal(posted.headers()['payonce-error-code'], 'forbidden');
   await context.close();
 });

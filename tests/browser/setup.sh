@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the confirmation-page browser test needs, from the machine's package registries only:
-# Debian's chromium (playwright's own browser download is never used) and playwright-core pinned in
-# package-lock.json. Idempotent: a second run changes nothing.
+# Installs what the browser tests need, from the machine's package registries only:
+# Debian's chromium (playwright's own browser download is never used), playwright-core and axe-core
+# pinned in package-lock.json. Idempotent: a second run changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,11 +17,16 @@ fi
 
 # Playwright must not try to download browsers of its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
-locked=$(node -p "require('./package-lock.json').packages['node_modules/playwright-core'].version")
-installed=$(node -p "try { require('./node_modules/playwright-core/package.json').version } catch { '' }")
-if [ "$locked" != "$installed" ]; then
+# Each package pinned in package-lock.json (playwright-core, axe-core) must be installed at its pin.
+stale=0
+for pkg in playwright-core axe-core; do
+  locked=$(node -p "require('./package-lock.json').packages['node_modules/$pkg'].version")
+  installed=$(node -p "try { require('./node_modules/$pkg/package.json').version } catch { '' }")
+  [ "$locked" = "$installed" ] || stale=1
+done
+if [ "$stale" = 1 ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
 /usr/bin/chromium --version >/dev/null 2>&1
-echo "browser test prerequisites ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), playwright-core $(node -p "require('./node_modules/playwright-core/package.json').version")"
+echo "browser test prerequisites ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), playwright-core $(node -p "require('./node_modules/playwright-core/package.json').version"), axe-core $(node -p "require('./node_modules/axe-core/package.json').version")"

@@ -10,6 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import { blockingViolations, overflowPx, PHONE_WIDTH_PX } from './axe.mjs';
 
 const env = (name) => {
   const value = process.env[name];
@@ -75,6 +76,7 @@ test('a link without the customer proof shows no form and approves nothing', asy
     assert.equal(response.headers()['payonce-error-code'], code);
     assert.equal(await errorCode(page), code);
     assert.equal(await page.locator('form').count(), 0);
+    assert.deepEqual(await blockingViolations(page), [], code);
   }
   assert.equal(await heading(page), 'We could not confirm it is you');
   await page.screenshot({ path: path.join(env('PAYONCE_SCREENSHOT_DIR'), 'refused.png'), fullPage: true });
@@ -95,15 +97,26 @@ test('a customer types a wrong code, then the right one, and approves once', asy
   const [wrong] = await Promise.all([page.waitForNavigation(), page.click('#approve')]);
   assert.equal(wrong.status(), 401);
   assert.equal(await errorCode(page), 'code_wrong');
-  assert.match(await page.locator('.result').textContent(), /4 attempts left/);
+  // No dead end: the same form, the error and the attempts left above it, the field marked.
+  assert.equal(await heading(page), 'Confirm your payment');
+  assert.match(await page.locator('#error').textContent(), /4 attempts left/);
+  assert.equal(await page.locator('#error').getAttribute('role'), 'alert');
+  assert.equal(await page.locator('#code').getAttribute('aria-invalid'), 'true');
+  assert.deepEqual(await blockingViolations(page), []);
+  await page.screenshot({ path: path.join(env('PAYONCE_SCREENSHOT_DIR'), 'code-wrong.png'), fullPage: true });
+  await page.setViewportSize({ width: PHONE_WIDTH_PX, height: 844 });
+  assert.equal(await overflowPx(page), 0);
+  assert.deepEqual(await blockingViolations(page), []);
+  await page.screenshot({ path: path.join(env('PAYONCE_SCREENSHOT_DIR'), 'code-wrong-phone.png'), fullPage: true });
+  await page.setViewportSize({ width: 720, height: 900 });
 
-  // Back to the form (no-store: fetched again; the link is still unused).
-  await page.goto(url);
+  // The right code, typed on the same page.
   await page.locator('#code').fill(env('PAYONCE_CODE'));
   await page.screenshot({ path: path.join(env('PAYONCE_SCREENSHOT_DIR'), 'code.png'), fullPage: true });
   const [approved] = await Promise.all([page.waitForNavigation(), page.click('#approve')]);
   assert.equal(approved.status(), 200);
   assert.equal(await heading(page), 'Payment approved');
+  assert.deepEqual(await blockingViolations(page), []);
 
   // The code and its link are spent.
   const again = await page.goto(url);

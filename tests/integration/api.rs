@@ -7,6 +7,7 @@ mod browser;
 mod confirm;
 mod console;
 mod console_refunds;
+mod customer_pages;
 mod keys;
 mod mcp;
 mod operations;
@@ -108,6 +109,22 @@ pub async fn spawn(ledger: SharedLedger) -> TestApi {
 
 /// Starts the API with `tweak` applied to its config (listen and base URL are forced).
 pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)) -> TestApi {
+    spawn_full(ledger, tweak, None).await
+}
+
+/// Starts the API reading payment methods' cards from `processor` (the confirmation page's card).
+pub async fn spawn_with_processor(
+    ledger: SharedLedger,
+    processor: Arc<dyn payonce_shared::processor::Processor>,
+) -> TestApi {
+    spawn_full(ledger, |_| {}, Some(processor)).await
+}
+
+async fn spawn_full(
+    ledger: SharedLedger,
+    tweak: impl FnOnce(&mut ApiConfig),
+    processor: Option<Arc<dyn payonce_shared::processor::Processor>>,
+) -> TestApi {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut config = ApiConfig {
@@ -147,7 +164,10 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
     .await
     .unwrap();
     let assertion_key = secrets.assertion_key.unwrap();
-    let state = AppState::new(ledger.clone(), clock.clone(), config);
+    let mut state = AppState::new(ledger.clone(), clock.clone(), config);
+    if let Some(processor) = processor {
+        state = state.with_processor(processor);
+    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         serve_listener(listener, state, async move {

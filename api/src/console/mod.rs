@@ -5,6 +5,8 @@
 //! tenant (another tenant's operation is "not found"); the processor object is shown only through its
 //! redacted summary.
 
+pub mod advice;
+pub mod bulk;
 pub mod refunds;
 pub mod session;
 pub mod views;
@@ -14,7 +16,7 @@ use crate::confirm::{ERROR_CODE_HEADER, security_headers};
 use crate::errors::{ErrorCode, HttpError};
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -23,6 +25,7 @@ use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, Chart, OperationQuery, Related};
 use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution, Resolve};
+use payonce_shared::processor::Retrieved;
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -38,6 +41,18 @@ pub const CHART_BUCKETS: u32 = 12;
 pub const CHART_BUCKET: Duration = Duration::from_secs(5 * 60);
 /// Longest search text looked up.
 pub const SEARCH_LEN_MAX: usize = 255;
+/// How often the overview and the lists reload themselves (the HTTP `Refresh` header: no script,
+/// which the console's CSP forbids).
+pub const REFRESH: Duration = Duration::from_secs(30);
+
+/// A page that reloads itself every [`REFRESH`].
+fn refreshing(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        HeaderName::from_static("refresh"),
+        HeaderValue::from(REFRESH.as_secs()),
+    );
+    r
+}
 
 /// The console's routes, behind the page security headers the confirmation page sends.
 pub fn routes() -> Router<AppState> {
@@ -50,6 +65,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/operations/{id}", get(operation))
         .route("/console/operations/{id}/export", get(export))
         .route("/console/operations/{id}/resolve", post(resolve))
+        .route("/console/resolve-many", get(bulk::show).post(bulk::resolve))
         .route(
             "/console/operations/{id}/approve-refund",
             post(refunds::approve),
@@ -234,7 +250,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
         )
         .await
     {
-        Ok(o) => html(
+        Ok(o) => refreshing(html(
             StatusCode::OK,
             views::overview(
                 &who.csrf,
@@ -242,7 +258,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
                 now.as_millis(),
                 state.metrics().webhooks_refused(),
             ),
-        ),
+        )),
         Err(e) => refuse(&state, Some(&who.csrf), e.into()),
     }
 }
@@ -333,10 +349,10 @@ async fn list(
             .map(|o| format!("{}.{}", o.created_at_ms, o.id))
             .unwrap_or_default()
     });
-    html(
+    refreshing(html(
         StatusCode::OK,
         views::list(&who.csrf, &filters, &ops, next, now),
-    )
+    ))
 }
 
 /// Reads an operation of the caller's tenant with its trail and related rows.
@@ -477,8 +493,18 @@ async fn operation(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let found = match chain(&state, &who, &id).await {
-        Ok((op, events, related)) => refunds::beside(&state, &who, &op)
+    operation_page(&state, &who, &id, views::ResolveForm::default()).await
+}
+
+/// The operation's page, its resolve form as given (empty, or refused with the typed values).
+async fn operation_page(
+    state: &AppState,
+    who: &OnCall,
+    id: &str,
+    form: views::ResolveForm,
+) -> Response {
+    let found = match chain(state, who, id).await {
+        Ok((op, events, related)) => refunds::beside(state, who, &op)
             .await
             .map(|beside| (op, events, related, beside)),
         Err(e) => Err(e),
@@ -487,20 +513,83 @@ async fn operation(
         Ok((op, events, related, beside)) => {
             let processor = op.result.as_ref().map(summary);
             let now = state.now_ms();
-            html(
-                StatusCode::OK,
+            let status = if form.error.is_some() {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::OK
+            };
+            let extras = views::Extras {
+                read_only: who.read_only,
+                attention: attention(state, &op, &events).await,
+                submissions_seen: advice::submissions_seen(op.submit_count, &events),
+                resolve: form,
+            };
+            let mut r = html(
+                status,
                 views::operation(
                     &who.csrf,
                     &op,
                     processor.as_ref(),
                     refunds::section(&who.csrf, &op, beside.as_ref(), now),
                     &timeline(&events, &related),
+                    &extras,
                     now,
                 ),
-            )
+            );
+            if let Some((code, _)) = &extras.resolve.error
+                && let Ok(v) = HeaderValue::from_str(code)
+            {
+                r.headers_mut().insert(ERROR_CODE_HEADER, v);
+            }
+            r
         }
-        Err(e) => refuse(&state, Some(&who.csrf), e),
+        Err(e) => refuse(state, Some(&who.csrf), e),
     }
+}
+
+/// What on-call decides with, for an operation in `needs_attention` or `unknown`: the reason and
+/// the runbook's advice (needs_attention only), the ledger's and the processor's facts side by side
+/// (the processor's read now when it can be, else as the ledger recorded them) and the raw error.
+async fn attention(
+    state: &AppState,
+    op: &Operation,
+    events: &[OperationEvent],
+) -> Option<views::Attention> {
+    if !matches!(op.status, Status::NeedsAttention | Status::Unknown) {
+        return None;
+    }
+    let reason = (op.status == Status::NeedsAttention).then(|| advice::Reason::of(events));
+    let (source, object) = match (&op.external_ref, state.processor()) {
+        (Some(reference), Some(processor)) => match processor.retrieve(reference).await {
+            Retrieved::Found(found) => (
+                format!("read from the processor at {}", views::utc(state.now_ms())),
+                Some(found.object),
+            ),
+            Retrieved::NotFound => (format!("the processor has no object {reference}"), None),
+            Retrieved::Unavailable { reason } => (
+                format!("the processor could not be asked ({reason}); as the ledger recorded it"),
+                op.result.clone(),
+            ),
+        },
+        (Some(_), None) => ("as the ledger recorded it".to_string(), op.result.clone()),
+        (None, _) => (
+            "no processor reference: look the operation id up in the processor's dashboard"
+                .to_string(),
+            None,
+        ),
+    };
+    let raw_error = events
+        .iter()
+        .rev()
+        .find_map(|e| e.detail.clone())
+        .into_iter()
+        .chain(op.failure_message.clone())
+        .collect::<Vec<_>>();
+    Some(views::Attention {
+        reason,
+        processor: views::ProcessorFacts::of(source, object.as_ref()),
+        raw_error,
+    })
 }
 
 /// The operation as exported: its row with the processor object replaced by its summary.
@@ -559,17 +648,40 @@ async fn export(
     }
 }
 
-/// `POST /console/operations/{id}/resolve` (form: `csrf`, `as`, `reason`, `reference`).
+/// `POST /console/operations/{id}/resolve` (form: `csrf`, `as`, `reason`, `reference`). A refused
+/// resolution (no reason, no reference for succeeded) keeps on-call on the operation's page with the
+/// error beside the form and what they typed still in it.
 async fn resolve(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
     form: Result<Form<HashMap<String, String>>, FormRejection>,
 ) -> Response {
-    operation_form(&state, &headers, form, async |who, form| {
-        resolve_checked(&state, who, &id, form).await
-    })
-    .await
+    let who = match caller(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(&state, Some(&who.csrf), e);
+    }
+    if let Err(e) = who.require_writer("resolve operations") {
+        return refuse(&state, Some(&who.csrf), e);
+    }
+    match resolve_checked(&state, &who, &id, &form).await {
+        Ok(id) => Redirect::to(&format!("/console/operations/{id}")).into_response(),
+        Err(e) if e.code() == ErrorCode::InvalidRequest => {
+            let typed = |k: &str| form.get(k).cloned().unwrap_or_default();
+            let kept = views::ResolveForm {
+                error: Some((e.code().code().to_string(), e.message().to_string())),
+                outcome: typed("as"),
+                reference: typed("reference"),
+                reason: typed("reason"),
+            };
+            operation_page(&state, &who, &id, kept).await
+        }
+        Err(e) => refuse(&state, Some(&who.csrf), e),
+    }
 }
 
 /// A form that changes one operation: the signed-in on-call person, the CSRF token, then `act`;
@@ -586,6 +698,9 @@ pub(crate) async fn operation_form(
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
     if let Err(e) = who.check_csrf(form.get("csrf").map(String::as_str)) {
+        return refuse(state, Some(&who.csrf), e);
+    }
+    if let Err(e) = who.require_writer("change operations") {
         return refuse(state, Some(&who.csrf), e);
     }
     match act(&who, &form).await {

@@ -41,6 +41,8 @@ pub async fn beside(
 ) -> Result<Option<Beside>, HttpError> {
     match op.details.kind() {
         OperationKind::Refund => Ok(None),
+        // Refund figures mean something only for money that was taken.
+        OperationKind::Payment if op.status != payonce_shared::state::Status::Succeeded => Ok(None),
         OperationKind::Payment => {
             let ledger = state.ledger();
             Ok(Some(Beside {

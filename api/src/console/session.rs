@@ -40,9 +40,25 @@ pub struct OnCall {
     pub session_hash: String,
     /// The CSRF token every form of this session carries.
     pub csrf: String,
+    /// Signed in with a read-only key: every page, no change.
+    pub read_only: bool,
 }
 
 impl OnCall {
+    /// Refuses a read-only session (`what`: the change it asked for).
+    pub fn require_writer(&self, what: &str) -> Result<(), HttpError> {
+        if self.read_only {
+            Err(HttpError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "you signed in with a read-only key: it may not {what} (it reads and changes nothing)"
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
     /// The audit-trail actor, as the API writes it for the same key: `on_call:<label>`.
     pub fn actor(&self) -> String {
         format!("{}:{}", Role::OnCall.as_str(), self.label)
@@ -149,6 +165,7 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
         label: key.label,
         session_hash: hash,
         csrf: csrf_of(&id),
+        read_only: key.read_only,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The console's HTML, rendered server-side with `maud` (every interpolation is escaped by the
 //! template engine). No scripts; one stylesheet from our own origin; the chart is inline SVG.
 
+use super::advice::Reason;
 use super::{PAGE_SIZE_DEFAULT, TimelineEntry};
 use maud::{DOCTYPE, Markup, html};
 use payonce_shared::ledger::Operation;
@@ -29,12 +30,20 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-
 .figures { display: flex; gap: 1rem; flex-wrap: wrap; }
 .figure { border: 1px solid #e4e7ec; border-radius: 8px; padding: .6rem 1rem; min-width: 9rem; }
 .figure b { display: block; font-size: 1.4rem; }
+a.figure { color: inherit; text-decoration: none; } a.figure.lead b { font-size: 2rem; }
+a.figure.alert { border: 2px solid #cf222e; background: #fff5f5; }
+.fine { color: #4a5263; font-size: .85rem; }
 form.filters { display: flex; gap: .6rem; flex-wrap: wrap; align-items: end; margin-bottom: 1rem; }
 label { display: block; font-size: .8rem; color: #6b7385; }
 input, select, textarea { font: inherit; padding: .35rem .5rem; border: 1px solid #c4c9d4; border-radius: 6px; }
 textarea { width: 100%; box-sizing: border-box; min-height: 4rem; }
 button { font: inherit; padding: .4rem .9rem; border: 0; border-radius: 6px; background: #1f6feb; color: #fff; cursor: pointer; }
 .error { border-left: 4px solid #cf222e; padding-left: 1rem; }
+#reason-lead, #attention-reason { font-size: 1.05rem; }
+#side-by-side caption { text-align: left; color: #4a5263; font-size: .85rem; padding-bottom: .4rem; }
+details summary { cursor: pointer; color: #0b57d0; margin-top: .8rem; }
+h3 { font-size: .95rem; margin: .8rem 0 .4rem; }
+.visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 pre { background: #f6f8fa; padding: .6rem; border-radius: 6px; overflow-x: auto; font-size: .8rem; }
 .legend span { margin-right: 1rem; font-size: .85rem; }
 .sw { display: inline-block; width: .8rem; height: .8rem; margin-right: .3rem; vertical-align: middle; }
@@ -187,17 +196,30 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
             .and_then(|(_, _, at)| *at)
             .map_or_else(|| "none".to_string(), |at| age(now_ms - at.as_millis()))
     };
+    let count = |s: Status| {
+        o.by_status
+            .iter()
+            .find(|(st, _, _)| *st == s)
+            .map_or(0, |(_, n, _)| *n)
+    };
     layout(
         "Overview",
         Some(csrf),
         html! {
             section {
                 h1 { "Overview" }
-                div.figures {
+                div.figures id="needs-you" {
+                    @for (s, id, label) in [(Status::NeedsAttention, "needs-attention", "Need attention"), (Status::Unknown, "unknown", "Unknown outcome")] {
+                        @let n = count(s);
+                        a.figure.lead.alert[n > 0] id=(format!("count-{id}")) href=(format!("/console/operations?status={}", s.as_str())) {
+                            (label) b { (n) } span.fine { "oldest " (oldest(s)) }
+                        }
+                    }
                     div.figure id="oldest-needs-attention" { "Oldest needs_attention" b { (oldest(Status::NeedsAttention)) } }
                     div.figure id="oldest-unknown" { "Oldest unknown" b { (oldest(Status::Unknown)) } }
                     div.figure id="webhooks-refused" { "Webhooks refused (this api process)" b { (webhooks_refused) } }
                 }
+                p.fine { "This page refreshes itself every " (super::REFRESH.as_secs()) " seconds." }
             }
             section {
                 h2 { "Operations by state" }
@@ -296,11 +318,20 @@ pub fn list(
                     }
                     button type="submit" id="filter" { "Filter" }
                 }
+                @let selectable = f.status == Status::NeedsAttention.as_str() && !ops.is_empty();
+                @if selectable {
+                    form method="get" action="/console/resolve-many" id="select-many" {
+                        p { button type="submit" id="review-many" { "Review the selected ones for one resolution" } }
+                    }
+                }
                 table id="operations" {
-                    thead { tr { th { "Operation" } th { "State" } th { "Amount" } th { "Invoice" } th { "Customer" } th { "Reference" } th { "Created" } th { "Updated" } } }
+                    thead { tr { @if selectable { th { span.visually-hidden { "Select" } } } th { "Operation" } th { "State" } th { "Amount" } th { "Invoice" } th { "Customer" } th { "Reference" } th { "Created" } th { "Updated" } } }
                     tbody {
                         @for o in ops {
                             tr {
+                                @if selectable {
+                                    td { input type="checkbox" name="id" form="select-many" value=(o.id.as_str()) id=(format!("pick-{}", o.id)) aria-label=(format!("select {}", o.id)); }
+                                }
                                 td { a.mono href=(format!("/console/operations/{}", o.id)) { (o.id.as_str()) } }
                                 td { (state_badge(o.status.as_str())) }
                                 td { (o.details.money().display()) }
@@ -322,6 +353,134 @@ pub fn list(
     )
 }
 
+/// The resolve form's state: empty, or refused with what on-call typed.
+#[derive(Debug, Clone, Default)]
+pub struct ResolveForm {
+    /// The refusal's code and message.
+    pub error: Option<(String, String)>,
+    /// The outcome chosen.
+    pub outcome: String,
+    /// The reference typed.
+    pub reference: String,
+    /// The reason typed.
+    pub reason: String,
+}
+
+/// The processor's side of the facts.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessorFacts {
+    /// Where they come from (read now, as recorded, none).
+    pub source: String,
+    /// Its status.
+    pub status: Option<String>,
+    /// Amount and currency, as people read them.
+    pub amount: Option<String>,
+    /// Its customer.
+    pub customer: Option<String>,
+    /// Its id.
+    pub reference: Option<String>,
+    /// The operation id its metadata carries.
+    pub operation_id: Option<String>,
+}
+
+impl ProcessorFacts {
+    /// The facts of a processor object (a Stripe PaymentIntent or Refund), none when there is none.
+    pub fn of(source: String, object: Option<&serde_json::Value>) -> ProcessorFacts {
+        let Some(o) = object else {
+            return ProcessorFacts {
+                source,
+                ..ProcessorFacts::default()
+            };
+        };
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        let amount = match (o["amount"].as_i64(), o["currency"].as_str()) {
+            (Some(a), Some(c)) => Some(
+                payonce_shared::money::Currency::parse(c)
+                    .map(|cur| cur.display_total(a))
+                    .unwrap_or_else(|_| format!("{a} {c} (minor units)")),
+            ),
+            _ => None,
+        };
+        ProcessorFacts {
+            source,
+            status: text(&o["status"]),
+            amount,
+            customer: text(&o["customer"]),
+            reference: text(&o["id"]),
+            operation_id: text(&o["metadata"]["payonce_operation_id"]),
+        }
+    }
+}
+
+/// What on-call decides with on a `needs_attention` or `unknown` operation.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    /// Why it needs attention (`needs_attention` only).
+    pub reason: Option<Reason>,
+    /// The processor's facts.
+    pub processor: ProcessorFacts,
+    /// The raw error text: the newest event detail, then the row's failure message.
+    pub raw_error: Vec<String>,
+}
+
+/// What the operation page shows besides the row.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// The decision aid, when the operation waits for a person or a lookup.
+    pub attention: Option<Attention>,
+    /// Requests the processor may have received (refused connections are not).
+    pub submissions_seen: i64,
+    /// The resolve form's state.
+    pub resolve: ResolveForm,
+    /// Signed in with a read-only key: no forms that change anything.
+    pub read_only: bool,
+}
+
+fn side_by_side(op: &Operation, p: &ProcessorFacts) -> Markup {
+    let none = "—";
+    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| none.to_string());
+    html! {
+        table id="side-by-side" {
+            caption { "Processor facts: " span id="processor-source" { (p.source) } }
+            thead { tr { th scope="col" { "Fact" } th scope="col" { "Ledger" } th scope="col" { "Processor" } } }
+            tbody {
+                tr { th scope="row" { "Status" } td id="ledger-status" { (op.status.as_str()) } td id="processor-status" { (or_none(&p.status)) } }
+                tr { th scope="row" { "Amount" } td { (op.details.money().display()) } td id="processor-amount" { (or_none(&p.amount)) } }
+                tr { th scope="row" { "Customer" } td { (op.details.customer()) } td { (or_none(&p.customer)) } }
+                tr { th scope="row" { "Reference" } td.mono { (op.external_ref.as_deref().unwrap_or(none)) } td.mono { (or_none(&p.reference)) } }
+                tr { th scope="row" { "Operation id" } td.mono { (op.id.as_str()) } td.mono { (or_none(&p.operation_id)) } }
+            }
+        }
+    }
+}
+
+fn attention_section(op: &Operation, a: &Attention) -> Markup {
+    html! {
+        section id="attention" {
+            h2 { @if a.reason.is_some() { "Why it needs attention" } @else { "Being checked" } }
+            @if let Some(reason) = a.reason {
+                p id="attention-reason" { strong { (reason.sentence()) } }
+                div id="advice" {
+                    h3 { "What the runbook says" }
+                    @let advice = reason.advice();
+                    @for line in advice.iter().filter(|l| !l.starts_with("- ")) { p { (line) } }
+                    @let steps: Vec<&String> = advice.iter().filter(|l| l.starts_with("- ")).collect();
+                    @if !steps.is_empty() {
+                        ul { @for step in steps { li { (step.trim_start_matches("- ")) } } }
+                    }
+                }
+            }
+            (side_by_side(op, &a.processor))
+            @if !a.raw_error.is_empty() {
+                details id="raw-error" {
+                    summary { "Raw error" }
+                    @for e in &a.raw_error { pre { (e) } }
+                }
+            }
+        }
+    }
+}
+
 /// One operation: facts, refunds (`console::refunds`), processor summary, timeline, resolve form.
 pub fn operation(
     csrf: &str,
@@ -329,16 +488,21 @@ pub fn operation(
     processor: Option<&serde_json::Value>,
     refunds: Markup,
     timeline: &[TimelineEntry],
+    extras: &Extras,
     now_ms: i64,
 ) -> Markup {
     let d = &op.details;
     let id = op.id.as_str();
+    let form = &extras.resolve;
     layout(
         id,
         Some(csrf),
         html! {
             section {
                 h1 { "Operation " code id="operation-id" { (id) } " " (state_badge(op.status.as_str())) }
+                @if let Some(reason) = extras.attention.as_ref().and_then(|a| a.reason) {
+                    p id="reason-lead" { (reason.sentence()) }
+                }
                 table id="facts" {
                     tr { th { "Business key" } td { (op.business_key.as_str()) } }
                     tr { th { "Kind" } td { (d.kind().as_str()) } }
@@ -348,13 +512,15 @@ pub fn operation(
                     tr { th { "Payment method" } td { (d.payment_method()) } }
                     tr { th { "Details hash" } td.mono { (op.details_hash.as_str()) } }
                     tr { th { "Idempotency key" } td.mono { (op.idempotency_key.as_str()) } }
-                    tr { th { "Attempts / submissions" } td { (op.attempt) " / " (op.submit_count) } }
+                    tr { th { "Attempts" } td { (op.attempt) } }
+                    tr { th { "Requests the processor may have received" } td id="submissions" { (extras.submissions_seen) } }
                     tr { th { "Processor reference" } td.mono { (op.external_ref.as_deref().unwrap_or("none")) } }
-                    tr { th { "Failure" } td { (op.failure_code.as_deref().unwrap_or("")) " " (op.failure_message.as_deref().unwrap_or("")) } }
+                    tr { th { "Failure" } td { (op.failure_code.as_deref().unwrap_or("")) } }
                     tr { th { "Created / updated" } td { (utc(op.created_at_ms.as_millis())) " / " (utc(op.updated_at_ms.as_millis())) " (" (age(now_ms - op.updated_at_ms.as_millis())) " ago)" } }
                 }
                 p { a id="export" href=(format!("/console/operations/{id}/export")) { "Export the evidence chain (JSON)" } }
             }
+            @if let Some(a) = &extras.attention { (attention_section(op, a)) }
             (refunds)
             @if let Some(summary) = processor {
                 section {
@@ -362,21 +528,39 @@ pub fn operation(
                     pre id="processor" { (serde_json::to_string_pretty(summary).unwrap_or_default()) }
                 }
             }
-            @if op.status == Status::NeedsAttention || op.status == Status::Unknown {
+            @if (op.status == Status::NeedsAttention || op.status == Status::Unknown) && extras.read_only {
+                section {
+                    h2 { "Resolve" }
+                    p id="read-only" { "You signed in with a read-only key: you can see everything, and resolve nothing. Ask an on-call person with a full key to resolve it." }
+                }
+            }
+            @if (op.status == Status::NeedsAttention || op.status == Status::Unknown) && !extras.read_only {
                 section {
                     h2 { "Resolve" }
                     p { "Same rules as " code { "payonce reconciler resolve" } ": check the processor first; the reason is recorded with your name." }
+                    @if let Some((code, message)) = &form.error {
+                        div.error id="resolve-error" role="alert" {
+                            p { (message) }
+                            p { "Error code: " code id="error-code" { (code) } }
+                        }
+                    }
                     form method="post" action=(format!("/console/operations/{id}/resolve")) id="resolve" {
                         input type="hidden" name="csrf" value=(csrf);
                         div { label for="as" { "Outcome" }
                             select id="as" name="as" {
-                                option value="failed" { "failed (no payment happened)" }
-                                option value="succeeded" { "succeeded (give the processor reference)" }
-                                option value="retry" { "retry with the same key" }
+                                option value="failed" selected[form.outcome == "failed"] { "failed (no payment happened)" }
+                                option value="succeeded" selected[form.outcome == "succeeded"] { "succeeded (give the processor reference)" }
+                                option value="retry" selected[form.outcome == "retry"] { "retry with the same key" }
                             }
                         }
-                        div { label for="reference" { "Processor reference (for succeeded)" } input id="reference" name="reference" size="40"; }
-                        div { label for="reason" { "Reason (required)" } textarea id="reason" name="reason" {} }
+                        div { label for="reference" { "Processor reference (for succeeded)" } input id="reference" name="reference" size="40" value=(form.reference); }
+                        div { label for="reason" { "Reason (required)" }
+                            @if form.error.is_some() {
+                                textarea id="reason" name="reason" aria-invalid="true" aria-describedby="resolve-error" { (form.reason) }
+                            } @else {
+                                textarea id="reason" name="reason" { (form.reason) }
+                            }
+                        }
                         p { button type="submit" id="resolve-submit" { "Resolve" } }
                     }
                 }
@@ -396,6 +580,101 @@ pub fn operation(
                         }
                     }
                 }
+            }
+        },
+    )
+}
+
+/// The review before resolving several operations at once: each one's reason and facts, then one
+/// form (`failed` or `retry`, one reason) for all of them.
+pub fn resolve_many(
+    csrf: &str,
+    reviewed: &[super::bulk::Reviewed],
+    form: &ResolveForm,
+    read_only: bool,
+) -> Markup {
+    let reason = reviewed.first().map(|r| r.reason);
+    layout(
+        "Resolve together",
+        Some(csrf),
+        html! {
+            section {
+                h1 { "Resolve " (reviewed.len()) " operations together" }
+                @if let Some(reason) = reason {
+                    p id="attention-reason" { strong { (reason.sentence()) } }
+                    div id="advice" {
+                        h2 { "What the runbook says" }
+                        @for line in reason.advice() { p { (line) } }
+                    }
+                }
+            }
+            @for r in reviewed {
+                section.reviewed {
+                    h2 { a href=(format!("/console/operations/{}", r.op.id)) { code { (r.op.id.as_str()) } } " " (state_badge(r.op.status.as_str())) }
+                    @if let Some(a) = &r.attention { (side_by_side(&r.op, &a.processor)) }
+                }
+            }
+            section {
+                h2 { "One resolution for all of them" }
+                @if read_only {
+                    p id="read-only" { "You signed in with a read-only key: you can see everything, and resolve nothing." }
+                } @else {
+                    @if let Some((code, message)) = &form.error {
+                        div.error id="resolve-error" role="alert" {
+                            p { (message) }
+                            p { "Error code: " code id="error-code" { (code) } }
+                        }
+                    }
+                    form method="post" action="/console/resolve-many" id="resolve-many" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        @for r in reviewed { input type="hidden" name="id" value=(r.op.id.as_str()); }
+                        div { label for="as" { "Outcome (the same for every operation; succeeded needs each one's reference, so resolve those one by one)" }
+                            select id="as" name="as" {
+                                option value="failed" selected[form.outcome == "failed"] { "failed (no payment happened)" }
+                                option value="retry" selected[form.outcome == "retry"] { "retry with the same key" }
+                            }
+                        }
+                        div { label for="reason" { "Reason (required; recorded on each operation)" }
+                            @if form.error.is_some() {
+                                textarea id="reason" name="reason" aria-invalid="true" aria-describedby="resolve-error" { (form.reason) }
+                            } @else {
+                                textarea id="reason" name="reason" { (form.reason) }
+                            }
+                        }
+                        p { button type="submit" id="resolve-many-submit" { "Resolve all " (reviewed.len()) } }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// What a bulk resolution did, one row per operation.
+pub fn resolved_many(
+    csrf: &str,
+    results: &[(payonce_shared::id::OperationId, Result<String, String>)],
+) -> Markup {
+    layout(
+        "Resolved",
+        Some(csrf),
+        html! {
+            section {
+                h1 { "Resolved" }
+                table id="resolved-many" {
+                    thead { tr { th scope="col" { "Operation" } th scope="col" { "Now" } } }
+                    tbody {
+                        @for (id, outcome) in results {
+                            tr {
+                                td { a.mono href=(format!("/console/operations/{id}")) { (id.as_str()) } }
+                                @match outcome {
+                                    Ok(status) => td { (state_badge(status)) },
+                                    Err(why) => td.error { (why) },
+                                }
+                            }
+                        }
+                    }
+                }
+                p { a href="/console/operations?status=needs_attention" { "Back to needs_attention" } }
             }
         },
     )

@@ -9,8 +9,8 @@ use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    Approval, ApprovalLink, Approvals, Inspection, LedgerError, LimitError, NewApproval, Operation,
-    Operations, bounded, verification,
+    Approval, ApprovalLink, Approvals, CustomerDecline, Inspection, LedgerError, LimitError,
+    NewApproval, Operation, Operations, bounded, verification,
     verification::{LinkOrigin, NewLink},
 };
 use crate::clock::Timestamp;
@@ -26,6 +26,20 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
         "approved_hash = $3, approved_by = $4, approval_expires_at = $5, available_at = $6, \
          updated_at = $6, last_actor = $4, last_detail = $7",
         "id = $1 AND tenant_id = $2 AND details_hash = $3",
+        true,
+    )
+});
+/// The failure code a customer's decline leaves on the cancelled row, for the assistant's answer.
+pub const DECLINED_BY_CUSTOMER: &str = "declined_by_customer";
+
+/// The customer declines the details the row holds now (`$6`): the row is cancelled with the
+/// customer as the actor and the proof's evidence as the event's detail.
+static DECLINE: LazyLock<String> = LazyLock::new(|| {
+    update(
+        &legal(&[Status::AwaitingApproval], Event::Cancel),
+        "updated_at = $3, last_actor = $4, last_detail = $5, failure_code = 'declined_by_customer', \
+         failure_message = 'the customer declined it on the confirmation page'",
+        "id = $1 AND tenant_id = $2 AND details_hash = $6",
         true,
     )
 });
@@ -104,6 +118,39 @@ impl<DB: Dialect> Approvals for Store<DB> {
 
     fn verification(&self) -> &dyn verification::VerificationLedger {
         self
+    }
+
+    fn profiles(&self) -> &dyn super::profiles::ProfileLedger {
+        self
+    }
+
+    async fn decline(
+        &self,
+        tenant: &TenantId,
+        decline: &CustomerDecline<'_>,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError> {
+        let stmt = Stmt::new(DECLINE.as_str())
+            .bind(decline.id)
+            .bind(tenant)
+            .bind(now)
+            .bind(bounded(decline.actor))
+            .bind(bounded(decline.evidence))
+            .bind(decline.details_hash.as_str());
+        match self.first(stmt, decode_operation).await? {
+            Some(declined) => Ok(declined),
+            None => {
+                let current = self.get(tenant, decline.id).await?;
+                if current.details_hash != *decline.details_hash {
+                    return Err(LedgerError::ApprovalMismatch);
+                }
+                Err(LedgerError::WrongState {
+                    id: decline.id.clone(),
+                    status: current.status,
+                    why: "only an operation awaiting approval can be declined by its customer",
+                })
+            }
+        }
     }
 
     async fn latest_approval(

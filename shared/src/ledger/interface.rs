@@ -112,12 +112,25 @@ pub trait Inspection: Send + Sync {
 pub trait Approvals: Send + Sync {
     /// The customer verification store (migration 0002) on the same database.
     fn verification(&self) -> &dyn verification::VerificationLedger;
+    /// Tenants' public profiles and operations' cards (migration `customer_pages`).
+    fn profiles(&self) -> &dyn super::profiles::ProfileLedger;
     /// Records an approval and enqueues its operation in one transaction, only if the approved
     /// hash equals the current details hash.
     async fn approve(
         &self,
         tenant: &TenantId,
         approval: NewApproval,
+        now: Timestamp,
+    ) -> Result<Operation, LedgerError>;
+    /// The customer declines an operation awaiting approval, for the details it holds now: it is
+    /// cancelled with the customer as the actor, the proof's evidence as the detail and
+    /// [`DECLINED_BY_CUSTOMER`](super::approvals::DECLINED_BY_CUSTOMER) as its failure code.
+    /// Changed details are [`LedgerError::ApprovalMismatch`]; any other state is
+    /// [`LedgerError::WrongState`].
+    async fn decline(
+        &self,
+        tenant: &TenantId,
+        decline: &super::CustomerDecline<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
     /// The newest unrevoked approval of the tenant's operation, if any.

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_id, key_hash, tenant_id, role, label, created_at, \
-     expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+     expires_at, read_only) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL \
      AND (expires_at IS NULL OR expires_at > $2)";
 const SELECT_API_KEY: &str = "SELECT * FROM api_keys WHERE key_id = $1";
@@ -131,4 +131,5 @@ fn insert_key(key: &ApiKeyRecord) -> Stmt<'_> {
         .bind(bounded(&key.label))
         .bind(key.created_at_ms)
         .bind(key.expires_at_ms)
+        .bind(i64::from(key.read_only))
 }

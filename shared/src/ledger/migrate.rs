@@ -133,6 +133,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "tool_call_dedupe",
         include_str!("../../../migrations/postgres/0022_tool_call_dedupe.sql"),
     ),
+    // The merchant's public profile and the card, for the customer's pages (issue 38).
+    (
+        23,
+        "customer_pages",
+        include_str!("../../../migrations/postgres/0023_customer_pages.sql"),
+    ),
     // A tenant's retention period for its settled operations (issue 43).
     (
         25,
@@ -230,6 +236,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         16,
         "tool_call_dedupe",
         include_str!("../../../migrations/sqlite/0016_tool_call_dedupe.sql"),
+    ),
+    // The merchant's public profile and the card, for the customer's pages (issue 38).
+    (
+        17,
+        "customer_pages",
+        include_str!("../../../migrations/sqlite/0017_customer_pages.sql"),
     ),
     // A tenant's retention period for its settled operations (issue 43).
     (

@@ -14,7 +14,7 @@
 //! and `row.rs` (reading a row of either store) are the layer that keeps module code free of
 //! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak.
 
-mod approvals;
+pub mod approvals;
 pub mod console;
 mod dialect;
 mod error;
@@ -24,6 +24,7 @@ mod migrate;
 mod moves;
 mod operations;
 pub mod postgres;
+pub mod profiles;
 mod queue;
 mod record;
 mod recovery;
@@ -51,9 +52,10 @@ pub use record::{
     StatusCount,
 };
 pub use requests::{
-    ApplyReport, Cancel, ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence,
-    LeaseHolder, LookupFound, MaintenanceLease, NewProcessorEvent, NewToolCall, ProcessorEventKey,
-    RecordLookups, RecordOutcome, Resolve, RevokeKey, RotateKey, ToolAnswer,
+    ApplyReport, Cancel, ClaimUnknown, CustomerDecline, DeferCheck, Escalate, ExpireLease,
+    ExpireLeases, Fence, LeaseHolder, LookupFound, MaintenanceLease, NewProcessorEvent,
+    NewToolCall, ProcessorEventKey, RecordLookups, RecordOutcome, Resolve, RevokeKey, RotateKey,
+    ToolAnswer,
 };
 pub use store::Store;
 pub use values::{

@@ -221,6 +221,8 @@ pub struct ApiKeyRecord {
     pub replaced_by: Option<String>,
     /// Last accepted, ms, to within the api's last-used resolution.
     pub last_used_at_ms: Option<Timestamp>,
+    /// An on-call key that reads everything and changes nothing (migration `customer_pages`).
+    pub read_only: bool,
 }
 
 impl ApiKeyRecord {
@@ -246,6 +248,7 @@ pub(crate) fn decode_api_key(row: &impl LedgerRow) -> Result<ApiKeyRecord, Ledge
         revoked_reason: row.get("revoked_reason")?,
         replaced_by: row.get("replaced_by")?,
         last_used_at_ms: row.get("last_used_at")?,
+        read_only: row.get::<i64>("read_only")? != 0,
     })
 }
 

@@ -17,6 +17,19 @@ pub struct Cancel<'a> {
     pub actor: &'a str,
 }
 
+/// A customer's decline on the confirmation page ([`Approvals::decline`](super::Approvals::decline)).
+#[derive(Debug, Clone, Copy)]
+pub struct CustomerDecline<'a> {
+    /// The operation.
+    pub id: &'a OperationId,
+    /// The details the customer was shown (the link's hash).
+    pub details_hash: &'a crate::details::DetailsHash,
+    /// `customer:<id>`, the audit trail's actor.
+    pub actor: &'a str,
+    /// The proof's method and evidence id, like an approval's (`signed_assertion:<nonce>`).
+    pub evidence: &'a str,
+}
+
 /// The fencing token of a write by a lease holder: the operation and the attempt it holds. A
 /// write whose attempt is no longer the row's loses with [`LedgerError::Fenced`](super::LedgerError::Fenced).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

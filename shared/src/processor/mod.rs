@@ -348,6 +348,49 @@ pub enum PriorPayment {
     },
 }
 
+/// The card a payment method names, as a customer recognises it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Card {
+    /// The brand as the processor names it (`visa`, `mastercard`), at most [`CARD_BRAND_LEN_MAX`].
+    pub brand: String,
+    /// The last four digits.
+    pub last4: String,
+}
+
+/// Longest card brand kept (Stripe's longest today is `unionpay`).
+pub const CARD_BRAND_LEN_MAX: usize = 32;
+
+impl Card {
+    /// A card from a processor's answer; `None` unless the brand is 1 to [`CARD_BRAND_LEN_MAX`]
+    /// lowercase letters, digits or `_` and `last4` is four digits (nothing else reaches a page).
+    pub fn parse(brand: &str, last4: &str) -> Option<Card> {
+        let brand_ok = !brand.is_empty()
+            && brand.len() <= CARD_BRAND_LEN_MAX
+            && brand
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        let last4_ok = last4.len() == 4 && last4.chars().all(|c| c.is_ascii_digit());
+        (brand_ok && last4_ok).then(|| Card {
+            brand: brand.to_string(),
+            last4: last4.to_string(),
+        })
+    }
+}
+
+/// What asking the processor for a payment method's card found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CardLookup {
+    /// The card.
+    Found(Card),
+    /// The processor has no such payment method, or it is not a card.
+    NotACard,
+    /// The processor could not be asked, or this adapter cannot.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
 /// One payment processor.
 #[async_trait]
 pub trait Processor: Send + Sync {
@@ -406,6 +449,14 @@ pub trait Processor: Send + Sync {
             ),
         }
     }
+    /// The card a payment method names, for the confirmation page (Stripe:
+    /// `GET /v1/payment_methods/{id}`). An adapter that cannot leaves the page without a card line.
+    async fn card(&self, payment_method: &str) -> CardLookup {
+        let _ = payment_method;
+        CardLookup::Unavailable {
+            reason: format!("the {} adapter cannot read cards", self.contract().name),
+        }
+    }
 }
 
 /// An adapter whose declared contract is replaced, e.g. to match a simulator configured with a
@@ -453,5 +504,8 @@ impl Processor for WithContract {
     }
     async fn prior_payment(&self, tenant: &TenantId, business_key: &BusinessKey) -> PriorPayment {
         self.inner.prior_payment(tenant, business_key).await
+    }
+    async fn card(&self, payment_method: &str) -> CardLookup {
+        self.inner.card(payment_method).await
     }
 }

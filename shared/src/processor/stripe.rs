@@ -26,8 +26,9 @@ pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_ref
 
 use crate::id::IdempotencyKey;
 use crate::processor::{
-    Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject, RecentPage,
-    RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome, SubmitRequest,
+    CardLookup, Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject,
+    RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome,
+    SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -334,6 +335,10 @@ impl Processor for StripeProcessor {
         } else {
             Some(lookup::object_of(reference, object))
         }
+    }
+
+    async fn card(&self, payment_method: &str) -> CardLookup {
+        lookup::card(self, payment_method).await
     }
 
     async fn retrieve(&self, reference: &str) -> Retrieved {

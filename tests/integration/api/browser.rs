@@ -4,7 +4,7 @@
 
 use super::tenant;
 use super::verification::{Inbox, use_codes_for};
-use super::{OTHER_TENANT, raw_details, repo_root, spawn};
+use super::{OTHER_TENANT, raw_details, repo_root, spawn, spawn_with_processor};
 use crate::support::processes::{self, payments_for};
 use crate::support::{postgres_ledger, postgres_ledger_on_callers_clock};
 use payonce_shared::clock::Clock;
@@ -25,9 +25,12 @@ const BROWSER_RUN_DEADLINE: Duration = Duration::from_secs(180);
 pub fn ensure_browser() {
     let dir = repo_root().join("tests/browser");
     let ready = Path::new("/usr/bin/chromium").exists()
-        && dir
-            .join("node_modules/playwright-core/package.json")
-            .exists();
+        && ["playwright-core", "axe-core"].iter().all(|pkg| {
+            dir.join("node_modules")
+                .join(pkg)
+                .join("package.json")
+                .exists()
+        });
     if ready {
         return;
     }
@@ -42,68 +45,107 @@ fn op_id(v: &serde_json::Value) -> OperationId {
     OperationId::parse(v["id"].as_str().unwrap()).unwrap()
 }
 
+/// Where the browser tests keep their screenshots, for a person to look at.
+fn screenshot_dir(name: &str) -> std::path::PathBuf {
+    let dir = repo_root().join("target").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[tokio::test]
-async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered() {
+async fn chromium_approves_declines_and_refuses_double_submit_expired_and_tampered() {
     ensure_browser();
-    let api = spawn(postgres_ledger().await.0).await;
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (ledger, _db) = postgres_ledger_on_callers_clock().await;
+    let api = spawn_with_processor(ledger, processes::stripe(&sim, None)).await;
+    let worker = Worker::new(
+        api.ledger.clone(),
+        processes::stripe(&sim, None),
+        api.clock.clone(),
+        WorkerConfig::new("browser-worker"),
+    )
+    .unwrap();
+    let profile = api
+        .send(
+            "PUT",
+            "/v1/tenant/profile",
+            Some(&api.service),
+            Some(
+                json!({"display_name": "Acme Hosting", "support_url": "https://acme.example/help",
+                        "support_email": "billing@acme.example"}),
+            ),
+        )
+        .await;
+    assert_eq!(profile.status, 200, "{}", profile.text);
     let approve = api.create("INV-90", 2048).await;
     let expire = api.create("INV-91", 2048).await;
     let tamper = api.create("INV-92", 2048).await;
     let bigger = api.create("INV-93", 999_999).await;
+    let decline = api.create("INV-94", 2048).await;
+    let mut jpy_details = raw_details("INV-95", 1299);
+    jpy_details["currency"] = json!("jpy");
+    jpy_details["payment_method"] = json!("pm_card_mastercard");
+    let jpy = api
+        .post(
+            "/v1/operations",
+            &api.service,
+            json!({"business_key": "invoice:INV-95:pay", "details": jpy_details}),
+        )
+        .await;
+    assert_eq!(jpy.status, 201, "{}", jpy.text);
+    let jpy = jpy.json();
 
     // The expired link is made first; the clock then passes its TTL before the others are made.
     // Every URL is the one the tenant's app redirects its logged-in customer to (link + assertion).
-    let expired_url = api.signed_in(
-        &api.link(expire["id"].as_str().unwrap()).await,
-        expire["id"].as_str().unwrap(),
-    );
+    let signed_link = |op: &serde_json::Value| {
+        let id = op["id"].as_str().unwrap().to_string();
+        let api = &api;
+        async move { api.signed_in(&api.link(&id).await, &id) }
+    };
+    let expired_url = signed_link(&expire).await;
     api.clock
-        .advance(std::time::Duration::from_millis(15 * 60 * 1000 + 1_000));
-    let confirm_url = api.signed_in(
-        &api.link(approve["id"].as_str().unwrap()).await,
-        approve["id"].as_str().unwrap(),
-    );
-    let tamper_url = api.signed_in(
-        &api.link(tamper["id"].as_str().unwrap()).await,
-        tamper["id"].as_str().unwrap(),
-    );
+        .advance(payonce_api::ApiConfig::default().link_ttl + Duration::from_secs(1));
+    let confirm_url = signed_link(&approve).await;
+    let tamper_url = signed_link(&tamper).await;
+    let decline_url = signed_link(&decline).await;
+    let jpy_url = signed_link(&jpy).await;
 
-    let screens = std::env::temp_dir().join("payonce-browser");
-    std::fs::create_dir_all(&screens).unwrap();
-    let script = repo_root().join("tests/browser/confirm.test.mjs");
-    let child = tokio::process::Command::new("node")
-        .arg("--test")
-        .arg("--test-reporter=spec")
-        .arg(&script)
-        .current_dir(repo_root().join("tests/browser"))
-        .env("PAYONCE_CONFIRM_URL", &confirm_url)
-        .env("PAYONCE_EXPIRED_URL", &expired_url)
-        .env("PAYONCE_TAMPER_URL", &tamper_url)
-        .env(
-            "PAYONCE_FORGED_HASH",
-            bigger["details_hash"].as_str().unwrap(),
-        )
-        .env("PAYONCE_EXPECT_AMOUNT", "20.48 USD")
-        .env("PAYONCE_EXPECT_INVOICE", "INV-90")
-        .env("PAYONCE_SCREENSHOT_DIR", &screens)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run node (is Node.js installed?)");
-    let output = tokio::time::timeout(BROWSER_RUN_DEADLINE, child.wait_with_output())
-        .await
-        .expect("the browser test finishes in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("{stdout}\n{stderr}");
-    assert!(
-        output.status.success(),
-        "node --test confirm.test.mjs failed"
-    );
-    assert!(stdout.contains("pass 3"), "three browser tests passed");
-    assert!(screens.join("confirm.png").exists());
+    let screens = screenshot_dir("confirm-screenshots");
+    let stdout = run_node(
+        "confirm.test.mjs",
+        &[
+            ("PAYONCE_CONFIRM_URL", confirm_url),
+            ("PAYONCE_EXPIRED_URL", expired_url),
+            ("PAYONCE_TAMPER_URL", tamper_url),
+            (
+                "PAYONCE_FORGED_HASH",
+                bigger["details_hash"].as_str().unwrap().to_string(),
+            ),
+            ("PAYONCE_EXPECT_AMOUNT", "$20.48".to_string()),
+            ("PAYONCE_EXPECT_INVOICE", "INV-90".to_string()),
+            ("PAYONCE_MERCHANT", "Acme Hosting".to_string()),
+            ("PAYONCE_JPY_URL", jpy_url),
+            ("PAYONCE_DECLINE_URL", decline_url),
+            (
+                "PAYONCE_SCREENSHOT_DIR",
+                screens.to_string_lossy().to_string(),
+            ),
+        ],
+    )
+    .await;
+    assert!(stdout.contains("pass 5"), "five browser tests passed");
+    for shot in [
+        "confirm.png",
+        "confirm-phone.png",
+        "approved.png",
+        "used.png",
+        "expired.png",
+        "tampered.png",
+        "declined.png",
+        "confirm-jpy-phone.png",
+    ] {
+        assert!(screens.join(shot).exists(), "{shot}");
+    }
 
     let approved = api.ledger.get_unscoped(&op_id(&approve)).await.unwrap();
     assert_eq!(approved.status.as_str(), "ready");
@@ -114,7 +156,7 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
         1,
         "approved exactly once"
     );
-    for untouched in [&expire, &tamper, &bigger] {
+    for untouched in [&expire, &tamper, &bigger, &jpy] {
         let op = api.ledger.get_unscoped(&op_id(untouched)).await.unwrap();
         assert_eq!(op.status.as_str(), "awaiting_approval", "{}", op.id);
         assert!(
@@ -125,6 +167,32 @@ async fn chromium_approves_once_and_refuses_double_submit_expired_and_tampered()
                 .is_none()
         );
     }
+    // Declined: cancelled by the customer, and the worker pays only the approved one.
+    let declined = api.ledger.get_unscoped(&op_id(&decline)).await.unwrap();
+    assert_eq!(declined.status.as_str(), "cancelled");
+    assert_eq!(
+        declined.failure_code.as_deref(),
+        Some("declined_by_customer")
+    );
+    let last = api
+        .ledger
+        .events_unscoped(&op_id(&decline))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(last.actor, "customer:cus_test");
+    assert!(
+        last.detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("signed_assertion:")),
+        "{:?}",
+        last.detail
+    );
+    assert_eq!(worker.run_once().await.unwrap(), 1, "only the approved one");
+    assert_eq!(payments_for(&sim, decline["id"].as_str().unwrap()).await, 0);
+    assert_eq!(payments_for(&sim, approve["id"].as_str().unwrap()).await, 1);
+    sim.shutdown().await;
     api.stop().await;
 }
 
@@ -226,8 +294,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
     let code = delivery.json()["code"].as_str().unwrap().to_string();
     let wrong = if code == "000000" { "000001" } else { "000000" };
 
-    let screens = std::env::temp_dir().join("payonce-browser");
-    std::fs::create_dir_all(&screens).unwrap();
+    let screens = screenshot_dir("confirm-screenshots");
     let stdout = run_node(
         "verification.test.mjs",
         &[
@@ -285,6 +352,16 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         api.create(&format!("INV-C{i}"), 2048).await;
     }
     let attention = super::console::needs_attention(&api, "INV-C9").await;
+    let read_only_target = super::console::needs_attention(&api, "INV-C10").await;
+    let reader = payonce_api::keys::issue_read_only(
+        api.ledger.as_ref(),
+        &tenant(),
+        "auditor",
+        None,
+        api.clock.now(),
+    )
+    .await
+    .unwrap();
     let other = api
         .post(
             "/v1/operations",
@@ -303,6 +380,8 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
             ("PAYONCE_ON_CALL_KEY", api.on_call.clone()),
             ("PAYONCE_ATTENTION_ID", attention.to_string()),
             ("PAYONCE_ATTENTION_INVOICE", "INV-C9".to_string()),
+            ("PAYONCE_READ_ONLY_KEY", reader.secret.clone()),
+            ("PAYONCE_READ_ONLY_TARGET_ID", read_only_target.to_string()),
             (
                 "PAYONCE_OTHER_ID",
                 other.json()["id"].as_str().unwrap().to_string(),
@@ -314,8 +393,18 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         ],
     )
     .await;
-    assert!(stdout.contains("pass 1"), "the console browser test passed");
-    for shot in ["overview.png", "operation.png", "resolved.png"] {
+    assert!(
+        stdout.contains("pass 2"),
+        "both console browser tests passed"
+    );
+    for shot in [
+        "overview.png",
+        "operation.png",
+        "resolve-refused.png",
+        "resolve-many.png",
+        "resolved.png",
+        "read-only.png",
+    ] {
         assert!(screens.join(shot).exists(), "{shot}");
     }
     let op = api.ledger.get_unscoped(&attention).await.unwrap();
@@ -332,5 +421,8 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         last.detail.as_deref(),
         Some("No payment in the processor dashboard; customer told to retry.")
     );
+    // The read-only key changed nothing.
+    let untouched = api.ledger.get_unscoped(&read_only_target).await.unwrap();
+    assert_eq!(untouched.status.as_str(), "needs_attention");
     api.stop().await;
 }

@@ -147,7 +147,19 @@ impl Now for TestApi {
 }
 
 /// An operation of the test tenant escalated to `needs_attention` after a submission.
+/// The reconciler's detail when a lookup finds nothing after the key's retention window closed.
+pub(super) const RETENTION_CLOSED: &str = "not found at the processor (consistent lookup) and the key's retention window has closed; a new submission could pay twice";
+
 pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId {
+    needs_attention_because(api, invoice, RETENTION_CLOSED).await
+}
+
+/// An operation escalated to needs_attention by the reconciler with `reason`.
+pub(super) async fn needs_attention_because(
+    api: &TestApi,
+    invoice: &str,
+    reason: &str,
+) -> OperationId {
     let op = api.create_ready(invoice).await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
@@ -204,7 +216,7 @@ pub(super) async fn needs_attention(api: &TestApi, invoice: &str) -> OperationId
                     id: id.clone(),
                     attempt,
                 },
-                reason: "no lookup left",
+                reason,
                 actor: "reconciler",
             },
             now,
@@ -1139,4 +1151,271 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
 
 fn at(ms: i64) -> Timestamp {
     Timestamp::from_millis(ms)
+}
+
+#[tokio::test]
+async fn a_read_only_on_call_key_sees_everything_and_resolves_nothing() {
+    let api = spawn(postgres_ledger().await.0).await;
+    let reader = keys::issue_read_only(
+        api.ledger.as_ref(),
+        &tenant(),
+        "auditor",
+        None,
+        api.clock_now(),
+    )
+    .await
+    .unwrap();
+    assert!(reader.record.read_only);
+    let id = needs_attention(&api, "INV-RO1").await;
+    let session = sign_in(&api, &reader.secret).await;
+    let csrf = csrf_of(&api, &session).await;
+
+    // It sees every page an on-call key sees, with the same facts.
+    for path in [
+        "/console".to_string(),
+        "/console/operations?status=needs_attention".to_string(),
+        format!("/console/operations/{id}"),
+        format!("/console/operations/{id}/export"),
+    ] {
+        let r = get(&api, &path, Some(&session)).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+    }
+    let page = get(&api, &format!("/console/operations/{id}"), Some(&session)).await;
+    assert!(
+        page.text.contains("id=\"attention-reason\""),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("id=\"read-only\""));
+    assert!(!page.text.contains("id=\"resolve\""), "no resolve form");
+
+    // It resolves nothing, whatever the form says, and nothing changes.
+    let events_before = api.ledger.events_unscoped(&id).await.unwrap().len();
+    let r = post(
+        &api,
+        &format!("/console/operations/{id}/resolve"),
+        &session,
+        &[
+            ("csrf", &csrf),
+            ("as", "failed"),
+            ("reason", "checked the dashboard"),
+        ],
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.text);
+    assert!(r.text.contains("read-only key"), "{}", r.text);
+    let op = api.ledger.get(&tenant(), &id).await.unwrap();
+    assert_eq!(op.status, Status::NeedsAttention);
+    assert_eq!(
+        api.ledger.events_unscoped(&id).await.unwrap().len(),
+        events_before
+    );
+
+    // Nor a refund, in the console or with the key itself; reading through the API works.
+    let paid =
+        crate::support::refunds::succeeded_payment(&api.ledger, "INV-RO2", 5_000, super::T0).await;
+    let refund =
+        crate::support::refunds::create_refund(&api.ledger, &paid, "refund:RO2", 100, super::T0)
+            .await
+            .unwrap()
+            .operation;
+    for action in ["approve-refund", "decline-refund"] {
+        let r = post(
+            &api,
+            &format!("/console/operations/{}/{action}", refund.id),
+            &session,
+            &[
+                ("csrf", &csrf),
+                ("details_hash", refund.details_hash.as_str()),
+            ],
+        )
+        .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "forbidden"),
+            "{action}: {}",
+            r.text
+        );
+    }
+    let r = api
+        .post(
+            &format!("/v1/refunds/{}/approve", refund.id),
+            &reader.secret,
+            json!({"details_hash": refund.details_hash.as_str()}),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.text.contains("read-only"), "{}", r.text);
+    let still = api.ledger.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(still.status, Status::AwaitingApproval);
+    let read = api
+        .get(
+            &format!("/v1/operations/{}/refunds", paid.id),
+            &reader.secret,
+        )
+        .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+
+    // A full on-call key of the same tenant still resolves it.
+    let full = sign_in(&api, &api.on_call).await;
+    let full_csrf = csrf_of(&api, &full).await;
+    let r = post(
+        &api,
+        &format!("/console/operations/{id}/resolve"),
+        &full,
+        &[
+            ("csrf", &full_csrf),
+            ("as", "failed"),
+            ("reason", "checked the dashboard"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.text);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn keys_create_read_only_is_for_on_call_keys() {
+    use crate::serve::{payonce, scratch};
+    let dir = scratch("keys-read-only");
+    let db = format!("sqlite:{}", dir.join("keys.db").display());
+    let run = |role: &'static str| {
+        let args = [
+            "keys",
+            "--database-url",
+            db.as_str(),
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            role,
+            "--label",
+            "auditor",
+            "--read-only",
+            "--json",
+        ];
+        let mut command = payonce(&dir, &args);
+        async move { command.output().await.unwrap() }
+    };
+    let made = run("on_call").await;
+    assert!(made.status.success(), "{made:?}");
+    let json: Value = serde_json::from_slice(&made.stdout).unwrap();
+    assert_eq!(json["read_only"], true);
+    assert_eq!(json["role"], "on_call");
+    let refused = run("service").await;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--read-only is for on_call keys"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let ledger = payonce_shared::ledger::connect(&db, 1).await.unwrap();
+    let listed = ledger.list_api_keys(None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "the refused key was not stored");
+    assert!(listed[0].read_only);
+}
+
+#[tokio::test]
+async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_its_event() {
+    let api = spawn(postgres_ledger().await.0).await;
+    let session = sign_in(&api, &api.on_call).await;
+    let csrf = csrf_of(&api, &session).await;
+    let a = needs_attention(&api, "INV-B1").await;
+    let b = needs_attention(&api, "INV-B2").await;
+    let review_path = format!("/console/resolve-many?id={a}&id={b}");
+
+    // The list offers the selection; the review shows each one's facts first.
+    let list = get(
+        &api,
+        "/console/operations?status=needs_attention",
+        Some(&session),
+    )
+    .await;
+    assert!(
+        list.text.contains(&format!("id=\"pick-{a}\"")),
+        "{}",
+        list.text
+    );
+    let review = get(&api, &review_path, Some(&session)).await;
+    assert_eq!(review.status, 200, "{}", review.text);
+    assert_eq!(review.text.matches("id=\"side-by-side\"").count(), 2);
+    assert!(
+        review
+            .text
+            .contains("no longer remembers its idempotency key")
+    );
+
+    // No reason, or succeeded (each needs its own reference): the review again, nothing changed.
+    let base = [
+        ("csrf", csrf.as_str()),
+        ("id", a.as_str()),
+        ("id", b.as_str()),
+    ];
+    for (outcome, reason, says) in [
+        ("failed", "", "a reason is required"),
+        ("succeeded", "found both", "resolve them one by one"),
+    ] {
+        let mut form = base.to_vec();
+        form.extend([("as", outcome), ("reason", reason)]);
+        let r = post(&api, "/console/resolve-many", &session, &form).await;
+        assert_eq!((r.status, r.code()), (400, "invalid_request"), "{}", r.text);
+        assert!(r.text.contains(says), "{}", r.text);
+        assert!(r.text.contains("id=\"resolve-many\""), "the form stays");
+        for id in [&a, &b] {
+            let op = api.ledger.get(&tenant(), id).await.unwrap();
+            assert_eq!(op.status, Status::NeedsAttention);
+        }
+    }
+
+    // A different reason among them: refused, nothing changed.
+    let c = needs_attention_because(&api, "INV-B3", "no lookup left").await;
+    let mixed = get(&api, &format!("{review_path}&id={c}"), Some(&session)).await;
+    assert_eq!(
+        (mixed.status, mixed.code()),
+        (400, "invalid_request"),
+        "{}",
+        mixed.text
+    );
+    assert!(mixed.text.contains("different reasons"), "{}", mixed.text);
+
+    // More than the limit: refused.
+    let many: String = (0..=payonce_api::console::bulk::BULK_RESOLVE_MAX)
+        .map(|_| format!("id={}&", OperationId::generate()))
+        .collect();
+    let r = get(
+        &api,
+        &format!("/console/resolve-many?{many}"),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+
+    // One reason, one outcome: each operation resolved with its own event.
+    let mut form = base.to_vec();
+    form.extend([
+        ("as", "failed"),
+        ("reason", "checked the dashboard: neither was paid"),
+    ]);
+    let r = post(&api, "/console/resolve-many", &session, &form).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    for id in [&a, &b] {
+        let op = api.ledger.get(&tenant(), id).await.unwrap();
+        assert_eq!(op.status, Status::Failed);
+        let events = api.ledger.events_unscoped(id).await.unwrap();
+        let resolved: Vec<_> = events
+            .iter()
+            .filter(|e| e.event == "resolve_failed")
+            .collect();
+        assert_eq!(resolved.len(), 1, "one event per operation");
+        assert_eq!(resolved[0].actor, "on_call:alice");
+        assert_eq!(
+            resolved[0].detail.as_deref(),
+            Some("checked the dashboard: neither was paid")
+        );
+    }
+    assert_eq!(
+        api.ledger.get(&tenant(), &c).await.unwrap().status,
+        Status::NeedsAttention
+    );
+    api.stop().await;
 }

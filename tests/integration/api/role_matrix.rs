@@ -188,6 +188,8 @@ enum Body {
     UnsignedWebhook,
     /// The confirmation page's form with the fixture's details hash.
     ConfirmForm,
+    /// A tenant profile, `{display_name}`.
+    Profile,
 }
 
 /// One row of the matrix.
@@ -247,7 +249,26 @@ fn cases() -> Vec<Case> {
         link_holder: UNAUTHORIZED,
         ..Cols::all(HIDDEN)
     };
+    // The tenant's own profile, service key only. Another tenant's service key reads and writes its
+    // own tenant's (its write leaves this tenant's row unchanged, which the snapshot checks).
+    let profile_read = Cols {
+        service: ok(200),
+        assistant: FORBIDDEN,
+        on_call: FORBIDDEN,
+        customer: UNAUTHORIZED,
+        link_holder: UNAUTHORIZED,
+        none: UNAUTHORIZED,
+        other_service: ok(200),
+        other_assistant: FORBIDDEN,
+        other_on_call: FORBIDDEN,
+    };
+    let profile_write = Cols {
+        service: writes(200),
+        ..profile_read
+    };
     let mut out = vec![
+        case("get", "/v1/tenant/profile", Body::None, profile_read),
+        case("put", "/v1/tenant/profile", Body::Profile, profile_write),
         case("get", "/healthz", Body::None, public),
         case("get", "/readyz", Body::None, public),
         case("get", "/metrics", Body::None, public),
@@ -398,12 +419,14 @@ fn cases() -> Vec<Case> {
         "/console/operations",
         "/console/operations/{id}",
         "/console/operations/{id}/export",
+        "/console/resolve-many",
     ] {
         out.push(case("get", route, Body::None, Cols::all(UNAUTHORIZED)));
     }
     for route in [
         "/console/sign-out",
         "/console/operations/{id}/resolve",
+        "/console/resolve-many",
         "/console/operations/{id}/approve-refund",
         "/console/operations/{id}/decline-refund",
     ] {
@@ -566,6 +589,8 @@ async fn snapshot(db: &sqlx::PgPool) -> Vec<(&'static str, String)> {
         ("approval_codes", tenant_ops.to_string()),
         ("approval_notices", tenant_ops.to_string()),
         ("tenant_verification", "tenant_id = 'acme'".to_string()),
+        ("tenant_profiles", "tenant_id = 'acme'".to_string()),
+        ("operation_cards", tenant_ops.to_string()),
         ("processor_events", "true".to_string()),
     ];
     // One round trip; per table a count and an order-free sum of system columns, so a cell costs an
@@ -665,6 +690,7 @@ async fn send(
         Body::UnsignedWebhook => req.json(&json!({"id": format!("evt_m{cell}"),
             "object": "event", "type": "payment_intent.succeeded",
             "data": {"object": {"id": "pi_x", "metadata": {"payonce_operation_id": fixture.id}}}})),
+        Body::Profile => req.json(&json!({"display_name": format!("Profile {cell}")})),
         Body::ConfirmForm => match &assertion {
             Some(a) => req.form(&[
                 ("details_hash", fixture.details_hash.as_str()),
@@ -701,6 +727,14 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
     let db = sqlx::PgPool::connect(&url).await.unwrap();
     let api = spawn(ledger).await;
     let keys = Keys::make(&api).await;
+    let profile = payonce_shared::ledger::profiles::TenantProfile {
+        tenant: super::tenant(),
+        display_name: "Acme".into(),
+        support_url: None,
+        support_email: None,
+        updated_at_ms: super::T0,
+    };
+    api.ledger.profiles().set_profile(&profile).await.unwrap();
     // Before any cell: no other operation is ready, so the fixture's claim takes its own payment.
     let paid = succeeded_payment(&api.ledger, "INV-PAID", 1_000_000, super::T0).await;
     // A payment of its own for every cell that proposes a refund: a payment has at most
@@ -881,7 +915,8 @@ fn every_route_the_router_serves_is_in_the_route_table() {
     for path in rust_files(&super::repo_root().join("api/src")) {
         let source = std::fs::read_to_string(&path).unwrap();
         for (arg, methods) in routes_in(&source) {
-            seen += 1;
+            // One route may serve several methods, each a row of the table.
+            seen += methods.len().max(1);
             let route =
                 if let Some(literal) = arg.strip_prefix('"').and_then(|a| a.strip_suffix('"')) {
                     literal.to_string()

@@ -163,6 +163,23 @@ fn assert_refused(r: &super::Reply, status: u16, code: &str) {
     );
 }
 
+/// A wrong or missing code keeps the customer on the form: the error (its code and text) above
+/// the same form, its code field marked invalid, and the page's status the refusal's.
+fn assert_kept_on_form(r: &super::Reply, status: u16, code: &str) {
+    assert_eq!(r.status, status, "{code}: {}", r.text);
+    assert_eq!(r.header("payonce-error-code"), code, "{}", r.text);
+    assert!(
+        r.text
+            .contains(&format!("<code id=\"error-code\">{code}</code>")),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("id=\"error\" role=\"alert\""), "{}", r.text);
+    assert!(r.text.contains("<form method=\"post\">"), "the form stays");
+    assert!(r.text.contains("aria-invalid=\"true\""), "{}", r.text);
+    assert!(r.text.contains("id=\"decline\""), "{}", r.text);
+}
+
 /// Nothing was approved: still awaiting approval, no approval row, no approve event.
 async fn assert_unapproved(api: &TestApi, op: &Value) {
     assert_eq!(status_of(api, op).await, "awaiting_approval");
@@ -292,7 +309,7 @@ async fn an_assistant_cannot_approve_its_own_payment() {
         .unwrap()
         .to_string();
     let posted = submit(&api, &link, &[("details_hash", hash)]).await;
-    assert_refused(&posted, 400, "code_required");
+    assert_kept_on_form(&posted, 400, "code_required");
     let wrong = if code == "000000" { "000001" } else { "000000" };
     for _ in 0..CODE_ATTEMPTS_MAX {
         let r = submit(&api, &link, &[("details_hash", hash), ("code", wrong)]).await;
@@ -474,13 +491,13 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     // Wrong: counted, says how many remain, approves nothing.
     let wrong = if code == "123456" { "654321" } else { "123456" };
     let r = submit(&api, &url, &[("details_hash", hash), ("code", wrong)]).await;
-    assert_refused(&r, 401, "code_wrong");
+    assert_kept_on_form(&r, 401, "code_wrong");
     assert!(
         r.text
             .contains(&format!("{} attempts left", CODE_ATTEMPTS_MAX - 1))
     );
     let r = submit(&api, &url, &[("details_hash", hash), ("code", "12ab")]).await;
-    assert_refused(&r, 400, "code_required");
+    assert_kept_on_form(&r, 400, "code_required");
     assert_unapproved(&api, &op).await;
 
     // Right: approves once, the audit names the delivery, never the code.
@@ -534,7 +551,7 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
             &[("details_hash", ghash), ("code", wrong)],
         )
         .await;
-        assert_refused(&r, 401, "code_wrong");
+        assert_kept_on_form(&r, 401, "code_wrong");
     }
     let r = submit(
         &api,

@@ -9,7 +9,9 @@ use super::wire::{belongs, intention_of, operation_of};
 use super::{BodyError, read_body};
 use crate::details::DetailsHash;
 use crate::id::{BusinessKey, OperationId};
-use crate::processor::{FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved};
+use crate::processor::{
+    Card, CardLookup, FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved,
+};
 use serde_json::Value;
 
 /// Most list pages read per lookup; when more payments than this for one customer came since submission, a
@@ -296,6 +298,35 @@ pub(crate) async fn retrieve(p: &StripeProcessor, reference: &str) -> Retrieved 
             reason: format!("retrieve answered HTTP {status}: {}", error_message(&v)),
         },
         Err(why) => Retrieved::Unavailable {
+            reason: why.to_string(),
+        },
+    }
+}
+
+/// The card of a payment method: `GET /v1/payment_methods/{id}`, its `card.brand` and
+/// `card.last4`. A method that is not a card (or whose card fields are not as Stripe documents
+/// them) is [`CardLookup::NotACard`]: the page then shows no card line rather than a guess.
+pub(crate) async fn card(p: &StripeProcessor, payment_method: &str) -> CardLookup {
+    if !is_id(payment_method) {
+        return CardLookup::NotACard;
+    }
+    let url = format!("{}/v1/payment_methods/{payment_method}", p.config.api_base);
+    match get_json(p, url).await {
+        Ok((200, pm)) => {
+            let field = |name: &str| pm["card"][name].as_str().unwrap_or("");
+            match Card::parse(field("brand"), field("last4")) {
+                Some(card) if pm["id"].as_str() == Some(payment_method) => CardLookup::Found(card),
+                _ => CardLookup::NotACard,
+            }
+        }
+        Ok((404, _)) => CardLookup::NotACard,
+        Ok((status, v)) => CardLookup::Unavailable {
+            reason: format!(
+                "payment method lookup answered HTTP {status}: {}",
+                error_message(&v)
+            ),
+        },
+        Err(why) => CardLookup::Unavailable {
             reason: why.to_string(),
         },
     }

@@ -6,32 +6,42 @@
 //! showed; approval happens only if the proof holds, the link is unused and unexpired and that hash is
 //! the link's and the operation's current one. Every refusal is a 4xx page with a stable code (in the
 //! `payonce-error-code` header and on the page) and changes nothing but the counters it names (a
-//! wrong code counts an attempt).
+//! wrong code counts an attempt, and keeps the customer on the form with the attempts left).
+//! Declining takes the same proof and spends it and the link the same way: the operation ends
+//! `cancelled` with the customer as the actor and the proof's evidence in the audit trail
+//! (docs/decisions.md). The page names the merchant (its profile, `profile.rs`) and the card
+//! (read once from the processor and kept); `view.rs` renders it.
 
 use crate::app::AppState;
 use crate::assertion::{self, AssertionError};
 use crate::auth::sha256_hex;
 use crate::errors::cause_chain;
-use crate::page::{self, escape};
+use crate::page;
 use crate::verify::{self, code_matches};
 use axum::Router;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Form, extract::FromRequest as _};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::DetailsHash;
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::profiles::OperationCard;
 use payonce_shared::ledger::verification::{
     CodeAttempt, TenantVerification, UsedNonce, VerificationMethod,
 };
-use payonce_shared::ledger::{ApprovalLink, LedgerError, NewApproval, Operation};
+use payonce_shared::ledger::{ApprovalLink, CustomerDecline, LedgerError, NewApproval, Operation};
+use payonce_shared::processor::{Card, CardLookup};
 use payonce_shared::state::Status;
 use serde::Deserialize;
+use view::{Merchant, Proof, Review, result_page};
 
 pub use crate::verify::{IssuedLink, OPEN_LINKS_MAX, TOKEN_RANDOM_BYTES};
+
+mod view;
 
 /// The page's Content-Security-Policy: nothing but our own stylesheet, forms only to ourselves, no
 /// framing, no scripts at all.
@@ -80,6 +90,11 @@ enum Outcome {
         amount: String,
         invoice: String,
     },
+    /// The customer declined; the operation is cancelled.
+    Declined {
+        amount: String,
+        invoice: String,
+    },
     AlreadyUsed,
     Expired,
     Tampered,
@@ -114,7 +129,7 @@ impl Outcome {
     /// The stable code of a refusal (docs/api.md); `None` for an approval.
     fn code(&self) -> Option<&'static str> {
         Some(match self {
-            Outcome::Approved { .. } => return None,
+            Outcome::Approved { .. } | Outcome::Declined { .. } => return None,
             Outcome::AlreadyUsed => "link_used",
             Outcome::Expired => "link_expired",
             Outcome::Tampered => "details_mismatch",
@@ -133,165 +148,6 @@ impl Outcome {
             Outcome::CodeMissing => "code_missing",
         })
     }
-}
-
-const ASK_AGAIN: &str = "Nothing was approved. Return to the app where you were asked to pay and start the confirmation again.";
-
-fn result_page(outcome: &Outcome) -> Response {
-    let (status, class, title, text) = match outcome {
-        Outcome::Approved { amount, invoice } => (
-            StatusCode::OK,
-            "ok",
-            "Payment approved",
-            format!(
-                "You approved the payment of <strong>{}</strong> for invoice <strong>{}</strong>. \
-                 It will be collected once; you can close this page.",
-                escape(amount),
-                escape(invoice)
-            ),
-        ),
-        Outcome::AlreadyUsed => (
-            StatusCode::CONFLICT,
-            "warn",
-            "This link was already used",
-            "This confirmation link has already been used, so nothing more was approved. \
-             If you already approved this payment, it will be collected only once."
-                .to_string(),
-        ),
-        Outcome::Expired => (
-            StatusCode::GONE,
-            "warn",
-            "This link has expired",
-            "This confirmation link has expired and nothing was approved. Ask for a new link to approve the payment."
-                .to_string(),
-        ),
-        Outcome::Tampered => (
-            StatusCode::CONFLICT,
-            "bad",
-            "The details did not match",
-            "The details submitted are not the ones this link was issued for, so nothing was approved. \
-             Ask for a new link and approve the payment from it."
-                .to_string(),
-        ),
-        Outcome::Invalid => (
-            StatusCode::NOT_FOUND,
-            "bad",
-            "This link is not valid",
-            "This confirmation link is not valid. Check that you copied the whole link.".to_string(),
-        ),
-        Outcome::NotAwaiting(s) => (
-            StatusCode::CONFLICT,
-            "warn",
-            "Nothing to approve",
-            format!(
-                "This payment is no longer waiting for approval (it is {}), so nothing was approved.",
-                escape(&s.as_str().replace('_', " "))
-            ),
-        ),
-        Outcome::Unavailable => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "bad",
-            "Please try again",
-            "We could not process this page right now and nothing was approved. Please try again in a moment."
-                .to_string(),
-        ),
-        Outcome::NotConfigured => (
-            StatusCode::FORBIDDEN,
-            "bad",
-            "Approval is not available here",
-            "This merchant has not set up a way to confirm that you are the customer, so payments cannot be \
-             approved on this page. Nothing was approved. Contact the merchant to approve this payment."
-                .to_string(),
-        ),
-        Outcome::AssertionRequired => (
-            StatusCode::UNAUTHORIZED,
-            "warn",
-            "Sign in to approve",
-            format!("This page must be opened from your account in the merchant's app. {ASK_AGAIN}"),
-        ),
-        Outcome::Assertion(e) => {
-            let (status, why) = match e {
-                AssertionError::Expired => (StatusCode::UNAUTHORIZED, "Your sign-in for this approval has expired."),
-                AssertionError::WrongCustomer => (StatusCode::FORBIDDEN, "You are signed in as a different customer than the one this payment is for."),
-                AssertionError::WrongOperation => (StatusCode::FORBIDDEN, "Your sign-in was for a different payment."),
-                AssertionError::BadSignature | AssertionError::UnknownKey => {
-                    (StatusCode::UNAUTHORIZED, "Your sign-in could not be verified.")
-                }
-                AssertionError::Malformed | AssertionError::LifetimeTooLong => {
-                    (StatusCode::BAD_REQUEST, "Your sign-in could not be read.")
-                }
-            };
-            (status, "bad", "We could not confirm it is you", format!("{why} {ASK_AGAIN}"))
-        }
-        Outcome::AssertionReplayed => (
-            StatusCode::CONFLICT,
-            "warn",
-            "This sign-in was already used",
-            format!("Each sign-in approves at most once. {ASK_AGAIN}"),
-        ),
-        Outcome::CodeRequired => (
-            StatusCode::BAD_REQUEST,
-            "warn",
-            "Enter your code",
-            format!(
-                "Enter the {}-digit code you were sent. Nothing was approved.",
-                verify::CODE_DIGITS
-            ),
-        ),
-        Outcome::CodeWrong { remaining } => (
-            StatusCode::UNAUTHORIZED,
-            "bad",
-            "That code is not right",
-            format!(
-                "The code did not match and nothing was approved. Go back and try again: {remaining} attempt{} left.",
-                if *remaining == 1 { "" } else { "s" }
-            ),
-        ),
-        Outcome::CodeExhausted => (
-            StatusCode::FORBIDDEN,
-            "bad",
-            "Too many wrong codes",
-            format!("This code can no longer be used. {ASK_AGAIN}"),
-        ),
-        Outcome::CodeExpired => (
-            StatusCode::GONE,
-            "warn",
-            "This code has expired",
-            format!("This code has expired. {ASK_AGAIN}"),
-        ),
-        Outcome::CodeUsed => (
-            StatusCode::CONFLICT,
-            "warn",
-            "This code was already used",
-            format!("Each code approves at most once. {ASK_AGAIN}"),
-        ),
-        Outcome::CodeMissing => (
-            StatusCode::CONFLICT,
-            "warn",
-            "No code was sent for this link",
-            format!("This link cannot be confirmed with a code. {ASK_AGAIN}"),
-        ),
-    };
-    let code = outcome.code();
-    let code_line = code
-        .map(|c| {
-            format!(
-                "\n<p class=\"fine\">Error code: <code id=\"error-code\">{}</code></p>",
-                escape(c)
-            )
-        })
-        .unwrap_or_default();
-    let body = format!(
-        "<h1>{}</h1>\n<div class=\"result {class}\"><p>{text}</p></div>{code_line}",
-        escape(title)
-    );
-    let mut response = page::render(status, title, &body);
-    if let Some(c) = code {
-        response
-            .headers_mut()
-            .insert(ERROR_CODE_HEADER, HeaderValue::from_static(c));
-    }
-    response
 }
 
 /// A token as it appears in a link: 64 lowercase hex digits. Anything else is not looked up.
@@ -317,57 +173,6 @@ fn unusable(link: &ApprovalLink, now: Timestamp) -> Option<Outcome> {
     } else {
         None
     }
-}
-
-/// The proof field the review page carries to the POST.
-enum Proof<'a> {
-    Assertion(&'a str),
-    Code,
-}
-
-fn review_page(op: &Operation, link: &ApprovalLink, proof: &Proof<'_>) -> Response {
-    let d = &op.details;
-    let money = d.money();
-    let recipient = d.destination().unwrap_or(op.tenant.as_str());
-    let description = d.description().unwrap_or("");
-    let proof_fields = match proof {
-        Proof::Assertion(a) => format!(
-            "<input type=\"hidden\" name=\"assertion\" value=\"{}\">\n",
-            escape(a)
-        ),
-        Proof::Code => format!(
-            "<label for=\"code\">The {digits}-digit code you were sent</label>\n\
-             <input class=\"code\" id=\"code\" name=\"code\" type=\"text\" inputmode=\"numeric\" \
-             autocomplete=\"one-time-code\" pattern=\"[0-9]{{{digits}}}\" maxlength=\"{digits}\" required>\n",
-            digits = verify::CODE_DIGITS
-        ),
-    };
-    let body = format!(
-        "<h1>Confirm your payment</h1>\n\
-         <p class=\"lead\">Check the details below. Approving allows this exact payment, once.</p>\n\
-         <div class=\"amount\" id=\"amount\">{amount}</div>\n\
-         <dl>\n\
-         <dt>Currency</dt><dd id=\"currency\">{currency}</dd>\n\
-         <dt>Invoice</dt><dd id=\"invoice\">{invoice}</dd>\n\
-         <dt>Customer</dt><dd id=\"customer\">{customer}</dd>\n\
-         <dt>Recipient</dt><dd id=\"recipient\">{recipient}</dd>\n\
-         <dt>Description</dt><dd id=\"description\">{description}</dd>\n\
-         </dl>\n\
-         <form method=\"post\">\n\
-         <input type=\"hidden\" name=\"details_hash\" value=\"{hash}\">\n\
-         {proof_fields}\
-         <button type=\"submit\" id=\"approve\">Approve payment of {amount}</button>\n\
-         </form>\n\
-         <p class=\"fine\">This link works once and expires soon. If you did not expect this payment, close this page.</p>",
-        amount = escape(&money.display()),
-        currency = escape(&money.currency().code().to_ascii_uppercase()),
-        invoice = escape(d.invoice()),
-        customer = escape(d.customer()),
-        recipient = escape(recipient),
-        description = escape(description),
-        hash = escape(&link.details_hash),
-    );
-    page::render(StatusCode::OK, "Confirm your payment", &body)
 }
 
 /// A link that can be used now, its operation (awaiting approval, details unchanged) and the
@@ -431,6 +236,90 @@ struct ShowQuery {
     assertion: Option<String>,
 }
 
+/// The merchant a token's link leads to, for a page that refuses it (reads only; `None` when the
+/// link or its operation cannot be found, or the ledger fails).
+async fn merchant_of_token(state: &AppState, token: &str) -> Option<Merchant> {
+    let hash = token_hash(token)?;
+    let link = state.ledger().approval_link(&hash).await.ok()??;
+    let op = state.ledger().link_operation(&link).await.ok()?;
+    Some(merchant_of(state, &op.tenant).await)
+}
+
+/// The tenant's merchant; its id when it set no profile or the profile cannot be read.
+async fn merchant_of(state: &AppState, tenant: &TenantId) -> Merchant {
+    let profile = state
+        .ledger()
+        .profiles()
+        .profile(tenant)
+        .await
+        .inspect_err(|e| tracing::warn!(cause = %cause_chain(e), "tenant profile unreadable; the page names the tenant id"))
+        .ok()
+        .flatten();
+    Merchant::of(profile, tenant)
+}
+
+/// The card the operation's payment method names: kept from an earlier view, or read from the
+/// processor now and kept. `None` (no card line) when the processor cannot tell.
+async fn card_of(state: &AppState, op: &Operation) -> Option<Card> {
+    let cards = state.ledger().profiles();
+    match cards.card(&op.id).await {
+        Ok(Some(kept)) => return Card::parse(&kept.brand, &kept.last4),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(cause = %cause_chain(&e), "kept card unreadable");
+            return None;
+        }
+    }
+    let processor = state.processor()?;
+    let payment_method = op.details.payment_method();
+    match processor.card(payment_method).await {
+        CardLookup::Found(card) => {
+            let kept = OperationCard {
+                operation: op.id.clone(),
+                payment_method: payment_method.to_string(),
+                brand: card.brand.clone(),
+                last4: card.last4.clone(),
+                fetched_at_ms: state.now(),
+            };
+            if let Err(e) = cards.keep_card(&kept).await {
+                tracing::warn!(cause = %cause_chain(&e), "card not kept; the next view asks again");
+            }
+            Some(card)
+        }
+        CardLookup::NotACard => None,
+        CardLookup::Unavailable { reason } => {
+            tracing::warn!(%reason, "payment method lookup failed; the page shows no card");
+            None
+        }
+    }
+}
+
+/// The review form for a usable link.
+async fn review(
+    state: &AppState,
+    op: &Operation,
+    link: &ApprovalLink,
+    proof: Proof<'_>,
+    error: Option<&Outcome>,
+) -> Response {
+    let merchant = merchant_of(state, &op.tenant).await;
+    let card = card_of(state, op).await;
+    view::review_page(&Review {
+        op,
+        link,
+        proof,
+        merchant: &merchant,
+        card: card.as_ref(),
+        error,
+    })
+}
+
+/// A page that ends the visit, naming the merchant the token leads to.
+async fn result(state: &AppState, token: &str, outcome: &Outcome) -> Response {
+    let merchant = merchant_of_token(state, token).await;
+    result_page(outcome, merchant.as_ref())
+}
+
 /// `GET /confirm/{token}`: the details to approve, or why they cannot be approved here.
 async fn show(
     State(state): State<AppState>,
@@ -439,20 +328,24 @@ async fn show(
 ) -> Response {
     let (link, op, config) = match usable(&state, &token).await {
         Ok(found) => found,
-        Err(outcome) => return result_page(&outcome),
+        Err(outcome) => return result(&state, &token, &outcome).await,
     };
     match config.method {
         VerificationMethod::SignedAssertion => {
             let Ok(Query(query)) = query else {
-                return result_page(&Outcome::Assertion(AssertionError::Malformed));
+                let refused = Outcome::Assertion(AssertionError::Malformed);
+                return result(&state, &token, &refused).await;
             };
             let raw = query.assertion.as_deref();
             match check_assertion(&config, &op, raw, state.now_ms()) {
-                Ok(_) => review_page(&op, &link, &Proof::Assertion(raw.unwrap_or(""))),
-                Err(outcome) => result_page(&outcome),
+                Ok(_) => {
+                    let proof = Proof::Assertion(raw.unwrap_or(""));
+                    review(&state, &op, &link, proof, None).await
+                }
+                Err(outcome) => result(&state, &token, &outcome).await,
             }
         }
-        VerificationMethod::OneTimeCode => review_page(&op, &link, &Proof::Code),
+        VerificationMethod::OneTimeCode => review(&state, &op, &link, Proof::Code, None).await,
     }
 }
 
@@ -462,23 +355,51 @@ struct Submitted {
     details_hash: String,
     assertion: Option<String>,
     code: Option<String>,
+    /// `approve` (also when absent: a form served before Decline existed) or `decline`.
+    action: Option<String>,
+}
+
+/// What the customer chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Approve,
+    Decline,
+}
+
+/// What a submission ends on.
+enum Decided {
+    /// A page that ends the visit.
+    Done(Outcome),
+    /// The same form again with the error (a wrong or missing code): the customer stays.
+    Again {
+        op: Box<Operation>,
+        link: ApprovalLink,
+        error: Outcome,
+    },
 }
 
 /// `POST /confirm/{token}`: checks the customer's proof, spends it and the link (once each), checks
-/// the shown hash is the link's and the operation's, and records the approval with its evidence.
+/// the shown hash is the link's and the operation's, and records the approval, or the decline, with
+/// its evidence.
 async fn submit(
     State(state): State<AppState>,
     Path(token): Path<String>,
     request: Request,
 ) -> Response {
     let posted: Result<Form<Submitted>, FormRejection> = Form::from_request(request, &state).await;
-    let outcome = approve(&state, &token, posted.ok().map(|Form(s)| s)).await;
-    if outcome == Outcome::Tampered {
-        tracing::warn!(
-            "confirmation submitted with details that do not match its link; nothing approved"
-        );
+    match decide(&state, &token, posted.ok().map(|Form(s)| s)).await {
+        Decided::Done(outcome) => {
+            if outcome == Outcome::Tampered {
+                tracing::warn!(
+                    "confirmation submitted with details that do not match its link; nothing approved"
+                );
+            }
+            result(&state, &token, &outcome).await
+        }
+        Decided::Again { op, link, error } => {
+            review(&state, &op, &link, Proof::Code, Some(&error)).await
+        }
     }
-    result_page(&outcome)
 }
 
 /// Spends the proof: the assertion's nonce, or one counted attempt at the code (and the code, when
@@ -539,24 +460,48 @@ async fn spend_proof(
     }
 }
 
-async fn approve(state: &AppState, token: &str, posted: Option<Submitted>) -> Outcome {
+async fn decide(state: &AppState, token: &str, posted: Option<Submitted>) -> Decided {
     let (link, op, config) = match usable(state, token).await {
         Ok(found) => found,
-        Err(outcome) => return outcome,
+        Err(outcome) => return Decided::Done(outcome),
     };
     let Some(posted) = posted else {
-        return Outcome::Tampered;
+        return Decided::Done(Outcome::Tampered);
+    };
+    let choice = match posted.action.as_deref() {
+        None | Some("approve") => Choice::Approve,
+        Some("decline") => Choice::Decline,
+        Some(_) => return Decided::Done(Outcome::Tampered),
     };
     let Ok(shown) = DetailsHash::parse(&posted.details_hash) else {
-        return Outcome::Tampered;
+        return Decided::Done(Outcome::Tampered);
     };
     if shown.as_str() != link.details_hash || op.details_hash != shown {
-        return Outcome::Tampered;
+        return Decided::Done(Outcome::Tampered);
     }
     let method = match spend_proof(state, &config, &op, &link, &posted).await {
         Ok(method) => method,
-        Err(outcome) => return outcome,
+        Err(error @ (Outcome::CodeWrong { .. } | Outcome::CodeRequired)) => {
+            return Decided::Again {
+                op: Box::new(op),
+                link,
+                error,
+            };
+        }
+        Err(outcome) => return Decided::Done(outcome),
     };
+    Decided::Done(record(state, &op, &link, shown, method, choice).await)
+}
+
+/// Spends the link and records the customer's choice with the proof's evidence.
+async fn record(
+    state: &AppState,
+    op: &Operation,
+    link: &ApprovalLink,
+    shown: DetailsHash,
+    method: String,
+    choice: Choice,
+) -> Outcome {
     let ledger = state.ledger();
     let now = state.now();
     // Single use of the link is decided by one conditional update, so two racing submits cannot both
@@ -572,18 +517,42 @@ async fn approve(state: &AppState, token: &str, posted: Option<Submitted>) -> Ou
         }
         Err(e) => return unavailable(&e),
     }
-    let approval = NewApproval {
-        operation: op.id.clone(),
-        details_hash: shown,
-        approved_by: format!("customer:{}", op.details.customer()),
-        method,
-        expires_at_ms: now + state.config().approval_ttl,
+    let actor = format!("customer:{}", op.details.customer());
+    let done = match choice {
+        Choice::Approve => {
+            let approval = NewApproval {
+                operation: op.id.clone(),
+                details_hash: shown,
+                approved_by: actor,
+                method,
+                expires_at_ms: now + state.config().approval_ttl,
+            };
+            ledger
+                .approve(&op.tenant, approval, now)
+                .await
+                .map(|approved| Outcome::Approved {
+                    amount: approved.details.money().for_people(),
+                    invoice: approved.details.invoice().to_string(),
+                })
+        }
+        Choice::Decline => {
+            let decline = CustomerDecline {
+                id: &op.id,
+                details_hash: &shown,
+                actor: &actor,
+                evidence: &method,
+            };
+            ledger
+                .decline(&op.tenant, &decline, now)
+                .await
+                .map(|declined| Outcome::Declined {
+                    amount: declined.details.money().for_people(),
+                    invoice: declined.details.invoice().to_string(),
+                })
+        }
     };
-    match ledger.approve(&op.tenant, approval, now).await {
-        Ok(approved) => Outcome::Approved {
-            amount: approved.details.money().display(),
-            invoice: approved.details.invoice().to_string(),
-        },
+    match done {
+        Ok(outcome) => outcome,
         Err(LedgerError::ApprovalMismatch) => Outcome::Tampered,
         Err(LedgerError::WrongState { status, .. }) => Outcome::NotAwaiting(status),
         Err(LedgerError::NotFound) => Outcome::Invalid,
@@ -597,7 +566,7 @@ mod tests {
 
     #[test]
     fn every_refusal_code_is_documented() {
-        let doc = include_str!("../../docs/api.md");
+        let doc = include_str!("../../../docs/api.md");
         let mut outcomes = vec![
             Outcome::AlreadyUsed,
             Outcome::Expired,
@@ -629,7 +598,7 @@ mod tests {
         );
         for outcome in &outcomes {
             let code = outcome.code().unwrap();
-            let status = result_page(outcome).status();
+            let status = view::status_of(outcome);
             assert!(status.is_client_error() || code == "unavailable", "{code}");
             let row = format!("| `{code}` | {} |", status.as_u16());
             assert!(doc.contains(&row), "docs/api.md lacks {row}");
