@@ -170,7 +170,14 @@ pub async fn create(
     secret_only: bool,
 ) -> anyhow::Result<ExitCode> {
     let tenant = TenantId::parse(&args.tenant)?;
-    let role = Role::parse(&args.role).context("role must be service, assistant or on_call")?;
+    let role = Role::parse(&args.role).with_context(|| {
+        let known = ["service", "assistant", "on_call"];
+        format!(
+            "unknown role {:?}{}: a role is service, assistant or on_call",
+            args.role,
+            crate::suggestion::hint(&args.role, known)
+        )
+    })?;
     let now = now();
     let key = keys::issue(
         ledger.as_ref(),
@@ -260,7 +267,7 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             let revoked = keys::revoke(
                 ledger.as_ref(),
                 &id,
-                &format!("oncall:{actor}"),
+                &format!("{}:{actor}", Role::OnCall.as_str()),
                 &reason,
                 now(),
             )

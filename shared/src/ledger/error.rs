@@ -60,8 +60,9 @@ pub enum LedgerError {
         /// The attempt the writer held.
         attempt: i64,
     },
-    /// A caller asked for something outside a named limit; nothing was changed.
-    #[error("limit exceeded: {0}")]
+    /// A caller asked for something outside a named limit; nothing was changed. The limit's own
+    /// message is the whole message (it names the limit and the allowed range).
+    #[error(transparent)]
     Limit(#[from] LimitError),
     /// The state machine refused a move (a bug in the caller).
     #[error(transparent)]

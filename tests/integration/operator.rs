@@ -1,0 +1,356 @@
+//! The operator's path (issue 39): flags anywhere after their command, a typo'd ledger refused
+//! instead of reported "all clear", errors printed once without colour or internal detail and with
+//! the fix where one is known, and `config show` output that cannot poison a config file.
+
+use crate::serve::{free_port, payonce, scratch};
+use crate::support::{ready_operation, recording, tenant};
+use payonce_shared::clock::{Clock, SystemClock};
+use payonce_shared::ledger::{Fence, LeaseHolder, Recorded};
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+/// Runs `payonce ARGS` in `dir` (stdout and stderr piped: not a terminal) with `env`.
+async fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = payonce(dir, args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env_remove("NO_COLOR");
+    cmd.output().await.unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `payonce migrate` on a fresh SQLite file in `dir`; returns its URL.
+async fn migrated(dir: &Path, file: &str) -> String {
+    let url = format!("sqlite:{}", dir.join(file).display());
+    let out = run(dir, &["migrate", "--database-url", &url], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    url
+}
+
+#[tokio::test]
+async fn settings_flags_are_accepted_after_the_subcommand_and_by_their_key() {
+    let dir = scratch("op-flags-anywhere");
+    let url = migrated(&dir, "ledger.db").await;
+    let sim = crate::support::processes::simulator(Default::default()).await;
+    let sim_url = sim.base_url();
+    let cases: [&[&str]; 5] = [
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            "on_call",
+            "--database-url",
+            &url,
+        ],
+        &["keys", "list", "--database-url", &url],
+        &["reconciler", "list", "--database-url", &url],
+        &[
+            "reconciler",
+            "sweep",
+            "--once",
+            "--processor-url",
+            &sim_url,
+            "--database-url",
+            &url,
+        ],
+        // A setting's key as its flag (`worker_batch`; the older flag is `--batch-size`).
+        &[
+            "reconciler",
+            "sweep",
+            "--once",
+            "--worker-batch",
+            "7",
+            "--processor-url",
+            &sim_url,
+            "--database-url",
+            &url,
+        ],
+    ];
+    for args in cases {
+        let out = run(&dir, args, &[]).await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    // The flag really reached the command: the key just created is listed from that ledger.
+    let listed = run(
+        &dir,
+        &["keys", "list", "--json", "--database-url", &url],
+        &[],
+    )
+    .await;
+    assert!(text(&listed.stdout).contains("\"on_call\""), "{listed:?}");
+    // Both spellings show in `config show` under the setting's key.
+    let shown = run(&dir, &["config", "show", "--worker-batch", "9"], &[]).await;
+    assert!(
+        text(&shown.stdout).contains("worker_batch = \"9\"  # flag"),
+        "{}",
+        text(&shown.stdout)
+    );
+}
+
+#[tokio::test]
+async fn a_sqlite_ledger_that_does_not_exist_is_refused_by_every_command_but_migrate_serve_and_demo()
+ {
+    let dir = scratch("op-typo-ledger");
+    let url = "sqlite:ledgr.db";
+    let sim = "http://127.0.0.1:1";
+    let commands: [&[&str]; 10] = [
+        &["keys", "list"],
+        &["keys", "create", "--tenant", "acme", "--role", "service"],
+        &["create-key", "--tenant", "acme", "--role", "service"],
+        &["reconciler", "list"],
+        &["reconciler", "show", "op_00000000000000000000000000000000"],
+        &["reconciler", "sweep", "--once", "--processor-url", sim],
+        &[
+            "tenant",
+            "set-verification",
+            "--tenant",
+            "acme",
+            "--method",
+            "signed-assertion",
+            "--key-id",
+            "k1",
+        ],
+        &["prune"],
+        &["worker", "--processor-url", sim],
+        &["api", "--listen", "127.0.0.1:0"],
+    ];
+    for args in commands {
+        let mut args = args.to_vec();
+        args.extend(["--database-url", url]);
+        let out = run(&dir, &args, &[]).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let expected = format!("no ledger at {}", dir.join("ledgr.db").display());
+        assert!(stderr.contains(&expected), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("payonce migrate --database-url sqlite:ledgr.db"),
+            "{stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert!(left.is_empty(), "{args:?} created {left:?}");
+    }
+    // `migrate` creates it; then the same command finds it.
+    let out = run(&dir, &["migrate", "--database-url", url], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&dir, &["reconciler", "list", "--database-url", url], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn an_unreachable_postgres_fails_within_the_connect_timeout_naming_host_and_cause() {
+    let dir = scratch("op-unreachable-pg");
+    let port = free_port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/test");
+    let out = tokio::time::timeout(
+        // Liveness bound only: the command itself stops at its 1 s connect timeout.
+        Duration::from_secs(30),
+        run(
+            &dir,
+            &[
+                "reconciler",
+                "list",
+                "--database-url",
+                &url,
+                "--db-connect-timeout-ms",
+                "1000",
+            ],
+            &[],
+        ),
+    )
+    .await
+    .expect("gives up at its connect timeout");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(
+        last.starts_with(&format!(
+            "payonce: opening the ledger at postgres://…@127.0.0.1:{port}/test: could not connect to the database at 127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+    assert!(last.contains("Connection refused"), "{stderr}");
+    assert!(!stderr.contains("pool timed out"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_error_prints_once_without_colour_or_internal_detail_and_suggests_the_fix() {
+    let dir = scratch("op-errors");
+    let url = migrated(&dir, "ledger.db").await;
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["reconciler", "list", "--limit", "0"],
+            "payonce: page size must be 1..=10000",
+        ),
+        (
+            &["reconciler", "list", "--status", "needs-attention"],
+            "payonce: unknown status \"needs-attention\" (did you mean `needs_attention`?); the states are awaiting_approval, ready, executing, succeeded, failed, rejected, unknown, needs_attention, cancelled",
+        ),
+        (
+            &["keys", "create", "--tenant", "acme", "--role", "oncall"],
+            "payonce: unknown role \"oncall\" (did you mean `on_call`?): a role is service, assistant or on_call",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut args = args.to_vec();
+        args.extend(["--database-url", &url]);
+        // RUST_LOG at info: a logged copy of the error would show.
+        let out = run(&dir, &args, &[("RUST_LOG", "info")]).await;
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(text(&out.stderr), format!("{expected}\n"), "{args:?}");
+    }
+    // With --log-format json the one copy is the JSON line, for the log collector.
+    let out = run(
+        &dir,
+        &[
+            "reconciler",
+            "list",
+            "--limit",
+            "0",
+            "--log-format",
+            "json",
+            "--database-url",
+            &url,
+        ],
+        &[],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let line: serde_json::Value = serde_json::from_str(stderr.trim()).unwrap();
+    assert_eq!(line["level"], "ERROR");
+    assert_eq!(line["fields"]["message"], "page size must be 1..=10000");
+    // Log lines of a process whose stderr is not a terminal carry no colour codes.
+    let out = run(
+        &dir,
+        &[
+            "reconciler",
+            "list",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:1/x",
+            "--db-connect-timeout-ms",
+            "1000",
+        ],
+        &[],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("WARN"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    // clap's own suggestions for a misspelt flag or subcommand.
+    let out = run(&dir, &["keys", "list", "--databse-url", &url], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("a similar argument exists: '--database-url'"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_cli_records_an_on_call_actor_as_the_console_does() {
+    let dir = scratch("op-actor");
+    let url = migrated(&dir, "ledger.db").await;
+    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let now = SystemClock.now();
+    let op = ready_operation(&ledger, "INV-39", "pm_card_visa", now).await;
+    let holder = LeaseHolder {
+        owner: "test-worker",
+        lease_ttl: Duration::from_secs(30),
+    };
+    let attempt = ledger.claim(&holder, 1, now).await.unwrap()[0].attempt;
+    let fence = Fence {
+        id: op.id.clone(),
+        attempt,
+    };
+    ledger
+        .mark_submitting(std::slice::from_ref(&fence), now)
+        .await
+        .unwrap();
+    let unknown = Recorded::Unknown {
+        reason: "timeout".into(),
+        reference: None,
+        next_check_at_ms: now + Duration::from_secs(60),
+    };
+    ledger
+        .record(&recording(&fence, &unknown, "test-worker"), now)
+        .await
+        .unwrap();
+    drop(ledger);
+    let out = run(
+        &dir,
+        &[
+            "reconciler",
+            "resolve",
+            op.id.as_str(),
+            "--as",
+            "failed",
+            "--reason",
+            "card issuer says no charge",
+            "--actor",
+            "ann",
+            "--database-url",
+            &url,
+        ],
+        &[],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let events = ledger.events(&tenant(), &op.id).await.unwrap();
+    let resolved = events.last().unwrap();
+    assert_eq!(resolved.actor, "on_call:ann", "{events:#?}");
+}
+
+#[tokio::test]
+async fn config_show_output_saved_as_a_file_never_makes_a_placeholder_the_secret() {
+    let dir = scratch("op-config-secret");
+    let out = run(
+        &dir,
+        &["config", "show"],
+        &[(
+            "PAYONCE_KEY_SECRET",
+            "a-real-secret-of-some-length-0123456789",
+        )],
+    )
+    .await;
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!shown.contains("a-real-secret"), "{shown}");
+    assert!(
+        shown.contains("# key_secret = \"(set)\"  # env; a secret, not shown"),
+        "{shown}"
+    );
+    // Saved as is, the file parses and sets no secret: the key secret stays the environment's.
+    std::fs::write(dir.join("saved.toml"), &shown).unwrap();
+    let again = run(&dir, &["--config", "saved.toml", "config", "show"], &[]).await;
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stdout).contains("key_secret = \"\"  # default"),
+        "{}",
+        text(&again.stdout)
+    );
+    // Uncommented by hand, the placeholder is refused, naming the key.
+    std::fs::write(dir.join("edited.toml"), "key_secret = \"(set)\"\n").unwrap();
+    let refused = run(&dir, &["--config", "edited.toml", "config", "show"], &[]).await;
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "key `key_secret` has an invalid value \"(set)\": that is `config show`'s placeholder"
+        ),
+        "{stderr}"
+    );
+}
