@@ -354,3 +354,40 @@ async fn config_show_output_saved_as_a_file_never_makes_a_placeholder_the_secret
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_payment_method_the_processor_does_not_know_fails_after_one_submission_with_its_message()
+{
+    for ledger in crate::support::every_store().await {
+        let sim = crate::support::processes::simulator(Default::default()).await;
+        let op = ready_operation(
+            &ledger,
+            "INV-39-PM",
+            "pm_card_doesNotExist",
+            SystemClock.now(),
+        )
+        .await;
+        let worker = payonce_worker::Worker::new(
+            ledger.clone(),
+            crate::support::processes::stripe(&sim, None),
+            std::sync::Arc::new(SystemClock),
+            payonce_worker::WorkerConfig::new("op-invalid-request"),
+        )
+        .unwrap();
+        assert_eq!(worker.run_once().await.unwrap(), 1);
+        let after = ledger.get(&tenant(), &op.id).await.unwrap();
+        assert_eq!(after.status, payonce_shared::state::Status::Failed);
+        assert_eq!(after.submit_count, 1);
+        assert_eq!(after.failure_code.as_deref(), Some("resource_missing"));
+        assert_eq!(
+            after.failure_message.as_deref(),
+            Some("No such PaymentMethod: 'pm_card_doesNotExist'")
+        );
+        // Nothing is left for a worker or a human: no second claim, nothing needs attention.
+        assert_eq!(worker.run_once().await.unwrap(), 0);
+        assert_eq!(
+            crate::support::processes::payments_for(&sim, op.id.as_str()).await,
+            0
+        );
+    }
+}

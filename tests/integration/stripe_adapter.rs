@@ -404,13 +404,18 @@ async fn a_key_reused_with_other_parameters_is_unknown() {
 }
 
 #[tokio::test]
-async fn invalid_requests_wrong_keys_and_missing_endpoints_are_not_submitted() {
+async fn an_unknown_payment_method_is_final_and_wrong_keys_and_missing_endpoints_are_not_submitted()
+{
     let s = start_default().await;
     let unknown_card = Op::new("pm_card_doesNotExist");
-    assert!(matches!(
+    assert_eq!(
         unknown_card.submit(&adapter(&s.base)).await,
-        SubmitOutcome::NotSubmitted { .. }
-    ));
+        SubmitOutcome::Declined {
+            code: "resource_missing".into(),
+            message: "No such PaymentMethod: 'pm_card_doesNotExist'".into(),
+            reference: None
+        }
+    );
     let wrong_key = StripeProcessor::new(StripeConfig::new(&s.base, "sk_test_wrong")).unwrap();
     let op = Op::new("pm_card_visa");
     match op.submit(&wrong_key).await {
