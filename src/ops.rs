@@ -175,6 +175,7 @@ async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     if let Some(w) = &s.worker {
         w.render(&mut e);
+        payonce_shared::processor::reachability::process().render(&mut e);
     }
     if let Some(l) = &s.limiter {
         l.metrics().render(&mut e);

@@ -391,3 +391,157 @@ async fn a_payment_method_the_processor_does_not_know_fails_after_one_submission
         );
     }
 }
+
+/// Creates `invoice`'s payment approved until `expires_at`; returns its id.
+async fn approved_until(
+    ledger: &payonce_shared::ledger::SharedLedger,
+    invoice: &str,
+    expires_at: payonce_shared::clock::Timestamp,
+) -> payonce_shared::id::OperationId {
+    use payonce_shared::id::BusinessKey;
+    use payonce_shared::ledger::{NewApproval, NewOperation};
+    let d = crate::support::details(invoice, 2048, "pm_card_visa");
+    let hash = d.hash();
+    let created = ledger
+        .create_or_get(
+            NewOperation::keyed(
+                &crate::support::key_secret(),
+                tenant(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                d,
+                "service:test".into(),
+            ),
+            SystemClock.now(),
+        )
+        .await
+        .unwrap();
+    ledger
+        .approve(
+            &tenant(),
+            NewApproval {
+                operation: created.operation.id.clone(),
+                details_hash: hash,
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at_ms: expires_at,
+            },
+            SystemClock.now(),
+        )
+        .await
+        .unwrap();
+    created.operation.id
+}
+
+/// A worker of `ledger` whose submissions go to `processor`, retrying what could not reach it after
+/// `retry_base` up to `retry_max`.
+fn outage_worker(
+    ledger: &payonce_shared::ledger::SharedLedger,
+    processor: std::sync::Arc<dyn payonce_shared::processor::Processor>,
+    retry_base: Duration,
+    retry_max: Duration,
+) -> payonce_worker::Worker {
+    let mut config = payonce_worker::WorkerConfig::new("op-outage");
+    config.attempt_max = 2;
+    config.retry_base = retry_base;
+    config.retry_max = retry_max;
+    payonce_worker::Worker::new(
+        ledger.clone(),
+        processor,
+        std::sync::Arc::new(SystemClock),
+        config,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_unreachable_processor_keeps_payments_waiting_until_their_approval_runs_out() {
+    use payonce_shared::processor::reachability;
+    use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+    use payonce_shared::state::Status;
+    let port = free_port();
+    let processor: std::sync::Arc<dyn payonce_shared::processor::Processor> = std::sync::Arc::new(
+        StripeProcessor::new(StripeConfig::new(
+            &format!("http://127.0.0.1:{port}"),
+            "sk_test_payonce",
+        ))
+        .unwrap(),
+    );
+    let now = SystemClock.now();
+    // A payment whose approval runs out (in 5 min) before its next try (10 min later) goes to a
+    // human at once, with that reason.
+    let short = crate::support::sqlite_ledger().await;
+    let expires = approved_until(&short, "INV-39-EXPIRES", now + Duration::from_secs(300)).await;
+    let slow = outage_worker(
+        &short,
+        processor.clone(),
+        Duration::from_secs(600),
+        Duration::from_secs(600),
+    );
+    assert_eq!(slow.run_once().await.unwrap(), 1);
+    let human = short.get(&tenant(), &expires).await.unwrap();
+    assert_eq!(human.status, Status::NeedsAttention, "{human:?}");
+    let events = short.events(&tenant(), &expires).await.unwrap();
+    let why = events.last().unwrap().detail.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("the processor stayed unreachable until the approval's validity ran out"),
+        "{events:#?}"
+    );
+    assert!(
+        why.contains("nothing was sent: could not connect to the processor"),
+        "{why}"
+    );
+
+    // One approved for an hour waits, claim after claim, past `attempt_max` (2).
+    let ledger = crate::support::sqlite_ledger().await;
+    let waits = approved_until(&ledger, "INV-39-WAIT", now + Duration::from_secs(3_600)).await;
+    let worker = outage_worker(
+        &ledger,
+        processor,
+        Duration::from_millis(20),
+        Duration::from_millis(40),
+    );
+    crate::support::wait_for(
+        "four claims of the waiting payment",
+        Duration::from_secs(30),
+        || async {
+            worker.run_once().await.unwrap();
+            let op = ledger.get(&tenant(), &waits).await.unwrap();
+            (op.attempt >= 4).then_some(())
+        },
+    )
+    .await;
+    let op = ledger.get(&tenant(), &waits).await.unwrap();
+    assert_eq!(op.status, Status::Ready, "{op:?}");
+    assert!(reachability::process().down_since().is_some());
+    let mut e = payonce_shared::metrics::Exposition::default();
+    reachability::process().render(&mut e);
+    assert!(e.finish().contains("payonce_processor_reachable 0\n"));
+
+    // The processor comes back on that address: the waiting payment is paid once, and the process
+    // notes the recovery.
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let sim = crate::support::processes::simulator(payonce_simulator::SimulatorConfig {
+        listen,
+        ..Default::default()
+    })
+    .await;
+    crate::support::wait_for(
+        "the waiting payment to be paid",
+        Duration::from_secs(30),
+        || async {
+            worker.run_once().await.unwrap();
+            let op = ledger.get(&tenant(), &waits).await.unwrap();
+            (op.status == Status::Succeeded).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(reachability::process().down_since(), None);
+    assert_eq!(
+        crate::support::processes::payments_for(&sim, waits.as_str()).await,
+        1
+    );
+    assert_eq!(
+        crate::support::processes::payments_for(&sim, expires.as_str()).await,
+        0
+    );
+}

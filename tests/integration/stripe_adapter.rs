@@ -95,7 +95,9 @@ fn reference_of(outcome: &SubmitOutcome) -> Option<String> {
         SubmitOutcome::Declined { reference, .. } | SubmitOutcome::Unknown { reference, .. } => {
             reference.clone()
         }
-        SubmitOutcome::NotSubmitted { .. } | SubmitOutcome::RateLimited { .. } => None,
+        SubmitOutcome::NotSubmitted { .. }
+        | SubmitOutcome::Unreachable { .. }
+        | SubmitOutcome::RateLimited { .. } => None,
     }
 }
 

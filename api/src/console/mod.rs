@@ -5,6 +5,7 @@
 //! tenant (another tenant's operation is "not found"); the processor object is shown only through its
 //! redacted summary.
 
+pub mod outage;
 pub mod refunds;
 pub mod session;
 pub mod views;

@@ -2,7 +2,7 @@
 //!
 //! | what happened | outcome | why |
 //! | --- | --- | --- |
-//! | connect error: refused, DNS, TLS handshake, connect timeout (`is_connect()`) | NotSubmitted | no byte of the request left this process |
+//! | connect error: refused, DNS, TLS handshake, connect timeout (`is_connect()`) | Unreachable | no byte of the request left this process; the payment waits while its approval holds |
 //! | request could not be built (`is_builder()`) | NotSubmitted | nothing was sent |
 //! | timeout after connecting, reset or close after sending, unreadable body | Unknown | Stripe may have executed it |
 //! | 200, `status: succeeded` | Succeeded | |
@@ -44,7 +44,7 @@ pub fn invalid_request_is_final(code: &str) -> bool {
 /// Classifies a request that got no HTTP response.
 pub fn classify_transport(e: &reqwest::Error) -> SubmitOutcome {
     if e.is_connect() {
-        return SubmitOutcome::NotSubmitted {
+        return SubmitOutcome::Unreachable {
             reason: format!("could not connect to the processor: {}", chain(e)),
         };
     }
