@@ -11,11 +11,12 @@
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
 //! - `payonce probe URL`: the container healthcheck.
 //!
-//! Modules: `cli` (the subcommands), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
+//! Modules: `cli` (the subcommands), `banner` (serve's copy-paste walk-through), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
 //! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
+mod banner;
 mod cli;
 mod config_file;
 mod config_reference;

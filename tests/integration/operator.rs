@@ -20,6 +20,16 @@ async fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().await.unwrap()
 }
 
+/// The `waited_ms` a connect error reports ("attempts: N in M ms"), to compare the rest exactly.
+fn waited_ms(stderr: &str) -> String {
+    stderr
+        .split(" in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms)").next())
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -249,6 +259,25 @@ async fn an_error_prints_once_without_colour_or_internal_detail_and_suggests_the
     let stderr = text(&out.stderr);
     assert!(stderr.contains("WARN"), "{stderr}");
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    // A database refusal reads as the database's message, without the server's source line.
+    let out = run(
+        &dir,
+        &[
+            "keys",
+            "list",
+            "--database-url",
+            "postgres://nobody_issue_39@127.0.0.1:5432/test",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        text(&out.stderr).lines().last().unwrap_or_default(),
+        "payonce: opening the ledger at postgres://…@127.0.0.1:5432/test: could not connect to the \
+         database at 127.0.0.1:5432 (attempts: 1 in 0 ms): error returned from database: role \
+         \"nobody_issue_39\" does not exist"
+            .replace("in 0 ms", &format!("in {} ms", waited_ms(&text(&out.stderr)))),
+    );
     // clap's own suggestions for a misspelt flag or subcommand.
     let out = run(&dir, &["keys", "list", "--databse-url", &url], &[]).await;
     assert_eq!(out.status.code(), Some(2));
@@ -544,4 +573,247 @@ async fn an_unreachable_processor_keeps_payments_waiting_until_their_approval_ru
         crate::support::processes::payments_for(&sim, expires.as_str()).await,
         0
     );
+}
+
+/// Runs `script` in `sh` with a clean environment but `PATH`; returns (exit code, stdout, stderr).
+async fn shell(script: &str) -> (i32, String, String) {
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[tokio::test]
+async fn the_serve_banners_commands_run_as_printed_and_pay_one_invoice() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = scratch("op-banner");
+    let mut child = payonce(
+        &dir,
+        &[
+            "serve",
+            "--database-url",
+            "sqlite:banner.db",
+            "--listen",
+            "127.0.0.1:0",
+            "--simulator-listen",
+            "127.0.0.1:0",
+            "--tenant",
+            "acme",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+    .spawn()
+    .unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    tokio::time::timeout(crate::serve::START_DEADLINE, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            let stop = line.starts_with("Stop with Ctrl-C");
+            banner.push(line);
+            if stop {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("serve prints its banner");
+    let commands: Vec<&str> = banner
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("curl ") || l.starts_with("export "))
+        .collect();
+    let exports: Vec<&str> = commands
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("export ") && !l.starts_with("export OP_ID"))
+        .collect();
+    assert_eq!(exports.len(), 4, "the api and three keys: {banner:#?}");
+    let curls: Vec<&str> = commands
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("curl "))
+        .collect();
+    assert_eq!(curls.len(), 3, "{banner:#?}");
+    let prelude = exports.join("\n");
+
+    // 1. Create: as printed, in a shell with the exported variables.
+    let (code, created, err) = shell(&format!("{prelude}\n{}", curls[0])).await;
+    assert_eq!(code, 0, "{err}");
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let id = created["id"].as_str().unwrap();
+    assert_eq!(created["status"], "awaiting_approval");
+    let prelude = format!("{prelude}\nexport OP_ID=\"{id}\"");
+    // 2. The approval request: 2xx, and the tenant app's marked line with the link and its code.
+    let (code, requested, err) = shell(&format!("{prelude}\n{}", curls[1])).await;
+    assert_eq!(code, 0, "{err}");
+    let requested: serde_json::Value = serde_json::from_str(&requested).unwrap();
+    assert!(requested["expires_at_ms"].is_i64(), "{requested}");
+    let sms = tokio::time::timeout(crate::serve::START_DEADLINE, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            if line.starts_with(">>> [tenant app]") {
+                return line;
+            }
+        }
+        panic!("serve's stdout ended")
+    })
+    .await
+    .expect("the tenant app prints the link");
+    let words: Vec<&str> = sms.split_whitespace().collect();
+    let link = words.iter().find(|w| w.contains("/confirm/")).unwrap();
+    let otp = words.last().unwrap();
+    let http = crate::api::http_client();
+    let approved = http
+        .post(*link)
+        .form(&[
+            ("details_hash", created["details_hash"].as_str().unwrap()),
+            ("code", otp),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    // 3. The status, as printed, until the payment succeeded.
+    let status_command = format!("{prelude}\n{}", curls[2]);
+    let paid = crate::support::wait_for("the payment", crate::serve::START_DEADLINE, || async {
+        let (code, body, _) = shell(&status_command).await;
+        assert_eq!(code, 0, "{body}");
+        let op: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (op["status"] == "succeeded").then_some(op)
+    })
+    .await;
+    assert!(
+        paid["external_ref"].as_str().unwrap().starts_with("pi_"),
+        "{paid}"
+    );
+
+    // 4. The console at the printed address takes the printed on-call key.
+    let console = banner
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with("http") && l.ends_with("/console"))
+        .unwrap_or_else(|| panic!("{banner:#?}"))
+        .to_string();
+    let (_, on_call, _) = shell(&format!("{prelude}\nprintf %s \"$ON_CALL_KEY\"")).await;
+    // A browser's sign-in: the form's token is both its cookie and its field.
+    let cookie = |r: &reqwest::Response, name: &str| -> Option<String> {
+        r.headers().get_all("set-cookie").iter().find_map(|v| {
+            let v = v.to_str().ok()?;
+            v.strip_prefix(&format!("{name}="))
+                .map(|rest| rest.split(';').next().unwrap_or_default().to_string())
+        })
+    };
+    let form = http.get(format!("{console}/sign-in")).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    let token = cookie(&form, "payonce_console_sign_in").unwrap();
+    let signed_in = http
+        .post(format!("{console}/sign-in"))
+        .header("cookie", format!("payonce_console_sign_in={token}"))
+        .form(&[("csrf", token.as_str()), ("key", on_call.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 303, "the on-call key signs in");
+    let session = cookie(&signed_in, "payonce_console").unwrap();
+    let overview = http
+        .get(&console)
+        .header("cookie", format!("payonce_console={session}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(overview.status(), 200);
+    assert!(
+        overview
+            .text()
+            .await
+            .unwrap()
+            .contains("Operations by state")
+    );
+
+    // The MCP client configuration: its server answers `initialize` with the key it carries.
+    let mcp: serde_json::Value = serde_json::from_str(banner[banner.len() - 3].trim())
+        .unwrap_or_else(|e| panic!("{e}: {banner:#?}"));
+    let server = &mcp["mcpServers"]["payonce"];
+    let init = http
+        .post(server["url"].as_str().unwrap())
+        .header(
+            "authorization",
+            server["headers"]["Authorization"].as_str().unwrap(),
+        )
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "banner", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(init.status(), 200);
+    assert!(init.text().await.unwrap().contains("\"result\""));
+    let exit = crate::serve::sigterm_and_wait(&mut child).await;
+    assert!(exit.success(), "{exit}");
+}
+
+#[tokio::test]
+async fn serve_exits_when_its_api_cannot_start() {
+    let dir = scratch("op-serve-api-refused");
+    for (flag, value, expected) in [
+        (
+            "--webhook-secrets",
+            "whsec_payonce_simulator",
+            "webhook_secrets contains the simulator's published default secret",
+        ),
+        (
+            "--header-read-timeout-ms",
+            "0",
+            "header_read_timeout_ms must be greater than zero",
+        ),
+        (
+            "--connections-max",
+            "0",
+            "connections_max must be greater than zero",
+        ),
+    ] {
+        let out = tokio::time::timeout(
+            crate::serve::START_DEADLINE,
+            run(
+                &dir,
+                &[
+                    "serve",
+                    "--database-url",
+                    "sqlite:refused.db",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--simulator-listen",
+                    "127.0.0.1:0",
+                    "--tenant",
+                    "acme",
+                    flag,
+                    value,
+                ],
+                &[],
+            ),
+        )
+        .await
+        .expect("serve exits instead of running without an api");
+        assert_eq!(out.status.code(), Some(1), "{flag}");
+        assert_eq!(text(&out.stdout), "", "{flag}: no banner, no keys");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "payonce: the api cannot start with these settings: {expected}"
+            )),
+            "{flag}: {stderr}"
+        );
+    }
 }

@@ -885,10 +885,10 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
     assert_eq!(answer["approval_request"]["status"], "sent", "{answer}");
     assert!(!answer.to_string().contains("/confirm/"), "{answer}");
 
-    // The tenant app's "SMS": "[tenant app] to customer cus_9: please confirm … at URL with code N".
+    // The tenant app's "SMS": ">>> [tenant app] to customer cus_9: please confirm … at URL with code N".
     let line = tokio::time::timeout(SERVE_DEADLINE, async {
         while let Some(line) = stdout.next_line().await.unwrap() {
-            if line.starts_with("[tenant app]") {
+            if line.starts_with(">>> [tenant app]") {
                 return line;
             }
         }
