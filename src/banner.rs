@@ -14,12 +14,40 @@ fn variable(role: Role) -> &'static str {
     }
 }
 
-/// The walk-through for `api_url` and the key `secrets` serve could show, as lines to print.
-pub fn walkthrough(api_url: &str, tenant: &TenantId, secrets: &[(Role, String)]) -> Vec<String> {
+/// Where the walk-through's stack is.
+pub struct Stack<'a> {
+    /// The api's base URL.
+    pub api_url: &'a str,
+    /// The built-in simulator's base URL, when serve runs one.
+    pub simulator_url: Option<&'a str>,
+    /// The ledger's URL as a command may carry it (no password).
+    pub database_url: &'a str,
+    /// This binary, as a shell runs it.
+    pub binary: &'a str,
+}
+
+/// The fault that makes the simulator's next answer a 500 before anything executed: the worker
+/// cannot know the outcome, and with `key_retention_s` shorter than `retention_margin_ms` nothing may
+/// retry it automatically, so it reaches on-call.
+const FAULT: &str = r#"[{"match":"*","fault":"error_500_before_commit","times":1}]"#;
+
+/// The walk-through for `stack` and the key `secrets` serve could show, as lines to print.
+pub fn walkthrough(
+    stack: &Stack<'_>,
+    tenant: &TenantId,
+    secrets: &[(Role, String)],
+) -> Vec<String> {
     let mut out = vec![
         "Try it: paste each command into a shell (sh, bash or zsh).".to_string(),
-        format!("  export PAYONCE_API=\"{api_url}\""),
+        format!("  export PAYONCE_API=\"{}\"", stack.api_url),
     ];
+    if let Some(sim) = stack.simulator_url {
+        out.push(format!("  export PAYONCE_PROCESSOR=\"{sim}\""));
+    }
+    out.push(format!(
+        "  export PAYONCE=\"{}\" PAYONCE_DATABASE_URL=\"{}\"",
+        stack.binary, stack.database_url
+    ));
     for role in [Role::Service, Role::Assistant, Role::OnCall] {
         match secrets.iter().find(|(r, _)| *r == role) {
             Some((_, secret)) => out.push(format!("  export {}=\"{secret}\"", variable(role))),
@@ -39,9 +67,19 @@ pub fn walkthrough(api_url: &str, tenant: &TenantId, secrets: &[(Role, String)])
         "3. Read the status (ready once the customer approved, then succeeded):".into(),
         "  curl -sSf \"$PAYONCE_API/v1/operations/$OP_ID\" -H \"authorization: Bearer $SERVICE_KEY\"".into(),
         "4. On-call console: open it in a browser and sign in with $ON_CALL_KEY:".into(),
-        format!("  {api_url}/console"),
+        format!("  {}/console", stack.api_url),
+        "5. On-call resolves what needs a human, by operation id (after checking the processor), e.g. retry with the same key:".into(),
+        "  \"$PAYONCE\" reconciler resolve \"$OP_ID\" --as retry --reason \"not at the processor: retry with the same key\"".into(),
+    ]);
+    if stack.simulator_url.is_some() {
+        out.extend([
+            "   To see one: before step 1, make the simulator's next answer a 500 (with serve --key-retention-s 1 nothing retries it for you):".into(),
+            format!("  curl -sSf -X POST \"$PAYONCE_PROCESSOR/_sim/faults\" -H \"content-type: application/json\" -d '{FAULT}'"),
+        ]);
+    }
+    out.extend([
         "MCP client configuration (the assistant key; every tool call returns the operation's real state):".into(),
-        format!("  {}", mcp_config(api_url, secrets)),
+        format!("  {}", mcp_config(stack.api_url, secrets)),
     ]);
     out
 }
@@ -71,11 +109,13 @@ mod tests {
     #[test]
     fn every_command_quotes_its_variables_and_a_missing_secret_is_a_comment() {
         let tenant = TenantId::parse("acme").unwrap();
-        let lines = walkthrough(
-            "http://127.0.0.1:8080",
-            &tenant,
-            &[(Role::Service, "po_service_x".into())],
-        );
+        let stack = Stack {
+            api_url: "http://127.0.0.1:8080",
+            simulator_url: Some("http://127.0.0.1:12111"),
+            database_url: "sqlite:payonce.db",
+            binary: "/usr/local/bin/payonce",
+        };
+        let lines = walkthrough(&stack, &tenant, &[(Role::Service, "po_service_x".into())]);
         assert!(lines.contains(&"  export SERVICE_KEY=\"po_service_x\"".to_string()));
         assert!(
             lines
@@ -83,12 +123,16 @@ mod tests {
                 .any(|l| l.starts_with("  # ASSISTANT_KEY is the secret"))
         );
         for curl in lines.iter().filter(|l| l.trim_start().starts_with("curl ")) {
-            assert!(curl.contains("\"$PAYONCE_API/"), "{curl}");
+            let api = curl.contains("\"$PAYONCE_API/")
+                && curl.contains("\"authorization: Bearer $SERVICE_KEY\"");
             assert!(
-                curl.contains("\"authorization: Bearer $SERVICE_KEY\""),
+                api || curl.contains("\"$PAYONCE_PROCESSOR/_sim/faults\""),
                 "{curl}"
             );
         }
+        assert!(lines.contains(
+            &"  export PAYONCE=\"/usr/local/bin/payonce\" PAYONCE_DATABASE_URL=\"sqlite:payonce.db\"".to_string()
+        ));
         let mcp: serde_json::Value = serde_json::from_str(lines.last().unwrap().trim()).unwrap();
         assert_eq!(
             mcp["mcpServers"]["payonce"]["url"],

@@ -510,7 +510,7 @@ pub fn print_serve_keys(
 
 /// The database URL as a printed command carries it: as configured, with a password (never
 /// printed) left for the operator to fill in.
-fn hint_url(database_url: &str) -> String {
+pub fn hint_url(database_url: &str) -> String {
     // `scheme://user:password@host` → `scheme://user:PASSWORD@host`; anything else as it is.
     if let (Some(s), Some(at)) = (database_url.find("://"), database_url.rfind('@'))
         && at > s

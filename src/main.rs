@@ -87,7 +87,7 @@ pub async fn open_existing(common: &Common) -> anyhow::Result<SharedLedger> {
 }
 
 /// The file a `sqlite:` URL names; none for Postgres or an in-memory database.
-fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
+pub fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
     let rest = database_url
         .strip_prefix("sqlite://")
         .or_else(|| database_url.strip_prefix("sqlite:"))?;

@@ -331,7 +331,27 @@ pub async fn run(
             "  customers of {tenant} approve with a one-time code; the built-in tenant app prints each \
              link and code here (a real tenant sends them by email or SMS)"
         );
-        for line in crate::banner::walkthrough(&stack.api_url, &tenant, &secrets) {
+        let binary = std::env::current_exe()
+            .map_or_else(|_| "payonce".to_string(), |p| p.display().to_string());
+        // A relative SQLite path made absolute: the commands work from any directory.
+        let database_url = match crate::sqlite_file(&stack.plan.common.database_url) {
+            Some(path) if path.is_relative() => std::env::current_dir().map_or_else(
+                |_| stack.plan.common.database_url.clone(),
+                |dir| format!("sqlite:{}", dir.join(path).display()),
+            ),
+            _ => crate::keys::hint_url(&stack.plan.common.database_url),
+        };
+        let simulator_url = stack
+            .simulator
+            .is_some()
+            .then(|| stack.processor_url.clone());
+        let walk = crate::banner::Stack {
+            api_url: &stack.api_url,
+            simulator_url: simulator_url.as_deref(),
+            database_url: &database_url,
+            binary: &binary,
+        };
+        for line in crate::banner::walkthrough(&walk, &tenant, &secrets) {
             println!("{line}");
         }
         println!("Every route: docs/api.md; on-call: docs/runbook.md.");

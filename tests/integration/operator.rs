@@ -593,7 +593,7 @@ async fn shell(script: &str) -> (i32, String, String) {
 }
 
 #[tokio::test]
-async fn the_serve_banners_commands_run_as_printed_and_pay_one_invoice() {
+async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid() {
     use tokio::io::AsyncBufReadExt;
     let dir = scratch("op-banner");
     let mut child = payonce(
@@ -608,6 +608,9 @@ async fn the_serve_banners_commands_run_as_printed_and_pay_one_invoice() {
             "127.0.0.1:0",
             "--tenant",
             "acme",
+            // As the README's walk-through: a lost outcome reaches on-call instead of a same-key retry.
+            "--key-retention-s",
+            "1",
         ],
     )
     .stdout(std::process::Stdio::piped())
@@ -627,37 +630,48 @@ async fn the_serve_banners_commands_run_as_printed_and_pay_one_invoice() {
     })
     .await
     .expect("serve prints its banner");
-    let commands: Vec<&str> = banner
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with("curl ") || l.starts_with("export "))
-        .collect();
-    let exports: Vec<&str> = commands
+    let lines: Vec<&str> = banner.iter().map(|l| l.trim()).collect();
+    let exports: Vec<&str> = lines
         .iter()
         .copied()
         .filter(|l| l.starts_with("export ") && !l.starts_with("export OP_ID"))
         .collect();
-    assert_eq!(exports.len(), 4, "the api and three keys: {banner:#?}");
-    let curls: Vec<&str> = commands
-        .iter()
-        .copied()
-        .filter(|l| l.starts_with("curl "))
-        .collect();
-    assert_eq!(curls.len(), 3, "{banner:#?}");
+    assert_eq!(
+        exports.len(),
+        6,
+        "api, simulator, binary and ledger, three keys: {banner:#?}"
+    );
+    let printed = |what: &str| -> &str {
+        lines
+            .iter()
+            .copied()
+            .find(|l| (l.starts_with("curl ") || l.starts_with("\"$PAYONCE\"")) && l.contains(what))
+            .unwrap_or_else(|| panic!("no command with {what:?} in {banner:#?}"))
+    };
+    let fault = printed("/_sim/faults");
+    let create = printed("\"$PAYONCE_API/v1/operations\"");
+    let request = printed("/approval-requests");
+    let status = printed("\"$PAYONCE_API/v1/operations/$OP_ID\"");
+    let resolve = printed("reconciler resolve");
     let prelude = exports.join("\n");
+    let sh = |command: &str, prelude: &str| {
+        let script = format!("{prelude}\n{command}");
+        async move {
+            let (code, out, err) = shell(&script).await;
+            assert_eq!(code, 0, "{script}\n{out}{err}");
+            out
+        }
+    };
 
-    // 1. Create: as printed, in a shell with the exported variables.
-    let (code, created, err) = shell(&format!("{prelude}\n{}", curls[0])).await;
-    assert_eq!(code, 0, "{err}");
-    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    // The processor's next answer is a 500; then create and request approval, as printed.
+    sh(fault, &prelude).await;
+    let created: serde_json::Value = serde_json::from_str(&sh(create, &prelude).await).unwrap();
     let id = created["id"].as_str().unwrap();
     assert_eq!(created["status"], "awaiting_approval");
     let prelude = format!("{prelude}\nexport OP_ID=\"{id}\"");
-    // 2. The approval request: 2xx, and the tenant app's marked line with the link and its code.
-    let (code, requested, err) = shell(&format!("{prelude}\n{}", curls[1])).await;
-    assert_eq!(code, 0, "{err}");
-    let requested: serde_json::Value = serde_json::from_str(&requested).unwrap();
+    let requested: serde_json::Value = serde_json::from_str(&sh(request, &prelude).await).unwrap();
     assert!(requested["expires_at_ms"].is_i64(), "{requested}");
+    // The customer: the tenant app's marked line carries the link and its code.
     let sms = tokio::time::timeout(crate::serve::START_DEADLINE, async {
         while let Some(line) = stdout.next_line().await.unwrap() {
             if line.starts_with(">>> [tenant app]") {
@@ -682,19 +696,43 @@ async fn the_serve_banners_commands_run_as_printed_and_pay_one_invoice() {
         .await
         .unwrap();
     assert_eq!(approved.status(), 200);
-    // 3. The status, as printed, until the payment succeeded.
-    let status_command = format!("{prelude}\n{}", curls[2]);
-    let paid = crate::support::wait_for("the payment", crate::serve::START_DEADLINE, || async {
-        let (code, body, _) = shell(&status_command).await;
-        assert_eq!(code, 0, "{body}");
-        let op: serde_json::Value = serde_json::from_str(&body).unwrap();
-        (op["status"] == "succeeded").then_some(op)
-    })
-    .await;
+    // The status, as printed: the 500 left the outcome unknown and the key's window shut, so the
+    // reconciler hands it to a human.
+    let status_is = |want: &'static str| {
+        let prelude = prelude.clone();
+        async move {
+            crate::support::wait_for(want, crate::serve::START_DEADLINE, || {
+                let prelude = prelude.clone();
+                async move {
+                    let op: serde_json::Value =
+                        serde_json::from_str(&sh(status, &prelude).await).unwrap();
+                    (op["status"] == want).then_some(op)
+                }
+            })
+            .await
+        }
+    };
+    status_is("needs_attention").await;
+    // On-call resolves it as printed; the worker retries with the same key and it is paid once.
+    sh(resolve, &prelude).await;
+    let paid = status_is("succeeded").await;
     assert!(
         paid["external_ref"].as_str().unwrap().starts_with("pi_"),
         "{paid}"
     );
+    let (_, processor, _) = shell(&format!("{prelude}\nprintf %s \"$PAYONCE_PROCESSOR\"")).await;
+    let payments = payonce_simulator::payment_audit::read_all(
+        &http,
+        &processor,
+        payonce_simulator::payment_audit::PAGE_SIZE_MAX,
+    )
+    .await
+    .unwrap();
+    let ours = payments
+        .iter()
+        .filter(|p| p["metadata"]["payonce_operation_id"] == id)
+        .count();
+    assert_eq!(ours, 1, "one payment at the processor");
 
     // 4. The console at the printed address takes the printed on-call key.
     let console = banner
