@@ -490,7 +490,7 @@ async fn an_unreachable_processor_keeps_payments_waiting_until_their_approval_ru
     let port = free_port();
     let processor: std::sync::Arc<dyn payonce_shared::processor::Processor> = std::sync::Arc::new(
         StripeProcessor::new(StripeConfig::new(
-            &format!("http://127.0.0.1:{port}"),
+            format!("http://127.0.0.1:{port}"),
             "sk_test_payonce",
         ))
         .unwrap(),

@@ -48,7 +48,7 @@ impl Reachability {
     /// becomes unreachable, another when it answers again. Any HTTP answer (a success, a decline, a
     /// 429, a refusal) means it is reachable; an unknown outcome says nothing either way.
     pub fn observe(&self, outcome: &SubmitOutcome, now: Timestamp) -> Option<Change> {
-        let change = match outcome {
+        match outcome {
             SubmitOutcome::Unreachable { reason } => {
                 let at = now.as_millis().max(REACHABLE + 1);
                 self.down_since_ms
@@ -77,8 +77,7 @@ impl Reachability {
                 })
             }
             SubmitOutcome::Unknown { .. } => None,
-        };
-        change
+        }
     }
 
     /// Since when the processor has been unreachable, if it is now.
