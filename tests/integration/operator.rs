@@ -855,3 +855,87 @@ async fn serve_exits_when_its_api_cannot_start() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_simulator_takes_basic_auth_expands_on_retrieve_and_refuses_unknown_parameters() {
+    let sim = crate::support::processes::simulator(Default::default()).await;
+    let base = sim.base_url();
+    let http = crate::api::http_client();
+    // HTTP Basic with the key as the user and no password, as `curl -u sk_test_…:` sends it.
+    let created: serde_json::Value = http
+        .post(format!("{base}/v1/payment_intents"))
+        .basic_auth("sk_test_payonce", Some(""))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(crate::simulator::create_form(2048, "pm_card_visa", "op_basic"))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap();
+    let charge = created["latest_charge"].as_str().unwrap();
+    let wrong = http
+        .get(format!("{base}/v1/payment_intents/{id}"))
+        .basic_auth("sk_test_wrong", Some(""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let get = |query: &'static str| {
+        let http = http.clone();
+        let url = format!("{base}/v1/payment_intents/{id}{query}");
+        async move {
+            let r = http.get(url).bearer_auth("sk_test_payonce").send().await.unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, plain) = get("").await;
+    assert_eq!((status, plain["latest_charge"].as_str()), (200, Some(charge)));
+    let (status, expanded) = get("?expand[]=latest_charge").await;
+    assert_eq!(status, 200);
+    assert_eq!(expanded["latest_charge"]["id"], charge);
+    assert_eq!(expanded["latest_charge"]["object"], "charge");
+    assert_eq!(expanded["latest_charge"]["payment_intent"], id);
+    let (status, unknown) = get("?expnd[]=latest_charge").await;
+    assert_eq!(status, 400);
+    assert_eq!(unknown["error"]["code"], "parameter_unknown");
+    assert_eq!(unknown["error"]["param"], "expnd[]");
+    let (status, refused) = get("?expand[]=customer").await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        refused["error"]["message"],
+        "This property cannot be expanded (customer)."
+    );
+    // A refund expands the payment it gives money back from, and its charge.
+    let refund: serde_json::Value = http
+        .post(format!("{base}/v1/refunds"))
+        .bearer_auth("sk_test_payonce")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("payment_intent={id}&amount=500"))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let re = refund["id"].as_str().unwrap();
+    let expanded: serde_json::Value = http
+        .get(format!("{base}/v1/refunds/{re}?expand[]=payment_intent&expand[]=charge"))
+        .bearer_auth("sk_test_payonce")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(expanded["payment_intent"]["id"], id, "{expanded}");
+    assert_eq!(expanded["payment_intent"]["object"], "payment_intent");
+    assert_eq!(expanded["charge"]["id"], charge);
+    assert_eq!(expanded["charge"]["amount_refunded"], 500);
+    sim.shutdown().await;
+}
