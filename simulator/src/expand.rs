@@ -15,8 +15,10 @@ pub(crate) const REFUND: Expandable = &["payment_intent", "charge"];
 
 /// The fields `raw` (the query string) asks to expand; `expand[]` may repeat (and `expand[N]`).
 pub(crate) fn parse(raw: Option<&str>, expandable: Expandable) -> Result<Vec<String>, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or(""))
-        .map_err(|e| ApiError::invalid_request("parameter_invalid_string", format!("malformed query: {e}")))?;
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| {
+            ApiError::invalid_request("parameter_invalid_string", format!("malformed query: {e}"))
+        })?;
     if pairs.len() > PARAMS_MAX {
         return Err(ApiError::invalid_request(
             "parameter_invalid_string",
@@ -59,13 +61,20 @@ mod tests {
     fn expand_repeats_and_anything_else_is_unknown() {
         assert_eq!(parse(None, REFUND).unwrap(), Vec::<String>::new());
         assert_eq!(
-            parse(Some("expand%5B%5D=payment_intent&expand[1]=charge&expand[]=charge"), REFUND).unwrap(),
+            parse(
+                Some("expand%5B%5D=payment_intent&expand[1]=charge&expand[]=charge"),
+                REFUND
+            )
+            .unwrap(),
             ["payment_intent", "charge"]
         );
         let unknown = parse(Some("foo=1"), PAYMENT_INTENT).unwrap_err();
         assert_eq!(unknown.code, Some("parameter_unknown"));
         assert_eq!(unknown.message, "Received unknown parameter: foo");
         let refused = parse(Some("expand[]=customer"), PAYMENT_INTENT).unwrap_err();
-        assert_eq!(refused.message, "This property cannot be expanded (customer).");
+        assert_eq!(
+            refused.message,
+            "This property cannot be expanded (customer)."
+        );
     }
 }

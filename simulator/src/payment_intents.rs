@@ -3,13 +3,13 @@
 use crate::cards::{self, CardOutcome};
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
+use crate::expand;
 use crate::faults::FaultKind;
 use crate::form::{self, Pairs};
 use crate::idempotency::{self, KeyState};
 use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
 use crate::objects::{self, EventCause};
 use crate::routes::{Ctx, Shared};
-use crate::expand;
 use crate::search::Query;
 use crate::store::{KeyRecord, NewEvent, PaymentCommit, PaymentRow};
 use axum::body::Bytes;

@@ -329,7 +329,11 @@ fn base64(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -351,9 +355,18 @@ mod basic_auth_tests {
         assert_eq!(base64("sk_test_payonce:"), "c2tfdGVzdF9wYXlvbmNlOg==");
         assert_eq!(base64("ab"), "YWI=");
         assert_eq!(base64("abc"), "YWJj");
-        assert!(key_in_authorization("Bearer sk_test_payonce", "sk_test_payonce"));
-        assert!(key_in_authorization("Basic c2tfdGVzdF9wYXlvbmNlOg==", "sk_test_payonce"));
-        assert!(!key_in_authorization("Basic c2tfdGVzdF93cm9uZzo=", "sk_test_payonce"));
+        assert!(key_in_authorization(
+            "Bearer sk_test_payonce",
+            "sk_test_payonce"
+        ));
+        assert!(key_in_authorization(
+            "Basic c2tfdGVzdF9wYXlvbmNlOg==",
+            "sk_test_payonce"
+        ));
+        assert!(!key_in_authorization(
+            "Basic c2tfdGVzdF93cm9uZzo=",
+            "sk_test_payonce"
+        ));
         assert!(!key_in_authorization("sk_test_payonce", "sk_test_payonce"));
     }
 }

@@ -866,7 +866,11 @@ async fn the_simulator_takes_basic_auth_expands_on_retrieve_and_refuses_unknown_
         .post(format!("{base}/v1/payment_intents"))
         .basic_auth("sk_test_payonce", Some(""))
         .header("content-type", "application/x-www-form-urlencoded")
-        .body(crate::simulator::create_form(2048, "pm_card_visa", "op_basic"))
+        .body(crate::simulator::create_form(
+            2048,
+            "pm_card_visa",
+            "op_basic",
+        ))
         .send()
         .await
         .unwrap()
@@ -888,12 +892,23 @@ async fn the_simulator_takes_basic_auth_expands_on_retrieve_and_refuses_unknown_
         let http = http.clone();
         let url = format!("{base}/v1/payment_intents/{id}{query}");
         async move {
-            let r = http.get(url).bearer_auth("sk_test_payonce").send().await.unwrap();
-            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+            let r = http
+                .get(url)
+                .bearer_auth("sk_test_payonce")
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.unwrap(),
+            )
         }
     };
     let (status, plain) = get("").await;
-    assert_eq!((status, plain["latest_charge"].as_str()), (200, Some(charge)));
+    assert_eq!(
+        (status, plain["latest_charge"].as_str()),
+        (200, Some(charge))
+    );
     let (status, expanded) = get("?expand[]=latest_charge").await;
     assert_eq!(status, 200);
     assert_eq!(expanded["latest_charge"]["id"], charge);
@@ -925,7 +940,9 @@ async fn the_simulator_takes_basic_auth_expands_on_retrieve_and_refuses_unknown_
         .unwrap();
     let re = refund["id"].as_str().unwrap();
     let expanded: serde_json::Value = http
-        .get(format!("{base}/v1/refunds/{re}?expand[]=payment_intent&expand[]=charge"))
+        .get(format!(
+            "{base}/v1/refunds/{re}?expand[]=payment_intent&expand[]=charge"
+        ))
         .bearer_auth("sk_test_payonce")
         .send()
         .await

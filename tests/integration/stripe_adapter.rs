@@ -199,14 +199,19 @@ async fn processing_is_unknown_with_a_reference_and_lookup_follows_it_to_success
 }
 
 #[tokio::test]
-async fn connection_refused_is_not_submitted() {
+async fn connection_refused_is_unreachable() {
     let port = crate::serve::free_port();
     let p = adapter(&format!("http://127.0.0.1:{port}"));
     let op = Op::new("pm_card_visa");
-    assert!(matches!(
-        op.submit(&p).await,
-        SubmitOutcome::NotSubmitted { .. }
-    ));
+    match op.submit(&p).await {
+        SubmitOutcome::Unreachable { reason } => {
+            assert!(
+                reason.starts_with("could not connect to the processor"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
         op.lookup(&p, None).await,
         LookupOutcome::Unavailable { .. }

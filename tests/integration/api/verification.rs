@@ -944,6 +944,11 @@ async fn the_operator_command_sets_a_tenants_verification() {
         let mut command = payonce(&dir, &all);
         async move { command.output().await.unwrap() }
     };
+    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
     let refused = run(vec![
         "set-verification",
         "--tenant",
