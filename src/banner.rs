@@ -3,6 +3,7 @@
 //! MCP client's configuration (a test runs them as printed).
 
 use payonce_shared::id::TenantId;
+use payonce_shared::intention::INTENTION_KEY_PREFIX;
 use payonce_shared::ledger::Role;
 
 /// The variable each role's key is exported as.
@@ -26,10 +27,14 @@ pub struct Stack<'a> {
     pub binary: &'a str,
 }
 
-/// The fault that makes the simulator's next answer a 500 before anything executed: the worker
-/// cannot know the outcome, and with `key_retention_s` shorter than `retention_margin_ms` nothing may
-/// retry it automatically, so it reaches on-call.
-const FAULT: &str = r#"[{"match":"*","fault":"error_500_before_commit","times":1}]"#;
+/// The fault that makes the simulator's next answer to a submission a 500 before anything executed:
+/// the worker cannot know the outcome, and with `key_retention_s` shorter than
+/// `retention_margin_ms` nothing may retry it automatically, so it reaches on-call. It matches the
+/// submissions' key prefix, not `*`: the reconciler's reads (its scan) carry no key and must not use
+/// it up.
+fn fault() -> String {
+    format!(r#"[{{"match":"{INTENTION_KEY_PREFIX}","fault":"error_500_before_commit","times":1}}]"#)
+}
 
 /// The walk-through for `stack` and the key `secrets` serve could show, as lines to print.
 pub fn walkthrough(
@@ -37,27 +42,29 @@ pub fn walkthrough(
     tenant: &TenantId,
     secrets: &[(Role, String)],
 ) -> Vec<String> {
-    let mut out = vec![
-        "Try it: paste each command into a shell (sh, bash or zsh).".to_string(),
-        format!("  export PAYONCE_API=\"{}\"", stack.api_url),
-    ];
+    // One `export` line: one paste sets every variable the commands below use.
+    let mut variables = vec![format!("PAYONCE_API=\"{}\"", stack.api_url)];
     if let Some(sim) = stack.simulator_url {
-        out.push(format!("  export PAYONCE_PROCESSOR=\"{sim}\""));
+        variables.push(format!("PAYONCE_PROCESSOR=\"{sim}\""));
     }
-    out.push(format!(
-        "  export PAYONCE=\"{}\" PAYONCE_DATABASE_URL=\"{}\"",
-        stack.binary, stack.database_url
-    ));
+    variables.push(format!("PAYONCE=\"{}\"", stack.binary));
+    variables.push(format!("PAYONCE_DATABASE_URL=\"{}\"", stack.database_url));
+    let mut missing = Vec::new();
     for role in [Role::Service, Role::Assistant, Role::OnCall] {
         match secrets.iter().find(|(r, _)| *r == role) {
-            Some((_, secret)) => out.push(format!("  export {}=\"{secret}\"", variable(role))),
-            None => out.push(format!(
+            Some((_, secret)) => variables.push(format!("{}=\"{secret}\"", variable(role))),
+            None => missing.push(format!(
                 "  # {} is the secret of the {} key named above (shown when it was made)",
                 variable(role),
                 role.as_str()
             )),
         }
     }
+    let mut out = vec![
+        "Try it: paste each command into a shell (sh, bash or zsh).".to_string(),
+        format!("  export {}", variables.join(" ")),
+    ];
+    out.extend(missing);
     out.extend([
         "1. Create an operation for invoice INV-1 (the service creates it; note the \"id\" it prints):".into(),
         "  curl -sSf \"$PAYONCE_API/v1/operations\" -H \"authorization: Bearer $SERVICE_KEY\" -H \"content-type: application/json\" -d '{\"business_key\":\"invoice:INV-1:pay\",\"details\":{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}'".into(),
@@ -74,7 +81,7 @@ pub fn walkthrough(
     if stack.simulator_url.is_some() {
         out.extend([
             "   To see one: before step 1, make the simulator's next answer a 500 (with serve --key-retention-s 1 nothing retries it for you):".into(),
-            format!("  curl -sSf -X POST \"$PAYONCE_PROCESSOR/_sim/faults\" -H \"content-type: application/json\" -d '{FAULT}'"),
+            format!("  curl -sSf -X POST \"$PAYONCE_PROCESSOR/_sim/faults\" -H \"content-type: application/json\" -d '{}'", fault()),
         ]);
     }
     out.extend([
@@ -116,7 +123,12 @@ mod tests {
             binary: "/usr/local/bin/payonce",
         };
         let lines = walkthrough(&stack, &tenant, &[(Role::Service, "po_service_x".into())]);
-        assert!(lines.contains(&"  export SERVICE_KEY=\"po_service_x\"".to_string()));
+        assert_eq!(
+            lines[1],
+            "  export PAYONCE_API=\"http://127.0.0.1:8080\" PAYONCE_PROCESSOR=\"http://127.0.0.1:12111\" \
+             PAYONCE=\"/usr/local/bin/payonce\" PAYONCE_DATABASE_URL=\"sqlite:payonce.db\" \
+             SERVICE_KEY=\"po_service_x\""
+        );
         assert!(
             lines
                 .iter()
@@ -130,9 +142,7 @@ mod tests {
                 "{curl}"
             );
         }
-        assert!(lines.contains(
-            &"  export PAYONCE=\"/usr/local/bin/payonce\" PAYONCE_DATABASE_URL=\"sqlite:payonce.db\"".to_string()
-        ));
+
         let mcp: serde_json::Value = serde_json::from_str(lines.last().unwrap().trim()).unwrap();
         assert_eq!(
             mcp["mcpServers"]["payonce"]["url"],

@@ -638,9 +638,23 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
         .collect();
     assert_eq!(
         exports.len(),
-        6,
-        "api, simulator, binary and ledger, three keys: {banner:#?}"
+        1,
+        "one line sets every variable: {banner:#?}"
     );
+    for variable in [
+        "PAYONCE_API=",
+        "PAYONCE_PROCESSOR=",
+        "PAYONCE=",
+        "PAYONCE_DATABASE_URL=",
+        "SERVICE_KEY=",
+        "ASSISTANT_KEY=",
+        "ON_CALL_KEY=",
+    ] {
+        assert!(
+            exports[0].contains(&format!(" {variable}\"")),
+            "{variable}: {banner:#?}"
+        );
+    }
     let printed = |what: &str| -> &str {
         lines
             .iter()
