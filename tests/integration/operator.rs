@@ -970,3 +970,20 @@ async fn the_simulator_takes_basic_auth_expands_on_retrieve_and_refuses_unknown_
     assert_eq!(expanded["charge"]["amount_refunded"], 500);
     sim.shutdown().await;
 }
+
+#[test]
+fn a_sweep_that_did_and_found_nothing_is_idle_and_logs_at_debug() {
+    use payonce_reconciler::sweep::SweepReport;
+    assert!(SweepReport::default().is_idle());
+    let acted = SweepReport {
+        actions: vec!["op_… unknown → succeeded".into()],
+        resolved_succeeded: 1,
+        ..SweepReport::default()
+    };
+    assert!(!acted.is_idle());
+    let failed = SweepReport {
+        errors: 1,
+        ..SweepReport::default()
+    };
+    assert!(!failed.is_idle(), "an error is never idle");
+}
