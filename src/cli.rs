@@ -30,6 +30,13 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The command line as parsed and documented: [`Cli`] with every setting also spelled as its key
+/// (`--worker-batch` for `--batch-size`).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    crate::config_file::with_key_flags(Cli::command())
+}
+
 /// Every subcommand.
 #[derive(Subcommand)]
 pub enum Command {

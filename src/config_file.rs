@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 pub const ENV: &str = "PAYONCE_CONFIG";
 /// Prefix of every setting's environment variable; the key is the rest, lowercased.
 const ENV_PREFIX: &str = "PAYONCE_";
+/// What `config show` prints for a secret that is set. A file giving it as a secret's value was
+/// saved from that output with the comment removed; it is refused, never taken as the secret.
+pub const SECRET_PLACEHOLDER: &str = "(set)";
 /// Largest config file read: a full file is about 2 KiB; anything near this is not a config file.
 pub const FILE_LEN_MAX: u64 = 64 * 1024;
 
@@ -211,6 +214,16 @@ fn set_defaults(mut cmd: Command, file: &ConfigFile) -> Result<Command, ConfigFi
         // per process, so leaking its few values costs a few bytes and saves a dependency feature.
         let value: &'static str = Box::leak(value.clone().into_boxed_str());
         if let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == &id) {
+            if arg.is_hide_env_values_set() && value == SECRET_PLACEHOLDER {
+                return Err(ConfigFileError::InvalidValue {
+                    path: file.path.clone(),
+                    key,
+                    value: value.to_string(),
+                    reason: "that is `config show`'s placeholder for a secret, not a secret: \
+                             set the real one in the environment or remove the line"
+                        .to_string(),
+                });
+            }
             // The setting's own parser judges the value now, so the error names the file's key
             // rather than a flag the operator never typed.
             let alone = Command::new("payonce")
@@ -245,4 +258,41 @@ fn clap_reason(e: &clap::Error) -> String {
     let text = e.to_string();
     let first = text.lines().next().unwrap_or_default();
     first.strip_prefix("error: ").unwrap_or(first).to_string()
+}
+
+/// The flag spelling of a setting's key (`worker_batch` is `--worker-batch`).
+pub fn flag_of_key(key: &str) -> String {
+    key.replace('_', "-")
+}
+
+/// Gives every setting whose flag is spelled differently from its key (`--batch-size` for
+/// `worker_batch`) the key's spelling as a visible alias, in `cmd` and every subcommand: an operator
+/// who read the key in the table, the file or the environment can type it as a flag.
+pub fn with_key_flags(mut cmd: Command) -> Command {
+    let renamed: Vec<(clap::Id, String)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let key = key_of(a)?;
+            let long = a.get_long()?;
+            let flag = flag_of_key(&key);
+            (long != flag
+                && !a
+                    .get_visible_aliases()
+                    .is_some_and(|v| v.contains(&flag.as_str())))
+            .then(|| (a.get_id().clone(), flag))
+        })
+        .collect();
+    for (id, flag) in renamed {
+        // Leaked once per process (about twenty short names), as clap keeps aliases as `&'static str`.
+        let flag: &'static str = Box::leak(flag.into_boxed_str());
+        cmd = cmd.mut_arg(id, |a| a.visible_alias(flag));
+    }
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, with_key_flags);
+    }
+    cmd
 }

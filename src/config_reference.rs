@@ -2,7 +2,7 @@
 //! docs/configuration.md cannot drift from `--help` (a test compares them), and `payonce config show`:
 //! every setting's effective value and where it came from.
 
-use crate::config_file::{ConfigFile, key_of, walk};
+use crate::config_file::{ConfigFile, SECRET_PLACEHOLDER, key_of, walk};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgMatches, Command};
 use std::collections::BTreeMap;
@@ -39,13 +39,16 @@ pub fn markdown(cmd: &Command) -> String {
             commands: Vec::new(),
             help: arg.get_help().map(|h| h.to_string()).unwrap_or_default(),
         });
-        if let Some(long) = arg.get_long() {
+        let aliases = arg.get_visible_aliases().unwrap_or_default();
+        for long in arg.get_long().into_iter().chain(aliases) {
             let flag = format!("`--{long}`");
             if !row.flags.contains(&flag) {
                 row.flags.push(flag);
             }
         }
-        let command = if arg.is_global_set() {
+        // Global on the root: every command. Global below it (the ledger and processor settings of
+        // `keys`, `reconciler`, …): that command, and its subcommands also take it after their name.
+        let command = if arg.is_global_set() && path == "payonce" {
             "all".to_string()
         } else {
             path.trim_start_matches("payonce ").to_string()
@@ -76,8 +79,8 @@ pub fn markdown(cmd: &Command) -> String {
 }
 
 /// Every setting in `args` (the `config show` subcommand's, as defined, for their order, and the global
-/// ones) with its effective value in `matches` and its source, as TOML that could be saved as a config file. Secrets print as
-/// `"(set)"`.
+/// ones) with its effective value in `matches` and its source, as TOML that could be saved as a config file. A secret
+/// that is set prints as a comment (`# key = "(set)"`), so the saved file leaves it to the environment.
 pub fn show<'a>(
     args: impl Iterator<Item = &'a Arg>,
     matches: &ArgMatches,
@@ -108,12 +111,16 @@ pub fn show<'a>(
                 continue;
             }
         };
-        let shown = if arg.is_hide_env_values_set() && !value.is_empty() {
-            "(set)".to_string()
-        } else {
-            value
-        };
-        let _ = writeln!(out, "{key} = {shown:?}  # {source}");
+        if arg.is_hide_env_values_set() && !value.is_empty() {
+            // Commented out: saving the output as a config file must not make a placeholder the
+            // secret (and the file refuses one, see `config_file::SECRET_PLACEHOLDER`).
+            let _ = writeln!(
+                out,
+                "# {key} = {SECRET_PLACEHOLDER:?}  # {source}; a secret, not shown"
+            );
+            continue;
+        }
+        let _ = writeln!(out, "{key} = {value:?}  # {source}");
     }
     out
 }

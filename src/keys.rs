@@ -174,7 +174,14 @@ pub async fn create(
     secret_only: bool,
 ) -> anyhow::Result<ExitCode> {
     let tenant = TenantId::parse(&args.tenant)?;
-    let role = Role::parse(&args.role).context("role must be service, assistant or on_call")?;
+    let role = Role::parse(&args.role).with_context(|| {
+        let known = ["service", "assistant", "on_call"];
+        format!(
+            "unknown role {:?}{}: a role is service, assistant or on_call",
+            args.role,
+            crate::suggestion::hint(&args.role, known)
+        )
+    })?;
     let now = now();
     let key = if args.read_only {
         anyhow::ensure!(
@@ -272,7 +279,7 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             let revoked = keys::revoke(
                 ledger.as_ref(),
                 &id,
-                &format!("oncall:{actor}"),
+                &format!("{}:{actor}", Role::OnCall.as_str()),
                 &reason,
                 now(),
             )
@@ -325,7 +332,7 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
 /// The label of the keys `payonce serve` issues for its tenant.
 pub const SERVE_LABEL: &str = "payonce serve";
 /// The roles `payonce serve` prints keys for.
-pub const SERVE_ROLES: [Role; 2] = [Role::Service, Role::Assistant];
+pub const SERVE_ROLES: [Role; 3] = [Role::Service, Role::Assistant, Role::OnCall];
 /// Suffix of the file next to a SQLite database that keeps `payonce serve`'s key secrets (mode 0600).
 pub const SERVE_KEYS_FILE_SUFFIX: &str = ".serve-keys.json";
 
@@ -479,8 +486,9 @@ pub fn print_serve_keys(
     tenant: &TenantId,
     keys: &[ServeKey],
     keys_file: Option<&std::path::Path>,
-) -> String {
-    let mut service = "$SERVICE_KEY".to_string();
+    database_url: &str,
+) -> Vec<(Role, String)> {
+    let mut secrets = Vec::new();
     for key in keys {
         let (role, line) = match key {
             ServeKey::Issued { role, secret, .. } | ServeKey::Reused { role, secret, .. } => {
@@ -490,16 +498,15 @@ pub fn print_serve_keys(
                 *role,
                 format!(
                     "({tenant}) {key_id} exists; its secret was shown when it was made. Another: \
-                     payonce keys create --tenant {tenant} --role {} --label '{}'",
+                     payonce keys create --tenant {tenant} --role {} --label '{}' --database-url \"{}\"",
                     role.as_str(),
-                    SERVE_LABEL
+                    SERVE_LABEL,
+                    hint_url(database_url),
                 ),
             ),
         };
-        if let (Role::Service, ServeKey::Issued { secret, .. } | ServeKey::Reused { secret, .. }) =
-            (role, key)
-        {
-            service = secret.clone();
+        if let ServeKey::Issued { secret, .. } | ServeKey::Reused { secret, .. } = key {
+            secrets.push((role, secret.clone()));
         }
         let name = format!("{} key", role.as_str());
         println!("  {name:<14} {line}");
@@ -510,12 +517,42 @@ pub fn print_serve_keys(
             path.display()
         );
     }
-    service
+    secrets
+}
+
+/// The database URL as a printed command carries it: as configured, with a password (never
+/// printed) left for the operator to fill in.
+pub fn hint_url(database_url: &str) -> String {
+    // `scheme://user:password@host` → `scheme://user:PASSWORD@host`; anything else as it is.
+    if let (Some(s), Some(at)) = (database_url.find("://"), database_url.rfind('@'))
+        && at > s
+        && let Some((user, _password)) = database_url[s + 3..at].split_once(':')
+    {
+        return format!(
+            "{}://{user}:PASSWORD@{}",
+            &database_url[..s],
+            &database_url[at + 1..]
+        );
+    }
+    database_url.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_printed_database_url_never_carries_its_password() {
+        assert_eq!(hint_url("sqlite:payonce.db"), "sqlite:payonce.db");
+        assert_eq!(
+            hint_url("postgres://payonce@db.internal/payonce"),
+            "postgres://payonce@db.internal/payonce"
+        );
+        assert_eq!(
+            hint_url("postgres://payonce:s3cret@db.internal:5432/payonce"),
+            "postgres://payonce:PASSWORD@db.internal:5432/payonce"
+        );
+    }
 
     #[test]
     fn times_read_relative_to_now() {

@@ -11,11 +11,12 @@
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
 //! - `payonce probe URL`: the container healthcheck.
 //!
-//! Modules: `cli` (the subcommands), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
+//! Modules: `cli` (the subcommands), `banner` (serve's copy-paste walk-through), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `ops` (logging,
+//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
+mod banner;
 mod cli;
 mod config_file;
 mod config_reference;
@@ -26,11 +27,12 @@ mod ops;
 mod progress;
 mod serve;
 mod settings;
+mod suggestion;
 mod tenant;
 mod tenant_app;
 
 use anyhow::Context;
-use clap::{ArgMatches, CommandFactory, FromArgMatches};
+use clap::{ArgMatches, FromArgMatches};
 use cli::{Cli, Command, ConfigCommand, ReconcilerCommand, ResolveAs};
 use config_file::ConfigFile;
 use payonce_reconciler::oncall::{self, Format};
@@ -64,6 +66,34 @@ pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
     )
     .await
     .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
+}
+
+/// Opens an existing ledger, as every command but `migrate`, `serve` and `demo` does: a SQLite path
+/// that names no file is refused, naming it, instead of becoming an empty ledger with nothing to do
+/// (a typo'd path would otherwise read as "all clear").
+pub async fn open_existing(common: &Common) -> anyhow::Result<SharedLedger> {
+    if let Some(path) = sqlite_file(&common.database_url)
+        && !path.exists()
+    {
+        let shown = std::env::current_dir().map_or_else(|_| path.clone(), |d| d.join(&path));
+        anyhow::bail!(
+            "no ledger at {}: the SQLite file does not exist. Check --database-url \
+             (PAYONCE_DATABASE_URL); `payonce migrate --database-url {}` creates an empty ledger",
+            shown.display(),
+            common.database_url
+        );
+    }
+    open(common).await
+}
+
+/// The file a `sqlite:` URL names; none for Postgres or an in-memory database.
+pub fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
+    let rest = database_url
+        .strip_prefix("sqlite://")
+        .or_else(|| database_url.strip_prefix("sqlite:"))?;
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = path.is_empty() || path == ":memory:" || query.contains("mode=memory");
+    (!in_memory).then(|| std::path::PathBuf::from(path))
 }
 
 /// Hides a password in a database URL for logs.
@@ -119,7 +149,7 @@ fn parse() -> Parsed {
     };
     let path = config_file::locate(std::env::args_os(), std::env::var_os(config_file::ENV));
     let file = path.map(|p| ConfigFile::load(&p).unwrap_or_else(|e| exit(format!("{e:#}"))));
-    let mut command = Cli::command();
+    let mut command = cli::command();
     if let Some(f) = &file {
         command = config_file::apply(command, f).unwrap_or_else(|e| exit(e.to_string()));
     }
@@ -142,7 +172,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         Command::Config {
             command: ConfigCommand::Reference,
         } => {
-            print!("{}", config_reference::markdown(&Cli::command()));
+            print!("{}", config_reference::markdown(&cli::command()));
             Ok(ExitCode::SUCCESS)
         }
         Command::Config {
@@ -150,7 +180,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         } => {
             let show = |name: &str, c: &clap::Command| c.find_subcommand(name).cloned();
             // The definition, not the file-applied copy: clap moves an argument it modified to the end.
-            let root = Cli::command();
+            let root = cli::command();
             let cmd = show("config", &root)
                 .and_then(|c| show("show", &c))
                 .context("the config show command")?;
@@ -172,7 +202,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         }
         Command::Simulator(args) => demo::run_simulator(args).await,
         Command::Prune { common, reconciler } => {
-            let ledger = open(&common).await?;
+            let ledger = open_existing(&common).await?;
             // Retention windows on the database's clock (the process's own on SQLite).
             let now = ledger
                 .now(payonce_shared::clock::Clock::now(&SystemClock))
@@ -187,9 +217,9 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Api { common, api } => {
+            let ledger = open_existing(&common).await?;
             let mut config = api.config();
             config.key_secret = common.key_secret()?;
-            let ledger = open(&common).await?;
             // Only to read a payment method's card for the confirmation page (never to submit): a
             // processor that cannot be set up leaves the page without its card line.
             let processor = common
@@ -208,15 +238,17 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::CreateKey { common, args } => {
-            keys::create(&open(&common).await?, args, true).await
+            keys::create(&open_existing(&common).await?, args, true).await
         }
-        Command::Keys { common, command } => keys::run(&open(&common).await?, command).await,
+        Command::Keys { common, command } => {
+            keys::run(&open_existing(&common).await?, command).await
+        }
         Command::Tenant { common, command } => {
-            tenant::run(&open(&common).await?, command).await?;
+            tenant::run(&open_existing(&common).await?, command).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Worker { common, worker } => {
-            let ledger = open(&common).await?;
+            let ledger = open_existing(&common).await?;
             let mut config = worker.config(owner_name("worker"));
             config.limiter = common.limiter()?;
             let limiter = config.limiter.clone();
@@ -239,7 +271,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconciler { common, command } => {
-            let ledger = open(&common).await?;
+            let ledger = open_existing(&common).await?;
             let now = || payonce_shared::clock::Clock::now(&SystemClock);
             match command {
                 ReconcilerCommand::Run {
@@ -308,7 +340,16 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 } => {
                     let parsed = statuses
                         .iter()
-                        .map(|s| Status::parse(s).with_context(|| format!("unknown status {s:?}")))
+                        .map(|s| {
+                            Status::parse(s).with_context(|| {
+                                let known = payonce_shared::state::ALL_STATUSES.map(|s| s.as_str());
+                                format!(
+                                    "unknown status {s:?}{}; the states are {}",
+                                    suggestion::hint(s, known),
+                                    known.join(", ")
+                                )
+                            })
+                        })
                         .collect::<anyhow::Result<Vec<_>>>()?;
                     print!(
                         "{}",
@@ -357,7 +398,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         ResolveAs::Failed => Resolution::Failed,
                         ResolveAs::Retry => Resolution::RetrySameKey,
                     };
-                    let actor = format!("oncall:{actor}");
+                    let actor = format!("{}:{actor}", ledger::Role::OnCall.as_str());
                     print!(
                         "{}",
                         oncall::resolve(
@@ -397,11 +438,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let log_format = parsed.cli.log_format;
     match runtime.block_on(run(parsed)) {
         Ok(code) => code,
+        // Once: a log collector reads the JSON line, a person the plain one.
         Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("payonce: {error:#}");
+            match log_format {
+                ops::LogFormat::Json => tracing::error!("{error:#}"),
+                ops::LogFormat::Text => eprintln!("payonce: {error:#}"),
+            }
             ExitCode::FAILURE
         }
     }

@@ -40,11 +40,21 @@ pub fn init_logging(format: LogFormat, default_filter: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+}
+
+/// Whether log lines may carry colour codes: only on a terminal, and not when `NO_COLOR` is set to
+/// anything but the empty string (no-color.org).
+pub fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// GETs `url`; success on a 2xx within `timeout_ms`. Prints why not on stderr.
@@ -165,6 +175,7 @@ async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     if let Some(w) = &s.worker {
         w.render(&mut e);
+        payonce_shared::processor::reachability::process().render(&mut e);
     }
     if let Some(l) = &s.limiter {
         l.metrics().render(&mut e);
@@ -212,6 +223,20 @@ pub async fn spawn_metrics(listen: &str, state: MetricsState) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color_set() {
+        let set = std::ffi::OsStr::new("1");
+        let empty = std::ffi::OsStr::new("");
+        assert!(colour(true, None));
+        assert!(
+            colour(true, Some(empty)),
+            "an empty NO_COLOR is unset (no-color.org)"
+        );
+        assert!(!colour(true, Some(set)));
+        assert!(!colour(false, None));
+        assert!(!colour(false, Some(set)));
+    }
 
     #[test]
     fn the_binary_installs_ring_as_the_tls_provider_itself() {

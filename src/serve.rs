@@ -70,6 +70,8 @@ pub struct Stack {
     plan: Plan,
     simulator: Option<Simulator>,
     stop: watch::Sender<bool>,
+    /// Resolves with the api's error if it stops on its own.
+    api_failure: tokio::sync::oneshot::Receiver<anyhow::Error>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -93,6 +95,12 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
 impl Stack {
     /// Opens the ledger (running migrations), starts the simulator if planned, and serves the api.
     pub async fn start(mut plan: Plan) -> anyhow::Result<Stack> {
+        // Refused settings stop everything before anything starts or prints: a banner with keys and
+        // a running worker behind an api that never listened would look like a working stack.
+        plan.api
+            .config()
+            .check()
+            .context("the api cannot start with these settings")?;
         // Resolved once: an in-memory ledger's secret is fresh, and the api and the reconciler
         // must derive with the same one.
         plan.common.key_secret = plan.common.key_secret()?.expose().to_string();
@@ -138,11 +146,11 @@ impl Stack {
         let state = payonce_api::AppState::new(ledger.clone(), api_clock, api_config.clone())
             .with_processor(processor.clone());
         let api_stopped = stopped(&stop);
+        let (api_failed, api_failure) = tokio::sync::oneshot::channel();
         let api = tokio::spawn(async move {
             if let Err(error) = payonce_api::serve_listener(listener, state, api_stopped).await {
-                // `{:#}`: the api's errors keep their cause in `source()` ("serving HTTP failed": why).
-                let error = anyhow::Error::from(error);
-                tracing::error!(error = %format!("{error:#}"), "api stopped");
+                // `serve` reports it and stops every other component with it.
+                let _ = api_failed.send(anyhow::Error::from(error).context("the api stopped"));
             }
         });
         Ok(Stack {
@@ -155,6 +163,7 @@ impl Stack {
             plan: Plan { common, ..plan },
             simulator,
             stop,
+            api_failure,
             tasks: vec![api],
         })
     }
@@ -198,6 +207,14 @@ impl Stack {
         let run = reconciler.clone().run(stopped(&self.stop));
         self.tasks.push(tokio::spawn(run));
         reconciler
+    }
+
+    /// Waits for `stop`, or for the api to fail (its error: the caller stops the rest with it).
+    pub async fn until_stopped(&mut self, stop: impl Future<Output = ()>) -> Option<anyhow::Error> {
+        tokio::select! {
+            () = stop => None,
+            failed = &mut self.api_failure => failed.ok(),
+        }
     }
 
     /// Stops everything: the worker and reconciler reach a safe point, the api finishes in-flight
@@ -306,26 +323,48 @@ pub async fn run(
             SystemClock.now(),
         )
         .await?;
-        let service = crate::keys::print_serve_keys(&tenant, &keys, keys_file.as_deref());
+        let secrets = crate::keys::print_serve_keys(
+            &tenant,
+            &keys,
+            keys_file.as_deref(),
+            &stack.plan.common.database_url,
+        );
         start_tenant_app(&mut stack, &tenant).await?;
         println!(
             "  customers of {tenant} approve with a one-time code; the built-in tenant app prints each \
              link and code here (a real tenant sends them by email or SMS)"
         );
-        println!("Create an operation:");
-        println!(
-            "  curl -s {}/v1/operations -H 'authorization: Bearer {service}' -H 'content-type: application/json' \\\n    -d '{{\"business_key\":\"invoice:INV-1:pay\",\"details\":{{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}}}'",
-            stack.api_url
-        );
-        println!(
-            "Then POST {}/v1/operations/OP_ID/approval-requests with the service key: the customer's \
-             confirmation link; approving there enqueues the payment (every route: docs/api.md).",
-            stack.api_url
-        );
+        let binary = std::env::current_exe()
+            .map_or_else(|_| "payonce".to_string(), |p| p.display().to_string());
+        // A relative SQLite path made absolute: the commands work from any directory.
+        let database_url = match crate::sqlite_file(&stack.plan.common.database_url) {
+            Some(path) if path.is_relative() => std::env::current_dir().map_or_else(
+                |_| stack.plan.common.database_url.clone(),
+                |dir| format!("sqlite:{}", dir.join(path).display()),
+            ),
+            _ => crate::keys::hint_url(&stack.plan.common.database_url),
+        };
+        let simulator_url = stack
+            .simulator
+            .is_some()
+            .then(|| stack.processor_url.clone());
+        let walk = crate::banner::Stack {
+            api_url: &stack.api_url,
+            simulator_url: simulator_url.as_deref(),
+            database_url: &database_url,
+            binary: &binary,
+        };
+        for line in crate::banner::walkthrough(&walk, &tenant, &secrets) {
+            println!("{line}");
+        }
+        println!("Every route: docs/api.md; on-call: docs/runbook.md.");
     }
     let stop = ops::shutdown_signal();
     println!("Stop with Ctrl-C.");
-    stop.await;
+    let failure = stack.until_stopped(stop).await;
     stack.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }

@@ -31,6 +31,7 @@ pub struct Common {
     /// Ledger: `postgres://…` (production) or `sqlite:FILE` / `sqlite::memory:` (single node).
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_DATABASE_URL",
         default_value = "sqlite:payonce.db"
     )]
@@ -38,17 +39,23 @@ pub struct Common {
     /// Most pooled ledger connections (Postgres). Every process's pool can grow to it at once when
     /// the database stalls: the sum over all processes must fit the server (docs/runbook.md,
     /// "Connection budget").
-    #[arg(long, env = "PAYONCE_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_DB_MAX_CONNECTIONS",
+        default_value_t = 16
+    )]
     pub db_max_connections: u32,
     /// How long opening the ledger keeps trying a Postgres that is down, starting, out of connection
     /// slots or unreachable, ms (backoff from 0.1 s to 5 s); the process does not listen meanwhile,
     /// and past it exits naming the database's host, port and the last cause.
-    #[arg(long, env = "PAYONCE_DB_CONNECT_TIMEOUT_MS", default_value_t = 60_000,
+    #[arg(long, global = true, env = "PAYONCE_DB_CONNECT_TIMEOUT_MS", default_value_t = 60_000,
           value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
     pub db_connect_timeout_ms: u64,
     /// Processor base URL: the simulator, or https://api.stripe.com.
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_PROCESSOR_URL",
         default_value = "http://127.0.0.1:12111"
     )]
@@ -56,42 +63,50 @@ pub struct Common {
     /// Processor secret key.
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_PROCESSOR_SECRET_KEY",
         default_value = "sk_test_payonce",
         hide_env_values = true
     )]
     pub processor_secret_key: String,
     /// Override of the processor's key retention in seconds (only for a simulator configured shorter).
-    #[arg(long, env = "PAYONCE_KEY_RETENTION_S")]
+    #[arg(long, global = true, env = "PAYONCE_KEY_RETENTION_S")]
     pub key_retention_s: Option<u64>,
     /// Processor connect timeout, ms.
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_PROCESSOR_CONNECT_TIMEOUT_MS",
         default_value_t = 2_000
     )]
     pub processor_connect_timeout_ms: u64,
     /// Processor total request timeout, ms.
-    #[arg(long, env = "PAYONCE_PROCESSOR_TIMEOUT_MS", default_value_t = 15_000)]
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_PROCESSOR_TIMEOUT_MS",
+        default_value_t = 15_000
+    )]
     pub processor_timeout_ms: u64,
     /// Most idle keep-alive connections kept to the processor; below the requests in flight, bursts
     /// of answers close connections the next burst must open again.
-    #[arg(long, env = "PAYONCE_PROCESSOR_IDLE_CONNECTIONS", default_value_t = 64,
+    #[arg(long, global = true, env = "PAYONCE_PROCESSOR_IDLE_CONNECTIONS", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub processor_idle_connections: u64,
     /// Speak HTTP/2 to the processor (one connection, a stream per request in flight) instead of a
     /// connection per request. Off by default: the server's stream limit then caps the requests in
     /// flight, and a lost connection loses every request on it (docs/decisions.md).
-    #[arg(long, env = "PAYONCE_PROCESSOR_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, global = true, env = "PAYONCE_PROCESSOR_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
     pub processor_http2: bool,
     /// Fleet limiter: `local` (in-process; embedded mode), `redis` (shared by every process of the
     /// account through `limiter_redis_url`), or `off` (no pacing; 429s are still retried).
-    #[arg(long, env = "PAYONCE_LIMITER", default_value = "local",
+    #[arg(long, global = true, env = "PAYONCE_LIMITER", default_value = "local",
           value_parser = ["local", "redis", "off"])]
     pub limiter: String,
     /// Redis of the shared limiter (`limiter = redis`).
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_LIMITER_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
         hide_env_values = true
@@ -100,49 +115,60 @@ pub struct Common {
     /// Prefix of the shared limiter's Redis keys.
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_LIMITER_KEY_PREFIX",
         default_value = "payonce:limiter"
     )]
     pub limiter_key_prefix: String,
     /// The processor account the budget belongs to (one budget per account).
-    #[arg(long, env = "PAYONCE_LIMITER_ACCOUNT", default_value = "default")]
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_LIMITER_ACCOUNT",
+        default_value = "default"
+    )]
     pub limiter_account: String,
     /// Submissions per second across the fleet.
-    #[arg(long, env = "PAYONCE_LIMITER_WRITE_PER_SECOND", default_value_t = 100,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_WRITE_PER_SECOND", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub limiter_write_per_second: u32,
     /// Lookups per second across the fleet.
-    #[arg(long, env = "PAYONCE_LIMITER_READ_PER_SECOND", default_value_t = 100,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_READ_PER_SECOND", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub limiter_read_per_second: u32,
     /// Reads and writes together per second across the fleet (Stripe: 100 live, 25 sandbox); 0: no
     /// account-wide cap beyond the two budgets.
-    #[arg(long, env = "PAYONCE_LIMITER_GLOBAL_PER_SECOND", default_value_t = 0,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_GLOBAL_PER_SECOND", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub limiter_global_per_second: u32,
     /// Percent of the global rate reserved for lookups (submissions can never take it).
-    #[arg(long, env = "PAYONCE_LIMITER_READ_RESERVED_PERCENT", default_value_t = 20,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_READ_RESERVED_PERCENT", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(0..100))]
     pub limiter_read_reserved_percent: u32,
     /// Percent of the global rate reserved for submissions (lookups can never take it).
-    #[arg(long, env = "PAYONCE_LIMITER_WRITE_RESERVED_PERCENT", default_value_t = 50,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_WRITE_RESERVED_PERCENT", default_value_t = 50,
           value_parser = clap::value_parser!(u32).range(0..100))]
     pub limiter_write_reserved_percent: u32,
     /// Permits one budget may grant at once after an idle spell.
-    #[arg(long, env = "PAYONCE_LIMITER_BURST", default_value_t = 10,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_BURST", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limiter_burst: u32,
     /// Processes sharing the budget: while Redis is unreachable each one limits itself to the budget
     /// divided by this.
-    #[arg(long, env = "PAYONCE_LIMITER_EXPECTED_PROCESSES", default_value_t = 4,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_EXPECTED_PROCESSES", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub limiter_expected_processes: u32,
     /// Connect and response timeout of each shared-limiter call, ms; past it the local share decides.
-    #[arg(long, env = "PAYONCE_LIMITER_TIMEOUT_MS", default_value_t = 100,
+    #[arg(long, global = true, env = "PAYONCE_LIMITER_TIMEOUT_MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limiter_timeout_ms: u64,
     /// Where worker and reconciler serve `/metrics`, `/healthz` and `/readyz` (worker, reconciler run, serve; the api serves them on its own address); empty: nowhere.
-    #[arg(long, env = "PAYONCE_METRICS_LISTEN", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_METRICS_LISTEN",
+        default_value = ""
+    )]
     pub metrics_listen: String,
     /// Secret of the keyed hash that derives each operation's processor key from its intention
     /// (tenant, business key, details); the same on every api and reconciler of a ledger and kept
@@ -150,6 +176,7 @@ pub struct Common {
     /// elsewhere, required.
     #[arg(
         long,
+        global = true,
         env = "PAYONCE_KEY_SECRET",
         default_value = "",
         hide_env_values = true

@@ -79,8 +79,10 @@ async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
         return StatusCode::BAD_REQUEST;
     };
     let field = |k: &str| request[k].as_str().unwrap_or("").to_string();
+    // Marked so it stands out among the log lines: it is the one line the person trying payonce
+    // must act on.
     println!(
-        "[tenant app] to customer {}: please confirm {} for invoice {} at {}{}",
+        ">>> [tenant app] to customer {}: please confirm {} for invoice {} at {}{}",
         field("customer"),
         field("amount"),
         field("invoice"),

@@ -104,7 +104,7 @@ impl ApiConfig {
             return Err(ConfigError::PublishedWebhookSecret);
         }
         if self.header_read_timeout.is_zero() {
-            return Err(ConfigError::Zero("header_read_timeout"));
+            return Err(ConfigError::Zero("header_read_timeout_ms"));
         }
         if self.connections_max == 0 {
             return Err(ConfigError::Zero("connections_max"));
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(c.check(), Err(ConfigError::Zero("connections_max")));
         c.connections_max = 1;
         c.header_read_timeout = Duration::ZERO;
-        assert_eq!(c.check(), Err(ConfigError::Zero("header_read_timeout")));
+        assert_eq!(c.check(), Err(ConfigError::Zero("header_read_timeout_ms")));
     }
 
     #[test]

@@ -117,6 +117,15 @@ async fn main() -> ExitCode {
     if let Some(bin) = args.payonce_bin {
         settings.payonce_bin = Some(bin);
     }
+    // `--quick` is the check that every section still runs: one it would skip is a failure.
+    if args.quick && settings.payonce_bin.is_none() {
+        eprintln!(
+            "payonce-bench: --quick runs every section, and the worker-process and rate-limit ones need \
+             the payonce binary: build it next to this one (cargo build --release -p payonce) or pass \
+             --payonce-bin"
+        );
+        return ExitCode::from(2);
+    }
     if let Some(n) = args.workers {
         settings.fleet.workers = n.max(1);
     }

@@ -135,7 +135,10 @@ impl Settings {
             http_fleet: fleet("bench-http-worker", 1, 16, 8),
             http_operations: 48,
             http_latency: Duration::from_millis(5),
-            http_ceiling: None,
+            http_ceiling: Some((
+                fleet("bench-http-worker", 1, 8, 4),
+                Duration::from_millis(1),
+            )),
             latency_operations: 40,
             latency_per_second: 200,
             sweep_stuck: 20,
@@ -143,7 +146,8 @@ impl Settings {
             sweep_repeats: 2,
             hints: 500,
             deadline: Duration::from_secs(120),
-            payonce_bin: None,
+            // Every section runs, the process ones too, when the binary is next to this one.
+            payonce_bin: crate::process::sibling_binary(),
             process_operations: 100,
             process_concurrency: 16,
             process_latency: Duration::from_millis(5),

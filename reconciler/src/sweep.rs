@@ -88,6 +88,19 @@ impl SweepReport {
         self.actions.extend(other.actions);
     }
 
+    /// Whether the sweep did and found nothing: no action, error, hint or scan finding.
+    pub fn is_idle(&self) -> bool {
+        self.actions.is_empty()
+            && self.errors == 0
+            && self.hints.applied
+                + self.hints.deferred
+                + self.hints.mismatched
+                + self.hints.unproven
+                == 0
+            && self.hints.without_approval == 0
+            && self.scan.as_ref().map_or(0, ScanReport::findings) == 0
+    }
+
     /// The one-line summary cron and on-call read.
     pub fn summary(&self) -> String {
         format!(
@@ -310,7 +323,12 @@ impl Reconciler {
         if !dry_run {
             self.ledger.drop_maintenance_lease(&lease).await?;
         }
-        tracing::info!(summary = %report.summary(), "sweep done");
+        if report.is_idle() {
+            // Every few seconds on a quiet stack: at info it would bury what matters.
+            tracing::debug!(summary = %report.summary(), "sweep done");
+        } else {
+            tracing::info!(summary = %report.summary(), "sweep done");
+        }
         Ok(report)
     }
 

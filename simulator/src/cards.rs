@@ -129,13 +129,18 @@ pub(crate) async fn retrieve(
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    axum::extract::RawQuery(raw): axum::extract::RawQuery,
 ) -> Response {
     let path = format!("/v1/payment_methods/{id}");
+    // Nothing of a payment method is expandable here: any query parameter is refused, as Stripe
+    // refuses one it does not know.
+    let query_error = crate::expand::parse(raw.as_deref(), &[]).err();
     let found = Retrieve {
         path: &path,
         param: "payment_method",
         kind: "payment_method",
         what: "payment method retrieve",
+        query_error,
     };
     found
         .run(app, conn, &headers, id, |_, id| async move {

@@ -48,6 +48,7 @@ mod cards;
 mod connection;
 mod error;
 mod events;
+mod expand;
 mod faults;
 mod form;
 mod idempotency;

@@ -3,6 +3,7 @@
 use crate::cards::{self, CardOutcome};
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
+use crate::expand;
 use crate::faults::FaultKind;
 use crate::form::{self, Pairs};
 use crate::idempotency::{self, KeyState};
@@ -299,24 +300,36 @@ pub(crate) async fn detached<T: Send + 'static>(
     }
 }
 
-/// `GET /v1/payment_intents/{id}`.
+/// `GET /v1/payment_intents/{id}[?expand[]=latest_charge]`.
 pub(crate) async fn retrieve(
     State(app): State<Shared>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> Response {
     let path = format!("{PATH}/{id}");
+    let (expand, query_error) = match expand::parse(raw.as_deref(), expand::PAYMENT_INTENT) {
+        Ok(fields) => (fields, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     let found = Retrieve {
         path: &path,
         param: "intent",
         kind: "payment_intent",
         what: "payment retrieve",
+        query_error,
     };
     found
         .run(app, conn, &headers, id, |app, id| async move {
             let row = app.store.payment(&id).await?;
-            Ok(row.map(|row| objects::payment_intent(&row)))
+            Ok(row.map(|row| {
+                let mut pi = objects::payment_intent(&row);
+                if expand.iter().any(|f| f == "latest_charge") && row.latest_charge.is_some() {
+                    pi["latest_charge"] = objects::charge(&row, row.amount_refunded);
+                }
+                pi
+            }))
         })
         .await
 }
@@ -333,6 +346,8 @@ pub(crate) struct Retrieve<'a> {
     pub kind: &'a str,
     /// What failed, for an internal error.
     pub what: &'a str,
+    /// Why the query was refused (an unknown parameter, a field that cannot be expanded), if it was.
+    pub query_error: Option<ApiError>,
 }
 
 impl Retrieve<'_> {
@@ -354,6 +369,9 @@ impl Retrieve<'_> {
         };
         if let Some(r) = read_faults(&app, &ctx).await {
             return r;
+        }
+        if let Some(e) = &self.query_error {
+            return ctx.error(e);
         }
         let worker = app.clone();
         let missing = ApiError::missing(self.param, self.kind, &id);

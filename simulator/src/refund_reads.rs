@@ -23,23 +23,44 @@ fn body(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// `GET /v1/refunds/{id}`.
+/// `GET /v1/refunds/{id}[?expand[]=payment_intent&expand[]=charge]`.
 pub(crate) async fn retrieve(
     State(app): State<Shared>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> Response {
     let path = format!("{PATH}/{id}");
+    let (expand, query_error) = match crate::expand::parse(raw.as_deref(), crate::expand::REFUND) {
+        Ok(fields) => (fields, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     let found = Retrieve {
         path: &path,
         param: "id",
         kind: "refund",
         what: "refund retrieve",
+        query_error,
     };
     found
         .run(app, conn, &headers, id, |app, id| async move {
-            Ok(app.store.refund(&id).await?.map(|row| object(&row)))
+            let Some(row) = app.store.refund(&id).await? else {
+                return Ok(None);
+            };
+            let mut refund = object(&row);
+            if !expand.is_empty()
+                && let Some(pi_id) = refund["payment_intent"].as_str().map(String::from)
+                && let Some(pi) = app.store.payment(&pi_id).await?
+            {
+                if expand.iter().any(|f| f == "payment_intent") {
+                    refund["payment_intent"] = objects::payment_intent(&pi);
+                }
+                if expand.iter().any(|f| f == "charge") && pi.latest_charge.is_some() {
+                    refund["charge"] = objects::charge(&pi, pi.amount_refunded);
+                }
+            }
+            Ok(Some(refund))
         })
         .await
 }

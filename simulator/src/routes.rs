@@ -217,8 +217,7 @@ impl Ctx {
         let authorized = header_str(headers, "authorization")
             .ok()
             .flatten()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|token| token == app.config.api_key);
+            .is_some_and(|v| key_in_authorization(v, &app.config.api_key));
         if !authorized {
             return Err(ctx.error(&ApiError::unauthorized()));
         }
@@ -310,5 +309,65 @@ impl Ctx {
         let _ = shutdown.wait_for(|stop| *stop).await;
         self.conn.kill();
         StatusCode::SERVICE_UNAVAILABLE.into_response()
+    }
+}
+
+/// Whether an `Authorization` value carries `key` as Stripe accepts it: `Bearer KEY`, or HTTP Basic
+/// with the key as the user name and an empty password (`curl -u KEY:`, Stripe's own examples).
+fn key_in_authorization(value: &str, key: &str) -> bool {
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        return token == key;
+    }
+    value.strip_prefix("Basic ").is_some_and(|encoded| {
+        let encoded = encoded.trim();
+        encoded == base64(&format!("{key}:")) || encoded == base64(key)
+    })
+}
+
+/// Standard base64 with padding (RFC 4648, section 4), for the few bytes of a Basic credential.
+fn base64(text: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod basic_auth_tests {
+    use super::*;
+
+    #[test]
+    fn bearer_and_basic_carry_the_key_and_nothing_else_does() {
+        assert_eq!(base64("sk_test_payonce:"), "c2tfdGVzdF9wYXlvbmNlOg==");
+        assert_eq!(base64("ab"), "YWI=");
+        assert_eq!(base64("abc"), "YWJj");
+        assert!(key_in_authorization(
+            "Bearer sk_test_payonce",
+            "sk_test_payonce"
+        ));
+        assert!(key_in_authorization(
+            "Basic c2tfdGVzdF9wYXlvbmNlOg==",
+            "sk_test_payonce"
+        ));
+        assert!(!key_in_authorization(
+            "Basic c2tfdGVzdF93cm9uZzo=",
+            "sk_test_payonce"
+        ));
+        assert!(!key_in_authorization("sk_test_payonce", "sk_test_payonce"));
     }
 }

@@ -318,6 +318,12 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
     use payonce_shared::ledger::{self, LeaseHolder, Recorded};
     let dir = scratch("sweep-codes");
     let db = format!("sqlite:{}", dir.join("sweep.db").display());
+    // Only `migrate`, `serve` and `demo` create a ledger; cron's sweep refuses a missing one.
+    let migrated = payonce(&dir, &["migrate", "--database-url", &db])
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
     let sweep = || async {
         payonce(&dir, &["reconciler", "sweep", "--once", "--json"])
             .env("PAYONCE_DATABASE_URL", &db)

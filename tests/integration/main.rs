@@ -19,6 +19,7 @@ mod ledger_conformance;
 mod limiter;
 mod lost_ledger;
 mod oncall_refunds;
+mod operator;
 mod properties;
 mod reconciler;
 mod refund_dispatch;

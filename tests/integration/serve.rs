@@ -418,7 +418,11 @@ async fn serve_keeps_its_keys_across_restarts() {
         .await
         .unwrap();
     let rows = ledger.list_api_keys(None, 100).await.unwrap();
-    assert_eq!(rows.len(), 2, "no new key rows on restart: {rows:#?}");
+    assert_eq!(
+        rows.len(),
+        3,
+        "service, assistant and on-call; no new key rows on restart: {rows:#?}"
+    );
 
     // Without the file (as on Postgres) a restart names the existing keys and adds none.
     std::fs::remove_file(&file).unwrap();
@@ -434,7 +438,9 @@ async fn serve_keeps_its_keys_across_restarts() {
                 .find(|k| k.role == payonce_shared::ledger::Role::Service)
                 .unwrap()
                 .key_id
-        ) && line.contains("payonce keys create --tenant acme --role service"),
+        ) && line.contains(&format!(
+            "payonce keys create --tenant acme --role service --label 'payonce serve' --database-url \"{database_url}\""
+        )),
         "{banner:#?}"
     );
     let status = sigterm_and_wait(&mut child).await;
@@ -443,5 +449,5 @@ async fn serve_keeps_its_keys_across_restarts() {
         "{status}: {}",
         std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
     );
-    assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 2);
+    assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 3);
 }

@@ -95,7 +95,9 @@ fn reference_of(outcome: &SubmitOutcome) -> Option<String> {
         SubmitOutcome::Declined { reference, .. } | SubmitOutcome::Unknown { reference, .. } => {
             reference.clone()
         }
-        SubmitOutcome::NotSubmitted { .. } | SubmitOutcome::RateLimited { .. } => None,
+        SubmitOutcome::NotSubmitted { .. }
+        | SubmitOutcome::Unreachable { .. }
+        | SubmitOutcome::RateLimited { .. } => None,
     }
 }
 
@@ -197,14 +199,19 @@ async fn processing_is_unknown_with_a_reference_and_lookup_follows_it_to_success
 }
 
 #[tokio::test]
-async fn connection_refused_is_not_submitted() {
+async fn connection_refused_is_unreachable() {
     let port = crate::serve::free_port();
     let p = adapter(&format!("http://127.0.0.1:{port}"));
     let op = Op::new("pm_card_visa");
-    assert!(matches!(
-        op.submit(&p).await,
-        SubmitOutcome::NotSubmitted { .. }
-    ));
+    match op.submit(&p).await {
+        SubmitOutcome::Unreachable { reason } => {
+            assert!(
+                reason.starts_with("could not connect to the processor"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
         op.lookup(&p, None).await,
         LookupOutcome::Unavailable { .. }
@@ -404,13 +411,18 @@ async fn a_key_reused_with_other_parameters_is_unknown() {
 }
 
 #[tokio::test]
-async fn invalid_requests_wrong_keys_and_missing_endpoints_are_not_submitted() {
+async fn an_unknown_payment_method_is_final_and_wrong_keys_and_missing_endpoints_are_not_submitted()
+{
     let s = start_default().await;
     let unknown_card = Op::new("pm_card_doesNotExist");
-    assert!(matches!(
+    assert_eq!(
         unknown_card.submit(&adapter(&s.base)).await,
-        SubmitOutcome::NotSubmitted { .. }
-    ));
+        SubmitOutcome::Declined {
+            code: "resource_missing".into(),
+            message: "No such PaymentMethod: 'pm_card_doesNotExist'".into(),
+            reference: None
+        }
+    );
     let wrong_key = StripeProcessor::new(StripeConfig::new(&s.base, "sk_test_wrong")).unwrap();
     let op = Op::new("pm_card_visa");
     match op.submit(&wrong_key).await {

@@ -11,7 +11,9 @@ use payonce_shared::ledger::{
     Declined, Fence, LedgerError, Operation, Paid, Queue, RecordOutcome, Recorded,
 };
 use payonce_shared::limiter::{Budget, acquire};
-use payonce_shared::processor::{FoundStatus, PriorPayment, Processor, SubmitOutcome, operation};
+use payonce_shared::processor::{
+    FoundStatus, PriorPayment, Processor, SubmitOutcome, operation, reachability,
+};
 use payonce_shared::state::Status;
 use std::time::Duration;
 
@@ -108,15 +110,21 @@ pub fn to_recorded(
             message,
             reference,
         }),
-        SubmitOutcome::NotSubmitted { reason } if attempt >= config.attempt_max => {
+        // Without the operation's approval at hand (see `submit_claimed`), like any attempt that
+        // sent nothing.
+        SubmitOutcome::NotSubmitted { reason } | SubmitOutcome::Unreachable { reason }
+            if attempt >= config.attempt_max =>
+        {
             Recorded::Exhausted {
                 reason: format!("{reason} (attempt {attempt} of {})", config.attempt_max),
             }
         }
-        SubmitOutcome::NotSubmitted { reason } => Recorded::RetryLater {
-            reason,
-            available_at_ms: now + retry_delay(config, attempt),
-        },
+        SubmitOutcome::NotSubmitted { reason } | SubmitOutcome::Unreachable { reason } => {
+            Recorded::RetryLater {
+                reason,
+                available_at_ms: now + retry_delay(config, attempt),
+            }
+        }
         // Only reached after `rate_limit_wait_max` of pacing and in-place retries (or at shutdown):
         // back to ready, never exhausted, because a refusal before execution is not a failed attempt.
         SubmitOutcome::RateLimited {
@@ -289,7 +297,13 @@ pub async fn submit_claimed(
         }
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");
-    to_recorded(outcome, op.attempt, config, clock.now())
+    let now = clock.now();
+    reachability::process().observe(&outcome, now);
+    if let SubmitOutcome::Unreachable { reason } = outcome {
+        let delay = retry_delay(config, op.attempt);
+        return reachability::while_unreachable(reason, op.approval_expires_at_ms, now, delay);
+    }
+    to_recorded(outcome, op.attempt, config, now)
 }
 
 /// Before the first submission of a payment, with `check_before_submit` on: what the processor

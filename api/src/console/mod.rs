@@ -7,6 +7,7 @@
 
 pub mod advice;
 pub mod bulk;
+pub mod outage;
 pub mod refunds;
 pub mod session;
 pub mod views;

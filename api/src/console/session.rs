@@ -200,6 +200,15 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
     if record.role != Role::OnCall {
         return Err(SignInError::NotOnCall);
     }
+    // A sign-in is the key's use (its session's requests are not, so the key's LAST USED is when an
+    // engineer last signed in with it), recorded as the api records a bearer request's.
+    if let Err(error) = state
+        .ledger()
+        .touch_api_key(&record.key_id, now, crate::auth::LAST_USED_RESOLUTION)
+        .await
+    {
+        tracing::warn!(%error, key_id = %record.key_id, "could not record an API key's last use");
+    }
     let id = new_token();
     let session = ConsoleSession {
         session_hash: sha256_hex(&id),

@@ -105,7 +105,10 @@ fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                         }
                     }
                 }
-                main { (body) }
+                main {
+                    @if csrf.is_some() { (super::outage::banner()) }
+                    (body)
+                }
             }
         }
     }

@@ -29,13 +29,10 @@ pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey(pub String);
 
-/// A JSON-RPC error answer with an HTTP status. `id` is left out when the request's id is unknown
-/// (`Value::Null`), as the MCP schema's `JSONRPCErrorResponse` allows.
+/// A JSON-RPC error answer with an HTTP status. `id` is `null` when the request's id could not be
+/// read (JSON-RPC 2.0, section 5: "If there was an error in detecting the id … it MUST be Null").
 pub fn rpc_error(status: StatusCode, id: Value, code: i32, message: &str) -> Response {
-    let mut body = json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}});
-    if !id.is_null() {
-        body["id"] = id;
-    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -111,12 +108,21 @@ fn check_message(message: &Value) -> Result<Option<IdempotencyKey>, (i32, &'stat
         return Err((INVALID_REQUEST, "`id` must be a string or a number"));
     }
     let Some(method) = object.get("method") else {
-        // A response or error from the client: rmcp decides what to do with it.
-        return Ok(None);
+        // A response or error from the client (to a server request): rmcp decides what to do with it.
+        if object.contains_key("result") || object.contains_key("error") {
+            return Ok(None);
+        }
+        return Err((
+            INVALID_REQUEST,
+            "a request needs `method` (a string); a response needs `result` or `error`",
+        ));
     };
     let Some(method) = method.as_str() else {
         return Err((INVALID_REQUEST, "`method` must be a string"));
     };
+    if object.get("params").is_some_and(|p| !p.is_object()) {
+        return Err((INVALID_PARAMS, "`params` must be an object"));
+    }
     if method != "tools/call" {
         return Ok(None);
     }
@@ -277,6 +283,23 @@ mod tests {
         assert_eq!(
             check_message(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
             Ok(None)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1})),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]})),
+            Some(INVALID_PARAMS)
+        );
+        assert_eq!(
+            code(json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": "x"})),
+            Some(INVALID_PARAMS)
+        );
+        assert_eq!(
+            check_message(&json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
+            Ok(None),
+            "a client's response to a server request is rmcp's"
         );
     }
 }

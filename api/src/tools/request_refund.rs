@@ -21,14 +21,10 @@ pub const AMOUNT_ARG: &str = "amount";
 pub const REASON_ARG: &str = "reason";
 const REASONS: [&str; 3] = ["duplicate", "fraudulent", "requested_by_customer"];
 
-/// The input schema. `strict` (OpenAI): every property required, `amount` nullable instead of
-/// optional.
+/// The input schema. `strict` (OpenAI): every property required; elsewhere `amount` is optional.
+/// `amount` is nullable in every schema, as the server accepts `null` from every shape.
 pub fn input_schema(strict: bool) -> Value {
-    let amount_type = if strict {
-        json!(["integer", "null"])
-    } else {
-        json!("integer")
-    };
+    let amount_type = json!(["integer", "null"]);
     let required = if strict {
         json!([PAYMENT_ARG, AMOUNT_ARG, REASON_ARG])
     } else {

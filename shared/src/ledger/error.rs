@@ -60,8 +60,9 @@ pub enum LedgerError {
         /// The attempt the writer held.
         attempt: i64,
     },
-    /// A caller asked for something outside a named limit; nothing was changed.
-    #[error("limit exceeded: {0}")]
+    /// A caller asked for something outside a named limit; nothing was changed. The limit's own
+    /// message is the whole message (it names the limit and the allowed range).
+    #[error(transparent)]
     Limit(#[from] LimitError),
     /// The state machine refused a move (a bug in the caller).
     #[error(transparent)]
@@ -82,12 +83,13 @@ pub enum LedgerError {
     /// The database failed. Its error is part of the message and not a `source()`: a log line that
     /// prints the error names the cause, and chain walkers (the api's `cause_chain`, anyhow's `{:#}`)
     /// do not print it twice.
-    #[error("database error: {0}")]
+    #[error("database error: {}", cause_text(.0))]
     Database(sqlx::Error),
     /// Opening the ledger found no database to talk to: it kept refusing or failing within the
     /// connect timeout, or refused in a way a retry cannot change (credentials, no such database).
     #[error(
-        "could not connect to the database at {address} (attempts: {attempts} in {waited_ms} ms): {cause}"
+        "could not connect to the database at {address} (attempts: {attempts} in {waited_ms} ms): {}",
+        cause_text(.cause)
     )]
     Connect {
         /// The `host:port` tried.
@@ -99,6 +101,16 @@ pub enum LedgerError {
         /// The last attempt's error (in the message, as for [`LedgerError::Database`]).
         cause: sqlx::Error,
     },
+}
+
+/// A driver error as an operator reads it: the database's own message without the server's source
+/// line that sqlx appends to a Postgres error ("role \"x\" does not exist at line 768" names a line
+/// of Postgres's C code, not of anything the operator wrote).
+pub fn cause_text(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => format!("error returned from database: {}", db.message()),
+        other => other.to_string(),
+    }
 }
 
 /// Storage failures ([`LedgerError::is_storage_failure`]) this process has met, for

@@ -4,6 +4,7 @@
 //! and reconciler apply them through the state machine.
 
 pub mod operation;
+pub mod reachability;
 pub mod stripe;
 pub mod summary;
 
@@ -102,6 +103,13 @@ pub enum SubmitOutcome {
     },
     /// Nothing ran at the processor (connection refused, rate limited before execution, ...). Safe to retry.
     NotSubmitted {
+        /// Why.
+        reason: String,
+    },
+    /// The processor could not be reached at all (connection refused, DNS, TLS handshake, connect
+    /// timeout): no byte of the request left this process. Safe to retry, and no failed attempt: the
+    /// payment waits while its approval holds ([`reachability::while_unreachable`]).
+    Unreachable {
         /// Why.
         reason: String,
     },

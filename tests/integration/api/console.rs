@@ -1419,3 +1419,21 @@ async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_i
     );
     api.stop().await;
 }
+
+#[tokio::test]
+async fn a_key_used_only_to_sign_in_to_the_console_records_its_last_use() {
+    let api = spawn(sqlite_ledger().await).await;
+    let last_used = || async {
+        api.ledger
+            .list_api_keys(Some(&tenant()), 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|k| k.role == Role::OnCall)
+            .unwrap()
+            .last_used_at_ms
+    };
+    assert_eq!(last_used().await, None, "never used yet");
+    sign_in(&api, &api.on_call).await;
+    assert_eq!(last_used().await, Some(api.clock_now()));
+}

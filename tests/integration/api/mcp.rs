@@ -338,6 +338,16 @@ async fn malformed_messages_get_400_and_the_json_rpc_code() {
                 .to_vec(),
             -32602,
         ),
+        (
+            "no method, no result",
+            br#"{"jsonrpc": "2.0", "id": 8}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "params not an object",
+            br#"{"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": [1]}"#.to_vec(),
+            -32602,
+        ),
     ] {
         let (status, headers, text) = raw_post(&api, body, &MODERN).await;
         assert_eq!(status, 400, "{what}: {text}");
@@ -346,6 +356,11 @@ async fn malformed_messages_get_400_and_the_json_rpc_code() {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
         assert_eq!(body["jsonrpc"], "2.0");
         assert_eq!(body["error"]["code"], code, "{what}: {text}");
+        // The id, when it could not be read, is null, never missing (JSON-RPC 2.0, section 5).
+        assert!(body.get("id").is_some(), "{what}: {text}");
+        if code == -32700 || what == "not an object" {
+            assert_eq!(body["id"], Value::Null, "{what}: {text}");
+        }
     }
     // The id is echoed when it could be read.
     let (_, _, text) = raw_post(
@@ -382,7 +397,7 @@ async fn a_disallowed_origin_is_refused_and_allowed_ones_pass() {
     .await;
     assert_eq!(status, 403, "{text}");
     let body: Value = serde_json::from_str(&text).unwrap();
-    assert!(body.get("id").is_none(), "no id: {body}");
+    assert_eq!(body["id"], Value::Null, "an id null, not missing: {body}");
     assert_eq!(body["error"]["code"], -32600);
     // Unauthenticated or not, a foreign page gets nothing.
     let anonymous = api

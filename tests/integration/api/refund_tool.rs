@@ -257,6 +257,19 @@ async fn request_refund_is_defined_in_every_providers_shape() {
         "destructiveHint": false, "idempotentHint": true, "openWorldHint": true})
     );
     assert!(m["outputSchema"]["properties"]["payment_operation_id"].is_object());
+    // The server takes `"amount": null` from every shape, so every schema says so.
+    for (shape, schema) in [
+        ("openai_chat", &chat["tools"][2]["function"]["parameters"]),
+        ("openai_responses", &responses["tools"][2]["parameters"]),
+        ("anthropic", &anthropic["tools"][2]["input_schema"]),
+        ("mcp", &m["inputSchema"]),
+    ] {
+        assert_eq!(
+            schema["properties"]["amount"]["type"],
+            json!(["integer", "null"]),
+            "{shape}"
+        );
+    }
     api.stop().await;
 }
 

@@ -902,10 +902,10 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
     assert_eq!(answer["approval_request"]["status"], "sent", "{answer}");
     assert!(!answer.to_string().contains("/confirm/"), "{answer}");
 
-    // The tenant app's "SMS": "[tenant app] to customer cus_9: please confirm … at URL with code N".
+    // The tenant app's "SMS": ">>> [tenant app] to customer cus_9: please confirm … at URL with code N".
     let line = tokio::time::timeout(SERVE_DEADLINE, async {
         while let Some(line) = stdout.next_line().await.unwrap() {
-            if line.starts_with("[tenant app]") {
+            if line.starts_with(">>> [tenant app]") {
                 return line;
             }
         }
@@ -961,6 +961,11 @@ async fn the_operator_command_sets_a_tenants_verification() {
         let mut command = payonce(&dir, &all);
         async move { command.output().await.unwrap() }
     };
+    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
     let refused = run(vec![
         "set-verification",
         "--tenant",

@@ -2,7 +2,7 @@
 //!
 //! | what happened | outcome | why |
 //! | --- | --- | --- |
-//! | connect error: refused, DNS, TLS handshake, connect timeout (`is_connect()`) | NotSubmitted | no byte of the request left this process |
+//! | connect error: refused, DNS, TLS handshake, connect timeout (`is_connect()`) | Unreachable | no byte of the request left this process; the payment waits while its approval holds |
 //! | request could not be built (`is_builder()`) | NotSubmitted | nothing was sent |
 //! | timeout after connecting, reset or close after sending, unreadable body | Unknown | Stripe may have executed it |
 //! | 200, `status: succeeded` | Succeeded | |
@@ -11,7 +11,8 @@
 //! | 200, any other status or an unparseable body | Unknown | |
 //! | 402 `card_error` | Declined (with `error.payment_intent.id`) | Stripe's definitive card failure |
 //! | 400 `idempotency_error` | Unknown | an earlier request under this key may have run |
-//! | 400 `invalid_request_error` without a PaymentIntent | NotSubmitted | Stripe validates before executing and saves no result |
+//! | 400 `invalid_request_error` without a PaymentIntent, code in [`FINAL_INVALID_REQUEST_CODES`] (`resource_missing`, `parameter_invalid_*`, …) | Declined (no reference) | the operation's own details are invalid (a payment method that does not exist): the same request fails the same way every time, so one submission ends it `failed` with Stripe's message |
+//! | 400 `invalid_request_error` without a PaymentIntent, any other code | NotSubmitted | Stripe validates before executing and saves no result |
 //! | 400 `invalid_request_error` naming a PaymentIntent | Unknown (with reference) | something was created |
 //! | 401, 403 | NotSubmitted | authentication and permission are checked before anything runs |
 //! | 404 | NotSubmitted | no such endpoint: nothing ran |
@@ -25,10 +26,25 @@
 use crate::processor::SubmitOutcome;
 use serde_json::Value;
 
+/// Stripe's `invalid_request_error` codes that refuse the operation's own details (an object it names
+/// does not exist, a parameter value is invalid), answered before anything executes: sending the same
+/// details again fails the same way, so the operation ends `failed` after one submission instead of
+/// being retried until a human is paged. Codes that point at payonce's request rather than the
+/// operation (`parameter_unknown`, `parameter_missing`: payonce builds every parameter, so either is
+/// an adapter bug a deploy fixes) are not in it.
+pub const FINAL_INVALID_REQUEST_CODES: [&str; 3] =
+    ["resource_missing", "amount_too_small", "amount_too_large"];
+
+/// Whether a 400 `invalid_request_error` with `code` refuses the operation for good (see
+/// [`FINAL_INVALID_REQUEST_CODES`]; every `parameter_invalid_*` code too).
+pub fn invalid_request_is_final(code: &str) -> bool {
+    FINAL_INVALID_REQUEST_CODES.contains(&code) || code.starts_with("parameter_invalid")
+}
+
 /// Classifies a request that got no HTTP response.
 pub fn classify_transport(e: &reqwest::Error) -> SubmitOutcome {
     if e.is_connect() {
-        return SubmitOutcome::NotSubmitted {
+        return SubmitOutcome::Unreachable {
             reason: format!("could not connect to the processor: {}", chain(e)),
         };
     }
@@ -164,6 +180,13 @@ pub fn classify_response(status: u16, body: &[u8]) -> SubmitOutcome {
             reason: described,
             retry_after_ms: None,
         },
+        (400, "invalid_request_error") if invalid_request_is_final(&code) => {
+            SubmitOutcome::Declined {
+                code,
+                message,
+                reference: None,
+            }
+        }
         (400, "invalid_request_error") | (401 | 403 | 404, _) => {
             SubmitOutcome::NotSubmitted { reason: described }
         }
@@ -244,6 +267,30 @@ mod tests {
         ));
         assert!(matches!(
             classify_response(400, &err("invalid_request_error", "parameter_missing")),
+            SubmitOutcome::NotSubmitted { .. }
+        ));
+        assert!(matches!(
+            classify_response(400, &err("invalid_request_error", "parameter_unknown")),
+            SubmitOutcome::NotSubmitted { .. }
+        ));
+        for code in [
+            "resource_missing",
+            "parameter_invalid_integer",
+            "amount_too_small",
+        ] {
+            assert_eq!(
+                classify_response(400, &err("invalid_request_error", code)),
+                SubmitOutcome::Declined {
+                    code: code.into(),
+                    message: "m".into(),
+                    reference: None
+                },
+                "{code}"
+            );
+        }
+        // The same code at 404 (a path that names no object) is not about the operation's details.
+        assert!(matches!(
+            classify_response(404, &err("invalid_request_error", "resource_missing")),
             SubmitOutcome::NotSubmitted { .. }
         ));
         assert!(matches!(

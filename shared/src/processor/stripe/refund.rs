@@ -15,7 +15,7 @@
 //! payment table in [`super::classify`] (5xx and transport failures after sending: Unknown; 429: RateLimited).
 
 use super::StripeProcessor;
-use super::classify::classify_response;
+use super::classify::{classify_response, invalid_request_is_final};
 use super::lookup::{Owner, by_reference, error_message, get_json, is_id, list_page, unavailable};
 use super::wire::{belongs, intention_of, operation_of};
 use crate::processor::{
@@ -170,6 +170,17 @@ pub fn classify_refund_response(status: u16, body: &[u8]) -> SubmitOutcome {
             code: code.to_string(),
             message: text(&error, "message").unwrap_or("").to_string(),
             reference: None,
+        };
+    }
+    // A refund names a payment the ledger holds as paid: "no such payment_intent" or an invalid
+    // parameter means a wrong account key or an adapter bug, which a fix makes succeed, not a refund
+    // that can never happen, so the payment table's final invalid requests stay retryable here.
+    if status == 400 && kind == "invalid_request_error" && invalid_request_is_final(code) {
+        return SubmitOutcome::NotSubmitted {
+            reason: format!(
+                "HTTP 400 invalid_request_error {code}: {}",
+                text(&error, "message").unwrap_or("")
+            ),
         };
     }
     // Every other answer means for a refund what it means for a payment.
