@@ -1279,6 +1279,12 @@ async fn keys_create_read_only_is_for_on_call_keys() {
     use crate::serve::{payonce, scratch};
     let dir = scratch("keys-read-only");
     let db = format!("sqlite:{}", dir.join("keys.db").display());
+    // Every command but migrate, serve and demo refuses a ledger that does not exist yet.
+    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
     let run = |role: &'static str| {
         let args = [
             "keys",

@@ -377,6 +377,12 @@ async fn the_operator_command_sets_a_profile_and_refuses_bad_input() {
     use crate::serve::{payonce, scratch};
     let dir = scratch("tenant-set-profile");
     let db = format!("sqlite:{}", dir.join("tenant.db").display());
+    // Every command but migrate, serve and demo refuses a ledger that does not exist yet.
+    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
     let run = |args: Vec<&str>| {
         let mut all = vec![
             "tenant",
