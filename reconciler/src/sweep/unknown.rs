@@ -510,19 +510,20 @@ mod tests {
         }
     }
 
-    /// What each lookup decides, inside and past the key's 24 h window (with the default 5 min
-    /// margin), with and without the resubmission policy.
-    #[test]
-    fn every_lookup_outcome_decides_as_the_table_says() {
-        let op = unknown_since(0);
-        let inside = Timestamp::from_millis(0) + HOUR;
-        let past = Timestamp::from_millis(0) + 24 * HOUR;
-        let stripe = contract(Some(24 * HOUR), LookupSupport::Consistent);
-        let not_found = |consistent| LookupOutcome::NotFound { consistent };
-        let mut allowed = ReconcilerConfig::new("rec");
-        allowed.resubmit_after_window = true;
-        let refused = ReconcilerConfig::new("rec");
-        let kind = |d: &Decision| match d {
+    /// One row of the decision table: name, lookup, time of the decision, contract, policy, and
+    /// the kind of decision expected.
+    type Row = (
+        &'static str,
+        LookupOutcome,
+        Timestamp,
+        Contract,
+        ReconcilerConfig,
+        &'static str,
+    );
+
+    /// The kind of a decision, for the table.
+    fn kind(d: &Decision) -> &'static str {
+        match d {
             Decision::Record(Report::Succeeded(_)) => "record succeeded",
             Decision::Record(Report::Failed(_)) => "record failed",
             Decision::Record(_) => "record other",
@@ -531,112 +532,106 @@ mod tests {
             Decision::Resubmit => "resubmit",
             Decision::Escalate(_) => "escalate",
             Decision::Defer(_) => "defer",
-        };
+        }
+    }
+
+    /// What each lookup decides, inside and past the key's 24 h window (with the default 5 min
+    /// margin), with and without the resubmission policy.
+    fn table() -> Vec<Row> {
+        let inside = Timestamp::from_millis(0) + HOUR;
+        let past = Timestamp::from_millis(0) + 24 * HOUR;
+        let stripe = contract(Some(24 * HOUR), LookupSupport::Consistent);
+        let not_found = |consistent| LookupOutcome::NotFound { consistent };
+        let mut allowed = ReconcilerConfig::new("rec");
+        allowed.resubmit_after_window = true;
+        let refused = ReconcilerConfig::new("rec");
         let found = |status| LookupOutcome::Found {
             reference: "pi_1".into(),
             status,
         };
-        let rows: Vec<(
-            &str,
-            LookupOutcome,
-            Timestamp,
-            &Contract,
-            &ReconcilerConfig,
-            &str,
-        )> = vec![
-            (
+        let paid = FoundStatus::Succeeded {
+            result: serde_json::json!({"id": "pi_1"}),
+        };
+        let declined = FoundStatus::Failed {
+            code: "card_declined".into(),
+            message: "no".into(),
+        };
+        let pending = FoundStatus::Pending {
+            processor_status: "processing".into(),
+        };
+        let limited = LookupOutcome::RateLimited {
+            reason: "429".into(),
+        };
+        let down = LookupOutcome::Unavailable {
+            reason: "timeout".into(),
+        };
+        let row = |name, lookup, now, config: &ReconcilerConfig, expected| -> Row {
+            (name, lookup, now, stripe.clone(), config.clone(), expected)
+        };
+        vec![
+            row(
                 "found succeeded",
-                found(FoundStatus::Succeeded {
-                    result: serde_json::json!({"id": "pi_1"}),
-                }),
+                found(paid),
                 inside,
-                &stripe,
                 &refused,
                 "record succeeded",
             ),
-            (
+            row(
                 "found failed",
-                found(FoundStatus::Failed {
-                    code: "card_declined".into(),
-                    message: "no".into(),
-                }),
+                found(declined),
                 inside,
-                &stripe,
                 &refused,
                 "record failed",
             ),
-            (
-                "found pending",
-                found(FoundStatus::Pending {
-                    processor_status: "processing".into(),
-                }),
-                inside,
-                &stripe,
-                &refused,
-                "poll",
-            ),
-            (
+            row("found pending", found(pending), inside, &refused, "poll"),
+            row(
                 "not found, window open",
                 not_found(true),
                 inside,
-                &stripe,
                 &refused,
                 "retry same key",
             ),
-            (
-                "not found, window closed, policy on",
+            row(
+                "not found, closed, policy on",
                 not_found(true),
                 past,
-                &stripe,
                 &allowed,
                 "resubmit",
             ),
-            (
-                "not found, window closed, policy off",
+            row(
+                "not found, closed, policy off",
                 not_found(true),
                 past,
-                &stripe,
                 &refused,
                 "escalate",
             ),
-            (
-                "not found, window closed, eventually consistent",
+            row(
+                "not found, closed, lagging lookup",
                 not_found(false),
                 past,
-                &stripe,
                 &allowed,
                 "escalate",
             ),
-            (
-                "rate limited",
-                LookupOutcome::RateLimited {
-                    reason: "429".into(),
-                },
-                inside,
-                &stripe,
-                &refused,
-                "defer",
-            ),
-            (
-                "unavailable",
-                LookupOutcome::Unavailable {
-                    reason: "timeout".into(),
-                },
-                inside,
-                &stripe,
-                &refused,
-                "defer",
-            ),
-        ];
-        for (name, lookup, now, contract, config, expected) in rows {
-            let decision = decide(&op, lookup, now, contract, config);
+            row("rate limited", limited, inside, &refused, "defer"),
+            row("unavailable", down, inside, &refused, "defer"),
+        ]
+    }
+
+    #[test]
+    fn every_lookup_outcome_decides_as_the_table_says() {
+        let op = unknown_since(0);
+        for (name, lookup, now, contract, config, expected) in table() {
+            let decision = decide(&op, lookup, now, &contract, &config);
             assert_eq!(kind(&decision), expected, "{name}: {decision:?}");
         }
+        let refused = ReconcilerConfig::new("rec");
+        let stripe = contract(Some(24 * HOUR), LookupSupport::Consistent);
+        let not_found = LookupOutcome::NotFound { consistent: true };
         // Within the margin of the window's end, a retry could land after the processor forgot
         // the key: closed.
         let near_end = Timestamp::from_millis(0) + (24 * HOUR - Duration::from_secs(60));
         assert_eq!(
-            decide(&op, not_found(true), near_end, &stripe, &refused),
+            decide(&op, not_found.clone(), near_end, &stripe, &refused),
             Decision::Escalate(
                 "not found at the processor (consistent lookup) and the key's retention window has \
                  closed; a new submission could pay twice"
@@ -645,8 +640,9 @@ mod tests {
         );
         // A processor that remembers keys forever keeps the window open.
         let forever = contract(None, LookupSupport::Consistent);
+        let past = Timestamp::from_millis(0) + 24 * HOUR;
         assert_eq!(
-            decide(&op, not_found(true), past, &forever, &refused),
+            decide(&op, not_found, past, &forever, &refused),
             Decision::RetrySameKey
         );
     }
