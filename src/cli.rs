@@ -1,7 +1,7 @@
 //! The command line: every subcommand and its flags. The settings groups live in `settings`; what each
 //! command does lives in `main` (`run`).
 
-use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
+use crate::settings::{ApiArgs, Common, GraceArgs, ReconcilerArgs, SubmitArgs, WorkerArgs};
 use crate::{demo, keys, ops, serve};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -162,7 +162,9 @@ pub enum ReconcilerCommand {
         #[command(flatten)]
         reconciler: ReconcilerArgs,
         #[command(flatten)]
-        worker: WorkerArgs,
+        submit: SubmitArgs,
+        #[command(flatten)]
+        grace: GraceArgs,
     },
     /// One sweep for cron. Exit 0: clean; 1: errors; 3: operations need attention.
     Sweep {
@@ -178,7 +180,7 @@ pub enum ReconcilerCommand {
         #[command(flatten)]
         reconciler: ReconcilerArgs,
         #[command(flatten)]
-        worker: WorkerArgs,
+        submit: SubmitArgs,
     },
     /// Lists operations by state and age (default: executing, unknown, needs_attention).
     List {

@@ -43,7 +43,7 @@ use payonce_shared::ledger::{self, Resolution, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_worker::Worker;
 use payonce_worker::config::owner_name;
-use settings::{Common, ReconcilerArgs, WorkerArgs};
+use settings::{Common, ReconcilerArgs, SubmitArgs};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -108,10 +108,10 @@ fn reconciler(
     common: &Common,
     ledger: SharedLedger,
     r: &ReconcilerArgs,
-    w: &WorkerArgs,
+    submit: &SubmitArgs,
 ) -> anyhow::Result<Reconciler> {
     let owner = owner_name("reconciler");
-    let mut config: ReconcilerConfig = r.config(owner.clone(), w.config(owner));
+    let mut config: ReconcilerConfig = r.config(owner, submit);
     config.retry.limiter = common.limiter()?;
     config.key_secret = key_secret_for_scan(common);
     Ok(Reconciler::new(
@@ -250,8 +250,8 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         Command::Worker { common, worker } => {
             let ledger = open_existing(&common).await?;
             let mut config = worker.config(owner_name("worker"));
-            config.limiter = common.limiter()?;
-            let limiter = config.limiter.clone();
+            config.submit.limiter = common.limiter()?;
+            let limiter = config.submit.limiter.clone();
             let w = Arc::new(
                 Worker::new(ledger.clone(), common.processor()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
@@ -266,7 +266,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 },
             )
             .await?;
-            let grace = std::time::Duration::from_millis(worker.shutdown_grace_ms);
+            let grace = std::time::Duration::from_millis(worker.grace.shutdown_grace_ms);
             ops::within_grace(grace, |shutdown| w.run(shutdown)).await;
             Ok(ExitCode::SUCCESS)
         }
@@ -276,9 +276,10 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             match command {
                 ReconcilerCommand::Run {
                     reconciler: r,
-                    worker: w,
+                    submit,
+                    grace,
                 } => {
-                    let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &w)?);
+                    let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &submit)?);
                     ops::spawn_metrics(
                         &common.metrics_listen,
                         ops::MetricsState {
@@ -289,7 +290,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         },
                     )
                     .await?;
-                    let grace = std::time::Duration::from_millis(w.shutdown_grace_ms);
+                    let grace = std::time::Duration::from_millis(grace.shutdown_grace_ms);
                     ops::within_grace(grace, |shutdown| rec.run(shutdown)).await;
                     Ok(ExitCode::SUCCESS)
                 }
@@ -298,13 +299,13 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     dry_run,
                     json,
                     reconciler: r,
-                    worker: w,
+                    submit,
                 } => {
                     anyhow::ensure!(
                         once,
                         "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)"
                     );
-                    let rec = reconciler(&common, ledger.clone(), &r, &w)?;
+                    let rec = reconciler(&common, ledger.clone(), &r, &submit)?;
                     let report = rec.sweep_once(dry_run).await?;
                     let attention = ledger
                         .count_by_status()

@@ -171,7 +171,7 @@ impl Stack {
     /// Starts the in-process worker.
     pub fn start_worker(&mut self) -> anyhow::Result<Arc<Worker>> {
         let mut config = self.plan.worker.config(owner_name("serve-worker"));
-        config.limiter = self.limiter.clone();
+        config.submit.limiter = self.limiter.clone();
         let worker = Arc::new(
             Worker::new(
                 self.ledger.clone(),
@@ -192,10 +192,7 @@ impl Stack {
     /// Starts the in-process reconciler daemon.
     pub fn start_reconciler(&mut self) -> Arc<Reconciler> {
         let owner = owner_name("serve-reconciler");
-        let mut config = self
-            .plan
-            .reconciler
-            .config(owner.clone(), self.plan.worker.config(owner));
+        let mut config = self.plan.reconciler.config(owner, &self.plan.worker.submit);
         config.retry.limiter = self.limiter.clone();
         config.key_secret = self.plan.common.key_secret().ok();
         let reconciler = Arc::new(Reconciler::new(

@@ -3,6 +3,7 @@
 
 use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
+use payonce_shared::execution::SubmitPolicy;
 use payonce_shared::intention::KeySecret;
 use payonce_shared::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
@@ -254,53 +255,64 @@ pub struct WorkerArgs {
     /// Most operations per claim.
     #[arg(long, env = "PAYONCE_WORKER_BATCH", default_value_t = 32)]
     pub batch_size: u32,
-    /// Claim → submit → record loops the in-flight slots are split over (1 to 16; at most one per
-    /// slot), each with its own claims and outcome writes.
-    #[arg(long, env = "PAYONCE_WORKER_PIPELINES", default_value_t = payonce_worker::config::PIPELINES_DEFAULT,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=payonce_worker::config::PIPELINES_MAX as u64))]
-    pub pipelines: usize,
-    /// Short of a full claim's worth of free slots, how long after the previous claim the next
-    /// waits for more to free up, ms (0: claim at every free slot; at most 1000).
-    #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS", default_value_t = payonce_worker::config::CLAIM_COOLDOWN_DEFAULT.as_millis() as u64,
-          value_parser = clap::value_parser!(u64).range(0..=1_000))]
-    pub claim_cooldown_ms: u64,
-    /// Whether an outcome write also claims ready work into the slots it frees, in the same commit.
-    #[arg(long, env = "PAYONCE_WORKER_CLAIM_WITH_OUTCOMES", default_value_t = true, action = clap::ArgAction::Set)]
-    pub claim_with_outcomes: bool,
     /// Before a payment's first submission, ask the processor whether it already holds one for the
     /// business key (one search per payment): for ledgers that may lose rows older than the
     /// processor's key retention (late restores, asynchronous replicas).
     #[arg(long, env = "PAYONCE_WORKER_CHECK_BEFORE_SUBMIT", default_value_t = false, action = clap::ArgAction::Set)]
     pub check_before_submit: bool,
-    /// How long an outcome waits for others to join its write, ms (0: write at once; at most 1000).
-    #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS", default_value_t = payonce_worker::config::RECORD_LINGER_DEFAULT.as_millis() as u64,
-          value_parser = clap::value_parser!(u64).range(0..=1_000))]
-    pub record_linger_ms: u64,
-    /// Outcome writes one pipeline keeps under way at once (1 to 8).
-    #[arg(long, env = "PAYONCE_WORKER_RECORD_WRITES", default_value_t = payonce_worker::config::RECORD_WRITES_DEFAULT,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=payonce_worker::config::RECORD_WRITES_MAX as u64))]
-    pub record_writes: usize,
-    /// Lease TTL, ms.
-    #[arg(long, env = "PAYONCE_LEASE_TTL_MS", default_value_t = 30_000)]
-    pub lease_ttl_ms: u64,
     /// Lease renewal interval, ms.
     #[arg(long, env = "PAYONCE_LEASE_RENEW_MS", default_value_t = 10_000)]
     pub renew_ms: u64,
+    /// Idle poll interval, ms (wake-ups usually come sooner).
+    #[arg(long, env = "PAYONCE_POLL_MS", default_value_t = 500)]
+    pub poll_ms: u64,
+    /// How long shutdown waits for work in flight.
+    #[command(flatten)]
+    pub grace: GraceArgs,
+    /// What a submission may do (shared with the reconciler's same-key retries).
+    #[command(flatten)]
+    pub submit: SubmitArgs,
+}
+
+/// How long a daemon's shutdown waits for work in flight (the worker and `reconciler run`).
+#[derive(Debug, Clone, Args)]
+pub struct GraceArgs {
+    /// Shutdown grace, ms.
+    #[arg(long, env = "PAYONCE_SHUTDOWN_GRACE_MS", default_value_t = 25_000)]
+    pub shutdown_grace_ms: u64,
+}
+
+impl WorkerArgs {
+    /// The worker configuration for `owner`.
+    pub fn config(&self, owner: String) -> WorkerConfig {
+        let mut c = WorkerConfig::new(owner);
+        c.concurrency = self.concurrency;
+        c.batch_size = self.batch_size;
+        c.lease_ttl = self.submit.lease_ttl();
+        c.renew_interval = Duration::from_millis(self.renew_ms);
+        c.poll_interval = Duration::from_millis(self.poll_ms);
+        c.shutdown_grace = Duration::from_millis(self.grace.shutdown_grace_ms);
+        c.submit = self.submit.policy();
+        c.submit.check_before_submit = self.check_before_submit;
+        c
+    }
+}
+
+/// What one submission may do: the worker's, and the reconciler's same-key retries'.
+#[derive(Debug, Clone, Args)]
+pub struct SubmitArgs {
+    /// Lease TTL, ms.
+    #[arg(long, env = "PAYONCE_LEASE_TTL_MS", default_value_t = 30_000)]
+    pub lease_ttl_ms: u64,
     /// Submission timeout, ms.
     #[arg(long, env = "PAYONCE_SUBMIT_TIMEOUT_MS", default_value_t = 20_000)]
     pub submit_timeout_ms: u64,
     /// Claims before a never-submitted operation goes to a human.
     #[arg(long, env = "PAYONCE_ATTEMPT_MAX", default_value_t = 5)]
     pub attempt_max: i64,
-    /// Idle poll interval, ms (wake-ups usually come sooner).
-    #[arg(long, env = "PAYONCE_POLL_MS", default_value_t = 500)]
-    pub poll_ms: u64,
     /// First check of an unknown outcome, ms after it was recorded.
     #[arg(long, env = "PAYONCE_FIRST_CHECK_MS", default_value_t = 2_000)]
     pub first_check_ms: u64,
-    /// Shutdown grace, ms.
-    #[arg(long, env = "PAYONCE_SHUTDOWN_GRACE_MS", default_value_t = 25_000)]
-    pub shutdown_grace_ms: u64,
     /// First pause after a processor 429 without `Retry-After`, ms (doubles, with jitter).
     #[arg(long, env = "PAYONCE_RATE_LIMIT_BACKOFF_MS", default_value_t = 250,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -316,29 +328,23 @@ pub struct WorkerArgs {
     pub rate_limit_wait_max_ms: u64,
 }
 
-impl WorkerArgs {
-    /// The worker configuration for `owner`.
-    pub fn config(&self, owner: String) -> WorkerConfig {
-        let mut c = WorkerConfig::new(owner);
-        c.concurrency = self.concurrency;
-        c.batch_size = self.batch_size;
-        c.pipelines = self.pipelines;
-        c.claim_cooldown = Duration::from_millis(self.claim_cooldown_ms);
-        c.claim_with_outcomes = self.claim_with_outcomes;
-        c.check_before_submit = self.check_before_submit;
-        c.record_linger = Duration::from_millis(self.record_linger_ms);
-        c.record_writes = self.record_writes;
-        c.lease_ttl = Duration::from_millis(self.lease_ttl_ms);
-        c.renew_interval = Duration::from_millis(self.renew_ms);
-        c.submit_timeout = Duration::from_millis(self.submit_timeout_ms);
-        c.attempt_max = self.attempt_max;
-        c.poll_interval = Duration::from_millis(self.poll_ms);
-        c.first_check_delay = Duration::from_millis(self.first_check_ms);
-        c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
-        c.rate_limit_backoff_base = Duration::from_millis(self.rate_limit_backoff_ms);
-        c.rate_limit_backoff_max = Duration::from_millis(self.rate_limit_backoff_max_ms);
-        c.rate_limit_wait_max = Duration::from_millis(self.rate_limit_wait_max_ms);
-        c
+impl SubmitArgs {
+    /// The submission policy (the fleet limiter is the process's, set by the caller).
+    pub fn policy(&self) -> SubmitPolicy {
+        SubmitPolicy {
+            submit_timeout: Duration::from_millis(self.submit_timeout_ms),
+            attempt_max: self.attempt_max,
+            first_check_delay: Duration::from_millis(self.first_check_ms),
+            rate_limit_backoff_base: Duration::from_millis(self.rate_limit_backoff_ms),
+            rate_limit_backoff_max: Duration::from_millis(self.rate_limit_backoff_max_ms),
+            rate_limit_wait_max: Duration::from_millis(self.rate_limit_wait_max_ms),
+            ..SubmitPolicy::default()
+        }
+    }
+
+    /// How long a lease lasts without renewal.
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
     }
 }
 
@@ -399,8 +405,8 @@ pub struct ReconcilerArgs {
 }
 
 impl ReconcilerArgs {
-    /// The reconciler configuration for `owner`, with same-key retries bounded by `worker`.
-    pub fn config(&self, owner: String, worker: WorkerConfig) -> ReconcilerConfig {
+    /// The reconciler configuration for `owner`, with same-key retries bounded by `submit`.
+    pub fn config(&self, owner: String, submit: &SubmitArgs) -> ReconcilerConfig {
         let mut c = ReconcilerConfig::new(owner);
         c.batch_size = self.sweep_batch;
         c.concurrency = self.sweep_concurrency;
@@ -414,7 +420,8 @@ impl ReconcilerArgs {
         c.prune_interval = Duration::from_millis(self.prune_interval_ms);
         c.resubmit_after_window = self.resubmit_after_window;
         c.lookup_permit_wait_max = Duration::from_millis(self.lookup_permit_wait_ms);
-        c.retry = worker;
+        c.retry_lease_ttl = submit.lease_ttl();
+        c.retry = submit.policy();
         c
     }
 }

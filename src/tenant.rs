@@ -14,8 +14,9 @@ use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::ledger::verification::VerificationMethod;
 
-/// The tenant commands.
+/// The tenant commands (each sets one of the tenant's settings, as the command names say).
 #[derive(Debug, Clone, Subcommand)]
+#[allow(clippy::enum_variant_names)]
 pub enum TenantCommand {
     /// Sets the tenant's customer verification method; prints the generated key and secret once.
     SetVerification {

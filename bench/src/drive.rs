@@ -78,11 +78,11 @@ pub async fn until_recorded_on(
         metrics
             .iter()
             .map(|m| {
-                m.succeeded.get()
-                    + m.failed.get()
-                    + m.unknown.get()
-                    + m.rejected.get()
-                    + m.needs_attention.get()
+                m.execution.succeeded.get()
+                    + m.execution.failed.get()
+                    + m.execution.unknown.get()
+                    + m.execution.rejected.get()
+                    + m.execution.needs_attention.get()
             })
             .sum()
     };

@@ -48,7 +48,6 @@ impl Default for InProcessProcessor {
                 honours_idempotency_keys: true,
                 key_retention: Some(Duration::from_secs(24 * 60 * 60)),
                 lookup: LookupSupport::Consistent,
-                replays_error_responses: true,
             },
             book: Mutex::new(Book::default()),
         }

@@ -56,21 +56,21 @@ struct Args {
     /// Override the rate-limit section's operations per run.
     #[arg(long)]
     ratelimit_operations: Option<u64>,
-    /// Override every in-process worker's claim cooldown, ms. The same variable reaches the
-    /// `payonce worker` processes the bench starts (they inherit its environment).
-    #[arg(long, env = "PAYONCE_WORKER_CLAIM_COOLDOWN_MS")]
+    /// Override every in-process worker's claim cooldown, ms (an internal constant of the
+    /// `payonce worker` processes, which this does not reach).
+    #[arg(long)]
     claim_cooldown_ms: Option<u64>,
-    /// Whether an outcome write also claims into the slots it frees (the worker's default: true).
-    #[arg(long, env = "PAYONCE_WORKER_CLAIM_WITH_OUTCOMES", action = clap::ArgAction::Set)]
+    /// Whether an in-process worker's outcome writes also claim into the slots they free (default: true).
+    #[arg(long, action = clap::ArgAction::Set)]
     claim_with_outcomes: Option<bool>,
-    /// Outcome writes one pipeline keeps under way at once (the worker's default: 2).
-    #[arg(long, env = "PAYONCE_WORKER_RECORD_WRITES")]
+    /// Outcome writes one in-process pipeline keeps under way at once (default: 2).
+    #[arg(long)]
     record_writes: Option<usize>,
-    /// Override every in-process worker's record linger, ms; reaches worker processes likewise.
-    #[arg(long, env = "PAYONCE_WORKER_RECORD_LINGER_MS")]
+    /// Override every in-process worker's record linger, ms.
+    #[arg(long)]
     record_linger_ms: Option<u64>,
-    /// Override every in-process worker's pipelines (1 to 16); reaches worker processes likewise.
-    #[arg(long, env = "PAYONCE_WORKER_PIPELINES")]
+    /// Override every in-process worker's pipelines (1 to 16).
+    #[arg(long)]
     pipelines: Option<usize>,
     /// Run one section only.
     #[arg(long, value_enum)]

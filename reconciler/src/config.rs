@@ -1,16 +1,16 @@
 //! Reconciler limits and policy, every one named.
 
-use payonce_worker::WorkerConfig;
+use payonce_shared::execution::SubmitPolicy;
 use std::time::Duration;
 
 /// Stuck operations one sweep step works on at once (lease expiries; lookups and their writes).
 /// Each write is still one fenced statement; concurrency only overlaps their round trips and lets
-/// Postgres group their commits (issue 16). Zero is treated as one.
+/// Postgres group their commits (docs/decisions.md, "Sweeps overlap their per-operation steps"). Zero is treated as one.
 pub const SWEEP_CONCURRENCY_DEFAULT: usize = 16;
 
 /// Most rows one sweep write moves: expired leases per statement, and found lookups recorded
 /// together. One commit per group instead of one per row is what lets a sweep resolve thousands
-/// of stuck operations a second (issue 16); each row in a group is still fenced on its own. Zero
+/// of stuck operations a second (docs/decisions.md, "Sweep writes in groups"); each row in a group is still fenced on its own. Zero
 /// is treated as one.
 pub const SWEEP_WRITE_BATCH_DEFAULT: usize = 500;
 
@@ -55,8 +55,12 @@ pub struct ReconcilerConfig {
     pub retention: payonce_shared::ledger::retention::Retention,
     /// Time between prunes in daemon mode (under the sweep lease).
     pub prune_interval: Duration,
-    /// Limits for same-key retries (lease TTL, submit timeout) and the process's fleet limiter.
-    pub retry: WorkerConfig,
+    /// Limits for same-key retries (submit timeout, rate-limit waits) and the process's fleet
+    /// limiter, which lookups draw from too.
+    pub retry: SubmitPolicy,
+    /// How long a same-key retry's lease lasts. Nothing renews it: the retry's waits for permits
+    /// and past 429s stay within half of it.
+    pub retry_lease_ttl: Duration,
 }
 
 impl ReconcilerConfig {
@@ -64,7 +68,8 @@ impl ReconcilerConfig {
     pub fn new(owner: impl Into<String>) -> Self {
         let owner = owner.into();
         ReconcilerConfig {
-            retry: WorkerConfig::new(owner.clone()),
+            retry: SubmitPolicy::default(),
+            retry_lease_ttl: Duration::from_secs(30),
             owner,
             batch_size: 200,
             concurrency: SWEEP_CONCURRENCY_DEFAULT,

@@ -339,11 +339,33 @@ async fn check_one(
                 .await;
         }
     };
+    apply_checked(ledger, metrics, hint, op, &reference, &object, now, report).await
+}
+
+/// The second half of [`check_one`]: the retrieved `object` checked against the operation it
+/// belongs to, and applied only if it is what the processor holds.
+#[allow(clippy::too_many_arguments)]
+async fn apply_checked(
+    ledger: &dyn Recovery,
+    metrics: &ReconcilerMetrics,
+    hint: &StoredProcessorEvent,
+    op: Operation,
+    reference: &str,
+    object: &ProcessorObject,
+    now: Timestamp,
+    report: &mut HintReport,
+) -> Result<(), LedgerError> {
+    let key = ProcessorEventKey {
+        processor: &hint.processor,
+        event_id: &hint.event_id,
+    };
+    let close =
+        |outcome: String| async move { ledger.mark_processor_event(&key, &outcome, now).await };
     // The processor's object says whose it is: a hint naming another operation is checked against,
     // and applied to, the one the object carries; the named one is left alone (someone else's real
     // payment must never make it "a payment without approval", which the runbook refunds).
     let named = op.id.clone();
-    let Some(op) = owner_of(ledger, op, &object).await? else {
+    let Some(op) = owner_of(ledger, op, object).await? else {
         report.closed += 1;
         report.misnamed += 1;
         metrics.webhook_mismatches.inc();
@@ -367,7 +389,7 @@ async fn check_one(
             "a signed webhook names another operation than the one its object belongs to; checked against that one");
         format!("; the hint named {named}, left untouched")
     };
-    let Some(checked) = report_of(&op, &object) else {
+    let Some(checked) = report_of(&op, object) else {
         report.closed += 1;
         return close(format!(
             "checked: {reference} of {} is still in progress at the processor; nothing applied{misnamed}",

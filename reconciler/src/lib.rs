@@ -1,7 +1,8 @@
 //! The reconciler: never resolves an unknown outcome with a new key. Sweep, look up, converge.
 //!
 //! - [`config`]: sweep limits and the resubmission policy.
-//! - [`sweep`]: expired leases and unknown outcomes, in bounded batches, with a dry run.
+//! - [`sweep`]: expired leases and unknown outcomes, each a plan then one write, in bounded batches,
+//!   with a dry run; a same-key retry runs the one execution path (`payonce_shared::execution`).
 //! - [`evidence`]: stored webhooks (verified and stored by `payonce_shared::webhooks`) checked by retrieving the processor object before anything applies.
 //! - [`scan`]: the processor's recent payments checked against the ledger (money a restore or failover lost).
 //! - [`oncall`]: listing, showing and resolving operations by hand, as tables or JSON.

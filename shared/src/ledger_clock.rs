@@ -4,7 +4,7 @@
 //! process's clock is off ([`Drift`]), for `/metrics` and a warning.
 
 use crate::clock::{Clock, SharedClock, Timestamp};
-use crate::ledger::{LedgerError, Queue};
+use crate::ledger::{LedgerError, LedgerTime};
 use crate::metrics::Exposition;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -89,7 +89,7 @@ impl Drift {
 /// that decide a lease, an expiry or a retention window; [`Clock::now`] for times that only
 /// schedule (a retry's or a check's due time, computed between reads).
 pub struct LedgerClock {
-    ledger: Arc<dyn Queue>,
+    ledger: Arc<dyn LedgerTime>,
     local: SharedClock,
     drift: Arc<Drift>,
     /// `worker` or `reconciler`, for the log.
@@ -109,7 +109,7 @@ impl std::fmt::Debug for LedgerClock {
 impl LedgerClock {
     /// The ledger's clock as `process`, whose own clock is `local`, reads it; measures into `drift`.
     pub fn new(
-        ledger: Arc<dyn Queue>,
+        ledger: Arc<dyn LedgerTime>,
         local: SharedClock,
         drift: Arc<Drift>,
         process: &'static str,

@@ -6,6 +6,7 @@
 //! - [`details`]: an operation's consequential details and the hash approvals bind to.
 //! - [`state`]: the operation state machine, one transition function.
 //! - [`clock`]: injected time.
+//! - [`execution`]: one operation's checks, submission and recorded outcome, for the worker and the reconciler.
 //! - [`ledger`]: the durable execution ledger (Postgres, SQLite) — the queue, the leases, the audit trail.
 //! - [`ledger_clock`]: the database's time, which decides leases, as workers and reconcilers read it; their drift.
 //! - [`processor`]: the processor trait, its contract, and the Stripe adapter.
@@ -17,6 +18,7 @@
 
 pub mod clock;
 pub mod details;
+pub mod execution;
 pub mod failpoint;
 pub mod id;
 pub mod intention;

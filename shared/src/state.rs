@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Created; no valid approval for these exact details. Out: api (approve, cancel); nothing
-    /// expires it (`ExpireApproval` is defined but not written).
+    /// expires it (an approval link expires, the row waits).
     AwaitingApproval,
     /// Approved and enqueued. Out: worker (claim), api (cancel).
     Ready,
@@ -86,9 +86,6 @@ pub enum Event {
     Approve,
     /// Upstream or the customer withdrew the operation.
     Cancel,
-    /// The approval window closed without an approval. Defined by the table, written by no code
-    /// today: rows awaiting approval do not expire.
-    ExpireApproval,
     /// A worker (or the reconciler, for a same-key retry) took the lease.
     Claim,
     /// The holder gave the lease back before submitting anything (shutdown).
@@ -123,10 +120,9 @@ pub enum Event {
 }
 
 /// Every event (for exhaustive tests).
-pub const ALL_EVENTS: [Event; 18] = [
+pub const ALL_EVENTS: [Event; 17] = [
     Event::Approve,
     Event::Cancel,
-    Event::ExpireApproval,
     Event::Claim,
     Event::Release,
     Event::LeaseExpiredUnsubmitted,
@@ -150,7 +146,6 @@ impl Event {
         match self {
             Event::Approve => "approve",
             Event::Cancel => "cancel",
-            Event::ExpireApproval => "expire_approval",
             Event::Claim => "claim",
             Event::Release => "release",
             Event::LeaseExpiredUnsubmitted => "lease_expired_unsubmitted",
@@ -188,7 +183,7 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
     match from {
         S::AwaitingApproval => match event {
             E::Approve => Ok(S::Ready),
-            E::Cancel | E::ExpireApproval => Ok(S::Cancelled),
+            E::Cancel => Ok(S::Cancelled),
             // The processor holds a payment nobody approved: the loudest alert (runbook).
             E::ConflictingReport => Ok(S::NeedsAttention),
             E::Claim
@@ -212,7 +207,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             // A processor object for this operation that does not match its approved details.
             E::ConflictingReport => Ok(S::NeedsAttention),
             E::Approve
-            | E::ExpireApproval
             | E::Release
             | E::LeaseExpiredUnsubmitted
             | E::LeaseExpiredSubmitted
@@ -239,7 +233,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             // Cancelling mid-flight could hide a payment that happened: refused.
             E::Cancel
             | E::Approve
-            | E::ExpireApproval
             | E::Claim
             | E::ResolveSucceeded
             | E::ResolveFailed
@@ -255,7 +248,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             E::ResolveRetry => Ok(S::Ready),
             E::Approve
             | E::Cancel
-            | E::ExpireApproval
             | E::Release
             | E::LeaseExpiredUnsubmitted
             | E::LeaseExpiredSubmitted
@@ -271,7 +263,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             E::ConflictingReport => Ok(S::NeedsAttention),
             E::Approve
             | E::Cancel
-            | E::ExpireApproval
             | E::Claim
             | E::Release
             | E::LeaseExpiredUnsubmitted
@@ -290,7 +281,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             E::ConflictingReport => Ok(S::NeedsAttention),
             E::Approve
             | E::Cancel
-            | E::ExpireApproval
             | E::Claim
             | E::Release
             | E::LeaseExpiredUnsubmitted
@@ -311,7 +301,6 @@ pub fn transition(from: Status, event: Event) -> Result<Status, IllegalTransitio
             E::ConflictingReport => Ok(S::NeedsAttention),
             E::Approve
             | E::Cancel
-            | E::ExpireApproval
             | E::Claim
             | E::Release
             | E::LeaseExpiredUnsubmitted
@@ -440,7 +429,6 @@ mod tests {
     const LEGAL: &[(Status, Event, Status)] = &[
         (S::AwaitingApproval, E::Approve, S::Ready),
         (S::AwaitingApproval, E::Cancel, S::Cancelled),
-        (S::AwaitingApproval, E::ExpireApproval, S::Cancelled),
         (S::AwaitingApproval, E::ConflictingReport, S::NeedsAttention),
         (S::Ready, E::ConflictingReport, S::NeedsAttention),
         (S::Executing, E::ConflictingReport, S::NeedsAttention),
@@ -495,7 +483,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 9 * 18);
+        assert_eq!(checked, 9 * ALL_EVENTS.len());
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn reconciler_on(
     clock: SharedClock,
 ) -> Reconciler {
     let mut config = ReconcilerConfig::new("reconciler-skewed");
-    config.retry = WorkerConfig::new("reconciler-skewed");
+    config.retry = WorkerConfig::new("reconciler-skewed").submit;
     config.check_backoff_base = Duration::from_millis(50);
     Reconciler::new(ledger.clone(), processor, clock, config)
 }

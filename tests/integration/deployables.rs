@@ -73,9 +73,11 @@ async fn config_file_sits_between_the_environment_and_the_defaults() {
             "key `api_listen` must be a string, an integer or a boolean",
         ),
         ("lease_ttl_ms = \n", "is not valid TOML"),
-        // Named limits: a worker needs one pipeline and takes at most `PIPELINES_MAX`.
-        ("worker_pipelines = 0\n", "0 is not in 1..=16"),
-        ("worker_pipelines = 17\n", "17 is not in 1..=16"),
+        // Named limits: a checked webhook is kept one day at least and ten years at most.
+        ("webhook_retention_days = 0\n", "0 is not in 1..=3650"),
+        ("webhook_retention_days = 3651\n", "3651 is not in 1..=3650"),
+        // The worker's grouping and pipelining are internal, not settings.
+        ("worker_pipelines = 2\n", "unknown key `worker_pipelines`"),
     ] {
         std::fs::write(dir.join("bad.toml"), text).unwrap();
         let out = config_show(&dir, &["--config", "bad.toml", "config", "show"], &[]).await;

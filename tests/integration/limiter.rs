@@ -339,9 +339,9 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
     config.concurrency = 20;
     config.batch_size = 20;
     // On the old classification a 429 was a not-submitted attempt: two of them exhausted an operation.
-    config.attempt_max = 2;
-    config.rate_limit_backoff_base = Duration::from_millis(20);
-    config.rate_limit_backoff_max = Duration::from_millis(300);
+    config.submit.attempt_max = 2;
+    config.submit.rate_limit_backoff_base = Duration::from_millis(20);
+    config.submit.rate_limit_backoff_max = Duration::from_millis(300);
     let worker = Worker::new(
         ledger.clone(),
         processes::stripe(&sim, None),
@@ -391,9 +391,13 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
     let total_429 = refused["total_429"].as_u64().unwrap();
     let m = worker.metrics();
     assert!(total_429 > 0, "the simulator refused some submissions");
-    assert_eq!(m.rate_limited.get(), total_429, "the worker saw every 429");
     assert_eq!(
-        m.failed.get() + m.unknown.get() + m.needs_attention.get(),
+        m.execution.rate_limited.get(),
+        total_429,
+        "the worker saw every 429"
+    );
+    assert_eq!(
+        m.execution.failed.get() + m.execution.unknown.get() + m.execution.needs_attention.get(),
         0
     );
     sim.shutdown().await;
@@ -454,7 +458,7 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
 
     // The fleet limiter has no read permit to give within the wait bound: deferred, nothing sent.
     let mut config = ReconcilerConfig::new("rec-limited");
-    config.retry = WorkerConfig::new("rec-limited");
+    config.retry = WorkerConfig::new("rec-limited").submit;
     config.check_backoff_base = Duration::from_millis(20);
     config.lookup_permit_wait_max = Duration::from_millis(1);
     let spent = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
@@ -483,7 +487,7 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
     )
     .await;
     let mut config = ReconcilerConfig::new("rec-429");
-    config.retry = WorkerConfig::new("rec-429");
+    config.retry = WorkerConfig::new("rec-429").submit;
     config.check_backoff_base = Duration::from_millis(20);
     let rec = Reconciler::new(
         ledger.clone(),
@@ -545,7 +549,7 @@ async fn shutdown_does_not_wait_for_permits_and_unsent_operations_go_back_to_rea
     let mut config = WorkerConfig::new("worker-shutdown");
     config.concurrency = 30;
     config.batch_size = 30;
-    config.limiter = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
+    config.submit.limiter = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
     let running = processes::run_worker(ledger.clone(), processes::stripe(&sim, None), config);
     wait_for("the first payment", DEADLINE, || async {
         (processes::audit(&sim).await.len() == 1).then_some(())

@@ -96,7 +96,12 @@ async fn work_counting_replays(ledger: &SharedLedger, sim: &Simulator) -> (usize
     let mut ran = 0;
     loop {
         match worker.run_once().await.unwrap() {
-            0 => return (ran, worker.metrics().replayed_first_submissions.get()),
+            0 => {
+                return (
+                    ran,
+                    worker.metrics().execution.replayed_first_submissions.get(),
+                );
+            }
             n => ran += n,
         }
     }
@@ -600,7 +605,7 @@ async fn past_the_key_retention_the_check_before_submission_pays_each_business_k
 
     let checking = |ledger: &SharedLedger| {
         let mut config = WorkerConfig::new("checking-worker");
-        config.check_before_submit = true;
+        config.submit.check_before_submit = true;
         Worker::new(
             ledger.clone(),
             processes::stripe(&sim, None),

@@ -470,9 +470,9 @@ fn outage_worker(
     retry_max: Duration,
 ) -> payonce_worker::Worker {
     let mut config = payonce_worker::WorkerConfig::new("op-outage");
-    config.attempt_max = 2;
-    config.retry_base = retry_base;
-    config.retry_max = retry_max;
+    config.submit.attempt_max = 2;
+    config.submit.retry_base = retry_base;
+    config.submit.retry_max = retry_max;
     payonce_worker::Worker::new(
         ledger.clone(),
         processor,

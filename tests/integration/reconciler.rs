@@ -23,7 +23,7 @@ fn now() -> Timestamp {
 /// Test limits: quick re-checks, the given retention margin.
 fn config(name: &str, margin: Duration) -> ReconcilerConfig {
     let mut config = ReconcilerConfig::new(name);
-    config.retry = WorkerConfig::new(name);
+    config.retry = WorkerConfig::new(name).submit;
     config.check_backoff_base = Duration::from_millis(50);
     config.retention_margin = margin;
     config
@@ -104,7 +104,7 @@ async fn crashed_paying_with(
     );
     if submit {
         processes::arm_faults(sim, serde_json::json!([{"match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
-        let outcome = payonce_worker::execution::submit(
+        let outcome = payonce_shared::execution::submit::submit(
             processes::stripe(sim, None).as_ref(),
             &claimed,
             Duration::from_secs(5),
@@ -183,16 +183,15 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         serde_json::json!([{"match": paid.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
     )
     .await;
-    let outcome = payonce_worker::execution::submit(
+    let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         &c,
         Duration::from_secs(5),
     )
     .await;
-    let recorded = payonce_worker::to_recorded(
+    let recorded = WorkerConfig::new("w").submit.to_recorded(
         outcome,
         c.attempt,
-        &WorkerConfig::new("w"),
         now().saturating_sub_span(Duration::from_secs(10)),
     );
     ledger
@@ -315,7 +314,7 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
             .unwrap(),
         [true]
     );
-    let outcome = payonce_worker::execution::submit(
+    let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         cb,
         Duration::from_secs(5),
@@ -477,7 +476,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
         );
         if i % 2 == 0 {
             // Half reached the processor before the worker vanished.
-            let _ = payonce_worker::execution::submit(
+            let _ = payonce_shared::execution::submit::submit(
                 processes::stripe(&sim, None).as_ref(),
                 &c,
                 Duration::from_secs(5),
@@ -817,7 +816,6 @@ impl GatedLookups {
                 honours_idempotency_keys: true,
                 key_retention: None,
                 lookup: LookupSupport::Consistent,
-                replays_error_responses: true,
             },
             entered,
             gate,

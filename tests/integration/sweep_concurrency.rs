@@ -51,7 +51,7 @@ fn reconciler(
     concurrency: usize,
 ) -> Reconciler {
     let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec").submit;
     config.concurrency = concurrency;
     Reconciler::new(
         ledger.clone(),
@@ -109,7 +109,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
             serde_json::json!([{"match": c.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
         )
         .await;
-        let outcome = payonce_worker::execution::submit(
+        let outcome = payonce_shared::execution::submit::submit(
             processes::stripe(&sim, None).as_ref(),
             c,
             Duration::from_secs(5),
@@ -218,7 +218,8 @@ async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: u
     let stripe = processes::stripe(&sim, None);
     for c in &claimed {
         let outcome =
-            payonce_worker::execution::submit(stripe.as_ref(), c, Duration::from_secs(5)).await;
+            payonce_shared::execution::submit::submit(stripe.as_ref(), c, Duration::from_secs(5))
+                .await;
         assert!(
             matches!(outcome, SubmitOutcome::Succeeded { .. }),
             "{outcome:?}"
@@ -226,7 +227,7 @@ async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: u
     }
 
     let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec").submit;
     config.write_batch = 2;
     let report = Reconciler::new(
         ledger.clone(),

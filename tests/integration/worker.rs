@@ -97,7 +97,7 @@ fn reconciler_on(
     clock: SharedClock,
 ) -> Reconciler {
     let mut config = ReconcilerConfig::new("reconciler-test");
-    config.retry = WorkerConfig::new("reconciler-test");
+    config.retry = WorkerConfig::new("reconciler-test").submit;
     config.check_backoff_base = Duration::from_millis(50);
     Reconciler::new(ledger.clone(), processes::stripe(sim, None), clock, config)
 }
@@ -248,15 +248,16 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     .await;
     // The zombie wakes, submits with the same key (replayed, not a new charge) and tries to record.
     let processor = processes::stripe(&sim, None);
-    let outcome =
-        payonce_worker::execution::submit(processor.as_ref(), &zombie, Duration::from_secs(5))
-            .await;
-    let recorded = payonce_worker::to_recorded(
-        outcome,
-        zombie.attempt,
-        &WorkerConfig::new("zombie"),
-        clock.now(),
-    );
+    let outcome = payonce_shared::execution::submit::submit(
+        processor.as_ref(),
+        &zombie,
+        Duration::from_secs(5),
+    )
+    .await;
+    let recorded =
+        WorkerConfig::new("zombie")
+            .submit
+            .to_recorded(outcome, zombie.attempt, clock.now());
     let write = ledger
         .record(
             &recording(&Fence::of(&zombie), &recorded, "zombie"),
@@ -324,8 +325,8 @@ impl processes::SubmitHook for WebhookFirst {
     }
 }
 
-/// The sequential path (`execute_one`, the reconciler's same-key retry) and the daemon's batches
-/// settle an outcome the same way: a write that lost to a webhook is counted as already recorded,
+/// The inline recorder (the reconciler's same-key retry) and the daemon's grouped one settle an
+/// outcome the same way: a write that lost to a webhook is counted as already recorded,
 /// never as a success of this worker.
 #[tokio::test]
 async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
@@ -352,22 +353,30 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         .await
         .unwrap()
         .remove(0);
-    let metrics = payonce_worker::WorkerMetrics::default();
-    let status = payonce_worker::execute_one(
-        ledger.as_ref(),
-        processor.as_ref(),
-        &clock,
-        &WorkerConfig::new("single"),
-        &metrics,
-        &claimed,
-    )
-    .await
-    .unwrap();
+    let metrics = payonce_shared::execution::ExecutionMetrics::default();
+    let config = WorkerConfig::new("single");
+    let ex = payonce_shared::execution::Execution {
+        processor: processor.as_ref(),
+        clock: &clock,
+        policy: &config.submit,
+        metrics: &metrics,
+        wait_max: config.submit.rate_limit_wait_max,
+        stop: None,
+    };
+    let inline = payonce_shared::execution::Inline {
+        ledger: ledger.as_ref(),
+        clock: &clock,
+        actor: "single",
+        metrics: &metrics,
+    };
+    let status = payonce_shared::execution::execute(&ex, claimed, inline)
+        .await
+        .unwrap();
     assert_eq!(status, Status::Succeeded);
     assert_eq!(
         (metrics.succeeded.get(), metrics.already_recorded.get()),
         (0, 1),
-        "execute_one"
+        "inline recorder"
     );
 
     let batched = ready_operation(&ledger, "INV-ONE-PATH-2", "pm_card_visa", now()).await;
@@ -381,7 +390,10 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
     assert_eq!(worker.run_once().await.unwrap(), 1);
     let metrics = worker.metrics();
     assert_eq!(
-        (metrics.succeeded.get(), metrics.already_recorded.get()),
+        (
+            metrics.execution.succeeded.get(),
+            metrics.execution.already_recorded.get()
+        ),
         (0, 1),
         "daemon batch"
     );
@@ -565,7 +577,7 @@ fn group_counts(
         metrics.claimed.get(),
         metrics.claims.get(),
         metrics.claims_with_outcomes.get(),
-        metrics.succeeded.get(),
+        metrics.execution.succeeded.get(),
         metrics.record_writes.get(),
         payments,
     )
@@ -699,10 +711,14 @@ impl Hooked {
 }
 
 #[async_trait::async_trait]
-impl payonce_shared::ledger::Queue for Hooked {
+impl payonce_shared::ledger::LedgerTime for Hooked {
     async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError> {
         self.inner.now(local).await
     }
+}
+
+#[async_trait::async_trait]
+impl payonce_shared::ledger::Queue for Hooked {
     async fn claim(
         &self,
         holder: &LeaseHolder<'_>,
@@ -982,7 +998,8 @@ async fn a_pipeline_keeps_record_writes_writes_under_way() {
             "every answer is in and the writes are held",
             Duration::from_secs(30),
             || async {
-                (metrics.submit_latency.count() == 6 && queue.writing.load(SeqCst) == record_writes)
+                (metrics.execution.submit_latency.count() == 6
+                    && queue.writing.load(SeqCst) == record_writes)
                     .then_some(())
             },
         )

@@ -1,20 +1,23 @@
 //! Worker limits. Every one is named, has a default, and is set explicitly by the binary.
 
+use payonce_shared::execution::SubmitPolicy;
 use payonce_shared::ledger::LeaseHolder;
-use payonce_shared::limiter::{SharedLimiter, Unlimited};
-use std::sync::Arc;
 use std::time::Duration;
 
-/// Default [`WorkerConfig::claim_cooldown`] (measured in docs/benchmarks.md, issue 16 fourth pass).
+/// Default [`WorkerConfig::claim_cooldown`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
 pub const CLAIM_COOLDOWN_DEFAULT: Duration = Duration::from_millis(5);
-/// Default [`WorkerConfig::record_linger`] (measured in docs/benchmarks.md, issue 16 fourth pass).
+/// Default [`WorkerConfig::record_linger`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
 pub const RECORD_LINGER_DEFAULT: Duration = Duration::from_millis(2);
-/// Default [`WorkerConfig::pipelines`] (measured in docs/benchmarks.md, issue 16 eighth pass).
+/// Default [`WorkerConfig::pipelines`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
 pub const PIPELINES_DEFAULT: usize = 2;
 /// Most [`WorkerConfig::pipelines`]: each keeps a claim and an outcome write of its own running,
 /// so more than a few per worker only adds statements competing for the same database.
 pub const PIPELINES_MAX: usize = 16;
-/// Default [`WorkerConfig::record_writes`] (measured in docs/benchmarks.md, issue 16 tenth pass).
+/// Default [`WorkerConfig::record_writes`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
 pub const RECORD_WRITES_DEFAULT: usize = 2;
 /// Most [`WorkerConfig::record_writes`]: each holds a database connection for its transaction, and
 /// a worker's pool is shared by its pipelines, claims, renewals and writes.
@@ -23,7 +26,9 @@ pub const RECORD_WRITES_MAX: usize = 8;
 /// that is ready, so neither may approach a processor's own latency.
 pub const BATCH_WAIT_MAX: Duration = Duration::from_millis(1_000);
 
-/// What a worker may do and how long it may take.
+/// What a worker may do and how long it may take. Of the grouping and pipelining fields
+/// (`pipelines`, `claim_cooldown`, `claim_with_outcomes`, `record_linger`, `record_writes`) none is
+/// an operator's setting: the binary keeps their defaults; tests and the bench vary them.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// This process's lease owner name (unique per process).
@@ -49,16 +54,9 @@ pub struct WorkerConfig {
     pub lease_ttl: Duration,
     /// How often held leases are renewed (well under `lease_ttl`).
     pub renew_interval: Duration,
-    /// Longest a single processor submission may take before its outcome is unknown.
-    pub submit_timeout: Duration,
-    /// Claims after which an operation that never reached the processor goes to a human.
-    pub attempt_max: i64,
-    /// First retry delay after a not-submitted outcome (doubles per attempt, with jitter).
-    pub retry_base: Duration,
-    /// Longest retry delay.
-    pub retry_max: Duration,
-    /// When the reconciler should first look at an unknown outcome.
-    pub first_check_delay: Duration,
+    /// The submission's limits and how its outcome is scheduled (shared with the reconciler's
+    /// same-key retry).
+    pub submit: SubmitPolicy,
     /// Longest idle wait between polls when no wake-up arrives.
     pub poll_interval: Duration,
     /// Most outcomes written in one transaction.
@@ -72,22 +70,6 @@ pub struct WorkerConfig {
     pub record_writes: usize,
     /// How long shutdown waits for in-flight submissions.
     pub shutdown_grace: Duration,
-    /// The fleet's request budget at the processor: one write permit per submission.
-    pub limiter: SharedLimiter,
-    /// First pause after a 429 when the processor gives no advice (doubles, with jitter).
-    pub rate_limit_backoff_base: Duration,
-    /// Longest pause after a 429.
-    pub rate_limit_backoff_max: Duration,
-    /// Longest a submission keeps its claim waiting for permits and retrying 429s in place (the
-    /// daemon renews the lease meanwhile); past it, the operation goes back to `ready` without counting
-    /// as a failed attempt.
-    pub rate_limit_wait_max: Duration,
-    /// Before the first submission of a payment, ask the processor whether it already holds a
-    /// payment for the operation's business key (Stripe: search by metadata). For ledgers that may
-    /// lose rows older than the processor's key retention (backups restored days later, asynchronous
-    /// replicas): within the retention the same key replays the first payment anyway. Costs one
-    /// read per payment.
-    pub check_before_submit: bool,
 }
 
 impl WorkerConfig {
@@ -110,21 +92,12 @@ impl WorkerConfig {
             claim_with_outcomes: true,
             lease_ttl: Duration::from_secs(30),
             renew_interval: Duration::from_secs(10),
-            submit_timeout: Duration::from_secs(20),
-            attempt_max: 5,
-            retry_base: Duration::from_millis(500),
-            retry_max: Duration::from_secs(60),
-            first_check_delay: Duration::from_secs(2),
+            submit: SubmitPolicy::default(),
             poll_interval: Duration::from_millis(500),
             record_batch_max: 128,
             record_linger: RECORD_LINGER_DEFAULT,
             record_writes: RECORD_WRITES_DEFAULT,
             shutdown_grace: Duration::from_secs(25),
-            limiter: Arc::new(Unlimited::default()),
-            rate_limit_backoff_base: Duration::from_millis(250),
-            rate_limit_backoff_max: Duration::from_secs(5),
-            rate_limit_wait_max: Duration::from_secs(120),
-            check_before_submit: false,
         }
     }
 
@@ -151,19 +124,20 @@ impl WorkerConfig {
         if self.renew_interval >= self.lease_ttl {
             return Err(ConfigError::RenewalNotInsideLease);
         }
-        if self.submit_timeout >= self.shutdown_grace + self.lease_ttl {
+        let submit = &self.submit;
+        if submit.submit_timeout >= self.shutdown_grace + self.lease_ttl {
             return Err(ConfigError::SubmitOutlivesShutdown);
         }
-        if self.rate_limit_backoff_base.is_zero()
-            || self.rate_limit_backoff_max < self.rate_limit_backoff_base
-            || self.rate_limit_wait_max.is_zero()
+        if submit.rate_limit_backoff_base.is_zero()
+            || submit.rate_limit_backoff_max < submit.rate_limit_backoff_base
+            || submit.rate_limit_wait_max.is_zero()
         {
             return Err(ConfigError::RateLimitBounds);
         }
         if self.claim_cooldown > BATCH_WAIT_MAX || self.record_linger > BATCH_WAIT_MAX {
             return Err(ConfigError::BatchWaitTooLong);
         }
-        if self.attempt_max < 1 {
+        if submit.attempt_max < 1 {
             return Err(ConfigError::NoAttempts);
         }
         Ok(())
@@ -241,18 +215,21 @@ mod tests {
             ConfigError::ZeroCapacity
         );
         assert_eq!(
-            refused(|c| c.submit_timeout = c.shutdown_grace + c.lease_ttl),
+            refused(|c| c.submit.submit_timeout = c.shutdown_grace + c.lease_ttl),
             ConfigError::SubmitOutlivesShutdown
         );
         assert_eq!(
-            refused(|c| c.rate_limit_backoff_max = Duration::from_millis(1)),
+            refused(|c| c.submit.rate_limit_backoff_max = Duration::from_millis(1)),
             ConfigError::RateLimitBounds
         );
         assert_eq!(
-            refused(|c| c.rate_limit_wait_max = Duration::ZERO),
+            refused(|c| c.submit.rate_limit_wait_max = Duration::ZERO),
             ConfigError::RateLimitBounds
         );
-        assert_eq!(refused(|c| c.attempt_max = 0), ConfigError::NoAttempts);
+        assert_eq!(
+            refused(|c| c.submit.attempt_max = 0),
+            ConfigError::NoAttempts
+        );
         assert_eq!(
             refused(|c| c.claim_cooldown = BATCH_WAIT_MAX + Duration::from_millis(1)),
             ConfigError::BatchWaitTooLong

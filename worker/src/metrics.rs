@@ -1,5 +1,6 @@
 //! What the worker counts, rendered for `/metrics`.
 
+use payonce_shared::execution::ExecutionMetrics;
 use payonce_shared::ledger_clock::Drift;
 use payonce_shared::metrics::{Counter, Exposition, Histogram};
 use std::sync::Arc;
@@ -15,33 +16,10 @@ pub struct WorkerMetrics {
     pub claims_with_outcomes: Counter,
     /// Group writes of outcomes (`outcomes / record_writes` is the mean group size).
     pub record_writes: Counter,
-    /// Outcomes recorded as succeeded.
-    pub succeeded: Counter,
-    /// Outcomes recorded as failed.
-    pub failed: Counter,
-    /// Not-submitted outcomes sent back to ready.
-    pub retried: Counter,
-    /// Outcomes recorded as unknown.
-    pub unknown: Counter,
-    /// Operations rejected before submission.
-    pub rejected: Counter,
-    /// Operations sent to a human.
-    pub needs_attention: Counter,
-    /// Fenced writes that lost (lease expired and moved on).
-    pub lost_leases: Counter,
-    /// Outcomes already recorded by someone else (a webhook beat the worker).
-    pub already_recorded: Counter,
-    /// Alert: first submissions the processor answered with a stored response (a row with this
-    /// intention paid before and the ledger lost it).
-    pub replayed_first_submissions: Counter,
+    /// What the execution path counts: outcomes, lost writes, 429s, submission latency.
+    pub execution: ExecutionMetrics,
     /// Leases given back at shutdown.
     pub released: Counter,
-    /// Submissions the processor answered 429 (each retried with the same key, never a failed attempt).
-    pub rate_limited: Counter,
-    /// Submissions that went back to `ready` after waiting `rate_limit_wait_max` for permits or past 429s.
-    pub rate_limited_requeued: Counter,
-    /// Submission latency: the processor call, plus any wait for a limiter permit and in-place 429 retries.
-    pub submit_latency: Histogram,
     /// Claim-to-submit latency.
     pub claim_to_submit: Histogram,
     /// From an outcome being known (the processor's answer, a precheck's refusal) to its group write
@@ -82,60 +60,24 @@ impl WorkerMetrics {
             "",
             self.record_writes.get(),
         );
-        let outcomes = "Outcomes recorded by the worker.";
-        e.counter(
-            "payonce_worker_outcomes_total",
-            outcomes,
-            "outcome=\"succeeded\"",
-            self.succeeded.get(),
-        )
-        .counter(
-            "payonce_worker_outcomes_total",
-            outcomes,
-            "outcome=\"failed\"",
-            self.failed.get(),
-        )
-        .counter(
-            "payonce_worker_outcomes_total",
-            outcomes,
-            "outcome=\"retry\"",
-            self.retried.get(),
-        )
-        .counter(
-            "payonce_worker_outcomes_total",
-            outcomes,
-            "outcome=\"unknown\"",
-            self.unknown.get(),
-        )
-        .counter(
-            "payonce_worker_outcomes_total",
-            outcomes,
-            "outcome=\"rejected\"",
-            self.rejected.get(),
-        )
-        .counter(
-            "payonce_worker_outcomes_total",
-            outcomes,
-            "outcome=\"needs_attention\"",
-            self.needs_attention.get(),
-        );
+        self.render_outcomes(e);
         e.counter(
             "payonce_worker_lost_leases_total",
             "Fenced writes that lost.",
             "",
-            self.lost_leases.get(),
+            self.execution.lost_leases.get(),
         );
         e.counter(
             "payonce_worker_already_recorded_total",
             "Outcomes someone else recorded first.",
             "",
-            self.already_recorded.get(),
+            self.execution.already_recorded.get(),
         );
         e.counter(
             "payonce_worker_replayed_first_submissions_total",
             "Alert: first submissions the processor answered from its key store: the ledger had lost the row that paid them.",
             "",
-            self.replayed_first_submissions.get(),
+            self.execution.replayed_first_submissions.get(),
         );
         e.counter(
             "payonce_worker_released_total",
@@ -147,18 +89,18 @@ impl WorkerMetrics {
             "payonce_processor_rate_limited_total",
             "Requests the processor refused with 429, by kind.",
             "kind=\"submission\"",
-            self.rate_limited.get(),
+            self.execution.rate_limited.get(),
         );
         e.counter(
             "payonce_worker_rate_limited_requeued_total",
             "Submissions sent back to ready after waiting out the rate-limit bound (not a failed attempt).",
             "",
-            self.rate_limited_requeued.get(),
+            self.execution.rate_limited_requeued.get(),
         );
         e.histogram(
             "payonce_worker_submit_seconds",
             "Submission latency, including limiter waits and in-place 429 retries.",
-            &self.submit_latency,
+            &self.execution.submit_latency,
         );
         e.histogram(
             "payonce_worker_claim_to_submit_seconds",
@@ -176,5 +118,46 @@ impl WorkerMetrics {
             &self.record_write,
         );
         self.clock_drift.render(e, "worker");
+    }
+
+    /// `payonce_worker_outcomes_total`, one series per outcome.
+    fn render_outcomes(&self, e: &mut Exposition) {
+        let outcomes = "Outcomes recorded by the worker.";
+        e.counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"succeeded\"",
+            self.execution.succeeded.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"failed\"",
+            self.execution.failed.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"retry\"",
+            self.execution.retried.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"unknown\"",
+            self.execution.unknown.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"rejected\"",
+            self.execution.rejected.get(),
+        )
+        .counter(
+            "payonce_worker_outcomes_total",
+            outcomes,
+            "outcome=\"needs_attention\"",
+            self.execution.needs_attention.get(),
+        );
     }
 }

@@ -160,15 +160,22 @@ pub trait Approvals: Send + Sync {
     ) -> Result<bool, LedgerError>;
 }
 
-/// The worker's queue: claim under a lease, renew, mark a submission, give back, record.
+/// The ledger's clock, which every lease holder reads: the worker and the reconciler.
 #[async_trait]
-pub trait Queue: Send + Sync {
-    /// The ledger's time: the `now` that leases, expiries and retention windows are decided on
-    /// (issue 43). Postgres answers its server's clock (one round trip), so processes whose clocks
-    /// disagree still agree on every lease; `local` is the caller's clock, answered as it is where
-    /// the store has no clock of its own (SQLite, embedded in the caller's process) or was told to
-    /// use its callers' ([`Store::on_callers_clock`](super::Store::on_callers_clock)).
+pub trait LedgerTime: Send + Sync {
+    /// The ledger's time: the `now` that leases, expiries and retention windows are decided on.
+    /// Postgres answers its server's clock (one round trip), so processes whose clocks disagree
+    /// still agree on every lease; `local` is the caller's clock, answered as it is where the
+    /// store has no clock of its own (SQLite, embedded in the caller's process) or was told to use
+    /// its callers' ([`Store::on_callers_clock`](super::Store::on_callers_clock)).
     async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError>;
+}
+
+/// The worker's queue: claim under a lease, renew, mark a submission, give back, record. The
+/// reconciler's same-key retry uses it too, through the one execution path
+/// (`crate::execution::execute`).
+#[async_trait]
+pub trait Queue: LedgerTime {
     /// Claims up to `batch` ready operations for the holder with a lease; bumps each attempt.
     async fn claim(
         &self,
@@ -242,11 +249,10 @@ pub trait Queue: Send + Sync {
 }
 
 /// The reconciler's interface: expired leases, unknown outcomes, processor reports, on-call
-/// resolution, and the sweep's maintenance lease. It includes reading across tenants, the queue's
-/// writes (a same-key retry runs the worker's execution path) and checking the stored webhook
-/// hints.
+/// resolution, and the sweep's maintenance lease. It includes reading across tenants and checking
+/// the stored webhook hints; a same-key retry's writes go through the [`Queue`], as the worker's do.
 #[async_trait]
-pub trait Recovery: Inspection + Queue + HintChecks {
+pub trait Recovery: Inspection + HintChecks + LedgerTime {
     /// Expired leases, oldest first (served by a partial index).
     async fn expired_leases(
         &self,
@@ -488,5 +494,5 @@ impl<T: Operations + Refunds + Approvals + ToolCalls + Keys + Webhooks + ?Sized>
 
 /// The whole ledger, as a store implements it. Every method is atomic; none holds a transaction
 /// across a network call.
-pub trait Ledger: TenantLedger + Recovery {}
-impl<T: TenantLedger + Recovery + ?Sized> Ledger for T {}
+pub trait Ledger: TenantLedger + Recovery + Queue {}
+impl<T: TenantLedger + Recovery + Queue + ?Sized> Ledger for T {}

@@ -44,8 +44,8 @@ mod webhooks;
 pub use dialect::Dialect;
 pub use error::{LedgerError, LimitError, storage_failures};
 pub use interface::{
-    Approvals, HintChecks, Inspection, Keys, Ledger, Operations, Queue, Recovery, Refunds,
-    TenantLedger, ToolCalls, Webhooks,
+    Approvals, HintChecks, Inspection, Keys, Ledger, LedgerTime, Operations, Queue, Recovery,
+    Refunds, TenantLedger, ToolCalls, Webhooks,
 };
 pub use record::{
     ApiKeyRecord, Approval, ApprovalLink, Claimed, ExpiredLease, Operation, OperationEvent, Role,

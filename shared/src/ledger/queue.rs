@@ -9,8 +9,8 @@ use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
 use super::{
-    CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LeaseHolder, LedgerError, LimitError, Operation,
-    Queue, RecordOutcome, Recorded, bounded,
+    CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LeaseHolder, LedgerError, LedgerTime, LimitError,
+    Operation, Queue, RecordOutcome, Recorded, bounded,
 };
 use crate::clock::Timestamp;
 use crate::id::OperationId;
@@ -156,7 +156,7 @@ static RECORD_ATTENTION: LazyLock<String> = LazyLock::new(|| {
 });
 
 #[async_trait]
-impl<DB: Dialect> Queue for Store<DB> {
+impl<DB: Dialect> LedgerTime for Store<DB> {
     async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError> {
         match DB::NOW {
             Some(read) if !self.callers_clock => self
@@ -166,7 +166,10 @@ impl<DB: Dialect> Queue for Store<DB> {
             _ => Ok(local),
         }
     }
+}
 
+#[async_trait]
+impl<DB: Dialect> Queue for Store<DB> {
     async fn claim(
         &self,
         holder: &LeaseHolder<'_>,

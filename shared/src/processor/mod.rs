@@ -277,10 +277,9 @@ pub enum Retrieved {
 pub enum LookupSupport {
     /// No lookup: unknown outcomes go to a human.
     None,
-    /// Lookup reflects every committed write at once.
+    /// Lookup reflects every committed write at once. (A lookup that may lag reports it per answer:
+    /// `LookupOutcome::NotFound { consistent: false }`.)
     Consistent,
-    /// Lookup may lag behind writes; "not found" proves nothing.
-    EventuallyConsistent,
 }
 
 /// What an adapter promises; the reconciler's decisions depend on it.
@@ -294,8 +293,6 @@ pub struct Contract {
     pub key_retention: Option<Duration>,
     /// How past submissions can be found.
     pub lookup: LookupSupport,
-    /// Whether a replayed key returns the stored error response too (Stripe: yes, for errors after execution began).
-    pub replays_error_responses: bool,
 }
 
 /// One page of a scan of the processor's recent payments: money the ledger may not know about
@@ -464,56 +461,5 @@ pub trait Processor: Send + Sync {
         CardLookup::Unavailable {
             reason: format!("the {} adapter cannot read cards", self.contract().name),
         }
-    }
-}
-
-/// An adapter whose declared contract is replaced, e.g. to match a simulator configured with a
-/// key retention of seconds, or a deployment that forbids relying on lookups.
-pub struct WithContract {
-    inner: std::sync::Arc<dyn Processor>,
-    contract: Contract,
-}
-
-impl WithContract {
-    /// Wraps `inner`, declaring `contract` instead of its own.
-    pub fn new(inner: std::sync::Arc<dyn Processor>, contract: Contract) -> Self {
-        WithContract { inner, contract }
-    }
-}
-
-#[async_trait]
-impl Processor for WithContract {
-    fn contract(&self) -> &Contract {
-        &self.contract
-    }
-    async fn submit(&self, request: &SubmitRequest<'_>) -> SubmitOutcome {
-        self.inner.submit(request).await
-    }
-    async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
-        self.inner.lookup(query).await
-    }
-    async fn submit_refund(&self, request: &RefundRequest<'_>) -> SubmitOutcome {
-        self.inner.submit_refund(request).await
-    }
-    async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome {
-        self.inner.lookup_refund(query).await
-    }
-    fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
-        self.inner.facts(reference, object)
-    }
-    async fn retrieve(&self, reference: &str) -> Retrieved {
-        self.inner.retrieve(reference).await
-    }
-    async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
-        self.inner.recent_payments(query).await
-    }
-    async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
-        self.inner.recent_refunds(query).await
-    }
-    async fn prior_payment(&self, tenant: &TenantId, business_key: &BusinessKey) -> PriorPayment {
-        self.inner.prior_payment(tenant, business_key).await
-    }
-    async fn card(&self, payment_method: &str) -> CardLookup {
-        self.inner.card(payment_method).await
     }
 }

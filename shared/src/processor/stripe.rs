@@ -163,7 +163,6 @@ impl StripeProcessor {
             honours_idempotency_keys: true,
             key_retention: Some(STRIPE_KEY_RETENTION),
             lookup: LookupSupport::Consistent,
-            replays_error_responses: true,
         };
         Ok(StripeProcessor {
             client,

@@ -88,7 +88,7 @@ async fn unknown_rows(
             [true]
         );
         if i % 3 == 0 {
-            let _ = payonce_worker::execution::submit(
+            let _ = payonce_shared::execution::submit::submit(
                 processes::stripe(sim, None).as_ref(),
                 &c,
                 Duration::from_secs(5),

@@ -53,7 +53,7 @@ pub async fn paid_payment(
             .unwrap(),
         [true]
     );
-    let outcome = payonce_worker::execution::submit(
+    let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(sim, None).as_ref(),
         &c,
         Duration::from_secs(5),

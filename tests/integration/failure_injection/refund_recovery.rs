@@ -149,7 +149,7 @@ async fn crashed_refunding(
         [true]
     );
     if submit {
-        let outcome = payonce_worker::execution::submit(
+        let outcome = payonce_shared::execution::submit::submit(
             processes::stripe(sim, None).as_ref(),
             &c,
             Duration::from_secs(5),
@@ -192,7 +192,7 @@ async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_
     clock.advance(past);
     advance_clock(&sim, past).await;
     let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec");
+    config.retry = WorkerConfig::new("rec").submit;
     config.check_backoff_base = Duration::from_millis(50);
     config.retention_margin = Duration::from_millis(200);
     let rec = Reconciler::new(
@@ -283,7 +283,7 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
             .unwrap(),
         [true]
     );
-    let outcome = payonce_worker::execution::submit(
+    let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         &zombie,
         Duration::from_secs(5),

@@ -1,0 +1,125 @@
+//! One operation's execution, the only one there is: server-side checks, the committed start of
+//! the submission, the submission with its stored key, and the outcome handed to a [`Recorder`].
+//! The worker's daemon records through a grouping recorder (many outcomes per commit); the
+//! reconciler's same-key retry through [`Inline`], one fenced write per fact, as River's completer
+//! has both a batching and an inline mode.
+//!
+//! - [`policy`]: the submission's limits and how each outcome is scheduled.
+//! - [`submit`]: the check before a first payment, the paced request, its classification.
+//! - [`inline`]: the recorder that writes each fact at once, and how a lost write is settled.
+//! - [`metrics`]: what an execution counts.
+
+pub mod inline;
+pub mod metrics;
+pub mod policy;
+pub mod submit;
+
+pub use inline::{Inline, settle};
+pub use metrics::ExecutionMetrics;
+pub use policy::SubmitPolicy;
+
+use crate::clock::{SharedClock, Timestamp};
+use crate::details::OperationKind;
+use crate::failpoint::{self, FailPoint};
+use crate::ledger::{LedgerError, Operation, Recorded};
+use crate::processor::Processor;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Where [`execute`] writes what it learns about one claimed operation.
+pub trait Recorder: Send {
+    /// What recording the outcome answers.
+    type Output;
+    /// Records, committed, that `op`'s request is about to leave (from then on a lapsed lease is
+    /// `unknown`). A recorder whose claim already recorded it only notes the moment.
+    fn started(&mut self, op: &Operation) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    /// Records `op`'s outcome, fenced by its attempt.
+    fn record(
+        self,
+        op: Operation,
+        outcome: Recorded,
+    ) -> impl Future<Output = Result<Self::Output, LedgerError>> + Send;
+}
+
+/// What one execution runs with.
+pub struct Execution<'a> {
+    /// The processor the request goes to.
+    pub processor: &'a dyn Processor,
+    /// The caller's clock: the ledger's time as last read, where the caller reads it.
+    pub clock: &'a SharedClock,
+    /// The submission's limits.
+    pub policy: &'a SubmitPolicy,
+    /// Where the submission is counted.
+    pub metrics: &'a ExecutionMetrics,
+    /// Longest the submission waits for permits and retries 429s in place: the policy's
+    /// `rate_limit_wait_max` where a renewer keeps the lease, shorter where none does.
+    pub wait_max: Duration,
+    /// Shutdown: a submission waiting for a permit or past a 429 gives up (nothing was sent).
+    pub stop: Option<&'a watch::Receiver<bool>>,
+}
+
+/// Runs one claimed operation: refused by [`precheck`] (nothing external happens), or its start
+/// recorded, submitted, and its outcome recorded, each through `recorder`.
+pub async fn execute<R: Recorder>(
+    ex: &Execution<'_>,
+    op: Operation,
+    mut recorder: R,
+) -> Result<R::Output, LedgerError> {
+    let recorded = match precheck(&op, ex.clock.now()) {
+        Some(rejection) => {
+            tracing::info!(operation = %op.id, tenant = %op.tenant,
+                "rejected before submission: {rejection:?}");
+            rejection
+        }
+        None => {
+            recorder.started(&op).await?;
+            failpoint::hit(FailPoint::AfterSubmissionRecorded);
+            submit::submit_claimed(ex, &op).await
+        }
+    };
+    recorder.record(op, recorded).await
+}
+
+/// Re-checks, server-side, everything a submission depends on. `Some` is the rejection to record;
+/// nothing external has happened.
+pub fn precheck(op: &Operation, now: Timestamp) -> Option<Recorded> {
+    let reject = |code: &str, message: &str| {
+        Some(Recorded::Rejected {
+            code: code.into(),
+            message: message.into(),
+        })
+    };
+    if op.details.hash() != op.details_hash {
+        return reject(
+            "details_changed",
+            "the stored details no longer match their hash",
+        );
+    }
+    match op.details.kind() {
+        OperationKind::Payment => {}
+        // Details' constructors make a refund always name its payment; asserted here, before any call.
+        OperationKind::Refund if op.details.refund_of().is_none() => {
+            return reject(
+                "refund_without_payment",
+                "the refund's details name no payment",
+            );
+        }
+        OperationKind::Refund => {}
+    }
+    let Some(approved) = &op.approved_hash else {
+        return reject(
+            "approval_missing",
+            "no approval is recorded for this operation",
+        );
+    };
+    if *approved != op.details_hash {
+        return reject("approval_mismatch", "the approval is for different details");
+    }
+    match op.approval_expires_at_ms {
+        Some(expiry) if expiry > now => None,
+        _ => reject(
+            "approval_expired",
+            "the approval expired before the payment was submitted",
+        ),
+    }
+}

@@ -1,0 +1,204 @@
+//! The submission step: the check before a first payment, the paced request with the stored key,
+//! and its answer classified into the fenced write that records it.
+
+use super::Execution;
+use crate::details::OperationKind;
+use crate::failpoint::{self, FailPoint};
+use crate::ledger::{Operation, Paid, Recorded};
+use crate::limiter::{Budget, acquire};
+use crate::processor::{
+    FoundStatus, PriorPayment, Processor, SubmitOutcome, operation, reachability,
+};
+use std::time::Duration;
+
+/// Submits with the operation's stored key and the recorded details (a payment or a refund, as
+/// its kind says), bounded by `timeout`. A timeout is an unknown outcome: the request may have
+/// arrived.
+pub async fn submit(processor: &dyn Processor, op: &Operation, timeout: Duration) -> SubmitOutcome {
+    match tokio::time::timeout(timeout, operation::submit(processor, op)).await {
+        Ok(outcome) => outcome,
+        Err(_) => SubmitOutcome::Unknown {
+            reason: format!("no answer within {timeout:?}"),
+            reference: None,
+        },
+    }
+}
+
+/// The one submission step for a claimed operation whose start is already committed: the check
+/// before a first payment, the paced submission, timed, classified into the fenced write that
+/// records it. Not-submitted backoff, rate-limit handling and unknown outcomes are decided here
+/// for every caller.
+pub(super) async fn submit_claimed(ex: &Execution<'_>, op: &Operation) -> Recorded {
+    if let Some(recorded) = check_before_submit(ex, op).await {
+        return recorded;
+    }
+    let started = std::time::Instant::now();
+    let outcome = submit_paced(ex, op).await;
+    ex.metrics.submit_latency.observe(started.elapsed());
+    if let SubmitOutcome::Succeeded {
+        reference,
+        replayed,
+        ..
+    } = &outcome
+    {
+        failpoint::hit(FailPoint::AfterProcessorAccepted);
+        // This attempt made the row's first submission record before sending, so no earlier
+        // request of this row can exist: a replay means another row with this intention sent it,
+        // one the ledger no longer has (a restore, an asynchronous failover). The replay is the
+        // first payment, so recording it is right; the loss is what on-call must hear about.
+        if *replayed && op.first_submitted_attempt == Some(op.attempt) {
+            ex.metrics.replayed_first_submissions.inc();
+            tracing::error!(operation = %op.id, %reference,
+                "ALERT: the processor replayed this operation's first submission: the ledger had \
+                 lost the row that paid it (restore or failover?); recorded as that payment");
+        }
+    }
+    tracing::debug!(operation = %op.id, ?outcome, "processor answered");
+    let now = ex.clock.now();
+    reachability::process().observe(&outcome, now);
+    // Nothing reached the processor: the payment waits with backoff while its approval holds,
+    // then goes to a human with that reason (never counted as a failed attempt meanwhile).
+    if let SubmitOutcome::Unreachable { reason } = outcome {
+        let delay = ex.policy.retry_delay(op.attempt);
+        return reachability::while_unreachable(reason, op.approval_expires_at_ms, now, delay);
+    }
+    ex.policy.to_recorded(outcome, op.attempt, now)
+}
+
+/// Submits like [`submit`], paced by the fleet limiter: waits for a write permit before each
+/// request (waiting sends nothing), and answers a 429 by sending the same request with the same
+/// key again after the processor's advice or a jittered backoff, without recording anything in
+/// between: the claim and its attempt stay as they are. Returns `RateLimited` only once
+/// `ex.wait_max` has passed or `ex.stop` is set; every other outcome as the processor gave it.
+async fn submit_paced(ex: &Execution<'_>, op: &Operation) -> SubmitOutcome {
+    let policy = ex.policy;
+    let give_up_at = tokio::time::Instant::now() + ex.wait_max;
+    let stopped = || ex.stop.is_some_and(|s| *s.borrow());
+    let mut refusals: u32 = 0;
+    loop {
+        let left = give_up_at.saturating_duration_since(tokio::time::Instant::now());
+        let permit = acquire(policy.limiter.as_ref(), Budget::Write, left);
+        // Shutdown does not wait for a permit: nothing was sent, so the row goes back to ready.
+        let permit = match ex.stop {
+            Some(stop) => {
+                let mut stop = stop.clone();
+                tokio::select! {
+                    p = permit => p.map_err(|denied| format!("fleet limiter: {denied}")),
+                    _ = stop.wait_for(|s| *s) => Err("shutdown while waiting for a permit".to_string()),
+                }
+            }
+            None => permit
+                .await
+                .map_err(|denied| format!("fleet limiter: {denied}")),
+        };
+        if let Err(reason) = permit {
+            ex.metrics.rate_limited_requeued.inc();
+            return SubmitOutcome::RateLimited {
+                reason,
+                retry_after_ms: None,
+            };
+        }
+        let outcome = submit(ex.processor, op, policy.submit_timeout).await;
+        let SubmitOutcome::RateLimited { retry_after_ms, .. } = &outcome else {
+            return outcome;
+        };
+        ex.metrics.rate_limited.inc();
+        refusals = refusals.saturating_add(1);
+        let pause = retry_after_ms
+            .map(Duration::from_millis)
+            .unwrap_or_else(|| policy.rate_limit_delay(refusals));
+        tracing::info!(operation = %op.id, attempt = op.attempt, refusals, ?pause,
+            "processor rate-limited the submission; sending it again with the same key");
+        if stopped() || tokio::time::Instant::now() + pause >= give_up_at {
+            ex.metrics.rate_limited_requeued.inc();
+            return outcome;
+        }
+        match ex.stop {
+            Some(stop) => {
+                let mut stop = stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    _ = stop.wait_for(|s| *s) => {
+                        ex.metrics.rate_limited_requeued.inc();
+                        return outcome;
+                    }
+                }
+            }
+            None => tokio::time::sleep(pause).await,
+        }
+    }
+}
+
+/// Before the first submission of a payment, with `check_before_submit` on: what the processor
+/// already holds for its business key decides instead of a new request (`None`: submit).
+/// - the same intention (tenant, business key, details) paid: recorded as succeeded with it, as a
+///   lookup would (a ledger that lost the row past the key's retention, re-driven by upstream);
+///   in progress: unknown, for the reconciler's lookups;
+/// - other details paid or in progress under the business key: `needs_attention`, never a second
+///   payment for the business action;
+/// - the processor cannot be asked: nothing is sent, back to `ready` later (exhausted after
+///   `attempt_max`, like any attempt that sent nothing).
+async fn check_before_submit(ex: &Execution<'_>, op: &Operation) -> Option<Recorded> {
+    let policy = ex.policy;
+    let first = op.first_submitted_attempt == Some(op.attempt);
+    if !policy.check_before_submit || op.details.kind() != OperationKind::Payment || !first {
+        return None;
+    }
+    let timeout = policy.submit_timeout;
+    let asked = match acquire(policy.limiter.as_ref(), Budget::Read, timeout).await {
+        Ok(_) => tokio::time::timeout(
+            timeout,
+            ex.processor.prior_payment(&op.tenant, &op.business_key),
+        )
+        .await
+        .unwrap_or_else(|_| PriorPayment::Unavailable {
+            reason: format!("no answer within {timeout:?}"),
+        }),
+        Err(denied) => PriorPayment::Unavailable {
+            reason: format!("fleet limiter: {denied}"),
+        },
+    };
+    let now = ex.clock.now();
+    let object = match asked {
+        PriorPayment::None => return None,
+        PriorPayment::Found(object) => object,
+        PriorPayment::Unavailable { reason } => {
+            let reason =
+                format!("the check before submission could not ask the processor: {reason}");
+            return Some(policy.to_recorded(
+                SubmitOutcome::NotSubmitted { reason },
+                op.attempt,
+                now,
+            ));
+        }
+    };
+    // The intention, not the operation id (derived from the tenant and business key only), says
+    // whether it is this payment; an object from before intention metadata never is.
+    let same = object.intention.as_ref().is_some_and(|i| i.is_of(op));
+    let reference = object.reference.clone();
+    match (same, object.status) {
+        // An earlier attempt that failed for good: this one may pay.
+        (_, FoundStatus::Failed { .. }) => None,
+        (true, FoundStatus::Succeeded { result }) => {
+            tracing::warn!(operation = %op.id, %reference,
+                "the processor already holds this intention's payment; recorded, not submitted again");
+            Some(Recorded::Succeeded(Paid { reference, result }))
+        }
+        (true, FoundStatus::Pending { processor_status }) => Some(Recorded::Unknown {
+            reason: format!(
+                "the processor already holds {reference} ({processor_status}) for this intention"
+            ),
+            reference: Some(reference),
+            next_check_at_ms: now + policy.first_check_delay,
+        }),
+        (false, FoundStatus::Succeeded { .. } | FoundStatus::Pending { .. }) => {
+            Some(Recorded::NeedsAttention {
+                reason: format!(
+                    "the processor already holds {reference} for business key {} with other details \
+                     (operation {:?}); nothing was submitted",
+                    op.business_key, object.operation_id
+                ),
+            })
+        }
+    }
+}
