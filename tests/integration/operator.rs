@@ -70,15 +70,13 @@ async fn settings_flags_are_accepted_after_the_subcommand_and_by_their_key() {
             "--database-url",
             &url,
         ],
-        // A setting's key as its flag (`worker_batch`; the older flag is `--batch-size`).
+        // A setting's key as its flag (`lease_renew_ms`; the older flag is `--renew-ms`), after the
+        // subcommand like any other (a worker setting is accepted only by the commands that use it).
         &[
-            "reconciler",
-            "sweep",
-            "--once",
-            "--worker-batch",
-            "7",
-            "--processor-url",
-            &sim_url,
+            "config",
+            "show",
+            "--lease-renew-ms",
+            "900",
             "--database-url",
             &url,
         ],
