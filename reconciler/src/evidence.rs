@@ -51,6 +51,10 @@ pub struct HintLimits {
     pub pass_budget: Duration,
 }
 
+/// Most hints one bulk statement closes as known
+/// ([`HintChecks::close_known_hints`](payonce_shared::ledger::HintChecks::close_known_hints)).
+pub const KNOWN_HINTS_PER_STATEMENT: u32 = 1_000;
+
 /// Hints checked at once by default: one at a time fell behind for good at 50 payments/s (a
 /// retrieval each, about 25 ms), so the pass overlaps their round trips like the sweep does.
 pub const HINT_CONCURRENCY_DEFAULT: usize = 16;
@@ -207,6 +211,30 @@ pub async fn check_hints(
 ) -> Result<HintReport, LedgerError> {
     let mut report = HintReport::default();
     let started = std::time::Instant::now();
+    // The steady day's common case first, in bulk: a hint that says what its row already says
+    // (the worker recorded the payment before the webhook arrived) is closed by one statement per
+    // KNOWN_HINTS_PER_STATEMENT, with no read; one check per hint capped a reconciler near 3,100/s.
+    while started.elapsed() < limits.pass_budget {
+        match ledger
+            .close_known_hints(now, KNOWN_HINTS_PER_STATEMENT)
+            .await
+        {
+            Ok(n) => {
+                report.known = report
+                    .known
+                    .saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+                metrics.hints_known.add(n);
+                if n < u64::from(KNOWN_HINTS_PER_STATEMENT) {
+                    break;
+                }
+            }
+            Err(error) => {
+                // Each hint is still checked on its own below.
+                tracing::warn!(%error, "known webhook hints could not be closed in bulk");
+                break;
+            }
+        }
+    }
     // One batch a sweep capped the checks at batch / interval (200 per 5 s: 40/s, behind for good
     // at 50 payments/s): full batches are taken one after another within the pass budget. A pass
     // with an error stops it (that hint is still due and would come back at once).

@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 mod cancelled_begin;
+mod hints;
 mod refunds;
 mod retention;
 mod sweep_batches;

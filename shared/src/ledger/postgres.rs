@@ -316,6 +316,7 @@ impl Dialect for Postgres {
     const LOCK_OPERATION: Option<&'static str> = Some(LOCK_OPERATION);
     const NOW: Option<&'static str> = Some(NOW);
     const LOCK_PRUNABLE: &'static str = super::retention::LOCK_PRUNABLE_POSTGRES;
+    const CLOSE_KNOWN_HINTS: &'static str = super::webhooks::CLOSE_KNOWN_HINTS_POSTGRES;
     const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
         super::retention::DELETE_OPERATIONS_POSTGRES;
 

@@ -149,6 +149,7 @@ impl Dialect for Sqlite {
     const NOW: Option<&'static str> = None;
     // The single writer holds the file for the transaction: nothing changes between the statements.
     const LOCK_PRUNABLE: &'static str = super::retention::LOCK_PRUNABLE_SQLITE;
+    const CLOSE_KNOWN_HINTS: &'static str = super::webhooks::CLOSE_KNOWN_HINTS_SQLITE;
     const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
         super::retention::DELETE_OPERATIONS_SQLITE;
 

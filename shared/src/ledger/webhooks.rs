@@ -53,8 +53,46 @@ impl<DB: Dialect> Webhooks for Store<DB> {
     }
 }
 
+/// [`Dialect::CLOSE_KNOWN_HINTS`], given how the store reads `$.data.object.<field>` of `p.payload`.
+macro_rules! close_known_hints {
+    ($id:literal, $status:literal) => {
+        concat!(
+            "UPDATE processor_events SET applied_at = $1, outcome = 'known: ' || operation_id || \
+             ' already says succeeded with the object this webhook names; no processor read' \
+             WHERE (processor, event_id) IN (SELECT p.processor, p.event_id FROM processor_events p \
+             JOIN operations o ON o.id = p.operation_id \
+             WHERE p.applied_at IS NULL AND (p.check_after IS NULL OR p.check_after <= $1) \
+             AND o.status = 'succeeded' AND o.external_ref = ",
+            $id,
+            " AND ",
+            $status,
+            " = 'succeeded' ORDER BY p.received_at LIMIT $2)"
+        )
+    };
+}
+/// [`Dialect::CLOSE_KNOWN_HINTS`] on Postgres (the api stores only payloads it parsed as JSON).
+pub(crate) const CLOSE_KNOWN_HINTS_POSTGRES: &str = close_known_hints!(
+    "(p.payload::jsonb #>> '{data,object,id}')",
+    "(p.payload::jsonb #>> '{data,object,status}')"
+);
+/// [`Dialect::CLOSE_KNOWN_HINTS`] on SQLite.
+pub(crate) const CLOSE_KNOWN_HINTS_SQLITE: &str = close_known_hints!(
+    "json_extract(p.payload, '$.data.object.id')",
+    "json_extract(p.payload, '$.data.object.status')"
+);
+
 #[async_trait]
 impl<DB: Dialect> HintChecks for Store<DB> {
+    async fn close_known_hints(&self, now: Timestamp, limit: u32) -> Result<u64, LedgerError> {
+        let limit = limit.min(PAGE_MAX);
+        self.execute(
+            Stmt::new(DB::CLOSE_KNOWN_HINTS)
+                .bind(now)
+                .bind(i64::from(limit)),
+        )
+        .await
+    }
+
     async fn pending_processor_events(
         &self,
         now: Timestamp,
