@@ -50,7 +50,7 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// `$2` (the condition of [`super::retention`]'s candidates, checked again), locked until the
     /// transaction ends where the store has row locks: a refund created meanwhile waits, then fails.
     const LOCK_PRUNABLE: &'static str;
-    /// Closes at most `$2` due hints at `$1` that agree with their `succeeded` operation's row
+    /// Closes those of the `$2` oldest due hints at `$1` that agree with their `succeeded` operation's row
     /// ([`HintChecks::close_known_hints`](super::HintChecks::close_known_hints)): the payload's
     /// object is read with the store's own JSON functions.
     const CLOSE_KNOWN_HINTS: &'static str;

@@ -393,9 +393,10 @@ pub trait HintChecks: Webhooks {
     ) -> Result<Vec<StoredProcessorEvent>, LedgerError>;
     /// The stored webhooks not yet checked: how many, and when the oldest arrived (`None`: none).
     async fn processor_event_backlog(&self) -> Result<(i64, Option<Timestamp>), LedgerError>;
-    /// Closes, in one statement, at most `limit` due hints that say what their operation's row
-    /// already says (the object the row names, `succeeded`, for a `succeeded` row): nothing to
-    /// apply and no processor read to spend. How many.
+    /// Closes, in one statement, those of the `limit` oldest due hints that say what their
+    /// operation's row already says (the object the row names, `succeeded`, for a `succeeded`
+    /// row): nothing to apply and no processor read to spend. How many (0: none of the oldest
+    /// agree; they are for the one-by-one check).
     async fn close_known_hints(&self, now: Timestamp, limit: u32) -> Result<u64, LedgerError>;
     /// Leaves a stored webhook pending (the processor could not be asked): counts the try and
     /// puts the next one off until `check_after`.

@@ -59,14 +59,16 @@ macro_rules! close_known_hints {
         concat!(
             "UPDATE processor_events SET applied_at = $1, outcome = 'known: ' || operation_id || \
              ' already says succeeded with the object this webhook names; no processor read' \
-             WHERE (processor, event_id) IN (SELECT p.processor, p.event_id FROM processor_events p \
+             WHERE (processor, event_id) IN (SELECT p.processor, p.event_id FROM \
+             (SELECT processor, event_id, operation_id, payload FROM processor_events \
+             WHERE applied_at IS NULL AND (check_after IS NULL OR check_after <= $1) \
+             ORDER BY received_at LIMIT $2) p \
              JOIN operations o ON o.id = p.operation_id \
-             WHERE p.applied_at IS NULL AND (p.check_after IS NULL OR p.check_after <= $1) \
-             AND o.status = 'succeeded' AND o.external_ref = ",
+             WHERE o.status = 'succeeded' AND o.external_ref = ",
             $id,
             " AND ",
             $status,
-            " = 'succeeded' ORDER BY p.received_at LIMIT $2)"
+            " = 'succeeded')"
         )
     };
 }
