@@ -531,7 +531,7 @@ async fn operation_page(
                     &who.csrf,
                     &op,
                     processor.as_ref(),
-                    refunds::section(&who.csrf, &op, beside.as_ref(), now),
+                    refunds::section(&who.csrf, &op, beside.as_ref(), now, who.read_only),
                     &timeline(&events, &related),
                     &extras,
                     now,

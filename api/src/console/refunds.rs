@@ -55,8 +55,15 @@ pub async fn beside(
     }
 }
 
-/// The page section: a payment's refunds, or a refund's payment and its approval form.
-pub fn section(csrf: &str, op: &Operation, beside: Option<&Beside>, now_ms: i64) -> Markup {
+/// The page section: a payment's refunds, or a refund's payment and its approval form (none for a
+/// read-only key, which the routes refuse anyway).
+pub fn section(
+    csrf: &str,
+    op: &Operation,
+    beside: Option<&Beside>,
+    now_ms: i64,
+    read_only: bool,
+) -> Markup {
     let currency = op.details.money().currency();
     html! {
         @if let Some(b) = beside {
@@ -96,7 +103,10 @@ pub fn section(csrf: &str, op: &Operation, beside: Option<&Beside>, now_ms: i64)
                     }
                     " (" code { (of.payment_reference()) } "), reason " (of.reason().as_str()) "."
                 }
-                @if op.status == Status::AwaitingApproval {
+                @if op.status == Status::AwaitingApproval && read_only {
+                    p id="refund-read-only" { "It waits for a person of the merchant. This key is read-only: it cannot approve or decline it." }
+                }
+                @if op.status == Status::AwaitingApproval && !read_only {
                     p { "It waits for a person of the merchant. Approving records your name and enqueues exactly these details." }
                     form method="post" action=(format!("/console/operations/{}/approve-refund", op.id.as_str())) id="approve-refund" {
                         input type="hidden" name="csrf" value=(csrf);

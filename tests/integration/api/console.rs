@@ -1219,6 +1219,25 @@ async fn a_read_only_on_call_key_sees_everything_and_resolves_nothing() {
             .await
             .unwrap()
             .operation;
+    // Its page shows no form to approve or decline the refund, and says why.
+    let page = get(
+        &api,
+        &format!("/console/operations/{}", refund.id),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(
+        page.text.contains("id=\"refund-read-only\""),
+        "{}",
+        page.text
+    );
+    assert!(
+        !page.text.contains("id=\"approve-refund\"")
+            && !page.text.contains("id=\"decline-refund\""),
+        "{}",
+        page.text
+    );
     for action in ["approve-refund", "decline-refund"] {
         let r = post(
             &api,
