@@ -114,6 +114,57 @@ impl Launch {
     }
 }
 
+/// A soak's stage before its processes start: the in-process simulator, sending its signed webhooks
+/// to an api about to listen on a free port, and how to launch the fleet against both.
+pub struct Stage {
+    /// The api's port.
+    pub port: u16,
+    /// The api's base URL.
+    pub api_base: String,
+    /// A secret of this run (the api refuses the simulator's published default).
+    pub webhook_secret: String,
+    /// The simulator.
+    pub sim: payonce_simulator::Simulator,
+    /// The fleet's launcher, on `database_url` and the simulator.
+    pub launch: Launch,
+}
+
+/// Starts the simulator (`processing` payments settle in 0.5 s) for a fleet of `bin` on
+/// `database_url`, logging to `log`; `duplicates_per_mille` of its webhooks are sent twice.
+pub async fn stage(
+    bin: PathBuf,
+    database_url: String,
+    log: PathBuf,
+    duplicates_per_mille: u32,
+    seed: u64,
+) -> anyhow::Result<Stage> {
+    let port = free_port()?;
+    let api_base = format!("http://127.0.0.1:{port}");
+    let webhook_secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
+    let sim = payonce_simulator::Simulator::start(payonce_simulator::SimulatorConfig {
+        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
+        webhook_secret: webhook_secret.clone(),
+        webhook_duplicates_per_mille: duplicates_per_mille,
+        processing_settle: Duration::from_millis(500),
+        seed,
+        ..payonce_simulator::SimulatorConfig::default()
+    })
+    .await?;
+    let launch = Launch {
+        bin,
+        database_url,
+        processor_url: sim.base_url(),
+        log,
+    };
+    Ok(Stage {
+        port,
+        api_base,
+        webhook_secret,
+        sim,
+        launch,
+    })
+}
+
 /// SIGKILLs `child` (tokio's `start_kill` sends SIGKILL on Unix) and reaps it.
 pub async fn sigkill(child: &mut Child) {
     let _ = child.start_kill();

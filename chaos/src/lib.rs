@@ -32,11 +32,24 @@ use payonce_shared::failpoint::FailPoint;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::{self, Role, SharedLedger};
 use payonce_shared::state::Status;
-use payonce_simulator::{Simulator, SimulatorConfig};
+use payonce_simulator::Simulator;
 use rng::SoakRng;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::process::Child;
+
+/// Logs to stderr at `RUST_LOG` (default `warn`): the in-process simulator's own failures, for
+/// both soaks' binaries. Colour only on a terminal.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+}
 
 /// The most operations one soak may create: the simulator's payment audit returns at most 10,000 rows.
 pub const OPERATIONS_MAX: usize = 9_000;
@@ -407,25 +420,20 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         payonce_api::create_api_key(ledger.as_ref(), &tenant, Role::Assistant, "chaos", now)
             .await?;
 
-    let port = fleet::free_port()?;
-    let api_base = format!("http://127.0.0.1:{port}");
-    // A secret of this run: the api refuses the simulator's published default.
-    let webhook_secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
-    let sim = Simulator::start(SimulatorConfig {
-        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
-        webhook_secret: webhook_secret.clone(),
-        webhook_duplicates_per_mille: config.duplicate_per_mille,
-        processing_settle: Duration::from_millis(500),
-        seed: config.seed,
-        ..SimulatorConfig::default()
-    })
+    let fleet::Stage {
+        port,
+        api_base,
+        webhook_secret,
+        sim,
+        launch,
+    } = fleet::stage(
+        config.payonce_bin.clone(),
+        config.database_url.clone(),
+        config.log.clone(),
+        config.duplicate_per_mille,
+        config.seed,
+    )
     .await?;
-    let launch = Launch {
-        bin: config.payonce_bin.clone(),
-        database_url: config.database_url.clone(),
-        processor_url: sim.base_url(),
-        log: config.log.clone(),
-    };
     let mut api = launch.api(port, &webhook_secret)?;
     wait_ready(&http, &api_base, &mut api).await?;
 

@@ -42,14 +42,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    payonce_chaos::init_logging();
     if !(args.minutes > 0.0 && args.minutes.is_finite()) {
         eprintln!("payonce-soak: --minutes must be a positive number");
         return ExitCode::from(2);

@@ -8,15 +8,14 @@
 //!
 //! It also checks what the failure soak checks: every approved operation paid exactly once.
 
-use crate::fleet::{self, Launch, sigkill};
-use crate::operations::{self, PlannedOp, TENANT};
+use crate::fleet::{self, sigkill};
+use crate::operations::{self, TENANT};
 use anyhow::Context;
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::retention::{Pruned, Retention};
 use payonce_shared::ledger::{self, Role, SharedLedger};
 use payonce_shared::state::Status;
-use payonce_simulator::{Simulator, SimulatorConfig};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -393,23 +392,20 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         SystemClock.now(),
     )
     .await?;
-    let port = fleet::free_port()?;
-    let api_base = format!("http://127.0.0.1:{port}");
-    let webhook_secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
-    let sim = Simulator::start(SimulatorConfig {
-        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
-        webhook_secret: webhook_secret.clone(),
-        processing_settle: Duration::from_millis(500),
-        seed: config.seed,
-        ..SimulatorConfig::default()
-    })
+    let fleet::Stage {
+        port,
+        api_base,
+        webhook_secret,
+        sim,
+        launch,
+    } = fleet::stage(
+        config.payonce_bin.clone(),
+        config.database_url.clone(),
+        config.log.clone(),
+        0,
+        config.seed,
+    )
     .await?;
-    let launch = Launch {
-        bin: config.payonce_bin.clone(),
-        database_url: config.database_url.clone(),
-        processor_url: sim.base_url(),
-        log: config.log.clone(),
-    };
     let mut api = launch.spawn(
         &["api", "--listen", &format!("127.0.0.1:{port}")],
         &FLEET_ENV,
@@ -431,7 +427,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
 
     let calls = Arc::new(tokio::sync::Semaphore::new(TOOL_CALLS_IN_FLIGHT));
     let mut call_tasks = tokio::task::JoinSet::new();
-    let mut ops: Vec<PlannedOp> = Vec::new();
+    let mut created_count = 0usize;
     let mut report = SteadyReport {
         rate: config.rate,
         ..SteadyReport::default()
@@ -455,7 +451,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         // A tick's operations at once, as many upstream callers would: one after another, a
         // loaded machine's round trips fell below the rate.
         let mut creates = tokio::task::JoinSet::new();
-        for i in ops.len()..ops.len() + TICK_OPERATIONS as usize {
+        for i in created_count..created_count + TICK_OPERATIONS as usize {
             let ledger = ledger.clone();
             creates.spawn(async move {
                 (
@@ -493,7 +489,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
                 }
                 (asks, good)
             });
-            ops.push(op);
+            created_count += 1;
         }
         while let Some(done) = call_tasks.try_join_next() {
             let (asks, good) = done.unwrap_or((1, 0));
@@ -502,7 +498,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         }
         if Instant::now() >= next_sample {
             next_sample += config.sample_every;
-            let s = sample(&ledger, &pool, &fleet, ops.len(), started.elapsed()).await?;
+            let s = sample(&ledger, &pool, &fleet, created_count, started.elapsed()).await?;
             eprintln!(
                 "payonce-soak: {:>6.0} s: {} created, {} settled, {} unchecked hints (oldest {:.0} s), database {:.1} MiB, RSS MiB {}",
                 s.at_s,
@@ -521,10 +517,10 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         }
     }
     report.duration_s = started.elapsed().as_secs_f64();
-    report.created = ops.len();
+    report.created = created_count;
     report
         .samples
-        .push(sample(&ledger, &pool, &fleet, ops.len(), started.elapsed()).await?);
+        .push(sample(&ledger, &pool, &fleet, created_count, started.elapsed()).await?);
 
     // Drain: everything final, every tool call answered, every hint checked.
     let drain_start = Instant::now();

@@ -995,20 +995,44 @@ async fn a_backlog_of_several_batches_is_checked_in_one_pass() {
     )
     .await;
     assert_eq!(rec.check_hints_once().await.unwrap().applied, 1);
-    // Redeliveries of the same news under new event ids: each one a hint, none needing a read.
+    // Hints whose object does not say what the row says (`processing`, under new event ids): none
+    // is closed in bulk; each is checked on its own (a read), in batches of BATCH.
+    let mut processing = slim(&pi);
+    processing["status"] = json!("processing");
     for i in 0..HINTS {
         deliver(
             &ledger,
             &delivery(
                 &format!("evt_e11_{i}"),
                 "payment_intent.succeeded",
-                slim(&pi),
+                processing.clone(),
             ),
         )
         .await;
     }
     let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(
+        (pass.known, pass.errors, pass.deferred),
+        (0, 0, 0),
+        "{pass:?}"
+    );
+    assert_eq!(ledger.processor_event_backlog().await.unwrap().0, 0);
+    // Agreeing news in bulk: closed as known, with no read.
+    for i in 0..HINTS {
+        deliver(
+            &ledger,
+            &delivery(
+                &format!("evt_e11_again_{i}"),
+                "payment_intent.succeeded",
+                slim(&pi),
+            ),
+        )
+        .await;
+    }
+    let requests_before = sim_requests(&sim).await;
+    let pass = rec.check_hints_once().await.unwrap();
     assert_eq!(pass.known, HINTS, "{pass:?}");
+    assert_eq!(sim_requests(&sim).await, requests_before, "no read");
     assert_eq!(ledger.processor_event_backlog().await.unwrap().0, 0);
     sim.shutdown().await;
 }
