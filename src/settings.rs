@@ -383,7 +383,7 @@ pub struct ReconcilerArgs {
     #[arg(long, env = "PAYONCE_WEBHOOK_RETENTION_DAYS", default_value_t = 7,
           value_parser = clap::value_parser!(u64).range(1..=3_650))]
     pub webhook_retention_days: u64,
-    /// Days a tool call's correlation row is kept.
+    /// Days a tool call's correlation row, and the answer kept for its idempotency key, are kept.
     #[arg(long, env = "PAYONCE_TOOL_CALL_RETENTION_DAYS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3_650))]
     pub tool_call_retention_days: u64,

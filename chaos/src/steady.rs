@@ -243,8 +243,12 @@ impl fmt::Display for SteadyReport {
         )?;
         writeln!(
             f,
-            "| final prune (every period elapsed): webhooks / tool calls / links / sessions | {} / {} / {} / {} |",
-            self.pruned.webhooks, self.pruned.tool_calls, self.pruned.links, self.pruned.sessions
+            "| final prune (every period elapsed): webhooks / tool calls / tool answers / links / sessions | {} / {} / {} / {} / {} |",
+            self.pruned.webhooks,
+            self.pruned.tool_calls,
+            self.pruned.tool_answers,
+            self.pruned.links,
+            self.pruned.sessions
         )?;
         let empty: Vec<&TableBytes> = self.tables.iter().filter(|t| t.rows == 0).collect();
         for t in self.tables.iter().filter(|t| t.rows > 0) {
@@ -585,6 +589,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         let p = ledger.prune(&zero, SystemClock.now()).await?;
         report.pruned.webhooks += p.webhooks;
         report.pruned.tool_calls += p.tool_calls;
+        report.pruned.tool_answers += p.tool_answers;
         report.pruned.links += p.links;
         report.pruned.sessions += p.sessions;
         if p == Pruned::default() {

@@ -2432,6 +2432,18 @@ async fn prune_deletes_only_what_retention_lets_go() {
             .record_tool_call(&tenant(), &recent, at(T0 + 19 * DAY))
             .await
             .unwrap();
+        // Kept tool answers: one past the period, one inside it.
+        for (key, at_ms) in [("k-old", T0), ("k-new", T0 + 19 * DAY)] {
+            let answer = ToolAnswer {
+                key,
+                fingerprint: "fp",
+                answer: "{}",
+            };
+            ledger
+                .keep_tool_answer(&tenant(), &answer, at(at_ms))
+                .await
+                .unwrap();
+        }
         let before = ledger.events_unscoped(&op.id).await.unwrap().len();
 
         let retention = Retention {
@@ -2446,6 +2458,7 @@ async fn prune_deletes_only_what_retention_lets_go() {
             Pruned {
                 webhooks: 1,
                 tool_calls: 1,
+                tool_answers: 1,
                 links: 0,
                 sessions: 0,
                 operations: 0
@@ -2468,6 +2481,14 @@ async fn prune_deletes_only_what_retention_lets_go() {
         let calls = ledger.tool_calls(&tenant(), &op.id).await.unwrap();
         assert_eq!(calls.len(), 1, "{calls:?}");
         assert_eq!(calls[0].1.as_deref(), Some("toolu_2"));
+        assert_eq!(ledger.tool_answer(&tenant(), "k-old").await.unwrap(), None);
+        assert!(
+            ledger
+                .tool_answer(&tenant(), "k-new")
+                .await
+                .unwrap()
+                .is_some()
+        );
         assert_eq!(ledger.events_unscoped(&op.id).await.unwrap().len(), before);
         assert_eq!(
             ledger.get(&tenant(), &op.id).await.unwrap().status,

@@ -145,6 +145,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "operation_retention",
         include_str!("../../../migrations/postgres/0025_operation_retention.sql"),
     ),
+    // Kept tool answers are pruned with the tool-call period; the index finds the oldest.
+    (
+        30,
+        "tool_answer_retention",
+        include_str!("../../../migrations/postgres/0030_tool_answer_retention.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -248,6 +254,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         19,
         "operation_retention",
         include_str!("../../../migrations/sqlite/0019_operation_retention.sql"),
+    ),
+    // Kept tool answers are pruned with the tool-call period; the index finds the oldest.
+    (
+        24,
+        "tool_answer_retention",
+        include_str!("../../../migrations/sqlite/0024_tool_answer_retention.sql"),
     ),
 ];
 

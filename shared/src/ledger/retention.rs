@@ -1,8 +1,10 @@
 //! Retention: what may be deleted, and when. Bounded batches of rows no live guarantee needs:
 //! - webhook payloads ([`processor_events`]) once checked (`applied_at` set) and older than their
 //!   period: a pending hint is never deleted, whatever its age;
-//! - tool-call correlation rows older than theirs (the kept tool answers, `tool_call_keys`, are
-//!   not touched: they are what makes a repeated call answer the same);
+//! - tool-call correlation rows and kept tool answers (`tool_call_keys`) older than their period: a
+//!   call repeated later runs the tool again, which answers from the ledger's stored truth (an
+//!   operation's identity is its business key, never the tool-call key), so only the check that a
+//!   reused key carries the same arguments ends with the period;
 //! - confirmation links and console sessions past their expiry by their period (with the codes
 //!   sent for them);
 //! - operations, with their events and approval rows, only for a tenant that set a period
@@ -33,6 +35,10 @@ const PRUNE_WEBHOOKS: &str = "DELETE FROM processor_events WHERE (processor, eve
      ORDER BY applied_at LIMIT $2)";
 const PRUNE_TOOL_CALLS: &str = "DELETE FROM tool_calls WHERE id IN \
      (SELECT id FROM tool_calls WHERE at < $1 ORDER BY id LIMIT $2)";
+/// Kept tool answers past the tool-call period, oldest first (`tool_call_keys_created_idx`).
+const PRUNE_TOOL_ANSWERS: &str = "DELETE FROM tool_call_keys WHERE (tenant_id, idempotency_key) IN \
+     (SELECT tenant_id, idempotency_key FROM tool_call_keys WHERE created_at < $1 \
+     ORDER BY created_at LIMIT $2)";
 /// The codes sent for links a prune deletes (they refer to the link).
 const PRUNE_LINK_CODES: &str = "DELETE FROM approval_codes WHERE delivery_id IN \
      (SELECT c.delivery_id FROM approval_codes c JOIN approval_links l ON l.token_hash = c.link_hash \
@@ -47,7 +53,7 @@ const PRUNE_SESSIONS: &str = "DELETE FROM console_sessions WHERE session_hash IN
 pub struct Retention {
     /// A checked webhook's payload, after it was checked.
     pub webhooks: Duration,
-    /// A tool call's correlation row, after the call.
+    /// A tool call's correlation row, and the answer kept for a tool-call key, after the call.
     pub tool_calls: Duration,
     /// A confirmation link or a console session, after it expired.
     pub expired_tokens: Duration,
@@ -73,6 +79,8 @@ pub struct Pruned {
     pub webhooks: u64,
     /// Tool-call correlation rows.
     pub tool_calls: u64,
+    /// Answers kept for tool-call idempotency keys.
+    pub tool_answers: u64,
     /// Expired confirmation links.
     pub links: u64,
     /// Expired console sessions.
@@ -172,6 +180,13 @@ impl<DB: Dialect> Store<DB> {
             tool_calls: self
                 .prune_table(
                     PRUNE_TOOL_CALLS,
+                    cutoff(retention.tool_calls),
+                    retention.batch,
+                )
+                .await?,
+            tool_answers: self
+                .prune_table(
+                    PRUNE_TOOL_ANSWERS,
                     cutoff(retention.tool_calls),
                     retention.batch,
                 )
