@@ -1446,7 +1446,7 @@ async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_i
 }
 
 #[tokio::test]
-async fn a_key_used_only_to_sign_in_to_the_console_records_its_last_use() {
+async fn a_key_used_only_in_the_console_records_its_last_use_throttled() {
     let api = spawn(sqlite_ledger().await).await;
     let last_used = || async {
         api.ledger
@@ -1459,6 +1459,23 @@ async fn a_key_used_only_to_sign_in_to_the_console_records_its_last_use() {
             .last_used_at_ms
     };
     assert_eq!(last_used().await, None, "never used yet");
-    sign_in(&api, &api.on_call).await;
-    assert_eq!(last_used().await, Some(api.clock_now()));
+    let session = sign_in(&api, &api.on_call).await;
+    let signed_in = api.clock_now();
+    assert_eq!(last_used().await, Some(signed_in));
+    // The session's requests are the key's use too, recorded at most once per resolution.
+    let resolution = payonce_api::auth::LAST_USED_RESOLUTION;
+    api.clock.advance(resolution - Duration::from_millis(1));
+    assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
+    assert_eq!(last_used().await, Some(signed_in), "within the resolution: no write");
+    api.clock.advance(Duration::from_millis(1));
+    assert_eq!(get(&api, "/console/operations", Some(&session)).await.status, 200);
+    let used = api.clock_now();
+    assert_eq!(last_used().await, Some(used), "a resolution later: recorded");
+    api.clock.advance(resolution / 2);
+    assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
+    assert_eq!(last_used().await, Some(used));
+    // A refused session (signed out) records nothing.
+    api.clock.advance(resolution * 2);
+    assert_eq!(get(&api, "/console", Some(&"0".repeat(64))).await.status, 401);
+    assert_eq!(last_used().await, Some(used));
 }
