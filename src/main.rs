@@ -261,6 +261,11 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 Worker::new(ledger.clone(), common.processor()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
             );
+            tokio::spawn(ops::record_reachability(
+                ledger.clone(),
+                owner_name("worker"),
+                std::future::pending(),
+            ));
             ops::spawn_metrics(
                 &common.metrics_listen,
                 ops::MetricsState {
@@ -285,6 +290,11 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     grace,
                 } => {
                     let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &submit)?);
+                    tokio::spawn(ops::record_reachability(
+                        ledger.clone(),
+                        owner_name("reconciler"),
+                        std::future::pending(),
+                    ));
                     ops::spawn_metrics(
                         &common.metrics_listen,
                         ops::MetricsState {

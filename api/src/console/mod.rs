@@ -131,11 +131,14 @@ fn set_cookie(r: &mut Response, value: &str) {
     }
 }
 
-/// The signed-in caller, or the refusal page.
+/// The signed-in caller, or the refusal page. Signed in, the outage banner's view of the ledger is
+/// brought up to date (at most one read per `outage::LEDGER_READ_TTL`).
 async fn caller(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Response> {
-    session::current(state, headers)
+    let who = session::current(state, headers)
         .await
-        .map_err(|e| refuse(state, None, e))
+        .map_err(|e| refuse(state, None, e))?;
+    outage::refresh(state.ledger().outage()).await;
+    Ok(who)
 }
 
 /// `GET /static/console.css`.

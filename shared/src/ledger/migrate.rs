@@ -145,6 +145,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "operation_retention",
         include_str!("../../../migrations/postgres/0025_operation_retention.sql"),
     ),
+    // The processor's reachability as the submitting processes found it, for every api's console.
+    (
+        26,
+        "processor_reachability",
+        include_str!("../../../migrations/postgres/0026_processor_reachability.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -248,6 +254,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         19,
         "operation_retention",
         include_str!("../../../migrations/sqlite/0019_operation_retention.sql"),
+    ),
+    // The processor's reachability as the submitting processes found it, for every api's console.
+    (
+        20,
+        "processor_reachability",
+        include_str!("../../../migrations/sqlite/0020_processor_reachability.sql"),
     ),
 ];
 
