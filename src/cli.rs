@@ -48,7 +48,9 @@ pub fn command() -> clap::Command {
     for sub in definition.get_subcommands() {
         for arg in sub.get_arguments().filter(|a| a.is_global_set()) {
             if !lifted.iter().any(|l| l.get_id() == arg.get_id())
-                && !definition.get_arguments().any(|a| a.get_id() == arg.get_id())
+                && !definition
+                    .get_arguments()
+                    .any(|a| a.get_id() == arg.get_id())
             {
                 lifted.push(arg.clone().hide(true));
             }

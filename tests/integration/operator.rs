@@ -148,10 +148,12 @@ async fn global_settings_flags_are_accepted_before_the_command_as_after_it() {
         .filter_map(|row| {
             let cells: Vec<&str> = row.split(" | ").collect();
             let commands = cells.get(4)?;
-            commands
-                .split(", ")
-                .any(|c| c == "keys")
-                .then(|| cells[0].trim_start_matches("| ").trim_matches('`').to_string())
+            commands.split(", ").any(|c| c == "keys").then(|| {
+                cells[0]
+                    .trim_start_matches("| ")
+                    .trim_matches('`')
+                    .to_string()
+            })
         })
         .collect();
     documented.sort();
@@ -199,7 +201,12 @@ async fn global_settings_flags_are_accepted_before_the_command_as_after_it() {
     )
     .await;
     assert_eq!(create.status.code(), Some(0), "{}", text(&create.stderr));
-    let listed = run(&dir, &["--database-url", &url, "keys", "list", "--json"], &[]).await;
+    let listed = run(
+        &dir,
+        &["--database-url", &url, "keys", "list", "--json"],
+        &[],
+    )
+    .await;
     assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
     assert!(text(&listed.stdout).contains("\"acme\""), "{listed:?}");
     let list = run(&dir, &["--database-url", &url, "reconciler", "list"], &[]).await;
@@ -217,7 +224,12 @@ async fn global_settings_flags_are_accepted_before_the_command_as_after_it() {
     // A command that does not take the setting refuses it, before its name as after it.
     for args in [
         &["--database-url", &url, "probe", "http://127.0.0.1:1/"][..],
-        &["--processor-url", "http://127.0.0.1:1", "config", "reference"][..],
+        &[
+            "--processor-url",
+            "http://127.0.0.1:1",
+            "config",
+            "reference",
+        ][..],
         &["probe", "http://127.0.0.1:1/", "--database-url", &url][..],
     ] {
         let out = run(&dir, args, &[]).await;

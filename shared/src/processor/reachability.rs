@@ -209,7 +209,11 @@ mod tests {
             reference: None,
         };
         assert_eq!(r.down_since(), None);
-        assert_eq!(r.to_record(), None, "nothing to record before the first answer");
+        assert_eq!(
+            r.to_record(),
+            None,
+            "nothing to record before the first answer"
+        );
         assert_eq!(r.observe(&up, at(1)), Some(Change::FirstAnswer));
         assert_eq!(r.to_record(), Some(false));
         assert_eq!(r.observe(&up, at(2)), None, "already reachable");

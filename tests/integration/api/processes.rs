@@ -284,10 +284,12 @@ async fn page_text(http: &reqwest::Client, base: &str, path: &str, cookie: Optio
 async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_records() {
     let (ledger, url) = postgres_ledger().await;
     let now = SystemClock.now();
-    let on_call = payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::OnCall, "alice", now)
-        .await
-        .unwrap();
-    let waiting = crate::support::ready_operation(&ledger, "INV-OUTAGE-1", "pm_card_visa", now).await;
+    let on_call =
+        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::OnCall, "alice", now)
+            .await
+            .unwrap();
+    let waiting =
+        crate::support::ready_operation(&ledger, "INV-OUTAGE-1", "pm_card_visa", now).await;
     // Nothing listens on the processor's port until the simulator starts there below.
     let processor_port = free_port();
     let processor_url = format!("http://127.0.0.1:{processor_port}");
@@ -305,9 +307,16 @@ async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_reco
     .await;
     let cookie = console_session(&http, &base, &on_call).await;
     // Before any worker ran: no banner, the gauge says reachable.
-    assert!(!page_text(&http, &base, "/console", Some(&cookie)).await.contains("processor-outage"));
+    assert!(
+        !page_text(&http, &base, "/console", Some(&cookie))
+            .await
+            .contains("processor-outage")
+    );
     let metrics = page_text(&http, &base, "/metrics", None).await;
-    assert!(metrics.contains("payonce_processor_reachable 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("payonce_processor_reachable 1\n"),
+        "{metrics}"
+    );
 
     let mut worker = Command::new(payonce_bin())
         .arg("worker")
@@ -332,12 +341,18 @@ async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_reco
         }
     })
     .await;
-    assert!(banner.contains("The processor is unreachable</strong> (since 20"), "{banner}");
+    assert!(
+        banner.contains("The processor is unreachable</strong> (since 20"),
+        "{banner}"
+    );
     let recorded = ledger.outage().reachability().await.unwrap();
     assert!(recorded.down_since.is_some(), "{recorded:?}");
     assert!(recorded.changed_by.starts_with("worker"), "{recorded:?}");
     let metrics = page_text(&http, &base, "/metrics", None).await;
-    assert!(metrics.contains("payonce_processor_reachable 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("payonce_processor_reachable 0\n"),
+        "{metrics}"
+    );
     let op = ledger.get(&tenant(), &waiting.id).await.unwrap();
     assert_eq!(op.status.as_str(), "ready", "the payment waits: {op:?}");
 
@@ -357,8 +372,14 @@ async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_reco
     })
     .await;
     let metrics = page_text(&http, &base, "/metrics", None).await;
-    assert!(metrics.contains("payonce_processor_reachable 1\n"), "{metrics}");
-    assert_eq!(ledger.outage().reachability().await.unwrap().down_since, None);
+    assert!(
+        metrics.contains("payonce_processor_reachable 1\n"),
+        "{metrics}"
+    );
+    assert_eq!(
+        ledger.outage().reachability().await.unwrap().down_since,
+        None
+    );
     wait_for("the waiting payment is paid", DEADLINE, || {
         let (ledger, id) = (ledger.clone(), waiting.id.clone());
         async move {

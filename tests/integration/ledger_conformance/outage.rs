@@ -21,14 +21,18 @@ async fn an_outage_keeps_its_start_until_the_processor_is_reachable_again() {
         assert_eq!(fresh.changed_at, Timestamp::from_millis(0), "{store}");
         // A caller's clock far in the past: Postgres stamps its own clock instead.
         let local = Timestamp::from_millis(1_000);
-        let down = outage.record_reachability(true, "worker-a", local).await.unwrap();
+        let down = outage
+            .record_reachability(true, "worker-a", local)
+            .await
+            .unwrap();
         let since = down.down_since.expect(store);
         if store == "sqlite" {
             assert_eq!(since, local, "SQLite has no clock of its own");
         } else {
             let now = SystemClock.now();
             assert!(
-                since > now.saturating_sub_span(Duration::from_secs(600)) && since <= now + Duration::from_secs(600),
+                since > now.saturating_sub_span(Duration::from_secs(600))
+                    && since <= now + Duration::from_secs(600),
                 "{store}: the database's clock, not the caller's ({since:?})"
             );
         }
@@ -37,7 +41,11 @@ async fn an_outage_keeps_its_start_until_the_processor_is_reachable_again() {
             .record_reachability(true, "worker-b", local + Duration::from_secs(5))
             .await
             .unwrap();
-        assert_eq!(again.down_since, Some(since), "{store}: an outage keeps its start");
+        assert_eq!(
+            again.down_since,
+            Some(since),
+            "{store}: an outage keeps its start"
+        );
         assert_eq!(again.changed_by, "worker-b");
         let up = outage
             .record_reachability(false, "worker-b", local + Duration::from_secs(9))
@@ -47,8 +55,15 @@ async fn an_outage_keeps_its_start_until_the_processor_is_reachable_again() {
         assert_eq!(outage.reachability().await.unwrap(), up);
         // A name past the limit is kept cut at it.
         let long = "w".repeat(CHANGED_BY_LEN_MAX + 1);
-        let cut = outage.record_reachability(false, &long, local).await.unwrap();
-        assert_eq!(cut.changed_by.chars().count(), CHANGED_BY_LEN_MAX, "{store}");
+        let cut = outage
+            .record_reachability(false, &long, local)
+            .await
+            .unwrap();
+        assert_eq!(
+            cut.changed_by.chars().count(),
+            CHANGED_BY_LEN_MAX,
+            "{store}"
+        );
     }
 }
 
@@ -66,7 +81,8 @@ async fn the_recorder_writes_each_change_a_process_sees() {
         let recorder = {
             let ledger = ledger.clone();
             tokio::spawn(async move {
-                view.record_into(ledger.outage(), "worker-new", &SystemClock).await;
+                view.record_into(ledger.outage(), "worker-new", &SystemClock)
+                    .await;
             })
         };
         let row_says = |down: bool, by: &'static str| {
@@ -87,12 +103,20 @@ async fn the_recorder_writes_each_change_a_process_sees() {
         };
         // A fresh process's first answer corrects the stale row.
         view.observe(&declined, SystemClock.now());
-        wait_for(&format!("{store}: reachable"), deadline, || row_says(false, "worker-new")).await;
+        wait_for(&format!("{store}: reachable"), deadline, || {
+            row_says(false, "worker-new")
+        })
+        .await;
         view.observe(&refused, SystemClock.now());
-        wait_for(&format!("{store}: unreachable"), deadline, || row_says(true, "worker-new")).await;
+        wait_for(&format!("{store}: unreachable"), deadline, || {
+            row_says(true, "worker-new")
+        })
+        .await;
         view.observe(&declined, SystemClock.now());
-        wait_for(&format!("{store}: reachable again"), deadline, || row_says(false, "worker-new"))
-            .await;
+        wait_for(&format!("{store}: reachable again"), deadline, || {
+            row_says(false, "worker-new")
+        })
+        .await;
         recorder.abort();
     }
 }
