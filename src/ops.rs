@@ -166,9 +166,9 @@ pub async fn record_reachability(
     owner: String,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let process = payonce_shared::processor::reachability::process();
+    use payonce_shared::processor::reachability::{RECORD_RETRY, process};
     tokio::select! {
-        () = process.record_into(ledger.outage(), &owner, &SystemClock) => {}
+        () = process().record_into(ledger.outage(), &owner, &SystemClock, RECORD_RETRY) => {}
         () = stop => {}
     }
 }

@@ -18,7 +18,8 @@ const REACHABLE: i64 = 0;
 /// Marks "no answer seen yet": a fresh process's first answer is recorded too, so a ledger row a
 /// process left "unreachable" when it stopped mid-outage does not outlive the outage.
 const UNOBSERVED: i64 = -1;
-/// Pause before the recorder tries again to write a change the ledger refused.
+/// Pause before the recorder tries again to write a change the ledger refused (the daemons' `retry`
+/// for [`Reachability::record_into`]).
 pub const RECORD_RETRY: Duration = Duration::from_secs(5);
 
 /// Whether the processor answered this process's last submission. Process-wide (see [`process`]):
@@ -121,10 +122,16 @@ impl Reachability {
 
     /// Writes each change of this process's view into the ledger (`by`: the process's name), at
     /// the ledger's time, until dropped: the processes that submit payments run it, every api reads
-    /// the row. A write the ledger refuses is tried again after [`RECORD_RETRY`] (or at the next
-    /// change); only the latest state is written, so a flapping processor costs one write per
-    /// change seen, never a backlog.
-    pub async fn record_into(&self, ledger: &dyn OutageLedger, by: &str, clock: &dyn Clock) {
+    /// the row. A write the ledger refuses is tried again after `retry` ([`RECORD_RETRY`]) or at
+    /// the next change, whichever comes first; only the latest state is written, so a flapping
+    /// processor costs one write per change seen, never a backlog.
+    pub async fn record_into(
+        &self,
+        ledger: &dyn OutageLedger,
+        by: &str,
+        clock: &dyn Clock,
+        retry: Duration,
+    ) {
         let mut recorded: Option<bool> = None;
         loop {
             // Registered before the state is read: a change after the read still wakes the loop.
@@ -138,7 +145,7 @@ impl Reachability {
                             "could not record the processor's reachability in the ledger; trying again");
                         tokio::select! {
                             () = changed => {}
-                            () = tokio::time::sleep(RECORD_RETRY) => {}
+                            () = tokio::time::sleep(retry) => {}
                         }
                         continue;
                     }

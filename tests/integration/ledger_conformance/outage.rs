@@ -6,9 +6,10 @@
 
 use crate::support::{every_store, wait_for};
 use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::ledger::outage::CHANGED_BY_LEN_MAX;
+use payonce_shared::ledger::LedgerError;
+use payonce_shared::ledger::outage::{CHANGED_BY_LEN_MAX, OutageLedger, RecordedReachability};
 use payonce_shared::processor::SubmitOutcome;
-use payonce_shared::processor::reachability::Reachability;
+use payonce_shared::processor::reachability::{RECORD_RETRY, Reachability};
 use std::time::Duration;
 
 #[tokio::test]
@@ -81,7 +82,7 @@ async fn the_recorder_writes_each_change_a_process_sees() {
         let recorder = {
             let ledger = ledger.clone();
             tokio::spawn(async move {
-                view.record_into(ledger.outage(), "worker-new", &SystemClock)
+                view.record_into(ledger.outage(), "worker-new", &SystemClock, RECORD_RETRY)
                     .await;
             })
         };
@@ -119,4 +120,94 @@ async fn the_recorder_writes_each_change_a_process_sees() {
         .await;
         recorder.abort();
     }
+}
+
+/// A ledger whose first `failures` writes fail; keeps every write asked for.
+struct Flaky {
+    failures: usize,
+    writes: std::sync::Mutex<Vec<bool>>,
+}
+
+#[async_trait::async_trait]
+impl OutageLedger for Flaky {
+    async fn record_reachability(
+        &self,
+        down: bool,
+        by: &str,
+        local: Timestamp,
+    ) -> Result<RecordedReachability, LedgerError> {
+        let mut writes = self.writes.lock().unwrap();
+        writes.push(down);
+        if writes.len() <= self.failures {
+            return Err(LedgerError::Corrupt("the test refuses this write".into()));
+        }
+        Ok(RecordedReachability {
+            down_since: down.then_some(local),
+            changed_at: local,
+            changed_by: by.to_string(),
+        })
+    }
+
+    async fn reachability(&self) -> Result<RecordedReachability, LedgerError> {
+        unreachable!("the recorder never reads the row")
+    }
+}
+
+/// A recorder of a fresh view, already unreachable, into a ledger that refuses the first write.
+fn refused_once(
+    retry: Duration,
+) -> (
+    &'static Reachability,
+    &'static Flaky,
+    tokio::task::JoinHandle<()>,
+) {
+    let ledger: &'static Flaky = Box::leak(Box::new(Flaky {
+        failures: 1,
+        writes: Default::default(),
+    }));
+    let view: &'static Reachability = Box::leak(Box::new(Reachability::new()));
+    view.observe(
+        &SubmitOutcome::Unreachable {
+            reason: "connection refused".into(),
+        },
+        SystemClock.now(),
+    );
+    let recorder = tokio::spawn(view.record_into(ledger, "w", &SystemClock, retry));
+    (view, ledger, recorder)
+}
+
+#[tokio::test]
+async fn a_refused_write_is_tried_again_after_the_pause_or_at_the_next_change() {
+    let deadline = Duration::from_secs(10);
+    let writes = |ledger: &'static Flaky| ledger.writes.lock().unwrap().clone();
+
+    // A short pause: the refused write is written again without any further change.
+    let (_, ledger, recorder) = refused_once(Duration::from_millis(20));
+    wait_for("the write again after the pause", deadline, || async {
+        (writes(ledger) == [true, true]).then_some(())
+    })
+    .await;
+    recorder.abort();
+
+    // A pause longer than the test: the next change is what wakes the recorder, and only the
+    // latest state is written.
+    let (view, ledger, recorder) = refused_once(Duration::from_secs(3_600));
+    wait_for("the first, refused write", deadline, || async {
+        (writes(ledger) == [true]).then_some(())
+    })
+    .await;
+    view.observe(
+        &SubmitOutcome::RateLimited {
+            reason: "429".into(),
+            retry_after_ms: None,
+        },
+        SystemClock.now(),
+    );
+    wait_for(
+        "the latest state written at the change",
+        deadline,
+        || async { (writes(ledger) == [true, false]).then_some(()) },
+    )
+    .await;
+    recorder.abort();
 }
