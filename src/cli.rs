@@ -30,11 +30,65 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The command line as parsed and documented: [`Cli`] with every setting also spelled as its key
-/// (`--worker-batch` for `--batch-size`).
-pub fn command() -> clap::Command {
+/// The command line as documented: [`Cli`] with every setting also spelled as its key
+/// (`--worker-batch` for `--batch-size`). The configuration reference and `config show` read it.
+pub fn definition() -> clap::Command {
     use clap::CommandFactory;
     crate::config_file::with_key_flags(Cli::command())
+}
+
+/// The command line as parsed: [`definition`] with every global setting of a command (the ledger,
+/// processor and limiter settings) also accepted before the command's name
+/// (`payonce --database-url X keys list`), as a hidden global copy on the root. clap gives the
+/// command's own setting the copy's value when only the copy was given; [`misplaced`] refuses a
+/// copy given for a command that does not take the setting.
+pub fn command() -> clap::Command {
+    let definition = definition();
+    let mut lifted: Vec<clap::Arg> = Vec::new();
+    for sub in definition.get_subcommands() {
+        for arg in sub.get_arguments().filter(|a| a.is_global_set()) {
+            if !lifted.iter().any(|l| l.get_id() == arg.get_id())
+                && !definition
+                    .get_arguments()
+                    .any(|a| a.get_id() == arg.get_id())
+            {
+                lifted.push(arg.clone().hide(true));
+            }
+        }
+    }
+    definition.args(lifted)
+}
+
+/// The first setting given before the command's name (or after it, on a command that would take
+/// it only through the root's copy) that the command run does not take, as its flag and the
+/// command's path: `payonce --database-url X demo` is a usage error, not a setting silently ignored.
+pub fn misplaced(matches: &clap::ArgMatches) -> Option<(String, String)> {
+    use clap::parser::ValueSource;
+    let definition = definition();
+    // What the command run takes: the root's own arguments, then along the path to the leaf each
+    // command's arguments (a global one reaches every command below it).
+    let mut taken: Vec<clap::Id> = definition
+        .get_arguments()
+        .map(|a| a.get_id().clone())
+        .collect();
+    let mut path = String::from("payonce");
+    let mut at = &definition;
+    let mut m = matches;
+    while let Some((name, sub_matches)) = m.subcommand() {
+        let Some(sub) = at.find_subcommand(name) else {
+            break;
+        };
+        taken.extend(sub.get_arguments().map(|a| a.get_id().clone()));
+        path = format!("{path} {name}");
+        at = sub;
+        m = sub_matches;
+    }
+    command()
+        .get_arguments()
+        .filter(|a| a.is_hide_set() && a.is_global_set())
+        .filter(|a| !taken.contains(a.get_id()))
+        .find(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .map(|a| (format!("--{}", a.get_long().unwrap_or_default()), path))
 }
 
 /// Every subcommand.

@@ -154,6 +154,11 @@ fn parse() -> Parsed {
         command = config_file::apply(command, f).unwrap_or_else(|e| exit(e.to_string()));
     }
     let matches = command.get_matches();
+    if let Some((flag, path)) = cli::misplaced(&matches) {
+        exit(format!(
+            "`{path}` does not take {flag} (see `{path} --help` for what it takes)"
+        ));
+    }
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     Parsed { cli, matches, file }
 }
@@ -172,7 +177,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         Command::Config {
             command: ConfigCommand::Reference,
         } => {
-            print!("{}", config_reference::markdown(&cli::command()));
+            print!("{}", config_reference::markdown(&cli::definition()));
             Ok(ExitCode::SUCCESS)
         }
         Command::Config {
@@ -180,7 +185,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         } => {
             let show = |name: &str, c: &clap::Command| c.find_subcommand(name).cloned();
             // The definition, not the file-applied copy: clap moves an argument it modified to the end.
-            let root = cli::command();
+            let root = cli::definition();
             let cmd = show("config", &root)
                 .and_then(|c| show("show", &c))
                 .context("the config show command")?;
@@ -256,6 +261,11 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 Worker::new(ledger.clone(), common.processor()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
             );
+            tokio::spawn(ops::record_reachability(
+                ledger.clone(),
+                owner_name("worker"),
+                std::future::pending(),
+            ));
             ops::spawn_metrics(
                 &common.metrics_listen,
                 ops::MetricsState {
@@ -280,6 +290,11 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     grace,
                 } => {
                     let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &submit)?);
+                    tokio::spawn(ops::record_reachability(
+                        ledger.clone(),
+                        owner_name("reconciler"),
+                        std::future::pending(),
+                    ));
                     ops::spawn_metrics(
                         &common.metrics_listen,
                         ops::MetricsState {

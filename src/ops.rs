@@ -158,6 +158,21 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
+/// Writes this process's view of the processor's reachability into the ledger at each change, for
+/// every api to show (its console's banner, its `/metrics`), until `stop` resolves. The processes
+/// that submit payments run it: `worker`, `reconciler run`, `serve`.
+pub async fn record_reachability(
+    ledger: SharedLedger,
+    owner: String,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    use payonce_shared::processor::reachability::{RECORD_RETRY, process};
+    tokio::select! {
+        () = process().record_into(ledger.outage(), &owner, &SystemClock, RECORD_RETRY) => {}
+        () = stop => {}
+    }
+}
+
 /// What a metrics endpoint reports.
 #[derive(Clone)]
 pub struct MetricsState {

@@ -186,6 +186,12 @@ impl Stack {
         self.tasks.push(tokio::spawn(async move {
             run.await;
         }));
+        self.tasks
+            .push(tokio::spawn(crate::ops::record_reachability(
+                self.ledger.clone(),
+                owner_name("serve"),
+                stopped(&self.stop),
+            )));
         Ok(worker)
     }
 

@@ -134,6 +134,9 @@ pub async fn count(State(state): State<AppState>, request: Request, next: Next) 
 pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     state.metrics().render(&mut e);
+    // The processor's reachability as the submitting processes recorded it in the ledger.
+    crate::console::outage::refresh(state.ledger().outage()).await;
+    crate::console::outage::render(&mut e);
     match state.ledger().count_by_status().await {
         Ok(counts) => {
             e.operations_per_state(&counts);

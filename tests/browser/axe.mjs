@@ -1,9 +1,9 @@
 // Accessibility and small-screen checks shared by the browser tests: axe-core (from npm, pinned in
 // package-lock.json) run inside the page, and a check that nothing is wider than the viewport.
 //
-// The pages' CSP forbids every script, so axe is not added as a <script>: Playwright's evaluate runs
-// through the DevTools protocol, which the page's CSP does not govern, and the page itself stays as
-// served.
+// The pages' CSP forbids inline script (the console allows only its own static file), so axe is not
+// added as a <script>: Playwright's evaluate runs through the DevTools protocol, which the page's CSP
+// does not govern, and the page itself stays as served.
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 

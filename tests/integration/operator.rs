@@ -108,6 +108,136 @@ async fn settings_flags_are_accepted_after_the_subcommand_and_by_their_key() {
     );
 }
 
+/// Every global setting (the ledger, processor and limiter settings `keys` takes) with a valid value
+/// other than its default.
+const GLOBAL_SETTINGS: [(&str, &str); 24] = [
+    ("database_url", "sqlite:elsewhere.db"),
+    ("db_connect_timeout_ms", "5000"),
+    ("db_max_connections", "3"),
+    ("key_retention_s", "600"),
+    ("key_secret", "a-secret-of-the-test"),
+    ("limiter", "off"),
+    ("limiter_account", "acct_test"),
+    ("limiter_burst", "7"),
+    ("limiter_expected_processes", "2"),
+    ("limiter_global_per_second", "50"),
+    ("limiter_key_prefix", "test:limiter"),
+    ("limiter_read_per_second", "40"),
+    ("limiter_read_reserved_percent", "10"),
+    ("limiter_redis_url", "redis://127.0.0.1:1"),
+    ("limiter_timeout_ms", "250"),
+    ("limiter_write_per_second", "30"),
+    ("limiter_write_reserved_percent", "40"),
+    ("metrics_listen", "127.0.0.1:0"),
+    ("processor_connect_timeout_ms", "1500"),
+    ("processor_http2", "true"),
+    ("processor_idle_connections", "8"),
+    ("processor_secret_key", "sk_test_other"),
+    ("processor_timeout_ms", "9000"),
+    ("processor_url", "http://127.0.0.1:1"),
+];
+
+#[tokio::test]
+async fn global_settings_flags_are_accepted_before_the_command_as_after_it() {
+    let dir = scratch("op-flags-before");
+    // The global settings as the binary documents them: those `keys` takes (every ledger command
+    // does). A new one fails here until the list above has it.
+    let reference = run(&dir, &["config", "reference"], &[]).await;
+    let mut documented: Vec<String> = text(&reference.stdout)
+        .lines()
+        .filter_map(|row| {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let commands = cells.get(4)?;
+            commands.split(", ").any(|c| c == "keys").then(|| {
+                cells[0]
+                    .trim_start_matches("| ")
+                    .trim_matches('`')
+                    .to_string()
+            })
+        })
+        .collect();
+    documented.sort();
+    let listed: Vec<String> = GLOBAL_SETTINGS.iter().map(|(k, _)| k.to_string()).collect();
+    assert_eq!(documented, listed, "{}", text(&reference.stdout));
+
+    // `config show` reports each setting's value and source: every flag before `config show`, then
+    // every flag after it, give the same report, each value from the flag.
+    let flags: Vec<String> = GLOBAL_SETTINGS
+        .iter()
+        .flat_map(|(k, v)| [format!("--{}", k.replace('_', "-")), v.to_string()])
+        .collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let before = run(&dir, &[&flags[..], &["config", "show"]].concat(), &[]).await;
+    let after = run(&dir, &[&["config", "show"][..], &flags[..]].concat(), &[]).await;
+    for out in [&before, &after] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let shown = text(&before.stdout);
+    assert_eq!(shown, text(&after.stdout));
+    for (key, value) in GLOBAL_SETTINGS {
+        let line = if ["key_secret", "processor_secret_key", "limiter_redis_url"].contains(&key) {
+            format!("# {key} = \"(set)\"  # flag; a secret, not shown")
+        } else {
+            format!("{key} = {value:?}  # flag")
+        };
+        assert!(shown.lines().any(|l| l == line), "{line} in\n{shown}");
+    }
+
+    // Real commands, the ledger flag before them: a key created there is listed from there.
+    let url = migrated(&dir, "before.db").await;
+    let create = run(
+        &dir,
+        &[
+            "--database-url",
+            &url,
+            "keys",
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            "on_call",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(create.status.code(), Some(0), "{}", text(&create.stderr));
+    let listed = run(
+        &dir,
+        &["--database-url", &url, "keys", "list", "--json"],
+        &[],
+    )
+    .await;
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
+    assert!(text(&listed.stdout).contains("\"acme\""), "{listed:?}");
+    let list = run(&dir, &["--database-url", &url, "reconciler", "list"], &[]).await;
+    assert_eq!(list.status.code(), Some(0), "{}", text(&list.stderr));
+    // Before the command, a typo'd ledger is still refused (the flag reached the command).
+    let typo = run(
+        &dir,
+        &["--database-url", "sqlite:ledgr.db", "keys", "list"],
+        &[],
+    )
+    .await;
+    assert_ne!(typo.status.code(), Some(0));
+    assert!(text(&typo.stderr).contains("ledgr.db"), "{typo:?}");
+
+    // A command that does not take the setting refuses it, before its name as after it.
+    for args in [
+        &["--database-url", &url, "probe", "http://127.0.0.1:1/"][..],
+        &[
+            "--processor-url",
+            "http://127.0.0.1:1",
+            "config",
+            "reference",
+        ][..],
+        &["probe", "http://127.0.0.1:1/", "--database-url", &url][..],
+    ] {
+        let out = run(&dir, args, &[]).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(text(&out.stderr).contains("does not take --"), "{out:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_sqlite_ledger_that_does_not_exist_is_refused_by_every_command_but_migrate_serve_and_demo()
  {

@@ -1,12 +1,14 @@
 //! The on-call console at `/console`: sign in with an on-call key, see the tenant's operations by state
 //! with the last hour's chart, filter and search them with keyset pages, open one as its evidence
 //! chain, resolve a `needs_attention` one with a reason (the CLI's rules: the ledger's `resolve`), export
-//! the chain as JSON. Server-rendered HTML without scripts; every query is scoped to the session's
+//! the chain as JSON. Server-rendered HTML that works without scripts; the overview and lists update
+//! themselves through one same-origin script (`live`); every query is scoped to the session's
 //! tenant (another tenant's operation is "not found"); the processor object is shown only through its
 //! redacted summary.
 
 pub mod advice;
 pub mod bulk;
+pub mod live;
 pub mod outage;
 pub mod refunds;
 pub mod session;
@@ -15,10 +17,11 @@ pub mod views;
 use crate::app::AppState;
 use crate::confirm::{ERROR_CODE_HEADER, security_headers};
 use crate::errors::{ErrorCode, HttpError};
+use axum::extract::Request;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use axum::middleware;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -42,20 +45,24 @@ pub const CHART_BUCKETS: u32 = 12;
 pub const CHART_BUCKET: Duration = Duration::from_secs(5 * 60);
 /// Longest search text looked up.
 pub const SEARCH_LEN_MAX: usize = 255;
-/// How often the overview and the lists reload themselves (the HTTP `Refresh` header: no script,
-/// which the console's CSP forbids).
-pub const REFRESH: Duration = Duration::from_secs(30);
+pub use live::REFRESH;
 
-/// A page that reloads itself every [`REFRESH`].
-fn refreshing(mut r: Response) -> Response {
+/// The console's Content-Security-Policy: the confirmation page's, plus scripts and fetches from the
+/// console's own origin (the live refresh); inline script stays forbidden.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The confirmation page's security headers with the console's CSP.
+async fn console_headers(request: Request, next: Next) -> Response {
+    let mut r = security_headers(request, next).await;
     r.headers_mut().insert(
-        HeaderName::from_static("refresh"),
-        HeaderValue::from(REFRESH.as_secs()),
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
     r
 }
 
-/// The console's routes, behind the page security headers the confirmation page sends.
+/// The console's routes, behind the page security headers the confirmation page sends (with the
+/// console's CSP); its static script is outside them, cacheable.
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/console", get(overview))
@@ -76,7 +83,8 @@ pub fn routes() -> Router<AppState> {
             post(refunds::decline),
         )
         .route("/static/console.css", get(stylesheet))
-        .layer(middleware::from_fn(security_headers))
+        .layer(middleware::from_fn(console_headers))
+        .route("/console/assets/{file}", get(live::asset))
 }
 
 /// One line of an operation's evidence chain.
@@ -131,11 +139,14 @@ fn set_cookie(r: &mut Response, value: &str) {
     }
 }
 
-/// The signed-in caller, or the refusal page.
+/// The signed-in caller, or the refusal page. Signed in, the outage banner's view of the ledger is
+/// brought up to date (at most one read per `outage::LEDGER_READ_TTL`).
 async fn caller(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Response> {
-    session::current(state, headers)
+    let who = session::current(state, headers)
         .await
-        .map_err(|e| refuse(state, None, e))
+        .map_err(|e| refuse(state, None, e))?;
+    outage::refresh(state.ledger().outage()).await;
+    Ok(who)
 }
 
 /// `GET /static/console.css`.
@@ -251,7 +262,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
         )
         .await
     {
-        Ok(o) => refreshing(html(
+        Ok(o) => html(
             StatusCode::OK,
             views::overview(
                 &who.csrf,
@@ -259,7 +270,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
                 now.as_millis(),
                 state.metrics().webhooks_refused(),
             ),
-        )),
+        ),
         Err(e) => refuse(&state, Some(&who.csrf), e.into()),
     }
 }
@@ -310,6 +321,10 @@ fn parse_list(
         since: get("since").unwrap_or_default().to_string(),
         q: q.clone().unwrap_or_default(),
         limit,
+        after: after
+            .as_ref()
+            .map(|(at, id)| format!("{}.{id}", at.as_millis()))
+            .unwrap_or_default(),
     };
     let query = OperationQuery {
         status,
@@ -350,10 +365,10 @@ async fn list(
             .map(|o| format!("{}.{}", o.created_at_ms, o.id))
             .unwrap_or_default()
     });
-    refreshing(html(
+    html(
         StatusCode::OK,
         views::list(&who.csrf, &filters, &ops, next, now),
-    ))
+    )
 }
 
 /// Reads an operation of the caller's tenant with its trail and related rows.

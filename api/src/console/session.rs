@@ -2,7 +2,8 @@
 //! HttpOnly, SameSite=Strict cookie (Secure when the base URL is https). The ledger stores only the
 //! id's SHA-256, so several api processes share sessions and a database reader cannot replay one.
 //! Every request re-reads the session and the key behind it: a revoked or expired key, or a key that
-//! is no longer on-call, ends the session at once. Forms carry a CSRF token derived from the session
+//! is no longer on-call, ends the session at once, and a live session's requests record the key's last
+//! use (at most once a minute). Forms carry a CSRF token derived from the session
 //! id (so it is bound to the session and never stored), compared in constant time.
 
 use crate::app::AppState;
@@ -160,6 +161,18 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
         }
         return Err(signed_out());
     };
+    // Each request of a session is the key's use, recorded as a bearer request's is: at most one
+    // write per `LAST_USED_RESOLUTION`, so a console refreshing itself costs one write a minute.
+    if key
+        .last_used_at_ms
+        .is_none_or(|at| at <= now.saturating_sub_span(crate::auth::LAST_USED_RESOLUTION))
+        && let Err(error) = state
+            .ledger()
+            .touch_api_key(&key.key_id, now, crate::auth::LAST_USED_RESOLUTION)
+            .await
+    {
+        tracing::warn!(%error, key_id = %key.key_id, "could not record an API key's last use");
+    }
     Ok(OnCall {
         tenant: session.tenant,
         label: key.label,
@@ -200,8 +213,8 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
     if record.role != Role::OnCall {
         return Err(SignInError::NotOnCall);
     }
-    // A sign-in is the key's use (its session's requests are not, so the key's LAST USED is when an
-    // engineer last signed in with it), recorded as the api records a bearer request's.
+    // A sign-in is the key's use (and so is every request of its session, see `current`), recorded
+    // as the api records a bearer request's.
     if let Err(error) = state
         .ledger()
         .touch_api_key(&record.key_id, now, crate::auth::LAST_USED_RESOLUTION)

@@ -1,5 +1,7 @@
 //! The console's HTML, rendered server-side with `maud` (every interpolation is escaped by the
-//! template engine). No scripts; one stylesheet from our own origin; the chart is inline SVG.
+//! template engine). One stylesheet from our own origin; the chart is inline SVG; no inline script.
+//! The overview and the lists load the live refresh (`super::live`) and mark what it may swap with
+//! `data-live`; without it they show a Refresh link.
 
 use super::advice::Reason;
 use super::{PAGE_SIZE_DEFAULT, TimelineEntry};
@@ -84,6 +86,13 @@ pub fn age(ms: i64) -> String {
 }
 
 fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    page(title, csrf, None, body)
+}
+
+/// A console page; `live`: the page updates itself (the live refresh's script and interval), and
+/// its Refresh link reloads this URL.
+fn page(title: &str, csrf: Option<&str>, live: Option<&str>, body: Markup) -> Markup {
+    let refresh_ms = live.map(|_| super::live::REFRESH.as_millis());
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -92,6 +101,7 @@ fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · payonce console" }
                 link rel="stylesheet" href=(STYLESHEET_PATH);
+                @if live.is_some() { script src=(super::live::script_path()) defer {} }
             }
             body {
                 header {
@@ -105,8 +115,15 @@ fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                         }
                     }
                 }
-                main {
-                    @if csrf.is_some() { (super::outage::banner()) }
+                main data-refresh-ms=[refresh_ms] {
+                    @if csrf.is_some() { div id="outage" data-live { (super::outage::banner()) } }
+                    @if let Some(href) = live {
+                        p.fine id="refresh-bar" {
+                            a id="refresh-link" href=(href) { "Refresh" }
+                            " · "
+                            span id="refresh-status" { "Figures as of loading this page." }
+                        }
+                    }
                     (body)
                 }
             }
@@ -205,10 +222,12 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
             .find(|(st, _, _)| *st == s)
             .map_or(0, |(_, n, _)| *n)
     };
-    layout(
+    page(
         "Overview",
         Some(csrf),
+        Some("/console"),
         html! {
+          div id="live-overview" data-live {
             section {
                 h1 { "Overview" }
                 div.figures id="needs-you" {
@@ -222,7 +241,6 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
                     div.figure id="oldest-unknown" { "Oldest unknown" b { (oldest(Status::Unknown)) } }
                     div.figure id="webhooks-refused" { "Webhooks refused (this api process)" b { (webhooks_refused) } }
                 }
-                p.fine { "This page refreshes itself every " (super::REFRESH.as_secs()) " seconds." }
             }
             section {
                 h2 { "Operations by state" }
@@ -244,6 +262,7 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
                 h2 { "Last hour (5-minute buckets)" }
                 (chart(&o.buckets))
             }
+          }
         },
     )
 }
@@ -259,6 +278,8 @@ pub struct Filters {
     pub q: String,
     /// The page size.
     pub limit: u32,
+    /// The cursor of this page (empty: the first).
+    pub after: String,
 }
 
 impl Filters {
@@ -294,9 +315,14 @@ pub fn list(
     next: Option<String>,
     now_ms: i64,
 ) -> Markup {
-    layout(
+    let mut href = format!("/console/operations?{}", f.query());
+    if !f.after.is_empty() {
+        href.push_str(&format!("&after={}", f.after));
+    }
+    page(
         "Operations",
         Some(csrf),
+        Some(&href),
         html! {
             section {
                 h1 { "Operations" }
@@ -321,6 +347,7 @@ pub fn list(
                     }
                     button type="submit" id="filter" { "Filter" }
                 }
+              div id="live-list" data-live {
                 @let selectable = f.status == Status::NeedsAttention.as_str() && !ops.is_empty();
                 @if selectable {
                     form method="get" action="/console/resolve-many" id="select-many" {
@@ -351,6 +378,7 @@ pub fn list(
                 @if let Some(after) = next {
                     p { a id="next" href=(format!("/console/operations?{}&after={after}", f.query())) { "Older →" } }
                 }
+              }
             }
         },
     )

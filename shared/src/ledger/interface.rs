@@ -31,6 +31,9 @@ pub trait Operations: Send + Sync {
     fn store(&self) -> &'static str;
     /// The on-call console's store (migration 0007) on the same database.
     fn console(&self) -> &dyn console::ConsoleLedger;
+    /// The processor's reachability as the submitting processes recorded it (migration
+    /// `processor_reachability`), on the same database.
+    fn outage(&self) -> &dyn super::outage::OutageLedger;
     /// Creates the operation, or returns the existing one for the same business key and details.
     /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.
     /// A refund is created only under the over-refund guard (`refunds.rs`): its payment must be a

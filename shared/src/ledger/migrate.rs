@@ -145,6 +145,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "operation_retention",
         include_str!("../../../migrations/postgres/0025_operation_retention.sql"),
     ),
+    // The processor's reachability as the submitting processes found it, for every api's console.
+    (
+        26,
+        "processor_reachability",
+        include_str!("../../../migrations/postgres/0026_processor_reachability.sql"),
+    ),
     // Kept tool answers are pruned with the tool-call period; the index finds the oldest.
     (
         30,
@@ -254,6 +260,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         19,
         "operation_retention",
         include_str!("../../../migrations/sqlite/0019_operation_retention.sql"),
+    ),
+    // The processor's reachability as the submitting processes found it, for every api's console.
+    (
+        20,
+        "processor_reachability",
+        include_str!("../../../migrations/sqlite/0020_processor_reachability.sql"),
     ),
     // Kept tool answers are pruned with the tool-call period; the index finds the oldest.
     (

@@ -23,6 +23,7 @@ mod keys;
 mod migrate;
 mod moves;
 mod operations;
+pub mod outage;
 pub mod postgres;
 pub mod profiles;
 mod queue;

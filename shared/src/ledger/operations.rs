@@ -69,6 +69,10 @@ impl<DB: Dialect> Operations for Store<DB> {
         self
     }
 
+    fn outage(&self) -> &dyn super::outage::OutageLedger {
+        self
+    }
+
     async fn create_or_get(
         &self,
         new: NewOperation,

@@ -1,23 +1,35 @@
 //! A processor outage, as this process's submissions find it: whether the processor is reachable
-//! (one warning when it stops answering, one when it answers again, and a gauge), and what becomes
-//! of a payment that could not reach it (it waits, with backoff, while its approval holds).
+//! (one warning when it stops answering, one when it answers again, and a gauge), what becomes
+//! of a payment that could not reach it (it waits, with backoff, while its approval holds), and the
+//! recorder that writes each change into the ledger, where every api reads it
+//! (`ledger::outage`).
 
-use crate::clock::Timestamp;
+use crate::clock::{Clock, Timestamp};
 use crate::ledger::Recorded;
+use crate::ledger::outage::OutageLedger;
 use crate::metrics::Exposition;
 use crate::processor::SubmitOutcome;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Marks "reachable" in [`Reachability`]'s `down_since_ms` (no real outage starts at the epoch).
 const REACHABLE: i64 = 0;
+/// Marks "no answer seen yet": a fresh process's first answer is recorded too, so a ledger row a
+/// process left "unreachable" when it stopped mid-outage does not outlive the outage.
+const UNOBSERVED: i64 = -1;
+/// Pause before the recorder tries again to write a change the ledger refused (the daemons' `retry`
+/// for [`Reachability::record_into`]).
+pub const RECORD_RETRY: Duration = Duration::from_secs(5);
 
 /// Whether the processor answered this process's last submission. Process-wide (see [`process`]):
 /// every worker pipeline, the reconciler's retries and the console of one process share it.
 #[derive(Debug, Default)]
 pub struct Reachability {
-    /// When the current outage began (ms since the epoch), or [`REACHABLE`].
+    /// When the current outage began (ms since the epoch), [`REACHABLE`] or [`UNOBSERVED`].
     down_since_ms: AtomicI64,
+    /// Wakes the recorder on every change.
+    changed: Notify,
 }
 
 /// What one observation changed.
@@ -27,6 +39,8 @@ pub enum Change {
     WentDown(Timestamp),
     /// It answered again after being unreachable since this time.
     CameBack(Timestamp),
+    /// The process's first answer: reachable (nothing is logged; the ledger is told).
+    FirstAnswer,
 }
 
 static PROCESS: Reachability = Reachability::new();
@@ -37,10 +51,11 @@ pub fn process() -> &'static Reachability {
 }
 
 impl Reachability {
-    /// Reachable until a submission finds otherwise.
+    /// Reachable (as far as anyone can tell) until a submission finds otherwise.
     pub const fn new() -> Reachability {
         Reachability {
-            down_since_ms: AtomicI64::new(REACHABLE),
+            down_since_ms: AtomicI64::new(UNOBSERVED),
+            changed: Notify::const_new(),
         }
     }
 
@@ -52,12 +67,15 @@ impl Reachability {
             SubmitOutcome::Unreachable { reason } => {
                 let at = now.as_millis().max(REACHABLE + 1);
                 self.down_since_ms
-                    .compare_exchange(REACHABLE, at, Ordering::AcqRel, Ordering::Acquire)
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |since| {
+                        (since <= REACHABLE).then_some(at)
+                    })
                     .ok()
                     .map(|_| {
                         tracing::warn!(%reason,
                             "the processor is unreachable: payments wait in ready and retry with backoff \
                              while their approval holds (nothing was sent)");
+                        self.changed.notify_waiters();
                         Change::WentDown(now)
                     })
             }
@@ -65,16 +83,23 @@ impl Reachability {
             | SubmitOutcome::Declined { .. }
             | SubmitOutcome::NotSubmitted { .. }
             | SubmitOutcome::RateLimited { .. } => {
-                let since = self.down_since_ms.swap(REACHABLE, Ordering::AcqRel);
-                (since != REACHABLE).then(|| {
-                    let since = Timestamp::from_millis(since);
-                    tracing::warn!(
-                        down_since_ms = since.as_millis(),
-                        down_for_s = now.as_millis().saturating_sub(since.as_millis()) / 1_000,
-                        "the processor is reachable again"
-                    );
-                    Change::CameBack(since)
-                })
+                match self.down_since_ms.swap(REACHABLE, Ordering::AcqRel) {
+                    REACHABLE => None,
+                    UNOBSERVED => {
+                        self.changed.notify_waiters();
+                        Some(Change::FirstAnswer)
+                    }
+                    since => {
+                        let since = Timestamp::from_millis(since);
+                        tracing::warn!(
+                            down_since_ms = since.as_millis(),
+                            down_for_s = now.as_millis().saturating_sub(since.as_millis()) / 1_000,
+                            "the processor is reachable again"
+                        );
+                        self.changed.notify_waiters();
+                        Some(Change::CameBack(since))
+                    }
+                }
             }
             SubmitOutcome::Unknown { .. } => None,
         }
@@ -83,7 +108,51 @@ impl Reachability {
     /// Since when the processor has been unreachable, if it is now.
     pub fn down_since(&self) -> Option<Timestamp> {
         let since = self.down_since_ms.load(Ordering::Acquire);
-        (since != REACHABLE).then(|| Timestamp::from_millis(since))
+        (since > REACHABLE).then(|| Timestamp::from_millis(since))
+    }
+
+    /// What the ledger should say: `Some(true)` unreachable, `Some(false)` reachable, `None`
+    /// before the first answer.
+    fn to_record(&self) -> Option<bool> {
+        match self.down_since_ms.load(Ordering::Acquire) {
+            UNOBSERVED => None,
+            since => Some(since > REACHABLE),
+        }
+    }
+
+    /// Writes each change of this process's view into the ledger (`by`: the process's name), at
+    /// the ledger's time, until dropped: the processes that submit payments run it, every api reads
+    /// the row. A write the ledger refuses is tried again after `retry` ([`RECORD_RETRY`]) or at
+    /// the next change, whichever comes first; only the latest state is written, so a flapping
+    /// processor costs one write per change seen, never a backlog.
+    pub async fn record_into(
+        &self,
+        ledger: &dyn OutageLedger,
+        by: &str,
+        clock: &dyn Clock,
+        retry: Duration,
+    ) {
+        let mut recorded: Option<bool> = None;
+        loop {
+            // Registered before the state is read: a change after the read still wakes the loop.
+            let changed = self.changed.notified();
+            let wanted = self.to_record();
+            if let Some(down) = wanted.filter(|w| recorded != Some(*w)) {
+                match ledger.record_reachability(down, by, clock.now()).await {
+                    Ok(_) => recorded = Some(down),
+                    Err(error) => {
+                        tracing::warn!(%error, down,
+                            "could not record the processor's reachability in the ledger; trying again");
+                        tokio::select! {
+                            () = changed => {}
+                            () = tokio::time::sleep(retry) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            changed.await;
+        }
     }
 
     /// `payonce_processor_reachable`: 1, or 0 while submissions cannot reach the processor.
@@ -146,7 +215,15 @@ mod tests {
             reason: "timeout".into(),
             reference: None,
         };
-        assert_eq!(r.observe(&up, at(1)), None, "already reachable");
+        assert_eq!(r.down_since(), None);
+        assert_eq!(
+            r.to_record(),
+            None,
+            "nothing to record before the first answer"
+        );
+        assert_eq!(r.observe(&up, at(1)), Some(Change::FirstAnswer));
+        assert_eq!(r.to_record(), Some(false));
+        assert_eq!(r.observe(&up, at(2)), None, "already reachable");
         assert_eq!(r.observe(&down, at(10)), Some(Change::WentDown(at(10))));
         assert_eq!(r.observe(&down, at(11)), None, "one warning per outage");
         assert_eq!(r.observe(&unknown, at(12)), None, "an unknown says nothing");

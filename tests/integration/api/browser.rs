@@ -370,32 +370,105 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         )
         .await;
     assert_eq!(other.status, 201, "{}", other.text);
+    // A paid payment with a refund waiting for a person: the refund pages axe checks.
+    let payment =
+        crate::support::refunds::succeeded_payment(&api.ledger, "INV-CR9", 2048, api.clock.now())
+            .await;
+    let refund = api
+        .post(
+            "/v1/refunds",
+            &api.service,
+            json!({"business_key": "refund:CR9:a", "payment_operation_id": payment.id.as_str(),
+                   "amount": 1000, "reason": "duplicate"}),
+        )
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.text);
     // Screenshots are kept as test artifacts (docs/runbook.md shows them).
     let screens = repo_root().join("target/console-screenshots");
     std::fs::create_dir_all(&screens).unwrap();
-    let stdout = run_node(
-        "console.test.mjs",
-        &[
-            ("PAYONCE_CONSOLE_BASE", api.base.clone()),
-            ("PAYONCE_ON_CALL_KEY", api.on_call.clone()),
-            ("PAYONCE_ATTENTION_ID", attention.to_string()),
-            ("PAYONCE_ATTENTION_INVOICE", "INV-C9".to_string()),
-            ("PAYONCE_READ_ONLY_KEY", reader.secret.clone()),
-            ("PAYONCE_READ_ONLY_TARGET_ID", read_only_target.to_string()),
-            (
-                "PAYONCE_OTHER_ID",
-                other.json()["id"].as_str().unwrap().to_string(),
-            ),
-            (
-                "PAYONCE_SCREENSHOT_DIR",
-                screens.to_string_lossy().to_string(),
-            ),
-        ],
-    )
-    .await;
+    // The live-refresh test asks for a change while its page is open (a file `STEP-open`) and is
+    // told when it is made (`STEP-made`, holding the new operation's id).
+    let handshake = crate::serve::scratch("console-handshake");
+    let changes = async {
+        let mut made = Vec::new();
+        for (step, invoice) in [("overview", "INV-C30"), ("list", "INV-C31"), ("outage", "")] {
+            let open = handshake.join(format!("{step}-open"));
+            crate::support::wait_for(
+                &format!("the browser's {step} page to be open"),
+                BROWSER_RUN_DEADLINE,
+                || {
+                    let open = open.clone();
+                    async move { open.exists().then_some(()) }
+                },
+            )
+            .await;
+            let id = if step == "outage" {
+                // A worker elsewhere records the processor unreachable; this api's view of the
+                // ledger is current once its /metrics says so.
+                api.ledger
+                    .outage()
+                    .record_reachability(true, "worker-elsewhere", api.clock.now())
+                    .await
+                    .unwrap();
+                crate::support::wait_for(
+                    "the api to read the outage",
+                    BROWSER_RUN_DEADLINE,
+                    || async {
+                        let m = api
+                            .http
+                            .get(format!("{}/metrics", api.base))
+                            .send()
+                            .await
+                            .ok()?;
+                        let text = m.text().await.ok()?;
+                        text.contains("payonce_processor_reachable 0\n")
+                            .then_some(())
+                    },
+                )
+                .await;
+                String::new()
+            } else {
+                let id = super::console::needs_attention(&api, invoice).await;
+                made.push(id.clone());
+                id.to_string()
+            };
+            std::fs::write(handshake.join(format!("{step}-made")), id).unwrap();
+        }
+        made
+    };
+    let envs = [
+        (
+            "PAYONCE_HANDSHAKE_DIR",
+            handshake.to_string_lossy().to_string(),
+        ),
+        (
+            "PAYONCE_REFRESH_MS",
+            payonce_api::console::REFRESH.as_millis().to_string(),
+        ),
+        ("PAYONCE_PAYMENT_ID", payment.id.to_string()),
+        (
+            "PAYONCE_REFUND_ID",
+            refund.json()["id"].as_str().unwrap().to_string(),
+        ),
+        ("PAYONCE_CONSOLE_BASE", api.base.clone()),
+        ("PAYONCE_ON_CALL_KEY", api.on_call.clone()),
+        ("PAYONCE_ATTENTION_ID", attention.to_string()),
+        ("PAYONCE_ATTENTION_INVOICE", "INV-C9".to_string()),
+        ("PAYONCE_READ_ONLY_KEY", reader.secret.clone()),
+        ("PAYONCE_READ_ONLY_TARGET_ID", read_only_target.to_string()),
+        (
+            "PAYONCE_OTHER_ID",
+            other.json()["id"].as_str().unwrap().to_string(),
+        ),
+        (
+            "PAYONCE_SCREENSHOT_DIR",
+            screens.to_string_lossy().to_string(),
+        ),
+    ];
+    let (stdout, made) = tokio::join!(run_node("console.test.mjs", &envs), changes);
     assert!(
-        stdout.contains("pass 2"),
-        "both console browser tests passed"
+        stdout.contains("pass 3"),
+        "the three console browser tests passed"
     );
     for shot in [
         "overview.png",
@@ -404,8 +477,28 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         "resolve-many.png",
         "resolved.png",
         "read-only.png",
+        "payment-refunds.png",
+        "refund-approval.png",
+        "read-only-refund.png",
+        "live-list.png",
+        "resolved-many.png",
+        "outage.png",
+        "session-ended.png",
     ] {
         assert!(screens.join(shot).exists(), "{shot}");
+    }
+    // The two operations made while the pages were open were resolved together, one event each.
+    for id in &made {
+        let op = api.ledger.get_unscoped(id).await.unwrap();
+        assert_eq!(op.status.as_str(), "failed", "{id}");
+        let events = api.ledger.events_unscoped(id).await.unwrap();
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.event == "resolve_failed")
+                .count(),
+            1
+        );
     }
     let op = api.ledger.get_unscoped(&attention).await.unwrap();
     assert_eq!(op.status.as_str(), "failed");

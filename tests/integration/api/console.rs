@@ -297,6 +297,15 @@ async fn an_on_call_key_signs_in_and_out_and_other_keys_cannot() {
         .to_str()
         .unwrap();
     assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
+    // Script only from the console's own origin (the live refresh): never inline.
+    assert!(csp.contains("script-src 'self';"), "{csp}");
+    for loosened in ["unsafe-inline", "unsafe-eval", "nonce-", "sha256-", "*"] {
+        assert!(!csp.contains(loosened), "{csp}");
+    }
+    assert!(
+        overview.headers.get("refresh").is_none(),
+        "no full-page reload"
+    );
     assert_eq!(overview.headers["x-frame-options"], "DENY");
     assert_eq!(overview.headers["cache-control"], "no-store");
     // The session id is stored only as its hash.
@@ -1446,7 +1455,7 @@ async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_i
 }
 
 #[tokio::test]
-async fn a_key_used_only_to_sign_in_to_the_console_records_its_last_use() {
+async fn a_key_used_only_in_the_console_records_its_last_use_throttled() {
     let api = spawn(sqlite_ledger().await).await;
     let last_used = || async {
         api.ledger
@@ -1459,6 +1468,96 @@ async fn a_key_used_only_to_sign_in_to_the_console_records_its_last_use() {
             .last_used_at_ms
     };
     assert_eq!(last_used().await, None, "never used yet");
-    sign_in(&api, &api.on_call).await;
-    assert_eq!(last_used().await, Some(api.clock_now()));
+    let session = sign_in(&api, &api.on_call).await;
+    let signed_in = api.clock_now();
+    assert_eq!(last_used().await, Some(signed_in));
+    // The session's requests are the key's use too, recorded at most once per resolution.
+    let resolution = payonce_api::auth::LAST_USED_RESOLUTION;
+    api.clock.advance(resolution - Duration::from_millis(1));
+    assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
+    assert_eq!(
+        last_used().await,
+        Some(signed_in),
+        "within the resolution: no write"
+    );
+    api.clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        get(&api, "/console/operations", Some(&session))
+            .await
+            .status,
+        200
+    );
+    let used = api.clock_now();
+    assert_eq!(
+        last_used().await,
+        Some(used),
+        "a resolution later: recorded"
+    );
+    api.clock.advance(resolution / 2);
+    assert_eq!(get(&api, "/console", Some(&session)).await.status, 200);
+    assert_eq!(last_used().await, Some(used));
+    // A refused session (signed out) records nothing.
+    api.clock.advance(resolution * 2);
+    assert_eq!(
+        get(&api, "/console", Some(&"0".repeat(64))).await.status,
+        401
+    );
+    assert_eq!(last_used().await, Some(used));
+}
+
+#[tokio::test]
+async fn the_live_refresh_script_is_static_cacheable_and_nothing_else_is_served_beside_it() {
+    let api = spawn(sqlite_ledger().await).await;
+    let session = sign_in(&api, &api.on_call).await;
+    let overview = get(&api, "/console", Some(&session)).await;
+    let path = payonce_api::console::live::script_path();
+    assert!(
+        overview
+            .text
+            .contains(&format!("<script src=\"{path}\" defer></script>")),
+        "{}",
+        overview.text
+    );
+    assert!(overview.text.contains(&format!(
+        "data-refresh-ms=\"{}\"",
+        payonce_api::console::REFRESH.as_millis()
+    )));
+    assert!(
+        overview
+            .text
+            .contains("id=\"refresh-link\" href=\"/console\"")
+    );
+    // No session needed (it is the same for everyone and holds nothing of a tenant's).
+    let script = get(&api, &path, None).await;
+    assert_eq!(script.status, 200);
+    assert_eq!(
+        script.headers["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    assert_eq!(
+        script.headers["cache-control"],
+        format!(
+            "public, max-age={}, immutable",
+            payonce_api::console::live::SCRIPT_MAX_AGE.as_secs()
+        )
+    );
+    assert_eq!(script.headers["x-content-type-options"], "nosniff");
+    assert_eq!(script.text, payonce_api::console::live::SCRIPT);
+    // Any other name, an old version's or a path out of the folder, is not found.
+    for other in [
+        "/console/assets/refresh-0000000000000000.js",
+        "/console/assets/refresh.js",
+        "/console/assets/..%2F..%2Fstatic%2Fconsole.css",
+        "/console/assets/",
+    ] {
+        assert_eq!(
+            get(&api, other, Some(&session)).await.status,
+            404,
+            "{other}"
+        );
+    }
+    // The operation page and the sign-in page do not load it (nothing there updates itself).
+    let sign_in_page = get(&api, "/console/sign-in", None).await;
+    assert!(!sign_in_page.text.contains("<script"));
+    api.stop().await;
 }

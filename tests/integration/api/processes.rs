@@ -228,3 +228,167 @@ async fn two_api_processes_one_operation_one_payment() {
         );
     }
 }
+
+/// Signs in to the console of the api at `base` with `key`; returns the session cookie header.
+async fn console_session(http: &reqwest::Client, base: &str, key: &str) -> String {
+    let form = http
+        .get(format!("{base}/console/sign-in"))
+        .send()
+        .await
+        .unwrap();
+    let token = form
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .find_map(|c| {
+            c.to_str()
+                .ok()?
+                .strip_prefix("payonce_console_sign_in=")
+                .map(|rest| rest.split(';').next().unwrap_or_default().to_string())
+        })
+        .expect("a sign-in form token");
+    let signed_in = http
+        .post(format!("{base}/console/sign-in"))
+        .header("cookie", format!("payonce_console_sign_in={token}"))
+        .form(&[("key", key), ("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status().as_u16(), 303);
+    let session = signed_in
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .find_map(|c| {
+            c.to_str()
+                .ok()?
+                .strip_prefix("payonce_console=")
+                .map(|rest| rest.split(';').next().unwrap_or_default().to_string())
+        })
+        .expect("a session cookie");
+    format!("payonce_console={session}")
+}
+
+/// The text of `GET base/path` (200 expected), with `cookie` if given.
+async fn page_text(http: &reqwest::Client, base: &str, path: &str, cookie: Option<&str>) -> String {
+    let mut request = http.get(format!("{base}{path}"));
+    if let Some(c) = cookie {
+        request = request.header("cookie", c);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200, "{path}");
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_records() {
+    let (ledger, url) = postgres_ledger().await;
+    let now = SystemClock.now();
+    let on_call =
+        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::OnCall, "alice", now)
+            .await
+            .unwrap();
+    let waiting =
+        crate::support::ready_operation(&ledger, "INV-OUTAGE-1", "pm_card_visa", now).await;
+    // Nothing listens on the processor's port until the simulator starts there below.
+    let processor_port = free_port();
+    let processor_url = format!("http://127.0.0.1:{processor_port}");
+    let api_port = free_port();
+    let base = format!("http://127.0.0.1:{api_port}");
+    let mut api = api_process(&url, api_port);
+    let http = http_client();
+    wait_for("payonce api is ready", DEADLINE, || {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+    let cookie = console_session(&http, &base, &on_call).await;
+    // Before any worker ran: no banner, the gauge says reachable.
+    assert!(
+        !page_text(&http, &base, "/console", Some(&cookie))
+            .await
+            .contains("processor-outage")
+    );
+    let metrics = page_text(&http, &base, "/metrics", None).await;
+    assert!(
+        metrics.contains("payonce_processor_reachable 1\n"),
+        "{metrics}"
+    );
+
+    let mut worker = Command::new(payonce_bin())
+        .arg("worker")
+        .env("PAYONCE_DATABASE_URL", &url)
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
+        .env("PAYONCE_PROCESSOR_URL", &processor_url)
+        .env("PAYONCE_POLL_MS", "100")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn payonce worker");
+
+    // The worker's submission is refused: it records the outage, and the api (another process)
+    // shows it on every console page and in its /metrics.
+    let banner = wait_for("the api's console shows the outage", DEADLINE, || {
+        let (http, base, cookie) = (http.clone(), base.clone(), cookie.clone());
+        async move {
+            let text = page_text(&http, &base, "/console/operations", Some(&cookie)).await;
+            text.contains("id=\"processor-outage\"").then_some(text)
+        }
+    })
+    .await;
+    assert!(
+        banner.contains("The processor is unreachable</strong> (since 20"),
+        "{banner}"
+    );
+    let recorded = ledger.outage().reachability().await.unwrap();
+    assert!(recorded.down_since.is_some(), "{recorded:?}");
+    assert!(recorded.changed_by.starts_with("worker"), "{recorded:?}");
+    let metrics = page_text(&http, &base, "/metrics", None).await;
+    assert!(
+        metrics.contains("payonce_processor_reachable 0\n"),
+        "{metrics}"
+    );
+    let op = ledger.get(&tenant(), &waiting.id).await.unwrap();
+    assert_eq!(op.status.as_str(), "ready", "the payment waits: {op:?}");
+
+    // The processor comes back on that port: the waiting payment is paid once, the worker records
+    // the recovery, and the banner goes.
+    let sim = simulator(SimulatorConfig {
+        listen: format!("127.0.0.1:{processor_port}").parse().unwrap(),
+        ..Default::default()
+    })
+    .await;
+    wait_for("the banner goes", DEADLINE, || {
+        let (http, base, cookie) = (http.clone(), base.clone(), cookie.clone());
+        async move {
+            let text = page_text(&http, &base, "/console", Some(&cookie)).await;
+            (!text.contains("processor-outage")).then_some(())
+        }
+    })
+    .await;
+    let metrics = page_text(&http, &base, "/metrics", None).await;
+    assert!(
+        metrics.contains("payonce_processor_reachable 1\n"),
+        "{metrics}"
+    );
+    assert_eq!(
+        ledger.outage().reachability().await.unwrap().down_since,
+        None
+    );
+    wait_for("the waiting payment is paid", DEADLINE, || {
+        let (ledger, id) = (ledger.clone(), waiting.id.clone());
+        async move {
+            let op = ledger.get(&tenant(), &id).await.ok()?;
+            (op.status.as_str() == "succeeded").then_some(())
+        }
+    })
+    .await;
+    assert_eq!(payments_for(&sim, waiting.id.as_str()).await, 1);
+    terminate(&mut worker).await;
+    terminate(&mut api).await;
+}
