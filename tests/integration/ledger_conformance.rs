@@ -16,6 +16,7 @@ use std::time::Duration;
 
 mod cancelled_begin;
 mod hints;
+mod intake;
 mod refunds;
 mod retention;
 mod sweep_batches;
