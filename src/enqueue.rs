@@ -369,10 +369,7 @@ fn csv_item(line: &str, columns: &[usize]) -> Result<Value, String> {
     let get = |name: &str| -> Option<&str> {
         let column = CSV_COLUMNS.iter().position(|c| *c == name)?;
         let at = *columns.get(column)?;
-        fields
-            .get(at)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        fields.get(at).map(String::as_str).filter(|v| !v.is_empty())
     };
     let text = |name: &str| Value::from(get(name).unwrap_or_default());
     let amount: i64 = get("amount")
@@ -475,14 +472,17 @@ impl Sender {
         }
         for result in answer.results {
             let Some((line, _)) = self.batch.get(result.index) else {
-                bail!("the API answered an item index {} out of its batch", result.index);
+                bail!(
+                    "the API answered an item index {} out of its batch",
+                    result.index
+                );
             };
             match (result.status, result.error) {
                 (201, _) => self.summary.created += 1,
                 (200, _) => self.summary.existing += 1,
                 (status, error) => {
-                    let (code, message) =
-                        error.map_or_else(|| (String::new(), String::new()), |e| (e.code, e.message));
+                    let (code, message) = error
+                        .map_or_else(|| (String::new(), String::new()), |e| (e.code, e.message));
                     self.summary.refuse(Refused {
                         line: *line,
                         status,
@@ -533,7 +533,9 @@ impl Sender {
                 Err(e) => format!("the request failed: {e}"),
             };
             if attempt >= SEND_ATTEMPTS_MAX {
-                bail!("{why}; gave up after {attempt} tries (run the command again to resume: nothing is created twice)");
+                bail!(
+                    "{why}; gave up after {attempt} tries (run the command again to resume: nothing is created twice)"
+                );
             }
             tracing::warn!(attempt, %why, "a batch was not taken; trying it again");
             tokio::time::sleep(pause).await;
@@ -578,7 +580,10 @@ impl Sender {
             }
             let listed = u64::try_from(s.refused.len()).unwrap_or(u64::MAX);
             if s.conflicts + s.invalid > listed {
-                println!("... and {} more refused lines", s.conflicts + s.invalid - listed);
+                println!(
+                    "... and {} more refused lines",
+                    s.conflicts + s.invalid - listed
+                );
             }
         }
         Ok(if s.conflicts + s.invalid == 0 {
@@ -605,12 +610,14 @@ mod tests {
 
     #[test]
     fn a_csv_line_becomes_the_single_routes_body_with_its_own_hash_approved() {
-        let columns = csv_header(
-            "business_key,amount,currency,customer,payment_method,invoice,approved_by",
+        let columns =
+            csv_header("business_key,amount,currency,customer,payment_method,invoice,approved_by")
+                .unwrap();
+        let item = csv_item(
+            "inv:1:pay,2048,usd,cus_1,pm_card_visa,INV-1,mandate:cus_1",
+            &columns,
         )
         .unwrap();
-        let item = csv_item("inv:1:pay,2048,usd,cus_1,pm_card_visa,INV-1,mandate:cus_1", &columns)
-            .unwrap();
         assert_eq!(item["details"]["amount"], 2048);
         assert_eq!(item["approval"]["approved_by"], "mandate:cus_1");
         let hash = item["approval"]["details_hash"].as_str().unwrap();
@@ -619,7 +626,10 @@ mod tests {
         assert!(csv_item("inv:1:pay,20.48,usd,cus_1,pm,INV-1,x", &columns).is_err());
         assert!(csv_item("inv:1:pay,2048,usd", &columns).is_err());
         assert!(csv_header("business_key,amount").is_err());
-        assert!(csv_header("business_key,amount,currency,customer,payment_method,invoice,colour").is_err());
+        assert!(
+            csv_header("business_key,amount,currency,customer,payment_method,invoice,colour")
+                .is_err()
+        );
     }
 
     #[test]
@@ -627,7 +637,10 @@ mod tests {
         let long = "x".repeat(LINE_LEN_MAX + 10);
         let text = format!("{long}\nnext\n");
         let mut reader = std::io::Cursor::new(text.into_bytes());
-        assert!(matches!(next_line(&mut reader).unwrap(), Some(Line::TooLong)));
+        assert!(matches!(
+            next_line(&mut reader).unwrap(),
+            Some(Line::TooLong)
+        ));
         match next_line(&mut reader).unwrap() {
             Some(Line::Text(t)) => assert_eq!(t, "next"),
             _ => panic!("the line after a long one is read"),

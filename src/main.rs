@@ -427,10 +427,9 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let parsed = parse();
     let filter = match parsed.cli.command {
-        Command::Demo(_)
-        | Command::Config { .. }
-        | Command::Probe { .. }
-        | Command::Enqueue(_) => ops::LOG_FILTER_QUIET,
+        Command::Demo(_) | Command::Config { .. } | Command::Probe { .. } | Command::Enqueue(_) => {
+            ops::LOG_FILTER_QUIET
+        }
         _ => ops::LOG_FILTER_DEFAULT,
     };
     ops::init_logging(parsed.cli.log_format, filter);

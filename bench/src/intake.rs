@@ -331,10 +331,10 @@ async fn through_enqueue(
     operations: u64,
 ) -> anyhow::Result<Rate> {
     let api = ServedApi::start(admin_url, 4).await?;
-    let file = std::env::temp_dir().join(format!("payonce-bench-enqueue-{}.csv", std::process::id()));
-    let mut csv = String::from(
-        "business_key,amount,currency,customer,payment_method,invoice,approved_by\n",
-    );
+    let file =
+        std::env::temp_dir().join(format!("payonce-bench-enqueue-{}.csv", std::process::id()));
+    let mut csv =
+        String::from("business_key,amount,currency,customer,payment_method,invoice,approved_by\n");
     for i in 0..operations {
         csv.push_str(&format!(
             "bench:intake:{i},2048,usd,cus_bench,pm_card_visa,INV-BENCH-{i},mandate:cus_bench\n"

@@ -330,7 +330,10 @@ impl<DB: Dialect> Store<DB> {
             .filter(|key| !found.contains_key(*key))
             .collect();
         if !taken.is_empty() {
-            for op in self.by_business_keys(&mut tx, &batch.tenant, &taken).await? {
+            for op in self
+                .by_business_keys(&mut tx, &batch.tenant, &taken)
+                .await?
+            {
                 found.insert(op.business_key.as_str().to_string(), (op, false));
             }
         }

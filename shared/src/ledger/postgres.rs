@@ -211,7 +211,10 @@ fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
             JsonColumn::Int => format!("{name} bigint"),
         })
         .collect();
-    format!("jsonb_to_recordset({param}::jsonb) AS b({})", columns.join(", "))
+    format!(
+        "jsonb_to_recordset({param}::jsonb) AS b({})",
+        columns.join(", ")
+    )
 }
 
 /// The Postgres ledger.

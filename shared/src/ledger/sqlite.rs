@@ -85,7 +85,10 @@ fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
         .iter()
         .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
         .collect();
-    format!("(SELECT {} FROM json_each({param})) AS b", columns.join(", "))
+    format!(
+        "(SELECT {} FROM json_each({param})) AS b",
+        columns.join(", ")
+    )
 }
 
 /// The SQLite ledger.

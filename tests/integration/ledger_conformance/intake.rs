@@ -78,7 +78,12 @@ async fn snapshot(ledger: &SharedLedger) -> Vec<(String, String, usize, bool)> {
                 .await
                 .unwrap()
                 .is_some();
-            all.push((op.id.as_str().to_string(), op.status.as_str().to_string(), n, approved));
+            all.push((
+                op.id.as_str().to_string(),
+                op.status.as_str().to_string(),
+                n,
+                approved,
+            ));
         }
     }
     all.sort();
@@ -133,38 +138,63 @@ async fn a_mixed_batch_answers_each_item_as_one_by_one_and_refused_items_change_
         let results = ledger
             .create_batch(
                 &batch(vec![
-                    item("N1", true),   // 0: new, enqueued
-                    item("N2", false),  // 1: new, awaiting approval
-                    item("A", true),    // 2: existing, approved now
-                    wrong_state,        // 3: existing, already approved for these details
-                    item("C", false),   // 4: the key names other details
-                    mismatched,         // 5: an approval of other details
-                    item("N1", false),  // 6: a repeat of item 0's key
+                    item("N1", true),  // 0: new, enqueued
+                    item("N2", false), // 1: new, awaiting approval
+                    item("A", true),   // 2: existing, approved now
+                    wrong_state,       // 3: existing, already approved for these details
+                    item("C", false),  // 4: the key names other details
+                    mismatched,        // 5: an approval of other details
+                    item("N1", false), // 6: a repeat of item 0's key
                 ]),
                 at(T0 + 1_000),
             )
             .await
             .unwrap();
         assert_eq!(results.len(), 7, "{store}");
-        let ok = |i: usize| results[i].as_ref().unwrap_or_else(|e| panic!("{store} item {i}: {e}"));
-        assert!(ok(0).inserted && ok(0).operation.status == Status::Ready, "{store}");
-        assert!(ok(1).inserted && ok(1).operation.status == Status::AwaitingApproval, "{store}");
-        assert!(!ok(2).inserted && ok(2).operation.status == Status::Ready, "{store}");
+        let ok = |i: usize| {
+            results[i]
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{store} item {i}: {e}"))
+        };
+        assert!(
+            ok(0).inserted && ok(0).operation.status == Status::Ready,
+            "{store}"
+        );
+        assert!(
+            ok(1).inserted && ok(1).operation.status == Status::AwaitingApproval,
+            "{store}"
+        );
+        assert!(
+            !ok(2).inserted && ok(2).operation.status == Status::Ready,
+            "{store}"
+        );
         assert_eq!(ok(2).operation.id, awaiting.id, "{store}");
-        assert!(!ok(3).inserted && ok(3).operation.status == Status::Ready, "{store}");
+        assert!(
+            !ok(3).inserted && ok(3).operation.status == Status::Ready,
+            "{store}"
+        );
         assert!(
             matches!(&results[4], Err(LedgerError::Conflict { existing }) if *existing == other.id),
             "{store}: {:?}",
             results[4]
         );
-        assert!(matches!(results[5], Err(LedgerError::ApprovalMismatch)), "{store}");
         assert!(
-            matches!(results[6], Err(LedgerError::Limit(LimitError::BatchRepeat(0)))),
+            matches!(results[5], Err(LedgerError::ApprovalMismatch)),
+            "{store}"
+        );
+        assert!(
+            matches!(
+                results[6],
+                Err(LedgerError::Limit(LimitError::BatchRepeat(0)))
+            ),
             "{store}: {:?}",
             results[6]
         );
         // The audit trail of each, as one by one.
-        assert_eq!(events(&ledger, &ok(0).operation.id).await, ["create", "approve"]);
+        assert_eq!(
+            events(&ledger, &ok(0).operation.id).await,
+            ["create", "approve"]
+        );
         assert_eq!(events(&ledger, &ok(1).operation.id).await, ["create"]);
         assert_eq!(events(&ledger, &awaiting.id).await, ["create", "approve"]);
         assert_eq!(events(&ledger, &approved.id).await, ["create", "approve"]);
@@ -177,7 +207,10 @@ async fn a_mixed_batch_answers_each_item_as_one_by_one_and_refused_items_change_
         assert_eq!(approval.method, "service");
         // The refused items changed nothing: the mismatched one was not created, C is as it was.
         let m = new_op("M", details("M", 2048, "pm_card_visa"));
-        assert!(matches!(ledger.get(&tenant(), &m.id).await, Err(LedgerError::NotFound)));
+        assert!(matches!(
+            ledger.get(&tenant(), &m.id).await,
+            Err(LedgerError::NotFound)
+        ));
         let after = snapshot(&ledger).await;
         let changed: Vec<_> = after.iter().filter(|row| !before.contains(row)).collect();
         let expected: Vec<String> = [&ok(0).operation.id, &ok(1).operation.id, &awaiting.id]
@@ -188,7 +221,10 @@ async fn a_mixed_batch_answers_each_item_as_one_by_one_and_refused_items_change_
         changed_ids.sort();
         let mut expected_sorted = expected.clone();
         expected_sorted.sort();
-        assert_eq!(changed_ids, expected_sorted, "{store}: only the written items changed");
+        assert_eq!(
+            changed_ids, expected_sorted,
+            "{store}: only the written items changed"
+        );
     }
 }
 
@@ -196,9 +232,17 @@ async fn a_mixed_batch_answers_each_item_as_one_by_one_and_refused_items_change_
 async fn a_retried_batch_writes_nothing_twice() {
     for ledger in every_store().await {
         let store = ledger.store();
-        let items: Vec<BatchItem> = (0..50).map(|i| item(&format!("R{i}"), i % 2 == 0)).collect();
-        let first = ledger.create_batch(&batch(items.clone()), at(T0)).await.unwrap();
-        assert!(first.iter().all(|r| r.as_ref().is_ok_and(|c| c.inserted)), "{store}");
+        let items: Vec<BatchItem> = (0..50)
+            .map(|i| item(&format!("R{i}"), i % 2 == 0))
+            .collect();
+        let first = ledger
+            .create_batch(&batch(items.clone()), at(T0))
+            .await
+            .unwrap();
+        assert!(
+            first.iter().all(|r| r.as_ref().is_ok_and(|c| c.inserted)),
+            "{store}"
+        );
         let before = snapshot(&ledger).await;
         // The response was lost; the caller sends the same batch again, later.
         let again = ledger
@@ -211,7 +255,11 @@ async fn a_retried_batch_writes_nothing_twice() {
             assert_eq!(a.operation.id, b.operation.id, "{store} item {i}");
             assert_eq!(a.operation.status, b.operation.status, "{store} item {i}");
         }
-        assert_eq!(snapshot(&ledger).await, before, "{store}: the retry wrote nothing");
+        assert_eq!(
+            snapshot(&ledger).await,
+            before,
+            "{store}: the retry wrote nothing"
+        );
     }
 }
 
@@ -240,8 +288,12 @@ async fn a_batch_outside_its_limits_is_refused_whole() {
             .map(|i| item(&format!("L{i}"), true))
             .collect();
         let results = ledger.create_batch(&batch(exactly), at(T0)).await.unwrap();
-        assert!(results.iter().all(|r| r.as_ref().is_ok_and(|c| c.inserted
-            && c.operation.status == Status::Ready)), "{store}");
+        assert!(
+            results.iter().all(|r| r
+                .as_ref()
+                .is_ok_and(|c| c.inserted && c.operation.status == Status::Ready)),
+            "{store}"
+        );
         let counts = ledger.count_by_status().await.unwrap();
         assert_eq!(
             counts.iter().map(|c| c.count).sum::<i64>(),
@@ -282,7 +334,10 @@ async fn racing_batches_with_overlapping_keys_create_and_enqueue_each_operation_
             }
         }
         assert_eq!(inserted.len(), KEYS, "{store}");
-        assert!(inserted.values().all(|n| *n == 1), "{store}: each created by one batch");
+        assert!(
+            inserted.values().all(|n| *n == 1),
+            "{store}: each created by one batch"
+        );
         for id in inserted.keys() {
             let id = payonce_shared::id::OperationId::parse(id).unwrap();
             assert_eq!(events(&ledger, &id).await, ["create", "approve"], "{store}");
