@@ -189,8 +189,9 @@ static EXPIRE_LEASES: LazyLock<String> = LazyLock::new(|| {
 static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Status::Unknown, false));
 
 /// The batch intake's statements: JSON rows through `jsonb_to_recordset`; the approval's update
-/// returns the operation's columns only; the rows to approve are locked in id order first (two
-/// batches approving the same rows would otherwise lock them in plan order and could deadlock).
+/// returns the operation's columns only; the rows to approve that the batch did not insert are locked
+/// in id order first (two batches approving the same rows would otherwise lock them in plan order
+/// and could deadlock); the wake-up rides on the approval records' statement.
 static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
     IntakeSql::build(
         json_rows,
@@ -199,6 +200,7 @@ static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
             "SELECT id FROM operations WHERE id IN (SELECT b.id FROM {}) ORDER BY id FOR UPDATE",
             json_rows("$1", IntakeSql::id_columns())
         )),
+        Some("pg_notify('payonce_ready', '')"),
     )
 });
 

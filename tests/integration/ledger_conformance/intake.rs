@@ -347,3 +347,20 @@ async fn racing_batches_with_overlapping_keys_create_and_enqueue_each_operation_
         assert_eq!(counts[0].count, i64::try_from(KEYS).unwrap(), "{store}");
     }
 }
+
+#[tokio::test]
+async fn a_batch_that_enqueues_wakes_the_workers_of_other_processes() {
+    let (ledger, url) = crate::support::postgres_ledger().await;
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener
+        .listen(payonce_shared::ledger::postgres::READY_CHANNEL)
+        .await
+        .unwrap();
+    let items: Vec<BatchItem> = (0..20).map(|i| item(&format!("W{i}"), true)).collect();
+    ledger.create_batch(&batch(items), at(T0)).await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a wake-up within 10 s")
+        .unwrap();
+    assert_eq!(woken.channel(), payonce_shared::ledger::postgres::READY_CHANNEL);
+}
