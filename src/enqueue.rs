@@ -633,6 +633,20 @@ mod tests {
     }
 
     #[test]
+    fn an_ndjson_line_is_the_single_routes_body_and_an_approval_without_a_hash_gets_its_own() {
+        let line = r#"{"business_key":"inv:2:pay","details":{"amount":100,"currency":"usd","customer":"c","payment_method":"pm","invoice":"I"},"approval":{"approved_by":"mandate:c"}}"#;
+        let item = ndjson_item(line).unwrap();
+        assert_eq!(
+            item["approval"]["details_hash"].as_str().unwrap(),
+            hash_of(&item["details"])
+        );
+        let given = r#"{"business_key":"k","details":{},"approval":{"approved_by":"m","details_hash":"abc"}}"#;
+        assert_eq!(ndjson_item(given).unwrap()["approval"]["details_hash"], "abc");
+        assert!(ndjson_item("[1, 2]").is_err());
+        assert!(ndjson_item("{not json").is_err());
+    }
+
+    #[test]
     fn a_line_past_the_limit_is_skipped_whole() {
         let long = "x".repeat(LINE_LEN_MAX + 10);
         let text = format!("{long}\nnext\n");
