@@ -184,6 +184,10 @@ pub enum Command {
     },
     /// Runs the Stripe-compatible simulator.
     Simulator(demo::SimulatorArgs),
+    /// Creates (and, with an approval, enqueues) the operations of a CSV or NDJSON file through the
+    /// API's batch route with a service key; run it again to resume (nothing is created twice).
+    /// Exit 0: every line written; 3: some lines refused (listed by number).
+    Enqueue(crate::enqueue::EnqueueArgs),
 }
 
 // Parsed once per process; boxing the settings would only make the derive harder to read.

@@ -10,10 +10,12 @@
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
 //! - `payonce probe URL`: the container healthcheck.
+//! - `payonce enqueue FILE`: a billing run's payments from a CSV or NDJSON file, through the API's
+//!   batch route.
 //!
 //! Modules: `cli` (the subcommands), `banner` (serve's copy-paste walk-through), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
+//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `enqueue` (the file intake command), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
 mod banner;
@@ -21,6 +23,7 @@ mod cli;
 mod config_file;
 mod config_reference;
 mod demo;
+mod enqueue;
 mod key_secret;
 mod keys;
 mod ops;
@@ -206,6 +209,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Simulator(args) => demo::run_simulator(args).await,
+        Command::Enqueue(args) => enqueue::run(args).await,
         Command::Prune { common, reconciler } => {
             let ledger = open_existing(&common).await?;
             // Retention windows on the database's clock (the process's own on SQLite).
@@ -438,7 +442,9 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let parsed = parse();
     let filter = match parsed.cli.command {
-        Command::Demo(_) | Command::Config { .. } | Command::Probe { .. } => ops::LOG_FILTER_QUIET,
+        Command::Demo(_) | Command::Config { .. } | Command::Probe { .. } | Command::Enqueue(_) => {
+            ops::LOG_FILTER_QUIET
+        }
         _ => ops::LOG_FILTER_DEFAULT,
     };
     ops::init_logging(parsed.cli.log_format, filter);

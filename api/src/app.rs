@@ -5,7 +5,7 @@ use crate::config::{ApiConfig, REQUEST_TIMEOUT};
 use crate::errors::{ErrorCode, HttpError};
 use crate::metrics::ApiMetrics;
 use crate::{
-    confirm, console, formats, health, mcp, metrics, openapi, operations, profile, refunds,
+    confirm, console, formats, health, intake, mcp, metrics, openapi, operations, profile, refunds,
     webhooks,
 };
 use axum::Router;
@@ -131,6 +131,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::document))
         .route("/v1/operations", post(operations::create))
+        .route(
+            "/v1/operations/batch",
+            post(intake::create_batch).layer(DefaultBodyLimit::max(intake::BATCH_BODY_LIMIT_BYTES)),
+        )
         .route("/v1/operations/{id}", get(operations::read))
         .route(
             "/v1/operations/{id}/approval-requests",

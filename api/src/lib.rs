@@ -8,6 +8,7 @@
 //! - [`errors`]: the stable table of error codes and the JSON error body.
 //! - [`body`]: the JSON body extractor whose rejections speak the error table.
 //! - [`operations`]: the operations API for upstream services (create, approval links, approve, cancel, read).
+//! - [`intake`]: the batch create route: a billing run's payments created and enqueued, many per request.
 //! - [`answer`]: what a repeated request or a tool call returns: the operation's stored truth, as fields and a sentence.
 //! - [`console`]: the on-call console: sessions, overview, lists, one operation's evidence chain, resolve.
 //! - [`confirm`]: the confirmation page: a single-use link plus the customer's own proof.
@@ -35,6 +36,7 @@ pub mod console;
 pub mod errors;
 pub mod formats;
 pub mod health;
+pub mod intake;
 pub mod keys;
 pub mod ledger_time;
 pub mod listener;

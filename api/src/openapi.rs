@@ -14,6 +14,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
     ("get", "/openapi.json"),
     ("post", "/v1/operations"),
+    ("post", "/v1/operations/batch"),
     ("get", "/v1/operations/{id}"),
     ("post", "/v1/operations/{id}/approval-requests"),
     ("post", "/v1/operations/{id}/approve"),

@@ -14,12 +14,16 @@ use axum::http::StatusCode;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::ledger::intake::BatchApproval;
 use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{Cancel, NewApproval, NewOperation, Operation, OperationEvent, Role};
 use payonce_shared::processor::summary::summary;
 use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// How an approval given with a service key is recorded (`approvals.method`).
+pub const SERVICE_APPROVAL: &str = "service";
 
 /// Longest `approved_by` accepted.
 pub const APPROVED_BY_LEN_MAX: usize = 128;
@@ -32,6 +36,9 @@ pub struct CreateRequest {
     pub business_key: String,
     /// The authoritative details.
     pub details: RawDetails,
+    /// The service's approval of these details (a mandate it holds): create and enqueue at once.
+    #[serde(default)]
+    pub approval: Option<ApproveRequest>,
 }
 
 /// `POST /v1/operations/{id}/approve` body.
@@ -143,15 +150,42 @@ pub(crate) fn invalid(e: impl std::fmt::Display) -> HttpError {
 }
 
 /// `POST /v1/operations` (service): 201 new, 200 existing with the same details, 409
-/// `business_key_conflict` when the key names different details.
+/// `business_key_conflict` when the key names different details. With `approval`, the operation is
+/// also approved and enqueued in the same transaction (the batch route's code path,
+/// `intake::create_approved`), answered as `approve` would: 409 `approval_mismatch` (nothing
+/// created) or `wrong_state`.
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<CreateRequest>,
 ) -> Result<(StatusCode, Json<OperationView>), HttpError> {
     caller.require(&[Role::Service], "create operations")?;
-    let business_key = BusinessKey::parse(&body.business_key).map_err(invalid)?;
-    let details = Details::parse(&body.details).map_err(invalid)?;
+    let new = new_operation(&state, &caller, &body.business_key, &body.details)?;
+    let created = match body.approval {
+        Some(approval) => {
+            let approval = parse_approval(&approval)?;
+            crate::intake::create_approved(&state, &caller, new, approval).await?
+        }
+        None => state.ledger().create_or_get(new, state.now()).await?,
+    };
+    let status = if created.inserted {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(OperationView::from(&created.operation))))
+}
+
+/// A new payment of the caller's tenant from a request's business key and details, checked as
+/// every create route checks them (`POST /v1/operations` and each item of its batch).
+pub fn new_operation(
+    state: &AppState,
+    caller: &Caller,
+    business_key: &str,
+    details: &RawDetails,
+) -> Result<NewOperation, HttpError> {
+    let business_key = BusinessKey::parse(business_key).map_err(invalid)?;
+    let details = Details::parse(details).map_err(invalid)?;
     // A refund's payment reference and parties come from the ledger's record of the payment, never
     // from a request body: refunds are created by `POST /v1/refunds`.
     match details.kind() {
@@ -162,20 +196,32 @@ pub async fn create(
             ));
         }
     }
-    let new = NewOperation::keyed(
+    Ok(NewOperation::keyed(
         &state.config().key_secret,
         caller.tenant.clone(),
         business_key,
         details,
         caller.actor(),
-    );
-    let created = state.ledger().create_or_get(new, state.now()).await?;
-    let status = if created.inserted {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(OperationView::from(&created.operation))))
+    ))
+}
+
+/// An approval's details hash and approver, checked as `POST /v1/operations/{id}/approve` checks
+/// them.
+pub fn parse_approval(body: &ApproveRequest) -> Result<BatchApproval, HttpError> {
+    let details_hash = DetailsHash::parse(&body.details_hash).map_err(invalid)?;
+    let approved_by = body.approved_by.trim();
+    if approved_by.is_empty()
+        || approved_by.chars().count() > APPROVED_BY_LEN_MAX
+        || approved_by.chars().any(char::is_control)
+    {
+        return Err(invalid(format!(
+            "approved_by must be 1 to {APPROVED_BY_LEN_MAX} printable characters"
+        )));
+    }
+    Ok(BatchApproval {
+        details_hash,
+        approved_by: approved_by.to_string(),
+    })
 }
 
 /// `GET /v1/operations/{id}` (any role): state, the processor object's summary, and (service and
@@ -236,16 +282,10 @@ pub async fn approve(
     ApiJson(body): ApiJson<ApproveRequest>,
 ) -> Result<Json<OperationView>, HttpError> {
     caller.require(&[Role::Service], "approve operations")?;
-    let details_hash = DetailsHash::parse(&body.details_hash).map_err(invalid)?;
-    let approved_by = body.approved_by.trim();
-    if approved_by.is_empty()
-        || approved_by.chars().count() > APPROVED_BY_LEN_MAX
-        || approved_by.chars().any(char::is_control)
-    {
-        return Err(invalid(format!(
-            "approved_by must be 1 to {APPROVED_BY_LEN_MAX} printable characters"
-        )));
-    }
+    let BatchApproval {
+        details_hash,
+        approved_by,
+    } = parse_approval(&body)?;
     let op = load(&state, &caller, &id).await?;
     refuse_refund(&op)?;
     let id = op.id;
@@ -253,8 +293,8 @@ pub async fn approve(
     let approval = NewApproval {
         operation: id.clone(),
         details_hash,
-        approved_by: approved_by.to_string(),
-        method: "service".to_string(),
+        approved_by,
+        method: SERVICE_APPROVAL.to_string(),
         expires_at_ms: now + state.config().approval_ttl,
     };
     let op = state

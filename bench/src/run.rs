@@ -22,6 +22,12 @@ pub const TARGET_SWEEP_GROWTH: f64 = 1.5;
 /// The least hint capacity / the HTTP section's payment rate (issue 43: a payment brings about two
 /// webhooks, so checks must outrun payments twice over).
 pub const TARGET_HINTS_VS_HTTP: f64 = 2.0;
+/// The least rate of operations created and enqueued one request each through HTTP, against plain
+/// single-row inserts (issue 42).
+pub const TARGET_INTAKE_ONE: f64 = 0.25;
+/// The least rate of operations created and enqueued through the batch route, against plain
+/// single-row inserts (issue 42).
+pub const TARGET_INTAKE_BATCH: f64 = 1.0;
 /// The absolute throughput target on the reference machine (2 cores).
 pub const TARGET_OPS_PER_SECOND: f64 = 3_000.0;
 
@@ -429,30 +435,74 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
 
 async fn intake_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
     progress("creating and approving at full speed (insert baseline first)");
-    let i = intake::measure(&s.admin_url, s.clients, s.intake_operations).await?;
-    let ways = [
+    let i = intake::measure(
+        &s.admin_url,
+        s.clients,
+        s.intake_operations,
+        s.payonce_bin.as_deref(),
+    )
+    .await?;
+    let scaled = s.intake_operations * intake::BATCH_ROWS_SCALE;
+    let size = intake::batch_size(s.clients, scaled);
+    let mut ways = vec![
         (
-            "operations created and approved through the ledger calls",
-            &i.payonce,
-        ),
-        (
-            "same, through the HTTP API with a service key (create, then approve)",
-            &i.http,
-        ),
-    ];
-    for (what, rate) in ways {
-        out.table.compare(
             format!(
-                "{what} ({} ops, {} concurrent callers)",
+                "operations created and approved through the ledger calls ({} ops, {} concurrent callers)",
                 thousands(s.intake_operations),
                 s.clients
             ),
+            &i.payonce,
+            None,
+        ),
+        (
+            format!(
+                "same, through the HTTP API with a service key (create, then approve) ({} ops, {} concurrent callers)",
+                thousands(s.intake_operations),
+                s.clients
+            ),
+            &i.http,
+            None,
+        ),
+        (
+            format!(
+                "same, one request per operation (`POST /v1/operations` with its approval) ({} ops, {} concurrent callers)",
+                thousands(s.intake_operations),
+                s.clients
+            ),
+            &i.http_one,
+            Some(Target::AtLeast(TARGET_INTAKE_ONE)),
+        ),
+        (
+            format!(
+                "same, `POST /v1/operations/batch` of {size} ({} ops, {} concurrent callers)",
+                thousands(scaled),
+                s.clients
+            ),
+            &i.http_batch,
+            Some(Target::AtLeast(TARGET_INTAKE_BATCH)),
+        ),
+    ];
+    if let Some(enqueue) = &i.enqueue {
+        ways.push((
+            format!(
+                "same, `payonce enqueue` on a CSV file (one process, batches of 1,000 one after another) ({} ops)",
+                thousands(scaled)
+            ),
+            enqueue,
+            None,
+        ));
+    } else {
+        progress("payonce enqueue: skipped (no payonce binary next to payonce-bench)");
+    }
+    for (what, rate, target) in ways {
+        out.table.compare(
+            what,
             (rate.per_second(), &per_second(rate)),
             (
                 i.baseline.per_second(),
                 &format!("{} plain single-row inserts", per_second(&i.baseline)),
             ),
-            None,
+            target,
         );
     }
     out.intake = Some(i);
@@ -690,14 +740,27 @@ mod tests {
             outcome.hints.as_ref().expect("hints ran").hints,
             s.hints.unsigned_abs()
         );
-        // 4 throughput rows + one per engine count, 2 intake, 2 http (whole drain, first claim to
-        // last outcome) (+ ceiling), 2 latency, 3 sweep, 1 hints, sqlite.
-        let rows =
-            4 + s.engines.len() + 2 + 2 + 2 + 3 + 1 + 1 + usize::from(s.http_ceiling.is_some());
+        // 4 throughput rows + one per engine count, 4 intake (+ enqueue), 2 http (whole drain, first
+        // claim to last outcome) (+ ceiling), 2 latency, 3 sweep, 1 hints, sqlite.
+        let intake = outcome.intake.as_ref().expect("intake ran");
+        let rows = 4
+            + s.engines.len()
+            + 4
+            + usize::from(intake.enqueue.is_some())
+            + 2
+            + 2
+            + 3
+            + 1
+            + 1
+            + usize::from(s.http_ceiling.is_some());
         assert_eq!(outcome.engines.len(), s.engines.len());
         assert!(outcome.engines.iter().all(|(_, r)| r.count == s.operations));
-        let intake = outcome.intake.as_ref().expect("intake ran");
         assert_eq!(intake.payonce.count, s.intake_operations);
+        assert_eq!(intake.http_one.count, s.intake_operations);
+        assert_eq!(
+            intake.http_batch.count,
+            s.intake_operations * intake::BATCH_ROWS_SCALE
+        );
         assert_eq!(intake.baseline.count, s.intake_operations);
         assert_eq!(intake.http.count, s.intake_operations);
         assert_eq!(

@@ -3,6 +3,7 @@
 //! api` processes on one Postgres database; the API key lifecycle; the role matrix of every route.
 
 mod agents;
+mod batch;
 mod browser;
 mod confirm;
 mod console;

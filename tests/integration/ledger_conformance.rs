@@ -16,6 +16,7 @@ use std::time::Duration;
 
 mod cancelled_begin;
 mod hints;
+mod intake;
 mod outage;
 mod refunds;
 mod retention;

@@ -237,3 +237,24 @@ fn bad_fields_are_refused_with_their_name() {
         Err(DetailsError::Field { field: "kind", .. })
     ));
 }
+
+/// The hash docs/api.md documents for callers that approve in the create request (and its worked
+/// example's details): a change to the encoding breaks every such caller, so it breaks this test.
+#[test]
+fn the_documented_hash_of_the_worked_example_is_the_hash() {
+    let raw = RawDetails {
+        kind: "payment".into(),
+        amount: 2048,
+        currency: "usd".into(),
+        customer: "cus_1".into(),
+        payment_method: "pm_card_visa".into(),
+        invoice: "INV-1".into(),
+        destination: None,
+        description: Some("not hashed".into()),
+        refund_of: None,
+    };
+    assert_eq!(
+        Details::parse(&raw).unwrap().hash().as_str(),
+        "6b94d2ac3b88fb9eb8f73c8afe8231578639792a9ca41577b6d36dd6efdd5a6b"
+    );
+}

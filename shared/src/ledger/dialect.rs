@@ -58,6 +58,13 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// an operation first.
     const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES];
 
+    /// A table expression named `b` of the objects of the JSON array bound at `param`, one column
+    /// per `(name, type)` read from the member of the same name (`null` or absent: `NULL`).
+    fn json_rows(param: &str, columns: &[(&str, super::intake::JsonColumn)]) -> String;
+
+    /// The batch intake's statements (`intake.rs`), built once from [`Dialect::json_rows`].
+    fn intake() -> &'static super::intake::IntakeSql;
+
     /// Claims ready rows: `$1` now, `$2` batch size, `$3` owner, `$4` lease expiry; built from
     /// the table's `claim` move (`moves.rs`). With `to_submit`, the same update also records the
     /// submission start (`queue::submission_started_at_claim`).

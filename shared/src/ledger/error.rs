@@ -245,6 +245,25 @@ pub enum LimitError {
         max = super::retention::OPERATION_RETENTION_DAYS_MAX
     )]
     OperationRetention(u32),
+    /// A batch of no operations or more than [`BATCH_ITEMS_MAX`](super::intake::BATCH_ITEMS_MAX).
+    #[error(
+        "a batch holds 1..={} operations; split a longer list into several batches",
+        super::intake::BATCH_ITEMS_MAX
+    )]
+    BatchSize,
+    /// A batch item whose business key an earlier item of the same batch already holds.
+    #[error(
+        "this business key is already item {0} of the batch (a batch names each business key once); nothing was written for this item"
+    )]
+    BatchRepeat(usize),
+    /// A refund in a batch: refunds are created one by one, under the over-refund guard.
+    #[error(
+        "details.kind: a batch creates payments; refunds are created with POST /v1/refunds, which reads the payment from the ledger"
+    )]
+    BatchRefund,
+    /// A batch item of another tenant than the batch's.
+    #[error("a batch item belongs to another tenant than the batch")]
+    BatchTenant,
 }
 
 #[cfg(test)]

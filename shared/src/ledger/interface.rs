@@ -44,6 +44,16 @@ pub trait Operations: Send + Sync {
         new: NewOperation,
         now: Timestamp,
     ) -> Result<Created, LedgerError>;
+    /// Creates a batch of payments of one tenant and enqueues those carrying an approval, in one
+    /// transaction of a fixed number of statements ([`super::intake`]): per item, in order, what
+    /// `create_or_get` then `approve` would answer for it alone (a refused item changes nothing).
+    /// An empty batch or one over [`BATCH_ITEMS_MAX`](super::intake::BATCH_ITEMS_MAX) items is
+    /// refused whole ([`LimitError::BatchSize`](super::LimitError::BatchSize)).
+    async fn create_batch(
+        &self,
+        batch: &super::intake::Batch,
+        now: Timestamp,
+    ) -> Result<Vec<super::intake::ItemResult>, LedgerError>;
     /// Reads an operation within a tenant.
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError>;
     /// The audit trail, oldest first, of an operation within a tenant (empty if the tenant has no

@@ -3,6 +3,7 @@
 //! on-call).
 
 use super::dialect::Dialect;
+use super::intake::{Batch, ItemResult};
 use super::moves::update;
 use super::record::{decode_event, decode_operation};
 use super::refunds::RefundRows;
@@ -35,7 +36,7 @@ const SELECT_BY_BUSINESS_KEY: &str = "SELECT o.* FROM operation_search s JOIN op
 /// The directory's unique index on (tenant, business key): a create that finds the key taken fails
 /// on it in the creating statement (Postgres; SQLite's insert finds it on operations and does
 /// nothing).
-const BUSINESS_KEY_TAKEN: &str = "operation_search_business_key";
+pub(crate) const BUSINESS_KEY_TAKEN: &str = "operation_search_business_key";
 const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
 const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
 const SELECT_EVENTS: &str = "SELECT * FROM operation_events WHERE operation_id = $1 ORDER BY id";
@@ -97,6 +98,14 @@ impl<DB: Dialect> Operations for Store<DB> {
             .await?
             .ok_or_else(|| LedgerError::Corrupt("business key conflict without a row".into()))?;
         existing.created_again(hash)
+    }
+
+    async fn create_batch(
+        &self,
+        batch: &Batch,
+        now: Timestamp,
+    ) -> Result<Vec<ItemResult>, LedgerError> {
+        self.write_batch(batch, now).await
     }
 
     async fn get(&self, tenant: &TenantId, id: &OperationId) -> Result<Operation, LedgerError> {

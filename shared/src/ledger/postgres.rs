@@ -2,6 +2,7 @@
 
 use super::dialect::Dialect;
 use super::error::unavailable;
+use super::intake::{IntakeSql, JsonColumn};
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{expiry_detail, found_detail};
@@ -187,6 +188,37 @@ static EXPIRE_LEASES: LazyLock<String> = LazyLock::new(|| {
 /// (`succeeded_batch`), each fenced by the attempt the lookup was made for.
 static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Status::Unknown, false));
 
+/// The batch intake's statements: JSON rows through `jsonb_to_recordset`; the approval's update
+/// returns the operation's columns only; the rows to approve that the batch did not insert are locked
+/// in id order first (two batches approving the same rows would otherwise lock them in plan order
+/// and could deadlock); the wake-up rides on the approval records' statement.
+static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
+    IntakeSql::build(
+        json_rows,
+        "operations.*",
+        Some(format!(
+            "SELECT id FROM operations WHERE id IN (SELECT b.id FROM {}) ORDER BY id FOR UPDATE",
+            json_rows("$1", IntakeSql::id_columns())
+        )),
+        Some("pg_notify('payonce_ready', '')"),
+    )
+});
+
+/// `jsonb_to_recordset(param) AS b(column type, ...)`.
+fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
+    let columns: Vec<String> = columns
+        .iter()
+        .map(|(name, ty)| match ty {
+            JsonColumn::Text => format!("{name} text"),
+            JsonColumn::Int => format!("{name} bigint"),
+        })
+        .collect();
+    format!(
+        "jsonb_to_recordset({param}::jsonb) AS b({})",
+        columns.join(", ")
+    )
+}
+
 /// The Postgres ledger.
 pub type PostgresLedger = Store<Postgres>;
 
@@ -319,6 +351,14 @@ impl Dialect for Postgres {
     const CLOSE_KNOWN_HINTS: &'static str = super::webhooks::CLOSE_KNOWN_HINTS_POSTGRES;
     const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
         super::retention::DELETE_OPERATIONS_POSTGRES;
+
+    fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
+        json_rows(param, columns)
+    }
+
+    fn intake() -> &'static IntakeSql {
+        &INTAKE
+    }
 
     /// None of its own: a full disk fails the probe's committed write.
     async fn write_headroom(_: &PostgresLedger) -> Result<Option<i64>, LedgerError> {

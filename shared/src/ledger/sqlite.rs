@@ -2,6 +2,7 @@
 //! statement, which is what SQLite does with writers anyway, and rules out `SQLITE_BUSY`.
 
 use super::dialect::Dialect;
+use super::intake::{IntakeSql, JsonColumn};
 use super::moves::{legal, status_in, update_logged_as};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{
@@ -73,6 +74,22 @@ const WRITE_HEADROOM: &str = "SELECT (SELECT max_page_count FROM pragma_max_page
      + (SELECT freelist_count FROM pragma_freelist_count()) AS pages, \
      (SELECT page_size FROM pragma_page_size()) AS page_size, \
      (SELECT file FROM pragma_database_list() WHERE name = 'main') AS file";
+
+/// The batch intake's statements: JSON rows through `json_each`; one connection serializes every
+/// writer, so nothing is locked first.
+static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| IntakeSql::build(json_rows, "*", None, None));
+
+/// `(SELECT json_extract(value, '$.column') AS column, ... FROM json_each(param)) AS b`.
+fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
+    let columns: Vec<String> = columns
+        .iter()
+        .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
+        .collect();
+    format!(
+        "(SELECT {} FROM json_each({param})) AS b",
+        columns.join(", ")
+    )
+}
 
 /// The SQLite ledger.
 pub type SqliteLedger = Store<Sqlite>;
@@ -152,6 +169,14 @@ impl Dialect for Sqlite {
     const CLOSE_KNOWN_HINTS: &'static str = super::webhooks::CLOSE_KNOWN_HINTS_SQLITE;
     const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
         super::retention::DELETE_OPERATIONS_SQLITE;
+
+    fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
+        json_rows(param, columns)
+    }
+
+    fn intake() -> &'static IntakeSql {
+        &INTAKE
+    }
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

@@ -169,6 +169,8 @@ enum Body {
     None,
     /// A new operation with a business key unique to the cell.
     CreateOperation,
+    /// A batch of one new operation with its approval, with a business key unique to the cell.
+    CreateBatch,
     /// `{details_hash, approved_by}` of the fixture operation.
     Approve,
     /// A refund of 1 from the fixture's succeeded payment, with a business key unique to the cell.
@@ -287,6 +289,23 @@ fn cases() -> Vec<Case> {
                 none: UNAUTHORIZED,
                 // Created in the other tenant; nothing of ours changes.
                 other_service: ok(201),
+                other_assistant: FORBIDDEN,
+                other_on_call: FORBIDDEN,
+            },
+        ),
+        case(
+            "post",
+            "/v1/operations/batch",
+            Body::CreateBatch,
+            Cols {
+                service: writes(200),
+                assistant: FORBIDDEN,
+                on_call: FORBIDDEN,
+                customer: UNAUTHORIZED,
+                link_holder: UNAUTHORIZED,
+                none: UNAUTHORIZED,
+                // Created in the other tenant; nothing of ours changes.
+                other_service: ok(200),
                 other_assistant: FORBIDDEN,
                 other_on_call: FORBIDDEN,
             },
@@ -664,6 +683,19 @@ async fn send(
             let invoice = format!("INV-M{cell}");
             req.json(&json!({"business_key": format!("invoice:{invoice}:pay"),
                              "details": raw_details(&invoice, 2048)}))
+        }
+        Body::CreateBatch => {
+            let invoice = format!("INV-B{cell}");
+            let details = raw_details(&invoice, 2048);
+            let hash = payonce_shared::details::Details::parse(
+                &serde_json::from_value(details.clone()).unwrap(),
+            )
+            .unwrap()
+            .hash();
+            req.json(&json!({"operations": [{
+                "business_key": format!("invoice:{invoice}:pay"), "details": details,
+                "approval": {"details_hash": hash.as_str(), "approved_by": "mandate:cus_test"},
+            }]}))
         }
         Body::Approve => req.json(
             &json!({"details_hash": fixture.details_hash, "approved_by": "customer:cus_test"}),

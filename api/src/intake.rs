@@ -1,0 +1,245 @@
+//! `POST /v1/operations/batch` (service): a billing run's payments created, and those carrying the
+//! service's approval enqueued, up to [`BATCH_ITEMS_MAX`] per request in one ledger transaction
+//! (`payonce_shared::ledger::intake`). Each item is checked as `POST /v1/operations` checks its body
+//! (and its approval as `POST /v1/operations/{id}/approve` does) and answered, in request order,
+//! with the status and body that route would give it alone; a refused item changes nothing. A
+//! retried batch is answered from the rows the first one wrote (idempotent per business key).
+
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::body::ApiJson;
+use crate::errors::{ErrorCode, HttpError};
+use crate::operations::{
+    ApproveRequest, OperationView, SERVICE_APPROVAL, invalid, new_operation, parse_approval,
+};
+use axum::Json;
+use axum::extract::State;
+use payonce_shared::details::RawDetails;
+use payonce_shared::ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
+use payonce_shared::ledger::{Created, LimitError, NewOperation, Role};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// Largest batch body accepted: [`BATCH_ITEMS_MAX`] items of up to about 4 KiB each (every field
+/// at its longest, in multi-byte characters). Past it: `413 body_too_large`, nothing written.
+pub const BATCH_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
+/// `POST /v1/operations/batch` body. Items are read one by one, so a malformed item is answered on
+/// its own instead of failing the batch.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// The operations, each a `POST /v1/operations` body (`business_key`, `details`, and
+    /// optionally `approval`).
+    pub operations: Vec<Value>,
+}
+
+/// One item of a batch: the single create route's body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemRequest {
+    business_key: String,
+    details: RawDetails,
+    #[serde(default)]
+    approval: Option<ApproveRequest>,
+}
+
+/// An item's error, as the error body of the single route.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemError {
+    /// The stable error code (docs/api.md).
+    pub code: &'static str,
+    /// Why.
+    pub message: String,
+}
+
+/// One item's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemAnswer {
+    /// The item's position in the request, from 0.
+    pub index: usize,
+    /// The status the single route would have answered: 201, 200, 409, 400, 403.
+    pub status: u16,
+    /// The operation (201, 200).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationView>,
+    /// Why it was refused (4xx); nothing was written for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemError>,
+}
+
+/// How many items got each kind of answer.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct BatchSummary {
+    /// 201: created by this request.
+    pub created: usize,
+    /// 200: the business key already named these details.
+    pub existing: usize,
+    /// 409: a different operation under the business key, an approval of other details, or an
+    /// operation no longer awaiting approval.
+    pub conflicts: usize,
+    /// 400 (malformed or outside a limit) and 403 (not approvable by a service key).
+    pub invalid: usize,
+}
+
+/// `POST /v1/operations/batch` answer (always `200` once the batch was read: each item carries its
+/// own status).
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchAnswer {
+    /// Per item, in request order.
+    pub results: Vec<ItemAnswer>,
+    /// The counts.
+    pub summary: BatchSummary,
+}
+
+impl ItemAnswer {
+    fn refused(index: usize, e: &HttpError) -> Self {
+        ItemAnswer {
+            index,
+            status: e.code().status().as_u16(),
+            operation: None,
+            error: Some(ItemError {
+                code: e.code().code(),
+                message: e.message().to_string(),
+            }),
+        }
+    }
+
+    fn written(index: usize, created: &Created) -> Self {
+        ItemAnswer {
+            index,
+            status: if created.inserted { 201 } else { 200 },
+            operation: Some(OperationView::from(&created.operation)),
+            error: None,
+        }
+    }
+}
+
+impl BatchSummary {
+    /// The counts of `results`.
+    pub fn of(results: &[ItemAnswer]) -> Self {
+        let mut summary = BatchSummary::default();
+        for r in results {
+            match r.status {
+                201 => summary.created += 1,
+                200 => summary.existing += 1,
+                409 => summary.conflicts += 1,
+                _ => summary.invalid += 1,
+            }
+        }
+        summary
+    }
+}
+
+/// Reads one item as the single create route reads its body.
+fn parse_item(
+    state: &AppState,
+    caller: &Caller,
+    raw: Value,
+) -> Result<(NewOperation, Option<BatchApproval>), HttpError> {
+    let item: ItemRequest = serde_json::from_value(raw)
+        .map_err(|e| HttpError::new(ErrorCode::InvalidJson, e.to_string()))?;
+    let new = new_operation(state, caller, &item.business_key, &item.details)?;
+    let approval = item.approval.as_ref().map(parse_approval).transpose()?;
+    Ok((new, approval))
+}
+
+/// `POST /v1/operations/batch` (service, not read-only).
+pub async fn create_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<BatchRequest>,
+) -> Result<Json<BatchAnswer>, HttpError> {
+    caller.require(&[Role::Service], "create operations")?;
+    caller.require_writer("create operations")?;
+    if body.operations.is_empty() || body.operations.len() > BATCH_ITEMS_MAX {
+        return Err(invalid(format!(
+            "{} (this one has {}); nothing was written",
+            LimitError::BatchSize,
+            body.operations.len()
+        )));
+    }
+    let count = body.operations.len();
+    let mut answers: Vec<Option<ItemAnswer>> = vec![None; count];
+    let mut items = Vec::new();
+    let mut positions = Vec::new();
+    let mut first: HashMap<String, usize> = HashMap::new();
+    for (index, raw) in body.operations.into_iter().enumerate() {
+        match parse_item(&state, &caller, raw) {
+            Ok((new, approval)) => {
+                let key = new.business_key.as_str().to_string();
+                if let Some(at) = first.get(&key) {
+                    let e = HttpError::from(payonce_shared::ledger::LedgerError::from(
+                        LimitError::BatchRepeat(*at),
+                    ));
+                    answers[index] = Some(ItemAnswer::refused(index, &e));
+                    continue;
+                }
+                first.insert(key, index);
+                positions.push(index);
+                items.push(BatchItem { new, approval });
+            }
+            Err(e) => answers[index] = Some(ItemAnswer::refused(index, &e)),
+        }
+    }
+    if !items.is_empty() {
+        let now = state.now();
+        let batch = Batch {
+            tenant: caller.tenant.clone(),
+            items,
+            actor: caller.actor(),
+            method: SERVICE_APPROVAL.to_string(),
+            approval_expires_at_ms: now + state.config().approval_ttl,
+        };
+        let results = state.ledger().create_batch(&batch, now).await?;
+        for (index, result) in positions.into_iter().zip(results) {
+            answers[index] = Some(match result {
+                Ok(created) => ItemAnswer::written(index, &created),
+                Err(e) => {
+                    let e = HttpError::from(e);
+                    if e.code().status().is_server_error() {
+                        return Err(e);
+                    }
+                    ItemAnswer::refused(index, &e)
+                }
+            });
+        }
+    }
+    let results: Vec<ItemAnswer> = answers.into_iter().flatten().collect();
+    if results.len() != count {
+        return Err(HttpError::internal(std::io::Error::other(
+            "the ledger answered fewer batch items than it was given",
+        )));
+    }
+    let summary = BatchSummary::of(&results);
+    Ok(Json(BatchAnswer { results, summary }))
+}
+
+/// One operation created and approved in one transaction (`POST /v1/operations` with `approval`):
+/// the batch's code path with one item.
+pub async fn create_approved(
+    state: &AppState,
+    caller: &Caller,
+    new: NewOperation,
+    approval: BatchApproval,
+) -> Result<Created, HttpError> {
+    let now = state.now();
+    let batch = Batch {
+        tenant: caller.tenant.clone(),
+        items: vec![BatchItem {
+            new,
+            approval: Some(approval),
+        }],
+        actor: caller.actor(),
+        method: SERVICE_APPROVAL.to_string(),
+        approval_expires_at_ms: now + state.config().approval_ttl,
+    };
+    let mut results = state.ledger().create_batch(&batch, now).await?;
+    match (results.pop(), results.is_empty()) {
+        (Some(result), true) => Ok(result?),
+        _ => Err(HttpError::internal(std::io::Error::other(
+            "the ledger answered a one-item batch with another number of items",
+        ))),
+    }
+}

@@ -1,0 +1,506 @@
+//! Batch intake ([`Operations::create_batch`](super::Operations::create_batch)): up to
+//! [`BATCH_ITEMS_MAX`] payments of one tenant created, and those that carry the service's approval
+//! enqueued, in one transaction of a fixed number of statements whatever the batch's size: one
+//! insert of every new row, one read of the rows whose business key was already taken (only if
+//! some were), one approval of every row to enqueue (on Postgres, rows the batch did not insert
+//! are locked in id order first), one insert of their approval records, and one wake-up (on
+//! Postgres, in the approval records' statement). A new payment created and approved in one
+//! request costs, with its key's lookup, six round trips on Postgres (`BEGIN`, insert, approval,
+//! records, `COMMIT`), where a create and an approve cost nine. The audit trail is written by the
+//! same triggers as for one row (`create`, then `approve`), in the same transaction.
+//!
+//! Each item is answered as `create_or_get` then `approve` would answer it one by one: created,
+//! existing with the same details (approved now, or already approved for them), a conflict, an
+//! approval of other details, or an operation no longer awaiting approval. A refused item changes
+//! nothing; the others are written.
+//!
+//! The rows travel to the database as one JSON array bound to one placeholder; each store reads it
+//! as a table with its own JSON functions ([`Dialect::json_rows`]).
+
+use super::dialect::Dialect;
+use super::moves::{legal, status_in};
+use super::record::decode_operation;
+use super::statement::Stmt;
+use super::store::Store;
+use super::{Created, LedgerError, LimitError, NewOperation, Operation, bounded};
+use crate::clock::Timestamp;
+use crate::details::{DetailsHash, OperationKind};
+use crate::id::{TenantId, random_hex};
+use crate::state::{Event, Status};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+/// Most operations one batch may hold.
+pub const BATCH_ITEMS_MAX: usize = 1_000;
+/// How many times a batch is tried when a concurrent creator took one of its business keys under
+/// another id between the batch's check and its insert (Postgres refuses the whole statement then;
+/// the next try reads the key as taken), or a deadlock chose it as the victim.
+pub const BATCH_ATTEMPTS_MAX: u32 = 4;
+
+/// The type of a column read out of a JSON array ([`Dialect::json_rows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonColumn {
+    /// `TEXT` (a JSON string or `null`).
+    Text,
+    /// `BIGINT` (a JSON integer).
+    Int,
+}
+
+/// The columns of a new row, as [`new_rows`] writes them.
+const NEW_COLUMNS: [(&str, JsonColumn); 11] = [
+    ("id", JsonColumn::Text),
+    ("business_key", JsonColumn::Text),
+    ("amount_minor", JsonColumn::Int),
+    ("currency", JsonColumn::Text),
+    ("customer", JsonColumn::Text),
+    ("payment_method", JsonColumn::Text),
+    ("invoice", JsonColumn::Text),
+    ("destination", JsonColumn::Text),
+    ("description", JsonColumn::Text),
+    ("details_hash", JsonColumn::Text),
+    ("idempotency_key", JsonColumn::Text),
+];
+/// The columns of an approval, as [`approval_rows`] writes them.
+const APPROVAL_COLUMNS: [(&str, JsonColumn); 4] = [
+    ("id", JsonColumn::Text),
+    ("operation_id", JsonColumn::Text),
+    ("details_hash", JsonColumn::Text),
+    ("approved_by", JsonColumn::Text),
+];
+/// The one column of a list of business keys.
+const KEY_COLUMNS: [(&str, JsonColumn); 1] = [("business_key", JsonColumn::Text)];
+/// The one column of a list of ids.
+const ID_COLUMNS: [(&str, JsonColumn); 1] = [("id", JsonColumn::Text)];
+
+/// A store's batch statements, built once from its [`Dialect::json_rows`].
+#[derive(Debug)]
+pub struct IntakeSql {
+    /// `$1` tenant, `$2` now, `$3` actor, `$4` the new rows: inserts those whose business key is
+    /// free (in id order, so two batches sharing keys wait for each other instead of deadlocking);
+    /// returns the rows inserted.
+    pub insert: String,
+    /// `$1` tenant, `$2` business keys: the operations holding them.
+    pub select: String,
+    /// `$1` ids: locks the rows in id order, if the store has row locks.
+    pub lock: Option<String>,
+    /// `$1` tenant, `$2` approval expiry, `$3` now, `$4` method, `$5` approvals: enqueues the
+    /// rows awaiting approval whose details are the approved ones; returns them.
+    pub approve: String,
+    /// `$1` method, `$2` now, `$3` approval expiry, `$4` approvals: the approval records (and,
+    /// with `record_notifies`, the wake-up of workers elsewhere, in the same statement).
+    pub record_approvals: String,
+    /// Whether `record_approvals` also wakes the workers of other processes (no statement of its
+    /// own for the wake-up: one round trip fewer per batch).
+    pub record_notifies: bool,
+}
+
+impl IntakeSql {
+    /// The statements over `rows` (the store's [`Dialect::json_rows`]), `returning` the updated
+    /// row's own columns (an update joined to another table), `lock` (ids in `$1`, a JSON array) if
+    /// the store locks rows, and `notify` (an expression that wakes other processes' workers) if
+    /// the store has one.
+    pub fn build(
+        rows: impl Fn(&str, &[(&str, JsonColumn)]) -> String,
+        returning: &str,
+        lock: Option<String>,
+        notify: Option<&str>,
+    ) -> Self {
+        let record = format!(
+            "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, \
+               approved_at, expires_at) \
+             SELECT b.id, b.operation_id, b.details_hash, b.approved_by, $1, $2, $3 FROM {rows}",
+            rows = rows("$4", &APPROVAL_COLUMNS),
+        );
+        let approve = legal(&[Status::AwaitingApproval], Event::Approve);
+        IntakeSql {
+            insert: format!(
+                "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
+                   customer, payment_method, invoice, destination, description, details_hash, status, \
+                   attempt, idempotency_key, available_at, last_event, last_actor, last_detail, \
+                   created_at, updated_at) \
+                 SELECT b.id, $1, b.business_key, '{kind}', b.amount_minor, b.currency, b.customer, \
+                   b.payment_method, b.invoice, b.destination, b.description, b.details_hash, \
+                   'awaiting_approval', 0, b.idempotency_key, $2, 'create', $3, NULL, $2, $2 \
+                 FROM {rows} WHERE NOT EXISTS (SELECT 1 FROM operation_search s \
+                   WHERE s.tenant_id = $1 AND s.business_key = b.business_key) \
+                 ORDER BY b.id ON CONFLICT DO NOTHING RETURNING *",
+                kind = OperationKind::Payment.as_str(),
+                rows = rows("$4", &NEW_COLUMNS),
+            ),
+            select: format!(
+                "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+                 WHERE s.tenant_id = $1 AND s.business_key IN (SELECT b.business_key FROM {rows})",
+                rows = rows("$2", &KEY_COLUMNS),
+            ),
+            lock,
+            approve: format!(
+                "UPDATE operations SET status = '{to}', last_event = '{event}', \
+                   approved_hash = b.details_hash, approved_by = b.approved_by, \
+                   approval_expires_at = $2, available_at = $3, updated_at = $3, \
+                   last_actor = b.approved_by, last_detail = $4 \
+                 FROM {rows} WHERE operations.id = b.operation_id AND operations.tenant_id = $1 \
+                   AND operations.details_hash = b.details_hash AND {from} RETURNING {returning}",
+                to = approve.to.as_str(),
+                event = approve.event.as_str(),
+                from = status_in("operations.status", &approve.from),
+                rows = rows("$5", &APPROVAL_COLUMNS),
+            ),
+            record_approvals: match notify {
+                // A data-modifying CTE runs to its end whatever reads it; the SELECT then wakes
+                // the workers once.
+                Some(notify) => format!(
+                    "WITH recorded AS ({record} RETURNING 1) \
+                     SELECT {notify} FROM (SELECT COUNT(*) FROM recorded) AS n"
+                ),
+                None => record,
+            },
+            record_notifies: notify.is_some(),
+        }
+    }
+
+    /// The lock statement's ids column list (for the stores that build one).
+    pub fn id_columns() -> &'static [(&'static str, JsonColumn)] {
+        &ID_COLUMNS
+    }
+}
+
+/// A batch of new payments of one tenant ([`Operations::create_batch`](super::Operations::create_batch)).
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The tenant of every item (from the caller's key).
+    pub tenant: TenantId,
+    /// The operations, in the caller's order.
+    pub items: Vec<BatchItem>,
+    /// Who creates them (for the audit trail).
+    pub actor: String,
+    /// How the batch's approvals were given (`service`).
+    pub method: String,
+    /// When the batch's approvals stop being valid.
+    pub approval_expires_at_ms: Timestamp,
+}
+
+/// One operation of a [`Batch`].
+#[derive(Debug, Clone)]
+pub struct BatchItem {
+    /// The operation (its tenant must be the batch's).
+    pub new: NewOperation,
+    /// Its approval, if the caller holds one (the customer's mandate): the operation is enqueued.
+    pub approval: Option<BatchApproval>,
+}
+
+/// The approval a batch item carries.
+#[derive(Debug, Clone)]
+pub struct BatchApproval {
+    /// The hash of the details approved; must be the item's.
+    pub details_hash: DetailsHash,
+    /// Who approved.
+    pub approved_by: String,
+}
+
+/// One item's answer: what `create_or_get` (then `approve`) would have answered for it alone.
+pub type ItemResult = Result<Created, LedgerError>;
+
+/// What the checks before any write decided for an item.
+enum Plan {
+    /// Refused before the database was asked.
+    Refused(LedgerError),
+    /// To insert (or find existing) and maybe approve.
+    Write,
+    /// An approval of other details than the item's: not inserted, only looked up, so that a
+    /// business key naming other details is still answered as a conflict (as one by one).
+    Mismatch,
+}
+
+/// Checks that need no database, per item: the tenant, the kind, a repeated business key, an
+/// approval of other details. The first occurrence of a business key is the one written.
+fn plan(batch: &Batch) -> Vec<Plan> {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    batch
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let new = &item.new;
+            if new.tenant != batch.tenant {
+                return Plan::Refused(LimitError::BatchTenant.into());
+            }
+            if new.details.kind() != OperationKind::Payment {
+                return Plan::Refused(LimitError::BatchRefund.into());
+            }
+            if let Some(at) = first.get(new.business_key.as_str()) {
+                return Plan::Refused(LimitError::BatchRepeat(*at).into());
+            }
+            first.insert(new.business_key.as_str(), i);
+            if let Some(approval) = &item.approval
+                && approval.details_hash != new.details.hash()
+            {
+                return Plan::Mismatch;
+            }
+            Plan::Write
+        })
+        .collect()
+}
+
+/// The JSON array of the rows to insert.
+fn new_rows<'a>(items: impl Iterator<Item = &'a BatchItem>) -> String {
+    let rows: Vec<Value> = items
+        .map(|item| {
+            let (new, d) = (&item.new, &item.new.details);
+            json!({
+                "id": new.id.as_str(),
+                "business_key": new.business_key.as_str(),
+                "amount_minor": d.money().amount_minor(),
+                "currency": d.money().currency().code(),
+                "customer": d.customer(),
+                "payment_method": d.payment_method(),
+                "invoice": d.invoice(),
+                "destination": d.destination(),
+                "description": d.description(),
+                "details_hash": d.hash().as_str(),
+                "idempotency_key": new.idempotency_key.as_str(),
+            })
+        })
+        .collect();
+    Value::Array(rows).to_string()
+}
+
+/// The JSON array of the approvals to record: `(operation id, details hash, approved by)`.
+fn approval_rows(approvals: &[(String, String, String)]) -> String {
+    let rows: Vec<Value> = approvals
+        .iter()
+        .map(|(operation, hash, by)| {
+            json!({
+                "id": format!("apv_{}", random_hex(16)),
+                "operation_id": operation,
+                "details_hash": hash,
+                "approved_by": by,
+            })
+        })
+        .collect();
+    Value::Array(rows).to_string()
+}
+
+/// Whether a failed try may be tried again from the start: a business key taken under another id
+/// by a concurrent creator (the directory's unique index), or a deadlock's victim.
+fn retryable(e: &LedgerError) -> bool {
+    match e {
+        LedgerError::Database(sqlx::Error::Database(db)) => {
+            db.constraint() == Some(super::operations::BUSINESS_KEY_TAKEN)
+                || db.code().as_deref() == Some("40P01")
+        }
+        _ => false,
+    }
+}
+
+impl<DB: Dialect> Store<DB> {
+    /// [`Operations::create_batch`](super::Operations::create_batch).
+    pub(crate) async fn write_batch(
+        &self,
+        batch: &Batch,
+        now: Timestamp,
+    ) -> Result<Vec<ItemResult>, LedgerError> {
+        if batch.items.is_empty() || batch.items.len() > BATCH_ITEMS_MAX {
+            return Err(LimitError::BatchSize.into());
+        }
+        if batch.items.iter().any(|i| i.approval.is_some()) && batch.approval_expires_at_ms <= now {
+            return Err(LimitError::ApprovalExpiry.into());
+        }
+        let mut attempt = 1;
+        loop {
+            match self.try_batch(batch, now).await {
+                Err(e) if attempt < BATCH_ATTEMPTS_MAX && retryable(&e) => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    /// One try of a batch, in one transaction.
+    async fn try_batch(
+        &self,
+        batch: &Batch,
+        now: Timestamp,
+    ) -> Result<Vec<ItemResult>, LedgerError> {
+        let sql = DB::intake();
+        let plans = plan(batch);
+        let writes: Vec<usize> = (0..plans.len())
+            .filter(|&i| matches!(plans[i], Plan::Write))
+            .collect();
+        let mut found: HashMap<String, (Operation, bool)> = HashMap::new();
+        let mut tx = self.begin().await?;
+        if !writes.is_empty() {
+            let rows = new_rows(writes.iter().map(|&i| &batch.items[i]));
+            let inserted = DB::fetch_all(
+                &mut *tx,
+                Stmt::new(sql.insert.as_str())
+                    .bind(&batch.tenant)
+                    .bind(now)
+                    .bind(bounded(&batch.actor))
+                    .bind(rows),
+            )
+            .await?;
+            for row in &inserted {
+                let op = decode_operation(row)?;
+                found.insert(op.business_key.as_str().to_string(), (op, true));
+            }
+        }
+        let taken: Vec<&str> = (0..plans.len())
+            .filter(|&i| matches!(plans[i], Plan::Write | Plan::Mismatch))
+            .map(|i| batch.items[i].new.business_key.as_str())
+            .filter(|key| !found.contains_key(*key))
+            .collect();
+        if !taken.is_empty() {
+            for op in self
+                .by_business_keys(&mut tx, &batch.tenant, &taken)
+                .await?
+            {
+                found.insert(op.business_key.as_str().to_string(), (op, false));
+            }
+        }
+        // The rows to enqueue: those awaiting approval with the approved details.
+        let mut approvals = Vec::new();
+        // Rows this batch did not insert, which other transactions may be writing.
+        let mut to_lock = Vec::new();
+        for &i in &writes {
+            let item = &batch.items[i];
+            let (Some(approval), Some((op, inserted))) =
+                (&item.approval, found.get(item.new.business_key.as_str()))
+            else {
+                continue;
+            };
+            if op.status == Status::AwaitingApproval && op.details_hash == approval.details_hash {
+                if !inserted {
+                    to_lock.push(json!({ "id": op.id.as_str() }));
+                }
+                approvals.push((
+                    op.id.as_str().to_string(),
+                    approval.details_hash.as_str().to_string(),
+                    bounded(&approval.approved_by),
+                ));
+            }
+        }
+        let mut enqueued = 0;
+        if !approvals.is_empty() {
+            if let Some(lock) = &sql.lock
+                && !to_lock.is_empty()
+            {
+                DB::execute(
+                    &mut *tx,
+                    Stmt::new(lock.as_str()).bind(Value::Array(to_lock).to_string()),
+                )
+                .await?;
+            }
+            let rows = approval_rows(&approvals);
+            let approved = DB::fetch_all(
+                &mut *tx,
+                Stmt::new(sql.approve.as_str())
+                    .bind(&batch.tenant)
+                    .bind(batch.approval_expires_at_ms)
+                    .bind(now)
+                    .bind(bounded(&batch.method))
+                    .bind(rows.clone()),
+            )
+            .await?;
+            let mut moved = std::collections::HashSet::new();
+            for row in &approved {
+                let op = decode_operation(row)?;
+                moved.insert(op.id.as_str().to_string());
+                let key = op.business_key.as_str().to_string();
+                let inserted = found.get(&key).is_some_and(|(_, inserted)| *inserted);
+                found.insert(key, (op, inserted));
+            }
+            enqueued = approved.len();
+            // Only the approvals that enqueued their row are recorded (a row that changed between
+            // the read and the update is answered from its state below).
+            approvals.retain(|(id, _, _)| moved.contains(id));
+            if !approvals.is_empty() {
+                DB::execute(
+                    &mut *tx,
+                    Stmt::new(sql.record_approvals.as_str())
+                        .bind(bounded(&batch.method))
+                        .bind(now)
+                        .bind(batch.approval_expires_at_ms)
+                        .bind(approval_rows(&approvals)),
+                )
+                .await?;
+            }
+            if enqueued > 0
+                && !sql.record_notifies
+                && let Some(notify) = DB::NOTIFY_READY
+            {
+                DB::execute(&mut *tx, Stmt::new(notify)).await?;
+            }
+        }
+        tx.commit().await?;
+        if enqueued > 0 {
+            self.wake_local();
+        }
+        let mut plans = plans.into_iter();
+        let answers = batch
+            .items
+            .iter()
+            .map(|item| match plans.next() {
+                Some(Plan::Refused(e)) => Err(e),
+                Some(Plan::Write) => answer(item, found.get(item.new.business_key.as_str())),
+                Some(Plan::Mismatch) => match found.get(item.new.business_key.as_str()) {
+                    Some((op, _)) if op.details_hash != item.new.details.hash() => {
+                        Err(LedgerError::Conflict {
+                            existing: op.id.clone(),
+                        })
+                    }
+                    _ => Err(LedgerError::ApprovalMismatch),
+                },
+                None => Err(LedgerError::Corrupt("a batch item without a plan".into())),
+            })
+            .collect();
+        Ok(answers)
+    }
+
+    /// The operations holding `keys` in `tenant`, read inside the batch's transaction.
+    async fn by_business_keys(
+        &self,
+        tx: &mut sqlx::Transaction<'static, DB>,
+        tenant: &TenantId,
+        keys: &[&str],
+    ) -> Result<Vec<Operation>, LedgerError> {
+        let keys: Vec<Value> = keys.iter().map(|k| json!({ "business_key": k })).collect();
+        let rows = DB::fetch_all(
+            &mut **tx,
+            Stmt::new(DB::intake().select.as_str())
+                .bind(tenant)
+                .bind(Value::Array(keys).to_string()),
+        )
+        .await?;
+        rows.iter().map(decode_operation).collect()
+    }
+}
+
+/// An item's answer from the row its business key names after the batch's writes (`found`:
+/// the row and whether this batch inserted it).
+fn answer(item: &BatchItem, found: Option<&(Operation, bool)>) -> ItemResult {
+    let Some((op, inserted)) = found else {
+        return Err(LedgerError::Corrupt(
+            "a batch's business key names no row after its insert".into(),
+        ));
+    };
+    let hash = item.new.details.hash();
+    if op.details_hash != hash {
+        return Err(LedgerError::Conflict {
+            existing: op.id.clone(),
+        });
+    }
+    if let Some(approval) = &item.approval
+        && op.approved_hash.as_ref() != Some(&approval.details_hash)
+    {
+        // Approving twice is the same approval (the stored truth is answered); anything else
+        // not awaiting approval cannot be approved, as `approve` answers one by one.
+        return Err(LedgerError::WrongState {
+            id: op.id.clone(),
+            status: op.status,
+            why: "only an operation awaiting approval can be approved",
+        });
+    }
+    Ok(Created {
+        operation: op.clone(),
+        inserted: *inserted,
+    })
+}
