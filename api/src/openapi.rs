@@ -45,6 +45,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/console/operations/{id}/approve-refund"),
     ("post", "/console/operations/{id}/decline-refund"),
     ("get", "/static/console.css"),
+    ("get", "/console/assets/{file}"),
 ];
 
 /// `GET /openapi.json`.

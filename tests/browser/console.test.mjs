@@ -275,7 +275,14 @@ test('the overview and lists update in place, pause while hidden and stop when t
     const expected = /^Failed to load resource: the server responded with a status of 401|Content Security Policy/;
     if (m.type() === 'error' && !expected.test(m.text())) problems.push(`console error: ${m.text()}`);
   });
+  // A key that is not one: the form again, with why.
   await page.goto(`${base}/console/sign-in`);
+  await page.fill('#key', 'po_on_call_not_a_key');
+  const wrongKey = await click(page, '#sign-in');
+  assert.equal(wrongKey.status(), 401);
+  assert.match(await page.locator('#error').textContent(), /unknown, revoked or expired/);
+  await noBlockingViolations(page, 'sign-in refused');
+  await page.screenshot({ path: path.join(shots, 'sign-in-refused.png'), fullPage: true });
   await page.fill('#key', env('PAYONCE_ON_CALL_KEY'));
   await click(page, '#sign-in');
   // Main-frame navigations since the page under test was opened (the installed clock fakes

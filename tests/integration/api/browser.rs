@@ -484,6 +484,7 @@ async fn chromium_on_call_console_signs_in_searches_and_resolves() {
         "resolved-many.png",
         "outage.png",
         "session-ended.png",
+        "sign-in-refused.png",
     ] {
         assert!(screens.join(shot).exists(), "{shot}");
     }

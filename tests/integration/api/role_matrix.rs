@@ -200,7 +200,7 @@ struct Case {
     method: &'static str,
     /// The route as in `payonce_api::openapi::ROUTES`; `{id}` is the fixture operation (the fixture
     /// refund under `/v1/refunds/`), `{token}` the caller's confirmation token (the real one only for
-    /// the customer).
+    /// the customer), `{file}` the console script's current name.
     route: &'static str,
     query: &'static str,
     body: Body,
@@ -426,6 +426,8 @@ fn cases() -> Vec<Case> {
     // (401, the sign-in form) or acts (401 before the form is read); a sign-in without the sign-in
     // form's token is refused (403). The sessions themselves are tested in console.rs.
     out.push(case("get", "/static/console.css", Body::None, public));
+    // The live refresh's script: the same static file for everyone (`{file}` is its current name).
+    out.push(case("get", "/console/assets/{file}", Body::None, public));
     out.push(case("get", "/console/sign-in", Body::None, public));
     out.push(case(
         "post",
@@ -662,7 +664,13 @@ async fn send(
     } else {
         &fixture.id
     };
-    let path = case.route.replace("{id}", id).replace("{token}", &token);
+    let script = payonce_api::console::live::script_path();
+    let file = script.trim_start_matches(payonce_api::console::live::ASSETS_PREFIX);
+    let path = case
+        .route
+        .replace("{id}", id)
+        .replace("{token}", &token)
+        .replace("{file}", file);
     // The customer arrives as the tenant's app sends them: signed in, with an assertion.
     let assertion = (who == Who::Customer).then(|| api.assertion(&fixture.id, "cus_test", 60_000));
     let path = match (&assertion, case.route.starts_with("/confirm/"), case.method) {
