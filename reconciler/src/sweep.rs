@@ -11,7 +11,7 @@
 mod leases;
 mod unknown;
 
-pub use unknown::{Decision, decide};
+pub use unknown::{Case, Decision, can_look_up, decide};
 
 use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};

@@ -3,6 +3,8 @@
 //!
 //! Crate map:
 //! - [`config`]: what a simulator is started with ([`SimulatorConfig`]).
+//! - [`contract`]: the processor contract it runs (`stripe`, or another processor's documented
+//!   behaviour on Stripe's wire).
 //! - `limits`: every bound the simulator enforces, with its name.
 //! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
 //! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
@@ -40,6 +42,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod config;
+pub mod contract;
 pub mod payment_audit;
 
 mod admin;
@@ -66,6 +69,7 @@ mod store;
 mod webhooks;
 
 pub use config::SimulatorConfig;
+pub use contract::{CONTRACTS, Contract};
 pub use connection::HTTP2_MAX_STREAMS;
 pub use error::SimulatorError;
 pub use faults::FaultKind;
