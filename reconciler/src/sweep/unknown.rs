@@ -9,6 +9,7 @@
 //! | not found, or no lookup can find it, while the key's window is open and a retry replays (the contract saves every answer) | retry with the SAME key |
 //! | not found by a read-after-write lookup, window open, contract saves only 2xx | retry with the same key: nothing executed, so the retry is the first execution |
 //! | not found by a read-after-write lookup, window closed | resubmit if the policy allows, else a human |
+//! | no lookup can find it and it was sent [`SUBMISSIONS_WITHOUT_LOOKUP_MAX`] times (a saved ambiguous answer replays) | a human |
 //! | anything else (a lagging or no lookup with the window closed, or a contract that re-executes) | a human |
 //!
 //! The window is closed past the key's retention minus the margin, without idempotent submission,
@@ -64,6 +65,12 @@ impl Decision {
     }
 }
 
+/// Most requests (all with its key) an operation no lookup can find may have sent before a human
+/// decides: a processor that saved an ambiguous answer under the key (a 500, a payment still
+/// `processing`) replays it to every same-key retry, so retrying further cannot resolve it. Counts
+/// every request that may have left, the first one included.
+pub const SUBMISSIONS_WITHOUT_LOOKUP_MAX: i64 = 4;
+
 /// What the reconciler knows about one unknown operation when it decides.
 #[derive(Debug, Clone)]
 pub struct Case<'a> {
@@ -100,7 +107,17 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
     } = case;
     let window_open = contract.window_open(op.first_submitted_at_ms, now, config.retention_margin);
     let Some(lookup) = lookup else {
-        return if window_open && contract.retry_replays() {
+        return if window_open
+            && contract.retry_replays()
+            && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
+        {
+            Decision::Escalate(format!(
+                "the {} contract offers no lookup that can find this operation, and {} requests \
+                 with its key left it ambiguous (the processor replays what it saved under the \
+                 key); a human decides",
+                contract.name, op.submit_count
+            ))
+        } else if window_open && contract.retry_replays() {
             Decision::RetrySameKey
         } else {
             Decision::Escalate(format!(
@@ -831,6 +848,37 @@ mod tests {
         assert!(reason(&contract::PAYPAL_REST, None, minute).contains("no single key retention"));
         assert!(reason(&UNKEYED, None, minute).contains("no idempotent submission"));
         assert!(reason(&contract::NO_LOOKUP, None, contract::DAY).contains("offers no lookup"));
+    }
+
+    #[test]
+    fn without_a_lookup_same_key_retries_stop_at_the_limit() {
+        let config = ReconcilerConfig::new("rec");
+        let mut op = unknown_since(0);
+        let decide_at = |op: &Operation| {
+            let case = Case {
+                op,
+                lookup: None,
+                found: None,
+                now: Timestamp::from_millis(60_000),
+            };
+            decide(case, &contract::NO_LOOKUP, &config)
+        };
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX - 1;
+        assert_eq!(decide_at(&op), Decision::RetrySameKey);
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX;
+        match decide_at(&op) {
+            Decision::Escalate(why) => assert!(why.contains("replays what it saved"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // With a lookup, the lookup decides however often the key was sent.
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX * 10;
+        let case = Case {
+            op: &op,
+            lookup: Some(LookupOutcome::NotFound { consistent: true }),
+            found: None,
+            now: Timestamp::from_millis(60_000),
+        };
+        assert_eq!(decide(case, &contract::STRIPE, &config), Decision::RetrySameKey);
     }
 
     #[test]
