@@ -109,9 +109,10 @@ impl SimulatorArgs {
             listen: self.listen,
             database: self.database.clone(),
             contract: self.contract,
-            key_retention: self
-                .key_retention_s
-                .map_or_else(|| self.contract.key_retention_default(), Duration::from_secs),
+            key_retention: self.key_retention_s.map_or_else(
+                || self.contract.key_retention_default(),
+                Duration::from_secs,
+            ),
             webhook_url: self.webhook_url.clone(),
             webhook_secret: self.webhook_secret.clone(),
             webhook_duplicates_per_mille: self.webhook_duplicates_per_mille,

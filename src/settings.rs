@@ -566,8 +566,13 @@ mod tests {
         };
         let defaults = parse(&[]).unwrap();
         assert_eq!(defaults.processor_contract, "stripe");
-        let short = parse(&["--processor-contract", "short-retention", "--key-retention-s", "5"])
-            .unwrap();
+        let short = parse(&[
+            "--processor-contract",
+            "short-retention",
+            "--key-retention-s",
+            "5",
+        ])
+        .unwrap();
         let processor = short.processor().unwrap();
         assert_eq!(processor.contract().name, "short-retention");
         assert_eq!(

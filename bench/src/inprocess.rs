@@ -7,8 +7,8 @@
 
 use async_trait::async_trait;
 use payonce_shared::processor::{
-    Contract, FoundStatus, LookupOutcome, LookupQuery, Processor, RefundLookupQuery,
-    RefundRequest, SubmitOutcome, SubmitRequest,
+    Contract, FoundStatus, LookupOutcome, LookupQuery, Processor, RefundLookupQuery, RefundRequest,
+    SubmitOutcome, SubmitRequest,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;

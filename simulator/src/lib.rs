@@ -69,8 +69,8 @@ mod store;
 mod webhooks;
 
 pub use config::SimulatorConfig;
-pub use contract::{CONTRACTS, Contract};
 pub use connection::HTTP2_MAX_STREAMS;
+pub use contract::{CONTRACTS, Contract};
 pub use error::SimulatorError;
 pub use faults::FaultKind;
 pub use rate_limits::{

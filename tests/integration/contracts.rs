@@ -25,10 +25,7 @@ fn now() -> Timestamp {
 }
 
 /// The simulator running `contract` with `retention`, and the Stripe adapter declaring the same.
-async fn pair(
-    contract: Contract,
-    retention: Option<Duration>,
-) -> (Simulator, Arc<dyn Processor>) {
+async fn pair(contract: Contract, retention: Option<Duration>) -> (Simulator, Arc<dyn Processor>) {
     let mut config = SimulatorConfig::for_contract(contract);
     if let Some(r) = retention {
         config.key_retention = r;
@@ -154,12 +151,28 @@ async fn payonce_on(
 #[tokio::test]
 async fn stripe_past_the_retention_a_retry_pays_again_and_payonce_looks_it_up() {
     let (sim, processor) = pair(Contract::Stripe, None).await;
-    let (ledger, naive_ledger) = (support::sqlite_ledger().await, support::sqlite_ledger().await);
+    let (ledger, naive_ledger) = (
+        support::sqlite_ledger().await,
+        support::sqlite_ledger().await,
+    );
     let past = contract::DAY + Duration::from_secs(60);
     let naive = approved(&naive_ledger, "INV-S1", 2048).await;
     let again = naive_retry(&sim, processor.as_ref(), &naive, "drop_after_commit", past).await;
-    assert!(matches!(again, SubmitOutcome::Succeeded { replayed: false, .. }), "{again:?}");
-    assert_eq!(payments_for(&sim, naive.id.as_str()).await, 2, "charged twice");
+    assert!(
+        matches!(
+            again,
+            SubmitOutcome::Succeeded {
+                replayed: false,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        payments_for(&sim, naive.id.as_str()).await,
+        2,
+        "charged twice"
+    );
 
     let op = approved(&ledger, "INV-S2", 2048).await;
     let row = payonce_on(&ledger, &sim, processor, &op, "drop_after_commit", past).await;
@@ -173,12 +186,28 @@ async fn short_retention_a_retry_after_it_pays_again_and_payonce_looks_it_up() {
     let retention = Duration::from_secs(2);
     let (sim, processor) = pair(Contract::ShortRetention, Some(retention)).await;
     assert_eq!(processor.contract().key_retention, Some(retention));
-    let (ledger, naive_ledger) = (support::sqlite_ledger().await, support::sqlite_ledger().await);
+    let (ledger, naive_ledger) = (
+        support::sqlite_ledger().await,
+        support::sqlite_ledger().await,
+    );
     let past = retention + Duration::from_secs(1);
     let naive = approved(&naive_ledger, "INV-Q1", 2048).await;
     let again = naive_retry(&sim, processor.as_ref(), &naive, "drop_after_commit", past).await;
-    assert!(matches!(again, SubmitOutcome::Succeeded { replayed: false, .. }), "{again:?}");
-    assert_eq!(payments_for(&sim, naive.id.as_str()).await, 2, "charged twice");
+    assert!(
+        matches!(
+            again,
+            SubmitOutcome::Succeeded {
+                replayed: false,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        payments_for(&sim, naive.id.as_str()).await,
+        2,
+        "charged twice"
+    );
 
     let op = approved(&ledger, "INV-Q2", 2048).await;
     let row = payonce_on(&ledger, &sim, processor, &op, "drop_after_commit", past).await;
@@ -191,7 +220,10 @@ async fn short_retention_a_retry_after_it_pays_again_and_payonce_looks_it_up() {
 #[tokio::test]
 async fn only_2xx_saved_a_retry_after_a_500_pays_again_and_payonce_looks_it_up() {
     let (sim, processor) = pair(Contract::Only2xxSaved, None).await;
-    let (ledger, naive_ledger) = (support::sqlite_ledger().await, support::sqlite_ledger().await);
+    let (ledger, naive_ledger) = (
+        support::sqlite_ledger().await,
+        support::sqlite_ledger().await,
+    );
     let naive = approved(&naive_ledger, "INV-C1", 2048).await;
     let again = naive_retry(
         &sim,
@@ -201,8 +233,21 @@ async fn only_2xx_saved_a_retry_after_a_500_pays_again_and_payonce_looks_it_up()
         Duration::ZERO,
     )
     .await;
-    assert!(matches!(again, SubmitOutcome::Succeeded { replayed: false, .. }), "{again:?}");
-    assert_eq!(payments_for(&sim, naive.id.as_str()).await, 2, "charged twice");
+    assert!(
+        matches!(
+            again,
+            SubmitOutcome::Succeeded {
+                replayed: false,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        payments_for(&sim, naive.id.as_str()).await,
+        2,
+        "charged twice"
+    );
 
     let op = approved(&ledger, "INV-C2", 2048).await;
     let row = payonce_on(
@@ -223,12 +268,15 @@ async fn only_2xx_saved_a_retry_after_a_500_pays_again_and_payonce_looks_it_up()
 #[tokio::test]
 async fn no_lookup_past_the_retention_a_retry_pays_again_and_payonce_asks_a_human() {
     let (sim, processor) = pair(Contract::NoLookup, None).await;
-    let (ledger, naive_ledger) = (support::sqlite_ledger().await, support::sqlite_ledger().await);
+    let (ledger, naive_ledger) = (
+        support::sqlite_ledger().await,
+        support::sqlite_ledger().await,
+    );
     let past = contract::DAY + Duration::from_secs(60);
     // The adapter does not even ask.
     let naive = approved(&naive_ledger, "INV-N1", 2048).await;
-    let found = payonce_shared::processor::operation::lookup(processor.as_ref(), &naive, now())
-        .await;
+    let found =
+        payonce_shared::processor::operation::lookup(processor.as_ref(), &naive, now()).await;
     assert!(
         matches!(&found, payonce_shared::processor::LookupOutcome::Unavailable { reason } if reason.contains("no-lookup")),
         "{found:?}"
@@ -248,8 +296,21 @@ async fn no_lookup_past_the_retention_a_retry_pays_again_and_payonce_asks_a_huma
     assert_eq!(payments_for(&sim, inside.id.as_str()).await, 1);
 
     let again = naive_retry(&sim, processor.as_ref(), &naive, "drop_after_commit", past).await;
-    assert!(matches!(again, SubmitOutcome::Succeeded { replayed: false, .. }), "{again:?}");
-    assert_eq!(payments_for(&sim, naive.id.as_str()).await, 2, "charged twice");
+    assert!(
+        matches!(
+            again,
+            SubmitOutcome::Succeeded {
+                replayed: false,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        payments_for(&sim, naive.id.as_str()).await,
+        2,
+        "charged twice"
+    );
 
     let op = approved(&ledger, "INV-N2", 2048).await;
     let row = payonce_on(&ledger, &sim, processor, &op, "drop_after_commit", past).await;
@@ -318,7 +379,10 @@ impl Processor for UnderKey {
 #[tokio::test]
 async fn replay_any_payload_answers_another_amount_and_payonce_asks_a_human() {
     let (sim, processor) = pair(Contract::ReplayAnyPayload, None).await;
-    let (ledger, naive_ledger) = (support::sqlite_ledger().await, support::sqlite_ledger().await);
+    let (ledger, naive_ledger) = (
+        support::sqlite_ledger().await,
+        support::sqlite_ledger().await,
+    );
     let first = approved(&naive_ledger, "INV-W1", 2048).await;
     let paid = submit(processor.as_ref(), &first, SUBMIT_TIMEOUT).await;
     assert!(matches!(paid, SubmitOutcome::Succeeded { .. }), "{paid:?}");
@@ -333,7 +397,10 @@ async fn replay_any_payload_answers_another_amount_and_payonce_asks_a_human() {
             result, replayed, ..
         } => {
             assert!(replayed);
-            assert_eq!(result["amount"], 2048, "the first payment, not the amended one");
+            assert_eq!(
+                result["amount"], 2048,
+                "the first payment, not the amended one"
+            );
         }
         other => panic!("a replay of the first payment, got {other:?}"),
     }
@@ -373,7 +440,8 @@ async fn replay_any_payload_answers_another_amount_and_payonce_asks_a_human() {
     assert_eq!(row.status, Status::NeedsAttention);
     let why = row.failure_message.unwrap_or_default();
     assert!(
-        why.contains("amount Some(2048) answered, 3000 approved") && why.contains(first.id.as_str()),
+        why.contains("amount Some(2048) answered, 3000 approved")
+            && why.contains(first.id.as_str()),
         "both facts: {why}"
     );
     assert_eq!(payments_for(&sim, amended.id.as_str()).await, 0);

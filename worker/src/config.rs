@@ -217,7 +217,10 @@ mod tests {
     fn the_check_before_submission_needs_a_contract_with_a_search() {
         use payonce_shared::processor::contract;
         let mut c = WorkerConfig::new("w");
-        assert!(c.validate_for(&contract::NO_LOOKUP).is_ok(), "off: no search needed");
+        assert!(
+            c.validate_for(&contract::NO_LOOKUP).is_ok(),
+            "off: no search needed"
+        );
         c.submit.check_before_submit = true;
         assert!(c.validate_for(&contract::STRIPE).is_ok());
         assert_eq!(

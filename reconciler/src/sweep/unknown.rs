@@ -28,9 +28,7 @@ use payonce_shared::ledger::{
 };
 use payonce_shared::limiter::{Budget, acquire};
 use payonce_shared::processor::contract::Consistency;
-use payonce_shared::processor::{
-    Contract, FoundStatus, LookupOutcome, ProcessorObject, operation,
-};
+use payonce_shared::processor::{Contract, FoundStatus, LookupOutcome, ProcessorObject, operation};
 use payonce_shared::state::Status;
 use std::time::Duration;
 
@@ -132,7 +130,10 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
         LookupOutcome::Found {
             reference,
             status: FoundStatus::Succeeded { result },
-        } => match found.as_ref().and_then(|o| crate::evidence::report_of(op, o)) {
+        } => match found
+            .as_ref()
+            .and_then(|o| crate::evidence::report_of(op, o))
+        {
             // Evidence before trust: an object that is not the approved payment (another amount,
             // say, replayed under the key by a contract that replays any payload) is for a human.
             Some(mismatch @ Report::Mismatch { .. }) => Decision::Record(mismatch),
@@ -216,7 +217,12 @@ fn why_no_retry(contract: &Contract, window_open: bool) -> String {
 impl Reconciler {
     /// [`decide`] under this reconciler's processor contract and policy, with the facts of a
     /// found payment read by the adapter.
-    pub fn decide(&self, op: &Operation, lookup: Option<LookupOutcome>, now: Timestamp) -> Decision {
+    pub fn decide(
+        &self,
+        op: &Operation,
+        lookup: Option<LookupOutcome>,
+        now: Timestamp,
+    ) -> Decision {
         let found = match &lookup {
             Some(LookupOutcome::Found {
                 reference,
@@ -399,8 +405,7 @@ impl Reconciler {
         Some(
             match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
                 Ok(_) => {
-                    let found =
-                        operation::lookup(self.processor.as_ref(), op, created_after).await;
+                    let found = operation::lookup(self.processor.as_ref(), op, created_after).await;
                     if matches!(found, LookupOutcome::RateLimited { .. }) {
                         self.metrics.lookups_rate_limited.inc();
                     }
@@ -558,8 +563,8 @@ impl Reconciler {
 mod tests {
     use super::*;
     use payonce_shared::details::{Details, RawDetails};
-    use payonce_shared::processor::contract;
     use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+    use payonce_shared::processor::contract;
 
     const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -843,7 +848,8 @@ mod tests {
                 .contains("saves only 2xx answers")
         );
         assert!(
-            reason(&contract::STRIPE, lagging, contract::DAY).contains("retention window has closed")
+            reason(&contract::STRIPE, lagging, contract::DAY)
+                .contains("retention window has closed")
         );
         assert!(reason(&contract::PAYPAL_REST, None, minute).contains("no single key retention"));
         assert!(reason(&UNKEYED, None, minute).contains("no idempotent submission"));
@@ -878,7 +884,10 @@ mod tests {
             found: None,
             now: Timestamp::from_millis(60_000),
         };
-        assert_eq!(decide(case, &contract::STRIPE, &config), Decision::RetrySameKey);
+        assert_eq!(
+            decide(case, &contract::STRIPE, &config),
+            Decision::RetrySameKey
+        );
     }
 
     #[test]

@@ -517,7 +517,10 @@ pub const REGISTRY: &[&Contract] = &ON_STRIPE_WIRE;
 
 /// The registered contract called `name`.
 pub fn by_name(name: &str) -> Option<Contract> {
-    REGISTRY.iter().find(|c| c.name == name).map(|c| (*c).clone())
+    REGISTRY
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| (*c).clone())
 }
 
 /// The registered contracts' names, in order.
