@@ -294,6 +294,22 @@ async fn no_lookup_past_the_retention_a_retry_pays_again_and_payonce_asks_a_huma
     .await;
     assert_eq!(row.status, Status::Succeeded);
     assert_eq!(payments_for(&sim, inside.id.as_str()).await, 1);
+    let history = ledger.events_unscoped(&inside.id).await.unwrap();
+    assert!(
+        history.iter().any(|e| e.event == "claim"
+            && e.detail
+                .as_deref()
+                .is_some_and(|d| d.contains("no lookup can find it"))),
+        "the retry says why it is safe: {history:?}"
+    );
+    // Nothing to scan without a list: the sweep does not ask.
+    let rec = Reconciler::new(
+        ledger.clone(),
+        processor.clone(),
+        Arc::new(SystemClock),
+        ReconcilerConfig::new("scan-check"),
+    );
+    assert!(rec.sweep_once(false).await.unwrap().scan.is_none());
 
     let again = naive_retry(&sim, processor.as_ref(), &naive, "drop_after_commit", past).await;
     assert!(

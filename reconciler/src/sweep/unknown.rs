@@ -502,6 +502,9 @@ impl Reconciler {
         let why = if resubmit {
             "resubmit after the key's retention window: a consistent lookup found no payment \
              and policy allows it"
+        } else if !can_look_up(op, self.processor.contract()) {
+            "no lookup can find it and the processor still remembers the key: retry with the same \
+             key (the processor answers what the first request did)"
         } else {
             "not found at the processor while it still remembers the key: retry with the same key"
         };
