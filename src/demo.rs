@@ -51,13 +51,18 @@ pub struct SimulatorArgs {
         default_value = "sqlite::memory:"
     )]
     pub database: String,
-    /// Idempotency key retention, seconds (Stripe: 86400).
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_KEY_RETENTION_S",
-        default_value_t = 86_400
-    )]
-    pub key_retention_s: u64,
+    /// The processor contract to run (`--list-contracts` names them): Stripe's, or another
+    /// processor's documented behaviour on Stripe's wire.
+    #[arg(long, env = "PAYONCE_SIMULATOR_CONTRACT", default_value = "stripe",
+          value_parser = payonce_simulator::Contract::parse)]
+    pub contract: payonce_simulator::Contract,
+    /// Print the contracts `--contract` takes, one name a line, and exit.
+    #[arg(long)]
+    pub list_contracts: bool,
+    /// Idempotency key retention, seconds (default: the contract's; Stripe: 86400,
+    /// short-retention: 1800, or shorter).
+    #[arg(long, env = "PAYONCE_SIMULATOR_KEY_RETENTION_S")]
+    pub key_retention_s: Option<u64>,
     /// Where to deliver signed webhooks.
     #[arg(long, env = "PAYONCE_SIMULATOR_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
@@ -103,7 +108,11 @@ impl SimulatorArgs {
         SimulatorConfig {
             listen: self.listen,
             database: self.database.clone(),
-            key_retention: Duration::from_secs(self.key_retention_s),
+            contract: self.contract,
+            key_retention: self.key_retention_s.map_or_else(
+                || self.contract.key_retention_default(),
+                Duration::from_secs,
+            ),
             webhook_url: self.webhook_url.clone(),
             webhook_secret: self.webhook_secret.clone(),
             webhook_duplicates_per_mille: self.webhook_duplicates_per_mille,
@@ -115,8 +124,14 @@ impl SimulatorArgs {
     }
 }
 
-/// Runs the simulator until SIGTERM or Ctrl-C.
+/// Runs the simulator until SIGTERM or Ctrl-C (or lists its contracts).
 pub async fn run_simulator(args: SimulatorArgs) -> anyhow::Result<ExitCode> {
+    if args.list_contracts {
+        for contract in payonce_simulator::CONTRACTS {
+            println!("{contract}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     payonce_simulator::run(args.config(), crate::ops::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -127,13 +142,19 @@ pub struct DemoArgs {
     /// The demo's ledger file (created fresh).
     #[arg(long, default_value = "payonce-demo.db")]
     pub database: String,
+    /// The processor contract the demo's simulator runs and its adapter declares
+    /// (`payonce simulator --list-contracts`).
+    #[arg(long = "contract", default_value = "stripe",
+          value_parser = clap::builder::PossibleValuesParser::new(payonce_shared::processor::contract::names()))]
+    pub processor_contract: String,
 }
 
 /// The all-in-one plan the demo runs: built-in defaults (never the environment, so the demo runs the
 /// same everywhere), a fresh SQLite file, free ports, a fast sweep, every webhook delivered twice.
-fn plan(db_url: &str) -> anyhow::Result<Plan> {
+fn plan(db_url: &str, processor_contract: &str) -> anyhow::Result<Plan> {
     let mut common: Common = builtin_defaults()?;
     common.database_url = db_url.to_string();
+    common.processor_contract = processor_contract.to_string();
     let mut api: ApiArgs = builtin_defaults()?;
     api.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut reconciler: ReconcilerArgs = builtin_defaults()?;
@@ -184,7 +205,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_file(format!("{}{suffix}", args.database));
     }
     let db_url = format!("sqlite:{}", args.database);
-    let mut stack = Stack::start(plan(&db_url)?).await?;
+    let mut stack = Stack::start(plan(&db_url, &args.processor_contract)?).await?;
     let api_base = stack.api_url.clone();
     let clock = SystemClock;
     let http = reqwest::Client::builder()
@@ -484,5 +505,50 @@ mod tests {
             "unknown keys are refused"
         );
         assert!(parse_rate_limits("25").is_err());
+    }
+
+    #[test]
+    fn the_simulators_contracts_are_the_registrys_on_stripes_wire() {
+        let simulator: Vec<&str> = payonce_simulator::CONTRACTS
+            .iter()
+            .map(|c| c.name())
+            .collect();
+        let registry: Vec<&str> = payonce_shared::processor::contract::ON_STRIPE_WIRE
+            .iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(simulator, registry);
+        // Each one's default retention is the retention the adapter's contract declares.
+        for c in payonce_simulator::CONTRACTS {
+            let declared = payonce_shared::processor::contract::by_name(c.name())
+                .and_then(|d| d.key_retention);
+            assert_eq!(declared, Some(c.key_retention_default()), "{c}");
+        }
+    }
+
+    #[test]
+    fn the_simulator_command_takes_a_contract_and_its_default_retention() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sim: SimulatorArgs,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("simulator").chain(args.iter().copied()))
+                .map(|c| c.sim)
+        };
+        let short = parse(&["--contract", "short-retention"]).unwrap().config();
+        assert_eq!(short.contract, payonce_simulator::Contract::ShortRetention);
+        assert_eq!(short.key_retention, Duration::from_secs(1_800));
+        let shorter = parse(&["--contract", "short-retention", "--key-retention-s", "2"])
+            .unwrap()
+            .config();
+        assert_eq!(shorter.key_retention, Duration::from_secs(2));
+        assert_eq!(
+            parse(&[]).unwrap().config().key_retention,
+            Duration::from_secs(86_400)
+        );
+        assert!(parse(&["--contract", "stripe-ish"]).is_err());
     }
 }

@@ -128,6 +128,14 @@ impl Stack {
                     sim.webhook_secret = api_config.webhook_secrets[0].clone();
                 }
                 sim.webhook_url = Some(format!("http://{bound}/v1/webhooks/stripe"));
+                // The built-in simulator runs the contract the adapter declares, retention included.
+                let declared = plan.common.contract()?;
+                sim.contract = payonce_simulator::Contract::parse(declared.name)
+                    .map_err(anyhow::Error::msg)
+                    .context("the built-in simulator cannot run processor_contract")?;
+                if let Some(retention) = declared.key_retention {
+                    sim.key_retention = retention;
+                }
                 sim.api_key = common.processor_secret_key.clone();
                 let sim = Simulator::start(sim)
                     .await

@@ -1,6 +1,7 @@
 //! Process configuration from environment variables (and flags), with documented defaults. Every
 //! limit the daemons take is set here explicitly; docs/configuration.md lists them.
 
+use anyhow::Context;
 use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
 use payonce_shared::execution::SubmitPolicy;
@@ -70,6 +71,12 @@ pub struct Common {
         hide_env_values = true
     )]
     pub processor_secret_key: String,
+    /// The processor's documented contract the adapter declares, which the reconciler's and the
+    /// worker's rules follow: `stripe`, or the contract a simulator runs (`payonce simulator
+    /// --list-contracts`); serve's built-in simulator runs the same one.
+    #[arg(long, global = true, env = "PAYONCE_PROCESSOR_CONTRACT", default_value = "stripe",
+          value_parser = clap::builder::PossibleValuesParser::new(payonce_shared::processor::contract::names()))]
+    pub processor_contract: String,
     /// Override of the processor's key retention in seconds (only for a simulator configured shorter).
     #[arg(long, global = true, env = "PAYONCE_KEY_RETENTION_S")]
     pub key_retention_s: Option<u64>,
@@ -192,6 +199,22 @@ impl Common {
         crate::key_secret::resolve(&self.key_secret, &self.database_url)
     }
 
+    /// The declared processor contract (`processor_contract`), with `key_retention_s` if set.
+    pub fn contract(&self) -> anyhow::Result<payonce_shared::processor::Contract> {
+        let contract = payonce_shared::processor::contract::by_name(&self.processor_contract)
+            .with_context(|| {
+                format!(
+                    "processor_contract {:?} is not one of {}",
+                    self.processor_contract,
+                    payonce_shared::processor::contract::names().join(", ")
+                )
+            })?;
+        Ok(match self.key_retention_s {
+            Some(s) => contract.with_key_retention(Duration::from_secs(s)),
+            None => contract,
+        })
+    }
+
     /// The Stripe adapter pointed at the configured processor.
     pub fn processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
         let mut config = StripeConfig::new(
@@ -202,10 +225,7 @@ impl Common {
         config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
         config.idle_connections = usize::try_from(self.processor_idle_connections)?;
         config.http2 = self.processor_http2;
-        let mut stripe = StripeProcessor::new(config)?;
-        if let Some(s) = self.key_retention_s {
-            stripe = stripe.with_key_retention(Duration::from_secs(s));
-        }
+        let stripe = StripeProcessor::new(config)?.with_contract(self.contract()?)?;
         Ok(Arc::new(stripe))
     }
 
@@ -535,5 +555,35 @@ mod tests {
         let parsed = Common::augment_args(Command::new("t").no_binary_name(true))
             .try_get_matches_from(["--limiter-write-per-second", "0"]);
         assert!(parsed.is_err(), "a zero rate is refused at the boundary");
+    }
+
+    #[test]
+    fn the_processor_contract_is_one_of_the_registry_and_the_adapter_declares_it() {
+        let parse = |args: &[&str]| {
+            let matches = Common::augment_args(Command::new("t").no_binary_name(true))
+                .try_get_matches_from(args)?;
+            Common::from_arg_matches(&matches)
+        };
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.processor_contract, "stripe");
+        let short = parse(&[
+            "--processor-contract",
+            "short-retention",
+            "--key-retention-s",
+            "5",
+        ])
+        .unwrap();
+        let processor = short.processor().unwrap();
+        assert_eq!(processor.contract().name, "short-retention");
+        assert_eq!(
+            processor.contract().key_retention,
+            Some(Duration::from_secs(5))
+        );
+        assert!(parse(&["--processor-contract", "worldline"]).is_err());
+        // Documented but not on this adapter's wire: refused too.
+        assert!(parse(&["--processor-contract", "paypal-rest"]).is_err());
+        let mut bypassed = defaults.clone();
+        bypassed.processor_contract = "no-such".into();
+        assert!(bypassed.processor().is_err(), "refused past the parser too");
     }
 }

@@ -7,12 +7,11 @@
 
 use async_trait::async_trait;
 use payonce_shared::processor::{
-    Contract, FoundStatus, LookupOutcome, LookupQuery, LookupSupport, Processor, RefundLookupQuery,
-    RefundRequest, SubmitOutcome, SubmitRequest,
+    Contract, FoundStatus, LookupOutcome, LookupQuery, Processor, RefundLookupQuery, RefundRequest,
+    SubmitOutcome, SubmitRequest,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// The payment method the in-process processor declines, as the simulator does.
 pub const DECLINE_CARD: &str = "pm_card_chargeDeclined";
@@ -45,9 +44,7 @@ impl Default for InProcessProcessor {
         InProcessProcessor {
             contract: Contract {
                 name: "in-process simulator",
-                honours_idempotency_keys: true,
-                key_retention: Some(Duration::from_secs(24 * 60 * 60)),
-                lookup: LookupSupport::Consistent,
+                ..payonce_shared::processor::contract::STRIPE
             },
             book: Mutex::new(Book::default()),
         }

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 /// The key secret of every chaos process and of the soak's own creates: one ledger, one secret.
 pub const CHAOS_KEY_SECRET: &str = "payonce-chaos-soak-key-secret-0123456789abcdef";
 
-const DAEMON_ENV: [(&str, &str); 15] = [
+const DAEMON_ENV: [(&str, &str); 16] = [
     ("RUST_LOG", "warn"),
     ("PAYONCE_LEASE_TTL_MS", "1500"),
     ("PAYONCE_LEASE_RENEW_MS", "400"),
@@ -30,8 +30,28 @@ const DAEMON_ENV: [(&str, &str); 15] = [
     ("PAYONCE_CHECK_BACKOFF_MAX_MS", "5000"),
     // A killed reconciler holds off the next one for this long.
     ("PAYONCE_SWEEP_LEASE_TTL_MS", "3000"),
+    // Same-key retries land this long before the key is forgotten: above the submit timeout, and
+    // short enough for a soak with a key retention of seconds to see both sides of its edge.
+    ("PAYONCE_RETENTION_MARGIN_MS", "5000"),
     ("PAYONCE_DB_MAX_CONNECTIONS", "8"),
 ];
+
+/// The processor contract a soak runs: the simulator runs it, every process declares it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ContractRun {
+    /// The contract.
+    pub contract: payonce_simulator::Contract,
+    /// Its key retention, when shorter than the contract's default (both sides use it).
+    pub key_retention: Option<Duration>,
+}
+
+impl ContractRun {
+    /// The key retention both sides use.
+    pub fn key_retention(&self) -> Duration {
+        self.key_retention
+            .unwrap_or_else(|| self.contract.key_retention_default())
+    }
+}
 
 /// What is needed to start any process of the fleet.
 #[derive(Debug, Clone)]
@@ -44,6 +64,8 @@ pub struct Launch {
     pub processor_url: String,
     /// Where every process's stderr goes.
     pub log: PathBuf,
+    /// The contract every process declares (the simulator's).
+    pub contract: ContractRun,
 }
 
 impl Launch {
@@ -59,6 +81,11 @@ impl Launch {
             .env("PAYONCE_DATABASE_URL", &self.database_url)
             .env("PAYONCE_KEY_SECRET", CHAOS_KEY_SECRET)
             .env("PAYONCE_PROCESSOR_URL", &self.processor_url)
+            .env("PAYONCE_PROCESSOR_CONTRACT", self.contract.contract.name())
+            .env(
+                "PAYONCE_KEY_RETENTION_S",
+                self.contract.key_retention().as_secs().to_string(),
+            )
             .envs(env.iter().copied())
             .env_remove(failpoint::ENV)
             .stdin(Stdio::null())
@@ -129,14 +156,15 @@ pub struct Stage {
     pub launch: Launch,
 }
 
-/// Starts the simulator (`processing` payments settle in 0.5 s) for a fleet of `bin` on
-/// `database_url`, logging to `log`; `duplicates_per_mille` of its webhooks are sent twice.
+/// Starts the simulator (`processing` payments settle in 0.5 s) running `contract` for a fleet of
+/// `bin` on `database_url`, logging to `log`; `duplicates_per_mille` of its webhooks are sent twice.
 pub async fn stage(
     bin: PathBuf,
     database_url: String,
     log: PathBuf,
     duplicates_per_mille: u32,
     seed: u64,
+    contract: ContractRun,
 ) -> anyhow::Result<Stage> {
     let port = free_port()?;
     let api_base = format!("http://127.0.0.1:{port}");
@@ -147,6 +175,8 @@ pub async fn stage(
         webhook_duplicates_per_mille: duplicates_per_mille,
         processing_settle: Duration::from_millis(500),
         seed,
+        contract: contract.contract,
+        key_retention: contract.key_retention(),
         ..payonce_simulator::SimulatorConfig::default()
     })
     .await?;
@@ -155,6 +185,7 @@ pub async fn stage(
         database_url,
         processor_url: sim.base_url(),
         log,
+        contract,
     };
     Ok(Stage {
         port,

@@ -108,6 +108,8 @@ pub struct SoakConfig {
     pub terminate_backends_every: Option<(Duration, Duration)>,
     /// Where the processes' stderr goes.
     pub log: PathBuf,
+    /// The processor contract the simulator runs and every process declares.
+    pub contract: fleet::ContractRun,
 }
 
 impl SoakConfig {
@@ -131,6 +133,7 @@ impl SoakConfig {
             terminate_backends_every: Some((Duration::from_secs(2), Duration::from_secs(6))),
             database_restart: None,
             log: std::env::temp_dir().join(format!("payonce-chaos-{seed}.log")),
+            contract: fleet::ContractRun::default(),
         }
     }
 }
@@ -432,6 +435,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         config.log.clone(),
         config.duplicate_per_mille,
         config.seed,
+        config.contract,
     )
     .await?;
     let mut api = launch.api(port, &webhook_secret)?;
@@ -558,6 +562,11 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     report.refund_refusals_expected = refund_run.refusals_expected;
     sim.shutdown().await;
     report.seed = config.seed;
+    report.contract = format!(
+        "{} (key retention {} s)",
+        config.contract.contract,
+        config.contract.key_retention().as_secs()
+    );
     report.sigkills = fleet.sigkills;
     report.reconciler_sigkills = fleet.reconciler_kills;
     report.failpoint_aborts = fleet.failpoint_aborts;

@@ -56,6 +56,14 @@ struct Args {
     /// One approved payment in this many is refunded during the chaos (0: no refunds).
     #[arg(long, default_value_t = payonce_chaos::refunds::REFUND_EVERY_DEFAULT)]
     refund_every: usize,
+    /// The processor contract the simulator runs and every process declares
+    /// (`payonce simulator --list-contracts`).
+    #[arg(long, default_value = "stripe", value_parser = payonce_simulator::Contract::parse)]
+    contract: payonce_simulator::Contract,
+    /// Key retention of both sides, s (default: the contract's): shorter than the chaos, some
+    /// unknown outcomes outlive it and go to a human.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    key_retention_s: Option<u64>,
 }
 
 #[tokio::main]
@@ -81,6 +89,10 @@ async fn main() -> ExitCode {
     config.chaos_window = Duration::from_secs(args.chaos_window_s);
     config.deadline = Duration::from_secs(args.deadline_s);
     config.refund_every = args.refund_every;
+    config.contract = payonce_chaos::fleet::ContractRun {
+        contract: args.contract,
+        key_retention: args.key_retention_s.map(Duration::from_secs),
+    };
     eprintln!(
         "payonce-chaos: seed {seed}; process logs in {}",
         config.log.display()

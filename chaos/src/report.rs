@@ -50,6 +50,13 @@ impl Path {
 pub struct SoakReport {
     /// The seed the plan was drawn from.
     pub seed: u64,
+    /// The processor contract the simulator ran and the fleet declared, with its key retention.
+    pub contract: String,
+    /// Approved operations in `needs_attention` at the end: ambiguity the contract cannot resolve
+    /// without risking a second payment, sent to a human (neither paid twice nor lost).
+    pub sent_to_human: usize,
+    /// Of those, how many the processor holds a payment for (the human finds it paid).
+    pub sent_to_human_paid: usize,
     /// Approved operations created.
     pub approved: usize,
     /// Operations created and never approved (must never be paid).
@@ -134,6 +141,7 @@ impl SoakReport {
 impl fmt::Display for SoakReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut rows: Vec<(String, String)> = vec![
+            ("processor contract".into(), self.contract.clone()),
             (
                 "operations (approved + unapproved)".into(),
                 format!(
@@ -156,6 +164,10 @@ impl fmt::Display for SoakReport {
             (
                 "histories that do not explain the state".into(),
                 self.unexplained.to_string(),
+            ),
+            (
+                "sent to a human (of which paid at the processor)".into(),
+                format!("{} ({})", self.sent_to_human, self.sent_to_human_paid),
             ),
         ];
         for (path, n) in &self.paths {

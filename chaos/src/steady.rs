@@ -408,6 +408,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         config.log.clone(),
         0,
         config.seed,
+        fleet::ContractRun::default(),
     )
     .await?;
     let mut api = launch.spawn(

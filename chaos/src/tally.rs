@@ -60,6 +60,13 @@ pub async fn tally(
                 | Status::AwaitingApproval
                 | Status::Cancelled
         );
+        // Ambiguity the contract cannot resolve: a human decides, it is neither paid twice nor lost.
+        if op.approved && row.status == Status::NeedsAttention {
+            report.sent_to_human += 1;
+            if payments > 0 {
+                report.sent_to_human_paid += 1;
+            }
+        }
         if op.approved && payments == 0 && !honest_without_payment {
             report.lost += 1;
         }

@@ -142,7 +142,7 @@ async fn walk(
     listing: Listing,
     report: &mut ScanReport,
 ) -> Result<bool, LedgerError> {
-    let name = listing.watermark(processor.contract().name);
+    let name = listing.watermark(processor.contract().wire);
     let watermark = ledger
         .scan_watermark(&name)
         .await?

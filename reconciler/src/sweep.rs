@@ -11,7 +11,7 @@
 mod leases;
 mod unknown;
 
-pub use unknown::{Decision, decide};
+pub use unknown::{Case, Decision, can_look_up, decide};
 
 use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};
@@ -324,6 +324,11 @@ impl Reconciler {
     /// Scans the processor's recent payments ([`crate::scan`]) when the process has not in the last
     /// `scan_interval` (every `sweep --once` is a new process, so it always scans).
     async fn scan_if_due(&self) -> Result<Option<ScanReport>, LedgerError> {
+        // A contract without a list has nothing to scan: money a ledger lost there is found only
+        // by the processor's own reports, and asking would warn on every sweep.
+        if self.processor.contract().lookups.list.is_none() {
+            return Ok(None);
+        }
         let now = self.clock.read().await?;
         {
             let last = self.last_scan.lock().unwrap_or_else(|p| p.into_inner());

@@ -214,7 +214,13 @@ pub(crate) async fn audit_requests(State(app): State<Shared>) -> Response {
 
 /// `GET /_sim/health`.
 pub(crate) async fn health(State(app): State<Shared>) -> Response {
-    Json(json!({ "status": "ok", "in_flight": app.in_flight.len() })).into_response()
+    Json(json!({
+        "status": "ok",
+        "in_flight": app.in_flight.len(),
+        "contract": app.config.contract.name(),
+        "key_retention_ms": app.config.key_retention.as_millis() as u64,
+    }))
+    .into_response()
 }
 
 /// `GET /_sim/rate_limits`: the limits in force.

@@ -1,5 +1,6 @@
 //! What a simulator is started with.
 
+use crate::contract::Contract;
 use crate::rate_limits::RateLimits;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -23,6 +24,8 @@ pub struct SimulatorConfig {
     pub listen: SocketAddr,
     /// `sqlite::memory:` or a file path (or a `sqlite:` URL).
     pub database: String,
+    /// The processor contract the simulator runs (Stripe's by default).
+    pub contract: Contract,
     /// How long an idempotency key is remembered; afterwards the same key creates a new payment.
     pub key_retention: Duration,
     /// How long after creation a payment becomes visible to search (Stripe's search lags).
@@ -60,6 +63,7 @@ impl std::fmt::Debug for SimulatorConfig {
         f.debug_struct("SimulatorConfig")
             .field("listen", &self.listen)
             .field("database", &self.database)
+            .field("contract", &self.contract)
             .field("key_retention", &self.key_retention)
             .field("search_lag", &self.search_lag)
             .field("webhook_url", &self.webhook_url)
@@ -83,6 +87,7 @@ impl Default for SimulatorConfig {
         SimulatorConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             database: "sqlite::memory:".to_string(),
+            contract: Contract::Stripe,
             key_retention: KEY_RETENTION_DEFAULT,
             search_lag: Duration::ZERO,
             webhook_url: None,
@@ -96,6 +101,17 @@ impl Default for SimulatorConfig {
             api_key: API_KEY_DEFAULT.to_string(),
             latency: Duration::ZERO,
             rate_limits: RateLimits::default(),
+        }
+    }
+}
+
+impl SimulatorConfig {
+    /// The defaults running `contract`, with its default key retention.
+    pub fn for_contract(contract: Contract) -> Self {
+        SimulatorConfig {
+            contract,
+            key_retention: contract.key_retention_default(),
+            ..SimulatorConfig::default()
         }
     }
 }

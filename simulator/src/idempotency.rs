@@ -6,9 +6,15 @@
 //! - requests refused before execution (validation, 429, 500 before commit) are not remembered;
 //! - keys are forgotten after the configured retention; the same key then executes again.
 //!
+//! Two of the [`Contract`]s change this: `replay-any-payload` replays the first answer to the same
+//! key with different parameters too, and `only-2xx-saved` saves only 2xx answers (the callers ask
+//! [`Contract::saves`] before writing the key's record), so an executed request that answered 4xx
+//! or 5xx executes again when retried.
+//!
 //! In-flight claims live in memory: they last as long as the request that holds them (the claim is released
 //! when the request's work is committed, or when the client hangs up on a request that never executed).
 
+use crate::contract::Contract;
 use crate::form::Pairs;
 use crate::store::{SavedResponse, Store};
 use sha2::{Digest, Sha256};
@@ -95,6 +101,7 @@ pub(crate) fn fingerprint(method: &str, path: &str, pairs: &Pairs) -> String {
 pub(crate) async fn begin(
     in_flight: &InFlight,
     store: &Store,
+    contract: Contract,
     key: &str,
     fingerprint: &str,
     not_before_ms: i64,
@@ -107,6 +114,8 @@ pub(crate) async fn begin(
     let saved = store.saved_response(key, not_before_ms).await?;
     match saved {
         Some(saved) if saved.fingerprint == fingerprint => Ok(KeyState::Replay(saved)),
+        // Worldline's way: the first outcome, whatever this request asks.
+        Some(saved) if contract.replays_any_payload() => Ok(KeyState::Replay(saved)),
         Some(_) => Ok(KeyState::Mismatch),
         None => Ok(KeyState::Fresh(claim)),
     }

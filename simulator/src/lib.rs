@@ -3,6 +3,8 @@
 //!
 //! Crate map:
 //! - [`config`]: what a simulator is started with ([`SimulatorConfig`]).
+//! - [`contract`]: the processor contract it runs (`stripe`, or another processor's documented
+//!   behaviour on Stripe's wire).
 //! - `limits`: every bound the simulator enforces, with its name.
 //! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
 //! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
@@ -40,6 +42,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod config;
+pub mod contract;
 pub mod payment_audit;
 
 mod admin;
@@ -67,6 +70,7 @@ mod webhooks;
 
 pub use config::SimulatorConfig;
 pub use connection::HTTP2_MAX_STREAMS;
+pub use contract::{CONTRACTS, Contract};
 pub use error::SimulatorError;
 pub use faults::FaultKind;
 pub use rate_limits::{

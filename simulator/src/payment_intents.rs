@@ -167,6 +167,7 @@ pub(crate) async fn create(
             match idempotency::begin(
                 &app.in_flight,
                 &app.store,
+                app.config.contract,
                 key,
                 &fp,
                 app.key_not_before_ms(ctx.now_ms),
@@ -198,9 +199,12 @@ pub(crate) async fn create(
         exec.status = StatusCode::INTERNAL_SERVER_ERROR;
         exec.body = ApiError::internal("An unknown error occurred.").body();
     }
+    // What the contract saves: every answer of a request that began executing (Stripe), or only
+    // 2xx ones (`only-2xx-saved`: a retry of this request executes it again).
     let key_record = claim
         .as_ref()
         .zip(ctx.key.as_ref())
+        .filter(|_| app.config.contract.saves(exec.status.as_u16()))
         .map(|((_, fp), key)| KeyRecord {
             key: key.clone(),
             fingerprint: fp.clone(),

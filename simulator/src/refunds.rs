@@ -56,6 +56,7 @@ pub(crate) async fn create(
             match idempotency::begin(
                 &app.in_flight,
                 &app.store,
+                app.config.contract,
                 key,
                 &fp,
                 app.key_not_before_ms(ctx.now_ms),
@@ -155,9 +156,12 @@ pub(crate) async fn create(
             serde_json::to_vec(&refund).unwrap_or_default(),
         )
     };
+    // What the contract saves: every answer of a request that began executing (Stripe), or only
+    // 2xx ones (`only-2xx-saved`: a retry of this request executes it again).
     let key_record = claim
         .as_ref()
         .zip(ctx.key.as_ref())
+        .filter(|_| app.config.contract.saves(status.as_u16()))
         .map(|((_, fp), key)| KeyRecord {
             key: key.clone(),
             fingerprint: fp.clone(),

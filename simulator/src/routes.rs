@@ -79,6 +79,10 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/v1/refunds", post(refunds::create).get(refund_reads::list))
         .route("/v1/refunds/{id}", get(refund_reads::retrieve))
         .route("/v1/events", get(events::list))
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            refuse_lookups,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), delay));
     Router::new()
         .merge(api)
@@ -133,6 +137,33 @@ async fn delay(
         _ = shutdown.wait_for(|stop| *stop) => {}
     }
     response
+}
+
+/// Under a contract without lookups (`no-lookup`), every read of payments, refunds and events is
+/// answered as a processor without such an endpoint answers (404, unrecognized URL): never a
+/// "no such object", which a careless client could take for "never created". Payment methods
+/// (the confirmation page's card) are still served.
+async fn refuse_lookups(
+    axum::extract::State(app): axum::extract::State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    let lookup = *request.method() == axum::http::Method::GET
+        && ["/v1/payment_intents", "/v1/refunds", "/v1/events"]
+            .iter()
+            .any(|p| path.starts_with(p));
+    if lookup && !app.config.contract.offers_lookups() {
+        let method = request.method().clone();
+        let uri = request.uri().clone();
+        let mut refused = unrecognized(method, uri).await;
+        refused.headers_mut().insert(
+            "payonce-simulator-contract",
+            HeaderValue::from_static("no-lookup"),
+        );
+        return refused;
+    }
+    next.run(request).await
 }
 
 async fn unrecognized(method: axum::http::Method, uri: axum::http::Uri) -> Response {

@@ -73,6 +73,15 @@ impl Simulator {
                 "webhook_duplicates_per_mille must be at most 1000".into(),
             ));
         }
+        if config.contract == crate::contract::Contract::ShortRetention
+            && config.key_retention > crate::contract::SHORT_RETENTION_DEFAULT
+        {
+            return Err(SimulatorError::Config(format!(
+                "the short-retention contract keeps keys at most {:?}, not {:?}",
+                crate::contract::SHORT_RETENTION_DEFAULT,
+                config.key_retention
+            )));
+        }
         if config.api_key.is_empty() {
             return Err(SimulatorError::Config("api_key must not be empty".into()));
         }

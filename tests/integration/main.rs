@@ -9,6 +9,7 @@ mod support;
 mod api;
 mod bench;
 mod clock_skew;
+mod contracts;
 mod deployables;
 mod evidence;
 

@@ -7,8 +7,8 @@ use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
 use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Operation, SharedLedger};
+use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::webhook::WebhookError;
-use payonce_shared::processor::{LookupSupport, Processor};
 use payonce_shared::state::Status;
 use payonce_shared::webhooks;
 use payonce_simulator::{Simulator, SimulatorConfig};
@@ -368,8 +368,8 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     .await;
     let processor = processes::stripe(&sim, Some(retention));
     assert_eq!(
-        processor.contract().lookup,
-        LookupSupport::Consistent,
+        processor.contract().lookups.finding(false),
+        Some(payonce_shared::processor::contract::Consistency::ReadAfterWrite),
         "the policy only acts on a read-after-write consistent lookup"
     );
     let mut config = config("rec", Duration::from_millis(200));
@@ -813,9 +813,7 @@ impl GatedLookups {
         GatedLookups {
             contract: payonce_shared::processor::Contract {
                 name: "gated",
-                honours_idempotency_keys: true,
-                key_retention: None,
-                lookup: LookupSupport::Consistent,
+                ..payonce_shared::processor::contract::STRIPE
             },
             entered,
             gate,

@@ -1495,3 +1495,156 @@ async fn the_payment_audit_is_paged_and_every_page_is_read() {
     }
     s.sim.shutdown().await;
 }
+
+/// The simulator's contracts on the wire: each differs from Stripe's in its one behaviour, and the
+/// fault injection works the same under each.
+mod contracts {
+    use super::*;
+    use payonce_simulator::Contract;
+
+    #[tokio::test]
+    async fn only_2xx_saved_executes_a_retried_500_or_402_again_and_replays_a_200() {
+        let s = start(SimulatorConfig::for_contract(Contract::Only2xxSaved)).await;
+        s.arm(json!([{ "match": "k-500", "fault": "error_500_after_commit", "times": 1 }]))
+            .await;
+        let form = create_form(2048, "pm_card_visa", "op_500");
+        assert_eq!(
+            s.post("/v1/payment_intents", Some("k-500"), &form)
+                .await
+                .status,
+            500
+        );
+        let retry = s.post("/v1/payment_intents", Some("k-500"), &form).await;
+        assert_eq!((retry.status, retry.replayed()), (200, false));
+        assert_eq!(
+            s.payments_with_key("k-500").await.len(),
+            2,
+            "executed again"
+        );
+        let again = s.post("/v1/payment_intents", Some("k-500"), &form).await;
+        assert_eq!(
+            (again.status, again.replayed()),
+            (200, true),
+            "a 200 is saved"
+        );
+        let declined = create_form(2048, "pm_card_chargeDeclined", "op_402");
+        for _ in 0..2 {
+            let d = s
+                .post("/v1/payment_intents", Some("k-402"), &declined)
+                .await;
+            assert_eq!((d.status, d.replayed()), (402, false));
+        }
+        assert_eq!(s.payments_with_key("k-402").await.len(), 2);
+        s.sim.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn replay_any_payload_answers_another_amount_with_the_first_payment() {
+        let s = start(SimulatorConfig::for_contract(Contract::ReplayAnyPayload)).await;
+        let first = s
+            .post(
+                "/v1/payment_intents",
+                Some("k-w"),
+                &create_form(2048, "pm_card_visa", "op_w"),
+            )
+            .await;
+        assert_eq!(first.status, 200);
+        let other = s
+            .post(
+                "/v1/payment_intents",
+                Some("k-w"),
+                &create_form(3000, "pm_card_visa", "op_w"),
+            )
+            .await;
+        assert_eq!((other.status, other.replayed()), (200, true));
+        assert_eq!(other.body, first.body, "the first payment, byte for byte");
+        assert_eq!(other.json()["amount"], 2048);
+        assert_eq!(s.payments_with_key("k-w").await.len(), 1);
+        s.sim.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn no_lookup_refuses_every_read_of_payments_refunds_and_events_but_not_cards() {
+        let s = start(SimulatorConfig::for_contract(Contract::NoLookup)).await;
+        let paid = s
+            .post(
+                "/v1/payment_intents",
+                Some("k-n"),
+                &create_form(2048, "pm_card_visa", "op_n"),
+            )
+            .await;
+        assert_eq!(paid.status, 200);
+        let id = paid.json()["id"].as_str().unwrap().to_string();
+        for path in [
+            format!("/v1/payment_intents/{id}"),
+            "/v1/payment_intents?customer=cus_sim".to_string(),
+            "/v1/payment_intents/search?query=metadata['payonce_operation_id']:'op_n'".to_string(),
+            format!("/v1/refunds?payment_intent={id}"),
+            "/v1/refunds/re_1".to_string(),
+            "/v1/events".to_string(),
+        ] {
+            let r = s.get(&path).await;
+            assert_eq!(r.status, 404, "{path}");
+            let error = &r.json()["error"];
+            assert_eq!(error["type"], "invalid_request_error", "{path}");
+            assert!(
+                error.get("code").is_none(),
+                "never resource_missing: {path}"
+            );
+            assert_eq!(r.headers["payonce-simulator-contract"], "no-lookup");
+        }
+        assert_eq!(s.get("/v1/payment_methods/pm_card_visa").await.status, 200);
+        // Writes, replays and faults are Stripe's.
+        let replay = s
+            .post(
+                "/v1/payment_intents",
+                Some("k-n"),
+                &create_form(2048, "pm_card_visa", "op_n"),
+            )
+            .await;
+        assert!(replay.replayed());
+        s.arm(json!([{ "match": "k-429", "fault": "rate_limit_429", "times": 1 }]))
+            .await;
+        let limited = s
+            .post(
+                "/v1/payment_intents",
+                Some("k-429"),
+                &create_form(10, "pm_card_visa", "op_l"),
+            )
+            .await;
+        assert_eq!(limited.status, 429);
+        assert_eq!(s.admin("/_sim/health").await["contract"], "no-lookup");
+        s.sim.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn short_retention_keeps_keys_thirty_minutes_and_refuses_to_keep_them_longer() {
+        let config = SimulatorConfig::for_contract(Contract::ShortRetention);
+        assert_eq!(config.key_retention, Duration::from_secs(30 * 60));
+        let s = start(config).await;
+        let form = create_form(2048, "pm_card_visa", "op_q");
+        assert_eq!(
+            s.post("/v1/payment_intents", Some("k-q"), &form)
+                .await
+                .status,
+            200
+        );
+        s.advance_clock(Duration::from_secs(29 * 60)).await;
+        assert!(
+            s.post("/v1/payment_intents", Some("k-q"), &form)
+                .await
+                .replayed()
+        );
+        s.advance_clock(Duration::from_secs(2 * 60)).await;
+        let after = s.post("/v1/payment_intents", Some("k-q"), &form).await;
+        assert_eq!((after.status, after.replayed()), (200, false));
+        assert_eq!(s.payments_with_key("k-q").await.len(), 2);
+        s.sim.shutdown().await;
+        let longer = SimulatorConfig {
+            key_retention: Duration::from_secs(31 * 60),
+            ..SimulatorConfig::for_contract(Contract::ShortRetention)
+        };
+        let refused = Simulator::start(longer).await.unwrap_err();
+        assert!(refused.to_string().contains("short-retention"), "{refused}");
+    }
+}

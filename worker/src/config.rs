@@ -173,6 +173,23 @@ pub enum ConfigError {
     /// `attempt_max` below 1 would exhaust operations before their first submission.
     #[error("attempt_max must be at least 1")]
     NoAttempts,
+    /// `check_before_submit` asks the processor's search, and the declared contract has none:
+    /// every payment would wait for a check that can never be made.
+    #[error("check_before_submit needs a search, and the processor's contract offers none")]
+    CheckWithoutSearch,
+}
+
+impl WorkerConfig {
+    /// Refuses settings the processor's declared contract cannot serve (beside [`Self::validate`]).
+    pub fn validate_for(
+        &self,
+        contract: &payonce_shared::processor::Contract,
+    ) -> Result<(), ConfigError> {
+        if self.submit.check_before_submit && contract.lookups.search.is_none() {
+            return Err(ConfigError::CheckWithoutSearch);
+        }
+        Ok(())
+    }
 }
 
 /// A lease owner name unique to this process: host, pid and randomness.
@@ -195,6 +212,22 @@ pub fn owner_name(role: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_check_before_submission_needs_a_contract_with_a_search() {
+        use payonce_shared::processor::contract;
+        let mut c = WorkerConfig::new("w");
+        assert!(
+            c.validate_for(&contract::NO_LOOKUP).is_ok(),
+            "off: no search needed"
+        );
+        c.submit.check_before_submit = true;
+        assert!(c.validate_for(&contract::STRIPE).is_ok());
+        assert_eq!(
+            c.validate_for(&contract::NO_LOOKUP),
+            Err(ConfigError::CheckWithoutSearch)
+        );
+    }
 
     #[test]
     fn defaults_validate_and_bad_settings_are_refused() {

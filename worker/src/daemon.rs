@@ -85,6 +85,7 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        config.validate_for(processor.contract())?;
         let metrics = Arc::new(WorkerMetrics::default());
         let clock = LedgerClock::new(ledger.clone(), clock, metrics.clock_drift.clone(), "worker");
         Ok(Worker {

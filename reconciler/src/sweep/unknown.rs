@@ -1,9 +1,20 @@
-//! Unknown outcomes: look up → decide (pure, [`decide`]) → apply one write → tally. Found: record
-//! it; pending: poll later; not found while the key's retention window is open: retry with the
-//! SAME key through the one execution path; not found after it: resubmit only on a consistent
-//! lookup and an explicit policy, else `needs_attention`; lookup unavailable: back off; the stored
-//! reference names an object without the operation's id: checked as a webhook's object is
-//! ([`crate::evidence::report_of`]), a contradiction is `needs_attention` with both facts.
+//! Unknown outcomes: look up → decide (pure, [`decide`], from the lookup, the processor's
+//! [`Contract`] and the operation's age) → apply one write → tally.
+//!
+//! | what is known | decision |
+//! | --- | --- |
+//! | found paid / failed | recorded (a paid object whose amount or currency differ: `needs_attention`) |
+//! | found in progress | poll later |
+//! | lookup rate limited or unavailable | back off |
+//! | not found, or no lookup can find it, while the key's window is open and a retry replays (the contract saves every answer) | retry with the SAME key |
+//! | not found by a read-after-write lookup, window open, contract saves only 2xx | retry with the same key: nothing executed, so the retry is the first execution |
+//! | not found by a read-after-write lookup, window closed | resubmit if the policy allows, else a human |
+//! | no lookup can find it and it was sent [`SUBMISSIONS_WITHOUT_LOOKUP_MAX`] times (a saved ambiguous answer replays) | a human |
+//! | anything else (a lagging or no lookup with the window closed, or a contract that re-executes) | a human |
+//!
+//! The window is closed past the key's retention minus the margin, without idempotent submission,
+//! and without a documented retention. The stored reference naming an object without the
+//! operation's id is checked as a webhook's object is ([`crate::evidence::report_of`]).
 
 use super::{Reconciler, SweepReport, Tally};
 use crate::config::ReconcilerConfig;
@@ -16,7 +27,8 @@ use payonce_shared::ledger::{
     LookupFound, Operation, Paid, RecordLookups, Report,
 };
 use payonce_shared::limiter::{Budget, acquire};
-use payonce_shared::processor::{Contract, FoundStatus, LookupOutcome, LookupSupport, operation};
+use payonce_shared::processor::contract::Consistency;
+use payonce_shared::processor::{Contract, FoundStatus, LookupOutcome, ProcessorObject, operation};
 use payonce_shared::state::Status;
 use std::time::Duration;
 
@@ -27,7 +39,7 @@ pub enum Decision {
     Record(Report),
     /// The processor is still working on it: look again later.
     Poll(String),
-    /// Retry with the same key (the processor still remembers it).
+    /// Retry with the same key (the processor still remembers it, or nothing executed).
     RetrySameKey,
     /// Submit again: consistent lookup found nothing, the window closed, policy allows.
     Resubmit,
@@ -51,28 +63,82 @@ impl Decision {
     }
 }
 
-/// Decides what to do with an unknown operation given a lookup result, the processor's contract
-/// and the reconciler's policy; `now` is the database's time, as `first_submitted_at` is (the key's
-/// retention window is measured on one clock). Pure: nothing is read or written.
-pub fn decide(
-    op: &Operation,
-    lookup: LookupOutcome,
-    now: Timestamp,
-    contract: &Contract,
-    config: &ReconcilerConfig,
-) -> Decision {
-    let window_open = contract.honours_idempotency_keys
-        && match (contract.key_retention, op.first_submitted_at_ms) {
-            (None, _) => true,
-            (Some(retention), Some(first)) => now + config.retention_margin < first + retention,
-            // No submission time recorded: nothing can have used the key yet.
-            (Some(_), None) => true,
+/// Most requests (all with its key) an operation no lookup can find may have sent before a human
+/// decides: a processor that saved an ambiguous answer under the key (a 500, a payment still
+/// `processing`) replays it to every same-key retry, so retrying further cannot resolve it. Counts
+/// every request that may have left, the first one included.
+pub const SUBMISSIONS_WITHOUT_LOOKUP_MAX: i64 = 4;
+
+/// What the reconciler knows about one unknown operation when it decides.
+#[derive(Debug, Clone)]
+pub struct Case<'a> {
+    /// The operation, in `unknown`.
+    pub op: &'a Operation,
+    /// What the lookup said; `None`: not asked, because the contract offers no lookup that can
+    /// find this operation ([`can_look_up`]).
+    pub lookup: Option<LookupOutcome>,
+    /// The facts of the object a lookup found paid, when the adapter can read them: checked
+    /// against the approval before it is believed.
+    pub found: Option<ProcessorObject>,
+    /// The database's time, as `first_submitted_at` is (the key's retention window is measured on
+    /// one clock).
+    pub now: Timestamp,
+}
+
+/// Whether the contract offers a lookup that can find `op` (by its reference, or a list).
+pub fn can_look_up(op: &Operation, contract: &Contract) -> bool {
+    contract
+        .lookups
+        .finding(op.external_ref.is_some())
+        .is_some()
+}
+
+/// Decides what to do with an unknown operation from what is known about it ([`Case`]), the
+/// processor's contract and the reconciler's policy. Pure: nothing is read or written. The table
+/// in this module's documentation is what it does; the tests hold it for every contract.
+pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) -> Decision {
+    let Case {
+        op,
+        lookup,
+        found,
+        now,
+    } = case;
+    let window_open = contract.window_open(op.first_submitted_at_ms, now, config.retention_margin);
+    let Some(lookup) = lookup else {
+        return if window_open
+            && contract.retry_replays()
+            && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
+        {
+            Decision::Escalate(format!(
+                "the {} contract offers no lookup that can find this operation, and {} requests \
+                 with its key left it ambiguous (the processor replays what it saved under the \
+                 key); a human decides",
+                contract.name, op.submit_count
+            ))
+        } else if window_open && contract.retry_replays() {
+            Decision::RetrySameKey
+        } else {
+            Decision::Escalate(format!(
+                "the {} contract offers no lookup that can find this operation and {}; a new \
+                 submission could pay twice",
+                contract.name,
+                why_no_retry(contract, window_open)
+            ))
         };
+    };
     match lookup {
         LookupOutcome::Found {
             reference,
             status: FoundStatus::Succeeded { result },
-        } => Decision::Record(Report::Succeeded(Paid { reference, result })),
+        } => match found
+            .as_ref()
+            .and_then(|o| crate::evidence::report_of(op, o))
+        {
+            // Evidence before trust: an object that is not the approved payment (another amount,
+            // say, replayed under the key by a contract that replays any payload) is for a human.
+            Some(mismatch @ Report::Mismatch { .. }) => Decision::Record(mismatch),
+            _ => Decision::Record(Report::Succeeded(Paid { reference, result })),
+        },
         LookupOutcome::Found {
             reference,
             status: FoundStatus::Failed { code, message },
@@ -87,19 +153,28 @@ pub fn decide(
         } => Decision::Poll(format!(
             "{reference} is {processor_status} at the processor"
         )),
-        LookupOutcome::NotFound { .. } if window_open => Decision::RetrySameKey,
-        LookupOutcome::NotFound { consistent: true } if config.resubmit_after_window => {
-            Decision::Resubmit
-        }
-        LookupOutcome::NotFound { consistent } => Decision::Escalate(format!(
-            "not found at the processor ({} lookup) and the key's retention window has closed; \
-             a new submission could pay twice",
-            if consistent {
-                "consistent"
+        LookupOutcome::NotFound { consistent } => {
+            // A lagging lookup's "not found" proves nothing, whatever one answer says.
+            let proof = consistent
+                && contract.lookups.finding(op.external_ref.is_some())
+                    == Some(Consistency::ReadAfterWrite);
+            if window_open && (contract.retry_replays() || proof) {
+                Decision::RetrySameKey
+            } else if !window_open && proof && config.resubmit_after_window {
+                Decision::Resubmit
             } else {
-                "eventually consistent"
+                Decision::Escalate(format!(
+                    "not found at the processor ({} lookup) and {}; a new submission could pay \
+                     twice",
+                    if proof {
+                        "consistent"
+                    } else {
+                        "eventually consistent"
+                    },
+                    why_no_retry(contract, window_open)
+                ))
             }
-        )),
+        }
         LookupOutcome::RateLimited { reason } => {
             Decision::Defer(format!("lookup rate limited: {reason}"))
         }
@@ -119,10 +194,49 @@ pub fn decide(
     }
 }
 
+/// Why a retry with the key is not safe under `contract` (for an escalation's reason).
+fn why_no_retry(contract: &Contract, window_open: bool) -> String {
+    if !contract.idempotent() {
+        format!("{} has no idempotent submission", contract.processor)
+    } else if contract.key_retention.is_none() {
+        format!(
+            "{} documents no single key retention to count on",
+            contract.processor
+        )
+    } else if !window_open {
+        "the key's retention window has closed".to_string()
+    } else {
+        format!(
+            "{} saves only 2xx answers under the key: a retry of a request that executed would \
+             execute again",
+            contract.processor
+        )
+    }
+}
+
 impl Reconciler {
-    /// [`decide`] under this reconciler's processor contract and policy.
-    pub fn decide(&self, op: &Operation, lookup: LookupOutcome, now: Timestamp) -> Decision {
-        decide(op, lookup, now, self.processor.contract(), &self.config)
+    /// [`decide`] under this reconciler's processor contract and policy, with the facts of a
+    /// found payment read by the adapter.
+    pub fn decide(
+        &self,
+        op: &Operation,
+        lookup: Option<LookupOutcome>,
+        now: Timestamp,
+    ) -> Decision {
+        let found = match &lookup {
+            Some(LookupOutcome::Found {
+                reference,
+                status: FoundStatus::Succeeded { result },
+            }) => self.processor.facts(reference, result),
+            _ => None,
+        };
+        let case = Case {
+            op,
+            lookup,
+            found,
+            now,
+        };
+        decide(case, self.processor.contract(), &self.config)
     }
 
     /// Unknown outcomes whose check is due, one page: looked up and written, up to `concurrency`
@@ -277,42 +391,38 @@ impl Reconciler {
     }
 
     /// Asks the processor about `op` (a payment or a refund, as its kind says), drawing from the
-    /// fleet's read budget apart from submissions: no permit in time defers the check.
-    async fn look_up(&self, op: &Operation) -> LookupOutcome {
-        if self.processor.contract().lookup == LookupSupport::None {
-            return LookupOutcome::NotFound { consistent: false };
+    /// fleet's read budget apart from submissions: no permit in time defers the check. `None`: not
+    /// asked, the contract has no lookup that can find it.
+    async fn look_up(&self, op: &Operation) -> Option<LookupOutcome> {
+        if !can_look_up(op, self.processor.contract()) {
+            return None;
         }
         let created_after = op
             .first_submitted_at_ms
             .unwrap_or(op.created_at_ms)
             .saturating_sub_span(self.config.lookup_skew);
         let limiter = self.config.retry.limiter.as_ref();
-        match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
-            Ok(_) => {
-                let found = operation::lookup(self.processor.as_ref(), op, created_after).await;
-                if matches!(found, LookupOutcome::RateLimited { .. }) {
-                    self.metrics.lookups_rate_limited.inc();
+        Some(
+            match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
+                Ok(_) => {
+                    let found = operation::lookup(self.processor.as_ref(), op, created_after).await;
+                    if matches!(found, LookupOutcome::RateLimited { .. }) {
+                        self.metrics.lookups_rate_limited.inc();
+                    }
+                    found
                 }
-                found
-            }
-            Err(denied) => LookupOutcome::RateLimited {
-                reason: format!("fleet limiter: {denied}"),
+                Err(denied) => LookupOutcome::RateLimited {
+                    reason: format!("fleet limiter: {denied}"),
+                },
             },
-        }
+        )
     }
 
     /// The decision ([`decide`]), with evidence before trust for lookups too: a found payment or
     /// refund is applied only if it is the approved one (see `evidence::differences`); otherwise a
     /// human sees both facts.
-    fn plan(&self, op: &Operation, lookup: LookupOutcome, now: Timestamp) -> Decision {
-        let decision = self.decide(op, lookup, now);
-        if let Decision::Record(Report::Succeeded(Paid { reference, result })) = &decision
-            && let Some(object) = self.processor.facts(reference, result)
-            && let Some(checked @ Report::Mismatch { .. }) = crate::evidence::report_of(op, &object)
-        {
-            return Decision::Record(checked);
-        }
-        decision
+    fn plan(&self, op: &Operation, lookup: Option<LookupOutcome>, now: Timestamp) -> Decision {
+        self.decide(op, lookup, now)
     }
 
     /// Writes one decision, fenced; what it did, for the tally.
@@ -392,6 +502,9 @@ impl Reconciler {
         let why = if resubmit {
             "resubmit after the key's retention window: a consistent lookup found no payment \
              and policy allows it"
+        } else if !can_look_up(op, self.processor.contract()) {
+            "no lookup can find it and the processor still remembers the key: retry with the same \
+             key (the processor answers what the first request did)"
         } else {
             "not found at the processor while it still remembers the key: retry with the same key"
         };
@@ -454,6 +567,7 @@ mod tests {
     use super::*;
     use payonce_shared::details::{Details, RawDetails};
     use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+    use payonce_shared::processor::contract;
 
     const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -501,50 +615,27 @@ mod tests {
         }
     }
 
-    fn contract(retention: Option<Duration>, lookup: LookupSupport) -> Contract {
-        Contract {
-            name: "test",
-            honours_idempotency_keys: true,
-            key_retention: retention,
-            lookup,
+    /// The facts of a paid object for `op`, with `amount` as the processor holds it.
+    fn paid_object(op: &Operation, amount: i64) -> ProcessorObject {
+        ProcessorObject {
+            reference: "pi_1".into(),
+            amount_minor: Some(amount),
+            currency: Some("usd".into()),
+            customer: Some("cus_123".into()),
+            operation_id: Some(op.id.as_str().to_string()),
+            intention: None,
+            payment_reference: None,
+            status: FoundStatus::Succeeded {
+                result: serde_json::json!({"id": "pi_1"}),
+            },
+            object: serde_json::json!({"id": "pi_1"}),
         }
     }
 
-    /// One row of the decision table: name, lookup, time of the decision, contract, policy, and
-    /// the kind of decision expected.
-    type Row = (
-        &'static str,
-        LookupOutcome,
-        Timestamp,
-        Contract,
-        ReconcilerConfig,
-        &'static str,
-    );
-
-    /// The kind of a decision, for the table.
-    fn kind(d: &Decision) -> &'static str {
-        match d {
-            Decision::Record(Report::Succeeded(_)) => "record succeeded",
-            Decision::Record(Report::Failed(_)) => "record failed",
-            Decision::Record(_) => "record other",
-            Decision::Poll(_) => "poll",
-            Decision::RetrySameKey => "retry same key",
-            Decision::Resubmit => "resubmit",
-            Decision::Escalate(_) => "escalate",
-            Decision::Defer(_) => "defer",
-        }
-    }
-
-    /// What each lookup decides, inside and past the key's 24 h window (with the default 5 min
-    /// margin), with and without the resubmission policy.
-    fn table() -> Vec<Row> {
-        let inside = Timestamp::from_millis(0) + HOUR;
-        let past = Timestamp::from_millis(0) + 24 * HOUR;
-        let stripe = contract(Some(24 * HOUR), LookupSupport::Consistent);
-        let not_found = |consistent| LookupOutcome::NotFound { consistent };
-        let mut allowed = ReconcilerConfig::new("rec");
-        allowed.resubmit_after_window = true;
-        let refused = ReconcilerConfig::new("rec");
+    /// The lookup outcomes of the table's columns, in order: found paid, found paid with another
+    /// amount, found failed, found in progress, not found (read-after-write), not found (lagging),
+    /// rate limited, unavailable. With the facts of the found object.
+    fn lookups(op: &Operation) -> Vec<(LookupOutcome, Option<ProcessorObject>)> {
         let found = |status| LookupOutcome::Found {
             reference: "pi_1".into(),
             status,
@@ -552,98 +643,274 @@ mod tests {
         let paid = FoundStatus::Succeeded {
             result: serde_json::json!({"id": "pi_1"}),
         };
-        let declined = FoundStatus::Failed {
-            code: "card_declined".into(),
-            message: "no".into(),
-        };
-        let pending = FoundStatus::Pending {
-            processor_status: "processing".into(),
-        };
-        let limited = LookupOutcome::RateLimited {
-            reason: "429".into(),
-        };
-        let down = LookupOutcome::Unavailable {
-            reason: "timeout".into(),
-        };
-        let row = |name, lookup, now, config: &ReconcilerConfig, expected| -> Row {
-            (name, lookup, now, stripe.clone(), config.clone(), expected)
-        };
         vec![
-            row(
-                "found succeeded",
-                found(paid),
-                inside,
-                &refused,
-                "record succeeded",
+            (found(paid.clone()), Some(paid_object(op, 2048))),
+            (found(paid), Some(paid_object(op, 3000))),
+            (
+                found(FoundStatus::Failed {
+                    code: "card_declined".into(),
+                    message: "no".into(),
+                }),
+                None,
             ),
-            row(
-                "found failed",
-                found(declined),
-                inside,
-                &refused,
-                "record failed",
+            (
+                found(FoundStatus::Pending {
+                    processor_status: "processing".into(),
+                }),
+                None,
             ),
-            row("found pending", found(pending), inside, &refused, "poll"),
-            row(
-                "not found, window open",
-                not_found(true),
-                inside,
-                &refused,
-                "retry same key",
+            (LookupOutcome::NotFound { consistent: true }, None),
+            (LookupOutcome::NotFound { consistent: false }, None),
+            (
+                LookupOutcome::RateLimited {
+                    reason: "429".into(),
+                },
+                None,
             ),
-            row(
-                "not found, closed, policy on",
-                not_found(true),
-                past,
-                &allowed,
-                "resubmit",
+            (
+                LookupOutcome::Unavailable {
+                    reason: "timeout".into(),
+                },
+                None,
             ),
-            row(
-                "not found, closed, policy off",
-                not_found(true),
-                past,
-                &refused,
-                "escalate",
-            ),
-            row(
-                "not found, closed, lagging lookup",
-                not_found(false),
-                past,
-                &allowed,
-                "escalate",
-            ),
-            row("rate limited", limited, inside, &refused, "defer"),
-            row("unavailable", down, inside, &refused, "defer"),
         ]
     }
 
-    #[test]
-    fn every_lookup_outcome_decides_as_the_table_says() {
-        let op = unknown_since(0);
-        for (name, lookup, now, contract, config, expected) in table() {
-            let decision = decide(&op, lookup, now, &contract, &config);
-            assert_eq!(kind(&decision), expected, "{name}: {decision:?}");
+    /// One letter per decision: S(ucceeded), M(ismatch), F(ailed), P(oll), r(etry same key),
+    /// R(esubmit), E(scalate), D(efer).
+    fn letter(d: &Decision) -> char {
+        match d {
+            Decision::Record(Report::Succeeded(_)) => 'S',
+            Decision::Record(Report::Mismatch { .. }) => 'M',
+            Decision::Record(Report::Failed(_)) => 'F',
+            Decision::Poll(_) => 'P',
+            Decision::RetrySameKey => 'r',
+            Decision::Resubmit => 'R',
+            Decision::Escalate(_) => 'E',
+            Decision::Defer(_) => 'D',
         }
-        let refused = ReconcilerConfig::new("rec");
-        let stripe = contract(Some(24 * HOUR), LookupSupport::Consistent);
-        let not_found = LookupOutcome::NotFound { consistent: true };
-        // Within the margin of the window's end, a retry could land after the processor forgot
-        // the key: closed.
-        let near_end = Timestamp::from_millis(0) + (24 * HOUR - Duration::from_secs(60));
-        assert_eq!(
-            decide(&op, not_found.clone(), near_end, &stripe, &refused),
-            Decision::Escalate(
-                "not found at the processor (consistent lookup) and the key's retention window has \
-                 closed; a new submission could pay twice"
-                    .into()
-            )
+    }
+
+    /// A processor with neither idempotent submission nor a lookup.
+    const UNKEYED: Contract = Contract {
+        name: "unkeyed",
+        processor: "a processor without keys or lookups",
+        key: None,
+        lookups: payonce_shared::processor::contract::Lookups::NONE,
+        ..contract::STRIPE
+    };
+
+    /// The three ages of the table, from the first submission: young (a minute), near the edge of
+    /// the retention (inside the margin), past it (a minute after). Without a documented retention,
+    /// measured against a day.
+    fn ages(c: &Contract, margin: Duration) -> [Duration; 3] {
+        let retention = c.key_retention.unwrap_or(contract::DAY);
+        [
+            Duration::from_secs(60),
+            retention - margin / 2,
+            retention + Duration::from_secs(60),
+        ]
+    }
+
+    /// The decisions of one row: per lookup column, its three ages.
+    fn row(c: &Contract, with_reference: bool, config: &ReconcilerConfig) -> String {
+        let mut op = unknown_since(0);
+        if with_reference {
+            op.external_ref = Some("pi_1".into());
+        }
+        let asked = can_look_up(&op, c);
+        let mut groups = Vec::new();
+        for (lookup, found) in lookups(&op) {
+            let mut group = String::new();
+            for age in ages(c, config.retention_margin) {
+                let case = Case {
+                    op: &op,
+                    lookup: asked.then(|| lookup.clone()),
+                    found: found.clone(),
+                    now: Timestamp::from_millis(0) + age,
+                };
+                group.push(letter(&decide(case, c, config)));
+            }
+            groups.push(group);
+        }
+        groups.join(" ")
+    }
+
+    /// Every contract, with and without a stored reference, under the default policy (no
+    /// resubmission after the window): columns as [`lookups`], letters as [`letter`], three ages
+    /// each as [`ages`].
+    #[test]
+    fn every_contract_decides_as_the_table_says() {
+        let stripe_like = "SSS MMM FFF PPP rEE rEE DDD DDD";
+        let not_asked_replays = "rEE rEE rEE rEE rEE rEE rEE rEE";
+        let not_asked_human = "EEE EEE EEE EEE EEE EEE EEE EEE";
+        let table: [(&Contract, bool, &str); 22] = [
+            (&contract::STRIPE, false, stripe_like),
+            (&contract::STRIPE, true, stripe_like),
+            // No lookup: a retry while Adyen remembers the key replays its result; then a human.
+            (&contract::ADYEN_CHECKOUT, false, not_asked_replays),
+            (&contract::ADYEN_CHECKOUT, true, not_asked_replays),
+            // Only 2xx saved and no reference to retrieve: a retry could execute twice.
+            (&contract::CHECKOUT_COM, false, not_asked_human),
+            (
+                &contract::CHECKOUT_COM,
+                true,
+                "SSS MMM FFF PPP rEE EEE DDD DDD",
+            ),
+            (&contract::WORLDLINE_DIRECT, false, not_asked_replays),
+            (&contract::WORLDLINE_DIRECT, true, stripe_like),
+            // No retention to count on: never retried with the key.
+            (&contract::PAYPAL_REST, false, not_asked_human),
+            (
+                &contract::PAYPAL_REST,
+                true,
+                "SSS MMM FFF PPP EEE EEE DDD DDD",
+            ),
+            // A lagging list and only successes saved: "not found" proves nothing, a retry could
+            // execute twice.
+            (&contract::QONTO, false, "SSS MMM FFF PPP EEE EEE DDD DDD"),
+            (&contract::QONTO, true, "SSS MMM FFF PPP EEE EEE DDD DDD"),
+            (&contract::SHORT_RETENTION, false, stripe_like),
+            (&contract::SHORT_RETENTION, true, stripe_like),
+            (&contract::REPLAY_ANY_PAYLOAD, false, stripe_like),
+            (&contract::REPLAY_ANY_PAYLOAD, true, stripe_like),
+            (
+                &contract::ONLY_2XX_SAVED,
+                false,
+                "SSS MMM FFF PPP rEE EEE DDD DDD",
+            ),
+            (
+                &contract::ONLY_2XX_SAVED,
+                true,
+                "SSS MMM FFF PPP rEE EEE DDD DDD",
+            ),
+            (&contract::NO_LOOKUP, false, not_asked_replays),
+            (&contract::NO_LOOKUP, true, not_asked_replays),
+            (&UNKEYED, false, not_asked_human),
+            (&UNKEYED, true, not_asked_human),
+        ];
+        let config = ReconcilerConfig::new("rec");
+        let covered: std::collections::HashSet<&str> = table.iter().map(|r| r.0.name).collect();
+        for c in contract::DOCUMENTED.iter().chain(contract::REGISTRY.iter()) {
+            assert!(covered.contains(c.name), "{} is not in the table", c.name);
+        }
+        for (c, with_reference, expected) in table {
+            assert_eq!(
+                row(c, with_reference, &config),
+                expected,
+                "{} (reference: {with_reference})",
+                c.name
+            );
+        }
+    }
+
+    /// With resubmission after the window allowed, only a read-after-write "not found" changes:
+    /// the two not-found columns per contract.
+    #[test]
+    fn the_resubmit_policy_acts_only_on_proof_of_absence_past_the_window() {
+        let mut config = ReconcilerConfig::new("rec");
+        config.resubmit_after_window = true;
+        let table: [(&Contract, bool, &str); 9] = [
+            (&contract::STRIPE, false, "rRR rEE"),
+            (&contract::ADYEN_CHECKOUT, false, "rEE rEE"),
+            (&contract::CHECKOUT_COM, true, "rRR EEE"),
+            (&contract::WORLDLINE_DIRECT, true, "rRR rEE"),
+            (&contract::PAYPAL_REST, true, "RRR EEE"),
+            (&contract::QONTO, false, "EEE EEE"),
+            (&contract::ONLY_2XX_SAVED, false, "rRR EEE"),
+            (&contract::NO_LOOKUP, false, "rEE rEE"),
+            (&UNKEYED, false, "EEE EEE"),
+        ];
+        for (c, with_reference, expected) in table {
+            let all = row(c, with_reference, &config);
+            let not_found: Vec<&str> = all.split(' ').skip(4).take(2).collect();
+            assert_eq!(not_found.join(" "), expected, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn escalations_say_why_a_retry_is_not_safe() {
+        let config = ReconcilerConfig::new("rec");
+        let op = unknown_since(0);
+        let reason = |c: &Contract, lookup: Option<LookupOutcome>, age: Duration| {
+            let case = Case {
+                op: &op,
+                lookup,
+                found: None,
+                now: Timestamp::from_millis(0) + age,
+            };
+            match decide(case, c, &config) {
+                Decision::Escalate(why) => why,
+                other => panic!("{}: {other:?}", c.name),
+            }
+        };
+        let minute = Duration::from_secs(60);
+        let lagging = Some(LookupOutcome::NotFound { consistent: false });
+        assert!(
+            reason(&contract::ONLY_2XX_SAVED, lagging.clone(), minute)
+                .contains("saves only 2xx answers")
         );
-        // A processor that remembers keys forever keeps the window open.
-        let forever = contract(None, LookupSupport::Consistent);
-        let past = Timestamp::from_millis(0) + 24 * HOUR;
+        assert!(
+            reason(&contract::STRIPE, lagging, contract::DAY)
+                .contains("retention window has closed")
+        );
+        assert!(reason(&contract::PAYPAL_REST, None, minute).contains("no single key retention"));
+        assert!(reason(&UNKEYED, None, minute).contains("no idempotent submission"));
+        assert!(reason(&contract::NO_LOOKUP, None, contract::DAY).contains("offers no lookup"));
+    }
+
+    #[test]
+    fn without_a_lookup_same_key_retries_stop_at_the_limit() {
+        let config = ReconcilerConfig::new("rec");
+        let mut op = unknown_since(0);
+        let decide_at = |op: &Operation| {
+            let case = Case {
+                op,
+                lookup: None,
+                found: None,
+                now: Timestamp::from_millis(60_000),
+            };
+            decide(case, &contract::NO_LOOKUP, &config)
+        };
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX - 1;
+        assert_eq!(decide_at(&op), Decision::RetrySameKey);
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX;
+        match decide_at(&op) {
+            Decision::Escalate(why) => assert!(why.contains("replays what it saved"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // With a lookup, the lookup decides however often the key was sent.
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX * 10;
+        let case = Case {
+            op: &op,
+            lookup: Some(LookupOutcome::NotFound { consistent: true }),
+            found: None,
+            now: Timestamp::from_millis(60_000),
+        };
         assert_eq!(
-            decide(&op, not_found, past, &forever, &refused),
+            decide(case, &contract::STRIPE, &config),
             Decision::RetrySameKey
         );
+    }
+
+    #[test]
+    fn a_short_retention_closes_the_window_on_its_own_clock() {
+        // `short-retention` shortened to 2 s for a test, margin 200 ms: a retry at 1 s, a human
+        // at 1.9 s.
+        let mut config = ReconcilerConfig::new("rec");
+        config.retention_margin = Duration::from_millis(200);
+        let short = contract::SHORT_RETENTION.with_key_retention(Duration::from_secs(2));
+        let op = unknown_since(0);
+        let at = |ms| Case {
+            op: &op,
+            lookup: Some(LookupOutcome::NotFound { consistent: false }),
+            found: None,
+            now: Timestamp::from_millis(ms),
+        };
+        assert_eq!(decide(at(1_000), &short, &config), Decision::RetrySameKey);
+        assert!(matches!(
+            decide(at(1_900), &short, &config),
+            Decision::Escalate(_)
+        ));
     }
 }

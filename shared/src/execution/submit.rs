@@ -55,6 +55,11 @@ pub(super) async fn submit_claimed(ex: &Execution<'_>, op: &Operation) -> Record
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");
     let now = ex.clock.now();
+    if let Some(reason) = contradicts_approval(ex.processor, op, &outcome) {
+        tracing::error!(operation = %op.id, alert = "answer_contradicts_approval", %reason,
+            "the processor answered with a payment that is not the approved one; it needs attention");
+        return Recorded::NeedsAttention { reason };
+    }
     reachability::process().observe(&outcome, now);
     // Nothing reached the processor: the payment waits with backoff while its approval holds,
     // then goes to a human with that reason (never counted as a failed attempt meanwhile).
@@ -63,6 +68,70 @@ pub(super) async fn submit_claimed(ex: &Execution<'_>, op: &Operation) -> Record
         return reachability::while_unreachable(reason, op.approval_expires_at_ms, now, delay);
     }
     ex.policy.to_recorded(outcome, op.attempt, now)
+}
+
+/// Why a success answer is not the approved payment or refund, if it is not: its amount, its
+/// currency, or whose it is (the intention in its metadata, else the operation id) differ.
+/// payonce's key changes with the details, so only a processor that answers a key with its first
+/// outcome whatever the payload (Worldline, Qonto, PayPal: `OtherPayload::ReplaysFirst`) meeting a
+/// key collision, or a bug, could bring one; no contract is trusted to refuse it, so every success
+/// answer is checked, and a contradiction goes to a human with both facts instead of being
+/// recorded as paid.
+fn contradicts_approval(
+    processor: &dyn Processor,
+    op: &Operation,
+    outcome: &SubmitOutcome,
+) -> Option<String> {
+    let SubmitOutcome::Succeeded {
+        reference, result, ..
+    } = outcome
+    else {
+        return None;
+    };
+    let object = processor.facts(reference, result)?;
+    let money = op.details.money();
+    let mut diffs = Vec::new();
+    if object.amount_minor != Some(money.amount_minor()) {
+        diffs.push(format!(
+            "amount {:?} answered, {} approved",
+            object.amount_minor,
+            money.amount_minor()
+        ));
+    }
+    if object.currency.as_deref() != Some(money.currency().code()) {
+        diffs.push(format!(
+            "currency {:?} answered, {} approved",
+            object.currency,
+            money.currency().code()
+        ));
+    }
+    let owner_differs = match &object.intention {
+        Some(intention) => !intention.is_of(op),
+        None => object.operation_id.as_deref() != Some(op.id.as_str()),
+    };
+    if owner_differs {
+        diffs.push(format!(
+            "it belongs to operation {:?} (business key {:?})",
+            object.operation_id,
+            object.intention.as_ref().map(|i| i.business_key.as_str())
+        ));
+    }
+    if diffs.is_empty() {
+        return None;
+    }
+    let contract = processor.contract();
+    let replays = contract.other_payload == crate::processor::contract::OtherPayload::ReplaysFirst;
+    Some(format!(
+        "the processor answered {reference} that is not this operation's: {} (the {} contract{}); \
+         nothing is recorded as paid",
+        diffs.join("; "),
+        contract.name,
+        if replays {
+            " answers a key with its first outcome whatever the payload"
+        } else {
+            ""
+        },
+    ))
 }
 
 /// Submits like [`submit`], paced by the fleet limiter: waits for a write permit before each

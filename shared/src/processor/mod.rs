@@ -3,6 +3,7 @@
 //! An adapter never decides the operation's state; it reports one of four outcomes and the worker
 //! and reconciler apply them through the state machine.
 
+pub mod contract;
 pub mod operation;
 pub mod reachability;
 pub mod stripe;
@@ -13,7 +14,8 @@ use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::money::Money;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+
+pub use contract::Contract;
 
 /// What a submission asks the processor to do. Everything comes from the ledger record.
 #[derive(Debug, Clone)]
@@ -269,30 +271,6 @@ pub enum Retrieved {
         /// Why.
         reason: String,
     },
-}
-
-/// How an adapter can find a past submission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LookupSupport {
-    /// No lookup: unknown outcomes go to a human.
-    None,
-    /// Lookup reflects every committed write at once. (A lookup that may lag reports it per answer:
-    /// `LookupOutcome::NotFound { consistent: false }`.)
-    Consistent,
-}
-
-/// What an adapter promises; the reconciler's decisions depend on it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Contract {
-    /// Adapter name, e.g. `stripe`.
-    pub name: &'static str,
-    /// Whether the processor deduplicates by idempotency key.
-    pub honours_idempotency_keys: bool,
-    /// How long the processor remembers a key (Stripe: 24 h). `None` with keys honoured means forever.
-    pub key_retention: Option<Duration>,
-    /// How past submissions can be found.
-    pub lookup: LookupSupport,
 }
 
 /// One page of a scan of the processor's recent payments: money the ledger may not know about

@@ -8,10 +8,12 @@
 //! - `refund`: refunds (`POST /v1/refunds`), their lookups, classification and facts.
 //! - [`webhook`]: `Stripe-Signature` verification and event parsing (pure; storing is [`crate::webhooks`]).
 //!
-//! Contract: honours idempotency keys, remembers them 24 hours, lookup is read-after-write consistent
-//! (retrieve and list are; search is not, and is used only by the check before a first submission,
-//! for payments older than the key's retention, which search has long indexed), and replays stored
-//! error responses.
+//! Contract: Stripe's ([`contract::STRIPE`]): honours idempotency keys, remembers them 24 hours,
+//! lookup is read-after-write consistent (retrieve and list are; search is not, and is used only by
+//! the check before a first submission, for payments older than the key's retention, which search
+//! has long indexed), and replays stored error responses. Pointed at the simulator, the adapter
+//! declares the contract the simulator runs ([`StripeProcessor::with_contract`]); a lookup the
+//! contract does not offer is reported unavailable without a request.
 
 mod classify;
 mod lookup;
@@ -26,9 +28,9 @@ pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_ref
 
 use crate::id::IdempotencyKey;
 use crate::processor::{
-    CardLookup, Contract, LookupOutcome, LookupQuery, LookupSupport, Processor, ProcessorObject,
+    CardLookup, Contract, LookupOutcome, LookupQuery, PriorPayment, Processor, ProcessorObject,
     RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome,
-    SubmitRequest,
+    SubmitRequest, contract,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -36,7 +38,7 @@ use std::time::Duration;
 /// The Stripe API version every request pins (the version the reference material was generated against).
 pub const STRIPE_VERSION: &str = "2026-10-28.endive";
 /// Stripe's idempotency-key retention.
-pub const STRIPE_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+pub const STRIPE_KEY_RETENTION: Duration = contract::DAY;
 /// Default TCP + TLS connect timeout.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 /// Default total timeout of one request (Stripe's own libraries use 80 s; payments here are single calls).
@@ -158,23 +160,43 @@ impl StripeProcessor {
             (true, false) => builder,
         };
         let client = builder.build()?;
-        let contract = Contract {
-            name: "stripe",
-            honours_idempotency_keys: true,
-            key_retention: Some(STRIPE_KEY_RETENTION),
-            lookup: LookupSupport::Consistent,
-        };
         Ok(StripeProcessor {
             client,
             config,
-            contract,
+            contract: contract::STRIPE,
         })
+    }
+
+    /// Declares the contract of the simulator this adapter talks to (one on Stripe's wire);
+    /// refused for another wire's, or one whose keys payonce's would not fit.
+    pub fn with_contract(mut self, contract: Contract) -> Result<Self, StripeError> {
+        if contract.wire != "stripe" {
+            return Err(StripeError::Config(format!(
+                "contract {} is not on Stripe's wire ({})",
+                contract.name, contract.wire
+            )));
+        }
+        if let Some(why) = contract.refuses_key_len(crate::intention::INTENTION_KEY_LEN) {
+            return Err(StripeError::Config(why));
+        }
+        self.contract = contract;
+        Ok(self)
     }
 
     /// Declares a different key retention, for a simulator configured with a short one. Stripe itself is 24 h.
     pub fn with_key_retention(mut self, retention: Duration) -> Self {
-        self.contract.key_retention = Some(retention);
+        self.contract = self.contract.with_key_retention(retention);
         self
+    }
+
+    /// Why the declared contract cannot find `what` (a lookup it does not offer), if it cannot.
+    fn lookup_refused(&self, offered: bool, what: &str) -> Option<String> {
+        (!offered).then(|| {
+            format!(
+                "the {} contract offers no {what}: payonce does not ask",
+                self.contract.name
+            )
+        })
     }
 
     fn request(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
@@ -301,14 +323,30 @@ impl Processor for StripeProcessor {
     }
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
+        let offered = self
+            .contract
+            .lookups
+            .finding(query.reference.is_some())
+            .is_some();
+        if let Some(reason) = self.lookup_refused(offered, "lookup that finds this payment") {
+            return LookupOutcome::Unavailable { reason };
+        }
         lookup::run(self, query).await
     }
 
     async fn recent_payments(&self, query: &RecentQuery<'_>) -> RecentPage {
+        let offered = self.contract.lookups.list.is_some();
+        if let Some(reason) = self.lookup_refused(offered, "list of payments") {
+            return RecentPage::Unavailable { reason };
+        }
         scan::page(self, scan::Listing::Payments, query).await
     }
 
     async fn recent_refunds(&self, query: &RecentQuery<'_>) -> RecentPage {
+        let offered = self.contract.lookups.list.is_some();
+        if let Some(reason) = self.lookup_refused(offered, "list of refunds") {
+            return RecentPage::Unavailable { reason };
+        }
         scan::page(self, scan::Listing::Refunds, query).await
     }
 
@@ -316,7 +354,11 @@ impl Processor for StripeProcessor {
         &self,
         tenant: &crate::id::TenantId,
         business_key: &crate::id::BusinessKey,
-    ) -> crate::processor::PriorPayment {
+    ) -> PriorPayment {
+        let offered = self.contract.lookups.search.is_some();
+        if let Some(reason) = self.lookup_refused(offered, "search") {
+            return PriorPayment::Unavailable { reason };
+        }
         scan::prior_payment(self, tenant, business_key).await
     }
 
@@ -325,6 +367,15 @@ impl Processor for StripeProcessor {
     }
 
     async fn lookup_refund(&self, query: &RefundLookupQuery<'_>) -> LookupOutcome {
+        // A refund is found by listing its payment's refunds, or retrieved by its reference.
+        let offered = self
+            .contract
+            .lookups
+            .finding(query.reference.is_some())
+            .is_some();
+        if let Some(reason) = self.lookup_refused(offered, "lookup that finds this refund") {
+            return LookupOutcome::Unavailable { reason };
+        }
         refund::lookup(self, query).await
     }
 
@@ -341,6 +392,9 @@ impl Processor for StripeProcessor {
     }
 
     async fn retrieve(&self, reference: &str) -> Retrieved {
+        if let Some(reason) = self.lookup_refused(self.contract.lookups.by_id, "retrieve by id") {
+            return Retrieved::Unavailable { reason };
+        }
         // Stripe's ids carry their object's kind: `re_` is a Refund, everything else a PaymentIntent.
         if reference.starts_with("re_") {
             refund::retrieve(self, reference).await
@@ -361,7 +415,7 @@ mod tests {
         let p = StripeProcessor::new(ok).unwrap();
         assert_eq!(p.config.api_base, "http://127.0.0.1:1");
         assert_eq!(p.contract().key_retention, Some(STRIPE_KEY_RETENTION));
-        assert_eq!(p.contract().lookup, LookupSupport::Consistent);
+        assert_eq!(*p.contract(), contract::STRIPE);
         assert!(StripeProcessor::new(StripeConfig::new("ftp://x", "sk")).is_err());
         assert!(StripeProcessor::new(StripeConfig::new("http://x", "")).is_err());
         let mut zero = StripeConfig::new("http://x", "sk");
