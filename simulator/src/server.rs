@@ -81,6 +81,19 @@ impl Simulator {
                 "webhook_secret must start with whsec_".into(),
             ));
         }
+        if config.wire == crate::config::Wire::Adyen {
+            let adyen = &config.adyen;
+            if adyen.api_key.is_empty() || adyen.merchant_account.is_empty() {
+                return Err(SimulatorError::Config(
+                    "the Adyen API key and merchant account must not be empty".into(),
+                ));
+            }
+            if adyen.hmac_key_hex.is_empty() || hex::decode(&adyen.hmac_key_hex).is_err() {
+                return Err(SimulatorError::Config(
+                    "the Adyen HMAC key must be non-empty hex".into(),
+                ));
+            }
+        }
         config
             .rate_limits
             .validate()
