@@ -126,12 +126,12 @@ fn bounded(field: &'static str, value: &str, min: usize, max: usize) -> Result<(
 fn metadata(entries: &[(&'static str, &str)]) -> Result<Value, WireError> {
     debug_assert!(entries.len() <= METADATA_ENTRIES_MAX);
     let mut map = Map::new();
-    for (key, value) in entries {
+    for &(key, value) in entries {
         let len = value.chars().count();
         if len > METADATA_VALUE_LEN_MAX {
-            return Err(WireError::MetadataTooLong { key: *key, len });
+            return Err(WireError::MetadataTooLong { key, len });
         }
-        map.insert((*key).to_string(), Value::String((*value).to_string()));
+        map.insert(key.to_string(), Value::String(value.to_string()));
     }
     Ok(Value::Object(map))
 }
