@@ -768,3 +768,53 @@ async fn a_key_longer_than_adyens_64_characters_is_never_sent() {
     );
     s.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_simulator_refuses_keys_over_64_characters_and_unknown_fields() {
+    let s = adyen_sim().await;
+    let op = Op::new("pm_card_visa");
+    let body = payonce_shared::processor::adyen::wire::payment_body(
+        &op.request(),
+        ADYEN_MERCHANT_ACCOUNT_DEFAULT,
+        payonce_shared::processor::adyen::RETURN_URL_DEFAULT,
+    )
+    .unwrap();
+    let post = |key: String, body: Value| {
+        let http = s.http.clone();
+        let url = format!("{}/v71/payments", s.base);
+        async move {
+            let r = http
+                .post(url)
+                .header("x-api-key", ADYEN_API_KEY_DEFAULT)
+                .header("idempotency-key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, error) = post("k".repeat(65), body.clone()).await;
+    assert_eq!(
+        (status, error["errorType"].as_str()),
+        (422, Some("validation")),
+        "{error}"
+    );
+    let mut unknown = body.clone();
+    unknown["captureDelayHours"] = json!(0);
+    let (status, error) = post("k".repeat(64), unknown).await;
+    assert_eq!(
+        (status, error["errorCode"].as_str()),
+        (400, Some("702")),
+        "{error}"
+    );
+    assert!(s.payments().await.is_empty(), "nothing executed");
+    // At 64 characters, the payment runs.
+    let (status, paid) = post("k".repeat(64), body).await;
+    assert_eq!(
+        (status, paid["resultCode"].as_str()),
+        (200, Some("Authorised")),
+        "{paid}"
+    );
+    s.sim.shutdown().await;
+}

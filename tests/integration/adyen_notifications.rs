@@ -486,3 +486,120 @@ async fn contradicting_notifications_send_the_operation_to_a_human() {
     );
     s.sim.shutdown().await;
 }
+
+/// A signed REFUND item: `psp` refunds `original` by the refund operation `reference`.
+fn refund_item(psp: &str, original: &str, reference: &str, amount: i64, success: bool) -> Value {
+    let mut refund = item(psp, reference, amount, success, None);
+    refund["eventCode"] = json!("REFUND");
+    refund["originalReference"] = json!(original);
+    refund.as_object_mut().unwrap().remove("paymentMethod");
+    let parsed: NotificationItem = serde_json::from_value(refund.clone()).unwrap();
+    refund["additionalData"]["hmacSignature"] =
+        json!(sign(&decode_key(ADYEN_HMAC_KEY).unwrap(), &parsed));
+    refund
+}
+
+#[tokio::test]
+async fn a_refund_notification_settles_the_received_refund_and_one_of_another_payment_does_not() {
+    use crate::support::refunds::{create_refund, settle_refund, succeeded_payment};
+    let ledger = sqlite_ledger().await;
+    let s = adyen_sim().await;
+    let rec = reconciler(&ledger, Arc::new(adapter(&s.base)));
+    let payment = succeeded_payment(&ledger, "INV-ADY-R1", 2048, now()).await;
+    let original = payment.external_ref.clone().unwrap();
+    let received = |reference: &str| Recorded::Unknown {
+        reason: "refund received".into(),
+        reference: Some(reference.to_string()),
+        next_check_at_ms: now() + Duration::from_secs(3600),
+    };
+    let refund = create_refund(&ledger, &payment, "refund:ady:1", 500, now())
+        .await
+        .unwrap()
+        .operation;
+    let refund = settle_refund(&ledger, &refund, received("RFDADYEN00000001")).await;
+    assert_eq!(refund.status, Status::Unknown);
+    deliver(
+        &ledger,
+        vec![refund_item(
+            "RFDADYEN00000001",
+            &original,
+            refund.id.as_str(),
+            500,
+            true,
+        )],
+    )
+    .await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(pass.applied, 1, "{pass:?}");
+    let settled = ledger.get(&tenant(), &refund.id).await.unwrap();
+    assert_eq!(settled.status, Status::Succeeded);
+    assert_eq!(settled.external_ref.as_deref(), Some("RFDADYEN00000001"));
+
+    // A REFUND naming another payment than the one this refund gives money back from.
+    let other = create_refund(&ledger, &payment, "refund:ady:2", 300, now())
+        .await
+        .unwrap()
+        .operation;
+    let other = settle_refund(&ledger, &other, received("RFDADYEN00000002")).await;
+    deliver(
+        &ledger,
+        vec![refund_item(
+            "RFDADYEN00000002",
+            "SOMEOTHERPAYMENT",
+            other.id.as_str(),
+            300,
+            true,
+        )],
+    )
+    .await;
+    let pass = rec.check_hints_once().await.unwrap();
+    assert_eq!(pass.mismatched, 1, "{pass:?}");
+    assert_eq!(
+        ledger.get(&tenant(), &other.id).await.unwrap().status,
+        Status::NeedsAttention
+    );
+    s.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn notification_limits_refuse_with_nothing_stored() {
+    let ledger = sqlite_ledger().await;
+    let api = spawn(ledger.clone()).await;
+    let url = format!("{}/v1/webhooks/adyen", api.base);
+    let op = api.create_ready("INV-ADY-LIMIT").await;
+    let id = op["id"].as_str().unwrap();
+    let items = |n: usize| {
+        notification(
+            (0..n)
+                .map(|i| item(&format!("PSP{i:013}"), id, 2048, true, Some(ADYEN_HMAC_KEY)))
+                .collect(),
+        )
+    };
+    // More items than ITEMS_MAX, each one signed: refused, nothing stored.
+    let max = payonce_shared::processor::adyen::webhook::ITEMS_MAX;
+    let r = api
+        .http
+        .post(&url)
+        .body(items(max + 1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(stored_adyen_events(&ledger).await.is_empty());
+    // ITEMS_MAX: accepted, each stored once.
+    let r = api.http.post(&url).body(items(max)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(stored_adyen_events(&ledger).await.len(), max);
+    // A body over the limit: 413 before anything is read.
+    let limit = payonce_api::webhooks::ADYEN_BODY_LIMIT_BYTES;
+    let r = api
+        .http
+        .post(&url)
+        .body(vec![b' '; limit + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(stored_adyen_events(&ledger).await.len(), max);
+    api.stop().await;
+}
