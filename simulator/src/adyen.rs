@@ -607,7 +607,9 @@ pub(crate) async fn payments(
     let (result_code, status) = match (&outcome, refusal) {
         (_, Some(_)) => ("Refused", "requires_payment_method"),
         (CardOutcome::RequiresAction(_), None) => ("RedirectShopper", "requires_action"),
-        _ => ("Authorised", "succeeded"),
+        // Authorised later: the AUTHORISATION notification says so `processing_settle` after.
+        (CardOutcome::Processing, None) => ("Received", "processing"),
+        (CardOutcome::Succeeded | CardOutcome::Declined(_), None) => ("Authorised", "succeeded"),
     };
     let authorised = result_code == "Authorised";
     let row = PaymentRow {
@@ -618,7 +620,8 @@ pub(crate) async fn payments(
         amount: value,
         currency: currency.clone(),
         customer: Some(shopper),
-        description: None,
+        // Adyen's `reference` (a settling payment's notification names it).
+        description: Some(reference.clone()),
         payment_method: Some(method),
         status: status.to_string(),
         metadata: Value::Object(metadata).to_string(),
@@ -631,7 +634,8 @@ pub(crate) async fn payments(
         client_secret: ADYEN_ROW.to_string(),
         idempotency_key: ctx.key.clone(),
         request_id: ctx.request_id.clone(),
-        settle_at_ms: None,
+        settle_at_ms: (status == "processing")
+            .then(|| ctx.now_ms + app.config.processing_settle.as_millis() as i64),
     };
     let upper = currency.to_ascii_uppercase();
     let mut answer = json!({
@@ -644,8 +648,9 @@ pub(crate) async fn payments(
         answer["refusalReason"] = json!(reason);
         answer["refusalReasonCode"] = json!(code);
     }
-    // Adyen notifies refused authorisations too (success false); a redirect is not an authorisation yet.
-    let events = if result_code == "RedirectShopper" {
+    // Adyen notifies refused authorisations too (success false); a redirect is not an authorisation
+    // yet, and a received payment is notified when it settles.
+    let events = if matches!(result_code, "RedirectShopper" | "Received") {
         Vec::new()
     } else {
         vec![notification(
@@ -699,6 +704,24 @@ pub(crate) async fn payments(
     }
     app.webhook_wake.notify_one();
     ctx.finish(ctx.respond(status, answer))
+}
+
+/// The AUTHORISATION notification of a received payment that settled now (`now_ms`).
+pub(crate) fn settled(app: &Shared, row: &PaymentRow, now_ms: i64) -> NewEvent {
+    notification(
+        app,
+        &Notice {
+            event_code: "AUTHORISATION",
+            psp_reference: &row.id,
+            original_reference: None,
+            merchant_reference: row.description.as_deref().unwrap_or(""),
+            value: row.amount,
+            currency: &row.currency.to_ascii_uppercase(),
+            success: true,
+            reason: None,
+        },
+        now_ms,
+    )
 }
 
 /// `POST /v71/payments/{pspReference}/refunds`: answered `201 received`; the REFUND notification

@@ -603,3 +603,77 @@ async fn notification_limits_refuse_with_nothing_stored() {
     assert_eq!(stored_adyen_events(&ledger).await.len(), max);
     api.stop().await;
 }
+
+#[tokio::test]
+async fn a_received_payment_is_settled_by_its_notification_end_to_end() {
+    let ledger = sqlite_ledger().await;
+    let api = spawn(ledger.clone()).await;
+    let mut config = SimulatorConfig::adyen();
+    config.adyen.hmac_key_hex = ADYEN_HMAC_KEY.into();
+    config.webhook_url = Some(format!("{}/v1/webhooks/adyen", api.base));
+    config.processing_settle = Duration::from_millis(200);
+    let s = crate::simulator::start(config).await;
+    let p = adapter(&s.base);
+    let rec = reconciler(&ledger, Arc::new(adapter(&s.base)));
+    // The worker's moves: claim, submit once with the stored key, record what Adyen said.
+    let op = ready_operation(&ledger, "INV-ADY-RECEIVED", "pm_card_processing", now()).await;
+    let c = ledger
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(600_000),
+            },
+            1,
+            now(),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, op.id);
+    ledger
+        .mark_submitting(&[Fence::of(&c)], now())
+        .await
+        .unwrap();
+    let outcome = payonce_shared::processor::operation::submit(&p, &c).await;
+    let SubmitOutcome::Unknown {
+        reference: Some(psp),
+        reason,
+    } = &outcome
+    else {
+        panic!("a received payment is unknown with its reference: {outcome:?}")
+    };
+    assert!(reason.contains("Received"), "{reason}");
+    ledger
+        .record(
+            &recording(
+                &Fence::of(&c),
+                &Recorded::Unknown {
+                    reason: reason.clone(),
+                    reference: Some(psp.clone()),
+                    next_check_at_ms: now() + Duration::from_secs(3600),
+                },
+                "w",
+            ),
+            now(),
+        )
+        .await
+        .unwrap();
+    // The simulator settles it, signs the AUTHORISATION, the api stores it, the reconciler applies it.
+    let settled = wait_for(
+        "the notification to settle the payment",
+        crate::simulator::DEADLINE,
+        || async {
+            rec.check_hints_once().await.unwrap();
+            let op = ledger.get(&tenant(), &op.id).await.unwrap();
+            (op.status == Status::Succeeded).then_some(op)
+        },
+    )
+    .await;
+    assert_eq!(settled.external_ref.as_deref(), Some(psp.as_str()));
+    assert_eq!(
+        s.payments_with_key(op.idempotency_key.as_str()).await.len(),
+        1
+    );
+    s.sim.shutdown().await;
+    api.stop().await;
+}
