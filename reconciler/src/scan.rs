@@ -107,6 +107,15 @@ pub async fn scan(
     now: Timestamp,
 ) -> Result<ScanReport, LedgerError> {
     let mut report = ScanReport::default();
+    // An adapter that cannot look a payment up cannot list the account's payments either (Adyen has
+    // neither): nothing to walk, and nothing to warn about every interval.
+    if processor.contract().lookup == payonce_shared::processor::LookupSupport::None {
+        tracing::debug!(
+            processor = processor.contract().name,
+            "processor scan skipped: the adapter has no lookup"
+        );
+        return Ok(report);
+    }
     // Payments first: a lost refund is made again from its payment's row.
     let payments = walk(
         ledger,
