@@ -366,7 +366,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .arg("worker")
         .env("PAYONCE_DATABASE_URL", &db_url)
         .env("PAYONCE_PROCESSOR_URL", &stack.processor_url)
-        .env("PAYONCE_PROCESSOR", &args.processor)
+        .env("PAYONCE_PROCESSOR_KIND", &args.processor)
         .env("PAYONCE_LEASE_TTL_MS", "1500")
         .env("PAYONCE_LEASE_RENEW_MS", "500")
         .env("PAYONCE_SUBMIT_TIMEOUT_MS", "5000")

@@ -56,7 +56,8 @@ pub struct Common {
     pub db_connect_timeout_ms: u64,
     /// Which processor's wire: `stripe` (Stripe's API) or `adyen` (Adyen Checkout v71, HMAC-signed
     /// notifications; no lookup by id: unknown outcomes are resolved by the same key and by notifications).
-    #[arg(long, global = true, env = "PAYONCE_PROCESSOR", default_value = "stripe",
+    // Not `PAYONCE_PROCESSOR`: the serve banner exports that as the simulator's URL.
+    #[arg(long, global = true, env = "PAYONCE_PROCESSOR_KIND", default_value = "stripe",
           value_parser = ["stripe", "adyen"])]
     pub processor: String,
     /// Adyen API key, sent as `X-API-Key` (`processor = adyen`).
