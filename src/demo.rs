@@ -51,8 +51,9 @@ pub struct SimulatorArgs {
         default_value = "sqlite::memory:"
     )]
     pub database: String,
-    /// The processor contract to run (`--list-contracts` names them): Stripe's, or another
-    /// processor's documented behaviour on Stripe's wire.
+    /// The processor contract to run (`--list-contracts` names them): Stripe's, Adyen's (on Adyen's
+    /// wire: `/v71`, `X-API-Key`, HMAC-signed standard notifications), or another processor's
+    /// documented behaviour on Stripe's wire.
     #[arg(long, env = "PAYONCE_SIMULATOR_CONTRACT", default_value = "stripe",
           value_parser = payonce_simulator::Contract::parse)]
     pub contract: payonce_simulator::Contract,
@@ -60,9 +61,32 @@ pub struct SimulatorArgs {
     #[arg(long)]
     pub list_contracts: bool,
     /// Idempotency key retention, seconds (default: the contract's; Stripe: 86400,
-    /// short-retention: 1800, or shorter).
+    /// short-retention: 1800, or shorter; adyen: 31 days).
     #[arg(long, env = "PAYONCE_SIMULATOR_KEY_RETENTION_S")]
     pub key_retention_s: Option<u64>,
+    /// The `X-API-Key` the Adyen wire accepts.
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_ADYEN_API_KEY",
+        default_value = "adyen_test_payonce",
+        hide_env_values = true
+    )]
+    pub adyen_api_key: String,
+    /// The one merchant account the Adyen wire accepts and its notifications name.
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_ADYEN_MERCHANT_ACCOUNT",
+        default_value = "PayonceECOM"
+    )]
+    pub adyen_merchant_account: String,
+    /// The HMAC key (hex) Adyen notifications are signed with (the default is published: a sandbox only).
+    #[arg(
+        long,
+        env = "PAYONCE_SIMULATOR_ADYEN_HMAC_KEY",
+        default_value = payonce_simulator::config::ADYEN_HMAC_KEY_DEFAULT,
+        hide_env_values = true
+    )]
+    pub adyen_hmac_key: String,
     /// Where to deliver signed webhooks.
     #[arg(long, env = "PAYONCE_SIMULATOR_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
@@ -105,6 +129,11 @@ fn parse_rate_limits(raw: &str) -> Result<RateLimits, String> {
 
 impl SimulatorArgs {
     fn config(&self) -> SimulatorConfig {
+        let base = if self.contract == payonce_simulator::Contract::Adyen {
+            SimulatorConfig::adyen()
+        } else {
+            SimulatorConfig::default()
+        };
         SimulatorConfig {
             listen: self.listen,
             database: self.database.clone(),
@@ -113,13 +142,18 @@ impl SimulatorArgs {
                 || self.contract.key_retention_default(),
                 Duration::from_secs,
             ),
+            adyen: payonce_simulator::AdyenSimConfig {
+                api_key: self.adyen_api_key.clone(),
+                merchant_account: self.adyen_merchant_account.clone(),
+                hmac_key_hex: self.adyen_hmac_key.clone(),
+            },
             webhook_url: self.webhook_url.clone(),
             webhook_secret: self.webhook_secret.clone(),
             webhook_duplicates_per_mille: self.webhook_duplicates_per_mille,
             seed: self.seed,
             rate_limits: self.rate_limits.clone(),
             latency: Duration::from_millis(self.latency_ms),
-            ..SimulatorConfig::default()
+            ..base
         }
     }
 }
@@ -143,17 +177,22 @@ pub struct DemoArgs {
     #[arg(long, default_value = "payonce-demo.db")]
     pub database: String,
     /// The processor contract the demo's simulator runs and its adapter declares
-    /// (`payonce simulator --list-contracts`).
+    /// (`payonce simulator --list-contracts`, those on Stripe's wire;
+    /// `--processor adyen` runs Adyen's).
     #[arg(long = "contract", default_value = "stripe",
           value_parser = clap::builder::PossibleValuesParser::new(payonce_shared::processor::contract::names()))]
     pub processor_contract: String,
+    /// The processor wire the built-in simulator speaks and the adapter uses: `stripe` or `adyen`.
+    #[arg(long, default_value = "stripe", value_parser = ["stripe", "adyen"])]
+    pub processor: String,
 }
 
 /// The all-in-one plan the demo runs: built-in defaults (never the environment, so the demo runs the
 /// same everywhere), a fresh SQLite file, free ports, a fast sweep, every webhook delivered twice.
-fn plan(db_url: &str, processor_contract: &str) -> anyhow::Result<Plan> {
+fn plan(db_url: &str, processor: &str, processor_contract: &str) -> anyhow::Result<Plan> {
     let mut common: Common = builtin_defaults()?;
     common.database_url = db_url.to_string();
+    common.processor = processor.to_string();
     common.processor_contract = processor_contract.to_string();
     let mut api: ApiArgs = builtin_defaults()?;
     api.listen = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -205,14 +244,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_file(format!("{}{suffix}", args.database));
     }
     let db_url = format!("sqlite:{}", args.database);
-    let mut stack = Stack::start(plan(&db_url, &args.processor_contract)?).await?;
+    let adyen = args.processor == "adyen";
+    let mut stack = Stack::start(plan(&db_url, &args.processor, &args.processor_contract)?).await?;
     let api_base = stack.api_url.clone();
     let clock = SystemClock;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()?;
     p.done(&format!(
-        "all-in-one stack up: api {api_base}, simulator (Stripe-compatible) {}, ledger {db_url}",
+        "all-in-one stack up: api {api_base}, simulator ({}) {}, ledger {db_url}",
+        if adyen {
+            "Adyen Checkout v71 wire"
+        } else {
+            "Stripe-compatible"
+        },
         stack.processor_url
     ));
 
@@ -341,6 +386,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .arg("worker")
         .env("PAYONCE_DATABASE_URL", &db_url)
         .env("PAYONCE_PROCESSOR_URL", &stack.processor_url)
+        .env("PAYONCE_PROCESSOR_KIND", &args.processor)
         .env("PAYONCE_LEASE_TTL_MS", "1500")
         .env("PAYONCE_LEASE_RENEW_MS", "500")
         .env("PAYONCE_SUBMIT_TIMEOUT_MS", "5000")
@@ -410,12 +456,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         )
         .await?;
     let m = reconciler.metrics();
-    p.detail(&format!(
-        "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resolved by looking the payment up ({})",
-        m.marked_unknown.get(),
-        m.resolved_succeeded.get(),
-        if m.resolved_succeeded.get() > 0 { "no retry, no new key" } else { "a webhook got there first" }
-    ));
+    if adyen {
+        // Adyen has no lookup of a payment by id: the same key within its 31 days replays the result.
+        p.detail(&format!(
+            "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resubmitted with the SAME key (Adyen replayed its saved result: no lookup by id exists, no new key)",
+            m.marked_unknown.get(),
+            m.retried_same_key.get(),
+        ));
+    } else {
+        p.detail(&format!(
+            "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resolved by looking the payment up ({})",
+            m.marked_unknown.get(),
+            m.resolved_succeeded.get(),
+            if m.resolved_succeeded.get() > 0 { "no retry, no new key" } else { "a webhook got there first" }
+        ));
+    }
     p.detail(&format!(
         "the stack's own worker claimed {} operation(s): nothing was left to pay",
         worker.metrics().claimed.get()
@@ -423,7 +478,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     let deliveries = p
         .wait(
-            "the simulator delivers each webhook twice",
+            if adyen { "the simulator delivers each signed Adyen notification twice" } else { "the simulator delivers each webhook twice" },
             until("two webhook deliveries at the api", WEBHOOK_DEADLINE, || async {
                 let page = http.get(format!("{api_base}/metrics")).send().await?.text().await?;
                 let n = sample(&page, "payonce_api_webhook_deliveries_total{result=\"accepted\"}");
@@ -508,19 +563,19 @@ mod tests {
     }
 
     #[test]
-    fn the_simulators_contracts_are_the_registrys_on_stripes_wire() {
+    fn the_simulators_contracts_are_the_registrys_on_stripes_wire_and_adyens() {
+        use payonce_shared::processor::contract::{ADYEN_CHECKOUT, ON_STRIPE_WIRE, by_name};
         let simulator: Vec<&str> = payonce_simulator::CONTRACTS
             .iter()
             .map(|c| c.name())
             .collect();
-        let registry: Vec<&str> = payonce_shared::processor::contract::ON_STRIPE_WIRE
-            .iter()
-            .map(|c| c.name)
-            .collect();
+        let mut registry: Vec<&str> = ON_STRIPE_WIRE.iter().map(|c| c.name).collect();
+        registry.push(ADYEN_CHECKOUT.name);
         assert_eq!(simulator, registry);
         // Each one's default retention is the retention the adapter's contract declares.
         for c in payonce_simulator::CONTRACTS {
-            let declared = payonce_shared::processor::contract::by_name(c.name())
+            let declared = by_name(c.name())
+                .or((c.name() == ADYEN_CHECKOUT.name).then_some(ADYEN_CHECKOUT))
                 .and_then(|d| d.key_retention);
             assert_eq!(declared, Some(c.key_retention_default()), "{c}");
         }

@@ -229,6 +229,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             let ledger = open_existing(&common).await?;
             let mut config = api.config();
             config.key_secret = common.key_secret()?;
+            config.adyen_merchant_account = Some(common.adyen_merchant_account.clone());
             // Only to read a payment method's card for the confirmation page (never to submit): a
             // processor that cannot be set up leaves the page without its card line.
             let processor = common

@@ -83,6 +83,26 @@ fn stopped(stop: &watch::Sender<bool>) -> impl Future<Output = ()> + Send + 'sta
     }
 }
 
+/// Points a built-in simulator at Adyen's wire: keys kept Adyen's 31 days (unless a test set its
+/// own), the adapter's API key and merchant account, and an HMAC key shared with the api (a fresh
+/// one per run unless one is configured: the simulator's published key would let anyone sign).
+fn adyen_simulator(
+    sim: &mut SimulatorConfig,
+    common: &Common,
+    api_config: &mut payonce_api::ApiConfig,
+) {
+    sim.wire = payonce_simulator::Wire::Adyen;
+    if sim.key_retention == payonce_simulator::config::KEY_RETENTION_DEFAULT {
+        sim.key_retention = payonce_simulator::config::ADYEN_KEY_RETENTION_DEFAULT;
+    }
+    sim.adyen.api_key = common.adyen_api_key.clone();
+    sim.adyen.merchant_account = common.adyen_merchant_account.clone();
+    let key = api_config
+        .adyen_hmac_key
+        .get_or_insert_with(|| payonce_shared::id::random_hex(32));
+    sim.adyen.hmac_key_hex = key.clone();
+}
+
 /// A loopback address for a socket bound to "any", so in-process callers can reach it.
 fn reachable(addr: SocketAddr) -> SocketAddr {
     if addr.ip().is_unspecified() {
@@ -116,9 +136,14 @@ impl Stack {
             api_config.public_base_url = format!("http://{bound}");
         }
         let mut common = plan.common.clone();
+        api_config.adyen_merchant_account = Some(common.adyen_merchant_account.clone());
+        let adyen = common.processor == "adyen";
         let simulator = match plan.simulator.clone() {
             Some(mut sim) => {
-                if api_config.webhook_secrets.is_empty() {
+                if adyen {
+                    adyen_simulator(&mut sim, &common, &mut api_config);
+                    sim.webhook_url = Some(format!("http://{bound}/v1/webhooks/adyen"));
+                } else if api_config.webhook_secrets.is_empty() {
                     // A fresh secret per run: the simulator's published default would let anyone
                     // who reads the docs sign webhooks for this stack.
                     let secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
@@ -127,7 +152,9 @@ impl Stack {
                 } else {
                     sim.webhook_secret = api_config.webhook_secrets[0].clone();
                 }
-                sim.webhook_url = Some(format!("http://{bound}/v1/webhooks/stripe"));
+                if !adyen {
+                    sim.webhook_url = Some(format!("http://{bound}/v1/webhooks/stripe"));
+                }
                 // The built-in simulator runs the contract the adapter declares, retention included.
                 let declared = plan.common.contract()?;
                 sim.contract = payonce_simulator::Contract::parse(declared.name)

@@ -10,6 +10,7 @@ use payonce_shared::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
 };
 use payonce_shared::processor::Processor;
+use payonce_shared::processor::adyen::{AdyenConfig, AdyenProcessor};
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
@@ -54,7 +55,30 @@ pub struct Common {
     #[arg(long, global = true, env = "PAYONCE_DB_CONNECT_TIMEOUT_MS", default_value_t = 60_000,
           value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
     pub db_connect_timeout_ms: u64,
-    /// Processor base URL: the simulator, or https://api.stripe.com.
+    /// Which processor's wire: `stripe` (Stripe's API) or `adyen` (Adyen Checkout v71, HMAC-signed
+    /// notifications; no lookup by id: unknown outcomes are resolved by the same key and by notifications).
+    // Not `PAYONCE_PROCESSOR`: the serve banner exports that as the simulator's URL.
+    #[arg(long, global = true, env = "PAYONCE_PROCESSOR_KIND", default_value = "stripe",
+          value_parser = ["stripe", "adyen"])]
+    pub processor: String,
+    /// Adyen API key, sent as `X-API-Key` (`processor = adyen`).
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_ADYEN_API_KEY",
+        default_value = "adyen_test_payonce",
+        hide_env_values = true
+    )]
+    pub adyen_api_key: String,
+    /// Adyen merchant account every request names and every notification must name (`processor = adyen`).
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_ADYEN_MERCHANT_ACCOUNT",
+        default_value = "PayonceECOM"
+    )]
+    pub adyen_merchant_account: String,
+    /// Processor base URL: the simulator, https://api.stripe.com, or Adyen's Checkout base (`https://checkout-test.adyen.com`).
     #[arg(
         long,
         global = true,
@@ -199,24 +223,54 @@ impl Common {
         crate::key_secret::resolve(&self.key_secret, &self.database_url)
     }
 
-    /// The declared processor contract (`processor_contract`), with `key_retention_s` if set.
+    /// The declared processor contract, with `key_retention_s` if set: Adyen's for `processor =
+    /// adyen`, else `processor_contract` (Stripe's wire). A contract on Stripe's wire named beside
+    /// `processor = adyen` is refused rather than ignored.
     pub fn contract(&self) -> anyhow::Result<payonce_shared::processor::Contract> {
-        let contract = payonce_shared::processor::contract::by_name(&self.processor_contract)
-            .with_context(|| {
-                format!(
-                    "processor_contract {:?} is not one of {}",
-                    self.processor_contract,
-                    payonce_shared::processor::contract::names().join(", ")
-                )
-            })?;
+        let contract = if self.processor == "adyen" {
+            anyhow::ensure!(
+                self.processor_contract == payonce_shared::processor::contract::STRIPE.name,
+                "processor_contract {:?} runs on Stripe's wire; processor adyen runs Adyen's own \
+                 contract (leave processor_contract unset)",
+                self.processor_contract
+            );
+            payonce_shared::processor::contract::ADYEN_CHECKOUT
+        } else {
+            payonce_shared::processor::contract::by_name(&self.processor_contract).with_context(
+                || {
+                    format!(
+                        "processor_contract {:?} is not one of {}",
+                        self.processor_contract,
+                        payonce_shared::processor::contract::names().join(", ")
+                    )
+                },
+            )?
+        };
         Ok(match self.key_retention_s {
             Some(s) => contract.with_key_retention(Duration::from_secs(s)),
             None => contract,
         })
     }
 
-    /// The Stripe adapter pointed at the configured processor.
+    /// The configured adapter (`processor`) pointed at the configured processor, declaring
+    /// [`Common::contract`].
     pub fn processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
+        if self.processor == "adyen" {
+            let mut config = AdyenConfig::new(
+                self.processor_url.trim_end_matches('/'),
+                self.adyen_api_key.clone(),
+                self.adyen_merchant_account.clone(),
+            );
+            config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
+            config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
+            // Refuses a contract on Stripe's wire named beside it; carries key_retention_s.
+            let declared = self.contract()?;
+            let mut adyen = AdyenProcessor::new(config)?;
+            if let Some(retention) = declared.key_retention {
+                adyen = adyen.with_key_retention(retention);
+            }
+            return Ok(Arc::new(adyen));
+        }
         let mut config = StripeConfig::new(
             self.processor_url.trim_end_matches('/'),
             self.processor_secret_key.clone(),
@@ -477,6 +531,15 @@ pub struct ApiArgs {
         hide_env_values = true
     )]
     pub webhook_secrets: String,
+    /// Adyen HMAC key (hex, from the Customer Area) the api verifies notifications with; empty:
+    /// every Adyen notification is refused.
+    #[arg(
+        long,
+        env = "PAYONCE_ADYEN_HMAC_KEY",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub adyen_hmac_key: String,
     /// How long an approval stays valid, seconds.
     #[arg(long, env = "PAYONCE_APPROVAL_TTL_S", default_value_t = 86_400)]
     pub approval_ttl_s: u64,
@@ -515,6 +578,7 @@ impl ApiArgs {
                 .filter(|s| !s.is_empty())
                 .map(String::from)
                 .collect(),
+            adyen_hmac_key: (!self.adyen_hmac_key.is_empty()).then(|| self.adyen_hmac_key.clone()),
             simulator_dev_mode: self.simulator_dev_mode,
             header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
             connections_max: self.connections_max,

@@ -153,6 +153,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/webhooks/stripe",
             post(webhooks::stripe).layer(DefaultBodyLimit::max(webhooks::BODY_LIMIT_BYTES)),
         )
+        .route(
+            "/v1/webhooks/adyen",
+            post(webhooks::adyen).layer(DefaultBodyLimit::max(webhooks::ADYEN_BODY_LIMIT_BYTES)),
+        )
         .merge(confirm::routes())
         .merge(console::routes())
         .merge(mcp::routes(&state))

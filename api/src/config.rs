@@ -29,6 +29,10 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// The simulator's published webhook secret (`payonce_simulator::config::WEBHOOK_SECRET_DEFAULT`):
 /// anyone can sign with it, so the api refuses it unless `simulator_dev_mode` is on.
 pub const SIMULATOR_WEBHOOK_SECRET: &str = "whsec_payonce_simulator";
+/// The simulator's published Adyen HMAC key (`payonce_simulator::config::ADYEN_HMAC_KEY_DEFAULT`):
+/// refused like the published webhook secret.
+pub const SIMULATOR_ADYEN_HMAC_KEY: &str =
+    "7061796f6e63655f73696d756c61746f725f616479656e5f686d61635f6b3031";
 
 /// A configuration the api refuses to start with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +64,10 @@ pub struct ApiConfig {
     pub body_limit_bytes: usize,
     /// Stripe `whsec_` signing secrets; several during a rotation.
     pub webhook_secrets: Vec<String>,
+    /// Adyen's HMAC key (hex) notifications are verified with; `None`: every notification refused.
+    pub adyen_hmac_key: Option<String>,
+    /// The Adyen merchant account notifications must name.
+    pub adyen_merchant_account: Option<String>,
     /// Accept the simulator's published webhook secret (a sandbox against the simulator only).
     pub simulator_dev_mode: bool,
     /// Longest a client may take to send a request's header block.
@@ -83,6 +91,8 @@ impl Default for ApiConfig {
             link_ttl: LINK_TTL_DEFAULT,
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             webhook_secrets: Vec::new(),
+            adyen_hmac_key: None,
+            adyen_merchant_account: None,
             simulator_dev_mode: false,
             header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
@@ -100,6 +110,14 @@ impl ApiConfig {
                 .webhook_secrets
                 .iter()
                 .any(|s| s == SIMULATOR_WEBHOOK_SECRET)
+        {
+            return Err(ConfigError::PublishedWebhookSecret);
+        }
+        if !self.simulator_dev_mode
+            && self
+                .adyen_hmac_key
+                .as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case(SIMULATOR_ADYEN_HMAC_KEY))
         {
             return Err(ConfigError::PublishedWebhookSecret);
         }

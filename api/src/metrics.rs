@@ -10,8 +10,8 @@ use payonce_shared::metrics::{Counter, Exposition, Histogram};
 use payonce_shared::processor::stripe::webhook::WebhookError;
 use std::time::Instant;
 
-/// The webhook route, whose deliveries are counted apart: a rise in refusals means a wrong secret.
-const WEBHOOK_PATH: &str = "/v1/webhooks/stripe";
+/// The webhook routes, whose deliveries are counted apart: a rise in refusals means a wrong secret.
+const WEBHOOK_PATHS: [&str; 2] = ["/v1/webhooks/stripe", "/v1/webhooks/adyen"];
 /// Status classes counted, in label order: 1xx..5xx.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -119,7 +119,7 @@ impl ApiMetrics {
 /// Middleware: counts every response and its latency.
 pub async fn count(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let webhook = request.uri().path() == WEBHOOK_PATH;
+    let webhook = WEBHOOK_PATHS.contains(&request.uri().path());
     let response = next.run(request).await;
     let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     state.metrics().record(response.status(), elapsed_ms);

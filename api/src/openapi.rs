@@ -28,6 +28,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/tools"),
     ("post", "/v1/tool-calls"),
     ("post", "/v1/webhooks/stripe"),
+    ("post", "/v1/webhooks/adyen"),
     ("get", "/confirm/{token}"),
     ("post", "/confirm/{token}"),
     ("get", "/static/confirm.css"),

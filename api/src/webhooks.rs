@@ -1,6 +1,8 @@
-//! `POST /v1/webhooks/stripe`: the raw body and `Stripe-Signature` go to
+//! `POST /v1/webhooks/stripe` and `POST /v1/webhooks/adyen`. Stripe: the raw body and `Stripe-Signature` go to
 //! [`payonce_shared::webhooks::ingest`], which verifies (beside the Stripe adapter) and stores once;
 //! the stored event is a hint the reconciler checks against the processor before anything changes.
+//! Adyen: every item's HMAC signature and merchant account are verified and each item is stored once
+//! ([`payonce_shared::webhooks::ingest_adyen`]); the answer is `[accepted]`, as Adyen requires.
 
 use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
@@ -10,6 +12,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
+use payonce_shared::processor::adyen::webhook::{self as adyen_webhook, AdyenWebhookError};
 use payonce_shared::processor::stripe::webhook::{PAYLOAD_LEN_MAX, WebhookError};
 use payonce_shared::webhooks;
 use serde_json::{Value, json};
@@ -88,4 +91,65 @@ pub async fn stripe(
         // A hint, not applied: the reconciler checks it against the processor (docs/api.md).
         "pending_check": outcome.pending_check,
     })))
+}
+
+/// Body limit of the Adyen route: the notification parser's payload limit.
+pub const ADYEN_BODY_LIMIT_BYTES: usize = adyen_webhook::PAYLOAD_LEN_MAX;
+
+fn refuse_adyen(e: AdyenWebhookError) -> HttpError {
+    let message = format!("{} ({})", e, e.code());
+    match e {
+        AdyenWebhookError::MalformedPayload(_) => {
+            HttpError::new(ErrorCode::WebhookPayloadInvalid, message)
+        }
+        AdyenWebhookError::MissingSignature
+        | AdyenWebhookError::BadSignature
+        | AdyenWebhookError::WrongMerchantAccount => {
+            HttpError::new(ErrorCode::WebhookSignatureInvalid, message)
+        }
+        AdyenWebhookError::PayloadTooLarge => HttpError::new(ErrorCode::BodyTooLarge, message),
+        AdyenWebhookError::NoKey => {
+            tracing::error!("an Adyen notification arrived but no Adyen HMAC key is configured");
+            HttpError::new(
+                ErrorCode::Unavailable,
+                "Adyen notifications are not configured on this server",
+            )
+        }
+        other @ AdyenWebhookError::Ledger(_) => {
+            tracing::error!(cause = %crate::errors::cause_chain(&other), "adyen notification could not be stored");
+            HttpError::new(
+                ErrorCode::Unavailable,
+                "the notification could not be stored now; redeliver it",
+            )
+        }
+    }
+}
+
+/// `POST /v1/webhooks/adyen`: `[accepted]` once every item is stored (or a duplicate); 400 with
+/// nothing stored when any item's signature or merchant account is wrong.
+pub async fn adyen(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<&'static str, HttpError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            HttpError::new(
+                ErrorCode::BodyTooLarge,
+                format!("notification bodies are at most {ADYEN_BODY_LIMIT_BYTES} bytes"),
+            )
+        } else {
+            HttpError::new(ErrorCode::WebhookPayloadInvalid, e.body_text())
+        }
+    })?;
+    let config = state.config();
+    webhooks::ingest_adyen(
+        state.ledger().as_ref(),
+        config.adyen_hmac_key.as_deref(),
+        config.adyen_merchant_account.as_deref(),
+        &body,
+        state.now(),
+    )
+    .await
+    .map_err(refuse_adyen)?;
+    Ok(adyen_webhook::ACCEPTED)
 }

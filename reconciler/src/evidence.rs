@@ -304,6 +304,11 @@ async fn check_one(
         processor: &hint.processor,
         event_id: &hint.event_id,
     };
+    // Adyen cannot be asked for a payment by id: its notifications are checked against the
+    // operation instead (`crate::notification`).
+    if hint.processor == payonce_shared::processor::adyen::webhook::PROCESSOR {
+        return crate::notification::check(ledger, metrics, hint, now, report).await;
+    }
     let close =
         |outcome: String| async move { ledger.mark_processor_event(&key, &outcome, now).await };
     let (Some(id), Some(reference)) = (&hint.operation, reference_of(&hint.payload)) else {

@@ -16,6 +16,46 @@ pub const REFUND_SETTLE_DEFAULT: Duration = Duration::from_secs(2);
 pub const API_KEY_DEFAULT: &str = "sk_test_payonce";
 /// Default webhook signing secret.
 pub const WEBHOOK_SECRET_DEFAULT: &str = "whsec_payonce_simulator";
+/// Adyen's idempotency-key retention: at least 31 days.
+pub const ADYEN_KEY_RETENTION_DEFAULT: Duration = Duration::from_secs(31 * 24 * 60 * 60);
+/// Default accepted Adyen API key (`X-API-Key`).
+pub const ADYEN_API_KEY_DEFAULT: &str = "adyen_test_payonce";
+/// Default Adyen merchant account.
+pub const ADYEN_MERCHANT_ACCOUNT_DEFAULT: &str = "PayonceECOM";
+/// Default Adyen HMAC key (hex, 32 bytes) notifications are signed with.
+pub const ADYEN_HMAC_KEY_DEFAULT: &str =
+    "7061796f6e63655f73696d756c61746f725f616479656e5f686d61635f6b3031";
+
+/// Which processor's wire the simulator speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wire {
+    /// Stripe's API under `/v1`, Stripe-signed events.
+    #[default]
+    Stripe,
+    /// Adyen Checkout v71 under `/v71`, HMAC-signed standard notifications.
+    Adyen,
+}
+
+/// What the simulator needs to speak Adyen's wire.
+#[derive(Clone)]
+pub struct AdyenSimConfig {
+    /// The accepted `X-API-Key`.
+    pub api_key: String,
+    /// The one merchant account requests must name; notifications name it.
+    pub merchant_account: String,
+    /// The HMAC key notifications are signed with, hex.
+    pub hmac_key_hex: String,
+}
+
+impl Default for AdyenSimConfig {
+    fn default() -> Self {
+        AdyenSimConfig {
+            api_key: ADYEN_API_KEY_DEFAULT.to_string(),
+            merchant_account: ADYEN_MERCHANT_ACCOUNT_DEFAULT.to_string(),
+            hmac_key_hex: ADYEN_HMAC_KEY_DEFAULT.to_string(),
+        }
+    }
+}
 
 /// Configuration of one simulator instance.
 #[derive(Clone)]
@@ -55,6 +95,10 @@ pub struct SimulatorConfig {
     /// Stripe's request limiters for the account; unlimited by default (tests and benchmarks set them,
     /// or change them at run time through `PUT /_sim/rate_limits`).
     pub rate_limits: RateLimits,
+    /// Which wire: Stripe's (`/v1`) or Adyen's (`/v71`, with Adyen notifications).
+    pub wire: Wire,
+    /// Adyen's credentials and HMAC key (used when `wire` is Adyen).
+    pub adyen: AdyenSimConfig,
 }
 
 impl std::fmt::Debug for SimulatorConfig {
@@ -78,6 +122,7 @@ impl std::fmt::Debug for SimulatorConfig {
             .field("seed", &self.seed)
             .field("latency", &self.latency)
             .field("rate_limits", &self.rate_limits)
+            .field("wire", &self.wire)
             .finish_non_exhaustive()
     }
 }
@@ -101,6 +146,20 @@ impl Default for SimulatorConfig {
             api_key: API_KEY_DEFAULT.to_string(),
             latency: Duration::ZERO,
             rate_limits: RateLimits::default(),
+            wire: Wire::Stripe,
+            adyen: AdyenSimConfig::default(),
+        }
+    }
+}
+
+impl SimulatorConfig {
+    /// A simulator speaking Adyen's wire, keys kept Adyen's 31 days.
+    pub fn adyen() -> Self {
+        SimulatorConfig {
+            wire: Wire::Adyen,
+            contract: Contract::Adyen,
+            key_retention: ADYEN_KEY_RETENTION_DEFAULT,
+            ..SimulatorConfig::default()
         }
     }
 }
@@ -110,6 +169,7 @@ impl SimulatorConfig {
     pub fn for_contract(contract: Contract) -> Self {
         SimulatorConfig {
             contract,
+            wire: contract.wire(),
             key_retention: contract.key_retention_default(),
             ..SimulatorConfig::default()
         }

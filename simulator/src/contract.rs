@@ -33,15 +33,20 @@ pub enum Contract {
     Only2xxSaved,
     /// Stripe's, except that retrieve, list and search are refused (404, no such endpoint).
     NoLookup,
+    /// Adyen Checkout's, on Adyen's own wire ([`crate::config::Wire::Adyen`], `crate::adyen`): the
+    /// same key with another payload refused (422 `704`), a concurrent one a transient 409, the
+    /// result saved, keys kept 31 days, no lookup: notifications.
+    Adyen,
 }
 
 /// Every contract, in `--list-contracts` order.
-pub const CONTRACTS: [Contract; 5] = [
+pub const CONTRACTS: [Contract; 6] = [
     Contract::Stripe,
     Contract::ShortRetention,
     Contract::ReplayAnyPayload,
     Contract::Only2xxSaved,
     Contract::NoLookup,
+    Contract::Adyen,
 ];
 
 impl Contract {
@@ -53,6 +58,7 @@ impl Contract {
             Contract::ReplayAnyPayload => "replay-any-payload",
             Contract::Only2xxSaved => "only-2xx-saved",
             Contract::NoLookup => "no-lookup",
+            Contract::Adyen => "adyen",
         }
     }
 
@@ -74,6 +80,7 @@ impl Contract {
     pub fn key_retention_default(self) -> Duration {
         match self {
             Contract::ShortRetention => SHORT_RETENTION_DEFAULT,
+            Contract::Adyen => crate::config::ADYEN_KEY_RETENTION_DEFAULT,
             _ => STRIPE_RETENTION,
         }
     }
@@ -95,6 +102,14 @@ impl Contract {
     /// Whether retrieve, list and search are served.
     pub(crate) fn offers_lookups(self) -> bool {
         self != Contract::NoLookup
+    }
+
+    /// The wire this contract is spoken on.
+    pub fn wire(self) -> crate::config::Wire {
+        match self {
+            Contract::Adyen => crate::config::Wire::Adyen,
+            _ => crate::config::Wire::Stripe,
+        }
     }
 }
 
@@ -138,6 +153,8 @@ mod tests {
         );
         assert_eq!(differs(Contract::Only2xxSaved), [false, false, true, false]);
         assert_eq!(differs(Contract::NoLookup), [false, false, false, true]);
+        assert_eq!(Contract::Adyen.wire(), crate::config::Wire::Adyen);
+        assert!(CONTRACTS.iter().all(|c| (c.wire() == crate::config::Wire::Adyen) == (*c == Contract::Adyen)));
         assert!(Contract::Only2xxSaved.saves(200));
     }
 }

@@ -15,6 +15,7 @@
 //! - `audit`: the recent requests and the parameter names each sent.
 //! - `cards`: the test payment methods and the outcome each one decides.
 //! - `form`: form-encoded parameter parsing and validation, Stripe's way.
+//! - `adyen`: Adyen Checkout v71 payments and refunds, and HMAC-signed standard notifications (`--adyen`).
 //! - `idempotency`: `Idempotency-Key` handling: fingerprints, in-flight claims, replays.
 //! - `rate_limits`: Stripe's request limiters (global, read/write, per endpoint, search) and 429 counts.
 //! - `faults`: fault rules and the seeded decision of which request gets which fault.
@@ -46,6 +47,7 @@ pub mod contract;
 pub mod payment_audit;
 
 mod admin;
+mod adyen;
 mod audit;
 mod cards;
 mod connection;
@@ -68,7 +70,7 @@ mod server;
 mod store;
 mod webhooks;
 
-pub use config::SimulatorConfig;
+pub use config::{AdyenSimConfig, SimulatorConfig, Wire};
 pub use connection::HTTP2_MAX_STREAMS;
 pub use contract::{CONTRACTS, Contract};
 pub use error::SimulatorError;

@@ -12,7 +12,7 @@ use crate::limits::{BODY_BYTES_MAX, IDEMPOTENCY_KEY_LEN_MAX};
 use crate::objects::API_VERSION;
 use crate::rng::{IdGen, now_ms};
 use crate::store::{SavedResponse, Store};
-use crate::{admin, cards, events, payment_intents, refund_reads, refunds};
+use crate::{admin, adyen, cards, events, payment_intents, refund_reads, refunds};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -68,22 +68,18 @@ impl App {
 
 /// The router. The configured latency applies to the Stripe API only, never to the admin API.
 pub(crate) fn router(app: Shared) -> Router {
-    let api = Router::new()
-        .route(
-            "/v1/payment_intents",
-            post(payment_intents::create).get(payment_intents::list),
-        )
-        .route("/v1/payment_intents/search", get(payment_intents::search))
-        .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
-        .route("/v1/payment_methods/{id}", get(cards::retrieve))
-        .route("/v1/refunds", post(refunds::create).get(refund_reads::list))
-        .route("/v1/refunds/{id}", get(refund_reads::retrieve))
-        .route("/v1/events", get(events::list))
-        .route_layer(axum::middleware::from_fn_with_state(
-            app.clone(),
-            refuse_lookups,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(app.clone(), delay));
+    let api = match app.config.wire {
+        crate::config::Wire::Stripe => stripe_api().route_layer(
+            axum::middleware::from_fn_with_state(app.clone(), refuse_lookups),
+        ),
+        crate::config::Wire::Adyen => Router::new()
+            .route("/v71/payments", post(adyen::payments))
+            .route(
+                "/v71/payments/{payment_psp_reference}/refunds",
+                post(adyen::refunds),
+            ),
+    }
+    .route_layer(axum::middleware::from_fn_with_state(app.clone(), delay));
     Router::new()
         .merge(api)
         .route(
@@ -111,6 +107,21 @@ pub(crate) fn router(app: Shared) -> Router {
         .method_not_allowed_fallback(unrecognized)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
+}
+
+/// Stripe's API under `/v1`.
+fn stripe_api() -> Router<Shared> {
+    Router::new()
+        .route(
+            "/v1/payment_intents",
+            post(payment_intents::create).get(payment_intents::list),
+        )
+        .route("/v1/payment_intents/search", get(payment_intents::search))
+        .route("/v1/payment_intents/{id}", get(payment_intents::retrieve))
+        .route("/v1/payment_methods/{id}", get(cards::retrieve))
+        .route("/v1/refunds", post(refunds::create).get(refund_reads::list))
+        .route("/v1/refunds/{id}", get(refund_reads::retrieve))
+        .route("/v1/events", get(events::list))
 }
 
 /// Answers each Stripe API request the configured latency after it arrived: the request is handled

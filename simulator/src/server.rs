@@ -73,6 +73,12 @@ impl Simulator {
                 "webhook_duplicates_per_mille must be at most 1000".into(),
             ));
         }
+        if config.contract.wire() != config.wire {
+            return Err(SimulatorError::Config(format!(
+                "the {} contract is not spoken on the {:?} wire",
+                config.contract, config.wire
+            )));
+        }
         if config.contract == crate::contract::Contract::ShortRetention
             && config.key_retention > crate::contract::SHORT_RETENTION_DEFAULT
         {
@@ -89,6 +95,19 @@ impl Simulator {
             return Err(SimulatorError::Config(
                 "webhook_secret must start with whsec_".into(),
             ));
+        }
+        if config.wire == crate::config::Wire::Adyen {
+            let adyen = &config.adyen;
+            if adyen.api_key.is_empty() || adyen.merchant_account.is_empty() {
+                return Err(SimulatorError::Config(
+                    "the Adyen API key and merchant account must not be empty".into(),
+                ));
+            }
+            if adyen.hmac_key_hex.is_empty() || hex::decode(&adyen.hmac_key_hex).is_err() {
+                return Err(SimulatorError::Config(
+                    "the Adyen HMAC key must be non-empty hex".into(),
+                ));
+            }
         }
         config
             .rate_limits

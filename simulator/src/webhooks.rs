@@ -14,6 +14,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::time::{Duration, Instant};
 
+/// What an Adyen notification receiver must answer.
+const ADYEN_ACCEPTED: &str = "[accepted]";
 /// Attempts per event before it is abandoned.
 pub(crate) const WEBHOOK_ATTEMPTS_MAX: i64 = 8;
 /// Back-off after the first failed attempt; doubles each time.
@@ -58,16 +60,34 @@ fn backoff(attempts: i64) -> Duration {
         .min(WEBHOOK_RETRY_MAX)
 }
 
-async fn deliver(client: &reqwest::Client, url: &str, secret: &str, body: &[u8]) -> bool {
+/// How a delivery is signed and what counts as accepted.
+#[derive(Debug, Clone, Copy)]
+enum Scheme<'a> {
+    /// `Stripe-Signature` header; any 2xx accepts.
+    Stripe(&'a str),
+    /// Adyen's HMAC is inside the body; only a 2xx answering `[accepted]` accepts, as Adyen requires.
+    Adyen,
+}
+
+async fn deliver(client: &reqwest::Client, url: &str, scheme: Scheme<'_>, body: &[u8]) -> bool {
     let t = now_ms() / 1000;
-    let sent = client
+    let request = client
         .post(url)
         .header("content-type", "application/json")
-        .header("stripe-signature", signature_header(secret, t, body))
-        .body(body.to_vec())
-        .send()
-        .await;
-    match sent {
+        .body(body.to_vec());
+    let request = match scheme {
+        Scheme::Stripe(secret) => {
+            request.header("stripe-signature", signature_header(secret, t, body))
+        }
+        Scheme::Adyen => request,
+    };
+    match request.send().await {
+        Ok(r) if matches!(scheme, Scheme::Adyen) => {
+            r.status().is_success()
+                && r.text()
+                    .await
+                    .is_ok_and(|text| text.contains(ADYEN_ACCEPTED))
+        }
         Ok(r) => r.status().is_success(),
         Err(e) => {
             tracing::debug!(error = %e, "webhook delivery failed");
@@ -146,10 +166,14 @@ pub(crate) async fn run(app: Shared) {
                 break;
             }
             let attempts = row.attempts + 1;
-            let ok = deliver(&client, &url, &app.config.webhook_secret, &row.body).await;
+            let scheme = match app.config.wire {
+                crate::config::Wire::Stripe => Scheme::Stripe(&app.config.webhook_secret),
+                crate::config::Wire::Adyen => Scheme::Adyen,
+            };
+            let ok = deliver(&client, &url, scheme, &row.body).await;
             let recorded = if ok {
                 if rng.per_mille(app.config.webhook_duplicates_per_mille) {
-                    deliver(&client, &url, &app.config.webhook_secret, &row.body).await;
+                    deliver(&client, &url, scheme, &row.body).await;
                 }
                 app.store.outbox_delivered(row.event_seq).await
             } else if attempts >= WEBHOOK_ATTEMPTS_MAX {

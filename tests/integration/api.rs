@@ -41,6 +41,10 @@ pub const T0: Timestamp = Timestamp::from_millis(T0_MS);
 pub const OTHER_TENANT: &str = "globex";
 /// Webhook secret the test API is configured with.
 pub const WEBHOOK_SECRET: &str = "whsec_test_payonce_api";
+/// Adyen HMAC key (hex) the test API verifies notifications with.
+pub const ADYEN_HMAC_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+/// Adyen merchant account the test API accepts notifications for.
+pub const ADYEN_MERCHANT: &str = "PayonceECOM";
 /// The assertion key id of the test tenant's app.
 pub const ASSERTION_KEY_ID: &str = "k1";
 
@@ -132,6 +136,8 @@ async fn spawn_full(
         listen: addr,
         public_base_url: format!("http://{addr}"),
         webhook_secrets: vec![WEBHOOK_SECRET.to_string()],
+        adyen_hmac_key: Some(ADYEN_HMAC_KEY.to_string()),
+        adyen_merchant_account: Some(ADYEN_MERCHANT.to_string()),
         ..ApiConfig::default()
     };
     tweak(&mut config);

@@ -6,6 +6,9 @@
 
 mod support;
 
+mod adyen_adapter;
+mod adyen_notifications;
+mod adyen_spec;
 mod api;
 mod bench;
 mod clock_skew;

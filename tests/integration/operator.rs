@@ -477,15 +477,30 @@ async fn config_show_output_saved_as_a_file_never_makes_a_placeholder_the_secret
     let out = run(
         &dir,
         &["config", "show"],
-        &[(
-            "PAYONCE_KEY_SECRET",
-            "a-real-secret-of-some-length-0123456789",
-        )],
+        &[
+            (
+                "PAYONCE_KEY_SECRET",
+                "a-real-secret-of-some-length-0123456789",
+            ),
+            ("PAYONCE_ADYEN_API_KEY", "AQE-a-real-adyen-api-key"),
+            ("PAYONCE_ADYEN_HMAC_KEY", "44782def547aaa06c910c43932b1eb0c"),
+        ],
     )
     .await;
     let shown = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!shown.contains("a-real-secret"), "{shown}");
+    // Adyen's API key and HMAC key are secrets too.
+    assert!(
+        !shown.contains("a-real-adyen-api-key") && !shown.contains("44782def"),
+        "{shown}"
+    );
+    for key in ["adyen_api_key", "adyen_hmac_key"] {
+        assert!(
+            shown.contains(&format!("# {key} = \"(set)\"  # env; a secret, not shown")),
+            "{shown}"
+        );
+    }
     assert!(
         shown.contains("# key_secret = \"(set)\"  # env; a secret, not shown"),
         "{shown}"

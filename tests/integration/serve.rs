@@ -235,41 +235,60 @@ async fn serve_pays_once(name: &str, database_url: &str) {
 
 #[tokio::test]
 async fn demo_tells_the_inv_2048_story_with_one_payment() {
-    let dir = scratch("demo");
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        payonce(&dir, &["demo", "--database", "demo.db"]).output(),
-    )
-    .await
-    .expect("the demo finishes")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for expected in [
-        " 1/11 all-in-one stack up",
-        "/confirm/",
-        "crashed before recording it",
-        "response lost on the way back (dropped)",
-        "This is the same payment, not a new one",
-        "reconciled: succeeded (pi_",
-        "webhook deliveries accepted",
-        "payments at the processor for this operation: 1",
-        "11/11 assistant asks again",
-        "processor_succeeded",
-        "One approved intention, one payment.",
+    // On Stripe's wire, then on Adyen's (no lookup by id: the same key replays the saved result).
+    for (processor, reconciled, resolved) in [
+        (
+            "stripe",
+            "reconciled: succeeded (pi_",
+            "resolved by looking the payment up",
+        ),
+        (
+            "adyen",
+            "reconciled: succeeded (",
+            "resubmitted with the SAME key",
+        ),
     ] {
+        let dir = scratch(&format!("demo-{processor}"));
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            payonce(
+                &dir,
+                &["demo", "--database", "demo.db", "--processor", processor],
+            )
+            .output(),
+        )
+        .await
+        .expect("the demo finishes")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout.contains(expected),
-            "{expected:?} missing from:\n{stdout}"
+            out.status.success(),
+            "{processor} demo failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
         );
+        for expected in [
+            " 1/11 all-in-one stack up",
+            "/confirm/",
+            "crashed before recording it",
+            "response lost on the way back (dropped)",
+            "This is the same payment, not a new one",
+            reconciled,
+            resolved,
+            "webhook deliveries accepted",
+            "payments at the processor for this operation: 1",
+            "11/11 assistant asks again",
+            "processor_succeeded",
+            "One approved intention, one payment.",
+        ] {
+            assert!(
+                stdout.contains(expected),
+                "{processor}: {expected:?} missing from:\n{stdout}"
+            );
+        }
+        // Not a terminal: plain lines, no spinner redraws.
+        assert!(!stdout.contains('\r'), "{stdout:?}");
+        assert!(dir.join("demo.db").exists());
     }
-    // Not a terminal: plain lines, no spinner redraws.
-    assert!(!stdout.contains('\r'), "{stdout:?}");
-    assert!(dir.join("demo.db").exists());
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! An adapter never decides the operation's state; it reports one of four outcomes and the worker
 //! and reconciler apply them through the state machine.
 
+pub mod adyen;
 pub mod contract;
 pub mod operation;
 pub mod reachability;

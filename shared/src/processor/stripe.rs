@@ -236,7 +236,7 @@ pub(crate) enum BodyError {
     TooLong,
 }
 
-async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, BodyError> {
+pub(crate) async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
         if body.len() + chunk.len() > RESPONSE_BYTES_MAX {

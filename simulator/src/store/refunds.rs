@@ -167,6 +167,25 @@ impl Store {
         Ok(RefundCommit::Done)
     }
 
+    /// Commits an answer with no payment or refund behind it (a refund Adyen received and then
+    /// refused): its events, deliveries and idempotent response.
+    pub(crate) async fn commit_answer(
+        &self,
+        events: &[NewEvent],
+        key: Option<&KeyRecord>,
+        webhooks_due_ms: Option<i64>,
+    ) -> Result<(), sqlx::Error> {
+        if let Some(key) = key {
+            self.keys.saved(&key.key, key.created_ms);
+        }
+        let mut tx = self.pool.begin().await?;
+        insert_events(&mut tx, events, webhooks_due_ms).await?;
+        if let Some(key) = key {
+            upsert_key(&mut tx, key).await?;
+        }
+        tx.commit().await
+    }
+
     /// Moves an asynchronous refund to its final status with its events; a failed refund gives its
     /// amount back to the payment. False if another pass settled it first.
     pub(crate) async fn settle_refund(

@@ -188,6 +188,8 @@ enum Body {
     },
     /// A Stripe event without a signature.
     UnsignedWebhook,
+    /// An Adyen notification whose item carries no HMAC signature.
+    UnsignedAdyenNotification,
     /// The confirmation page's form with the fixture's details hash.
     ConfirmForm,
     /// A tenant profile, `{display_name}`.
@@ -407,6 +409,13 @@ fn cases() -> Vec<Case> {
             "/v1/webhooks/stripe",
             Body::UnsignedWebhook,
             // Authenticated by its signature only: no key helps.
+            Cols::all(ok(400)),
+        ),
+        case(
+            "post",
+            "/v1/webhooks/adyen",
+            Body::UnsignedAdyenNotification,
+            // Authenticated by each item's HMAC signature only: no key helps, nothing is stored.
             Cols::all(ok(400)),
         ),
         case(
@@ -730,6 +739,10 @@ async fn send(
         Body::UnsignedWebhook => req.json(&json!({"id": format!("evt_m{cell}"),
             "object": "event", "type": "payment_intent.succeeded",
             "data": {"object": {"id": "pi_x", "metadata": {"payonce_operation_id": fixture.id}}}})),
+        Body::UnsignedAdyenNotification => req.json(&json!({"live": "false", "notificationItems": [
+            {"NotificationRequestItem": {"additionalData": {}, "amount": {"currency": "USD", "value": 2048},
+             "eventCode": "AUTHORISATION", "merchantAccountCode": "PayonceECOM",
+             "merchantReference": fixture.id, "pspReference": format!("PSP{cell:013}"), "success": "true"}}]})),
         Body::Profile => req.json(&json!({"display_name": format!("Profile {cell}")})),
         Body::ConfirmForm => match &assertion {
             Some(a) => req.form(&[

@@ -1,0 +1,310 @@
+//! Adyen notifications checked before trust. Adyen has no lookup of a payment by id, so a stored
+//! notification (verified by its HMAC signature and merchant account at the api) cannot be confirmed
+//! by retrieving its object. It is checked against what can be checked instead, and never applied
+//! alone:
+//!
+//! - its amount and currency must be the operation's, its kind the operation's (AUTHORISATION for a
+//!   payment, REFUND for a refund, whose `originalReference` must be the refunded payment's);
+//! - it is applied only when it names the `pspReference` Adyen itself answered this operation with
+//!   (recorded from a `Received`/`Pending` payment or a received refund): a fact payonce already
+//!   holds from the processor;
+//! - an unknown operation without that reference is made due at once, so the sweep resubmits it
+//!   with the SAME key (Adyen replays the saved result, which records the reference) and the
+//!   notification waits, pending, for the next pass;
+//! - anything that contradicts the row (another amount, a second successful payment under the same
+//!   operation, money for a failed or never-approved operation) goes to `needs_attention` with both
+//!   facts, through the same fenced report path as every lookup.
+
+use crate::evidence::HintReport;
+use crate::metrics::ReconcilerMetrics;
+use payonce_shared::clock::Timestamp;
+use payonce_shared::details::OperationKind;
+use payonce_shared::ledger::{
+    Applied, ApplyReport, Declined, DeferCheck, Fence, LedgerError, Operation, Paid,
+    ProcessorEventKey, Recovery, Report, StoredProcessorEvent,
+};
+use payonce_shared::processor::adyen::webhook::{NotificationItem, item_of};
+use payonce_shared::state::Status;
+use std::time::Duration;
+
+/// How long a notification first waits for its operation's same-key resubmission (or its worker's
+/// answer) before it is read again; doubles per read.
+pub const NOTIFICATION_RECHECK: Duration = Duration::from_secs(2);
+/// Longest wait between two reads of a waiting notification (its operation goes to a human when the
+/// key's retention closes, and the notification is read against that state).
+pub const NOTIFICATION_RECHECK_MAX: Duration = Duration::from_secs(60 * 60);
+
+/// When a notification read `checks` times is read again.
+pub fn recheck_after(checks: i64) -> Duration {
+    let exp = u32::try_from(checks.clamp(0, 20)).unwrap_or(20);
+    NOTIFICATION_RECHECK
+        .saturating_mul(1_u32 << exp)
+        .min(NOTIFICATION_RECHECK_MAX)
+}
+/// The actor the audit trail names for a nudge.
+const ACTOR: &str = "reconciler: adyen notification";
+
+/// Why `item` is not about `op` as approved; empty when it is.
+pub fn differences(op: &Operation, item: &NotificationItem) -> Vec<String> {
+    let money = op.details.money();
+    let mut diffs = Vec::new();
+    if item.amount.value != money.amount_minor() {
+        diffs.push(format!(
+            "amount {} in the notification, {} approved",
+            item.amount.value,
+            money.amount_minor()
+        ));
+    }
+    if !item
+        .amount
+        .currency
+        .eq_ignore_ascii_case(money.currency().code())
+    {
+        diffs.push(format!(
+            "currency {} in the notification, {} approved",
+            item.amount.currency,
+            money.currency().code()
+        ));
+    }
+    match (op.details.kind(), item.event_code.as_str()) {
+        (OperationKind::Payment, "AUTHORISATION") => {}
+        (OperationKind::Refund, "REFUND") => {
+            let approved = op.details.refund_of().map(|of| of.payment_reference());
+            if item.original_reference.as_deref() != approved {
+                diffs.push(format!(
+                    "refund of {:?} in the notification, of {approved:?} approved",
+                    item.original_reference
+                ));
+            }
+        }
+        (kind, code) => diffs.push(format!(
+            "a {code} notification for a {} operation",
+            kind.as_str()
+        )),
+    }
+    diffs
+}
+
+/// What the notification supports for `op`, if it names the reference Adyen answered it with.
+fn report_of(item: &NotificationItem) -> Report {
+    if item.succeeded() {
+        Report::Succeeded(Paid {
+            reference: item.psp_reference.clone(),
+            result: serde_json::to_value(item).unwrap_or_default(),
+        })
+    } else {
+        Report::Failed(Declined {
+            code: format!("adyen_{}", item.event_code.to_ascii_lowercase()),
+            message: item
+                .reason
+                .clone()
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| format!("{} not successful", item.event_code)),
+            reference: Some(item.psp_reference.clone()),
+        })
+    }
+}
+
+/// An unknown operation a matching notification names by a reference the row does not hold yet:
+/// made due now, so the sweep resubmits it with the same key (Adyen replays the saved result); the
+/// notification is read again after.
+async fn nudge(
+    ledger: &dyn Recovery,
+    hint: &StoredProcessorEvent,
+    op: &Operation,
+    psp: &str,
+    now: Timestamp,
+    report: &mut HintReport,
+) -> Result<(), LedgerError> {
+    let detail = format!(
+        "adyen notification {} names {psp}: same-key resubmission now to confirm it",
+        hint.event_id
+    );
+    let defer = ledger
+        .defer_check(
+            &DeferCheck {
+                fence: &Fence::of(op),
+                next_check_at: now,
+                detail: &detail,
+                actor: ACTOR,
+            },
+            now,
+        )
+        .await;
+    match defer {
+        // Fenced: the row moved meanwhile; the next read of the notification sees where to.
+        Ok(()) | Err(LedgerError::Fenced { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    report.deferred += 1;
+    let key = ProcessorEventKey {
+        processor: &hint.processor,
+        event_id: &hint.event_id,
+    };
+    ledger
+        .defer_processor_event(
+            &key,
+            now + recheck_after(hint.checks),
+            &format!(
+                "pending: waiting for {} to be resubmitted with its key",
+                op.id
+            ),
+        )
+        .await
+}
+
+/// Checks one stored Adyen notification against its operation (see the module's rules).
+pub(crate) async fn check(
+    ledger: &dyn Recovery,
+    metrics: &ReconcilerMetrics,
+    hint: &StoredProcessorEvent,
+    now: Timestamp,
+    report: &mut HintReport,
+) -> Result<(), LedgerError> {
+    let key = ProcessorEventKey {
+        processor: &hint.processor,
+        event_id: &hint.event_id,
+    };
+    let close =
+        |outcome: String| async move { ledger.mark_processor_event(&key, &outcome, now).await };
+    let (Some(id), Some(item)) = (&hint.operation, item_of(&hint.payload)) else {
+        report.closed += 1;
+        return close("closed: names no operation or is unreadable".into()).await;
+    };
+    let op = match ledger.get_unscoped(id).await {
+        Ok(op) => op,
+        Err(LedgerError::NotFound) => {
+            report.closed += 1;
+            return close("closed: not an operation of this ledger".into()).await;
+        }
+        Err(e) => return Err(e),
+    };
+    let psp = item.psp_reference.as_str();
+    let named = op.external_ref.as_deref() == Some(psp);
+    let diffs = differences(&op, &item);
+    // A second successful payment or refund under one operation is a contradiction even when it
+    // matches: one of the two references is money paid twice.
+    let other_reference = op
+        .external_ref
+        .as_deref()
+        .is_some_and(|r| r != psp && op.status == Status::Succeeded);
+    let checked = if !diffs.is_empty() || (other_reference && item.succeeded()) {
+        let mut detail = diffs;
+        if other_reference {
+            detail.push(format!(
+                "{} already recorded, the notification reports {psp}",
+                op.external_ref.as_deref().unwrap_or("")
+            ));
+        }
+        Report::Mismatch {
+            reference: psp.to_string(),
+            paid: item.succeeded(),
+            detail: format!(
+                "adyen notification {}: {}",
+                hint.event_id,
+                detail.join("; ")
+            ),
+        }
+    } else if named {
+        // Named by Adyen's own answer to this operation: the notification says how it settled.
+        report_of(&item)
+    } else {
+        match op.status {
+            Status::Unknown => return nudge(ledger, hint, &op, psp, now, report).await,
+            // In flight: the worker's own answer records the reference first; read it again after.
+            Status::Ready | Status::Executing if item.succeeded() => {
+                report.deferred += 1;
+                return ledger
+                    .defer_processor_event(
+                        &key,
+                        now + recheck_after(hint.checks),
+                        &format!("pending: {} is {}", op.id, op.status.as_str()),
+                    )
+                    .await;
+            }
+            // Money for a row that is not paid: the state machine weighs it (a conflict, or a
+            // payment nobody approved), never silently dropped.
+            Status::Failed
+            | Status::Rejected
+            | Status::Cancelled
+            | Status::AwaitingApproval
+            | Status::NeedsAttention
+                if item.succeeded() =>
+            {
+                report_of(&item)
+            }
+            Status::Ready
+            | Status::Executing
+            | Status::Succeeded
+            | Status::Failed
+            | Status::Rejected
+            | Status::Cancelled
+            | Status::AwaitingApproval
+            | Status::NeedsAttention => {
+                report.closed += 1;
+                return close(format!(
+                    "checked: an unsuccessful {} for {psp}, not {}'s recorded reference; nothing applied",
+                    item.event_code, op.id
+                ))
+                .await;
+            }
+        }
+    };
+    let source = format!(
+        "adyen notification {} checked against the operation",
+        hint.event_id
+    );
+    let applied = match ledger
+        .apply_report(
+            &ApplyReport {
+                id: &op.id,
+                report: &checked,
+                source: &source,
+            },
+            now,
+        )
+        .await
+    {
+        Ok(applied) => applied,
+        Err(LedgerError::NotFound) => {
+            report.closed += 1;
+            return close("closed: not an operation of this ledger".into()).await;
+        }
+        Err(e) => return Err(e),
+    };
+    match (&applied, &checked) {
+        (Applied::PaymentWithoutApproval, _) => {
+            report.without_approval += 1;
+            metrics.payments_without_approval.inc();
+            tracing::error!(alert = "payment_without_approval", operation = %op.id, reference = psp,
+                event_id = %hint.event_id, "Adyen reports a payment for an operation nobody approved");
+        }
+        (Applied::Conflict, _) | (_, Report::Mismatch { .. }) => {
+            report.mismatched += 1;
+            metrics.webhook_mismatches.inc();
+            tracing::error!(alert = "webhook_lookup_mismatch", operation = %op.id, reference = psp,
+                event_id = %hint.event_id, "an Adyen notification contradicts the operation; it needs attention");
+        }
+        (Applied::AlreadyKnown, _) => {
+            report.known += 1;
+            metrics.hints_known.inc();
+        }
+        _ => {
+            report.applied += 1;
+            metrics.hints_applied.inc();
+        }
+    }
+    close(format!("checked: {applied:?} on {}", op.id)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rechecks_back_off_to_their_limit() {
+        assert_eq!(recheck_after(0), NOTIFICATION_RECHECK);
+        assert_eq!(recheck_after(1), NOTIFICATION_RECHECK * 2);
+        assert_eq!(recheck_after(1_000), NOTIFICATION_RECHECK_MAX);
+    }
+}
