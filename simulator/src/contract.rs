@@ -154,7 +154,11 @@ mod tests {
         assert_eq!(differs(Contract::Only2xxSaved), [false, false, true, false]);
         assert_eq!(differs(Contract::NoLookup), [false, false, false, true]);
         assert_eq!(Contract::Adyen.wire(), crate::config::Wire::Adyen);
-        assert!(CONTRACTS.iter().all(|c| (c.wire() == crate::config::Wire::Adyen) == (*c == Contract::Adyen)));
+        assert!(
+            CONTRACTS
+                .iter()
+                .all(|c| (c.wire() == crate::config::Wire::Adyen) == (*c == Contract::Adyen))
+        );
         assert!(Contract::Only2xxSaved.saves(200));
     }
 }

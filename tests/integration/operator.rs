@@ -110,7 +110,9 @@ async fn settings_flags_are_accepted_after_the_subcommand_and_by_their_key() {
 
 /// Every global setting (the ledger, processor and limiter settings `keys` takes) with a valid value
 /// other than its default.
-const GLOBAL_SETTINGS: [(&str, &str); 24] = [
+const GLOBAL_SETTINGS: [(&str, &str); 28] = [
+    ("adyen_api_key", "adyen_test_other"),
+    ("adyen_merchant_account", "OtherECOM"),
     ("database_url", "sqlite:elsewhere.db"),
     ("db_connect_timeout_ms", "5000"),
     ("db_max_connections", "3"),
@@ -130,8 +132,10 @@ const GLOBAL_SETTINGS: [(&str, &str); 24] = [
     ("limiter_write_reserved_percent", "40"),
     ("metrics_listen", "127.0.0.1:0"),
     ("processor_connect_timeout_ms", "1500"),
+    ("processor_contract", "no-lookup"),
     ("processor_http2", "true"),
     ("processor_idle_connections", "8"),
+    ("processor_kind", "adyen"),
     ("processor_secret_key", "sk_test_other"),
     ("processor_timeout_ms", "9000"),
     ("processor_url", "http://127.0.0.1:1"),
@@ -175,7 +179,14 @@ async fn global_settings_flags_are_accepted_before_the_command_as_after_it() {
     let shown = text(&before.stdout);
     assert_eq!(shown, text(&after.stdout));
     for (key, value) in GLOBAL_SETTINGS {
-        let line = if ["key_secret", "processor_secret_key", "limiter_redis_url"].contains(&key) {
+        let line = if [
+            "adyen_api_key",
+            "key_secret",
+            "processor_secret_key",
+            "limiter_redis_url",
+        ]
+        .contains(&key)
+        {
             format!("# {key} = \"(set)\"  # flag; a secret, not shown")
         } else {
             format!("{key} = {value:?}  # flag")

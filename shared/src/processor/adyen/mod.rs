@@ -27,8 +27,8 @@ use crate::processor::stripe::{
     CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT, classify_transport,
 };
 use crate::processor::{
-    Contract, LookupOutcome, LookupQuery, Processor, RefundLookupQuery,
-    RefundRequest, SubmitOutcome, SubmitRequest,
+    Contract, LookupOutcome, LookupQuery, Processor, RefundLookupQuery, RefundRequest,
+    SubmitOutcome, SubmitRequest,
 };
 use async_trait::async_trait;
 use std::time::Duration;
