@@ -99,7 +99,7 @@ async fn assert_every_logged_move_is_legal(ledger: &SharedLedger) {
     for op in all {
         for e in ledger.events_unscoped(&op.id).await.unwrap() {
             assert!(
-                legal_log_entry(e.from_status.as_deref(), &e.to_status, &e.event),
+                legal_log_entry(e.from_status.as_deref(), &e.to_status, e.event.as_str()),
                 "{} on {}: {:?} -> {} by {:?} is not a legal move",
                 ledger.store(),
                 op.id,
@@ -320,7 +320,7 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .collect();
         assert_eq!(
             events,
@@ -523,7 +523,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .into_iter()
             .map(|e| {
                 (
-                    e.event,
+                    e.event.to_string(),
                     e.from_status,
                     e.to_status,
                     e.actor,
@@ -732,7 +732,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
             let k = events.len() - n;
             events[k..]
                 .iter()
-                .map(|e| (e.event.clone(), e.attempt))
+                .map(|e| (e.event.to_string(), e.attempt))
                 .collect::<Vec<_>>()
         };
         assert_eq!(
@@ -1441,7 +1441,7 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .collect();
         assert_eq!(
             events,
@@ -1541,7 +1541,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
                 .await
                 .unwrap()
                 .into_iter()
-                .map(|e| (e.from_status, e.event))
+                .map(|e| (e.from_status, e.event.to_string()))
                 .collect();
             assert_eq!(
                 events.last(),
@@ -2131,7 +2131,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .collect();
         assert!(events.ends_with(&["check_deferred".to_string(), "escalate".to_string()]));
     })
