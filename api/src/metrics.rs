@@ -73,14 +73,14 @@ impl ApiMetrics {
         e.counter(
             "payonce_api_webhook_deliveries_total",
             help,
-            "result=\"accepted\"",
-            self.webhooks_accepted.get(),
+            &[("result", "accepted")],
+            &self.webhooks_accepted,
         )
         .counter(
             "payonce_api_webhook_deliveries_total",
             help,
-            "result=\"refused\"",
-            self.webhooks_refused.get(),
+            &[("result", "refused")],
+            &self.webhooks_refused,
         );
         for (reason, counter) in WebhookError::SIGNATURE_CODES
             .iter()
@@ -89,16 +89,16 @@ impl ApiMetrics {
             e.counter(
                 "payonce_webhook_verify_failures_total",
                 "Webhooks refused for their signature, by reason.",
-                &format!("reason=\"{reason}\""),
-                counter.get(),
+                &[("reason", reason)],
+                counter,
             );
         }
         for (class, counter) in CLASSES.iter().zip(&self.responses) {
             e.counter(
                 "payonce_api_responses_total",
                 "HTTP responses by status class.",
-                &format!("class=\"{class}\""),
-                counter.get(),
+                &[("class", class)],
+                counter,
             );
         }
         e.histogram(
@@ -110,8 +110,8 @@ impl ApiMetrics {
             "payonce_ledger_storage_failures_total",
             "Ledger statements and commits the store refused for lack of space or an I/O error; \
              none of their writes was stored or acknowledged.",
-            "",
-            payonce_shared::ledger::storage_failures(),
+            &[],
+            payonce_shared::ledger::storage_failures_counter(),
         );
     }
 }

@@ -6,7 +6,7 @@ use crate::report::{Path, SoakReport};
 use anyhow::Context;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
-use payonce_shared::state::Status;
+use payonce_shared::state::{Event, EventName, Status};
 use payonce_simulator::{Simulator, payment_audit};
 use std::collections::HashMap;
 
@@ -77,7 +77,12 @@ pub async fn tally(
         if last_to != Some(row.status.as_str()) {
             report.unexplained += 1;
         }
-        if events.iter().any(|e| e.event.starts_with("lease_expired")) {
+        if events.iter().any(|e| {
+            matches!(
+                e.event,
+                EventName::Event(Event::LeaseExpiredSubmitted | Event::LeaseExpiredUnsubmitted)
+            )
+        }) {
             report.recovered_after_crash += 1;
         }
         if row.status.is_terminal() && row.status != Status::AwaitingApproval {

@@ -224,7 +224,7 @@ pub async fn check_hints(
                 report.known = report
                     .known
                     .saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
-                metrics.hints_known.add(n);
+                metrics.hints_known.inc_by(n);
                 // None of the oldest agree: those are for the checks one by one below.
                 if n == 0 {
                     break;

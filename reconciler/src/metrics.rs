@@ -74,8 +74,8 @@ impl ReconcilerMetrics {
             e.counter(
                 "payonce_reconciler_actions_total",
                 help,
-                &format!("path=\"{path}\""),
-                c.get(),
+                &[("path", path)],
+                c,
             );
         }
         for (result, c) in [
@@ -86,45 +86,45 @@ impl ReconcilerMetrics {
             e.counter(
                 "payonce_webhook_hints_total",
                 "Stored webhooks checked against the processor, by result.",
-                &format!("result=\"{result}\""),
-                c.get(),
+                &[("result", result)],
+                c,
             );
         }
         e.gauge(
             "payonce_webhook_hint_backlog",
             "Stored webhooks not yet checked against the processor.",
-            "",
+            &[],
             self.hint_backlog.get(),
         );
         e.gauge(
             "payonce_webhook_hint_backlog_oldest_age_seconds",
             "Age of the oldest stored webhook not yet checked (0: none).",
-            "",
+            &[],
             self.hint_backlog_oldest_age_s.get(),
         );
         e.counter(
             "payonce_webhook_evidence_mismatch_total",
             "Alert: a signed webhook named a processor object that is missing or does not match the operation.",
-            "",
-            self.webhook_mismatches.get(),
+            &[],
+            &self.webhook_mismatches,
         );
         e.counter(
             "payonce_payment_without_approval_total",
             "Alert: the processor holds a payment for an operation nobody approved.",
-            "",
-            self.payments_without_approval.get(),
+            &[],
+            &self.payments_without_approval,
         );
         e.counter(
             "payonce_unknown_payments_total",
             "Alert: paid payments at the processor the ledger did not record (a restore or failover lost their rows, or the row says otherwise).",
-            "",
-            self.unknown_payments.get(),
+            &[],
+            &self.unknown_payments,
         );
         e.counter(
             "payonce_processor_rate_limited_total",
             "Requests the processor refused with 429, by kind.",
-            "kind=\"lookup\"",
-            self.lookups_rate_limited.get(),
+            &[("kind", "lookup")],
+            &self.lookups_rate_limited,
         );
         self.clock_drift.render(e, "reconciler");
         let counts = ledger.count_by_status().await?;
@@ -139,7 +139,7 @@ impl ReconcilerMetrics {
         e.gauge(
             "payonce_oldest_unknown_age_seconds",
             "Time since the first submission of the oldest unknown outcome.",
-            "",
+            &[],
             oldest,
         );
         Ok(())

@@ -169,7 +169,7 @@ pub async fn show(
                 .map(|e| {
                     vec![
                         age(now, e.at_ms),
-                        e.event.clone(),
+                        e.event.to_string(),
                         e.actor.clone(),
                         format!(
                             "{} -> {}",

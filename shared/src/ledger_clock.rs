@@ -75,11 +75,11 @@ impl Drift {
     }
 
     /// Appends `payonce_clock_drift_seconds{process="…"}`.
-    pub fn render(&self, e: &mut Exposition, process: &str) {
+    pub fn render(&self, e: &mut Exposition, process: &'static str) {
         e.gauge_seconds(
             "payonce_clock_drift_seconds",
             "The database's clock minus this process's, at the last read of the database's time.",
-            &format!("process=\"{process}\""),
+            &[("process", process)],
             self.millis(),
         );
     }

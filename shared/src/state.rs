@@ -142,7 +142,7 @@ pub const ALL_EVENTS: [Event; 17] = [
 
 impl Event {
     /// Stable text form, as written to the event log.
-    pub fn as_str(&self) -> &'static str {
+    pub const fn as_str(&self) -> &'static str {
         match self {
             Event::Approve => "approve",
             Event::Cancel => "cancel",
@@ -366,22 +366,101 @@ impl Move {
 }
 
 /// Event-log entries that change no state: the row's creation and the facts kept along the way.
-pub const NOTES: [&str; 4] = [
-    // A new row (no from-state).
-    "create",
-    // A request is about to leave for the processor.
-    "submission_started",
-    // The reconciler will look again later.
-    "check_deferred",
-    // A processor report that changes nothing, kept as evidence.
-    "report_ignored",
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// A new row (no from-state).
+    Create,
+    /// A request is about to leave for the processor.
+    SubmissionStarted,
+    /// The reconciler will look again later.
+    CheckDeferred,
+    /// A processor report that changes nothing, kept as evidence.
+    ReportIgnored,
+}
+
+/// Every note.
+pub const ALL_NOTES: [Note; 4] = [
+    Note::Create,
+    Note::SubmissionStarted,
+    Note::CheckDeferred,
+    Note::ReportIgnored,
 ];
+
+impl Note {
+    /// Stable text form, as written to the event log.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Note::Create => "create",
+            Note::SubmissionStarted => "submission_started",
+            Note::CheckDeferred => "check_deferred",
+            Note::ReportIgnored => "report_ignored",
+        }
+    }
+}
+
+/// The name an event-log entry carries: a state machine [`Event`] or a [`Note`]. Stored and
+/// answered (JSON) as its text form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventName {
+    /// A transition of the state machine.
+    Event(Event),
+    /// A fact that changes no state.
+    Note(Note),
+}
+
+impl EventName {
+    /// Stable text form, as written to the event log.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            EventName::Event(e) => e.as_str(),
+            EventName::Note(n) => n.as_str(),
+        }
+    }
+
+    /// Parses the stored form; `None` for a name the state machine does not know.
+    pub fn parse(raw: &str) -> Option<EventName> {
+        ALL_EVENTS
+            .into_iter()
+            .find(|e| e.as_str() == raw)
+            .map(EventName::Event)
+            .or_else(|| {
+                ALL_NOTES
+                    .into_iter()
+                    .find(|n| n.as_str() == raw)
+                    .map(EventName::Note)
+            })
+    }
+}
+
+impl std::fmt::Display for EventName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for EventName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for EventName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for EventName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
 
 /// The note a claim that also records its request's start (`Queue::claim_to_submit`) logs in place
 /// of [`Event::Claim`]: one row version, one commit, one event, with the claim's move. The trail
 /// still shows who claimed (the actor) and when the request left, and every submission is still
 /// one `submission_started`.
-pub const SUBMITTING_CLAIM: &str = "submission_started";
+pub const SUBMITTING_CLAIM: &str = Note::SubmissionStarted.as_str();
 
 /// Whether an event-log row `(from, to, event)` is one the state machine allows: a legal
 /// transition, `create` into `awaiting_approval`, a note that leaves the state as it was, or a
@@ -390,33 +469,41 @@ pub fn legal_log_entry(from: Option<&str>, to: &str, event: &str) -> bool {
     let Some(to) = Status::parse(to) else {
         return false;
     };
+    let Some(event) = EventName::parse(event) else {
+        return false;
+    };
     let Some(from) = from else {
-        return event == "create" && to == Status::AwaitingApproval;
+        return event == EventName::Note(Note::Create) && to == Status::AwaitingApproval;
     };
     let Some(from) = Status::parse(from) else {
         return false;
     };
-    if let Some(event) = ALL_EVENTS.into_iter().find(|e| e.as_str() == event) {
-        return transition(from, event) == Ok(to);
+    match event {
+        EventName::Event(event) => transition(from, event) == Ok(to),
+        EventName::Note(Note::Create) => false,
+        EventName::Note(note) => submitting_claim(from, to, note) || from == to,
     }
-    submitting_claim(from, to, event) || (NOTES.contains(&event) && event != "create" && from == to)
 }
 
 /// Whether an event-log row `(from, to, event)` logs a claim: `claim`, or a claim out of `ready`
 /// that recorded its submission ([`SUBMITTING_CLAIM`] with the claim's move).
 pub fn is_claim_entry(from: Option<&str>, to: &str, event: &str) -> bool {
-    if event == Event::Claim.as_str() {
-        return true;
-    }
-    match (from.and_then(Status::parse), Status::parse(to)) {
-        (Some(from), Some(to)) => submitting_claim(from, to, event),
+    match (
+        EventName::parse(event),
+        from.and_then(Status::parse),
+        Status::parse(to),
+    ) {
+        (Some(EventName::Event(Event::Claim)), _, _) => true,
+        (Some(EventName::Note(note)), Some(from), Some(to)) => submitting_claim(from, to, note),
         _ => false,
     }
 }
 
 /// [`SUBMITTING_CLAIM`] with the claim's move out of `ready`.
-fn submitting_claim(from: Status, to: Status, event: &str) -> bool {
-    event == SUBMITTING_CLAIM && from == Status::Ready && transition(from, Event::Claim) == Ok(to)
+fn submitting_claim(from: Status, to: Status, note: Note) -> bool {
+    note.as_str() == SUBMITTING_CLAIM
+        && from == Status::Ready
+        && transition(from, Event::Claim) == Ok(to)
 }
 
 #[cfg(test)]
@@ -583,6 +670,29 @@ mod tests {
         ));
         assert!(!is_claim_entry(Some("ready"), "executing", "approve"));
         assert!(!is_claim_entry(None, "executing", SUBMITTING_CLAIM));
+    }
+
+    #[test]
+    fn event_names_round_trip_through_their_stored_text() {
+        let mut seen = std::collections::HashSet::new();
+        let names = ALL_EVENTS
+            .into_iter()
+            .map(EventName::Event)
+            .chain(ALL_NOTES.into_iter().map(EventName::Note));
+        for name in names {
+            assert_eq!(EventName::parse(name.as_str()), Some(name));
+            assert!(seen.insert(name.as_str()), "{name} named twice");
+            assert_eq!(
+                serde_json::to_value(name).unwrap(),
+                serde_json::json!(name.as_str())
+            );
+        }
+        assert_eq!(seen.len(), 21);
+        assert_eq!(EventName::parse("made_up"), None);
+        assert_eq!(
+            EventName::parse("claim"),
+            Some(EventName::Event(Event::Claim))
+        );
     }
 
     #[test]

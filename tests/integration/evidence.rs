@@ -674,7 +674,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.event)
+        .map(|e| e.event.to_string())
         .collect();
     assert_eq!(events, ["create", "cancel"]);
     // Nothing runs without an approval: claiming finds nothing, and the CHECK refuses a forced move.

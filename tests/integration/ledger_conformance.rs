@@ -101,7 +101,7 @@ async fn assert_every_logged_move_is_legal(ledger: &SharedLedger) {
     for op in all {
         for e in ledger.events_unscoped(&op.id).await.unwrap() {
             assert!(
-                legal_log_entry(e.from_status.as_deref(), &e.to_status, &e.event),
+                legal_log_entry(e.from_status.as_deref(), &e.to_status, e.event.as_str()),
                 "{} on {}: {:?} -> {} by {:?} is not a legal move",
                 ledger.store(),
                 op.id,
@@ -322,7 +322,7 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .collect();
         assert_eq!(
             events,
@@ -525,7 +525,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .into_iter()
             .map(|e| {
                 (
-                    e.event,
+                    e.event.to_string(),
                     e.from_status,
                     e.to_status,
                     e.actor,
@@ -734,7 +734,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
             let k = events.len() - n;
             events[k..]
                 .iter()
-                .map(|e| (e.event.clone(), e.attempt))
+                .map(|e| (e.event.to_string(), e.attempt))
                 .collect::<Vec<_>>()
         };
         assert_eq!(
@@ -1443,7 +1443,7 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .collect();
         assert_eq!(
             events,
@@ -1543,7 +1543,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
                 .await
                 .unwrap()
                 .into_iter()
-                .map(|e| (e.from_status, e.event))
+                .map(|e| (e.from_status, e.event.to_string()))
                 .collect();
             assert_eq!(
                 events.last(),
@@ -2133,7 +2133,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .collect();
         assert!(events.ends_with(&["check_deferred".to_string(), "escalate".to_string()]));
     })

@@ -258,7 +258,7 @@ async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: u
             .await
             .unwrap()
             .into_iter()
-            .map(|e| e.event)
+            .map(|e| e.event.to_string())
             .skip(4)
             .collect();
         assert_eq!(

@@ -176,7 +176,7 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
             "{point}: exactly one payment"
         );
         let trail = ledger.events_unscoped(&op.id).await.unwrap();
-        let events: Vec<String> = trail.iter().map(|e| e.event.clone()).collect();
+        let events: Vec<String> = trail.iter().map(|e| e.event.to_string()).collect();
         eprintln!("{point}: {events:?}");
         // Exactly one lapse, to unknown: at every failure point a submission was recorded (by the
         // claim itself at `after_claim`), so the reconciler looked it up instead of re-queueing it.

@@ -112,9 +112,9 @@ impl Worker {
             .claim_to_submit(&self.config.lease_holder(), self.config.batch_size, now)
             .await?;
         let n = claimed.len();
-        self.metrics.claimed.add(n as u64);
+        self.metrics.claimed.inc_by(n as u64);
         if n > 0 {
-            self.metrics.claims.add(1);
+            self.metrics.claims.inc_by(1);
         }
         self.hold(&claimed);
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);

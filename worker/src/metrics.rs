@@ -39,63 +39,63 @@ impl WorkerMetrics {
         e.counter(
             "payonce_worker_claimed_total",
             "Operations claimed.",
-            "",
-            self.claimed.get(),
+            &[],
+            &self.claimed,
         );
         e.counter(
             "payonce_worker_claims_total",
             "Claim statements that returned operations (claimed_total / claims_total: the mean claim size).",
-            "",
-            self.claims.get(),
+            &[],
+            &self.claims,
         );
         e.counter(
             "payonce_worker_claims_with_outcomes_total",
             "Of those, claims an outcome write made in its own commit (refilling the slots it freed).",
-            "",
-            self.claims_with_outcomes.get(),
+            &[],
+            &self.claims_with_outcomes,
         );
         e.counter(
             "payonce_worker_record_writes_total",
             "Group writes of outcomes (outcomes_total / record_writes_total: the mean group size).",
-            "",
-            self.record_writes.get(),
+            &[],
+            &self.record_writes,
         );
         self.render_outcomes(e);
         e.counter(
             "payonce_worker_lost_leases_total",
             "Fenced writes that lost.",
-            "",
-            self.execution.lost_leases.get(),
+            &[],
+            &self.execution.lost_leases,
         );
         e.counter(
             "payonce_worker_already_recorded_total",
             "Outcomes someone else recorded first.",
-            "",
-            self.execution.already_recorded.get(),
+            &[],
+            &self.execution.already_recorded,
         );
         e.counter(
             "payonce_worker_replayed_first_submissions_total",
             "Alert: first submissions the processor answered from its key store: the ledger had lost the row that paid them.",
-            "",
-            self.execution.replayed_first_submissions.get(),
+            &[],
+            &self.execution.replayed_first_submissions,
         );
         e.counter(
             "payonce_worker_released_total",
             "Leases given back at shutdown.",
-            "",
-            self.released.get(),
+            &[],
+            &self.released,
         );
         e.counter(
             "payonce_processor_rate_limited_total",
             "Requests the processor refused with 429, by kind.",
-            "kind=\"submission\"",
-            self.execution.rate_limited.get(),
+            &[("kind", "submission")],
+            &self.execution.rate_limited,
         );
         e.counter(
             "payonce_worker_rate_limited_requeued_total",
             "Submissions sent back to ready after waiting out the rate-limit bound (not a failed attempt).",
-            "",
-            self.execution.rate_limited_requeued.get(),
+            &[],
+            &self.execution.rate_limited_requeued,
         );
         e.histogram(
             "payonce_worker_submit_seconds",
@@ -126,38 +126,38 @@ impl WorkerMetrics {
         e.counter(
             "payonce_worker_outcomes_total",
             outcomes,
-            "outcome=\"succeeded\"",
-            self.execution.succeeded.get(),
+            &[("outcome", "succeeded")],
+            &self.execution.succeeded,
         )
         .counter(
             "payonce_worker_outcomes_total",
             outcomes,
-            "outcome=\"failed\"",
-            self.execution.failed.get(),
+            &[("outcome", "failed")],
+            &self.execution.failed,
         )
         .counter(
             "payonce_worker_outcomes_total",
             outcomes,
-            "outcome=\"retry\"",
-            self.execution.retried.get(),
+            &[("outcome", "retry")],
+            &self.execution.retried,
         )
         .counter(
             "payonce_worker_outcomes_total",
             outcomes,
-            "outcome=\"unknown\"",
-            self.execution.unknown.get(),
+            &[("outcome", "unknown")],
+            &self.execution.unknown,
         )
         .counter(
             "payonce_worker_outcomes_total",
             outcomes,
-            "outcome=\"rejected\"",
-            self.execution.rejected.get(),
+            &[("outcome", "rejected")],
+            &self.execution.rejected,
         )
         .counter(
             "payonce_worker_outcomes_total",
             outcomes,
-            "outcome=\"needs_attention\"",
-            self.execution.needs_attention.get(),
+            &[("outcome", "needs_attention")],
+            &self.execution.needs_attention,
         );
     }
 }

@@ -3,6 +3,7 @@
 //! in and read here, so the console and the runbook cannot say different things.
 
 use payonce_shared::ledger::OperationEvent;
+use payonce_shared::state::{Event, EventName};
 
 /// The runbook, as built.
 const RUNBOOK: &str = include_str!("../../../docs/runbook.md");
@@ -41,7 +42,7 @@ impl Reason {
             return Reason::Other;
         };
         let detail = entered.detail.as_deref().unwrap_or("");
-        if entered.event == "not_submitted_exhausted" {
+        if entered.event == EventName::Event(Event::NotSubmittedExhausted) {
             Reason::AttemptsExhausted
         } else if detail.starts_with("PAYMENT WITHOUT APPROVAL") {
             Reason::PaymentWithoutApproval
@@ -49,7 +50,7 @@ impl Reason {
             Reason::DetailsMismatch
         } else if detail.contains("retention window has closed") {
             Reason::RetentionClosed
-        } else if entered.event == "conflicting_report" {
+        } else if entered.event == EventName::Event(Event::ConflictingReport) {
             Reason::ConflictingReport
         } else if entered.from_status.as_deref() == Some("executing") && detail.contains("reject") {
             Reason::RejectedAfterSubmission
@@ -164,8 +165,12 @@ pub fn submissions_seen(submit_count: i64, events: &[OperationEvent]) -> i64 {
         .iter()
         .filter(|e| {
             matches!(
-                e.event.as_str(),
-                "not_submitted_retry" | "not_submitted_exhausted" | "reject_before_submit"
+                e.event,
+                EventName::Event(
+                    Event::NotSubmittedRetry
+                        | Event::NotSubmittedExhausted
+                        | Event::RejectBeforeSubmit
+                )
             )
         })
         .count();
@@ -180,7 +185,7 @@ mod tests {
     fn entered(event: &str, from: &str, detail: &str) -> OperationEvent {
         OperationEvent {
             at_ms: Timestamp::from_millis(1),
-            event: event.into(),
+            event: EventName::parse(event).expect("a known event name"),
             actor: "reconciler".into(),
             from_status: Some(from.into()),
             to_status: "needs_attention".into(),

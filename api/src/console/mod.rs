@@ -31,7 +31,7 @@ use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, Chart, OperationQuery, R
 use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution, Resolve};
 use payonce_shared::processor::Retrieved;
 use payonce_shared::processor::summary::summary;
-use payonce_shared::state::Status;
+use payonce_shared::state::{Event, EventName, Status};
 use serde_json::{Value, json};
 use session::{OnCall, SESSION_COOKIE, SESSION_TTL, SIGN_IN_COOKIE, SIGN_IN_FORM_TTL};
 use std::collections::HashMap;
@@ -422,7 +422,9 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     let approve_at = |at_ms: i64| {
         events
             .iter()
-            .position(|e| e.event == "approve" && e.at_ms.as_millis() == at_ms)
+            .position(|e| {
+                e.event == EventName::Event(Event::Approve) && e.at_ms.as_millis() == at_ms
+            })
             .map_or(after_events, |i| 2 * i + 1)
     };
     out.extend(related.approvals.iter().map(|a| {
@@ -778,7 +780,7 @@ mod tests {
     fn event(at_ms: i64, name: &str) -> OperationEvent {
         OperationEvent {
             at_ms: Timestamp::from_millis(at_ms),
-            event: name.into(),
+            event: EventName::parse(name).expect("a known event name"),
             actor: "a".into(),
             from_status: None,
             to_status: "ready".into(),

@@ -116,7 +116,7 @@ impl ServerHandler for PayonceMcp {
         };
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let key = parts_of(&context)
-            .and_then(|p| p.extensions.get::<transport::IdempotencyKey>())
+            .and_then(|p| p.extensions.get::<transport::ReplayKey>())
             .cloned();
         // A multi round-trip continuation (it carries the person's responses) is its own request:
         // it neither replays nor keeps a keyed answer, as SEP-3182's discussion scopes it.
@@ -138,7 +138,7 @@ impl ServerHandler for PayonceMcp {
             arguments: Ok(arguments),
         };
         let reply = tools::call(&self.state, &caller, Format::Mcp.as_str(), &call).await;
-        if reply.structured["error"]["code"] == "unknown_tool" {
+        if reply.error == Some(tools::ToolError::UnknownTool) {
             // The spec makes an unknown tool a protocol error (-32602), not a tool result; the call
             // was still recorded for correlation.
             let shown: String = request

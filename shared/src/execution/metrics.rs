@@ -36,15 +36,14 @@ pub struct ExecutionMetrics {
 impl ExecutionMetrics {
     /// Counts an outcome whose fenced write won.
     pub fn count(&self, recorded: &Recorded) {
-        match recorded {
-            Recorded::Succeeded(_) => self.succeeded.inc(),
-            Recorded::Failed(_) => self.failed.inc(),
-            Recorded::RetryLater { .. } => self.retried.inc(),
-            Recorded::Unknown { .. } => self.unknown.inc(),
-            Recorded::Rejected { .. } => self.rejected.inc(),
-            Recorded::Exhausted { .. } | Recorded::NeedsAttention { .. } => {
-                self.needs_attention.inc()
-            }
-        }
+        let counter = match recorded {
+            Recorded::Succeeded(_) => &self.succeeded,
+            Recorded::Failed(_) => &self.failed,
+            Recorded::RetryLater { .. } => &self.retried,
+            Recorded::Unknown { .. } => &self.unknown,
+            Recorded::Rejected { .. } => &self.rejected,
+            Recorded::Exhausted { .. } | Recorded::NeedsAttention { .. } => &self.needs_attention,
+        };
+        counter.inc();
     }
 }

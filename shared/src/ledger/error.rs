@@ -117,11 +117,16 @@ pub fn cause_text(e: &sqlx::Error) -> String {
 /// `payonce_ledger_storage_failures_total`. Process-wide because the conversion from a driver
 /// error, the one place every failure passes (a statement, a `COMMIT`, inside a transaction or
 /// not), has no store at hand.
-static STORAGE_FAILURES: Counter = Counter::new();
+static STORAGE_FAILURES: std::sync::LazyLock<Counter> = std::sync::LazyLock::new(Counter::default);
 
 /// Storage failures met by this process so far (see [`STORAGE_FAILURES`]).
 pub fn storage_failures() -> u64 {
     STORAGE_FAILURES.get()
+}
+
+/// The counter behind [`storage_failures`], for `/metrics`.
+pub fn storage_failures_counter() -> &'static Counter {
+    &STORAGE_FAILURES
 }
 
 impl From<sqlx::Error> for LedgerError {

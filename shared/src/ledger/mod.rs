@@ -44,7 +44,7 @@ pub mod verification;
 mod webhooks;
 
 pub use dialect::Dialect;
-pub use error::{LedgerError, LimitError, storage_failures};
+pub use error::{LedgerError, LimitError, storage_failures, storage_failures_counter};
 pub use interface::{
     Approvals, HintChecks, Inspection, Keys, Ledger, LedgerTime, Operations, Queue, Recovery,
     Refunds, TenantLedger, ToolCalls, Webhooks,

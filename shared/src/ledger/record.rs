@@ -5,7 +5,7 @@ use super::row::{LedgerRow, corrupt};
 use crate::clock::Timestamp;
 use crate::details::{Details, DetailsHash, RawDetails, RawRefundOf};
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
-use crate::state::Status;
+use crate::state::{EventName, Status};
 use serde::Serialize;
 
 /// One intended action, as stored.
@@ -103,8 +103,8 @@ pub struct ExpiredLease {
 pub struct OperationEvent {
     /// When, ms.
     pub at_ms: Timestamp,
-    /// What happened (an event name of the state machine, or `create`, `submission_started`, ...).
-    pub event: String,
+    /// What happened: an event of the state machine, or a note (`create`, `submission_started`, ...).
+    pub event: EventName,
     /// Who.
     pub actor: String,
     /// State before (none for `create`).
@@ -122,7 +122,11 @@ impl OperationEvent {
     /// `ready` that also recorded its submission logs with the claim's move
     /// (`state::SUBMITTING_CLAIM`).
     pub fn is_claim(&self) -> bool {
-        crate::state::is_claim_entry(self.from_status.as_deref(), &self.to_status, &self.event)
+        crate::state::is_claim_entry(
+            self.from_status.as_deref(),
+            &self.to_status,
+            self.event.as_str(),
+        )
     }
 }
 
@@ -321,7 +325,10 @@ pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, Ledger
 pub(crate) fn decode_event(row: &impl LedgerRow) -> Result<OperationEvent, LedgerError> {
     Ok(OperationEvent {
         at_ms: row.get("at")?,
-        event: row.get("event")?,
+        event: {
+            let raw: String = row.get("event")?;
+            EventName::parse(&raw).ok_or_else(|| corrupt(format!("event log name {raw}")))?
+        },
         actor: row.get("actor")?,
         from_status: row.get("from_status")?,
         to_status: row.get("to_status")?,

@@ -92,10 +92,7 @@ impl Limiter for LocalLimiter {
     async fn try_acquire(&self, budget: Budget) -> Decision {
         let d = self.decide(budget);
         if d == Decision::Granted {
-            match budget {
-                Budget::Write => self.metrics.granted_write.inc(),
-                Budget::Read => self.metrics.granted_read.inc(),
-            }
+            self.metrics.count_grant(budget);
         }
         d
     }

@@ -190,26 +190,34 @@ pub struct LimiterMetrics {
 }
 
 impl LimiterMetrics {
+    /// Counts one permit granted from `budget`.
+    pub fn count_grant(&self, budget: Budget) {
+        match budget {
+            Budget::Write => self.granted_write.inc(),
+            Budget::Read => self.granted_read.inc(),
+        };
+    }
+
     /// Appends the limiter's series.
     pub fn render(&self, e: &mut Exposition) {
         let help = "Permits granted by the fleet limiter, by budget.";
         e.counter(
             "payonce_limiter_granted_total",
             help,
-            "budget=\"write\"",
-            self.granted_write.get(),
+            &[("budget", "write")],
+            &self.granted_write,
         );
         e.counter(
             "payonce_limiter_granted_total",
             help,
-            "budget=\"read\"",
-            self.granted_read.get(),
+            &[("budget", "read")],
+            &self.granted_read,
         );
         e.counter(
             "payonce_limiter_waited_total",
             "Acquires that waited for a permit.",
-            "",
-            self.waited.get(),
+            &[],
+            &self.waited,
         );
         e.histogram(
             "payonce_limiter_wait_seconds",
@@ -219,32 +227,32 @@ impl LimiterMetrics {
         e.counter(
             "payonce_limiter_denied_total",
             "Acquires given up within their wait bound (work deferred).",
-            "",
-            self.denied.get(),
+            &[],
+            &self.denied,
         );
         e.gauge(
             "payonce_limiter_fallback",
             "1 while this process limits itself to its local share (shared limiter unreachable).",
-            "",
+            &[],
             self.fallback.get(),
         );
         e.counter(
             "payonce_limiter_fallback_entered_total",
             "Times this process fell back to its local share.",
-            "",
-            self.fallback_entered.get(),
+            &[],
+            &self.fallback_entered,
         );
         e.counter(
             "payonce_limiter_fallback_decisions_total",
             "Permits decided by the local fallback share.",
-            "",
-            self.fallback_decisions.get(),
+            &[],
+            &self.fallback_decisions,
         );
         e.counter(
             "payonce_limiter_backend_errors_total",
             "Shared limiter calls that failed or timed out.",
-            "",
-            self.backend_errors.get(),
+            &[],
+            &self.backend_errors,
         );
     }
 }
@@ -291,10 +299,7 @@ pub struct Unlimited {
 #[async_trait]
 impl Limiter for Unlimited {
     async fn try_acquire(&self, budget: Budget) -> Decision {
-        match budget {
-            Budget::Write => self.metrics.granted_write.inc(),
-            Budget::Read => self.metrics.granted_read.inc(),
-        }
+        self.metrics.count_grant(budget);
         Decision::Granted
     }
     fn metrics(&self) -> &LimiterMetrics {
@@ -392,7 +397,7 @@ mod tests {
     fn metrics_render_every_series_even_at_zero() {
         let m = LimiterMetrics::default();
         m.fallback.set(1);
-        m.granted_write.add(3);
+        m.granted_write.inc_by(3);
         let mut e = Exposition::default();
         m.render(&mut e);
         let text = e.finish();

@@ -237,10 +237,7 @@ impl Limiter for RedisLimiter {
             }
         };
         if decision == Decision::Granted {
-            match budget {
-                Budget::Write => self.metrics.granted_write.inc(),
-                Budget::Read => self.metrics.granted_read.inc(),
-            }
+            self.metrics.count_grant(budget);
         }
         decision
     }

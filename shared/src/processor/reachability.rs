@@ -160,7 +160,7 @@ impl Reachability {
         e.gauge(
             "payonce_processor_reachable",
             "1 when this process's last submission reached the processor, 0 while none can",
-            "",
+            &[],
             i64::from(self.down_since().is_none()),
         );
     }

@@ -271,7 +271,7 @@ async fn scenario_6_an_amount_change_under_an_existing_operation_is_refused() {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.event)
+        .map(|e| e.event.to_string())
         .collect();
     assert_eq!(
         names.iter().filter(|e| *e == "approve").count(),

@@ -168,8 +168,8 @@ impl Pipeline {
             }
         };
         self.claimed_total += claimed.len() as u64;
-        self.worker.metrics.claimed.add(claimed.len() as u64);
-        self.worker.metrics.claims.add(1);
+        self.worker.metrics.claimed.inc_by(claimed.len() as u64);
+        self.worker.metrics.claims.inc_by(1);
         self.worker.hold(&claimed);
         // One slot per claimed operation: give back what the claim did not fill, take the rest
         // (free when the claim was asked for; only this loop takes this pipeline's slots).

@@ -134,7 +134,7 @@ impl Worker {
             };
             match write.await {
                 Ok((written, took)) => {
-                    self.metrics.record_writes.add(1);
+                    self.metrics.record_writes.inc_by(1);
                     self.metrics.record_write.observe(took);
                     for (_, known_at) in ops {
                         self.metrics.known_to_recorded.observe(known_at.elapsed());
@@ -166,9 +166,9 @@ impl Worker {
             return;
         }
         self.hold(&claimed);
-        self.metrics.claimed.add(claimed.len() as u64);
-        self.metrics.claims.add(1);
-        self.metrics.claims_with_outcomes.add(1);
+        self.metrics.claimed.inc_by(claimed.len() as u64);
+        self.metrics.claims.inc_by(1);
+        self.metrics.claims_with_outcomes.inc_by(1);
         if slots.num_permits() > claimed.len() {
             drop(slots.split(slots.num_permits() - claimed.len()));
         }

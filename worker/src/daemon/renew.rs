@@ -49,7 +49,9 @@ impl Worker {
                 .release(&Fence::of(op), &self.config.owner, now)
                 .await
             {
-                Ok(()) => self.metrics.released.inc(),
+                Ok(()) => {
+                    self.metrics.released.inc();
+                }
                 Err(error) => {
                     tracing::warn!(operation = %op.id, %error, "could not release; the lease will lapse")
                 }
