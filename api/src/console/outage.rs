@@ -101,7 +101,7 @@ pub fn render(e: &mut Exposition) {
     e.gauge(
         "payonce_processor_reachable",
         "1 unless the processes that submit payments recorded the processor as unreachable (the api reads it from the ledger)",
-        "",
+        &[],
         i64::from(down_since().is_none()),
     );
 }

@@ -54,7 +54,7 @@ async fn events(ledger: &SharedLedger, id: &payonce_shared::id::OperationId) -> 
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.event)
+        .map(|e| e.event.to_string())
         .collect()
 }
 
