@@ -641,7 +641,10 @@ mod tests {
             hash_of(&item["details"])
         );
         let given = r#"{"business_key":"k","details":{},"approval":{"approved_by":"m","details_hash":"abc"}}"#;
-        assert_eq!(ndjson_item(given).unwrap()["approval"]["details_hash"], "abc");
+        assert_eq!(
+            ndjson_item(given).unwrap()["approval"]["details_hash"],
+            "abc"
+        );
         assert!(ndjson_item("[1, 2]").is_err());
         assert!(ndjson_item("{not json").is_err());
     }

@@ -362,5 +362,8 @@ async fn a_batch_that_enqueues_wakes_the_workers_of_other_processes() {
         .await
         .expect("a wake-up within 10 s")
         .unwrap();
-    assert_eq!(woken.channel(), payonce_shared::ledger::postgres::READY_CHANNEL);
+    assert_eq!(
+        woken.channel(),
+        payonce_shared::ledger::postgres::READY_CHANNEL
+    );
 }
