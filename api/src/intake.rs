@@ -190,7 +190,7 @@ pub async fn create_batch(
             items,
             actor: caller.actor(),
             method: SERVICE_APPROVAL.to_string(),
-            approval_expires_at_ms: now + state.config().approval_ttl,
+            approval_expires_at: now + state.config().approval_ttl,
         };
         let results = state.ledger().create_batch(&batch, now).await?;
         for (index, result) in positions.into_iter().zip(results) {
@@ -233,7 +233,7 @@ pub async fn create_approved(
         }],
         actor: caller.actor(),
         method: SERVICE_APPROVAL.to_string(),
-        approval_expires_at_ms: now + state.config().approval_ttl,
+        approval_expires_at: now + state.config().approval_ttl,
     };
     let mut results = state.ledger().create_batch(&batch, now).await?;
     match (results.pop(), results.is_empty()) {

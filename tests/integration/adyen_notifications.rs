@@ -299,7 +299,7 @@ async fn unknown(ledger: &SharedLedger, invoice: &str, reference: Option<&str>) 
                 &Recorded::Unknown {
                     reason: "test".into(),
                     reference: reference.map(str::to_string),
-                    next_check_at_ms: now() + Duration::from_secs(3600),
+                    next_check_at: now() + Duration::from_secs(3600),
                 },
                 "w",
             ),
@@ -512,7 +512,7 @@ async fn a_refund_notification_settles_the_received_refund_and_one_of_another_pa
     let received = |reference: &str| Recorded::Unknown {
         reason: "refund received".into(),
         reference: Some(reference.to_string()),
-        next_check_at_ms: now() + Duration::from_secs(3600),
+        next_check_at: now() + Duration::from_secs(3600),
     };
     let refund = create_refund(&ledger, &payment, "refund:ady:1", 500, now())
         .await
@@ -652,7 +652,7 @@ async fn a_received_payment_is_settled_by_its_notification_end_to_end() {
                 &Recorded::Unknown {
                     reason: reason.clone(),
                     reference: Some(psp.clone()),
-                    next_check_at_ms: now() + Duration::from_secs(3600),
+                    next_check_at: now() + Duration::from_secs(3600),
                 },
                 "w",
             ),

@@ -67,7 +67,7 @@ async fn approved(ledger: &SharedLedger, invoice: &str, amount: i64) -> Operatio
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: now() + Duration::from_secs(3 * 86_400),
+                expires_at: now() + Duration::from_secs(3 * 86_400),
             },
             now(),
         )

@@ -164,7 +164,7 @@ pub async fn current(state: &AppState, headers: &HeaderMap) -> Result<OnCall, Ht
     // Each request of a session is the key's use, recorded as a bearer request's is: at most one
     // write per `LAST_USED_RESOLUTION`, so a console refreshing itself costs one write a minute.
     if key
-        .last_used_at_ms
+        .last_used_at
         .is_none_or(|at| at <= now.saturating_sub_span(crate::auth::LAST_USED_RESOLUTION))
         && let Err(error) = state
             .ledger()
@@ -227,8 +227,8 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
         session_hash: sha256_hex(&id),
         tenant: record.tenant,
         key_id: record.key_id,
-        created_at_ms: now,
-        expires_at_ms: now + SESSION_TTL,
+        created_at: now,
+        expires_at: now + SESSION_TTL,
     };
     state
         .ledger()

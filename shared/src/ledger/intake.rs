@@ -176,7 +176,7 @@ pub struct Batch {
     /// How the batch's approvals were given (`service`).
     pub method: String,
     /// When the batch's approvals stop being valid.
-    pub approval_expires_at_ms: Timestamp,
+    pub approval_expires_at: Timestamp,
 }
 
 /// One operation of a [`Batch`].
@@ -302,7 +302,7 @@ impl<DB: Dialect> Store<DB> {
         if batch.items.is_empty() || batch.items.len() > BATCH_ITEMS_MAX {
             return Err(LimitError::BatchSize.into());
         }
-        if batch.items.iter().any(|i| i.approval.is_some()) && batch.approval_expires_at_ms <= now {
+        if batch.items.iter().any(|i| i.approval.is_some()) && batch.approval_expires_at <= now {
             return Err(LimitError::ApprovalExpiry.into());
         }
         let mut attempt = 1;
@@ -394,7 +394,7 @@ impl<DB: Dialect> Store<DB> {
                 &mut *tx,
                 Stmt::new(sql.approve.as_str())
                     .bind(&batch.tenant)
-                    .bind(batch.approval_expires_at_ms)
+                    .bind(batch.approval_expires_at)
                     .bind(now)
                     .bind(bounded(&batch.method))
                     .bind(rows.clone()),
@@ -418,7 +418,7 @@ impl<DB: Dialect> Store<DB> {
                     Stmt::new(sql.record_approvals.as_str())
                         .bind(bounded(&batch.method))
                         .bind(now)
-                        .bind(batch.approval_expires_at_ms)
+                        .bind(batch.approval_expires_at)
                         .bind(approval_rows(&approvals)),
                 )
                 .await?;

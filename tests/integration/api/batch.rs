@@ -37,7 +37,7 @@ async fn rows(ledger: &SharedLedger, tenant: &TenantId) -> Vec<(String, Status, 
     let listed = ledger
         .list(&ListFilter {
             statuses: ALL_STATUSES.to_vec(),
-            updated_before_ms: None,
+            updated_before: None,
             tenant: Some(tenant.clone()),
             limit: 10_000,
         })

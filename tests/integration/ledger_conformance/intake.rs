@@ -43,7 +43,7 @@ fn batch(items: Vec<BatchItem>) -> Batch {
         items,
         actor: "service:billing".into(),
         method: "service".into(),
-        approval_expires_at_ms: at(T0) + DAY,
+        approval_expires_at: at(T0) + DAY,
     }
 }
 
@@ -65,7 +65,7 @@ async fn snapshot(ledger: &SharedLedger) -> Vec<(String, String, usize, bool)> {
         let listed = ledger
             .list(&payonce_shared::ledger::ListFilter {
                 statuses: vec![status],
-                updated_before_ms: None,
+                updated_before: None,
                 tenant: Some(tenant()),
                 limit: 10_000,
             })
@@ -113,7 +113,7 @@ async fn a_mixed_batch_answers_each_item_as_one_by_one_and_refused_items_change_
                     details_hash: approved.details_hash.clone(),
                     approved_by: "customer:B".into(),
                     method: "service".into(),
-                    expires_at_ms: at(T0) + DAY,
+                    expires_at: at(T0) + DAY,
                 },
                 at(T0),
             )
