@@ -5,7 +5,7 @@
 //! invalid-params error. The key is correlation only: the operation's identity stays its business
 //! key, so a call without a key is just as safe.
 
-use super::transport::IdempotencyKey;
+use super::transport::ReplayKey;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
@@ -62,7 +62,7 @@ fn unavailable(e: &payonce_shared::ledger::LedgerError) -> ErrorData {
     )
 }
 
-fn conflict(key: &IdempotencyKey) -> ErrorData {
+fn conflict(key: &ReplayKey) -> ErrorData {
     ErrorData::invalid_params(
         "this idempotencyKey was already used with a different tool or arguments; nothing was run",
         Some(json!({"idempotencyKey": key.0, "reason": "idempotency_key_reused"})),
@@ -79,7 +79,7 @@ fn decode(answer: &str) -> Result<CallToolResult, ErrorData> {
 pub async fn replay(
     state: &AppState,
     caller: &Caller,
-    key: &IdempotencyKey,
+    key: &ReplayKey,
     fingerprint: &str,
 ) -> Result<Option<CallToolResult>, ErrorData> {
     match state.ledger().tool_answer(&caller.tenant, &key.0).await {
@@ -95,7 +95,7 @@ pub async fn replay(
 pub async fn keep(
     state: &AppState,
     caller: &Caller,
-    key: &IdempotencyKey,
+    key: &ReplayKey,
     fingerprint: &str,
     result: CallToolResult,
 ) -> Result<CallToolResult, ErrorData> {

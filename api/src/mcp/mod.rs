@@ -116,7 +116,7 @@ impl ServerHandler for PayonceMcp {
         };
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let key = parts_of(&context)
-            .and_then(|p| p.extensions.get::<transport::IdempotencyKey>())
+            .and_then(|p| p.extensions.get::<transport::ReplayKey>())
             .cloned();
         // A multi round-trip continuation (it carries the person's responses) is its own request:
         // it neither replays nor keeps a keyed answer, as SEP-3182's discussion scopes it.

@@ -24,10 +24,11 @@ pub const JSON_DEPTH_MAX: usize = 32;
 /// Longest `idempotencyKey` accepted on `tools/call` (a UUID is 36 characters).
 pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
 
-/// The `idempotencyKey` of a `tools/call`, checked here and handed to the handler through the
-/// request's extensions (rmcp's typed params have no field for it).
+/// The `idempotencyKey` of a `tools/call`: the key its first complete answer is kept and replayed
+/// under (not the processor's `shared::id::IdempotencyKey`). Checked here and handed to the handler
+/// through the request's extensions (rmcp's typed params have no field for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(pub String);
+pub struct ReplayKey(pub String);
 
 /// A JSON-RPC error answer with an HTTP status. `id` is `null` when the request's id could not be
 /// read (JSON-RPC 2.0, section 5: "If there was an error in detecting the id … it MUST be Null").
@@ -94,7 +95,7 @@ fn valid_id(id: &Value) -> bool {
 }
 
 /// Why a parsed message is not an acceptable JSON-RPC request, as (code, message).
-fn check_message(message: &Value) -> Result<Option<IdempotencyKey>, (i32, &'static str)> {
+fn check_message(message: &Value) -> Result<Option<ReplayKey>, (i32, &'static str)> {
     let Some(object) = message.as_object() else {
         return Err((
             INVALID_REQUEST,
@@ -145,7 +146,7 @@ fn check_message(message: &Value) -> Result<Option<IdempotencyKey>, (i32, &'stat
                 && k.chars().count() <= IDEMPOTENCY_KEY_LEN_MAX
                 && !k.chars().any(char::is_control) =>
         {
-            Ok(Some(IdempotencyKey(k.clone())))
+            Ok(Some(ReplayKey(k.clone())))
         }
         Some(_) => Err((
             INVALID_PARAMS,
