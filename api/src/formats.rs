@@ -176,11 +176,11 @@ pub fn render_result(format: Format, call_id: Option<&str>, reply: &ToolReply) -
             json!({"type": "function_call_output", "call_id": call_id, "output": text})
         }
         Format::Anthropic => {
-            json!({"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": reply.is_error})
+            json!({"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": reply.is_error()})
         }
         Format::Mcp => {
             json!({"content": [{"type": "text", "text": text}], "structuredContent": reply.structured,
-                              "isError": reply.is_error})
+                              "isError": reply.is_error()})
         }
     }
 }
@@ -286,7 +286,7 @@ mod tests {
     fn results_use_each_providers_id_field() {
         let reply = ToolReply {
             structured: json!({"message": "ok"}),
-            is_error: false,
+            error: None,
         };
         assert_eq!(
             render_result(Format::OpenaiChat, Some("c"), &reply)["tool_call_id"],
@@ -311,7 +311,7 @@ mod tests {
         let reply = ToolReply {
             structured: json!({"outcome": "being_checked", "operation_id": "op_1", "message": "m",
                                "retry_advice": "wait", "new_payment_submitted": false}),
-            is_error: false,
+            error: None,
         };
         let text_of = |f: Format| -> Value {
             let r = render_result(f, Some("c"), &reply);

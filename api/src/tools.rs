@@ -274,46 +274,93 @@ pub fn input_schema() -> Value {
     })
 }
 
+/// Why a tool call is a tool error; `code` is the stable `error.code` of the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolError {
+    /// The key's role may not call the tools.
+    Forbidden,
+    /// No tool has that name (MCP answers it as a protocol error instead).
+    UnknownTool,
+    /// The arguments are not what the tool takes.
+    InvalidArguments,
+    /// No operation of the caller's tenant has that id.
+    OperationNotFound,
+    /// The ledger could not be read.
+    Unavailable,
+    /// A refund would exceed what is left of the payment.
+    OverRefund,
+    /// The payment already has as many open refund proposals as allowed.
+    TooManyProposals,
+    /// The payment cannot be refunded (not succeeded, or not a payment).
+    NotRefundable,
+}
+
+impl ToolError {
+    /// The stable `error.code`.
+    pub fn code(self) -> &'static str {
+        match self {
+            ToolError::Forbidden => "forbidden",
+            ToolError::UnknownTool => "unknown_tool",
+            ToolError::InvalidArguments => "invalid_arguments",
+            ToolError::OperationNotFound => "operation_not_found",
+            ToolError::Unavailable => "unavailable",
+            ToolError::OverRefund => "over_refund",
+            ToolError::TooManyProposals => "too_many_proposals",
+            ToolError::NotRefundable => "not_refundable",
+        }
+    }
+}
+
 /// A tool's answer: the structured fields, and whether it is a tool error (bad arguments, unknown
 /// operation), as opposed to a payment that failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolReply {
     /// Structured fields; always holds `message`.
     pub structured: Value,
-    /// True for tool errors.
-    pub is_error: bool,
+    /// The tool error this answer is, if it is one (its code is also `structured.error.code`).
+    pub error: Option<ToolError>,
 }
 
 impl ToolReply {
-    pub(crate) fn error(code: &str, message: &str) -> Self {
-        let outcome = if code == "operation_not_found" {
-            ToolOutcome::NotFound
-        } else {
-            ToolOutcome::Failed
+    pub(crate) fn error(error: ToolError, message: &str) -> Self {
+        let outcome = match error {
+            ToolError::OperationNotFound => ToolOutcome::NotFound,
+            ToolError::OverRefund | ToolError::TooManyProposals | ToolError::NotRefundable => {
+                ToolOutcome::Conflict
+            }
+            ToolError::Forbidden
+            | ToolError::UnknownTool
+            | ToolError::InvalidArguments
+            | ToolError::Unavailable => ToolOutcome::Failed,
         };
-        let advice = match code {
-            "unavailable" => {
+        let advice = match error {
+            ToolError::Unavailable => {
                 "The state could not be read; this call did not submit any payment. Do not propose a new \
                  payment: call again shortly with the same operation id."
             }
-            "operation_not_found" => outcome.retry_advice(),
-            _ => "Fix the call as the error says; nothing was charged.",
+            ToolError::OperationNotFound => outcome.retry_advice(),
+            ToolError::OverRefund | ToolError::TooManyProposals | ToolError::NotRefundable => {
+                request_refund::advice(outcome)
+            }
+            ToolError::Forbidden | ToolError::UnknownTool | ToolError::InvalidArguments => {
+                "Fix the call as the error says; nothing was charged."
+            }
         };
         ToolReply {
-            structured: json!({"outcome": outcome, "error": {"code": code, "message": message},
+            structured: json!({"outcome": outcome, "error": {"code": error.code(), "message": message},
                                "message": message, "retry_advice": advice, "new_payment_submitted": false}),
-            is_error: true,
+            error: Some(error),
         }
+    }
+
+    /// Whether this is a tool error.
+    pub fn is_error(&self) -> bool {
+        self.error.is_some()
     }
 
     /// The outcome field.
     pub fn outcome(&self) -> Option<&str> {
         self.structured.get("outcome").and_then(Value::as_str)
-    }
-
-    /// The code of a tool error, if this is one.
-    pub fn error_code(&self) -> Option<&str> {
-        self.structured.get("error")?.get("code")?.as_str()
     }
 
     /// The text form every provider carries: the structured fields as JSON.
@@ -359,23 +406,20 @@ const ONLY_OPERATION_ID: &str = "This tool takes only operation_id. The amount, 
 
 fn operation_id_of(arguments: &Value) -> Result<OperationId, ToolReply> {
     let Some(object) = arguments.as_object() else {
-        return Err(ToolReply::error(
-            "invalid_arguments",
+        return Err(ToolReply::error(ToolError::InvalidArguments,
             "arguments must be a JSON object with operation_id",
         ));
     };
     if object.keys().any(|k| k != OPERATION_ID_ARG) {
-        return Err(ToolReply::error("invalid_arguments", ONLY_OPERATION_ID));
+        return Err(ToolReply::error(ToolError::InvalidArguments, ONLY_OPERATION_ID));
     }
     let Some(raw) = object.get(OPERATION_ID_ARG).and_then(Value::as_str) else {
-        return Err(ToolReply::error(
-            "invalid_arguments",
+        return Err(ToolReply::error(ToolError::InvalidArguments,
             "operation_id is required and must be a string",
         ));
     };
     OperationId::parse(raw).map_err(|_| {
-        ToolReply::error(
-            "invalid_arguments",
+        ToolReply::error(ToolError::InvalidArguments,
             "operation_id must be op_ followed by 32 lowercase hex digits",
         )
     })
@@ -383,8 +427,7 @@ fn operation_id_of(arguments: &Value) -> Result<OperationId, ToolReply> {
 
 pub(crate) fn internal(e: &LedgerError) -> ToolReply {
     tracing::error!(cause = %cause_chain(e), "tool call failed");
-    ToolReply::error(
-        "unavailable",
+    ToolReply::error(ToolError::Unavailable,
         "The payment status could not be read right now. This call did not submit any payment; ask again shortly.",
     )
 }
@@ -395,7 +438,7 @@ pub(crate) fn internal(e: &LedgerError) -> ToolReply {
 /// by design, it answers the stored truth and never submits twice.
 pub async fn call(state: &AppState, caller: &Caller, provider: &str, call: &ToolCall) -> ToolReply {
     let reply = call_once(state, caller, provider, call).await;
-    if reply.error_code() != Some("unavailable") {
+    if reply.error != Some(ToolError::Unavailable) {
         return reply;
     }
     call_once(state, caller, provider, call).await
@@ -427,19 +470,17 @@ async fn call_once(
             .await
     };
     let parsed = if !matches!(caller.role, Role::Assistant | Role::Service) {
-        Err(ToolReply::error(
-            "forbidden",
+        Err(ToolReply::error(ToolError::Forbidden,
             "this key's role may not call the assistant's tools",
         ))
     } else if !known {
-        Err(ToolReply::error(
-            "unknown_tool",
+        Err(ToolReply::error(ToolError::UnknownTool,
             "unknown tool; the tools are pay_invoice, get_payment_status and request_refund",
         ))
     } else if call.name == REQUEST_REFUND {
         let (refund, reply) = match &call.arguments {
             Ok(arguments) => request_refund::run(state, caller, arguments).await,
-            Err(why) => (None, ToolReply::error("invalid_arguments", why)),
+            Err(why) => (None, ToolReply::error(ToolError::InvalidArguments, why)),
         };
         return match record(refund).await {
             Ok(()) => reply,
@@ -448,7 +489,7 @@ async fn call_once(
     } else {
         match &call.arguments {
             Ok(arguments) => operation_id_of(arguments),
-            Err(why) => Err(ToolReply::error("invalid_arguments", why)),
+            Err(why) => Err(ToolReply::error(ToolError::InvalidArguments, why)),
         }
     };
     let id = match parsed {
@@ -464,8 +505,7 @@ async fn call_once(
         Ok(op) => op,
         Err(LedgerError::NotFound) => {
             return match record(None).await {
-                Ok(()) => ToolReply::error(
-                    "operation_not_found",
+                Ok(()) => ToolReply::error(ToolError::OperationNotFound,
                     "No payment with that operation id exists.",
                 ),
                 Err(e) => internal(&e),
@@ -534,7 +574,7 @@ pub(crate) async fn reply_of(
     }
     Ok(ToolReply {
         structured,
-        is_error: false,
+        error: None,
     })
 }
 
@@ -551,7 +591,7 @@ mod tests {
         );
         let extra =
             operation_id_of(&json!({"operation_id": id.as_str(), "amount": 1})).unwrap_err();
-        assert!(extra.is_error && extra.message().contains("only operation_id"));
+        assert!(extra.is_error() && extra.message().contains("only operation_id"));
         assert!(operation_id_of(&json!({})).is_err());
         assert!(operation_id_of(&json!({"operation_id": 5})).is_err());
         assert!(operation_id_of(&json!("op_x")).is_err());
@@ -593,9 +633,9 @@ mod tests {
         let schema = output_schema();
         let allowed: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
         for reply in [
-            ToolReply::error("operation_not_found", "no"),
-            ToolReply::error("invalid_arguments", "bad"),
-            ToolReply::error("unavailable", "later"),
+            ToolReply::error(ToolError::OperationNotFound, "no"),
+            ToolReply::error(ToolError::InvalidArguments, "bad"),
+            ToolReply::error(ToolError::Unavailable, "later"),
         ] {
             for key in reply.structured.as_object().unwrap().keys() {
                 assert!(allowed.contains(&key), "{key} is not in the output schema");
@@ -605,8 +645,35 @@ mod tests {
             }
         }
         assert_eq!(
-            ToolReply::error("operation_not_found", "no").outcome(),
+            ToolReply::error(ToolError::OperationNotFound, "no").outcome(),
             Some("not_found")
+        );
+    }
+
+    #[test]
+    fn a_tool_error_is_typed_and_carries_its_stable_code() {
+        let all = [
+            ToolError::Forbidden,
+            ToolError::UnknownTool,
+            ToolError::InvalidArguments,
+            ToolError::OperationNotFound,
+            ToolError::Unavailable,
+            ToolError::OverRefund,
+            ToolError::TooManyProposals,
+            ToolError::NotRefundable,
+        ];
+        let mut codes = std::collections::HashSet::new();
+        for error in all {
+            let reply = ToolReply::error(error, "m");
+            assert_eq!(reply.error, Some(error));
+            assert!(reply.is_error());
+            assert_eq!(reply.structured["error"]["code"], error.code());
+            assert!(codes.insert(error.code()), "{error:?}");
+        }
+        assert_eq!(ToolError::UnknownTool.code(), "unknown_tool");
+        assert_eq!(
+            ToolReply::error(ToolError::OverRefund, "m").outcome(),
+            Some("conflict")
         );
     }
 

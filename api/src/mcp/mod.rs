@@ -138,7 +138,7 @@ impl ServerHandler for PayonceMcp {
             arguments: Ok(arguments),
         };
         let reply = tools::call(&self.state, &caller, Format::Mcp.as_str(), &call).await;
-        if reply.structured["error"]["code"] == "unknown_tool" {
+        if reply.error == Some(tools::ToolError::UnknownTool) {
             // The spec makes an unknown tool a protocol error (-32602), not a tool result; the call
             // was still recorded for correlation.
             let shown: String = request

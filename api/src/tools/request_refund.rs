@@ -2,7 +2,7 @@
 //! merchant approves. The answer is the stored truth of the proposal for that payment and amount
 //! (`refunds::propose`), never a refund made by the call itself.
 
-use super::{ToolOutcome, ToolReply, internal, reply_of};
+use super::{ToolError, ToolOutcome, ToolReply, internal, reply_of};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::refunds::{self, RefundError};
@@ -78,17 +78,11 @@ pub fn advice(outcome: ToolOutcome) -> &'static str {
 }
 
 fn invalid(message: &str) -> ToolReply {
-    ToolReply::error("invalid_arguments", message)
+    ToolReply::error(ToolError::InvalidArguments, message)
 }
 
-fn refused(code: &str, message: String) -> ToolReply {
-    let outcome = ToolOutcome::Conflict;
-    ToolReply {
-        structured: json!({"outcome": outcome, "error": {"code": code, "message": message},
-                           "message": message, "retry_advice": advice(outcome),
-                           "new_payment_submitted": false}),
-        is_error: true,
-    }
+fn refused(error: ToolError, message: String) -> ToolReply {
+    ToolReply::error(error, &message)
 }
 
 /// Reads `{payment_operation_id, amount?, reason}`, nothing else.
@@ -152,7 +146,7 @@ pub async fn run(
             return (
                 None,
                 ToolReply::error(
-                    "operation_not_found",
+                    ToolError::OperationNotFound,
                     "No payment with that operation id exists.",
                 ),
             );
@@ -164,7 +158,7 @@ pub async fn run(
                 "That is more than the payment has left to refund ({refundable_minor} in minor units, counting \
                  refunds that succeeded or are still in progress). Nothing was proposed."
             );
-            return (Some(payment), refused("over_refund", message));
+            return (Some(payment), refused(ToolError::OverRefund, message));
         }
         Err(RefundError::Ledger(LedgerError::Limit(LimitError::RefundProposals))) => {
             let message = format!(
@@ -173,12 +167,12 @@ pub async fn run(
                  approves lapses after {} hours.",
                 PROPOSAL_TTL.as_secs() / 3600
             );
-            return (Some(payment), refused("too_many_proposals", message));
+            return (Some(payment), refused(ToolError::TooManyProposals, message));
         }
         Err(RefundError::Ledger(LedgerError::NotRefundable { why, .. })) => {
             return (
                 Some(payment),
-                refused("not_refundable", format!("{why}. Nothing was proposed.")),
+                refused(ToolError::NotRefundable, format!("{why}. Nothing was proposed.")),
             );
         }
         Err(RefundError::Ledger(e)) => return (None, internal(&e)),
@@ -219,7 +213,7 @@ mod tests {
             json!([id.as_str()]),
         ] {
             let reply = arguments_of(&bad).unwrap_err();
-            assert!(reply.is_error, "{bad}");
+            assert!(reply.is_error(), "{bad}");
             assert_eq!(
                 reply.structured["error"]["code"], "invalid_arguments",
                 "{bad}"
@@ -248,7 +242,7 @@ mod tests {
     fn refusals_fit_the_output_schema() {
         let schema = super::super::output_schema();
         let allowed: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
-        let reply = refused("over_refund", "too much".into());
+        let reply = refused(ToolError::OverRefund, "too much".into());
         for key in reply.structured.as_object().unwrap().keys() {
             assert!(allowed.contains(&key), "{key}");
         }
