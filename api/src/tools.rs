@@ -406,20 +406,26 @@ const ONLY_OPERATION_ID: &str = "This tool takes only operation_id. The amount, 
 
 fn operation_id_of(arguments: &Value) -> Result<OperationId, ToolReply> {
     let Some(object) = arguments.as_object() else {
-        return Err(ToolReply::error(ToolError::InvalidArguments,
+        return Err(ToolReply::error(
+            ToolError::InvalidArguments,
             "arguments must be a JSON object with operation_id",
         ));
     };
     if object.keys().any(|k| k != OPERATION_ID_ARG) {
-        return Err(ToolReply::error(ToolError::InvalidArguments, ONLY_OPERATION_ID));
+        return Err(ToolReply::error(
+            ToolError::InvalidArguments,
+            ONLY_OPERATION_ID,
+        ));
     }
     let Some(raw) = object.get(OPERATION_ID_ARG).and_then(Value::as_str) else {
-        return Err(ToolReply::error(ToolError::InvalidArguments,
+        return Err(ToolReply::error(
+            ToolError::InvalidArguments,
             "operation_id is required and must be a string",
         ));
     };
     OperationId::parse(raw).map_err(|_| {
-        ToolReply::error(ToolError::InvalidArguments,
+        ToolReply::error(
+            ToolError::InvalidArguments,
             "operation_id must be op_ followed by 32 lowercase hex digits",
         )
     })
@@ -427,7 +433,8 @@ fn operation_id_of(arguments: &Value) -> Result<OperationId, ToolReply> {
 
 pub(crate) fn internal(e: &LedgerError) -> ToolReply {
     tracing::error!(cause = %cause_chain(e), "tool call failed");
-    ToolReply::error(ToolError::Unavailable,
+    ToolReply::error(
+        ToolError::Unavailable,
         "The payment status could not be read right now. This call did not submit any payment; ask again shortly.",
     )
 }
@@ -470,11 +477,13 @@ async fn call_once(
             .await
     };
     let parsed = if !matches!(caller.role, Role::Assistant | Role::Service) {
-        Err(ToolReply::error(ToolError::Forbidden,
+        Err(ToolReply::error(
+            ToolError::Forbidden,
             "this key's role may not call the assistant's tools",
         ))
     } else if !known {
-        Err(ToolReply::error(ToolError::UnknownTool,
+        Err(ToolReply::error(
+            ToolError::UnknownTool,
             "unknown tool; the tools are pay_invoice, get_payment_status and request_refund",
         ))
     } else if call.name == REQUEST_REFUND {
@@ -505,7 +514,8 @@ async fn call_once(
         Ok(op) => op,
         Err(LedgerError::NotFound) => {
             return match record(None).await {
-                Ok(()) => ToolReply::error(ToolError::OperationNotFound,
+                Ok(()) => ToolReply::error(
+                    ToolError::OperationNotFound,
                     "No payment with that operation id exists.",
                 ),
                 Err(e) => internal(&e),

@@ -156,7 +156,12 @@ impl Exposition {
     }
 
     /// A latency histogram, in seconds.
-    pub fn histogram(&mut self, name: &'static str, help: &'static str, h: &Histogram) -> &mut Self {
+    pub fn histogram(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        h: &Histogram,
+    ) -> &mut Self {
         match self.family(name, help, Series::Histograms(Vec::new())) {
             Series::Histograms(v) => v.push((Labels::new(), h.inner.clone())),
             other => debug_assert!(false, "{name} is not a histogram: {other:?}"),
@@ -188,7 +193,9 @@ impl Exposition {
         registry.register_collector(Box::new(self));
         let mut text = String::new();
         // Writing to a String cannot fail, and every family was built well-formed above.
-        if let Err(error) = prometheus_client::encoding::prometheus_text::encode(&mut text, &registry) {
+        if let Err(error) =
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+        {
             tracing::error!(%error, "metrics: the exposition could not be encoded");
         }
         text
@@ -203,12 +210,8 @@ impl Collector for Exposition {
                 Series::Counters(_) => family.name.strip_suffix("_total").unwrap_or(family.name),
                 _ => family.name,
             };
-            let mut metric = encoder.encode_descriptor(
-                name,
-                family.help,
-                None,
-                family.series.metric_type(),
-            )?;
+            let mut metric =
+                encoder.encode_descriptor(name, family.help, None, family.series.metric_type())?;
             match &family.series {
                 Series::Counters(v) => {
                     for (labels, m) in v {
@@ -265,16 +268,28 @@ mod tests {
             .histogram("payonce_submit_seconds", "Submit latency.", &h);
         let text = e.finish();
         // A counter keeps its `_total` name in HELP and TYPE too (the Prometheus text format).
-        assert!(text.contains("# HELP payonce_claims_total Claims.\n"), "{text}");
-        assert!(text.contains("# TYPE payonce_claims_total counter\n"), "{text}");
+        assert!(
+            text.contains("# HELP payonce_claims_total Claims.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE payonce_claims_total counter\n"),
+            "{text}"
+        );
         assert!(text.contains("payonce_claims_total 7\n"), "{text}");
         assert!(text.contains("payonce_operations{status=\"unknown\"} 1\n"));
         // One family for the two series, and a HELP text exactly as given (no period added).
         assert_eq!(text.matches("# TYPE payonce_operations gauge").count(), 1);
-        assert!(text.contains("# HELP payonce_drift_seconds Drift\n"), "{text}");
+        assert!(
+            text.contains("# HELP payonce_drift_seconds Drift\n"),
+            "{text}"
+        );
         assert!(text.contains("payonce_drift_seconds -1.5\n"), "{text}");
         assert!(text.contains("payonce_submit_seconds_bucket{le=\"0.005\"} 1\n"));
-        assert!(text.contains("payonce_submit_seconds_bucket{le=\"1\"} 2\n"), "{text}");
+        assert!(
+            text.contains("payonce_submit_seconds_bucket{le=\"1\"} 2\n"),
+            "{text}"
+        );
         assert!(text.contains("payonce_submit_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("payonce_submit_seconds_count 2\n"));
         assert_eq!(h.count(), 2);
@@ -298,7 +313,11 @@ mod tests {
         e.histogram("payonce_x_seconds", "X.", &h);
         let text = e.finish();
         for (i, ms) in LATENCY_BUCKETS_MS.iter().enumerate() {
-            let line = format!("payonce_x_seconds_bucket{{le=\"{}\"}} {}\n", *ms as f64 / 1_000.0, i + 1);
+            let line = format!(
+                "payonce_x_seconds_bucket{{le=\"{}\"}} {}\n",
+                *ms as f64 / 1_000.0,
+                i + 1
+            );
             assert!(text.contains(&line), "{line} in {text}");
         }
     }

@@ -167,7 +167,9 @@ pub fn submissions_seen(submit_count: i64, events: &[OperationEvent]) -> i64 {
             matches!(
                 e.event,
                 EventName::Event(
-                    Event::NotSubmittedRetry | Event::NotSubmittedExhausted | Event::RejectBeforeSubmit
+                    Event::NotSubmittedRetry
+                        | Event::NotSubmittedExhausted
+                        | Event::RejectBeforeSubmit
                 )
             )
         })

@@ -407,7 +407,9 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     let approve_at = |at_ms: i64| {
         events
             .iter()
-            .position(|e| e.event == EventName::Event(Event::Approve) && e.at_ms.as_millis() == at_ms)
+            .position(|e| {
+                e.event == EventName::Event(Event::Approve) && e.at_ms.as_millis() == at_ms
+            })
             .map_or(after_events, |i| 2 * i + 1)
     };
     out.extend(related.approvals.iter().map(|a| {

@@ -172,7 +172,10 @@ pub async fn run(
         Err(RefundError::Ledger(LedgerError::NotRefundable { why, .. })) => {
             return (
                 Some(payment),
-                refused(ToolError::NotRefundable, format!("{why}. Nothing was proposed.")),
+                refused(
+                    ToolError::NotRefundable,
+                    format!("{why}. Nothing was proposed."),
+                ),
             );
         }
         Err(RefundError::Ledger(e)) => return (None, internal(&e)),

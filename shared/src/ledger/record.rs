@@ -327,8 +327,7 @@ pub(crate) fn decode_event(row: &impl LedgerRow) -> Result<OperationEvent, Ledge
         at_ms: row.get("at")?,
         event: {
             let raw: String = row.get("event")?;
-            EventName::parse(&raw)
-                .ok_or_else(|| corrupt(format!("event log name {raw}")))?
+            EventName::parse(&raw).ok_or_else(|| corrupt(format!("event log name {raw}")))?
         },
         actor: row.get("actor")?,
         from_status: row.get("from_status")?,
