@@ -111,10 +111,10 @@ fn when(now: Timestamp, at: Timestamp) -> String {
 }
 
 /// `active`, `expired`, `revoked`, or `rotated` (still in its grace period).
-fn state(key: &ApiKeyRecord, now_ms: Timestamp) -> &'static str {
-    if key.revoked_at_ms.is_some() {
+fn state(key: &ApiKeyRecord, now: Timestamp) -> &'static str {
+    if key.revoked_at.is_some() {
         "revoked"
-    } else if !key.is_active(now_ms) {
+    } else if !key.is_active(now) {
         "expired"
     } else if key.replaced_by.is_some() {
         "rotated"
@@ -124,31 +124,31 @@ fn state(key: &ApiKeyRecord, now_ms: Timestamp) -> &'static str {
 }
 
 /// A key as listed: never its secret or hash.
-fn view(key: &ApiKeyRecord, now_ms: Timestamp) -> Value {
+fn view(key: &ApiKeyRecord, now: Timestamp) -> Value {
     json!({
         "id": key.key_id,
         "tenant": key.tenant.as_str(),
         "role": key.role.as_str(),
         "label": key.label,
-        "state": state(key, now_ms),
-        "created_at_ms": key.created_at_ms,
-        "expires_at_ms": key.expires_at_ms,
-        "revoked_at_ms": key.revoked_at_ms,
+        "state": state(key, now),
+        "created_at_ms": key.created_at,
+        "expires_at_ms": key.expires_at,
+        "revoked_at_ms": key.revoked_at,
         "revoked_by": key.revoked_by,
         "revoked_reason": key.revoked_reason,
         "replaced_by": key.replaced_by,
-        "last_used_at_ms": key.last_used_at_ms,
+        "last_used_at_ms": key.last_used_at,
         "read_only": key.read_only,
     })
 }
 
-fn issued_json(key: &IssuedKey, now_ms: Timestamp) -> Value {
-    let mut v = view(&key.record, now_ms);
+fn issued_json(key: &IssuedKey, now: Timestamp) -> Value {
+    let mut v = view(&key.record, now);
     v["secret"] = json!(key.secret);
     v
 }
 
-fn print_issued(key: &IssuedKey, now_ms: Timestamp) {
+fn print_issued(key: &IssuedKey, now: Timestamp) {
     let r = &key.record;
     println!(
         "{}  tenant {}  role {}  label {:?}  expires {}",
@@ -156,8 +156,8 @@ fn print_issued(key: &IssuedKey, now_ms: Timestamp) {
         r.tenant,
         r.role.as_str(),
         r.label,
-        r.expires_at_ms
-            .map_or_else(|| "never".to_string(), |at| when(now_ms, at))
+        r.expires_at
+            .map_or_else(|| "never".to_string(), |at| when(now, at))
     );
     println!("{}", key.secret);
     eprintln!("The secret above is shown once; payonce keeps only its SHA-256.");
@@ -239,14 +239,14 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
                             k.tenant.to_string(),
                             k.role.as_str().to_string(),
                             k.label.clone(),
-                            when(now, k.created_at_ms),
-                            k.expires_at_ms
+                            when(now, k.created_at),
+                            k.expires_at
                                 .map_or_else(|| "never".into(), |at| when(now, at)),
                             match (&k.replaced_by, state(k, now)) {
                                 (Some(new), "rotated") => format!("rotated to {new}"),
                                 (_, s) => s.to_string(),
                             },
-                            k.last_used_at_ms
+                            k.last_used_at
                                 .map_or_else(|| "never".into(), |at| when(now, at)),
                         ]
                     })
@@ -310,15 +310,12 @@ pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<
             if json {
                 let mut v = issued_json(&rotated.new, now);
                 v["replaces"] = json!(rotated.old_id);
-                v["old_until_ms"] = json!(rotated.old_until_ms);
+                v["old_until_ms"] = json!(rotated.old_until);
                 println!("{v}");
             } else {
                 print_issued(&rotated.new, now);
-                let until = if rotated.old_until_ms > now {
-                    format!(
-                        "keeps working; it expires {}",
-                        when(now, rotated.old_until_ms)
-                    )
+                let until = if rotated.old_until > now {
+                    format!("keeps working; it expires {}", when(now, rotated.old_until))
                 } else {
                     "is refused from now on".to_string()
                 };
@@ -428,7 +425,7 @@ pub async fn serve_keys(
     ledger: &SharedLedger,
     tenant: &TenantId,
     keys_file: Option<&std::path::Path>,
-    now_ms: Timestamp,
+    now: Timestamp,
 ) -> anyhow::Result<Vec<ServeKey>> {
     let mut saved = keys_file.map(read_serve_keys).unwrap_or_default();
     let existing = ledger.list_api_keys(Some(tenant), keys::LIST_MAX).await?;
@@ -439,7 +436,7 @@ pub async fn serve_keys(
         let secret = saved.get(&slot).and_then(Value::as_str).map(String::from);
         if let Some(secret) = secret {
             let digest = payonce_api::auth::sha256_hex(&secret);
-            if let Some(key) = ledger.find_api_key(&digest, now_ms).await?
+            if let Some(key) = ledger.find_api_key(&digest, now).await?
                 && key.tenant == *tenant
                 && key.role == role
             {
@@ -452,10 +449,7 @@ pub async fn serve_keys(
             }
         }
         if let Some(key) = existing.iter().find(|k| {
-            k.role == role
-                && k.label == SERVE_LABEL
-                && k.is_active(now_ms)
-                && k.replaced_by.is_none()
+            k.role == role && k.label == SERVE_LABEL && k.is_active(now) && k.replaced_by.is_none()
         }) {
             out.push(ServeKey::Elsewhere {
                 role,
@@ -463,7 +457,7 @@ pub async fn serve_keys(
             });
             continue;
         }
-        let key = keys::issue(ledger.as_ref(), tenant, role, SERVE_LABEL, None, now_ms)
+        let key = keys::issue(ledger.as_ref(), tenant, role, SERVE_LABEL, None, now)
             .await
             .map_err(refused)?;
         saved.insert(slot, json!(key.secret));

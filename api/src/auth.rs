@@ -123,7 +123,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
         return Err(refused());
     }
     if record
-        .last_used_at_ms
+        .last_used_at
         .is_none_or(|at| at <= now.saturating_sub_span(LAST_USED_RESOLUTION))
         && let Err(error) = state
             .ledger()

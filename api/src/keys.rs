@@ -43,7 +43,7 @@ pub struct Rotated {
     /// The old key's id.
     pub old_id: String,
     /// When the old key stops working, ms.
-    pub old_until_ms: Timestamp,
+    pub old_until: Timestamp,
 }
 
 /// Why a key command was refused.
@@ -129,13 +129,13 @@ fn new_key(
         tenant: tenant.clone(),
         role,
         label: label.to_string(),
-        created_at_ms: now,
-        expires_at_ms: expires_in.map(|d| now + d),
-        revoked_at_ms: None,
+        created_at: now,
+        expires_at: expires_in.map(|d| now + d),
+        revoked_at: None,
         revoked_by: None,
         revoked_reason: None,
         replaced_by: None,
-        last_used_at_ms: None,
+        last_used_at: None,
         read_only: false,
     };
     Ok(IssuedKey {
@@ -213,9 +213,7 @@ pub async fn rotate(
         Ok(true) => Ok(Rotated {
             new,
             old_id: old_id.to_string(),
-            old_until_ms: old
-                .expires_at_ms
-                .map_or(old_until_ms, |e| e.min(old_until_ms)),
+            old_until: old.expires_at.map_or(old_until_ms, |e| e.min(old_until_ms)),
         }),
         Ok(false) => Err(KeyError::NotActive(old_id.to_string())),
         Err(LedgerError::NotFound) => Err(KeyError::UnknownKey(old_id.to_string())),
@@ -300,7 +298,7 @@ mod tests {
         assert_eq!(key.record.key_hash, sha256_hex(&key.secret));
         assert!(!key.record.key_hash.contains(&key.secret));
         assert!(!key.key_id.contains(&key.secret[11..27]));
-        assert_eq!(key.record.expires_at_ms, None);
+        assert_eq!(key.record.expires_at, None);
         let expiring = new_key(
             &tenant,
             Role::Service,
@@ -309,7 +307,7 @@ mod tests {
             at(1_000),
         )
         .unwrap();
-        assert_eq!(expiring.record.expires_at_ms, Some(at(3_000)));
+        assert_eq!(expiring.record.expires_at, Some(at(3_000)));
         assert!(expiring.record.is_active(at(2_999)) && !expiring.record.is_active(at(3_000)));
         for label in ["", "a\nb", &"x".repeat(LABEL_LEN_MAX + 1)] {
             assert!(new_key(&tenant, Role::Service, label, None, at(0)).is_err());

@@ -72,11 +72,14 @@ pub struct OperationView {
     /// Who approved.
     pub approved_by: Option<String>,
     /// When the approval expires, ms.
-    pub approval_expires_at_ms: Option<Timestamp>,
+    #[serde(rename = "approval_expires_at_ms")]
+    pub approval_expires_at: Option<Timestamp>,
     /// Created, ms.
-    pub created_at_ms: Timestamp,
+    #[serde(rename = "created_at_ms")]
+    pub created_at: Timestamp,
     /// Updated, ms.
-    pub updated_at_ms: Timestamp,
+    #[serde(rename = "updated_at_ms")]
+    pub updated_at: Timestamp,
 }
 
 impl From<&Operation> for OperationView {
@@ -88,15 +91,15 @@ impl From<&Operation> for OperationView {
             details: op.details.to_raw(),
             details_hash: op.details_hash.as_str().to_string(),
             attempt: op.attempt,
-            submitted: op.first_submitted_at_ms.is_some(),
+            submitted: op.first_submitted_at.is_some(),
             external_ref: op.external_ref.clone(),
             result: op.result.as_ref().map(summary),
             failure_code: op.failure_code.clone(),
             failure_message: op.failure_message.clone(),
             approved_by: op.approved_by.clone(),
-            approval_expires_at_ms: op.approval_expires_at_ms,
-            created_at_ms: op.created_at_ms,
-            updated_at_ms: op.updated_at_ms,
+            approval_expires_at: op.approval_expires_at,
+            created_at: op.created_at,
+            updated_at: op.updated_at,
         }
     }
 }
@@ -255,7 +258,7 @@ pub async fn approve(
         details_hash,
         approved_by: approved_by.to_string(),
         method: "service".to_string(),
-        expires_at_ms: now + state.config().approval_ttl,
+        expires_at: now + state.config().approval_ttl,
     };
     let op = state
         .ledger()

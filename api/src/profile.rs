@@ -149,7 +149,7 @@ pub async fn set_profile(
             .as_deref()
             .map(support_email)
             .transpose()?,
-        updated_at_ms: now,
+        updated_at: now,
     };
     store.set_profile(&profile).await?;
     Ok(profile)
@@ -180,7 +180,7 @@ impl From<TenantProfile> for ProfileView {
             support_url: p.support_url,
             support_email: p.support_email,
             set: true,
-            updated_at_ms: Some(p.updated_at_ms.as_millis()),
+            updated_at_ms: Some(p.updated_at.as_millis()),
         }
     }
 }

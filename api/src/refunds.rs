@@ -220,7 +220,7 @@ pub async fn approve(
         details_hash,
         approved_by: caller.actor(),
         method: ON_CALL_APPROVAL.to_string(),
-        expires_at_ms: now + state.config().approval_ttl,
+        expires_at: now + state.config().approval_ttl,
     };
     let approved = state
         .ledger()

@@ -137,9 +137,9 @@ pub async fn issue_link(
         token_hash: sha256_hex(&token),
         operation_id: op.id.clone(),
         details_hash: op.details_hash.as_str().to_string(),
-        created_at_ms: now,
-        expires_at_ms: expires_at,
-        used_at_ms: None,
+        created_at: now,
+        expires_at,
+        used_at: None,
     };
     let delivery = delivery_id();
     let code = (config.method == VerificationMethod::OneTimeCode).then(new_code);
@@ -148,11 +148,11 @@ pub async fn issue_link(
         operation_id: op.id.clone(),
         link_hash: link.token_hash.clone(),
         code_hash: code_hash(&delivery, c),
-        created_at_ms: now,
-        expires_at_ms: expires_at.min(now + CODE_TTL),
+        created_at: now,
+        expires_at: expires_at.min(now + CODE_TTL),
         attempts: 0,
         attempt_max: i64::from(CODE_ATTEMPTS_MAX),
-        used_at_ms: None,
+        used_at: None,
     });
     let open_max = match origin {
         LinkOrigin::Service => OPEN_LINKS_MAX,
@@ -413,7 +413,7 @@ pub async fn set_tenant_verification(
         assertion_key: assertion_key.clone(),
         notify_url: request.notify_url.clone(),
         notify_secret: notify_secret.clone(),
-        updated_at_ms: now,
+        updated_at: now,
     };
     ledger
         .verification()
@@ -442,11 +442,11 @@ mod tests {
             operation_id: OperationId::generate(),
             link_hash: "h".into(),
             code_hash: code_hash("dlv_1", "012345"),
-            created_at_ms: Timestamp::EPOCH,
-            expires_at_ms: Timestamp::from_millis(1),
+            created_at: Timestamp::EPOCH,
+            expires_at: Timestamp::from_millis(1),
             attempts: 0,
             attempt_max: 5,
-            used_at_ms: None,
+            used_at: None,
         };
         assert!(code_matches(&stored, "012345"));
         assert!(code_matches(&stored, " 012345 "));

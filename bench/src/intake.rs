@@ -216,7 +216,7 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
                 details_hash: hash,
                 approved_by: "bench".into(),
                 method: "bench".into(),
-                expires_at_ms: now + Duration::from_secs(86_400),
+                expires_at: now + Duration::from_secs(86_400),
             },
             crate::now(),
         )

@@ -107,7 +107,7 @@ pub async fn create_one(
                     details_hash: hash,
                     approved_by: "customer:cus_chaos".into(),
                     method: "chaos".into(),
-                    expires_at_ms: now + std::time::Duration::from_secs(86_400),
+                    expires_at: now + std::time::Duration::from_secs(86_400),
                 },
                 now,
             )

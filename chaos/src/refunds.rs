@@ -84,7 +84,7 @@ async fn create(
                 details_hash: hash,
                 approved_by: "oncall:chaos".into(),
                 method: "chaos".into(),
-                expires_at_ms: now + std::time::Duration::from_secs(86_400),
+                expires_at: now + std::time::Duration::from_secs(86_400),
             },
             now,
         )

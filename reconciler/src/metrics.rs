@@ -132,7 +132,7 @@ impl ReconcilerMetrics {
         let oldest = counts
             .iter()
             .find(|c| c.status == Status::Unknown)
-            .and_then(|c| c.oldest_submitted_at_ms.or(c.oldest_updated_at_ms))
+            .and_then(|c| c.oldest_submitted_at.or(c.oldest_updated_at))
             .map_or(0, |t| {
                 i64::try_from(now.saturating_sub(t).as_secs()).unwrap_or(i64::MAX)
             });

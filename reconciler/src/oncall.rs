@@ -80,7 +80,7 @@ pub async fn list(
     let filter = ListFilter {
         statuses,
         // `min_age_s` may be negative (a cut-off in the future: everything up to now, inclusive).
-        updated_before_ms: Some(Timestamp::from_millis(
+        updated_before: Some(Timestamp::from_millis(
             now.as_millis()
                 .saturating_sub(min_age_s.saturating_mul(1000)),
         )),
@@ -99,7 +99,7 @@ pub async fn list(
                         o.tenant.to_string(),
                         o.details.kind().as_str().to_string(),
                         o.status.as_str().to_string(),
-                        age(now, o.updated_at_ms),
+                        age(now, o.updated_at),
                         o.attempt.to_string(),
                         o.details.money().display(),
                         o.details.invoice().to_string(),
@@ -140,7 +140,7 @@ pub async fn show(
     let processor_view = match processor {
         // A payment or a refund, as its kind says.
         Some(p) => {
-            let created_after = op.created_at_ms.saturating_sub_span(SHOW_LOOKUP_SKEW);
+            let created_after = op.created_at.saturating_sub_span(SHOW_LOOKUP_SKEW);
             Some(operation::lookup(p, &op, created_after).await)
         }
         None => None,
@@ -168,7 +168,7 @@ pub async fn show(
                 .iter()
                 .map(|e| {
                     vec![
-                        age(now, e.at_ms),
+                        age(now, e.at),
                         e.event.to_string(),
                         e.actor.clone(),
                         format!(
@@ -248,7 +248,7 @@ fn refunds_table(
                     .map(|of| of.reason().as_str().to_string())
                     .unwrap_or_default(),
                 r.external_ref.clone().unwrap_or_default(),
-                age(now, r.updated_at_ms),
+                age(now, r.updated_at),
             ]
         })
         .collect();
@@ -318,7 +318,7 @@ fn describe(op: &Operation, now: Timestamp) -> String {
         id = op.id,
         status = op.status.as_str(),
         attempt = op.attempt,
-        age = age(now, op.updated_at_ms),
+        age = age(now, op.updated_at),
         tenant = op.tenant,
         bk = op.business_key,
         amount = d.money().display(),

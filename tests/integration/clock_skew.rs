@@ -234,7 +234,7 @@ async fn a_reconciler_ten_minutes_ahead_leaves_a_renewed_lease_alone() {
     arrived.wait_for(|a| *a).await.unwrap();
     let claimed = ledger.get(&tenant(), &op.id).await.unwrap();
     assert_eq!(claimed.status, Status::Executing);
-    let first_expiry = claimed.lease_expires_at_ms.unwrap();
+    let first_expiry = claimed.lease_expires_at.unwrap();
     let rec = reconciler_on(&ledger, processes::stripe(&sim, None), ahead());
     // Sweep until the database's clock is a whole lease past the first lease's end: only renewal
     // can have kept the lease alive that long.
@@ -263,7 +263,7 @@ async fn a_reconciler_ten_minutes_ahead_leaves_a_renewed_lease_alone() {
     );
     assert_eq!(held.lease_owner.as_deref(), Some("worker-healthy"));
     assert!(
-        held.lease_expires_at_ms > Some(first_expiry),
+        held.lease_expires_at > Some(first_expiry),
         "renewed: {held:?}"
     );
     open.send_replace(true);
@@ -320,13 +320,13 @@ async fn a_killed_worker_ten_minutes_ahead_leaves_a_lease_that_ends_on_time() {
     run.abort();
     let claimed = ledger.get(&tenant(), &op.id).await.unwrap();
     assert_eq!(claimed.status, Status::Executing);
-    let expiry = claimed.lease_expires_at_ms.unwrap();
+    let expiry = claimed.lease_expires_at.unwrap();
     assert!(
         expiry >= before_claim + lease_ttl && expiry <= after_claim + lease_ttl,
         "the lease ends a lease after the claim by the database's clock: {} ms after the claim",
         expiry.as_millis() - after_claim.as_millis()
     );
-    let first = claimed.first_submitted_at_ms.unwrap();
+    let first = claimed.first_submitted_at.unwrap();
     assert!(
         first >= before_claim && first <= after_claim,
         "first_submitted_at on the database's clock"
@@ -361,11 +361,11 @@ async fn a_killed_worker_ten_minutes_ahead_leaves_a_lease_that_ends_on_time() {
         .iter()
         .find(|e| e.from_status.as_deref() == Some("executing") && e.to_status == "unknown")
         .unwrap_or_else(|| panic!("the lease lapsed to unknown: {trail:?}"));
-    assert!(lapsed.at_ms >= expiry, "not expired early: {lapsed:?}");
+    assert!(lapsed.at >= expiry, "not expired early: {lapsed:?}");
     assert!(
-        lapsed.at_ms <= expiry + Duration::from_secs(15),
+        lapsed.at <= expiry + Duration::from_secs(15),
         "expired on time, not {} ms late",
-        lapsed.at_ms.as_millis() - expiry.as_millis()
+        lapsed.at.as_millis() - expiry.as_millis()
     );
     paid_once_each(&ledger, &sim, std::slice::from_ref(&op)).await;
     assert_eq!(payments_for(&sim, op.id.as_str()).await, 1);
@@ -476,7 +476,7 @@ async fn an_api_ten_minutes_off_gives_approvals_the_databases_expiry() {
             )
             .await
             .unwrap();
-        let expires = op.approval_expires_at_ms.expect("approved");
+        let expires = op.approval_expires_at.expect("approved");
         let tolerance = Duration::from_secs_f64(DRIFT_TOLERANCE_S);
         assert!(
             expires >= (before + ttl).saturating_sub_span(tolerance)

@@ -520,7 +520,7 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now(),
+        next_check_at: now(),
     };
     ledger
         .record(
@@ -801,7 +801,7 @@ async fn a_lookup_finding_another_operations_payment_by_reference_needs_attentio
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
         reference: Some(pi.to_string()),
-        next_check_at_ms: now(),
+        next_check_at: now(),
     };
     let fence = Fence {
         id: op.id.clone(),

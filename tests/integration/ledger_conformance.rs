@@ -65,7 +65,7 @@ fn approval_of(op: &payonce_shared::ledger::Operation) -> NewApproval {
         details_hash: op.details_hash.clone(),
         approved_by: "customer:cus_test".into(),
         method: "confirmation_page".into(),
-        expires_at_ms: at(T0 + 60_000),
+        expires_at: at(T0 + 60_000),
     }
 }
 
@@ -208,7 +208,7 @@ async fn approval_binds_to_the_details_hash() {
             details_hash: hash,
             approved_by: "customer:cus_test".into(),
             method: "confirmation_page".into(),
-            expires_at_ms: at(T0 + 60_000),
+            expires_at: at(T0 + 60_000),
         };
         let refused = ledger.approve(&tenant(), approval(wrong), at(T0)).await;
         assert!(
@@ -301,7 +301,7 @@ async fn claim_submit_record_is_fenced_by_the_attempt() {
             .unwrap();
         assert_eq!(done.status, Status::Succeeded);
         assert_eq!(done.external_ref.as_deref(), Some("pi_1"));
-        assert_eq!(done.first_submitted_at_ms, Some(at(T0 + 1)));
+        assert_eq!(done.first_submitted_at, Some(at(T0 + 1)));
         assert_eq!(done.lease_owner, None);
         // Terminal: a second record loses.
         let declined = Recorded::Failed(Declined {
@@ -445,14 +445,14 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         );
         let retry = Recorded::RetryLater {
             reason: "connection refused".into(),
-            available_at_ms: later + ms(5_000),
+            available_at: later + ms(5_000),
         };
         let op = ledger
             .record(&recording(&fence(&b.id, 2), &retry, "w2"), later + ms(3))
             .await
             .unwrap();
         assert_eq!(op.status, Status::Ready);
-        assert_eq!(op.first_submitted_at_ms, None, "nothing ever left");
+        assert_eq!(op.first_submitted_at, None, "nothing ever left");
         assert!(
             ledger
                 .claim(&holder("w3"), 10, later + ms(4_999))
@@ -499,9 +499,9 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
                 (
                     op.status,
                     op.attempt,
-                    op.first_submitted_at_ms,
+                    op.first_submitted_at,
                     op.first_submitted_attempt,
-                    op.last_submitted_at_ms,
+                    op.last_submitted_at,
                     op.submit_count
                 ),
                 (
@@ -528,7 +528,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
                     e.to_status,
                     e.actor,
                     e.attempt,
-                    e.at_ms,
+                    e.at,
                 )
             })
             .collect();
@@ -563,7 +563,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .await
             .unwrap();
         assert_eq!(
-            (done.status, done.first_submitted_at_ms),
+            (done.status, done.first_submitted_at),
             (Status::Succeeded, Some(at(T0 + 5)))
         );
 
@@ -576,7 +576,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
         assert_eq!(
             (
                 released.status,
-                released.first_submitted_at_ms,
+                released.first_submitted_at,
                 released.first_submitted_attempt
             ),
             (Status::Ready, None, None)
@@ -593,7 +593,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
         assert_eq!(
             (
                 c_row.status,
-                c_row.first_submitted_at_ms,
+                c_row.first_submitted_at,
                 c_row.first_submitted_attempt
             ),
             (Status::Rejected, None, None)
@@ -636,14 +636,14 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
         );
         let later = Recorded::RetryLater {
             reason: "rate limited".into(),
-            available_at_ms: lapse + ms(1_000),
+            available_at: lapse + ms(1_000),
         };
         let b_row = ledger
             .record(&recording(&fence(&b, 2), &later, "w2"), lapse + ms(1))
             .await
             .unwrap();
         assert_eq!(
-            (b_row.status, b_row.first_submitted_at_ms),
+            (b_row.status, b_row.first_submitted_at),
             (Status::Ready, None)
         );
 
@@ -671,7 +671,7 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             (
                 d_row.status,
                 d_row.first_submitted_attempt,
-                d_row.first_submitted_at_ms
+                d_row.first_submitted_at
             ),
             (Status::NeedsAttention, Some(1), Some(at(T0 + 5)))
         );
@@ -694,7 +694,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: at(T0 + 100),
+            next_check_at: at(T0 + 100),
         };
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 1))
@@ -721,8 +721,8 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
                 .map(|o| (
                     o.attempt,
                     o.first_submitted_attempt,
-                    o.first_submitted_at_ms,
-                    o.last_submitted_at_ms,
+                    o.first_submitted_at,
+                    o.last_submitted_at,
                     o.submit_count
                 ))
                 .collect::<Vec<_>>(),
@@ -745,7 +745,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
         );
         let later = Recorded::RetryLater {
             reason: "rate limited".into(),
-            available_at_ms: at(T0 + 1_000),
+            available_at: at(T0 + 1_000),
         };
         let row = ledger
             .record(&recording(&fence(&op.id, 2), &later, "w2"), at(T0 + 4))
@@ -791,7 +791,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: at(T0 + 100),
+            next_check_at: at(T0 + 100),
         };
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
@@ -838,7 +838,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         );
         let retry = Recorded::RetryLater {
             reason: "connection refused".into(),
-            available_at_ms: at(T0 + 300),
+            available_at: at(T0 + 300),
         };
         let after = ledger
             .record(
@@ -1154,9 +1154,9 @@ async fn cancel_listing_links_events_keys_and_limits() {
             token_hash: "h1".into(),
             operation_id: op.id.clone(),
             details_hash: op.details_hash.as_str().into(),
-            created_at_ms: at(T0),
-            expires_at_ms: at(T0 + 1_000),
-            used_at_ms: None,
+            created_at: at(T0),
+            expires_at: at(T0 + 1_000),
+            used_at: None,
         };
         assert!(ledger.create_approval_link(&link, 2).await.unwrap());
         let second = payonce_shared::ledger::ApprovalLink {
@@ -1175,8 +1175,8 @@ async fn cancel_listing_links_events_keys_and_limits() {
         assert!(ledger.approval_link("h3").await.unwrap().is_none());
         // Once the open ones have expired, a new one may be issued.
         let later = payonce_shared::ledger::ApprovalLink {
-            created_at_ms: at(T0 + 1_000),
-            expires_at_ms: at(T0 + 2_000),
+            created_at: at(T0 + 1_000),
+            expires_at: at(T0 + 2_000),
             ..third.clone()
         };
         assert!(ledger.create_approval_link(&later, 2).await.unwrap());
@@ -1424,11 +1424,11 @@ async fn batched_submission_starts_and_outcomes_are_fenced_one_by_one() {
             (a_now.status, a_now.external_ref.as_deref()),
             (Status::Succeeded, Some("pi_a"))
         );
-        assert_eq!(a_now.first_submitted_at_ms, Some(at(T0 + 4)));
+        assert_eq!(a_now.first_submitted_at, Some(at(T0 + 4)));
         assert_eq!(a_now.result, Some(serde_json::json!({ "id": "pi_a" })));
         let b_now = ledger.get(&tenant(), &b.id).await.unwrap();
         assert_eq!(
-            (b_now.status, b_now.first_submitted_at_ms),
+            (b_now.status, b_now.first_submitted_at),
             (Status::Succeeded, None),
             "b's submission start was refused, its outcome was not"
         );
@@ -1524,8 +1524,8 @@ async fn an_outcome_write_claims_in_the_same_commit() {
                     now.status,
                     now.attempt,
                     now.lease_owner.as_deref(),
-                    now.lease_expires_at_ms,
-                    now.first_submitted_at_ms
+                    now.lease_expires_at,
+                    now.first_submitted_at
                 ),
                 (
                     Status::Executing,
@@ -1705,7 +1705,7 @@ fn code_for(
     op: &OperationId,
     link_hash: &str,
     delivery: &str,
-    expires_at_ms: Timestamp,
+    expires_at: Timestamp,
     attempt_max: i64,
 ) -> payonce_shared::ledger::verification::ApprovalCode {
     payonce_shared::ledger::verification::ApprovalCode {
@@ -1713,11 +1713,11 @@ fn code_for(
         operation_id: op.clone(),
         link_hash: link_hash.into(),
         code_hash: format!("hash-of-{delivery}"),
-        created_at_ms: at(T0),
-        expires_at_ms,
+        created_at: at(T0),
+        expires_at,
         attempts: 0,
         attempt_max,
-        used_at_ms: None,
+        used_at: None,
     }
 }
 
@@ -1729,9 +1729,9 @@ fn link_for(
         token_hash: token_hash.into(),
         operation_id: op.id.clone(),
         details_hash: op.details_hash.as_str().into(),
-        created_at_ms: at(T0),
-        expires_at_ms: at(T0 + 10_000),
-        used_at_ms: None,
+        created_at: at(T0),
+        expires_at: at(T0 + 10_000),
+        used_at: None,
     }
 }
 
@@ -1751,7 +1751,7 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
             assertion_key: Some("key".into()),
             notify_url: None,
             notify_secret: None,
-            updated_at_ms: at(T0),
+            updated_at: at(T0),
         };
         store.set_tenant_verification(&config).await.unwrap();
         assert_eq!(store.tenant_verification(&tenant()).await.unwrap(), Some(config.clone()));
@@ -1968,7 +1968,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: at(T0 + 100),
+            next_check_at: at(T0 + 100),
         };
         ledger
             .record(&recording(&fence(&op.id, 2), &unknown, "w"), at(T0 + 5))
@@ -1994,7 +1994,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
             .unwrap();
         let after = ledger.get_unscoped(&op.id).await.unwrap();
         assert_eq!(after.status, Status::Unknown);
-        assert_eq!(after.next_check_at_ms, Some(at(T0 + 7)));
+        assert_eq!(after.next_check_at, Some(at(T0 + 7)));
         let last = ledger.events_unscoped(&op.id).await.unwrap().pop().unwrap();
         assert_eq!(
             (
@@ -2060,7 +2060,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
         let unknown = Recorded::Unknown {
             reason: "timeout".into(),
             reference: None,
-            next_check_at_ms: at(T0 + 100),
+            next_check_at: at(T0 + 100),
         };
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
@@ -2279,10 +2279,7 @@ async fn both_stores_refuse_to_change_what_the_search_directory_copies() {
     for (ledger, op) in [(&pg, &pg_op), (&lite_shared, &lite_op)] {
         let now = ledger.get_unscoped(&op.id).await.unwrap();
         assert_eq!(now.details, op.details);
-        assert_eq!(
-            (&now.tenant, now.created_at_ms),
-            (&op.tenant, op.created_at_ms)
-        );
+        assert_eq!((&now.tenant, now.created_at), (&op.tenant, op.created_at));
     }
 }
 

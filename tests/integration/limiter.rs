@@ -430,7 +430,7 @@ async fn unknown_never_sent(
     let unknown = payonce_shared::ledger::Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now,
+        next_check_at: now,
     };
     ledger
         .record(&recording(&Fence::of(&c), &unknown, "crashed-worker"), now)

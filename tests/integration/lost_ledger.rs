@@ -70,7 +70,7 @@ async fn create_and_approve_amount(
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: now() + Duration::from_secs(86_400),
+                expires_at: now() + Duration::from_secs(86_400),
             },
             now(),
         )

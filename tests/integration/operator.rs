@@ -309,7 +309,7 @@ async fn the_cli_records_an_on_call_actor_as_the_console_does() {
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now + Duration::from_secs(60),
+        next_check_at: now + Duration::from_secs(60),
     };
     ledger
         .record(&recording(&fence, &unknown, "test-worker"), now)
@@ -450,7 +450,7 @@ async fn approved_until(
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: expires_at,
+                expires_at,
             },
             SystemClock.now(),
         )

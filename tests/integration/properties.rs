@@ -130,7 +130,7 @@ async fn apply(
             let r = Recorded::Unknown {
                 reason: "answer lost".into(),
                 reference: None,
-                next_check_at_ms: at,
+                next_check_at: at,
             };
             ledger
                 .record(&recording(&fence, &r, "worker-prop"), at)

@@ -226,7 +226,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     let unknown = payonce_shared::ledger::Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now(),
+        next_check_at: now(),
     };
     ledger
         .record(&recording(&Fence::of(&c2), &unknown, "w"), now())
@@ -486,7 +486,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
         let unknown = payonce_shared::ledger::Recorded::Unknown {
             reason: "crash".into(),
             reference: None,
-            next_check_at_ms: now(),
+            next_check_at: now(),
         };
         ledger
             .record(&recording(&Fence::of(&c), &unknown, "w"), now())
@@ -772,7 +772,7 @@ async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_fail
     assert_eq!(deferred.status, Status::Unknown);
     assert!(deferred.check_count >= 1);
     assert!(
-        deferred.next_check_at_ms.unwrap() >= before + Duration::from_millis(2_000),
+        deferred.next_check_at.unwrap() >= before + Duration::from_millis(2_000),
         "the next check waits for the backoff base"
     );
     // Not due yet: a sweep right away does not look again.
@@ -896,7 +896,7 @@ async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
     let unknown = payonce_shared::ledger::Recorded::Unknown {
         reason: "crash".into(),
         reference: None,
-        next_check_at_ms: now(),
+        next_check_at: now(),
     };
     ledger
         .record(&recording(&Fence::of(&c), &unknown, "w"), now())

@@ -139,7 +139,7 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
         );
         // The worker's claim records the submission start in its own commit (`claim_to_submit`),
         // so even a worker killed right after its claim left a recorded submission.
-        assert!(crashed.first_submitted_at_ms.is_some(), "{point}");
+        assert!(crashed.first_submitted_at.is_some(), "{point}");
         let expected_payments_now = usize::from(point == "after_processor_accepted");
         assert_eq!(
             payments_for(&sim, op.id.as_str()).await,
@@ -908,7 +908,7 @@ async fn a_refill_claimed_as_shutdown_begins_is_given_back_unsent() {
             (
                 now.status,
                 now.attempt,
-                now.first_submitted_at_ms,
+                now.first_submitted_at,
                 now.lease_owner
             ),
             (Status::Ready, 1, None, None),

@@ -166,9 +166,9 @@ fn unavailable(e: &LedgerError) -> Outcome {
 
 /// Why a link cannot be used now, given that it exists.
 fn unusable(link: &ApprovalLink, now: Timestamp) -> Option<Outcome> {
-    if link.used_at_ms.is_some() {
+    if link.used_at.is_some() {
         Some(Outcome::AlreadyUsed)
-    } else if link.expires_at_ms <= now {
+    } else if link.expires_at <= now {
         Some(Outcome::Expired)
     } else {
         None
@@ -279,7 +279,7 @@ async fn card_of(state: &AppState, op: &Operation) -> Option<Card> {
                 payment_method: payment_method.to_string(),
                 brand: card.brand.clone(),
                 last4: card.last4.clone(),
-                fetched_at_ms: state.now(),
+                fetched_at: state.now(),
             };
             if let Err(e) = cards.keep_card(&kept).await {
                 tracing::warn!(cause = %cause_chain(&e), "card not kept; the next view asks again");
@@ -525,7 +525,7 @@ async fn record(
                 details_hash: shown,
                 approved_by: actor,
                 method,
-                expires_at_ms: now + state.config().approval_ttl,
+                expires_at: now + state.config().approval_ttl,
             };
             ledger
                 .approve(&op.tenant, approval, now)

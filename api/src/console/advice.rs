@@ -184,7 +184,7 @@ mod tests {
 
     fn entered(event: &str, from: &str, detail: &str) -> OperationEvent {
         OperationEvent {
-            at_ms: Timestamp::from_millis(1),
+            at: Timestamp::from_millis(1),
             event: EventName::parse(event).expect("a known event name"),
             actor: "reconciler".into(),
             from_status: Some(from.into()),

@@ -313,8 +313,8 @@ fn parse_list(
     };
     let query = OperationQuery {
         status,
-        created_from_ms: since.map(|d| Timestamp::from_millis(now_ms).saturating_sub_span(d)),
-        created_before_ms: None,
+        created_from: since.map(|d| Timestamp::from_millis(now_ms).saturating_sub_span(d)),
+        created_before: None,
         search: q,
         after,
         limit,
@@ -347,7 +347,7 @@ async fn list(
     let next = (ops.len() > page as usize).then(|| {
         ops.truncate(page as usize);
         ops.last()
-            .map(|o| format!("{}.{}", o.created_at_ms, o.id))
+            .map(|o| format!("{}.{}", o.created_at, o.id))
             .unwrap_or_default()
     });
     refreshing(html(
@@ -383,10 +383,10 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
         .enumerate()
         .map(|(i, e)| {
             (
-                e.at_ms.as_millis(),
+                e.at.as_millis(),
                 2 * i,
                 TimelineEntry {
-                    at_ms: e.at_ms.as_millis(),
+                    at_ms: e.at.as_millis(),
                     kind: "event",
                     what: format!(
                         "{} ({} → {}, attempt {})",
@@ -407,25 +407,23 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     let approve_at = |at_ms: i64| {
         events
             .iter()
-            .position(|e| {
-                e.event == EventName::Event(Event::Approve) && e.at_ms.as_millis() == at_ms
-            })
+            .position(|e| e.event == EventName::Event(Event::Approve) && e.at.as_millis() == at_ms)
             .map_or(after_events, |i| 2 * i + 1)
     };
     out.extend(related.approvals.iter().map(|a| {
         (
-            a.approved_at_ms.as_millis(),
-            approve_at(a.approved_at_ms.as_millis()),
+            a.approved_at.as_millis(),
+            approve_at(a.approved_at.as_millis()),
             TimelineEntry {
-                at_ms: a.approved_at_ms.as_millis(),
+                at_ms: a.approved_at.as_millis(),
                 kind: "approval",
                 what: format!("approved details {}", a.details_hash),
                 actor: a.approved_by.clone(),
                 detail: format!(
                     "method {}; valid until {}{}",
                     a.method,
-                    views::utc(a.expires_at_ms.as_millis()),
-                    a.revoked_at_ms
+                    views::utc(a.expires_at.as_millis()),
+                    a.revoked_at
                         .map(|r| format!("; revoked {}", views::utc(r.as_millis())))
                         .unwrap_or_default()
                 ),
@@ -434,29 +432,26 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     }));
     out.extend(related.links.iter().map(|l| {
         (
-            l.created_at_ms.as_millis(),
+            l.created_at.as_millis(),
             after_events,
             TimelineEntry {
-                at_ms: l.created_at_ms.as_millis(),
+                at_ms: l.created_at.as_millis(),
                 kind: "link",
                 what: format!("confirmation link issued ({})", l.origin),
                 actor: l.origin.clone(),
-                detail: match l.used_at_ms {
+                detail: match l.used_at {
                     Some(u) => format!("used {}", views::utc(u.as_millis())),
-                    None => format!(
-                        "unused; expires {}",
-                        views::utc(l.expires_at_ms.as_millis())
-                    ),
+                    None => format!("unused; expires {}", views::utc(l.expires_at.as_millis())),
                 },
             },
         )
     }));
     out.extend(related.webhooks.iter().map(|w| {
         (
-            w.received_at_ms.as_millis(),
+            w.received_at.as_millis(),
             after_events,
             TimelineEntry {
-                at_ms: w.received_at_ms.as_millis(),
+                at_ms: w.received_at.as_millis(),
                 kind: "webhook",
                 what: format!("webhook {} {}", w.event_type, w.event_id),
                 actor: w.processor.clone(),
@@ -470,10 +465,10 @@ fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> 
     }));
     out.extend(related.tool_calls.iter().map(|t| {
         (
-            t.at_ms.as_millis(),
+            t.at.as_millis(),
             after_events,
             TimelineEntry {
-                at_ms: t.at_ms.as_millis(),
+                at_ms: t.at.as_millis(),
                 kind: "tool_call",
                 what: format!("tool call {}", t.tool),
                 actor: format!("assistant ({})", t.provider),
@@ -624,7 +619,7 @@ async fn export(
                 .iter()
                 .map(|w| {
                     json!({"processor": w.processor, "event_id": w.event_id, "event_type": w.event_type,
-                           "received_at_ms": w.received_at_ms, "applied_at_ms": w.applied_at_ms,
+                           "received_at_ms": w.received_at, "applied_at_ms": w.applied_at,
                            "outcome": w.outcome, "object": webhook_summary(&w.payload)})
                 })
                 .collect();
@@ -764,7 +759,7 @@ mod tests {
 
     fn event(at_ms: i64, name: &str) -> OperationEvent {
         OperationEvent {
-            at_ms: Timestamp::from_millis(at_ms),
+            at: Timestamp::from_millis(at_ms),
             event: EventName::parse(name).expect("a known event name"),
             actor: "a".into(),
             from_status: None,
@@ -783,9 +778,9 @@ mod tests {
                 details_hash: "h".into(),
                 approved_by: "customer:c".into(),
                 method: "signed_assertion:n".into(),
-                approved_at_ms: Timestamp::from_millis(1),
-                expires_at_ms: Timestamp::from_millis(2),
-                revoked_at_ms: None,
+                approved_at: Timestamp::from_millis(1),
+                expires_at: Timestamp::from_millis(2),
+                revoked_at: None,
             }],
             ..Related::default()
         };

@@ -85,7 +85,7 @@ pub fn section(
                                     td { (r.details.money().display()) }
                                     td { (r.details.refund_of().map(|of| of.reason().as_str()).unwrap_or("")) }
                                     td.mono { (r.external_ref.as_deref().unwrap_or("")) }
-                                    td { (age(now_ms - r.updated_at_ms.as_millis())) " ago" }
+                                    td { (age(now_ms - r.updated_at.as_millis())) " ago" }
                                 }
                             }
                         }
@@ -159,7 +159,7 @@ async fn approve_checked(
         details_hash: shown,
         approved_by: who.actor(),
         method: CONSOLE_APPROVAL.to_string(),
-        expires_at_ms: now + state.config().approval_ttl,
+        expires_at: now + state.config().approval_ttl,
     };
     state.ledger().approve(&who.tenant, approval, now).await?;
     Ok(id)

@@ -214,8 +214,8 @@ pub async fn sign_in(state: &AppState, secret: &str) -> Result<String, SignInErr
         session_hash: sha256_hex(&id),
         tenant: record.tenant,
         key_id: record.key_id,
-        created_at_ms: now,
-        expires_at_ms: now + SESSION_TTL,
+        created_at: now,
+        expires_at: now + SESSION_TTL,
     };
     state
         .ledger()

@@ -341,8 +341,8 @@ pub fn list(
                                 td { (o.details.invoice()) }
                                 td { (o.details.customer()) }
                                 td.mono { (o.external_ref.as_deref().unwrap_or("")) }
-                                td { (utc(o.created_at_ms.as_millis())) }
-                                td { (age(now_ms - o.updated_at_ms.as_millis())) " ago" }
+                                td { (utc(o.created_at.as_millis())) }
+                                td { (age(now_ms - o.updated_at.as_millis())) " ago" }
                             }
                         }
                     }
@@ -519,7 +519,7 @@ pub fn operation(
                     tr { th { "Requests the processor may have received" } td id="submissions" { (extras.submissions_seen) } }
                     tr { th { "Processor reference" } td.mono { (op.external_ref.as_deref().unwrap_or("none")) } }
                     tr { th { "Failure" } td { (op.failure_code.as_deref().unwrap_or("")) } }
-                    tr { th { "Created / updated" } td { (utc(op.created_at_ms.as_millis())) " / " (utc(op.updated_at_ms.as_millis())) " (" (age(now_ms - op.updated_at_ms.as_millis())) " ago)" } }
+                    tr { th { "Created / updated" } td { (utc(op.created_at.as_millis())) " / " (utc(op.updated_at.as_millis())) " (" (age(now_ms - op.updated_at.as_millis())) " ago)" } }
                 }
                 p { a id="export" href=(format!("/console/operations/{id}/export")) { "Export the evidence chain (JSON)" } }
             }

@@ -62,7 +62,7 @@ pub fn decide(
     config: &ReconcilerConfig,
 ) -> Decision {
     let window_open = contract.honours_idempotency_keys
-        && match (contract.key_retention, op.first_submitted_at_ms) {
+        && match (contract.key_retention, op.first_submitted_at) {
             (None, _) => true,
             (Some(retention), Some(first)) => now + config.retention_margin < first + retention,
             // No submission time recorded: nothing can have used the key yet.
@@ -283,8 +283,8 @@ impl Reconciler {
             return LookupOutcome::NotFound { consistent: false };
         }
         let created_after = op
-            .first_submitted_at_ms
-            .unwrap_or(op.created_at_ms)
+            .first_submitted_at
+            .unwrap_or(op.created_at)
             .saturating_sub_span(self.config.lookup_skew);
         let limiter = self.config.retry.limiter.as_ref();
         match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
@@ -481,23 +481,23 @@ mod tests {
             status: Status::Unknown,
             attempt: 1,
             lease_owner: None,
-            lease_expires_at_ms: None,
+            lease_expires_at: None,
             idempotency_key: IdempotencyKey::parse("po1_0123456789abcdef0123").expect("key"),
-            first_submitted_at_ms: Some(at),
+            first_submitted_at: Some(at),
             first_submitted_attempt: Some(1),
-            last_submitted_at_ms: Some(at),
+            last_submitted_at: Some(at),
             submit_count: 1,
             external_ref: None,
             result: None,
             failure_code: None,
             failure_message: None,
-            available_at_ms: at,
-            next_check_at_ms: Some(at),
+            available_at: at,
+            next_check_at: Some(at),
             check_count: 0,
             approved_by: Some("customer".into()),
-            approval_expires_at_ms: Some(at + HOUR),
-            created_at_ms: at,
-            updated_at_ms: at,
+            approval_expires_at: Some(at + HOUR),
+            created_at: at,
+            updated_at: at,
         }
     }
 

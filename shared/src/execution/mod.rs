@@ -115,7 +115,7 @@ pub fn precheck(op: &Operation, now: Timestamp) -> Option<Recorded> {
     if *approved != op.details_hash {
         return reject("approval_mismatch", "the approval is for different details");
     }
-    match op.approval_expires_at_ms {
+    match op.approval_expires_at {
         Some(expiry) if expiry > now => None,
         _ => reject(
             "approval_expired",

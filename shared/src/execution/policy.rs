@@ -102,7 +102,7 @@ impl SubmitPolicy {
             SubmitOutcome::NotSubmitted { reason } | SubmitOutcome::Unreachable { reason } => {
                 Recorded::RetryLater {
                     reason,
-                    available_at_ms: now + self.retry_delay(attempt),
+                    available_at: now + self.retry_delay(attempt),
                 }
             }
             // Only reached after `rate_limit_wait_max` of pacing and in-place retries (or at
@@ -113,14 +113,14 @@ impl SubmitPolicy {
                 retry_after_ms,
             } => Recorded::RetryLater {
                 reason,
-                available_at_ms: now
+                available_at: now
                     + retry_after_ms
                         .map_or_else(|| self.rate_limit_delay(1), Duration::from_millis),
             },
             SubmitOutcome::Unknown { reason, reference } => Recorded::Unknown {
                 reason,
                 reference,
-                next_check_at_ms: now + self.first_check_delay,
+                next_check_at: now + self.first_check_delay,
             },
         }
     }
@@ -155,7 +155,8 @@ mod tests {
             now,
         ) {
             Recorded::RetryLater {
-                available_at_ms, ..
+                available_at: available_at_ms,
+                ..
             } => available_at_ms.saturating_sub(now).as_millis(),
             other => panic!("expected a retry, got {other:?}"),
         };
@@ -187,7 +188,8 @@ mod tests {
             );
             match r {
                 Recorded::RetryLater {
-                    available_at_ms, ..
+                    available_at: available_at_ms,
+                    ..
                 } => assert!(
                     available_at_ms > now && available_at_ms <= now + Duration::from_secs(5)
                 ),
@@ -205,7 +207,7 @@ mod tests {
         assert!(matches!(
             advised,
             Recorded::RetryLater {
-                available_at_ms,
+                available_at: available_at_ms,
                 ..
             } if available_at_ms == Timestamp::from_millis(8_000)
         ));
@@ -230,7 +232,7 @@ mod tests {
         assert!(matches!(
             unknown,
             Recorded::Unknown {
-                next_check_at_ms,
+                next_check_at: next_check_at_ms,
                 ..
             } if next_check_at_ms == Timestamp::from_millis(2_010)
         ));

@@ -60,7 +60,7 @@ pub(super) async fn submit_claimed(ex: &Execution<'_>, op: &Operation) -> Record
     // then goes to a human with that reason (never counted as a failed attempt meanwhile).
     if let SubmitOutcome::Unreachable { reason } = outcome {
         let delay = ex.policy.retry_delay(op.attempt);
-        return reachability::while_unreachable(reason, op.approval_expires_at_ms, now, delay);
+        return reachability::while_unreachable(reason, op.approval_expires_at, now, delay);
     }
     ex.policy.to_recorded(outcome, op.attempt, now)
 }
@@ -189,7 +189,7 @@ async fn check_before_submit(ex: &Execution<'_>, op: &Operation) -> Option<Recor
                 "the processor already holds {reference} ({processor_status}) for this intention"
             ),
             reference: Some(reference),
-            next_check_at_ms: now + policy.first_check_delay,
+            next_check_at: now + policy.first_check_delay,
         }),
         (false, FoundStatus::Succeeded { .. } | FoundStatus::Pending { .. }) => {
             Some(Recorded::NeedsAttention {

@@ -61,7 +61,7 @@ impl<DB: Dialect> Approvals for Store<DB> {
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
         let id = &approval.operation;
-        if approval.expires_at_ms <= now {
+        if approval.expires_at <= now {
             return Err(LimitError::ApprovalExpiry.into());
         }
         let mut tx = self.begin().await?;
@@ -72,7 +72,7 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 .bind(tenant)
                 .bind(approval.details_hash.as_str())
                 .bind(bounded(&approval.approved_by))
-                .bind(approval.expires_at_ms)
+                .bind(approval.expires_at)
                 .bind(now)
                 .bind(bounded(&approval.method)),
         )
@@ -105,7 +105,7 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 .bind(bounded(&approval.approved_by))
                 .bind(bounded(&approval.method))
                 .bind(now)
-                .bind(approval.expires_at_ms),
+                .bind(approval.expires_at),
         )
         .await?;
         if let Some(notify) = DB::NOTIFY_READY {
@@ -166,8 +166,8 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 details_hash: r.get("details_hash")?,
                 approved_by: r.get("approved_by")?,
                 method: r.get("method")?,
-                approved_at_ms: r.get("approved_at")?,
-                expires_at_ms: r.get("expires_at")?,
+                approved_at: r.get("approved_at")?,
+                expires_at: r.get("expires_at")?,
             })
         })
         .await
@@ -197,9 +197,9 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 token_hash: r.get("token_hash")?,
                 operation_id: r.get("operation_id")?,
                 details_hash: r.get("details_hash")?,
-                created_at_ms: r.get("created_at")?,
-                expires_at_ms: r.get("expires_at")?,
-                used_at_ms: r.get("used_at")?,
+                created_at: r.get("created_at")?,
+                expires_at: r.get("expires_at")?,
+                used_at: r.get("used_at")?,
             })
         })
         .await

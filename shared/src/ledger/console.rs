@@ -31,9 +31,9 @@ pub struct ConsoleSession {
     /// The key that signed in (`key_…`); re-checked on every request.
     pub key_id: String,
     /// Signed in, ms.
-    pub created_at_ms: Timestamp,
+    pub created_at: Timestamp,
     /// Ends, ms.
-    pub expires_at_ms: Timestamp,
+    pub expires_at: Timestamp,
 }
 
 /// A page request: filters, search and the keyset cursor (newest first).
@@ -42,9 +42,9 @@ pub struct OperationQuery {
     /// Only this state.
     pub status: Option<Status>,
     /// Only operations created at or after this time, ms.
-    pub created_from_ms: Option<Timestamp>,
+    pub created_from: Option<Timestamp>,
     /// Only operations created before this time, ms.
-    pub created_before_ms: Option<Timestamp>,
+    pub created_before: Option<Timestamp>,
     /// An operation id, or an exact business key, invoice, customer or processor reference.
     pub search: Option<String>,
     /// Only operations strictly older than this `(created_at, id)` (the last row of the previous page).
@@ -95,11 +95,14 @@ pub struct ApprovalRow {
     /// How (the verification method and its evidence id).
     pub method: String,
     /// When, ms.
-    pub approved_at_ms: Timestamp,
+    #[serde(rename = "approved_at_ms")]
+    pub approved_at: Timestamp,
     /// Valid until, ms.
-    pub expires_at_ms: Timestamp,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Timestamp,
     /// Revoked, ms.
-    pub revoked_at_ms: Option<Timestamp>,
+    #[serde(rename = "revoked_at_ms")]
+    pub revoked_at: Option<Timestamp>,
 }
 
 /// A processor webhook stored for the operation (its payload is summarised by the caller).
@@ -114,9 +117,9 @@ pub struct WebhookRow {
     /// The raw payload (never shown as is: callers show `summary()` of its object).
     pub payload: String,
     /// Received, ms.
-    pub received_at_ms: Timestamp,
+    pub received_at: Timestamp,
     /// Applied, ms.
-    pub applied_at_ms: Option<Timestamp>,
+    pub applied_at: Option<Timestamp>,
     /// What applying it did.
     pub outcome: Option<String>,
 }
@@ -127,11 +130,14 @@ pub struct LinkRow {
     /// Who asked for it (`service`, `assistant`).
     pub origin: String,
     /// Issued, ms.
-    pub created_at_ms: Timestamp,
+    #[serde(rename = "created_at_ms")]
+    pub created_at: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: Timestamp,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Timestamp,
     /// Used, ms.
-    pub used_at_ms: Option<Timestamp>,
+    #[serde(rename = "used_at_ms")]
+    pub used_at: Option<Timestamp>,
 }
 
 /// A tool call about the operation.
@@ -142,7 +148,8 @@ pub struct ToolCallRow {
     /// The tool.
     pub tool: String,
     /// When, ms.
-    pub at_ms: Timestamp,
+    #[serde(rename = "at_ms")]
+    pub at: Timestamp,
 }
 
 /// The rows besides the audit trail that an operation's timeline shows.
@@ -278,7 +285,7 @@ fn page_sql(
             "s",
         ),
     };
-    if let Some(from) = q.created_from_ms {
+    if let Some(from) = q.created_from {
         push(
             &mut sql,
             &mut args,
@@ -286,7 +293,7 @@ fn page_sql(
             Arg::from(from),
         );
     }
-    if let Some(before) = q.created_before_ms {
+    if let Some(before) = q.created_before {
         push(
             &mut sql,
             &mut args,
@@ -351,8 +358,8 @@ fn decode_session(row: &impl LedgerRow) -> Result<ConsoleSession, LedgerError> {
         session_hash: row.get("session_hash")?,
         tenant: row.get("tenant_id")?,
         key_id: row.get("key_id")?,
-        created_at_ms: row.get("created_at")?,
-        expires_at_ms: row.get("expires_at")?,
+        created_at: row.get("created_at")?,
+        expires_at: row.get("expires_at")?,
     })
 }
 
@@ -379,7 +386,7 @@ impl<DB: Dialect> ConsoleLedger for Store<DB> {
     async fn create_session(&self, s: &ConsoleSession) -> Result<(), LedgerError> {
         let stmt = Stmt::new(INSERT_SESSION).bind(s.session_hash.as_str());
         let stmt = stmt.bind(&s.tenant).bind(s.key_id.as_str());
-        self.execute(stmt.bind(s.created_at_ms).bind(s.expires_at_ms))
+        self.execute(stmt.bind(s.created_at).bind(s.expires_at))
             .await?;
         Ok(())
     }
@@ -466,9 +473,9 @@ fn decode_approval(r: &impl LedgerRow) -> Result<ApprovalRow, LedgerError> {
         details_hash: r.get("details_hash")?,
         approved_by: r.get("approved_by")?,
         method: r.get("method")?,
-        approved_at_ms: r.get("approved_at")?,
-        expires_at_ms: r.get("expires_at")?,
-        revoked_at_ms: r.get("revoked_at")?,
+        approved_at: r.get("approved_at")?,
+        expires_at: r.get("expires_at")?,
+        revoked_at: r.get("revoked_at")?,
     })
 }
 
@@ -478,8 +485,8 @@ fn decode_webhook(r: &impl LedgerRow) -> Result<WebhookRow, LedgerError> {
         event_id: r.get("event_id")?,
         event_type: r.get("event_type")?,
         payload: r.get("payload")?,
-        received_at_ms: r.get("received_at")?,
-        applied_at_ms: r.get("applied_at")?,
+        received_at: r.get("received_at")?,
+        applied_at: r.get("applied_at")?,
         outcome: r.get("outcome")?,
     })
 }
@@ -487,9 +494,9 @@ fn decode_webhook(r: &impl LedgerRow) -> Result<WebhookRow, LedgerError> {
 fn decode_link(r: &impl LedgerRow) -> Result<LinkRow, LedgerError> {
     Ok(LinkRow {
         origin: r.get("origin")?,
-        created_at_ms: r.get("created_at")?,
-        expires_at_ms: r.get("expires_at")?,
-        used_at_ms: r.get("used_at")?,
+        created_at: r.get("created_at")?,
+        expires_at: r.get("expires_at")?,
+        used_at: r.get("used_at")?,
     })
 }
 
@@ -497,7 +504,7 @@ fn decode_tool_call(r: &impl LedgerRow) -> Result<ToolCallRow, LedgerError> {
     Ok(ToolCallRow {
         provider: r.get("provider")?,
         tool: r.get("tool")?,
-        at_ms: r.get("at")?,
+        at: r.get("at")?,
     })
 }
 

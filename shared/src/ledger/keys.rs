@@ -129,7 +129,7 @@ fn insert_key(key: &ApiKeyRecord) -> Stmt<'_> {
         .bind(&key.tenant)
         .bind(key.role.as_str())
         .bind(bounded(&key.label))
-        .bind(key.created_at_ms)
-        .bind(key.expires_at_ms)
+        .bind(key.created_at)
+        .bind(key.expires_at)
         .bind(i64::from(key.read_only))
 }

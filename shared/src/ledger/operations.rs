@@ -170,8 +170,8 @@ impl<DB: Dialect> Operations for Store<DB> {
             Ok(StatusCount {
                 status: r.get("status")?,
                 count: r.get("n")?,
-                oldest_updated_at_ms: r.get("oldest")?,
-                oldest_submitted_at_ms: r.get("oldest_submitted")?,
+                oldest_updated_at: r.get("oldest")?,
+                oldest_submitted_at: r.get("oldest_submitted")?,
             })
         })
         .await
@@ -273,14 +273,14 @@ impl<DB: Dialect> Inspection for Store<DB> {
                 .bind(status.as_str())
                 .bind(
                     filter
-                        .updated_before_ms
+                        .updated_before
                         .unwrap_or(Timestamp::from_millis(i64::MAX)),
                 )
                 .bind(filter.tenant.as_ref().map(TenantId::as_str))
                 .bind(i64::from(filter.limit));
             all.extend(self.all(stmt, decode_operation).await?);
         }
-        all.sort_by_key(|o| (o.updated_at_ms, o.id.clone()));
+        all.sort_by_key(|o| (o.updated_at, o.id.clone()));
         all.truncate(filter.limit as usize);
         Ok(all)
     }

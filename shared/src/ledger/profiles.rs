@@ -23,7 +23,8 @@ pub struct TenantProfile {
     /// Where a customer writes for help.
     pub support_email: Option<String>,
     /// Last set, ms.
-    pub updated_at_ms: Timestamp,
+    #[serde(rename = "updated_at_ms")]
+    pub updated_at: Timestamp,
 }
 
 /// The card an operation's payment method names.
@@ -38,7 +39,7 @@ pub struct OperationCard {
     /// The last four digits.
     pub last4: String,
     /// When it was read, ms.
-    pub fetched_at_ms: Timestamp,
+    pub fetched_at: Timestamp,
 }
 
 /// The profile and card store.
@@ -69,7 +70,7 @@ fn decode_profile(row: &impl LedgerRow) -> Result<TenantProfile, LedgerError> {
         display_name: row.get("display_name")?,
         support_url: row.get("support_url")?,
         support_email: row.get("support_email")?,
-        updated_at_ms: row.get("updated_at")?,
+        updated_at: row.get("updated_at")?,
     })
 }
 
@@ -79,7 +80,7 @@ fn decode_card(row: &impl LedgerRow) -> Result<OperationCard, LedgerError> {
         payment_method: row.get("payment_method")?,
         brand: row.get("brand")?,
         last4: row.get("last4")?,
-        fetched_at_ms: row.get("fetched_at")?,
+        fetched_at: row.get("fetched_at")?,
     })
 }
 
@@ -91,7 +92,7 @@ impl<DB: Dialect> ProfileLedger for Store<DB> {
             .bind(p.display_name.as_str())
             .bind(Arg::from(p.support_url.as_deref()))
             .bind(Arg::from(p.support_email.as_deref()))
-            .bind(p.updated_at_ms);
+            .bind(p.updated_at);
         self.execute(stmt).await?;
         Ok(())
     }
@@ -107,7 +108,7 @@ impl<DB: Dialect> ProfileLedger for Store<DB> {
             .bind(c.payment_method.as_str())
             .bind(c.brand.as_str())
             .bind(c.last4.as_str())
-            .bind(c.fetched_at_ms);
+            .bind(c.fetched_at);
         self.execute(stmt).await?;
         Ok(())
     }

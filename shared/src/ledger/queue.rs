@@ -368,7 +368,7 @@ fn fallback(outcome: &Recorded, now: Timestamp) -> Option<Recorded> {
         Recorded::RetryLater { reason, .. } => Some(Recorded::Unknown {
             reason: format!("{reason}; an earlier attempt may have reached the processor"),
             reference: None,
-            next_check_at_ms: now,
+            next_check_at: now,
         }),
         // Something was submitted earlier: "rejected" would hide it. A human decides.
         Recorded::Rejected { code, message } => Some(Recorded::NeedsAttention {
@@ -409,7 +409,7 @@ async fn write_outcome<DB: Dialect>(
             .bind(now),
         Recorded::RetryLater {
             reason,
-            available_at_ms,
+            available_at: available_at_ms,
         } => fence(&RECORD_RETRY)
             .bind(*available_at_ms)
             .bind(bounded(reason))
@@ -422,7 +422,7 @@ async fn write_outcome<DB: Dialect>(
         Recorded::Unknown {
             reason,
             reference,
-            next_check_at_ms,
+            next_check_at: next_check_at_ms,
         } => fence(&RECORD_UNKNOWN)
             .bind(*next_check_at_ms)
             .bind(reference.as_deref())

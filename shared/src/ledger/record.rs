@@ -29,15 +29,18 @@ pub struct Operation {
     /// Lease holder while executing.
     pub lease_owner: Option<String>,
     /// Lease expiry while executing, ms.
-    pub lease_expires_at_ms: Option<Timestamp>,
+    #[serde(rename = "lease_expires_at_ms")]
+    pub lease_expires_at: Option<Timestamp>,
     /// The key forwarded to the processor, derived once.
     pub idempotency_key: IdempotencyKey,
     /// First time a request may have left for the processor, ms.
-    pub first_submitted_at_ms: Option<Timestamp>,
+    #[serde(rename = "first_submitted_at_ms")]
+    pub first_submitted_at: Option<Timestamp>,
     /// The attempt that first submitted.
     pub first_submitted_attempt: Option<i64>,
     /// Latest submission, ms.
-    pub last_submitted_at_ms: Option<Timestamp>,
+    #[serde(rename = "last_submitted_at_ms")]
+    pub last_submitted_at: Option<Timestamp>,
     /// How many requests may have left (all with the same key).
     pub submit_count: i64,
     /// Processor reference.
@@ -50,9 +53,11 @@ pub struct Operation {
     /// Failure message or the latest reason.
     pub failure_message: Option<String>,
     /// When a ready row may be claimed, ms.
-    pub available_at_ms: Timestamp,
+    #[serde(rename = "available_at_ms")]
+    pub available_at: Timestamp,
     /// When the reconciler should next look at an unknown row, ms.
-    pub next_check_at_ms: Option<Timestamp>,
+    #[serde(rename = "next_check_at_ms")]
+    pub next_check_at: Option<Timestamp>,
     /// Lookups made so far.
     pub check_count: i64,
     /// Details hash the current approval binds to.
@@ -60,11 +65,14 @@ pub struct Operation {
     /// Who approved.
     pub approved_by: Option<String>,
     /// When the current approval expires, ms.
-    pub approval_expires_at_ms: Option<Timestamp>,
+    #[serde(rename = "approval_expires_at_ms")]
+    pub approval_expires_at: Option<Timestamp>,
     /// Created, ms.
-    pub created_at_ms: Timestamp,
+    #[serde(rename = "created_at_ms")]
+    pub created_at: Timestamp,
     /// Last changed, ms.
-    pub updated_at_ms: Timestamp,
+    #[serde(rename = "updated_at_ms")]
+    pub updated_at: Timestamp,
 }
 
 fn serialize_details<S: serde::Serializer>(d: &Details, s: S) -> Result<S::Ok, S::Error> {
@@ -76,7 +84,7 @@ impl Operation {
     pub fn approval_valid_at(&self, now: Timestamp) -> bool {
         let hash_matches = self.approved_hash.as_ref() == Some(&self.details.hash())
             && self.details_hash == self.details.hash();
-        hash_matches && self.approval_expires_at_ms.is_some_and(|t| t > now)
+        hash_matches && self.approval_expires_at.is_some_and(|t| t > now)
     }
 }
 
@@ -93,7 +101,8 @@ pub struct ExpiredLease {
     /// The lease holder.
     pub lease_owner: String,
     /// When it expired, ms.
-    pub lease_expires_at_ms: Timestamp,
+    #[serde(rename = "lease_expires_at_ms")]
+    pub lease_expires_at: Timestamp,
     /// Whether a submission was recorded (then the outcome is unknown).
     pub submitted: bool,
 }
@@ -102,7 +111,8 @@ pub struct ExpiredLease {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OperationEvent {
     /// When, ms.
-    pub at_ms: Timestamp,
+    #[serde(rename = "at_ms")]
+    pub at: Timestamp,
     /// What happened: an event of the state machine, or a note (`create`, `submission_started`, ...).
     pub event: EventName,
     /// Who.
@@ -144,9 +154,11 @@ pub struct Approval {
     /// How.
     pub method: String,
     /// When, ms.
-    pub approved_at_ms: Timestamp,
+    #[serde(rename = "approved_at_ms")]
+    pub approved_at: Timestamp,
     /// Valid until, ms.
-    pub expires_at_ms: Timestamp,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Timestamp,
 }
 
 /// A single-use confirmation link.
@@ -159,11 +171,14 @@ pub struct ApprovalLink {
     /// The details hash the page will show.
     pub details_hash: String,
     /// Created, ms.
-    pub created_at_ms: Timestamp,
+    #[serde(rename = "created_at_ms")]
+    pub created_at: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: Timestamp,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Timestamp,
     /// Used, ms.
-    pub used_at_ms: Option<Timestamp>,
+    #[serde(rename = "used_at_ms")]
+    pub used_at: Option<Timestamp>,
 }
 
 /// What a key may do.
@@ -212,11 +227,11 @@ pub struct ApiKeyRecord {
     /// Human label.
     pub label: String,
     /// Created, ms.
-    pub created_at_ms: Timestamp,
+    pub created_at: Timestamp,
     /// Refused from this instant on, ms; `None`: never expires.
-    pub expires_at_ms: Option<Timestamp>,
+    pub expires_at: Option<Timestamp>,
     /// Revoked at, ms.
-    pub revoked_at_ms: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
     /// Who revoked it.
     pub revoked_by: Option<String>,
     /// Why it was revoked.
@@ -224,7 +239,7 @@ pub struct ApiKeyRecord {
     /// The key a rotation issued in its place.
     pub replaced_by: Option<String>,
     /// Last accepted, ms, to within the api's last-used resolution.
-    pub last_used_at_ms: Option<Timestamp>,
+    pub last_used_at: Option<Timestamp>,
     /// An on-call key that reads everything and changes nothing (migration `customer_pages`).
     pub read_only: bool,
 }
@@ -232,7 +247,7 @@ pub struct ApiKeyRecord {
 impl ApiKeyRecord {
     /// Whether the key is accepted at `now`: not revoked and not expired.
     pub fn is_active(&self, now: Timestamp) -> bool {
-        self.revoked_at_ms.is_none() && self.expires_at_ms.is_none_or(|at| at > now)
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| at > now)
     }
 }
 
@@ -245,13 +260,13 @@ pub(crate) fn decode_api_key(row: &impl LedgerRow) -> Result<ApiKeyRecord, Ledge
         tenant: row.get("tenant_id")?,
         role: Role::parse(&role).ok_or_else(|| corrupt(format!("role {role}")))?,
         label: row.get("label")?,
-        created_at_ms: row.get("created_at")?,
-        expires_at_ms: row.get("expires_at")?,
-        revoked_at_ms: row.get("revoked_at")?,
+        created_at: row.get("created_at")?,
+        expires_at: row.get("expires_at")?,
+        revoked_at: row.get("revoked_at")?,
         revoked_by: row.get("revoked_by")?,
         revoked_reason: row.get("revoked_reason")?,
         replaced_by: row.get("replaced_by")?,
-        last_used_at_ms: row.get("last_used_at")?,
+        last_used_at: row.get("last_used_at")?,
         read_only: row.get::<i64>("read_only")? != 0,
     })
 }
@@ -264,10 +279,12 @@ pub struct StatusCount {
     /// How many rows.
     pub count: i64,
     /// Oldest `updated_at` among them, ms.
-    pub oldest_updated_at_ms: Option<Timestamp>,
+    #[serde(rename = "oldest_updated_at_ms")]
+    pub oldest_updated_at: Option<Timestamp>,
     /// Earliest first submission among them, ms: how long the oldest outcome has been in doubt
     /// (`updated_at` moves with every re-check, so it cannot say that).
-    pub oldest_submitted_at_ms: Option<Timestamp>,
+    #[serde(rename = "oldest_submitted_at_ms")]
+    pub oldest_submitted_at: Option<Timestamp>,
 }
 
 /// Decodes an `operations` row from either store.
@@ -300,31 +317,31 @@ pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, Ledger
         status: row.get("status")?,
         attempt: row.get("attempt")?,
         lease_owner: row.get("lease_owner")?,
-        lease_expires_at_ms: row.get("lease_expires_at")?,
+        lease_expires_at: row.get("lease_expires_at")?,
         idempotency_key: row.parse("idempotency_key", IdempotencyKey::parse)?,
-        first_submitted_at_ms: row.get("first_submitted_at")?,
+        first_submitted_at: row.get("first_submitted_at")?,
         first_submitted_attempt: row.get("first_submitted_attempt")?,
-        last_submitted_at_ms: row.get("last_submitted_at")?,
+        last_submitted_at: row.get("last_submitted_at")?,
         submit_count: row.get("submit_count")?,
         external_ref: row.get("external_ref")?,
         result: row.get("result")?,
         failure_code: row.get("failure_code")?,
         failure_message: row.get("failure_message")?,
-        available_at_ms: row.get("available_at")?,
-        next_check_at_ms: row.get("next_check_at")?,
+        available_at: row.get("available_at")?,
+        next_check_at: row.get("next_check_at")?,
         check_count: row.get("check_count")?,
         approved_hash: row.get("approved_hash")?,
         approved_by: row.get("approved_by")?,
-        approval_expires_at_ms: row.get("approval_expires_at")?,
-        created_at_ms: row.get("created_at")?,
-        updated_at_ms: row.get("updated_at")?,
+        approval_expires_at: row.get("approval_expires_at")?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
     })
 }
 
 /// Decodes an `operation_events` row.
 pub(crate) fn decode_event(row: &impl LedgerRow) -> Result<OperationEvent, LedgerError> {
     Ok(OperationEvent {
-        at_ms: row.get("at")?,
+        at: row.get("at")?,
         event: {
             let raw: String = row.get("event")?;
             EventName::parse(&raw).ok_or_else(|| corrupt(format!("event log name {raw}")))?

@@ -122,7 +122,7 @@ impl<DB: Dialect> Recovery for Store<DB> {
                 id: r.get("id")?,
                 attempt: r.get("attempt")?,
                 lease_owner: r.get("lease_owner")?,
-                lease_expires_at_ms: r.get("lease_expires_at")?,
+                lease_expires_at: r.get("lease_expires_at")?,
                 submitted: r.get::<Option<i64>>("first_submitted_at")?.is_some(),
             })
         })
@@ -330,7 +330,7 @@ impl<DB: Dialect> Recovery for Store<DB> {
 pub(crate) fn expiry_detail(lease: &ExpiredLease) -> String {
     format!(
         "lease of {} expired at {}",
-        lease.lease_owner, lease.lease_expires_at_ms
+        lease.lease_owner, lease.lease_expires_at
     )
 }
 

@@ -74,7 +74,7 @@ pub struct NewApproval {
     /// How (`confirmation_page`, `service`, ...).
     pub method: String,
     /// When it stops being valid, ms.
-    pub expires_at_ms: Timestamp,
+    pub expires_at: Timestamp,
 }
 
 /// What the processor holds for a request it accepted: the outcome both a worker records
@@ -110,7 +110,7 @@ pub enum Recorded {
         /// Why.
         reason: String,
         /// When it may be claimed again.
-        available_at_ms: Timestamp,
+        available_at: Timestamp,
     },
     /// Nothing was sent and the attempt limit is spent.
     Exhausted {
@@ -124,7 +124,7 @@ pub enum Recorded {
         /// Processor reference, if known.
         reference: Option<String>,
         /// When the reconciler should look.
-        next_check_at_ms: Timestamp,
+        next_check_at: Timestamp,
     },
     /// Server-side checks failed before any request.
     Rejected {
@@ -214,7 +214,7 @@ pub struct ListFilter {
     /// Only these states (empty: all).
     pub statuses: Vec<Status>,
     /// Only rows last updated before this time, ms.
-    pub updated_before_ms: Option<Timestamp>,
+    pub updated_before: Option<Timestamp>,
     /// Only this tenant.
     pub tenant: Option<TenantId>,
     /// Page size, at most [`PAGE_MAX`](super::PAGE_MAX).

@@ -60,7 +60,7 @@ pub struct TenantVerification {
     /// What those POSTs are signed with.
     pub notify_secret: Option<String>,
     /// Last set, ms.
-    pub updated_at_ms: Timestamp,
+    pub updated_at: Timestamp,
 }
 
 impl std::fmt::Debug for TenantVerification {
@@ -87,15 +87,15 @@ pub struct ApprovalCode {
     /// SHA-256 of the delivery id and the code.
     pub code_hash: String,
     /// Created, ms.
-    pub created_at_ms: Timestamp,
+    pub created_at: Timestamp,
     /// Expires, ms.
-    pub expires_at_ms: Timestamp,
+    pub expires_at: Timestamp,
     /// Attempts counted so far.
     pub attempts: i64,
     /// Attempts allowed.
     pub attempt_max: i64,
     /// Used, ms.
-    pub used_at_ms: Option<Timestamp>,
+    pub used_at: Option<Timestamp>,
 }
 
 /// An assertion nonce to record as used
@@ -263,8 +263,8 @@ pub(crate) fn insert_link<'a>(new: &NewLink<'a>) -> Stmt<'a> {
         .bind(link.token_hash.as_str())
         .bind(&link.operation_id)
         .bind(link.details_hash.as_str())
-        .bind(link.created_at_ms)
-        .bind(link.expires_at_ms)
+        .bind(link.created_at)
+        .bind(link.expires_at)
         .bind(i64::from(open_max))
         .bind(origin.as_str())
 }
@@ -279,7 +279,7 @@ fn decode_tenant(row: &impl LedgerRow) -> Result<TenantVerification, LedgerError
         assertion_key: row.get("assertion_key")?,
         notify_url: row.get("notify_url")?,
         notify_secret: row.get("notify_secret")?,
-        updated_at_ms: row.get("updated_at")?,
+        updated_at: row.get("updated_at")?,
     })
 }
 
@@ -289,11 +289,11 @@ fn decode_code(row: &impl LedgerRow) -> Result<ApprovalCode, LedgerError> {
         operation_id: row.get("operation_id")?,
         link_hash: row.get("link_hash")?,
         code_hash: row.get("code_hash")?,
-        created_at_ms: row.get("created_at")?,
-        expires_at_ms: row.get("expires_at")?,
+        created_at: row.get("created_at")?,
+        expires_at: row.get("expires_at")?,
         attempts: row.get("attempts")?,
         attempt_max: row.get("attempt_max")?,
-        used_at_ms: row.get("used_at")?,
+        used_at: row.get("used_at")?,
     })
 }
 
@@ -310,7 +310,7 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
             &v.notify_secret,
         ];
         let stmt = stmt.bind_all(keys.map(|k| Arg::from(k.as_deref())));
-        self.execute(stmt.bind(v.updated_at_ms)).await?;
+        self.execute(stmt.bind(v.updated_at)).await?;
         Ok(())
     }
 
@@ -342,8 +342,8 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
         if let Some(c) = new.code {
             let stmt = Stmt::new(INSERT_CODE).bind(c.delivery_id.as_str());
             let stmt = stmt.bind(&c.operation_id).bind(c.link_hash.as_str());
-            let stmt = stmt.bind(c.code_hash.as_str()).bind(c.created_at_ms);
-            DB::execute(&mut *tx, stmt.bind(c.expires_at_ms).bind(c.attempt_max)).await?;
+            let stmt = stmt.bind(c.code_hash.as_str()).bind(c.created_at);
+            DB::execute(&mut *tx, stmt.bind(c.expires_at).bind(c.attempt_max)).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -361,7 +361,7 @@ impl<DB: Dialect> VerificationLedger for Store<DB> {
         let latest = Stmt::new(LATEST_CODE).bind(link_hash);
         Ok(match self.first(latest, decode_code).await? {
             None => CodeAttempt::Missing,
-            Some(code) if code.used_at_ms.is_some() => CodeAttempt::Used,
+            Some(code) if code.used_at.is_some() => CodeAttempt::Used,
             Some(code) if code.attempts >= code.attempt_max => CodeAttempt::Exhausted,
             Some(_) => CodeAttempt::Expired,
         })

@@ -111,7 +111,7 @@ pub fn while_unreachable(
     match approval_expires_at {
         Some(expiry) if retry_at < expiry => Recorded::RetryLater {
             reason,
-            available_at_ms: retry_at,
+            available_at: retry_at,
         },
         _ => Recorded::Exhausted {
             reason: format!(
@@ -168,7 +168,7 @@ mod tests {
         match while_unreachable("refused".into(), Some(at(200_000)), at(100_000), delay) {
             Recorded::RetryLater {
                 reason,
-                available_at_ms,
+                available_at: available_at_ms,
             } => {
                 assert_eq!(reason, "refused");
                 assert_eq!(available_at_ms, at(160_000));

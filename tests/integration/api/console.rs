@@ -193,7 +193,7 @@ pub(super) async fn needs_attention_because(
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now + Duration::from_secs(60),
+        next_check_at: now + Duration::from_secs(60),
     };
     api.ledger
         .record(
@@ -434,7 +434,7 @@ async fn lists_filter_search_and_page_within_the_tenant() {
             .get(&tenant(), &OperationId::parse(id).unwrap())
             .await
             .unwrap();
-        by_created.push((op.created_at_ms.as_millis(), id.clone()));
+        by_created.push((op.created_at.as_millis(), id.clone()));
     }
     by_created.sort();
     by_created.reverse();
@@ -814,7 +814,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
         ),
         (
             OperationQuery {
-                created_from_ms: Some(Timestamp::from_millis(1_800_000_000_000 + 190_000_000)),
+                created_from: Some(Timestamp::from_millis(1_800_000_000_000 + 190_000_000)),
                 limit: 51,
                 ..Default::default()
             },
@@ -850,7 +850,7 @@ async fn list_queries_use_indexes_on_a_large_table() {
         // Inline the arguments (EXPLAIN cannot take binds here); each is this test's own value.
         let mut inlined = sql.clone();
         let mut args: Vec<String> = vec![format!("'{}'", t.as_str())];
-        if let Some(f) = q.created_from_ms {
+        if let Some(f) = q.created_from {
             args.push(f.to_string());
         }
         if let Some(s) = &q.search {
@@ -935,8 +935,8 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
             session_hash: "a".repeat(64),
             tenant: tenant(),
             key_id: "key_0123456789abcdef".into(),
-            created_at_ms: T0,
-            expires_at_ms: at(T0_MS + 1_000),
+            created_at: T0,
+            expires_at: at(T0_MS + 1_000),
         };
         c.create_session(&session).await.unwrap();
         assert_eq!(
@@ -995,7 +995,7 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
         let mut expected: Vec<(Timestamp, OperationId)> = Vec::new();
         for id in &ids {
             let op = ledger.get(&tenant(), id).await.unwrap();
-            expected.push((op.created_at_ms, op.id));
+            expected.push((op.created_at, op.id));
         }
         expected.sort_by(|a, b| b.cmp(a));
         let mut walked = Vec::new();
@@ -1015,8 +1015,8 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
             if page.is_empty() {
                 break;
             }
-            after = page.last().map(|o| (o.created_at_ms, o.id.clone()));
-            walked.extend(page.into_iter().map(|o| (o.created_at_ms, o.id)));
+            after = page.last().map(|o| (o.created_at, o.id.clone()));
+            walked.extend(page.into_iter().map(|o| (o.created_at, o.id)));
         }
         assert_eq!(walked, expected, "{store}");
 
@@ -1057,7 +1057,7 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
                     Status::Executing
                 };
                 if s == status {
-                    rows.push((op.created_at_ms, op.id.clone()));
+                    rows.push((op.created_at, op.id.clone()));
                 }
             }
             for (created, id) in &expected {
@@ -1086,7 +1086,7 @@ async fn the_console_store_behaves_the_same_on_both_stores() {
                 .await
                 .unwrap()
                 .into_iter()
-                .map(|o| (o.created_at_ms, o.id))
+                .map(|o| (o.created_at, o.id))
                 .collect();
             assert_eq!(page, in_state(status), "{store}: {status:?}");
         }
@@ -1456,7 +1456,7 @@ async fn a_key_used_only_to_sign_in_to_the_console_records_its_last_use() {
             .into_iter()
             .find(|k| k.role == Role::OnCall)
             .unwrap()
-            .last_used_at_ms
+            .last_used_at
     };
     assert_eq!(last_used().await, None, "never used yet");
     sign_in(&api, &api.on_call).await;

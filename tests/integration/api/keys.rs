@@ -116,7 +116,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
             "{store}: revoking twice changes nothing"
         );
         let revoked = ledger.api_key(&brief.key_id).await.unwrap().unwrap();
-        assert_eq!(revoked.revoked_at_ms, Some(t0 + Duration::from_millis(1)));
+        assert_eq!(revoked.revoked_at, Some(t0 + Duration::from_millis(1)));
         assert_eq!(revoked.revoked_by.as_deref(), Some("oncall:alice"));
         assert_eq!(revoked.revoked_reason.as_deref(), Some("leaked"));
         assert!(matches!(
@@ -154,10 +154,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
             (&new.tenant, new.role, new.label.as_str()),
             (&tenant(), Role::Service, "billing")
         );
-        assert_eq!(
-            rotated.old_until_ms,
-            t0 + Duration::from_millis(100 + 60_000)
-        );
+        assert_eq!(rotated.old_until, t0 + Duration::from_millis(100 + 60_000));
         assert!(
             find(&rotated.new.secret, t0 + Duration::from_millis(100))
                 .await
@@ -243,7 +240,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
                 .is_none()
         );
         assert_eq!(
-            zero.new.record.expires_at_ms,
+            zero.new.record.expires_at,
             Some(t0 + Duration::from_millis(6_000))
         );
         let short = keys::rotate(
@@ -256,7 +253,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
         .await
         .unwrap();
         assert_eq!(
-            short.old_until_ms,
+            short.old_until,
             t0 + Duration::from_millis(6_000),
             "{store}: never extended"
         );
@@ -273,7 +270,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
             .unwrap();
         let used = |ledger: &payonce_shared::ledger::SharedLedger| {
             let (ledger, id) = (ledger.clone(), id.clone());
-            async move { ledger.api_key(&id).await.unwrap().unwrap().last_used_at_ms }
+            async move { ledger.api_key(&id).await.unwrap().unwrap().last_used_at }
         };
         assert_eq!(
             used(&ledger).await,
@@ -317,7 +314,7 @@ async fn expired_and_revoked_keys_are_refused_with_401() {
     assert_eq!(api.get(tools, &doomed.secret).await.status, 200);
     let used = api.ledger.api_key(&doomed.key_id).await.unwrap().unwrap();
     assert_eq!(
-        used.last_used_at_ms,
+        used.last_used_at,
         Some(T0),
         "an accepted request is recorded"
     );
@@ -407,9 +404,7 @@ async fn a_key_revoked_with_the_cli_is_refused_by_every_api_process_within_a_sec
     assert!(id.starts_with("key_") && secret.starts_with("po_service_"));
     let listed = ledger.api_key(&id).await.unwrap().unwrap();
     assert_eq!(listed.key_hash, sha256_hex(&secret), "stored hashed");
-    assert!(
-        listed.expires_at_ms.unwrap() > listed.created_at_ms + Duration::from_secs(89 * 86_400)
-    );
+    assert!(listed.expires_at.unwrap() > listed.created_at + Duration::from_secs(89 * 86_400));
 
     let ports = [free_port(), free_port()];
     let mut apis = [api_process(&url, ports[0]), api_process(&url, ports[1])];
@@ -520,7 +515,7 @@ async fn legacy_key_survives_migration<C: sqlx::Connection>(
         .unwrap()
         .expect("the old key still works");
     assert_eq!(key.key_id, format!("key_{}", &sha256_hex(secret)[..16]));
-    assert_eq!(key.expires_at_ms, None);
+    assert_eq!(key.expires_at, None);
     assert!(
         keys::revoke(ledger.as_ref(), &key.key_id, "oncall:a", "old", T0)
             .await

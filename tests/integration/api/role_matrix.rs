@@ -732,7 +732,7 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
         display_name: "Acme".into(),
         support_url: None,
         support_email: None,
-        updated_at_ms: super::T0,
+        updated_at: super::T0,
     };
     api.ledger.profiles().set_profile(&profile).await.unwrap();
     // Before any cell: no other operation is ready, so the fixture's claim takes its own payment.

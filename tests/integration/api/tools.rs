@@ -511,7 +511,7 @@ async fn every_state_has_its_answer() {
     let outcome = Recorded::Unknown {
         reason: "timeout".into(),
         reference: None,
-        next_check_at_ms: now() + Duration::from_millis(60_000),
+        next_check_at: now() + Duration::from_millis(60_000),
     };
     api.ledger
         .record(&recording(&fence, &outcome, "test-worker"), now())

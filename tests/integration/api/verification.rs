@@ -722,9 +722,9 @@ async fn a_tenant_without_verification_approves_nothing_on_the_page() {
         token_hash: payonce_api::auth::sha256_hex(&token),
         operation_id: id.clone(),
         details_hash: op["details_hash"].as_str().unwrap().to_string(),
-        created_at_ms: api.clock.now(),
-        expires_at_ms: api.clock.now() + std::time::Duration::from_secs(60),
-        used_at_ms: None,
+        created_at: api.clock.now(),
+        expires_at: api.clock.now() + std::time::Duration::from_secs(60),
+        used_at: None,
     };
     assert!(api.ledger.create_approval_link(&link, 5).await.unwrap());
     let url = format!("{}/confirm/{token}", api.base);

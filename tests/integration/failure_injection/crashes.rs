@@ -31,7 +31,7 @@ async fn scenario_2_a_worker_sigkilled_after_processor_acceptance_pays_once() {
     assert_eq!(successful_payments(&sim, &op.id).await.len(), 1);
     let row = ledger.get(&tenant(), &op.id).await.unwrap();
     assert_eq!(row.status, Status::Executing);
-    assert!(row.first_submitted_at_ms.is_some());
+    assert!(row.first_submitted_at.is_some());
     doomed.sigkill().await;
 
     // A fresh worker and the reconciler take over: the lease lapses, the outcome is unknown, a
@@ -98,7 +98,7 @@ async fn unknown_rows(
         let unknown = Recorded::Unknown {
             reason: "crash".into(),
             reference: None,
-            next_check_at_ms: now(),
+            next_check_at: now(),
         };
         ledger
             .record(

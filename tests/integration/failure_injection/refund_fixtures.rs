@@ -91,7 +91,7 @@ pub async fn approve(ledger: &SharedLedger, refund: &Operation) -> Operation {
                 details_hash: refund.details_hash.clone(),
                 approved_by: "oncall:alice".into(),
                 method: "test".into(),
-                expires_at_ms: now() + Duration::from_millis(86_400_000),
+                expires_at: now() + Duration::from_millis(86_400_000),
             },
             now(),
         )

@@ -163,7 +163,7 @@ async fn crashed_refunding(
     let unknown = Recorded::Unknown {
         reason: "crash".into(),
         reference: None,
-        next_check_at_ms: now(),
+        next_check_at: now(),
     };
     ledger
         .record(&recording(&Fence::of(&c), &unknown, "crashed"), now())
@@ -369,7 +369,7 @@ async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_wit
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
         reference: Some(re.clone()),
-        next_check_at_ms: now(),
+        next_check_at: now(),
     };
     ledger
         .record(&recording(&fence, &unknown, "w"), now())

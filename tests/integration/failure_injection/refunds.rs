@@ -129,7 +129,7 @@ async fn refund_a_worker_sigkilled_after_processor_acceptance_refunds_once() {
     assert_eq!(refunds_for(&sim, &refund.id).await.len(), 1);
     let row = ledger.get(&tenant(), &refund.id).await.unwrap();
     assert_eq!(row.status, Status::Executing);
-    assert!(row.first_submitted_at_ms.is_some());
+    assert!(row.first_submitted_at.is_some());
     doomed.sigkill().await;
 
     // The lease lapses, the outcome is unknown, lookup_refund finds it in the payment's refunds.

@@ -83,7 +83,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         assert_eq!(
             (
                 a_now.status,
-                a_now.next_check_at_ms,
+                a_now.next_check_at,
                 a_now.lease_owner.as_deref()
             ),
             (Status::Unknown, Some(check_at), None)
@@ -92,7 +92,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
         assert_eq!(
             (
                 c_now.status,
-                c_now.available_at_ms,
+                c_now.available_at,
                 c_now.lease_owner.as_deref()
             ),
             (Status::Ready, later, None)
@@ -117,7 +117,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
                 Some(
                     format!(
                         "lease of crashed expired at {}",
-                        lease(&a.id).lease_expires_at_ms
+                        lease(&a.id).lease_expires_at
                     )
                     .as_str()
                 )
@@ -153,7 +153,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
             (
                 a_now.status,
                 a_now.external_ref.as_deref(),
-                a_now.next_check_at_ms
+                a_now.next_check_at
             ),
             (Status::Succeeded, Some("pi_a"), None)
         );

@@ -167,7 +167,7 @@ pub async fn ready_operation(
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: now + Duration::from_secs(86_400),
+                expires_at: now + Duration::from_secs(86_400),
             },
             now,
         )

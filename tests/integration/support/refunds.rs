@@ -45,7 +45,7 @@ pub async fn succeeded_payment(
                 details_hash: hash,
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
-                expires_at_ms: now + Duration::from_secs(86_400),
+                expires_at: now + Duration::from_secs(86_400),
             },
             now,
         )
@@ -133,7 +133,7 @@ pub async fn settle_refund(
     refund: &Operation,
     outcome: Recorded,
 ) -> Operation {
-    let now = refund.created_at_ms;
+    let now = refund.created_at;
     ledger
         .approve(
             &tenant(),
@@ -142,7 +142,7 @@ pub async fn settle_refund(
                 details_hash: refund.details_hash.clone(),
                 approved_by: "on_call:key_test".into(),
                 method: "on_call_key".into(),
-                expires_at_ms: now + Duration::from_secs(86_400),
+                expires_at: now + Duration::from_secs(86_400),
             },
             now,
         )
