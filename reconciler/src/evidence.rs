@@ -436,23 +436,9 @@ async fn apply_checked(
         "webhook {} checked by retrieving {reference}{misnamed}",
         hint.event_id
     );
-    let applied = match ledger
-        .apply_report(
-            &ApplyReport {
-                id: &op.id,
-                report: &checked,
-                source: &source,
-            },
-            now,
-        )
-        .await
-    {
-        Ok(applied) => applied,
-        Err(LedgerError::NotFound) => {
-            report.closed += 1;
-            return close("closed: not an operation of this ledger".into()).await;
-        }
-        Err(e) => return Err(e),
+    let Some(applied) = apply_to_row(ledger, &op, &checked, &source, now).await? else {
+        report.closed += 1;
+        return close("closed: not an operation of this ledger".into()).await;
     };
     match (&applied, &checked) {
         (Applied::PaymentWithoutApproval, _) => {
@@ -475,6 +461,28 @@ async fn apply_checked(
         }
     }
     close(format!("checked: {applied:?} on {}{misnamed}", op.id)).await
+}
+
+/// Applies a hint's checked report to `op` through the state machine; `None` when the operation is
+/// not this ledger's (the hint is closed, nothing applied). Shared by Stripe webhooks and Adyen
+/// notifications.
+pub(crate) async fn apply_to_row(
+    ledger: &dyn Recovery,
+    op: &Operation,
+    checked: &Report,
+    source: &str,
+    now: Timestamp,
+) -> Result<Option<Applied>, LedgerError> {
+    let request = ApplyReport {
+        id: &op.id,
+        report: checked,
+        source,
+    };
+    match ledger.apply_report(&request, now).await {
+        Ok(applied) => Ok(Some(applied)),
+        Err(LedgerError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The operation `object` belongs to when a hint named `named`: `named` itself, unless the object is

@@ -15,13 +15,13 @@
 //!   operation, money for a failed or never-approved operation) goes to `needs_attention` with both
 //!   facts, through the same fenced report path as every lookup.
 
-use crate::evidence::HintReport;
+use crate::evidence::{HintReport, apply_to_row};
 use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::{
-    Applied, ApplyReport, Declined, DeferCheck, Fence, LedgerError, Operation, Paid,
-    ProcessorEventKey, Recovery, Report, StoredProcessorEvent,
+    Applied, Declined, DeferCheck, Fence, LedgerError, Operation, Paid, ProcessorEventKey,
+    Recovery, Report, StoredProcessorEvent,
 };
 use payonce_shared::processor::adyen::webhook::{NotificationItem, item_of};
 use payonce_shared::state::Status;
@@ -254,23 +254,9 @@ pub(crate) async fn check(
         "adyen notification {} checked against the operation",
         hint.event_id
     );
-    let applied = match ledger
-        .apply_report(
-            &ApplyReport {
-                id: &op.id,
-                report: &checked,
-                source: &source,
-            },
-            now,
-        )
-        .await
-    {
-        Ok(applied) => applied,
-        Err(LedgerError::NotFound) => {
-            report.closed += 1;
-            return close("closed: not an operation of this ledger".into()).await;
-        }
-        Err(e) => return Err(e),
+    let Some(applied) = apply_to_row(ledger, &op, &checked, &source, now).await? else {
+        report.closed += 1;
+        return close("closed: not an operation of this ledger".into()).await;
     };
     match (&applied, &checked) {
         (Applied::PaymentWithoutApproval, _) => {
