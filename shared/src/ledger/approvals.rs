@@ -108,11 +108,8 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 .bind(approval.expires_at),
         )
         .await?;
-        if let Some(notify) = DB::NOTIFY_READY {
-            DB::execute(&mut *tx, Stmt::new(notify)).await?;
-        }
         tx.commit().await?;
-        self.wake_local();
+        self.wake();
         Ok(op)
     }
 

@@ -34,8 +34,8 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     const STORE: &'static str;
     /// Renews the leases in `$4` (a JSON array of ids) that `$1` holds unexpired at `$2`, until `$3`.
     const RENEW: &'static str;
-    /// A statement run inside the approval's transaction to wake workers elsewhere, if the store
-    /// has one.
+    /// A statement that wakes workers elsewhere, if the store has one; sent after the commit that
+    /// made work ready ([`Store::wake`]).
     const NOTIFY_READY: Option<&'static str>;
     /// Locks one operation's row (`$1`) until the transaction ends, if the store has row locks
     /// (Postgres): a check that counts other rows before inserting (the over-refund guard, on the

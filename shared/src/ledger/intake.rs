@@ -86,24 +86,19 @@ pub struct IntakeSql {
     /// `$1` tenant, `$2` approval expiry, `$3` now, `$4` method, `$5` approvals: enqueues the
     /// rows awaiting approval whose details are the approved ones; returns them.
     pub approve: String,
-    /// `$1` method, `$2` now, `$3` approval expiry, `$4` approvals: the approval records (and,
-    /// with `record_notifies`, the wake-up of workers elsewhere, in the same statement).
+    /// `$1` method, `$2` now, `$3` approval expiry, `$4` approvals: the approval records.
     pub record_approvals: String,
-    /// Whether `record_approvals` also wakes the workers of other processes (no statement of its
-    /// own for the wake-up: one round trip fewer per batch).
-    pub record_notifies: bool,
 }
 
 impl IntakeSql {
     /// The statements over `rows` (the store's [`Dialect::json_rows`]), `returning` the updated
-    /// row's own columns (an update joined to another table), `lock` (ids in `$1`, a JSON array) if
-    /// the store locks rows, and `notify` (an expression that wakes other processes' workers) if
-    /// the store has one.
+    /// row's own columns (an update joined to another table), and `lock` (ids in `$1`, a JSON
+    /// array) if the store locks rows. The wake-up of other processes' workers is not among them:
+    /// it is sent after the commit ([`Store::wake`](super::store::Store::wake)).
     pub fn build(
         rows: impl Fn(&str, &[(&str, JsonColumn)]) -> String,
         returning: &str,
         lock: Option<String>,
-        notify: Option<&str>,
     ) -> Self {
         let record = format!(
             "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, \
@@ -145,16 +140,7 @@ impl IntakeSql {
                 from = status_in("operations.status", &approve.from),
                 rows = rows("$5", &APPROVAL_COLUMNS),
             ),
-            record_approvals: match notify {
-                // A data-modifying CTE runs to its end whatever reads it; the SELECT then wakes
-                // the workers once.
-                Some(notify) => format!(
-                    "WITH recorded AS ({record} RETURNING 1) \
-                     SELECT {notify} FROM (SELECT COUNT(*) FROM recorded) AS n"
-                ),
-                None => record,
-            },
-            record_notifies: notify.is_some(),
+            record_approvals: record,
         }
     }
 
@@ -423,16 +409,10 @@ impl<DB: Dialect> Store<DB> {
                 )
                 .await?;
             }
-            if enqueued > 0
-                && !sql.record_notifies
-                && let Some(notify) = DB::NOTIFY_READY
-            {
-                DB::execute(&mut *tx, Stmt::new(notify)).await?;
-            }
         }
         tx.commit().await?;
         if enqueued > 0 {
-            self.wake_local();
+            self.wake();
         }
         let mut plans = plans.into_iter();
         let answers = batch

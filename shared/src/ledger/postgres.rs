@@ -191,7 +191,7 @@ static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Statu
 /// The batch intake's statements: JSON rows through `jsonb_to_recordset`; the approval's update
 /// returns the operation's columns only; the rows to approve that the batch did not insert are locked
 /// in id order first (two batches approving the same rows would otherwise lock them in plan order
-/// and could deadlock); the wake-up rides on the approval records' statement.
+/// and could deadlock).
 static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
     IntakeSql::build(
         json_rows,
@@ -200,7 +200,6 @@ static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
             "SELECT id FROM operations WHERE id IN (SELECT b.id FROM {}) ORDER BY id FOR UPDATE",
             json_rows("$1", IntakeSql::id_columns())
         )),
-        Some("pg_notify('payonce_ready', '')"),
     )
 });
 
