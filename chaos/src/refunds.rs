@@ -12,7 +12,7 @@ use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{LedgerError, NewApproval, NewOperation, Operation, SharedLedger};
 use payonce_shared::state::Status;
-use payonce_simulator::Simulator;
+use payonce_simulator::{Simulator, Wire};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -198,10 +198,11 @@ pub struct RefundTally {
     pub statuses: HashMap<String, usize>,
 }
 
-/// Compares the refunder's operations with the simulator's refund audit.
+/// Compares the refunder's operations with the simulator's refund audit on `wire`.
 pub async fn tally(
     http: &reqwest::Client,
     sim: &Simulator,
+    wire: Wire,
     ledger: &SharedLedger,
     run: &RefundRun,
 ) -> anyhow::Result<RefundTally> {
@@ -220,9 +221,7 @@ pub async fn tally(
         .iter()
         .filter(|r| r["status"] != "failed" && r["status"] != "canceled")
     {
-        *made
-            .entry(r["metadata"]["payonce_operation_id"].as_str().unwrap_or(""))
-            .or_default() += 1;
+        *made.entry(crate::tally::operation_of(r, wire)).or_default() += 1;
     }
     let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
     let mut t = RefundTally::default();

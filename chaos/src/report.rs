@@ -14,7 +14,7 @@ pub enum Path {
     ReconcilerLookup,
     /// The reconciler retried with the same key under its own lease.
     ReconcilerRetry,
-    /// A processor webhook carried the outcome.
+    /// A processor webhook (Stripe's) or notification (Adyen's) carried the outcome.
     Webhook,
 }
 
@@ -25,14 +25,19 @@ impl Path {
             Path::Worker => "resolved by worker",
             Path::ReconcilerLookup => "resolved by reconciler lookup",
             Path::ReconcilerRetry => "resolved by reconciler same-key retry",
-            Path::Webhook => "resolved by webhook",
+            Path::Webhook => "resolved by webhook or notification",
         }
     }
 
     /// Classifies the event that moved a row into its final state.
     pub fn of(from_status: Option<&str>, actor: &str, detail: Option<&str>) -> Path {
-        let says_webhook =
-            |s: &str| s.starts_with("webhook") || s.contains(" webhook") || s.contains("evt_");
+        // Stripe's: "webhook evt_…"; Adyen's: "adyen notification AUTHORISATION:…".
+        let says_webhook = |s: &str| {
+            s.starts_with("webhook")
+                || s.contains(" webhook")
+                || s.contains("evt_")
+                || s.contains("notification")
+        };
         if says_webhook(actor) || detail.is_some_and(says_webhook) {
             Path::Webhook
         } else if from_status == Some("unknown") {
@@ -299,6 +304,12 @@ mod tests {
         );
         assert_eq!(
             Path::of(Some("unknown"), "api", Some("webhook evt_9")),
+            Path::Webhook
+        );
+        let adyen = "adyen notification AUTHORISATION:PSP1:true checked against the operation";
+        assert_eq!(Path::of(Some("unknown"), adyen, Some(adyen)), Path::Webhook);
+        assert_eq!(
+            Path::of(Some("executing"), adyen, Some(adyen)),
             Path::Webhook
         );
     }
