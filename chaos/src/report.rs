@@ -217,6 +217,15 @@ impl fmt::Display for SoakReport {
             ),
             ("lost refunds".into(), self.refunds.lost.to_string()),
             (
+                "refunds sent to a human".into(),
+                self.refunds
+                    .statuses
+                    .get("needs_attention")
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
+            ),
+            (
                 "refund ledger/processor mismatches".into(),
                 (self.refunds.mismatched + self.refunds.disagreements).to_string(),
             ),
