@@ -5,11 +5,11 @@
 
 use anyhow::Context;
 use payonce_shared::failpoint::{self, FailPoint};
+use payonce_simulator::Wire;
+use payonce_simulator::config::{ADYEN_API_KEY_DEFAULT, ADYEN_MERCHANT_ACCOUNT_DEFAULT};
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::Stdio;
-use payonce_simulator::Wire;
-use payonce_simulator::config::{ADYEN_API_KEY_DEFAULT, ADYEN_MERCHANT_ACCOUNT_DEFAULT};
 use std::time::Duration;
 use tokio::process::{Child, Command};
 

@@ -3,7 +3,9 @@
 //! armed, SIGKILLs them at random intervals (and arms failure points in some), sends duplicate tool
 //! calls while the simulator duplicates webhooks, refunds some paid payments under the same chaos
 //! (some refunds racing for more than a payment holds), waits until every operation reaches a final
-//! state, and compares the processor's audit (payments and refunds) with the ledger.
+//! state, and compares the processor's audit (payments and refunds) with the ledger. It runs any
+//! contract the simulator has: on Stripe's wire with Stripe-signed webhooks, or (`adyen`) on Adyen's
+//! with every process on `--processor adyen` and HMAC-signed notifications.
 //!
 //! Crate map:
 //! - `fleet`: spawning, killing and respawning the `payonce` processes.

@@ -557,7 +557,8 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
     fleet.stop().await;
 
     // Both sides: the processor's payments against the ledger's rows.
-    let paid = crate::tally::successful_payments(&http, &sim, payonce_simulator::Wire::Stripe).await?;
+    let paid =
+        crate::tally::successful_payments(&http, &sim, payonce_simulator::Wire::Stripe).await?;
     sim.shutdown().await;
     let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM operations")
         .fetch_all(&pool)

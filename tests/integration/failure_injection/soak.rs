@@ -118,7 +118,10 @@ async fn a_short_chaos_soak_on_adyens_wire_pays_nothing_twice_and_loses_nothing(
     config.deadline = Duration::from_secs(120);
     let report = run(config).await.expect("the soak runs");
     eprintln!("{report}");
-    assert!(report.contract.starts_with("adyen on Adyen's wire"), "{report}");
+    assert!(
+        report.contract.starts_with("adyen on Adyen's wire"),
+        "{report}"
+    );
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.duplicates, 0, "nothing paid twice");
     assert_eq!(report.lost, 0, "nothing lost");
@@ -135,7 +138,13 @@ async fn a_short_chaos_soak_on_adyens_wire_pays_nothing_twice_and_loses_nothing(
     // Adyen answers a refund `received`; only its REFUND notification makes it succeed.
     assert!(report.refunds.at_processor > 0, "{report}");
     assert!(
-        report.refunds.statuses.get("succeeded").copied().unwrap_or(0) > 0,
+        report
+            .refunds
+            .statuses
+            .get("succeeded")
+            .copied()
+            .unwrap_or(0)
+            > 0,
         "{report}"
     );
     assert_eq!(
