@@ -196,6 +196,9 @@ pub struct RefundTally {
     pub disagreements: usize,
     /// Refund rows per final state.
     pub statuses: HashMap<String, usize>,
+    /// Refund operations a verified webhook or notification reached (on Adyen's wire, a refund
+    /// answered `received` succeeds only by its REFUND notification).
+    pub notified: usize,
 }
 
 /// Compares the refunder's operations with the simulator's refund audit on `wire`.
@@ -227,6 +230,14 @@ pub async fn tally(
     let mut t = RefundTally::default();
     for id in &run.refunds {
         let row = ledger.get(&tenant, id).await?;
+        if ledger
+            .events(&tenant, id)
+            .await?
+            .iter()
+            .any(|e| crate::report::from_hint(&e.actor, e.detail.as_deref()))
+        {
+            t.notified += 1;
+        }
         let n = made.get(id.as_str()).copied().unwrap_or(0);
         t.at_processor += n;
         t.duplicated += n.saturating_sub(1);

@@ -31,14 +31,7 @@ impl Path {
 
     /// Classifies the event that moved a row into its final state.
     pub fn of(from_status: Option<&str>, actor: &str, detail: Option<&str>) -> Path {
-        // Stripe's: "webhook evt_…"; Adyen's: "adyen notification AUTHORISATION:…".
-        let says_webhook = |s: &str| {
-            s.starts_with("webhook")
-                || s.contains(" webhook")
-                || s.contains("evt_")
-                || s.contains("notification")
-        };
-        if says_webhook(actor) || detail.is_some_and(says_webhook) {
+        if from_hint(actor, detail) {
             Path::Webhook
         } else if from_status == Some("unknown") {
             Path::ReconcilerLookup
@@ -48,6 +41,16 @@ impl Path {
             Path::Worker
         }
     }
+}
+
+/// Whether an event was written on a processor's webhook (Stripe's: "webhook evt_…", in its actor
+/// or detail) or notification (Adyen's: actor "adyen notification AUTHORISATION:…" or "reconciler:
+/// adyen notification"). A worker's detail that only names the notification to come ("the
+/// AUTHORISATION notification settles it") does not count.
+pub fn from_hint(actor: &str, detail: Option<&str>) -> bool {
+    let webhook =
+        |s: &str| s.starts_with("webhook") || s.contains(" webhook") || s.contains("evt_");
+    webhook(actor) || detail.is_some_and(webhook) || actor.contains("adyen notification")
 }
 
 /// The soak's result. `duplicates`, `lost`, `mismatched` and `unexplained` must all be zero.
@@ -62,6 +65,9 @@ pub struct SoakReport {
     pub sent_to_human: usize,
     /// Of those, how many the processor holds a payment for (the human finds it paid).
     pub sent_to_human_paid: usize,
+    /// Payment operations a verified webhook or notification reached (its history shows an event
+    /// written on one): on Adyen's wire, proof the api verified the simulator's HMAC signatures.
+    pub notified: usize,
     /// Approved operations created.
     pub approved: usize,
     /// Operations created and never approved (must never be paid).
@@ -175,6 +181,10 @@ impl fmt::Display for SoakReport {
                 format!("{} ({})", self.sent_to_human, self.sent_to_human_paid),
             ),
         ];
+        rows.push((
+            "reached by a webhook or notification (refunds)".into(),
+            format!("{} ({})", self.notified, self.refunds.notified),
+        ));
         for (path, n) in &self.paths {
             rows.push((path.label().into(), n.to_string()));
         }
@@ -320,6 +330,17 @@ mod tests {
         assert_eq!(
             Path::of(Some("executing"), adyen, Some(adyen)),
             Path::Webhook
+        );
+        let nudge = "reconciler: adyen notification";
+        assert!(from_hint(
+            nudge,
+            Some("adyen notification REFUND:P:true names P")
+        ));
+        let worker = "payment is Received: the AUTHORISATION notification settles it";
+        assert!(!from_hint("worker-h-1", Some(worker)));
+        assert_eq!(
+            Path::of(Some("executing"), "worker-h-1", Some(worker)),
+            Path::Worker
         );
     }
 

@@ -92,6 +92,12 @@ pub async fn tally(
         if last_to != Some(row.status.as_str()) {
             report.unexplained += 1;
         }
+        if events
+            .iter()
+            .any(|e| crate::report::from_hint(&e.actor, e.detail.as_deref()))
+        {
+            report.notified += 1;
+        }
         if events.iter().any(|e| {
             matches!(
                 e.event,
