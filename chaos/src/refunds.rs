@@ -196,6 +196,9 @@ pub struct RefundTally {
     pub disagreements: usize,
     /// Refund rows per final state.
     pub statuses: HashMap<String, usize>,
+    /// Refund operations sent to a human that hold the reference the processor answered with: on
+    /// Adyen's wire a `received` refund, which its REFUND notification settles.
+    pub sent_to_human_with_reference: usize,
     /// Refund operations a verified webhook or notification reached (on Adyen's wire, a refund
     /// answered `received` succeeds only by its REFUND notification).
     pub notified: usize,
@@ -237,6 +240,9 @@ pub async fn tally(
             .any(|e| crate::report::from_hint(&e.actor, e.detail.as_deref()))
         {
             t.notified += 1;
+        }
+        if row.status == Status::NeedsAttention && row.external_ref.is_some() {
+            t.sent_to_human_with_reference += 1;
         }
         let n = made.get(id.as_str()).copied().unwrap_or(0);
         t.at_processor += n;

@@ -65,6 +65,10 @@ pub struct SoakReport {
     pub sent_to_human: usize,
     /// Of those, how many the processor holds a payment for (the human finds it paid).
     pub sent_to_human_paid: usize,
+    /// Of those, how many hold the reference the processor answered with: on Adyen's wire a
+    /// `Received` payment, which its notification settles (a human was asked because the
+    /// notification was read after the same-key requests ran out).
+    pub sent_to_human_with_reference: usize,
     /// Payment operations a verified webhook or notification reached (its history shows an event
     /// written on one): on Adyen's wire, proof the api verified the simulator's HMAC signatures.
     pub notified: usize,
@@ -177,8 +181,11 @@ impl fmt::Display for SoakReport {
                 self.unexplained.to_string(),
             ),
             (
-                "sent to a human (of which paid at the processor)".into(),
-                format!("{} ({})", self.sent_to_human, self.sent_to_human_paid),
+                "sent to a human (paid at the processor; holding its reference)".into(),
+                format!(
+                    "{} ({}; {})",
+                    self.sent_to_human, self.sent_to_human_paid, self.sent_to_human_with_reference
+                ),
             ),
         ];
         rows.push((
@@ -227,13 +234,16 @@ impl fmt::Display for SoakReport {
             ),
             ("lost refunds".into(), self.refunds.lost.to_string()),
             (
-                "refunds sent to a human".into(),
-                self.refunds
-                    .statuses
-                    .get("needs_attention")
-                    .copied()
-                    .unwrap_or(0)
-                    .to_string(),
+                "refunds sent to a human (holding its reference)".into(),
+                format!(
+                    "{} ({})",
+                    self.refunds
+                        .statuses
+                        .get("needs_attention")
+                        .copied()
+                        .unwrap_or(0),
+                    self.refunds.sent_to_human_with_reference
+                ),
             ),
             (
                 "refund ledger/processor mismatches".into(),

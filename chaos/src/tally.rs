@@ -81,6 +81,9 @@ pub async fn tally(
             if payments > 0 {
                 report.sent_to_human_paid += 1;
             }
+            if row.external_ref.is_some() {
+                report.sent_to_human_with_reference += 1;
+            }
         }
         if op.approved && payments == 0 && !honest_without_payment {
             report.lost += 1;
