@@ -959,7 +959,11 @@ mod tests {
         };
         let before = NOTIFICATION_WAIT_MAX - Duration::from_secs(1);
         // However often the key was sent: another request would replay the saved `Received`.
-        for sent in [1, SUBMISSIONS_WITHOUT_LOOKUP_MAX, SUBMISSIONS_WITHOUT_LOOKUP_MAX * 10] {
+        for sent in [
+            1,
+            SUBMISSIONS_WITHOUT_LOOKUP_MAX,
+            SUBMISSIONS_WITHOUT_LOOKUP_MAX * 10,
+        ] {
             op.submit_count = sent;
             let waits = at(&op, before, &contract::ADYEN_CHECKOUT);
             assert!(
