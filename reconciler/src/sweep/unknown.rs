@@ -994,7 +994,8 @@ mod tests {
             at(&op, minute, &contract::ADYEN_CHECKOUT),
             Decision::Escalate(_)
         ));
-        // No lookup on Stripe's wire holds a reference no notification settles: unchanged.
+        // `no-lookup` on Stripe's wire: a held reference changes nothing (a Stripe event is applied
+        // only through a retrieve), so the request limit still sends it to a human.
         op.external_ref = Some("pi_1".into());
         assert!(matches!(
             at(&op, minute, &contract::NO_LOOKUP),
