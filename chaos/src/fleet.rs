@@ -1,8 +1,12 @@
 //! The soak's processes: `payonce api`, `payonce worker`s and a `payonce reconciler run`, spawned from
-//! the binary under test, SIGKILLed at random and respawned, some with a failure point armed.
+//! the binary under test, SIGKILLed at random and respawned, some with a failure point armed. Every
+//! process speaks the wire of the contract the simulator runs (`--processor stripe` or `--processor
+//! adyen`), and the api verifies the simulator's webhooks or notifications with this run's secret.
 
 use anyhow::Context;
 use payonce_shared::failpoint::{self, FailPoint};
+use payonce_simulator::Wire;
+use payonce_simulator::config::{ADYEN_API_KEY_DEFAULT, ADYEN_MERCHANT_ACCOUNT_DEFAULT};
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -51,7 +55,62 @@ impl ContractRun {
         self.key_retention
             .unwrap_or_else(|| self.contract.key_retention_default())
     }
+
+    /// The wire the contract is spoken on, which the simulator serves and every process speaks.
+    pub fn wire(&self) -> Wire {
+        self.contract.wire()
+    }
 }
+
+/// How the simulator signs what it sends the api, and the secret of this run the api verifies it
+/// with (never the simulator's published default, which the api refuses).
+#[derive(Clone)]
+pub enum Signing {
+    /// Stripe's `Stripe-Signature` header under a `whsec_` secret, posted to `/v1/webhooks/stripe`.
+    Stripe {
+        /// The webhook secret.
+        secret: String,
+    },
+    /// Adyen's HMAC-SHA256 in every notification item (`additionalData.hmacSignature`) under a
+    /// 32-byte hex key, posted to `/v1/webhooks/adyen`.
+    Adyen {
+        /// The HMAC key, hex.
+        hmac_key_hex: String,
+    },
+}
+
+impl Signing {
+    /// A fresh secret for `wire`.
+    pub fn fresh(wire: Wire) -> Signing {
+        match wire {
+            Wire::Stripe => Signing::Stripe {
+                secret: format!("whsec_{}", payonce_shared::id::random_hex(24)),
+            },
+            Wire::Adyen => Signing::Adyen {
+                hmac_key_hex: payonce_shared::id::random_hex(ADYEN_HMAC_KEY_BYTES),
+            },
+        }
+    }
+
+    /// The api's path the simulator posts to.
+    pub fn path(&self) -> &'static str {
+        match self {
+            Signing::Stripe { .. } => "/v1/webhooks/stripe",
+            Signing::Adyen { .. } => "/v1/webhooks/adyen",
+        }
+    }
+
+    /// The api's setting that holds the secret, and its value.
+    pub fn api_env(&self) -> (&'static str, &str) {
+        match self {
+            Signing::Stripe { secret } => ("PAYONCE_WEBHOOK_SECRETS", secret),
+            Signing::Adyen { hmac_key_hex } => ("PAYONCE_ADYEN_HMAC_KEY", hmac_key_hex),
+        }
+    }
+}
+
+/// Bytes of a run's Adyen HMAC key (Adyen's keys are 32 bytes, shown as 64 hex digits).
+const ADYEN_HMAC_KEY_BYTES: usize = 32;
 
 /// What is needed to start any process of the fleet.
 #[derive(Debug, Clone)]
@@ -81,12 +140,28 @@ impl Launch {
             .env("PAYONCE_DATABASE_URL", &self.database_url)
             .env("PAYONCE_KEY_SECRET", CHAOS_KEY_SECRET)
             .env("PAYONCE_PROCESSOR_URL", &self.processor_url)
-            .env("PAYONCE_PROCESSOR_CONTRACT", self.contract.contract.name())
             .env(
                 "PAYONCE_KEY_RETENTION_S",
                 self.contract.key_retention().as_secs().to_string(),
-            )
-            .envs(env.iter().copied())
+            );
+        match self.contract.wire() {
+            Wire::Stripe => {
+                cmd.args(["--processor", "stripe"])
+                    .env("PAYONCE_PROCESSOR_CONTRACT", self.contract.contract.name());
+            }
+            // Adyen's adapter declares Adyen's own contract; a contract of Stripe's wire named
+            // beside it is refused, so none is inherited either.
+            Wire::Adyen => {
+                cmd.args(["--processor", "adyen"])
+                    .env_remove("PAYONCE_PROCESSOR_CONTRACT")
+                    .env("PAYONCE_ADYEN_API_KEY", ADYEN_API_KEY_DEFAULT)
+                    .env(
+                        "PAYONCE_ADYEN_MERCHANT_ACCOUNT",
+                        ADYEN_MERCHANT_ACCOUNT_DEFAULT,
+                    );
+            }
+        }
+        cmd.envs(env.iter().copied())
             .env_remove(failpoint::ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -131,25 +206,27 @@ impl Launch {
             .context("spawning payonce reconciler run")
     }
 
-    /// Starts `payonce api` on `port`, accepting webhooks signed with `webhook_secret`.
-    pub fn api(&self, port: u16, webhook_secret: &str) -> anyhow::Result<Child> {
+    /// Starts `payonce api` on `port`, accepting webhooks or notifications signed as `signing` says.
+    pub fn api(&self, port: u16, signing: &Signing) -> anyhow::Result<Child> {
         let listen = format!("127.0.0.1:{port}");
         let mut cmd = self.command(&["api", "--listen", &listen], None)?;
-        cmd.env("PAYONCE_WEBHOOK_SECRETS", webhook_secret)
+        let (setting, secret) = signing.api_env();
+        cmd.env(setting, secret)
             .spawn()
             .context("spawning payonce api")
     }
 }
 
 /// A soak's stage before its processes start: the in-process simulator, sending its signed webhooks
-/// to an api about to listen on a free port, and how to launch the fleet against both.
+/// (Stripe's wire) or notifications (Adyen's) to an api about to listen on a free port, and how to
+/// launch the fleet against both.
 pub struct Stage {
     /// The api's port.
     pub port: u16,
     /// The api's base URL.
     pub api_base: String,
-    /// A secret of this run (the api refuses the simulator's published default).
-    pub webhook_secret: String,
+    /// How the simulator signs, with this run's secret.
+    pub signing: Signing,
     /// The simulator.
     pub sim: payonce_simulator::Simulator,
     /// The fleet's launcher, on `database_url` and the simulator.
@@ -168,18 +245,24 @@ pub async fn stage(
 ) -> anyhow::Result<Stage> {
     let port = free_port()?;
     let api_base = format!("http://127.0.0.1:{port}");
-    let webhook_secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
-    let sim = payonce_simulator::Simulator::start(payonce_simulator::SimulatorConfig {
-        webhook_url: Some(format!("{api_base}/v1/webhooks/stripe")),
-        webhook_secret: webhook_secret.clone(),
+    let signing = Signing::fresh(contract.wire());
+    let mut config = payonce_simulator::SimulatorConfig {
+        webhook_url: Some(format!("{api_base}{}", signing.path())),
         webhook_duplicates_per_mille: duplicates_per_mille,
         processing_settle: Duration::from_millis(500),
         seed,
-        contract: contract.contract,
         key_retention: contract.key_retention(),
-        ..payonce_simulator::SimulatorConfig::default()
-    })
-    .await?;
+        ..payonce_simulator::SimulatorConfig::for_contract(contract.contract)
+    };
+    match &signing {
+        Signing::Stripe { secret } => config.webhook_secret = secret.clone(),
+        Signing::Adyen { hmac_key_hex } => {
+            config.adyen.api_key = ADYEN_API_KEY_DEFAULT.to_string();
+            config.adyen.merchant_account = ADYEN_MERCHANT_ACCOUNT_DEFAULT.to_string();
+            config.adyen.hmac_key_hex = hmac_key_hex.clone();
+        }
+    }
+    let sim = payonce_simulator::Simulator::start(config).await?;
     let launch = Launch {
         bin,
         database_url,
@@ -190,7 +273,7 @@ pub async fn stage(
     Ok(Stage {
         port,
         api_base,
-        webhook_secret,
+        signing,
         sim,
         launch,
     })

@@ -3,7 +3,9 @@
 //! armed, SIGKILLs them at random intervals (and arms failure points in some), sends duplicate tool
 //! calls while the simulator duplicates webhooks, refunds some paid payments under the same chaos
 //! (some refunds racing for more than a payment holds), waits until every operation reaches a final
-//! state, and compares the processor's audit (payments and refunds) with the ledger.
+//! state, and compares the processor's audit (payments and refunds) with the ledger. It runs any
+//! contract the simulator has: on Stripe's wire with Stripe-signed webhooks, or (`adyen`) on Adyen's
+//! with every process on `--processor adyen` and HMAC-signed notifications.
 //!
 //! Crate map:
 //! - `fleet`: spawning, killing and respawning the `payonce` processes.
@@ -426,7 +428,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     let fleet::Stage {
         port,
         api_base,
-        webhook_secret,
+        signing,
         sim,
         launch,
     } = fleet::stage(
@@ -438,7 +440,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         config.contract,
     )
     .await?;
-    let mut api = launch.api(port, &webhook_secret)?;
+    let mut api = launch.api(port, &signing)?;
     wait_ready(&http, &api_base, &mut api).await?;
 
     let ops = operations::create(&ledger, config.operations, config.unapproved_every, now).await?;
@@ -554,8 +556,9 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     fleet.stop().await;
     sigkill(&mut api).await;
 
-    let mut report = tally::tally(&http, &sim, &ledger, &ops).await?;
-    report.refunds = refunds::tally(&http, &sim, &ledger, &refund_run).await?;
+    let wire = config.contract.wire();
+    let mut report = tally::tally(&http, &sim, wire, &ledger, &ops).await?;
+    report.refunds = refunds::tally(&http, &sim, wire, &ledger, &refund_run).await?;
     report.refunds_created = refund_run.refunds.len();
     report.refunded_payments = refund_run.payments.len();
     report.refunds_refused_by_guard = refund_run.refused_by_guard;
@@ -563,8 +566,12 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
     sim.shutdown().await;
     report.seed = config.seed;
     report.contract = format!(
-        "{} (key retention {} s)",
+        "{} on {} wire (key retention {} s)",
         config.contract.contract,
+        match wire {
+            payonce_simulator::Wire::Stripe => "Stripe's",
+            payonce_simulator::Wire::Adyen => "Adyen's",
+        },
         config.contract.key_retention().as_secs()
     );
     report.sigkills = fleet.sigkills;

@@ -57,7 +57,8 @@ struct Args {
     #[arg(long, default_value_t = payonce_chaos::refunds::REFUND_EVERY_DEFAULT)]
     refund_every: usize,
     /// The processor contract the simulator runs and every process declares
-    /// (`payonce simulator --list-contracts`).
+    /// (`payonce simulator --list-contracts`); `adyen` runs on Adyen's wire, every process
+    /// started with `--processor adyen`.
     #[arg(long, default_value = "stripe", value_parser = payonce_simulator::Contract::parse)]
     contract: payonce_simulator::Contract,
     /// Key retention of both sides, s (default: the contract's): shorter than the chaos, some

@@ -12,7 +12,7 @@ use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{LedgerError, NewApproval, NewOperation, Operation, SharedLedger};
 use payonce_shared::state::Status;
-use payonce_simulator::Simulator;
+use payonce_simulator::{Simulator, Wire};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -196,12 +196,19 @@ pub struct RefundTally {
     pub disagreements: usize,
     /// Refund rows per final state.
     pub statuses: HashMap<String, usize>,
+    /// Refund operations sent to a human that hold the reference the processor answered with: on
+    /// Adyen's wire a `received` refund, which its REFUND notification settles.
+    pub sent_to_human_with_reference: usize,
+    /// Refund operations a verified webhook or notification reached (on Adyen's wire, a refund
+    /// answered `received` succeeds only by its REFUND notification).
+    pub notified: usize,
 }
 
-/// Compares the refunder's operations with the simulator's refund audit.
+/// Compares the refunder's operations with the simulator's refund audit on `wire`.
 pub async fn tally(
     http: &reqwest::Client,
     sim: &Simulator,
+    wire: Wire,
     ledger: &SharedLedger,
     run: &RefundRun,
 ) -> anyhow::Result<RefundTally> {
@@ -220,14 +227,23 @@ pub async fn tally(
         .iter()
         .filter(|r| r["status"] != "failed" && r["status"] != "canceled")
     {
-        *made
-            .entry(r["metadata"]["payonce_operation_id"].as_str().unwrap_or(""))
-            .or_default() += 1;
+        *made.entry(crate::tally::operation_of(r, wire)).or_default() += 1;
     }
     let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
     let mut t = RefundTally::default();
     for id in &run.refunds {
         let row = ledger.get(&tenant, id).await?;
+        if ledger
+            .events(&tenant, id)
+            .await?
+            .iter()
+            .any(|e| crate::report::from_hint(&e.actor, e.detail.as_deref()))
+        {
+            t.notified += 1;
+        }
+        if row.status == Status::NeedsAttention && row.external_ref.is_some() {
+            t.sent_to_human_with_reference += 1;
+        }
         let n = made.get(id.as_str()).copied().unwrap_or(0);
         t.at_processor += n;
         t.duplicated += n.saturating_sub(1);

@@ -14,7 +14,7 @@ pub enum Path {
     ReconcilerLookup,
     /// The reconciler retried with the same key under its own lease.
     ReconcilerRetry,
-    /// A processor webhook carried the outcome.
+    /// A processor webhook (Stripe's) or notification (Adyen's) carried the outcome.
     Webhook,
 }
 
@@ -25,15 +25,13 @@ impl Path {
             Path::Worker => "resolved by worker",
             Path::ReconcilerLookup => "resolved by reconciler lookup",
             Path::ReconcilerRetry => "resolved by reconciler same-key retry",
-            Path::Webhook => "resolved by webhook",
+            Path::Webhook => "resolved by webhook or notification",
         }
     }
 
     /// Classifies the event that moved a row into its final state.
     pub fn of(from_status: Option<&str>, actor: &str, detail: Option<&str>) -> Path {
-        let says_webhook =
-            |s: &str| s.starts_with("webhook") || s.contains(" webhook") || s.contains("evt_");
-        if says_webhook(actor) || detail.is_some_and(says_webhook) {
+        if from_hint(actor, detail) {
             Path::Webhook
         } else if from_status == Some("unknown") {
             Path::ReconcilerLookup
@@ -43,6 +41,16 @@ impl Path {
             Path::Worker
         }
     }
+}
+
+/// Whether an event was written on a processor's webhook (Stripe's: "webhook evt_…", in its actor
+/// or detail) or notification (Adyen's: actor "adyen notification AUTHORISATION:…" or "reconciler:
+/// adyen notification"). A worker's detail that only names the notification to come ("the
+/// AUTHORISATION notification settles it") does not count.
+pub fn from_hint(actor: &str, detail: Option<&str>) -> bool {
+    let webhook =
+        |s: &str| s.starts_with("webhook") || s.contains(" webhook") || s.contains("evt_");
+    webhook(actor) || detail.is_some_and(webhook) || actor.contains("adyen notification")
 }
 
 /// The soak's result. `duplicates`, `lost`, `mismatched` and `unexplained` must all be zero.
@@ -57,6 +65,13 @@ pub struct SoakReport {
     pub sent_to_human: usize,
     /// Of those, how many the processor holds a payment for (the human finds it paid).
     pub sent_to_human_paid: usize,
+    /// Of those, how many hold the reference the processor answered with: on Adyen's wire a
+    /// `Received` payment, which its notification settles (a human was asked because the
+    /// notification was read after the same-key requests ran out).
+    pub sent_to_human_with_reference: usize,
+    /// Payment operations a verified webhook or notification reached (its history shows an event
+    /// written on one): on Adyen's wire, proof the api verified the simulator's HMAC signatures.
+    pub notified: usize,
     /// Approved operations created.
     pub approved: usize,
     /// Operations created and never approved (must never be paid).
@@ -166,10 +181,17 @@ impl fmt::Display for SoakReport {
                 self.unexplained.to_string(),
             ),
             (
-                "sent to a human (of which paid at the processor)".into(),
-                format!("{} ({})", self.sent_to_human, self.sent_to_human_paid),
+                "sent to a human (paid at the processor; holding its reference)".into(),
+                format!(
+                    "{} ({}; {})",
+                    self.sent_to_human, self.sent_to_human_paid, self.sent_to_human_with_reference
+                ),
             ),
         ];
+        rows.push((
+            "reached by a webhook or notification (refunds)".into(),
+            format!("{} ({})", self.notified, self.refunds.notified),
+        ));
         for (path, n) in &self.paths {
             rows.push((path.label().into(), n.to_string()));
         }
@@ -211,6 +233,18 @@ impl fmt::Display for SoakReport {
                 self.refunds.over_refunded.to_string(),
             ),
             ("lost refunds".into(), self.refunds.lost.to_string()),
+            (
+                "refunds sent to a human (holding its reference)".into(),
+                format!(
+                    "{} ({})",
+                    self.refunds
+                        .statuses
+                        .get("needs_attention")
+                        .copied()
+                        .unwrap_or(0),
+                    self.refunds.sent_to_human_with_reference
+                ),
+            ),
             (
                 "refund ledger/processor mismatches".into(),
                 (self.refunds.mismatched + self.refunds.disagreements).to_string(),
@@ -300,6 +334,23 @@ mod tests {
         assert_eq!(
             Path::of(Some("unknown"), "api", Some("webhook evt_9")),
             Path::Webhook
+        );
+        let adyen = "adyen notification AUTHORISATION:PSP1:true checked against the operation";
+        assert_eq!(Path::of(Some("unknown"), adyen, Some(adyen)), Path::Webhook);
+        assert_eq!(
+            Path::of(Some("executing"), adyen, Some(adyen)),
+            Path::Webhook
+        );
+        let nudge = "reconciler: adyen notification";
+        assert!(from_hint(
+            nudge,
+            Some("adyen notification REFUND:P:true names P")
+        ));
+        let worker = "payment is Received: the AUTHORISATION notification settles it";
+        assert!(!from_hint("worker-h-1", Some(worker)));
+        assert_eq!(
+            Path::of(Some("executing"), "worker-h-1", Some(worker)),
+            Path::Worker
         );
     }
 

@@ -399,7 +399,7 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
     let fleet::Stage {
         port,
         api_base,
-        webhook_secret,
+        signing,
         sim,
         launch,
     } = fleet::stage(
@@ -415,7 +415,8 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
         &["api", "--listen", &format!("127.0.0.1:{port}")],
         &FLEET_ENV,
         |c| {
-            c.env("PAYONCE_WEBHOOK_SECRETS", &webhook_secret);
+            let (setting, secret) = signing.api_env();
+            c.env(setting, secret);
         },
     )?;
     crate::wait_ready(&http, &api_base, &mut api).await?;
@@ -556,7 +557,8 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
     fleet.stop().await;
 
     // Both sides: the processor's payments against the ledger's rows.
-    let paid = crate::tally::successful_payments(&http, &sim).await?;
+    let paid =
+        crate::tally::successful_payments(&http, &sim, payonce_simulator::Wire::Stripe).await?;
     sim.shutdown().await;
     let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM operations")
         .fetch_all(&pool)

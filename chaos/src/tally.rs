@@ -7,33 +7,48 @@ use anyhow::Context;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::state::{Event, EventName, Status};
-use payonce_simulator::{Simulator, payment_audit};
+use payonce_simulator::{Simulator, Wire, payment_audit};
+use serde_json::Value;
 use std::collections::HashMap;
 
-/// Successful payments per operation id, from every page of `GET /_sim/audit/payments`.
+/// The operation a row of the simulator's payment or refund audit was made for, as the processor
+/// records it: on Stripe's wire the `payonce_operation_id` metadata, on Adyen's the `reference`
+/// Adyen keeps for every payment and refund (its refund request carries no metadata). Empty when the
+/// row names none.
+pub fn operation_of(row: &Value, wire: Wire) -> &str {
+    match wire {
+        Wire::Stripe => row["metadata"]["payonce_operation_id"].as_str(),
+        Wire::Adyen => row["reference"].as_str(),
+    }
+    .unwrap_or("")
+}
+
+/// Successful payments per operation id, from every page of `GET /_sim/audit/payments` (an Adyen
+/// payment is `succeeded` there once authorised).
 pub async fn successful_payments(
     http: &reqwest::Client,
     sim: &Simulator,
+    wire: Wire,
 ) -> anyhow::Result<HashMap<String, usize>> {
     let rows = payment_audit::read_all(http, &sim.base_url(), payment_audit::PAGE_SIZE_MAX)
         .await
         .context("reading the simulator's payment audit")?;
     let mut paid: HashMap<String, usize> = HashMap::new();
     for p in rows.iter().filter(|p| p["status"] == "succeeded") {
-        let op = p["metadata"]["payonce_operation_id"].as_str().unwrap_or("");
-        *paid.entry(op.to_string()).or_default() += 1;
+        *paid.entry(operation_of(p, wire).to_string()).or_default() += 1;
     }
     Ok(paid)
 }
 
-/// Compares every planned operation's row and history with the processor's payments.
+/// Compares every planned operation's row and history with the processor's payments on `wire`.
 pub async fn tally(
     http: &reqwest::Client,
     sim: &Simulator,
+    wire: Wire,
     ledger: &SharedLedger,
     ops: &[PlannedOp],
 ) -> anyhow::Result<SoakReport> {
-    let paid = successful_payments(http, sim).await?;
+    let paid = successful_payments(http, sim, wire).await?;
     let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
     let mut report = SoakReport::default();
     for op in ops {
@@ -66,6 +81,9 @@ pub async fn tally(
             if payments > 0 {
                 report.sent_to_human_paid += 1;
             }
+            if row.external_ref.is_some() {
+                report.sent_to_human_with_reference += 1;
+            }
         }
         if op.approved && payments == 0 && !honest_without_payment {
             report.lost += 1;
@@ -76,6 +94,12 @@ pub async fn tally(
         let last_to = events.last().map(|e| e.to_status.as_str());
         if last_to != Some(row.status.as_str()) {
             report.unexplained += 1;
+        }
+        if events
+            .iter()
+            .any(|e| crate::report::from_hint(&e.actor, e.detail.as_deref()))
+        {
+            report.notified += 1;
         }
         if events.iter().any(|e| {
             matches!(

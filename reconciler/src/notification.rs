@@ -7,7 +7,8 @@
 //!   payment, REFUND for a refund, whose `originalReference` must be the refunded payment's);
 //! - it is applied only when it names the `pspReference` Adyen itself answered this operation with
 //!   (recorded from a `Received`/`Pending` payment or a received refund): a fact payonce already
-//!   holds from the processor;
+//!   holds from the processor, and an unknown operation holding it waits for this notification
+//!   instead of being retried (`sweep::unknown::NOTIFICATION_WAIT_MAX`);
 //! - an unknown operation without that reference is made due at once, so the sweep resubmits it
 //!   with the SAME key (Adyen replays the saved result, which records the reference) and the
 //!   notification waits, pending, for the next pass;
@@ -31,7 +32,8 @@ use std::time::Duration;
 /// answer) before it is read again; doubles per read.
 pub const NOTIFICATION_RECHECK: Duration = Duration::from_secs(2);
 /// Longest wait between two reads of a waiting notification (its operation goes to a human when the
-/// key's retention closes, and the notification is read against that state).
+/// key's retention closes or its same-key requests run out, and the notification is read against
+/// that state).
 pub const NOTIFICATION_RECHECK_MAX: Duration = Duration::from_secs(60 * 60);
 
 /// When a notification read `checks` times is read again.

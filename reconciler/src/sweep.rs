@@ -1,8 +1,13 @@
 //! Sweeps, in bounded batches served by partial indexes, each step a plan then one write per row:
 //! 1. expired leases ([`leases`]): nothing submitted → `ready`; a submission recorded → `unknown`;
-//! 2. unknown outcomes ([`unknown`]): look up → a pure decision ([`decide`]) → one fenced write;
-//! 3. webhook hints ([`crate::evidence`]): retrieve the object each stored webhook names, check it
-//!    against the operation, apply only what the processor holds;
+//! 2. webhook hints ([`crate::evidence`]): retrieve the object each stored webhook names (an Adyen
+//!    notification: check it alone, [`crate::notification`]), check it against the operation, apply
+//!    only what the processor holds;
+//! 3. unknown outcomes ([`unknown`]): look up → a pure decision ([`decide`]) → one fenced write;
+//!
+//! Hints come before unknown outcomes: an operation a webhook or notification settles is not looked
+//! up, retried or sent to a human in the same sweep, and one a notification made due (to confirm
+//! its reference with the same key) is retried in it.
 //!
 //! then the scan for payments the ledger lost and the prune, when due. Every step counts what it
 //! did once ([`Tally`]), in the report and the metrics together. Every write is fenced, so two
@@ -248,9 +253,11 @@ impl Reconciler {
         }
         report.swept = true;
         self.sweep_leases(&mut report).await?;
-        self.sweep_unknown(&mut report).await?;
         if !dry_run {
             report.hints = self.check_hints_once().await?;
+        }
+        self.sweep_unknown(&mut report).await?;
+        if !dry_run {
             report.scan = self.scan_if_due().await?;
             if let Some(scan) = &report.scan {
                 report.actions.extend(scan.found.iter().cloned());

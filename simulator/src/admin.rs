@@ -137,6 +137,13 @@ pub(crate) async fn audit_payments(State(app): State<Shared>, RawQuery(raw): Raw
                         "status": r.status,
                         "created": r.created,
                         "created_ms": r.created_ms,
+                        // Adyen's `reference`, the merchant's own name for the payment (the
+                        // operation); Stripe's wire has none.
+                        "reference": if r.client_secret == crate::adyen::ADYEN_ROW {
+                            r.description.clone()
+                        } else {
+                            None
+                        },
                     })
                 })
                 .collect();
@@ -188,6 +195,9 @@ pub(crate) async fn audit_refunds(State(app): State<Shared>) -> Response {
                         "status": r.status,
                         "idempotency_key": r.idempotency_key,
                         "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                        // Adyen's refund `reference` (its request carries no metadata); only
+                        // Adyen's answer has one.
+                        "reference": object.get("reference").cloned().unwrap_or(Value::Null),
                         "created": r.created,
                     })
                 })

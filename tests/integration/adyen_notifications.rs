@@ -679,3 +679,107 @@ async fn a_received_payment_is_settled_by_its_notification_end_to_end() {
     s.sim.shutdown().await;
     api.stop().await;
 }
+
+#[tokio::test]
+async fn a_received_payment_waits_past_four_sweeps_for_a_late_notification_instead_of_a_human() {
+    let ledger = sqlite_ledger().await;
+    // No webhook url: the notification comes only when the test delivers it, late.
+    let s = adyen_sim().await;
+    let p = adapter(&s.base);
+    let rec = reconciler(&ledger, Arc::new(adapter(&s.base)));
+    let op = ready_operation(&ledger, "INV-ADY-LATE", "pm_card_processing", now()).await;
+    let c = ledger
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(600_000),
+            },
+            1,
+            now(),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, op.id);
+    ledger
+        .mark_submitting(&[Fence::of(&c)], now())
+        .await
+        .unwrap();
+    let outcome = payonce_shared::processor::operation::submit(&p, &c).await;
+    let SubmitOutcome::Unknown {
+        reference: Some(psp),
+        reason,
+    } = &outcome
+    else {
+        panic!("a received payment is unknown with its reference: {outcome:?}")
+    };
+    // Due at once, as the worker records it: every sweep below decides it.
+    let recorded = ledger
+        .record(
+            &recording(
+                &Fence::of(&c),
+                &Recorded::Unknown {
+                    reason: reason.clone(),
+                    reference: Some(psp.clone()),
+                    next_check_at: now(),
+                },
+                "w",
+            ),
+            now(),
+        )
+        .await
+        .unwrap();
+    // More than SUBMISSIONS_WITHOUT_LOOKUP_MAX (4) sweep passes decide it: each one waits for the
+    // notification; none sends a request (it would replay the saved `Received`) or asks a human.
+    let passes = std::sync::atomic::AtomicUsize::new(0);
+    let waiting_passes = 5;
+    wait_for(
+        "five sweep passes to decide the payment",
+        crate::simulator::DEADLINE,
+        || async {
+            let swept = rec.sweep_once(false).await.unwrap();
+            assert_eq!(
+                (swept.escalated, swept.retried_same_key),
+                (0, 0),
+                "{swept:?}"
+            );
+            let decided: Vec<&String> = swept
+                .actions
+                .iter()
+                .filter(|a| a.starts_with(op.id.as_str()))
+                .collect();
+            if let Some(action) = decided.first() {
+                assert!(action.contains("awaits its notification"), "{action}");
+                passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            (passes.load(std::sync::atomic::Ordering::Relaxed) >= waiting_passes).then_some(())
+        },
+    )
+    .await;
+    let waited = ledger.get(&tenant(), &op.id).await.unwrap();
+    assert_eq!(waited.status, Status::Unknown);
+    assert_eq!(
+        (waited.attempt, waited.submit_count),
+        (recorded.attempt, recorded.submit_count),
+        "no request was sent while it waited"
+    );
+    assert!(waited.check_count >= 5, "{}", waited.check_count);
+    // The notification arrives late: the next sweep settles the payment by it.
+    deliver(
+        &ledger,
+        vec![item(psp, op.id.as_str(), 2048, true, Some(ADYEN_HMAC_KEY))],
+    )
+    .await;
+    let swept = rec.sweep_once(false).await.unwrap();
+    assert_eq!(swept.hints.applied, 1, "{swept:?}");
+    assert_eq!(swept.escalated, 0, "{swept:?}");
+    let settled = ledger.get(&tenant(), &op.id).await.unwrap();
+    assert_eq!(settled.status, Status::Succeeded);
+    assert_eq!(settled.external_ref.as_deref(), Some(psp.as_str()));
+    assert_eq!(
+        s.payments_with_key(op.idempotency_key.as_str()).await.len(),
+        1,
+        "paid once"
+    );
+    s.sim.shutdown().await;
+}

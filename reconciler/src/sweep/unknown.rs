@@ -10,6 +10,7 @@
 //! | not found by a read-after-write lookup, window open, contract saves only 2xx | retry with the same key: nothing executed, so the retry is the first execution |
 //! | not found by a read-after-write lookup, window closed | resubmit if the policy allows, else a human |
 //! | no lookup can find it and it was sent [`SUBMISSIONS_WITHOUT_LOOKUP_MAX`] times (a saved ambiguous answer replays) | a human |
+//! | it holds the reference the processor answered with, which only a notification settles ([`Contract::notification_settles_reference`]: Adyen's `Received`) | wait for the notification, re-checked on the backoff; a human past [`NOTIFICATION_WAIT_MAX`] |
 //! | anything else (a lagging or no lookup with the window closed, or a contract that re-executes) | a human |
 //!
 //! The window is closed past the key's retention minus the margin, without idempotent submission,
@@ -69,6 +70,16 @@ impl Decision {
 /// every request that may have left, the first one included.
 pub const SUBMISSIONS_WITHOUT_LOOKUP_MAX: i64 = 4;
 
+/// Longest an operation holding a reference that only a notification settles (Adyen's `Received`
+/// payment, every received refund) waits for it after its last submission before a human decides.
+/// Adyen documents its delivery (docs.adyen.com, "Troubleshoot webhooks", retry queue): a webhook
+/// not accepted is retried three times at once, then from a queue after 2, 5, 10, 15 and 30
+/// minutes, 1, 2, 4 and 8 hours (about 16 hours in all), then every 8 hours for up to 30 days. A
+/// day outlasts the whole escalating schedule; a notification still missing after it means the
+/// endpoint has been failing for hours (Adyen flags it in its Customer Area), which is a human's to
+/// mend. A same-key retry meanwhile could only replay the saved `Received`.
+pub const NOTIFICATION_WAIT_MAX: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// What the reconciler knows about one unknown operation when it decides.
 #[derive(Debug, Clone)]
 pub struct Case<'a> {
@@ -105,6 +116,11 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
     } = case;
     let window_open = contract.window_open(op.first_submitted_at, now, config.retention_margin);
     let Some(lookup) = lookup else {
+        if let Some(reference) = &op.external_ref
+            && contract.notification_settles_reference()
+        {
+            return await_notification(op, reference, contract, now);
+        }
         return if window_open
             && contract.retry_replays()
             && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
@@ -191,6 +207,36 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
                 object.reference
             )),
         },
+    }
+}
+
+/// An operation holding `reference`, which only its notification settles: polled (the
+/// notification, read each pass, records it) until [`NOTIFICATION_WAIT_MAX`] after its last
+/// submission, then a human. No request is sent: the processor would replay the answer that gave
+/// the reference.
+fn await_notification(
+    op: &Operation,
+    reference: &str,
+    contract: &Contract,
+    now: Timestamp,
+) -> Decision {
+    let answered = op
+        .last_submitted_at
+        .or(op.first_submitted_at)
+        .unwrap_or(op.created_at);
+    let hours = NOTIFICATION_WAIT_MAX.as_secs() / 3_600;
+    if now < answered + NOTIFICATION_WAIT_MAX {
+        Decision::Poll(format!(
+            "{reference} awaits its notification from {}: a same-key retry would only replay the \
+             saved answer",
+            contract.processor
+        ))
+    } else {
+        Decision::Escalate(format!(
+            "{} answered with {reference}, which only its notification settles, and none came \
+             within {hours} h; a human decides",
+            contract.processor
+        ))
     }
 }
 
@@ -744,12 +790,16 @@ mod tests {
         let stripe_like = "SSS MMM FFF PPP rEE rEE DDD DDD";
         let not_asked_replays = "rEE rEE rEE rEE rEE rEE rEE rEE";
         let not_asked_human = "EEE EEE EEE EEE EEE EEE EEE EEE";
+        let not_asked_waits = "PEE PEE PEE PEE PEE PEE PEE PEE";
         let table: [(&Contract, bool, &str); 22] = [
             (&contract::STRIPE, false, stripe_like),
             (&contract::STRIPE, true, stripe_like),
-            // No lookup: a retry while Adyen remembers the key replays its result; then a human.
+            // No lookup: without a reference (the answer was lost), a retry while Adyen remembers
+            // the key replays its result, then a human. With the reference Adyen answered with
+            // (`Received`), its notification settles it: wait, no request; a human once the wait
+            // (a day) is over, which both older ages are.
             (&contract::ADYEN_CHECKOUT, false, not_asked_replays),
-            (&contract::ADYEN_CHECKOUT, true, not_asked_replays),
+            (&contract::ADYEN_CHECKOUT, true, not_asked_waits),
             // Only 2xx saved and no reference to retrieve: a retry could execute twice.
             (&contract::CHECKOUT_COM, false, not_asked_human),
             (
@@ -891,6 +941,66 @@ mod tests {
             decide(case, &contract::STRIPE, &config),
             Decision::RetrySameKey
         );
+    }
+
+    #[test]
+    fn a_reference_only_a_notification_settles_waits_for_it_up_to_the_limit() {
+        let config = ReconcilerConfig::new("rec");
+        let mut op = unknown_since(0);
+        op.external_ref = Some("PSPRECEIVED00001".into());
+        let at = |op: &Operation, now: Duration, c: &Contract| {
+            let case = Case {
+                op,
+                lookup: None,
+                found: None,
+                now: Timestamp::from_millis(0) + now,
+            };
+            decide(case, c, &config)
+        };
+        let before = NOTIFICATION_WAIT_MAX - Duration::from_secs(1);
+        // However often the key was sent: another request would replay the saved `Received`.
+        for sent in [
+            1,
+            SUBMISSIONS_WITHOUT_LOOKUP_MAX,
+            SUBMISSIONS_WITHOUT_LOOKUP_MAX * 10,
+        ] {
+            op.submit_count = sent;
+            let waits = at(&op, before, &contract::ADYEN_CHECKOUT);
+            assert!(
+                matches!(&waits, Decision::Poll(why) if why.contains("awaits its notification")),
+                "{sent}: {waits:?}"
+            );
+        }
+        match at(&op, NOTIFICATION_WAIT_MAX, &contract::ADYEN_CHECKOUT) {
+            Decision::Escalate(why) => assert!(why.contains("none came within 24 h"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // The wait runs from the last submission, the one whose answer gave the reference.
+        op.last_submitted_at = Some(Timestamp::from_millis(0) + contract::DAY);
+        assert!(matches!(
+            at(&op, NOTIFICATION_WAIT_MAX + HOUR, &contract::ADYEN_CHECKOUT),
+            Decision::Poll(_)
+        ));
+        // Without a reference (the answer was lost): same-key retries up to the limit, as before.
+        op.external_ref = None;
+        op.submit_count = 1;
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            at(&op, minute, &contract::ADYEN_CHECKOUT),
+            Decision::RetrySameKey
+        );
+        op.submit_count = SUBMISSIONS_WITHOUT_LOOKUP_MAX;
+        assert!(matches!(
+            at(&op, minute, &contract::ADYEN_CHECKOUT),
+            Decision::Escalate(_)
+        ));
+        // `no-lookup` on Stripe's wire: a held reference changes nothing (a Stripe event is applied
+        // only through a retrieve), so the request limit still sends it to a human.
+        op.external_ref = Some("pi_1".into());
+        assert!(matches!(
+            at(&op, minute, &contract::NO_LOOKUP),
+            Decision::Escalate(_)
+        ));
     }
 
     #[test]

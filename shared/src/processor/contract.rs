@@ -150,6 +150,20 @@ pub enum WebhookScheme {
     Unstated,
 }
 
+impl WebhookScheme {
+    /// Whether a verified notification is itself the outcome payonce applies (once checked against
+    /// the operation), rather than a hint whose object must be retrieved first. Adyen's are: a
+    /// payment cannot be retrieved, and its notification names the `pspReference` Adyen answered
+    /// with (`reconciler/src/notification.rs`). A Stripe event is not: payonce applies only what a
+    /// retrieve of its object returns.
+    pub fn carries_outcome(self) -> bool {
+        match self {
+            WebhookScheme::AdyenHmac => true,
+            WebhookScheme::StripeSignature | WebhookScheme::Unstated => false,
+        }
+    }
+}
+
 /// The documentation's own words per column of docs/processor-contract.md's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Words {
@@ -238,6 +252,14 @@ impl Contract {
             (Some(_), None) => true,
             (Some(retention), Some(first)) => now + margin < first + retention,
         }
+    }
+
+    /// Whether an operation holding the reference the processor answered with is settled only by
+    /// its notification: nothing retrieves it by that reference, and the notification carries the
+    /// outcome. A same-key retry then only replays the saved answer (`Received`), so the operation
+    /// waits for the notification instead.
+    pub fn notification_settles_reference(&self) -> bool {
+        !self.lookups.by_id && self.webhooks.carries_outcome()
     }
 
     /// Why a key of `len` characters cannot be sent to this processor, if it cannot.
@@ -634,6 +656,24 @@ mod tests {
         assert_eq!(QONTO.lookups.finding(true), Some(Consistency::Lagging));
         assert_eq!(ADYEN_CHECKOUT.lookups.finding(true), None);
         assert_eq!(NO_LOOKUP.lookups.finding(true), None);
+    }
+
+    #[test]
+    fn only_adyens_notifications_settle_a_reference_nothing_retrieves() {
+        let settling: Vec<&str> = DOCUMENTED
+            .iter()
+            .chain(ON_STRIPE_WIRE.iter())
+            .filter(|c| c.notification_settles_reference())
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(settling, ["adyen"]);
+        // No lookup on Stripe's wire: its events are hints that need a retrieve, so nothing settles.
+        assert!(!NO_LOOKUP.notification_settles_reference());
+        let retrievable = Contract {
+            lookups: STRIPE.lookups,
+            ..ADYEN_CHECKOUT
+        };
+        assert!(!retrievable.notification_settles_reference());
     }
 
     #[test]

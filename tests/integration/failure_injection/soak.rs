@@ -1,15 +1,19 @@
-//! The short chaos soak CI runs: a thousand operations, workers and the reconciler SIGKILLed at
+//! The short chaos soaks CI runs: a thousand operations, workers and the reconciler SIGKILLed at
 //! random, failure points, processor faults, duplicate tool calls and webhooks, and refunds of a
-//! quarter of the paid payments made under the same chaos. The long soak is the
-//! same code run by the `payonce-chaos` binary (docs/failure-injection.md).
+//! quarter of the paid payments made under the same chaos; and a smaller one on Adyen's wire. The
+//! long soak is the same code run by the `payonce-chaos` binary (docs/failure-injection.md).
 
 use crate::support::cluster::Cluster;
 use crate::support::{self, postgres};
+use payonce_chaos::fleet::ContractRun;
 use payonce_chaos::{DatabaseRestart, SoakConfig, run};
 use std::time::Duration;
 
 /// Operations in the CI soak.
 const OPERATIONS: usize = 1_000;
+/// Operations in the CI soak on Adyen's wire: enough for every card of the plan (two in 25 settle
+/// only by notification), refunds of all three plans and kills landing mid-flight.
+const ADYEN_OPERATIONS: usize = 150;
 
 // Multi-threaded like the `payonce-chaos` binary: the in-process simulator must not share one
 // thread with the chaos loop.
@@ -88,4 +92,55 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
         report.refunds_refused_by_guard, report.refund_refusals_expected,
         "the guard refused exactly one of each racing pair"
     );
+}
+
+// The whole soak with every process on `--processor adyen` against the simulator on Adyen's wire:
+// payments and refunds over `/v71`, HMAC-signed notifications (duplicated too) on
+// `/v1/webhooks/adyen`, both audits read by Adyen's `reference`. On the shared server (no restart:
+// the CI soak above restarts its own cluster on Stripe's wire; the ledger side does not change with
+// the wire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_chaos_soak_on_adyens_wire_pays_nothing_twice_and_loses_nothing() {
+    let url = postgres::fresh_database().await;
+    let seed = std::env::var("PAYONCE_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_207);
+    let mut config = SoakConfig::new(support::payonce_bin().into(), url, seed);
+    config.operations = ADYEN_OPERATIONS;
+    config.contract = ContractRun {
+        contract: payonce_simulator::Contract::Adyen,
+        key_retention: None,
+    };
+    config.kill_every = (Duration::from_millis(200), Duration::from_millis(700));
+    config.chaos_window = Duration::from_secs(20);
+    config.deadline = Duration::from_secs(120);
+    let report = run(config).await.expect("the soak runs");
+    eprintln!("{report}");
+    assert!(
+        report.contract.starts_with("adyen on Adyen's wire"),
+        "{report}"
+    );
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.duplicates, 0, "nothing paid twice");
+    assert_eq!(report.lost, 0, "nothing lost");
+    assert_eq!(report.approved + report.unapproved, ADYEN_OPERATIONS);
+    assert_eq!(report.status_count("awaiting_approval"), report.unapproved);
+    assert!(report.payments > 0, "{report}");
+    // Notifications reached payments and refunds: the api verified the simulator's HMAC signatures
+    // (with a key the api does not hold, nothing is stored and none is reached).
+    assert!(report.notified > 0, "{report}");
+    assert!(report.refunds.notified > 0, "{report}");
+    // An operation holding the reference Adyen answered with (`Received`, a received refund) waits
+    // for its notification instead of being retried into a human's hands: what a human gets is
+    // only what the contract cannot resolve (no reference).
+    assert_eq!(report.sent_to_human_with_reference, 0, "{report}");
+    assert_eq!(report.refunds.sent_to_human_with_reference, 0, "{report}");
+    assert!(report.refunds.at_processor > 0, "{report}");
+    assert_eq!(
+        report.refunds_refused_by_guard, report.refund_refusals_expected,
+        "{report}"
+    );
+    assert!(report.sigkills >= 3, "{report}");
+    assert_eq!(report.bad_tool_answers, 0);
 }
