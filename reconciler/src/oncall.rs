@@ -9,7 +9,7 @@ use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{
     Inspection, Ledger, LedgerError, ListFilter, Operation, Recovery, Refunds, Resolution, Resolve,
 };
-use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, Processors, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
 
@@ -127,16 +127,18 @@ pub async fn list(
     })
 }
 
-/// Shows one operation: the row, every event, and what the processor says now.
+/// Shows one operation: the row, every event, and what its own processor says now (asked only
+/// through that processor's adapter: with `processors` not configured for it, nothing is asked).
 pub async fn show(
     ledger: &dyn Ledger,
-    processor: Option<&dyn Processor>,
+    processors: Option<&Processors>,
     id: &OperationId,
     now: Timestamp,
     format: Format,
 ) -> Result<String, LedgerError> {
     let op = ledger.get_unscoped(id).await?;
     let events = ledger.events_unscoped(id).await?;
+    let processor = processors.and_then(|p| p.route(&op).ok()).map(|a| a.as_ref());
     let processor_view = match processor {
         // A payment or a refund, as its kind says.
         Some(p) => {

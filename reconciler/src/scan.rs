@@ -27,7 +27,9 @@ use payonce_shared::intention::{Intention, KeySecret};
 use payonce_shared::ledger::{
     Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery,
 };
-use payonce_shared::processor::{FoundStatus, Processor, RecentPage, RecentQuery, ScannedPayment};
+use payonce_shared::processor::{
+    FoundStatus, Processor, ProcessorKind, RecentPage, RecentQuery, ScannedPayment,
+};
 use payonce_shared::state::Status;
 use serde::Serialize;
 use std::time::Duration;
@@ -78,6 +80,17 @@ impl ScanReport {
     /// Payments the ledger did not know about: each is an alert.
     pub fn findings(&self) -> u32 {
         self.recreated + self.unrecorded + self.unrecoverable
+    }
+
+    /// Adds the scan of another processor: complete only if both were.
+    pub fn absorb(&mut self, other: ScanReport) {
+        self.scanned += other.scanned;
+        self.recreated += other.recreated;
+        self.unrecorded += other.unrecorded;
+        self.unrecoverable += other.unrecoverable;
+        self.complete = self.complete && other.complete;
+        self.errors += other.errors;
+        self.found.extend(other.found);
     }
 }
 
@@ -178,7 +191,8 @@ async fn walk(
             }
         };
         for object in objects {
-            if let Err(error) = check(ledger, metrics, limits, &object, now, report).await {
+            let found_at = ProcessorKind::parse(processor.contract().wire);
+            if let Err(error) = check(ledger, metrics, limits, &object, found_at, now, report).await {
                 report.errors += 1;
                 tracing::warn!(reference = %object.object.reference, %error,
                     "processor scan could not check an object");
@@ -207,6 +221,7 @@ async fn check(
     metrics: &ReconcilerMetrics,
     limits: &ScanLimits,
     payment: &ScannedPayment,
+    found_at: Option<ProcessorKind>,
     now: Timestamp,
     report: &mut ScanReport,
 ) -> Result<(), LedgerError> {
@@ -226,7 +241,7 @@ async fn check(
     report.scanned += 1;
     let (op, recreated) = match ledger.get_unscoped(&id).await {
         Ok(op) => (op, false),
-        Err(LedgerError::NotFound) => match recreate(ledger, limits, payment, &id, now).await? {
+        Err(LedgerError::NotFound) => match recreate(ledger, limits, payment, &id, found_at, now).await? {
             Some(found) => found,
             None => {
                 report.unrecoverable += 1;
@@ -320,13 +335,15 @@ async fn apply(
     Ok(Some(ledger.apply_report(&request, now).await?))
 }
 
-/// The lost row made again from what the payment carries: `Some((row, inserted))`, where the row is
-/// the one holding the business key now; `None` when the payment does not carry enough.
+/// The lost row made again from what the payment carries, bound to the processor it was `found_at`
+/// (a refund: to its payment's): `Some((row, inserted))`, where the row is the one holding the
+/// business key now; `None` when the payment does not carry enough.
 async fn recreate(
     ledger: &dyn Recovery,
     limits: &ScanLimits,
     payment: &ScannedPayment,
     id: &payonce_shared::id::OperationId,
+    found_at: Option<ProcessorKind>,
     now: Timestamp,
 ) -> Result<Option<(Operation, bool)>, LedgerError> {
     let (Some(secret), Some(intention)) = (
@@ -368,6 +385,7 @@ async fn recreate(
         details,
         actor: SCAN_ACTOR.into(),
         idempotency_key,
+        processor: found_at,
     };
     match ledger.recreate(new, now).await {
         Ok(created) => Ok(Some((created.operation, created.inserted))),
