@@ -117,9 +117,9 @@ fn reconciler(
     let mut config: ReconcilerConfig = r.config(owner, submit);
     config.retry.limiter = common.limiter()?;
     config.key_secret = key_secret_for_scan(common);
-    Ok(Reconciler::new(
+    Ok(Reconciler::with_processors(
         ledger,
-        common.processor()?,
+        common.processors()?,
         clock(),
         config,
     ))
@@ -263,7 +263,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             config.submit.limiter = common.limiter()?;
             let limiter = config.submit.limiter.clone();
             let w = Arc::new(
-                Worker::new(ledger.clone(), common.processor()?, clock(), config)
+                Worker::with_processors(ledger.clone(), common.processors()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
             );
             tokio::spawn(ops::record_reachability(
@@ -388,12 +388,12 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 }
                 ReconcilerCommand::Show { id, json } => {
                     let id = OperationId::parse(&id)?;
-                    let processor = common.processor()?;
+                    let processors = common.processors()?;
                     print!(
                         "{}",
                         oncall::show(
                             ledger.as_ref(),
-                            Some(processor.as_ref()),
+                            Some(&processors),
                             &id,
                             now(),
                             format(json)
