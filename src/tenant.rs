@@ -59,8 +59,9 @@ pub enum TenantCommand {
         /// The tenant.
         tenant: String,
         /// The processor (every worker and reconciler must be configured for it).
-        #[arg(value_enum)]
-        processor: ProcessorChoice,
+        // Its own id: `processor` is the global setting's.
+        #[arg(id = "tenant_processor", value_name = "PROCESSOR", value_enum)]
+        choice: ProcessorChoice,
     },
     /// Sets the tenant's public profile, shown on every page a customer sees.
     SetProfile {
@@ -109,12 +110,12 @@ impl From<ProcessorChoice> for ProcessorKind {
 /// Runs a tenant command.
 pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Result<()> {
     match command {
-        TenantCommand::SetProcessor { tenant, processor } => {
+        TenantCommand::SetProcessor { tenant, choice } => {
             let tenant = TenantId::parse(&tenant)?;
             let profiles = ledger.profiles();
             let before = profiles.processor(&tenant).await?;
             profiles
-                .set_processor(&tenant, processor.into(), SystemClock.now())
+                .set_processor(&tenant, choice.into(), SystemClock.now())
                 .await?;
             let now = profiles
                 .processor(&tenant)
