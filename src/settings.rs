@@ -713,4 +713,54 @@ mod tests {
         bypassed.processor_contract = "no-such".into();
         assert!(bypassed.processor().is_err(), "refused past the parser too");
     }
+
+    #[test]
+    fn a_process_serves_the_other_processor_only_when_its_url_is_set() {
+        let parse = |args: &[&str]| {
+            let matches = Common::augment_args(Command::new("t").no_binary_name(true))
+                .try_get_matches_from(args)
+                .unwrap();
+            Common::from_arg_matches(&matches).unwrap()
+        };
+        let configured = |c: &Common| c.processors().map(|p| p.configured());
+        // Every existing configuration serves one processor, its own, as before.
+        assert_eq!(configured(&parse(&[])).unwrap(), "stripe");
+        assert_eq!(
+            configured(&parse(&["--processor", "adyen"])).unwrap(),
+            "adyen"
+        );
+        let both = parse(&["--adyen-url", "http://127.0.0.1:2"]);
+        let processors = both.processors().unwrap();
+        assert_eq!(processors.configured(), "stripe, adyen");
+        assert_eq!(processors.default_kind(), ProcessorKind::Stripe);
+        assert_eq!(
+            processors.get(ProcessorKind::Adyen).unwrap().contract().name,
+            "adyen"
+        );
+        let both = parse(&[
+            "--processor",
+            "adyen",
+            "--stripe-url",
+            "http://127.0.0.1:3",
+        ]);
+        let processors = both.processors().unwrap();
+        assert_eq!(processors.configured(), "adyen, stripe");
+        assert_eq!(
+            processors.get(ProcessorKind::Stripe).unwrap().contract().name,
+            "stripe"
+        );
+        // The default's own URL setting beside it is refused, not ignored.
+        assert!(
+            configured(&parse(&["--stripe-url", "http://127.0.0.1:3"]))
+                .unwrap_err()
+                .to_string()
+                .contains("stripe_url")
+        );
+        assert!(
+            configured(&parse(&["--processor", "adyen", "--adyen-url", "http://x"]))
+                .unwrap_err()
+                .to_string()
+                .contains("adyen_url")
+        );
+    }
 }
