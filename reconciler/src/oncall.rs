@@ -315,7 +315,7 @@ fn describe(op: &Operation, now: Timestamp) -> String {
     };
     format!(
         "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  {what}\n  tenant {tenant}, business key {bk}\n  \
-         {amount} from {customer} for invoice {invoice} via {pm}\n  idempotency key {key}, submitted {n} time(s)\n  \
+         {amount} from {customer} for invoice {invoice} via {pm}\n  processor {processor}, idempotency key {key}, submitted {n} time(s)\n  \
          reference {reference}, reason {reason}\n",
         id = op.id,
         status = op.status.as_str(),
@@ -327,6 +327,10 @@ fn describe(op: &Operation, now: Timestamp) -> String {
         customer = d.customer(),
         invoice = d.invoice(),
         pm = d.payment_method(),
+        // NULL: the row predates tenants' choices, or its tenant never chose.
+        processor = op
+            .processor
+            .map_or("(the configured one)", |p| p.as_str()),
         key = op.idempotency_key,
         n = op.submit_count,
         reference = op.external_ref.as_deref().unwrap_or("none"),
