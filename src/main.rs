@@ -5,7 +5,8 @@
 //! - `payonce serve`: the all-in-one process (api, worker, reconciler, simulator) for trying payonce.
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
 //!   `payonce keys create | list | revoke | rotate` manages API keys (`create-key` is the older spelling).
-//!   `payonce tenant set-verification` sets how customers prove who they are on the confirmation page.
+//!   `payonce tenant set-verification` sets how customers prove who they are on the confirmation page;
+//!   `payonce tenant set-processor` which processor a tenant's new operations go to.
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
