@@ -392,14 +392,8 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     let processors = common.processors()?;
                     print!(
                         "{}",
-                        oncall::show(
-                            ledger.as_ref(),
-                            Some(&processors),
-                            &id,
-                            now(),
-                            format(json)
-                        )
-                        .await?
+                        oncall::show(ledger.as_ref(), Some(&processors), &id, now(), format(json))
+                            .await?
                     );
                     Ok(ExitCode::SUCCESS)
                 }

@@ -9,9 +9,9 @@ use payonce_shared::intention::KeySecret;
 use payonce_shared::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
 };
-use payonce_shared::processor::{Processor, ProcessorKind, Processors};
 use payonce_shared::processor::adyen::{AdyenConfig, AdyenProcessor};
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_shared::processor::{Processor, ProcessorKind, Processors};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -328,10 +328,8 @@ impl Common {
     /// The Stripe adapter at `url`: `processor_secret_key`, declaring `processor_contract` (with
     /// `key_retention_s` when Stripe is the default).
     fn stripe_at(&self, url: &str) -> anyhow::Result<Arc<dyn Processor>> {
-        let mut config = StripeConfig::new(
-            url.trim_end_matches('/'),
-            self.processor_secret_key.clone(),
-        );
+        let mut config =
+            StripeConfig::new(url.trim_end_matches('/'), self.processor_secret_key.clone());
         config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
         config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
         config.idle_connections = usize::try_from(self.processor_idle_connections)?;
@@ -734,19 +732,22 @@ mod tests {
         assert_eq!(processors.configured(), "stripe, adyen");
         assert_eq!(processors.default_kind(), ProcessorKind::Stripe);
         assert_eq!(
-            processors.get(ProcessorKind::Adyen).unwrap().contract().name,
+            processors
+                .get(ProcessorKind::Adyen)
+                .unwrap()
+                .contract()
+                .name,
             "adyen"
         );
-        let both = parse(&[
-            "--processor",
-            "adyen",
-            "--stripe-url",
-            "http://127.0.0.1:3",
-        ]);
+        let both = parse(&["--processor", "adyen", "--stripe-url", "http://127.0.0.1:3"]);
         let processors = both.processors().unwrap();
         assert_eq!(processors.configured(), "adyen, stripe");
         assert_eq!(
-            processors.get(ProcessorKind::Stripe).unwrap().contract().name,
+            processors
+                .get(ProcessorKind::Stripe)
+                .unwrap()
+                .contract()
+                .name,
             "stripe"
         );
         // The default's own URL setting beside it is refused, not ignored.

@@ -380,7 +380,11 @@ async fn check_one(
         tracing::warn!(event_id = %hint.event_id, operation = %op.id,
             "a stripe webhook is kept: this process has no stripe configuration to check it with");
         return ledger
-            .defer_processor_event(&key, next, "pending: this reconciler has no stripe configuration")
+            .defer_processor_event(
+                &key,
+                next,
+                "pending: this reconciler has no stripe configuration",
+            )
             .await;
     };
     // The row already says what the signed hint says (the same object, succeeded): nothing to apply,

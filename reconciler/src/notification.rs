@@ -180,8 +180,10 @@ pub(crate) async fn check(
         }
         Err(e) => return Err(e),
     };
-    if crate::evidence::closed_as_other_processor(ledger, processors, metrics, hint, &op, now, report)
-        .await?
+    if crate::evidence::closed_as_other_processor(
+        ledger, processors, metrics, hint, &op, now, report,
+    )
+    .await?
     {
         return Ok(());
     }

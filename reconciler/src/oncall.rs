@@ -138,7 +138,9 @@ pub async fn show(
 ) -> Result<String, LedgerError> {
     let op = ledger.get_unscoped(id).await?;
     let events = ledger.events_unscoped(id).await?;
-    let processor = processors.and_then(|p| p.route(&op).ok()).map(|a| a.as_ref());
+    let processor = processors
+        .and_then(|p| p.route(&op).ok())
+        .map(|a| a.as_ref());
     let processor_view = match processor {
         // A payment or a refund, as its kind says.
         Some(p) => {
@@ -328,9 +330,7 @@ fn describe(op: &Operation, now: Timestamp) -> String {
         invoice = d.invoice(),
         pm = d.payment_method(),
         // NULL: the row predates tenants' choices, or its tenant never chose.
-        processor = op
-            .processor
-            .map_or("(the configured one)", |p| p.as_str()),
+        processor = op.processor.map_or("(the configured one)", |p| p.as_str()),
         key = op.idempotency_key,
         n = op.submit_count,
         reference = op.external_ref.as_deref().unwrap_or("none"),

@@ -192,7 +192,8 @@ async fn walk(
         };
         for object in objects {
             let found_at = ProcessorKind::parse(processor.contract().wire);
-            if let Err(error) = check(ledger, metrics, limits, &object, found_at, now, report).await {
+            if let Err(error) = check(ledger, metrics, limits, &object, found_at, now, report).await
+            {
                 report.errors += 1;
                 tracing::warn!(reference = %object.object.reference, %error,
                     "processor scan could not check an object");
@@ -241,22 +242,24 @@ async fn check(
     report.scanned += 1;
     let (op, recreated) = match ledger.get_unscoped(&id).await {
         Ok(op) => (op, false),
-        Err(LedgerError::NotFound) => match recreate(ledger, limits, payment, &id, found_at, now).await? {
-            Some(found) => found,
-            None => {
-                report.unrecoverable += 1;
-                metrics.unknown_payments.inc();
-                report.found.push(format!(
+        Err(LedgerError::NotFound) => {
+            match recreate(ledger, limits, payment, &id, found_at, now).await? {
+                Some(found) => found,
+                None => {
+                    report.unrecoverable += 1;
+                    metrics.unknown_payments.inc();
+                    report.found.push(format!(
                     "{}: paid for {id}, which the ledger does not have; not recreated (no intention \
                      metadata or no key secret): resolve by hand",
                     object.reference
                 ));
-                tracing::error!(operation_id = %id, reference = %object.reference,
+                    tracing::error!(operation_id = %id, reference = %object.reference,
                     "ALERT: the processor holds a payment for an operation the ledger does not have, \
                      and its row cannot be recreated (no intention metadata or no key secret)");
-                return Ok(());
+                    return Ok(());
+                }
             }
-        },
+        }
         Err(e) => return Err(e),
     };
     let applied = apply(ledger, &op, payment, now).await?;

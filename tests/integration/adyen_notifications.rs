@@ -23,7 +23,13 @@ fn now() -> Timestamp {
 }
 
 /// A notification item for `reference` (the operation id), signed with `key_hex` unless `None`.
-pub(crate) fn item(psp: &str, reference: &str, amount: i64, success: bool, key_hex: Option<&str>) -> Value {
+pub(crate) fn item(
+    psp: &str,
+    reference: &str,
+    amount: i64,
+    success: bool,
+    key_hex: Option<&str>,
+) -> Value {
     let mut item = json!({
         "additionalData": {},
         "amount": {"currency": "USD", "value": amount},

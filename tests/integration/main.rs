@@ -35,6 +35,6 @@ mod simulator_refunds;
 mod startup;
 mod stripe_adapter;
 mod stripe_refunds;
-mod tenant_processor;
 mod sweep_concurrency;
+mod tenant_processor;
 mod worker;

@@ -216,7 +216,10 @@ async fn each_tenant_pays_once_on_its_own_processor_and_a_switch_keeps_older_ope
     assert!(set.status.success(), "{set:?}");
     let a3 = approved(&ledger, &created(&ledger, &tenant(), "INV-TP-A3").await).await;
     let a2 = approved(&ledger, &a2).await;
-    assert_eq!(a1.processor, None, "acme had set nothing: the configured one");
+    assert_eq!(
+        a1.processor, None,
+        "acme had set nothing: the configured one"
+    );
     assert_eq!(a2.processor, None, "bound at creation, not at approval");
     assert_eq!(g1.processor, Some(ProcessorKind::Adyen));
     assert_eq!(a3.processor, Some(ProcessorKind::Adyen));
@@ -409,7 +412,8 @@ async fn sim_requests(sim: &payonce_simulator::Simulator) -> usize {
             .filter(|r| {
                 let path = r["path"].as_str().unwrap_or("");
                 r["method"] == "POST"
-                    || (path.starts_with("/v1/payment_intents/") && path != "/v1/payment_intents/search")
+                    || (path.starts_with("/v1/payment_intents/")
+                        && path != "/v1/payment_intents/search")
             })
             .count()
     })
@@ -478,12 +482,8 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
     let mut config = ReconcilerConfig::new("rec-tenant-processor");
     config.check_backoff_base = Duration::from_millis(1);
     config.check_backoff_max = Duration::from_millis(1);
-    let rec = Reconciler::with_processors(
-        ledger.clone(),
-        processors,
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec =
+        Reconciler::with_processors(ledger.clone(), processors, Arc::new(SystemClock), config);
 
     // Signed, authentic, and each naming the other processor's operation: nothing applied.
     let pi = paid_at_stripe(&sim, &on_adyen).await;
@@ -696,4 +696,51 @@ async fn no_api_key_sets_a_tenants_processor() {
     }
     let op = created(&ledger, &tenant(), "INV-TP-ROLE").await;
     assert_eq!(op.processor, None);
+}
+
+#[tokio::test]
+async fn the_reconciler_decides_under_the_contract_of_the_operations_own_processor() {
+    let ledger = sqlite_ledger().await;
+    let processors = Processors::single(stripe(&simulator(SimulatorConfig::default()).await, None))
+        .with(
+            ProcessorKind::Adyen,
+            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
+        )
+        .unwrap();
+    let rec = Reconciler::with_processors(
+        ledger.clone(),
+        processors,
+        Arc::new(SystemClock),
+        ReconcilerConfig::new("rec-contracts"),
+    );
+    // Submitted once two days ago, no reference, nothing found: past Stripe's 24 h key retention,
+    // inside Adyen's 31 days.
+    let now = now();
+    let sent = now.saturating_sub_span(Duration::from_secs(2 * 86_400));
+    let base = created(&ledger, &tenant(), "INV-TP-DECIDE").await;
+    let doubt = |processor: Option<ProcessorKind>| Operation {
+        status: Status::Unknown,
+        attempt: 1,
+        first_submitted_at: Some(sent),
+        first_submitted_attempt: Some(1),
+        last_submitted_at: Some(sent),
+        submit_count: 1,
+        processor,
+        ..base.clone()
+    };
+    assert_eq!(
+        rec.decide(&doubt(Some(ProcessorKind::Adyen)), None, now),
+        payonce_reconciler::sweep::Decision::RetrySameKey,
+        "Adyen still replays what it saved under the key"
+    );
+    for stripe_bound in [Some(ProcessorKind::Stripe), None] {
+        match rec.decide(&doubt(stripe_bound), None, now) {
+            payonce_reconciler::sweep::Decision::Escalate(why) => {
+                assert!(why.contains("stripe"), "{why}")
+            }
+            other => panic!(
+                "{stripe_bound:?}: Stripe forgot the key; a retry could pay twice: {other:?}"
+            ),
+        }
+    }
 }

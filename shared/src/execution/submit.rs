@@ -143,7 +143,11 @@ fn contradicts_approval(
 /// key again after the processor's advice or a jittered backoff, without recording anything in
 /// between: the claim and its attempt stay as they are. Returns `RateLimited` only once
 /// `ex.wait_max` has passed or `ex.stop` is set; every other outcome as the processor gave it.
-async fn submit_paced(ex: &Execution<'_>, processor: &dyn Processor, op: &Operation) -> SubmitOutcome {
+async fn submit_paced(
+    ex: &Execution<'_>,
+    processor: &dyn Processor,
+    op: &Operation,
+) -> SubmitOutcome {
     let policy = ex.policy;
     let give_up_at = tokio::time::Instant::now() + ex.wait_max;
     let stopped = || ex.stop.is_some_and(|s| *s.borrow());

@@ -341,9 +341,11 @@ pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, Ledger
         updated_at: row.get("updated_at")?,
         processor: match text("processor")? {
             None => None,
-            Some(name) => Some(crate::processor::ProcessorKind::parse(&name).ok_or_else(|| {
-                LedgerError::Corrupt(format!("operation names an unknown processor {name:?}"))
-            })?),
+            Some(name) => Some(
+                crate::processor::ProcessorKind::parse(&name).ok_or_else(|| {
+                    LedgerError::Corrupt(format!("operation names an unknown processor {name:?}"))
+                })?,
+            ),
         },
     })
 }

@@ -88,7 +88,11 @@ impl Processors {
     }
 
     /// Adds `adapter` for `kind` beside the default; refuses a second adapter for a kind.
-    pub fn with(mut self, kind: ProcessorKind, adapter: Arc<dyn Processor>) -> Result<Self, String> {
+    pub fn with(
+        mut self,
+        kind: ProcessorKind,
+        adapter: Arc<dyn Processor>,
+    ) -> Result<Self, String> {
         if self.get(kind).is_some() {
             return Err(format!("processor {kind} is configured twice"));
         }
@@ -109,7 +113,10 @@ impl Processors {
 
     /// The adapter for `kind`, if this process is configured for it.
     pub fn get(&self, kind: ProcessorKind) -> Option<&Arc<dyn Processor>> {
-        self.adapters.iter().find(|(k, _)| *k == kind).map(|(_, a)| a)
+        self.adapters
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, a)| a)
     }
 
     /// Every configured adapter, the default first.
