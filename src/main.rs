@@ -231,16 +231,17 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             let mut config = api.config();
             config.key_secret = common.key_secret()?;
             config.adyen_merchant_account = Some(common.adyen_merchant_account.clone());
-            // Only to read a payment method's card for the confirmation page (never to submit): a
-            // processor that cannot be set up leaves the page without its card line.
-            let processor = common
-                .processor()
+            // Only to read a payment method's card for the confirmation page and the object behind
+            // a reference for the console, each from the operation's own processor (never to
+            // submit): a processor that cannot be set up leaves the pages without them.
+            let processors = common
+                .processors()
                 .inspect_err(|e| tracing::warn!(error = %format!("{e:#}"), "no processor client: the confirmation page shows no card"))
                 .ok();
             // Approvals, links and sessions expire on the database's clock, as leases do.
             let clock = payonce_api::database_clock(ledger.clone(), clock()).await?;
             let served = ops::within_grace(ops::API_SHUTDOWN_GRACE, |shutdown| {
-                payonce_api::serve(config, ledger, clock, processor, shutdown)
+                payonce_api::serve(config, ledger, clock, processors, shutdown)
             })
             .await;
             if let Some(served) = served {

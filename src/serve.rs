@@ -174,14 +174,13 @@ impl Stack {
             None => None,
         };
         let processors = common.processors()?;
-        let processor = processors.default_adapter().clone();
         let limiter = common.limiter()?;
         let clock: SharedClock = Arc::new(SystemClock);
         let (stop, _) = watch::channel(false);
         // The api's times on the database's clock, as the worker's and the reconciler's leases.
         let api_clock = payonce_api::database_clock(ledger.clone(), clock.clone()).await?;
         let state = payonce_api::AppState::new(ledger.clone(), api_clock, api_config.clone())
-            .with_processor(processor.clone());
+            .with_processors(processors.clone());
         let api_stopped = stopped(&stop);
         let (api_failed, api_failure) = tokio::sync::oneshot::channel();
         let api = tokio::spawn(async move {
