@@ -7,4 +7,8 @@ CREATE TABLE tenant_processors (
     processor   TEXT NOT NULL CHECK (processor IN ('stripe', 'adyen')),
     updated_at  BIGINT NOT NULL
 );
-ALTER TABLE operations ADD COLUMN processor TEXT CHECK (processor IN ('stripe', 'adyen'));
+ALTER TABLE operations ADD COLUMN processor TEXT;
+-- NOT VALID: the existing rows are not scanned under the table's exclusive lock. Every one of them is
+-- NULL, which the check admits, and every row written from now on is checked.
+ALTER TABLE operations ADD CONSTRAINT operations_processor_check
+    CHECK (processor IN ('stripe', 'adyen')) NOT VALID;

@@ -744,3 +744,45 @@ async fn the_reconciler_decides_under_the_contract_of_the_operations_own_process
         }
     }
 }
+
+#[tokio::test]
+async fn both_stores_refuse_a_processor_they_do_not_know() {
+    let (pg, url) = support::postgres_ledger().await;
+    let pg_db = sqlx::PgPool::connect(&url).await.unwrap();
+    let lite = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    let lite_shared: SharedLedger = Arc::new(lite.clone());
+    let pg_op = created(&pg, &tenant(), "INV-TP-CHECK").await;
+    let lite_op = created(&lite_shared, &tenant(), "INV-TP-CHECK").await;
+    for (op, known) in [
+        ("stripe", true),
+        ("adyen", true),
+        ("paypal", false),
+        ("", false),
+    ] {
+        let statements = [
+            format!(
+                "UPDATE operations SET processor = '{op}' WHERE id = '{}'",
+                pg_op.id
+            ),
+            // A tenant of its own per name: only the check can refuse it.
+            format!(
+                "INSERT INTO tenant_processors (tenant_id, processor, updated_at) \
+                 VALUES ('t-{op}', '{op}', 0)"
+            ),
+        ];
+        for sql in &statements {
+            let on_pg = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+                .execute(&pg_db)
+                .await;
+            let on_lite = sqlx::raw_sql(sqlx::AssertSqlSafe(
+                sql.replace(pg_op.id.as_str(), lite_op.id.as_str()),
+            ))
+            .execute(lite.pool())
+            .await;
+            assert_eq!(on_pg.is_ok(), known, "postgres, {sql}: {on_pg:?}");
+            assert_eq!(on_lite.is_ok(), known, "sqlite, {sql}: {on_lite:?}");
+        }
+    }
+}
