@@ -437,7 +437,10 @@ async fn check_one(
                 .await;
         }
     };
-    apply_checked(ledger, metrics, hint, op, &reference, &object, now, report).await
+    apply_checked(
+        ledger, processors, metrics, hint, op, &reference, &object, now, report,
+    )
+    .await
 }
 
 /// The second half of [`check_one`]: the retrieved `object` checked against the operation it
@@ -445,6 +448,7 @@ async fn check_one(
 #[allow(clippy::too_many_arguments)]
 async fn apply_checked(
     ledger: &dyn Recovery,
+    processors: &Processors,
     metrics: &ReconcilerMetrics,
     hint: &StoredProcessorEvent,
     op: Operation,
@@ -477,6 +481,13 @@ async fn apply_checked(
         ))
         .await;
     };
+    // The object's own operation must be one of this processor's too (an object carrying an
+    // Adyen operation's id at Stripe is never applied to it).
+    if op.id != named
+        && closed_as_other_processor(ledger, processors, metrics, hint, &op, now, report).await?
+    {
+        return Ok(());
+    }
     let misnamed = if op.id == named {
         String::new()
     } else {

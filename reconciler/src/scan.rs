@@ -25,7 +25,7 @@ use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::intention::{Intention, KeySecret};
 use payonce_shared::ledger::{
-    Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery,
+    Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery, Report,
 };
 use payonce_shared::processor::{
     FoundStatus, Processor, ProcessorKind, RecentPage, RecentQuery, ScannedPayment,
@@ -55,6 +55,9 @@ pub struct ScanLimits {
     pub limiter: payonce_shared::limiter::SharedLimiter,
     /// Longest wait for a read permit; none in time ends the scan early.
     pub permit_wait_max: Duration,
+    /// The processor of rows that name none (the process's configured one): a payment found at
+    /// another processor than its row's is a contradiction, never applied as the row's payment.
+    pub default_processor: ProcessorKind,
 }
 
 /// What one scan found.
@@ -262,7 +265,28 @@ async fn check(
         }
         Err(e) => return Err(e),
     };
-    let applied = apply(ledger, &op, payment, now).await?;
+    let bound = op.processor.unwrap_or(limits.default_processor);
+    let applied = match found_at {
+        Some(at) if at != bound && op.status != Status::NeedsAttention => {
+            // Money for this operation at a processor it was never bound to: a human sees both
+            // facts (its refunds would otherwise go to the processor the row names).
+            let mismatch = Report::Mismatch {
+                reference: object.reference.clone(),
+                paid: true,
+                detail: format!(
+                    "{} paid at {at} for an operation bound to {bound}",
+                    object.reference
+                ),
+            };
+            let request = ApplyReport {
+                id: &op.id,
+                report: &mismatch,
+                source: SCAN_ACTOR,
+            };
+            Some(ledger.apply_report(&request, now).await?)
+        }
+        _ => apply(ledger, &op, payment, now).await?,
+    };
     if matches!(applied, Some(Applied::PaymentWithoutApproval)) {
         metrics.payments_without_approval.inc();
     }

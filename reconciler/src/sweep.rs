@@ -362,6 +362,7 @@ impl Reconciler {
             lookback: self.config.scan_lookback,
             limiter: self.config.retry.limiter.clone(),
             permit_wait_max: self.config.lookup_permit_wait_max,
+            default_processor: self.processors.default_kind(),
         };
         let mut report: Option<ScanReport> = None;
         // Each processor keeps its own watermarks (named by its wire).

@@ -565,6 +565,31 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
     let row = ledger.get(&globex(), &on_adyen.id).await.unwrap();
     assert_eq!(row.status, Status::Succeeded);
     assert_eq!(row.external_ref.as_deref(), Some(psp));
+
+    // A Stripe webhook naming a Stripe operation whose retrieved object carries an Adyen
+    // operation's id: the object's own operation is checked, and it is not Stripe's either.
+    let named = unknown(&ledger, &tenant(), "INV-TP-WS2", "pi_pending2").await;
+    let carried = unknown(&ledger, &globex(), "INV-TP-WA2", "ADYENPSP00000043").await;
+    let pi = paid_at_stripe(&sim, &carried).await;
+    let mut claimed = pi.clone();
+    claimed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
+    let (header, body) = stripe_delivery("evt_tp_carried", claimed);
+    webhooks::ingest(
+        ledger.as_ref(),
+        &[STRIPE_SECRET.to_string()],
+        Some(&header),
+        body.as_bytes(),
+        now(),
+    )
+    .await
+    .unwrap();
+    let report = rec.check_hints_once().await.unwrap();
+    assert_eq!((report.closed, report.applied), (1, 0), "{report:?}");
+    for op in [&named, &carried] {
+        let row = ledger.get(&op.tenant, &op.id).await.unwrap();
+        assert_eq!(row.status, Status::Unknown, "{} untouched", op.id);
+        assert_eq!(row.external_ref, op.external_ref);
+    }
 }
 
 #[tokio::test]
@@ -785,4 +810,48 @@ async fn both_stores_refuse_a_processor_they_do_not_know() {
             assert_eq!(on_lite.is_ok(), known, "sqlite, {sql}: {on_lite:?}");
         }
     }
+}
+
+#[tokio::test]
+async fn a_payment_the_scan_finds_at_another_processor_than_its_rows_goes_to_a_human() {
+    let ledger = sqlite_ledger().await;
+    let sim = simulator(SimulatorConfig::default()).await;
+    ledger
+        .profiles()
+        .set_processor(&globex(), ProcessorKind::Adyen, now())
+        .await
+        .unwrap();
+    let on_adyen = approved(&ledger, &created(&ledger, &globex(), "INV-TP-SCAN").await).await;
+    let on_stripe = approved(&ledger, &created(&ledger, &tenant(), "INV-TP-SCAN2").await).await;
+    // Money for each at Stripe: only for the Adyen-bound one is that a contradiction.
+    let wrong = paid_at_stripe(&sim, &on_adyen).await;
+    let right = paid_at_stripe(&sim, &on_stripe).await;
+    let processors = Processors::single(stripe(&sim, None))
+        .with(
+            ProcessorKind::Adyen,
+            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
+        )
+        .unwrap();
+    let rec = Reconciler::with_processors(
+        ledger.clone(),
+        processors,
+        Arc::new(SystemClock),
+        ReconcilerConfig::new("rec-scan"),
+    );
+    let report = rec.sweep_once(false).await.unwrap();
+    let scan = report.scan.expect("Stripe lists: the sweep scans it");
+    assert!(scan.complete, "{scan:?}");
+    let row = ledger.get(&globex(), &on_adyen.id).await.unwrap();
+    assert_eq!(row.status, Status::NeedsAttention, "{row:?}");
+    let why = row.failure_message.unwrap_or_default();
+    assert!(
+        why.contains(wrong["id"].as_str().unwrap()) && why.contains("bound to adyen"),
+        "{why}"
+    );
+    // The Stripe-bound row meets no processor contradiction (the scan leaves a ready row to its
+    // worker, whose same-key request the processor answers).
+    let row = ledger.get(&tenant(), &on_stripe.id).await.unwrap();
+    assert_eq!(row.status, Status::Ready, "{row:?}");
+    assert_eq!(row.failure_message, None, "{row:?}");
+    assert!(right["id"].as_str().is_some_and(|id| id.starts_with("pi_")));
 }
