@@ -105,12 +105,6 @@ impl Processors {
         self.default
     }
 
-    /// The default adapter.
-    pub fn default_adapter(&self) -> &Arc<dyn Processor> {
-        // `single` puts the default first and `with` only appends.
-        &self.adapters[0].1
-    }
-
     /// The adapter for `kind`, if this process is configured for it.
     pub fn get(&self, kind: ProcessorKind) -> Option<&Arc<dyn Processor>> {
         self.adapters
