@@ -161,7 +161,8 @@ pub enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
-    /// Tenant settings: `payonce tenant set-verification` (customer verification on the page).
+    /// Tenant settings: `payonce tenant set-verification` (customer verification on the page),
+    /// `set-processor` (where the tenant's new operations are submitted), and the others.
     Tenant {
         #[command(flatten)]
         common: Common,

@@ -5,7 +5,8 @@
 //! - `payonce serve`: the all-in-one process (api, worker, reconciler, simulator) for trying payonce.
 //! - `payonce api | worker | reconciler | simulator`: the separate deployables for scale;
 //!   `payonce keys create | list | revoke | rotate` manages API keys (`create-key` is the older spelling).
-//!   `payonce tenant set-verification` sets how customers prove who they are on the confirmation page.
+//!   `payonce tenant set-verification` sets how customers prove who they are on the confirmation page;
+//!   `payonce tenant set-processor` which processor a tenant's new operations go to.
 //! - `payonce migrate`: run ledger migrations explicitly.
 //! - `payonce reconciler sweep --once | list | show | resolve`: on-call and cron.
 //! - `payonce config show | reference`: effective settings and the generated configuration reference.
@@ -117,9 +118,9 @@ fn reconciler(
     let mut config: ReconcilerConfig = r.config(owner, submit);
     config.retry.limiter = common.limiter()?;
     config.key_secret = key_secret_for_scan(common);
-    Ok(Reconciler::new(
+    Ok(Reconciler::with_processors(
         ledger,
-        common.processor()?,
+        common.processors()?,
         clock(),
         config,
     ))
@@ -230,16 +231,17 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             let mut config = api.config();
             config.key_secret = common.key_secret()?;
             config.adyen_merchant_account = Some(common.adyen_merchant_account.clone());
-            // Only to read a payment method's card for the confirmation page (never to submit): a
-            // processor that cannot be set up leaves the page without its card line.
-            let processor = common
-                .processor()
+            // Only to read a payment method's card for the confirmation page and the object behind
+            // a reference for the console, each from the operation's own processor (never to
+            // submit): a processor that cannot be set up leaves the pages without them.
+            let processors = common
+                .processors()
                 .inspect_err(|e| tracing::warn!(error = %format!("{e:#}"), "no processor client: the confirmation page shows no card"))
                 .ok();
             // Approvals, links and sessions expire on the database's clock, as leases do.
             let clock = payonce_api::database_clock(ledger.clone(), clock()).await?;
             let served = ops::within_grace(ops::API_SHUTDOWN_GRACE, |shutdown| {
-                payonce_api::serve(config, ledger, clock, processor, shutdown)
+                payonce_api::serve(config, ledger, clock, processors, shutdown)
             })
             .await;
             if let Some(served) = served {
@@ -263,7 +265,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             config.submit.limiter = common.limiter()?;
             let limiter = config.submit.limiter.clone();
             let w = Arc::new(
-                Worker::new(ledger.clone(), common.processor()?, clock(), config)
+                Worker::with_processors(ledger.clone(), common.processors()?, clock(), config)
                     .map_err(anyhow::Error::msg)?,
             );
             tokio::spawn(ops::record_reachability(
@@ -388,17 +390,11 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                 }
                 ReconcilerCommand::Show { id, json } => {
                     let id = OperationId::parse(&id)?;
-                    let processor = common.processor()?;
+                    let processors = common.processors()?;
                     print!(
                         "{}",
-                        oncall::show(
-                            ledger.as_ref(),
-                            Some(processor.as_ref()),
-                            &id,
-                            now(),
-                            format(json)
-                        )
-                        .await?
+                        oncall::show(ledger.as_ref(), Some(&processors), &id, now(), format(json))
+                            .await?
                     );
                     Ok(ExitCode::SUCCESS)
                 }

@@ -11,7 +11,7 @@ use payonce_shared::clock::{Clock, SharedClock, SystemClock};
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::limiter::SharedLimiter;
-use payonce_shared::processor::Processor;
+use payonce_shared::processor::Processors;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::Worker;
 use payonce_worker::config::owner_name;
@@ -63,7 +63,8 @@ pub struct Stack {
     pub api_url: String,
     /// The processor's base URL.
     pub processor_url: String,
-    processor: Arc<dyn Processor>,
+    /// Every processor the worker and reconciler serve (the default first: the api's card reader).
+    processors: Processors,
     /// The one fleet limiter of this process (in-process unless configured `redis`).
     pub limiter: SharedLimiter,
     clock: SharedClock,
@@ -172,14 +173,14 @@ impl Stack {
             }
             None => None,
         };
-        let processor = common.processor()?;
+        let processors = common.processors()?;
         let limiter = common.limiter()?;
         let clock: SharedClock = Arc::new(SystemClock);
         let (stop, _) = watch::channel(false);
         // The api's times on the database's clock, as the worker's and the reconciler's leases.
         let api_clock = payonce_api::database_clock(ledger.clone(), clock.clone()).await?;
         let state = payonce_api::AppState::new(ledger.clone(), api_clock, api_config.clone())
-            .with_processor(processor.clone());
+            .with_processors(processors.clone());
         let api_stopped = stopped(&stop);
         let (api_failed, api_failure) = tokio::sync::oneshot::channel();
         let api = tokio::spawn(async move {
@@ -192,7 +193,7 @@ impl Stack {
             ledger,
             api_url: api_config.base_url().to_string(),
             processor_url: common.processor_url.clone(),
-            processor,
+            processors,
             limiter,
             clock,
             plan: Plan { common, ..plan },
@@ -208,9 +209,9 @@ impl Stack {
         let mut config = self.plan.worker.config(owner_name("serve-worker"));
         config.submit.limiter = self.limiter.clone();
         let worker = Arc::new(
-            Worker::new(
+            Worker::with_processors(
                 self.ledger.clone(),
-                self.processor.clone(),
+                self.processors.clone(),
                 self.clock.clone(),
                 config,
             )
@@ -236,9 +237,9 @@ impl Stack {
         let mut config = self.plan.reconciler.config(owner, &self.plan.worker.submit);
         config.retry.limiter = self.limiter.clone();
         config.key_secret = self.plan.common.key_secret().ok();
-        let reconciler = Arc::new(Reconciler::new(
+        let reconciler = Arc::new(Reconciler::with_processors(
             self.ledger.clone(),
-            self.processor.clone(),
+            self.processors.clone(),
             self.clock.clone(),
             config,
         ));

@@ -9,9 +9,9 @@ use payonce_shared::intention::KeySecret;
 use payonce_shared::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
 };
-use payonce_shared::processor::Processor;
 use payonce_shared::processor::adyen::{AdyenConfig, AdyenProcessor};
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_shared::processor::{Processor, ProcessorKind, Processors};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +86,16 @@ pub struct Common {
         default_value = "http://127.0.0.1:12111"
     )]
     pub processor_url: String,
+    /// Stripe's base URL beside `processor = adyen`: this process then also serves operations of
+    /// tenants on Stripe (`payonce tenant set-processor`), with `processor_secret_key` and
+    /// `processor_contract`. Empty: Adyen only.
+    #[arg(long, global = true, env = "PAYONCE_STRIPE_URL", default_value = "")]
+    pub stripe_url: String,
+    /// Adyen Checkout's base URL beside `processor = stripe`: this process then also serves
+    /// operations of tenants on Adyen (`payonce tenant set-processor`), with `adyen_api_key` and
+    /// `adyen_merchant_account`. Empty: Stripe only.
+    #[arg(long, global = true, env = "PAYONCE_ADYEN_URL", default_value = "")]
+    pub adyen_url: String,
     /// Processor secret key.
     #[arg(
         long,
@@ -256,30 +266,81 @@ impl Common {
     /// [`Common::contract`].
     pub fn processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
         if self.processor == "adyen" {
-            let mut config = AdyenConfig::new(
-                self.processor_url.trim_end_matches('/'),
-                self.adyen_api_key.clone(),
-                self.adyen_merchant_account.clone(),
+            return self.adyen_at(&self.processor_url);
+        }
+        self.stripe_at(&self.processor_url)
+    }
+
+    /// Every adapter this process is configured for: `processor` (the default, serving operations
+    /// that name none) and, beside it, the other one when its URL (`stripe_url`, `adyen_url`) is
+    /// set. The default's own URL setting beside it is refused rather than ignored.
+    pub fn processors(&self) -> anyhow::Result<Processors> {
+        let processors = Processors::single(self.processor()?);
+        if self.processor == "adyen" {
+            anyhow::ensure!(
+                self.adyen_url.is_empty(),
+                "adyen_url is for Adyen beside processor = stripe; with processor = adyen, Adyen's URL \
+                 is processor_url"
             );
-            config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
-            config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
+            if self.stripe_url.is_empty() {
+                return Ok(processors);
+            }
+            let stripe = self.stripe_at(&self.stripe_url)?;
+            return processors
+                .with(ProcessorKind::Stripe, stripe)
+                .map_err(anyhow::Error::msg);
+        }
+        anyhow::ensure!(
+            self.stripe_url.is_empty(),
+            "stripe_url is for Stripe beside processor = adyen; with processor = stripe, Stripe's URL \
+             is processor_url"
+        );
+        if self.adyen_url.is_empty() {
+            return Ok(processors);
+        }
+        let adyen = self.adyen_at(&self.adyen_url)?;
+        processors
+            .with(ProcessorKind::Adyen, adyen)
+            .map_err(anyhow::Error::msg)
+    }
+
+    /// The Adyen adapter at `url`: its own contract (with `key_retention_s` when Adyen is the
+    /// default), `adyen_api_key`, `adyen_merchant_account`.
+    fn adyen_at(&self, url: &str) -> anyhow::Result<Arc<dyn Processor>> {
+        let mut config = AdyenConfig::new(
+            url.trim_end_matches('/'),
+            self.adyen_api_key.clone(),
+            self.adyen_merchant_account.clone(),
+        );
+        config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
+        config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
+        let mut adyen = AdyenProcessor::new(config)?;
+        if self.processor == "adyen" {
             // Refuses a contract on Stripe's wire named beside it; carries key_retention_s.
             let declared = self.contract()?;
-            let mut adyen = AdyenProcessor::new(config)?;
             if let Some(retention) = declared.key_retention {
                 adyen = adyen.with_key_retention(retention);
             }
-            return Ok(Arc::new(adyen));
         }
-        let mut config = StripeConfig::new(
-            self.processor_url.trim_end_matches('/'),
-            self.processor_secret_key.clone(),
-        );
+        Ok(Arc::new(adyen))
+    }
+
+    /// The Stripe adapter at `url`: `processor_secret_key`, declaring `processor_contract` (with
+    /// `key_retention_s` when Stripe is the default).
+    fn stripe_at(&self, url: &str) -> anyhow::Result<Arc<dyn Processor>> {
+        let mut config =
+            StripeConfig::new(url.trim_end_matches('/'), self.processor_secret_key.clone());
         config.connect_timeout = Duration::from_millis(self.processor_connect_timeout_ms);
         config.request_timeout = Duration::from_millis(self.processor_timeout_ms);
         config.idle_connections = usize::try_from(self.processor_idle_connections)?;
         config.http2 = self.processor_http2;
-        let stripe = StripeProcessor::new(config)?.with_contract(self.contract()?)?;
+        let contract = if self.processor == "adyen" {
+            payonce_shared::processor::contract::by_name(&self.processor_contract)
+                .context("processor_contract is one of the registry")?
+        } else {
+            self.contract()?
+        };
+        let stripe = StripeProcessor::new(config)?.with_contract(contract)?;
         Ok(Arc::new(stripe))
     }
 
@@ -649,5 +710,58 @@ mod tests {
         let mut bypassed = defaults.clone();
         bypassed.processor_contract = "no-such".into();
         assert!(bypassed.processor().is_err(), "refused past the parser too");
+    }
+
+    #[test]
+    fn a_process_serves_the_other_processor_only_when_its_url_is_set() {
+        let parse = |args: &[&str]| {
+            let matches = Common::augment_args(Command::new("t").no_binary_name(true))
+                .try_get_matches_from(args)
+                .unwrap();
+            Common::from_arg_matches(&matches).unwrap()
+        };
+        let configured = |c: &Common| c.processors().map(|p| p.configured());
+        // Every existing configuration serves one processor, its own, as before.
+        assert_eq!(configured(&parse(&[])).unwrap(), "stripe");
+        assert_eq!(
+            configured(&parse(&["--processor", "adyen"])).unwrap(),
+            "adyen"
+        );
+        let both = parse(&["--adyen-url", "http://127.0.0.1:2"]);
+        let processors = both.processors().unwrap();
+        assert_eq!(processors.configured(), "stripe, adyen");
+        assert_eq!(processors.default_kind(), ProcessorKind::Stripe);
+        assert_eq!(
+            processors
+                .get(ProcessorKind::Adyen)
+                .unwrap()
+                .contract()
+                .name,
+            "adyen"
+        );
+        let both = parse(&["--processor", "adyen", "--stripe-url", "http://127.0.0.1:3"]);
+        let processors = both.processors().unwrap();
+        assert_eq!(processors.configured(), "adyen, stripe");
+        assert_eq!(
+            processors
+                .get(ProcessorKind::Stripe)
+                .unwrap()
+                .contract()
+                .name,
+            "stripe"
+        );
+        // The default's own URL setting beside it is refused, not ignored.
+        assert!(
+            configured(&parse(&["--stripe-url", "http://127.0.0.1:3"]))
+                .unwrap_err()
+                .to_string()
+                .contains("stripe_url")
+        );
+        assert!(
+            configured(&parse(&["--processor", "adyen", "--adyen-url", "http://x"]))
+                .unwrap_err()
+                .to_string()
+                .contains("adyen_url")
+        );
     }
 }

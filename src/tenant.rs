@@ -5,7 +5,11 @@
 //!
 //! `payonce tenant set-retention`: how long a tenant's settled operations are kept (docs/runbook.md,
 //! "Retention"); without one, for ever.
+//!
+//! `payonce tenant set-processor TENANT stripe|adyen`: the processor the tenant's operations are
+//! bound to from now on (docs/runbook.md, "A tenant's processor"); those created before keep theirs.
 
+use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use payonce_api::profile::{ProfileRequest, set_profile};
 use payonce_api::verify::{VerificationRequest, set_tenant_verification};
@@ -13,6 +17,7 @@ use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::ledger::verification::VerificationMethod;
+use payonce_shared::processor::ProcessorKind;
 
 /// The tenant commands (each sets one of the tenant's settings, as the command names say).
 #[derive(Debug, Clone, Subcommand)]
@@ -47,6 +52,17 @@ pub enum TenantCommand {
         #[arg(long)]
         forever: bool,
     },
+    /// Sets the processor the tenant's operations are submitted to: each operation created from
+    /// now on is bound to it for good (its retries, lookups, refunds and reconciliation); those
+    /// created before stay on theirs. Without one, the processes' configured `processor`.
+    SetProcessor {
+        /// The tenant.
+        tenant: String,
+        /// The processor (every worker and reconciler must be configured for it).
+        // Its own id: `processor` is the global setting's.
+        #[arg(id = "tenant_processor", value_name = "PROCESSOR", value_enum)]
+        choice: ProcessorChoice,
+    },
     /// Sets the tenant's public profile, shown on every page a customer sees.
     SetProfile {
         /// The tenant.
@@ -73,9 +89,45 @@ pub enum Method {
     OneTimeCode,
 }
 
+/// A processor as typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProcessorChoice {
+    /// Stripe's API.
+    Stripe,
+    /// Adyen Checkout.
+    Adyen,
+}
+
+impl From<ProcessorChoice> for ProcessorKind {
+    fn from(choice: ProcessorChoice) -> ProcessorKind {
+        match choice {
+            ProcessorChoice::Stripe => ProcessorKind::Stripe,
+            ProcessorChoice::Adyen => ProcessorKind::Adyen,
+        }
+    }
+}
+
 /// Runs a tenant command.
 pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Result<()> {
     match command {
+        TenantCommand::SetProcessor { tenant, choice } => {
+            let tenant = TenantId::parse(&tenant)?;
+            let profiles = ledger.profiles();
+            let before = profiles.processor(&tenant).await?;
+            profiles
+                .set_processor(&tenant, choice.into(), SystemClock.now())
+                .await?;
+            let now = profiles
+                .processor(&tenant)
+                .await?
+                .context("the processor just set is not stored")?;
+            println!(
+                "tenant {tenant}: operations created from now on are submitted to {now} (before: {}); \
+                 operations created earlier stay on theirs",
+                before.map_or("the configured processor", ProcessorKind::as_str)
+            );
+            Ok(())
+        }
         TenantCommand::SetRetention {
             tenant,
             operation_days,

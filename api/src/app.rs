@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use payonce_shared::clock::{SharedClock, Timestamp};
 use payonce_shared::ledger::TenantLedger;
-use payonce_shared::processor::Processor;
+use payonce_shared::processor::{Processor, Processors};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,9 +54,10 @@ pub struct AppState {
     metrics: Arc<ApiMetrics>,
     /// Deliveries to tenants' notification endpoints (`None` if its client could not be built).
     notifier: Option<crate::notify::Notifier>,
-    /// The processor, read only for what the customer's page shows (a payment method's card);
-    /// `None`: the page goes without a card line. The api never submits anything.
-    processor: Option<Arc<dyn Processor>>,
+    /// The processors, read only for what the customer's page and the console show (a payment
+    /// method's card, the object behind a reference), each operation through its own processor's
+    /// adapter; `None`: pages go without them. The api never submits anything.
+    processors: Option<Processors>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -80,17 +81,26 @@ impl AppState {
             notifier: crate::notify::Notifier::new()
                 .inspect_err(|e| tracing::error!(error = %e, "no notification client: customer requests will not be sent"))
                 .ok(),
-            processor: None,
+            processors: None,
         }
     }
     /// The same state, reading cards from `processor` for the confirmation page.
-    pub fn with_processor(mut self, processor: Arc<dyn Processor>) -> Self {
-        self.processor = Some(processor);
+    pub fn with_processor(self, processor: Arc<dyn Processor>) -> Self {
+        self.with_processors(Processors::single(processor))
+    }
+    /// The same state, reading from each operation's own processor among `processors`.
+    pub fn with_processors(mut self, processors: Processors) -> Self {
+        self.processors = Some(processors);
         self
     }
-    /// The processor the page reads cards from, if any.
-    pub fn processor(&self) -> Option<&Arc<dyn Processor>> {
-        self.processor.as_ref()
+    /// The adapter of `op`'s processor, if this api is configured for it (never another's: a
+    /// reference or payment method means nothing at a processor that did not issue it).
+    pub fn processor_for(
+        &self,
+        op: &payonce_shared::ledger::Operation,
+    ) -> Option<&Arc<dyn Processor>> {
+        // Called by path: the route-table test reads every method call of that name here as a route.
+        Processors::route(self.processors.as_ref()?, op).ok()
     }
     /// The tenant-facing ledger.
     pub fn ledger(&self) -> &Arc<dyn TenantLedger> {
@@ -201,7 +211,7 @@ pub async fn serve(
     config: ApiConfig,
     ledger: Arc<dyn TenantLedger>,
     clock: SharedClock,
-    processor: Option<Arc<dyn Processor>>,
+    processors: Option<Processors>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
     let addr = config.listen;
@@ -209,8 +219,8 @@ pub async fn serve(
         .await
         .map_err(|source| ApiError::Bind { addr, source })?;
     let mut state = AppState::new(ledger, clock, config);
-    if let Some(processor) = processor {
-        state = state.with_processor(processor);
+    if let Some(processors) = processors {
+        state = state.with_processors(processors);
     }
     serve_listener(listener, state, shutdown).await
 }

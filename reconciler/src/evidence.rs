@@ -26,7 +26,9 @@ use payonce_shared::ledger::{
     Report, StoredProcessorEvent,
 };
 use payonce_shared::processor::stripe::webhook::{object_status_of, reference_of};
-use payonce_shared::processor::{FoundStatus, Processor, ProcessorObject, Retrieved};
+use payonce_shared::processor::{
+    FoundStatus, ProcessorKind, ProcessorObject, Processors, Retrieved,
+};
 use payonce_shared::state::Status;
 use std::time::Duration;
 
@@ -204,7 +206,7 @@ fn backoff(limits: &HintLimits, checks: i64) -> Duration {
 /// Checks every due pending hint once: retrieve, compare, apply what the processor says.
 pub async fn check_hints(
     ledger: &dyn Recovery,
-    processor: &dyn Processor,
+    processors: &Processors,
     metrics: &ReconcilerMetrics,
     limits: &HintLimits,
     now: Timestamp,
@@ -245,7 +247,7 @@ pub async fn check_hints(
             .pending_processor_events(now, limits.batch_size)
             .await?;
         let full = hints.len() >= usize::try_from(limits.batch_size).unwrap_or(usize::MAX);
-        let pass = check_batch(ledger, processor, metrics, limits, hints, now).await;
+        let pass = check_batch(ledger, processors, metrics, limits, hints, now).await;
         let errors = pass.errors;
         report.absorb(pass);
         if !full || errors > 0 || started.elapsed() >= limits.pass_budget {
@@ -263,7 +265,7 @@ pub async fn check_hints(
 /// Checks one batch of due hints, `limits.concurrency` at a time.
 async fn check_batch(
     ledger: &dyn Recovery,
-    processor: &dyn Processor,
+    processors: &Processors,
     metrics: &ReconcilerMetrics,
     limits: &HintLimits,
     hints: Vec<StoredProcessorEvent>,
@@ -276,7 +278,7 @@ async fn check_batch(
         .map(move |hint| async move {
             let mut one = HintReport::default();
             if let Err(error) =
-                check_one(ledger, processor, metrics, limits, &hint, now, &mut one).await
+                check_one(ledger, processors, metrics, limits, &hint, now, &mut one).await
             {
                 // Left pending: the next pass tries again.
                 one.errors += 1;
@@ -291,9 +293,51 @@ async fn check_batch(
     report
 }
 
+/// Closes `hint`, applying nothing, when it comes from another processor than the one `op` is
+/// bound to: a Stripe webhook never applies to an Adyen operation, nor an Adyen notification to a
+/// Stripe one. True if it was closed so. (A signed hint from the other processor naming the
+/// operation means that processor holds something for it: the alert says so.)
+pub(crate) async fn closed_as_other_processor(
+    ledger: &dyn Recovery,
+    processors: &Processors,
+    metrics: &ReconcilerMetrics,
+    hint: &StoredProcessorEvent,
+    op: &Operation,
+    now: Timestamp,
+    report: &mut HintReport,
+) -> Result<bool, LedgerError> {
+    let bound = processors.kind_of(op);
+    if ProcessorKind::parse(&hint.processor) == Some(bound) {
+        return Ok(false);
+    }
+    report.closed += 1;
+    metrics.webhook_mismatches.inc();
+    tracing::error!(alert = "webhook_processor_mismatch", event_id = %hint.event_id,
+        sender = %hint.processor, operation = %op.id, processor = %bound,
+        "a signed webhook names an operation bound to another processor; nothing applied");
+    let key = ProcessorEventKey {
+        processor: &hint.processor,
+        event_id: &hint.event_id,
+    };
+    ledger
+        .mark_processor_event(
+            &key,
+            &format!(
+                "closed: a {} webhook names {}, an operation on {bound}; nothing applied (status \
+                 stays {})",
+                hint.processor,
+                op.id,
+                op.status.as_str()
+            ),
+            now,
+        )
+        .await?;
+    Ok(true)
+}
+
 async fn check_one(
     ledger: &dyn Recovery,
-    processor: &dyn Processor,
+    processors: &Processors,
     metrics: &ReconcilerMetrics,
     limits: &HintLimits,
     hint: &StoredProcessorEvent,
@@ -307,7 +351,7 @@ async fn check_one(
     // Adyen cannot be asked for a payment by id: its notifications are checked against the
     // operation instead (`crate::notification`).
     if hint.processor == payonce_shared::processor::adyen::webhook::PROCESSOR {
-        return crate::notification::check(ledger, metrics, hint, now, report).await;
+        return crate::notification::check(ledger, processors, metrics, hint, now, report).await;
     }
     let close =
         |outcome: String| async move { ledger.mark_processor_event(&key, &outcome, now).await };
@@ -323,6 +367,25 @@ async fn check_one(
             return close("closed: not an operation of this ledger".into()).await;
         }
         Err(e) => return Err(e),
+    };
+    if closed_as_other_processor(ledger, processors, metrics, hint, &op, now, report).await? {
+        return Ok(());
+    }
+    // A Stripe hint is checked by Stripe's adapter; a process without one keeps it for one that
+    // has (the backlog metric shows it waiting).
+    let Some(processor) = processors.get(ProcessorKind::Stripe) else {
+        report.deferred += 1;
+        metrics.hints_deferred.inc();
+        let next = now + backoff(limits, hint.checks);
+        tracing::warn!(event_id = %hint.event_id, operation = %op.id,
+            "a stripe webhook is kept: this process has no stripe configuration to check it with");
+        return ledger
+            .defer_processor_event(
+                &key,
+                next,
+                "pending: this reconciler has no stripe configuration",
+            )
+            .await;
     };
     // The row already says what the signed hint says (the same object, succeeded): nothing to apply,
     // so no processor read is spent on it. A hint that says anything else is checked as below.
@@ -374,7 +437,10 @@ async fn check_one(
                 .await;
         }
     };
-    apply_checked(ledger, metrics, hint, op, &reference, &object, now, report).await
+    apply_checked(
+        ledger, processors, metrics, hint, op, &reference, &object, now, report,
+    )
+    .await
 }
 
 /// The second half of [`check_one`]: the retrieved `object` checked against the operation it
@@ -382,6 +448,7 @@ async fn check_one(
 #[allow(clippy::too_many_arguments)]
 async fn apply_checked(
     ledger: &dyn Recovery,
+    processors: &Processors,
     metrics: &ReconcilerMetrics,
     hint: &StoredProcessorEvent,
     op: Operation,
@@ -414,6 +481,13 @@ async fn apply_checked(
         ))
         .await;
     };
+    // The object's own operation must be one of this processor's too (an object carrying an
+    // Adyen operation's id at Stripe is never applied to it).
+    if op.id != named
+        && closed_as_other_processor(ledger, processors, metrics, hint, &op, now, report).await?
+    {
+        return Ok(());
+    }
     let misnamed = if op.id == named {
         String::new()
     } else {

@@ -158,6 +158,7 @@ async fn nudge(
 /// Checks one stored Adyen notification against its operation (see the module's rules).
 pub(crate) async fn check(
     ledger: &dyn Recovery,
+    processors: &payonce_shared::processor::Processors,
     metrics: &ReconcilerMetrics,
     hint: &StoredProcessorEvent,
     now: Timestamp,
@@ -181,6 +182,13 @@ pub(crate) async fn check(
         }
         Err(e) => return Err(e),
     };
+    if crate::evidence::closed_as_other_processor(
+        ledger, processors, metrics, hint, &op, now, report,
+    )
+    .await?
+    {
+        return Ok(());
+    }
     let psp = item.psp_reference.as_str();
     let named = op.external_ref.as_deref() == Some(psp);
     let diffs = differences(&op, &item);

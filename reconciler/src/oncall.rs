@@ -9,7 +9,7 @@ use payonce_shared::ledger::refunds::RefundTotals;
 use payonce_shared::ledger::{
     Inspection, Ledger, LedgerError, ListFilter, Operation, Recovery, Refunds, Resolution, Resolve,
 };
-use payonce_shared::processor::{FoundStatus, LookupOutcome, Processor, operation};
+use payonce_shared::processor::{FoundStatus, LookupOutcome, Processors, operation};
 use payonce_shared::state::Status;
 use serde_json::json;
 
@@ -127,16 +127,20 @@ pub async fn list(
     })
 }
 
-/// Shows one operation: the row, every event, and what the processor says now.
+/// Shows one operation: the row, every event, and what its own processor says now (asked only
+/// through that processor's adapter: with `processors` not configured for it, nothing is asked).
 pub async fn show(
     ledger: &dyn Ledger,
-    processor: Option<&dyn Processor>,
+    processors: Option<&Processors>,
     id: &OperationId,
     now: Timestamp,
     format: Format,
 ) -> Result<String, LedgerError> {
     let op = ledger.get_unscoped(id).await?;
     let events = ledger.events_unscoped(id).await?;
+    let processor = processors
+        .and_then(|p| p.route(&op).ok())
+        .map(|a| a.as_ref());
     let processor_view = match processor {
         // A payment or a refund, as its kind says.
         Some(p) => {
@@ -313,7 +317,7 @@ fn describe(op: &Operation, now: Timestamp) -> String {
     };
     format!(
         "Operation {id}  ({status}, attempt {attempt}, updated {age} ago)\n  {what}\n  tenant {tenant}, business key {bk}\n  \
-         {amount} from {customer} for invoice {invoice} via {pm}\n  idempotency key {key}, submitted {n} time(s)\n  \
+         {amount} from {customer} for invoice {invoice} via {pm}\n  processor {processor}, idempotency key {key}, submitted {n} time(s)\n  \
          reference {reference}, reason {reason}\n",
         id = op.id,
         status = op.status.as_str(),
@@ -325,6 +329,8 @@ fn describe(op: &Operation, now: Timestamp) -> String {
         customer = d.customer(),
         invoice = d.invoice(),
         pm = d.payment_method(),
+        // NULL: the row predates tenants' choices, or its tenant never chose.
+        processor = op.processor.map_or("(the configured one)", |p| p.as_str()),
         key = op.idempotency_key,
         n = op.submit_count,
         reference = op.external_ref.as_deref().unwrap_or("none"),

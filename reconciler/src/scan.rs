@@ -25,9 +25,11 @@ use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::intention::{Intention, KeySecret};
 use payonce_shared::ledger::{
-    Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery,
+    Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery, Report,
 };
-use payonce_shared::processor::{FoundStatus, Processor, RecentPage, RecentQuery, ScannedPayment};
+use payonce_shared::processor::{
+    FoundStatus, Processor, ProcessorKind, RecentPage, RecentQuery, ScannedPayment,
+};
 use payonce_shared::state::Status;
 use serde::Serialize;
 use std::time::Duration;
@@ -53,6 +55,9 @@ pub struct ScanLimits {
     pub limiter: payonce_shared::limiter::SharedLimiter,
     /// Longest wait for a read permit; none in time ends the scan early.
     pub permit_wait_max: Duration,
+    /// The processor of rows that name none (the process's configured one): a payment found at
+    /// another processor than its row's is a contradiction, never applied as the row's payment.
+    pub default_processor: ProcessorKind,
 }
 
 /// What one scan found.
@@ -78,6 +83,17 @@ impl ScanReport {
     /// Payments the ledger did not know about: each is an alert.
     pub fn findings(&self) -> u32 {
         self.recreated + self.unrecorded + self.unrecoverable
+    }
+
+    /// Adds the scan of another processor: complete only if both were.
+    pub fn absorb(&mut self, other: ScanReport) {
+        self.scanned += other.scanned;
+        self.recreated += other.recreated;
+        self.unrecorded += other.unrecorded;
+        self.unrecoverable += other.unrecoverable;
+        self.complete = self.complete && other.complete;
+        self.errors += other.errors;
+        self.found.extend(other.found);
     }
 }
 
@@ -178,7 +194,9 @@ async fn walk(
             }
         };
         for object in objects {
-            if let Err(error) = check(ledger, metrics, limits, &object, now, report).await {
+            let found_at = ProcessorKind::parse(processor.contract().wire);
+            if let Err(error) = check(ledger, metrics, limits, &object, found_at, now, report).await
+            {
                 report.errors += 1;
                 tracing::warn!(reference = %object.object.reference, %error,
                     "processor scan could not check an object");
@@ -207,6 +225,7 @@ async fn check(
     metrics: &ReconcilerMetrics,
     limits: &ScanLimits,
     payment: &ScannedPayment,
+    found_at: Option<ProcessorKind>,
     now: Timestamp,
     report: &mut ScanReport,
 ) -> Result<(), LedgerError> {
@@ -226,25 +245,48 @@ async fn check(
     report.scanned += 1;
     let (op, recreated) = match ledger.get_unscoped(&id).await {
         Ok(op) => (op, false),
-        Err(LedgerError::NotFound) => match recreate(ledger, limits, payment, &id, now).await? {
-            Some(found) => found,
-            None => {
-                report.unrecoverable += 1;
-                metrics.unknown_payments.inc();
-                report.found.push(format!(
+        Err(LedgerError::NotFound) => {
+            match recreate(ledger, limits, payment, &id, found_at, now).await? {
+                Some(found) => found,
+                None => {
+                    report.unrecoverable += 1;
+                    metrics.unknown_payments.inc();
+                    report.found.push(format!(
                     "{}: paid for {id}, which the ledger does not have; not recreated (no intention \
                      metadata or no key secret): resolve by hand",
                     object.reference
                 ));
-                tracing::error!(operation_id = %id, reference = %object.reference,
+                    tracing::error!(operation_id = %id, reference = %object.reference,
                     "ALERT: the processor holds a payment for an operation the ledger does not have, \
                      and its row cannot be recreated (no intention metadata or no key secret)");
-                return Ok(());
+                    return Ok(());
+                }
             }
-        },
+        }
         Err(e) => return Err(e),
     };
-    let applied = apply(ledger, &op, payment, now).await?;
+    let bound = op.processor.unwrap_or(limits.default_processor);
+    let applied = match found_at {
+        Some(at) if at != bound && op.status != Status::NeedsAttention => {
+            // Money for this operation at a processor it was never bound to: a human sees both
+            // facts (its refunds would otherwise go to the processor the row names).
+            let mismatch = Report::Mismatch {
+                reference: object.reference.clone(),
+                paid: true,
+                detail: format!(
+                    "{} paid at {at} for an operation bound to {bound}",
+                    object.reference
+                ),
+            };
+            let request = ApplyReport {
+                id: &op.id,
+                report: &mismatch,
+                source: SCAN_ACTOR,
+            };
+            Some(ledger.apply_report(&request, now).await?)
+        }
+        _ => apply(ledger, &op, payment, now).await?,
+    };
     if matches!(applied, Some(Applied::PaymentWithoutApproval)) {
         metrics.payments_without_approval.inc();
     }
@@ -320,13 +362,15 @@ async fn apply(
     Ok(Some(ledger.apply_report(&request, now).await?))
 }
 
-/// The lost row made again from what the payment carries: `Some((row, inserted))`, where the row is
-/// the one holding the business key now; `None` when the payment does not carry enough.
+/// The lost row made again from what the payment carries, bound to the processor it was `found_at`
+/// (a refund: to its payment's): `Some((row, inserted))`, where the row is the one holding the
+/// business key now; `None` when the payment does not carry enough.
 async fn recreate(
     ledger: &dyn Recovery,
     limits: &ScanLimits,
     payment: &ScannedPayment,
     id: &payonce_shared::id::OperationId,
+    found_at: Option<ProcessorKind>,
     now: Timestamp,
 ) -> Result<Option<(Operation, bool)>, LedgerError> {
     let (Some(secret), Some(intention)) = (
@@ -368,6 +412,7 @@ async fn recreate(
         details,
         actor: SCAN_ACTOR.into(),
         idempotency_key,
+        processor: found_at,
     };
     match ledger.recreate(new, now).await {
         Ok(created) => Ok(Some((created.operation, created.inserted))),

@@ -26,7 +26,7 @@ use payonce_shared::clock::{SharedClock, Timestamp};
 use payonce_shared::execution::ExecutionMetrics;
 use payonce_shared::ledger::{Ledger, LedgerError, MaintenanceLease, Queue, Recovery};
 use payonce_shared::ledger_clock::LedgerClock;
-use payonce_shared::processor::Processor;
+use payonce_shared::processor::{Processor, Processors};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -172,7 +172,9 @@ pub struct Reconciler {
     ledger: Arc<dyn Recovery>,
     /// Where a same-key retry records its start and outcome, as a worker does.
     queue: Arc<dyn Queue>,
-    processor: Arc<dyn Processor>,
+    /// One adapter per processor this process is configured for; each operation is looked up,
+    /// retried and decided on its own processor's, and each webhook checked on its sender's.
+    processors: Processors,
     /// The database's time: read at each sweep step, so a reconciler whose own clock is
     /// off neither expires live leases nor closes a key's retention window early (or late).
     clock: Arc<LedgerClock>,
@@ -196,6 +198,18 @@ impl Reconciler {
         clock: SharedClock,
         config: ReconcilerConfig,
     ) -> Self {
+        Self::with_processors(ledger, Processors::single(processor), clock, config)
+    }
+
+    /// Builds a reconciler like [`Reconciler::new`] serving every processor in `processors`: an
+    /// operation naming one not among them is sent to a human, never looked up or retried on
+    /// another.
+    pub fn with_processors(
+        ledger: Arc<dyn Ledger>,
+        processors: Processors,
+        clock: SharedClock,
+        config: ReconcilerConfig,
+    ) -> Self {
         let metrics = Arc::new(ReconcilerMetrics::default());
         let clock = LedgerClock::new(
             ledger.clone(),
@@ -206,7 +220,7 @@ impl Reconciler {
         Reconciler {
             ledger: ledger.clone(),
             queue: ledger,
-            processor,
+            processors,
             clock: Arc::new(clock),
             config,
             metrics,
@@ -299,7 +313,7 @@ impl Reconciler {
         };
         check_hints(
             self.ledger.as_ref(),
-            self.processor.as_ref(),
+            &self.processors,
             &self.metrics,
             &limits,
             self.clock.read().await?,
@@ -328,12 +342,18 @@ impl Reconciler {
         Ok(Some(pruned))
     }
 
-    /// Scans the processor's recent payments ([`crate::scan`]) when the process has not in the last
-    /// `scan_interval` (every `sweep --once` is a new process, so it always scans).
+    /// Scans each configured processor's recent payments ([`crate::scan`]) when the process has
+    /// not in the last `scan_interval` (every `sweep --once` is a new process, so it always scans).
     async fn scan_if_due(&self) -> Result<Option<ScanReport>, LedgerError> {
         // A contract without a list has nothing to scan: money a ledger lost there is found only
         // by the processor's own reports, and asking would warn on every sweep.
-        if self.processor.contract().lookups.list.is_none() {
+        let listed: Vec<&Arc<dyn Processor>> = self
+            .processors
+            .all()
+            .map(|(_, adapter)| adapter)
+            .filter(|adapter| adapter.contract().lookups.list.is_some())
+            .collect();
+        if listed.is_empty() {
             return Ok(None);
         }
         let now = self.clock.read().await?;
@@ -349,17 +369,26 @@ impl Reconciler {
             lookback: self.config.scan_lookback,
             limiter: self.config.retry.limiter.clone(),
             permit_wait_max: self.config.lookup_permit_wait_max,
+            default_processor: self.processors.default_kind(),
         };
-        let report = crate::scan::scan(
-            self.ledger.as_ref(),
-            self.processor.as_ref(),
-            &self.metrics,
-            &limits,
-            now,
-        )
-        .await?;
+        let mut report: Option<ScanReport> = None;
+        // Each processor keeps its own watermarks (named by its wire).
+        for adapter in listed {
+            let one = crate::scan::scan(
+                self.ledger.as_ref(),
+                adapter.as_ref(),
+                &self.metrics,
+                &limits,
+                now,
+            )
+            .await?;
+            match &mut report {
+                Some(all) => all.absorb(one),
+                None => report = Some(one),
+            }
+        }
         *self.last_scan.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
-        Ok(Some(report))
+        Ok(report)
     }
 
     /// Sweeps every `interval` until `shutdown` resolves; a sweep in progress finishes first.

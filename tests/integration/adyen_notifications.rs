@@ -23,7 +23,13 @@ fn now() -> Timestamp {
 }
 
 /// A notification item for `reference` (the operation id), signed with `key_hex` unless `None`.
-fn item(psp: &str, reference: &str, amount: i64, success: bool, key_hex: Option<&str>) -> Value {
+pub(crate) fn item(
+    psp: &str,
+    reference: &str,
+    amount: i64,
+    success: bool,
+    key_hex: Option<&str>,
+) -> Value {
     let mut item = json!({
         "additionalData": {},
         "amount": {"currency": "USD", "value": amount},
@@ -43,7 +49,7 @@ fn item(psp: &str, reference: &str, amount: i64, success: bool, key_hex: Option<
     item
 }
 
-fn notification(items: Vec<Value>) -> String {
+pub(crate) fn notification(items: Vec<Value>) -> String {
     let items: Vec<Value> = items
         .into_iter()
         .map(|i| json!({"NotificationRequestItem": i}))

@@ -36,4 +36,5 @@ mod startup;
 mod stripe_adapter;
 mod stripe_refunds;
 mod sweep_concurrency;
+mod tenant_processor;
 mod worker;

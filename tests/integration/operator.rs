@@ -110,9 +110,10 @@ async fn settings_flags_are_accepted_after_the_subcommand_and_by_their_key() {
 
 /// Every global setting (the ledger, processor and limiter settings `keys` takes) with a valid value
 /// other than its default.
-const GLOBAL_SETTINGS: [(&str, &str); 28] = [
+const GLOBAL_SETTINGS: [(&str, &str); 30] = [
     ("adyen_api_key", "adyen_test_other"),
     ("adyen_merchant_account", "OtherECOM"),
+    ("adyen_url", "http://127.0.0.1:2"),
     ("database_url", "sqlite:elsewhere.db"),
     ("db_connect_timeout_ms", "5000"),
     ("db_max_connections", "3"),
@@ -139,6 +140,7 @@ const GLOBAL_SETTINGS: [(&str, &str); 28] = [
     ("processor_secret_key", "sk_test_other"),
     ("processor_timeout_ms", "9000"),
     ("processor_url", "http://127.0.0.1:1"),
+    ("stripe_url", "http://127.0.0.1:3"),
 ];
 
 #[tokio::test]

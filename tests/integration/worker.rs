@@ -355,8 +355,9 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         .remove(0);
     let metrics = payonce_shared::execution::ExecutionMetrics::default();
     let config = WorkerConfig::new("single");
+    let processors = payonce_shared::processor::Processors::single(processor.clone());
     let ex = payonce_shared::execution::Execution {
-        processor: processor.as_ref(),
+        processors: &processors,
         clock: &clock,
         policy: &config.submit,
         metrics: &metrics,

@@ -15,7 +15,7 @@ use payonce_shared::clock::SharedClock;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{LedgerError, Operation, Queue, Recorded};
 use payonce_shared::ledger_clock::LedgerClock;
-use payonce_shared::processor::Processor;
+use payonce_shared::processor::{Processor, Processors};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -30,7 +30,8 @@ pub const RECORD_QUEUE_LEN: usize = 4_096;
 /// A worker process's engine.
 pub struct Worker {
     ledger: Arc<dyn Queue>,
-    processor: Arc<dyn Processor>,
+    /// One adapter per processor this process is configured for; each operation goes to its own.
+    processors: Arc<Processors>,
     /// The database's time: read before each claim, outcome write, renewal and
     /// release; the process's own clock only measures the drift.
     clock: Arc<LedgerClock>,
@@ -84,13 +85,28 @@ impl Worker {
         clock: SharedClock,
         config: WorkerConfig,
     ) -> Result<Self, ConfigError> {
+        Self::with_processors(ledger, Processors::single(processor), clock, config)
+    }
+
+    /// Builds a worker like [`Worker::new`] serving every processor in `processors`: each
+    /// operation is submitted to the one its row names (else the default); one naming a processor
+    /// not among them is sent to a human, never submitted elsewhere. Refuses settings any of their
+    /// contracts cannot serve.
+    pub fn with_processors(
+        ledger: Arc<dyn Queue>,
+        processors: Processors,
+        clock: SharedClock,
+        config: WorkerConfig,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
-        config.validate_for(processor.contract())?;
+        for (_, adapter) in processors.all() {
+            config.validate_for(adapter.contract())?;
+        }
         let metrics = Arc::new(WorkerMetrics::default());
         let clock = LedgerClock::new(ledger.clone(), clock, metrics.clock_drift.clone(), "worker");
         Ok(Worker {
             ledger,
-            processor,
+            processors: Arc::new(processors),
             clock: Arc::new(clock),
             config,
             metrics,

@@ -80,6 +80,12 @@ impl WorkerMetrics {
             &self.execution.replayed_first_submissions,
         );
         e.counter(
+            "payonce_worker_unconfigured_processor_total",
+            "Alert: operations not submitted because they name a processor this worker has no configuration for (each sent to needs_attention).",
+            &[],
+            &self.execution.unconfigured_processor,
+        );
+        e.counter(
             "payonce_worker_released_total",
             "Leases given back at shutdown.",
             &[],

@@ -270,7 +270,7 @@ async fn card_of(state: &AppState, op: &Operation) -> Option<Card> {
             return None;
         }
     }
-    let processor = state.processor()?;
+    let processor = state.processor_for(op)?;
     let payment_method = op.details.payment_method();
     match processor.card(payment_method).await {
         CardLookup::Found(card) => {

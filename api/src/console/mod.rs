@@ -572,7 +572,7 @@ async fn attention(
         return None;
     }
     let reason = (op.status == Status::NeedsAttention).then(|| advice::Reason::of(events));
-    let (source, object) = match (&op.external_ref, state.processor()) {
+    let (source, object) = match (&op.external_ref, state.processor_for(op)) {
         (Some(reference), Some(processor)) => match processor.retrieve(reference).await {
             Retrieved::Found(found) => (
                 format!("read from the processor at {}", views::utc(state.now_ms())),

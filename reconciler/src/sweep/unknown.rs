@@ -261,19 +261,29 @@ fn why_no_retry(contract: &Contract, window_open: bool) -> String {
 }
 
 impl Reconciler {
-    /// [`decide`] under this reconciler's processor contract and policy, with the facts of a
-    /// found payment read by the adapter.
+    /// [`decide`] under the contract of the operation's own processor and this reconciler's
+    /// policy, with the facts of a found payment read by that processor's adapter. An operation
+    /// naming a processor this process has no configuration for goes to a human: no other
+    /// processor's contract may decide it.
     pub fn decide(
         &self,
         op: &Operation,
         lookup: Option<LookupOutcome>,
         now: Timestamp,
     ) -> Decision {
+        let processor = match self.processors.route(op) {
+            Ok(processor) => processor,
+            Err(unconfigured) => {
+                tracing::error!(operation = %op.id, processor = %unconfigured.named,
+                    alert = "processor_not_configured", "{unconfigured}; it needs attention");
+                return Decision::Escalate(unconfigured.to_string());
+            }
+        };
         let found = match &lookup {
             Some(LookupOutcome::Found {
                 reference,
                 status: FoundStatus::Succeeded { result },
-            }) => self.processor.facts(reference, result),
+            }) => processor.facts(reference, result),
             _ => None,
         };
         let case = Case {
@@ -282,7 +292,7 @@ impl Reconciler {
             found,
             now,
         };
-        decide(case, self.processor.contract(), &self.config)
+        decide(case, processor.contract(), &self.config)
     }
 
     /// Unknown outcomes whose check is due, one page: looked up and written, up to `concurrency`
@@ -438,9 +448,12 @@ impl Reconciler {
 
     /// Asks the processor about `op` (a payment or a refund, as its kind says), drawing from the
     /// fleet's read budget apart from submissions: no permit in time defers the check. `None`: not
-    /// asked, the contract has no lookup that can find it.
+    /// asked: the contract of the operation's processor has no lookup that can find it, or this
+    /// process is not configured for that processor.
     async fn look_up(&self, op: &Operation) -> Option<LookupOutcome> {
-        if !can_look_up(op, self.processor.contract()) {
+        // Not configured for its processor: nothing is asked ([`Self::decide`] escalates it).
+        let processor = self.processors.route(op).ok()?;
+        if !can_look_up(op, processor.contract()) {
             return None;
         }
         let created_after = op
@@ -451,7 +464,7 @@ impl Reconciler {
         Some(
             match acquire(limiter, Budget::Read, self.config.lookup_permit_wait_max).await {
                 Ok(_) => {
-                    let found = operation::lookup(self.processor.as_ref(), op, created_after).await;
+                    let found = operation::lookup(processor.as_ref(), op, created_after).await;
                     if matches!(found, LookupOutcome::RateLimited { .. }) {
                         self.metrics.lookups_rate_limited.inc();
                     }
@@ -548,7 +561,11 @@ impl Reconciler {
         let why = if resubmit {
             "resubmit after the key's retention window: a consistent lookup found no payment \
              and policy allows it"
-        } else if !can_look_up(op, self.processor.contract()) {
+        } else if self
+            .processors
+            .route(op)
+            .is_ok_and(|p| !can_look_up(op, p.contract()))
+        {
             "no lookup can find it and the processor still remembers the key: retry with the same \
              key (the processor answers what the first request did)"
         } else {
@@ -570,7 +587,7 @@ impl Reconciler {
         let clock: SharedClock = self.clock.clone();
         let attempt = claimed.attempt;
         let ex = Execution {
-            processor: self.processor.as_ref(),
+            processors: &self.processors,
             clock: &clock,
             policy: &self.config.retry,
             metrics: &self.retry_metrics,
@@ -658,6 +675,7 @@ mod tests {
             approval_expires_at: Some(at + HOUR),
             created_at: at,
             updated_at: at,
+            processor: None,
         }
     }
 

@@ -29,6 +29,9 @@ pub struct ExecutionMetrics {
     pub rate_limited: Counter,
     /// Submissions that went back to `ready` after waiting `rate_limit_wait_max` for permits or past 429s.
     pub rate_limited_requeued: Counter,
+    /// Alert: operations not submitted because they name a processor this process has no
+    /// configuration for (each sent to a human with that reason).
+    pub unconfigured_processor: Counter,
     /// Submission latency: the processor call, plus any wait for a limiter permit and in-place 429 retries.
     pub submit_latency: Histogram,
 }

@@ -22,7 +22,7 @@ use crate::clock::{SharedClock, Timestamp};
 use crate::details::OperationKind;
 use crate::failpoint::{self, FailPoint};
 use crate::ledger::{LedgerError, Operation, Recorded};
-use crate::processor::Processor;
+use crate::processor::Processors;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -43,8 +43,9 @@ pub trait Recorder: Send {
 
 /// What one execution runs with.
 pub struct Execution<'a> {
-    /// The processor the request goes to.
-    pub processor: &'a dyn Processor,
+    /// The processors this process is configured for: the request goes to the one the
+    /// operation's row names (else the default), never to another.
+    pub processors: &'a Processors,
     /// The caller's clock: the ledger's time as last read, where the caller reads it.
     pub clock: &'a SharedClock,
     /// The submission's limits.
@@ -58,23 +59,33 @@ pub struct Execution<'a> {
     pub stop: Option<&'a watch::Receiver<bool>>,
 }
 
-/// Runs one claimed operation: refused by [`precheck`] (nothing external happens), or its start
-/// recorded, submitted, and its outcome recorded, each through `recorder`.
+/// Runs one claimed operation: refused by [`precheck`] (nothing external happens), sent to a
+/// human when its processor is not one this process is configured for (nothing external happens:
+/// no other processor is guessed), or its start recorded, submitted to its own processor, and its
+/// outcome recorded, each through `recorder`.
 pub async fn execute<R: Recorder>(
     ex: &Execution<'_>,
     op: Operation,
     mut recorder: R,
 ) -> Result<R::Output, LedgerError> {
-    let recorded = match precheck(&op, ex.clock.now()) {
-        Some(rejection) => {
+    let recorded = match (precheck(&op, ex.clock.now()), ex.processors.route(&op)) {
+        (Some(rejection), _) => {
             tracing::info!(operation = %op.id, tenant = %op.tenant,
                 "rejected before submission: {rejection:?}");
             rejection
         }
-        None => {
+        (None, Err(unconfigured)) => {
+            ex.metrics.unconfigured_processor.inc();
+            tracing::error!(operation = %op.id, tenant = %op.tenant, processor = %unconfigured.named,
+                alert = "processor_not_configured", "{unconfigured}; it needs attention");
+            Recorded::NeedsAttention {
+                reason: unconfigured.to_string(),
+            }
+        }
+        (None, Ok(processor)) => {
             recorder.started(&op).await?;
             failpoint::hit(FailPoint::AfterSubmissionRecorded);
-            submit::submit_claimed(ex, &op).await
+            submit::submit_claimed(ex, processor.as_ref(), &op).await
         }
     };
     recorder.record(op, recorded).await

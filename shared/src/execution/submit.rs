@@ -28,12 +28,16 @@ pub async fn submit(processor: &dyn Processor, op: &Operation, timeout: Duration
 /// before a first payment, the paced submission, timed, classified into the fenced write that
 /// records it. Not-submitted backoff, rate-limit handling and unknown outcomes are decided here
 /// for every caller.
-pub(super) async fn submit_claimed(ex: &Execution<'_>, op: &Operation) -> Recorded {
-    if let Some(recorded) = check_before_submit(ex, op).await {
+pub(super) async fn submit_claimed(
+    ex: &Execution<'_>,
+    processor: &dyn Processor,
+    op: &Operation,
+) -> Recorded {
+    if let Some(recorded) = check_before_submit(ex, processor, op).await {
         return recorded;
     }
     let started = std::time::Instant::now();
-    let outcome = submit_paced(ex, op).await;
+    let outcome = submit_paced(ex, processor, op).await;
     ex.metrics.submit_latency.observe(started.elapsed());
     if let SubmitOutcome::Succeeded {
         reference,
@@ -55,7 +59,7 @@ pub(super) async fn submit_claimed(ex: &Execution<'_>, op: &Operation) -> Record
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");
     let now = ex.clock.now();
-    if let Some(reason) = contradicts_approval(ex.processor, op, &outcome) {
+    if let Some(reason) = contradicts_approval(processor, op, &outcome) {
         tracing::error!(operation = %op.id, alert = "answer_contradicts_approval", %reason,
             "the processor answered with a payment that is not the approved one; it needs attention");
         return Recorded::NeedsAttention { reason };
@@ -139,7 +143,11 @@ fn contradicts_approval(
 /// key again after the processor's advice or a jittered backoff, without recording anything in
 /// between: the claim and its attempt stay as they are. Returns `RateLimited` only once
 /// `ex.wait_max` has passed or `ex.stop` is set; every other outcome as the processor gave it.
-async fn submit_paced(ex: &Execution<'_>, op: &Operation) -> SubmitOutcome {
+async fn submit_paced(
+    ex: &Execution<'_>,
+    processor: &dyn Processor,
+    op: &Operation,
+) -> SubmitOutcome {
     let policy = ex.policy;
     let give_up_at = tokio::time::Instant::now() + ex.wait_max;
     let stopped = || ex.stop.is_some_and(|s| *s.borrow());
@@ -167,7 +175,7 @@ async fn submit_paced(ex: &Execution<'_>, op: &Operation) -> SubmitOutcome {
                 retry_after_ms: None,
             };
         }
-        let outcome = submit(ex.processor, op, policy.submit_timeout).await;
+        let outcome = submit(processor, op, policy.submit_timeout).await;
         let SubmitOutcome::RateLimited { retry_after_ms, .. } = &outcome else {
             return outcome;
         };
@@ -207,7 +215,11 @@ async fn submit_paced(ex: &Execution<'_>, op: &Operation) -> SubmitOutcome {
 ///   payment for the business action;
 /// - the processor cannot be asked: nothing is sent, back to `ready` later (exhausted after
 ///   `attempt_max`, like any attempt that sent nothing).
-async fn check_before_submit(ex: &Execution<'_>, op: &Operation) -> Option<Recorded> {
+async fn check_before_submit(
+    ex: &Execution<'_>,
+    processor: &dyn Processor,
+    op: &Operation,
+) -> Option<Recorded> {
     let policy = ex.policy;
     let first = op.first_submitted_attempt == Some(op.attempt);
     if !policy.check_before_submit || op.details.kind() != OperationKind::Payment || !first {
@@ -217,7 +229,7 @@ async fn check_before_submit(ex: &Execution<'_>, op: &Operation) -> Option<Recor
     let asked = match acquire(policy.limiter.as_ref(), Budget::Read, timeout).await {
         Ok(_) => tokio::time::timeout(
             timeout,
-            ex.processor.prior_payment(&op.tenant, &op.business_key),
+            processor.prior_payment(&op.tenant, &op.business_key),
         )
         .await
         .unwrap_or_else(|_| PriorPayment::Unavailable {

@@ -112,10 +112,11 @@ impl IntakeSql {
                 "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
                    customer, payment_method, invoice, destination, description, details_hash, status, \
                    attempt, idempotency_key, available_at, last_event, last_actor, last_detail, \
-                   created_at, updated_at) \
+                   created_at, updated_at, processor) \
                  SELECT b.id, $1, b.business_key, '{kind}', b.amount_minor, b.currency, b.customer, \
                    b.payment_method, b.invoice, b.destination, b.description, b.details_hash, \
-                   'awaiting_approval', 0, b.idempotency_key, $2, 'create', $3, NULL, $2, $2 \
+                   'awaiting_approval', 0, b.idempotency_key, $2, 'create', $3, NULL, $2, $2, \
+                   (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $1) \
                  FROM {rows} WHERE NOT EXISTS (SELECT 1 FROM operation_search s \
                    WHERE s.tenant_id = $1 AND s.business_key = b.business_key) \
                  ORDER BY b.id ON CONFLICT DO NOTHING RETURNING *",

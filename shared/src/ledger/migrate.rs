@@ -151,6 +151,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "processor_reachability",
         include_str!("../../../migrations/postgres/0026_processor_reachability.sql"),
     ),
+    // A tenant's processor, and the processor each operation is bound to at creation.
+    (
+        28,
+        "tenant_processor",
+        include_str!("../../../migrations/postgres/0028_tenant_processor.sql"),
+    ),
     // Kept tool answers are pruned with the tool-call period; the index finds the oldest.
     (
         30,
@@ -266,6 +272,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         20,
         "processor_reachability",
         include_str!("../../../migrations/sqlite/0020_processor_reachability.sql"),
+    ),
+    // A tenant's processor, and the processor each operation is bound to at creation.
+    (
+        22,
+        "tenant_processor",
+        include_str!("../../../migrations/sqlite/0022_tenant_processor.sql"),
     ),
     // Kept tool answers are pruned with the tool-call period; the index finds the oldest.
     (

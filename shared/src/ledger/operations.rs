@@ -8,7 +8,7 @@ use super::moves::update;
 use super::record::{decode_event, decode_operation};
 use super::refunds::RefundRows;
 use super::row::LedgerRow;
-use super::statement::Stmt;
+use super::statement::{Arg, Stmt};
 use super::store::Store;
 use super::{
     Cancel, Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
@@ -23,11 +23,14 @@ use async_trait::async_trait;
 use std::sync::LazyLock;
 
 /// A new row starts in `awaiting_approval` with the `create` event (the one event with no
-/// from-state; see `state::CREATED`).
+/// from-state; see `state::CREATED`), bound to the processor it names (`$16`), else to its
+/// tenant's processor as the same statement reads it (none set: NULL, the serving process's
+/// configured one).
 const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
      customer, payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
-     available_at, last_event, last_actor, last_detail, created_at, updated_at) \
-     VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11) \
+     available_at, last_event, last_actor, last_detail, created_at, updated_at, processor) \
+     VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11, \
+     COALESCE($16, (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $2))) \
      ON CONFLICT DO NOTHING RETURNING *";
 /// Through the search directory, which holds each tenant's business keys (unique there; on
 /// Postgres only there: migration `business_key_in_directory`).
@@ -87,6 +90,7 @@ impl<DB: Dialect> Operations for Store<DB> {
         let hash = d.hash();
         let inserted = insert(INSERT_OPERATION, &new, &hash, now).bind(d.kind().as_str());
         let inserted = inserted.bind(d.destination()).bind(d.description());
+        let inserted = inserted.bind(Arg::from(new.processor.map(|p| p.as_str())));
         if let Some(operation) = taken_as_none(self.first(inserted, decode_operation).await)? {
             return Ok(Created {
                 operation,

@@ -1,6 +1,8 @@
 //! What the customer's pages show besides the operation (migration `customer_pages`): each
 //! tenant's public profile and the card an operation will be charged to, read once from the
-//! processor. A trait of its own, reached through [`Approvals::profiles`](super::Approvals::profiles).
+//! processor; and the tenant's processor (migration `tenant_processor`), which every operation it
+//! creates afterwards is bound to. A trait of its own, reached through
+//! [`Approvals::profiles`](super::Approvals::profiles).
 
 use super::LedgerError;
 use super::dialect::Dialect;
@@ -9,6 +11,7 @@ use super::statement::{Arg, Stmt};
 use super::store::Store;
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
+use crate::processor::ProcessorKind;
 use async_trait::async_trait;
 
 /// A tenant's public profile, as stored (the api checks every field before it gets here).
@@ -54,6 +57,17 @@ pub trait ProfileLedger: Send + Sync {
     async fn keep_card(&self, card: &OperationCard) -> Result<(), LedgerError>;
     /// The card kept for an operation, if one was read.
     async fn card(&self, operation: &OperationId) -> Result<Option<OperationCard>, LedgerError>;
+    /// Sets (replaces) a tenant's processor: operations the tenant creates from now on are bound
+    /// to it; those created before keep theirs.
+    async fn set_processor(
+        &self,
+        tenant: &TenantId,
+        processor: ProcessorKind,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+    /// A tenant's processor; `None` when none was set (its operations name none, and each process
+    /// serves them with its configured one).
+    async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError>;
 }
 
 const UPSERT_PROFILE: &str = "INSERT INTO tenant_profiles (tenant_id, display_name, support_url, support_email, \
@@ -63,6 +77,9 @@ const SELECT_PROFILE: &str = "SELECT * FROM tenant_profiles WHERE tenant_id = $1
 const INSERT_CARD: &str = "INSERT INTO operation_cards (operation_id, payment_method, brand, last4, fetched_at) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING";
 const SELECT_CARD: &str = "SELECT * FROM operation_cards WHERE operation_id = $1";
+const UPSERT_PROCESSOR: &str = "INSERT INTO tenant_processors (tenant_id, processor, updated_at) \
+     VALUES ($1, $2, $3) ON CONFLICT (tenant_id) DO UPDATE SET processor = $2, updated_at = $3";
+const SELECT_PROCESSOR: &str = "SELECT processor FROM tenant_processors WHERE tenant_id = $1";
 
 fn decode_profile(row: &impl LedgerRow) -> Result<TenantProfile, LedgerError> {
     Ok(TenantProfile {
@@ -116,5 +133,33 @@ impl<DB: Dialect> ProfileLedger for Store<DB> {
     async fn card(&self, operation: &OperationId) -> Result<Option<OperationCard>, LedgerError> {
         self.first(Stmt::new(SELECT_CARD).bind(operation), decode_card)
             .await
+    }
+
+    async fn set_processor(
+        &self,
+        tenant: &TenantId,
+        processor: ProcessorKind,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let stmt = Stmt::new(UPSERT_PROCESSOR)
+            .bind(tenant)
+            .bind(processor.as_str())
+            .bind(now);
+        self.execute(stmt).await?;
+        Ok(())
+    }
+
+    async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError> {
+        let name = self
+            .first(Stmt::new(SELECT_PROCESSOR).bind(tenant), |row| {
+                row.get::<String>("processor")
+            })
+            .await?;
+        name.map(|n| {
+            ProcessorKind::parse(&n).ok_or_else(|| {
+                LedgerError::Corrupt(format!("tenant {tenant} names an unknown processor {n:?}"))
+            })
+        })
+        .transpose()
     }
 }

@@ -73,6 +73,10 @@ pub struct Operation {
     /// Last changed, ms.
     #[serde(rename = "updated_at_ms")]
     pub updated_at: Timestamp,
+    /// The processor bound at creation (its tenant's choice then; a refund its payment's); `None`:
+    /// the configured processor of whichever process serves it (rows from before tenants chose,
+    /// and tenants that never chose).
+    pub processor: Option<crate::processor::ProcessorKind>,
 }
 
 fn serialize_details<S: serde::Serializer>(d: &Details, s: S) -> Result<S::Ok, S::Error> {
@@ -335,6 +339,14 @@ pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, Ledger
         approval_expires_at: row.get("approval_expires_at")?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
+        processor: match text("processor")? {
+            None => None,
+            Some(name) => Some(
+                crate::processor::ProcessorKind::parse(&name).ok_or_else(|| {
+                    LedgerError::Corrupt(format!("operation names an unknown processor {name:?}"))
+                })?,
+            ),
+        },
     })
 }
 

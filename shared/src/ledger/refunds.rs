@@ -71,9 +71,9 @@ static INSERT_REFUND: LazyLock<String> = LazyLock::new(|| {
         "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer, \
          payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
          available_at, last_event, last_actor, last_detail, created_at, updated_at, refund_of, \
-         refund_payment_reference, refund_reason) \
+         refund_payment_reference, refund_reason, processor) \
          SELECT $1, $2, $3, 'refund', $4, $5, $6, $7, $8, NULL, NULL, $9, 'awaiting_approval', 0, $10, $11, \
-         'create', $12, NULL, $11, $11, $13, $14, $15 FROM operations p \
+         'create', $12, NULL, $11, $11, $13, $14, $15, p.processor FROM operations p \
          WHERE p.id = $13 AND p.tenant_id = $2 AND p.kind = 'payment' AND p.status = 'succeeded' \
          AND p.external_ref = $14 AND p.currency = $5 AND p.customer = $6 AND p.payment_method = $7 \
          AND p.invoice = $8 \

@@ -25,6 +25,9 @@ pub struct NewOperation {
     /// The processor key of the intention ([`crate::intention`]): stored with the row when the
     /// business key is new, never regenerated.
     pub idempotency_key: IdempotencyKey,
+    /// The processor to bind it to; `None` (every create from upstream): its tenant's choice at
+    /// the insert. A payment the processor scan recreates names the processor it was found at.
+    pub processor: Option<crate::processor::ProcessorKind>,
 }
 
 impl NewOperation {
@@ -49,6 +52,7 @@ impl NewOperation {
             details,
             actor,
             idempotency_key,
+            processor: None,
         }
     }
 }

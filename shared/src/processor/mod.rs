@@ -1,12 +1,14 @@
 //! The processor boundary: one trait every adapter implements, with the contract it declares.
 //!
 //! An adapter never decides the operation's state; it reports one of four outcomes and the worker
-//! and reconciler apply them through the state machine.
+//! and reconciler apply them through the state machine. [`routing`] says which adapter serves an
+//! operation.
 
 pub mod adyen;
 pub mod contract;
 pub mod operation;
 pub mod reachability;
+pub mod routing;
 pub mod stripe;
 pub mod summary;
 
@@ -17,6 +19,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use contract::Contract;
+pub use routing::{ProcessorKind, Processors, Unconfigured};
 
 /// What a submission asks the processor to do. Everything comes from the ledger record.
 #[derive(Debug, Clone)]

@@ -620,6 +620,8 @@ async fn snapshot(db: &sqlx::PgPool) -> Vec<(&'static str, String)> {
         ("approval_notices", tenant_ops.to_string()),
         ("tenant_verification", "tenant_id = 'acme'".to_string()),
         ("tenant_profiles", "tenant_id = 'acme'".to_string()),
+        // No route writes a tenant's processor (the CLI is the operator's): every cell is checked.
+        ("tenant_processors", "tenant_id = 'acme'".to_string()),
         ("operation_cards", tenant_ops.to_string()),
         ("processor_events", "true".to_string()),
     ];

@@ -71,7 +71,7 @@ impl Worker {
         }
         let mut executions = JoinSet::new();
         for op in claimed {
-            let processor = self.processor.clone();
+            let processors = self.processors.clone();
             let clock: SharedClock = self.clock.clone();
             let config = self.config.clone();
             let metrics = self.metrics.clone();
@@ -88,7 +88,7 @@ impl Worker {
                 async move {
                     // The renewer keeps the lease while the submission is paced or retried after 429s.
                     let ex = Execution {
-                        processor: processor.as_ref(),
+                        processors: processors.as_ref(),
                         clock: &clock,
                         policy: &config.submit,
                         metrics: &metrics.execution,
