@@ -1,13 +1,14 @@
 //! Batch intake ([`Operations::create_batch`](super::Operations::create_batch)): up to
 //! [`BATCH_ITEMS_MAX`] payments of one tenant created, and those that carry the service's approval
 //! enqueued, in one transaction of a fixed number of statements whatever the batch's size: one
-//! insert of every new row, one read of the rows whose business key was already taken (only if
-//! some were), one approval of every row to enqueue (on Postgres, rows the batch did not insert
-//! are locked in id order first), one insert of their approval records, and one wake-up (on
-//! Postgres, in the approval records' statement). A new payment created and approved in one
-//! request costs, with its key's lookup, six round trips on Postgres (`BEGIN`, insert, approval,
-//! records, `COMMIT`), where a create and an approve cost nine. The audit trail is written by the
-//! same triggers as for one row (`create`, then `approve`), in the same transaction.
+//! insert of every new row (a row that carries its approval is inserted `ready`), one read of the
+//! rows whose business key was already taken (only if some were), one approval of those of them
+//! to enqueue (on Postgres, locked in id order first), and one insert of the approval records.
+//! The wake-up of other processes' workers follows the commit ([`Store::wake`]). A new payment
+//! created and approved in one request costs, with its key's lookup, five round trips on
+//! Postgres (key, `BEGIN`, insert, records, `COMMIT`), where a create and an approve cost nine.
+//! The audit trail is the same as for a create then an approve (`create`, then `approve`, written
+//! by the insert's trigger for a row inserted `ready`), in the same transaction.
 //!
 //! Each item is answered as `create_or_get` then `approve` would answer it one by one: created,
 //! existing with the same details (approved now, or already approved for them), a conflict, an
@@ -47,7 +48,7 @@ pub enum JsonColumn {
 }
 
 /// The columns of a new row, as [`new_rows`] writes them.
-const NEW_COLUMNS: [(&str, JsonColumn); 11] = [
+const NEW_COLUMNS: [(&str, JsonColumn); 12] = [
     ("id", JsonColumn::Text),
     ("business_key", JsonColumn::Text),
     ("amount_minor", JsonColumn::Int),
@@ -59,6 +60,8 @@ const NEW_COLUMNS: [(&str, JsonColumn); 11] = [
     ("description", JsonColumn::Text),
     ("details_hash", JsonColumn::Text),
     ("idempotency_key", JsonColumn::Text),
+    // Who approved it, if it carries its approval (`null`: created awaiting approval).
+    ("approved_by", JsonColumn::Text),
 ];
 /// The columns of an approval, as [`approval_rows`] writes them.
 const APPROVAL_COLUMNS: [(&str, JsonColumn); 4] = [
@@ -75,9 +78,10 @@ const ID_COLUMNS: [(&str, JsonColumn); 1] = [("id", JsonColumn::Text)];
 /// A store's batch statements, built once from its [`Dialect::json_rows`].
 #[derive(Debug)]
 pub struct IntakeSql {
-    /// `$1` tenant, `$2` now, `$3` actor, `$4` the new rows: inserts those whose business key is
-    /// free (in id order, so two batches sharing keys wait for each other instead of deadlocking);
-    /// returns the rows inserted.
+    /// `$1` tenant, `$2` now, `$3` actor, `$4` the new rows, `$5` approval expiry, `$6` approval
+    /// method: inserts those whose business key is free (in id order, so two batches sharing keys
+    /// wait for each other instead of deadlocking), a row that carries its approval already
+    /// `ready` (the insert trigger logs its `create` and `approve`); returns the rows inserted.
     pub insert: String,
     /// `$1` tenant, `$2` business keys: the operations holding them.
     pub select: String,
@@ -111,15 +115,23 @@ impl IntakeSql {
             insert: format!(
                 "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
                    customer, payment_method, invoice, destination, description, details_hash, status, \
-                   attempt, idempotency_key, available_at, last_event, last_actor, last_detail, \
-                   created_at, updated_at) \
+                   attempt, idempotency_key, available_at, approved_hash, approved_by, \
+                   approval_expires_at, last_event, last_actor, last_detail, created_at, updated_at) \
                  SELECT b.id, $1, b.business_key, '{kind}', b.amount_minor, b.currency, b.customer, \
                    b.payment_method, b.invoice, b.destination, b.description, b.details_hash, \
-                   'awaiting_approval', 0, b.idempotency_key, $2, 'create', $3, NULL, $2, $2 \
+                   CASE WHEN b.approved_by IS NULL THEN '{awaiting}' ELSE '{ready}' END, 0, \
+                   b.idempotency_key, $2, \
+                   CASE WHEN b.approved_by IS NULL THEN NULL ELSE b.details_hash END, b.approved_by, \
+                   CASE WHEN b.approved_by IS NULL THEN NULL ELSE $5 END, \
+                   CASE WHEN b.approved_by IS NULL THEN 'create' ELSE '{approved}' END, $3, \
+                   CASE WHEN b.approved_by IS NULL THEN NULL ELSE $6 END, $2, $2 \
                  FROM {rows} WHERE NOT EXISTS (SELECT 1 FROM operation_search s \
                    WHERE s.tenant_id = $1 AND s.business_key = b.business_key) \
                  ORDER BY b.id ON CONFLICT DO NOTHING RETURNING *",
                 kind = OperationKind::Payment.as_str(),
+                awaiting = Status::AwaitingApproval.as_str(),
+                ready = approve.to.as_str(),
+                approved = approve.event.as_str(),
                 rows = rows("$4", &NEW_COLUMNS),
             ),
             select: format!(
@@ -244,6 +256,7 @@ fn new_rows<'a>(items: impl Iterator<Item = &'a BatchItem>) -> String {
                 "description": d.description(),
                 "details_hash": d.hash().as_str(),
                 "idempotency_key": new.idempotency_key.as_str(),
+                "approved_by": item.approval.as_ref().map(|a| bounded(&a.approved_by)),
             })
         })
         .collect();
@@ -321,7 +334,9 @@ impl<DB: Dialect> Store<DB> {
                     .bind(&batch.tenant)
                     .bind(now)
                     .bind(bounded(&batch.actor))
-                    .bind(rows),
+                    .bind(rows)
+                    .bind(batch.approval_expires_at)
+                    .bind(bounded(&batch.method)),
             )
             .await?;
             for row in &inserted {
@@ -342,8 +357,11 @@ impl<DB: Dialect> Store<DB> {
                 found.insert(op.business_key.as_str().to_string(), (op, false));
             }
         }
-        // The rows to enqueue: those awaiting approval with the approved details.
-        let mut approvals = Vec::new();
+        // The approvals to record: of the rows this batch inserted, those it inserted `ready`
+        // (created with their approval); of the others, those still awaiting approval with the
+        // approved details, once the update below has moved them.
+        let mut records = Vec::new();
+        let mut to_approve = Vec::new();
         // Rows this batch did not insert, which other transactions may be writing.
         let mut to_lock = Vec::new();
         for &i in &writes {
@@ -353,29 +371,30 @@ impl<DB: Dialect> Store<DB> {
             else {
                 continue;
             };
-            if op.status == Status::AwaitingApproval && op.details_hash == approval.details_hash {
-                if !inserted {
-                    to_lock.push(json!({ "id": op.id.as_str() }));
+            let record = (
+                op.id.as_str().to_string(),
+                approval.details_hash.as_str().to_string(),
+                bounded(&approval.approved_by),
+            );
+            if *inserted {
+                if op.status == Status::Ready {
+                    records.push(record);
                 }
-                approvals.push((
-                    op.id.as_str().to_string(),
-                    approval.details_hash.as_str().to_string(),
-                    bounded(&approval.approved_by),
-                ));
+            } else if op.status == Status::AwaitingApproval
+                && op.details_hash == approval.details_hash
+            {
+                to_lock.push(json!({ "id": op.id.as_str() }));
+                to_approve.push(record);
             }
         }
-        let mut enqueued = 0;
-        if !approvals.is_empty() {
-            if let Some(lock) = &sql.lock
-                && !to_lock.is_empty()
-            {
+        if !to_approve.is_empty() {
+            if let Some(lock) = &sql.lock {
                 DB::execute(
                     &mut *tx,
                     Stmt::new(lock.as_str()).bind(Value::Array(to_lock).to_string()),
                 )
                 .await?;
             }
-            let rows = approval_rows(&approvals);
             let approved = DB::fetch_all(
                 &mut *tx,
                 Stmt::new(sql.approve.as_str())
@@ -383,32 +402,30 @@ impl<DB: Dialect> Store<DB> {
                     .bind(batch.approval_expires_at)
                     .bind(now)
                     .bind(bounded(&batch.method))
-                    .bind(rows.clone()),
+                    .bind(approval_rows(&to_approve)),
             )
             .await?;
             let mut moved = std::collections::HashSet::new();
             for row in &approved {
                 let op = decode_operation(row)?;
                 moved.insert(op.id.as_str().to_string());
-                let key = op.business_key.as_str().to_string();
-                let inserted = found.get(&key).is_some_and(|(_, inserted)| *inserted);
-                found.insert(key, (op, inserted));
+                found.insert(op.business_key.as_str().to_string(), (op, false));
             }
-            enqueued = approved.len();
             // Only the approvals that enqueued their row are recorded (a row that changed between
             // the read and the update is answered from its state below).
-            approvals.retain(|(id, _, _)| moved.contains(id));
-            if !approvals.is_empty() {
-                DB::execute(
-                    &mut *tx,
-                    Stmt::new(sql.record_approvals.as_str())
-                        .bind(bounded(&batch.method))
-                        .bind(now)
-                        .bind(batch.approval_expires_at)
-                        .bind(approval_rows(&approvals)),
-                )
-                .await?;
-            }
+            records.extend(to_approve.into_iter().filter(|(id, _, _)| moved.contains(id)));
+        }
+        let enqueued = records.len();
+        if !records.is_empty() {
+            DB::execute(
+                &mut *tx,
+                Stmt::new(sql.record_approvals.as_str())
+                    .bind(bounded(&batch.method))
+                    .bind(now)
+                    .bind(batch.approval_expires_at)
+                    .bind(approval_rows(&records)),
+            )
+            .await?;
         }
         tx.commit().await?;
         if enqueued > 0 {
