@@ -84,6 +84,11 @@ pub struct IntakeSql {
     /// method: inserts those whose business key is free (in id order, so two batches sharing keys
     /// wait for each other instead of deadlocking), a row that carries its approval already
     /// `ready` (the insert trigger logs its `create` and `approve`); returns the rows inserted.
+    /// Whether a key is free is one probe of the directory's unique index per row: a scalar
+    /// subquery, which Postgres runs per row, where `NOT EXISTS` let it plan an anti-join that
+    /// read every directory row of the tenant for each statement (one create-and-approve
+    /// statement from 10 clients fell from 2,000–2,800/s to 154/s as a tenant grew to 60,000
+    /// operations; pgbench on this machine).
     pub insert: String,
     /// The same insert with the same parameters, recording in the same statement the approval of
     /// every row it inserts `ready`, if the store can (Postgres: a data-modifying `WITH`). Run
@@ -132,8 +137,8 @@ impl IntakeSql {
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE $5 END, \
                CASE WHEN b.approved_by IS NULL THEN 'create' ELSE '{approved}' END, $3, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE $6 END, $2, $2 \
-             FROM {rows} WHERE NOT EXISTS (SELECT 1 FROM operation_search s \
-               WHERE s.tenant_id = $1 AND s.business_key = b.business_key) \
+             FROM {rows} WHERE (SELECT 1 FROM operation_search s \
+               WHERE s.tenant_id = $1 AND s.business_key = b.business_key LIMIT 1) IS NULL \
              ORDER BY b.id ON CONFLICT DO NOTHING RETURNING *",
             kind = OperationKind::Payment.as_str(),
             awaiting = Status::AwaitingApproval.as_str(),
