@@ -163,6 +163,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "tool_answer_retention",
         include_str!("../../../migrations/postgres/0030_tool_answer_retention.sql"),
     ),
+    // An operation created with its approval is inserted `ready`; its insert logs both events.
+    (
+        31,
+        "created_approved",
+        include_str!("../../../migrations/postgres/0031_created_approved.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -284,6 +290,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         24,
         "tool_answer_retention",
         include_str!("../../../migrations/sqlite/0024_tool_answer_retention.sql"),
+    ),
+    // An operation created with its approval is inserted `ready`; its insert logs both events.
+    (
+        25,
+        "created_approved",
+        include_str!("../../../migrations/sqlite/0025_created_approved.sql"),
     ),
 ];
 

@@ -200,6 +200,7 @@ static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
             "SELECT id FROM operations WHERE id IN (SELECT b.id FROM {}) ORDER BY id FOR UPDATE",
             json_rows("$1", IntakeSql::id_columns())
         )),
+        true,
     )
 });
 

@@ -77,7 +77,8 @@ const WRITE_HEADROOM: &str = "SELECT (SELECT max_page_count FROM pragma_max_page
 
 /// The batch intake's statements: JSON rows through `json_each`; one connection serializes every
 /// writer, so nothing is locked first.
-static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| IntakeSql::build(json_rows, "*", None));
+static INTAKE: LazyLock<IntakeSql> =
+    LazyLock::new(|| IntakeSql::build(json_rows, "*", None, false));
 
 /// `(SELECT json_extract(value, '$.column') AS column, ... FROM json_each(param)) AS b`.
 fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {

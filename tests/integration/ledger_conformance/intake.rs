@@ -367,3 +367,61 @@ async fn a_batch_that_enqueues_wakes_the_workers_of_other_processes() {
         payonce_shared::ledger::postgres::READY_CHANNEL
     );
 }
+
+/// Whether a new row's business key is free is one probe of the directory's unique index per row,
+/// whatever the tenant's size: the plan of the batch insert (alone and in its transaction's form)
+/// reads the directory only through a per-row subplan, never an anti-join over the tenant's rows
+/// (which `NOT EXISTS` let the planner choose, and which made each insert read every directory
+/// row of a tenant).
+#[tokio::test]
+async fn a_batch_insert_probes_the_directory_per_row_whatever_the_tenants_size() {
+    use payonce_shared::ledger::Dialect;
+    let (ledger, url) = crate::support::postgres_ledger().await;
+    for round in 0..2 {
+        let items: Vec<BatchItem> = (0..BATCH_ITEMS_MAX)
+            .map(|i| item(&format!("P{round}-{i}"), i % 2 == 0))
+            .collect();
+        ledger.create_batch(&batch(items), at(T0)).await.unwrap();
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::query("ANALYZE operation_search")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let sql = <sqlx::Postgres as Dialect>::intake();
+    let rows = format!(
+        r#"[{{"id":"op_{}","business_key":"invoice:P0-1:pay","amount_minor":2048,"currency":"usd","customer":"cus_1","payment_method":"pm_card_visa","invoice":"P0-1","details_hash":"{}","idempotency_key":"po1_{}","approved_by":"mandate","approval_id":"apv_1"}}]"#,
+        "0".repeat(32),
+        "a".repeat(64),
+        "0".repeat(40)
+    );
+    let statements = [
+        sql.insert.clone(),
+        sql.insert_recorded
+            .clone()
+            .expect("Postgres records in the insert"),
+    ];
+    for statement in statements {
+        let plan: Vec<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {statement}")))
+                .bind(tenant().as_str())
+                .bind(T0)
+                .bind("service:billing")
+                .bind(&rows)
+                .bind(T0 + 86_400_000)
+                .bind("service")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        let plan = plan.join("\n");
+        assert!(!plan.contains("Anti Join"), "{plan}");
+        assert!(plan.contains("SubPlan"), "{plan}");
+        for line in plan.lines().filter(|l| l.contains("on operation_search")) {
+            assert!(
+                line.contains("Index Only Scan using operation_search_business_key")
+                    || line.contains("Index Scan using operation_search_business_key"),
+                "the directory is read other than by its unique index: {line}\n{plan}"
+            );
+        }
+    }
+}

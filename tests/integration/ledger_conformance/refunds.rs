@@ -338,7 +338,8 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
     assert_races(&ledgers).await;
     drop(ledgers);
     // Migration 0008 rebuilt `operations`: every index and trigger 0001-0007 made is back (less the
-    // three console indexes migration 0010 moved to `operation_search`, plus its two triggers).
+    // three console indexes migration 0010 moved to `operation_search`, plus its two triggers, plus
+    // the insert trigger of a row created approved, 0025).
     use sqlx::Connection;
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
     let mut names: Vec<String> = sqlx::query_scalar(
@@ -354,6 +355,7 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
         [
             "operations_attention_idx",
             "operations_audit_insert",
+            "operations_audit_insert_approved",
             "operations_audit_update",
             "operations_console_reference_idx",
             "operations_console_status_idx",
