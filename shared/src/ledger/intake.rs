@@ -128,7 +128,8 @@ impl IntakeSql {
             "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
                customer, payment_method, invoice, destination, description, details_hash, status, \
                attempt, idempotency_key, available_at, approved_hash, approved_by, \
-               approval_expires_at, last_event, last_actor, last_detail, created_at, updated_at) \
+               approval_expires_at, last_event, last_actor, last_detail, created_at, updated_at, \
+               processor) \
              SELECT b.id, $1, b.business_key, '{kind}', b.amount_minor, b.currency, b.customer, \
                b.payment_method, b.invoice, b.destination, b.description, b.details_hash, \
                CASE WHEN b.approved_by IS NULL THEN '{awaiting}' ELSE '{ready}' END, 0, \
@@ -136,7 +137,8 @@ impl IntakeSql {
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE b.details_hash END, b.approved_by, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE $5 END, \
                CASE WHEN b.approved_by IS NULL THEN 'create' ELSE '{approved}' END, $3, \
-               CASE WHEN b.approved_by IS NULL THEN NULL ELSE $6 END, $2, $2 \
+               CASE WHEN b.approved_by IS NULL THEN NULL ELSE $6 END, $2, $2, \
+               (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $1) \
              FROM {rows} WHERE (SELECT 1 FROM operation_search s \
                WHERE s.tenant_id = $1 AND s.business_key = b.business_key LIMIT 1) IS NULL \
              ORDER BY b.id ON CONFLICT DO NOTHING RETURNING *",
