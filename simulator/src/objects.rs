@@ -187,7 +187,78 @@ pub(crate) fn event_with_previous(
     Value::Object(event)
 }
 
+/// An Event object's JSON text for an object already rendered (`object_json`, compact JSON): the
+/// bytes `serde_json::to_vec(&event(...))` gives (the same keys, in the same sorted order), without
+/// a copy of the object's tree per event and a second rendering of it. A payment's create renders
+/// its PaymentIntent once for its answer and its two events (measured: the copies and renderings
+/// were about a seventh of the simulator's instructions per payment).
+pub(crate) fn event_json(
+    id: &str,
+    created: i64,
+    kind: &str,
+    object_json: &[u8],
+    cause: EventCause<'_>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object_json.len() + 256);
+    // Strings go through serde_json so they are escaped exactly as a `Value`'s would be.
+    let text = |out: &mut Vec<u8>, s: Option<&str>| {
+        // Writing to a Vec fails only if a string cannot be rendered, which a &str always can.
+        let _ = serde_json::to_writer(&mut *out, &s);
+    };
+    out.extend_from_slice(b"{\"account\":null,\"api_version\":");
+    text(&mut out, Some(cause.api_version));
+    out.extend_from_slice(b",\"created\":");
+    out.extend_from_slice(created.to_string().as_bytes());
+    out.extend_from_slice(b",\"data\":{\"object\":");
+    out.extend_from_slice(object_json);
+    out.extend_from_slice(b"},\"id\":");
+    text(&mut out, Some(id));
+    out.extend_from_slice(b",\"livemode\":false,\"object\":\"event\",\"pending_webhooks\":0,\"request\":{\"id\":");
+    text(&mut out, cause.request_id);
+    out.extend_from_slice(b",\"idempotency_key\":");
+    text(&mut out, cause.idempotency_key);
+    out.extend_from_slice(b"},\"type\":");
+    text(&mut out, Some(kind));
+    out.push(b'}');
+    out
+}
+
 /// A list page.
 pub(crate) fn list(url: &str, data: Vec<Value>, has_more: bool) -> Value {
     json!({ "object": "list", "data": data, "has_more": has_more, "url": url })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_rendered_around_its_object_is_the_event_value_rendered() {
+        let object = json!({
+            "id": "pi_1",
+            "amount": 2048,
+            "description": "March \"&\" April \u{e9}\n",
+            "metadata": { "payonce_invoice": "INV-1", "a": "\\" },
+            "next_action": null,
+        });
+        let rendered = serde_json::to_vec(&object).unwrap();
+        for (request_id, key, version) in [
+            (Some("req_1"), Some("po1_key\"quoted"), "2026-10-28.endive"),
+            (None, None, API_VERSION),
+            (Some("req_2"), None, "2020-08-27"),
+        ] {
+            let cause = EventCause {
+                request_id,
+                idempotency_key: key,
+                api_version: version,
+            };
+            for (created, kind) in [(1_700_000_000, "payment_intent.created"), (-1, "x.y")] {
+                let value = event("evt_1", created, kind, object.clone(), cause);
+                assert_eq!(
+                    String::from_utf8(event_json("evt_1", created, kind, &rendered, cause)).unwrap(),
+                    serde_json::to_string(&value).unwrap()
+                );
+            }
+        }
+    }
 }
