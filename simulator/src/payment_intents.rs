@@ -120,16 +120,15 @@ fn execute(app: &Shared, ctx: &Ctx, p: form::PaymentIntentParams) -> Execution {
             }
         },
     }
-    let object = objects::payment_intent(&row);
     // Rendered once: each event carries these bytes, and a success answers them.
-    let object_json = serde_json::to_vec(&object).unwrap_or_default();
+    let object_json = objects::payment_intent_json(&row);
     let events = kinds
         .into_iter()
         .map(|k| new_event(app, ctx, created, k, &object_json))
         .collect();
     let (status, body) = match decline {
         Some(mut e) => {
-            e.payment_intent = Some(object);
+            e.payment_intent = Some(objects::payment_intent(&row));
             (e.status, e.body())
         }
         None => (StatusCode::OK, object_json),
