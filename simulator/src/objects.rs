@@ -315,7 +315,9 @@ pub(crate) fn event_json(
     out.extend_from_slice(object_json);
     out.extend_from_slice(b"},\"id\":");
     text(&mut out, Some(id));
-    out.extend_from_slice(b",\"livemode\":false,\"object\":\"event\",\"pending_webhooks\":0,\"request\":{\"id\":");
+    out.extend_from_slice(
+        b",\"livemode\":false,\"object\":\"event\",\"pending_webhooks\":0,\"request\":{\"id\":",
+    );
     text(&mut out, cause.request_id);
     out.extend_from_slice(b",\"idempotency_key\":");
     text(&mut out, cause.idempotency_key);
@@ -413,7 +415,8 @@ mod tests {
             for (created, kind) in [(1_700_000_000, "payment_intent.created"), (-1, "x.y")] {
                 let value = event("evt_1", created, kind, object.clone(), cause);
                 assert_eq!(
-                    String::from_utf8(event_json("evt_1", created, kind, &rendered, cause)).unwrap(),
+                    String::from_utf8(event_json("evt_1", created, kind, &rendered, cause))
+                        .unwrap(),
                     serde_json::to_string(&value).unwrap()
                 );
             }

@@ -28,9 +28,9 @@ pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_ref
 
 use crate::id::IdempotencyKey;
 use crate::processor::{
-    AnswerFacts, CardLookup, Contract, LookupOutcome, LookupQuery, PriorPayment, Processor, ProcessorObject,
-    RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome,
-    SubmitRequest, contract,
+    AnswerFacts, CardLookup, Contract, LookupOutcome, LookupQuery, PriorPayment, Processor,
+    ProcessorObject, RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved,
+    SubmitOutcome, SubmitRequest, contract,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -204,7 +204,11 @@ impl StripeProcessor {
         })
     }
 
-    fn request(&self, method: reqwest::Method, url: impl reqwest::IntoUrl) -> reqwest::RequestBuilder {
+    fn request(
+        &self,
+        method: reqwest::Method,
+        url: impl reqwest::IntoUrl,
+    ) -> reqwest::RequestBuilder {
         self.client
             .request(method, url)
             .bearer_auth(&self.config.secret_key)
@@ -481,7 +485,10 @@ mod tests {
             ("re_1", &refund),
         ] {
             let facts = p.answer_facts(reference, object).unwrap();
-            assert_eq!(facts, AnswerFacts::from(p.facts(reference, object).unwrap()));
+            assert_eq!(
+                facts,
+                AnswerFacts::from(p.facts(reference, object).unwrap())
+            );
         }
         let facts = p.answer_facts("pi_1", &payment).unwrap();
         assert_eq!(facts.currency.as_deref(), Some("usd"));

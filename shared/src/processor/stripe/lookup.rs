@@ -10,7 +10,8 @@ use super::{BodyError, read_body};
 use crate::details::DetailsHash;
 use crate::id::{BusinessKey, OperationId};
 use crate::processor::{
-    AnswerFacts,     Card, CardLookup, FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved,
+    AnswerFacts, Card, CardLookup, FoundStatus, LookupOutcome, LookupQuery, ProcessorObject,
+    Retrieved,
 };
 use serde_json::Value;
 
@@ -270,7 +271,10 @@ pub(crate) fn object_of(reference: &str, pi: &Value) -> ProcessorObject {
         reference: reference.to_string(),
         amount_minor: facts.amount_minor,
         currency: facts.currency,
-        customer: pi.get("customer").and_then(Value::as_str).map(str::to_string),
+        customer: pi
+            .get("customer")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         operation_id: facts.operation_id,
         intention: facts.intention,
         payment_reference: None,
