@@ -38,6 +38,13 @@ struct Args {
     /// Override the HTTP section's claim batch.
     #[arg(long)]
     http_batch: Option<u32>,
+    /// Override the HTTP section's operations per drain (both its runs).
+    #[arg(long)]
+    http_operations: Option<u64>,
+    /// Whether the HTTP section also runs its ceiling (1 ms, 64 in flight) after the 200 ms drain
+    /// (default: true).
+    #[arg(long, action = clap::ArgAction::Set)]
+    http_ceiling: Option<bool>,
     /// Override the zero-latency sections' operations per drain (throughput, sqlite).
     #[arg(long)]
     operations: Option<u64>,
@@ -161,6 +168,12 @@ async fn main() -> ExitCode {
     }
     if let Some(n) = args.http_concurrency {
         settings.http_fleet.config.concurrency = n.max(1);
+    }
+    if let Some(n) = args.http_operations {
+        settings.http_operations = n.max(1);
+    }
+    if args.http_ceiling == Some(false) {
+        settings.http_ceiling = None;
     }
     for config in settings.worker_configs_mut() {
         if let Some(on) = args.claim_with_outcomes {

@@ -35,7 +35,7 @@ fn new_event(
     ctx: &Ctx,
     created: i64,
     kind: &'static str,
-    object: serde_json::Value,
+    object_json: &[u8],
 ) -> NewEvent {
     let id = app.ids.id("evt");
     let cause = EventCause {
@@ -43,8 +43,7 @@ fn new_event(
         idempotency_key: ctx.key.as_deref(),
         api_version: ctx.api_version(),
     };
-    let body =
-        serde_json::to_vec(&objects::event(&id, created, kind, object, cause)).unwrap_or_default();
+    let body = objects::event_json(&id, created, kind, object_json, cause);
     NewEvent {
         id,
         created,
@@ -121,20 +120,18 @@ fn execute(app: &Shared, ctx: &Ctx, p: form::PaymentIntentParams) -> Execution {
             }
         },
     }
-    let object = objects::payment_intent(&row);
+    // Rendered once: each event carries these bytes, and a success answers them.
+    let object_json = objects::payment_intent_json(&row);
     let events = kinds
         .into_iter()
-        .map(|k| new_event(app, ctx, created, k, object.clone()))
+        .map(|k| new_event(app, ctx, created, k, &object_json))
         .collect();
     let (status, body) = match decline {
         Some(mut e) => {
-            e.payment_intent = Some(object);
+            e.payment_intent = Some(objects::payment_intent(&row));
             (e.status, e.body())
         }
-        None => (
-            StatusCode::OK,
-            serde_json::to_vec(&object).unwrap_or_default(),
-        ),
+        None => (StatusCode::OK, object_json),
     };
     Execution {
         row,

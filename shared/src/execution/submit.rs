@@ -92,7 +92,7 @@ fn contradicts_approval(
     else {
         return None;
     };
-    let object = processor.facts(reference, result)?;
+    let object = processor.answer_facts(reference, result)?;
     let money = op.details.money();
     let mut diffs = Vec::new();
     if object.amount_minor != Some(money.amount_minor()) {

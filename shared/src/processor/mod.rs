@@ -243,6 +243,33 @@ pub struct ProcessorObject {
     pub object: serde_json::Value,
 }
 
+/// What a success answer says of itself: the facts of a [`ProcessorObject`] that name the payment
+/// (amount, currency, whose), which the submission checks against the approved operation before it
+/// records the answer as paid. Unlike a [`ProcessorObject`] it keeps no copy of the object: the
+/// answer itself is what is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerFacts {
+    /// Amount in minor units, as the processor holds it.
+    pub amount_minor: Option<i64>,
+    /// Currency, lowercase, as the processor holds it.
+    pub currency: Option<String>,
+    /// The operation id the object carries in its metadata, if any.
+    pub operation_id: Option<String>,
+    /// The tenant, business key and details hash its metadata carries, if it carries all three.
+    pub intention: Option<IntentionMetadata>,
+}
+
+impl From<ProcessorObject> for AnswerFacts {
+    fn from(object: ProcessorObject) -> Self {
+        AnswerFacts {
+            amount_minor: object.amount_minor,
+            currency: object.currency,
+            operation_id: object.operation_id,
+            intention: object.intention,
+        }
+    }
+}
+
 /// The intention a processor object's metadata names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentionMetadata {
@@ -396,6 +423,12 @@ pub trait Processor: Send + Sync {
     fn facts(&self, reference: &str, object: &serde_json::Value) -> Option<ProcessorObject> {
         let _ = (reference, object);
         None
+    }
+    /// The facts of a success answer this adapter returned that say which payment it is (those of
+    /// [`Processor::facts`], without the copies of the object a lookup's result keeps): every
+    /// success answer is checked with them before it is recorded. `None`: nothing is checked.
+    fn answer_facts(&self, reference: &str, object: &serde_json::Value) -> Option<AnswerFacts> {
+        self.facts(reference, object).map(AnswerFacts::from)
     }
     /// One page of the payments created since `query.created_gte_s`, newest first. An adapter that
     /// cannot list finds no money the ledger lost.

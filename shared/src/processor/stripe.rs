@@ -28,9 +28,9 @@ pub use refund::{DEFINITIVE_REFUND_ERRORS, REFUND_LOOKUP_PAGES_MAX, classify_ref
 
 use crate::id::IdempotencyKey;
 use crate::processor::{
-    CardLookup, Contract, LookupOutcome, LookupQuery, PriorPayment, Processor, ProcessorObject,
-    RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved, SubmitOutcome,
-    SubmitRequest, contract,
+    AnswerFacts, CardLookup, Contract, LookupOutcome, LookupQuery, PriorPayment, Processor,
+    ProcessorObject, RecentPage, RecentQuery, RefundLookupQuery, RefundRequest, Retrieved,
+    SubmitOutcome, SubmitRequest, contract,
 };
 use async_trait::async_trait;
 use std::time::Duration;
@@ -122,6 +122,9 @@ pub struct StripeProcessor {
     client: reqwest::Client,
     config: StripeConfig,
     contract: Contract,
+    /// `POST /v1/payment_intents`, parsed once instead of at every submission (`None`: the base
+    /// does not parse, and each submission fails to build its request as it did before).
+    create_url: Option<reqwest::Url>,
 }
 
 impl StripeProcessor {
@@ -160,10 +163,12 @@ impl StripeProcessor {
             (true, false) => builder,
         };
         let client = builder.build()?;
+        let create_url = reqwest::Url::parse(&wire::create_url(&config.api_base)).ok();
         Ok(StripeProcessor {
             client,
             config,
             contract: contract::STRIPE,
+            create_url,
         })
     }
 
@@ -199,7 +204,11 @@ impl StripeProcessor {
         })
     }
 
-    fn request(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
+    fn request(
+        &self,
+        method: reqwest::Method,
+        url: impl reqwest::IntoUrl,
+    ) -> reqwest::RequestBuilder {
         self.client
             .request(method, url)
             .bearer_auth(&self.config.secret_key)
@@ -252,7 +261,7 @@ impl StripeProcessor {
     /// and refunds differ only in which refusals are definitive). A 429 keeps its `Retry-After`.
     pub(crate) async fn post_once(
         &self,
-        url: String,
+        url: impl reqwest::IntoUrl + Send,
         key: &IdempotencyKey,
         body: String,
         classify: fn(u16, &[u8]) -> SubmitOutcome,
@@ -313,13 +322,26 @@ impl Processor for StripeProcessor {
                 };
             }
         };
-        self.post_once(
-            wire::create_url(&self.config.api_base),
-            request.idempotency_key,
-            body,
-            classify_response,
-        )
-        .await
+        match &self.create_url {
+            Some(url) => {
+                self.post_once(
+                    url.clone(),
+                    request.idempotency_key,
+                    body,
+                    classify_response,
+                )
+                .await
+            }
+            None => {
+                self.post_once(
+                    wire::create_url(&self.config.api_base),
+                    request.idempotency_key,
+                    body,
+                    classify_response,
+                )
+                .await
+            }
+        }
     }
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
@@ -387,6 +409,14 @@ impl Processor for StripeProcessor {
         }
     }
 
+    fn answer_facts(&self, reference: &str, object: &serde_json::Value) -> Option<AnswerFacts> {
+        if refund::is_refund(reference, object) {
+            self.facts(reference, object).map(AnswerFacts::from)
+        } else {
+            Some(lookup::answer_facts_of(object))
+        }
+    }
+
     async fn card(&self, payment_method: &str) -> CardLookup {
         lookup::card(self, payment_method).await
     }
@@ -424,5 +454,44 @@ mod tests {
         let mut no_idle = StripeConfig::new("http://x", "sk");
         no_idle.idle_connections = 0;
         assert!(StripeProcessor::new(no_idle).is_err());
+    }
+
+    #[test]
+    fn an_answer_s_facts_are_those_of_its_object() {
+        let p = StripeProcessor::new(StripeConfig::new("http://127.0.0.1:1", "sk")).unwrap();
+        assert_eq!(
+            p.create_url.as_ref().map(reqwest::Url::as_str),
+            Some("http://127.0.0.1:1/v1/payment_intents")
+        );
+        let payment = serde_json::json!({
+            "id": "pi_1", "object": "payment_intent", "amount": 2048, "currency": "USD",
+            "customer": "cus_1", "status": "succeeded",
+            "metadata": {
+                "payonce_operation_id": "op_1", "payonce_tenant": "acme",
+                "payonce_business_key": "invoice:INV-1:pay", "payonce_details_hash": "h"
+            }
+        });
+        let without_intention = serde_json::json!({
+            "id": "pi_2", "amount": 5, "metadata": { "payonce_operation_id": "op_2" }
+        });
+        let refund = serde_json::json!({
+            "id": "re_1", "object": "refund", "amount": 100, "currency": "usd",
+            "payment_intent": "pi_1", "status": "succeeded",
+            "metadata": { "payonce_operation_id": "op_3" }
+        });
+        for (reference, object) in [
+            ("pi_1", &payment),
+            ("pi_2", &without_intention),
+            ("re_1", &refund),
+        ] {
+            let facts = p.answer_facts(reference, object).unwrap();
+            assert_eq!(
+                facts,
+                AnswerFacts::from(p.facts(reference, object).unwrap())
+            );
+        }
+        let facts = p.answer_facts("pi_1", &payment).unwrap();
+        assert_eq!(facts.currency.as_deref(), Some("usd"));
+        assert_eq!(facts.intention.map(|i| i.tenant), Some("acme".into()));
     }
 }

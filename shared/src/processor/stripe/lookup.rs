@@ -10,7 +10,8 @@ use super::{BodyError, read_body};
 use crate::details::DetailsHash;
 use crate::id::{BusinessKey, OperationId};
 use crate::processor::{
-    Card, CardLookup, FoundStatus, LookupOutcome, LookupQuery, ProcessorObject, Retrieved,
+    AnswerFacts, Card, CardLookup, FoundStatus, LookupOutcome, LookupQuery, ProcessorObject,
+    Retrieved,
 };
 use serde_json::Value;
 
@@ -265,17 +266,34 @@ async fn by_list(p: &StripeProcessor, query: &LookupQuery<'_>) -> LookupOutcome 
 
 /// The facts of a PaymentIntent payonce checks, parsed from Stripe's wire shape.
 pub(crate) fn object_of(reference: &str, pi: &Value) -> ProcessorObject {
-    let text = |field: &str| pi.get(field).and_then(Value::as_str).map(str::to_string);
+    let facts = answer_facts_of(pi);
     ProcessorObject {
         reference: reference.to_string(),
-        amount_minor: pi.get("amount").and_then(Value::as_i64),
-        currency: text("currency").map(|c| c.to_ascii_lowercase()),
-        customer: text("customer"),
-        operation_id: operation_of(pi).map(str::to_string),
-        intention: intention_of(pi),
+        amount_minor: facts.amount_minor,
+        currency: facts.currency,
+        customer: pi
+            .get("customer")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        operation_id: facts.operation_id,
+        intention: facts.intention,
         payment_reference: None,
         status: found_status(pi),
         object: pi.clone(),
+    }
+}
+
+/// The facts of PaymentIntent `pi` that say which payment it is ([`object_of`] reads them here
+/// too), read without a copy of the object.
+pub(crate) fn answer_facts_of(pi: &Value) -> AnswerFacts {
+    AnswerFacts {
+        amount_minor: pi.get("amount").and_then(Value::as_i64),
+        currency: pi
+            .get("currency")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_lowercase),
+        operation_id: operation_of(pi).map(str::to_string),
+        intention: intention_of(pi),
     }
 }
 
