@@ -315,7 +315,8 @@ async fn unknown(ledger: &SharedLedger, invoice: &str, reference: Option<&str>) 
         .unwrap()
 }
 
-async fn deliver(ledger: &SharedLedger, items: Vec<Value>) {
+/// Stores a signed notification of `items` as the api's Adyen route does.
+pub(crate) async fn deliver(ledger: &SharedLedger, items: Vec<Value>) {
     webhooks::ingest_adyen(
         ledger.as_ref(),
         Some(ADYEN_HMAC_KEY),
@@ -624,48 +625,13 @@ async fn a_received_payment_is_settled_by_its_notification_end_to_end() {
     let p = adapter(&s.base);
     let rec = reconciler(&ledger, Arc::new(adapter(&s.base)));
     // The worker's moves: claim, submit once with the stored key, record what Adyen said.
-    let op = ready_operation(&ledger, "INV-ADY-RECEIVED", "pm_card_processing", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
-    let outcome = payonce_shared::processor::operation::submit(&p, &c).await;
-    let SubmitOutcome::Unknown {
-        reference: Some(psp),
-        reason,
-    } = &outcome
-    else {
-        panic!("a received payment is unknown with its reference: {outcome:?}")
-    };
-    assert!(reason.contains("Received"), "{reason}");
-    ledger
-        .record(
-            &recording(
-                &Fence::of(&c),
-                &Recorded::Unknown {
-                    reason: reason.clone(),
-                    reference: Some(psp.clone()),
-                    next_check_at: now() + Duration::from_secs(3600),
-                },
-                "w",
-            ),
-            now(),
-        )
-        .await
-        .unwrap();
+    let (op, psp, _) = received_and_recorded(
+        &ledger,
+        &p,
+        "INV-ADY-RECEIVED",
+        now() + Duration::from_secs(3600),
+    )
+    .await;
     // The simulator settles it, signs the AUTHORISATION, the api stores it, the reconciler applies it.
     let settled = wait_for(
         "the notification to settle the payment",
@@ -693,48 +659,8 @@ async fn a_received_payment_waits_past_four_sweeps_for_a_late_notification_inste
     let s = adyen_sim().await;
     let p = adapter(&s.base);
     let rec = reconciler(&ledger, Arc::new(adapter(&s.base)));
-    let op = ready_operation(&ledger, "INV-ADY-LATE", "pm_card_processing", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
-    let outcome = payonce_shared::processor::operation::submit(&p, &c).await;
-    let SubmitOutcome::Unknown {
-        reference: Some(psp),
-        reason,
-    } = &outcome
-    else {
-        panic!("a received payment is unknown with its reference: {outcome:?}")
-    };
     // Due at once, as the worker records it: every sweep below decides it.
-    let recorded = ledger
-        .record(
-            &recording(
-                &Fence::of(&c),
-                &Recorded::Unknown {
-                    reason: reason.clone(),
-                    reference: Some(psp.clone()),
-                    next_check_at: now(),
-                },
-                "w",
-            ),
-            now(),
-        )
-        .await
-        .unwrap();
+    let (op, psp, recorded) = received_and_recorded(&ledger, &p, "INV-ADY-LATE", now()).await;
     // More than SUBMISSIONS_WITHOUT_LOOKUP_MAX (4) sweep passes decide it: each one waits for the
     // notification; none sends a request (it would replay the saved `Received`) or asks a human.
     let passes = std::sync::atomic::AtomicUsize::new(0);
@@ -773,7 +699,7 @@ async fn a_received_payment_waits_past_four_sweeps_for_a_late_notification_inste
     // The notification arrives late: the next sweep settles the payment by it.
     deliver(
         &ledger,
-        vec![item(psp, op.id.as_str(), 2048, true, Some(ADYEN_HMAC_KEY))],
+        vec![item(&psp, op.id.as_str(), 2048, true, Some(ADYEN_HMAC_KEY))],
     )
     .await;
     let swept = rec.sweep_once(false).await.unwrap();
@@ -788,4 +714,58 @@ async fn a_received_payment_waits_past_four_sweeps_for_a_late_notification_inste
         "paid once"
     );
     s.sim.shutdown().await;
+}
+
+/// The worker's moves on a ready payment Adyen answers `Received` (`pm_card_processing`): claim,
+/// submit once with the stored key, record the unknown outcome with Adyen's reference, due at
+/// `next_check_at`. The operation as created, the reference, and the row as recorded.
+async fn received_and_recorded(
+    ledger: &SharedLedger,
+    p: &impl Processor,
+    invoice: &str,
+    next_check_at: Timestamp,
+) -> (Operation, String, Operation) {
+    let op = ready_operation(ledger, invoice, "pm_card_processing", now()).await;
+    let c = ledger
+        .claim(
+            &LeaseHolder {
+                owner: "w",
+                lease_ttl: Duration::from_millis(600_000),
+            },
+            1,
+            now(),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(c.id, op.id);
+    ledger
+        .mark_submitting(&[Fence::of(&c)], now())
+        .await
+        .unwrap();
+    let outcome = payonce_shared::processor::operation::submit(p, &c).await;
+    let SubmitOutcome::Unknown {
+        reference: Some(psp),
+        reason,
+    } = outcome
+    else {
+        panic!("a received payment is unknown with its reference: {outcome:?}")
+    };
+    assert!(reason.contains("Received"), "{reason}");
+    let recorded = ledger
+        .record(
+            &recording(
+                &Fence::of(&c),
+                &Recorded::Unknown {
+                    reason,
+                    reference: Some(psp.clone()),
+                    next_check_at,
+                },
+                "w",
+            ),
+            now(),
+        )
+        .await
+        .unwrap();
+    (op, psp, recorded)
 }

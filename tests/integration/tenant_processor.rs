@@ -3,8 +3,8 @@
 //! webhooks); one process serves both processors at once; an operation naming a processor the
 //! process is not configured for is never sent anywhere.
 
-use crate::adyen_notifications::{item, notification};
-use crate::api::{ADYEN_HMAC_KEY, ADYEN_MERCHANT, spawn};
+use crate::adyen_notifications::{deliver, item};
+use crate::api::{ADYEN_HMAC_KEY, spawn};
 use crate::serve::{free_port, payonce, scratch};
 use crate::support::processes::{simulator, stripe};
 use crate::support::refunds::{create_refund, succeeded_payment};
@@ -504,15 +504,7 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
         true,
         Some(ADYEN_HMAC_KEY),
     )];
-    webhooks::ingest_adyen(
-        ledger.as_ref(),
-        Some(ADYEN_HMAC_KEY),
-        Some(ADYEN_MERCHANT),
-        notification(items).as_bytes(),
-        now(),
-    )
-    .await
-    .unwrap();
+    deliver(&ledger, items).await;
     let requests_before = sim_requests(&sim).await;
     let report = rec.check_hints_once().await.unwrap();
     assert_eq!(report.closed, 2, "{report:?}");
@@ -548,15 +540,7 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
         true,
         Some(ADYEN_HMAC_KEY),
     )];
-    webhooks::ingest_adyen(
-        ledger.as_ref(),
-        Some(ADYEN_HMAC_KEY),
-        Some(ADYEN_MERCHANT),
-        notification(items).as_bytes(),
-        now(),
-    )
-    .await
-    .unwrap();
+    deliver(&ledger, items).await;
     let report = rec.check_hints_once().await.unwrap();
     assert_eq!(report.applied, 2, "{report:?}");
     let row = ledger.get(&tenant(), &on_stripe.id).await.unwrap();

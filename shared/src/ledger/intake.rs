@@ -380,15 +380,8 @@ impl<DB: Dialect> Store<DB> {
         plans: &[Plan],
         now: Timestamp,
     ) -> Result<Vec<Operation>, LedgerError> {
-        let writes = writes(batch, plans, &HashMap::new());
         self.all(
-            Stmt::new(insert)
-                .bind(&batch.tenant)
-                .bind(now)
-                .bind(bounded(&batch.actor))
-                .bind(new_rows(writes.into_iter()))
-                .bind(batch.approval_expires_at)
-                .bind(bounded(&batch.method)),
+            insert_statement(insert, batch, plans, now),
             decode_operation,
         )
         .await
@@ -420,24 +413,11 @@ impl<DB: Dialect> Store<DB> {
             return Ok((recorded_alone, found));
         }
         let mut tx = self.begin().await?;
-        if !inserted_alone {
-            let rows = writes(batch, plans, &found);
-            if !rows.is_empty() {
-                let inserted = DB::fetch_all(
-                    &mut *tx,
-                    Stmt::new(sql.insert.as_str())
-                        .bind(&batch.tenant)
-                        .bind(now)
-                        .bind(bounded(&batch.actor))
-                        .bind(new_rows(rows.into_iter()))
-                        .bind(batch.approval_expires_at)
-                        .bind(bounded(&batch.method)),
-                )
-                .await?;
-                for row in &inserted {
-                    let op = decode_operation(row)?;
-                    found.insert(op.business_key.as_str().to_string(), (op, true));
-                }
+        if !inserted_alone && plans.iter().any(|p| matches!(p, Plan::Write)) {
+            let insert = insert_statement(sql.insert.as_str(), batch, plans, now);
+            for row in &DB::fetch_all(&mut *tx, insert).await? {
+                let op = decode_operation(row)?;
+                found.insert(op.business_key.as_str().to_string(), (op, true));
             }
         }
         let taken: Vec<&str> = taken
@@ -550,21 +530,27 @@ impl<DB: Dialect> Store<DB> {
     }
 }
 
-/// The items to insert: those planned as writes whose business key is not yet `found`.
-fn writes<'a>(
+/// `insert` (the store's [`IntakeSql::insert`] or [`IntakeSql::insert_recorded`]) over the items
+/// planned as writes.
+fn insert_statement<'a>(
+    insert: &'static str,
     batch: &'a Batch,
     plans: &[Plan],
-    found: &HashMap<String, (Operation, bool)>,
-) -> Vec<&'a BatchItem> {
-    batch
+    now: Timestamp,
+) -> Stmt<'a> {
+    let writes = batch
         .items
         .iter()
         .zip(plans)
-        .filter(|(item, plan)| {
-            matches!(plan, Plan::Write) && !found.contains_key(item.new.business_key.as_str())
-        })
-        .map(|(item, _)| item)
-        .collect()
+        .filter(|(_, plan)| matches!(plan, Plan::Write))
+        .map(|(item, _)| item);
+    Stmt::new(insert)
+        .bind(&batch.tenant)
+        .bind(now)
+        .bind(bounded(&batch.actor))
+        .bind(new_rows(writes))
+        .bind(batch.approval_expires_at)
+        .bind(bounded(&batch.method))
 }
 
 /// Every item's answer, in the batch's order, from its plan and the rows `found`.
