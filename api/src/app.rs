@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use payonce_shared::clock::{SharedClock, Timestamp};
-use payonce_shared::ledger::TenantLedger;
+use payonce_shared::ledger::{ApiKeyRecord, TenantLedger};
 use payonce_shared::processor::{Processor, Processors};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -58,6 +58,11 @@ pub struct AppState {
     /// method's card, the object behind a reference), each operation through its own processor's
     /// adapter; `None`: pages go without them. The api never submits anything.
     processors: Option<Processors>,
+    /// Single creates with their approval, written in groups ([`crate::group_commit`]).
+    group_commit: Arc<crate::group_commit::GroupCommit>,
+    /// API keys read by digest, one read for the requests of a key that arrive together
+    /// ([`crate::shared_reads`]).
+    key_reads: Arc<crate::shared_reads::SharedReads<Option<ApiKeyRecord>>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -82,6 +87,8 @@ impl AppState {
                 .inspect_err(|e| tracing::error!(error = %e, "no notification client: customer requests will not be sent"))
                 .ok(),
             processors: None,
+            group_commit: Arc::default(),
+            key_reads: Arc::default(),
         }
     }
     /// The same state, reading cards from `processor` for the confirmation page.
@@ -126,6 +133,14 @@ impl AppState {
     /// The API's counters.
     pub fn metrics(&self) -> &ApiMetrics {
         &self.metrics
+    }
+    /// The single creates waiting to be written with their neighbours.
+    pub fn group_commit(&self) -> &Arc<crate::group_commit::GroupCommit> {
+        &self.group_commit
+    }
+    /// The API keys' shared reads.
+    pub fn key_reads(&self) -> &Arc<crate::shared_reads::SharedReads<Option<ApiKeyRecord>>> {
+        &self.key_reads
     }
     /// The notification client.
     pub fn notifier(&self) -> Option<&crate::notify::Notifier> {

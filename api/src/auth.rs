@@ -108,14 +108,22 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Htt
         return Err(refused());
     }
     let digest = sha256_hex(secret);
-    // Read from the ledger on every request (no cache), so a revocation or expiry takes effect at
-    // once in every api process.
-    let now = state.now();
+    // Read from the ledger for every request (no cache), so a revocation or expiry takes effect at
+    // once in every api process. Requests of one key that arrive while its read is in flight share
+    // the next read, which starts after they arrived (`shared_reads`).
+    let read = {
+        let (state, digest) = (state.clone(), digest.clone());
+        move || {
+            let (state, digest) = (state.clone(), digest.clone());
+            async move { Ok(state.ledger().find_api_key(&digest, state.now()).await?) }
+        }
+    };
     let record = state
-        .ledger()
-        .find_api_key(&digest, now)
+        .key_reads()
+        .read(digest.clone(), read)
         .await?
         .ok_or_else(refused)?;
+    let now = state.now();
     // The store looked the row up by digest; compare again in constant time so a store that matched
     // loosely (collation, truncation) can never let a different key through. The expiry is checked
     // again here against the same clock.

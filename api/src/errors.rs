@@ -180,6 +180,19 @@ impl HttpError {
         }
     }
 
+    /// The same answer for another request (a group's requests share one failed write): the same
+    /// code and message, the cause carried as its text.
+    pub fn for_another(&self) -> Self {
+        HttpError {
+            code: self.code,
+            message: self.message.clone(),
+            cause: self.cause.as_ref().map(|c| {
+                Box::new(std::io::Error::other(cause_chain(c.as_ref())))
+                    as Box<dyn std::error::Error + Send + Sync>
+            }),
+        }
+    }
+
     /// The message the caller may read (opaque for 5xx).
     pub fn message(&self) -> &str {
         &self.message

@@ -215,31 +215,3 @@ pub async fn create_batch(
     let summary = BatchSummary::of(&results);
     Ok(Json(BatchAnswer { results, summary }))
 }
-
-/// One operation created and approved in one transaction (`POST /v1/operations` with `approval`):
-/// the batch's code path with one item.
-pub async fn create_approved(
-    state: &AppState,
-    caller: &Caller,
-    new: NewOperation,
-    approval: BatchApproval,
-) -> Result<Created, HttpError> {
-    let now = state.now();
-    let batch = Batch {
-        tenant: caller.tenant.clone(),
-        items: vec![BatchItem {
-            new,
-            approval: Some(approval),
-        }],
-        actor: caller.actor(),
-        method: SERVICE_APPROVAL.to_string(),
-        approval_expires_at: now + state.config().approval_ttl,
-    };
-    let mut results = state.ledger().create_batch(&batch, now).await?;
-    match (results.pop(), results.is_empty()) {
-        (Some(result), true) => Ok(result?),
-        _ => Err(HttpError::internal(std::io::Error::other(
-            "the ledger answered a one-item batch with another number of items",
-        ))),
-    }
-}

@@ -4,11 +4,13 @@
 //! - [`config`]: the API's settings and their named defaults.
 //! - [`app`]: the shared state handlers read, the router, and the server with graceful shutdown.
 //! - [`auth`]: bearer API keys, looked up by digest, mapped to a tenant and a role.
+//! - [`shared_reads`]: reads shared by the requests that arrive together, each from a read taken after it arrived (API keys).
 //! - [`keys`]: the API key lifecycle: issue with an expiry, rotate with a grace period, revoke.
 //! - [`errors`]: the stable table of error codes and the JSON error body.
 //! - [`body`]: the JSON body extractor whose rejections speak the error table.
 //! - [`operations`]: the operations API for upstream services (create, approval links, approve, cancel, read).
 //! - [`intake`]: the batch create route: a billing run's payments created and enqueued, many per request.
+//! - [`group_commit`]: concurrent single creates with their approval written together, one ledger batch per group.
 //! - [`answer`]: what a repeated request or a tool call returns: the operation's stored truth, as fields and a sentence.
 //! - [`console`]: the on-call console: sessions, overview, lists, one operation's evidence chain, resolve.
 //! - [`confirm`]: the confirmation page: a single-use link plus the customer's own proof.
@@ -35,6 +37,7 @@ pub mod confirm;
 pub mod console;
 pub mod errors;
 pub mod formats;
+pub mod group_commit;
 pub mod health;
 pub mod intake;
 pub mod keys;
@@ -48,6 +51,7 @@ pub mod operations;
 pub mod page;
 pub mod profile;
 pub mod refunds;
+pub mod shared_reads;
 pub mod tools;
 pub mod verify;
 pub mod webhooks;

@@ -134,6 +134,7 @@ pub async fn count(State(state): State<AppState>, request: Request, next: Next) 
 pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     state.metrics().render(&mut e);
+    render_groups(&mut e, state.group_commit());
     // The processor's reachability as the submitting processes recorded it in the ledger.
     crate::console::outage::refresh(state.ledger().outage()).await;
     crate::console::outage::render(&mut e);
@@ -147,6 +148,29 @@ pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
             (StatusCode::SERVICE_UNAVAILABLE, String::new())
         }
     }
+}
+
+/// Appends the group commit's counters.
+fn render_groups(e: &mut Exposition, group: &crate::group_commit::GroupCommit) {
+    e.counter(
+        "payonce_api_intake_groups_total",
+        "Ledger writes of single creates with their approval, each a group of the requests \
+             that arrived together.",
+        &[],
+        group.groups(),
+    )
+    .counter(
+        "payonce_api_intake_grouped_total",
+        "Single creates with their approval written through a group.",
+        &[],
+        group.items(),
+    )
+    .gauge(
+        "payonce_api_intake_waiting",
+        "Single creates with their approval queued for the next group, not yet being written.",
+        &[],
+        i64::try_from(group.waiting()).unwrap_or(i64::MAX),
+    );
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
-use payonce_shared::ledger::intake::BatchApproval;
+use payonce_shared::ledger::intake::{BatchApproval, BatchItem};
 use payonce_shared::ledger::verification::LinkOrigin;
 use payonce_shared::ledger::{Cancel, NewApproval, NewOperation, Operation, OperationEvent, Role};
 use payonce_shared::processor::summary::summary;
@@ -154,9 +154,9 @@ pub(crate) fn invalid(e: impl std::fmt::Display) -> HttpError {
 
 /// `POST /v1/operations` (service): 201 new, 200 existing with the same details, 409
 /// `business_key_conflict` when the key names different details. With `approval`, the operation is
-/// also approved and enqueued in the same transaction (the batch route's code path,
-/// `intake::create_approved`), answered as `approve` would: 409 `approval_mismatch` (nothing
-/// created) or `wrong_state`.
+/// also approved and enqueued in the same transaction (the batch route's code path, written with
+/// the concurrent requests beside it: `group_commit`), answered as `approve` would: 409
+/// `approval_mismatch` (nothing created) or `wrong_state`.
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -167,7 +167,14 @@ pub async fn create(
     let created = match body.approval {
         Some(approval) => {
             let approval = parse_approval(&approval)?;
-            crate::intake::create_approved(&state, &caller, new, approval).await?
+            let item = BatchItem {
+                new,
+                approval: Some(approval),
+            };
+            state
+                .group_commit()
+                .create_approved(&state, caller.tenant.clone(), caller.actor(), item)
+                .await?
         }
         None => state.ledger().create_or_get(new, state.now()).await?,
     };

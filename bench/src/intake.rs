@@ -32,6 +32,8 @@ pub struct Intake {
     pub http: Rate,
     /// The same, one request each (`POST /v1/operations` with its `approval`).
     pub http_one: Rate,
+    /// Single creates per ledger write in that row (the api's group commit).
+    pub http_one_per_group: f64,
     /// The same through `POST /v1/operations/batch`, [`batch_size`] per request.
     pub http_batch: Rate,
     /// The same through `payonce enqueue` on a CSV file (one process, one batch at a time); `None`
@@ -111,10 +113,11 @@ pub async fn measure(
     ensure_ready(&shared, operations).await?;
     ledger.pool().close().await;
     db.drop_now().await?;
-    let http = through_api(admin_url, clients, operations, Way::CreateThenApprove).await?;
-    let http_one = through_api(admin_url, clients, operations, Way::OneRequest).await?;
+    let (http, _) = through_api(admin_url, clients, operations, Way::CreateThenApprove).await?;
+    let (http_one, http_one_per_group) =
+        through_api(admin_url, clients, operations, Way::OneRequest).await?;
     let scaled = operations * BATCH_ROWS_SCALE;
-    let http_batch = through_api(
+    let (http_batch, _) = through_api(
         admin_url,
         clients,
         scaled,
@@ -129,6 +132,7 @@ pub async fn measure(
         payonce,
         http,
         http_one,
+        http_one_per_group,
         http_batch,
         enqueue,
         baseline,
@@ -154,6 +158,7 @@ struct ServedApi {
     shared: SharedLedger,
     base: String,
     key: String,
+    group: Arc<payonce_api::group_commit::GroupCommit>,
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<Result<(), payonce_api::ApiError>>,
 }
@@ -184,6 +189,7 @@ impl ServedApi {
             Arc::new(payonce_shared::clock::SystemClock),
             config,
         );
+        let group = Arc::clone(state.group_commit());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(payonce_api::serve_listener(listener, state, async move {
             let _ = stopped.await;
@@ -194,6 +200,7 @@ impl ServedApi {
             shared,
             base: format!("http://{addr}"),
             key,
+            group,
             stop,
             server,
         })
@@ -210,13 +217,14 @@ impl ServedApi {
 
 /// Creates and approves `operations` through the API (served in this process on a loopback port, a
 /// pool of `clients` connections) with `clients` concurrent HTTP callers holding one service key,
-/// sent the `way` given; checks every operation ended `ready`.
+/// sent the `way` given; checks every operation ended `ready`. The rate, and the single creates
+/// the api wrote per ledger write (0 when it grouped none).
 async fn through_api(
     admin_url: &str,
     clients: u32,
     operations: u64,
     way: Way,
-) -> anyhow::Result<Rate> {
+) -> anyhow::Result<(Rate, f64)> {
     let api = ServedApi::start(admin_url, clients).await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::try_from(clients)?)
@@ -250,8 +258,14 @@ async fn through_api(
         }
     };
     ensure_ready(&api.shared, operations).await?;
+    let (items, groups) = (api.group.items().get(), api.group.groups().get());
+    let per_group = if groups == 0 {
+        0.0
+    } else {
+        items as f64 / groups as f64
+    };
     api.finish().await?;
-    Ok(rate)
+    Ok((rate, per_group))
 }
 
 /// The JSON body of operation `i` with its approval, as a billing system holding the customer's

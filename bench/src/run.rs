@@ -465,9 +465,10 @@ async fn intake_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         ),
         (
             format!(
-                "same, one request per operation (`POST /v1/operations` with its approval) ({} ops, {} concurrent callers)",
+                "same, one request per operation (`POST /v1/operations` with its approval) ({} ops, {} concurrent callers, {:.1} per ledger write)",
                 thousands(s.intake_operations),
-                s.clients
+                s.clients,
+                i.http_one_per_group
             ),
             &i.http_one,
             Some(Target::AtLeast(TARGET_INTAKE_ONE)),

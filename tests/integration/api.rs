@@ -9,6 +9,7 @@ mod confirm;
 mod console;
 mod console_refunds;
 mod customer_pages;
+mod group_commit;
 mod keys;
 mod mcp;
 mod operations;

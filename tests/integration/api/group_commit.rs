@@ -1,0 +1,250 @@
+//! `POST /v1/operations` with an approval, written in groups (`payonce_api::group_commit`), over
+//! real HTTP on Postgres. The writers are held on a real table lock while requests queue, so the
+//! groups are formed deliberately: every request is still answered as it would be alone, a
+//! repeated business key is never written twice, another tenant's request is never in the group,
+//! and an item the database refuses fails only its own request.
+
+use super::{TestApi, raw_details, spawn, tenant};
+use crate::support::{postgres_ledger, wait_for};
+use payonce_api::group_commit::GROUP_WRITERS_MAX;
+use payonce_shared::details::{Details, RawDetails};
+use payonce_shared::id::OperationId;
+use payonce_shared::state::Status;
+use serde_json::{Value, json};
+use sqlx::Connection;
+use std::sync::Arc;
+use std::time::Duration;
+
+const CREATE: &str = "/v1/operations";
+
+/// The single route's body for `invoice` at `amount`, carrying the approval of `approved` (its own
+/// details when `None`).
+fn approved(invoice: &str, amount: i64, approved: Option<&Value>) -> Value {
+    let details = raw_details(invoice, amount);
+    let of = approved.unwrap_or(&details);
+    let raw: RawDetails = serde_json::from_value(of.clone()).unwrap();
+    let hash = Details::parse(&raw).unwrap().hash();
+    json!({
+        "business_key": format!("invoice:{invoice}:pay"),
+        "details": details,
+        "approval": {"details_hash": hash.as_str(), "approved_by": format!("mandate:{invoice}")},
+    })
+}
+
+/// A metric's value from the api's `/metrics`.
+async fn metric(api: &TestApi, name: &str) -> u64 {
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+/// Holds every group writer on an exclusive lock of a table each create reads, until dropped.
+struct HeldWriters(sqlx::PgConnection);
+
+impl HeldWriters {
+    async fn hold(url: &str) -> Self {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql("BEGIN; LOCK TABLE tenant_processors IN ACCESS EXCLUSIVE MODE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        HeldWriters(conn)
+    }
+
+    async fn release(mut self) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
+    }
+}
+
+/// Sends every `(key, body)` to the single route at once; the answers in the same order.
+async fn send_all(
+    api: &Arc<TestApi>,
+    requests: Vec<(String, Value)>,
+) -> Vec<tokio::task::JoinHandle<super::Reply>> {
+    requests
+        .into_iter()
+        .map(|(key, body)| {
+            let api = Arc::clone(api);
+            tokio::spawn(async move { api.post(CREATE, &key, body).await })
+        })
+        .collect()
+}
+
+/// Waits until `writers` writers are blocked on the held lock and `waiting` requests are queued.
+async fn queued(api: &TestApi, url: &str, writers: usize, waiting: u64) {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    wait_for(
+        "the writers blocked and the rest queued",
+        Duration::from_secs(20),
+        || {
+            let pool = pool.clone();
+            async move {
+                let blocked: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO operations%'",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                let queued = metric(api, "payonce_api_intake_waiting").await;
+                (blocked == i64::try_from(writers).unwrap() && queued == waiting).then_some(())
+            }
+        },
+    )
+    .await;
+    pool.close().await;
+}
+
+/// One request per writer, each taken alone by a writer that then blocks on the held lock.
+async fn lone_requests(
+    api: &Arc<TestApi>,
+    url: &str,
+) -> (usize, Vec<tokio::task::JoinHandle<super::Reply>>) {
+    let mut sent = Vec::new();
+    for i in 0..GROUP_WRITERS_MAX {
+        let request = (api.service.clone(), approved(&format!("W{i}"), 2048, None));
+        sent.extend(send_all(api, vec![request]).await);
+        queued(api, url, i + 1, 0).await;
+    }
+    (GROUP_WRITERS_MAX, sent)
+}
+
+#[tokio::test]
+async fn single_creates_that_arrive_together_are_written_in_groups_and_each_answered_alone() {
+    let (ledger, url) = postgres_ledger().await;
+    let api = Arc::new(spawn(ledger).await);
+    let existing = api.create("EX", 2048).await;
+    api.create("CF", 1000).await;
+    let held = HeldWriters::hold(&url).await;
+    let (lone, first) = lone_requests(&api, &url).await;
+    // Then everything else arrives while they wait.
+    let mut mismatch = approved("MM", 2048, None);
+    mismatch["approval"]["details_hash"] = json!("0".repeat(64));
+    let mut requests: Vec<(String, Value)> = (0..20)
+        .map(|i| (api.service.clone(), approved(&format!("N{i}"), 2048, None)))
+        .collect();
+    requests.extend([
+        (api.service.clone(), approved("N0", 2048, None)), // 20: the same business key again
+        (api.service.clone(), approved("EX", 2048, None)), // 21: existing, approved now
+        (api.service.clone(), approved("CF", 2048, None)), // 22: the key names other details
+        (api.service.clone(), mismatch),                   // 23: approves other details
+        (api.other_service.clone(), approved("N1", 2048, None)), // 24: another tenant's N1
+    ]);
+    let sent = requests.len();
+    let rest = send_all(&api, requests).await;
+    queued(&api, &url, GROUP_WRITERS_MAX, u64::try_from(sent).unwrap()).await;
+    held.release().await;
+    for lone in first {
+        assert_eq!(lone.await.unwrap().status, 201);
+    }
+    let mut replies = Vec::new();
+    for handle in rest {
+        replies.push(handle.await.unwrap());
+    }
+    // N0 (0) and its repeat (20) were in two groups: one created it, the other found it.
+    let mut pair = [replies[0].status, replies[20].status];
+    pair.sort_unstable();
+    assert_eq!(pair, [200, 201], "{replies:#?}");
+    assert_eq!(replies[20].json()["id"], replies[0].json()["id"]);
+    let statuses: Vec<u16> = replies[1..20]
+        .iter()
+        .chain(&replies[21..])
+        .map(|r| r.status)
+        .collect();
+    let mut expected = vec![201; 19];
+    expected.extend([200, 409, 409, 201]);
+    assert_eq!(statuses, expected, "{replies:#?}");
+    assert_eq!(replies[22].code(), "business_key_conflict");
+    assert_eq!(replies[23].code(), "approval_mismatch");
+    assert_eq!(replies[21].json()["id"], existing["id"]);
+    assert_eq!(replies[21].json()["status"], "ready");
+    assert_ne!(replies[24].json()["id"], replies[1].json()["id"]);
+    // Each operation created for the tenant is ready, with the audit trail and the approval of a
+    // create then an approve.
+    for reply in &replies[..20] {
+        let id = OperationId::parse(reply.json()["id"].as_str().unwrap()).unwrap();
+        let op = api.ledger.get(&tenant(), &id).await.unwrap();
+        assert_eq!(op.status, Status::Ready);
+        let events = api.ledger.events(&tenant(), &id).await.unwrap();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(events[0].event == "create" && events[1].event == "approve");
+        assert!(
+            api.ledger
+                .latest_approval(&tenant(), &id)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    // The 25 queued requests were written in three groups, not one statement each: the tenant's
+    // queue, its repeated key after it, the other tenant's (and before them the lone ones).
+    assert_eq!(
+        metric(&api, "payonce_api_intake_groups_total").await,
+        u64::try_from(lone + 3).unwrap()
+    );
+    assert_eq!(
+        metric(&api, "payonce_api_intake_grouped_total").await,
+        u64::try_from(sent + lone).unwrap()
+    );
+    assert_eq!(metric(&api, "payonce_api_intake_waiting").await, 0);
+}
+
+#[tokio::test]
+async fn an_item_the_database_refuses_fails_only_its_own_request_in_a_group() {
+    let (ledger, url) = postgres_ledger().await;
+    let api = Arc::new(spawn(ledger).await);
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE operations ADD CONSTRAINT test_poison \
+         CHECK (business_key <> 'invoice:POISON:pay')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let held = HeldWriters::hold(&url).await;
+    let (lone, first) = lone_requests(&api, &url).await;
+    let mut requests: Vec<(String, Value)> = (0..5)
+        .map(|i| (api.service.clone(), approved(&format!("G{i}"), 2048, None)))
+        .collect();
+    requests.insert(2, (api.service.clone(), approved("POISON", 2048, None)));
+    let rest = send_all(&api, requests).await;
+    queued(&api, &url, GROUP_WRITERS_MAX, 6).await;
+    held.release().await;
+    for lone in first {
+        assert_eq!(lone.await.unwrap().status, 201);
+    }
+    let mut statuses = Vec::new();
+    for handle in rest {
+        statuses.push(handle.await.unwrap().status);
+    }
+    assert_eq!(statuses, [201, 201, 500, 201, 201, 201]);
+    // Nothing was written for the refused item; the others once each.
+    let found = api
+        .post(CREATE, &api.service, approved("POISON", 2048, None))
+        .await;
+    assert_eq!(found.status, 500, "still refused, and still not written");
+    let counts = api.ledger.count_by_status().await.unwrap();
+    assert_eq!(counts.len(), 1);
+    assert_eq!(
+        (counts[0].status, counts[0].count),
+        (Status::Ready, i64::try_from(lone + 5).unwrap())
+    );
+    // The six queued requests were one group (written again item by item when refused), then the
+    // poisoned one alone again.
+    assert_eq!(
+        metric(&api, "payonce_api_intake_groups_total").await,
+        u64::try_from(lone + 2).unwrap()
+    );
+}
