@@ -4,6 +4,10 @@
 # pinned in package-lock.json. Idempotent: a second run changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")"
+# Tests run in parallel: the first to get here installs, the others wait for it and then find
+# everything in place (two concurrent apt-get runs fail on dpkg's lock).
+exec 9>"${TMPDIR:-/tmp}/payonce-browser-setup.lock"
+flock 9
 
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
@@ -11,8 +15,8 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}"
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 fi
 
 # Playwright must not try to download browsers of its own.
