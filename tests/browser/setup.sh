@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 # Tests run in parallel: the first to get here installs, the others wait for it and then find
 # everything in place (two concurrent apt-get runs fail on dpkg's lock).
-exec 9>"${TMPDIR:-/tmp}/payonce-browser-setup.lock"
+exec 9>"${TMPDIR:-/tmp}/payonce-test-setup.lock"
 flock 9
 
 missing=()
