@@ -376,16 +376,11 @@ async fn check_one(
     let Some(processor) = processors.get(ProcessorKind::Stripe) else {
         report.deferred += 1;
         metrics.hints_deferred.inc();
-        let next = now + backoff(limits, hint.checks);
         tracing::warn!(event_id = %hint.event_id, operation = %op.id,
             "a stripe webhook is kept: this process has no stripe configuration to check it with");
-        return ledger
-            .defer_processor_event(
-                &key,
-                next,
-                "pending: this reconciler has no stripe configuration",
-            )
-            .await;
+        let next = now + backoff(limits, hint.checks);
+        let why = "pending: this reconciler has no stripe configuration";
+        return ledger.defer_processor_event(&key, next, why).await;
     };
     // The row already says what the signed hint says (the same object, succeeded): nothing to apply,
     // so no processor read is spent on it. A hint that says anything else is checked as below.
@@ -401,19 +396,7 @@ async fn check_one(
         ))
         .await;
     }
-    let retrieved = match payonce_shared::limiter::acquire(
-        limits.limiter.as_ref(),
-        payonce_shared::limiter::Budget::Read,
-        limits.permit_wait_max,
-    )
-    .await
-    {
-        Ok(_) => processor.retrieve(&reference).await,
-        Err(denied) => Retrieved::Unavailable {
-            reason: format!("fleet limiter: {denied}"),
-        },
-    };
-    let object = match retrieved {
+    let object = match retrieve_within_budget(processor.as_ref(), limits, &reference).await {
         Retrieved::Found(object) => object,
         Retrieved::NotFound => {
             report.unproven += 1;
@@ -441,6 +424,27 @@ async fn check_one(
         ledger, processors, metrics, hint, op, &reference, &object, now, report,
     )
     .await
+}
+
+/// The processor's object behind `reference`, read within the fleet's read budget (a read the
+/// limiter refuses is answered as unavailable: the hint is kept and checked again).
+async fn retrieve_within_budget(
+    processor: &dyn payonce_shared::processor::Processor,
+    limits: &HintLimits,
+    reference: &str,
+) -> Retrieved {
+    match payonce_shared::limiter::acquire(
+        limits.limiter.as_ref(),
+        payonce_shared::limiter::Budget::Read,
+        limits.permit_wait_max,
+    )
+    .await
+    {
+        Ok(_) => processor.retrieve(reference).await,
+        Err(denied) => Retrieved::Unavailable {
+            reason: format!("fleet limiter: {denied}"),
+        },
+    }
 }
 
 /// The second half of [`check_one`]: the retrieved `object` checked against the operation it

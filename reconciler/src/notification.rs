@@ -155,6 +155,114 @@ async fn nudge(
         .await
 }
 
+/// What checking a notification against its operation decided, before anything is written.
+enum Verdict {
+    /// Weigh this report against the row, as a lookup's would be (`apply_to_row`).
+    Apply(Report),
+    /// An unknown operation the notification names by another reference: nudged to retry.
+    Nudge,
+    /// In flight: read again later, for this reason.
+    Defer(String),
+    /// Nothing to apply: closed with this outcome.
+    Close(String),
+}
+
+/// The notification `item` (event `event_id`) weighed against `op` (see the module's rules).
+/// Pure: nothing is read or written.
+fn verdict(op: &Operation, item: &NotificationItem, event_id: &str) -> Verdict {
+    let psp = item.psp_reference.as_str();
+    let named = op.external_ref.as_deref() == Some(psp);
+    let diffs = differences(op, item);
+    // A second successful payment or refund under one operation is a contradiction even when it
+    // matches: one of the two references is money paid twice.
+    let other_reference = op
+        .external_ref
+        .as_deref()
+        .is_some_and(|r| r != psp && op.status == Status::Succeeded);
+    if !diffs.is_empty() || (other_reference && item.succeeded()) {
+        let mut detail = diffs;
+        if other_reference {
+            detail.push(format!(
+                "{} already recorded, the notification reports {psp}",
+                op.external_ref.as_deref().unwrap_or("")
+            ));
+        }
+        Verdict::Apply(Report::Mismatch {
+            reference: psp.to_string(),
+            paid: item.succeeded(),
+            detail: format!("adyen notification {event_id}: {}", detail.join("; ")),
+        })
+    } else if named {
+        // Named by Adyen's own answer to this operation: the notification says how it settled.
+        Verdict::Apply(report_of(item))
+    } else {
+        match op.status {
+            Status::Unknown => Verdict::Nudge,
+            // In flight: the worker's own answer records the reference first; read it again after.
+            Status::Ready | Status::Executing if item.succeeded() => {
+                Verdict::Defer(format!("pending: {} is {}", op.id, op.status.as_str()))
+            }
+            // Money for a row that is not paid: the state machine weighs it (a conflict, or a
+            // payment nobody approved), never silently dropped.
+            Status::Failed
+            | Status::Rejected
+            | Status::Cancelled
+            | Status::AwaitingApproval
+            | Status::NeedsAttention
+                if item.succeeded() =>
+            {
+                Verdict::Apply(report_of(item))
+            }
+            Status::Ready
+            | Status::Executing
+            | Status::Succeeded
+            | Status::Failed
+            | Status::Rejected
+            | Status::Cancelled
+            | Status::AwaitingApproval
+            | Status::NeedsAttention => Verdict::Close(format!(
+                "checked: an unsuccessful {} for {psp}, not {}'s recorded reference; nothing applied",
+                item.event_code, op.id
+            )),
+        }
+    }
+}
+
+/// Counts what applying a checked notification did, in the pass's report and the metrics, and
+/// raises the alerts it calls for.
+fn tally(
+    report: &mut HintReport,
+    metrics: &ReconcilerMetrics,
+    applied: &Applied,
+    checked: &Report,
+    op: &Operation,
+    psp: &str,
+    event_id: &str,
+) {
+    match (applied, checked) {
+        (Applied::PaymentWithoutApproval, _) => {
+            report.without_approval += 1;
+            metrics.payments_without_approval.inc();
+            tracing::error!(alert = "payment_without_approval", operation = %op.id, reference = psp,
+                event_id = %event_id, "Adyen reports a payment for an operation nobody approved");
+        }
+        (Applied::Conflict, _) | (_, Report::Mismatch { .. }) => {
+            report.mismatched += 1;
+            metrics.webhook_mismatches.inc();
+            tracing::error!(alert = "webhook_lookup_mismatch", operation = %op.id, reference = psp,
+                event_id = %event_id, "an Adyen notification contradicts the operation; it needs attention");
+        }
+        (Applied::AlreadyKnown, _) => {
+            report.known += 1;
+            metrics.hints_known.inc();
+        }
+        _ => {
+            report.applied += 1;
+            metrics.hints_applied.inc();
+        }
+    }
+}
+
 /// Checks one stored Adyen notification against its operation (see the module's rules).
 pub(crate) async fn check(
     ledger: &dyn Recovery,
@@ -190,74 +298,17 @@ pub(crate) async fn check(
         return Ok(());
     }
     let psp = item.psp_reference.as_str();
-    let named = op.external_ref.as_deref() == Some(psp);
-    let diffs = differences(&op, &item);
-    // A second successful payment or refund under one operation is a contradiction even when it
-    // matches: one of the two references is money paid twice.
-    let other_reference = op
-        .external_ref
-        .as_deref()
-        .is_some_and(|r| r != psp && op.status == Status::Succeeded);
-    let checked = if !diffs.is_empty() || (other_reference && item.succeeded()) {
-        let mut detail = diffs;
-        if other_reference {
-            detail.push(format!(
-                "{} already recorded, the notification reports {psp}",
-                op.external_ref.as_deref().unwrap_or("")
-            ));
+    let checked = match verdict(&op, &item, &hint.event_id) {
+        Verdict::Apply(checked) => checked,
+        Verdict::Nudge => return nudge(ledger, hint, &op, psp, now, report).await,
+        Verdict::Defer(why) => {
+            report.deferred += 1;
+            let next = now + recheck_after(hint.checks);
+            return ledger.defer_processor_event(&key, next, &why).await;
         }
-        Report::Mismatch {
-            reference: psp.to_string(),
-            paid: item.succeeded(),
-            detail: format!(
-                "adyen notification {}: {}",
-                hint.event_id,
-                detail.join("; ")
-            ),
-        }
-    } else if named {
-        // Named by Adyen's own answer to this operation: the notification says how it settled.
-        report_of(&item)
-    } else {
-        match op.status {
-            Status::Unknown => return nudge(ledger, hint, &op, psp, now, report).await,
-            // In flight: the worker's own answer records the reference first; read it again after.
-            Status::Ready | Status::Executing if item.succeeded() => {
-                report.deferred += 1;
-                return ledger
-                    .defer_processor_event(
-                        &key,
-                        now + recheck_after(hint.checks),
-                        &format!("pending: {} is {}", op.id, op.status.as_str()),
-                    )
-                    .await;
-            }
-            // Money for a row that is not paid: the state machine weighs it (a conflict, or a
-            // payment nobody approved), never silently dropped.
-            Status::Failed
-            | Status::Rejected
-            | Status::Cancelled
-            | Status::AwaitingApproval
-            | Status::NeedsAttention
-                if item.succeeded() =>
-            {
-                report_of(&item)
-            }
-            Status::Ready
-            | Status::Executing
-            | Status::Succeeded
-            | Status::Failed
-            | Status::Rejected
-            | Status::Cancelled
-            | Status::AwaitingApproval
-            | Status::NeedsAttention => {
-                report.closed += 1;
-                return close(format!(
-                    "checked: an unsuccessful {} for {psp}, not {}'s recorded reference; nothing applied",
-                    item.event_code, op.id
-                ))
-                .await;
-            }
+        Verdict::Close(outcome) => {
+            report.closed += 1;
+            return close(outcome).await;
         }
     };
     let source = format!(
@@ -268,28 +319,15 @@ pub(crate) async fn check(
         report.closed += 1;
         return close("closed: not an operation of this ledger".into()).await;
     };
-    match (&applied, &checked) {
-        (Applied::PaymentWithoutApproval, _) => {
-            report.without_approval += 1;
-            metrics.payments_without_approval.inc();
-            tracing::error!(alert = "payment_without_approval", operation = %op.id, reference = psp,
-                event_id = %hint.event_id, "Adyen reports a payment for an operation nobody approved");
-        }
-        (Applied::Conflict, _) | (_, Report::Mismatch { .. }) => {
-            report.mismatched += 1;
-            metrics.webhook_mismatches.inc();
-            tracing::error!(alert = "webhook_lookup_mismatch", operation = %op.id, reference = psp,
-                event_id = %hint.event_id, "an Adyen notification contradicts the operation; it needs attention");
-        }
-        (Applied::AlreadyKnown, _) => {
-            report.known += 1;
-            metrics.hints_known.inc();
-        }
-        _ => {
-            report.applied += 1;
-            metrics.hints_applied.inc();
-        }
-    }
+    tally(
+        report,
+        metrics,
+        &applied,
+        &checked,
+        &op,
+        psp,
+        &hint.event_id,
+    );
     close(format!("checked: {applied:?} on {}", op.id)).await
 }
 

@@ -116,31 +116,7 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
     } = case;
     let window_open = contract.window_open(op.first_submitted_at, now, config.retention_margin);
     let Some(lookup) = lookup else {
-        if let Some(reference) = &op.external_ref
-            && contract.notification_settles_reference()
-        {
-            return await_notification(op, reference, contract, now);
-        }
-        return if window_open
-            && contract.retry_replays()
-            && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
-        {
-            Decision::Escalate(format!(
-                "the {} contract offers no lookup that can find this operation, and {} requests \
-                 with its key left it ambiguous (the processor replays what it saved under the \
-                 key); a human decides",
-                contract.name, op.submit_count
-            ))
-        } else if window_open && contract.retry_replays() {
-            Decision::RetrySameKey
-        } else {
-            Decision::Escalate(format!(
-                "the {} contract offers no lookup that can find this operation and {}; a new \
-                 submission could pay twice",
-                contract.name,
-                why_no_retry(contract, window_open)
-            ))
-        };
+        return without_lookup(op, contract, now, window_open);
     };
     match lookup {
         LookupOutcome::Found {
@@ -170,26 +146,7 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
             "{reference} is {processor_status} at the processor"
         )),
         LookupOutcome::NotFound { consistent } => {
-            // A lagging lookup's "not found" proves nothing, whatever one answer says.
-            let proof = consistent
-                && contract.lookups.finding(op.external_ref.is_some())
-                    == Some(Consistency::ReadAfterWrite);
-            if window_open && (contract.retry_replays() || proof) {
-                Decision::RetrySameKey
-            } else if !window_open && proof && config.resubmit_after_window {
-                Decision::Resubmit
-            } else {
-                Decision::Escalate(format!(
-                    "not found at the processor ({} lookup) and {}; a new submission could pay \
-                     twice",
-                    if proof {
-                        "consistent"
-                    } else {
-                        "eventually consistent"
-                    },
-                    why_no_retry(contract, window_open)
-                ))
-            }
+            not_found(op, contract, config, consistent, window_open)
         }
         LookupOutcome::RateLimited { reason } => {
             Decision::Defer(format!("lookup rate limited: {reason}"))
@@ -207,6 +164,72 @@ pub fn decide(case: Case<'_>, contract: &Contract, config: &ReconcilerConfig) ->
                 object.reference
             )),
         },
+    }
+}
+
+/// [`decide`] for an operation no lookup can find under `contract`: it waits for its
+/// notification, is retried with its key while the processor replays what it saved, or goes to a
+/// human.
+fn without_lookup(
+    op: &Operation,
+    contract: &Contract,
+    now: Timestamp,
+    window_open: bool,
+) -> Decision {
+    if let Some(reference) = &op.external_ref
+        && contract.notification_settles_reference()
+    {
+        return await_notification(op, reference, contract, now);
+    }
+    return if window_open
+        && contract.retry_replays()
+        && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
+    {
+        Decision::Escalate(format!(
+            "the {} contract offers no lookup that can find this operation, and {} requests \
+             with its key left it ambiguous (the processor replays what it saved under the \
+             key); a human decides",
+            contract.name, op.submit_count
+        ))
+    } else if window_open && contract.retry_replays() {
+        Decision::RetrySameKey
+    } else {
+        Decision::Escalate(format!(
+            "the {} contract offers no lookup that can find this operation and {}; a new \
+             submission could pay twice",
+            contract.name,
+            why_no_retry(contract, window_open)
+        ))
+    };
+}
+
+/// [`decide`] for a lookup that did not find the operation: only a consistent lookup's answer
+/// proves it was never paid.
+fn not_found(
+    op: &Operation,
+    contract: &Contract,
+    config: &ReconcilerConfig,
+    consistent: bool,
+    window_open: bool,
+) -> Decision {
+    // A lagging lookup's "not found" proves nothing, whatever one answer says.
+    let proof = consistent
+        && contract.lookups.finding(op.external_ref.is_some()) == Some(Consistency::ReadAfterWrite);
+    if window_open && (contract.retry_replays() || proof) {
+        Decision::RetrySameKey
+    } else if !window_open && proof && config.resubmit_after_window {
+        Decision::Resubmit
+    } else {
+        Decision::Escalate(format!(
+            "not found at the processor ({} lookup) and {}; a new submission could pay \
+             twice",
+            if proof {
+                "consistent"
+            } else {
+                "eventually consistent"
+            },
+            why_no_retry(contract, window_open)
+        ))
     }
 }
 
