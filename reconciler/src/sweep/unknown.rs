@@ -181,9 +181,7 @@ fn without_lookup(
     {
         return await_notification(op, reference, contract, now);
     }
-    return if window_open
-        && contract.retry_replays()
-        && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
+    if window_open && contract.retry_replays() && op.submit_count >= SUBMISSIONS_WITHOUT_LOOKUP_MAX
     {
         Decision::Escalate(format!(
             "the {} contract offers no lookup that can find this operation, and {} requests \
@@ -200,7 +198,7 @@ fn without_lookup(
             contract.name,
             why_no_retry(contract, window_open)
         ))
-    };
+    }
 }
 
 /// [`decide`] for a lookup that did not find the operation: only a consistent lookup's answer
