@@ -12,6 +12,11 @@
 //! write fails for anything but an unavailable ledger is written again item by item, so one item
 //! the database refuses fails only its own request.
 //!
+//! The queue holds one item per request in flight, so the listener's connection limit
+//! (`CONNECTIONS_MAX_DEFAULT`, `connections_max`) bounds it. A request that times out or whose
+//! client hangs up while queued is still written (creates are idempotent by business key: a retry
+//! is answered from the row), as a single write already under way would have been.
+//!
 //! Why: on Postgres most of a create's cost is per statement (the executor's start, the CHECK
 //! constraints compiled for each statement, the audit and directory triggers, the commit), not per
 //! row. Ten callers sending one create each now share those costs the way one batch request does.
