@@ -11,6 +11,8 @@
 
 pub mod config;
 pub mod evidence;
+#[cfg(test)]
+mod fixtures;
 pub mod metrics;
 pub mod notification;
 pub mod oncall;

@@ -334,6 +334,80 @@ pub(crate) async fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::unknown_since;
+
+    /// An AUTHORISATION for `psp` of `value` USD minor units, successful or not.
+    fn authorisation(psp: &str, value: i64, success: bool) -> NotificationItem {
+        serde_json::from_value(serde_json::json!({
+            "amount": {"currency": "USD", "value": value},
+            "eventCode": "AUTHORISATION",
+            "merchantAccountCode": "PayonceTest",
+            "pspReference": psp,
+            "success": if success { "true" } else { "false" },
+        }))
+        .unwrap_or_else(|e| unreachable!("a valid notification item: {e}"))
+    }
+
+    /// What `verdict` decided, as a word and the report it would apply.
+    fn decided(status: Status, external_ref: Option<&str>, item: &NotificationItem) -> String {
+        let mut op = unknown_since(1_000);
+        op.status = status;
+        op.external_ref = external_ref.map(str::to_string);
+        match verdict(&op, item, "evt_1") {
+            Verdict::Apply(Report::Succeeded(paid)) => {
+                format!("apply succeeded {}", paid.reference)
+            }
+            Verdict::Apply(Report::Failed(_)) => "apply failed".into(),
+            Verdict::Apply(Report::Mismatch { paid, .. }) => format!("apply mismatch paid={paid}"),
+            Verdict::Nudge => "nudge".into(),
+            Verdict::Defer(_) => "defer".into(),
+            Verdict::Close(_) => "close".into(),
+        }
+    }
+
+    #[test]
+    fn a_notification_is_weighed_against_its_operation_as_the_module_says() {
+        let paid = authorisation("PSP1", 2048, true);
+        let refused = authorisation("PSP1", 2048, false);
+        let other_amount = authorisation("PSP1", 999, true);
+        let table = [
+            // Named by the operation's own reference: the notification settles it.
+            (Status::Unknown, Some("PSP1"), &paid, "apply succeeded PSP1"),
+            (Status::Unknown, Some("PSP1"), &refused, "apply failed"),
+            // Not named: an unknown operation is nudged, an in-flight one read again later.
+            (Status::Unknown, None, &paid, "nudge"),
+            (Status::Executing, None, &paid, "defer"),
+            (Status::Ready, None, &paid, "defer"),
+            // Money for a row that is not paid is weighed, never dropped.
+            (Status::Failed, None, &paid, "apply succeeded PSP1"),
+            (Status::Cancelled, None, &paid, "apply succeeded PSP1"),
+            // An unsuccessful one not naming the row changes nothing.
+            (Status::Failed, None, &refused, "close"),
+            (Status::Executing, None, &refused, "close"),
+            // Another amount, or a second paid reference on a succeeded row: a contradiction.
+            (
+                Status::Unknown,
+                Some("PSP1"),
+                &other_amount,
+                "apply mismatch paid=true",
+            ),
+            (
+                Status::Succeeded,
+                Some("PSP0"),
+                &paid,
+                "apply mismatch paid=true",
+            ),
+            (Status::Succeeded, Some("PSP0"), &refused, "close"),
+        ];
+        for (status, reference, item, expected) in table {
+            assert_eq!(
+                decided(status, reference, item),
+                expected,
+                "{status:?} holding {reference:?}, notification success={}",
+                item.success
+            );
+        }
+    }
 
     #[test]
     fn rechecks_back_off_to_their_limit() {
