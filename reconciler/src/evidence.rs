@@ -335,6 +335,39 @@ pub(crate) async fn closed_as_other_processor(
     Ok(true)
 }
 
+/// The operation `id` a stored hint names, if it is one of this ledger's and belongs to the
+/// processor that sent the hint; otherwise the hint is closed (as another deployment's, or as
+/// another processor's) and `None` is answered.
+pub(crate) async fn hint_operation(
+    ledger: &dyn Recovery,
+    processors: &Processors,
+    metrics: &ReconcilerMetrics,
+    hint: &StoredProcessorEvent,
+    id: &OperationId,
+    now: Timestamp,
+    report: &mut HintReport,
+) -> Result<Option<Operation>, LedgerError> {
+    let op = match ledger.get_unscoped(id).await {
+        Ok(op) => op,
+        // Another deployment's operation id: stored, nothing to check.
+        Err(LedgerError::NotFound) => {
+            report.closed += 1;
+            let key = ProcessorEventKey {
+                processor: &hint.processor,
+                event_id: &hint.event_id,
+            };
+            let outcome = "closed: not an operation of this ledger";
+            ledger.mark_processor_event(&key, outcome, now).await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    if closed_as_other_processor(ledger, processors, metrics, hint, &op, now, report).await? {
+        return Ok(None);
+    }
+    Ok(Some(op))
+}
+
 async fn check_one(
     ledger: &dyn Recovery,
     processors: &Processors,
@@ -359,18 +392,9 @@ async fn check_one(
         report.closed += 1;
         return close("closed: names no operation or object".into()).await;
     };
-    let op = match ledger.get_unscoped(id).await {
-        Ok(op) => op,
-        // Another deployment's operation id: stored, nothing to check.
-        Err(LedgerError::NotFound) => {
-            report.closed += 1;
-            return close("closed: not an operation of this ledger".into()).await;
-        }
-        Err(e) => return Err(e),
-    };
-    if closed_as_other_processor(ledger, processors, metrics, hint, &op, now, report).await? {
+    let Some(op) = hint_operation(ledger, processors, metrics, hint, id, now, report).await? else {
         return Ok(());
-    }
+    };
     // A Stripe hint is checked by Stripe's adapter; a process without one keeps it for one that
     // has (the backlog metric shows it waiting).
     let Some(processor) = processors.get(ProcessorKind::Stripe) else {

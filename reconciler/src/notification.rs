@@ -282,21 +282,11 @@ pub(crate) async fn check(
         report.closed += 1;
         return close("closed: names no operation or is unreadable".into()).await;
     };
-    let op = match ledger.get_unscoped(id).await {
-        Ok(op) => op,
-        Err(LedgerError::NotFound) => {
-            report.closed += 1;
-            return close("closed: not an operation of this ledger".into()).await;
-        }
-        Err(e) => return Err(e),
-    };
-    if crate::evidence::closed_as_other_processor(
-        ledger, processors, metrics, hint, &op, now, report,
-    )
-    .await?
-    {
+    let Some(op) =
+        crate::evidence::hint_operation(ledger, processors, metrics, hint, id, now, report).await?
+    else {
         return Ok(());
-    }
+    };
     let psp = item.psp_reference.as_str();
     let checked = match verdict(&op, &item, &hint.event_id) {
         Verdict::Apply(checked) => checked,

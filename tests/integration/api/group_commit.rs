@@ -33,15 +33,7 @@ fn approved(invoice: &str, amount: i64, approved: Option<&Value>) -> Value {
 
 /// A metric's value from the api's `/metrics`.
 async fn metric(api: &TestApi, name: &str) -> u64 {
-    let text = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = api.send("GET", "/metrics", None, None).await.text;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
