@@ -1,9 +1,14 @@
-//! Where the key secret (`payonce_shared::intention`) comes from: configuration first; a quick-start
-//! SQLite ledger keeps one in a file beside it, so `payonce serve` and the commands run after it on
-//! the same file derive the same keys without anyone setting one.
+//! Where the key secret (`payonce_shared::intention`) comes from, and the check that it is this
+//! ledger's: configuration first; a quick-start SQLite ledger keeps one in a file beside it, so
+//! `payonce serve` and the commands run after it on the same file derive the same keys without
+//! anyone setting one. Every process that derives keys compares the secret's fingerprint with the
+//! one the ledger keeps ([`checked`]) and refuses to start on a mismatch: another secret after a
+//! restore would pay every lost invoice again.
 
 use anyhow::Context;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::intention::{KeySecret, KeySecretError};
+use payonce_shared::ledger::identity::{IdentityLedger, SecretEvidence};
 use std::path::{Path, PathBuf};
 
 /// Suffix of the file next to a SQLite database that keeps its key secret (mode 0600).
@@ -12,12 +17,14 @@ pub const KEY_SECRET_FILE_SUFFIX: &str = ".key-secret";
 /// The secret for `database_url`: `configured` when set; else a SQLite file's own (read, or created
 /// mode 0600); else a fresh one for an in-memory ledger, which nothing can restore; else (Postgres)
 /// an error that says how to set one.
-pub fn resolve(configured: &str, database_url: &str) -> anyhow::Result<KeySecret> {
+/// A SQLite ledger whose keys were derived already (`in_use`) never gets a new secret file: a
+/// ledger copied without its secret would otherwise derive new keys for every lost invoice.
+pub fn resolve(configured: &str, database_url: &str, in_use: bool) -> anyhow::Result<KeySecret> {
     if !configured.is_empty() {
         return Ok(KeySecret::parse(configured)?);
     }
     if let Some(path) = file_for(database_url) {
-        return read_or_create(&path);
+        return read_or_create(&path, in_use);
     }
     if is_in_memory(database_url) {
         return Ok(KeySecret::generate());
@@ -45,7 +52,7 @@ pub fn file_for(database_url: &str) -> Option<PathBuf> {
     Some(PathBuf::from(format!("{path}{KEY_SECRET_FILE_SUFFIX}")))
 }
 
-fn read_or_create(path: &Path) -> anyhow::Result<KeySecret> {
+fn read_or_create(path: &Path, in_use: bool) -> anyhow::Result<KeySecret> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     match std::fs::read_to_string(path) {
@@ -59,6 +66,16 @@ fn read_or_create(path: &Path) -> anyhow::Result<KeySecret> {
             );
             return KeySecret::parse(text.trim())
                 .with_context(|| format!("the key secret in {}", path.display()));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && in_use => {
+            anyhow::bail!(
+                "the ledger beside {} already holds operations, but its key secret file {} is \
+                 missing: copy that file from where the ledger came from (or set \
+                 PAYONCE_KEY_SECRET to the secret it was used with). A new secret would derive new \
+                 keys and pay every invoice a restore lost a second time, so none is made",
+                path.display(),
+                path.display()
+            )
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
@@ -76,9 +93,65 @@ fn read_or_create(path: &Path) -> anyhow::Result<KeySecret> {
             file.sync_all()?;
             Ok(secret)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create(path),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create(path, in_use),
         Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
     }
+}
+
+/// The secret for `database_url` (as [`resolve`]), checked against the ledger: its recorded
+/// fingerprint must match; a ledger from before fingerprints must have derived its operation ids
+/// with this secret; a ledger without either gets this secret's fingerprint. Any mismatch is an
+/// error that says what to do: the process must not start.
+pub async fn checked(
+    configured: &str,
+    database_url: &str,
+    ledger: &dyn IdentityLedger,
+    now: Timestamp,
+) -> anyhow::Result<KeySecret> {
+    let evidence = ledger
+        .secret_evidence()
+        .await
+        .context("reading the ledger's key secret fingerprint")?;
+    let secret = resolve(configured, database_url, evidence.in_use())?;
+    let mine = secret.fingerprint();
+    let recorded = match evidence {
+        SecretEvidence {
+            fingerprint: Some(recorded),
+            ..
+        } => recorded,
+        SecretEvidence {
+            derived: Some(derived),
+            ..
+        } if !secret.derived(&derived.id, &derived.tenant, &derived.business_key) => {
+            anyhow::bail!(mismatch(
+                &mine,
+                &format!(
+                    "operation {} was not derived with it; the ledger has no fingerprint yet",
+                    derived.id
+                )
+            ))
+        }
+        _ => ledger
+            .record_fingerprint(&mine, now)
+            .await
+            .context("recording the key secret's fingerprint in the ledger")?,
+    };
+    anyhow::ensure!(
+        recorded == mine,
+        mismatch(&mine, &format!("the ledger was used with {recorded}"))
+    );
+    Ok(secret)
+}
+
+/// The refusal, in one sentence that says what to do.
+fn mismatch(mine: &str, why: &str) -> String {
+    format!(
+        "the key secret (PAYONCE_KEY_SECRET, fingerprint {mine}) is not this ledger's: {why}. \
+         Start every process with the secret this ledger was created with (from the vault entry \
+         of this ledger, or the `.key-secret` file of a SQLite ledger). Another secret would \
+         derive new processor keys and pay every invoice a restore lost a second time; the \
+         secret is fixed for the ledger's life (docs/runbook.md, \"The key secret\")"
+    )
 }
 
 #[cfg(test)]
@@ -89,13 +162,13 @@ mod tests {
     fn configured_file_memory_and_postgres() {
         let configured = "c".repeat(40);
         assert_eq!(
-            resolve(&configured, "postgres://x/y").unwrap(),
+            resolve(&configured, "postgres://x/y", false).unwrap(),
             KeySecret::parse(&configured).unwrap()
         );
-        let err = resolve("", "postgres://x/y").unwrap_err().to_string();
+        let err = resolve("", "postgres://x/y", false).unwrap_err().to_string();
         assert!(err.contains("PAYONCE_KEY_SECRET"), "{err}");
-        assert!(resolve("short", "sqlite::memory:").is_err());
-        assert!(resolve("", "sqlite::memory:").is_ok());
+        assert!(resolve("short", "sqlite::memory:", false).is_err());
+        assert!(resolve("", "sqlite::memory:", false).is_ok());
 
         let dir = std::env::temp_dir().join(format!(
             "payonce-key-secret-{}",
@@ -103,8 +176,8 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let url = format!("sqlite:{}/ledger.db", dir.display());
-        let first = resolve("", &url).unwrap();
-        assert_eq!(resolve("", &url).unwrap(), first, "kept in the file");
+        let first = resolve("", &url, false).unwrap();
+        assert_eq!(resolve("", &url, false).unwrap(), first, "kept in the file");
         let file = file_for(&url).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
@@ -113,9 +186,13 @@ mod tests {
         );
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(
-            resolve("", &url).is_err(),
+            resolve("", &url, false).is_err(),
             "a file others can read is refused"
         );
+        std::fs::remove_file(&file).unwrap();
+        let err = resolve("", &url, true).unwrap_err().to_string();
+        assert!(err.contains("key secret file") && err.contains("missing"), "{err}");
+        assert!(!file.exists(), "no secret is made up for a ledger in use");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

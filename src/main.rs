@@ -108,7 +108,7 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-fn reconciler(
+async fn reconciler(
     common: &Common,
     ledger: SharedLedger,
     r: &ReconcilerArgs,
@@ -117,7 +117,7 @@ fn reconciler(
     let owner = owner_name("reconciler");
     let mut config: ReconcilerConfig = r.config(owner, submit);
     config.retry.limiter = common.limiter()?;
-    config.key_secret = key_secret_for_scan(common);
+    config.key_secret = key_secret_for_scan(common, &ledger).await?;
     Ok(Reconciler::with_processors(
         ledger,
         common.processors()?,
@@ -126,15 +126,28 @@ fn reconciler(
     ))
 }
 
-/// The key secret the processor scan recreates lost rows with; without one it only reports them.
-fn key_secret_for_scan(common: &Common) -> Option<payonce_shared::intention::KeySecret> {
-    match common.key_secret() {
-        Ok(secret) => Some(secret),
-        Err(error) => {
-            tracing::warn!(%error, "payments the ledger lost will be reported, not recreated");
-            None
-        }
+/// The key secret the processor scan recreates lost rows with, checked against the ledger (a
+/// mismatch stops the reconciler); without one it only reports them.
+async fn key_secret_for_scan(
+    common: &Common,
+    ledger: &SharedLedger,
+) -> anyhow::Result<Option<payonce_shared::intention::KeySecret>> {
+    if !common.key_secret_set() {
+        tracing::warn!(
+            "no key secret (PAYONCE_KEY_SECRET): payments the ledger lost will be reported, not recreated"
+        );
+        return Ok(None);
     }
+    Ok(Some(common.key_secret(ledger).await?))
+}
+
+/// A process that derives no keys (the worker) still refuses a key secret that is not its
+/// ledger's: it is a sign the whole deployment was given the wrong one.
+async fn check_key_secret_if_set(common: &Common, ledger: &SharedLedger) -> anyhow::Result<()> {
+    if common.key_secret_set() {
+        common.key_secret(ledger).await?;
+    }
+    Ok(())
 }
 
 /// The parsed command line with what produced it: `config show` reports sources.
@@ -222,14 +235,20 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { common } => {
-            open(&common).await?;
+            let ledger = open(&common).await?;
             println!("migrations applied to {}", redact(&common.database_url));
+            // The fingerprint is recorded at migration when the secret is at hand; otherwise the
+            // first process that derives keys records it.
+            if common.key_secret_set() {
+                let secret = common.key_secret(&ledger).await?;
+                println!("key secret {} is this ledger's", secret.fingerprint());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Api { common, api } => {
             let ledger = open_existing(&common).await?;
             let mut config = api.config();
-            config.key_secret = common.key_secret()?;
+            config.key_secret = common.key_secret(&ledger).await?;
             config.adyen_merchant_account = Some(common.adyen_merchant_account.clone());
             // Only to read a payment method's card for the confirmation page and the object behind
             // a reference for the console, each from the operation's own processor (never to
@@ -261,6 +280,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         }
         Command::Worker { common, worker } => {
             let ledger = open_existing(&common).await?;
+            check_key_secret_if_set(&common, &ledger).await?;
             let mut config = worker.config(owner_name("worker"));
             config.submit.limiter = common.limiter()?;
             let limiter = config.submit.limiter.clone();
@@ -296,7 +316,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     submit,
                     grace,
                 } => {
-                    let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &submit)?);
+                    let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &submit).await?);
                     tokio::spawn(ops::record_reachability(
                         ledger.clone(),
                         owner_name("reconciler"),
@@ -327,7 +347,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         once,
                         "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)"
                     );
-                    let rec = reconciler(&common, ledger.clone(), &r, &submit)?;
+                    let rec = reconciler(&common, ledger.clone(), &r, &submit).await?;
                     let report = rec.sweep_once(dry_run).await?;
                     let attention = ledger
                         .count_by_status()

@@ -122,16 +122,17 @@ impl Stack {
             .config()
             .check()
             .context("the api cannot start with these settings")?;
-        // Resolved once: an in-memory ledger's secret is fresh, and the api and the reconciler
-        // must derive with the same one.
-        plan.common.key_secret = plan.common.key_secret()?.expose().to_string();
         let ledger = crate::open(&plan.common).await?;
+        // Resolved once, and checked against the ledger: an in-memory ledger's secret is fresh,
+        // and the api and the reconciler must derive with the same one.
+        plan.common.key_secret = plan.common.key_secret(&ledger).await?.expose().to_string();
         let listener = tokio::net::TcpListener::bind(plan.api.listen)
             .await
             .with_context(|| format!("cannot listen on {} (api_listen)", plan.api.listen))?;
         let bound = reachable(listener.local_addr()?);
         let mut api_config = plan.api.config();
-        api_config.key_secret = plan.common.key_secret()?;
+        api_config.key_secret =
+            payonce_shared::intention::KeySecret::parse(&plan.common.key_secret)?;
         api_config.listen = bound;
         if plan.api.public_base_url.is_none() {
             api_config.public_base_url = format!("http://{bound}");
@@ -236,7 +237,8 @@ impl Stack {
         let owner = owner_name("serve-reconciler");
         let mut config = self.plan.reconciler.config(owner, &self.plan.worker.submit);
         config.retry.limiter = self.limiter.clone();
-        config.key_secret = self.plan.common.key_secret().ok();
+        config.key_secret =
+            payonce_shared::intention::KeySecret::parse(&self.plan.common.key_secret).ok();
         let reconciler = Arc::new(Reconciler::with_processors(
             self.ledger.clone(),
             self.processors.clone(),

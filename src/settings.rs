@@ -227,10 +227,28 @@ pub struct Common {
 }
 
 impl Common {
-    /// The key secret: the configured one, else the file next to a SQLite ledger (created on first
-    /// use), else a fresh one for an in-memory ledger; a Postgres ledger requires it configured.
-    pub fn key_secret(&self) -> anyhow::Result<KeySecret> {
-        crate::key_secret::resolve(&self.key_secret, &self.database_url)
+    /// The key secret, checked against `ledger`'s fingerprint ([`crate::key_secret::checked`]):
+    /// the configured one, else the file next to a SQLite ledger (created only for a ledger that
+    /// holds no operation yet), else a fresh one for an in-memory ledger; a Postgres ledger
+    /// requires it configured.
+    pub async fn key_secret(
+        &self,
+        ledger: &payonce_shared::ledger::SharedLedger,
+    ) -> anyhow::Result<KeySecret> {
+        let now = ledger
+            .now(payonce_shared::clock::Clock::now(
+                &payonce_shared::clock::SystemClock,
+            ))
+            .await?;
+        crate::key_secret::checked(&self.key_secret, &self.database_url, ledger.identity(), now)
+            .await
+    }
+
+    /// Whether this process has a key secret without being told one: configured, or a SQLite
+    /// ledger's (its file, or a fresh one for an in-memory ledger). A process that derives no
+    /// keys (the worker) checks the secret only when it has one.
+    pub fn key_secret_set(&self) -> bool {
+        !self.key_secret.is_empty() || self.database_url.starts_with("sqlite:")
     }
 
     /// The declared processor contract, with `key_retention_s` if set: Adyen's for `processor =

@@ -402,7 +402,6 @@ async fn recreate(
     let idempotency_key = secret.key_for(&Intention {
         tenant: &tenant,
         business_key: &business_key,
-        details_hash: &details_hash,
         generation: 0,
     });
     let new = NewOperation {

@@ -4,17 +4,23 @@
 //! A ledger that forgets a row (a restore from an older backup, an asynchronous replica promoted
 //! without the primary's last commits) would otherwise issue a new operation id for the same
 //! business action, and a key made from that id would charge the customer a second time. The key
-//! is instead a keyed hash of what the trusted workflow asked for: the tenant, its business key,
-//! the approved details' hash, and a generation that only a human decision could raise. The same
-//! intention re-created after a loss derives the same key, so the processor replays its first
-//! answer inside its key retention instead of paying again.
+//! is instead a keyed hash of the business action the trusted workflow named: the tenant, its
+//! business key, and a generation that only a human decision could raise. The same business key
+//! re-created after a loss derives the same key, so the processor replays its first answer inside
+//! its key retention instead of paying again; re-created with other details (a recomputed total),
+//! it reaches the processor under the first key, which refuses the other parameters
+//! (`SubmitOutcome::KeyReused`), and a human sees both payments' facts instead of a second charge.
+//! The details stay bound by the approval and travel in the request's metadata.
+//!
+//! Keys of the first form (`po1_`, which also hashed the details hash) stay on the rows that hold
+//! them; only new rows get `po2_` keys.
 //!
 //! The hash is keyed ([`KeySecret`], kept in configuration, outside the ledger, so a restored
 //! ledger derives the same keys) because processors share keys across an account's API users and
 //! advise unguessable ones: a plain hash of a business key would let anyone who knows an invoice
-//! number pre-empt or probe its payment.
+//! number pre-empt or probe its payment. The ledger keeps the secret's [`KeySecret::fingerprint`]
+//! so a process started with another secret refuses to run (`ledger::identity`).
 
-use crate::details::DetailsHash;
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -23,13 +29,27 @@ use sha2::Sha256;
 pub const KEY_SECRET_LEN_MIN: usize = 32;
 /// Longest key secret accepted, in characters.
 pub const KEY_SECRET_LEN_MAX: usize = 512;
-/// Prefix of an intention key; the version names the derivation below.
-pub const INTENTION_KEY_PREFIX: &str = "po1_";
+/// Prefix of an intention key; the version names the derivation below (tenant, business key,
+/// generation).
+pub const INTENTION_KEY_PREFIX: &str = "po2_";
+/// Prefix of the first form of intention keys (tenant, business key, details hash, generation),
+/// still held by rows created before `po2_`.
+pub const INTENTION_KEY_V1_PREFIX: &str = "po1_";
+/// Prefix of a key secret's fingerprint.
+pub const FINGERPRINT_PREFIX: &str = "kf1_";
+const _: () = assert!(INTENTION_KEY_PREFIX.len() == INTENTION_KEY_V1_PREFIX.len());
 /// Bytes of the HMAC kept in a key: 160 bits, 40 hex digits, so `po1_` + 40 = 44 characters fits every
 /// processor's limit (Stripe 255, Adyen 64).
 const INTENTION_KEY_BYTES: usize = 20;
 /// Length of an intention key.
 pub const INTENTION_KEY_LEN: usize = INTENTION_KEY_PREFIX.len() + 2 * INTENTION_KEY_BYTES;
+/// Whether `key` is an intention key of either form (its row's id was derived, and its requests
+/// carry the intention in their metadata).
+pub fn is_intention_key(key: &IdempotencyKey) -> bool {
+    let key = key.as_str();
+    key.starts_with(INTENTION_KEY_PREFIX) || key.starts_with(INTENTION_KEY_V1_PREFIX)
+}
+
 /// The shortest key limit of the processors payonce knows (Adyen: 64 characters; Stripe: 255).
 pub const PROCESSOR_KEY_LEN_MAX: usize = 64;
 const _: () = assert!(INTENTION_KEY_LEN <= PROCESSOR_KEY_LEN_MAX);
@@ -115,16 +135,26 @@ impl KeySecret {
         mac.finalize().into_bytes().to_vec()
     }
 
-    /// The processor key of one intention: HMAC-SHA256 over length-prefixed tenant, business key,
-    /// details hash and generation, truncated to [`INTENTION_KEY_BYTES`].
+    /// The fingerprint the ledger keeps of this secret: `kf1_` + 32 hex digits of an HMAC of a
+    /// fixed label. It tells two secrets apart and says nothing of either.
+    pub fn fingerprint(&self) -> String {
+        let digest = self.mac(b"payonce-key-secret-fingerprint-v1", &[], 0);
+        format!("{FINGERPRINT_PREFIX}{}", hex::encode(&digest[..16]))
+    }
+
+    /// Whether this secret derived `id` from `tenant` and `business_key`.
+    pub fn derived(&self, id: &OperationId, tenant: &TenantId, business_key: &BusinessKey) -> bool {
+        &self.operation_id_for(tenant, business_key) == id
+    }
+
+    /// The processor key of one intention: HMAC-SHA256 over length-prefixed tenant, business key
+    /// and generation, truncated to [`INTENTION_KEY_BYTES`]. Not the details: the key names the
+    /// business action, so other details under a business key the ledger lost reach the
+    /// processor under the first key and are refused there.
     pub fn key_for(&self, intention: &Intention<'_>) -> IdempotencyKey {
         let digest = self.mac(
-            b"payonce-intention-key-v1",
-            &[
-                intention.tenant.as_str(),
-                intention.business_key.as_str(),
-                intention.details_hash.as_str(),
-            ],
+            b"payonce-intention-key-v2",
+            &[intention.tenant.as_str(), intention.business_key.as_str()],
             intention.generation,
         );
         let key = format!(
@@ -144,8 +174,6 @@ pub struct Intention<'a> {
     pub tenant: &'a TenantId,
     /// The trusted workflow's key for the action.
     pub business_key: &'a BusinessKey,
-    /// The approved details.
-    pub details_hash: &'a DetailsHash,
     /// 0 for every operation today; only an explicit human decision to pay the same intention again
     /// after a definitive failure may raise it (nothing does yet: such a retry is a new business key).
     pub generation: u32,
@@ -155,33 +183,27 @@ pub struct Intention<'a> {
 mod tests {
     use super::*;
 
-    fn hash(c: char) -> DetailsHash {
-        DetailsHash::parse(&c.to_string().repeat(64)).unwrap()
-    }
-
     #[test]
-    fn the_same_intention_derives_the_same_key_and_any_change_another() {
+    fn the_same_business_action_derives_the_same_key_and_any_change_another() {
         let secret = KeySecret::parse(&"s".repeat(KEY_SECRET_LEN_MIN)).unwrap();
-        let (t, b, h) = (
+        let (t, b) = (
             TenantId::parse("acme").unwrap(),
             BusinessKey::parse("invoice:INV-2048:pay").unwrap(),
-            hash('a'),
         );
         let base = Intention {
             tenant: &t,
             business_key: &b,
-            details_hash: &h,
             generation: 0,
         };
         let key = secret.key_for(&base);
         assert_eq!(secret.key_for(&base), key, "stable");
         assert_eq!(key.as_str().len(), INTENTION_KEY_LEN);
         assert!(key.as_str().starts_with(INTENTION_KEY_PREFIX));
+        assert!(is_intention_key(&key));
 
-        let (t2, b2, h2) = (
+        let (t2, b2) = (
             TenantId::parse("acme2").unwrap(),
             BusinessKey::parse("invoice:INV-2049:pay").unwrap(),
-            hash('b'),
         );
         let others = [
             Intention {
@@ -190,10 +212,6 @@ mod tests {
             },
             Intention {
                 business_key: &b2,
-                ..base
-            },
-            Intention {
-                details_hash: &h2,
                 ..base
             },
             Intention {
@@ -221,16 +239,49 @@ mod tests {
         );
         let id = secret.operation_id_for(&t, &b);
         assert_eq!(secret.operation_id_for(&t, &b), id, "stable");
+        assert!(secret.derived(&id, &t, &b));
         let other = TenantId::parse("acme2").unwrap();
         assert_ne!(secret.operation_id_for(&other, &b), id);
-        assert_ne!(KeySecret::generate().operation_id_for(&t, &b), id, "keyed");
+        assert!(!secret.derived(&id, &other, &b));
+        let another = KeySecret::generate();
+        assert_ne!(another.operation_id_for(&t, &b), id, "keyed");
+        assert!(!another.derived(&id, &t, &b));
+    }
+
+    #[test]
+    fn fingerprints_tell_secrets_apart_and_show_neither() {
+        let raw = "f".repeat(KEY_SECRET_LEN_MIN);
+        let secret = KeySecret::parse(&raw).unwrap();
+        let fingerprint = secret.fingerprint();
+        assert_eq!(secret.fingerprint(), fingerprint, "stable");
+        assert!(fingerprint.starts_with(FINGERPRINT_PREFIX));
+        assert_eq!(fingerprint.len(), FINGERPRINT_PREFIX.len() + 32);
+        assert!(!fingerprint.contains(&raw[..8]));
+        assert_ne!(KeySecret::generate().fingerprint(), fingerprint);
+        // Not the key of any intention: a fingerprint is no processor key.
+        let (t, b) = (TenantId::parse("a").unwrap(), BusinessKey::parse("b").unwrap());
+        let key = secret.key_for(&Intention {
+            tenant: &t,
+            business_key: &b,
+            generation: 0,
+        });
+        assert!(!key.as_str().contains(&fingerprint[FINGERPRINT_PREFIX.len()..]));
+    }
+
+    #[test]
+    fn both_key_forms_are_intention_keys_and_a_legacy_key_is_not() {
+        let v1 = IdempotencyKey::parse(&format!("{INTENTION_KEY_V1_PREFIX}{}", "a".repeat(40))).unwrap();
+        let v2 = IdempotencyKey::parse(&format!("{INTENTION_KEY_PREFIX}{}", "a".repeat(40))).unwrap();
+        let legacy = IdempotencyKey::parse("payonce-op_0123456789abcdef0123456789abcdef").unwrap();
+        assert!(is_intention_key(&v1));
+        assert!(is_intention_key(&v2));
+        assert!(!is_intention_key(&legacy));
     }
 
     #[test]
     fn field_boundaries_cannot_be_shifted() {
         // "ab" + "c" and "a" + "bc" must not collide: every field is length-prefixed.
         let secret = KeySecret::generate();
-        let h = hash('a');
         let (t1, b1) = (
             TenantId::parse("ab").unwrap(),
             BusinessKey::parse("c").unwrap(),
@@ -242,7 +293,6 @@ mod tests {
         let one = Intention {
             tenant: &t1,
             business_key: &b1,
-            details_hash: &h,
             generation: 0,
         };
         let two = Intention {

@@ -46,7 +46,6 @@ impl Op {
         let key = key_secret().key_for(&payonce_shared::intention::Intention {
             tenant: &tenant(),
             business_key: &business_key,
-            details_hash: &details.hash(),
             generation: 0,
         });
         Op {
@@ -530,7 +529,7 @@ async fn decline_cards_are_refused_with_a_reason_and_unknown_cards_fail_for_good
 }
 
 #[tokio::test]
-async fn another_body_under_a_used_key_and_a_key_in_progress_are_unknown() {
+async fn another_body_under_a_used_key_is_key_reused_and_a_key_in_progress_unknown() {
     let s = adyen_sim().await;
     let p = adapter(&s.base);
     let op = Op::new("pm_card_visa");
@@ -543,7 +542,7 @@ async fn another_body_under_a_used_key_and_a_key_in_progress_are_unknown() {
     other.key = op.key.clone();
     let outcome = other.submit(&p).await;
     assert!(
-        matches!(outcome, SubmitOutcome::Unknown { .. }),
+        matches!(outcome, SubmitOutcome::KeyReused { .. }),
         "{outcome:?}"
     );
     assert_eq!(payments_with_key(&s, &op.key).await, 1);

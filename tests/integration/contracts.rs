@@ -435,7 +435,7 @@ async fn replay_any_payload_answers_another_amount_and_payonce_asks_a_human() {
         submit(&forced, &amended, SUBMIT_TIMEOUT).await
     };
     assert!(
-        matches!(&refused, SubmitOutcome::Unknown { reason, .. } if reason.contains("idempotency_error")),
+        matches!(&refused, SubmitOutcome::KeyReused { reason } if reason.contains("idempotency_error")),
         "Stripe refuses it: {refused:?}"
     );
 

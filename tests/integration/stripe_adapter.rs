@@ -50,7 +50,6 @@ impl Op {
         let key = crate::support::key_secret().key_for(&payonce_shared::intention::Intention {
             tenant: &tenant(),
             business_key: &business_key,
-            details_hash: &details.hash(),
             generation: 0,
         });
         Op {
@@ -97,7 +96,8 @@ fn reference_of(outcome: &SubmitOutcome) -> Option<String> {
         }
         SubmitOutcome::NotSubmitted { .. }
         | SubmitOutcome::Unreachable { .. }
-        | SubmitOutcome::RateLimited { .. } => None,
+        | SubmitOutcome::RateLimited { .. }
+        | SubmitOutcome::KeyReused { .. } => None,
     }
 }
 
@@ -386,7 +386,7 @@ async fn key_in_use_is_unknown() {
 }
 
 #[tokio::test]
-async fn a_key_reused_with_other_parameters_is_unknown() {
+async fn a_key_reused_with_other_parameters_is_key_reused() {
     let s = start_default().await;
     let p = adapter(&s.base);
     let op = Op::new("pm_card_visa");
@@ -403,7 +403,7 @@ async fn a_key_reused_with_other_parameters_is_unknown() {
         ..changed
     };
     let outcome = reused.submit(&p).await;
-    let SubmitOutcome::Unknown { reason, .. } = &outcome else {
+    let SubmitOutcome::KeyReused { reason } = &outcome else {
         panic!("{outcome:?}")
     };
     assert!(reason.contains("idempotency_error"), "{reason}");

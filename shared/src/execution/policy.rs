@@ -9,6 +9,11 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How the reason of an operation whose key the processor refused (`SubmitOutcome::KeyReused`)
+/// begins: on-call, the console and the runbook find it by these words.
+pub const KEY_REUSED_HEAD: &str =
+    "the processor already holds a different payment for this business key";
+
 /// Limits of one submission and the schedule of what follows it.
 #[derive(Debug, Clone)]
 pub struct SubmitPolicy {
@@ -121,6 +126,11 @@ impl SubmitPolicy {
                 reason,
                 reference,
                 next_check_at: now + self.first_check_delay,
+            },
+            // The submission step words it with the payment the processor holds
+            // (`submit::key_reused`); here, for a caller without the processor at hand.
+            SubmitOutcome::KeyReused { reason } => Recorded::NeedsAttention {
+                reason: format!("{KEY_REUSED_HEAD}: {reason}"),
             },
         }
     }

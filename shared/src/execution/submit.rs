@@ -65,6 +65,9 @@ pub(super) async fn submit_claimed(
         return Recorded::NeedsAttention { reason };
     }
     reachability::process().observe(&outcome, now);
+    if let SubmitOutcome::KeyReused { reason } = outcome {
+        return key_reused(ex, processor, op, &reason).await;
+    }
     // Nothing reached the processor: the payment waits with backoff while its approval holds,
     // then goes to a human with that reason (never counted as a failed attempt meanwhile).
     if let SubmitOutcome::Unreachable { reason } = outcome {
@@ -225,20 +228,7 @@ async fn check_before_submit(
     if !policy.check_before_submit || op.details.kind() != OperationKind::Payment || !first {
         return None;
     }
-    let timeout = policy.submit_timeout;
-    let asked = match acquire(policy.limiter.as_ref(), Budget::Read, timeout).await {
-        Ok(_) => tokio::time::timeout(
-            timeout,
-            processor.prior_payment(&op.tenant, &op.business_key),
-        )
-        .await
-        .unwrap_or_else(|_| PriorPayment::Unavailable {
-            reason: format!("no answer within {timeout:?}"),
-        }),
-        Err(denied) => PriorPayment::Unavailable {
-            reason: format!("fleet limiter: {denied}"),
-        },
-    };
+    let asked = prior_payment(ex, processor, op).await;
     let now = ex.clock.now();
     let object = match asked {
         PriorPayment::None => return None,
@@ -282,4 +272,76 @@ async fn check_before_submit(
             })
         }
     }
+}
+
+/// What the processor holds for `op`'s business key (one read permit, bounded by the submission
+/// timeout).
+async fn prior_payment(
+    ex: &Execution<'_>,
+    processor: &dyn Processor,
+    op: &Operation,
+) -> PriorPayment {
+    let timeout = ex.policy.submit_timeout;
+    match acquire(ex.policy.limiter.as_ref(), Budget::Read, timeout).await {
+        Ok(_) => tokio::time::timeout(
+            timeout,
+            processor.prior_payment(&op.tenant, &op.business_key),
+        )
+        .await
+        .unwrap_or_else(|_| PriorPayment::Unavailable {
+            reason: format!("no answer within {timeout:?}"),
+        }),
+        Err(denied) => PriorPayment::Unavailable {
+            reason: format!("fleet limiter: {denied}"),
+        },
+    }
+}
+
+/// The processor refused `op`'s key: an earlier request under it (the key names the business
+/// action) carried other details. Nothing ran for this one; the earlier one may have paid. A human
+/// sees both, with the earlier payment's reference when the processor can be asked for it (a
+/// payment; a refund names its payment's row instead). Never retried: the same key is refused
+/// again, and another key could pay twice.
+async fn key_reused(
+    ex: &Execution<'_>,
+    processor: &dyn Processor,
+    op: &Operation,
+    answered: &str,
+) -> Recorded {
+    let first = match op.details.kind() {
+        OperationKind::Payment => match prior_payment(ex, processor, op).await {
+            PriorPayment::Found(object) => {
+                let money = object
+                    .amount_minor
+                    .zip(object.currency.as_deref())
+                    .map_or_else(String::new, |(amount, currency)| {
+                        format!(", {amount} {currency}")
+                    });
+                let status = match &object.status {
+                    FoundStatus::Succeeded { .. } => "paid",
+                    FoundStatus::Pending { .. } => "in progress",
+                    FoundStatus::Failed { .. } => "failed",
+                };
+                format!("the first payment is {} ({status}{money})", object.reference)
+            }
+            PriorPayment::None => "the processor's search does not show it yet".to_string(),
+            PriorPayment::Unavailable { reason } => {
+                format!("its reference could not be looked up: {reason}")
+            }
+        },
+        OperationKind::Refund => "a refund under this business key carried other details".into(),
+    };
+    let approved = op.details.money();
+    let reason = format!(
+        "{}: {first}; this request ({} {}) was refused under the business action's key ({answered}) \
+         and nothing was paid for it. Was the amount recomputed after a restore? Decide which \
+         payment is right (`reconciler show {}`)",
+        super::policy::KEY_REUSED_HEAD,
+        approved.amount_minor(),
+        approved.currency().code(),
+        op.id
+    );
+    tracing::error!(operation = %op.id, alert = "key_reused", %reason,
+        "the processor refused the business action's key for other details; it needs attention");
+    Recorded::NeedsAttention { reason }
 }

@@ -34,6 +34,8 @@ pub trait Operations: Send + Sync {
     /// The processor's reachability as the submitting processes recorded it (migration
     /// `processor_reachability`), on the same database.
     fn outage(&self) -> &dyn super::outage::OutageLedger;
+    /// Which key secret the ledger is used with (migration `key_secret_fingerprint`).
+    fn identity(&self) -> &dyn super::identity::IdentityLedger;
     /// Creates the operation, or returns the existing one for the same business key and details.
     /// Different details under an existing business key: [`LedgerError::Conflict`], never an update.
     /// A refund is created only under the over-refund guard (`refunds.rs`): its payment must be a

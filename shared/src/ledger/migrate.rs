@@ -169,6 +169,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "created_approved",
         include_str!("../../../migrations/postgres/0031_created_approved.sql"),
     ),
+    // The key secret's fingerprint: a ledger is used with one secret for its life (issue 49).
+    (
+        32,
+        "key_secret_fingerprint",
+        include_str!("../../../migrations/postgres/0032_key_secret_fingerprint.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -296,6 +302,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         25,
         "created_approved",
         include_str!("../../../migrations/sqlite/0025_created_approved.sql"),
+    ),
+    (
+        26,
+        "key_secret_fingerprint",
+        include_str!("../../../migrations/sqlite/0026_key_secret_fingerprint.sql"),
     ),
 ];
 

@@ -18,6 +18,7 @@ pub mod approvals;
 pub mod console;
 mod dialect;
 mod error;
+pub mod identity;
 pub mod intake;
 mod interface;
 mod keys;

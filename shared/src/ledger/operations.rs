@@ -77,6 +77,10 @@ impl<DB: Dialect> Operations for Store<DB> {
         self
     }
 
+    fn identity(&self) -> &dyn super::identity::IdentityLedger {
+        self
+    }
+
     async fn create_or_get(
         &self,
         new: NewOperation,

@@ -42,7 +42,6 @@ impl NewOperation {
         let idempotency_key = secret.key_for(&Intention {
             tenant: &tenant,
             business_key: &business_key,
-            details_hash: &details.hash(),
             generation: 0,
         });
         NewOperation {

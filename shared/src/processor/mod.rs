@@ -135,6 +135,16 @@ pub enum SubmitOutcome {
         /// Processor reference, when known (e.g. a payment left `processing`).
         reference: Option<String>,
     },
+    /// The processor refused the stored key because an earlier request under it carried other
+    /// parameters (Stripe: 400 `idempotency_error`; Adyen: 422 `704`). The key names the business
+    /// action ([`crate::intention`]), so the processor already holds another request for this
+    /// business key (a recomputed amount re-sent after the ledger lost the row): this one was not
+    /// executed, the earlier one may have paid, and only a human can tell which is right. Never
+    /// retried, with this key or another.
+    KeyReused {
+        /// What the processor said.
+        reason: String,
+    },
 }
 
 /// What a lookup is asked to find.

@@ -82,7 +82,8 @@ impl Reachability {
             SubmitOutcome::Succeeded { .. }
             | SubmitOutcome::Declined { .. }
             | SubmitOutcome::NotSubmitted { .. }
-            | SubmitOutcome::RateLimited { .. } => {
+            | SubmitOutcome::RateLimited { .. }
+            | SubmitOutcome::KeyReused { .. } => {
                 match self.down_since_ms.swap(REACHABLE, Ordering::AcqRel) {
                     REACHABLE => None,
                     UNOBSERVED => {

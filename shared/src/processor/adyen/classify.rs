@@ -19,7 +19,7 @@
 //! | 401, 403 | NotSubmitted | authentication and permission are checked before anything runs |
 //! | 404 | NotSubmitted | no such endpoint |
 //! | 409 `704` (request already processed or in progress) | Unknown | the key's first request is still executing; retry with the same key later |
-//! | 422 `704` with another body under the key | Unknown | an earlier request under this key may have run |
+//! | 422 `704` with another body under the key | KeyReused | the key names the business action: Adyen holds another request (another amount) for this business key; a human sees both |
 //! | 422 with an `errorCode` in [`FINAL_VALIDATION_CODES`] | Declined (no reference) | the operation's own details are refused, the same way every time |
 //! | 400, 422 any other | NotSubmitted | Adyen validates before executing and saves no result; payonce's request is at fault |
 //! | 429 | RateLimited | refused before execution |
@@ -132,10 +132,7 @@ fn classify_error(status: u16, transient: bool, body: &[u8]) -> SubmitOutcome {
             reason: format!("{described} (the key's first request is in progress)"),
             reference,
         },
-        422 if code == IN_PROGRESS_CODE => SubmitOutcome::Unknown {
-            reason: described,
-            reference,
-        },
+        422 if code == IN_PROGRESS_CODE => SubmitOutcome::KeyReused { reason: described },
         422 if FINAL_VALIDATION_CODES.contains(&code.as_str()) => SubmitOutcome::Declined {
             code: format!("adyen_{code}"),
             message,
@@ -254,7 +251,7 @@ mod tests {
         ));
         assert!(matches!(
             classify_payment(422, false, &error(422, IN_PROGRESS_CODE)),
-            SubmitOutcome::Unknown { .. }
+            SubmitOutcome::KeyReused { .. }
         ));
         assert!(matches!(
             classify_payment(422, false, &error(422, "800")),

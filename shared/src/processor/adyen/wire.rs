@@ -101,7 +101,7 @@ pub(crate) fn refunds_url(base: &str, psp_reference: &str) -> Option<String> {
     plain.then(|| format!("{base}/v71/payments/{psp_reference}/refunds"))
 }
 
-/// Checks the stored key fits Adyen's header (payonce's intention keys are `po1_` + 40 hex: 44).
+/// Checks the stored key fits Adyen's header (payonce's intention keys are `po2_` (or `po1_`) + 40 hex: 44).
 pub fn check_key(key: &str) -> Result<(), WireError> {
     let len = key.chars().count();
     if len > IDEMPOTENCY_KEY_LEN_MAX {

@@ -10,7 +10,7 @@
 //! | 200, `requires_payment_method` / `requires_action` / `canceled` | Declined (with reference) | off-session, nobody can act on it |
 //! | 200, any other status or an unparseable body | Unknown | |
 //! | 402 `card_error` | Declined (with `error.payment_intent.id`) | Stripe's definitive card failure |
-//! | 400 `idempotency_error` | Unknown | an earlier request under this key may have run |
+//! | 400 `idempotency_error` | KeyReused | the key names the business action: an earlier request under it carried other parameters (another amount), so the processor holds another request for this business key; a human sees both |
 //! | 400 `invalid_request_error` without a PaymentIntent, code in [`FINAL_INVALID_REQUEST_CODES`] (`resource_missing`, `parameter_invalid_*`, …) | Declined (no reference) | the operation's own details are invalid (a payment method that does not exist): the same request fails the same way every time, so one submission ends it `failed` with Stripe's message |
 //! | 400 `invalid_request_error` without a PaymentIntent, any other code | NotSubmitted | Stripe validates before executing and saves no result |
 //! | 400 `invalid_request_error` naming a PaymentIntent | Unknown (with reference) | something was created |
@@ -168,10 +168,7 @@ pub fn classify_response(status: u16, body: &[u8]) -> SubmitOutcome {
                 reference,
             }
         }
-        (400, "idempotency_error") => SubmitOutcome::Unknown {
-            reason: described,
-            reference,
-        },
+        (400, "idempotency_error") => SubmitOutcome::KeyReused { reason: described },
         (400, _) if reference.is_some() => SubmitOutcome::Unknown {
             reason: described,
             reference,
@@ -263,7 +260,7 @@ mod tests {
         }
         assert!(matches!(
             classify_response(400, &err("idempotency_error", "")),
-            SubmitOutcome::Unknown { .. }
+            SubmitOutcome::KeyReused { .. }
         ));
         assert!(matches!(
             classify_response(400, &err("invalid_request_error", "parameter_missing")),

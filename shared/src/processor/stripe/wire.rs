@@ -56,12 +56,11 @@ pub(crate) fn belongs(
     }
 }
 
-/// Whether a submission under `key` sends the intention metadata: an intention key does; a key of
+/// Whether a submission under `key` sends the intention metadata: an intention key (either form) does; a key of
 /// the first form (`payonce-<id>`, a row created before issue 37) keeps the parameters its earlier
 /// attempts sent, or Stripe would refuse the retry as the same key with other parameters.
 pub(crate) fn carries_intention(key: &crate::id::IdempotencyKey) -> bool {
-    key.as_str()
-        .starts_with(crate::intention::INTENTION_KEY_PREFIX)
+    crate::intention::is_intention_key(key)
 }
 
 /// `POST /v1/payment_intents`.
