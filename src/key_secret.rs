@@ -165,7 +165,9 @@ mod tests {
             resolve(&configured, "postgres://x/y", false).unwrap(),
             KeySecret::parse(&configured).unwrap()
         );
-        let err = resolve("", "postgres://x/y", false).unwrap_err().to_string();
+        let err = resolve("", "postgres://x/y", false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("PAYONCE_KEY_SECRET"), "{err}");
         assert!(resolve("short", "sqlite::memory:", false).is_err());
         assert!(resolve("", "sqlite::memory:", false).is_ok());
@@ -191,7 +193,10 @@ mod tests {
         );
         std::fs::remove_file(&file).unwrap();
         let err = resolve("", &url, true).unwrap_err().to_string();
-        assert!(err.contains("key secret file") && err.contains("missing"), "{err}");
+        assert!(
+            err.contains("key secret file") && err.contains("missing"),
+            "{err}"
+        );
         assert!(!file.exists(), "no secret is made up for a ledger in use");
         std::fs::remove_dir_all(&dir).unwrap();
     }

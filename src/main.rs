@@ -348,7 +348,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                         "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)"
                     );
                     let rec = reconciler(&common, ledger.clone(), &r, &submit).await?;
-                    let report = rec.sweep_once(dry_run).await?;
+                    let report = rec.sweep_once_waiting(dry_run).await?;
                     let attention = ledger
                         .count_by_status()
                         .await?

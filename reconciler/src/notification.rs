@@ -349,6 +349,9 @@ mod tests {
             }
             Verdict::Apply(Report::Failed(_)) => "apply failed".into(),
             Verdict::Apply(Report::Mismatch { paid, .. }) => format!("apply mismatch paid={paid}"),
+            Verdict::Apply(Report::Recreated(paid)) => {
+                format!("apply recreated {}", paid.reference)
+            }
             Verdict::Nudge => "nudge".into(),
             Verdict::Defer(_) => "defer".into(),
             Verdict::Close(_) => "close".into(),

@@ -12,9 +12,11 @@
 //!   a contradiction to `needs_attention`, a payment nobody approved with the loudest alert);
 //! - no row: the row is created again under the id the processor holds, from the details the
 //!   payment carries (a refund: from its payment's row and the refund's amount and reason), and the
-//!   object applied to it, so it waits in `needs_attention` as a payment
-//!   without approval; upstream asking again for the same business key then finds that row (or,
-//!   if the business key is already back under another id, that row gets the fact);
+//!   payment kept on it ([`Report::Recreated`]), so it waits in `needs_attention` with one alert
+//!   (this one) and one instruction: it was paid for its intention before the loss, so it is
+//!   settled, never refunded. Upstream sending the same intention again with its approval settles
+//!   it as succeeded by itself; other details under its business key are a conflict (or, if the
+//!   business key is already back under another id, that row gets the fact);
 //! - no row and not enough on the payment to make one (created before payonce sent the invoice and
 //!   intention in metadata, or no key secret configured): counted and logged as an error.
 //!
@@ -285,7 +287,7 @@ async fn check(
             };
             Some(ledger.apply_report(&request, now).await?)
         }
-        _ => apply(ledger, &op, payment, now).await?,
+        _ => apply(ledger, &op, payment, recreated, now).await?,
     };
     if matches!(applied, Some(Applied::PaymentWithoutApproval)) {
         metrics.payments_without_approval.inc();
@@ -335,6 +337,7 @@ async fn apply(
     ledger: &dyn Recovery,
     op: &Operation,
     payment: &ScannedPayment,
+    recreated: bool,
     now: Timestamp,
 ) -> Result<Option<Applied>, LedgerError> {
     let object = &payment.object;
@@ -351,8 +354,11 @@ async fn apply(
         | Status::Rejected
         | Status::Cancelled => {}
     }
-    let Some(found) = report_of(op, object) else {
-        return Ok(None);
+    let found = match report_of(op, object) {
+        None => return Ok(None),
+        // The row was made from this very payment: one alert, one instruction (settle it).
+        Some(Report::Succeeded(paid)) if recreated => Report::Recreated(paid),
+        Some(found) => found,
     };
     let request = ApplyReport {
         id: &op.id,

@@ -32,6 +32,15 @@ use std::sync::Arc;
 
 /// The maintenance lease name sweeps take.
 pub const SWEEP_LEASE: &str = "sweep";
+/// How often [`Reconciler::sweep_once_waiting`] asks again for a sweep lease another holds.
+pub const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long past one lease length [`Reconciler::sweep_once_waiting`] keeps asking (the holder's
+/// clock against the database's, and one poll).
+pub const LEASE_WAIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// The action line (and error) of a sweep whose processor scan did not read every page.
+pub const SCAN_INCOMPLETE: &str = "NOT CLEAR: the processor scan did not complete (the processor \
+     could not be reached, refused, or there were more pages than one scan reads): payments the \
+     ledger lost may be unaccounted for; the next sweep reads the same period again";
 
 /// What one sweep did (or, in a dry run, would do).
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -275,6 +284,11 @@ impl Reconciler {
             report.scan = self.scan_if_due().await?;
             if let Some(scan) = &report.scan {
                 report.actions.extend(scan.found.iter().cloned());
+                if !scan.complete {
+                    // Money the ledger lost may be in what was not read: never "all clear".
+                    report.errors += 1;
+                    report.actions.push(SCAN_INCOMPLETE.into());
+                }
             }
             report.pruned = self.prune_if_due().await?;
         }
@@ -288,6 +302,43 @@ impl Reconciler {
             tracing::info!(summary = %report.summary(), "sweep done");
         }
         Ok(report)
+    }
+
+    /// One sweep, as `reconciler sweep --once` runs it: while another reconciler holds the sweep
+    /// lease, waits for it (polling every [`LEASE_POLL`]) for up to one lease length plus
+    /// [`LEASE_WAIT_MARGIN`]: a lease whose holder died (a failover, a kill) expires within that
+    /// on the database's clock. A sweep that still could not take it is reported as an error, never
+    /// as an idle sweep.
+    pub async fn sweep_once_waiting(&self, dry_run: bool) -> Result<SweepReport, LedgerError> {
+        let give_up_at =
+            tokio::time::Instant::now() + self.config.sweep_lease_ttl + LEASE_WAIT_MARGIN;
+        let started = tokio::time::Instant::now();
+        loop {
+            let mut report = self.sweep_once(dry_run).await?;
+            if report.swept || dry_run {
+                if started.elapsed() >= LEASE_POLL {
+                    report.actions.insert(
+                        0,
+                        format!(
+                            "waited {:.1} s for the sweep lease another reconciler held",
+                            started.elapsed().as_secs_f64()
+                        ),
+                    );
+                }
+                return Ok(report);
+            }
+            if tokio::time::Instant::now() + LEASE_POLL > give_up_at {
+                report.errors += 1;
+                report.actions.push(format!(
+                    "STOOD DOWN: another reconciler held the sweep lease for longer than its length \
+                     ({} ms) and nothing was swept; `reconciler run` is probably sweeping (or \
+                     --sweep-lease-ttl-ms differs between reconcilers)",
+                    self.config.sweep_lease_ttl.as_millis()
+                ));
+                return Ok(report);
+            }
+            tokio::time::sleep(LEASE_POLL).await;
+        }
     }
 
     /// Stuck operations worked on at once (at least one).

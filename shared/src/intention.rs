@@ -259,19 +259,27 @@ mod tests {
         assert!(!fingerprint.contains(&raw[..8]));
         assert_ne!(KeySecret::generate().fingerprint(), fingerprint);
         // Not the key of any intention: a fingerprint is no processor key.
-        let (t, b) = (TenantId::parse("a").unwrap(), BusinessKey::parse("b").unwrap());
+        let (t, b) = (
+            TenantId::parse("a").unwrap(),
+            BusinessKey::parse("b").unwrap(),
+        );
         let key = secret.key_for(&Intention {
             tenant: &t,
             business_key: &b,
             generation: 0,
         });
-        assert!(!key.as_str().contains(&fingerprint[FINGERPRINT_PREFIX.len()..]));
+        assert!(
+            !key.as_str()
+                .contains(&fingerprint[FINGERPRINT_PREFIX.len()..])
+        );
     }
 
     #[test]
     fn both_key_forms_are_intention_keys_and_a_legacy_key_is_not() {
-        let v1 = IdempotencyKey::parse(&format!("{INTENTION_KEY_V1_PREFIX}{}", "a".repeat(40))).unwrap();
-        let v2 = IdempotencyKey::parse(&format!("{INTENTION_KEY_PREFIX}{}", "a".repeat(40))).unwrap();
+        let v1 =
+            IdempotencyKey::parse(&format!("{INTENTION_KEY_V1_PREFIX}{}", "a".repeat(40))).unwrap();
+        let v2 =
+            IdempotencyKey::parse(&format!("{INTENTION_KEY_PREFIX}{}", "a".repeat(40))).unwrap();
         let legacy = IdempotencyKey::parse("payonce-op_0123456789abcdef0123456789abcdef").unwrap();
         assert!(is_intention_key(&v1));
         assert!(is_intention_key(&v2));

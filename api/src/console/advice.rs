@@ -27,6 +27,10 @@ pub enum Reason {
     PaymentWithoutApproval,
     /// A processor object that differs from the approved details (runbook 6).
     DetailsMismatch,
+    /// A row the processor scan made again from its payment after the ledger lost it (runbook 7).
+    LostRowRecreated,
+    /// The processor refused the key: it holds other details for the business key (runbook 8).
+    KeyReused,
     /// None of the above: the last event's detail says why.
     Other,
 }
@@ -46,6 +50,10 @@ impl Reason {
             Reason::AttemptsExhausted
         } else if detail.starts_with("PAYMENT WITHOUT APPROVAL") {
             Reason::PaymentWithoutApproval
+        } else if detail.starts_with(payonce_shared::ledger::report::RECREATED_HEAD) {
+            Reason::LostRowRecreated
+        } else if detail.starts_with(payonce_shared::execution::KEY_REUSED_HEAD) {
+            Reason::KeyReused
         } else if detail.contains("does not match the approved details") {
             Reason::DetailsMismatch
         } else if detail.contains("retention window has closed") {
@@ -80,6 +88,12 @@ impl Reason {
             Reason::DetailsMismatch => {
                 "The processor holds an object for this operation that does not match the approved details."
             }
+            Reason::LostRowRecreated => {
+                "The ledger lost this row after the processor was paid; it was made again from the payment, which was approved before the loss."
+            }
+            Reason::KeyReused => {
+                "The processor already holds a different payment for this business key, so it refused this one: nothing was paid for it."
+            }
             Reason::Other => {
                 "Automatic progress stopped without one of the runbook's known reasons; the last event's detail says why."
             }
@@ -95,6 +109,8 @@ impl Reason {
             Reason::ConflictingReport => Some(4),
             Reason::PaymentWithoutApproval => Some(5),
             Reason::DetailsMismatch => Some(6),
+            Reason::LostRowRecreated => Some(7),
+            Reason::KeyReused => Some(8),
             Reason::Other => None,
         }
     }
@@ -203,6 +219,8 @@ mod tests {
             Reason::ConflictingReport,
             Reason::PaymentWithoutApproval,
             Reason::DetailsMismatch,
+            Reason::LostRowRecreated,
+            Reason::KeyReused,
             Reason::Other,
         ] {
             let advice = reason.advice();
@@ -265,6 +283,31 @@ mod tests {
                 "PAYMENT WITHOUT APPROVAL: pi_1"
             )),
             Reason::PaymentWithoutApproval
+        );
+        assert_eq!(
+            at(entered(
+                "conflicting_report",
+                "awaiting_approval",
+                "LOST ROW RECREATED: the processor holds pi_1"
+            )),
+            Reason::LostRowRecreated
+        );
+        assert_eq!(
+            at(entered(
+                "escalate",
+                "executing",
+                &format!(
+                    "{}: the first payment is pi_1",
+                    payonce_shared::execution::KEY_REUSED_HEAD
+                )
+            )),
+            Reason::KeyReused
+        );
+        assert!(Reason::LostRowRecreated.advice()[0].contains("do not refund it"));
+        assert!(
+            Reason::KeyReused.advice()[0].contains("Never --as retry"),
+            "{:?}",
+            Reason::KeyReused.advice()
         );
         assert_eq!(
             at(entered(

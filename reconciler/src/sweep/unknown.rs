@@ -715,11 +715,12 @@ mod tests {
         ]
     }
 
-    /// One letter per decision: S(ucceeded), M(ismatch), F(ailed), P(oll), r(etry same key),
-    /// R(esubmit), E(scalate), D(efer).
+    /// One letter per decision: S(ucceeded), L(ost row recreated), M(ismatch), F(ailed), P(oll),
+    /// r(etry same key), R(esubmit), E(scalate), D(efer).
     fn letter(d: &Decision) -> char {
         match d {
             Decision::Record(Report::Succeeded(_)) => 'S',
+            Decision::Record(Report::Recreated(_)) => 'L',
             Decision::Record(Report::Mismatch { .. }) => 'M',
             Decision::Record(Report::Failed(_)) => 'F',
             Decision::Poll(_) => 'P',

@@ -16,7 +16,7 @@ pub mod submit;
 
 pub use inline::{Inline, settle};
 pub use metrics::ExecutionMetrics;
-pub use policy::SubmitPolicy;
+pub use policy::{KEY_REUSED_HEAD, SubmitPolicy};
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::details::OperationKind;

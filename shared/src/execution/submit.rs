@@ -322,7 +322,10 @@ async fn key_reused(
                     FoundStatus::Pending { .. } => "in progress",
                     FoundStatus::Failed { .. } => "failed",
                 };
-                format!("the first payment is {} ({status}{money})", object.reference)
+                format!(
+                    "the first payment is {} ({status}{money})",
+                    object.reference
+                )
             }
             PriorPayment::None => "the processor's search does not show it yet".to_string(),
             PriorPayment::Unavailable { reason } => {

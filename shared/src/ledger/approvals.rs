@@ -89,6 +89,17 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 // Approving twice is the same approval: report the stored truth.
                 return Ok(current);
             }
+            if let Some(settled) = super::recovery::settle_recreated(
+                self,
+                &current,
+                &approval.details_hash,
+                &approval.approved_by,
+                now,
+            )
+            .await?
+            {
+                return Ok(settled);
+            }
             return Err(LedgerError::WrongState {
                 id: id.clone(),
                 status: current.status,

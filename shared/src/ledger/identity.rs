@@ -82,9 +82,10 @@ const SELECT_ANY: &str = "SELECT id FROM operations LIMIT 1";
 impl<DB: Dialect> IdentityLedger for Store<DB> {
     async fn secret_evidence(&self) -> Result<SecretEvidence, LedgerError> {
         let fingerprint = self
-            .first(Stmt::new(SELECT_IDENTITY).bind(KEY_SECRET_FINGERPRINT), |r| {
-                r.get::<String>("value")
-            })
+            .first(
+                Stmt::new(SELECT_IDENTITY).bind(KEY_SECRET_FINGERPRINT),
+                |r| r.get::<String>("value"),
+            )
             .await?;
         if fingerprint.is_some() {
             return Ok(SecretEvidence {
@@ -124,9 +125,10 @@ impl<DB: Dialect> IdentityLedger for Store<DB> {
             .bind(fingerprint)
             .bind(now);
         self.execute(insert).await?;
-        self.first(Stmt::new(SELECT_IDENTITY).bind(KEY_SECRET_FINGERPRINT), |r| {
-            r.get::<String>("value")
-        })
+        self.first(
+            Stmt::new(SELECT_IDENTITY).bind(KEY_SECRET_FINGERPRINT),
+            |r| r.get::<String>("value"),
+        )
         .await?
         .ok_or_else(|| LedgerError::Corrupt("the key secret fingerprint vanished".into()))
     }

@@ -352,7 +352,41 @@ impl<DB: Dialect> Store<DB> {
         if enqueued > 0 {
             self.wake();
         }
-        Ok(answers(batch, plans, &found))
+        let mut answers = answers(batch, plans, &found);
+        // A row the processor scan made again waits for a human, unless its intention comes back
+        // with its approval: then it is the payment the scan found (`settle_recreated`).
+        for (item, answer) in batch.items.iter().zip(answers.iter_mut()) {
+            let (
+                Some(approval),
+                Err(LedgerError::WrongState {
+                    status: Status::NeedsAttention,
+                    ..
+                }),
+                Some((op, _)),
+            ) = (
+                &item.approval,
+                &answer,
+                found.get(item.new.business_key.as_str()),
+            )
+            else {
+                continue;
+            };
+            if let Some(settled) = super::recovery::settle_recreated(
+                self,
+                op,
+                &approval.details_hash,
+                &approval.approved_by,
+                now,
+            )
+            .await?
+            {
+                *answer = Ok(Created {
+                    operation: settled,
+                    inserted: false,
+                });
+            }
+        }
+        Ok(answers)
     }
 
     /// `step`, tried again from the start while it fails in a way a new try may not

@@ -331,7 +331,8 @@ pub trait Recovery: Inspection + HintChecks + LedgerTime {
         now: Timestamp,
     ) -> Result<Operation, LedgerError>;
     /// Takes or renews the named maintenance lease (e.g. `sweep`) for its owner; false if another
-    /// owner holds an unexpired one.
+    /// owner holds an unexpired one. A lease that expires more than `ttl` after `now` is taken
+    /// too: no live holder set it on this database's clock.
     async fn try_maintenance_lease(
         &self,
         lease: &MaintenanceLease<'_>,

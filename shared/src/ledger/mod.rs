@@ -62,8 +62,8 @@ pub use requests::{
 };
 pub use store::Store;
 pub use values::{
-    Applied, Created, Declined, ListFilter, NewApproval, NewOperation, Paid, Recorded, Report,
-    Resolution, StoredProcessorEvent,
+    Applied, Created, Declined, LOST_ROW_RECREATED, ListFilter, NewApproval, NewOperation, Paid,
+    Recorded, Report, Resolution, StoredProcessorEvent,
 };
 
 use std::sync::Arc;

@@ -82,7 +82,8 @@ const SET_FAILED: &str = "UPDATE operations SET status = $4, last_event = $5, \
 /// A contradicting report: `needs_attention`, the stored result and reference kept.
 const SET_CONFLICT: &str = "UPDATE operations SET status = $4, last_event = $5, failure_message = $6, \
      lease_owner = NULL, lease_expires_at = NULL, next_check_at = NULL, updated_at = $7, last_actor = $8, \
-     last_detail = $6 \
+     last_detail = $6, failure_code = COALESCE($9, failure_code), \
+     external_ref = COALESCE($10, external_ref), result = COALESCE($11, result) \
      WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING *";
 /// On-call retry with the same key.
 const SET_RETRY: &str = "UPDATE operations SET status = $4, last_event = $5, available_at = $6, \
@@ -92,9 +93,14 @@ const SET_RETRY: &str = "UPDATE operations SET status = $4, last_event = $5, ava
 /// human).
 const NOTE: &str = "UPDATE operations SET updated_at = $2, last_event = $3, last_actor = $4, last_detail = $5 \
      WHERE id = $1";
+/// Taken when free, expired, already ours, or expiring later than one lease length from now ($3):
+/// no live holder can have set that, so it came from another clock (a replica promoted after a
+/// failover, whose old primary ran ahead), and waiting on it would stand every reconciler down
+/// for as long as that clock was ahead.
 const TRY_MAINTENANCE_LEASE: &str = "INSERT INTO maintenance_leases (name, owner, expires_at) VALUES ($1, $2, $3) \
      ON CONFLICT (name) DO UPDATE SET owner = $2, expires_at = $3 \
-     WHERE maintenance_leases.expires_at <= $4 OR maintenance_leases.owner = $2";
+     WHERE maintenance_leases.expires_at <= $4 OR maintenance_leases.owner = $2 \
+     OR maintenance_leases.expires_at > $3";
 const SELECT_SCAN_WATERMARK: &str = "SELECT watermark_ms FROM processor_scans WHERE processor = $1";
 const SET_SCAN_WATERMARK: &str = "INSERT INTO processor_scans (processor, watermark_ms, updated_at) \
      VALUES ($1, $2, $3) ON CONFLICT (processor) DO UPDATE SET watermark_ms = $2, updated_at = $3";
@@ -326,6 +332,40 @@ impl<DB: Dialect> Recovery for Store<DB> {
     }
 }
 
+/// Settles a row the processor scan made again from its payment ([`Report::Recreated`]) when its
+/// intention comes back from upstream with its approval (`approved_hash`, by `approved_by`): the
+/// same details that payment was made for, approved again, are that payment. `None` when `current`
+/// is not such a row, or these are other details (the caller answers as it would otherwise).
+pub(crate) async fn settle_recreated<DB: Dialect>(
+    store: &Store<DB>,
+    current: &Operation,
+    approved_hash: &crate::details::DetailsHash,
+    approved_by: &str,
+    now: Timestamp,
+) -> Result<Option<Operation>, LedgerError> {
+    let recreated = current.status == Status::NeedsAttention
+        && current.failure_code.as_deref() == Some(super::LOST_ROW_RECREATED)
+        && &current.details_hash == approved_hash;
+    let Some(reference) = current.external_ref.clone().filter(|_| recreated) else {
+        return Ok(None);
+    };
+    let plan = Plan::Succeed {
+        event: Event::ResolveSucceeded,
+        detail: format!(
+            "the same intention came back with its approval ({approved_by}): settled as \
+             {reference}, the payment the processor scan found"
+        ),
+        reference,
+        result: None,
+        applied: Applied::Moved(Status::Succeeded),
+    };
+    match write_plan(store, current, plan, approved_by, now).await? {
+        Some(_) => Ok(Some(store.get_unscoped(&current.id).await?)),
+        // Someone (on-call) moved it first: the caller answers from the row as it is now.
+        None => Ok(None),
+    }
+}
+
 /// The audit detail of a lease expiry.
 pub(crate) fn expiry_detail(lease: &ExpiredLease) -> String {
     format!(
@@ -401,9 +441,21 @@ async fn write_plan<DB: Dialect>(
             let stmt = stmt.bind(bounded(&message)).bind(now).bind(actor.as_str());
             (stmt.bind(bounded(&detail)), applied)
         }
-        Plan::Conflict { detail, applied } => {
+        Plan::Conflict {
+            detail,
+            applied,
+            recreated,
+        } => {
             let stmt = planned(SET_CONFLICT, Event::ConflictingReport)?.bind(bounded(&detail));
-            (stmt.bind(now).bind(actor.as_str()), applied)
+            let code = recreated.is_some().then_some(super::LOST_ROW_RECREATED);
+            let (reference, result) = match recreated {
+                Some(super::Paid { reference, result }) => {
+                    (Some(reference), Some(result.to_string()))
+                }
+                None => (None, None),
+            };
+            let stmt = stmt.bind(now).bind(actor.as_str()).bind(code);
+            (stmt.bind(reference).bind(result), applied)
         }
         Plan::Retry { detail } => {
             let to = transition(current.status, Event::ResolveRetry)?;

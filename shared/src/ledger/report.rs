@@ -55,8 +55,12 @@ pub enum Plan {
     Conflict {
         /// Both facts.
         detail: String,
-        /// What to report back ([`Applied::Conflict`] or [`Applied::PaymentWithoutApproval`]).
+        /// What to report back ([`Applied::Conflict`], [`Applied::PaymentWithoutApproval`] or
+        /// [`Applied::LostRowRecreated`]).
         applied: Applied,
+        /// A recreated row's payment and code ([`Report::Recreated`]), kept on the row; `None`
+        /// keeps what the row holds.
+        recreated: Option<Paid>,
     },
     /// Back to `ready` for a retry with the same key.
     Retry {
@@ -100,9 +104,23 @@ pub fn plan_report(
         Ok(Plan::Conflict {
             detail: format!("{alert}{source} reports {what}; {stored}"),
             applied,
+            recreated: None,
         })
     };
     match report {
+        // Only a row the scan has just made (awaiting approval, nothing submitted): any other is
+        // an existing row, for which the payment is an ordinary report.
+        Report::Recreated(paid)
+            if status == S::AwaitingApproval && current.first_submitted_at.is_none() =>
+        {
+            transition(status, Event::ConflictingReport)?;
+            Ok(Plan::Conflict {
+                detail: recreated_detail(&current.id, &paid.reference),
+                applied: Applied::LostRowRecreated,
+                recreated: Some(paid.clone()),
+            })
+        }
+        Report::Recreated(paid) => plan_report(current, &Report::Succeeded(paid.clone()), source),
         Report::Succeeded(Paid { reference, result }) => match status {
             S::Executing | S::Unknown => {
                 let to = transition(status, Event::ProcessorSucceeded)?;
@@ -182,6 +200,23 @@ pub fn plan_report(
             }
         }
     }
+}
+
+/// How the detail of a row the scan made again begins: the console, `reconciler list` and the
+/// runbook name it by these words.
+pub const RECREATED_HEAD: &str = "LOST ROW RECREATED";
+
+/// The one instruction a recreated row carries: it was paid for its intention before the ledger
+/// lost it, so it was approved then; it is settled, never refunded.
+fn recreated_detail(id: &crate::id::OperationId, reference: &str) -> String {
+    format!(
+        "{RECREATED_HEAD}: the processor holds {reference}, paid for this operation's intention \
+         (tenant, business key and details in its metadata) before the ledger lost the row (a \
+         restore or a failover). It was approved then: do not refund it. Upstream sending the \
+         same intention again with its approval settles it as succeeded by itself; otherwise, \
+         once upstream confirms the invoice, `payonce reconciler resolve {id} --as succeeded \
+         --reference {reference}`"
+    )
 }
 
 /// Decides what an on-call resolution does; the reason is mandatory.

@@ -8,6 +8,10 @@ use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use crate::intention::{Intention, KeySecret};
 use crate::state::Status;
 
+/// The `failure_code` of a row the processor scan made again from its payment
+/// ([`Report::Recreated`]): the api settles it when the same intention comes back with its approval.
+pub const LOST_ROW_RECREATED: &str = "lost_row_recreated";
+
 /// A new operation from a trusted upstream service.
 #[derive(Debug, Clone)]
 pub struct NewOperation {
@@ -150,6 +154,11 @@ pub enum Report {
     Succeeded(Paid),
     /// The processor says it definitively failed.
     Failed(Declined),
+    /// The processor scan made this row again from a payment that carries its intention (the
+    /// ledger had lost the row: a restore, a failover): paid before the loss, so approved then.
+    /// Lands in `needs_attention` with the payment kept on the row and one instruction
+    /// ([`LOST_ROW_RECREATED`]); the same intention sent again with its approval settles it.
+    Recreated(Paid),
     /// A retrieved processor object names this operation but does not match its approved details
     /// (amount, currency, customer or operation id): never applied as an outcome, always sent to a
     /// human with both facts.
@@ -193,6 +202,8 @@ pub enum Applied {
     /// The processor holds a payment for an operation that was never approved or was cancelled:
     /// the row is in `needs_attention` with both facts, and callers raise the loudest alert.
     PaymentWithoutApproval,
+    /// A row the scan made again from its payment waits in `needs_attention` ([`Report::Recreated`]).
+    LostRowRecreated,
     /// The state does not take reports (e.g. not yet submitted); kept as an event only.
     Ignored(Status),
 }
