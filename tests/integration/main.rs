@@ -22,6 +22,7 @@ mod fuzz_bodies;
 mod ledger_conformance;
 mod limiter;
 mod lost_ledger;
+mod manual_restore;
 mod metrics_names;
 mod oncall_refunds;
 mod operator;
