@@ -369,7 +369,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
                     let unrecoverable = report.scan.as_ref().map_or(0, |s| s.unrecoverable);
                     Ok(if report.errors > 0 {
                         ExitCode::from(1)
-                    } else if attention > 0 || unrecoverable > 0 {
+                    } else if attention > 0 || unrecoverable > 0 || report.lost_rows > 0 {
                         ExitCode::from(3)
                     } else {
                         ExitCode::SUCCESS

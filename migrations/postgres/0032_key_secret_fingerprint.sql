@@ -16,3 +16,16 @@ ALTER TABLE operations DROP CONSTRAINT operations_idempotency_key_shape;
 ALTER TABLE operations ADD CONSTRAINT operations_idempotency_key_shape
     CHECK (idempotency_key = 'payonce-' || id OR idempotency_key ~ '^po[12]_[0-9a-f]{40}$') NOT VALID;
 ALTER TABLE operations VALIDATE CONSTRAINT operations_idempotency_key_shape;
+
+-- A first submission the processor answered as a replay: another request under the same key had
+-- reached it first, made for a row this ledger no longer has (a restore, a failover). The money is
+-- right (the replay is that payment), but the loss must be heard: the worker records it here, the
+-- reconciler raises the lost-money alert once per row and notes it on the operation.
+CREATE TABLE lost_rows (
+    operation_id TEXT PRIMARY KEY,
+    reference    TEXT NOT NULL,
+    found_by     TEXT NOT NULL,
+    found_at     BIGINT NOT NULL,
+    reported_at  BIGINT
+);
+CREATE INDEX lost_rows_unreported ON lost_rows (found_at) WHERE reported_at IS NULL;

@@ -8,3 +8,16 @@ CREATE TABLE ledger_identity (
     value  TEXT NOT NULL,
     set_at BIGINT NOT NULL
 );
+
+-- A first submission the processor answered as a replay: another request under the same key had
+-- reached it first, made for a row this ledger no longer has (a restore, a failover). The money is
+-- right (the replay is that payment), but the loss must be heard: the worker records it here, the
+-- reconciler raises the lost-money alert once per row and notes it on the operation.
+CREATE TABLE lost_rows (
+    operation_id TEXT PRIMARY KEY,
+    reference    TEXT NOT NULL,
+    found_by     TEXT NOT NULL,
+    found_at     BIGINT NOT NULL,
+    reported_at  BIGINT
+);
+CREATE INDEX lost_rows_unreported ON lost_rows (found_at) WHERE reported_at IS NULL;

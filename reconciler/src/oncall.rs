@@ -15,6 +15,10 @@ use serde_json::json;
 
 /// Most refunds `show` lists beside a payment (oldest first); the totals count them all.
 pub const REFUNDS_SHOWN_MAX: u32 = 100;
+/// Most lost rows `list` shows (the newest).
+pub const LOST_ROWS_SHOWN_MAX: u32 = 20;
+/// How long after a worker learned of a lost row `list` shows it.
+pub const LOST_ROWS_SHOWN_FOR: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3_600);
 /// How far before an operation's creation `show`'s lookup starts (clock skew between us and the
 /// processor; the sweep's is `ReconcilerConfig::lookup_skew`, the same by default).
 pub const SHOW_LOOKUP_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
@@ -88,43 +92,71 @@ pub async fn list(
         limit,
     };
     let ops = ledger.list(&filter).await?;
+    let lost: Vec<_> = ledger
+        .recent_lost_rows(LOST_ROWS_SHOWN_MAX)
+        .await?
+        .into_iter()
+        .filter(|l| l.found_at + LOST_ROWS_SHOWN_FOR > now)
+        .collect();
     Ok(match format {
-        Format::Json => json!({ "operations": ops }).to_string(),
-        Format::Table => {
-            let rows: Vec<Vec<String>> = ops
+        Format::Json => json!({ "operations": ops, "lost_rows": lost }).to_string(),
+        Format::Table if !lost.is_empty() => {
+            let rows: Vec<Vec<String>> = lost
                 .iter()
-                .map(|o| {
+                .map(|l| {
                     vec![
-                        o.id.to_string(),
-                        o.tenant.to_string(),
-                        o.details.kind().as_str().to_string(),
-                        o.status.as_str().to_string(),
-                        age(now, o.updated_at),
-                        o.attempt.to_string(),
-                        o.details.money().display(),
-                        o.details.invoice().to_string(),
-                        o.external_ref.clone().unwrap_or_default(),
-                        o.failure_message.clone().unwrap_or_default(),
+                        l.operation.to_string(),
+                        l.reference.clone(),
+                        age(now, l.found_at),
+                        l.found_by.clone(),
                     ]
                 })
                 .collect();
-            table(
-                &[
-                    "ID",
-                    "TENANT",
-                    "KIND",
-                    "STATUS",
-                    "AGE",
-                    "ATTEMPT",
-                    "AMOUNT",
-                    "INVOICE",
-                    "REFERENCE",
-                    "REASON",
-                ],
-                &rows,
+            format!(
+                "{}\nPaid by a row the ledger had lost (the processor replayed the first \
+                 submission; money right, the loss to investigate: runbook \"Lost rows\"):\n{}",
+                list_table(&ops, now),
+                table(&["ID", "REFERENCE", "AGE", "FOUND BY"], &rows)
             )
         }
+        Format::Table => list_table(&ops, now),
     })
+}
+
+/// The operations of [`list`] as a table.
+fn list_table(ops: &[payonce_shared::ledger::Operation], now: Timestamp) -> String {
+    let rows: Vec<Vec<String>> = ops
+        .iter()
+        .map(|o| {
+            vec![
+                o.id.to_string(),
+                o.tenant.to_string(),
+                o.details.kind().as_str().to_string(),
+                o.status.as_str().to_string(),
+                age(now, o.updated_at),
+                o.attempt.to_string(),
+                o.details.money().display(),
+                o.details.invoice().to_string(),
+                o.external_ref.clone().unwrap_or_default(),
+                o.failure_message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "TENANT",
+            "KIND",
+            "STATUS",
+            "AGE",
+            "ATTEMPT",
+            "AMOUNT",
+            "INVOICE",
+            "REFERENCE",
+            "REASON",
+        ],
+        &rows,
+    )
 }
 
 /// Shows one operation: the row, every event, and what its own processor says now (asked only

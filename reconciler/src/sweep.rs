@@ -73,6 +73,9 @@ pub struct SweepReport {
     pub hints: HintReport,
     /// The scan for payments the ledger does not know about, when one ran.
     pub scan: Option<ScanReport>,
+    /// Rows the ledger had lost that workers learned of (a first submission answered as a replay:
+    /// `ledger::lost_rows`), alerted in this sweep.
+    pub lost_rows: u32,
     /// What a prune deleted, when one ran.
     pub pruned: Option<payonce_shared::ledger::retention::Pruned>,
     /// One line per action, for dry runs and logs.
@@ -148,6 +151,13 @@ impl SweepReport {
                 == 0
             && self.hints.without_approval == 0
             && self.scan.as_ref().map_or(0, ScanReport::findings) == 0
+            && self.lost_rows == 0
+    }
+
+    /// Payments the ledger did not know about (the scan's findings and the lost rows workers
+    /// learned of): each is a lost-money alert.
+    pub fn unknown_payments(&self) -> u32 {
+        self.scan.as_ref().map_or(0, ScanReport::findings) + self.lost_rows
     }
 
     /// The one-line summary cron and on-call read.
@@ -171,7 +181,7 @@ impl SweepReport {
             self.hints.deferred,
             self.hints.mismatched + self.hints.unproven,
             self.hints.without_approval,
-            self.scan.as_ref().map_or(0, ScanReport::findings)
+            self.unknown_payments()
         )
     }
 }
@@ -290,6 +300,7 @@ impl Reconciler {
                     report.actions.push(SCAN_INCOMPLETE.into());
                 }
             }
+            self.alert_lost_rows(&mut report).await?;
             report.pruned = self.prune_if_due().await?;
         }
         if !dry_run {
@@ -339,6 +350,37 @@ impl Reconciler {
             }
             tokio::time::sleep(LEASE_POLL).await;
         }
+    }
+
+    /// Raises the lost-money alert once for each row workers found lost ([`SweepReport::lost_rows`]):
+    /// the metric the scan's findings count in, a log line, the sweep's report, and a note on the
+    /// operation's audit trail.
+    async fn alert_lost_rows(&self, report: &mut SweepReport) -> Result<(), LedgerError> {
+        let now = self.clock.read().await?;
+        for lost in self
+            .ledger
+            .unreported_lost_rows(self.config.batch_size)
+            .await?
+        {
+            if !self
+                .ledger
+                .report_lost_row(&lost, &self.config.owner, now)
+                .await?
+            {
+                continue;
+            }
+            self.metrics.unknown_payments.inc();
+            report.lost_rows += 1;
+            tracing::error!(operation_id = %lost.operation, reference = %lost.reference,
+                "ALERT: the processor replayed this operation's first submission: a row the \
+                 ledger had lost (restored or failed over?) had paid it");
+            report.actions.push(format!(
+                "{}: paid for {} by a request of a row the ledger had lost (the processor \
+                 replayed it to {}); recorded as that payment",
+                lost.reference, lost.operation, lost.found_by
+            ));
+        }
+        Ok(())
     }
 
     /// Stuck operations worked on at once (at least one).

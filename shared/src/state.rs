@@ -376,14 +376,18 @@ pub enum Note {
     CheckDeferred,
     /// A processor report that changes nothing, kept as evidence.
     ReportIgnored,
+    /// The processor replayed this operation's first submission: a row the ledger lost had made
+    /// it (`ledger::lost_rows`).
+    LostRow,
 }
 
 /// Every note.
-pub const ALL_NOTES: [Note; 4] = [
+pub const ALL_NOTES: [Note; 5] = [
     Note::Create,
     Note::SubmissionStarted,
     Note::CheckDeferred,
     Note::ReportIgnored,
+    Note::LostRow,
 ];
 
 impl Note {
@@ -394,6 +398,7 @@ impl Note {
             Note::SubmissionStarted => "submission_started",
             Note::CheckDeferred => "check_deferred",
             Note::ReportIgnored => "report_ignored",
+            Note::LostRow => "lost_row",
         }
     }
 }

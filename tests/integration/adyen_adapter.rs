@@ -306,7 +306,7 @@ async fn every_row_of_the_payment_table_over_real_http() {
                 transient: false,
                 body: error(422, "704", "validation"),
             },
-            "unknown",
+            "key_reused",
             false,
         ),
         (

@@ -127,7 +127,9 @@ async fn configuration_reference_in_docs_is_generated_from_the_binary() {
 async fn every_deployable_answers_liveness_readiness_and_metrics() {
     let dir = scratch("probes");
     let db = "sqlite:probes.db";
+    // With the secret the processes run with: the ledger keeps its fingerprint.
     let migrate = payonce(&dir, &["migrate", "--database-url", db])
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
         .output()
         .await
         .unwrap();
@@ -326,9 +328,13 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
         .await
         .unwrap();
     assert!(migrated.status.success(), "{migrated:?}");
+    // The processor it scans answers: one that cannot be reached is never "all clear" (exit 1).
+    let sim =
+        crate::support::processes::simulator(payonce_simulator::SimulatorConfig::default()).await;
     let sweep = || async {
         payonce(&dir, &["reconciler", "sweep", "--once", "--json"])
             .env("PAYONCE_DATABASE_URL", &db)
+            .env("PAYONCE_PROCESSOR_URL", sim.base_url())
             .output()
             .await
             .unwrap()

@@ -407,3 +407,69 @@ async fn sweep_once_never_says_all_clear_when_it_could_not_look() {
         "{code:?}\n{stdout}\n{stderr}"
     );
 }
+
+/// Upstream re-drives a lost invoice before any sweep: the processor replays the first payment (the
+/// money is right), and the rows then agree with the processor, so no scan would call it lost.
+/// The worker's record of the replay makes the next sweep raise the lost-money alert once, note it
+/// on the operation, and `reconciler list` show it.
+#[tokio::test]
+async fn a_replayed_first_submission_is_alerted_once_noted_and_listed() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let (ledger, url) = support::postgres_ledger().await;
+    migrate(&url, &sim.base_url()).await;
+    let dump = backup(&url);
+    let lost = create_and_approve_amount(&ledger, "INV-4907", 2048).await;
+    work(&ledger, &sim).await;
+    let restored_url = restore(&dump).await;
+    let restored = ledger::connect(&restored_url, 4).await.unwrap();
+    let again = create_and_approve_amount(&restored, "INV-4907", 2048).await;
+    let (ran, replays) = crate::lost_ledger::work_counting_replays(&restored, &sim).await;
+    assert_eq!((ran, replays), (1, 1));
+    let row = restored.get(&tenant(), &again.id).await.unwrap();
+    assert_eq!((row.id, row.status), (lost.id.clone(), Status::Succeeded));
+    let reference = row.external_ref.unwrap();
+
+    let sweep = || {
+        payonce(
+            &["reconciler", "sweep", "--once"],
+            &restored_url,
+            KEY_SECRET,
+            &sim.base_url(),
+        )
+    };
+    let (code, stdout, stderr) = sweep().await;
+    assert_eq!(code, Some(3), "the lost-money alert: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{reference}: paid for {} by a request of a row the ledger had lost",
+            lost.id
+        )) && stdout.contains("unknown_payments=1"),
+        "{stdout}"
+    );
+    let events = restored.events(&tenant(), &lost.id).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.event.as_str() == "lost_row"
+            && e.detail.as_deref().unwrap_or("").starts_with("LOST ROW:")
+            && e.detail.as_deref().unwrap_or("").contains(&reference)),
+        "noted on the operation: {events:?}"
+    );
+    let (code, listed, stderr) = payonce(
+        &["reconciler", "list"],
+        &restored_url,
+        KEY_SECRET,
+        &sim.base_url(),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        listed.contains("Paid by a row the ledger had lost")
+            && listed.contains(lost.id.as_str())
+            && listed.contains(&reference),
+        "{listed}"
+    );
+    // Alerted once: the next sweep is clear.
+    let (code, stdout, stderr) = sweep().await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("unknown_payments=0"), "{stdout}");
+    assert_eq!(paid(&sim).await.len(), 1);
+}

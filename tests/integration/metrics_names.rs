@@ -116,7 +116,9 @@ async fn scrape(who: &str, base: &str) -> String {
 async fn every_deployable_exposes_the_golden_metric_names_types_and_labels() {
     let dir = scratch("metric-names");
     let db = "sqlite:metric-names.db";
+    // With the secret the processes run with: the ledger keeps its fingerprint.
     let migrate = payonce(&dir, &["migrate", "--database-url", db])
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
         .output()
         .await
         .unwrap();

@@ -363,6 +363,7 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         metrics: &metrics,
         wait_max: config.submit.rate_limit_wait_max,
         stop: None,
+        lost_rows: None,
     };
     let inline = payonce_shared::execution::Inline {
         ledger: ledger.as_ref(),
@@ -803,6 +804,17 @@ impl payonce_shared::ledger::Queue for Hooked {
             self.writing.fetch_sub(1, SeqCst);
         }
         self.inner.record_and_claim(items, holder, batch, now).await
+    }
+    async fn record_lost_row(
+        &self,
+        id: &payonce_shared::id::OperationId,
+        reference: &str,
+        found_by: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        self.inner
+            .record_lost_row(id, reference, found_by, now)
+            .await
     }
     async fn current(
         &self,

@@ -619,6 +619,7 @@ impl Reconciler {
                 .rate_limit_wait_max
                 .min(self.config.retry_lease_ttl / 2),
             stop: None,
+            lost_rows: Some(self.queue.as_ref()),
         };
         let inline = Inline {
             ledger: self.queue.as_ref(),

@@ -57,6 +57,9 @@ pub struct Execution<'a> {
     pub wait_max: Duration,
     /// Shutdown: a submission waiting for a permit or past a 429 gives up (nothing was sent).
     pub stop: Option<&'a watch::Receiver<bool>>,
+    /// Where a first submission answered as a replay is recorded (`ledger::lost_rows`): the
+    /// ledger had lost the row that made it.
+    pub lost_rows: Option<&'a dyn crate::ledger::Queue>,
 }
 
 /// Runs one claimed operation: refused by [`precheck`] (nothing external happens), sent to a

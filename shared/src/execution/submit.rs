@@ -55,6 +55,16 @@ pub(super) async fn submit_claimed(
             tracing::error!(operation = %op.id, %reference,
                 "ALERT: the processor replayed this operation's first submission: the ledger had \
                  lost the row that paid it (restore or failover?); recorded as that payment");
+            // The rows will agree with the processor, so no scan would ever call it lost: the
+            // reconciler raises the lost-money alert from this record.
+            if let Some(lost_rows) = ex.lost_rows
+                && let Err(error) = lost_rows
+                    .record_lost_row(&op.id, reference, "worker", ex.clock.now())
+                    .await
+            {
+                tracing::error!(operation = %op.id, %error,
+                    "could not record the lost row; only this log line and the worker's metric say so");
+            }
         }
     }
     tracing::debug!(operation = %op.id, ?outcome, "processor answered");

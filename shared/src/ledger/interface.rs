@@ -120,6 +120,11 @@ pub trait Inspection: Send + Sync {
     async fn events_unscoped(&self, id: &OperationId) -> Result<Vec<OperationEvent>, LedgerError>;
     /// On-call listing, oldest update first (one tenant if the filter names one).
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError>;
+    /// The newest rows the ledger lost, as workers learned of them ([`super::lost_rows`]).
+    async fn recent_lost_rows(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<super::lost_rows::LostRow>, LedgerError>;
 }
 
 /// Approving an operation and the confirmation links that lead a customer to the approval.
@@ -258,6 +263,15 @@ pub trait Queue: LedgerTime {
     ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError>;
     /// Reads the operation a worker holds (or held): what its fence lost to.
     async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError>;
+    /// Records that the processor answered `id`'s first submission with `reference` as a replay:
+    /// a row this ledger lost had made it ([`super::lost_rows`]). Once per operation.
+    async fn record_lost_row(
+        &self,
+        id: &OperationId,
+        reference: &str,
+        found_by: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
     /// Waits until new work may be ready (an approval was committed here or, on Postgres, anywhere),
     /// or until `max_wait` passes. Callers still poll: a wake-up can be missed.
     async fn wait_for_ready(&self, max_wait: Duration);
@@ -374,6 +388,19 @@ pub trait Recovery: Inspection + HintChecks + LedgerTime {
     /// Gives a maintenance lease back.
     async fn drop_maintenance_lease(&self, lease: &MaintenanceLease<'_>)
     -> Result<(), LedgerError>;
+    /// Lost rows ([`super::lost_rows`]) whose alert has not been raised, oldest first.
+    async fn unreported_lost_rows(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<super::lost_rows::LostRow>, LedgerError>;
+    /// Marks a lost row's alert raised and notes it on its operation's audit trail; false if
+    /// another reconciler did first.
+    async fn report_lost_row(
+        &self,
+        lost: &super::lost_rows::LostRow,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError>;
 }
 
 /// Stored webhooks, as the api stores them: each a hint that a processor has news, kept once and

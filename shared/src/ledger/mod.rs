@@ -22,6 +22,7 @@ pub mod identity;
 pub mod intake;
 mod interface;
 mod keys;
+pub mod lost_rows;
 mod migrate;
 mod moves;
 mod operations;

@@ -279,6 +279,16 @@ impl<DB: Dialect> Inspection for Store<DB> {
             .await
     }
 
+    async fn recent_lost_rows(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<super::lost_rows::LostRow>, LedgerError> {
+        if limit == 0 || limit > PAGE_MAX {
+            return Err(LimitError::PageSize.into());
+        }
+        self.select_recent_lost_rows(limit).await
+    }
+
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Operation>, LedgerError> {
         if filter.limit == 0 || filter.limit > PAGE_MAX {
             return Err(LimitError::PageSize.into());

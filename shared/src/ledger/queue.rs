@@ -279,6 +279,16 @@ impl<DB: Dialect> Queue for Store<DB> {
         self.get_unscoped(&fence.id).await
     }
 
+    async fn record_lost_row(
+        &self,
+        id: &OperationId,
+        reference: &str,
+        found_by: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        self.insert_lost_row(id, reference, found_by, now).await
+    }
+
     async fn wait_for_ready(&self, max_wait: Duration) {
         DB::wait_ready(self, max_wait).await
     }

@@ -330,6 +330,23 @@ impl<DB: Dialect> Recovery for Store<DB> {
         self.execute(stmt.bind(lease.owner)).await?;
         Ok(())
     }
+
+    async fn unreported_lost_rows(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<super::lost_rows::LostRow>, LedgerError> {
+        self.select_unreported_lost_rows(limit).await
+    }
+
+    async fn report_lost_row(
+        &self,
+        lost: &super::lost_rows::LostRow,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        self.mark_lost_row_reported(lost, &bounded(actor), now)
+            .await
+    }
 }
 
 /// Settles a row the processor scan made again from its payment ([`Report::Recreated`]) when its

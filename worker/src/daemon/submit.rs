@@ -82,6 +82,7 @@ impl Worker {
                 metrics: self.metrics.clone(),
             };
             let stop = stop.clone();
+            let ledger = self.ledger.clone();
             let span = tracing::info_span!("submit", operation = %op.id, tenant = %op.tenant, attempt = op.attempt,
                 key = %op.idempotency_key);
             executions.spawn(
@@ -94,6 +95,7 @@ impl Worker {
                         metrics: &metrics.execution,
                         wait_max: config.submit.rate_limit_wait_max,
                         stop: Some(&stop),
+                        lost_rows: Some(ledger.as_ref()),
                     };
                     // The grouped recorder cannot fail: its writes happen in the recorder task.
                     let _ = execute(&ex, op, recorder).await;
