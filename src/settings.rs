@@ -212,10 +212,11 @@ pub struct Common {
         default_value = ""
     )]
     pub metrics_listen: String,
-    /// Secret of the keyed hash that derives each operation's processor key from its intention
-    /// (tenant, business key, details); the same on every api and reconciler of a ledger and kept
-    /// outside its backups. Empty: on a SQLite file, the one kept next to it (created mode 0600);
-    /// elsewhere, required.
+    /// Secret of the keyed hash that derives each operation's id and processor key from its
+    /// business action (tenant, business key); the same on every process of a ledger for its whole
+    /// life (the ledger keeps its fingerprint and every process refuses another) and kept outside
+    /// its backups. Empty: on a SQLite file, the one kept next to it (created mode 0600, never for
+    /// a ledger that holds operations); elsewhere, required.
     #[arg(
         long,
         global = true,
