@@ -95,6 +95,29 @@ impl InProcessProcessor {
     }
 }
 
+/// A paid object of the book as a scan reads it: its reference and the operation it names; no
+/// intention or details (this processor keeps neither), so a lost row is reported, not recreated.
+fn scanned(operation: &str, reference: &str) -> payonce_shared::processor::ScannedPayment {
+    let object = serde_json::json!({ "id": reference, "status": "succeeded" });
+    payonce_shared::processor::ScannedPayment {
+        object: payonce_shared::processor::ProcessorObject {
+            reference: reference.to_string(),
+            amount_minor: None,
+            currency: None,
+            customer: None,
+            operation_id: Some(operation.to_string()),
+            intention: None,
+            payment_reference: None,
+            status: FoundStatus::Succeeded {
+                result: object.clone(),
+            },
+            object,
+        },
+        details: None,
+        payment_operation: None,
+    }
+}
+
 /// A stored answer as a replay answers it (Stripe: `Idempotent-Replayed: true`).
 fn replay_of(first: &SubmitOutcome) -> SubmitOutcome {
     match first.clone() {
@@ -145,6 +168,41 @@ impl Processor for InProcessProcessor {
             );
             outcome
         })
+    }
+
+    /// Every payment it holds, on one page: it declares Stripe's list, so the reconciler's scan
+    /// for lost rows reads it (a scan that cannot complete is never "all clear").
+    async fn recent_payments(
+        &self,
+        _query: &payonce_shared::processor::RecentQuery<'_>,
+    ) -> payonce_shared::processor::RecentPage {
+        let payments = self.with_book(|b| {
+            b.by_operation
+                .iter()
+                .map(|(operation, reference)| scanned(operation, reference))
+                .collect()
+        });
+        payonce_shared::processor::RecentPage::Page {
+            payments,
+            next: None,
+        }
+    }
+
+    /// Every refund it holds, on one page (see `recent_payments`).
+    async fn recent_refunds(
+        &self,
+        _query: &payonce_shared::processor::RecentQuery<'_>,
+    ) -> payonce_shared::processor::RecentPage {
+        let payments = self.with_book(|b| {
+            b.refund_by_operation
+                .iter()
+                .map(|(operation, reference)| scanned(operation, reference))
+                .collect()
+        });
+        payonce_shared::processor::RecentPage::Page {
+            payments,
+            next: None,
+        }
     }
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {

@@ -139,6 +139,9 @@ async fn spawn_full(
         webhook_secrets: vec![WEBHOOK_SECRET.to_string()],
         adyen_hmac_key: Some(ADYEN_HMAC_KEY.to_string()),
         adyen_merchant_account: Some(ADYEN_MERCHANT.to_string()),
+        // The secret the tests' worker and reconciler processes run with: they refuse a ledger
+        // whose ids another secret derived.
+        key_secret: crate::support::key_secret(),
         ..ApiConfig::default()
     };
     tweak(&mut config);

@@ -429,12 +429,13 @@ async fn a_replayed_first_submission_is_alerted_once_noted_and_listed() {
     assert_eq!((row.id, row.status), (lost.id.clone(), Status::Succeeded));
     let reference = row.external_ref.unwrap();
 
+    let sim_url = sim.base_url();
     let sweep = || {
         payonce(
             &["reconciler", "sweep", "--once"],
             &restored_url,
             KEY_SECRET,
-            &sim.base_url(),
+            &sim_url,
         )
     };
     let (code, stdout, stderr) = sweep().await;
