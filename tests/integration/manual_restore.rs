@@ -468,6 +468,38 @@ async fn a_replayed_first_submission_is_alerted_once_noted_and_listed() {
             && listed.contains(&reference),
         "{listed}"
     );
+    // The console's overview shows it to the tenant's on-call, and no other tenant's.
+    let chart = payonce_shared::ledger::console::Chart {
+        bucket: Duration::from_secs(300),
+        buckets: 12,
+    };
+    let overview = restored
+        .console()
+        .overview(&tenant(), chart, SystemClock.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        overview
+            .lost_rows
+            .iter()
+            .map(|l| (&l.operation, l.reference.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(&lost.id, reference.as_str())]
+    );
+    let page =
+        payonce_api::console::views::overview("csrf", &overview, SystemClock.now().as_millis(), 0)
+            .into_string();
+    assert!(
+        page.contains("Paid by a row the ledger had lost") && page.contains(lost.id.as_str()),
+        "{page}"
+    );
+    let other = payonce_shared::id::TenantId::parse("another-tenant").unwrap();
+    let theirs = restored
+        .console()
+        .overview(&other, chart, SystemClock.now())
+        .await
+        .unwrap();
+    assert!(theirs.lost_rows.is_empty());
     // Alerted once: the next sweep is clear.
     let (code, stdout, stderr) = sweep().await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");

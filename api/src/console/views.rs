@@ -258,6 +258,24 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
                     }
                 }
             }
+            @if !o.lost_rows.is_empty() {
+                section id="lost-rows" {
+                    h2 { "Paid by a row the ledger had lost" }
+                    p.fine { "The processor replayed these operations' first submissions: a row the ledger no longer has (a restore or a failover) had paid them. The money is right; the loss is what to investigate (runbook, \"Database failover\")." }
+                    table {
+                        thead { tr { th { "Operation" } th { "Payment" } th { "Learned" } } }
+                        tbody {
+                            @for l in &o.lost_rows {
+                                tr {
+                                    td { a href=(format!("/console/operations/{}", l.operation)) { (l.operation.as_str()) } }
+                                    td { (l.reference) }
+                                    td { (age(now_ms - l.found_at.as_millis())) " ago" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
             section {
                 h2 { "Last hour (5-minute buckets)" }
                 (chart(&o.buckets))

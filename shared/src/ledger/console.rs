@@ -81,7 +81,15 @@ pub struct Overview {
     pub by_status: Vec<(Status, i64, Option<Timestamp>)>,
     /// The chart's buckets, oldest first.
     pub buckets: Vec<Bucket>,
+    /// The tenant's operations paid by a row the ledger had lost, learned of in the last
+    /// [`LOST_ROWS_SHOWN_FOR`] (newest first, at most [`LOST_ROWS_SHOWN_MAX`]).
+    pub lost_rows: Vec<super::lost_rows::LostRow>,
 }
+
+/// How long the overview shows a lost row after a worker learned of it.
+pub const LOST_ROWS_SHOWN_FOR: Duration = Duration::from_secs(7 * 24 * 3_600);
+/// Most lost rows the overview shows.
+pub const LOST_ROWS_SHOWN_MAX: i64 = 20;
 
 /// An approval as the timeline shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -223,6 +231,10 @@ const CHART: &str = "SELECT (e.at - $2) / $3 AS bucket, e.event AS event, e.to_s
      AND (e.event = 'submission_started' OR e.to_status IN ('succeeded', 'failed', 'rejected')) \
      GROUP BY (e.at - $2) / $3, e.event, e.to_status";
 const OWNED: &str = "SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2";
+/// The tenant's lost rows since $2 (by its primary key into operations: a handful of rows).
+const LOST_ROWS: &str = "SELECT l.operation_id, l.reference, l.found_by, l.found_at, l.reported_at \
+     FROM lost_rows l JOIN operations o ON o.id = l.operation_id \
+     WHERE o.tenant_id = $1 AND l.found_at >= $2 ORDER BY l.found_at DESC LIMIT $3";
 const APPROVALS: &str = "SELECT id, details_hash, approved_by, method, approved_at, expires_at, revoked_at \
      FROM approvals WHERE operation_id = $1 ORDER BY approved_at, id LIMIT $2";
 const WEBHOOKS: &str = "SELECT processor, event_id, event_type, payload, received_at, applied_at, outcome \
@@ -443,9 +455,14 @@ impl<DB: Dialect> ConsoleLedger for Store<DB> {
         for (at, event, to_status, n) in counted {
             tally(&mut chart, at, &event, &to_status, n);
         }
+        let lost = Stmt::new(LOST_ROWS)
+            .bind(tenant)
+            .bind(now.saturating_sub_span(LOST_ROWS_SHOWN_FOR))
+            .bind(LOST_ROWS_SHOWN_MAX);
         Ok(Overview {
             by_status,
             buckets: chart,
+            lost_rows: self.all(lost, super::lost_rows::decode).await?,
         })
     }
 

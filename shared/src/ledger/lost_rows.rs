@@ -49,7 +49,7 @@ const MARK_REPORTED: &str =
 const NOTE: &str = "UPDATE operations SET updated_at = $2, last_event = $3, last_actor = $4, \
      last_detail = $5 WHERE id = $1";
 
-fn decode(row: &impl LedgerRow) -> Result<LostRow, LedgerError> {
+pub(crate) fn decode(row: &impl LedgerRow) -> Result<LostRow, LedgerError> {
     Ok(LostRow {
         operation: row.get("operation_id")?,
         reference: row.get("reference")?,
