@@ -95,6 +95,17 @@ impl InProcessProcessor {
     }
 }
 
+/// Every `operation → reference` of the book on one scan page.
+fn one_page(paid: &HashMap<String, String>) -> payonce_shared::processor::RecentPage {
+    payonce_shared::processor::RecentPage::Page {
+        payments: paid
+            .iter()
+            .map(|(operation, reference)| scanned(operation, reference))
+            .collect(),
+        next: None,
+    }
+}
+
 /// A paid object of the book as a scan reads it: its reference and the operation it names; no
 /// intention or details (this processor keeps neither), so a lost row is reported, not recreated.
 fn scanned(operation: &str, reference: &str) -> payonce_shared::processor::ScannedPayment {
@@ -176,16 +187,7 @@ impl Processor for InProcessProcessor {
         &self,
         _query: &payonce_shared::processor::RecentQuery<'_>,
     ) -> payonce_shared::processor::RecentPage {
-        let payments = self.with_book(|b| {
-            b.by_operation
-                .iter()
-                .map(|(operation, reference)| scanned(operation, reference))
-                .collect()
-        });
-        payonce_shared::processor::RecentPage::Page {
-            payments,
-            next: None,
-        }
+        self.with_book(|b| one_page(&b.by_operation))
     }
 
     /// Every refund it holds, on one page (see `recent_payments`).
@@ -193,16 +195,7 @@ impl Processor for InProcessProcessor {
         &self,
         _query: &payonce_shared::processor::RecentQuery<'_>,
     ) -> payonce_shared::processor::RecentPage {
-        let payments = self.with_book(|b| {
-            b.refund_by_operation
-                .iter()
-                .map(|(operation, reference)| scanned(operation, reference))
-                .collect()
-        });
-        payonce_shared::processor::RecentPage::Page {
-            payments,
-            next: None,
-        }
+        self.with_book(|b| one_page(&b.refund_by_operation))
     }
 
     async fn lookup(&self, query: &LookupQuery<'_>) -> LookupOutcome {
