@@ -5,6 +5,7 @@ use super::error::unavailable;
 use super::intake::{IntakeSql, JsonColumn};
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
+use super::record::operation_columns;
 use super::recovery::{expiry_detail, found_detail};
 use super::statement::RowCount;
 use super::store::Store;
@@ -56,7 +57,8 @@ fn claim(logged: &str, also: &str) -> String {
            ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
          UPDATE operations o SET status = '{to}', last_event = '{logged}', attempt = o.attempt + 1, \
            lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
-         FROM picked WHERE o.id = picked.id AND {o_from} RETURNING o.*",
+         FROM picked WHERE o.id = picked.id AND {o_from} RETURNING {columns}",
+        columns = operation_columns!("o."),
         from = status_in("status", &claim.from),
         o_from = status_in("o.status", &claim.from),
         to = claim.to.as_str(),
@@ -195,7 +197,7 @@ static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Statu
 static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
     IntakeSql::build(
         json_rows,
-        "operations.*",
+        operation_columns!("operations."),
         Some(format!(
             "SELECT id FROM operations WHERE id IN (SELECT b.id FROM {}) ORDER BY id FOR UPDATE",
             json_rows("$1", IntakeSql::id_columns())
