@@ -190,6 +190,14 @@ impl<DB: Dialect> Operations for Store<DB> {
     }
 
     async fn probe_write(&self, now: Timestamp) -> Result<(), LedgerError> {
+        // A schema this process cannot serve, or statements failing on one, take it out of
+        // rotation even while the probe's own one-row write still works (issue 56).
+        if let Some(refusal) = self.schema.as_ref().and_then(|w| w.refusal()) {
+            return Err(LedgerError::SchemaRefused(refusal));
+        }
+        if let Some(drift) = super::error::recent_schema_failure() {
+            return Err(drift);
+        }
         if let Some(pages) = DB::write_headroom(self).await?
             && pages < WRITE_HEADROOM_PAGES_MIN
         {
