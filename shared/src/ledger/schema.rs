@@ -268,6 +268,93 @@ mod tests {
         );
     }
 
+    /// Statements that remove or tighten what a binary of the previous release may still use
+    /// (docs/decisions/001-expand-contract-migrations.md): a migration with one is a contract step.
+    fn contract_statements(sql: &str) -> Vec<String> {
+        let code: String = sql
+            .lines()
+            .map(|l| l.split("--").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut found = Vec::new();
+        for statement in code.split(';') {
+            let s = statement.split_whitespace().collect::<Vec<_>>().join(" ").to_uppercase();
+            let destructive = s.contains("DROP COLUMN")
+                || s.contains("DROP TABLE")
+                || s.contains(" RENAME ")
+                || (s.contains("ALTER COLUMN") && s.contains(" TYPE "))
+                || s.contains("SET NOT NULL")
+                || s.split("ADD COLUMN").skip(1).any(|column| {
+                    let column = column.split(',').next().unwrap_or_default();
+                    column.contains("NOT NULL") && !column.contains("DEFAULT")
+                });
+            if destructive {
+                found.push(s);
+            }
+        }
+        found
+    }
+
+    /// The rule over `migrations/postgres`: a migration that drops or renames a column or table,
+    /// changes a column's type, makes a column NOT NULL or adds a NOT NULL column without a default
+    /// declares itself a contract step, naming a migration at or before its own; every file of
+    /// the folder is one the binary applies.
+    #[test]
+    fn every_postgres_migration_that_removes_or_tightens_is_a_contract_step() {
+        use super::super::migrate::POSTGRES;
+        for (version, name, sql) in POSTGRES {
+            let step = step_of(sql).unwrap_or_else(|e| panic!("migration {version} {name}: {e}"));
+            let destructive = contract_statements(sql);
+            match step {
+                Step::Expand => assert!(
+                    destructive.is_empty(),
+                    "migration {version} {name} removes or tightens what older binaries use, so it \
+                     must start with `{CONTRACT_HEADER}NNNN` (docs/decisions/001-expand-contract-migrations.md): \
+                     {destructive:?}"
+                ),
+                Step::Contract { needs } => assert!(
+                    needs <= *version,
+                    "migration {version} {name} needs {needs}, a migration after itself"
+                ),
+            }
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/postgres");
+        for entry in std::fs::read_dir(&dir).expect("migrations/postgres") {
+            let file = entry.expect("a directory entry").file_name();
+            let file = file.to_string_lossy();
+            let version: i64 = file
+                .split('_')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{file}: not NNNN_name.sql"));
+            assert!(
+                POSTGRES.iter().any(|(v, name, _)| *v == version && file == format!("{version:04}_{name}.sql")),
+                "{file} is not in migrate::POSTGRES"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rule_catches_each_kind_of_contract_statement() {
+        for sql in [
+            "ALTER TABLE operations DROP COLUMN invoice;",
+            "ALTER TABLE operations RENAME COLUMN invoice TO invoice_id;",
+            "ALTER TABLE operations ALTER COLUMN amount_minor TYPE numeric;",
+            "ALTER TABLE operations ALTER COLUMN destination SET NOT NULL;",
+            "ALTER TABLE operations ADD COLUMN region TEXT NOT NULL;",
+            "DROP TABLE approval_codes;",
+        ] {
+            assert!(!contract_statements(sql).is_empty(), "{sql}");
+        }
+        for sql in [
+            "ALTER TABLE operations ADD COLUMN x int; ALTER TABLE api_keys ADD COLUMN x int;",
+            "ALTER TABLE operations ADD COLUMN region TEXT NOT NULL DEFAULT 'eu';",
+            "-- we will DROP COLUMN x next release\nCREATE INDEX i ON operations (x);",
+        ] {
+            assert!(contract_statements(sql).is_empty(), "{sql}");
+        }
+    }
+
     #[test]
     fn the_contract_header_is_read_and_a_bad_one_refused() {
         assert_eq!(step_of("ALTER TABLE t ADD COLUMN x int;"), Ok(Step::Expand));
