@@ -414,3 +414,33 @@ async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
         }
     }
 }
+
+/// A statement prepared before a change explicit column lists cannot hide (a column's type): the
+/// next run meets Postgres's "cached plan must not change result type" (0A000), is prepared again
+/// on the same connection and answers; the process stays ready.
+#[tokio::test]
+async fn a_statement_whose_cached_plan_went_stale_is_prepared_again_not_failed() {
+    let url = migrated_database().await;
+    // One connection: the statement below is prepared on it, then meets the change on it.
+    let ledger = payonce_shared::ledger::connect_serving(
+        &url,
+        1,
+        payonce_shared::ledger::CONNECT_TIMEOUT_DEFAULT,
+    )
+    .await
+    .expect("the ledger");
+    let op = crate::support::ready_operation(&ledger, "INV-STALE", "pm_card_visa", SystemClock.now())
+        .await;
+    ledger.get(&tenant(), &op.id).await.expect("prepared");
+    let mut admin = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::raw_sql("ALTER TABLE operations ALTER COLUMN failure_code TYPE varchar(200)")
+        .execute(&mut admin)
+        .await
+        .expect("the type change");
+    let again = ledger.get(&tenant(), &op.id).await.expect("prepared again");
+    assert_eq!(again.id, op.id);
+    ledger
+        .probe_write(SystemClock.now())
+        .await
+        .expect("still ready: nothing failed");
+}

@@ -233,7 +233,7 @@ where
                 let mut conn = pool.acquire().await?;
                 match DB::query(stmt.clone()).execute(&mut *conn).await {
                     Err(e) if stale_plan(&e) => {
-                        forget_plans(&mut *conn).await?;
+                        forget_plans(&mut *conn).await;
                         DB::query(stmt).execute(&mut *conn).await?
                     }
                     done => done?,
@@ -241,7 +241,7 @@ where
             }
             On::Conn(conn) => match DB::query(stmt.clone()).execute(&mut *conn).await {
                 Err(e) if stale_plan(&e) => {
-                    forget_plans(conn).await?;
+                    forget_plans(conn).await;
                     if conn.is_in_transaction() {
                         return Err(e.into());
                     }
@@ -275,7 +275,7 @@ where
                 let mut conn = pool.acquire().await?;
                 match DB::query(stmt.clone()).fetch_all(&mut *conn).await {
                     Err(e) if stale_plan(&e) => {
-                        forget_plans(&mut *conn).await?;
+                        forget_plans(&mut *conn).await;
                         DB::query(stmt).fetch_all(&mut *conn).await?
                     }
                     rows => rows?,
@@ -283,7 +283,7 @@ where
             }
             On::Conn(conn) => match DB::query(stmt.clone()).fetch_all(&mut *conn).await {
                 Err(e) if stale_plan(&e) => {
-                    forget_plans(conn).await?;
+                    forget_plans(conn).await;
                     if conn.is_in_transaction() {
                         return Err(e.into());
                     }
@@ -311,9 +311,10 @@ pub(crate) fn stale_plan(e: &sqlx::Error) -> bool {
 }
 
 /// Forgets a connection's prepared statements, so the next run of each is prepared again against
-/// the schema as it is now. Logged: a process that keeps meeting this runs beside a schema it was
-/// not built for.
-async fn forget_plans<C: Connection>(conn: &mut C) -> Result<(), LedgerError>
+/// the schema as it is now (inside a transaction too: the next transaction on this connection must
+/// not meet the same stale plan). Logged: a process that keeps meeting this runs beside a schema it
+/// was not built for. A connection that cannot forget them fails the retry, which reports it.
+async fn forget_plans<C: Connection>(conn: &mut C)
 where
     C::Database: HasStatementCache,
 {
@@ -321,6 +322,7 @@ where
         "a prepared statement no longer matches the schema (a migration ran beside this process); \
          preparing this connection's statements again"
     );
-    conn.clear_cached_statements().await?;
-    Ok(())
+    if let Err(error) = conn.clear_cached_statements().await {
+        tracing::warn!(%error, "the connection's prepared statements could not be forgotten");
+    }
 }
