@@ -284,9 +284,10 @@ impl From<LedgerError> for HttpError {
             | LedgerError::SchemaRefused(_)
             | LedgerError::SchemaDrift { .. }) => HttpError {
                 code: ErrorCode::Unavailable,
-                message: "this instance cannot serve the ledger's schema right now; retry the same \
+                message:
+                    "this instance cannot serve the ledger's schema right now; retry the same \
                           request shortly (creates are idempotent by business key)"
-                    .into(),
+                        .into(),
                 cause: Some(Box::new(schema)),
             },
             other @ (LedgerError::Fenced { .. }

@@ -291,7 +291,11 @@ impl Reconciler {
     }
 
     /// The steps of one sweep, under its lease (a dry run holds none).
-    async fn sweep_steps(&self, dry_run: bool, report: &mut SweepReport) -> Result<(), LedgerError> {
+    async fn sweep_steps(
+        &self,
+        dry_run: bool,
+        report: &mut SweepReport,
+    ) -> Result<(), LedgerError> {
         self.sweep_leases(report).await?;
         if !dry_run {
             report.hints = self.check_hints_once().await?;

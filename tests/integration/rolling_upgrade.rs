@@ -28,7 +28,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const INVOICES: usize = 3;
 
 /// The next release's migration shape: a column on the two tables the issue saw fail.
-const ADDITIVE: &str = "ALTER TABLE operations ADD COLUMN x int; ALTER TABLE api_keys ADD COLUMN x int";
+const ADDITIVE: &str =
+    "ALTER TABLE operations ADD COLUMN x int; ALTER TABLE api_keys ADD COLUMN x int";
 
 /// `payonce ARGS` on `url` and `sim`, its stderr kept in `dir/<log>`.
 fn spawn(dir: &std::path::Path, args: &[&str], url: &str, sim: &str, log: &str) -> Child {
@@ -126,7 +127,13 @@ async fn a_running_fleet_keeps_paying_across_an_additive_migration_applied_besid
     let base = sim.base_url();
     let _fleet = [
         spawn(&dir, &["api", "--listen", &api], &url, &base, "api.log"),
-        spawn(&dir, &["worker", "--metrics-listen", &worker], &url, &base, "worker.log"),
+        spawn(
+            &dir,
+            &["worker", "--metrics-listen", &worker],
+            &url,
+            &base,
+            "worker.log",
+        ),
         spawn(
             &dir,
             &["reconciler", "--metrics-listen", &reconciler, "run"],
@@ -245,11 +252,19 @@ async fn a_serving_process_runs_beside_expand_steps_and_refuses_a_contract_it_pr
     .await
     .expect("an expand step");
     let listen = format!("127.0.0.1:{}", free_port());
-    let _api = spawn(&dir, &["api", "--listen", &listen], &url, "http://127.0.0.1:9", "api.log");
+    let _api = spawn(
+        &dir,
+        &["api", "--listen", &listen],
+        &url,
+        "http://127.0.0.1:9",
+        "api.log",
+    );
     let base = format!("http://{listen}");
-    wait_for("the api is ready beside an expand step", DEADLINE, || async {
-        (ready(&base).await == 200).then_some(())
-    })
+    wait_for(
+        "the api is ready beside an expand step",
+        DEADLINE,
+        || async { (ready(&base).await == 200).then_some(()) },
+    )
     .await;
     let logs = std::fs::read_to_string(dir.join("api.log")).unwrap_or_default();
     assert!(logs.contains("ahead of this binary"), "says so: {logs}");
@@ -307,7 +322,13 @@ async fn a_process_whose_ledger_statements_fail_goes_unready_within_seconds() {
         format!("127.0.0.1:{}", free_port()),
     );
     let _fleet = [
-        spawn(&dir, &["api", "--listen", &api], &url, &sim.base_url(), "api.log"),
+        spawn(
+            &dir,
+            &["api", "--listen", &api],
+            &url,
+            &sim.base_url(),
+            "api.log",
+        ),
         spawn(
             &dir,
             &["worker", "--metrics-listen", &worker],
@@ -429,8 +450,9 @@ async fn a_statement_whose_cached_plan_went_stale_is_prepared_again_not_failed()
     )
     .await
     .expect("the ledger");
-    let op = crate::support::ready_operation(&ledger, "INV-STALE", "pm_card_visa", SystemClock.now())
-        .await;
+    let op =
+        crate::support::ready_operation(&ledger, "INV-STALE", "pm_card_visa", SystemClock.now())
+            .await;
     ledger.get(&tenant(), &op.id).await.expect("prepared");
     let mut admin = sqlx::PgConnection::connect(&url).await.expect("connect");
     sqlx::raw_sql("ALTER TABLE operations ALTER COLUMN failure_code TYPE varchar(200)")

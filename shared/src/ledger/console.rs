@@ -535,8 +535,12 @@ mod tests {
         let t = TenantId::parse("acme").unwrap();
         assert_eq!(
             first_page(&t, None),
-            concat!("SELECT ", operation_columns!("o."), " FROM operation_search s JOIN operations o ON o.id = s.id \
-             WHERE s.tenant_id = $1 ORDER BY s.created_at DESC, s.id DESC LIMIT $2")
+            concat!(
+                "SELECT ",
+                operation_columns!("o."),
+                " FROM operation_search s JOIN operations o ON o.id = s.id \
+             WHERE s.tenant_id = $1 ORDER BY s.created_at DESC, s.id DESC LIMIT $2"
+            )
         );
         let id = OperationId::parse(&format!("op_{}", "a".repeat(32))).unwrap();
         let (sql, args) = page_sql(
@@ -564,8 +568,12 @@ mod tests {
         // Postgres by the plan test).
         assert_eq!(
             first_page(&t, Some(Status::Succeeded)),
-            concat!("SELECT ", operation_columns!("o."), " FROM operation_search s JOIN operations o ON o.id = s.id \
-             WHERE s.tenant_id = $1 AND o.status = 'succeeded' ORDER BY s.created_at DESC, s.id DESC LIMIT $2")
+            concat!(
+                "SELECT ",
+                operation_columns!("o."),
+                " FROM operation_search s JOIN operations o ON o.id = s.id \
+             WHERE s.tenant_id = $1 AND o.status = 'succeeded' ORDER BY s.created_at DESC, s.id DESC LIMIT $2"
+            )
         );
         assert_eq!(
             first_page(&t, Some(Status::Executing)),

@@ -176,7 +176,9 @@ impl From<sqlx::Error> for LedgerError {
             STORAGE_FAILURES.inc();
         }
         if let LedgerError::Database(sqlx::Error::Database(db)) = &e
-            && db.code().is_some_and(|c| SCHEMA_DRIFT_SQLSTATES.contains(&c.as_ref()))
+            && db
+                .code()
+                .is_some_and(|c| SCHEMA_DRIFT_SQLSTATES.contains(&c.as_ref()))
         {
             schema_drift_seen(db.message());
         }

@@ -19,7 +19,11 @@ const FIND_API_KEY: &str = concat!(
     " FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL \
      AND (expires_at IS NULL OR expires_at > $2)"
 );
-const SELECT_API_KEY: &str = concat!("SELECT ", api_key_columns!(), " FROM api_keys WHERE key_id = $1");
+const SELECT_API_KEY: &str = concat!(
+    "SELECT ",
+    api_key_columns!(),
+    " FROM api_keys WHERE key_id = $1"
+);
 const LIST_API_KEYS: &str = concat!(
     "SELECT ",
     api_key_columns!(),

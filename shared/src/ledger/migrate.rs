@@ -307,7 +307,8 @@ const RECORD: &str =
 /// Postgres records each migration's step too (`schema::needs_of`): a binary older than a contract
 /// step reads there that it may not run beside it. Added, not created with the table, because
 /// ledgers migrated before steps were recorded already have the table.
-const ADD_NEEDS: &str = "ALTER TABLE payonce_migrations ADD COLUMN IF NOT EXISTS needs_version BIGINT";
+const ADD_NEEDS: &str =
+    "ALTER TABLE payonce_migrations ADD COLUMN IF NOT EXISTS needs_version BIGINT";
 const RECORD_NEEDS: &str = "UPDATE payonce_migrations SET needs_version = $2 WHERE version = $1";
 
 /// Applies the migrations in `migrations` that `payonce_migrations` does not list, each in its own

@@ -69,7 +69,8 @@ mod tests {
         assert_eq!(
             sql,
             "UPDATE operations SET status = 'cancelled', last_event = 'cancel', updated_at = $2 \
-             WHERE id = $1 AND status IN ('awaiting_approval', 'ready') RETURNING ".to_string()
+             WHERE id = $1 AND status IN ('awaiting_approval', 'ready') RETURNING "
+                .to_string()
                 + operation_columns!()
         );
         assert_eq!(

@@ -52,7 +52,11 @@ const SELECT_BY_ID_IN_TENANT: &str = concat!(
     operation_columns!(),
     " FROM operations WHERE id = $1 AND tenant_id = $2"
 );
-const SELECT_BY_ID: &str = concat!("SELECT ", operation_columns!(), " FROM operations WHERE id = $1");
+const SELECT_BY_ID: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE id = $1"
+);
 const SELECT_EVENTS: &str = concat!(
     "SELECT ",
     event_columns!(),

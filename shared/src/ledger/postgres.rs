@@ -19,8 +19,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult}
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -243,7 +243,13 @@ impl PostgresLedger {
         max_connections: u32,
         connect_timeout: Duration,
     ) -> Result<Self, LedgerError> {
-        Self::open(url, max_connections, connect_timeout, SchemaAtStart::Migrate).await
+        Self::open(
+            url,
+            max_connections,
+            connect_timeout,
+            SchemaAtStart::Migrate,
+        )
+        .await
     }
 
     /// Connects as a serving process does: never migrates. Refuses a schema behind this binary
@@ -304,7 +310,11 @@ impl PostgresLedger {
         let mut store = Store::new(pool);
         if checked {
             let watch = schema::new_watch();
-            schema::spawn_watch(store.pool.clone(), Arc::downgrade(&watch), migrate::POSTGRES);
+            schema::spawn_watch(
+                store.pool.clone(),
+                Arc::downgrade(&watch),
+                migrate::POSTGRES,
+            );
             store.schema = Some(watch);
         }
         Ok(store)

@@ -181,7 +181,11 @@ impl SchemaWatch {
 /// Checks the schema every [`SCHEMA_CHECK_INTERVAL`] on a connection from `pool`, until the store
 /// that owns `watch` is gone. A check that cannot reach the database changes nothing (the readiness
 /// probe's own write answers for that).
-pub(crate) fn spawn_watch(pool: sqlx::PgPool, watch: Weak<SchemaWatch>, known: &'static [Migration]) {
+pub(crate) fn spawn_watch(
+    pool: sqlx::PgPool,
+    watch: Weak<SchemaWatch>,
+    known: &'static [Migration],
+) {
     tokio::spawn(async move {
         let mut last: Option<Result<Verdict, String>> = None;
         loop {
@@ -195,9 +199,9 @@ pub(crate) fn spawn_watch(pool: sqlx::PgPool, watch: Weak<SchemaWatch>, known: &
             };
             let verdict = match verdict {
                 Ok(v) => Ok(v),
-                Err(e @ (LedgerError::SchemaBehind { .. } | LedgerError::SchemaIncompatible { .. })) => {
-                    Err(e.to_string())
-                }
+                Err(
+                    e @ (LedgerError::SchemaBehind { .. } | LedgerError::SchemaIncompatible { .. }),
+                ) => Err(e.to_string()),
                 Err(other) => {
                     tracing::debug!(error = %other, "schema check skipped: the database did not answer");
                     continue;
@@ -250,8 +254,11 @@ mod tests {
             Verdict::Current
         );
         assert_eq!(
-            judge(&[1, 2], &applied(&[(1, None), (2, None), (3, None), (4, Some(2))]))
-                .expect("ahead, compatible"),
+            judge(
+                &[1, 2],
+                &applied(&[(1, None), (2, None), (3, None), (4, Some(2))])
+            )
+            .expect("ahead, compatible"),
             Verdict::AheadCompatible {
                 unknown: vec![3, 4]
             }
@@ -260,10 +267,20 @@ mod tests {
 
     #[test]
     fn a_schema_ahead_by_a_contract_this_binary_predates_is_refused() {
-        let err = judge(&[1, 2], &applied(&[(1, None), (2, None), (3, None), (4, Some(3))]))
-            .expect_err("incompatible");
+        let err = judge(
+            &[1, 2],
+            &applied(&[(1, None), (2, None), (3, None), (4, Some(3))]),
+        )
+        .expect_err("incompatible");
         assert!(
-            matches!(err, LedgerError::SchemaIncompatible { version: 4, needs: 3, newest_known: 2 }),
+            matches!(
+                err,
+                LedgerError::SchemaIncompatible {
+                    version: 4,
+                    needs: 3,
+                    newest_known: 2
+                }
+            ),
             "{err:?}"
         );
     }
@@ -278,7 +295,11 @@ mod tests {
             .join(" ");
         let mut found = Vec::new();
         for statement in code.split(';') {
-            let s = statement.split_whitespace().collect::<Vec<_>>().join(" ").to_uppercase();
+            let s = statement
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_uppercase();
             let destructive = s.contains("DROP COLUMN")
                 || s.contains("DROP TABLE")
                 || s.contains(" RENAME ")

@@ -9,11 +9,9 @@ use super::{Fence, LedgerError, ProcessorEventKey};
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
-use sqlx::query::Query;
-use sqlx::{
-    AssertSqlSafe, Connection, Database, Encode, Executor, IntoArguments, Pool, Type,
-};
 use sqlx::database::HasStatementCache;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Connection, Database, Encode, Executor, IntoArguments, Pool, Type};
 use std::borrow::Cow;
 use std::time::Duration;
 

@@ -228,8 +228,7 @@ const INSERT_CODE: &str = "INSERT INTO approval_codes (delivery_id, operation_id
 const COUNT_CODE_ATTEMPT: &str = "UPDATE approval_codes SET attempts = attempts + 1 WHERE link_hash = $1 \
      AND used_at IS NULL AND expires_at > $2 AND attempts < attempt_max RETURNING delivery_id, operation_id, \
      link_hash, code_hash, created_at, expires_at, attempts, attempt_max, used_at";
-const LATEST_CODE: &str =
-    "SELECT delivery_id, operation_id, link_hash, code_hash, created_at, expires_at, attempts, \
+const LATEST_CODE: &str = "SELECT delivery_id, operation_id, link_hash, code_hash, created_at, expires_at, attempts, \
      attempt_max, used_at FROM approval_codes WHERE link_hash = $1 ORDER BY created_at DESC LIMIT 1";
 const USE_CODE: &str = "UPDATE approval_codes SET used_at = $2 WHERE delivery_id = $1 AND used_at IS NULL \
      AND expires_at > $2";
