@@ -12,7 +12,10 @@
 //! `store.rs` holds the store itself and `dialect.rs` what differs between Postgres and SQLite;
 //! `statement.rs` (a `Stmt` and its `Arg`s, and the one place they meet sqlx)
 //! and `row.rs` (reading a row of either store) are the layer that keeps module code free of
-//! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak.
+//! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak
+//! (`record.rs` also the column lists every statement names instead of `*`); `migrate.rs` the
+//! migrations `payonce migrate` applies, and `schema.rs` the check a serving process makes instead
+//! (docs/decisions/001-expand-contract-migrations.md).
 
 pub mod approvals;
 pub mod console;
