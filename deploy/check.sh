@@ -70,6 +70,8 @@ k8s/worker.yaml|s/containerPort: 9090/containerPort: "9090"/|port of the wrong t
 k8s/api.yaml|s/path: \/readyz/path: \/healthz/|readiness probe on the liveness path
 k8s/pdb.yaml|s/component: worker/component: workers/|PDB selecting nothing
 k8s/sweep-cronjob.yaml|s/"--once", //|sweep without --once
+k8s/worker.yaml|s/args: \["worker"\]/args: ["migrate"]/|a serving pod that migrates
+k8s/api.yaml|/readinessProbe:/,/failureThreshold:/s/failureThreshold: 2/failureThreshold: 20/|readiness too slow to see a broken pod
 systemd/payonce-api.service|s/^TimeoutStopSec=/TimeoutStoSec=/|unknown systemd key
 systemd/payonce-worker@.service|s/^User=payonce/User=root/|worker as root
 Dockerfile|s/^USER 10001:10001/USER root/|image running as root

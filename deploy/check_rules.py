@@ -102,6 +102,17 @@ def k8s_rules(dir_):
                     want = "/healthz" if probe == "livenessProbe" else "/readyz"
                     if http.get("path") != want:
                         finding(where, f"{probe} must GET {want}")
+                # A pod on a schema it cannot serve goes unready (docs/runbook.md, "Upgrading"):
+                # out of rotation within 30 s, not after minutes of failed requests.
+                ready = c.get("readinessProbe") or {}
+                if ready.get("periodSeconds", 10) * ready.get("failureThreshold", 3) > 30:
+                    finding(where, "readinessProbe takes longer than 30 s to see a broken pod")
+            # Only the migration Job changes the schema: a serving pod that migrated would move it
+            # under the pods of the release before (issue 56).
+            if doc["kind"] != "Job":
+                for c in spec["containers"] + spec.get("initContainers", []):
+                    if "migrate" in (c.get("args") or []) + (c.get("command") or []):
+                        finding(where, f"container {c['name']} runs `payonce migrate`: only the migrate Job may")
         for v in spec.get("volumes", []):
             if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) not in names:
                 finding(where, f"volume names a missing ConfigMap {v['configMap']['name']!r}")

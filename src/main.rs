@@ -59,9 +59,24 @@ fn clock() -> SharedClock {
     Arc::new(SystemClock)
 }
 
-/// Opens the ledger named by `common`, running migrations. A Postgres that is down or full is
-/// tried for up to `db_connect_timeout_ms` first; nothing listens until then (docs/runbook.md).
+/// Opens the ledger named by `common` as a serving process: a Postgres schema is checked, never
+/// migrated (behind: refused with "run payonce migrate"; `ledger::connect_serving`), a SQLite file
+/// is migrated by the process that owns it. A Postgres that is down or full is tried for up to
+/// `db_connect_timeout_ms` first; nothing listens until then (docs/runbook.md).
 pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
+    let connect_timeout = std::time::Duration::from_millis(common.db_connect_timeout_ms);
+    ledger::connect_serving(
+        &common.database_url,
+        common.db_max_connections,
+        connect_timeout,
+    )
+    .await
+    .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
+}
+
+/// Opens the ledger named by `common` and applies its pending migrations: `payonce migrate`, the
+/// one command that changes a Postgres schema (docs/runbook.md, "Upgrading").
+async fn migrate(common: &Common) -> anyhow::Result<SharedLedger> {
     let connect_timeout = std::time::Duration::from_millis(common.db_connect_timeout_ms);
     ledger::connect_within(
         &common.database_url,
@@ -69,7 +84,7 @@ pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
         connect_timeout,
     )
     .await
-    .with_context(|| format!("opening the ledger at {}", redact(&common.database_url)))
+    .with_context(|| format!("migrating the ledger at {}", redact(&common.database_url)))
 }
 
 /// Opens an existing ledger, as every command but `migrate`, `serve` and `demo` does: a SQLite path
@@ -235,7 +250,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { common } => {
-            let ledger = open(&common).await?;
+            let ledger = migrate(&common).await?;
             println!("migrations applied to {}", redact(&common.database_url));
             // The fingerprint is recorded at migration when the secret is at hand; otherwise the
             // first process that derives keys records it.

@@ -277,6 +277,19 @@ impl From<LedgerError> for HttpError {
                     cause: Some(Box::new(unavailable)),
                 }
             }
+            // A schema this process cannot serve (readiness fails with it): another instance, on
+            // a release that matches the schema, can take the request.
+            schema @ (LedgerError::SchemaBehind { .. }
+            | LedgerError::SchemaIncompatible { .. }
+            | LedgerError::SchemaRefused(_)
+            | LedgerError::SchemaDrift { .. }) => HttpError {
+                code: ErrorCode::Unavailable,
+                message:
+                    "this instance cannot serve the ledger's schema right now; retry the same \
+                          request shortly (creates are idempotent by business key)"
+                        .into(),
+                cause: Some(Box::new(schema)),
+            },
             other @ (LedgerError::Fenced { .. }
             | LedgerError::Full { .. }
             | LedgerError::Illegal(_)

@@ -1,3 +1,6 @@
+-- payonce: contract needs 0004
+-- (Written before the expand/contract rule, docs/decisions/004-expand-contract-migrations.md: a
+-- column older binaries do not fill becomes NOT NULL, so only binaries that know it run beside it.)
 -- API key lifecycle (issue 13): a public id to name a key by without its secret, an expiry, who revoked
 -- it and why, the key a rotation replaced it with, and when it was last used (to the minute).
 -- Keys issued before this migration get an id from their hash's first 64 bits (not the secret).

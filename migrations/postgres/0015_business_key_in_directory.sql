@@ -1,3 +1,6 @@
+-- payonce: contract needs 0015
+-- (Written before the expand/contract rule, docs/decisions/004-expand-contract-migrations.md: a
+-- column older binaries do not fill becomes NOT NULL, so only binaries that know it run beside it.)
 -- Issue 16: the business key joins the search directory, and its uniqueness per tenant moves there
 -- with it. Like the columns migration 13 moved, it never changes after creation, and its unique
 -- index on operations took an entry on every row version (about 8.5 µs per payment on the hot

@@ -285,27 +285,21 @@ impl Reconciler {
             return Ok(report);
         }
         report.swept = true;
-        self.sweep_leases(&mut report).await?;
+        let swept = self.sweep_steps(dry_run, &mut report).await;
         if !dry_run {
-            report.hints = self.check_hints_once().await?;
-        }
-        self.sweep_unknown(&mut report).await?;
-        if !dry_run {
-            report.scan = self.scan_if_due().await?;
-            if let Some(scan) = &report.scan {
-                report.actions.extend(scan.found.iter().cloned());
-                if !scan.complete {
-                    // Money the ledger lost may be in what was not read: never "all clear".
-                    report.errors += 1;
-                    report.actions.push(SCAN_INCOMPLETE.into());
+            if let Err(failed) = swept {
+                // A failed step frees the lease at once: a holder whose statements keep failing
+                // (a schema it cannot serve, a broken connection) would otherwise keep every
+                // healthy reconciler standing down until the lease's TTL, sweep after sweep
+                // (issue 56). A drop that fails too leaves the TTL to free it.
+                if let Err(error) = self.ledger.drop_maintenance_lease(&lease).await {
+                    tracing::warn!(%error, "the failed sweep could not give its lease back; it expires with its TTL");
                 }
+                return Err(failed);
             }
-            self.alert_lost_rows(&mut report).await?;
-            report.pruned = self.prune_if_due().await?;
-        }
-        if !dry_run {
             self.ledger.drop_maintenance_lease(&lease).await?;
         }
+        swept?;
         if report.is_idle() {
             // Every few seconds on a quiet stack: at info it would bury what matters.
             tracing::debug!(summary = %report.summary(), "sweep done");
@@ -379,6 +373,33 @@ impl Reconciler {
                  replayed it to {}); recorded as that payment",
                 lost.reference, lost.operation, lost.found_by
             ));
+        }
+        Ok(())
+    }
+
+    /// The steps of one sweep, under its lease (a dry run holds none).
+    async fn sweep_steps(
+        &self,
+        dry_run: bool,
+        report: &mut SweepReport,
+    ) -> Result<(), LedgerError> {
+        self.sweep_leases(report).await?;
+        if !dry_run {
+            report.hints = self.check_hints_once().await?;
+        }
+        self.sweep_unknown(report).await?;
+        if !dry_run {
+            report.scan = self.scan_if_due().await?;
+            if let Some(scan) = &report.scan {
+                report.actions.extend(scan.found.iter().cloned());
+                if !scan.complete {
+                    // Money the ledger lost may be in what was not read: never "all clear".
+                    report.errors += 1;
+                    report.actions.push(SCAN_INCOMPLETE.into());
+                }
+            }
+            self.alert_lost_rows(report).await?;
+            report.pruned = self.prune_if_due().await?;
         }
         Ok(())
     }

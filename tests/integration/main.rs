@@ -30,6 +30,7 @@ mod properties;
 mod reconciler;
 mod refund_dispatch;
 mod replication_harness;
+mod rolling_upgrade;
 mod serve;
 mod simulator;
 mod simulator_refunds;

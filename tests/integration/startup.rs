@@ -111,6 +111,11 @@ async fn a_worker_started_while_postgres_is_down_comes_up_when_it_starts() {
     let bin = postgres_bin_dir().expect("the Postgres binaries under /usr/lib/postgresql");
     let cluster = Cluster::initdb(bin, "");
     let url = cluster.url("postgres");
+    // Migrated first, as `payonce migrate` would have (a worker never migrates: issue 56), then
+    // down for the worker's start.
+    cluster.pg_ctl(&["start"]);
+    crate::support::postgres::migrate(&url).await;
+    cluster.pg_ctl(&["stop"]);
     let sim = simulator(SimulatorConfig::default()).await;
     let listen = format!("127.0.0.1:{}", free_port());
     let (_worker, log) = spawn(
@@ -165,6 +170,7 @@ async fn a_worker_started_while_postgres_has_no_free_slot_comes_up_when_one_free
     );
     cluster.pg_ctl(&["start"]);
     let url = cluster.url("postgres");
+    crate::support::postgres::migrate(&url).await;
     let mut taken = Vec::new();
     for _ in 0..SLOTS {
         taken.push(sqlx::PgConnection::connect(&url).await.unwrap());

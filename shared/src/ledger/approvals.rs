@@ -45,10 +45,12 @@ static DECLINE: LazyLock<String> = LazyLock::new(|| {
 });
 const INSERT_APPROVAL: &str = "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, \
      approved_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-const LATEST_APPROVAL: &str = "SELECT * FROM approvals WHERE operation_id = $1 AND revoked_at IS NULL \
+const LATEST_APPROVAL: &str = "SELECT id, details_hash, approved_by, method, approved_at, expires_at \
+     FROM approvals WHERE operation_id = $1 AND revoked_at IS NULL \
      AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) \
      ORDER BY approved_at DESC, id DESC LIMIT 1";
-const SELECT_LINK: &str = "SELECT * FROM approval_links WHERE token_hash = $1";
+const SELECT_LINK: &str = "SELECT token_hash, operation_id, details_hash, created_at, expires_at, used_at \
+     FROM approval_links WHERE token_hash = $1";
 const USE_LINK: &str = "UPDATE approval_links SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL \
      AND expires_at > $2";
 

@@ -5,7 +5,7 @@
 //! operation query is scoped to one tenant.
 
 use super::dialect::Dialect;
-use super::record::decode_operation;
+use super::record::{decode_operation, operation_columns};
 use super::row::LedgerRow;
 use super::statement::{Arg, Stmt};
 use super::store::Store;
@@ -205,7 +205,8 @@ pub trait ConsoleLedger: Send + Sync {
 
 const INSERT_SESSION: &str = "INSERT INTO console_sessions (session_hash, tenant_id, key_id, created_at, expires_at) \
      VALUES ($1, $2, $3, $4, $5)";
-const SELECT_SESSION: &str = "SELECT * FROM console_sessions WHERE session_hash = $1 AND ended_at IS NULL \
+const SELECT_SESSION: &str = "SELECT session_hash, tenant_id, key_id, created_at, expires_at \
+     FROM console_sessions WHERE session_hash = $1 AND ended_at IS NULL \
      AND expires_at > $2";
 const END_SESSION: &str =
     "UPDATE console_sessions SET ended_at = $2 WHERE session_hash = $1 AND ended_at IS NULL";
@@ -276,24 +277,28 @@ fn page_sql(
     let (mut sql, k) = match q.status {
         Some(Status::Succeeded) => (
             format!(
-                "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+                "SELECT {} FROM operation_search s JOIN operations o ON o.id = s.id \
                  WHERE s.tenant_id = $1 AND o.status = '{}'",
+                operation_columns!("o."),
                 Status::Succeeded.as_str()
             ),
             "s",
         ),
         Some(status) => (
             format!(
-                "SELECT o.* FROM operations o WHERE o.tenant_id = $1 AND o.status = '{}'",
+                "SELECT {} FROM operations o WHERE o.tenant_id = $1 AND o.status = '{}'",
+                operation_columns!("o."),
                 status.as_str()
             ),
             "o",
         ),
         None => (
-            String::from(
-                "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+            String::from(concat!(
+                "SELECT ",
+                operation_columns!("o."),
+                " FROM operation_search s JOIN operations o ON o.id = s.id \
                  WHERE s.tenant_id = $1",
-            ),
+            )),
             "s",
         ),
     };
@@ -547,8 +552,12 @@ mod tests {
         let t = TenantId::parse("acme").unwrap();
         assert_eq!(
             first_page(&t, None),
-            "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+            concat!(
+                "SELECT ",
+                operation_columns!("o."),
+                " FROM operation_search s JOIN operations o ON o.id = s.id \
              WHERE s.tenant_id = $1 ORDER BY s.created_at DESC, s.id DESC LIMIT $2"
+            )
         );
         let id = OperationId::parse(&format!("op_{}", "a".repeat(32))).unwrap();
         let (sql, args) = page_sql(
@@ -576,13 +585,21 @@ mod tests {
         // Postgres by the plan test).
         assert_eq!(
             first_page(&t, Some(Status::Succeeded)),
-            "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+            concat!(
+                "SELECT ",
+                operation_columns!("o."),
+                " FROM operation_search s JOIN operations o ON o.id = s.id \
              WHERE s.tenant_id = $1 AND o.status = 'succeeded' ORDER BY s.created_at DESC, s.id DESC LIMIT $2"
+            )
         );
         assert_eq!(
             first_page(&t, Some(Status::Executing)),
-            "SELECT o.* FROM operations o WHERE o.tenant_id = $1 AND o.status = 'executing' \
+            concat!(
+                "SELECT ",
+                operation_columns!("o."),
+                " FROM operations o WHERE o.tenant_id = $1 AND o.status = 'executing' \
              ORDER BY o.created_at DESC, o.id DESC LIMIT $2"
+            )
         );
         for bad in [0, CONSOLE_PAGE_MAX + 1] {
             assert!(

@@ -5,6 +5,8 @@ use crate::id::OperationId;
 use crate::metrics::Counter;
 use crate::state::{IllegalTransition, Status};
 use sqlx::sqlite::SqliteError;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What the ledger refuses, as callers branch on it.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +87,44 @@ pub enum LedgerError {
     /// do not print it twice.
     #[error("database error: {}", cause_text(.0))]
     Database(sqlx::Error),
+    /// The ledger's schema lacks migrations this binary was built with: a serving process refuses
+    /// to start (or stops being ready) rather than migrate the ledger under other processes.
+    #[error(
+        "the ledger's schema is behind this binary (migrations {missing:?} are not applied): run payonce migrate with this release before starting it"
+    )]
+    SchemaBehind {
+        /// The migrations this binary needs that the ledger has not applied.
+        missing: Vec<i64>,
+    },
+    /// The ledger's schema has a contract step this binary is too old to run beside
+    /// (docs/decisions/004-expand-contract-migrations.md).
+    #[error(
+        "the ledger's schema is ahead of this binary by an incompatible migration: {version} is a contract step that only binaries knowing migration {needs} may run beside, and this one knows up to {newest_known}; deploy a newer release"
+    )]
+    SchemaIncompatible {
+        /// The contract step.
+        version: i64,
+        /// The oldest migration a binary must know to run beside it.
+        needs: i64,
+        /// The newest migration this binary knows.
+        newest_known: i64,
+    },
+    /// The timer's schema check refused the schema this process was started on: it has changed
+    /// since (the message is the check's [`LedgerError::SchemaBehind`] or
+    /// [`LedgerError::SchemaIncompatible`]).
+    #[error("{0}")]
+    SchemaRefused(String),
+    /// The ledger's statements met a schema they were not written for (a column or table gone, a
+    /// type changed) within [`SCHEMA_FAILURE_UNREADY`]: readiness fails until they stop.
+    #[error(
+        "a ledger statement failed {ago_ms} ms ago on a schema it was not written for: {cause}"
+    )]
+    SchemaDrift {
+        /// How long ago, ms.
+        ago_ms: u64,
+        /// The database's message.
+        cause: String,
+    },
     /// Opening the ledger found no database to talk to: it kept refusing or failing within the
     /// connect timeout, or refused in a way a retry cannot change (credentials, no such database).
     #[error(
@@ -135,8 +175,46 @@ impl From<sqlx::Error> for LedgerError {
         if e.is_storage_failure() {
             STORAGE_FAILURES.inc();
         }
+        if let LedgerError::Database(sqlx::Error::Database(db)) = &e
+            && db
+                .code()
+                .is_some_and(|c| SCHEMA_DRIFT_SQLSTATES.contains(&c.as_ref()))
+        {
+            schema_drift_seen(db.message());
+        }
         e
     }
+}
+
+/// How long readiness fails after a ledger statement met a schema it was not written for: long
+/// enough that a load balancer polling every few seconds sees it, short enough that a process
+/// whose statements work again (a rolled back migration) comes back by itself.
+pub const SCHEMA_FAILURE_UNREADY: Duration = Duration::from_secs(30);
+
+/// SQLSTATEs a ledger statement meets only when the schema is not the one it was written for:
+/// `feature_not_supported` (a stale cached plan), `undefined_column`, `undefined_table`,
+/// `undefined_function`, `datatype_mismatch`, and `not_null_violation` (the ledger names every
+/// column a row needs, so a NOT NULL it does not fill is a column it does not know).
+const SCHEMA_DRIFT_SQLSTATES: [&str; 6] = ["0A000", "42703", "42P01", "42883", "42804", "23502"];
+
+/// The last schema failure this process met: when, and the database's message.
+/// Process-wide for the reason [`STORAGE_FAILURES`] is.
+static SCHEMA_FAILURE: Mutex<Option<(Instant, String)>> = Mutex::new(None);
+
+fn schema_drift_seen(message: &str) {
+    if let Ok(mut last) = SCHEMA_FAILURE.lock() {
+        *last = Some((Instant::now(), message.to_string()));
+    }
+}
+
+/// The schema failure readiness reports: one met within [`SCHEMA_FAILURE_UNREADY`], if any.
+pub fn recent_schema_failure() -> Option<LedgerError> {
+    let last = SCHEMA_FAILURE.lock().ok()?.clone()?;
+    let ago = last.0.elapsed();
+    (ago < SCHEMA_FAILURE_UNREADY).then(|| LedgerError::SchemaDrift {
+        ago_ms: u64::try_from(ago.as_millis()).unwrap_or(u64::MAX),
+        cause: last.1,
+    })
 }
 
 /// SQLSTATEs that mean "the server is going away or not taking connections": a failover, a

@@ -20,7 +20,7 @@
 
 use super::dialect::Dialect;
 use super::moves::{legal, status_in};
-use super::record::decode_operation;
+use super::record::{decode_operation, operation_columns};
 use super::statement::Stmt;
 use super::store::Store;
 use super::{Created, LedgerError, LimitError, NewOperation, Operation, bounded};
@@ -141,7 +141,8 @@ impl IntakeSql {
                (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $1) \
              FROM {rows} WHERE (SELECT 1 FROM operation_search s \
                WHERE s.tenant_id = $1 AND s.business_key = b.business_key LIMIT 1) IS NULL \
-             ORDER BY b.id ON CONFLICT DO NOTHING RETURNING *",
+             ORDER BY b.id ON CONFLICT DO NOTHING RETURNING {columns}",
+            columns = operation_columns!(),
             kind = OperationKind::Payment.as_str(),
             awaiting = Status::AwaitingApproval.as_str(),
             ready = approve.to.as_str(),
@@ -155,14 +156,16 @@ impl IntakeSql {
                        details_hash, approved_by, method, approved_at, expires_at) \
                      SELECT b.approval_id, ins.id, ins.details_hash, ins.approved_by, $6, $2, $5 \
                      FROM ins JOIN {rows} ON b.id = ins.id WHERE b.approval_id IS NOT NULL) \
-                     SELECT * FROM ins",
+                     SELECT {columns} FROM ins",
+                    columns = operation_columns!(),
                     rows = rows("$4", &NEW_COLUMNS),
                 )
             }),
             insert,
             select: format!(
-                "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
+                "SELECT {columns} FROM operation_search s JOIN operations o ON o.id = s.id \
                  WHERE s.tenant_id = $1 AND s.business_key IN (SELECT b.business_key FROM {rows})",
+                columns = operation_columns!("o."),
                 rows = rows("$2", &KEY_COLUMNS),
             ),
             lock,

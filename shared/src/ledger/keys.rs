@@ -2,7 +2,7 @@
 //! an overlap, and touched at most once per resolution.
 
 use super::dialect::Dialect;
-use super::record::decode_api_key;
+use super::record::{api_key_columns, decode_api_key};
 use super::statement::Stmt;
 use super::store::Store;
 use super::{ApiKeyRecord, Keys, LedgerError, PAGE_MAX, RevokeKey, RotateKey, bounded};
@@ -13,11 +13,23 @@ use std::time::Duration;
 
 const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_id, key_hash, tenant_id, role, label, created_at, \
      expires_at, read_only) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-const FIND_API_KEY: &str = "SELECT * FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL \
-     AND (expires_at IS NULL OR expires_at > $2)";
-const SELECT_API_KEY: &str = "SELECT * FROM api_keys WHERE key_id = $1";
-const LIST_API_KEYS: &str = "SELECT * FROM api_keys WHERE ($1 IS NULL OR tenant_id = $1) \
-     ORDER BY created_at DESC, key_id LIMIT $2";
+const FIND_API_KEY: &str = concat!(
+    "SELECT ",
+    api_key_columns!(),
+    " FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL \
+     AND (expires_at IS NULL OR expires_at > $2)"
+);
+const SELECT_API_KEY: &str = concat!(
+    "SELECT ",
+    api_key_columns!(),
+    " FROM api_keys WHERE key_id = $1"
+);
+const LIST_API_KEYS: &str = concat!(
+    "SELECT ",
+    api_key_columns!(),
+    " FROM api_keys WHERE ($1 IS NULL OR tenant_id = $1) \
+     ORDER BY created_at DESC, key_id LIMIT $2"
+);
 const REVOKE_API_KEY: &str = "UPDATE api_keys SET revoked_at = $2, revoked_by = $3, revoked_reason = $4 \
      WHERE key_id = $1 AND revoked_at IS NULL";
 const RETIRE_API_KEY: &str = "UPDATE api_keys SET replaced_by = $2, \

@@ -315,6 +315,12 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payonce_migrations (versi
 const APPLIED: &str = "SELECT version FROM payonce_migrations ORDER BY version";
 const RECORD: &str =
     "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)";
+/// Postgres records each migration's step too (`schema::needs_of`): a binary older than a contract
+/// step reads there that it may not run beside it. Added, not created with the table, because
+/// ledgers migrated before steps were recorded already have the table.
+const ADD_NEEDS: &str =
+    "ALTER TABLE payonce_migrations ADD COLUMN IF NOT EXISTS needs_version BIGINT";
+const RECORD_NEEDS: &str = "UPDATE payonce_migrations SET needs_version = $2 WHERE version = $1";
 
 /// Applies the migrations in `migrations` that `payonce_migrations` does not list, each in its own
 /// transaction, and returns how many ran.
@@ -322,6 +328,7 @@ async fn migrate_on<DB>(
     conn: &mut DB::Connection,
     migrations: &[Migration],
     now: Timestamp,
+    record_needs: bool,
 ) -> Result<u32, LedgerError>
 where
     DB: Database,
@@ -332,6 +339,9 @@ where
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
 {
     sqlx::raw_sql(CREATE_TABLE).execute(&mut *conn).await?;
+    if record_needs {
+        sqlx::raw_sql(ADD_NEEDS).execute(&mut *conn).await?;
+    }
     let applied: Vec<i64> = sqlx::query(APPLIED)
         .fetch_all(&mut *conn)
         .await?
@@ -351,6 +361,13 @@ where
             .bind(now.as_millis())
             .execute(&mut *tx)
             .await?;
+        if record_needs && let Some(needs) = super::schema::needs_of(body) {
+            sqlx::query(RECORD_NEEDS)
+                .bind(*version)
+                .bind(needs)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         ran += 1;
     }
@@ -368,7 +385,7 @@ pub(crate) async fn postgres(
         .bind(LOCK_KEY)
         .execute(&mut *conn)
         .await?;
-    let result = migrate_on::<Postgres>(&mut *conn, POSTGRES, now).await;
+    let result = migrate_on::<Postgres>(&mut *conn, POSTGRES, now, true).await;
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *conn)
@@ -387,7 +404,7 @@ pub(crate) async fn sqlite(
     sqlx::query("PRAGMA foreign_keys = OFF")
         .execute(&mut *conn)
         .await?;
-    let ran = migrate_on::<Sqlite>(&mut *conn, SQLITE, now).await;
+    let ran = migrate_on::<Sqlite>(&mut *conn, SQLITE, now, false).await;
     let dangling = sqlx::query("PRAGMA foreign_key_check")
         .fetch_all(&mut *conn)
         .await;

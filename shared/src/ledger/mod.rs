@@ -12,7 +12,10 @@
 //! `store.rs` holds the store itself and `dialect.rs` what differs between Postgres and SQLite;
 //! `statement.rs` (a `Stmt` and its `Arg`s, and the one place they meet sqlx)
 //! and `row.rs` (reading a row of either store) are the layer that keeps module code free of
-//! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak.
+//! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak
+//! (`record.rs` also the column lists every statement names instead of `*`); `migrate.rs` the
+//! migrations `payonce migrate` applies, and `schema.rs` the check a serving process makes instead
+//! (docs/decisions/004-expand-contract-migrations.md).
 
 pub mod approvals;
 pub mod console;
@@ -37,6 +40,7 @@ pub mod report;
 mod requests;
 pub mod retention;
 mod row;
+pub mod schema;
 pub mod sqlite;
 mod statement;
 mod store;
@@ -46,7 +50,10 @@ pub mod verification;
 mod webhooks;
 
 pub use dialect::Dialect;
-pub use error::{LedgerError, LimitError, storage_failures, storage_failures_counter};
+pub use error::{
+    LedgerError, LimitError, SCHEMA_FAILURE_UNREADY, recent_schema_failure, storage_failures,
+    storage_failures_counter,
+};
 pub use interface::{
     Approvals, HintChecks, Inspection, Keys, Ledger, LedgerTime, Operations, Queue, Recovery,
     Refunds, TenantLedger, ToolCalls, Webhooks,
@@ -95,7 +102,8 @@ pub(crate) fn bounded(detail: &str) -> String {
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Opens the store a URL names: `postgres://…` or `sqlite:…` (`sqlite::memory:` for tests), and
-/// runs its migrations, trying an unavailable Postgres for up to [`CONNECT_TIMEOUT_DEFAULT`].
+/// runs its migrations (`payonce migrate`, tools and tests; serving processes use
+/// [`connect_serving`]), trying an unavailable Postgres for up to [`CONNECT_TIMEOUT_DEFAULT`].
 pub async fn connect(url: &str, max_connections: u32) -> Result<SharedLedger, LedgerError> {
     connect_within(url, max_connections, CONNECT_TIMEOUT_DEFAULT).await
 }
@@ -116,5 +124,24 @@ pub async fn connect_within(
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
     } else {
         Err(LimitError::DatabaseUrl(url.to_string()).into())
+    }
+}
+
+/// Opens the store a URL names as a serving process (`api`, `worker`, `reconciler`, `serve`, the
+/// on-call commands) does: a Postgres ledger's schema is checked, never migrated
+/// ([`postgres::PostgresLedger::connect_serving`]: behind refuses with "run payonce migrate");
+/// a SQLite ledger, one process's own file, is migrated as [`connect_within`] does.
+pub async fn connect_serving(
+    url: &str,
+    max_connections: u32,
+    connect_timeout: Duration,
+) -> Result<SharedLedger, LedgerError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(
+            postgres::PostgresLedger::connect_serving(url, max_connections, connect_timeout)
+                .await?,
+        ))
+    } else {
+        connect_within(url, max_connections, connect_timeout).await
     }
 }

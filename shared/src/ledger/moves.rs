@@ -3,6 +3,7 @@
 //! so a statement cannot move a row the table does not allow. The database's audit trigger logs
 //! each change from the `last_event` the statement set.
 
+use super::record::operation_columns;
 use crate::state::{Event, Move, Status};
 
 /// The move `event` makes from `from`. The statements are fixed at build time, so an illegal one
@@ -27,7 +28,7 @@ pub(crate) fn status_in(column: &str, from: &[Status]) -> String {
 }
 
 /// `UPDATE operations SET status = <to>, last_event = <event>, {set} WHERE {filter} AND status
-/// IN <from>`, with `RETURNING *` when asked.
+/// IN <from>`, returning the operation's columns when asked.
 pub(crate) fn update(mv: &Move, set: &str, filter: &str, returning: bool) -> String {
     update_logged_as(mv, mv.event.as_str(), set, filter, returning)
 }
@@ -45,7 +46,11 @@ pub(crate) fn update_logged_as(
         "UPDATE operations SET status = '{to}', last_event = '{logged}', {set} WHERE {filter} AND {from}{ret}",
         to = mv.to.as_str(),
         from = status_in("status", &mv.from),
-        ret = if returning { " RETURNING *" } else { "" },
+        ret = if returning {
+            concat!(" RETURNING ", operation_columns!())
+        } else {
+            ""
+        },
     )
 }
 
@@ -64,7 +69,9 @@ mod tests {
         assert_eq!(
             sql,
             "UPDATE operations SET status = 'cancelled', last_event = 'cancel', updated_at = $2 \
-             WHERE id = $1 AND status IN ('awaiting_approval', 'ready') RETURNING *"
+             WHERE id = $1 AND status IN ('awaiting_approval', 'ready') RETURNING "
+                .to_string()
+                + operation_columns!()
         );
         assert_eq!(
             status_in("o.status", &[Status::Ready]),

@@ -5,7 +5,7 @@
 use super::dialect::Dialect;
 use super::intake::{Batch, ItemResult};
 use super::moves::update;
-use super::record::{decode_event, decode_operation};
+use super::record::{decode_event, decode_operation, event_columns, operation_columns};
 use super::refunds::RefundRows;
 use super::row::LedgerRow;
 use super::statement::{Arg, Stmt};
@@ -26,25 +26,48 @@ use std::sync::LazyLock;
 /// from-state; see `state::CREATED`), bound to the processor it names (`$16`), else to its
 /// tenant's processor as the same statement reads it (none set: NULL, the serving process's
 /// configured one).
-const INSERT_OPERATION: &str = "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
+const INSERT_OPERATION: &str = concat!(
+    "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
      customer, payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
      available_at, last_event, last_actor, last_detail, created_at, updated_at, processor) \
      VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11, \
      COALESCE($16, (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $2))) \
-     ON CONFLICT DO NOTHING RETURNING *";
+     ON CONFLICT DO NOTHING RETURNING ",
+    operation_columns!()
+);
 /// Through the search directory, which holds each tenant's business keys (unique there; on
 /// Postgres only there: migration `business_key_in_directory`).
-const SELECT_BY_BUSINESS_KEY: &str = "SELECT o.* FROM operation_search s JOIN operations o ON o.id = s.id \
-     WHERE s.tenant_id = $1 AND s.business_key = $2";
+const SELECT_BY_BUSINESS_KEY: &str = concat!(
+    "SELECT ",
+    operation_columns!("o."),
+    " FROM operation_search s JOIN operations o ON o.id = s.id \
+     WHERE s.tenant_id = $1 AND s.business_key = $2"
+);
 /// The directory's unique index on (tenant, business key): a create that finds the key taken fails
 /// on it in the creating statement (Postgres; SQLite's insert finds it on operations and does
 /// nothing).
 pub(crate) const BUSINESS_KEY_TAKEN: &str = "operation_search_business_key";
-const SELECT_BY_ID_IN_TENANT: &str = "SELECT * FROM operations WHERE id = $1 AND tenant_id = $2";
-const SELECT_BY_ID: &str = "SELECT * FROM operations WHERE id = $1";
-const SELECT_EVENTS: &str = "SELECT * FROM operation_events WHERE operation_id = $1 ORDER BY id";
-const SELECT_EVENTS_IN_TENANT: &str = "SELECT * FROM operation_events WHERE operation_id = $1 \
-     AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) ORDER BY id";
+const SELECT_BY_ID_IN_TENANT: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE id = $1 AND tenant_id = $2"
+);
+const SELECT_BY_ID: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE id = $1"
+);
+const SELECT_EVENTS: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM operation_events WHERE operation_id = $1 ORDER BY id"
+);
+const SELECT_EVENTS_IN_TENANT: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM operation_events WHERE operation_id = $1 \
+     AND EXISTS (SELECT 1 FROM operations WHERE id = $1 AND tenant_id = $2) ORDER BY id"
+);
 /// Withdraws a row from every state the table lets `cancel` leave (not yet executing).
 static CANCEL: LazyLock<String> = LazyLock::new(|| {
     let cancel = Move::every(Event::Cancel).expect("the table has a cancel move");
@@ -55,8 +78,12 @@ static CANCEL: LazyLock<String> = LazyLock::new(|| {
         true,
     )
 });
-const LIST: &str = "SELECT * FROM operations WHERE status = $1 AND updated_at < $2 \
-     AND ($3 IS NULL OR tenant_id = $3) ORDER BY updated_at LIMIT $4";
+const LIST: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE status = $1 AND updated_at < $2 \
+     AND ($3 IS NULL OR tenant_id = $3) ORDER BY updated_at LIMIT $4"
+);
 /// The readiness probe's write: the one row of `write_probe` (migration `write_probe`). Committed,
 /// because only a commit meets a full disk: SQLite's write-ahead log grows at `COMMIT`.
 const PROBE_WRITE: &str = "UPDATE write_probe SET probed_at = $1 WHERE id = 1";
@@ -171,6 +198,14 @@ impl<DB: Dialect> Operations for Store<DB> {
     }
 
     async fn probe_write(&self, now: Timestamp) -> Result<(), LedgerError> {
+        // A schema this process cannot serve, or statements failing on one, take it out of
+        // rotation even while the probe's own one-row write still works (issue 56).
+        if let Some(refusal) = self.schema.as_ref().and_then(|w| w.refusal()) {
+            return Err(LedgerError::SchemaRefused(refusal));
+        }
+        if let Some(drift) = super::error::recent_schema_failure() {
+            return Err(drift);
+        }
         if let Some(pages) = DB::write_headroom(self).await?
             && pages < WRITE_HEADROOM_PAGES_MIN
         {

@@ -47,7 +47,8 @@ const RECORD_DOWN: &str = "UPDATE processor_reachability SET down_since = COALES
      changed_at = $1, changed_by = $2 WHERE id = 1";
 const RECORD_UP: &str = "UPDATE processor_reachability SET down_since = NULL, changed_at = $1, \
      changed_by = $2 WHERE id = 1";
-const SELECT_REACHABILITY: &str = "SELECT * FROM processor_reachability WHERE id = 1";
+const SELECT_REACHABILITY: &str =
+    "SELECT down_since, changed_at, changed_by FROM processor_reachability WHERE id = 1";
 
 fn decode(row: &impl LedgerRow) -> Result<RecordedReachability, LedgerError> {
     Ok(RecordedReachability {

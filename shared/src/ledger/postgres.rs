@@ -5,10 +5,11 @@ use super::error::unavailable;
 use super::intake::{IntakeSql, JsonColumn};
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
+use super::record::operation_columns;
 use super::recovery::{expiry_detail, found_detail};
 use super::statement::RowCount;
 use super::store::Store;
-use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
+use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate, schema};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ledger::Paid;
 use crate::state::{Event, SUBMITTING_CLAIM, Status, transition};
@@ -18,8 +19,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult}
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -56,7 +57,8 @@ fn claim(logged: &str, also: &str) -> String {
            ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
          UPDATE operations o SET status = '{to}', last_event = '{logged}', attempt = o.attempt + 1, \
            lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
-         FROM picked WHERE o.id = picked.id AND {o_from} RETURNING o.*",
+         FROM picked WHERE o.id = picked.id AND {o_from} RETURNING {columns}",
+        columns = operation_columns!("o."),
         from = status_in("status", &claim.from),
         o_from = status_in("o.status", &claim.from),
         to = claim.to.as_str(),
@@ -195,7 +197,7 @@ static RECORD_LOOKUPS: LazyLock<String> = LazyLock::new(|| succeeded_batch(Statu
 static INTAKE: LazyLock<IntakeSql> = LazyLock::new(|| {
     IntakeSql::build(
         json_rows,
-        "operations.*",
+        operation_columns!("operations."),
         Some(format!(
             "SELECT id FROM operations WHERE id IN (SELECT b.id FROM {}) ORDER BY id FOR UPDATE",
             json_rows("$1", IntakeSql::id_columns())
@@ -222,15 +224,52 @@ fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
 /// The Postgres ledger.
 pub type PostgresLedger = Store<Postgres>;
 
+/// What opening a Postgres ledger does with its schema.
+enum SchemaAtStart {
+    /// Applies pending migrations (`payonce migrate`, tools, tests).
+    Migrate,
+    /// Checks it and watches it, never changing it (the serving processes).
+    Check,
+}
+
 impl PostgresLedger {
-    /// Connects, runs pending migrations and opens a pool of up to `max_connections`. A server that
-    /// is down, starting, out of connection slots or unreachable is tried again with backoff for up
-    /// to `connect_timeout`; past it, or at once for what a retry cannot change (credentials, no such
-    /// database), the error names the server and the last attempt's cause.
+    /// Connects, runs pending migrations and opens a pool of up to `max_connections`: what
+    /// `payonce migrate`, tools and tests do. A server that is down, starting, out of connection
+    /// slots or unreachable is tried again with backoff for up to `connect_timeout`; past it, or at
+    /// once for what a retry cannot change (credentials, no such database), the error names the
+    /// server and the last attempt's cause.
     pub async fn connect(
         url: &str,
         max_connections: u32,
         connect_timeout: Duration,
+    ) -> Result<Self, LedgerError> {
+        Self::open(
+            url,
+            max_connections,
+            connect_timeout,
+            SchemaAtStart::Migrate,
+        )
+        .await
+    }
+
+    /// Connects as a serving process does: never migrates. Refuses a schema behind this binary
+    /// ([`LedgerError::SchemaBehind`], "run payonce migrate") or ahead of it by a contract step it
+    /// predates ([`LedgerError::SchemaIncompatible`]); runs beside newer expand steps, saying so;
+    /// and checks again every [`SCHEMA_CHECK_INTERVAL`](super::schema::SCHEMA_CHECK_INTERVAL),
+    /// failing readiness (`Operations::probe_write`) while the schema is one it cannot serve.
+    pub async fn connect_serving(
+        url: &str,
+        max_connections: u32,
+        connect_timeout: Duration,
+    ) -> Result<Self, LedgerError> {
+        Self::open(url, max_connections, connect_timeout, SchemaAtStart::Check).await
+    }
+
+    async fn open(
+        url: &str,
+        max_connections: u32,
+        connect_timeout: Duration,
+        schema: SchemaAtStart,
     ) -> Result<Self, LedgerError> {
         let options = PgConnectOptions::from_str(url)?;
         // `payonce` unless the URL names the connections (`?application_name=…`): an operator, or
@@ -245,14 +284,40 @@ impl PostgresLedger {
         // The first connection is made here, not by the pool: the pool's own retries end after a
         // fixed 10 s in "pool timed out", without the cause.
         let mut conn = first_connection(&options, connect_timeout).await?;
-        migrate::postgres(&mut conn, SystemClock.now()).await?;
+        let checked = match schema {
+            SchemaAtStart::Migrate => {
+                migrate::postgres(&mut conn, SystemClock.now()).await?;
+                false
+            }
+            SchemaAtStart::Check => {
+                let verdict = match schema::check_postgres(&mut conn, migrate::POSTGRES).await {
+                    Ok(verdict) => verdict,
+                    Err(refused) => {
+                        conn.close().await.ok();
+                        return Err(refused);
+                    }
+                };
+                schema::announce(&verdict);
+                true
+            }
+        };
         // The pool opens its own connections as they are needed; a failed goodbye changes nothing.
         conn.close().await.ok();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options);
-        Ok(Store::new(pool))
+        let mut store = Store::new(pool);
+        if checked {
+            let watch = schema::new_watch();
+            schema::spawn_watch(
+                store.pool.clone(),
+                Arc::downgrade(&watch),
+                migrate::POSTGRES,
+            );
+            store.schema = Some(watch);
+        }
+        Ok(store)
     }
 
     fn ensure_listening(&self) {

@@ -73,10 +73,12 @@ pub trait ProfileLedger: Send + Sync {
 const UPSERT_PROFILE: &str = "INSERT INTO tenant_profiles (tenant_id, display_name, support_url, support_email, \
      updated_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id) DO UPDATE SET display_name = $2, \
      support_url = $3, support_email = $4, updated_at = $5";
-const SELECT_PROFILE: &str = "SELECT * FROM tenant_profiles WHERE tenant_id = $1";
+const SELECT_PROFILE: &str = "SELECT tenant_id, display_name, support_url, support_email, \
+     updated_at FROM tenant_profiles WHERE tenant_id = $1";
 const INSERT_CARD: &str = "INSERT INTO operation_cards (operation_id, payment_method, brand, last4, fetched_at) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING";
-const SELECT_CARD: &str = "SELECT * FROM operation_cards WHERE operation_id = $1";
+const SELECT_CARD: &str = "SELECT operation_id, payment_method, brand, last4, fetched_at \
+     FROM operation_cards WHERE operation_id = $1";
 const UPSERT_PROCESSOR: &str = "INSERT INTO tenant_processors (tenant_id, processor, updated_at) \
      VALUES ($1, $2, $3) ON CONFLICT (tenant_id) DO UPDATE SET processor = $2, updated_at = $3";
 const SELECT_PROCESSOR: &str = "SELECT processor FROM tenant_processors WHERE tenant_id = $1";

@@ -255,6 +255,112 @@ impl ApiKeyRecord {
     }
 }
 
+/// The columns [`decode_operation`] reads, each named (`$p` prefixes each, e.g. `"o."`). Every
+/// statement that returns operation rows lists exactly these instead of `*`: a prepared `*` changes
+/// its result type when a migration adds a column, and Postgres then refuses the running
+/// process's cached plan ("cached plan must not change result type", issue 56).
+macro_rules! operation_columns {
+    ($p:literal) => {
+        concat!(
+            $p,
+            "id, ",
+            $p,
+            "tenant_id, ",
+            $p,
+            "business_key, ",
+            $p,
+            "kind, ",
+            $p,
+            "amount_minor, ",
+            $p,
+            "currency, ",
+            $p,
+            "customer, ",
+            $p,
+            "payment_method, ",
+            $p,
+            "invoice, ",
+            $p,
+            "destination, ",
+            $p,
+            "description, ",
+            $p,
+            "refund_of, ",
+            $p,
+            "refund_payment_reference, ",
+            $p,
+            "refund_reason, ",
+            $p,
+            "details_hash, ",
+            $p,
+            "status, ",
+            $p,
+            "attempt, ",
+            $p,
+            "lease_owner, ",
+            $p,
+            "lease_expires_at, ",
+            $p,
+            "idempotency_key, ",
+            $p,
+            "first_submitted_at, ",
+            $p,
+            "first_submitted_attempt, ",
+            $p,
+            "last_submitted_at, ",
+            $p,
+            "submit_count, ",
+            $p,
+            "external_ref, ",
+            $p,
+            "result, ",
+            $p,
+            "failure_code, ",
+            $p,
+            "failure_message, ",
+            $p,
+            "available_at, ",
+            $p,
+            "next_check_at, ",
+            $p,
+            "check_count, ",
+            $p,
+            "approved_hash, ",
+            $p,
+            "approved_by, ",
+            $p,
+            "approval_expires_at, ",
+            $p,
+            "created_at, ",
+            $p,
+            "updated_at, ",
+            $p,
+            "processor"
+        )
+    };
+    () => {
+        operation_columns!("")
+    };
+}
+pub(crate) use operation_columns;
+
+/// The columns [`decode_event`] reads (see [`operation_columns`] for why never `*`).
+macro_rules! event_columns {
+    () => {
+        "at, event, actor, from_status, to_status, attempt, detail"
+    };
+}
+pub(crate) use event_columns;
+
+/// The columns [`decode_api_key`] reads (see [`operation_columns`] for why never `*`).
+macro_rules! api_key_columns {
+    () => {
+        "key_id, key_hash, tenant_id, role, label, created_at, expires_at, revoked_at, revoked_by, \
+         revoked_reason, replaced_by, last_used_at, read_only"
+    };
+}
+pub(crate) use api_key_columns;
+
 /// Decodes an `api_keys` row from either store.
 pub(crate) fn decode_api_key(row: &impl LedgerRow) -> Result<ApiKeyRecord, LedgerError> {
     let role: String = row.get("role")?;

@@ -5,7 +5,7 @@
 use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::queue::{fenced, lost};
-use super::record::decode_operation;
+use super::record::{decode_operation, operation_columns};
 use super::report::{Plan, REPORT_RETRIES_MAX, plan_report, plan_resolution};
 use super::row::LedgerRow;
 use super::statement::Stmt;
@@ -44,8 +44,12 @@ pub(crate) static EXPIRE_SUBMITTED: LazyLock<String> = LazyLock::new(|| {
         false,
     )
 });
-const DUE_FOR_CHECK: &str = "SELECT * FROM operations WHERE status = 'unknown' AND next_check_at <= $1 \
-     ORDER BY next_check_at LIMIT $2";
+const DUE_FOR_CHECK: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE status = 'unknown' AND next_check_at <= $1 \
+     ORDER BY next_check_at LIMIT $2"
+);
 /// A note (no state change): the reconciler will look again at `$3`.
 const DEFER_CHECK: &str = "UPDATE operations SET next_check_at = $3, check_count = check_count + 1, \
      failure_message = $4, updated_at = $6, last_event = 'check_deferred', last_actor = $5, last_detail = $4 \
@@ -70,25 +74,37 @@ static ESCALATE_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
 });
 /// Report or resolution: the row becomes `succeeded` (`$3` the state the plan was made from, `$4`
 /// the table's target, `$5` the event; see `write_plan`).
-pub(crate) const SET_SUCCEEDED: &str = "UPDATE operations SET status = $4, last_event = $5, external_ref = $6, \
+pub(crate) const SET_SUCCEEDED: &str = concat!(
+    "UPDATE operations SET status = $4, last_event = $5, external_ref = $6, \
      result = COALESCE($7, result), failure_code = NULL, lease_owner = NULL, lease_expires_at = NULL, \
      next_check_at = NULL, updated_at = $8, last_actor = $9, last_detail = $10 \
-     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING *";
+     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING ",
+    operation_columns!()
+);
 /// Report or resolution: the row becomes `failed`.
-const SET_FAILED: &str = "UPDATE operations SET status = $4, last_event = $5, \
+const SET_FAILED: &str = concat!(
+    "UPDATE operations SET status = $4, last_event = $5, \
      external_ref = COALESCE($6, external_ref), failure_code = $7, failure_message = $8, lease_owner = NULL, \
      lease_expires_at = NULL, next_check_at = NULL, updated_at = $9, last_actor = $10, last_detail = $11 \
-     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING *";
+     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING ",
+    operation_columns!()
+);
 /// A contradicting report: `needs_attention`, the stored result and reference kept.
-const SET_CONFLICT: &str = "UPDATE operations SET status = $4, last_event = $5, failure_message = $6, \
+const SET_CONFLICT: &str = concat!(
+    "UPDATE operations SET status = $4, last_event = $5, failure_message = $6, \
      lease_owner = NULL, lease_expires_at = NULL, next_check_at = NULL, updated_at = $7, last_actor = $8, \
      last_detail = $6, failure_code = COALESCE($9, failure_code), \
      external_ref = COALESCE($10, external_ref), result = COALESCE($11, result) \
-     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING *";
+     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING ",
+    operation_columns!()
+);
 /// On-call retry with the same key.
-const SET_RETRY: &str = "UPDATE operations SET status = $4, last_event = $5, available_at = $6, \
+const SET_RETRY: &str = concat!(
+    "UPDATE operations SET status = $4, last_event = $5, available_at = $6, \
      next_check_at = NULL, updated_at = $6, last_actor = $7, last_detail = $8 \
-     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING *";
+     WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING ",
+    operation_columns!()
+);
 /// An event with no state change (an ignored report, or a further report on a row waiting for a
 /// human).
 const NOTE: &str = "UPDATE operations SET updated_at = $2, last_event = $3, last_actor = $4, last_detail = $5 \

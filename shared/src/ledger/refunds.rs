@@ -18,7 +18,7 @@
 use super::dialect::Dialect;
 use super::moves::{legal, status_in, update};
 use super::operations::{insert, taken_as_none};
-use super::record::decode_operation;
+use super::record::{decode_operation, operation_columns};
 use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
@@ -79,8 +79,9 @@ static INSERT_REFUND: LazyLock<String> = LazyLock::new(|| {
          AND p.invoice = $8 \
          AND (SELECT COALESCE(SUM(r.amount_minor), 0) FROM operations r \
               WHERE r.refund_of = $13 AND NOT ({released})) + $4 <= p.amount_minor \
-         ON CONFLICT DO NOTHING RETURNING *",
-        released = status_in("r.status", &RELEASED)
+         ON CONFLICT DO NOTHING RETURNING {columns}",
+        released = status_in("r.status", &RELEASED),
+        columns = operation_columns!(),
     )
 });
 /// Succeeded and still-holding sums of a payment's refunds (`CAST`: Postgres sums `BIGINT` as `NUMERIC`).
@@ -93,8 +94,12 @@ static TOTALS: LazyLock<String> = LazyLock::new(|| {
         released = status_in("status", &RELEASED)
     )
 });
-const SELECT_REFUNDS: &str = "SELECT * FROM operations WHERE refund_of = $1 AND tenant_id = $2 \
-     ORDER BY created_at, id LIMIT $3";
+const SELECT_REFUNDS: &str = concat!(
+    "SELECT ",
+    operation_columns!(),
+    " FROM operations WHERE refund_of = $1 AND tenant_id = $2 \
+     ORDER BY created_at, id LIMIT $3"
+);
 
 /// How much of a payment its refunds have given back or hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

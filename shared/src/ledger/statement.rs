@@ -9,8 +9,9 @@ use super::{Fence, LedgerError, ProcessorEventKey};
 use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
+use sqlx::database::HasStatementCache;
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Database, Encode, Executor, IntoArguments, Pool, Type};
+use sqlx::{AssertSqlSafe, Connection, Database, Encode, Executor, IntoArguments, Pool, Type};
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -197,7 +198,7 @@ pub trait Driver: Database {
 #[async_trait]
 impl<DB> Driver for DB
 where
-    DB: Database<Arguments: IntoArguments<DB>, QueryResult: RowCount>,
+    DB: Database<Arguments: IntoArguments<DB>, QueryResult: RowCount> + HasStatementCache,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'t> i64: Encode<'t, DB> + Type<DB>,
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
@@ -225,10 +226,27 @@ where
     where
         O: Into<On<'c, DB>> + Send,
     {
-        let query = DB::query(stmt);
         let done = match on.into() {
-            On::Pool(pool) => query.execute(pool).await?,
-            On::Conn(conn) => query.execute(conn).await?,
+            On::Pool(pool) => {
+                let mut conn = pool.acquire().await?;
+                match DB::query(stmt.clone()).execute(&mut *conn).await {
+                    Err(e) if stale_plan(&e) => {
+                        forget_plans(&mut *conn).await;
+                        DB::query(stmt).execute(&mut *conn).await?
+                    }
+                    done => done?,
+                }
+            }
+            On::Conn(conn) => match DB::query(stmt.clone()).execute(&mut *conn).await {
+                Err(e) if stale_plan(&e) => {
+                    forget_plans(conn).await;
+                    if conn.is_in_transaction() {
+                        return Err(e.into());
+                    }
+                    DB::query(stmt).execute(&mut *conn).await?
+                }
+                done => done?,
+            },
         };
         Ok(done.rows())
     }
@@ -251,9 +269,58 @@ where
         O: Into<On<'c, DB>> + Send,
     {
         let rows = match on.into() {
-            On::Conn(conn) => DB::query(stmt).fetch_all(conn).await?,
-            On::Pool(pool) => DB::query(stmt).fetch_all(pool).await?,
+            On::Pool(pool) => {
+                let mut conn = pool.acquire().await?;
+                match DB::query(stmt.clone()).fetch_all(&mut *conn).await {
+                    Err(e) if stale_plan(&e) => {
+                        forget_plans(&mut *conn).await;
+                        DB::query(stmt).fetch_all(&mut *conn).await?
+                    }
+                    rows => rows?,
+                }
+            }
+            On::Conn(conn) => match DB::query(stmt.clone()).fetch_all(&mut *conn).await {
+                Err(e) if stale_plan(&e) => {
+                    forget_plans(conn).await;
+                    if conn.is_in_transaction() {
+                        return Err(e.into());
+                    }
+                    DB::query(stmt).fetch_all(&mut *conn).await?
+                }
+                rows => rows?,
+            },
         };
         Ok(rows)
+    }
+}
+
+/// SQLSTATE `feature_not_supported`, which Postgres answers a prepared statement whose result type a
+/// schema change altered ("cached plan must not change result type"): the statement did not run.
+const STALE_PLAN_SQLSTATE: &str = "0A000";
+
+/// Whether `e` is a prepared statement the server no longer accepts as prepared (see
+/// [`STALE_PLAN_SQLSTATE`]). Explicit column lists keep an additive migration from causing it; a
+/// change they cannot hide (a column's type) still does, once per connection and statement.
+pub(crate) fn stale_plan(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    db.code().as_deref() == Some(STALE_PLAN_SQLSTATE) || db.message().contains("cached plan")
+}
+
+/// Forgets a connection's prepared statements, so the next run of each is prepared again against
+/// the schema as it is now (inside a transaction too: the next transaction on this connection must
+/// not meet the same stale plan). Logged: a process that keeps meeting this runs beside a schema it
+/// was not built for. A connection that cannot forget them fails the retry, which reports it.
+async fn forget_plans<C: Connection>(conn: &mut C)
+where
+    C::Database: HasStatementCache,
+{
+    tracing::warn!(
+        "a prepared statement no longer matches the schema (a migration ran beside this process); \
+         preparing this connection's statements again"
+    );
+    if let Err(error) = conn.clear_cached_statements().await {
+        tracing::warn!(%error, "the connection's prepared statements could not be forgotten");
     }
 }

@@ -24,6 +24,7 @@
 
 use super::LedgerError;
 use super::dialect::Dialect;
+use super::schema::SchemaWatch;
 use super::statement::Stmt;
 use sqlx::{Database, Pool};
 use std::sync::Arc;
@@ -41,6 +42,9 @@ pub struct Store<DB: Database> {
     /// The callers' clocks are the store's (`Queue::now`): always on SQLite (`Dialect::NOW` is
     /// `None`), on Postgres only when a test moves time by hand ([`Store::on_callers_clock`]).
     pub(crate) callers_clock: bool,
+    /// The schema check's latest refusal, for readiness: set on a Postgres store a serving process
+    /// opened (`connect_serving`), `None` on one that migrated its own schema.
+    pub(crate) schema: Option<Arc<SchemaWatch>>,
 }
 
 impl<DB: Database> Clone for Store<DB> {
@@ -51,6 +55,7 @@ impl<DB: Database> Clone for Store<DB> {
             remote: self.remote.clone(),
             listening: self.listening.clone(),
             callers_clock: self.callers_clock,
+            schema: self.schema.clone(),
         }
     }
 }
@@ -70,6 +75,7 @@ impl<DB: Database> Store<DB> {
             remote: Arc::default(),
             listening: Arc::new(AtomicBool::new(false)),
             callers_clock: false,
+            schema: None,
         }
     }
 

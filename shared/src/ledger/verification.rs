@@ -212,7 +212,8 @@ const UPSERT_TENANT: &str = "INSERT INTO tenant_verification (tenant_id, method,
      notify_url, notify_secret, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
      ON CONFLICT (tenant_id) DO UPDATE SET method = $2, assertion_key_id = $3, assertion_key = $4, \
      notify_url = $5, notify_secret = $6, updated_at = $7";
-const SELECT_TENANT: &str = "SELECT * FROM tenant_verification WHERE tenant_id = $1";
+const SELECT_TENANT: &str = "SELECT tenant_id, method, assertion_key_id, assertion_key, \
+     notify_url, notify_secret, updated_at FROM tenant_verification WHERE tenant_id = $1";
 const INSERT_NONCE: &str = "INSERT INTO used_assertions (tenant_id, nonce, operation_id, used_at, expires_at) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, nonce) DO NOTHING";
 /// A link counted against the open links of its own origin only; run after [`lock_operation`] on the
@@ -225,9 +226,10 @@ const INSERT_CODE: &str = "INSERT INTO approval_codes (delivery_id, operation_id
 /// Counts an attempt first, in one conditional statement: two racing guesses cannot both slip under
 /// the limit.
 const COUNT_CODE_ATTEMPT: &str = "UPDATE approval_codes SET attempts = attempts + 1 WHERE link_hash = $1 \
-     AND used_at IS NULL AND expires_at > $2 AND attempts < attempt_max RETURNING *";
-const LATEST_CODE: &str =
-    "SELECT * FROM approval_codes WHERE link_hash = $1 ORDER BY created_at DESC LIMIT 1";
+     AND used_at IS NULL AND expires_at > $2 AND attempts < attempt_max RETURNING delivery_id, operation_id, \
+     link_hash, code_hash, created_at, expires_at, attempts, attempt_max, used_at";
+const LATEST_CODE: &str = "SELECT delivery_id, operation_id, link_hash, code_hash, created_at, expires_at, attempts, \
+     attempt_max, used_at FROM approval_codes WHERE link_hash = $1 ORDER BY created_at DESC LIMIT 1";
 const USE_CODE: &str = "UPDATE approval_codes SET used_at = $2 WHERE delivery_id = $1 AND used_at IS NULL \
      AND expires_at > $2";
 /// Numbered per operation: two racing requests compute the same number and the primary key lets

@@ -58,6 +58,23 @@ async fn drop_stale_test_databases(conn: &mut sqlx::PgConnection) {
     }
 }
 
+/// Applies every migration to the database `url` names, as `payonce migrate` does: serving
+/// processes (`api`, `worker`, `reconciler`, `serve`) never migrate a Postgres ledger, they refuse a
+/// schema behind them (issue 56).
+pub async fn migrate(url: &str) {
+    payonce_shared::ledger::connect(url, 1)
+        .await
+        .unwrap_or_else(|e| panic!("migrating {url}: {e}"));
+}
+
+/// A new database with every migration applied (what `payonce migrate` leaves); its URL. For tests
+/// that start serving processes on it.
+pub async fn migrated_database() -> String {
+    let url = fresh_database().await;
+    migrate(&url).await;
+    url
+}
+
 /// Creates a new, empty database and returns its URL.
 pub async fn fresh_database() -> String {
     let admin = admin_url().await;
