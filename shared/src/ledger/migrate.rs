@@ -169,6 +169,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "created_approved",
         include_str!("../../../migrations/postgres/0031_created_approved.sql"),
     ),
+    // Readiness's probe of a write that needs a new page (issue 50).
+    (
+        32,
+        "write_probe_page",
+        include_str!("../../../migrations/postgres/0032_write_probe_page.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[

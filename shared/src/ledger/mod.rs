@@ -80,6 +80,11 @@ pub const DETAIL_LEN_MAX: usize = 2_000;
 /// default page size.
 pub const WRITE_HEADROOM_PAGES_MIN: i64 = 32;
 
+/// Longest the readiness probe (`Operations::probe_write`) waits for the database: a `/readyz`
+/// must answer 503 within 2 s when the database does not answer (issue 50), and a load balancer's
+/// check times out on its own after a few seconds.
+pub const READY_PROBE_TIMEOUT: Duration = Duration::from_millis(1_500);
+
 /// Shared handle to a whole ledger store (the binaries hand out the narrow interfaces from it).
 pub type SharedLedger = Arc<dyn Ledger>;
 

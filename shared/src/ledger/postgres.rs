@@ -6,7 +6,7 @@ use super::intake::{IntakeSql, JsonColumn};
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{expiry_detail, found_detail};
-use super::statement::RowCount;
+use super::statement::{Driver, RowCount, Stmt};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -239,18 +239,25 @@ impl PostgresLedger {
             .get_application_name()
             .unwrap_or("payonce")
             .to_string();
+        // No startup parameter a pooler refuses or drops: PgBouncer's defaults refuse `options`
+        // and `extra_float_digits` (sqlx's default, for floats the ledger does not store), and in
+        // session pooling an ignored `options` silently dropped the statement timeout (issue 50).
+        // The timeout is set by a statement after each connection opens instead.
         let options = options
-            .options([("statement_timeout", STATEMENT_TIMEOUT_MS.to_string())])
+            .extra_float_digits(None)
             .application_name(&name);
         // The first connection is made here, not by the pool: the pool's own retries end after a
         // fixed 10 s in "pool timed out", without the cause.
         let mut conn = first_connection(&options, connect_timeout).await?;
+        session_settings(&mut conn).await?;
+        check_session_settings(&mut conn).await?;
         migrate::postgres(&mut conn, SystemClock.now()).await?;
         // The pool opens its own connections as they are needed; a failed goodbye changes nothing.
         conn.close().await.ok();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(|conn, _| Box::pin(session_settings(conn)))
             .connect_lazy_with(options);
         Ok(Store::new(pool))
     }
@@ -325,6 +332,48 @@ async fn first_connection(
     }
 }
 
+/// Readiness's write that needs a new page, run in a transaction that is rolled back: `TRUNCATE`
+/// gives the table a new, empty file, so the insert must extend it by a page (on a full disk:
+/// `could not extend file`, `disk_full`), where the committed one-row update of `write_probe`
+/// still fit in its page. The lock `TRUNCATE` takes lets concurrent probes queue, each a few
+/// milliseconds; the rolled-back file is removed at once.
+const WRITE_PROBE_PAGE: [&str; 2] = [
+    "TRUNCATE write_probe_page",
+    "INSERT INTO write_probe_page (probed_at) VALUES (0)",
+];
+
+/// Sets the statement timeout for the connection's session. A statement, not a startup
+/// parameter, so that a pooler in session mode passes it to the server connection it binds.
+const SET_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 15000";
+/// The session's statement timeout in milliseconds, as the server applies it.
+const SHOW_STATEMENT_TIMEOUT: &str =
+    "SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'";
+
+/// Runs [`SET_STATEMENT_TIMEOUT`] on a new connection (the pool's `after_connect`).
+async fn session_settings(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(SET_STATEMENT_TIMEOUT).execute(conn).await?;
+    Ok(())
+}
+
+/// Reads the statement timeout back at start: a server, or something between, that does not keep
+/// it (issue 50: a create behind a held lock answered after 28.9 s instead of failing at 15 s)
+/// stops the process with the reason instead of running without the limit.
+async fn check_session_settings(conn: &mut PgConnection) -> Result<(), LedgerError> {
+    let found: i64 = sqlx::query_scalar(SHOW_STATEMENT_TIMEOUT)
+        .fetch_one(&mut *conn)
+        .await?;
+    let wanted = i64::try_from(STATEMENT_TIMEOUT_MS).unwrap_or(i64::MAX);
+    if found == wanted {
+        Ok(())
+    } else {
+        Err(LedgerError::SessionSetting {
+            setting: "statement_timeout",
+            wanted,
+            found,
+        })
+    }
+}
+
 async fn listen(pool: &PgPool, ready: &Notify) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(READY_CHANNEL).await?;
@@ -360,8 +409,14 @@ impl Dialect for Postgres {
         &INTAKE
     }
 
-    /// None of its own: a full disk fails the probe's committed write.
-    async fn write_headroom(_: &PostgresLedger) -> Result<Option<i64>, LedgerError> {
+    /// Postgres says nothing of its room; instead a write that needs a new page is tried and
+    /// rolled back (`WRITE_PROBE_PAGE`): a full disk fails it with `could not extend file`.
+    async fn write_headroom(store: &PostgresLedger) -> Result<Option<i64>, LedgerError> {
+        let mut tx = store.begin().await?;
+        for statement in WRITE_PROBE_PAGE {
+            Postgres::execute(&mut *tx, Stmt::new(statement)).await?;
+        }
+        tx.rollback().await?;
         Ok(None)
     }
 
@@ -605,5 +660,15 @@ impl<'a> Firsts<'a> {
         returned
             .iter()
             .filter_map(|id| self.position.get(id.as_str()).copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_statement_sets_the_named_limit() {
+        assert!(SET_STATEMENT_TIMEOUT.ends_with(&format!("= {STATEMENT_TIMEOUT_MS}")));
     }
 }
