@@ -63,8 +63,9 @@ fn clock() -> SharedClock {
 /// tried for up to `db_connect_timeout_ms` first; nothing listens until then (docs/runbook.md).
 pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
     let connect_timeout = std::time::Duration::from_millis(common.db_connect_timeout_ms);
-    ledger::connect_within(
+    ledger::connect_routed(
         &common.database_url,
+        &common.database_route(),
         common.db_max_connections,
         connect_timeout,
     )

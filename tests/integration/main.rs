@@ -22,6 +22,7 @@ mod fuzz_bodies;
 mod ledger_conformance;
 mod limiter;
 mod lost_ledger;
+mod managed_postgres;
 mod metrics_names;
 mod oncall_refunds;
 mod operator;

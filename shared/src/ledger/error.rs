@@ -211,9 +211,7 @@ pub(crate) fn unavailable(e: &sqlx::Error) -> bool {
         sqlx::Error::Io(io) => !tls_refused(io),
         // No TLS where the URL requires it, an unreadable `sslrootcert`: configuration too.
         sqlx::Error::Tls(_) => false,
-        sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
         }),
@@ -328,7 +326,10 @@ mod tests {
             "server does not support TLS".into()
         )));
         let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
-        assert!(unavailable(&sqlx::Error::Io(reset)), "a dropped link still is");
+        assert!(
+            unavailable(&sqlx::Error::Io(reset)),
+            "a dropped link still is"
+        );
     }
 
     /// SQLite's own `SQLITE_FULL` (a database at its `max_page_count`) is a storage failure, and

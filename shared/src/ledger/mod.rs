@@ -111,9 +111,27 @@ pub async fn connect_within(
     max_connections: u32,
     connect_timeout: Duration,
 ) -> Result<SharedLedger, LedgerError> {
+    connect_routed(
+        url,
+        &postgres::Route::default(),
+        max_connections,
+        connect_timeout,
+    )
+    .await
+}
+
+/// [`connect_within`], a Postgres reached through `route` (a pooler, a direct URL beside it:
+/// [`postgres::Route`]); SQLite ignores it.
+pub async fn connect_routed(
+    url: &str,
+    route: &postgres::Route,
+    max_connections: u32,
+    connect_timeout: Duration,
+) -> Result<SharedLedger, LedgerError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
-            postgres::PostgresLedger::connect(url, max_connections, connect_timeout).await?,
+            postgres::PostgresLedger::connect_routed(url, route, max_connections, connect_timeout)
+                .await?,
         ))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))

@@ -12,8 +12,8 @@ use super::statement::{Arg, Stmt};
 use super::store::Store;
 use super::{
     Cancel, Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
-    OperationEvent, Operations, PAGE_MAX, READY_PROBE_TIMEOUT, Recovery, Resolve, StatusCount, WRITE_HEADROOM_PAGES_MIN,
-    bounded, console,
+    OperationEvent, Operations, PAGE_MAX, READY_PROBE_TIMEOUT, Recovery, Resolve, StatusCount,
+    WRITE_HEADROOM_PAGES_MIN, bounded, console,
 };
 use crate::clock::Timestamp;
 use crate::details::{DetailsHash, OperationKind};

@@ -6,7 +6,7 @@ use super::intake::{IntakeSql, JsonColumn};
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{expiry_detail, found_detail};
-use super::statement::{Driver, RowCount, Stmt};
+use super::statement::{Driver, RowCount, Single, Stmt, named_statements};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -222,51 +222,134 @@ fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
 /// The Postgres ledger.
 pub type PostgresLedger = Store<Postgres>;
 
+/// What sits between the processes and Postgres (docs/runbook.md, "Deploying on managed
+/// Postgres").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Nothing, or a proxy that keeps one server connection per client connection.
+    #[default]
+    None,
+    /// A pooler in session mode (PgBouncer `pool_mode = session`): one server connection per
+    /// client connection while it lasts, session settings kept, startup `options` dropped.
+    Session,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): each transaction may
+    /// run on another server connection. No named prepared statements, every statement in a
+    /// transaction that sets its own statement timeout, no session state.
+    Transaction,
+}
+
+/// How this process reaches its Postgres: through `pooler`, and, if set, `direct_url` (the server
+/// itself, bypassing the pooler) for what needs a session of its own: `LISTEN` and migrations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    /// What sits behind the ledger's URL.
+    pub pooler: Pooler,
+    /// A URL of the same database without the pooler; `None`: none.
+    pub direct_url: Option<String>,
+}
+
+/// Connection options without what a pooler refuses or drops at startup. PgBouncer's defaults
+/// refuse `options` and `extra_float_digits` (sqlx's default, for floats the ledger does not
+/// store), and in session pooling an ignored `options` silently dropped the statement timeout
+/// (issue 50): the timeout is set by a statement instead. `payonce` names the connections unless
+/// the URL does (`?application_name=…`): an operator, or the chaos soak's observer, can then tell
+/// them apart in `pg_stat_activity`.
+fn pooler_safe(url: &str) -> Result<PgConnectOptions, LedgerError> {
+    let options = PgConnectOptions::from_str(url)?;
+    let name = options
+        .get_application_name()
+        .unwrap_or("payonce")
+        .to_string();
+    Ok(options.extra_float_digits(None).application_name(&name))
+}
+
 impl PostgresLedger {
-    /// Connects, runs pending migrations and opens a pool of up to `max_connections`. A server that
-    /// is down, starting, out of connection slots or unreachable is tried again with backoff for up
-    /// to `connect_timeout`; past it, or at once for what a retry cannot change (credentials, no such
-    /// database), the error names the server and the last attempt's cause.
+    /// [`PostgresLedger::connect_routed`] with nothing between the process and the server.
     pub async fn connect(
         url: &str,
         max_connections: u32,
         connect_timeout: Duration,
     ) -> Result<Self, LedgerError> {
-        let options = PgConnectOptions::from_str(url)?;
-        // `payonce` unless the URL names the connections (`?application_name=…`): an operator, or
-        // the chaos soak's observer, can then tell them apart in `pg_stat_activity`.
-        let name = options
-            .get_application_name()
-            .unwrap_or("payonce")
-            .to_string();
-        // No startup parameter a pooler refuses or drops: PgBouncer's defaults refuse `options`
-        // and `extra_float_digits` (sqlx's default, for floats the ledger does not store), and in
-        // session pooling an ignored `options` silently dropped the statement timeout (issue 50).
-        // The timeout is set by a statement after each connection opens instead.
-        let options = options
-            .extra_float_digits(None)
-            .application_name(&name);
+        Self::connect_routed(url, &Route::default(), max_connections, connect_timeout).await
+    }
+
+    /// Connects, runs pending migrations and opens a pool of up to `max_connections`. A server that
+    /// is down, starting, out of connection slots or unreachable is tried again with backoff for up
+    /// to `connect_timeout`; past it, or at once for what a retry cannot change (credentials, no such
+    /// database, a refused TLS handshake), the error names the server and the last attempt's cause.
+    /// The statement timeout is read back on the first connection: a route that loses it refuses
+    /// to start ([`LedgerError::SessionSetting`]).
+    pub async fn connect_routed(
+        url: &str,
+        route: &Route,
+        max_connections: u32,
+        connect_timeout: Duration,
+    ) -> Result<Self, LedgerError> {
+        let per_transaction = route.pooler == Pooler::Transaction;
+        if per_transaction {
+            // Before any statement: every one from here on is unnamed and in a transaction.
+            super::statement::set_behind_transaction_pooler();
+        }
+        let options = pooler_safe(url)?;
+        let direct = route.direct_url.as_deref().map(pooler_safe).transpose()?;
         // The first connection is made here, not by the pool: the pool's own retries end after a
         // fixed 10 s in "pool timed out", without the cause.
         let mut conn = first_connection(&options, connect_timeout).await?;
-        session_settings(&mut conn).await?;
-        check_session_settings(&mut conn).await?;
-        migrate::postgres(&mut conn, SystemClock.now()).await?;
+        if per_transaction {
+            let mut tx = conn.begin_with(super::statement::POOLED_BEGIN).await?;
+            check_session_settings(&mut *tx).await?;
+            tx.rollback().await?;
+        } else {
+            session_settings(&mut conn).await?;
+            check_session_settings(&mut conn).await?;
+        }
+        match &direct {
+            Some(direct) => {
+                let mut direct_conn = first_connection(direct, connect_timeout).await?;
+                session_settings(&mut direct_conn).await?;
+                migrate::postgres(&mut direct_conn, SystemClock.now()).await?;
+                direct_conn.close().await.ok();
+            }
+            None => {
+                migrate::postgres(&mut conn, SystemClock.now()).await?;
+            }
+        }
         // The pool opens its own connections as they are needed; a failed goodbye changes nothing.
         conn.close().await.ok();
-        let pool = PgPoolOptions::new()
+        let mut pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .after_connect(|conn, _| Box::pin(session_settings(conn)))
-            .connect_lazy_with(options);
-        Ok(Store::new(pool))
+            .acquire_timeout(ACQUIRE_TIMEOUT);
+        if !per_transaction {
+            pool = pool.after_connect(|conn, _| Box::pin(session_settings(conn)));
+        }
+        let pool = pool.connect_lazy_with(options);
+        // Wake-ups need a session: over the direct connection when there is one; through a
+        // transaction pooler none arrive, and idle workers poll.
+        let listener = match (direct, per_transaction) {
+            (Some(direct), _) => Some(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_lazy_with(direct),
+            ),
+            (None, true) => {
+                tracing::info!(
+                    "behind a transaction pooler without a direct_database_url: no LISTEN; idle workers poll"
+                );
+                None
+            }
+            (None, false) => Some(pool.clone()),
+        };
+        Ok(Store::new(pool).listening_on(listener))
     }
 
     fn ensure_listening(&self) {
         if self.listening.swap(true, Ordering::SeqCst) {
             return;
         }
-        let pool = self.pool.clone();
+        let Some(pool) = self.listener.clone() else {
+            return;
+        };
         let ready = self.ready.clone();
         tokio::spawn(async move {
             loop {
@@ -360,6 +443,7 @@ async fn session_settings(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// stops the process with the reason instead of running without the limit.
 async fn check_session_settings(conn: &mut PgConnection) -> Result<(), LedgerError> {
     let found: i64 = sqlx::query_scalar(SHOW_STATEMENT_TIMEOUT)
+        .persistent(named_statements())
         .fetch_one(&mut *conn)
         .await?;
     let wanted = i64::try_from(STATEMENT_TIMEOUT_MS).unwrap_or(i64::MAX);
@@ -438,7 +522,10 @@ impl Dialect for Postgres {
         fences: &[Fence],
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
-        mark_submitting(&store.pool, fences, now).await
+        let mut one = Single::take(&store.pool).await?;
+        let marked = mark_submitting(one.conn(), fences, now).await?;
+        one.done().await?;
+        Ok(marked)
     }
 
     async fn expire_leases(
@@ -455,7 +542,9 @@ impl Dialect for Postgres {
             submitted.push(lease.submitted);
             details.push(expiry_detail(lease));
         }
+        let mut one = Single::take(&store.pool).await?;
         let written: Vec<String> = sqlx::query_scalar(EXPIRE_LEASES.as_str())
+            .persistent(named_statements())
             .bind(&ids)
             .bind(&attempts)
             .bind(&submitted)
@@ -463,8 +552,9 @@ impl Dialect for Postgres {
             .bind(now.as_millis())
             .bind(request.next_check_at.as_millis())
             .bind(bounded(request.actor))
-            .fetch_all(&store.pool)
+            .fetch_all(one.conn())
             .await?;
+        one.done().await?;
         let to = |submitted: bool| {
             let event = if submitted {
                 Event::LeaseExpiredSubmitted
@@ -496,7 +586,9 @@ impl Dialect for Postgres {
             results.push(item.result.to_string());
             details.push(bounded(&found_detail(request.source, &item.reference)));
         }
+        let mut one = Single::take(&store.pool).await?;
         let written: Vec<String> = sqlx::query_scalar(RECORD_LOOKUPS.as_str())
+            .persistent(named_statements())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
@@ -504,8 +596,9 @@ impl Dialect for Postgres {
             .bind(&details)
             .bind(bounded(request.source))
             .bind(now.as_millis())
-            .fetch_all(&store.pool)
+            .fetch_all(one.conn())
             .await?;
+        one.done().await?;
         let mut recorded = vec![false; request.found.len()];
         for i in firsts.written(&written) {
             recorded[i] = true;
@@ -525,8 +618,10 @@ impl Dialect for Postgres {
             .iter()
             .all(|(f, o)| matches!(o, Recorded::Succeeded(_)) && seen.insert(f.id.as_str()))
         {
-            let mut conn = store.pool.acquire().await?;
-            return record_batch(&mut conn, items, actor, now).await;
+            let mut one = Single::take(&store.pool).await?;
+            let recorded = record_batch(one.conn(), items, actor, now).await?;
+            one.done().await?;
+            return Ok(recorded);
         }
         let mut tx = store.begin().await?;
         let recorded = record_batch(&mut tx, items, actor, now).await?;
@@ -546,17 +641,18 @@ impl Dialect for Postgres {
 
 /// Records submission starts (one or a claimed batch) in one statement.
 async fn mark_submitting(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     fences: &[Fence],
     now: Timestamp,
 ) -> Result<Vec<bool>, LedgerError> {
     let ids: Vec<String> = fences.iter().map(|f| f.id.as_str().to_string()).collect();
     let attempts: Vec<i64> = fences.iter().map(|f| f.attempt).collect();
     let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING.as_str())
+        .persistent(named_statements())
         .bind(&ids)
         .bind(&attempts)
         .bind(now.as_millis())
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await?;
     let marked: HashSet<&str> = marked.iter().map(String::as_str).collect();
     Ok(fences
@@ -600,12 +696,14 @@ async fn record_batch(
             .map(|(fence, _)| fence.id.as_str().to_string())
             .collect();
         sqlx::query(LOCK_BATCH)
+            .persistent(named_statements())
             .bind(&all)
             .execute(&mut *conn)
             .await?;
     }
     if !ids.is_empty() {
         let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH.as_str())
+            .persistent(named_statements())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
