@@ -26,6 +26,7 @@ mod managed_postgres;
 mod metrics_names;
 mod oncall_refunds;
 mod operator;
+mod poolers;
 mod properties;
 mod reconciler;
 mod refund_dispatch;
