@@ -23,9 +23,16 @@ use std::time::Duration;
 
 /// How long a test waits for processes to come up and for payments, on a loaded machine.
 const DEADLINE: Duration = Duration::from_secs(120);
-/// Server connections PgBouncer keeps per database and user: fewer than the processes' pools, so
-/// their transactions share server connections (what broke named prepared statements).
-const SERVER_CONNECTIONS: u32 = 3;
+/// Server connections PgBouncer keeps per database and user in transaction mode: fewer than the
+/// processes' pools, so their transactions share server connections (what broke named prepared
+/// statements).
+const SERVER_CONNECTIONS_TRANSACTION: u32 = 3;
+/// The same in session mode, where each client connection holds a server connection while it
+/// lasts: room for every process's pool ([`SESSION_CLIENT_CONNECTIONS`] × 4) and the test's own
+/// (runbook, "Connection budget per process").
+const SERVER_CONNECTIONS_SESSION: u32 = 24;
+/// `db_max_connections` of each process behind the session pooler.
+const SESSION_CLIENT_CONNECTIONS: &str = "4";
 /// Payments each test makes through the pooler.
 const PAYMENTS: usize = 24;
 
@@ -38,7 +45,7 @@ struct Bouncer {
 }
 
 impl Bouncer {
-    fn start(cluster: &Cluster, pool_mode: &str) -> Bouncer {
+    fn start(cluster: &Cluster, pool_mode: &str, server_connections: u32) -> Bouncer {
         let status = Command::new("bash")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pgbouncer/setup.sh"))
             .stdout(Stdio::null())
@@ -60,7 +67,7 @@ impl Bouncer {
              auth_type = trust\n\
              auth_file = {d}/userlist.txt\n\
              pool_mode = {pool_mode}\n\
-             default_pool_size = {SERVER_CONNECTIONS}\n\
+             default_pool_size = {server_connections}\n\
              max_client_conn = 500\n\
              logfile = {d}/pgbouncer.log\n\
              pidfile = {d}/pgbouncer.pid\n",
@@ -140,6 +147,12 @@ async fn pay_through(cluster: &Cluster, bouncer: &Bouncer, pooler: &str, direct:
     if let Some(direct) = direct {
         env.push(("PAYONCE_DIRECT_DATABASE_URL", direct.to_string()));
     }
+    if pooler == "session" {
+        env.push((
+            "PAYONCE_DB_MAX_CONNECTIONS",
+            SESSION_CLIENT_CONNECTIONS.to_string(),
+        ));
+    }
     for args in [
         vec!["api", "--listen", api.as_str()],
         vec!["worker"],
@@ -211,7 +224,7 @@ async fn pay_through(cluster: &Cluster, bouncer: &Bouncer, pooler: &str, direct:
 #[tokio::test]
 async fn api_workers_and_reconciler_pay_once_each_through_pgbouncer_transaction_pooling() {
     let cluster = Cluster::start();
-    let bouncer = Bouncer::start(&cluster, "transaction");
+    let bouncer = Bouncer::start(&cluster, "transaction", SERVER_CONNECTIONS_TRANSACTION);
     pay_through(&cluster, &bouncer, "transaction", None).await;
 }
 
@@ -221,7 +234,7 @@ async fn api_workers_and_reconciler_pay_once_each_through_pgbouncer_transaction_
 #[tokio::test]
 async fn session_pooling_keeps_the_statement_timeout_and_pays_once_each() {
     let cluster = Cluster::start();
-    let bouncer = Bouncer::start(&cluster, "session");
+    let bouncer = Bouncer::start(&cluster, "session", SERVER_CONNECTIONS_SESSION);
     let direct = cluster.url("postgres");
     pay_through(&cluster, &bouncer, "session", Some(&direct)).await;
     let route = Route {
