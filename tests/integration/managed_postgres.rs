@@ -407,3 +407,130 @@ async fn a_full_postgres_disk_fails_readiness_on_every_process_until_space_retur
     }
     drop(children);
 }
+
+/// A TCP proxy to `127.0.0.1:{upstream}` that can black-hole the link (issue 50's 60 s network black
+/// hole): while held, nothing read from either side is passed on and new connections get no
+/// upstream, as with packets dropped on the way; released, everything held flows again.
+struct BlackHole {
+    port: u16,
+    held: tokio::sync::watch::Sender<bool>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    async fn start(upstream: u16) -> BlackHole {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (held, watch) = tokio::sync::watch::channel(false);
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let watch = watch.clone();
+                tokio::spawn(async move {
+                    let mut open = watch.clone();
+                    if open.wait_for(|held| !held).await.is_err() {
+                        return;
+                    }
+                    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        Self::pass(client_read, server_write, watch.clone()),
+                        Self::pass(server_read, client_write, watch),
+                    );
+                });
+            }
+        });
+        BlackHole {
+            port,
+            held,
+            _accept: accept,
+        }
+    }
+
+    /// Copies `from` to `to`, each chunk only while the link is not held.
+    async fn pass(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut watch: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0_u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if watch.wait_for(|held| !held).await.is_err() || to.write_all(&buf[..n]).await.is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    fn hold(&self, held: bool) {
+        self.held.send_replace(held);
+    }
+}
+
+/// Issue 50: during a network black hole to Postgres `/readyz` hung instead of answering. With the
+/// link to the database dropping everything, api, worker and reconciler answer 503 within 2 s (the
+/// probe's own deadline), and 200 again once the link is back.
+#[tokio::test]
+async fn readiness_answers_503_within_its_deadline_while_the_database_does_not_answer() {
+    let cluster = Cluster::start();
+    let hole = BlackHole::start(cluster.port()).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", hole.port);
+    // Off this thread: the proxy runs on the test's runtime.
+    let migrating = url.clone();
+    let (out, _) = tokio::task::spawn_blocking(move || migrate(&migrating))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let sim = simulator(SimulatorConfig::default()).await;
+    let api = format!("127.0.0.1:{}", free_port());
+    let worker = format!("127.0.0.1:{}", free_port());
+    let reconciler = format!("127.0.0.1:{}", free_port());
+    let mut children = Vec::new();
+    for (args, listen) in [
+        (vec!["api", "--listen", api.as_str()], None),
+        (vec!["worker"], Some(worker.as_str())),
+        (vec!["reconciler", "run"], Some(reconciler.as_str())),
+    ] {
+        let mut env = vec![("PAYONCE_DB_CONNECT_TIMEOUT_MS", CONNECT_TIMEOUT)];
+        if let Some(listen) = listen {
+            env.push(("PAYONCE_METRICS_LISTEN", listen));
+        }
+        children.push(spawn(&args, &url, &sim, &env));
+    }
+    let listens = [api.as_str(), worker.as_str(), reconciler.as_str()];
+    for listen in listens {
+        wait_for("ready before the black hole", DEADLINE, || async {
+            (readyz(listen).await.0 == 200).then_some(())
+        })
+        .await;
+    }
+
+    hole.hold(true);
+    for listen in listens {
+        let (status, took) = readyz(listen).await;
+        assert_eq!(status, 503, "{listen}: a database that does not answer");
+        assert!(took < READY_ANSWER_MAX, "{listen}: answered in {took:?}");
+    }
+
+    hole.hold(false);
+    for listen in listens {
+        wait_for("ready again once the link is back", DEADLINE, || async {
+            (readyz(listen).await.0 == 200).then_some(())
+        })
+        .await;
+    }
+    drop(children);
+}

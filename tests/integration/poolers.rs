@@ -13,8 +13,8 @@ use crate::support::cluster::Cluster;
 use crate::support::processes::{audit, simulator};
 use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::postgres::{PostgresLedger, Pooler, Route};
 use payonce_shared::ledger;
+use payonce_shared::ledger::postgres::{Pooler, PostgresLedger, Route};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::collections::HashMap;
@@ -47,7 +47,10 @@ struct Bouncer {
 impl Bouncer {
     fn start(cluster: &Cluster, pool_mode: &str, server_connections: u32) -> Bouncer {
         let status = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pgbouncer/setup.sh"))
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/pgbouncer/setup.sh"
+            ))
             .stdout(Stdio::null())
             .status()
             .expect("run tests/pgbouncer/setup.sh");
@@ -169,9 +172,11 @@ async fn pay_through(cluster: &Cluster, bouncer: &Bouncer, pooler: &str, direct:
         children.push(spawn(&args, &url, &sim, &env));
     }
     for listen in &listens {
-        wait_for("every process is ready through the pooler", DEADLINE, || async {
-            ready(listen).await.then_some(())
-        })
+        wait_for(
+            "every process is ready through the pooler",
+            DEADLINE,
+            || async { ready(listen).await.then_some(()) },
+        )
         .await;
     }
 
