@@ -297,7 +297,7 @@ impl PostgresLedger {
         let mut conn = first_connection(&options, connect_timeout).await?;
         if per_transaction {
             let mut tx = conn.begin_with(super::statement::POOLED_BEGIN).await?;
-            check_session_settings(&mut *tx).await?;
+            check_session_settings(&mut tx).await?;
             tx.rollback().await?;
         } else {
             session_settings(&mut conn).await?;
