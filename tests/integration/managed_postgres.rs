@@ -116,13 +116,19 @@ pub(crate) fn server_certificate(certs: &Path) -> (PathBuf, PathBuf) {
 /// certificate for 127.0.0.1 signed by a CA of the test's ([`server_certificate`]); returns the
 /// cluster, the CA's file and that of another CA that signed nothing.
 fn tls_cluster(certs: &Path) -> (Cluster, PathBuf, PathBuf) {
+    tls_cluster_with(certs, "")
+}
+
+/// [`tls_cluster`] with `hostssl` options (`clientcert=verify-full`); the server trusts client
+/// certificates the test's CA signed.
+fn tls_cluster_with(certs: &Path, hba_options: &str) -> (Cluster, PathBuf, PathBuf) {
     let (ca, other_ca) = server_certificate(certs);
     let bin = postgres_bin_dir().expect("the Postgres binaries under /usr/lib/postgresql");
     let cluster = Cluster::initdb(
         bin,
-        "-c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key",
+        "-c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key -c ssl_ca_file=ca.pem",
     );
-    for file in ["server.pem", "server.key"] {
+    for file in ["server.pem", "server.key", "ca.pem"] {
         let to = cluster.dir().join(file);
         std::fs::copy(certs.join(file), &to).unwrap();
         std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -134,7 +140,7 @@ fn tls_cluster(certs: &Path) -> (Cluster, PathBuf, PathBuf) {
     // TCP only with TLS; the socket (the cluster's own tools) as initdb set it.
     std::fs::write(
         cluster.dir().join("pg_hba.conf"),
-        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+        format!("local all all trust\nhostssl all all 127.0.0.1/32 trust {hba_options}\n"),
     )
     .unwrap();
     cluster.pg_ctl(&["start"]);
@@ -273,6 +279,78 @@ async fn a_wrong_ca_or_no_tls_fails_the_first_attempt_with_the_cause() {
             "{url}: at once, not after the connect timeout: {took:?}"
         );
     }
+}
+
+/// A client certificate from the URL (`sslcert`, `sslkey`), as Cloud SQL's "require trusted client
+/// certificates" wants: with it the ledger opens; without it the server's refusal fails the first
+/// attempt, naming it.
+#[tokio::test]
+async fn a_client_certificate_named_in_the_url_is_presented_and_its_absence_fails_at_once() {
+    let certs = Scratch::new("tls");
+    let (cluster, ca, _) = tls_cluster_with(&certs.0, "clientcert=verify-full");
+    openssl(
+        &certs.0,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=postgres",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+        ],
+    );
+    // An X.509 v3 certificate (it has an extension): rustls refuses a v1 one as the client's own.
+    std::fs::write(
+        certs.0.join("client.ext"),
+        "extendedKeyUsage = clientAuth\n",
+    )
+    .unwrap();
+    openssl(
+        &certs.0,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "client.ext",
+            "-out",
+            "client.pem",
+        ],
+    );
+    let base = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        cluster.port(),
+        ca.display()
+    );
+    let with_certificate = format!(
+        "{base}&sslcert={}&sslkey={}",
+        certs.0.join("client.pem").display(),
+        certs.0.join("client.key").display()
+    );
+    let (out, _) = migrate(&with_certificate);
+    assert!(
+        out.status.success(),
+        "with the client certificate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (out, took) = migrate(&base);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "without it: {stderr}");
+    assert!(stderr.contains("(attempts: 1 in"), "one attempt: {stderr}");
+    assert!(stderr.contains("certificate"), "names the cause: {stderr}");
+    assert!(took < AT_ONCE, "at once: {took:?}");
 }
 
 /// A tmpfs mounted for one test (the test runs as root, as CI does), unmounted and removed on drop,
