@@ -766,7 +766,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_timeout_statement_sets_the_named_limit() {
-        assert!(SET_STATEMENT_TIMEOUT.ends_with(&format!("= {STATEMENT_TIMEOUT_MS}")));
+    fn the_timeout_statements_set_the_named_limit() {
+        let limit = format!("statement_timeout = {STATEMENT_TIMEOUT_MS}");
+        assert!(SET_STATEMENT_TIMEOUT.ends_with(&limit));
+        assert!(super::super::statement::POOLED_BEGIN.ends_with(&limit));
     }
 }
