@@ -67,6 +67,7 @@ pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
     let connect_timeout = std::time::Duration::from_millis(common.db_connect_timeout_ms);
     ledger::connect_serving(
         &common.database_url,
+        &common.database_route(),
         common.db_max_connections,
         connect_timeout,
     )
@@ -78,8 +79,9 @@ pub async fn open(common: &Common) -> anyhow::Result<SharedLedger> {
 /// one command that changes a Postgres schema (docs/runbook.md, "Upgrading").
 async fn migrate(common: &Common) -> anyhow::Result<SharedLedger> {
     let connect_timeout = std::time::Duration::from_millis(common.db_connect_timeout_ms);
-    ledger::connect_within(
+    ledger::connect_routed(
         &common.database_url,
+        &common.database_route(),
         common.db_max_connections,
         connect_timeout,
     )

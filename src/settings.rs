@@ -6,6 +6,7 @@ use clap::{Args, Command, FromArgMatches};
 use payonce_reconciler::ReconcilerConfig;
 use payonce_shared::execution::SubmitPolicy;
 use payonce_shared::intention::KeySecret;
+use payonce_shared::ledger::postgres::{Pooler, Route};
 use payonce_shared::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
 };
@@ -55,6 +56,22 @@ pub struct Common {
     #[arg(long, global = true, env = "PAYONCE_DB_CONNECT_TIMEOUT_MS", default_value_t = 60_000,
           value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
     pub db_connect_timeout_ms: u64,
+    /// What sits between the processes and Postgres: `none`, `session` (a pooler in session mode)
+    /// or `transaction` (PgBouncer `pool_mode = transaction`: no named prepared statements, every
+    /// statement in a transaction that sets its own statement timeout, no LISTEN unless
+    /// `direct_database_url` is set) (docs/runbook.md, "Deploying on managed Postgres").
+    #[arg(long, global = true, env = "PAYONCE_DB_POOLER", default_value = "none",
+          value_parser = ["none", "session", "transaction"])]
+    pub db_pooler: String,
+    /// The same Postgres database without the pooler, for LISTEN (instant wake-ups) and migrations;
+    /// empty: both go through `database_url` (behind a transaction pooler, idle workers then poll).
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_DIRECT_DATABASE_URL",
+        default_value = ""
+    )]
+    pub direct_database_url: String,
     /// Which processor's wire: `stripe` (Stripe's API) or `adyen` (Adyen Checkout v71, HMAC-signed
     /// notifications; no lookup by id: unknown outcomes are resolved by the same key and by notifications).
     // Not `PAYONCE_PROCESSOR`: the serve banner exports that as the simulator's URL.
@@ -154,6 +171,15 @@ pub struct Common {
         hide_env_values = true
     )]
     pub limiter_redis_url: String,
+    /// PEM file of the CA that signs the limiter's Redis certificate (`rediss://` to a server the
+    /// system's trust store does not vouch for); empty: the system's trust store.
+    #[arg(
+        long,
+        global = true,
+        env = "PAYONCE_LIMITER_REDIS_CA_FILE",
+        default_value = ""
+    )]
+    pub limiter_redis_ca_file: String,
     /// Prefix of the shared limiter's Redis keys.
     #[arg(
         long,
@@ -228,6 +254,19 @@ pub struct Common {
 }
 
 impl Common {
+    /// How the ledger's Postgres is reached: `db_pooler` and `direct_database_url`.
+    pub fn database_route(&self) -> Route {
+        Route {
+            pooler: match self.db_pooler.as_str() {
+                "session" => Pooler::Session,
+                "transaction" => Pooler::Transaction,
+                _ => Pooler::None,
+            },
+            direct_url: (!self.direct_database_url.is_empty())
+                .then(|| self.direct_database_url.clone()),
+        }
+    }
+
     /// The key secret, checked against `ledger`'s fingerprint ([`crate::key_secret::checked`]):
     /// the configured one, else the file next to a SQLite ledger (created only for a ledger that
     /// holds no operation yet), else a fresh one for an in-memory ledger; a Postgres ledger
@@ -384,6 +423,8 @@ impl Common {
             "redis" => Arc::new(
                 RedisLimiter::new(RedisLimiterConfig {
                     url: self.limiter_redis_url.clone(),
+                    ca_file: (!self.limiter_redis_ca_file.is_empty())
+                        .then(|| self.limiter_redis_ca_file.clone().into()),
                     key_prefix: self.limiter_key_prefix.clone(),
                     account: self.limiter_account.clone(),
                     rates,

@@ -295,6 +295,7 @@ impl From<LedgerError> for HttpError {
             | LedgerError::Illegal(_)
             | LedgerError::Corrupt(_)
             | LedgerError::Database(_)
+            | LedgerError::SessionSetting { .. }
             | LedgerError::Connect { .. }) => HttpError::internal(other),
         }
     }

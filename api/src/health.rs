@@ -11,9 +11,11 @@ pub async fn live() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: 200 when the ledger commits a one-row write (and, on SQLite, has room for more:
-/// `Operations::probe_write`), 503 `unavailable` otherwise. A ledger that answers reads but cannot
-/// store a create (a full disk) must take its instance out of rotation.
+/// `GET /readyz`: 200 when the ledger commits a one-row write and has room for new rows (SQLite:
+/// pages left; Postgres: a write that needs a new page, rolled back: `Operations::probe_write`),
+/// 503 `unavailable` otherwise, also when the database does not answer within
+/// `READY_PROBE_TIMEOUT`. A ledger that answers reads but cannot store a create (a full disk) must
+/// take its instance out of rotation.
 pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, HttpError> {
     match state.ledger().probe_write(state.now()).await {
         Ok(_) => Ok(Json(

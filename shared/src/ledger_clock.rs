@@ -16,6 +16,25 @@ use std::time::Duration;
 /// as much.
 pub const CLOCK_DRIFT_WARN: Duration = Duration::from_secs(1);
 
+/// Longest round trip to the database a drift sample is taken from. The database read its clock
+/// somewhere within the round trip; measured against its midpoint (as NTP does), the error is at
+/// most half the round trip, here a quarter of [`CLOCK_DRIFT_WARN`]. A longer round trip (a slow
+/// link, a saturated server: issue 50 saw 700 ms per packet reported as 2.1–3.5 s of drift) says
+/// nothing reliable about the clocks, so the sample is dropped and the last measure kept.
+pub const DRIFT_ROUND_TRIP_MAX: Duration = Duration::from_millis(500);
+
+/// The process's time to compare with the database's answer to a request sent at `sent` and
+/// answered at `received` (both on the process's clock): the round trip's midpoint, or `None`
+/// when the round trip is longer than [`DRIFT_ROUND_TRIP_MAX`].
+pub fn round_trip_midpoint(sent: Timestamp, received: Timestamp) -> Option<Timestamp> {
+    let round_trip_ms = received.as_millis().saturating_sub(sent.as_millis()).max(0);
+    let round_trip_ms = u64::try_from(round_trip_ms).unwrap_or(0);
+    if round_trip_ms > DRIFT_ROUND_TRIP_MAX.as_millis() as u64 {
+        return None;
+    }
+    Some(sent + Duration::from_millis(round_trip_ms / 2))
+}
+
 /// How far a process's clock is from the database's, as last measured: the
 /// `payonce_clock_drift_seconds` gauge, and a warning once each time it crosses
 /// [`CLOCK_DRIFT_WARN`] (not at every read).
@@ -25,6 +44,8 @@ pub struct Drift {
     ms: AtomicI64,
     /// Whether the last measure was past [`CLOCK_DRIFT_WARN`].
     beyond: AtomicBool,
+    /// Whether the last read's round trip was past [`DRIFT_ROUND_TRIP_MAX`].
+    slow: AtomicBool,
 }
 
 /// A measure of [`Drift`] that crossed [`CLOCK_DRIFT_WARN`], either way.
@@ -67,6 +88,39 @@ impl Drift {
             );
             Some(Crossing::Within)
         }
+    }
+
+    /// Records one read of the database's clock, `database`, by a request sent at `sent` and
+    /// answered at `received` on the process's clock: measured against the round trip's midpoint
+    /// ([`Drift::observe`]), or dropped when the round trip is too long to tell clock from latency
+    /// (logged once each time the round trip crosses [`DRIFT_ROUND_TRIP_MAX`], naming latency).
+    pub fn observe_round_trip(
+        &self,
+        database: Timestamp,
+        sent: Timestamp,
+        received: Timestamp,
+        process: &str,
+    ) -> Option<Crossing> {
+        let midpoint = round_trip_midpoint(sent, received);
+        let slow = midpoint.is_none();
+        if self.slow.swap(slow, Ordering::Relaxed) != slow {
+            let round_trip_ms = received.as_millis().saturating_sub(sent.as_millis());
+            if slow {
+                tracing::warn!(
+                    process,
+                    round_trip_ms,
+                    limit_ms = DRIFT_ROUND_TRIP_MAX.as_millis() as u64,
+                    "the database's answers are slow; clock drift is not measured until they are fast again (latency, not the host's clock)"
+                );
+            } else {
+                tracing::info!(
+                    process,
+                    round_trip_ms,
+                    "the database answers fast again; clock drift is measured again"
+                );
+            }
+        }
+        self.observe(database, midpoint?, process)
     }
 
     /// The last measure, in milliseconds (0 before the first).
@@ -125,9 +179,11 @@ impl LedgerClock {
     /// The database's time now (one round trip on Postgres; the process's own clock on SQLite,
     /// which runs inside it), and the drift it shows.
     pub async fn read(&self) -> Result<Timestamp, LedgerError> {
-        let local = self.local.now();
-        let now = self.ledger.now(local).await?;
-        self.drift.observe(now, local, self.process);
+        let sent = self.local.now();
+        let now = self.ledger.now(sent).await?;
+        let received = self.local.now();
+        self.drift
+            .observe_round_trip(now, sent, received, self.process);
         Ok(now)
     }
 }
@@ -177,6 +233,45 @@ mod tests {
             drift.observe(local.saturating_sub_span(past), local, "test"),
             Some(Crossing::Beyond),
             "behind crosses too"
+        );
+    }
+
+    /// Issue 50: 700 ms each way to a database whose clock agrees with the process's. Against the
+    /// time the request left, that read as 700 ms or more of drift; against the round trip's
+    /// midpoint a fast link reads none, and a round trip this long is not a sample at all.
+    #[test]
+    fn drift_is_measured_against_the_round_trip_midpoint_and_slow_round_trips_are_dropped() {
+        let drift = Drift::default();
+        let sent = Timestamp::from_millis(1_000_000);
+        let half = DRIFT_ROUND_TRIP_MAX / 2;
+        // The database read its clock halfway through a round trip at the limit: no drift.
+        let received = sent + DRIFT_ROUND_TRIP_MAX;
+        assert_eq!(
+            drift.observe_round_trip(sent + half, sent, received, "test"),
+            None
+        );
+        assert_eq!(drift.millis(), 0, "the midpoint, not the send time");
+        // A clock 2 s ahead on a fast link is still measured, and warned.
+        let ahead = sent + Duration::from_secs(2) + Duration::from_millis(5);
+        assert_eq!(
+            drift.observe_round_trip(ahead, sent, sent + Duration::from_millis(10), "test"),
+            Some(Crossing::Beyond)
+        );
+        assert_eq!(drift.millis(), 2_000);
+        // 700 ms each way: dropped, the last measure kept, no crossing either way.
+        let slow = sent + Duration::from_millis(1_400);
+        assert_eq!(round_trip_midpoint(sent, slow), None);
+        assert_eq!(
+            drift.observe_round_trip(sent + Duration::from_millis(700), sent, slow, "test"),
+            None
+        );
+        assert_eq!(drift.millis(), 2_000);
+        // Just past the limit is dropped too; a clock that went backwards is a zero round trip.
+        let past = sent + DRIFT_ROUND_TRIP_MAX + Duration::from_millis(1);
+        assert_eq!(round_trip_midpoint(sent, past), None);
+        assert_eq!(
+            round_trip_midpoint(sent, sent.saturating_sub_span(Duration::from_millis(3))),
+            Some(sent)
         );
     }
 

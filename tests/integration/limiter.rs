@@ -46,6 +46,7 @@ fn rates(write: u32, read: u32, burst: u32) -> Rates {
 fn limiter(url: &str, prefix: &str, rates: Rates, timeout: Duration) -> RedisLimiter {
     RedisLimiter::new(RedisLimiterConfig {
         url: url.to_string(),
+        ca_file: None,
         key_prefix: prefix.to_string(),
         account: "acct_test".to_string(),
         rates,
@@ -581,4 +582,83 @@ async fn shutdown_does_not_wait_for_permits_and_unsent_operations_go_back_to_rea
         "every unsent operation is ready again"
     );
     sim.shutdown().await;
+}
+
+/// A redis-server of the test's own that takes TLS only (`--port 0 --tls-port`), its certificate
+/// signed by a CA the test made: the limiter reaches it through `rediss://` with that CA
+/// (`limiter_redis_ca_file`), and its permits are Redis's (its keys are there), not the local
+/// fallback's.
+#[tokio::test]
+async fn the_limiter_shares_its_budget_through_a_redis_that_requires_tls() {
+    let certs = crate::managed_postgres::Scratch::new("redis-tls");
+    let (ca, _) = crate::managed_postgres::server_certificate(&certs.0);
+    let port = crate::serve::free_port();
+    let file = |name: &str| certs.0.join(name).to_string_lossy().to_string();
+    let _server = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            &file("server.pem"),
+            "--tls-key-file",
+            &file("server.key"),
+        ])
+        .args([
+            "--tls-ca-cert-file",
+            &file("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ])
+        .args(["--save", "", "--appendonly", "no", "--dir", &file("")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server is installed");
+    let url = format!("rediss://127.0.0.1:{port}");
+    let pem = std::fs::read(&ca).unwrap();
+    let client = redis::Client::build_with_tls(
+        url.as_str(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        },
+    )
+    .unwrap();
+    let mut conn = wait_for("redis-server answers over TLS", DEADLINE, || {
+        let client = client.clone();
+        async move { client.get_multiplexed_async_connection().await.ok() }
+    })
+    .await;
+
+    let key_prefix = prefix("tls");
+    let limiter = RedisLimiter::new(RedisLimiterConfig {
+        url: url.clone(),
+        ca_file: Some(ca.clone()),
+        key_prefix: key_prefix.clone(),
+        account: "acct_test".to_string(),
+        rates: rates(10, 10, 5),
+        expected_processes: 4,
+        timeout: Duration::from_secs(2),
+    })
+    .expect("valid limiter settings");
+    let started = Instant::now();
+    let granted = grants(&limiter, Budget::Write, 20).await;
+    // The fleet's burst of 5 (the fallback's share is a quarter of it: 1 or 2).
+    assert!(
+        (4..=budget_bound(10, 5, started.elapsed())).contains(&granted),
+        "Redis's budget, not the fallback's share: {granted}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{key_prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty(), "the GCRA state is in the TLS Redis");
 }

@@ -110,13 +110,15 @@ async fn settings_flags_are_accepted_after_the_subcommand_and_by_their_key() {
 
 /// Every global setting (the ledger, processor and limiter settings `keys` takes) with a valid value
 /// other than its default.
-const GLOBAL_SETTINGS: [(&str, &str); 30] = [
+const GLOBAL_SETTINGS: [(&str, &str); 33] = [
     ("adyen_api_key", "adyen_test_other"),
     ("adyen_merchant_account", "OtherECOM"),
     ("adyen_url", "http://127.0.0.1:2"),
     ("database_url", "sqlite:elsewhere.db"),
     ("db_connect_timeout_ms", "5000"),
     ("db_max_connections", "3"),
+    ("db_pooler", "session"),
+    ("direct_database_url", "postgres://direct.invalid/payonce"),
     ("key_retention_s", "600"),
     ("key_secret", "a-secret-of-the-test"),
     ("limiter", "off"),
@@ -127,6 +129,7 @@ const GLOBAL_SETTINGS: [(&str, &str); 30] = [
     ("limiter_key_prefix", "test:limiter"),
     ("limiter_read_per_second", "40"),
     ("limiter_read_reserved_percent", "10"),
+    ("limiter_redis_ca_file", "/etc/payonce/redis-ca.pem"),
     ("limiter_redis_url", "redis://127.0.0.1:1"),
     ("limiter_timeout_ms", "250"),
     ("limiter_write_per_second", "30"),

@@ -395,6 +395,7 @@ async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
     let failing_url = format!("{scheme}://{role}@{host}");
     let failing = payonce_shared::ledger::connect_serving(
         &failing_url,
+        &payonce_shared::ledger::postgres::Route::default(),
         1,
         payonce_shared::ledger::CONNECT_TIMEOUT_DEFAULT,
     )
@@ -448,6 +449,7 @@ async fn a_statement_whose_cached_plan_went_stale_is_prepared_again_not_failed()
     // One connection: the statement below is prepared on it, then meets the change on it.
     let ledger = payonce_shared::ledger::connect_serving(
         &url,
+        &payonce_shared::ledger::postgres::Route::default(),
         1,
         payonce_shared::ledger::CONNECT_TIMEOUT_DEFAULT,
     )

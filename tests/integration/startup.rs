@@ -26,15 +26,15 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A child process's stderr, line by line, as it arrives; `ended` once the pipe closed (it exited).
 #[derive(Default)]
-struct Log {
-    lines: Vec<String>,
-    ended: bool,
+pub(crate) struct Log {
+    pub(crate) lines: Vec<String>,
+    pub(crate) ended: bool,
 }
 
-type SharedLog = Arc<Mutex<Log>>;
+pub(crate) type SharedLog = Arc<Mutex<Log>>;
 
 /// Spawns `payonce {args}` on `database_url` with JSON logs collected in the returned [`Log`].
-fn spawn(
+pub(crate) fn spawn(
     args: &[&str],
     database_url: &str,
     sim: &Simulator,
@@ -85,14 +85,14 @@ fn retries(log: &SharedLog) -> Vec<Value> {
 }
 
 /// Whether `GET http://{listen}/readyz` answers 200.
-async fn ready(listen: &str) -> bool {
+pub(crate) async fn ready(listen: &str) -> bool {
     reqwest::get(format!("http://{listen}/readyz"))
         .await
         .is_ok_and(|r| r.status().is_success())
 }
 
 /// A ready operation on `url`, paid by the worker under test.
-async fn paid_by_the_worker(url: &str, invoice: &str) {
+pub(crate) async fn paid_by_the_worker(url: &str, invoice: &str) {
     let ledger = ledger::connect(url, 1).await.unwrap();
     let op = ready_operation(&ledger, invoice, "pm_card_visa", SystemClock.now()).await;
     let paid = wait_for("the worker pays", DEADLINE, || async {

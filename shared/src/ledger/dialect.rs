@@ -71,7 +71,9 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     fn claim(to_submit: bool) -> &'static str;
 
     /// Pages the store may still grow by, if it knows (SQLite: under `max_page_count` and in the
-    /// filesystem's free space), for the readiness probe (`Operations::probe_write`).
+    /// filesystem's free space), for the readiness probe (`Operations::probe_write`). Postgres
+    /// knows nothing of its room: it tries a write that needs a new page instead, and answers `None`
+    /// when it succeeded.
     async fn write_headroom(store: &Store<Self>) -> Result<Option<i64>, LedgerError>;
 
     /// Waits until an approval may have made work ready, or `max_wait` passes.

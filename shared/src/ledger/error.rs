@@ -125,6 +125,22 @@ pub enum LedgerError {
         /// The database's message.
         cause: String,
     },
+    /// The server (or a pooler in front of it) does not keep a session setting the ledger set on
+    /// its connection: it would run without that limit (docs/runbook.md, "Deploying on managed
+    /// Postgres").
+    #[error(
+        "the database session's {setting} is {found} after setting it to {wanted}: a pooler in \
+         transaction mode does not keep session settings; use session pooling or a direct \
+         connection (docs/runbook.md, \"Deploying on managed Postgres\")"
+    )]
+    SessionSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What the ledger set.
+        wanted: i64,
+        /// What the server answered.
+        found: i64,
+    },
     /// Opening the ledger found no database to talk to: it kept refusing or failing within the
     /// connect timeout, or refused in a way a retry cannot change (credentials, no such database).
     #[error(
@@ -267,16 +283,25 @@ impl LedgerError {
 /// [`LedgerError::is_unavailable`]); opening the ledger retries exactly these.
 pub(crate) fn unavailable(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
+        // A refused TLS handshake (an unknown CA, a name the certificate does not carry, a client
+        // certificate the server rejects) reaches sqlx as the I/O error rustls wraps it in; it is
+        // the configuration's, and a retry would only hide it for the whole connect timeout.
+        sqlx::Error::Io(io) => !tls_refused(io),
+        // No TLS where the URL requires it, an unreadable `sslrootcert`: configuration too.
+        sqlx::Error::Tls(_) => false,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_ref())
         }),
         _ => false,
     }
+}
+
+/// Whether an I/O error is rustls refusing the handshake (its own error or the server's alert),
+/// not the network failing.
+fn tls_refused(io: &std::io::Error) -> bool {
+    io.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
 }
 
 /// Which named limit a request broke (the api answers each with `400 invalid_request`).
@@ -366,6 +391,23 @@ mod tests {
         assert!(!LedgerError::Database(sqlx::Error::RowNotFound).is_unavailable());
         assert!(!LedgerError::NotFound.is_unavailable());
         assert!(LedgerError::Full { headroom_pages: 0 }.is_unavailable());
+    }
+
+    /// What a retry cannot change fails the first connect attempt: a handshake rustls refused
+    /// (here an unknown CA), a server without TLS where the URL requires it.
+    #[test]
+    fn a_refused_tls_handshake_is_not_retried_as_unavailable() {
+        let unknown_ca = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let refused = std::io::Error::new(std::io::ErrorKind::InvalidData, unknown_ca);
+        assert!(!unavailable(&sqlx::Error::Io(refused)));
+        assert!(!unavailable(&sqlx::Error::Tls(
+            "server does not support TLS".into()
+        )));
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        assert!(
+            unavailable(&sqlx::Error::Io(reset)),
+            "a dropped link still is"
+        );
     }
 
     /// SQLite's own `SQLITE_FULL` (a database at its `max_page_count`) is a storage failure, and

@@ -175,6 +175,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "key_secret_fingerprint",
         include_str!("../../../migrations/postgres/0032_key_secret_fingerprint.sql"),
     ),
+    // Readiness's probe of a write that needs a new page (issue 50).
+    (
+        33,
+        "write_probe_page",
+        include_str!("../../../migrations/postgres/0033_write_probe_page.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -331,7 +337,7 @@ async fn migrate_on<DB>(
     record_needs: bool,
 ) -> Result<u32, LedgerError>
 where
-    DB: Database,
+    DB: Database + sqlx::database::HasStatementCache,
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     &'static str: ColumnIndex<DB::Row>,
@@ -343,6 +349,7 @@ where
         sqlx::raw_sql(ADD_NEEDS).execute(&mut *conn).await?;
     }
     let applied: Vec<i64> = sqlx::query(APPLIED)
+        .persistent(super::statement::named_statements())
         .fetch_all(&mut *conn)
         .await?
         .iter()
@@ -356,6 +363,7 @@ where
         let mut tx = conn.begin().await?;
         sqlx::raw_sql(*body).execute(&mut *tx).await?;
         sqlx::query(RECORD)
+            .persistent(super::statement::named_statements())
             .bind(*version)
             .bind(*name)
             .bind(now.as_millis())
@@ -379,8 +387,9 @@ pub(crate) async fn postgres(
     conn: &mut sqlx::PgConnection,
     now: Timestamp,
 ) -> Result<u32, LedgerError> {
-    // An arbitrary constant naming payonce's migration lock.
-    const LOCK_KEY: i64 = 0x7061_796f_6e63;
+    if super::statement::behind_transaction_pooler() {
+        return postgres_in_one_transaction(conn, now).await;
+    }
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *conn)
@@ -391,6 +400,28 @@ pub(crate) async fn postgres(
         .execute(&mut *conn)
         .await?;
     result
+}
+
+/// An arbitrary constant naming payonce's migration lock.
+const LOCK_KEY: i64 = 0x7061_796f_6e63;
+
+/// [`postgres`] behind a transaction pooler, without a direct connection: a session's advisory
+/// lock would stay with whichever server connection took it, so the lock is the transaction's
+/// (`pg_advisory_xact_lock`) and every migration runs inside that one transaction (each in a
+/// savepoint), all applied or none.
+async fn postgres_in_one_transaction(
+    conn: &mut sqlx::PgConnection,
+    now: Timestamp,
+) -> Result<u32, LedgerError> {
+    let mut tx = conn.begin_with(super::statement::POOLED_BEGIN).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .persistent(false)
+        .bind(LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+    let ran = migrate_on::<Postgres>(&mut *tx, POSTGRES, now, true).await?;
+    tx.commit().await?;
+    Ok(ran)
 }
 
 /// Applies pending SQLite migrations (one writer at a time by SQLite's own locking). Foreign keys

@@ -89,6 +89,11 @@ pub const DETAIL_LEN_MAX: usize = 2_000;
 /// default page size.
 pub const WRITE_HEADROOM_PAGES_MIN: i64 = 32;
 
+/// Longest the readiness probe (`Operations::probe_write`) waits for the database: a `/readyz`
+/// must answer 503 within 2 s when the database does not answer (issue 50), and a load balancer's
+/// check times out on its own after a few seconds.
+pub const READY_PROBE_TIMEOUT: Duration = Duration::from_millis(1_500);
+
 /// Shared handle to a whole ledger store (the binaries hand out the narrow interfaces from it).
 pub type SharedLedger = Arc<dyn Ledger>;
 
@@ -116,9 +121,27 @@ pub async fn connect_within(
     max_connections: u32,
     connect_timeout: Duration,
 ) -> Result<SharedLedger, LedgerError> {
+    connect_routed(
+        url,
+        &postgres::Route::default(),
+        max_connections,
+        connect_timeout,
+    )
+    .await
+}
+
+/// [`connect_within`], a Postgres reached through `route` (a pooler, a direct URL beside it:
+/// [`postgres::Route`]); SQLite ignores it.
+pub async fn connect_routed(
+    url: &str,
+    route: &postgres::Route,
+    max_connections: u32,
+    connect_timeout: Duration,
+) -> Result<SharedLedger, LedgerError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
-            postgres::PostgresLedger::connect(url, max_connections, connect_timeout).await?,
+            postgres::PostgresLedger::connect_routed(url, route, max_connections, connect_timeout)
+                .await?,
         ))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
@@ -133,12 +156,13 @@ pub async fn connect_within(
 /// a SQLite ledger, one process's own file, is migrated as [`connect_within`] does.
 pub async fn connect_serving(
     url: &str,
+    route: &postgres::Route,
     max_connections: u32,
     connect_timeout: Duration,
 ) -> Result<SharedLedger, LedgerError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
-            postgres::PostgresLedger::connect_serving(url, max_connections, connect_timeout)
+            postgres::PostgresLedger::connect_serving(url, route, max_connections, connect_timeout)
                 .await?,
         ))
     } else {

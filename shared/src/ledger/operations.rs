@@ -12,8 +12,8 @@ use super::statement::{Arg, Stmt};
 use super::store::Store;
 use super::{
     Cancel, Created, Inspection, LedgerError, LimitError, ListFilter, NewOperation, Operation,
-    OperationEvent, Operations, PAGE_MAX, Recovery, Resolve, StatusCount, WRITE_HEADROOM_PAGES_MIN,
-    bounded, console,
+    OperationEvent, Operations, PAGE_MAX, READY_PROBE_TIMEOUT, Recovery, Resolve, StatusCount,
+    WRITE_HEADROOM_PAGES_MIN, bounded, console,
 };
 use crate::clock::Timestamp;
 use crate::details::{DetailsHash, OperationKind};
@@ -199,26 +199,26 @@ impl<DB: Dialect> Operations for Store<DB> {
 
     async fn probe_write(&self, now: Timestamp) -> Result<(), LedgerError> {
         // A schema this process cannot serve, or statements failing on one, take it out of
-        // rotation even while the probe's own one-row write still works (issue 56).
+        // rotation even while the probe's own write still works (issue 56).
         if let Some(refusal) = self.schema.as_ref().and_then(|w| w.refusal()) {
             return Err(LedgerError::SchemaRefused(refusal));
         }
         if let Some(drift) = super::error::recent_schema_failure() {
             return Err(drift);
         }
-        if let Some(pages) = DB::write_headroom(self).await?
-            && pages < WRITE_HEADROOM_PAGES_MIN
-        {
-            return Err(LedgerError::Full {
-                headroom_pages: pages,
-            });
-        }
-        match self.execute(Stmt::new(PROBE_WRITE).bind(now)).await? {
-            1 => Ok(()),
-            n => Err(LedgerError::Corrupt(format!(
-                "the write probe changed {n} rows instead of its one"
-            ))),
-        }
+        // A database that does not answer (a network black hole) must fail readiness within the
+        // probe's own deadline, not hold it until the pool's or the kernel's timeouts.
+        tokio::time::timeout(READY_PROBE_TIMEOUT, self.probe_write_now(now))
+            .await
+            .unwrap_or_else(|_| {
+                Err(LedgerError::Database(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the write probe had no answer within {} ms",
+                        READY_PROBE_TIMEOUT.as_millis()
+                    ),
+                ))))
+            })
     }
 
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError> {
@@ -275,6 +275,23 @@ pub(crate) fn taken_as_none<T>(
 }
 
 impl<DB: Dialect> Store<DB> {
+    /// `Operations::probe_write` without its deadline.
+    async fn probe_write_now(&self, now: Timestamp) -> Result<(), LedgerError> {
+        if let Some(pages) = DB::write_headroom(self).await?
+            && pages < WRITE_HEADROOM_PAGES_MIN
+        {
+            return Err(LedgerError::Full {
+                headroom_pages: pages,
+            });
+        }
+        match self.execute(Stmt::new(PROBE_WRITE).bind(now)).await? {
+            1 => Ok(()),
+            n => Err(LedgerError::Corrupt(format!(
+                "the write probe changed {n} rows instead of its one"
+            ))),
+        }
+    }
+
     /// The operation a new one's business key already names in its tenant, if any.
     pub(crate) async fn by_business_key(
         &self,

@@ -7,7 +7,7 @@ use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
 use super::record::operation_columns;
 use super::recovery::{expiry_detail, found_detail};
-use super::statement::RowCount;
+use super::statement::{Driver, RowCount, Single, Stmt, named_statements};
 use super::store::Store;
 use super::{ExpireLeases, Fence, LedgerError, RecordLookups, Recorded, bounded, migrate, schema};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -224,6 +224,47 @@ fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
 /// The Postgres ledger.
 pub type PostgresLedger = Store<Postgres>;
 
+/// What sits between the processes and Postgres (docs/runbook.md, "Deploying on managed
+/// Postgres").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Nothing, or a proxy that keeps one server connection per client connection.
+    #[default]
+    None,
+    /// A pooler in session mode (PgBouncer `pool_mode = session`): one server connection per
+    /// client connection while it lasts, session settings kept, startup `options` dropped.
+    Session,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): each transaction may
+    /// run on another server connection. No named prepared statements, every statement in a
+    /// transaction that sets its own statement timeout, no session state.
+    Transaction,
+}
+
+/// How this process reaches its Postgres: through `pooler`, and, if set, `direct_url` (the server
+/// itself, bypassing the pooler) for what needs a session of its own: `LISTEN` and migrations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    /// What sits behind the ledger's URL.
+    pub pooler: Pooler,
+    /// A URL of the same database without the pooler; `None`: none.
+    pub direct_url: Option<String>,
+}
+
+/// Connection options without what a pooler refuses or drops at startup. PgBouncer's defaults
+/// refuse `options` and `extra_float_digits` (sqlx's default, for floats the ledger does not
+/// store), and in session pooling an ignored `options` silently dropped the statement timeout
+/// (issue 50): the timeout is set by a statement instead. `payonce` names the connections unless
+/// the URL does (`?application_name=…`): an operator, or the chaos soak's observer, can then tell
+/// them apart in `pg_stat_activity`.
+fn pooler_safe(url: &str) -> Result<PgConnectOptions, LedgerError> {
+    let options = PgConnectOptions::from_str(url)?;
+    let name = options
+        .get_application_name()
+        .unwrap_or("payonce")
+        .to_string();
+    Ok(options.extra_float_digits(None).application_name(&name))
+}
+
 /// What opening a Postgres ledger does with its schema.
 enum SchemaAtStart {
     /// Applies pending migrations (`payonce migrate`, tools, tests).
@@ -233,18 +274,31 @@ enum SchemaAtStart {
 }
 
 impl PostgresLedger {
-    /// Connects, runs pending migrations and opens a pool of up to `max_connections`: what
-    /// `payonce migrate`, tools and tests do. A server that is down, starting, out of connection
-    /// slots or unreachable is tried again with backoff for up to `connect_timeout`; past it, or at
-    /// once for what a retry cannot change (credentials, no such database), the error names the
-    /// server and the last attempt's cause.
+    /// [`PostgresLedger::connect_routed`] with nothing between the process and the server.
     pub async fn connect(
         url: &str,
         max_connections: u32,
         connect_timeout: Duration,
     ) -> Result<Self, LedgerError> {
+        Self::connect_routed(url, &Route::default(), max_connections, connect_timeout).await
+    }
+
+    /// Connects, runs pending migrations and opens a pool of up to `max_connections`: what
+    /// `payonce migrate`, tools and tests do. A server that is down, starting, out of connection
+    /// slots or unreachable is tried again with backoff for up to `connect_timeout`; past it, or at
+    /// once for what a retry cannot change (credentials, no such database, a refused TLS
+    /// handshake), the error names the server and the last attempt's cause. The statement timeout
+    /// is read back on the first connection: a route that loses it refuses to start
+    /// ([`LedgerError::SessionSetting`]).
+    pub async fn connect_routed(
+        url: &str,
+        route: &Route,
+        max_connections: u32,
+        connect_timeout: Duration,
+    ) -> Result<Self, LedgerError> {
         Self::open(
             url,
+            route,
             max_connections,
             connect_timeout,
             SchemaAtStart::Migrate,
@@ -259,37 +313,58 @@ impl PostgresLedger {
     /// failing readiness (`Operations::probe_write`) while the schema is one it cannot serve.
     pub async fn connect_serving(
         url: &str,
+        route: &Route,
         max_connections: u32,
         connect_timeout: Duration,
     ) -> Result<Self, LedgerError> {
-        Self::open(url, max_connections, connect_timeout, SchemaAtStart::Check).await
+        Self::open(
+            url,
+            route,
+            max_connections,
+            connect_timeout,
+            SchemaAtStart::Check,
+        )
+        .await
     }
 
     async fn open(
         url: &str,
+        route: &Route,
         max_connections: u32,
         connect_timeout: Duration,
         schema: SchemaAtStart,
     ) -> Result<Self, LedgerError> {
-        let options = PgConnectOptions::from_str(url)?;
-        // `payonce` unless the URL names the connections (`?application_name=…`): an operator, or
-        // the chaos soak's observer, can then tell them apart in `pg_stat_activity`.
-        let name = options
-            .get_application_name()
-            .unwrap_or("payonce")
-            .to_string();
-        let options = options
-            .options([("statement_timeout", STATEMENT_TIMEOUT_MS.to_string())])
-            .application_name(&name);
+        let per_transaction = route.pooler == Pooler::Transaction;
+        if per_transaction {
+            // Before any statement: every one from here on is unnamed and in a transaction.
+            super::statement::set_behind_transaction_pooler();
+        }
+        let options = pooler_safe(url)?;
+        let direct = route.direct_url.as_deref().map(pooler_safe).transpose()?;
         // The first connection is made here, not by the pool: the pool's own retries end after a
         // fixed 10 s in "pool timed out", without the cause.
         let mut conn = first_connection(&options, connect_timeout).await?;
-        let checked = match schema {
-            SchemaAtStart::Migrate => {
+        if per_transaction {
+            let mut tx = conn.begin_with(super::statement::POOLED_BEGIN).await?;
+            check_session_settings(&mut tx).await?;
+            tx.rollback().await?;
+        } else {
+            session_settings(&mut conn).await?;
+            check_session_settings(&mut conn).await?;
+        }
+        let checked = match (schema, &direct) {
+            (SchemaAtStart::Migrate, Some(direct)) => {
+                let mut direct_conn = first_connection(direct, connect_timeout).await?;
+                session_settings(&mut direct_conn).await?;
+                migrate::postgres(&mut direct_conn, SystemClock.now()).await?;
+                direct_conn.close().await.ok();
+                false
+            }
+            (SchemaAtStart::Migrate, None) => {
                 migrate::postgres(&mut conn, SystemClock.now()).await?;
                 false
             }
-            SchemaAtStart::Check => {
+            (SchemaAtStart::Check, _) => {
                 let verdict = match schema::check_postgres(&mut conn, migrate::POSTGRES).await {
                     Ok(verdict) => verdict,
                     Err(refused) => {
@@ -303,11 +378,31 @@ impl PostgresLedger {
         };
         // The pool opens its own connections as they are needed; a failed goodbye changes nothing.
         conn.close().await.ok();
-        let pool = PgPoolOptions::new()
+        let mut pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy_with(options);
-        let mut store = Store::new(pool);
+            .acquire_timeout(ACQUIRE_TIMEOUT);
+        if !per_transaction {
+            pool = pool.after_connect(|conn, _| Box::pin(session_settings(conn)));
+        }
+        let pool = pool.connect_lazy_with(options);
+        // Wake-ups need a session: over the direct connection when there is one; through a
+        // transaction pooler none arrive, and idle workers poll.
+        let listener = match (direct, per_transaction) {
+            (Some(direct), _) => Some(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_lazy_with(direct),
+            ),
+            (None, true) => {
+                tracing::info!(
+                    "behind a transaction pooler without a direct_database_url: no LISTEN; idle workers poll"
+                );
+                None
+            }
+            (None, false) => Some(pool.clone()),
+        };
+        let mut store = Store::new(pool).listening_on(listener);
         if checked {
             let watch = schema::new_watch();
             schema::spawn_watch(
@@ -324,7 +419,9 @@ impl PostgresLedger {
         if self.listening.swap(true, Ordering::SeqCst) {
             return;
         }
-        let pool = self.pool.clone();
+        let Some(pool) = self.listener.clone() else {
+            return;
+        };
         let ready = self.ready.clone();
         tokio::spawn(async move {
             loop {
@@ -390,6 +487,49 @@ async fn first_connection(
     }
 }
 
+/// Readiness's write that needs a new page, run in a transaction that is rolled back: `TRUNCATE`
+/// gives the table a new, empty file, so the insert must extend it by a page (on a full disk:
+/// `could not extend file`, `disk_full`), where the committed one-row update of `write_probe`
+/// still fit in its page. The lock `TRUNCATE` takes lets concurrent probes queue, each a few
+/// milliseconds; the rolled-back file is removed at once.
+const WRITE_PROBE_PAGE: [&str; 2] = [
+    "TRUNCATE write_probe_page",
+    "INSERT INTO write_probe_page (probed_at) VALUES (0)",
+];
+
+/// Sets the statement timeout for the connection's session. A statement, not a startup
+/// parameter, so that a pooler in session mode passes it to the server connection it binds.
+const SET_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 15000";
+/// The session's statement timeout in milliseconds, as the server applies it.
+const SHOW_STATEMENT_TIMEOUT: &str =
+    "SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'";
+
+/// Runs [`SET_STATEMENT_TIMEOUT`] on a new connection (the pool's `after_connect`).
+async fn session_settings(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(SET_STATEMENT_TIMEOUT).execute(conn).await?;
+    Ok(())
+}
+
+/// Reads the statement timeout back at start: a server, or something between, that does not keep
+/// it (issue 50: a create behind a held lock answered after 28.9 s instead of failing at 15 s)
+/// stops the process with the reason instead of running without the limit.
+async fn check_session_settings(conn: &mut PgConnection) -> Result<(), LedgerError> {
+    let found: i64 = sqlx::query_scalar(SHOW_STATEMENT_TIMEOUT)
+        .persistent(named_statements())
+        .fetch_one(&mut *conn)
+        .await?;
+    let wanted = i64::try_from(STATEMENT_TIMEOUT_MS).unwrap_or(i64::MAX);
+    if found == wanted {
+        Ok(())
+    } else {
+        Err(LedgerError::SessionSetting {
+            setting: "statement_timeout",
+            wanted,
+            found,
+        })
+    }
+}
+
 async fn listen(pool: &PgPool, ready: &Notify) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(READY_CHANNEL).await?;
@@ -425,8 +565,14 @@ impl Dialect for Postgres {
         &INTAKE
     }
 
-    /// None of its own: a full disk fails the probe's committed write.
-    async fn write_headroom(_: &PostgresLedger) -> Result<Option<i64>, LedgerError> {
+    /// Postgres says nothing of its room; instead a write that needs a new page is tried and
+    /// rolled back (`WRITE_PROBE_PAGE`): a full disk fails it with `could not extend file`.
+    async fn write_headroom(store: &PostgresLedger) -> Result<Option<i64>, LedgerError> {
+        let mut tx = store.begin().await?;
+        for statement in WRITE_PROBE_PAGE {
+            Postgres::execute(&mut *tx, Stmt::new(statement)).await?;
+        }
+        tx.rollback().await?;
         Ok(None)
     }
 
@@ -448,7 +594,10 @@ impl Dialect for Postgres {
         fences: &[Fence],
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
-        mark_submitting(&store.pool, fences, now).await
+        let mut one = Single::take(&store.pool).await?;
+        let marked = mark_submitting(one.conn(), fences, now).await?;
+        one.done().await?;
+        Ok(marked)
     }
 
     async fn expire_leases(
@@ -465,7 +614,9 @@ impl Dialect for Postgres {
             submitted.push(lease.submitted);
             details.push(expiry_detail(lease));
         }
+        let mut one = Single::take(&store.pool).await?;
         let written: Vec<String> = sqlx::query_scalar(EXPIRE_LEASES.as_str())
+            .persistent(named_statements())
             .bind(&ids)
             .bind(&attempts)
             .bind(&submitted)
@@ -473,8 +624,9 @@ impl Dialect for Postgres {
             .bind(now.as_millis())
             .bind(request.next_check_at.as_millis())
             .bind(bounded(request.actor))
-            .fetch_all(&store.pool)
+            .fetch_all(one.conn())
             .await?;
+        one.done().await?;
         let to = |submitted: bool| {
             let event = if submitted {
                 Event::LeaseExpiredSubmitted
@@ -506,7 +658,9 @@ impl Dialect for Postgres {
             results.push(item.result.to_string());
             details.push(bounded(&found_detail(request.source, &item.reference)));
         }
+        let mut one = Single::take(&store.pool).await?;
         let written: Vec<String> = sqlx::query_scalar(RECORD_LOOKUPS.as_str())
+            .persistent(named_statements())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
@@ -514,8 +668,9 @@ impl Dialect for Postgres {
             .bind(&details)
             .bind(bounded(request.source))
             .bind(now.as_millis())
-            .fetch_all(&store.pool)
+            .fetch_all(one.conn())
             .await?;
+        one.done().await?;
         let mut recorded = vec![false; request.found.len()];
         for i in firsts.written(&written) {
             recorded[i] = true;
@@ -535,8 +690,10 @@ impl Dialect for Postgres {
             .iter()
             .all(|(f, o)| matches!(o, Recorded::Succeeded(_)) && seen.insert(f.id.as_str()))
         {
-            let mut conn = store.pool.acquire().await?;
-            return record_batch(&mut conn, items, actor, now).await;
+            let mut one = Single::take(&store.pool).await?;
+            let recorded = record_batch(one.conn(), items, actor, now).await?;
+            one.done().await?;
+            return Ok(recorded);
         }
         let mut tx = store.begin().await?;
         let recorded = record_batch(&mut tx, items, actor, now).await?;
@@ -556,17 +713,18 @@ impl Dialect for Postgres {
 
 /// Records submission starts (one or a claimed batch) in one statement.
 async fn mark_submitting(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     fences: &[Fence],
     now: Timestamp,
 ) -> Result<Vec<bool>, LedgerError> {
     let ids: Vec<String> = fences.iter().map(|f| f.id.as_str().to_string()).collect();
     let attempts: Vec<i64> = fences.iter().map(|f| f.attempt).collect();
     let marked: Vec<String> = sqlx::query_scalar(MARK_SUBMITTING.as_str())
+        .persistent(named_statements())
         .bind(&ids)
         .bind(&attempts)
         .bind(now.as_millis())
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await?;
     let marked: HashSet<&str> = marked.iter().map(String::as_str).collect();
     Ok(fences
@@ -610,12 +768,14 @@ async fn record_batch(
             .map(|(fence, _)| fence.id.as_str().to_string())
             .collect();
         sqlx::query(LOCK_BATCH)
+            .persistent(named_statements())
             .bind(&all)
             .execute(&mut *conn)
             .await?;
     }
     if !ids.is_empty() {
         let written: Vec<String> = sqlx::query_scalar(RECORD_SUCCEEDED_BATCH.as_str())
+            .persistent(named_statements())
             .bind(&ids)
             .bind(&attempts)
             .bind(&references)
@@ -670,5 +830,17 @@ impl<'a> Firsts<'a> {
         returned
             .iter()
             .filter_map(|id| self.position.get(id.as_str()).copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_statements_set_the_named_limit() {
+        let limit = format!("statement_timeout = {STATEMENT_TIMEOUT_MS}");
+        assert!(SET_STATEMENT_TIMEOUT.ends_with(&limit));
+        assert!(super::super::statement::POOLED_BEGIN.ends_with(&limit));
     }
 }

@@ -6,7 +6,7 @@ use super::dialect::Dialect;
 use super::moves::{legal, update};
 use super::record::decode_operation;
 use super::row::LedgerRow;
-use super::statement::Stmt;
+use super::statement::{Single, Stmt};
 use super::store::Store;
 use super::{
     CLAIM_BATCH_MAX, Claimed, Fence, Inspection, LeaseHolder, LedgerError, LedgerTime, LimitError,
@@ -232,13 +232,15 @@ impl<DB: Dialect> Queue for Store<DB> {
         request: &RecordOutcome<'_>,
         now: Timestamp,
     ) -> Result<Operation, LedgerError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut one = Single::take(&self.pool).await?;
         let RecordOutcome {
             fence,
             outcome,
             actor,
         } = *request;
-        record_on::<DB>(&mut *conn, fence, outcome, actor, now).await
+        let recorded = record_on::<DB>(one.conn(), fence, outcome, actor, now).await?;
+        one.done().await?;
+        Ok(recorded)
     }
 
     async fn record_batch(

@@ -130,11 +130,30 @@ pub(crate) async fn check_postgres(
     conn: &mut PgConnection,
     known: &[Migration],
 ) -> Result<Verdict, LedgerError> {
+    if !super::statement::behind_transaction_pooler() {
+        return read_and_judge(conn, known).await;
+    }
+    // Behind a transaction pooler only a transaction keeps one server connection: an unnamed
+    // statement's parse and its execution may otherwise meet different servers.
+    use sqlx::Connection;
+    let mut tx = conn.begin_with(super::statement::POOLED_BEGIN).await?;
+    let verdict = read_and_judge(&mut tx, known).await;
+    tx.rollback().await?;
+    verdict
+}
+
+/// [`check_postgres`] on a connection (or in a transaction) as it is.
+async fn read_and_judge(
+    conn: &mut PgConnection,
+    known: &[Migration],
+) -> Result<Verdict, LedgerError> {
     let present: bool = sqlx::query_scalar(MIGRATIONS_TABLE_PRESENT)
+        .persistent(super::statement::named_statements())
         .fetch_one(&mut *conn)
         .await?;
     let applied: Vec<AppliedMigration> = if present {
         sqlx::query_as::<_, (i64, Option<i64>)>(APPLIED_MIGRATIONS)
+            .persistent(super::statement::named_statements())
             .fetch_all(&mut *conn)
             .await?
             .into_iter()

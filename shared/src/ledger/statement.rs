@@ -10,10 +10,101 @@ use crate::clock::Timestamp;
 use crate::id::{OperationId, TenantId};
 use async_trait::async_trait;
 use sqlx::database::HasStatementCache;
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Connection, Database, Encode, Executor, IntoArguments, Pool, Type};
+use sqlx::{
+    AssertSqlSafe, Connection, Database, Encode, Executor, IntoArguments, Pool, Transaction, Type,
+};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Whether this process's Postgres ledger sits behind a pooler in transaction mode (PgBouncer's
+/// `pool_mode = transaction`), where each transaction may run on another server connection. Set
+/// once, by the Postgres store when it opens so configured (`Pooler::Transaction`), before any
+/// statement runs; never unset. Process-wide rather than per store because statements inside a
+/// transaction reach sqlx here without a store at hand, and a process opens one ledger.
+static TRANSACTION_POOLER: AtomicBool = AtomicBool::new(false);
+
+/// How a transaction starts behind a transaction pooler: the statement timeout is set for the
+/// transaction (`SET LOCAL`), as a session setting would leak to whichever client the pooler
+/// hands the server connection next, or be lost. Sent as one simple query (one round trip).
+/// Only the Postgres store turns the pooler mode on.
+pub(crate) const POOLED_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 15000";
+
+/// Marks this process's ledger as behind a transaction pooler ([`TRANSACTION_POOLER`]).
+pub(crate) fn set_behind_transaction_pooler() {
+    TRANSACTION_POOLER.store(true, Ordering::SeqCst);
+}
+
+/// Whether this process's ledger is behind a transaction pooler ([`TRANSACTION_POOLER`]).
+pub(crate) fn behind_transaction_pooler() -> bool {
+    TRANSACTION_POOLER.load(Ordering::Relaxed)
+}
+
+/// Whether statements may be prepared under a name and reused on their connection. Not behind a
+/// transaction pooler: the next transaction may run on another server, which does not know the
+/// name, or knows another client's statement by it (`prepared statement "sqlx_s_1" already
+/// exists`, issue 50). Unnamed statements live only until the next one, inside the transaction.
+pub(crate) fn named_statements() -> bool {
+    !behind_transaction_pooler()
+}
+
+/// Opens a transaction on `pool` (with [`POOLED_BEGIN`] behind a transaction pooler) that a
+/// cancelled caller cannot leave half open: see `Store::begin`.
+pub(crate) async fn begin_on<DB: Database>(
+    pool: &Pool<DB>,
+) -> Result<Transaction<'static, DB>, LedgerError> {
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        if behind_transaction_pooler() {
+            pool.begin_with(POOLED_BEGIN).await
+        } else {
+            pool.begin().await
+        }
+    })
+    .await
+    .map_err(|e| LedgerError::Database(sqlx::Error::Protocol(format!("begin: {e}"))))?
+    .map_err(LedgerError::from)
+}
+
+/// A connection from the pool for statements that need no transaction of their own: the
+/// connection itself, or behind a transaction pooler a transaction (its statements, parsed and
+/// bound in separate round trips, must reach one server connection), committed by
+/// [`Single::done`].
+pub(crate) enum Single<DB: Database> {
+    /// A pooled connection.
+    Conn(PoolConnection<DB>),
+    /// A transaction, behind a transaction pooler.
+    Tx(Transaction<'static, DB>),
+}
+
+impl<DB: Database> Single<DB> {
+    /// Takes a connection (or opens a transaction) from `pool`.
+    pub(crate) async fn take(pool: &Pool<DB>) -> Result<Self, LedgerError> {
+        if behind_transaction_pooler() {
+            Ok(Single::Tx(begin_on(pool).await?))
+        } else {
+            Ok(Single::Conn(pool.acquire().await?))
+        }
+    }
+
+    /// The connection to run statements on.
+    pub(crate) fn conn(&mut self) -> &mut DB::Connection {
+        match self {
+            Single::Conn(conn) => &mut *conn,
+            Single::Tx(tx) => &mut *tx,
+        }
+    }
+
+    /// Commits the transaction, if there is one; a connection goes back to the pool when dropped.
+    pub(crate) async fn done(self) -> Result<(), LedgerError> {
+        if let Single::Tx(tx) = self {
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+}
 
 /// A value bound to a placeholder: the two column types the ledger stores, or their `NULL`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,11 +297,12 @@ where
     for<'t> Option<&'t str>: Encode<'t, DB>,
 {
     fn query(stmt: Stmt<'_>) -> Query<'static, DB, DB::Arguments> {
-        let mut query = match stmt.sql {
+        let query = match stmt.sql {
             Cow::Borrowed(sql) => sqlx::query(sql),
             // Built from the module's fixed fragments; every value is a bound argument.
             Cow::Owned(sql) => sqlx::query(AssertSqlSafe(sql)),
         };
+        let mut query = query.persistent(named_statements());
         for arg in &stmt.args {
             query = match arg {
                 Arg::Int(v) => query.bind(*v),
@@ -227,6 +319,13 @@ where
         O: Into<On<'c, DB>> + Send,
     {
         let done = match on.into() {
+            // Unnamed statements (behind a transaction pooler) have no cached plan to go stale.
+            On::Pool(pool) if behind_transaction_pooler() => {
+                let mut one = Single::take(pool).await?;
+                let done = DB::query(stmt).execute(one.conn()).await?;
+                one.done().await?;
+                done
+            }
             On::Pool(pool) => {
                 let mut conn = pool.acquire().await?;
                 match DB::query(stmt.clone()).execute(&mut *conn).await {
@@ -269,6 +368,12 @@ where
         O: Into<On<'c, DB>> + Send,
     {
         let rows = match on.into() {
+            On::Pool(pool) if behind_transaction_pooler() => {
+                let mut one = Single::take(pool).await?;
+                let rows = DB::query(stmt).fetch_all(one.conn()).await?;
+                one.done().await?;
+                rows
+            }
             On::Pool(pool) => {
                 let mut conn = pool.acquire().await?;
                 match DB::query(stmt.clone()).fetch_all(&mut *conn).await {

@@ -39,6 +39,9 @@ pub struct Store<DB: Database> {
     remote: Arc<RemoteWake>,
     /// Whether the store's listener (Postgres `LISTEN`) has been started.
     pub(crate) listening: Arc<AtomicBool>,
+    /// Where the listener connects: the pool, or a pool of the server's direct address when a
+    /// pooler keeps no session; `None`: nowhere (idle workers poll).
+    pub(crate) listener: Option<Pool<DB>>,
     /// The callers' clocks are the store's (`Queue::now`): always on SQLite (`Dialect::NOW` is
     /// `None`), on Postgres only when a test moves time by hand ([`Store::on_callers_clock`]).
     pub(crate) callers_clock: bool,
@@ -54,6 +57,7 @@ impl<DB: Database> Clone for Store<DB> {
             ready: self.ready.clone(),
             remote: self.remote.clone(),
             listening: self.listening.clone(),
+            listener: self.listener.clone(),
             callers_clock: self.callers_clock,
             schema: self.schema.clone(),
         }
@@ -70,13 +74,20 @@ impl<DB: Database> Store<DB> {
     /// Wraps an open, migrated pool.
     pub(crate) fn new(pool: Pool<DB>) -> Self {
         Store {
-            pool,
             ready: Arc::new(Notify::new()),
             remote: Arc::default(),
             listening: Arc::new(AtomicBool::new(false)),
+            listener: Some(pool.clone()),
+            pool,
             callers_clock: false,
             schema: None,
         }
+    }
+
+    /// Listens for wake-ups on `listener` instead of the pool (see [`Store::listener`]).
+    pub(crate) fn listening_on(mut self, listener: Option<Pool<DB>>) -> Self {
+        self.listener = listener;
+        self
     }
 
     /// This store's time is whatever its callers' clocks say (`Queue::now` answers the `local`
@@ -99,16 +110,13 @@ impl<DB: Database> Store<DB> {
     /// nobody will end, and later autocommit writes on it would never commit. The `BEGIN` runs in
     /// a task of its own, which finishes even when the caller is gone; a transaction nobody takes
     /// rolls back when dropped, as any unfinished one does. (Checking every released connection
-    /// instead cost a round trip and a server-logged error per ledger call.)
+    /// instead cost a round trip and a server-logged error per ledger call.) Behind a transaction
+    /// pooler it starts with `statement::POOLED_BEGIN`.
     pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, LedgerError>
     where
         DB: 'static,
     {
-        let pool = self.pool.clone();
-        tokio::spawn(async move { pool.begin().await })
-            .await
-            .map_err(|e| LedgerError::Database(sqlx::Error::Protocol(format!("begin: {e}"))))?
-            .map_err(LedgerError::from)
+        super::statement::begin_on(&self.pool).await
     }
 }
 

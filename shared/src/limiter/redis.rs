@@ -53,8 +53,12 @@ return {1, 0}
 /// How to reach the shared budget.
 #[derive(Debug, Clone)]
 pub struct RedisLimiterConfig {
-    /// `redis://host:port/db`.
+    /// `redis://host:port/db`, or `rediss://…` for TLS.
     pub url: String,
+    /// PEM file of the CA(s) that sign the Redis server's certificate, for `rediss://` to a server
+    /// whose CA the system's trust store does not hold (a managed Redis's own CA, a test's); `None`:
+    /// the system's trust store.
+    pub ca_file: Option<std::path::PathBuf>,
     /// Prefix of every key (one per deployment, or per test).
     pub key_prefix: String,
     /// The processor account the budget belongs to.
@@ -117,8 +121,21 @@ impl RedisLimiter {
         if config.timeout.is_zero() || config.expected_processes == 0 {
             return Err("limiter timeout and expected process count must be positive".to_string());
         }
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| format!("limiter redis url: {e}"))?;
+        let client = match &config.ca_file {
+            None => redis::Client::open(config.url.as_str()),
+            Some(path) => {
+                let root_cert = std::fs::read(path)
+                    .map_err(|e| format!("limiter redis CA file {}: {e}", path.display()))?;
+                redis::Client::build_with_tls(
+                    config.url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(root_cert),
+                    },
+                )
+            }
+        }
+        .map_err(|e| format!("limiter redis url: {e}"))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout))
             .set_response_timeout(Some(config.timeout))
