@@ -692,7 +692,7 @@ mod tests {
                 serde_json::json!(name.as_str())
             );
         }
-        assert_eq!(seen.len(), 21);
+        assert_eq!(seen.len(), 22);
         assert_eq!(EventName::parse("made_up"), None);
         assert_eq!(
             EventName::parse("claim"),
