@@ -172,22 +172,12 @@ async fn pay_through(cluster: &Cluster, bouncer: &Bouncer, pooler: &str, direct:
         children.push(spawn(&args, &url, &sim, &env));
     }
     for listen in &listens {
-        let up = tokio::time::timeout(DEADLINE, async {
-            while !ready(listen).await {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
+        wait_for(
+            "every process is ready through the pooler",
+            DEADLINE,
+            || async { ready(listen).await.then_some(()) },
+        )
         .await;
-        if up.is_err() {
-            let logs: Vec<String> = children
-                .iter()
-                .map(|(_, log)| log.lock().unwrap().lines.join("\n"))
-                .collect();
-            panic!(
-                "{listen} is not ready through the pooler:\n{}",
-                logs.join("\n---\n")
-            );
-        }
     }
 
     // The test's own ledger goes to the server directly.

@@ -138,16 +138,7 @@ pub async fn connect_routed(
     max_connections: u32,
     connect_timeout: Duration,
 ) -> Result<SharedLedger, LedgerError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(
-            postgres::PostgresLedger::connect_routed(url, route, max_connections, connect_timeout)
-                .await?,
-        ))
-    } else if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
-    } else {
-        Err(LimitError::DatabaseUrl(url.to_string()).into())
-    }
+    open_url(url, route, max_connections, connect_timeout, false).await
 }
 
 /// Opens the store a URL names as a serving process (`api`, `worker`, `reconciler`, `serve`, the
@@ -160,12 +151,28 @@ pub async fn connect_serving(
     max_connections: u32,
     connect_timeout: Duration,
 ) -> Result<SharedLedger, LedgerError> {
+    open_url(url, route, max_connections, connect_timeout, true).await
+}
+
+/// The store `url` names: a Postgres ledger migrated or, `serving`, only checked; a SQLite ledger
+/// migrated either way (its file is one process's own).
+async fn open_url(
+    url: &str,
+    route: &postgres::Route,
+    max_connections: u32,
+    connect_timeout: Duration,
+    serving: bool,
+) -> Result<SharedLedger, LedgerError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(
-            postgres::PostgresLedger::connect_serving(url, route, max_connections, connect_timeout)
-                .await?,
-        ))
+        let (max, timeout) = (max_connections, connect_timeout);
+        Ok(Arc::new(if serving {
+            postgres::PostgresLedger::connect_serving(url, route, max, timeout).await?
+        } else {
+            postgres::PostgresLedger::connect_routed(url, route, max, timeout).await?
+        }))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteLedger::connect(url).await?))
     } else {
-        connect_within(url, max_connections, connect_timeout).await
+        Err(LimitError::DatabaseUrl(url.to_string()).into())
     }
 }
