@@ -441,28 +441,8 @@ async fn a_full_postgres_disk_fails_readiness_on_every_process_until_space_retur
     );
 
     let sim = simulator(SimulatorConfig::default()).await;
-    let api = format!("127.0.0.1:{}", free_port());
-    let worker = format!("127.0.0.1:{}", free_port());
-    let reconciler = format!("127.0.0.1:{}", free_port());
-    let mut children = Vec::new();
-    for (args, listen) in [
-        (vec!["api", "--listen", api.as_str()], None),
-        (vec!["worker"], Some(worker.as_str())),
-        (vec!["reconciler", "run"], Some(reconciler.as_str())),
-    ] {
-        let mut env = vec![("PAYONCE_DB_CONNECT_TIMEOUT_MS", CONNECT_TIMEOUT)];
-        if let Some(listen) = listen {
-            env.push(("PAYONCE_METRICS_LISTEN", listen));
-        }
-        children.push(spawn(&args, &url, &sim, &env));
-    }
-    let listens = [api.as_str(), worker.as_str(), reconciler.as_str()];
-    for listen in listens {
-        wait_for("ready before the disk fills", DEADLINE, || async {
-            (readyz(listen).await.0 == 200).then_some(())
-        })
-        .await;
-    }
+    let (children, listens) = ready_fleet(&url, &sim, "ready before the disk fills").await;
+    let listens = listens.each_ref().map(String::as_str);
 
     // Fill the disk: dd stops at "No space left on device".
     let filler = cluster.dir().join("filler");
@@ -573,28 +553,8 @@ async fn readiness_answers_503_within_its_deadline_while_the_database_does_not_a
     );
 
     let sim = simulator(SimulatorConfig::default()).await;
-    let api = format!("127.0.0.1:{}", free_port());
-    let worker = format!("127.0.0.1:{}", free_port());
-    let reconciler = format!("127.0.0.1:{}", free_port());
-    let mut children = Vec::new();
-    for (args, listen) in [
-        (vec!["api", "--listen", api.as_str()], None),
-        (vec!["worker"], Some(worker.as_str())),
-        (vec!["reconciler", "run"], Some(reconciler.as_str())),
-    ] {
-        let mut env = vec![("PAYONCE_DB_CONNECT_TIMEOUT_MS", CONNECT_TIMEOUT)];
-        if let Some(listen) = listen {
-            env.push(("PAYONCE_METRICS_LISTEN", listen));
-        }
-        children.push(spawn(&args, &url, &sim, &env));
-    }
-    let listens = [api.as_str(), worker.as_str(), reconciler.as_str()];
-    for listen in listens {
-        wait_for("ready before the black hole", DEADLINE, || async {
-            (readyz(listen).await.0 == 200).then_some(())
-        })
-        .await;
-    }
+    let (children, listens) = ready_fleet(&url, &sim, "ready before the black hole").await;
+    let listens = listens.each_ref().map(String::as_str);
 
     hole.hold(true);
     for listen in listens {
@@ -611,4 +571,37 @@ async fn readiness_answers_503_within_its_deadline_while_the_database_does_not_a
         .await;
     }
     drop(children);
+}
+
+/// An api, a worker and a reconciler on `url`, each answering `/readyz` 200 (`what` names the wait);
+/// their processes (killed on drop) and the addresses their readiness is served at.
+async fn ready_fleet(
+    url: &str,
+    sim: &payonce_simulator::Simulator,
+    what: &str,
+) -> (
+    Vec<(tokio::process::Child, crate::startup::SharedLog)>,
+    [String; 3],
+) {
+    let listens = [(); 3].map(|()| format!("127.0.0.1:{}", free_port()));
+    let [api, worker, reconciler] = &listens;
+    let mut children = Vec::new();
+    for (args, listen) in [
+        (vec!["api", "--listen", api.as_str()], None),
+        (vec!["worker"], Some(worker.as_str())),
+        (vec!["reconciler", "run"], Some(reconciler.as_str())),
+    ] {
+        let mut env = vec![("PAYONCE_DB_CONNECT_TIMEOUT_MS", CONNECT_TIMEOUT)];
+        if let Some(listen) = listen {
+            env.push(("PAYONCE_METRICS_LISTEN", listen));
+        }
+        children.push(spawn(&args, url, sim, &env));
+    }
+    for listen in &listens {
+        wait_for(what, DEADLINE, || async {
+            (readyz(listen).await.0 == 200).then_some(())
+        })
+        .await;
+    }
+    (children, listens)
 }
