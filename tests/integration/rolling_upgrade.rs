@@ -52,6 +52,21 @@ async fn ready(base: &str) -> u16 {
     get(&format!("{base}/readyz")).await.0
 }
 
+/// The URL of a migrated Postgres database of its own, and a service key of the test tenant in it.
+async fn database_with_service_key() -> (String, String) {
+    let (ledger, url) = postgres_ledger().await;
+    let key = payonce_api::create_api_key(
+        ledger.as_ref(),
+        &tenant(),
+        Role::Service,
+        "billing",
+        SystemClock.now(),
+    )
+    .await
+    .expect("a service key");
+    (url, key)
+}
+
 async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> (u16, Value) {
     let r = http
         .post(url)
@@ -107,16 +122,7 @@ async fn paid_once(http: &reqwest::Client, api: &str, key: &str, sim: &Simulator
 
 #[tokio::test]
 async fn a_running_fleet_keeps_paying_across_an_additive_migration_applied_beside_it() {
-    let (ledger, url) = postgres_ledger().await;
-    let key = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant(),
-        Role::Service,
-        "billing",
-        SystemClock.now(),
-    )
-    .await
-    .expect("a service key");
+    let (url, key) = database_with_service_key().await;
     let sim = simulator(SimulatorConfig::default()).await;
     let dir = scratch("rolling-additive");
     let (api, worker, reconciler) = (
@@ -305,16 +311,7 @@ async fn a_serving_process_runs_beside_expand_steps_and_refuses_a_contract_it_pr
 /// before anyone restarts them.
 #[tokio::test]
 async fn a_process_whose_ledger_statements_fail_goes_unready_within_seconds() {
-    let (ledger, url) = postgres_ledger().await;
-    let key = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant(),
-        Role::Service,
-        "billing",
-        SystemClock.now(),
-    )
-    .await
-    .expect("a service key");
+    let (url, key) = database_with_service_key().await;
     let sim = simulator(SimulatorConfig::default()).await;
     let dir = scratch("rolling-unready");
     let (api, worker) = (
