@@ -1,5 +1,5 @@
 //! The command line: every subcommand and its flags. The settings groups live in `settings`; what each
-//! command does lives in `main` (`run`).
+//! command does is one function per command, which `main`'s `run` dispatches to.
 
 use crate::settings::{ApiArgs, Common, GraceArgs, ReconcilerArgs, SubmitArgs, WorkerArgs};
 use crate::{demo, keys, ops, serve};
