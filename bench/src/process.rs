@@ -231,30 +231,7 @@ pub async fn drain(
         crate::now_ms(),
     )
     .await?;
-    let port = free_port()?;
-    let sim_url = format!("http://127.0.0.1:{port}");
-    let mut sim = Command::new(payonce_bin)
-        .arg("simulator")
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--latency-ms", &latency.as_millis().to_string()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("spawn {} simulator", payonce_bin.display()))?;
-    let sim_pid = sim.id().context("the simulator exited at once")?;
-    until(
-        &mut sim,
-        "the simulator",
-        Instant::now(),
-        START_DEADLINE,
-        || async {
-            Ok(crate::http::simulator_payments(&sim_url)
-                .await
-                .map_err(|e| format!("{sim_url} does not answer: {e:#}")))
-        },
-    )
-    .await?;
+    let (mut sim, sim_pid, sim_url) = start_simulator(payonce_bin, latency).await?;
 
     let connections_before = crate::http::simulator_connections(&sim_url).await?;
     let sim_before = cpu_of(sim_pid).context("read the simulator's CPU time")?;
@@ -264,26 +241,13 @@ pub async fn drain(
     let spawned_ms = crate::now_ms();
     let metrics_listen = format!("127.0.0.1:{}", free_port()?);
     let metrics_url = format!("http://{metrics_listen}/metrics");
-    let mut child = Command::new(payonce_bin)
-        .arg("worker")
-        .env("PAYONCE_METRICS_LISTEN", &metrics_listen)
-        .env("PAYONCE_DATABASE_URL", &db.url)
-        .env("PAYONCE_PROCESSOR_URL", &sim_url)
-        .env(
-            "PAYONCE_PROCESSOR_SECRET_KEY",
-            payonce_simulator::config::API_KEY_DEFAULT,
-        )
-        .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
-        .env(
-            "PAYONCE_PROCESSOR_IDLE_CONNECTIONS",
-            concurrency.max(1).to_string(),
-        )
-        .env("PAYONCE_PROCESSOR_HTTP2", protocol.http2_setting())
-        .env("PAYONCE_LIMITER", "off")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("spawn {} worker", payonce_bin.display()))?;
+    let mut child = spawn_worker(
+        payonce_bin,
+        &metrics_listen,
+        &db.url,
+        &sim_url,
+        (concurrency, protocol),
+    )?;
     let pid = child.id().context("the worker exited at once")?;
     let shared: SharedLedger = Arc::new(ledger.clone());
     let peak_anon = std::cell::Cell::new(0_u64);
@@ -355,6 +319,70 @@ pub async fn drain(
         start_up: Duration::from_millis((window.first_claim_ms - spawned_ms).max(0).unsigned_abs()),
         connections,
     })
+}
+
+/// Starts `payonce simulator` on a free port with `latency`, and waits until it answers: the child,
+/// its pid and its base URL.
+async fn start_simulator(
+    payonce_bin: &Path,
+    latency: Duration,
+) -> anyhow::Result<(Child, u32, String)> {
+    let port = free_port()?;
+    let sim_url = format!("http://127.0.0.1:{port}");
+    let mut sim = Command::new(payonce_bin)
+        .arg("simulator")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--latency-ms", &latency.as_millis().to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("spawn {} simulator", payonce_bin.display()))?;
+    let sim_pid = sim.id().context("the simulator exited at once")?;
+    until(
+        &mut sim,
+        "the simulator",
+        Instant::now(),
+        START_DEADLINE,
+        || async {
+            Ok(crate::http::simulator_payments(&sim_url)
+                .await
+                .map_err(|e| format!("{sim_url} does not answer: {e:#}")))
+        },
+    )
+    .await?;
+    Ok((sim, sim_pid, sim_url))
+}
+
+/// Spawns `payonce worker` on `db_url` against `sim_url` with `concurrency` in flight (and as many
+/// idle connections) over `protocol`, no fleet limiter, its metrics on `metrics_listen`.
+fn spawn_worker(
+    payonce_bin: &Path,
+    metrics_listen: &str,
+    db_url: &str,
+    sim_url: &str,
+    (concurrency, protocol): (usize, Protocol),
+) -> anyhow::Result<Child> {
+    Command::new(payonce_bin)
+        .arg("worker")
+        .env("PAYONCE_METRICS_LISTEN", metrics_listen)
+        .env("PAYONCE_DATABASE_URL", db_url)
+        .env("PAYONCE_PROCESSOR_URL", sim_url)
+        .env(
+            "PAYONCE_PROCESSOR_SECRET_KEY",
+            payonce_simulator::config::API_KEY_DEFAULT,
+        )
+        .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
+        .env(
+            "PAYONCE_PROCESSOR_IDLE_CONNECTIONS",
+            concurrency.max(1).to_string(),
+        )
+        .env("PAYONCE_PROCESSOR_HTTP2", protocol.http2_setting())
+        .env("PAYONCE_LIMITER", "off")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("spawn {} worker", payonce_bin.display()))
 }
 
 /// Where the steady-state window starts and ends, as shares of the operations succeeded.
