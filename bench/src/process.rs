@@ -79,6 +79,18 @@ pub struct Grouping {
 }
 
 impl Grouping {
+    /// Scrapes the worker's `/metrics` at `metrics_url` and reads its grouping.
+    pub async fn scrape(metrics_url: &str) -> anyhow::Result<Grouping> {
+        Ok(Grouping::from_exposition(
+            &reqwest::get(metrics_url)
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .with_context(|| format!("scrape the worker's {metrics_url}"))?
+                .text()
+                .await?,
+        ))
+    }
+
     /// Reads the four counters from a `/metrics` page.
     pub fn from_exposition(text: &str) -> Grouping {
         Grouping {
@@ -234,9 +246,7 @@ pub async fn drain(
     let (mut sim, sim_pid, sim_url) = start_simulator(payonce_bin, latency).await?;
 
     let connections_before = crate::http::simulator_connections(&sim_url).await?;
-    let sim_before = cpu_of(sim_pid).context("read the simulator's CPU time")?;
-    let postgres_before = postgres_cpu();
-    let machine_before = machine_cpu().context("read /proc/stat")?;
+    let cpu_before = CpuBefore::read(sim_pid)?;
     let started = Instant::now();
     let spawned_ms = crate::now_ms();
     let metrics_listen = format!("127.0.0.1:{}", free_port()?);
@@ -274,25 +284,9 @@ pub async fn drain(
     })
     .await?;
     let elapsed = started.elapsed();
-    let (machine_busy, machine_total) = machine_cpu().context("read /proc/stat")?;
-    let cpu = CpuSplit {
-        worker: cpu_of(pid).context("read the worker's CPU time")?,
-        simulator: cpu_of(sim_pid)
-            .context("read the simulator's CPU time")?
-            .saturating_sub(sim_before),
-        postgres: postgres_cpu().saturating_sub(postgres_before),
-        machine_busy: machine_busy.saturating_sub(machine_before.0),
-        machine_capacity: machine_total.saturating_sub(machine_before.1),
-    };
+    let cpu = cpu_before.split_since(pid, sim_pid)?;
     let peak_kib = peak_kib_of(pid).context("read the worker's VmHWM")?;
-    let grouping = Grouping::from_exposition(
-        &reqwest::get(&metrics_url)
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("scrape the worker's {metrics_url}"))?
-            .text()
-            .await?,
-    );
+    let grouping = Grouping::scrape(&metrics_url).await?;
     stop(&mut child, "worker").await?;
     // Less this read's own connection.
     let connections = (crate::http::simulator_connections(&sim_url).await?)
@@ -319,6 +313,38 @@ pub async fn drain(
         start_up: Duration::from_millis((window.first_claim_ms - spawned_ms).max(0).unsigned_abs()),
         connections,
     })
+}
+
+/// CPU counters read before a drain: the simulator's, every `postgres` process's, the machine's.
+struct CpuBefore {
+    simulator: Duration,
+    postgres: Duration,
+    machine: (Duration, Duration),
+}
+
+impl CpuBefore {
+    /// Reads the counters, the simulator's (`sim_pid`) included.
+    fn read(sim_pid: u32) -> anyhow::Result<CpuBefore> {
+        Ok(CpuBefore {
+            simulator: cpu_of(sim_pid).context("read the simulator's CPU time")?,
+            postgres: postgres_cpu(),
+            machine: machine_cpu().context("read /proc/stat")?,
+        })
+    }
+
+    /// Where the CPU went since: the worker's (`worker_pid`) whole life, the others' difference.
+    fn split_since(&self, worker_pid: u32, sim_pid: u32) -> anyhow::Result<CpuSplit> {
+        let (machine_busy, machine_total) = machine_cpu().context("read /proc/stat")?;
+        Ok(CpuSplit {
+            worker: cpu_of(worker_pid).context("read the worker's CPU time")?,
+            simulator: cpu_of(sim_pid)
+                .context("read the simulator's CPU time")?
+                .saturating_sub(self.simulator),
+            postgres: postgres_cpu().saturating_sub(self.postgres),
+            machine_busy: machine_busy.saturating_sub(self.machine.0),
+            machine_capacity: machine_total.saturating_sub(self.machine.1),
+        })
+    }
 }
 
 /// Starts `payonce simulator` on a free port with `latency`, and waits until it answers: the child,
