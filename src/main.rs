@@ -16,7 +16,7 @@
 //!
 //! Modules: `cli` (the subcommands), `banner` (serve's copy-paste walk-through), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `daemons` (api, worker and reconciler run), `oncall` (the reconciler's sweep, list, show, resolve), `enqueue` (the file intake command), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
+//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `daemons` (api, worker and reconciler run), `oncall` (the reconciler's sweep, list, show, resolve), `enqueue` (the file intake command), `demo` (the INV-2048 story on it), `simulator` (the simulator on its own), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
 mod banner;
@@ -33,6 +33,7 @@ mod ops;
 mod progress;
 mod serve;
 mod settings;
+mod simulator;
 mod suggestion;
 mod tenant;
 mod tenant_app;
@@ -160,7 +161,7 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         Command::Config {
             command: ConfigCommand::Show { .. },
         } => config_show(&parsed.matches, parsed.file.as_ref()),
-        Command::Simulator(args) => demo::run_simulator(args).await,
+        Command::Simulator(args) => simulator::run(args).await,
         Command::Enqueue(args) => enqueue::run(args).await,
         Command::Prune { common, reconciler } => prune(&common, &reconciler).await,
         Command::Migrate { common } => migrate_command(&common).await,
