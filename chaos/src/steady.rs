@@ -433,7 +433,7 @@ impl Soak {
     /// call id (a regenerated answer, a retried request).
     fn ask_about(&mut self, i: usize, op: &operations::PlannedOp) {
         self.call_n += 1;
-        let asks = if i % 2 == 0 { 2 } else { 1 };
+        let asks = if i.is_multiple_of(2) { 2 } else { 1 };
         let (http, base, key, id, n) = (
             self.http.clone(),
             self.api_base.clone(),
