@@ -1,5 +1,5 @@
 //! The command line: every subcommand and its flags. The settings groups live in `settings`; what each
-//! command does lives in `main` (`run`).
+//! command does is one function per command, which `main`'s `run` dispatches to.
 
 use crate::settings::{ApiArgs, Common, GraceArgs, ReconcilerArgs, SubmitArgs, WorkerArgs};
 use crate::{demo, keys, ops, serve};
@@ -184,7 +184,7 @@ pub enum Command {
         command: ReconcilerCommand,
     },
     /// Runs the Stripe-compatible simulator.
-    Simulator(demo::SimulatorArgs),
+    Simulator(crate::simulator::SimulatorArgs),
     /// Creates (and, with an approval, enqueues) the operations of a CSV or NDJSON file through the
     /// API's batch route with a service key; run it again to resume (nothing is created twice).
     /// Exit 0: every line written; 3: some lines refused (listed by number).

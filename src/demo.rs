@@ -2,21 +2,23 @@
 //! walks invoice INV-2048 through its front door, stages a worker crash after the processor accepted
 //! the payment (a real child process, aborted at a failure point), then lets the stack's own worker and
 //! reconciler converge, and prints the one payment and the operation's full history.
-//! `payonce simulator` runs the simulator on its own.
 
 use crate::progress::Progress;
 use crate::serve::{Plan, Stack};
 use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs, builtin_defaults};
 use anyhow::Context;
 use clap::Args;
+use payonce_reconciler::Reconciler;
 use payonce_reconciler::oncall::{self, Format};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::{Operation, Role};
+use payonce_shared::ledger::{Operation, Role, SharedLedger};
 use payonce_shared::state::Status;
-use payonce_simulator::{RateLimits, SimulatorConfig, payment_audit};
+use payonce_simulator::{SimulatorConfig, payment_audit};
+use payonce_worker::Worker;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest the demo waits for the crashed payment to be reconciled: the worker's lease (1.5 s) must
@@ -33,142 +35,6 @@ const WEBHOOK_DELAY: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(100);
 /// Every step the demo prints, for the progress display's "n/total".
 const STEPS: u32 = 11;
-
-/// `payonce simulator` settings.
-#[derive(Debug, Clone, Args)]
-pub struct SimulatorArgs {
-    /// Listen address.
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_LISTEN",
-        default_value = "127.0.0.1:12111"
-    )]
-    pub listen: SocketAddr,
-    /// `sqlite::memory:` or a file.
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_DATABASE",
-        default_value = "sqlite::memory:"
-    )]
-    pub database: String,
-    /// The processor contract to run (`--list-contracts` names them): Stripe's, Adyen's (on Adyen's
-    /// wire: `/v71`, `X-API-Key`, HMAC-signed standard notifications), or another processor's
-    /// documented behaviour on Stripe's wire.
-    #[arg(long, env = "PAYONCE_SIMULATOR_CONTRACT", default_value = "stripe",
-          value_parser = payonce_simulator::Contract::parse)]
-    pub contract: payonce_simulator::Contract,
-    /// Print the contracts `--contract` takes, one name a line, and exit.
-    #[arg(long)]
-    pub list_contracts: bool,
-    /// Idempotency key retention, seconds (default: the contract's; Stripe: 86400,
-    /// short-retention: 1800, or shorter; adyen: 31 days).
-    #[arg(long, env = "PAYONCE_SIMULATOR_KEY_RETENTION_S")]
-    pub key_retention_s: Option<u64>,
-    /// The `X-API-Key` the Adyen wire accepts.
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_ADYEN_API_KEY",
-        default_value = "adyen_test_payonce",
-        hide_env_values = true
-    )]
-    pub adyen_api_key: String,
-    /// The one merchant account the Adyen wire accepts and its notifications name.
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_ADYEN_MERCHANT_ACCOUNT",
-        default_value = "PayonceECOM"
-    )]
-    pub adyen_merchant_account: String,
-    /// The HMAC key (hex) Adyen notifications are signed with (the default is published: a sandbox only).
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_ADYEN_HMAC_KEY",
-        default_value = payonce_simulator::config::ADYEN_HMAC_KEY_DEFAULT,
-        hide_env_values = true
-    )]
-    pub adyen_hmac_key: String,
-    /// Where to deliver signed webhooks.
-    #[arg(long, env = "PAYONCE_SIMULATOR_WEBHOOK_URL")]
-    pub webhook_url: Option<String>,
-    /// Webhook signing secret.
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_WEBHOOK_SECRET",
-        default_value = "whsec_payonce_simulator",
-        hide_env_values = true
-    )]
-    pub webhook_secret: String,
-    /// Per mille of webhooks delivered twice.
-    #[arg(
-        long,
-        env = "PAYONCE_SIMULATOR_WEBHOOK_DUPLICATES",
-        default_value_t = 0
-    )]
-    pub webhook_duplicates_per_mille: u32,
-    /// Seed for every random decision.
-    #[arg(long, env = "PAYONCE_SIMULATOR_SEED", default_value_t = 1)]
-    pub seed: u64,
-    /// Stripe's rate limits to enforce, as JSON (`{"global_per_second":25,"endpoint_per_second":25,
-    /// "search_per_second":20}`; also `read_per_second`, `write_per_second`, `endpoints`); `{}`: none.
-    #[arg(long, env = "PAYONCE_SIMULATOR_RATE_LIMITS", default_value = "{}",
-          value_parser = parse_rate_limits)]
-    pub rate_limits: RateLimits,
-    /// Time from a `/v1` request's arrival to its answer, ms (handled on arrival): a processor's own
-    /// latency, so a benchmark's worker fills its in-flight limit (0: none).
-    #[arg(long, env = "PAYONCE_SIMULATOR_LATENCY_MS", default_value_t = 0)]
-    pub latency_ms: u64,
-}
-
-/// Parses and validates `--rate-limits`.
-fn parse_rate_limits(raw: &str) -> Result<RateLimits, String> {
-    let limits: RateLimits =
-        serde_json::from_str(raw).map_err(|e| format!("rate limits JSON: {e}"))?;
-    limits.validate()?;
-    Ok(limits)
-}
-
-impl SimulatorArgs {
-    fn config(&self) -> SimulatorConfig {
-        let base = if self.contract == payonce_simulator::Contract::Adyen {
-            SimulatorConfig::adyen()
-        } else {
-            SimulatorConfig::default()
-        };
-        SimulatorConfig {
-            listen: self.listen,
-            database: self.database.clone(),
-            contract: self.contract,
-            key_retention: self.key_retention_s.map_or_else(
-                || self.contract.key_retention_default(),
-                Duration::from_secs,
-            ),
-            adyen: payonce_simulator::AdyenSimConfig {
-                api_key: self.adyen_api_key.clone(),
-                merchant_account: self.adyen_merchant_account.clone(),
-                hmac_key_hex: self.adyen_hmac_key.clone(),
-            },
-            webhook_url: self.webhook_url.clone(),
-            webhook_secret: self.webhook_secret.clone(),
-            webhook_duplicates_per_mille: self.webhook_duplicates_per_mille,
-            seed: self.seed,
-            rate_limits: self.rate_limits.clone(),
-            latency: Duration::from_millis(self.latency_ms),
-            ..base
-        }
-    }
-}
-
-/// Runs the simulator until SIGTERM or Ctrl-C (or lists its contracts).
-pub async fn run_simulator(args: SimulatorArgs) -> anyhow::Result<ExitCode> {
-    if args.list_contracts {
-        for contract in payonce_simulator::CONTRACTS {
-            println!("{contract}");
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    payonce_simulator::run(args.config(), crate::ops::shutdown_signal()).await?;
-    Ok(ExitCode::SUCCESS)
-}
 
 /// `payonce demo` settings.
 #[derive(Debug, Clone, Args)]
@@ -237,297 +103,449 @@ fn sample(page: &str, series: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The demo story for invoice INV-2048.
+/// The demo story for invoice INV-2048: each step below prints its own line(s).
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let mut p = Progress::new(STEPS);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", args.database));
-    }
-    let db_url = format!("sqlite:{}", args.database);
-    let adyen = args.processor == "adyen";
-    let mut stack = Stack::start(plan(&db_url, &args.processor, &args.processor_contract)?).await?;
-    let api_base = stack.api_url.clone();
-    let clock = SystemClock;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
-    p.done(&format!(
-        "all-in-one stack up: api {api_base}, simulator ({}) {}, ledger {db_url}",
-        if adyen {
-            "Adyen Checkout v71 wire"
-        } else {
-            "Stripe-compatible"
-        },
-        stack.processor_url
-    ));
+    let mut story = Story::start(args).await?;
+    let op_id = story.billing_creates_the_invoice().await?;
+    let assertion_key = story.acme_signs_its_customers_in().await?;
+    let url = story.send_the_confirmation_link(&op_id).await?;
+    story
+        .customer_approves(&op_id, &url, &assertion_key)
+        .await?;
+    story.crash_a_worker_after_submitting().await?;
+    let daemons = story.start_the_stacks_worker_and_reconciler()?;
+    story.assistant_pays_and_retries(&op_id).await?;
+    let done = story.reconciler_converges(&op_id, &daemons).await?;
+    let deliveries = story.webhooks_arrive_twice().await?;
+    let payments = story.count_payments(&op_id, &done).await?;
+    story.assistant_asks_for_the_status(&op_id).await?;
+    story.finish(&op_id, &done, payments, deliveries).await
+}
 
-    let tenant = TenantId::parse("acme")?;
-    let ledger = stack.ledger.clone();
-    let service = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant,
-        Role::Service,
-        "billing",
-        clock.now(),
-    )
-    .await?;
-    let assistant = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant,
-        Role::Assistant,
-        "assistant",
-        clock.now(),
-    )
-    .await?;
-    let created: serde_json::Value = http
-        .post(format!("{api_base}/v1/operations"))
-        .bearer_auth(&service)
-        .json(&serde_json::json!({
-            "business_key": "invoice:INV-2048:pay",
-            "details": {"amount": 2048, "currency": "usd", "customer": "cus_demo", "payment_method": "pm_card_visa",
-                        "invoice": "INV-2048", "description": "Hosting, March"}
-        }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let op_id = OperationId::parse(created["id"].as_str().context("no operation id")?)?;
-    p.done(&format!(
-        "billing created {op_id} for 20.48 USD, invoice INV-2048 (status {})",
-        created["status"]
-    ));
+/// What every step of the story shares: the running stack, the clients that talk to it, and acme's
+/// keys.
+struct Story {
+    args: DemoArgs,
+    p: Progress,
+    stack: Stack,
+    db_url: String,
+    adyen: bool,
+    api_base: String,
+    http: reqwest::Client,
+    clock: SystemClock,
+    tenant: TenantId,
+    ledger: SharedLedger,
+    /// acme's billing system's key.
+    service: String,
+    /// acme's assistant's key.
+    assistant: String,
+}
 
-    // The demo plays acme's own app too: acme's customers approve with an assertion its app signs
-    // once they are logged in (a link alone approves nothing).
-    let secrets = payonce_api::verify::set_tenant_verification(
-        &ledger,
-        &tenant,
-        &payonce_api::verify::VerificationRequest {
-            method: payonce_shared::ledger::verification::VerificationMethod::SignedAssertion,
-            assertion_key_id: Some("acme-app".into()),
-            notify_url: None,
-        },
-        clock.now(),
-    )
-    .await?;
-    let assertion_key = secrets
-        .assertion_key
-        .context("a signed-assertion tenant has a key")?;
-    let link: serde_json::Value = http
-        .post(format!(
-            "{api_base}/v1/operations/{op_id}/approval-requests"
-        ))
-        .bearer_auth(&service)
-        .json(&serde_json::json!({}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let url = link["url"]
-        .as_str()
-        .context("no confirmation link")?
-        .to_string();
-    p.done(
-        "confirmation link for the customer (it approves nothing without the customer's sign-in):",
-    );
-    p.detail(&url);
-    let assertion = payonce_api::assertion::sign(
-        &assertion_key,
-        &payonce_api::assertion::Claims {
-            kid: "acme-app".into(),
-            sub: "cus_demo".into(),
-            op: op_id.as_str().into(),
-            exp: clock.now().as_millis() + 60_000,
-            nonce: payonce_shared::id::random_hex(16),
-        },
-    );
-    let page = http
-        // An assertion is base64url and dots: safe in a query as it is.
-        .get(format!("{url}?assertion={assertion}"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    let marker = "name=\"details_hash\" value=\"";
-    let at = page
-        .find(marker)
-        .context("the confirmation page has no approval form")?
-        + marker.len();
-    let shown_hash = page[at..].chars().take(64).collect::<String>();
-    let approved = http
-        .post(&url)
-        .form(&[
-            ("details_hash", shown_hash.as_str()),
-            ("assertion", assertion.as_str()),
-        ])
-        .send()
-        .await?;
-    anyhow::ensure!(
-        approved.status().is_success(),
-        "approval failed: {}",
-        approved.status()
-    );
-    p.done("the customer signed in to acme's app (signed assertion), saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
+/// The stack's own worker and reconciler, started once the crashing worker has claimed the payment.
+struct Daemons {
+    worker: Arc<Worker>,
+    reconciler: Arc<Reconciler>,
+}
 
-    // A worker in its own process, armed to die right after the processor accepts the payment. The
-    // stack's own worker starts only afterwards, so this one is the one that claims the payment.
-    let exe = std::env::current_exe().context("locating the payonce binary")?;
-    let mut worker_cmd = tokio::process::Command::new(exe);
-    // Like the stack, the crashing worker ignores the caller's settings: only what the story sets.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("PAYONCE_") {
-            worker_cmd.env_remove(name);
+impl Story {
+    /// Starts the all-in-one stack on a fresh ledger file and issues acme's keys.
+    async fn start(args: DemoArgs) -> anyhow::Result<Story> {
+        let mut p = Progress::new(STEPS);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", args.database));
         }
-    }
-    let crash = worker_cmd
-        .arg("worker")
-        .env("PAYONCE_DATABASE_URL", &db_url)
-        .env("PAYONCE_PROCESSOR_URL", &stack.processor_url)
-        .env("PAYONCE_PROCESSOR_KIND", &args.processor)
-        .env("PAYONCE_LEASE_TTL_MS", "1500")
-        .env("PAYONCE_LEASE_RENEW_MS", "500")
-        .env("PAYONCE_SUBMIT_TIMEOUT_MS", "5000")
-        .env("PAYONCE_SHUTDOWN_GRACE_MS", "5000")
-        .env(payonce_shared::failpoint::ENV, "after_processor_accepted")
-        .env("RUST_LOG", "error")
-        .stdin(std::process::Stdio::null())
-        // Its last words ("failure point … hit; aborting") are the next step's line.
-        .stderr(std::process::Stdio::null())
-        .status();
-    let status = p
-        .wait(
-            "a worker process claims the payment and submits it",
-            crash,
-            |s| match s {
-                Ok(s) => format!(
-                    "the worker submitted the payment and crashed before recording it ({s})"
-                ),
-                Err(e) => format!("the worker process could not run: {e}"),
+        let db_url = format!("sqlite:{}", args.database);
+        let adyen = args.processor == "adyen";
+        let stack = Stack::start(plan(&db_url, &args.processor, &args.processor_contract)?).await?;
+        let api_base = stack.api_url.clone();
+        let clock = SystemClock;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()?;
+        p.done(&format!(
+            "all-in-one stack up: api {api_base}, simulator ({}) {}, ledger {db_url}",
+            if adyen {
+                "Adyen Checkout v71 wire"
+            } else {
+                "Stripe-compatible"
             },
-        )
-        .await?;
-    anyhow::ensure!(
-        !status.success(),
-        "the worker was meant to crash, but exited cleanly"
-    );
-    let worker = stack.start_worker()?;
-    let reconciler = stack.start_reconciler();
-
-    // The assistant asks to pay; the first answer is lost on the way back, so it asks again.
-    let tool_call = |call_id: &'static str| {
-        http.post(format!("{api_base}/v1/tool-calls")).bearer_auth(&assistant).json(&serde_json::json!({
-            "format": "openai_chat",
-            "call": {"id": call_id, "type": "function",
-                     "function": {"name": "pay_invoice", "arguments": format!("{{\"operation_id\":\"{op_id}\"}}")}}
-        }))
-    };
-    let lost = tokio::time::timeout(Duration::from_millis(1), tool_call("call_first").send()).await;
-    p.done(&format!(
-        "assistant: pay_invoice, response lost on the way back ({})",
-        if lost.is_err() { "dropped" } else { "arrived" }
-    ));
-    let retry: serde_json::Value = tool_call("call_regenerated")
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let answer: serde_json::Value =
-        serde_json::from_str(retry["content"].as_str().unwrap_or("{}"))?;
-    p.done(&format!(
-        "assistant retried with a new call id; payonce answered: \"{}\"",
-        answer["message"].as_str().unwrap_or("?")
-    ));
-
-    let done: Operation = p
-        .wait(
-            "the stack's reconciler waits for the crashed worker's lease, then looks the payment up",
-            until("the operation to reach a final state", CONVERGE_DEADLINE, || async {
-                let op = ledger.get(&tenant, &op_id).await?;
-                Ok(op.status.is_terminal().then_some(op))
-            }),
-            |r| match r {
-                Ok(op) => format!("reconciled: {} ({})", op.status.as_str(), op.external_ref.as_deref().unwrap_or("-")),
-                Err(e) => format!("not reconciled: {e:#}"),
-            },
-        )
-        .await?;
-    let m = reconciler.metrics();
-    if adyen {
-        // Adyen has no lookup of a payment by id: the same key within its 31 days replays the result.
-        p.detail(&format!(
-            "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resubmitted with the SAME key (Adyen replayed its saved result: no lookup by id exists, no new key)",
-            m.marked_unknown.get(),
-            m.retried_same_key.get(),
+            stack.processor_url
         ));
-    } else {
-        p.detail(&format!(
-            "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resolved by looking the payment up ({})",
-            m.marked_unknown.get(),
-            m.resolved_succeeded.get(),
-            if m.resolved_succeeded.get() > 0 { "no retry, no new key" } else { "a webhook got there first" }
-        ));
-    }
-    p.detail(&format!(
-        "the stack's own worker claimed {} operation(s): nothing was left to pay",
-        worker.metrics().claimed.get()
-    ));
-
-    let deliveries = p
-        .wait(
-            if adyen { "the simulator delivers each signed Adyen notification twice" } else { "the simulator delivers each webhook twice" },
-            until("two webhook deliveries at the api", WEBHOOK_DEADLINE, || async {
-                let page = http.get(format!("{api_base}/metrics")).send().await?.text().await?;
-                let n = sample(&page, "payonce_api_webhook_deliveries_total{result=\"accepted\"}");
-                Ok((n >= 2).then_some(n))
-            }),
-            |r| match r {
-                Ok(n) => format!("{n} webhook deliveries accepted; each event is stored once, as a hint the reconciler checks against the processor"),
-                Err(e) => format!("webhooks: {e:#}"),
-            },
+        let tenant = TenantId::parse("acme")?;
+        let ledger = stack.ledger.clone();
+        let service = payonce_api::create_api_key(
+            ledger.as_ref(),
+            &tenant,
+            Role::Service,
+            "billing",
+            clock.now(),
         )
         .await?;
-    let audit = payment_audit::read_all(&http, &stack.processor_url, payment_audit::PAGE_SIZE_MAX)
+        let assistant = payonce_api::create_api_key(
+            ledger.as_ref(),
+            &tenant,
+            Role::Assistant,
+            "assistant",
+            clock.now(),
+        )
+        .await?;
+        Ok(Story {
+            args,
+            p,
+            stack,
+            db_url,
+            adyen,
+            api_base,
+            http,
+            clock,
+            tenant,
+            ledger,
+            service,
+            assistant,
+        })
+    }
+
+    /// acme's billing creates the operation for invoice INV-2048.
+    async fn billing_creates_the_invoice(&mut self) -> anyhow::Result<OperationId> {
+        let created: serde_json::Value = self
+            .http
+            .post(format!("{}/v1/operations", self.api_base))
+            .bearer_auth(&self.service)
+            .json(&serde_json::json!({
+                "business_key": "invoice:INV-2048:pay",
+                "details": {"amount": 2048, "currency": "usd", "customer": "cus_demo", "payment_method": "pm_card_visa",
+                            "invoice": "INV-2048", "description": "Hosting, March"}
+            }))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let op_id = OperationId::parse(created["id"].as_str().context("no operation id")?)?;
+        self.p.done(&format!(
+            "billing created {op_id} for 20.48 USD, invoice INV-2048 (status {})",
+            created["status"]
+        ));
+        Ok(op_id)
+    }
+
+    /// The demo plays acme's own app too: acme's customers approve with an assertion its app signs
+    /// once they are logged in (a link alone approves nothing). Returns the app's signing key.
+    async fn acme_signs_its_customers_in(&self) -> anyhow::Result<String> {
+        let secrets = payonce_api::verify::set_tenant_verification(
+            &self.ledger,
+            &self.tenant,
+            &payonce_api::verify::VerificationRequest {
+                method: payonce_shared::ledger::verification::VerificationMethod::SignedAssertion,
+                assertion_key_id: Some("acme-app".into()),
+                notify_url: None,
+            },
+            self.clock.now(),
+        )
+        .await?;
+        secrets
+            .assertion_key
+            .context("a signed-assertion tenant has a key")
+    }
+
+    /// Billing asks for the customer's confirmation link.
+    async fn send_the_confirmation_link(&mut self, op_id: &OperationId) -> anyhow::Result<String> {
+        let link: serde_json::Value = self
+            .http
+            .post(format!(
+                "{}/v1/operations/{op_id}/approval-requests",
+                self.api_base
+            ))
+            .bearer_auth(&self.service)
+            .json(&serde_json::json!({}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let url = link["url"]
+            .as_str()
+            .context("no confirmation link")?
+            .to_string();
+        self.p.done(
+            "confirmation link for the customer (it approves nothing without the customer's sign-in):",
+        );
+        self.p.detail(&url);
+        Ok(url)
+    }
+
+    /// The customer, signed in to acme's app, opens the link and approves what the page shows.
+    async fn customer_approves(
+        &mut self,
+        op_id: &OperationId,
+        url: &str,
+        assertion_key: &str,
+    ) -> anyhow::Result<()> {
+        let assertion = payonce_api::assertion::sign(
+            assertion_key,
+            &payonce_api::assertion::Claims {
+                kid: "acme-app".into(),
+                sub: "cus_demo".into(),
+                op: op_id.as_str().into(),
+                exp: self.clock.now().as_millis() + 60_000,
+                nonce: payonce_shared::id::random_hex(16),
+            },
+        );
+        let page = self
+            .http
+            // An assertion is base64url and dots: safe in a query as it is.
+            .get(format!("{url}?assertion={assertion}"))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        let marker = "name=\"details_hash\" value=\"";
+        let at = page
+            .find(marker)
+            .context("the confirmation page has no approval form")?
+            + marker.len();
+        let shown_hash = page[at..].chars().take(64).collect::<String>();
+        let approved = self
+            .http
+            .post(url)
+            .form(&[
+                ("details_hash", shown_hash.as_str()),
+                ("assertion", assertion.as_str()),
+            ])
+            .send()
+            .await?;
+        anyhow::ensure!(
+            approved.status().is_success(),
+            "approval failed: {}",
+            approved.status()
+        );
+        self.p.done("the customer signed in to acme's app (signed assertion), saw 20.48 USD for INV-2048 and approved exactly that; the operation is enqueued");
+        Ok(())
+    }
+
+    /// A worker in its own process, armed to die right after the processor accepts the payment. The
+    /// stack's own worker starts only afterwards, so this one is the one that claims the payment.
+    async fn crash_a_worker_after_submitting(&mut self) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("locating the payonce binary")?;
+        let mut worker_cmd = tokio::process::Command::new(exe);
+        // Like the stack, the crashing worker ignores the caller's settings: only what the story sets.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PAYONCE_") {
+                worker_cmd.env_remove(name);
+            }
+        }
+        let crash = worker_cmd
+            .arg("worker")
+            .env("PAYONCE_DATABASE_URL", &self.db_url)
+            .env("PAYONCE_PROCESSOR_URL", &self.stack.processor_url)
+            .env("PAYONCE_PROCESSOR_KIND", &self.args.processor)
+            .env("PAYONCE_LEASE_TTL_MS", "1500")
+            .env("PAYONCE_LEASE_RENEW_MS", "500")
+            .env("PAYONCE_SUBMIT_TIMEOUT_MS", "5000")
+            .env("PAYONCE_SHUTDOWN_GRACE_MS", "5000")
+            .env(payonce_shared::failpoint::ENV, "after_processor_accepted")
+            .env("RUST_LOG", "error")
+            .stdin(std::process::Stdio::null())
+            // Its last words ("failure point … hit; aborting") are the next step's line.
+            .stderr(std::process::Stdio::null())
+            .status();
+        let status = self
+            .p
+            .wait(
+                "a worker process claims the payment and submits it",
+                crash,
+                |s| match s {
+                    Ok(s) => format!(
+                        "the worker submitted the payment and crashed before recording it ({s})"
+                    ),
+                    Err(e) => format!("the worker process could not run: {e}"),
+                },
+            )
+            .await?;
+        anyhow::ensure!(
+            !status.success(),
+            "the worker was meant to crash, but exited cleanly"
+        );
+        Ok(())
+    }
+
+    /// The stack's own worker and reconciler start, now that the crashed worker holds the lease.
+    fn start_the_stacks_worker_and_reconciler(&mut self) -> anyhow::Result<Daemons> {
+        let worker = self.stack.start_worker()?;
+        let reconciler = self.stack.start_reconciler();
+        Ok(Daemons { worker, reconciler })
+    }
+
+    /// The assistant asks to pay; the first answer is lost on the way back, so it asks again.
+    async fn assistant_pays_and_retries(&mut self, op_id: &OperationId) -> anyhow::Result<()> {
+        let (http, api_base, assistant) = (&self.http, &self.api_base, &self.assistant);
+        let tool_call = |call_id: &'static str| {
+            http.post(format!("{api_base}/v1/tool-calls")).bearer_auth(assistant).json(&serde_json::json!({
+                "format": "openai_chat",
+                "call": {"id": call_id, "type": "function",
+                         "function": {"name": "pay_invoice", "arguments": format!("{{\"operation_id\":\"{op_id}\"}}")}}
+            }))
+        };
+        let lost =
+            tokio::time::timeout(Duration::from_millis(1), tool_call("call_first").send()).await;
+        self.p.done(&format!(
+            "assistant: pay_invoice, response lost on the way back ({})",
+            if lost.is_err() { "dropped" } else { "arrived" }
+        ));
+        let retry: serde_json::Value = tool_call("call_regenerated")
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let answer: serde_json::Value =
+            serde_json::from_str(retry["content"].as_str().unwrap_or("{}"))?;
+        self.p.done(&format!(
+            "assistant retried with a new call id; payonce answered: \"{}\"",
+            answer["message"].as_str().unwrap_or("?")
+        ));
+        Ok(())
+    }
+
+    /// The stack's reconciler waits out the crashed worker's lease and settles the payment; the
+    /// stack's worker finds nothing left to pay.
+    async fn reconciler_converges(
+        &mut self,
+        op_id: &OperationId,
+        daemons: &Daemons,
+    ) -> anyhow::Result<Operation> {
+        let (ledger, tenant) = (&self.ledger, &self.tenant);
+        let done: Operation = self.p
+            .wait(
+                "the stack's reconciler waits for the crashed worker's lease, then looks the payment up",
+                until("the operation to reach a final state", CONVERGE_DEADLINE, || async {
+                    let op = ledger.get(tenant, op_id).await?;
+                    Ok(op.status.is_terminal().then_some(op))
+                }),
+                |r| match r {
+                    Ok(op) => format!("reconciled: {} ({})", op.status.as_str(), op.external_ref.as_deref().unwrap_or("-")),
+                    Err(e) => format!("not reconciled: {e:#}"),
+                },
+            )
+            .await?;
+        let m = daemons.reconciler.metrics();
+        if self.adyen {
+            // Adyen has no lookup of a payment by id: the same key within its 31 days replays the result.
+            self.p.detail(&format!(
+                "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resubmitted with the SAME key (Adyen replayed its saved result: no lookup by id exists, no new key)",
+                m.marked_unknown.get(),
+                m.retried_same_key.get(),
+            ));
+        } else {
+            self.p.detail(&format!(
+                "reconciler: {} expired lease(s) with a submission recorded -> unknown; {} resolved by looking the payment up ({})",
+                m.marked_unknown.get(),
+                m.resolved_succeeded.get(),
+                if m.resolved_succeeded.get() > 0 { "no retry, no new key" } else { "a webhook got there first" }
+            ));
+        }
+        self.p.detail(&format!(
+            "the stack's own worker claimed {} operation(s): nothing was left to pay",
+            daemons.worker.metrics().claimed.get()
+        ));
+        Ok(done)
+    }
+
+    /// The simulator delivers every webhook twice; the api stores each event once. Returns how many
+    /// deliveries the api accepted.
+    async fn webhooks_arrive_twice(&mut self) -> anyhow::Result<u64> {
+        let (http, api_base) = (&self.http, &self.api_base);
+        self.p
+            .wait(
+                if self.adyen { "the simulator delivers each signed Adyen notification twice" } else { "the simulator delivers each webhook twice" },
+                until("two webhook deliveries at the api", WEBHOOK_DEADLINE, || async {
+                    let page = http.get(format!("{api_base}/metrics")).send().await?.text().await?;
+                    let n = sample(&page, "payonce_api_webhook_deliveries_total{result=\"accepted\"}");
+                    Ok((n >= 2).then_some(n))
+                }),
+                |r| match r {
+                    Ok(n) => format!("{n} webhook deliveries accepted; each event is stored once, as a hint the reconciler checks against the processor"),
+                    Err(e) => format!("webhooks: {e:#}"),
+                },
+            )
+            .await
+    }
+
+    /// The simulator's audit says how many payments the processor took for the operation.
+    async fn count_payments(
+        &mut self,
+        op_id: &OperationId,
+        done: &Operation,
+    ) -> anyhow::Result<usize> {
+        let audit = payment_audit::read_all(
+            &self.http,
+            &self.stack.processor_url,
+            payment_audit::PAGE_SIZE_MAX,
+        )
         .await
         .context("reading the simulator audit")?;
-    let payments = audit_count(&audit, op_id.as_str());
-    p.done(&format!(
-        "outcome: {} ({}); payments at the processor for this operation: {payments}",
-        done.status.as_str(),
-        done.external_ref.as_deref().unwrap_or("-")
-    ));
-    let status: serde_json::Value = http
-        .post(format!("{api_base}/v1/tool-calls"))
-        .bearer_auth(&assistant)
-        .json(&serde_json::json!({"format": "anthropic", "call": {"type": "tool_use", "id": "toolu_status",
-            "name": "get_payment_status", "input": {"operation_id": op_id.as_str()}}}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let answer: serde_json::Value =
-        serde_json::from_str(status["content"].as_str().unwrap_or("{}"))?;
-    p.done(&format!(
-        "assistant asks again: \"{}\"",
-        answer["message"].as_str().unwrap_or("?")
-    ));
-    println!(
-        "\n{}",
-        oncall::show(ledger.as_ref(), None, &op_id, clock.now(), Format::Table).await?
-    );
-    stack.shutdown().await;
-    anyhow::ensure!(
-        payments == 1 && done.status == Status::Succeeded && deliveries >= 2,
-        "expected exactly one successful payment"
-    );
-    println!(
-        "One approved intention, one payment. Ledger kept in {}.",
-        args.database
-    );
-    Ok(ExitCode::SUCCESS)
+        let payments = audit_count(&audit, op_id.as_str());
+        self.p.done(&format!(
+            "outcome: {} ({}); payments at the processor for this operation: {payments}",
+            done.status.as_str(),
+            done.external_ref.as_deref().unwrap_or("-")
+        ));
+        Ok(payments)
+    }
+
+    /// The assistant asks for the payment's status, in Anthropic's tool-use format this time.
+    async fn assistant_asks_for_the_status(&mut self, op_id: &OperationId) -> anyhow::Result<()> {
+        let status: serde_json::Value = self
+            .http
+            .post(format!("{}/v1/tool-calls", self.api_base))
+            .bearer_auth(&self.assistant)
+            .json(&serde_json::json!({"format": "anthropic", "call": {"type": "tool_use", "id": "toolu_status",
+                "name": "get_payment_status", "input": {"operation_id": op_id.as_str()}}}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let answer: serde_json::Value =
+            serde_json::from_str(status["content"].as_str().unwrap_or("{}"))?;
+        self.p.done(&format!(
+            "assistant asks again: \"{}\"",
+            answer["message"].as_str().unwrap_or("?")
+        ));
+        Ok(())
+    }
+
+    /// Prints the operation's full history, stops the stack, and checks the story's one claim:
+    /// exactly one payment.
+    async fn finish(
+        self,
+        op_id: &OperationId,
+        done: &Operation,
+        payments: usize,
+        deliveries: u64,
+    ) -> anyhow::Result<ExitCode> {
+        println!(
+            "\n{}",
+            oncall::show(
+                self.ledger.as_ref(),
+                None,
+                op_id,
+                self.clock.now(),
+                Format::Table
+            )
+            .await?
+        );
+        self.stack.shutdown().await;
+        anyhow::ensure!(
+            payments == 1 && done.status == Status::Succeeded && deliveries >= 2,
+            "expected exactly one successful payment"
+        );
+        println!(
+            "One approved intention, one payment. Ledger kept in {}.",
+            self.args.database
+        );
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// Counts audit entries whose metadata names the operation.
@@ -540,70 +558,4 @@ fn audit_count(audit: &[serde_json::Value], operation: &str) -> usize {
                 == Some(operation)
         })
         .count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn simulator_rate_limits_are_parsed_and_validated_at_the_boundary() {
-        let sandbox = parse_rate_limits(
-            r#"{"global_per_second":25,"endpoint_per_second":25,"search_per_second":20}"#,
-        )
-        .unwrap();
-        assert_eq!(sandbox, RateLimits::stripe_sandbox());
-        assert_eq!(parse_rate_limits("{}").unwrap(), RateLimits::default());
-        assert!(parse_rate_limits(r#"{"global_per_second":0}"#).is_err());
-        assert!(
-            parse_rate_limits(r#"{"global":25}"#).is_err(),
-            "unknown keys are refused"
-        );
-        assert!(parse_rate_limits("25").is_err());
-    }
-
-    #[test]
-    fn the_simulators_contracts_are_the_registrys_on_stripes_wire_and_adyens() {
-        use payonce_shared::processor::contract::{ADYEN_CHECKOUT, ON_STRIPE_WIRE, by_name};
-        let simulator: Vec<&str> = payonce_simulator::CONTRACTS
-            .iter()
-            .map(|c| c.name())
-            .collect();
-        let mut registry: Vec<&str> = ON_STRIPE_WIRE.iter().map(|c| c.name).collect();
-        registry.push(ADYEN_CHECKOUT.name);
-        assert_eq!(simulator, registry);
-        // Each one's default retention is the retention the adapter's contract declares.
-        for c in payonce_simulator::CONTRACTS {
-            let declared = by_name(c.name())
-                .or((c.name() == ADYEN_CHECKOUT.name).then_some(ADYEN_CHECKOUT))
-                .and_then(|d| d.key_retention);
-            assert_eq!(declared, Some(c.key_retention_default()), "{c}");
-        }
-    }
-
-    #[test]
-    fn the_simulator_command_takes_a_contract_and_its_default_retention() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            sim: SimulatorArgs,
-        }
-        let parse = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("simulator").chain(args.iter().copied()))
-                .map(|c| c.sim)
-        };
-        let short = parse(&["--contract", "short-retention"]).unwrap().config();
-        assert_eq!(short.contract, payonce_simulator::Contract::ShortRetention);
-        assert_eq!(short.key_retention, Duration::from_secs(1_800));
-        let shorter = parse(&["--contract", "short-retention", "--key-retention-s", "2"])
-            .unwrap()
-            .config();
-        assert_eq!(shorter.key_retention, Duration::from_secs(2));
-        assert_eq!(
-            parse(&[]).unwrap().config().key_retention,
-            Duration::from_secs(86_400)
-        );
-        assert!(parse(&["--contract", "stripe-ish"]).is_err());
-    }
 }

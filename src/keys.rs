@@ -215,115 +215,136 @@ pub async fn create(
 pub async fn run(ledger: &SharedLedger, command: KeysCommand) -> anyhow::Result<ExitCode> {
     match command {
         KeysCommand::Create(args) => create(ledger, args, false).await,
-        KeysCommand::List { tenant, json } => {
-            let tenant = tenant.as_deref().map(TenantId::parse).transpose()?;
-            let now = now();
-            let listed = ledger
-                .list_api_keys(tenant.as_ref(), keys::LIST_MAX)
-                .await?;
-            if listed.len() >= keys::LIST_MAX as usize {
-                eprintln!(
-                    "showing the newest {} keys; narrow with --tenant",
-                    keys::LIST_MAX
-                );
-            }
-            if json {
-                let keys: Vec<Value> = listed.iter().map(|k| view(k, now)).collect();
-                println!("{}", json!({ "keys": keys }));
-            } else {
-                let rows: Vec<Vec<String>> = listed
-                    .iter()
-                    .map(|k| {
-                        vec![
-                            k.key_id.clone(),
-                            k.tenant.to_string(),
-                            k.role.as_str().to_string(),
-                            k.label.clone(),
-                            when(now, k.created_at),
-                            k.expires_at
-                                .map_or_else(|| "never".into(), |at| when(now, at)),
-                            match (&k.replaced_by, state(k, now)) {
-                                (Some(new), "rotated") => format!("rotated to {new}"),
-                                (_, s) => s.to_string(),
-                            },
-                            k.last_used_at
-                                .map_or_else(|| "never".into(), |at| when(now, at)),
-                        ]
-                    })
-                    .collect();
-                print!(
-                    "{}",
-                    table(
-                        &[
-                            "ID",
-                            "TENANT",
-                            "ROLE",
-                            "LABEL",
-                            "CREATED",
-                            "EXPIRES",
-                            "STATE",
-                            "LAST USED"
-                        ],
-                        &rows
-                    )
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        KeysCommand::List { tenant, json } => list(ledger, tenant.as_deref(), json).await,
         KeysCommand::Revoke {
             id,
             reason,
             actor,
             json,
-        } => {
-            let revoked = keys::revoke(
-                ledger.as_ref(),
-                &id,
-                &format!("{}:{actor}", Role::OnCall.as_str()),
-                &reason,
-                now(),
-            )
-            .await
-            .map_err(refused)?;
-            if json {
-                println!(
-                    "{}",
-                    json!({"id": id, "revoked": true, "already": !revoked})
-                );
-            } else if revoked {
-                println!("{id} revoked: every api process refuses it from its next request");
-            } else {
-                println!("{id} was already revoked; nothing changed");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => revoke(ledger, &id, &reason, &actor, json).await,
         KeysCommand::Rotate {
             id,
             expires_in,
             grace,
             json,
-        } => {
-            let now = now();
-            let rotated = keys::rotate(ledger.as_ref(), &id, expires_in, grace, now)
-                .await
-                .map_err(refused)?;
-            if json {
-                let mut v = issued_json(&rotated.new, now);
-                v["replaces"] = json!(rotated.old_id);
-                v["old_until_ms"] = json!(rotated.old_until);
-                println!("{v}");
-            } else {
-                print_issued(&rotated.new, now);
-                let until = if rotated.old_until > now {
-                    format!("keeps working; it expires {}", when(now, rotated.old_until))
-                } else {
-                    "is refused from now on".to_string()
-                };
-                println!("{} {until}: deploy the new secret", rotated.old_id);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => rotate(ledger, &id, expires_in, grace, json).await,
     }
+}
+
+/// `keys list`: the newest keys (of one tenant, if given), never a secret or hash.
+async fn list(ledger: &SharedLedger, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let tenant = tenant.map(TenantId::parse).transpose()?;
+    let now = now();
+    let listed = ledger
+        .list_api_keys(tenant.as_ref(), keys::LIST_MAX)
+        .await?;
+    if listed.len() >= keys::LIST_MAX as usize {
+        eprintln!(
+            "showing the newest {} keys; narrow with --tenant",
+            keys::LIST_MAX
+        );
+    }
+    if json {
+        let keys: Vec<Value> = listed.iter().map(|k| view(k, now)).collect();
+        println!("{}", json!({ "keys": keys }));
+    } else {
+        let rows: Vec<Vec<String>> = listed.iter().map(|k| row(k, now)).collect();
+        print!(
+            "{}",
+            table(
+                &[
+                    "ID",
+                    "TENANT",
+                    "ROLE",
+                    "LABEL",
+                    "CREATED",
+                    "EXPIRES",
+                    "STATE",
+                    "LAST USED"
+                ],
+                &rows
+            )
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One key as a row of `keys list`'s table.
+fn row(k: &ApiKeyRecord, now: Timestamp) -> Vec<String> {
+    vec![
+        k.key_id.clone(),
+        k.tenant.to_string(),
+        k.role.as_str().to_string(),
+        k.label.clone(),
+        when(now, k.created_at),
+        k.expires_at
+            .map_or_else(|| "never".into(), |at| when(now, at)),
+        match (&k.replaced_by, state(k, now)) {
+            (Some(new), "rotated") => format!("rotated to {new}"),
+            (_, s) => s.to_string(),
+        },
+        k.last_used_at
+            .map_or_else(|| "never".into(), |at| when(now, at)),
+    ]
+}
+
+/// `keys revoke`: refuses a key from every api process's next request.
+async fn revoke(
+    ledger: &SharedLedger,
+    id: &str,
+    reason: &str,
+    actor: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let revoked = keys::revoke(
+        ledger.as_ref(),
+        id,
+        &format!("{}:{actor}", Role::OnCall.as_str()),
+        reason,
+        now(),
+    )
+    .await
+    .map_err(refused)?;
+    if json {
+        println!(
+            "{}",
+            json!({"id": id, "revoked": true, "already": !revoked})
+        );
+    } else if revoked {
+        println!("{id} revoked: every api process refuses it from its next request");
+    } else {
+        println!("{id} was already revoked; nothing changed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keys rotate`: a new key like the old one; the old one keeps working for `grace`.
+async fn rotate(
+    ledger: &SharedLedger,
+    id: &str,
+    expires_in: Option<Duration>,
+    grace: Duration,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let now = now();
+    let rotated = keys::rotate(ledger.as_ref(), id, expires_in, grace, now)
+        .await
+        .map_err(refused)?;
+    if json {
+        let mut v = issued_json(&rotated.new, now);
+        v["replaces"] = json!(rotated.old_id);
+        v["old_until_ms"] = json!(rotated.old_until);
+        println!("{v}");
+    } else {
+        print_issued(&rotated.new, now);
+        let until = if rotated.old_until > now {
+            format!("keeps working; it expires {}", when(now, rotated.old_until))
+        } else {
+            "is refused from now on".to_string()
+        };
+        println!("{} {until}: deploy the new secret", rotated.old_id);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The label of the keys `payonce serve` issues for its tenant.

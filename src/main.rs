@@ -16,48 +16,36 @@
 //!
 //! Modules: `cli` (the subcommands), `banner` (serve's copy-paste walk-through), `settings` (the flags and environment variables), `config_file` (the optional TOML file),
 //! `config_reference` (docs/configuration.md's table and `config show`), `serve` (the all-in-one
-//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `enqueue` (the file intake command), `demo` (the INV-2048 story on it), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
+//! stack), `keys` (the API key commands), `tenant_app` (serve's stand-in tenant app, receiving codes), `tenant` (tenant settings), `daemons` (api, worker and reconciler run), `oncall` (the reconciler's sweep, list, show, resolve), `enqueue` (the file intake command), `demo` (the INV-2048 story on it), `simulator` (the simulator on its own), `progress` (the demo's step display), `suggestion` (did you mean), `ops` (logging,
 //! signals, the daemons' metrics endpoint).
 
 mod banner;
 mod cli;
 mod config_file;
 mod config_reference;
+mod daemons;
 mod demo;
 mod enqueue;
 mod key_secret;
 mod keys;
+mod oncall;
 mod ops;
 mod progress;
 mod serve;
 mod settings;
+mod simulator;
 mod suggestion;
 mod tenant;
 mod tenant_app;
 
 use anyhow::Context;
 use clap::{ArgMatches, FromArgMatches};
-use cli::{Cli, Command, ConfigCommand, ReconcilerCommand, ResolveAs};
+use cli::{Cli, Command, ConfigCommand, ReconcilerCommand};
 use config_file::ConfigFile;
-use payonce_reconciler::oncall::{self, Format};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{SharedClock, SystemClock};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{self, Resolution, SharedLedger};
-use payonce_shared::state::Status;
-use payonce_worker::Worker;
-use payonce_worker::config::owner_name;
-use settings::{Common, ReconcilerArgs, SubmitArgs};
+use payonce_shared::clock::SystemClock;
+use payonce_shared::ledger::{self, SharedLedger};
+use settings::{Common, ReconcilerArgs};
 use std::process::ExitCode;
-use std::sync::Arc;
-
-fn format(json: bool) -> Format {
-    if json { Format::Json } else { Format::Table }
-}
-
-fn clock() -> SharedClock {
-    Arc::new(SystemClock)
-}
 
 /// Opens the ledger named by `common` as a serving process: a Postgres schema is checked, never
 /// migrated (behind: refused with "run payonce migrate"; `ledger::connect_serving`), a SQLite file
@@ -125,48 +113,6 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-async fn reconciler(
-    common: &Common,
-    ledger: SharedLedger,
-    r: &ReconcilerArgs,
-    submit: &SubmitArgs,
-) -> anyhow::Result<Reconciler> {
-    let owner = owner_name("reconciler");
-    let mut config: ReconcilerConfig = r.config(owner, submit);
-    config.retry.limiter = common.limiter()?;
-    config.key_secret = key_secret_for_scan(common, &ledger).await?;
-    Ok(Reconciler::with_processors(
-        ledger,
-        common.processors()?,
-        clock(),
-        config,
-    ))
-}
-
-/// The key secret the processor scan recreates lost rows with, checked against the ledger (a
-/// mismatch stops the reconciler); without one it only reports them.
-async fn key_secret_for_scan(
-    common: &Common,
-    ledger: &SharedLedger,
-) -> anyhow::Result<Option<payonce_shared::intention::KeySecret>> {
-    if !common.key_secret_set() {
-        tracing::warn!(
-            "no key secret (PAYONCE_KEY_SECRET): payments the ledger lost will be reported, not recreated"
-        );
-        return Ok(None);
-    }
-    Ok(Some(common.key_secret(ledger).await?))
-}
-
-/// A process that derives no keys (the worker) still refuses a key secret that is not its
-/// ledger's: it is a sign the whole deployment was given the wrong one.
-async fn check_key_secret_if_set(common: &Common, ledger: &SharedLedger) -> anyhow::Result<()> {
-    if common.key_secret_set() {
-        common.key_secret(ledger).await?;
-    }
-    Ok(())
-}
-
 /// The parsed command line with what produced it: `config show` reports sources.
 struct Parsed {
     cli: Cli,
@@ -197,6 +143,7 @@ fn parse() -> Parsed {
     Parsed { cli, matches, file }
 }
 
+/// Runs the parsed command: one function per command.
 async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
     match parsed.cli.command {
         Command::Demo(args) => demo::run(args).await,
@@ -210,81 +157,15 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
         } => serve::run(common, api, worker, reconciler, serve).await,
         Command::Config {
             command: ConfigCommand::Reference,
-        } => {
-            print!("{}", config_reference::markdown(&cli::definition()));
-            Ok(ExitCode::SUCCESS)
-        }
+        } => config_reference(),
         Command::Config {
             command: ConfigCommand::Show { .. },
-        } => {
-            let show = |name: &str, c: &clap::Command| c.find_subcommand(name).cloned();
-            // The definition, not the file-applied copy: clap moves an argument it modified to the end.
-            let root = cli::definition();
-            let cmd = show("config", &root)
-                .and_then(|c| show("show", &c))
-                .context("the config show command")?;
-            // Global flags (log_format) are defined on the root and reach every subcommand's matches.
-            let args = root
-                .get_arguments()
-                .filter(|a| a.is_global_set())
-                .chain(cmd.get_arguments());
-            let matches = parsed
-                .matches
-                .subcommand_matches("config")
-                .and_then(|m| m.subcommand_matches("show"))
-                .context("config show matches")?;
-            print!(
-                "{}",
-                config_reference::show(args, matches, parsed.file.as_ref())
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Simulator(args) => demo::run_simulator(args).await,
+        } => config_show(&parsed.matches, parsed.file.as_ref()),
+        Command::Simulator(args) => simulator::run(args).await,
         Command::Enqueue(args) => enqueue::run(args).await,
-        Command::Prune { common, reconciler } => {
-            let ledger = open_existing(&common).await?;
-            // Retention windows on the database's clock (the process's own on SQLite).
-            let now = ledger
-                .now(payonce_shared::clock::Clock::now(&SystemClock))
-                .await?;
-            let pruned = ledger.prune(&reconciler.retention(), now).await?;
-            println!("{}", serde_json::to_string(&pruned)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Migrate { common } => {
-            let ledger = migrate(&common).await?;
-            println!("migrations applied to {}", redact(&common.database_url));
-            // The fingerprint is recorded at migration when the secret is at hand; otherwise the
-            // first process that derives keys records it.
-            if common.key_secret_set() {
-                let secret = common.key_secret(&ledger).await?;
-                println!("key secret {} is this ledger's", secret.fingerprint());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Api { common, api } => {
-            let ledger = open_existing(&common).await?;
-            let mut config = api.config();
-            config.key_secret = common.key_secret(&ledger).await?;
-            config.adyen_merchant_account = Some(common.adyen_merchant_account.clone());
-            // Only to read a payment method's card for the confirmation page and the object behind
-            // a reference for the console, each from the operation's own processor (never to
-            // submit): a processor that cannot be set up leaves the pages without them.
-            let processors = common
-                .processors()
-                .inspect_err(|e| tracing::warn!(error = %format!("{e:#}"), "no processor client: the confirmation page shows no card"))
-                .ok();
-            // Approvals, links and sessions expire on the database's clock, as leases do.
-            let clock = payonce_api::database_clock(ledger.clone(), clock()).await?;
-            let served = ops::within_grace(ops::API_SHUTDOWN_GRACE, |shutdown| {
-                payonce_api::serve(config, ledger, clock, processors, shutdown)
-            })
-            .await;
-            if let Some(served) = served {
-                served?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Prune { common, reconciler } => prune(&common, &reconciler).await,
+        Command::Migrate { common } => migrate_command(&common).await,
+        Command::Api { common, api } => daemons::api(common, api).await,
         Command::CreateKey { common, args } => {
             keys::create(&open_existing(&common).await?, args, true).await
         }
@@ -295,180 +176,115 @@ async fn run(parsed: Parsed) -> anyhow::Result<ExitCode> {
             tenant::run(&open_existing(&common).await?, command).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Worker { common, worker } => {
-            let ledger = open_existing(&common).await?;
-            check_key_secret_if_set(&common, &ledger).await?;
-            let mut config = worker.config(owner_name("worker"));
-            config.submit.limiter = common.limiter()?;
-            let limiter = config.submit.limiter.clone();
-            let w = Arc::new(
-                Worker::with_processors(ledger.clone(), common.processors()?, clock(), config)
-                    .map_err(anyhow::Error::msg)?,
-            );
-            tokio::spawn(ops::record_reachability(
-                ledger.clone(),
-                owner_name("worker"),
-                std::future::pending(),
-            ));
-            ops::spawn_metrics(
-                &common.metrics_listen,
-                ops::MetricsState {
-                    ledger,
-                    worker: Some(w.metrics()),
-                    reconciler: None,
-                    limiter: Some(limiter),
-                },
-            )
-            .await?;
-            let grace = std::time::Duration::from_millis(worker.grace.shutdown_grace_ms);
-            ops::within_grace(grace, |shutdown| w.run(shutdown)).await;
-            Ok(ExitCode::SUCCESS)
+        Command::Worker { common, worker } => daemons::worker(common, worker).await,
+        Command::Reconciler { common, command } => reconciler_command(common, command).await,
+    }
+}
+
+/// `payonce config reference`: the Markdown table of every setting.
+fn config_reference() -> anyhow::Result<ExitCode> {
+    print!("{}", config_reference::markdown(&cli::definition()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `payonce config show`: every setting's effective value and its source.
+fn config_show(matches: &ArgMatches, file: Option<&ConfigFile>) -> anyhow::Result<ExitCode> {
+    let show = |name: &str, c: &clap::Command| c.find_subcommand(name).cloned();
+    // The definition, not the file-applied copy: clap moves an argument it modified to the end.
+    let root = cli::definition();
+    let cmd = show("config", &root)
+        .and_then(|c| show("show", &c))
+        .context("the config show command")?;
+    // Global flags (log_format) are defined on the root and reach every subcommand's matches.
+    let args = root
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .chain(cmd.get_arguments());
+    let matches = matches
+        .subcommand_matches("config")
+        .and_then(|m| m.subcommand_matches("show"))
+        .context("config show matches")?;
+    print!("{}", config_reference::show(args, matches, file));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `payonce prune`: deletes what the retention windows let go, printing the counts as JSON.
+async fn prune(common: &Common, reconciler: &ReconcilerArgs) -> anyhow::Result<ExitCode> {
+    let ledger = open_existing(common).await?;
+    // Retention windows on the database's clock (the process's own on SQLite).
+    let now = ledger
+        .now(payonce_shared::clock::Clock::now(&SystemClock))
+        .await?;
+    let pruned = ledger.prune(&reconciler.retention(), now).await?;
+    println!("{}", serde_json::to_string(&pruned)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `payonce migrate`: applies pending migrations and records the key secret's fingerprint.
+async fn migrate_command(common: &Common) -> anyhow::Result<ExitCode> {
+    let ledger = migrate(common).await?;
+    println!("migrations applied to {}", redact(&common.database_url));
+    // The fingerprint is recorded at migration when the secret is at hand; otherwise the
+    // first process that derives keys records it.
+    if common.key_secret_set() {
+        let secret = common.key_secret(&ledger).await?;
+        println!("key secret {} is this ledger's", secret.fingerprint());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `payonce reconciler …`: opens the ledger, then runs the daemon or one on-call command.
+async fn reconciler_command(
+    common: Common,
+    command: ReconcilerCommand,
+) -> anyhow::Result<ExitCode> {
+    let ledger = open_existing(&common).await?;
+    match command {
+        ReconcilerCommand::Run {
+            reconciler,
+            submit,
+            grace,
+        } => daemons::reconciler_daemon(&common, ledger, &reconciler, &submit, &grace).await,
+        ReconcilerCommand::Sweep {
+            once,
+            dry_run,
+            json,
+            reconciler,
+            submit,
+        } => {
+            let request = oncall::SweepRequest {
+                once,
+                dry_run,
+                json,
+                reconciler: &reconciler,
+                submit: &submit,
+            };
+            oncall::sweep(&common, ledger, request).await
         }
-        Command::Reconciler { common, command } => {
-            let ledger = open_existing(&common).await?;
-            let now = || payonce_shared::clock::Clock::now(&SystemClock);
-            match command {
-                ReconcilerCommand::Run {
-                    reconciler: r,
-                    submit,
-                    grace,
-                } => {
-                    let rec = Arc::new(reconciler(&common, ledger.clone(), &r, &submit).await?);
-                    tokio::spawn(ops::record_reachability(
-                        ledger.clone(),
-                        owner_name("reconciler"),
-                        std::future::pending(),
-                    ));
-                    ops::spawn_metrics(
-                        &common.metrics_listen,
-                        ops::MetricsState {
-                            ledger,
-                            worker: None,
-                            reconciler: Some(rec.metrics()),
-                            limiter: Some(rec.limiter()),
-                        },
-                    )
-                    .await?;
-                    let grace = std::time::Duration::from_millis(grace.shutdown_grace_ms);
-                    ops::within_grace(grace, |shutdown| rec.run(shutdown)).await;
-                    Ok(ExitCode::SUCCESS)
-                }
-                ReconcilerCommand::Sweep {
-                    once,
-                    dry_run,
-                    json,
-                    reconciler: r,
-                    submit,
-                } => {
-                    anyhow::ensure!(
-                        once,
-                        "`sweep` runs one sweep: pass --once (the daemon is `reconciler run`)"
-                    );
-                    let rec = reconciler(&common, ledger.clone(), &r, &submit).await?;
-                    let report = rec.sweep_once_waiting(dry_run).await?;
-                    let attention = ledger
-                        .count_by_status()
-                        .await?
-                        .iter()
-                        .find(|c| c.status == Status::NeedsAttention)
-                        .map_or(0, |c| c.count);
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::json!({ "report": report, "needs_attention": attention })
-                        );
-                    } else {
-                        for action in &report.actions {
-                            println!("  {action}");
-                        }
-                        println!("{} needs_attention={attention}", report.summary());
-                    }
-                    let unrecoverable = report.scan.as_ref().map_or(0, |s| s.unrecoverable);
-                    Ok(if report.errors > 0 {
-                        ExitCode::from(1)
-                    } else if attention > 0 || unrecoverable > 0 || report.lost_rows > 0 {
-                        ExitCode::from(3)
-                    } else {
-                        ExitCode::SUCCESS
-                    })
-                }
-                ReconcilerCommand::List {
-                    statuses,
-                    min_age_s,
-                    limit,
-                    json,
-                } => {
-                    let parsed = statuses
-                        .iter()
-                        .map(|s| {
-                            Status::parse(s).with_context(|| {
-                                let known = payonce_shared::state::ALL_STATUSES.map(|s| s.as_str());
-                                format!(
-                                    "unknown status {s:?}{}; the states are {}",
-                                    suggestion::hint(s, known),
-                                    known.join(", ")
-                                )
-                            })
-                        })
-                        .collect::<anyhow::Result<Vec<_>>>()?;
-                    print!(
-                        "{}",
-                        oncall::list(
-                            ledger.as_ref(),
-                            parsed,
-                            min_age_s,
-                            limit,
-                            now(),
-                            format(json)
-                        )
-                        .await?
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                ReconcilerCommand::Show { id, json } => {
-                    let id = OperationId::parse(&id)?;
-                    let processors = common.processors()?;
-                    print!(
-                        "{}",
-                        oncall::show(ledger.as_ref(), Some(&processors), &id, now(), format(json))
-                            .await?
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                ReconcilerCommand::Resolve {
-                    id,
-                    resolution,
-                    reference,
-                    reason,
-                    actor,
-                    json,
-                } => {
-                    let id = OperationId::parse(&id)?;
-                    let resolution = match resolution {
-                        ResolveAs::Succeeded => Resolution::Succeeded {
-                            reference: reference
-                                .context("--as succeeded needs --reference pi_…")?,
-                        },
-                        ResolveAs::Failed => Resolution::Failed,
-                        ResolveAs::Retry => Resolution::RetrySameKey,
-                    };
-                    let actor = format!("{}:{actor}", ledger::Role::OnCall.as_str());
-                    print!(
-                        "{}",
-                        oncall::resolve(
-                            ledger.as_ref(),
-                            &id,
-                            resolution,
-                            &actor,
-                            &reason,
-                            now(),
-                            format(json)
-                        )
-                        .await?
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+        ReconcilerCommand::List {
+            statuses,
+            min_age_s,
+            limit,
+            json,
+        } => oncall::list(ledger, &statuses, min_age_s, limit, json).await,
+        ReconcilerCommand::Show { id, json } => oncall::show(&common, ledger, &id, json).await,
+        ReconcilerCommand::Resolve {
+            id,
+            resolution,
+            reference,
+            reason,
+            actor,
+            json,
+        } => {
+            let request = oncall::ResolveRequest {
+                id,
+                resolution,
+                reference,
+                reason,
+                actor,
+                json,
+            };
+            oncall::resolve(ledger, request).await
         }
     }
 }

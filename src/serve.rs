@@ -326,6 +326,23 @@ pub async fn run(
         },
     )
     .await?;
+    print_endpoints(&stack, &metrics_listen);
+    if !serve.tenant.is_empty() {
+        let tenant = TenantId::parse(&serve.tenant).context("serve_tenant")?;
+        welcome_tenant(&mut stack, &tenant).await?;
+    }
+    let stop = ops::shutdown_signal();
+    println!("Stop with Ctrl-C.");
+    let failure = stack.until_stopped(stop).await;
+    stack.shutdown().await;
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Prints where the stack's parts listen: the api, the processor, the ledger and the metrics.
+fn print_endpoints(stack: &Stack, metrics_listen: &str) {
     println!(
         "payonce serve: api, worker, reconciler{} in one process",
         if stack.simulator.is_some() {
@@ -354,58 +371,53 @@ pub async fn run(
     if !metrics_listen.is_empty() {
         println!("  metrics    http://{metrics_listen}/metrics  (worker and reconciler)");
     }
-    if !serve.tenant.is_empty() {
-        let tenant = TenantId::parse(&serve.tenant).context("serve_tenant")?;
-        let keys_file = crate::keys::serve_keys_file(&stack.plan.common.database_url);
-        let keys = crate::keys::serve_keys(
-            &stack.ledger,
-            &tenant,
-            keys_file.as_deref(),
-            SystemClock.now(),
-        )
-        .await?;
-        let secrets = crate::keys::print_serve_keys(
-            &tenant,
-            &keys,
-            keys_file.as_deref(),
-            &stack.plan.common.database_url,
-        );
-        start_tenant_app(&mut stack, &tenant).await?;
-        println!(
-            "  customers of {tenant} approve with a one-time code; the built-in tenant app prints each \
-             link and code here (a real tenant sends them by email or SMS)"
-        );
-        let binary = std::env::current_exe()
-            .map_or_else(|_| "payonce".to_string(), |p| p.display().to_string());
-        // A relative SQLite path made absolute: the commands work from any directory.
-        let database_url = match crate::sqlite_file(&stack.plan.common.database_url) {
-            Some(path) if path.is_relative() => std::env::current_dir().map_or_else(
-                |_| stack.plan.common.database_url.clone(),
-                |dir| format!("sqlite:{}", dir.join(path).display()),
-            ),
-            _ => crate::keys::hint_url(&stack.plan.common.database_url),
-        };
-        let simulator_url = stack
-            .simulator
-            .is_some()
-            .then(|| stack.processor_url.clone());
-        let walk = crate::banner::Stack {
-            api_url: &stack.api_url,
-            simulator_url: simulator_url.as_deref(),
-            database_url: &database_url,
-            binary: &binary,
-        };
-        for line in crate::banner::walkthrough(&walk, &tenant, &secrets) {
-            println!("{line}");
-        }
-        println!("Every route: docs/api.md; on-call: docs/runbook.md.");
+}
+
+/// Issues (or reuses) the serve tenant's quick-start keys, starts its tenant app, and prints the
+/// copy-paste walk-through.
+async fn welcome_tenant(stack: &mut Stack, tenant: &TenantId) -> anyhow::Result<()> {
+    let keys_file = crate::keys::serve_keys_file(&stack.plan.common.database_url);
+    let keys = crate::keys::serve_keys(
+        &stack.ledger,
+        tenant,
+        keys_file.as_deref(),
+        SystemClock.now(),
+    )
+    .await?;
+    let secrets = crate::keys::print_serve_keys(
+        tenant,
+        &keys,
+        keys_file.as_deref(),
+        &stack.plan.common.database_url,
+    );
+    start_tenant_app(stack, tenant).await?;
+    println!(
+        "  customers of {tenant} approve with a one-time code; the built-in tenant app prints each \
+         link and code here (a real tenant sends them by email or SMS)"
+    );
+    let binary =
+        std::env::current_exe().map_or_else(|_| "payonce".to_string(), |p| p.display().to_string());
+    // A relative SQLite path made absolute: the commands work from any directory.
+    let database_url = match crate::sqlite_file(&stack.plan.common.database_url) {
+        Some(path) if path.is_relative() => std::env::current_dir().map_or_else(
+            |_| stack.plan.common.database_url.clone(),
+            |dir| format!("sqlite:{}", dir.join(path).display()),
+        ),
+        _ => crate::keys::hint_url(&stack.plan.common.database_url),
+    };
+    let simulator_url = stack
+        .simulator
+        .is_some()
+        .then(|| stack.processor_url.clone());
+    let walk = crate::banner::Stack {
+        api_url: &stack.api_url,
+        simulator_url: simulator_url.as_deref(),
+        database_url: &database_url,
+        binary: &binary,
+    };
+    for line in crate::banner::walkthrough(&walk, tenant, &secrets) {
+        println!("{line}");
     }
-    let stop = ops::shutdown_signal();
-    println!("Stop with Ctrl-C.");
-    let failure = stack.until_stopped(stop).await;
-    stack.shutdown().await;
-    match failure {
-        Some(error) => Err(error),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    println!("Every route: docs/api.md; on-call: docs/runbook.md.");
+    Ok(())
 }

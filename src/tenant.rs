@@ -111,92 +111,123 @@ impl From<ProcessorChoice> for ProcessorKind {
 pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Result<()> {
     match command {
         TenantCommand::SetProcessor { tenant, choice } => {
-            let tenant = TenantId::parse(&tenant)?;
-            let profiles = ledger.profiles();
-            let before = profiles.processor(&tenant).await?;
-            profiles
-                .set_processor(&tenant, choice.into(), SystemClock.now())
-                .await?;
-            let now = profiles
-                .processor(&tenant)
-                .await?
-                .context("the processor just set is not stored")?;
-            println!(
-                "tenant {tenant}: operations created from now on are submitted to {now} (before: {}); \
-                 operations created earlier stay on theirs",
-                before.map_or("the configured processor", ProcessorKind::as_str)
-            );
-            Ok(())
+            set_processor(ledger, &tenant, choice).await
         }
         TenantCommand::SetRetention {
             tenant,
             operation_days,
             forever: _,
-        } => {
-            let tenant = TenantId::parse(&tenant)?;
-            ledger
-                .set_operation_retention(&tenant, operation_days, SystemClock.now())
-                .await?;
-            match ledger.operation_retention(&tenant).await? {
-                Some(days) => println!(
-                    "tenant {tenant}: settled operations are pruned {days} days after they were created and last changed"
-                ),
-                None => println!("tenant {tenant}: operations are kept for ever"),
-            }
-            Ok(())
-        }
+        } => set_retention(ledger, &tenant, operation_days).await,
         TenantCommand::SetVerification {
             tenant,
             method,
             key_id,
             notify_url,
-        } => {
-            let tenant = TenantId::parse(&tenant)?;
-            let request = VerificationRequest {
-                method: match method {
-                    Method::SignedAssertion => VerificationMethod::SignedAssertion,
-                    Method::OneTimeCode => VerificationMethod::OneTimeCode,
-                },
-                assertion_key_id: key_id,
-                notify_url,
-            };
-            let secrets =
-                set_tenant_verification(ledger, &tenant, &request, SystemClock.now()).await?;
-            println!(
-                "tenant {tenant}: customers approve with {}",
-                request.method.as_str()
-            );
-            if let Some(key) = secrets.assertion_key {
-                println!("assertion key (for the tenant's app; shown once): {key}");
-            }
-            if let Some(secret) = secrets.notify_secret {
-                println!(
-                    "notification signing secret (for the tenant's endpoint; shown once): {secret}"
-                );
-            }
-            Ok(())
-        }
+        } => set_verification(ledger, &tenant, method, key_id, notify_url).await,
         TenantCommand::SetProfile {
             tenant,
             display_name,
             support_url,
             support_email,
         } => {
-            let tenant = TenantId::parse(&tenant)?;
             let request = ProfileRequest {
                 display_name,
                 support_url,
                 support_email,
             };
-            let profile =
-                set_profile(ledger.profiles(), &tenant, &request, SystemClock.now()).await?;
-            println!(
-                "tenant {tenant}: customers see {:?}, support {} / {}",
-                profile.display_name,
-                profile.support_url.as_deref().unwrap_or("(no URL)"),
-                profile.support_email.as_deref().unwrap_or("(no email)")
-            );
-            Ok(())
+            set_tenant_profile(ledger, &tenant, &request).await
         }
     }
+}
+
+/// `tenant set-processor`: the processor the tenant's new operations go to.
+async fn set_processor(
+    ledger: &SharedLedger,
+    tenant: &str,
+    choice: ProcessorChoice,
+) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(tenant)?;
+    let profiles = ledger.profiles();
+    let before = profiles.processor(&tenant).await?;
+    profiles
+        .set_processor(&tenant, choice.into(), SystemClock.now())
+        .await?;
+    let now = profiles
+        .processor(&tenant)
+        .await?
+        .context("the processor just set is not stored")?;
+    println!(
+        "tenant {tenant}: operations created from now on are submitted to {now} (before: {}); \
+         operations created earlier stay on theirs",
+        before.map_or("the configured processor", ProcessorKind::as_str)
+    );
+    Ok(())
+}
+
+/// `tenant set-retention`: how long the tenant's settled operations are kept (none: for ever).
+async fn set_retention(
+    ledger: &SharedLedger,
+    tenant: &str,
+    operation_days: Option<u32>,
+) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(tenant)?;
+    ledger
+        .set_operation_retention(&tenant, operation_days, SystemClock.now())
+        .await?;
+    match ledger.operation_retention(&tenant).await? {
+        Some(days) => println!(
+            "tenant {tenant}: settled operations are pruned {days} days after they were created and last changed"
+        ),
+        None => println!("tenant {tenant}: operations are kept for ever"),
+    }
+    Ok(())
+}
+
+/// `tenant set-verification`: how the tenant's customers prove who they are; prints the secrets
+/// it issues, once.
+async fn set_verification(
+    ledger: &SharedLedger,
+    tenant: &str,
+    method: Method,
+    key_id: Option<String>,
+    notify_url: Option<String>,
+) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(tenant)?;
+    let request = VerificationRequest {
+        method: match method {
+            Method::SignedAssertion => VerificationMethod::SignedAssertion,
+            Method::OneTimeCode => VerificationMethod::OneTimeCode,
+        },
+        assertion_key_id: key_id,
+        notify_url,
+    };
+    let secrets = set_tenant_verification(ledger, &tenant, &request, SystemClock.now()).await?;
+    println!(
+        "tenant {tenant}: customers approve with {}",
+        request.method.as_str()
+    );
+    if let Some(key) = secrets.assertion_key {
+        println!("assertion key (for the tenant's app; shown once): {key}");
+    }
+    if let Some(secret) = secrets.notify_secret {
+        println!("notification signing secret (for the tenant's endpoint; shown once): {secret}");
+    }
+    Ok(())
+}
+
+/// `tenant set-profile`: the name and support contacts the tenant's customers see.
+async fn set_tenant_profile(
+    ledger: &SharedLedger,
+    tenant: &str,
+    request: &ProfileRequest,
+) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(tenant)?;
+    let profile = set_profile(ledger.profiles(), &tenant, request, SystemClock.now()).await?;
+    println!(
+        "tenant {tenant}: customers see {:?}, support {} / {}",
+        profile.display_name,
+        profile.support_url.as_deref().unwrap_or("(no URL)"),
+        profile.support_email.as_deref().unwrap_or("(no email)")
+    );
+    Ok(())
 }

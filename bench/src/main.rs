@@ -90,8 +90,43 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    // Warnings from the engines under test (lost leases, ledger errors) must be visible: they
-    // would explain a bad figure. RUST_LOG overrides.
+    init_logging();
+    if args.profile {
+        return profile(&args.database_url).await;
+    }
+    let mut settings = if args.quick {
+        Settings::quick(&args.database_url)
+    } else {
+        Settings::full(&args.database_url)
+    };
+    if let Some(bin) = args.payonce_bin.clone() {
+        settings.payonce_bin = Some(bin);
+    }
+    // `--quick` is the check that every section still runs: one it would skip is a failure.
+    if args.quick && settings.payonce_bin.is_none() {
+        eprintln!(
+            "payonce-bench: --quick runs every section, and the worker-process and rate-limit ones need \
+             the payonce binary: build it next to this one (cargo build --release -p payonce) or pass \
+             --payonce-bin"
+        );
+        return ExitCode::from(2);
+    }
+    args.override_settings(&mut settings);
+    match run(&settings, args.only).await {
+        Ok(outcome) => {
+            print!("{}", outcome.table.markdown());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("payonce-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr: warnings from the engines under test (lost leases, ledger errors) must be
+/// visible, they would explain a bad figure. RUST_LOG overrides.
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -104,102 +139,83 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    if args.profile {
-        return match payonce_bench::profile::hot_path(&args.database_url, 32, 100).await {
-            Ok(c) => {
-                println!("{c:?}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("payonce-bench: {error:#}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let mut settings = if args.quick {
-        Settings::quick(&args.database_url)
-    } else {
-        Settings::full(&args.database_url)
-    };
-    if let Some(bin) = args.payonce_bin {
-        settings.payonce_bin = Some(bin);
-    }
-    // `--quick` is the check that every section still runs: one it would skip is a failure.
-    if args.quick && settings.payonce_bin.is_none() {
-        eprintln!(
-            "payonce-bench: --quick runs every section, and the worker-process and rate-limit ones need \
-             the payonce binary: build it next to this one (cargo build --release -p payonce) or pass \
-             --payonce-bin"
-        );
-        return ExitCode::from(2);
-    }
-    if let Some(n) = args.workers {
-        settings.fleet.workers = n.max(1);
-    }
-    if let Some(n) = args.concurrency {
-        settings.fleet.config.concurrency = n.max(1);
-    }
-    if let Some(n) = args.batch {
-        settings.fleet.config.batch_size = n.max(1);
-    }
-    if let Some(n) = args.operations {
-        settings.operations = n.max(1);
-    }
-    if let Some(engines) = args.engines {
-        settings.engines = engines.into_iter().filter(|n| *n > 0).collect();
-    }
-    if let Some(n) = args.process_concurrency {
-        settings.process_concurrency = n;
-    }
-    if let Some(ms) = args.process_latency_ms {
-        settings.process_latency = std::time::Duration::from_millis(ms);
-    }
-    if let Some(n) = args.sweep_stuck {
-        settings.sweep_stuck = n;
-    }
-    if let Some(n) = args.ratelimit_operations {
-        settings.ratelimit_operations = n.max(1);
-    }
-    if let Some(ms) = args.http_latency_ms {
-        settings.http_latency = std::time::Duration::from_millis(ms.max(1));
-    }
-    if let Some(n) = args.http_batch {
-        settings.http_fleet.config.batch_size = n.max(1);
-    }
-    if let Some(n) = args.http_concurrency {
-        settings.http_fleet.config.concurrency = n.max(1);
-    }
-    if let Some(n) = args.http_operations {
-        settings.http_operations = n.max(1);
-    }
-    if args.http_ceiling == Some(false) {
-        settings.http_ceiling = None;
-    }
-    for config in settings.worker_configs_mut() {
-        if let Some(on) = args.claim_with_outcomes {
-            config.claim_with_outcomes = on;
-        }
-        if let Some(n) = args.record_writes {
-            config.record_writes = n;
-        }
-        if let Some(ms) = args.claim_cooldown_ms {
-            config.claim_cooldown = std::time::Duration::from_millis(ms);
-        }
-        if let Some(ms) = args.record_linger_ms {
-            config.record_linger = std::time::Duration::from_millis(ms);
-        }
-        if let Some(n) = args.pipelines {
-            config.pipelines = n;
-        }
-    }
-    match run(&settings, args.only).await {
-        Ok(outcome) => {
-            print!("{}", outcome.table.markdown());
+}
+
+/// `--profile`: the worker's hot path, once.
+async fn profile(database_url: &str) -> ExitCode {
+    match payonce_bench::profile::hot_path(database_url, 32, 100).await {
+        Ok(c) => {
+            println!("{c:?}");
             ExitCode::SUCCESS
         }
         Err(error) => {
             eprintln!("payonce-bench: {error:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+impl Args {
+    /// Applies the flags that override one figure of the chosen settings.
+    fn override_settings(&self, settings: &mut Settings) {
+        if let Some(n) = self.workers {
+            settings.fleet.workers = n.max(1);
+        }
+        if let Some(n) = self.concurrency {
+            settings.fleet.config.concurrency = n.max(1);
+        }
+        if let Some(n) = self.batch {
+            settings.fleet.config.batch_size = n.max(1);
+        }
+        if let Some(n) = self.operations {
+            settings.operations = n.max(1);
+        }
+        if let Some(engines) = &self.engines {
+            settings.engines = engines.iter().copied().filter(|n| *n > 0).collect();
+        }
+        if let Some(n) = self.process_concurrency {
+            settings.process_concurrency = n;
+        }
+        if let Some(ms) = self.process_latency_ms {
+            settings.process_latency = std::time::Duration::from_millis(ms);
+        }
+        if let Some(n) = self.sweep_stuck {
+            settings.sweep_stuck = n;
+        }
+        if let Some(n) = self.ratelimit_operations {
+            settings.ratelimit_operations = n.max(1);
+        }
+        if let Some(ms) = self.http_latency_ms {
+            settings.http_latency = std::time::Duration::from_millis(ms.max(1));
+        }
+        if let Some(n) = self.http_batch {
+            settings.http_fleet.config.batch_size = n.max(1);
+        }
+        if let Some(n) = self.http_concurrency {
+            settings.http_fleet.config.concurrency = n.max(1);
+        }
+        if let Some(n) = self.http_operations {
+            settings.http_operations = n.max(1);
+        }
+        if self.http_ceiling == Some(false) {
+            settings.http_ceiling = None;
+        }
+        for config in settings.worker_configs_mut() {
+            if let Some(on) = self.claim_with_outcomes {
+                config.claim_with_outcomes = on;
+            }
+            if let Some(n) = self.record_writes {
+                config.record_writes = n;
+            }
+            if let Some(ms) = self.claim_cooldown_ms {
+                config.claim_cooldown = std::time::Duration::from_millis(ms);
+            }
+            if let Some(ms) = self.record_linger_ms {
+                config.record_linger = std::time::Duration::from_millis(ms);
+            }
+            if let Some(n) = self.pipelines {
+                config.pipelines = n;
+            }
         }
     }
 }

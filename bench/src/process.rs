@@ -79,6 +79,18 @@ pub struct Grouping {
 }
 
 impl Grouping {
+    /// Scrapes the worker's `/metrics` at `metrics_url` and reads its grouping.
+    pub async fn scrape(metrics_url: &str) -> anyhow::Result<Grouping> {
+        Ok(Grouping::from_exposition(
+            &reqwest::get(metrics_url)
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .with_context(|| format!("scrape the worker's {metrics_url}"))?
+                .text()
+                .await?,
+        ))
+    }
+
     /// Reads the four counters from a `/metrics` page.
     pub fn from_exposition(text: &str) -> Grouping {
         Grouping {
@@ -231,59 +243,21 @@ pub async fn drain(
         crate::now_ms(),
     )
     .await?;
-    let port = free_port()?;
-    let sim_url = format!("http://127.0.0.1:{port}");
-    let mut sim = Command::new(payonce_bin)
-        .arg("simulator")
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--latency-ms", &latency.as_millis().to_string()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("spawn {} simulator", payonce_bin.display()))?;
-    let sim_pid = sim.id().context("the simulator exited at once")?;
-    until(
-        &mut sim,
-        "the simulator",
-        Instant::now(),
-        START_DEADLINE,
-        || async {
-            Ok(crate::http::simulator_payments(&sim_url)
-                .await
-                .map_err(|e| format!("{sim_url} does not answer: {e:#}")))
-        },
-    )
-    .await?;
+    let (mut sim, sim_pid, sim_url) = start_simulator(payonce_bin, latency).await?;
 
     let connections_before = crate::http::simulator_connections(&sim_url).await?;
-    let sim_before = cpu_of(sim_pid).context("read the simulator's CPU time")?;
-    let postgres_before = postgres_cpu();
-    let machine_before = machine_cpu().context("read /proc/stat")?;
+    let cpu_before = CpuBefore::read(sim_pid)?;
     let started = Instant::now();
     let spawned_ms = crate::now_ms();
     let metrics_listen = format!("127.0.0.1:{}", free_port()?);
     let metrics_url = format!("http://{metrics_listen}/metrics");
-    let mut child = Command::new(payonce_bin)
-        .arg("worker")
-        .env("PAYONCE_METRICS_LISTEN", &metrics_listen)
-        .env("PAYONCE_DATABASE_URL", &db.url)
-        .env("PAYONCE_PROCESSOR_URL", &sim_url)
-        .env(
-            "PAYONCE_PROCESSOR_SECRET_KEY",
-            payonce_simulator::config::API_KEY_DEFAULT,
-        )
-        .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
-        .env(
-            "PAYONCE_PROCESSOR_IDLE_CONNECTIONS",
-            concurrency.max(1).to_string(),
-        )
-        .env("PAYONCE_PROCESSOR_HTTP2", protocol.http2_setting())
-        .env("PAYONCE_LIMITER", "off")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("spawn {} worker", payonce_bin.display()))?;
+    let mut child = spawn_worker(
+        payonce_bin,
+        &metrics_listen,
+        &db.url,
+        &sim_url,
+        (concurrency, protocol),
+    )?;
     let pid = child.id().context("the worker exited at once")?;
     let shared: SharedLedger = Arc::new(ledger.clone());
     let peak_anon = std::cell::Cell::new(0_u64);
@@ -310,25 +284,9 @@ pub async fn drain(
     })
     .await?;
     let elapsed = started.elapsed();
-    let (machine_busy, machine_total) = machine_cpu().context("read /proc/stat")?;
-    let cpu = CpuSplit {
-        worker: cpu_of(pid).context("read the worker's CPU time")?,
-        simulator: cpu_of(sim_pid)
-            .context("read the simulator's CPU time")?
-            .saturating_sub(sim_before),
-        postgres: postgres_cpu().saturating_sub(postgres_before),
-        machine_busy: machine_busy.saturating_sub(machine_before.0),
-        machine_capacity: machine_total.saturating_sub(machine_before.1),
-    };
+    let cpu = cpu_before.split_since(pid, sim_pid)?;
     let peak_kib = peak_kib_of(pid).context("read the worker's VmHWM")?;
-    let grouping = Grouping::from_exposition(
-        &reqwest::get(&metrics_url)
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("scrape the worker's {metrics_url}"))?
-            .text()
-            .await?,
-    );
+    let grouping = Grouping::scrape(&metrics_url).await?;
     stop(&mut child, "worker").await?;
     // Less this read's own connection.
     let connections = (crate::http::simulator_connections(&sim_url).await?)
@@ -355,6 +313,102 @@ pub async fn drain(
         start_up: Duration::from_millis((window.first_claim_ms - spawned_ms).max(0).unsigned_abs()),
         connections,
     })
+}
+
+/// CPU counters read before a drain: the simulator's, every `postgres` process's, the machine's.
+struct CpuBefore {
+    simulator: Duration,
+    postgres: Duration,
+    machine: (Duration, Duration),
+}
+
+impl CpuBefore {
+    /// Reads the counters, the simulator's (`sim_pid`) included.
+    fn read(sim_pid: u32) -> anyhow::Result<CpuBefore> {
+        Ok(CpuBefore {
+            simulator: cpu_of(sim_pid).context("read the simulator's CPU time")?,
+            postgres: postgres_cpu(),
+            machine: machine_cpu().context("read /proc/stat")?,
+        })
+    }
+
+    /// Where the CPU went since: the worker's (`worker_pid`) whole life, the others' difference.
+    fn split_since(&self, worker_pid: u32, sim_pid: u32) -> anyhow::Result<CpuSplit> {
+        let (machine_busy, machine_total) = machine_cpu().context("read /proc/stat")?;
+        Ok(CpuSplit {
+            worker: cpu_of(worker_pid).context("read the worker's CPU time")?,
+            simulator: cpu_of(sim_pid)
+                .context("read the simulator's CPU time")?
+                .saturating_sub(self.simulator),
+            postgres: postgres_cpu().saturating_sub(self.postgres),
+            machine_busy: machine_busy.saturating_sub(self.machine.0),
+            machine_capacity: machine_total.saturating_sub(self.machine.1),
+        })
+    }
+}
+
+/// Starts `payonce simulator` on a free port with `latency`, and waits until it answers: the child,
+/// its pid and its base URL.
+async fn start_simulator(
+    payonce_bin: &Path,
+    latency: Duration,
+) -> anyhow::Result<(Child, u32, String)> {
+    let port = free_port()?;
+    let sim_url = format!("http://127.0.0.1:{port}");
+    let mut sim = Command::new(payonce_bin)
+        .arg("simulator")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--latency-ms", &latency.as_millis().to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("spawn {} simulator", payonce_bin.display()))?;
+    let sim_pid = sim.id().context("the simulator exited at once")?;
+    until(
+        &mut sim,
+        "the simulator",
+        Instant::now(),
+        START_DEADLINE,
+        || async {
+            Ok(crate::http::simulator_payments(&sim_url)
+                .await
+                .map_err(|e| format!("{sim_url} does not answer: {e:#}")))
+        },
+    )
+    .await?;
+    Ok((sim, sim_pid, sim_url))
+}
+
+/// Spawns `payonce worker` on `db_url` against `sim_url` with `concurrency` in flight (and as many
+/// idle connections) over `protocol`, no fleet limiter, its metrics on `metrics_listen`.
+fn spawn_worker(
+    payonce_bin: &Path,
+    metrics_listen: &str,
+    db_url: &str,
+    sim_url: &str,
+    (concurrency, protocol): (usize, Protocol),
+) -> anyhow::Result<Child> {
+    Command::new(payonce_bin)
+        .arg("worker")
+        .env("PAYONCE_METRICS_LISTEN", metrics_listen)
+        .env("PAYONCE_DATABASE_URL", db_url)
+        .env("PAYONCE_PROCESSOR_URL", sim_url)
+        .env(
+            "PAYONCE_PROCESSOR_SECRET_KEY",
+            payonce_simulator::config::API_KEY_DEFAULT,
+        )
+        .env("PAYONCE_WORKER_CONCURRENCY", concurrency.to_string())
+        .env(
+            "PAYONCE_PROCESSOR_IDLE_CONNECTIONS",
+            concurrency.max(1).to_string(),
+        )
+        .env("PAYONCE_PROCESSOR_HTTP2", protocol.http2_setting())
+        .env("PAYONCE_LIMITER", "off")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("spawn {} worker", payonce_bin.display()))
 }
 
 /// Where the steady-state window starts and ends, as shares of the operations succeeded.

@@ -181,6 +181,81 @@ fn spawn(
 }
 
 impl Fleet {
+    /// Starts the fleet: [`WORKERS`] workers and one `reconciler run`, each with `env` and its own
+    /// metrics port.
+    fn spawn(payonce_bin: &Path, env: &[(String, String)]) -> anyhow::Result<Fleet> {
+        let mut fleet = Fleet {
+            children: Vec::new(),
+            metrics: Vec::new(),
+        };
+        for i in 0..=WORKERS {
+            let port = free_port()?;
+            let args: &[&str] = if i < WORKERS {
+                &["worker"]
+            } else {
+                &["reconciler", "run"]
+            };
+            fleet.children.push(spawn(payonce_bin, args, env, port)?);
+            fleet
+                .metrics
+                .push(format!("http://127.0.0.1:{port}/metrics"));
+        }
+        Ok(fleet)
+    }
+
+    /// Polls the ledger until every one of `operations` succeeded, failing if a process exits or
+    /// `deadline` passes; in `RedisKilled` kills `redis` at a third and restarts it at two thirds.
+    /// Returns the time from the first success to the last, and whether a scrape during the outage
+    /// saw a process fall back to its local share.
+    async fn wait_until_drained(
+        &mut self,
+        shared: &SharedLedger,
+        http: &reqwest::Client,
+        mut redis: Option<&mut OwnRedis>,
+        (operations, mode): (u64, Mode),
+        deadline: Duration,
+    ) -> anyhow::Result<(Duration, bool)> {
+        let started = Instant::now();
+        let mut first: Option<Instant> = None;
+        let (mut killed, mut restarted, mut fallback_seen) = (false, false, false);
+        loop {
+            let done = succeeded(shared).await?;
+            if done > 0 && first.is_none() {
+                first = Some(Instant::now());
+            }
+            if done >= operations {
+                break;
+            }
+            for c in &mut self.children {
+                if let Some(exit) = c.try_wait()? {
+                    anyhow::bail!("a fleet process exited early: {exit}");
+                }
+            }
+            if mode == Mode::RedisKilled
+                && let Some(r) = redis.as_deref_mut()
+            {
+                if !killed && done >= operations / 3 {
+                    r.kill().await?;
+                    killed = true;
+                } else if killed && !restarted {
+                    if !fallback_seen {
+                        fallback_seen = self.scrape_sum(http, "payonce_limiter_fallback").await > 0;
+                    }
+                    if done >= operations * 2 / 3 {
+                        r.restart().await?;
+                        restarted = true;
+                    }
+                }
+            }
+            anyhow::ensure!(
+                started.elapsed() < deadline,
+                "only {done} of {operations} operations succeeded within {deadline:?}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        Ok((first.map_or(Duration::ZERO, |f| f.elapsed()), fallback_seen))
+    }
+
     async fn scrape_sum(&self, http: &reqwest::Client, series: &str) -> u64 {
         let mut sum = 0;
         for url in &self.metrics {
@@ -240,93 +315,15 @@ pub async fn drain(
         Mode::Off => None,
         Mode::Shared | Mode::RedisKilled => Some(OwnRedis::start().await?),
     };
-    let mut env: Vec<(String, String)> = vec![
-        ("PAYONCE_DATABASE_URL".into(), db.url.clone()),
-        ("PAYONCE_PROCESSOR_URL".into(), sim.base_url()),
-        (
-            "PAYONCE_PROCESSOR_SECRET_KEY".into(),
-            payonce_simulator::config::API_KEY_DEFAULT.into(),
-        ),
-        ("PAYONCE_POLL_MS".into(), "50".into()),
-        (
-            "PAYONCE_LIMITER_WRITE_PER_SECOND".into(),
-            LIMIT_PER_SECOND.to_string(),
-        ),
-        (
-            "PAYONCE_LIMITER_READ_PER_SECOND".into(),
-            LIMIT_PER_SECOND.to_string(),
-        ),
-        (
-            "PAYONCE_LIMITER_EXPECTED_PROCESSES".into(),
-            (WORKERS + 1).to_string(),
-        ),
-    ];
-    match &redis {
-        Some(r) => {
-            env.push(("PAYONCE_LIMITER".into(), "redis".into()));
-            env.push(("PAYONCE_LIMITER_REDIS_URL".into(), r.url()));
-        }
-        None => env.push(("PAYONCE_LIMITER".into(), "off".into())),
-    }
-    let mut fleet = Fleet {
-        children: Vec::new(),
-        metrics: Vec::new(),
-    };
-    for i in 0..=WORKERS {
-        let port = free_port()?;
-        let args: &[&str] = if i < WORKERS {
-            &["worker"]
-        } else {
-            &["reconciler", "run"]
-        };
-        fleet.children.push(spawn(payonce_bin, args, &env, port)?);
-        fleet
-            .metrics
-            .push(format!("http://127.0.0.1:{port}/metrics"));
-    }
+    let env = fleet_env(&db.url, &sim.base_url(), redis.as_ref());
+    let mut fleet = Fleet::spawn(payonce_bin, &env)?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()?;
     let shared: SharedLedger = Arc::new(ledger.clone());
-    let started = Instant::now();
-    let mut first: Option<Instant> = None;
-    let (mut killed, mut restarted, mut fallback_seen) = (false, false, false);
-    loop {
-        let done = succeeded(&shared).await?;
-        if done > 0 && first.is_none() {
-            first = Some(Instant::now());
-        }
-        if done >= operations {
-            break;
-        }
-        for c in &mut fleet.children {
-            if let Some(exit) = c.try_wait()? {
-                anyhow::bail!("a fleet process exited early: {exit}");
-            }
-        }
-        if mode == Mode::RedisKilled
-            && let Some(r) = redis.as_mut()
-        {
-            if !killed && done >= operations / 3 {
-                r.kill().await?;
-                killed = true;
-            } else if killed && !restarted {
-                if !fallback_seen {
-                    fallback_seen = fleet.scrape_sum(&http, "payonce_limiter_fallback").await > 0;
-                }
-                if done >= operations * 2 / 3 {
-                    r.restart().await?;
-                    restarted = true;
-                }
-            }
-        }
-        anyhow::ensure!(
-            started.elapsed() < deadline,
-            "only {done} of {operations} operations succeeded within {deadline:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-    let elapsed = first.map_or(Duration::ZERO, |f| f.elapsed());
+    let (elapsed, fallback_seen) = fleet
+        .wait_until_drained(&shared, &http, redis.as_mut(), (operations, mode), deadline)
+        .await?;
     let fallback_entered = fleet
         .scrape_sum(&http, "payonce_limiter_fallback_entered_total")
         .await;
@@ -362,6 +359,40 @@ pub async fn drain(
     ledger.pool().close().await;
     db.drop_now().await?;
     Ok(run)
+}
+
+/// The environment every fleet process runs with: the ledger, the simulator, the account's limits
+/// shared among the fleet, and the shared limiter on `redis` (none: no limiter).
+fn fleet_env(db_url: &str, sim_url: &str, redis: Option<&OwnRedis>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PAYONCE_DATABASE_URL".into(), db_url.to_string()),
+        ("PAYONCE_PROCESSOR_URL".into(), sim_url.to_string()),
+        (
+            "PAYONCE_PROCESSOR_SECRET_KEY".into(),
+            payonce_simulator::config::API_KEY_DEFAULT.into(),
+        ),
+        ("PAYONCE_POLL_MS".into(), "50".into()),
+        (
+            "PAYONCE_LIMITER_WRITE_PER_SECOND".into(),
+            LIMIT_PER_SECOND.to_string(),
+        ),
+        (
+            "PAYONCE_LIMITER_READ_PER_SECOND".into(),
+            LIMIT_PER_SECOND.to_string(),
+        ),
+        (
+            "PAYONCE_LIMITER_EXPECTED_PROCESSES".into(),
+            (WORKERS + 1).to_string(),
+        ),
+    ];
+    match redis {
+        Some(r) => {
+            env.push(("PAYONCE_LIMITER".into(), "redis".into()));
+            env.push(("PAYONCE_LIMITER_REDIS_URL".into(), r.url()));
+        }
+        None => env.push(("PAYONCE_LIMITER".into(), "off".into())),
+    }
+    env
 }
 
 /// (payments, distinct operation ids among them) at the simulator.

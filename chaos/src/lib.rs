@@ -161,6 +161,25 @@ struct Running {
 }
 
 impl Running {
+    /// Starts `config.workers` workers (each armed with a failure point at the plan's rate) and a
+    /// reconciler.
+    fn start(launch: Launch, rng: &mut SoakRng, config: &SoakConfig) -> anyhow::Result<Running> {
+        let mut workers = Vec::with_capacity(config.workers);
+        for _ in 0..config.workers {
+            let point = Self::worker_point(rng, config.failpoint_per_mille);
+            workers.push((launch.worker(point)?, point.is_some()));
+        }
+        let reconciler = (launch.reconciler(None)?, false);
+        Ok(Running {
+            launch,
+            workers,
+            reconciler,
+            sigkills: 0,
+            reconciler_kills: 0,
+            failpoint_aborts: 0,
+        })
+    }
+
     fn worker_point(rng: &mut SoakRng, per_mille: u32) -> Option<FailPoint> {
         let i = usize::try_from(rng.below(WORKER_POINTS.len() as u64)).unwrap_or(0);
         rng.per_mille(per_mille).then(|| WORKER_POINTS[i])
@@ -399,194 +418,252 @@ async fn wait_ready(http: &reqwest::Client, base: &str, api: &mut Child) -> anyh
 
 /// Runs one soak and reports what happened; an error means the soak itself could not run.
 pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
-    anyhow::ensure!(
-        (1..=OPERATIONS_MAX).contains(&config.operations),
-        "operations must be between 1 and {OPERATIONS_MAX}"
-    );
-    anyhow::ensure!(config.workers >= 1, "at least one worker");
-    let started = Instant::now();
-    let mut rng = SoakRng::new(config.seed);
-    payonce_simulator::install_crypto_provider();
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(30))
-        .build()?;
-    let ledger = ledger::connect(&observer_url(&config.database_url), 8)
-        .await
-        .context("opening the soak ledger")?;
-    let mut backend_faults = BackendFaults::connect(&config, &mut rng).await?;
-    anyhow::ensure!(
-        ledger.count_by_status().await?.iter().all(|c| c.count == 0),
-        "the soak needs a fresh ledger: this one already holds operations"
-    );
-    let now = SystemClock.now();
-    let tenant = TenantId::parse(operations::TENANT).map_err(anyhow::Error::msg)?;
-    let assistant =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant, Role::Assistant, "chaos", now)
-            .await?;
+    let mut soak = Soak::start(config).await?;
+    let chaos_time = soak.chaos_phase().await?;
+    let converged = soak.calm_phase().await?;
+    soak.finish(chaos_time, converged).await
+}
 
-    let fleet::Stage {
-        port,
-        api_base,
-        signing,
-        sim,
-        launch,
-    } = fleet::stage(
-        config.payonce_bin.clone(),
-        config.database_url.clone(),
-        config.log.clone(),
-        config.duplicate_per_mille,
-        config.seed,
-        config.contract,
-    )
-    .await?;
-    let mut api = launch.api(port, &signing)?;
-    wait_ready(&http, &api_base, &mut api).await?;
+/// What the failure soak's phases share: the fleet and the api, the simulator, the work running
+/// beside them (tool calls, refunds), and what was done to them.
+struct Soak {
+    config: SoakConfig,
+    started: Instant,
+    rng: SoakRng,
+    http: reqwest::Client,
+    ledger: SharedLedger,
+    backend_faults: Option<BackendFaults>,
+    sim: Simulator,
+    api: Child,
+    ops: Vec<operations::PlannedOp>,
+    /// The assistant's tool calls, sent beside the fleet.
+    calls: tokio::task::JoinHandle<operations::ToolCallTally>,
+    /// Refunds of paid payments, made beside the fleet.
+    refunder: tokio::task::JoinHandle<anyhow::Result<refunds::RefundRun>>,
+    /// The refunder's rounds hold this shared; a database restart takes it exclusively, so no
+    /// refund is half made when the server goes away.
+    ledger_pause: std::sync::Arc<tokio::sync::RwLock<()>>,
+    fleet: Running,
+    database_restarts: usize,
+    last_progress: Instant,
+}
 
-    let ops = operations::create(&ledger, config.operations, config.unapproved_every, now).await?;
+impl Soak {
+    /// Checks the plan and the fresh ledger, starts the simulator and the api, creates the
+    /// operations, starts the tool calls and the refunder, arms the processor's faults and starts
+    /// the fleet.
+    async fn start(config: SoakConfig) -> anyhow::Result<Soak> {
+        anyhow::ensure!(
+            (1..=OPERATIONS_MAX).contains(&config.operations),
+            "operations must be between 1 and {OPERATIONS_MAX}"
+        );
+        anyhow::ensure!(config.workers >= 1, "at least one worker");
+        let started = Instant::now();
+        let mut rng = SoakRng::new(config.seed);
+        payonce_simulator::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let ledger = ledger::connect(&observer_url(&config.database_url), 8)
+            .await
+            .context("opening the soak ledger")?;
+        let backend_faults = BackendFaults::connect(&config, &mut rng).await?;
+        anyhow::ensure!(
+            ledger.count_by_status().await?.iter().all(|c| c.count == 0),
+            "the soak needs a fresh ledger: this one already holds operations"
+        );
+        let now = SystemClock.now();
+        let tenant = TenantId::parse(operations::TENANT).map_err(anyhow::Error::msg)?;
+        let assistant =
+            payonce_api::create_api_key(ledger.as_ref(), &tenant, Role::Assistant, "chaos", now)
+                .await?;
+        let stage = fleet::stage(
+            config.payonce_bin.clone(),
+            config.database_url.clone(),
+            config.log.clone(),
+            config.duplicate_per_mille,
+            config.seed,
+            config.contract,
+        )
+        .await?;
+        let mut api = stage.launch.api(stage.port, &stage.signing)?;
+        wait_ready(&http, &stage.api_base, &mut api).await?;
+        let ops =
+            operations::create(&ledger, config.operations, config.unapproved_every, now).await?;
+        let targets = shuffled_targets(&ops, &mut rng, config.duplicate_per_mille);
+        let calls = tokio::spawn(operations::tool_calls(
+            http.clone(),
+            stage.api_base.clone(),
+            assistant,
+            targets,
+        ));
+        let ledger_pause = std::sync::Arc::new(tokio::sync::RwLock::new(()));
+        let refunder = tokio::spawn(refunds::refund_some(
+            ledger_pause.clone(),
+            ledger.clone(),
+            ops.clone(),
+            config.refund_every,
+            started + config.deadline,
+        ));
+        arm_faults(&http, &stage.sim, &config).await?;
+        let fleet = Running::start(stage.launch, &mut rng, &config)?;
+        Ok(Soak {
+            config,
+            started,
+            rng,
+            http,
+            ledger,
+            backend_faults,
+            sim: stage.sim,
+            api,
+            ops,
+            calls,
+            refunder,
+            ledger_pause,
+            fleet,
+            database_restarts: 0,
+            last_progress: Instant::now(),
+        })
+    }
+
+    /// Chaos phase: kill at random until everything converged or the window closes. Returns how
+    /// long it lasted.
+    async fn chaos_phase(&mut self) -> anyhow::Result<Duration> {
+        let chaos_start = Instant::now();
+        self.last_progress = Instant::now();
+        let per_mille = self.config.failpoint_per_mille;
+        while chaos_start.elapsed() < self.config.chaos_window {
+            if self.last_progress.elapsed() >= PROGRESS_EVERY {
+                progress(&self.ledger, "chaos", self.started).await;
+                self.last_progress = Instant::now();
+            }
+            let (least, most) = self.config.kill_every;
+            tokio::time::sleep(self.rng.between(least, most)).await;
+            self.fleet.respawn_exited(&mut self.rng, per_mille)?;
+            if let Some(faults) = self.backend_faults.as_mut() {
+                faults.tick(&mut self.rng).await?;
+            }
+            if self.database_restarts == 0 && chaos_start.elapsed() >= self.config.chaos_window / 2
+            {
+                self.restart_database().await?;
+            }
+            // Refunds are created as payments succeed: the chaos lasts until they are made too.
+            if in_progress(&self.ledger).await? == 0 && self.refunder.is_finished() {
+                break;
+            }
+            self.fleet
+                .kill_one(&mut self.rng, per_mille, self.config.reconciler_kills_max)
+                .await?;
+        }
+        Ok(chaos_start.elapsed())
+    }
+
+    /// Restarts the database, if the plan has a restart, while no refund is half made.
+    async fn restart_database(&mut self) -> anyhow::Result<()> {
+        let Some(restart) = self.config.database_restart.as_ref() else {
+            return Ok(());
+        };
+        let _paused = self.ledger_pause.write().await;
+        let restart = restart.0.clone();
+        tokio::task::spawn_blocking(move || restart())
+            .await
+            .context("restarting the database")?;
+        self.database_restarts += 1;
+        Ok(())
+    }
+
+    /// Calm phase: no faults, no failure points; waits for every operation to reach a final
+    /// state. Whether everything converged before the deadline.
+    async fn calm_phase(&mut self) -> anyhow::Result<bool> {
+        clear_faults(&self.http, &self.sim).await?;
+        self.fleet.disarm().await?;
+        while self.started.elapsed() < self.config.deadline {
+            if in_progress(&self.ledger).await? == 0
+                && self.calls.is_finished()
+                && self.refunder.is_finished()
+            {
+                return Ok(true);
+            }
+            self.fleet.respawn_exited(&mut self.rng, 0)?;
+            if self.last_progress.elapsed() >= PROGRESS_EVERY {
+                progress(&self.ledger, "calm", self.started).await;
+                self.last_progress = Instant::now();
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(false)
+    }
+
+    /// Stops everything, then compares the processor's audit with the ledger.
+    async fn finish(mut self, chaos_time: Duration, converged: bool) -> anyhow::Result<SoakReport> {
+        let tool_calls = if self.calls.is_finished() {
+            self.calls.await.unwrap_or_default()
+        } else {
+            self.calls.abort();
+            operations::ToolCallTally::default()
+        };
+        let refund_run = if self.refunder.is_finished() {
+            self.refunder.await.context("the refunder panicked")??
+        } else {
+            self.refunder.abort();
+            refunds::RefundRun::default()
+        };
+        self.fleet.stop().await;
+        sigkill(&mut self.api).await;
+
+        let config = &self.config;
+        let wire = config.contract.wire();
+        let mut report = tally::tally(&self.http, &self.sim, wire, &self.ledger, &self.ops).await?;
+        report.refunds =
+            refunds::tally(&self.http, &self.sim, wire, &self.ledger, &refund_run).await?;
+        report.refunds_created = refund_run.refunds.len();
+        report.refunded_payments = refund_run.payments.len();
+        report.refunds_refused_by_guard = refund_run.refused_by_guard;
+        report.refund_refusals_expected = refund_run.refusals_expected;
+        self.sim.shutdown().await;
+        report.seed = config.seed;
+        report.contract = format!(
+            "{} on {} wire (key retention {} s)",
+            config.contract.contract,
+            match wire {
+                payonce_simulator::Wire::Stripe => "Stripe's",
+                payonce_simulator::Wire::Adyen => "Adyen's",
+            },
+            config.contract.key_retention().as_secs()
+        );
+        report.sigkills = self.fleet.sigkills;
+        report.reconciler_sigkills = self.fleet.reconciler_kills;
+        report.failpoint_aborts = self.fleet.failpoint_aborts;
+        report.database_restarts = self.database_restarts;
+        if let Some(faults) = &self.backend_faults {
+            report.backend_terminations = faults.rounds;
+            report.backends_terminated = faults.terminated;
+        }
+        report.tool_calls = tool_calls.sent;
+        report.duplicate_tool_calls = tool_calls.duplicates;
+        report.bad_tool_answers = tool_calls.bad;
+        report.converged = converged;
+        report.chaos_time = chaos_time;
+        report.wall_time = self.started.elapsed();
+        Ok(report)
+    }
+}
+
+/// Each operation with whether the assistant asks about it twice (`duplicate_per_mille`),
+/// shuffled so tool calls do not follow the workers' claim order.
+fn shuffled_targets(
+    ops: &[operations::PlannedOp],
+    rng: &mut SoakRng,
+    duplicate_per_mille: u32,
+) -> Vec<(payonce_shared::id::OperationId, bool)> {
     let mut targets: Vec<_> = ops
         .iter()
-        .map(|o| (o.id.clone(), rng.per_mille(config.duplicate_per_mille)))
+        .map(|o| (o.id.clone(), rng.per_mille(duplicate_per_mille)))
         .collect();
-    // Shuffled so tool calls do not follow the workers' claim order.
     for i in (1..targets.len()).rev() {
         let j = usize::try_from(rng.below(i as u64 + 1)).unwrap_or(0);
         targets.swap(i, j);
     }
-    let calls = tokio::spawn(operations::tool_calls(
-        http.clone(),
-        api_base.clone(),
-        assistant,
-        targets,
-    ));
-    // The refunder's rounds hold this shared; a database restart takes it exclusively, so no refund
-    // is half made when the server goes away.
-    let ledger_pause = std::sync::Arc::new(tokio::sync::RwLock::new(()));
-    let refunder = tokio::spawn(refunds::refund_some(
-        ledger_pause.clone(),
-        ledger.clone(),
-        ops.clone(),
-        config.refund_every,
-        started + config.deadline,
-    ));
-
-    arm_faults(&http, &sim, &config).await?;
-    let mut workers = Vec::with_capacity(config.workers);
-    for _ in 0..config.workers {
-        let point = Running::worker_point(&mut rng, config.failpoint_per_mille);
-        workers.push((launch.worker(point)?, point.is_some()));
-    }
-    let reconciler = (launch.reconciler(None)?, false);
-    let mut fleet = Running {
-        launch,
-        workers,
-        reconciler,
-        sigkills: 0,
-        reconciler_kills: 0,
-        failpoint_aborts: 0,
-    };
-
-    // Chaos phase: kill at random until everything converged or the window closes.
-    let chaos_start = Instant::now();
-    let mut database_restarts = 0;
-    let mut last_progress = Instant::now();
-    while chaos_start.elapsed() < config.chaos_window {
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            progress(&ledger, "chaos", started).await;
-            last_progress = Instant::now();
-        }
-        tokio::time::sleep(rng.between(config.kill_every.0, config.kill_every.1)).await;
-        fleet.respawn_exited(&mut rng, config.failpoint_per_mille)?;
-        if let Some(faults) = backend_faults.as_mut() {
-            faults.tick(&mut rng).await?;
-        }
-        if let Some(restart) = config.database_restart.as_ref()
-            && database_restarts == 0
-            && chaos_start.elapsed() >= config.chaos_window / 2
-        {
-            let _paused = ledger_pause.write().await;
-            let restart = restart.0.clone();
-            tokio::task::spawn_blocking(move || restart())
-                .await
-                .context("restarting the database")?;
-            database_restarts += 1;
-        }
-        // Refunds are created as payments succeed: the chaos lasts until they are made too.
-        if in_progress(&ledger).await? == 0 && refunder.is_finished() {
-            break;
-        }
-        fleet
-            .kill_one(
-                &mut rng,
-                config.failpoint_per_mille,
-                config.reconciler_kills_max,
-            )
-            .await?;
-    }
-    let chaos_time = chaos_start.elapsed();
-
-    // Calm phase: no faults, no failure points; wait for every operation to reach a final state.
-    clear_faults(&http, &sim).await?;
-    fleet.disarm().await?;
-    let mut converged = false;
-    while started.elapsed() < config.deadline {
-        if in_progress(&ledger).await? == 0 && calls.is_finished() && refunder.is_finished() {
-            converged = true;
-            break;
-        }
-        fleet.respawn_exited(&mut rng, 0)?;
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            progress(&ledger, "calm", started).await;
-            last_progress = Instant::now();
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    let tool_calls = if calls.is_finished() {
-        calls.await.unwrap_or_default()
-    } else {
-        calls.abort();
-        operations::ToolCallTally::default()
-    };
-    let refund_run = if refunder.is_finished() {
-        refunder.await.context("the refunder panicked")??
-    } else {
-        refunder.abort();
-        refunds::RefundRun::default()
-    };
-    fleet.stop().await;
-    sigkill(&mut api).await;
-
-    let wire = config.contract.wire();
-    let mut report = tally::tally(&http, &sim, wire, &ledger, &ops).await?;
-    report.refunds = refunds::tally(&http, &sim, wire, &ledger, &refund_run).await?;
-    report.refunds_created = refund_run.refunds.len();
-    report.refunded_payments = refund_run.payments.len();
-    report.refunds_refused_by_guard = refund_run.refused_by_guard;
-    report.refund_refusals_expected = refund_run.refusals_expected;
-    sim.shutdown().await;
-    report.seed = config.seed;
-    report.contract = format!(
-        "{} on {} wire (key retention {} s)",
-        config.contract.contract,
-        match wire {
-            payonce_simulator::Wire::Stripe => "Stripe's",
-            payonce_simulator::Wire::Adyen => "Adyen's",
-        },
-        config.contract.key_retention().as_secs()
-    );
-    report.sigkills = fleet.sigkills;
-    report.reconciler_sigkills = fleet.reconciler_kills;
-    report.failpoint_aborts = fleet.failpoint_aborts;
-    report.database_restarts = database_restarts;
-    if let Some(faults) = &backend_faults {
-        report.backend_terminations = faults.rounds;
-        report.backends_terminated = faults.terminated;
-    }
-    report.tool_calls = tool_calls.sent;
-    report.duplicate_tool_calls = tool_calls.duplicates;
-    report.bad_tool_answers = tool_calls.bad;
-    report.converged = converged;
-    report.chaos_time = chaos_time;
-    report.wall_time = started.elapsed();
-    Ok(report)
+    targets
 }

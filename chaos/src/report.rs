@@ -155,6 +155,25 @@ impl SoakReport {
 
 impl fmt::Display for SoakReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rows = self.payment_rows();
+        rows.extend(self.refund_rows());
+        rows.extend(self.fault_rows());
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        writeln!(f, "payonce chaos soak (seed {})", self.seed)?;
+        for (k, v) in rows {
+            writeln!(f, "  {k:<width$}  {v:>12}")?;
+        }
+        write!(
+            f,
+            "  verdict: {}",
+            if self.is_clean() { "CLEAN" } else { "FAILED" }
+        )
+    }
+}
+
+impl SoakReport {
+    /// The table's rows about payments: counts, paths and final states.
+    fn payment_rows(&self) -> Vec<(String, String)> {
         let mut rows: Vec<(String, String)> = vec![
             ("processor contract".into(), self.contract.clone()),
             (
@@ -207,8 +226,13 @@ impl fmt::Display for SoakReport {
                 self.status_count(status).to_string(),
             ));
         }
+        rows
+    }
+
+    /// The table's rows about refunds, on both sides.
+    fn refund_rows(&self) -> Vec<(String, String)> {
         let refund_states: usize = self.refunds.statuses.values().sum();
-        rows.extend([
+        vec![
             (
                 "refunded payments (refund operations)".into(),
                 format!("{} ({})", self.refunded_payments, self.refunds_created),
@@ -256,8 +280,12 @@ impl fmt::Display for SoakReport {
                     self.refunds.statuses.get("succeeded").copied().unwrap_or(0)
                 ),
             ),
-        ]);
-        rows.extend([
+        ]
+    }
+
+    /// The table's rows about the faults injected, the tool calls and the run's times.
+    fn fault_rows(&self) -> Vec<(String, String)> {
+        vec![
             (
                 "operations recovered after a crash".into(),
                 self.recovered_after_crash.to_string(),
@@ -295,17 +323,7 @@ impl fmt::Display for SoakReport {
                 "wall time".into(),
                 format!("{:.1} s", self.wall_time.as_secs_f64()),
             ),
-        ]);
-        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        writeln!(f, "payonce chaos soak (seed {})", self.seed)?;
-        for (k, v) in rows {
-            writeln!(f, "  {k:<width$}  {v:>12}")?;
-        }
-        write!(
-            f,
-            "  verdict: {}",
-            if self.is_clean() { "CLEAN" } else { "FAILED" }
-        )
+        ]
     }
 }
 

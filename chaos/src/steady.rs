@@ -17,11 +17,12 @@ use payonce_shared::ledger::retention::{Pruned, Retention};
 use payonce_shared::ledger::{self, Role, SharedLedger};
 use payonce_shared::state::Status;
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::process::Child;
+
+mod summary;
 
 /// The most bytes a settled payment may leave behind beyond its operation row and its events, once
 /// every retention period has passed (issue 43's target).
@@ -163,125 +164,6 @@ impl SteadyReport {
     }
 }
 
-impl fmt::Display for SteadyReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (evidence, rest) = self.bytes_per_payment();
-        writeln!(
-            f,
-            "| steady soak: {} operations/s asked for {:.0} s; {:.1}/s created | |",
-            self.rate,
-            self.duration_s,
-            self.created as f64 / self.duration_s.max(1e-9)
-        )?;
-        writeln!(f, "| --- | --- |")?;
-        writeln!(
-            f,
-            "| operations created / settled | {} / {} |",
-            self.created,
-            self.settled()
-        )?;
-        let mut statuses: Vec<_> = self.statuses.iter().collect();
-        statuses.sort();
-        let statuses: Vec<String> = statuses.iter().map(|(s, n)| format!("{s} {n}")).collect();
-        writeln!(f, "| final states | {} |", statuses.join(", "))?;
-        writeln!(
-            f,
-            "| processor payments / paid twice / contradicted | {} / {} / {} |",
-            self.payments, self.duplicates, self.mismatched
-        )?;
-        writeln!(
-            f,
-            "| tool calls / bad answers | {} / {} |",
-            self.tool_calls, self.bad_tool_answers
-        )?;
-        let mut names: Vec<&str> = self
-            .samples
-            .first()
-            .map(|s| s.rss_kib.iter().map(|(n, _)| n.as_str()).collect())
-            .unwrap_or_default();
-        names.dedup();
-        for name in names {
-            let at = |share| {
-                self.rss_at(name, share)
-                    .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0))
-            };
-            writeln!(
-                f,
-                "| `{name}` RSS MiB at 10 % / 50 % / 100 % of the run | {} / {} / {} |",
-                at(0.1),
-                at(0.5),
-                at(1.0)
-            )?;
-        }
-        let backlog = |share: f64| {
-            let i = ((self.samples.len().saturating_sub(1)) as f64 * share).round() as usize;
-            self.samples.get(i).map_or("-".into(), |s| {
-                format!("{} ({:.0} s)", s.hint_backlog, s.hint_oldest_s)
-            })
-        };
-        let worst = self
-            .samples
-            .iter()
-            .max_by_key(|s| s.hint_backlog)
-            .map_or("-".into(), |s| {
-                format!("{} at {:.0} s", s.hint_backlog, s.at_s)
-            });
-        writeln!(
-            f,
-            "| unchecked webhook hints (oldest) at 10 % / 50 % / 100 % of the run; most | {} / {} / {}; {worst} |",
-            backlog(0.1),
-            backlog(0.5),
-            backlog(1.0)
-        )?;
-        let hours = self.duration_s / 3600.0;
-        let first = self.samples.first().map_or(0, |s| s.database_bytes);
-        writeln!(
-            f,
-            "| database size at the end (before the final prune); growth per hour of traffic | {:.1} MiB; {:.0} MiB/h |",
-            self.database_bytes_at_end as f64 / 1_048_576.0,
-            (self.database_bytes_at_end - first) as f64 / 1_048_576.0 / hours.max(1e-9)
-        )?;
-        writeln!(
-            f,
-            "| final prune (every period elapsed): webhooks / tool calls / tool answers / links / sessions | {} / {} / {} / {} / {} |",
-            self.pruned.webhooks,
-            self.pruned.tool_calls,
-            self.pruned.tool_answers,
-            self.pruned.links,
-            self.pruned.sessions
-        )?;
-        let empty: Vec<&TableBytes> = self.tables.iter().filter(|t| t.rows == 0).collect();
-        for t in self.tables.iter().filter(|t| t.rows > 0) {
-            writeln!(
-                f,
-                "| `{}` after the prune and `VACUUM FULL`: rows; bytes per settled payment | {}; {:.0} |",
-                t.table,
-                t.rows,
-                t.bytes as f64 / self.settled().max(1) as f64
-            )?;
-        }
-        writeln!(
-            f,
-            "| {} empty tables (their first pages) after the prune: bytes per settled payment | {:.0} |",
-            empty.len(),
-            empty.iter().map(|t| t.bytes).sum::<i64>() as f64 / self.settled().max(1) as f64
-        )?;
-        writeln!(
-            f,
-            "| bytes per settled payment: operation and events; everything else (target ≤ {TARGET_BYTES_PER_PAYMENT:.0}) | {evidence:.0}; {rest:.0} |"
-        )?;
-        write!(
-            f,
-            "| verdict | {} |",
-            if self.is_clean() {
-                "CLEAN"
-            } else {
-                "NOT CLEAN"
-            }
-        )
-    }
-}
-
 /// Resident memory of `pid`, KiB (`VmRSS` of `/proc/PID/status`).
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -299,6 +181,35 @@ struct Fleet {
 }
 
 impl Fleet {
+    /// Starts the api (and waits until it is ready), the workers and the reconciler on `stage`.
+    async fn spawn(
+        config: &SteadyConfig,
+        http: &reqwest::Client,
+        stage: &fleet::Stage,
+    ) -> anyhow::Result<Fleet> {
+        let mut api = stage.launch.spawn(
+            &["api", "--listen", &format!("127.0.0.1:{}", stage.port)],
+            &FLEET_ENV,
+            |c| {
+                let (setting, secret) = stage.signing.api_env();
+                c.env(setting, secret);
+            },
+        )?;
+        crate::wait_ready(http, &stage.api_base, &mut api).await?;
+        let mut workers = Vec::with_capacity(config.workers);
+        for _ in 0..config.workers {
+            workers.push(stage.launch.spawn(&["worker"], &FLEET_ENV, |_| {})?);
+        }
+        let reconciler = stage
+            .launch
+            .spawn(&["reconciler", "run"], &FLEET_ENV, |_| {})?;
+        Ok(Fleet {
+            api,
+            workers,
+            reconciler,
+        })
+    }
+
     fn rss(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         let mut one = |name: String, child: &Child| {
@@ -365,100 +276,143 @@ async fn sample(
 
 /// Runs the steady soak; an error means it could not run (a process died, the database refused).
 pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
-    anyhow::ensure!(config.rate >= 1, "rate must be at least 1 operation/s");
-    anyhow::ensure!(config.workers >= 1, "at least one worker");
-    anyhow::ensure!(
-        config.database_url.starts_with("postgres"),
-        "the steady soak measures a Postgres ledger"
-    );
-    payonce_simulator::install_crypto_provider();
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(30))
-        .build()?;
-    let ledger = ledger::connect(&config.database_url, 8)
-        .await
-        .context("opening the soak ledger")?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&config.database_url)
-        .await?;
-    anyhow::ensure!(
-        ledger.count_by_status().await?.iter().all(|c| c.count == 0),
-        "the soak needs a fresh ledger: this one already holds operations"
-    );
-    let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
-    let assistant = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant,
-        Role::Assistant,
-        "soak",
-        SystemClock.now(),
-    )
-    .await?;
-    let fleet::Stage {
-        port,
-        api_base,
-        signing,
-        sim,
-        launch,
-    } = fleet::stage(
-        config.payonce_bin.clone(),
-        config.database_url.clone(),
-        config.log.clone(),
-        0,
-        config.seed,
-        fleet::ContractRun::default(),
-    )
-    .await?;
-    let mut api = launch.spawn(
-        &["api", "--listen", &format!("127.0.0.1:{port}")],
-        &FLEET_ENV,
-        |c| {
-            let (setting, secret) = signing.api_env();
-            c.env(setting, secret);
-        },
-    )?;
-    crate::wait_ready(&http, &api_base, &mut api).await?;
-    let mut workers = Vec::with_capacity(config.workers);
-    for _ in 0..config.workers {
-        workers.push(launch.spawn(&["worker"], &FLEET_ENV, |_| {})?);
-    }
-    let reconciler = launch.spawn(&["reconciler", "run"], &FLEET_ENV, |_| {})?;
-    let mut fleet = Fleet {
-        api,
-        workers,
-        reconciler,
-    };
+    let (mut soak, sim) = Soak::start(config).await?;
+    soak.drive().await?;
+    soak.drain().await?;
+    soak.tally_payments(sim).await?;
+    soak.prune_and_measure().await
+}
 
-    let calls = Arc::new(tokio::sync::Semaphore::new(TOOL_CALLS_IN_FLIGHT));
-    let mut call_tasks = tokio::task::JoinSet::new();
-    let mut created_count = 0usize;
-    let mut report = SteadyReport {
-        rate: config.rate,
-        ..SteadyReport::default()
-    };
-    let tick = Duration::from_secs_f64(f64::from(TICK_OPERATIONS) / f64::from(config.rate));
-    let mut ticker = tokio::time::interval(tick);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let started = Instant::now();
-    let mut next_sample = started;
-    let mut call_n = 0usize;
-    while started.elapsed() < config.duration {
-        ticker.tick().await;
-        if let Some(who) = fleet.exited() {
-            fleet.stop().await;
-            anyhow::bail!(
-                "{who} exited during the soak (see {})",
-                config.log.display()
-            );
+/// What the soak's steps share: the fleet, the clients that watch them, the tool
+/// calls in flight, and the report being filled in.
+struct Soak {
+    config: SteadyConfig,
+    http: reqwest::Client,
+    ledger: SharedLedger,
+    /// One connection of the soak's own, for sizes and raw counts.
+    pool: sqlx::PgPool,
+    api_base: String,
+    /// The assistant's API key.
+    assistant: String,
+    fleet: Fleet,
+    /// Tool calls in flight, each (asks, good answers).
+    call_tasks: tokio::task::JoinSet<(usize, usize)>,
+    calls: Arc<tokio::sync::Semaphore>,
+    created_count: usize,
+    call_n: usize,
+    report: SteadyReport,
+}
+
+impl Soak {
+    /// Checks the settings and the fresh ledger, then starts the simulator, the api, the workers
+    /// and the reconciler: the soak, and the simulator its payments are tallied at.
+    async fn start(config: SteadyConfig) -> anyhow::Result<(Soak, payonce_simulator::Simulator)> {
+        anyhow::ensure!(config.rate >= 1, "rate must be at least 1 operation/s");
+        anyhow::ensure!(config.workers >= 1, "at least one worker");
+        anyhow::ensure!(
+            config.database_url.starts_with("postgres"),
+            "the steady soak measures a Postgres ledger"
+        );
+        payonce_simulator::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let ledger = ledger::connect(&config.database_url, 8)
+            .await
+            .context("opening the soak ledger")?;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&config.database_url)
+            .await?;
+        anyhow::ensure!(
+            ledger.count_by_status().await?.iter().all(|c| c.count == 0),
+            "the soak needs a fresh ledger: this one already holds operations"
+        );
+        let tenant = TenantId::parse(TENANT).map_err(anyhow::Error::msg)?;
+        let assistant = payonce_api::create_api_key(
+            ledger.as_ref(),
+            &tenant,
+            Role::Assistant,
+            "soak",
+            SystemClock.now(),
+        )
+        .await?;
+        let stage = fleet::stage(
+            config.payonce_bin.clone(),
+            config.database_url.clone(),
+            config.log.clone(),
+            0,
+            config.seed,
+            fleet::ContractRun::default(),
+        )
+        .await?;
+        let fleet = Fleet::spawn(&config, &http, &stage).await?;
+        let report = SteadyReport {
+            rate: config.rate,
+            ..SteadyReport::default()
+        };
+        let soak = Soak {
+            config,
+            http,
+            ledger,
+            pool,
+            api_base: stage.api_base,
+            assistant,
+            fleet,
+            call_tasks: tokio::task::JoinSet::new(),
+            calls: Arc::new(tokio::sync::Semaphore::new(TOOL_CALLS_IN_FLIGHT)),
+            created_count: 0,
+            call_n: 0,
+            report,
+        };
+        Ok((soak, stage.sim))
+    }
+
+    /// Operations arrive at the configured rate for the configured time, each asked about by the
+    /// assistant; a sample every `sample_every`, and one at the end.
+    async fn drive(&mut self) -> anyhow::Result<()> {
+        let tick =
+            Duration::from_secs_f64(f64::from(TICK_OPERATIONS) / f64::from(self.config.rate));
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let started = Instant::now();
+        let mut next_sample = started;
+        while started.elapsed() < self.config.duration {
+            ticker.tick().await;
+            if let Some(who) = self.fleet.exited() {
+                self.fleet.stop().await;
+                anyhow::bail!(
+                    "{who} exited during the soak (see {})",
+                    self.config.log.display()
+                );
+            }
+            for (i, op) in self.create_tick().await? {
+                self.ask_about(i, &op);
+                self.created_count += 1;
+            }
+            self.collect_tool_calls();
+            if Instant::now() >= next_sample {
+                next_sample += self.config.sample_every;
+                let s = self.sample(started.elapsed()).await?;
+                print_sample(&s);
+                self.report.samples.push(s);
+            }
         }
+        self.report.duration_s = started.elapsed().as_secs_f64();
+        self.report.created = self.created_count;
+        let last = self.sample(started.elapsed()).await?;
+        self.report.samples.push(last);
+        Ok(())
+    }
+
+    /// A tick's operations at once, as many upstream callers would: one after another, a loaded
+    /// machine's round trips fell below the rate. In creation order.
+    async fn create_tick(&self) -> anyhow::Result<Vec<(usize, operations::PlannedOp)>> {
         let now = SystemClock.now();
-        // A tick's operations at once, as many upstream callers would: one after another, a
-        // loaded machine's round trips fell below the rate.
         let mut creates = tokio::task::JoinSet::new();
-        for i in created_count..created_count + TICK_OPERATIONS as usize {
-            let ledger = ledger.clone();
+        for i in self.created_count..self.created_count + TICK_OPERATIONS as usize {
+            let ledger = self.ledger.clone();
             creates.spawn(async move {
                 (
                     i,
@@ -472,159 +426,186 @@ pub async fn run(config: SteadyConfig) -> anyhow::Result<SteadyReport> {
             created.push((i, op?));
         }
         created.sort_by_key(|(i, _)| *i);
-        for (i, op) in created {
-            // The assistant asks about every operation once; every other one it asks again with
-            // the same call id (a regenerated answer, a retried request).
-            call_n += 1;
-            let asks = if i % 2 == 0 { 2 } else { 1 };
-            let (http, base, key, id, n) = (
-                http.clone(),
-                api_base.clone(),
-                assistant.clone(),
-                op.id.clone(),
-                call_n,
-            );
-            let permits = calls.clone();
-            call_tasks.spawn(async move {
-                let mut good = 0usize;
-                for _ in 0..asks {
-                    let _permit = permits.acquire().await;
-                    good += usize::from(
-                        operations::call_until_answered(&http, &base, &key, &id, n).await,
-                    );
-                }
-                (asks, good)
-            });
-            created_count += 1;
-        }
-        while let Some(done) = call_tasks.try_join_next() {
-            let (asks, good) = done.unwrap_or((1, 0));
-            report.tool_calls += asks;
-            report.bad_tool_answers += asks - good;
-        }
-        if Instant::now() >= next_sample {
-            next_sample += config.sample_every;
-            let s = sample(&ledger, &pool, &fleet, created_count, started.elapsed()).await?;
-            eprintln!(
-                "payonce-soak: {:>6.0} s: {} created, {} settled, {} unchecked hints (oldest {:.0} s), database {:.1} MiB, RSS MiB {}",
-                s.at_s,
-                s.created,
-                s.settled,
-                s.hint_backlog,
-                s.hint_oldest_s,
-                s.database_bytes as f64 / 1_048_576.0,
-                s.rss_kib
-                    .iter()
-                    .map(|(n, k)| format!("{n} {:.1}", *k as f64 / 1024.0))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            report.samples.push(s);
-        }
+        Ok(created)
     }
-    report.duration_s = started.elapsed().as_secs_f64();
-    report.created = created_count;
-    report
-        .samples
-        .push(sample(&ledger, &pool, &fleet, created_count, started.elapsed()).await?);
 
-    // Drain: everything final, every tool call answered, every hint checked.
-    let drain_start = Instant::now();
-    while drain_start.elapsed() < DRAIN_DEADLINE {
-        let counts = ledger.count_by_status().await?;
-        let open: i64 = counts
-            .iter()
-            .filter(|c| {
-                matches!(
-                    c.status,
-                    Status::Ready | Status::Executing | Status::Unknown
-                )
-            })
-            .map(|c| c.count)
-            .sum();
-        let (backlog, _) = ledger.processor_event_backlog().await?;
-        if open == 0 && backlog == 0 && call_tasks.is_empty() {
-            report.drained = true;
-            break;
-        }
-        while let Some(done) = call_tasks.try_join_next() {
-            let (asks, good) = done.unwrap_or((1, 0));
-            report.tool_calls += asks;
-            report.bad_tool_answers += asks - good;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    /// The assistant asks about every operation once; every other one it asks again with the same
+    /// call id (a regenerated answer, a retried request).
+    fn ask_about(&mut self, i: usize, op: &operations::PlannedOp) {
+        self.call_n += 1;
+        let asks = if i.is_multiple_of(2) { 2 } else { 1 };
+        let (http, base, key, id, n) = (
+            self.http.clone(),
+            self.api_base.clone(),
+            self.assistant.clone(),
+            op.id.clone(),
+            self.call_n,
+        );
+        let permits = self.calls.clone();
+        self.call_tasks.spawn(async move {
+            let mut good = 0usize;
+            for _ in 0..asks {
+                let _permit = permits.acquire().await;
+                good +=
+                    usize::from(operations::call_until_answered(&http, &base, &key, &id, n).await);
+            }
+            (asks, good)
+        });
     }
-    fleet.stop().await;
 
-    // Both sides: the processor's payments against the ledger's rows.
-    let paid =
-        crate::tally::successful_payments(&http, &sim, payonce_simulator::Wire::Stripe).await?;
-    sim.shutdown().await;
-    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM operations")
-        .fetch_all(&pool)
-        .await?;
-    for (id, status) in &rows {
-        *report.statuses.entry(status.clone()).or_default() += 1;
-        let payments = paid.get(id).copied().unwrap_or(0);
-        report.payments += payments;
-        report.duplicates += payments.saturating_sub(1);
-        if (payments > 0) != (status == "succeeded") && status != "needs_attention" {
-            report.mismatched += 1;
+    /// Counts the tool calls that have finished.
+    fn collect_tool_calls(&mut self) {
+        while let Some(done) = self.call_tasks.try_join_next() {
+            let (asks, good) = done.unwrap_or((1, 0));
+            self.report.tool_calls += asks;
+            self.report.bad_tool_answers += asks - good;
         }
     }
-    report.statuses.retain(|s, _| {
-        Status::parse(s).is_some_and(|s| s.is_terminal() && s != Status::AwaitingApproval)
-    });
-    report.database_bytes_at_end =
-        sqlx::query_scalar("SELECT pg_database_size(current_database())")
-            .fetch_one(&pool)
+
+    /// One sample, `at` since operations started arriving.
+    async fn sample(&self, at: Duration) -> anyhow::Result<Sample> {
+        sample(
+            &self.ledger,
+            &self.pool,
+            &self.fleet,
+            self.created_count,
+            at,
+        )
+        .await
+    }
+
+    /// Everything final, every tool call answered, every hint checked (or the drain deadline
+    /// passed); then the fleet stops.
+    async fn drain(&mut self) -> anyhow::Result<()> {
+        let drain_start = Instant::now();
+        while drain_start.elapsed() < DRAIN_DEADLINE {
+            let counts = self.ledger.count_by_status().await?;
+            let open: i64 = counts
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        c.status,
+                        Status::Ready | Status::Executing | Status::Unknown
+                    )
+                })
+                .map(|c| c.count)
+                .sum();
+            let (backlog, _) = self.ledger.processor_event_backlog().await?;
+            if open == 0 && backlog == 0 && self.call_tasks.is_empty() {
+                self.report.drained = true;
+                break;
+            }
+            self.collect_tool_calls();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        self.fleet.stop().await;
+        Ok(())
+    }
+
+    /// Both sides: the processor's payments (at `sim`, stopped once read) against the ledger's
+    /// rows; then the database's size is read.
+    async fn tally_payments(&mut self, sim: payonce_simulator::Simulator) -> anyhow::Result<()> {
+        let paid =
+            crate::tally::successful_payments(&self.http, &sim, payonce_simulator::Wire::Stripe)
+                .await?;
+        sim.shutdown().await;
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM operations")
+            .fetch_all(&self.pool)
             .await?;
-
-    // As a prune would after every retention period: nothing transient left, then the tables
-    // rewritten so the sizes are what the rows take, not the space deleted rows left.
-    let zero = Retention {
-        webhooks: Duration::ZERO,
-        tool_calls: Duration::ZERO,
-        expired_tokens: Duration::ZERO,
-        ..Retention::default()
-    };
-    loop {
-        let p = ledger.prune(&zero, SystemClock.now()).await?;
-        report.pruned.webhooks += p.webhooks;
-        report.pruned.tool_calls += p.tool_calls;
-        report.pruned.tool_answers += p.tool_answers;
-        report.pruned.links += p.links;
-        report.pruned.sessions += p.sessions;
-        if p == Pruned::default() {
-            break;
+        let report = &mut self.report;
+        for (id, status) in &rows {
+            *report.statuses.entry(status.clone()).or_default() += 1;
+            let payments = paid.get(id).copied().unwrap_or(0);
+            report.payments += payments;
+            report.duplicates += payments.saturating_sub(1);
+            if (payments > 0) != (status == "succeeded") && status != "needs_attention" {
+                report.mismatched += 1;
+            }
         }
+        report.statuses.retain(|s, _| {
+            Status::parse(s).is_some_and(|s| s.is_terminal() && s != Status::AwaitingApproval)
+        });
+        report.database_bytes_at_end =
+            sqlx::query_scalar("SELECT pg_database_size(current_database())")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(())
     }
-    // The fleet's connections are gone with its processes, but a backend whose client was killed
-    // mid-statement can hold a snapshot until it notices: end every other session first, or
-    // `VACUUM FULL` keeps the rows that snapshot could still see.
-    drop(ledger);
+
+    /// As a prune would after every retention period: nothing transient left, then the tables
+    /// rewritten so the sizes are what the rows take, not the space deleted rows left.
+    async fn prune_and_measure(mut self) -> anyhow::Result<SteadyReport> {
+        let zero = Retention {
+            webhooks: Duration::ZERO,
+            tool_calls: Duration::ZERO,
+            expired_tokens: Duration::ZERO,
+            ..Retention::default()
+        };
+        loop {
+            let p = self.ledger.prune(&zero, SystemClock.now()).await?;
+            let pruned = &mut self.report.pruned;
+            pruned.webhooks += p.webhooks;
+            pruned.tool_calls += p.tool_calls;
+            pruned.tool_answers += p.tool_answers;
+            pruned.links += p.links;
+            pruned.sessions += p.sessions;
+            if p == Pruned::default() {
+                break;
+            }
+        }
+        // The fleet's connections are gone with its processes, but a backend whose client was
+        // killed mid-statement can hold a snapshot until it notices: end every other session
+        // first, or `VACUUM FULL` keeps the rows that snapshot could still see.
+        drop(self.ledger);
+        self.report.tables = table_sizes(&self.pool).await?;
+        Ok(self.report)
+    }
+}
+
+/// Prints one sample's line on stderr.
+fn print_sample(s: &Sample) {
+    eprintln!(
+        "payonce-soak: {:>6.0} s: {} created, {} settled, {} unchecked hints (oldest {:.0} s), database {:.1} MiB, RSS MiB {}",
+        s.at_s,
+        s.created,
+        s.settled,
+        s.hint_backlog,
+        s.hint_oldest_s,
+        s.database_bytes as f64 / 1_048_576.0,
+        s.rss_kib
+            .iter()
+            .map(|(n, k)| format!("{n} {:.1}", *k as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// Ends every other session, rewrites the tables (`VACUUM FULL`), and reads each one's live rows
+/// and total size, largest first.
+async fn table_sizes(pool: &sqlx::PgPool) -> anyhow::Result<Vec<TableBytes>> {
     sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid()",
     )
-    .execute(&pool)
+    .execute(pool)
     .await?;
-    sqlx::query("VACUUM FULL").execute(&pool).await?;
+    sqlx::query("VACUUM FULL").execute(pool).await?;
     let tables: Vec<(String, i64)> = sqlx::query_as(
         "SELECT c.relname::text, pg_total_relation_size(c.oid) FROM pg_class c \
          JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY 2 DESC",
     )
-    .fetch_all(&pool)
+    .fetch_all(pool)
     .await?;
+    let mut sizes = Vec::with_capacity(tables.len());
     for (table, bytes) in tables {
         let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             // A name read from pg_class just above, quoted.
             "SELECT count(*) FROM \"{table}\""
         )))
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
-        report.tables.push(TableBytes { table, rows, bytes });
+        sizes.push(TableBytes { table, rows, bytes });
     }
-    Ok(report)
+    Ok(sizes)
 }
