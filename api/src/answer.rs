@@ -5,7 +5,7 @@
 //! capability: when the customer must approve, payonce asks them itself (through the tenant's
 //! endpoint, `verify::ask_customer`) and the answer says so, with no link or token in it.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::verify::{self, Asked};
 use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::verification::VerificationMethod;

@@ -14,9 +14,9 @@ pub mod refunds;
 pub mod session;
 pub mod views;
 
-use crate::app::AppState;
-use crate::confirm::{ERROR_CODE_HEADER, security_headers};
 use crate::errors::{ErrorCode, HttpError};
+use crate::page::{ERROR_CODE_HEADER, security_headers};
+use crate::state::AppState;
 use axum::extract::Request;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, Query, State};

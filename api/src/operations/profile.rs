@@ -4,10 +4,10 @@
 //! [`set_profile`], which refuses markup, control characters and overlong values, so nothing
 //! changes on bad input.
 
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use payonce_shared::clock::Timestamp;
