@@ -9,7 +9,7 @@
 //! wrong code counts an attempt, and keeps the customer on the form with the attempts left).
 //! Declining takes the same proof and spends it and the link the same way: the operation ends
 //! `cancelled` with the customer as the actor and the proof's evidence in the audit trail
-//! (docs/decisions.md). The page names the merchant (its profile, `profile.rs`) and the card
+//! (docs/decisions.md). The page names the merchant (its profile, `operations::profile`) and the card
 //! (read once from the processor and kept); `view.rs` renders it.
 
 use crate::assertion::{self, AssertionError};

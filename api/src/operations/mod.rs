@@ -281,7 +281,7 @@ pub async fn read(
 }
 
 /// `POST /v1/operations/{id}/approval-requests` (service): a fresh single-use confirmation link for
-/// the tenant's app to send; the page still needs the customer's own proof (`confirm.rs`).
+/// the tenant's app to send; the page still needs the customer's own proof (`confirm`).
 pub async fn request_approval(
     State(state): State<AppState>,
     caller: Caller,
