@@ -5,7 +5,7 @@
 //! capability: when the customer must approve, payonce asks them itself (through the tenant's
 //! endpoint, `verify::ask_customer`) and the answer says so, with no link or token in it.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::verify::{self, Asked};
 use payonce_shared::details::OperationKind;
 use payonce_shared::ledger::verification::VerificationMethod;
@@ -116,15 +116,46 @@ pub async fn status_of(state: &AppState, op: &Operation) -> Result<Answer, Ledge
 }
 
 async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, LedgerError> {
+    // Only a payment awaiting its customer is asked for (a refund is approved by a person of the
+    // merchant), and only when the request is one to pay.
+    let asked = if ask
+        && op.status == Status::AwaitingApproval
+        && op.details.kind() == OperationKind::Payment
+    {
+        Some(verify::ask_customer(state, op).await?)
+    } else {
+        None
+    };
+    let (outcome, message) = outcome_of(op, asked);
+    Ok(Answer {
+        operation_id: op.id.as_str().to_string(),
+        status: op.status,
+        outcome,
+        message,
+        amount: op.details.money().display(),
+        invoice: op.details.invoice().to_string(),
+        reference: op.external_ref.clone(),
+        result: shown_result(op.result.as_ref()),
+        failure_code: op.failure_code.clone(),
+        approval_request: asked.map(|(status, method)| ApprovalRequest { status, method }),
+        new_payment_submitted: false,
+    })
+}
+
+/// What the caller should make of `op`'s state, and the sentence to relay; `asked`: how the
+/// customer was just asked to approve, when they were.
+fn outcome_of(
+    op: &Operation,
+    asked: Option<(Asked, Option<VerificationMethod>)>,
+) -> (Outcome, String) {
     let amount = op.details.money().display();
-    let invoice = op.details.invoice().to_string();
+    let invoice = op.details.invoice();
     let (noun, unknown) = match op.details.kind() {
         OperationKind::Payment => ("payment", UNKNOWN_SENTENCE),
         OperationKind::Refund => ("refund", REFUND_UNKNOWN_SENTENCE),
     };
-    let what = format!("The {noun} of {amount} for invoice {invoice}");
-    let mut approval_request = None;
-    let (outcome, message) = match op.status {
+    let what = &format!("The {noun} of {amount} for invoice {invoice}");
+    match op.status {
         Status::Succeeded => (
             Outcome::Succeeded,
             match &op.external_ref {
@@ -155,37 +186,16 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
                  refunded until they approve it."
             ),
         ),
-        Status::AwaitingApproval if !ask => (
+        Status::AwaitingApproval => (
             Outcome::ApprovalRequired,
-            format!(
-                "{what} needs the customer's approval before it can be made. Nothing will be paid until they \
-                 confirm it."
-            ),
+            match asked {
+                Some((asked, method)) => asked_sentence(what, asked, method),
+                None => format!(
+                    "{what} needs the customer's approval before it can be made. Nothing will be paid until they \
+                     confirm it."
+                ),
+            },
         ),
-        Status::AwaitingApproval => {
-            let (asked, method) = verify::ask_customer(state, op).await?;
-            let sentence = match asked {
-                Asked::Sent => format!(
-                    "{what} needs the customer's approval before it can be made. The customer has been asked to \
-                     confirm it ({}). Nothing will be paid until they do.",
-                    how(method)
-                ),
-                Asked::AlreadyAsked => format!(
-                    "{what} needs the customer's approval before it can be made. The customer was already asked to \
-                     confirm it ({}), so no new request was sent. Nothing will be paid until they do.",
-                    how(method)
-                ),
-                Asked::Unavailable => format!(
-                    "{what} needs the customer's approval before it can be made. The customer must confirm it \
-                     through the billing system; nothing will be paid until they do."
-                ),
-            };
-            approval_request = Some(ApprovalRequest {
-                status: asked,
-                method,
-            });
-            (Outcome::ApprovalRequired, sentence)
-        }
         Status::Failed => (
             Outcome::Failed,
             format!(
@@ -211,7 +221,7 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
                 Outcome::Cancelled,
                 format!(
                     "The customer declined {} on the confirmation page, so nothing was paid and nothing will be.",
-                    lower_first(&what)
+                    lower_first(what)
                 ),
             )
         }
@@ -219,20 +229,28 @@ async fn build(state: &AppState, op: &Operation, ask: bool) -> Result<Answer, Le
             Outcome::Cancelled,
             format!("{what} was cancelled before it was made."),
         ),
-    };
-    Ok(Answer {
-        operation_id: op.id.as_str().to_string(),
-        status: op.status,
-        outcome,
-        message,
-        amount,
-        invoice,
-        reference: op.external_ref.clone(),
-        result: shown_result(op.result.as_ref()),
-        failure_code: op.failure_code.clone(),
-        approval_request,
-        new_payment_submitted: false,
-    })
+    }
+}
+
+/// The sentence for a payment whose customer was just asked to approve it (`asked`: what payonce
+/// did, `method`: how the customer proves who they are).
+fn asked_sentence(what: &str, asked: Asked, method: Option<VerificationMethod>) -> String {
+    match asked {
+        Asked::Sent => format!(
+            "{what} needs the customer's approval before it can be made. The customer has been asked to \
+             confirm it ({}). Nothing will be paid until they do.",
+            how(method)
+        ),
+        Asked::AlreadyAsked => format!(
+            "{what} needs the customer's approval before it can be made. The customer was already asked to \
+             confirm it ({}), so no new request was sent. Nothing will be paid until they do.",
+            how(method)
+        ),
+        Asked::Unavailable => format!(
+            "{what} needs the customer's approval before it can be made. The customer must confirm it \
+             through the billing system; nothing will be paid until they do."
+        ),
+    }
 }
 
 /// `The payment` → `the payment`, for a subject that moves into the middle of a sentence.

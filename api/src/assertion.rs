@@ -6,7 +6,7 @@
 //! with payload `{"kid": key id, "sub": customer id, "op": operation id, "exp": expiry in ms since the
 //! epoch, "nonce": 16 to 64 of [A-Za-z0-9_-]}`, no padding. The MAC covers the version prefix, so a
 //! later format cannot be confused with this one. Verifying is pure; the nonce is spent by the page
-//! only when the approval goes through (see `confirm.rs`).
+//! only when the approval goes through (see `confirm`).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

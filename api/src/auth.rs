@@ -1,17 +1,16 @@
-//! Bearer API keys. A key is a random secret shown once; the ledger keeps only its SHA-256. A request's
-//! tenant and role come from its key, never from its arguments.
+//! Bearer API keys at request time. A key is a random secret shown once; the ledger keeps only its
+//! SHA-256 (`keys` issues, rotates and revokes them). A request's tenant and role come from its key,
+//! never from its arguments.
 
-use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
-use crate::keys::{self, KeyError};
+use crate::state::AppState;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use payonce_shared::clock::Timestamp;
 use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{Keys, LedgerError, LimitError, Role};
+use payonce_shared::ledger::Role;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -66,22 +65,6 @@ impl Caller {
 /// SHA-256 hex of a secret (API keys, confirmation-link tokens).
 pub fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// Makes a new never-expiring key for `tenant` with `role`, stores its hash, and returns the secret
-/// (shown once). [`crate::keys::issue`] also sets an expiry and returns the key's public id.
-pub async fn create_api_key(
-    ledger: &dyn Keys,
-    tenant: &TenantId,
-    role: Role,
-    label: &str,
-    now: Timestamp,
-) -> Result<String, LedgerError> {
-    match keys::issue(ledger, tenant, role, label, None, now).await {
-        Ok(key) => Ok(key.secret),
-        Err(KeyError::Ledger(e)) => Err(e),
-        Err(other) => Err(LimitError::ApiKey(other.to_string()).into()),
-    }
 }
 
 fn unauthorized(why: &str) -> HttpError {

@@ -21,16 +21,20 @@
 //! constraints compiled for each statement, the audit and directory triggers, the commit), not per
 //! row. Ten callers sending one create each now share those costs the way one batch request does.
 
-use crate::app::AppState;
 use crate::errors::HttpError;
-use crate::operations::SERVICE_APPROVAL;
+use payonce_shared::clock::SharedClock;
 use payonce_shared::id::TenantId;
 use payonce_shared::ledger::intake::{Batch, BatchItem};
-use payonce_shared::ledger::{Created, LedgerError};
+use payonce_shared::ledger::{Created, LedgerError, TenantLedger};
 use payonce_shared::metrics::Counter;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// How an approval given with a service key is recorded (`approvals.method`): by the single and
+/// batch create routes and the approve route alike.
+pub const SERVICE_APPROVAL: &str = "service";
 
 /// Most single creates one group writes (one ledger batch). Past about 10 items a group's
 /// statement costs mostly per row, so larger groups save little and lengthen every wait.
@@ -63,10 +67,16 @@ struct Queue {
     writers: usize,
 }
 
-/// The single creates waiting to be written, shared by every request of one api process.
-#[derive(Default)]
+/// The single creates waiting to be written, shared by every request of one api process, and the
+/// ledger and clock they are written with.
 pub struct GroupCommit {
     queue: Mutex<Queue>,
+    /// Where the groups are written.
+    ledger: Arc<dyn TenantLedger>,
+    /// Now, for the write and the approval's expiry.
+    clock: SharedClock,
+    /// How long an approval written in a group lasts (`ApiConfig::approval_ttl`).
+    approval_ttl: Duration,
     /// Ledger batches written for grouped single creates.
     groups: Counter,
     /// Single creates written through a group.
@@ -93,6 +103,18 @@ impl Drop for WriterSlot<'_> {
 }
 
 impl GroupCommit {
+    /// An empty queue writing to `ledger`, approvals lasting `approval_ttl` from `clock`'s now.
+    pub fn new(ledger: Arc<dyn TenantLedger>, clock: SharedClock, approval_ttl: Duration) -> Self {
+        GroupCommit {
+            queue: Mutex::default(),
+            ledger,
+            clock,
+            approval_ttl,
+            groups: Counter::default(),
+            items: Counter::default(),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -116,7 +138,6 @@ impl GroupCommit {
     /// queued beside it, and answers it as a batch of one would be answered.
     pub async fn create_approved(
         self: &Arc<Self>,
-        state: &AppState,
         tenant: TenantId,
         actor: String,
         item: BatchItem,
@@ -138,7 +159,7 @@ impl GroupCommit {
         if start_writer {
             // A task of its own: a request that goes away (its client hung up) never strands the
             // others queued behind it.
-            tokio::spawn(Arc::clone(self).write_groups(state.clone()));
+            tokio::spawn(Arc::clone(self).write_groups());
         }
         answered.await.map_err(|_| {
             HttpError::internal(std::io::Error::other(
@@ -148,7 +169,7 @@ impl GroupCommit {
     }
 
     /// A writer: writes groups until nothing is queued.
-    async fn write_groups(self: Arc<Self>, state: AppState) {
+    async fn write_groups(self: Arc<Self>) {
         let _slot = WriterSlot(&self);
         loop {
             let group = take_group(&mut self.lock().waiting, GROUP_ITEMS_MAX, |w| {
@@ -159,7 +180,64 @@ impl GroupCommit {
             }
             self.groups.inc();
             self.items.inc_by(group.len() as u64);
-            write_group(&state, group).await;
+            self.write_group(group).await;
+        }
+    }
+
+    /// Writes one group as one ledger batch and answers every request in it.
+    async fn write_group(&self, group: Vec<Waiting>) {
+        let key = group[0].key.clone();
+        let (items, answers): (Vec<BatchItem>, Vec<_>) =
+            group.into_iter().map(|w| (w.item, w.answer)).unzip();
+        let count = items.len();
+        let now = self.clock.now();
+        let batch = Batch {
+            tenant: key.tenant,
+            items,
+            actor: key.actor,
+            method: SERVICE_APPROVAL.to_string(),
+            approval_expires_at: now + self.approval_ttl,
+        };
+        match self.ledger.create_batch(&batch, now).await {
+            Ok(results) if results.len() == count => {
+                for (answer, result) in answers.into_iter().zip(results) {
+                    let _ = answer.send(result.map_err(HttpError::from));
+                }
+            }
+            Ok(_) => {
+                for answer in answers {
+                    let _ = answer.send(Err(HttpError::internal(std::io::Error::other(
+                        "the ledger answered a group with another number of items",
+                    ))));
+                }
+            }
+            Err(e) if count == 1 || e.is_unavailable() => {
+                let error = HttpError::from(e);
+                for answer in answers {
+                    let _ = answer.send(Err(error.for_another()));
+                }
+            }
+            // Something in the group was refused by the database: each item alone, so it fails only
+            // its own request.
+            Err(_) => {
+                let Batch {
+                    tenant,
+                    items,
+                    actor,
+                    method,
+                    approval_expires_at,
+                } = batch;
+                for (item, answer) in items.into_iter().zip(answers) {
+                    let alone = Batch {
+                        tenant: tenant.clone(),
+                        items: vec![item],
+                        actor: actor.clone(),
+                        method: method.clone(),
+                        approval_expires_at,
+                    };
+                    let _ = answer.send(one(self.ledger.create_batch(&alone, now).await));
+                }
+            }
         }
     }
 }
@@ -189,63 +267,6 @@ fn take_group<T>(
     }
     *queue = left;
     group
-}
-
-/// Writes one group as one ledger batch and answers every request in it.
-async fn write_group(state: &AppState, group: Vec<Waiting>) {
-    let key = group[0].key.clone();
-    let (items, answers): (Vec<BatchItem>, Vec<_>) =
-        group.into_iter().map(|w| (w.item, w.answer)).unzip();
-    let count = items.len();
-    let now = state.now();
-    let batch = Batch {
-        tenant: key.tenant,
-        items,
-        actor: key.actor,
-        method: SERVICE_APPROVAL.to_string(),
-        approval_expires_at: now + state.config().approval_ttl,
-    };
-    match state.ledger().create_batch(&batch, now).await {
-        Ok(results) if results.len() == count => {
-            for (answer, result) in answers.into_iter().zip(results) {
-                let _ = answer.send(result.map_err(HttpError::from));
-            }
-        }
-        Ok(_) => {
-            for answer in answers {
-                let _ = answer.send(Err(HttpError::internal(std::io::Error::other(
-                    "the ledger answered a group with another number of items",
-                ))));
-            }
-        }
-        Err(e) if count == 1 || e.is_unavailable() => {
-            let error = HttpError::from(e);
-            for answer in answers {
-                let _ = answer.send(Err(error.for_another()));
-            }
-        }
-        // Something in the group was refused by the database: each item alone, so it fails only
-        // its own request.
-        Err(_) => {
-            let Batch {
-                tenant,
-                items,
-                actor,
-                method,
-                approval_expires_at,
-            } = batch;
-            for (item, answer) in items.into_iter().zip(answers) {
-                let alone = Batch {
-                    tenant: tenant.clone(),
-                    items: vec![item],
-                    actor: actor.clone(),
-                    method: method.clone(),
-                    approval_expires_at,
-                };
-                let _ = answer.send(one(state.ledger().create_batch(&alone, now).await));
-            }
-        }
-    }
 }
 
 /// The answer of a batch of one.

@@ -1,10 +1,18 @@
 //! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the ledger takes a write).
 
-use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError, cause_chain};
-use axum::Json;
+use crate::state::AppState;
 use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
 use serde_json::{Value, json};
+
+/// `/healthz` and `/readyz`.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(live))
+        .route("/readyz", get(ready))
+}
 
 /// `GET /healthz`: always 200 while the process serves.
 pub async fn live() -> Json<Value> {

@@ -5,7 +5,9 @@
 use crate::auth::sha256_hex;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{TenantId, random_hex};
-use payonce_shared::ledger::{ApiKeyRecord, Keys, LedgerError, RevokeKey, Role, RotateKey};
+use payonce_shared::ledger::{
+    ApiKeyRecord, Keys, LedgerError, LimitError, RevokeKey, Role, RotateKey,
+};
 use std::time::Duration;
 
 /// Bytes of randomness in a key secret (256 bits).
@@ -158,6 +160,22 @@ pub async fn issue(
     let key = new_key(tenant, role, label, expires_in, now)?;
     ledger.insert_api_key(&key.record).await?;
     Ok(key)
+}
+
+/// Makes a new never-expiring key for `tenant` with `role`, stores its hash, and returns the secret
+/// (shown once). [`issue`] also sets an expiry and returns the key's public id.
+pub async fn create_api_key(
+    ledger: &dyn Keys,
+    tenant: &TenantId,
+    role: Role,
+    label: &str,
+    now: Timestamp,
+) -> Result<String, LedgerError> {
+    match issue(ledger, tenant, role, label, None, now).await {
+        Ok(key) => Ok(key.secret),
+        Err(KeyError::Ledger(e)) => Err(e),
+        Err(other) => Err(LimitError::ApiKey(other.to_string()).into()),
+    }
 }
 
 /// Issues a read-only on-call key for `tenant`: it signs in to the console and reads what any

@@ -2,7 +2,6 @@
 //! connections, which `axum::serve` does not expose. Graceful shutdown as before: stop accepting,
 //! let every connection finish its in-flight request, then return.
 
-use crate::app::ApiError;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -26,13 +25,13 @@ pub struct ConnectionLimits {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then waits for open connections to
-/// finish their in-flight requests.
+/// finish their in-flight requests. A failed accept is logged and retried, never returned.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ApiError> {
+) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.connections_max));
     let mut http = hyper::server::conn::http1::Builder::new();

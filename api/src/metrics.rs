@@ -1,119 +1,25 @@
-//! `GET /metrics`: what the front door counts (responses by status class, latency), the ledger's
-//! storage failures and rows per state, in the Prometheus text format. Scraped from inside the cluster; it names no tenant.
+//! `GET /metrics`: what the front door counts (the counters of [`crate::counters`], the group
+//! commit's), the processor's reachability, the ledger's storage failures and rows per state, in the
+//! Prometheus text format; and the middleware that counts every response. Scraped from inside the
+//! cluster; it names no tenant.
 
-use crate::app::AppState;
+use crate::group_commit::GroupCommit;
+use crate::state::AppState;
+use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
-use payonce_shared::metrics::{Counter, Exposition, Histogram};
-use payonce_shared::processor::stripe::webhook::WebhookError;
+use axum::routing::get;
+use payonce_shared::metrics::Exposition;
 use std::time::Instant;
 
 /// The webhook routes, whose deliveries are counted apart: a rise in refusals means a wrong secret.
 const WEBHOOK_PATHS: [&str; 2] = ["/v1/webhooks/stripe", "/v1/webhooks/adyen"];
-/// Status classes counted, in label order: 1xx..5xx.
-const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
-/// The API's counters.
-#[derive(Debug, Default)]
-pub struct ApiMetrics {
-    /// Responses by status class (index 0 = 1xx).
-    responses: [Counter; CLASSES.len()],
-    /// Time to the response head.
-    latency: Histogram,
-    /// Webhook deliveries answered 2xx (stored, or recognised as a duplicate).
-    webhooks_accepted: Counter,
-    /// Webhook deliveries refused (signature, payload, size, or the ledger unavailable).
-    webhooks_refused: Counter,
-    /// Webhooks refused for their signature, by reason ([`WebhookError::SIGNATURE_CODES`] order).
-    webhook_verify_failures: [Counter; WebhookError::SIGNATURE_CODES.len()],
-}
-
-impl ApiMetrics {
-    /// Counts one response.
-    pub fn record(&self, status: StatusCode, elapsed_ms: u64) {
-        let class = usize::from(status.as_u16() / 100).clamp(1, CLASSES.len()) - 1;
-        self.responses[class].inc();
-        self.latency.observe_ms(elapsed_ms);
-    }
-
-    /// Counts one webhook delivery.
-    pub fn record_webhook(&self, status: StatusCode) {
-        if status.is_success() {
-            self.webhooks_accepted.inc();
-        } else {
-            self.webhooks_refused.inc();
-        }
-    }
-
-    /// Counts a webhook refused for its signature; other refusals are not verify failures.
-    pub fn record_verify_failure(&self, error: &WebhookError) {
-        if let Some(i) = WebhookError::SIGNATURE_CODES
-            .iter()
-            .position(|c| *c == error.code())
-        {
-            self.webhook_verify_failures[i].inc();
-        }
-    }
-
-    /// Webhook deliveries refused so far (the console's overview shows it).
-    pub fn webhooks_refused(&self) -> u64 {
-        self.webhooks_refused.get()
-    }
-
-    /// Webhook deliveries accepted so far.
-    pub fn webhooks_accepted(&self) -> u64 {
-        self.webhooks_accepted.get()
-    }
-
-    /// Appends the counters.
-    pub fn render(&self, e: &mut Exposition) {
-        let help = "Webhook deliveries by result.";
-        e.counter(
-            "payonce_api_webhook_deliveries_total",
-            help,
-            &[("result", "accepted")],
-            &self.webhooks_accepted,
-        )
-        .counter(
-            "payonce_api_webhook_deliveries_total",
-            help,
-            &[("result", "refused")],
-            &self.webhooks_refused,
-        );
-        for (reason, counter) in WebhookError::SIGNATURE_CODES
-            .iter()
-            .zip(&self.webhook_verify_failures)
-        {
-            e.counter(
-                "payonce_webhook_verify_failures_total",
-                "Webhooks refused for their signature, by reason.",
-                &[("reason", reason)],
-                counter,
-            );
-        }
-        for (class, counter) in CLASSES.iter().zip(&self.responses) {
-            e.counter(
-                "payonce_api_responses_total",
-                "HTTP responses by status class.",
-                &[("class", class)],
-                counter,
-            );
-        }
-        e.histogram(
-            "payonce_api_response_seconds",
-            "Time to the response head.",
-            &self.latency,
-        );
-        e.counter(
-            "payonce_ledger_storage_failures_total",
-            "Ledger statements and commits the store refused for lack of space or an I/O error; \
-             none of their writes was stored or acknowledged.",
-            &[],
-            payonce_shared::ledger::storage_failures_counter(),
-        );
-    }
+/// `/metrics`.
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/metrics", get(render))
 }
 
 /// Middleware: counts every response and its latency.
@@ -151,7 +57,7 @@ pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
 }
 
 /// Appends the group commit's counters.
-fn render_groups(e: &mut Exposition, group: &crate::group_commit::GroupCommit) {
+fn render_groups(e: &mut Exposition, group: &GroupCommit) {
     e.counter(
         "payonce_api_intake_groups_total",
         "Ledger writes of single creates with their approval, each a group of the requests \
@@ -171,28 +77,4 @@ fn render_groups(e: &mut Exposition, group: &crate::group_commit::GroupCommit) {
         &[],
         i64::try_from(group.waiting()).unwrap_or(i64::MAX),
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn responses_are_counted_by_class() {
-        let m = ApiMetrics::default();
-        m.record(StatusCode::OK, 3);
-        m.record(StatusCode::CREATED, 3);
-        m.record(StatusCode::SERVICE_UNAVAILABLE, 40);
-        m.record_webhook(StatusCode::OK);
-        m.record_webhook(StatusCode::BAD_REQUEST);
-        let mut e = Exposition::default();
-        m.render(&mut e);
-        let text = e.finish();
-        assert!(text.contains("payonce_api_responses_total{class=\"2xx\"} 2\n"));
-        assert!(text.contains("payonce_api_responses_total{class=\"5xx\"} 1\n"));
-        assert!(text.contains("payonce_api_response_seconds_count 3\n"));
-        assert!(text.contains("payonce_api_webhook_deliveries_total{result=\"accepted\"} 1\n"));
-        assert!(text.contains("payonce_api_webhook_deliveries_total{result=\"refused\"} 1\n"));
-        assert!(text.contains("# TYPE payonce_ledger_storage_failures_total counter\n"));
-    }
 }

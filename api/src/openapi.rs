@@ -1,8 +1,15 @@
 //! The OpenAPI 3.1 document, checked in as `api/openapi.json` and served as is at `/openapi.json`,
 //! and the route table it must cover (a test keeps the two in step).
 
+use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+/// `/openapi.json`, for a router of any state.
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new().route("/openapi.json", get(document))
+}
 
 /// The checked-in document.
 pub const DOCUMENT: &str = include_str!("../openapi.json");

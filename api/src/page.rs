@@ -1,8 +1,17 @@
-//! Server-rendered HTML: escaping and the one layout the confirmation pages share. No JavaScript;
-//! every interpolated value goes through [`escape`].
+//! Server-rendered HTML: escaping, the one layout the confirmation pages share, and the security
+//! headers every HTML page (confirmation pages and console) is served with. No JavaScript on the
+//! customer's pages; every interpolated value goes through [`escape`].
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
+
+/// The pages' Content-Security-Policy: nothing but our own stylesheet, forms only to ourselves, no
+/// framing, no scripts at all.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The response header carrying a refusal's stable code.
+pub const ERROR_CODE_HEADER: &str = "payonce-error-code";
 
 /// The stylesheet, served from our own origin so the CSP can forbid inline styles.
 pub const STYLESHEET: &str = r#"
@@ -83,6 +92,32 @@ pub async fn stylesheet() -> Response {
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    response
+}
+
+/// The page security headers (CSP, no framing, no caching, no referrer), for every HTML page.
+pub async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    // The token (and an assertion) is in the URL: never send it onwards.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        HeaderName::from_static("cross-origin-opener-policy"),
+        HeaderValue::from_static("same-origin"),
     );
     response
 }

@@ -3,8 +3,8 @@
 //! payonce sends to its notification endpoint for delivery by email or SMS. This module issues links
 //! (with their code), asks the customer when an assistant asks to pay, and sets a tenant's method.
 
-use crate::app::AppState;
 use crate::auth::sha256_hex;
+use crate::state::AppState;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::{TenantId, random_hex};

@@ -4,14 +4,15 @@
 //! Adyen: every item's HMAC signature and merchant account are verified and each item is stored once
 //! ([`payonce_shared::webhooks::ingest_adyen`]); the answer is `[accepted]`, as Adyen requires.
 
-use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
-use axum::Json;
+use crate::state::AppState;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
 use payonce_shared::processor::adyen::webhook::{self as adyen_webhook, AdyenWebhookError};
 use payonce_shared::processor::stripe::webhook::{PAYLOAD_LEN_MAX, WebhookError};
 use payonce_shared::webhooks;
@@ -22,6 +23,19 @@ use serde_json::{Value, json};
 pub const BODY_LIMIT_BYTES: usize = PAYLOAD_LEN_MAX;
 /// Stripe's signature header.
 pub const SIGNATURE_HEADER: &str = "stripe-signature";
+
+/// The processors' webhook routes, each with its own body limit.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/webhooks/stripe",
+            post(stripe).layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES)),
+        )
+        .route(
+            "/v1/webhooks/adyen",
+            post(adyen).layer(DefaultBodyLimit::max(ADYEN_BODY_LIMIT_BYTES)),
+        )
+}
 
 fn refuse(e: WebhookError) -> HttpError {
     let message = format!("{} ({})", e, e.code());

@@ -9,20 +9,19 @@
 //! wrong code counts an attempt, and keeps the customer on the form with the attempts left).
 //! Declining takes the same proof and spends it and the link the same way: the operation ends
 //! `cancelled` with the customer as the actor and the proof's evidence in the audit trail
-//! (docs/decisions.md). The page names the merchant (its profile, `profile.rs`) and the card
+//! (docs/decisions.md). The page names the merchant (its profile, `operations::profile`) and the card
 //! (read once from the processor and kept); `view.rs` renders it.
 
-use crate::app::AppState;
 use crate::assertion::{self, AssertionError};
 use crate::auth::sha256_hex;
 use crate::errors::cause_chain;
-use crate::page;
+use crate::page::{self, security_headers};
+use crate::state::AppState;
 use crate::verify::{self, code_matches};
 use axum::Router;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderName, HeaderValue, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Form, extract::FromRequest as _};
@@ -43,11 +42,7 @@ pub use crate::verify::{IssuedLink, OPEN_LINKS_MAX, TOKEN_RANDOM_BYTES};
 
 mod view;
 
-/// The page's Content-Security-Policy: nothing but our own stylesheet, forms only to ourselves, no
-/// framing, no scripts at all.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-/// The response header carrying a refusal's stable code.
-pub const ERROR_CODE_HEADER: &str = "payonce-error-code";
+pub use crate::page::{CONTENT_SECURITY_POLICY, ERROR_CODE_HEADER};
 
 /// The confirmation routes, with their security headers.
 pub fn routes() -> Router<AppState> {
@@ -55,32 +50,6 @@ pub fn routes() -> Router<AppState> {
         .route("/confirm/{token}", get(show).post(submit))
         .route(page::STYLESHEET_PATH, get(page::stylesheet))
         .layer(middleware::from_fn(security_headers))
-}
-
-/// The page security headers (CSP, no framing, no caching, no referrer), for every HTML page.
-pub(crate) async fn security_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let h = response.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    // The token (and an assertion) is in the URL: never send it onwards.
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(
-        HeaderName::from_static("cross-origin-opener-policy"),
-        HeaderValue::from_static("same-origin"),
-    );
-    response
 }
 
 /// What the page can say.

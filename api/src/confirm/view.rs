@@ -13,6 +13,7 @@ use payonce_shared::id::TenantId;
 use payonce_shared::ledger::profiles::TenantProfile;
 use payonce_shared::ledger::{ApprovalLink, Operation};
 use payonce_shared::processor::Card;
+use payonce_shared::state::Status;
 
 /// Who is asking, as the customer's pages name them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,173 +209,218 @@ struct Text {
 
 const ASK_AGAIN: &str = "Nothing was approved. Return to the app where you were asked to pay and start the confirmation again.";
 
-fn text_of(outcome: &Outcome) -> Text {
-    let t = |status, class, title: &str, text: String| Text {
-        status,
-        class,
-        title: title.to_string(),
-        text,
-    };
-    match outcome {
-        Outcome::Approved { amount, invoice } => t(
-            StatusCode::OK,
-            "ok",
-            "Payment approved",
-            format!(
-                "You approved the payment of <strong>{}</strong> for invoice <strong>{}</strong>. \
-                 It will be collected once; you can close this page.",
-                escape(amount),
-                escape(invoice)
-            ),
-        ),
-        Outcome::Declined { amount, invoice } => t(
-            StatusCode::OK,
-            "ok",
-            "Payment declined",
-            format!(
-                "You declined the payment of <strong>{}</strong> for invoice <strong>{}</strong>. \
-                 Nothing will be charged; you can close this page.",
-                escape(amount),
-                escape(invoice)
-            ),
-        ),
-        Outcome::AlreadyUsed => t(
-            StatusCode::CONFLICT,
-            "warn",
-            "This link was already used",
-            "This confirmation link has already been used, so nothing more was approved. \
-             If you already approved this payment, it will be collected only once."
-                .to_string(),
-        ),
-        Outcome::Expired => t(
-            StatusCode::GONE,
-            "warn",
-            "This link has expired",
-            "This confirmation link has expired and nothing was approved.".to_string(),
-        ),
-        Outcome::Tampered => t(
-            StatusCode::CONFLICT,
-            "bad",
-            "The details did not match",
-            "The details submitted are not the ones this link was issued for, so nothing was approved."
-                .to_string(),
-        ),
-        Outcome::Invalid => t(
-            StatusCode::NOT_FOUND,
-            "bad",
-            "This link is not valid",
-            "This confirmation link is not valid. Check that you copied the whole link, or return to \
-             the app or message where you were asked to pay."
-                .to_string(),
-        ),
-        Outcome::NotAwaiting(s) => t(
-            StatusCode::CONFLICT,
-            "warn",
-            "Nothing to approve",
-            format!(
-                "This payment is no longer waiting for approval (it is {}), so nothing was approved.",
-                escape(&s.as_str().replace('_', " "))
-            ),
-        ),
-        Outcome::Unavailable => t(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "bad",
-            "Please try again",
-            "We could not process this page right now and nothing was approved. Please try again in a moment."
-                .to_string(),
-        ),
-        Outcome::NotConfigured => t(
-            StatusCode::FORBIDDEN,
-            "bad",
-            "Approval is not available here",
-            "This merchant has not set up a way to confirm that you are the customer, so payments cannot be \
-             approved on this page. Nothing was approved."
-                .to_string(),
-        ),
-        Outcome::AssertionRequired => t(
-            StatusCode::UNAUTHORIZED,
-            "warn",
-            "Sign in to approve",
-            format!("This page must be opened from your account in the merchant's app. {ASK_AGAIN}"),
-        ),
-        Outcome::Assertion(e) => {
-            let (status, why) = match e {
-                AssertionError::Expired => (
-                    StatusCode::UNAUTHORIZED,
-                    "Your sign-in for this approval has expired.",
-                ),
-                AssertionError::WrongCustomer => (
-                    StatusCode::FORBIDDEN,
-                    "You are signed in as a different customer than the one this payment is for.",
-                ),
-                AssertionError::WrongOperation => (
-                    StatusCode::FORBIDDEN,
-                    "Your sign-in was for a different payment.",
-                ),
-                AssertionError::BadSignature | AssertionError::UnknownKey => (
-                    StatusCode::UNAUTHORIZED,
-                    "Your sign-in could not be verified.",
-                ),
-                AssertionError::Malformed | AssertionError::LifetimeTooLong => (
-                    StatusCode::BAD_REQUEST,
-                    "Your sign-in could not be read.",
-                ),
-            };
-            t(
-                status,
-                "bad",
-                "We could not confirm it is you",
-                format!("{why} {ASK_AGAIN}"),
-            )
+/// A page whose words do not depend on the operation.
+struct Fixed {
+    status: StatusCode,
+    class: &'static str,
+    title: &'static str,
+    /// Escaped HTML.
+    text: &'static str,
+}
+
+impl Fixed {
+    fn text(&self) -> Text {
+        Text {
+            status: self.status,
+            class: self.class,
+            title: self.title.to_string(),
+            text: self.text.to_string(),
         }
-        Outcome::AssertionReplayed => t(
-            StatusCode::CONFLICT,
-            "warn",
-            "This sign-in was already used",
-            format!("Each sign-in approves at most once. {ASK_AGAIN}"),
+    }
+
+    /// The page, then [`ASK_AGAIN`]: the customer starts over from the merchant's app.
+    fn asking_again(&self) -> Text {
+        Text {
+            text: format!("{} {ASK_AGAIN}", self.text),
+            ..self.text()
+        }
+    }
+}
+
+const ALREADY_USED: Fixed = Fixed {
+    status: StatusCode::CONFLICT,
+    class: "warn",
+    title: "This link was already used",
+    text: "This confirmation link has already been used, so nothing more was approved. \
+           If you already approved this payment, it will be collected only once.",
+};
+const EXPIRED: Fixed = Fixed {
+    status: StatusCode::GONE,
+    class: "warn",
+    title: "This link has expired",
+    text: "This confirmation link has expired and nothing was approved.",
+};
+const TAMPERED: Fixed = Fixed {
+    status: StatusCode::CONFLICT,
+    class: "bad",
+    title: "The details did not match",
+    text: "The details submitted are not the ones this link was issued for, so nothing was approved.",
+};
+const INVALID: Fixed = Fixed {
+    status: StatusCode::NOT_FOUND,
+    class: "bad",
+    title: "This link is not valid",
+    text: "This confirmation link is not valid. Check that you copied the whole link, or return to \
+           the app or message where you were asked to pay.",
+};
+const UNAVAILABLE: Fixed = Fixed {
+    status: StatusCode::SERVICE_UNAVAILABLE,
+    class: "bad",
+    title: "Please try again",
+    text: "We could not process this page right now and nothing was approved. Please try again in a moment.",
+};
+const NOT_CONFIGURED: Fixed = Fixed {
+    status: StatusCode::FORBIDDEN,
+    class: "bad",
+    title: "Approval is not available here",
+    text: "This merchant has not set up a way to confirm that you are the customer, so payments cannot be \
+           approved on this page. Nothing was approved.",
+};
+const ASSERTION_REQUIRED: Fixed = Fixed {
+    status: StatusCode::UNAUTHORIZED,
+    class: "warn",
+    title: "Sign in to approve",
+    text: "This page must be opened from your account in the merchant's app.",
+};
+const ASSERTION_REPLAYED: Fixed = Fixed {
+    status: StatusCode::CONFLICT,
+    class: "warn",
+    title: "This sign-in was already used",
+    text: "Each sign-in approves at most once.",
+};
+const CODE_EXHAUSTED: Fixed = Fixed {
+    status: StatusCode::FORBIDDEN,
+    class: "bad",
+    title: "Too many wrong codes",
+    text: "This code can no longer be used.",
+};
+const CODE_EXPIRED: Fixed = Fixed {
+    status: StatusCode::GONE,
+    class: "warn",
+    title: "This code has expired",
+    text: "This code has expired.",
+};
+const CODE_USED: Fixed = Fixed {
+    status: StatusCode::CONFLICT,
+    class: "warn",
+    title: "This code was already used",
+    text: "Each code approves at most once.",
+};
+const CODE_MISSING: Fixed = Fixed {
+    status: StatusCode::CONFLICT,
+    class: "warn",
+    title: "No code was sent for this link",
+    text: "This link cannot be confirmed with a code.",
+};
+
+fn text_of(outcome: &Outcome) -> Text {
+    match outcome {
+        Outcome::Approved { amount, invoice } => decided(
+            "Payment approved",
+            "approved",
+            amount,
+            invoice,
+            "It will be collected once",
         ),
-        Outcome::CodeRequired => t(
-            StatusCode::BAD_REQUEST,
-            "warn",
-            "Enter your code",
-            format!(
+        Outcome::Declined { amount, invoice } => decided(
+            "Payment declined",
+            "declined",
+            amount,
+            invoice,
+            "Nothing will be charged",
+        ),
+        Outcome::AlreadyUsed => ALREADY_USED.text(),
+        Outcome::Expired => EXPIRED.text(),
+        Outcome::Tampered => TAMPERED.text(),
+        Outcome::Invalid => INVALID.text(),
+        Outcome::NotAwaiting(s) => not_awaiting(s),
+        Outcome::Unavailable => UNAVAILABLE.text(),
+        Outcome::NotConfigured => NOT_CONFIGURED.text(),
+        Outcome::AssertionRequired => ASSERTION_REQUIRED.asking_again(),
+        Outcome::Assertion(e) => assertion_refused(e),
+        Outcome::AssertionReplayed => ASSERTION_REPLAYED.asking_again(),
+        Outcome::CodeRequired => Text {
+            status: StatusCode::BAD_REQUEST,
+            class: "warn",
+            title: "Enter your code".to_string(),
+            text: format!(
                 "Enter the {}-digit code you were sent. Nothing was approved.",
                 verify::CODE_DIGITS
             ),
-        ),
-        Outcome::CodeWrong { remaining } => t(
-            StatusCode::UNAUTHORIZED,
-            "bad",
-            "That code is not right.",
-            format!(
+        },
+        Outcome::CodeWrong { remaining } => Text {
+            status: StatusCode::UNAUTHORIZED,
+            class: "bad",
+            title: "That code is not right.".to_string(),
+            text: format!(
                 "Nothing was approved. Check the code and try again: {remaining} attempt{} left.",
                 if *remaining == 1 { "" } else { "s" }
             ),
+        },
+        Outcome::CodeExhausted => CODE_EXHAUSTED.asking_again(),
+        Outcome::CodeExpired => CODE_EXPIRED.asking_again(),
+        Outcome::CodeUsed => CODE_USED.asking_again(),
+        Outcome::CodeMissing => CODE_MISSING.asking_again(),
+    }
+}
+
+/// The page after the customer decided (`verb`: approved or declined), naming the amount and the
+/// invoice, then what follows (`then`).
+fn decided(title: &str, verb: &str, amount: &str, invoice: &str, then: &str) -> Text {
+    Text {
+        status: StatusCode::OK,
+        class: "ok",
+        title: title.to_string(),
+        text: format!(
+            "You {verb} the payment of <strong>{}</strong> for invoice <strong>{}</strong>. \
+             {then}; you can close this page.",
+            escape(amount),
+            escape(invoice)
         ),
-        Outcome::CodeExhausted => t(
+    }
+}
+
+/// The page for an operation that no longer waits for approval (`status`: where it is now).
+fn not_awaiting(status: &Status) -> Text {
+    Text {
+        status: StatusCode::CONFLICT,
+        class: "warn",
+        title: "Nothing to approve".to_string(),
+        text: format!(
+            "This payment is no longer waiting for approval (it is {}), so nothing was approved.",
+            escape(&status.as_str().replace('_', " "))
+        ),
+    }
+}
+
+/// The page for a refused assertion: its status and what went wrong, then [`ASK_AGAIN`].
+fn assertion_refused(e: &AssertionError) -> Text {
+    let (status, why) = match e {
+        AssertionError::Expired => (
+            StatusCode::UNAUTHORIZED,
+            "Your sign-in for this approval has expired.",
+        ),
+        AssertionError::WrongCustomer => (
             StatusCode::FORBIDDEN,
-            "bad",
-            "Too many wrong codes",
-            format!("This code can no longer be used. {ASK_AGAIN}"),
+            "You are signed in as a different customer than the one this payment is for.",
         ),
-        Outcome::CodeExpired => t(
-            StatusCode::GONE,
-            "warn",
-            "This code has expired",
-            format!("This code has expired. {ASK_AGAIN}"),
+        AssertionError::WrongOperation => (
+            StatusCode::FORBIDDEN,
+            "Your sign-in was for a different payment.",
         ),
-        Outcome::CodeUsed => t(
-            StatusCode::CONFLICT,
-            "warn",
-            "This code was already used",
-            format!("Each code approves at most once. {ASK_AGAIN}"),
+        AssertionError::BadSignature | AssertionError::UnknownKey => (
+            StatusCode::UNAUTHORIZED,
+            "Your sign-in could not be verified.",
         ),
-        Outcome::CodeMissing => t(
-            StatusCode::CONFLICT,
-            "warn",
-            "No code was sent for this link",
-            format!("This link cannot be confirmed with a code. {ASK_AGAIN}"),
-        ),
+        AssertionError::Malformed | AssertionError::LifetimeTooLong => {
+            (StatusCode::BAD_REQUEST, "Your sign-in could not be read.")
+        }
+    };
+    Text {
+        status,
+        class: "bad",
+        title: "We could not confirm it is you".to_string(),
+        text: format!("{why} {ASK_AGAIN}"),
     }
 }
 

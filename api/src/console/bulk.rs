@@ -5,8 +5,8 @@
 use super::advice::Reason;
 use super::session::OnCall;
 use super::{ERROR_CODE_HEADER, attention, caller, html, invalid, refuse, views};
-use crate::app::AppState;
 use crate::errors::{ErrorCode, HttpError};
+use crate::state::AppState;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};

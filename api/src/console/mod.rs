@@ -8,15 +8,16 @@
 
 pub mod advice;
 pub mod bulk;
+pub mod evidence;
 pub mod live;
 pub mod outage;
 pub mod refunds;
 pub mod session;
 pub mod views;
 
-use crate::app::AppState;
-use crate::confirm::{ERROR_CODE_HEADER, security_headers};
 use crate::errors::{ErrorCode, HttpError};
+use crate::page::{ERROR_CODE_HEADER, security_headers};
+use crate::state::AppState;
 use axum::extract::Request;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, Query, State};
@@ -25,13 +26,14 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use evidence::{chain, redacted, timeline, webhook_summary};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, Chart, OperationQuery, Related};
+use payonce_shared::ledger::console::{CONSOLE_PAGE_MAX, Chart, OperationQuery};
 use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, OperationEvent, Resolution, Resolve};
 use payonce_shared::processor::Retrieved;
 use payonce_shared::processor::summary::summary;
-use payonce_shared::state::{Event, EventName, Status};
+use payonce_shared::state::Status;
 use serde_json::{Value, json};
 use session::{OnCall, SESSION_COOKIE, SESSION_TTL, SIGN_IN_COOKIE, SIGN_IN_FORM_TTL};
 use std::collections::HashMap;
@@ -85,21 +87,6 @@ pub fn routes() -> Router<AppState> {
         .route("/static/console.css", get(stylesheet))
         .layer(middleware::from_fn(console_headers))
         .route("/console/assets/{file}", get(live::asset))
-}
-
-/// One line of an operation's evidence chain.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct TimelineEntry {
-    /// When, ms.
-    pub at_ms: i64,
-    /// `event`, `approval`, `link`, `webhook`, `tool_call`.
-    pub kind: &'static str,
-    /// What happened.
-    pub what: String,
-    /// Who did it.
-    pub actor: String,
-    /// More.
-    pub detail: String,
 }
 
 fn html(status: StatusCode, markup: maud::Markup) -> Response {
@@ -371,131 +358,6 @@ async fn list(
     )
 }
 
-/// Reads an operation of the caller's tenant with its trail and related rows.
-async fn chain(
-    state: &AppState,
-    who: &OnCall,
-    raw_id: &str,
-) -> Result<(Operation, Vec<OperationEvent>, Related), HttpError> {
-    let id = OperationId::parse(raw_id).map_err(|_| HttpError::not_found())?;
-    let op = state.ledger().get(&who.tenant, &id).await?;
-    let events = state.ledger().events(&who.tenant, &id).await?;
-    let related = state.ledger().console().related(&who.tenant, &id).await?;
-    Ok((op, events, related))
-}
-
-/// The summary of a stored webhook's object (never the raw payload).
-fn webhook_summary(payload: &str) -> Value {
-    serde_json::from_str::<Value>(payload)
-        .map(|v| summary(&v["data"]["object"]))
-        .unwrap_or(Value::Null)
-}
-
-/// The evidence chain, oldest first.
-fn timeline(events: &[OperationEvent], related: &Related) -> Vec<TimelineEntry> {
-    let mut out: Vec<(i64, usize, TimelineEntry)> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            (
-                e.at.as_millis(),
-                2 * i,
-                TimelineEntry {
-                    at_ms: e.at.as_millis(),
-                    kind: "event",
-                    what: format!(
-                        "{} ({} → {}, attempt {})",
-                        e.event,
-                        e.from_status.as_deref().unwrap_or("-"),
-                        e.to_status,
-                        e.attempt
-                    ),
-                    actor: e.actor.clone(),
-                    detail: e.detail.clone().unwrap_or_default(),
-                },
-            )
-        })
-        .collect();
-    // Same-millisecond rows: an approval right after its `approve` event, everything else after
-    // the audit trail's own rows of that millisecond.
-    let after_events = 2 * events.len() + 1;
-    let approve_at = |at_ms: i64| {
-        events
-            .iter()
-            .position(|e| e.event == EventName::Event(Event::Approve) && e.at.as_millis() == at_ms)
-            .map_or(after_events, |i| 2 * i + 1)
-    };
-    out.extend(related.approvals.iter().map(|a| {
-        (
-            a.approved_at.as_millis(),
-            approve_at(a.approved_at.as_millis()),
-            TimelineEntry {
-                at_ms: a.approved_at.as_millis(),
-                kind: "approval",
-                what: format!("approved details {}", a.details_hash),
-                actor: a.approved_by.clone(),
-                detail: format!(
-                    "method {}; valid until {}{}",
-                    a.method,
-                    views::utc(a.expires_at.as_millis()),
-                    a.revoked_at
-                        .map(|r| format!("; revoked {}", views::utc(r.as_millis())))
-                        .unwrap_or_default()
-                ),
-            },
-        )
-    }));
-    out.extend(related.links.iter().map(|l| {
-        (
-            l.created_at.as_millis(),
-            after_events,
-            TimelineEntry {
-                at_ms: l.created_at.as_millis(),
-                kind: "link",
-                what: format!("confirmation link issued ({})", l.origin),
-                actor: l.origin.clone(),
-                detail: match l.used_at {
-                    Some(u) => format!("used {}", views::utc(u.as_millis())),
-                    None => format!("unused; expires {}", views::utc(l.expires_at.as_millis())),
-                },
-            },
-        )
-    }));
-    out.extend(related.webhooks.iter().map(|w| {
-        (
-            w.received_at.as_millis(),
-            after_events,
-            TimelineEntry {
-                at_ms: w.received_at.as_millis(),
-                kind: "webhook",
-                what: format!("webhook {} {}", w.event_type, w.event_id),
-                actor: w.processor.clone(),
-                detail: format!(
-                    "{}; {}",
-                    w.outcome.as_deref().unwrap_or("not applied yet"),
-                    webhook_summary(&w.payload)
-                ),
-            },
-        )
-    }));
-    out.extend(related.tool_calls.iter().map(|t| {
-        (
-            t.at.as_millis(),
-            after_events,
-            TimelineEntry {
-                at_ms: t.at.as_millis(),
-                kind: "tool_call",
-                what: format!("tool call {}", t.tool),
-                actor: format!("assistant ({})", t.provider),
-                detail: String::new(),
-            },
-        )
-    }));
-    // Stable: entries at the same millisecond and rank keep their order.
-    out.sort_by_key(|(at, rank, _)| (*at, *rank));
-    out.into_iter().map(|(_, _, e)| e).collect()
-}
-
 /// `GET /console/operations/{id}`.
 async fn operation(
     State(state): State<AppState>,
@@ -603,18 +465,6 @@ async fn attention(
         processor: views::ProcessorFacts::of(source, object.as_ref()),
         raw_error,
     })
-}
-
-/// The operation as exported: its row with the processor object replaced by its summary.
-fn redacted(op: &Operation) -> Value {
-    let mut v = serde_json::to_value(op).unwrap_or(Value::Null);
-    if let Some(o) = v.as_object_mut() {
-        o.insert(
-            "result".into(),
-            op.result.as_ref().map(summary).unwrap_or(Value::Null),
-        );
-    }
-    v
 }
 
 /// `GET /console/operations/{id}/export`: the evidence chain as one JSON document.
@@ -764,52 +614,4 @@ async fn resolve_checked(
         .resolve_in_tenant(&who.tenant, &request, state.now())
         .await?;
     Ok(id)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use payonce_shared::ledger::console::ApprovalRow;
-
-    fn event(at_ms: i64, name: &str) -> OperationEvent {
-        OperationEvent {
-            at: Timestamp::from_millis(at_ms),
-            event: EventName::parse(name).expect("a known event name"),
-            actor: "a".into(),
-            from_status: None,
-            to_status: "ready".into(),
-            attempt: 0,
-            detail: None,
-        }
-    }
-
-    #[test]
-    fn an_approval_follows_its_approve_event_in_the_same_millisecond() {
-        let events = [event(1, "create"), event(1, "approve"), event(1, "claim")];
-        let related = Related {
-            approvals: vec![ApprovalRow {
-                id: "apr_1".into(),
-                details_hash: "h".into(),
-                approved_by: "customer:c".into(),
-                method: "signed_assertion:n".into(),
-                approved_at: Timestamp::from_millis(1),
-                expires_at: Timestamp::from_millis(2),
-                revoked_at: None,
-            }],
-            ..Related::default()
-        };
-        let kinds: Vec<&str> = timeline(&events, &related).iter().map(|e| e.kind).collect();
-        assert_eq!(kinds, ["event", "event", "approval", "event"]);
-        let later = timeline(&[event(0, "create"), event(5, "claim")], &related);
-        assert_eq!(later.iter().map(|e| e.at_ms).collect::<Vec<_>>(), [0, 1, 5]);
-    }
-
-    #[test]
-    fn webhook_payloads_show_only_the_objects_summary() {
-        let payload = r#"{"data":{"object":{"id":"pi_1","status":"succeeded","client_secret":"pi_1_secret_x"}}}"#;
-        let shown = webhook_summary(payload).to_string();
-        assert!(shown.contains("pi_1") && !shown.contains("secret"));
-        assert_eq!(webhook_summary("not json"), Value::Null);
-    }
 }

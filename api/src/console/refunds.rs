@@ -7,9 +7,9 @@
 use super::session::OnCall;
 use super::views::age;
 use super::{invalid, operation_form};
-use crate::app::AppState;
 use crate::errors::HttpError;
-use crate::refunds::REFUNDS_LISTED_MAX;
+use crate::operations::refunds::REFUNDS_LISTED_MAX;
+use crate::state::AppState;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
 use axum::http::HeaderMap;

@@ -6,9 +6,9 @@
 //! use (at most once a minute). Forms carry a CSRF token derived from the session
 //! id (so it is bound to the session and never stored), compared in constant time.
 
-use crate::app::AppState;
 use crate::auth::sha256_hex;
 use crate::errors::{ErrorCode, HttpError};
+use crate::state::AppState;
 use axum::http::HeaderMap;
 use axum::http::header::COOKIE;
 use payonce_shared::id::{TenantId, random_hex};

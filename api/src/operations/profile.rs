@@ -1,13 +1,13 @@
 //! A tenant's public profile: the name, support page and support address a customer knows the
-//! merchant by, shown on every page a customer sees (`confirm.rs`). Set by the tenant's service
+//! merchant by, shown on every page a customer sees (`confirm`). Set by the tenant's service
 //! key (`PUT /v1/tenant/profile`) or the operator (`payonce tenant set-profile`); both go through
 //! [`set_profile`], which refuses markup, control characters and overlong values, so nothing
 //! changes on bad input.
 
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use payonce_shared::clock::Timestamp;

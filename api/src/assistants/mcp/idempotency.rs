@@ -6,9 +6,9 @@
 //! key, so a call without a key is just as safe.
 
 use super::transport::ReplayKey;
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
+use crate::state::AppState;
 use payonce_shared::ledger::ToolAnswer;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ExperimentalCapabilities, JsonObject};

@@ -8,9 +8,9 @@
 mod request_refund;
 
 use crate::answer;
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
+use crate::state::AppState;
 use payonce_shared::details::OperationKind;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{LedgerError, NewToolCall, Operation, Role};

@@ -5,13 +5,13 @@
 //! with the status and body that route would give it alone; a refused item changes nothing. A
 //! retried batch is answered from the rows the first one wrote (idempotent per business key).
 
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
 use crate::operations::{
     ApproveRequest, OperationView, SERVICE_APPROVAL, invalid, new_operation, parse_approval,
 };
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use payonce_shared::details::RawDetails;

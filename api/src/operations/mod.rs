@@ -1,16 +1,23 @@
-//! The operations API for upstream services: create-or-get by business key, confirmation links,
-//! service approvals, cancel, request execution, read with history. Every query is scoped by the
-//! tenant of the caller's key; an id of another tenant is answered exactly like an unknown one.
+//! The REST API for callers and services: operations (create-or-get by business key, confirmation
+//! links, service approvals, cancel, request execution, read with history, here), their batch create
+//! ([`intake`]), refunds ([`refunds`]) and the tenant's profile ([`profile`]); [`routes`] lists them.
+//! Every query is scoped by the tenant of the caller's key; an id of another tenant is answered
+//! exactly like an unknown one.
+
+pub mod intake;
+pub mod profile;
+pub mod refunds;
 
 use crate::answer::{self, Answer};
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
+use crate::state::AppState;
 use crate::verify::{self, Issue, IssuedLink, OPEN_LINKS_MAX};
-use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_shared::id::{BusinessKey, OperationId};
@@ -22,8 +29,7 @@ use payonce_shared::state::Status;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// How an approval given with a service key is recorded (`approvals.method`).
-pub const SERVICE_APPROVAL: &str = "service";
+pub use crate::group_commit::SERVICE_APPROVAL;
 
 /// Longest `approved_by` accepted.
 pub const APPROVED_BY_LEN_MAX: usize = 128;
@@ -123,6 +129,28 @@ pub struct OperationWithEvents {
     pub events: Option<Vec<OperationEvent>>,
 }
 
+/// The REST routes of operations, refunds and the tenant's profile.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/operations", post(create))
+        .route(
+            "/v1/operations/batch",
+            post(intake::create_batch).layer(DefaultBodyLimit::max(intake::BATCH_BODY_LIMIT_BYTES)),
+        )
+        .route("/v1/operations/{id}", get(read))
+        .route(
+            "/v1/operations/{id}/approval-requests",
+            post(request_approval),
+        )
+        .route("/v1/operations/{id}/approve", post(approve))
+        .route("/v1/operations/{id}/cancel", post(cancel))
+        .route("/v1/operations/{id}/execute", post(execute))
+        .route("/v1/operations/{id}/refunds", get(refunds::of_payment))
+        .route("/v1/refunds", post(refunds::create))
+        .route("/v1/refunds/{id}/approve", post(refunds::approve))
+        .route("/v1/tenant/profile", get(profile::get).put(profile::put))
+}
+
 /// Parses a path id; a malformed one is answered like an unknown one.
 pub fn parse_id(raw: &str) -> Result<OperationId, HttpError> {
     OperationId::parse(raw).map_err(|_| HttpError::not_found())
@@ -173,7 +201,7 @@ pub async fn create(
             };
             state
                 .group_commit()
-                .create_approved(&state, caller.tenant.clone(), caller.actor(), item)
+                .create_approved(caller.tenant.clone(), caller.actor(), item)
                 .await?
         }
         None => state.ledger().create_or_get(new, state.now()).await?,
@@ -253,7 +281,7 @@ pub async fn read(
 }
 
 /// `POST /v1/operations/{id}/approval-requests` (service): a fresh single-use confirmation link for
-/// the tenant's app to send; the page still needs the customer's own proof (`confirm.rs`).
+/// the tenant's app to send; the page still needs the customer's own proof (`confirm`).
 pub async fn request_approval(
     State(state): State<AppState>,
     caller: Caller,

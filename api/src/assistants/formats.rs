@@ -3,11 +3,11 @@
 //! tool-result object out. A call whose arguments cannot be read gets a tool error result, not a 4xx:
 //! the model made the mistake and must see it. A malformed envelope is the caller's bug: 400.
 
-use crate::app::AppState;
+use crate::assistants::tools::{self, TOOLS, ToolCall, ToolReply};
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
-use crate::tools::{self, TOOLS, ToolCall, ToolReply};
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -3,7 +3,7 @@
 //! named limits. A malformed message gets HTTP 400 with a JSON-RPC error carrying the right code
 //! (-32700 parse, -32600 invalid request, -32602 invalid params) instead of a plain-text answer.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};

@@ -3,9 +3,9 @@
 //! (`refunds::propose`), never a refund made by the call itself.
 
 use super::{ToolError, ToolOutcome, ToolReply, internal, reply_of};
-use crate::app::AppState;
 use crate::auth::Caller;
-use crate::refunds::{self, RefundError};
+use crate::operations::refunds::{self, RefundError};
+use crate::state::AppState;
 use payonce_shared::details::RefundReason;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::refunds::{PROPOSAL_TTL, PROPOSALS_OPEN_MAX};

@@ -4,11 +4,11 @@
 //! key that created it, not an assistant, not a customer link). The assistant's `request_refund`
 //! tool only proposes, through [`propose`]. The over-refund guard is the ledger's (`refunds.rs`).
 
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
 use crate::operations::{OperationView, invalid, load, parse_id};
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

@@ -14,10 +14,10 @@ mod confirmation;
 mod idempotency;
 pub mod transport;
 
-use crate::app::AppState;
+use crate::assistants::formats::{self, Format};
+use crate::assistants::tools::{self, ToolCall};
 use crate::auth::{Caller, require_tool_caller};
-use crate::formats::{self, Format};
-use crate::tools::{self, ToolCall};
+use crate::state::AppState;
 use axum::Router;
 use axum::middleware;
 use rmcp::model::{

@@ -11,10 +11,10 @@
 //! forbids elicitation modes the client did not declare, so those clients get `approval_required`
 //! without a URL.
 
-use crate::app::AppState;
+use crate::assistants::tools::{PAY_INVOICE, ToolReply};
 use crate::auth::Caller;
 use crate::errors::cause_chain;
-use crate::tools::{PAY_INVOICE, ToolReply};
+use crate::state::AppState;
 use crate::verify::elicitation_link;
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::{LedgerError, Operation};
