@@ -293,8 +293,61 @@ fn new_rows<'a>(items: impl Iterator<Item = &'a BatchItem>) -> String {
     Value::Array(rows).to_string()
 }
 
+/// One approval to record: operation id, approved details hash, approver.
+type ApprovalRow = (String, String, String);
+
+/// The approvals a batch's transaction writes.
+struct ApprovalWork {
+    /// Of the rows this transaction inserted, those it inserted `ready` (created with their
+    /// approval).
+    records: Vec<ApprovalRow>,
+    /// Of the others, those still awaiting approval with the approved details, recorded once the
+    /// update has moved them.
+    to_approve: Vec<ApprovalRow>,
+    /// The rows of `to_approve`, which other transactions may be writing: locked first.
+    to_lock: Vec<Value>,
+}
+
+/// Which of `found` the batch's approvals record now and which they must move first.
+fn approval_work(
+    batch: &Batch,
+    plans: &[Plan],
+    found: &HashMap<String, (Operation, bool)>,
+    inserted_alone: bool,
+) -> ApprovalWork {
+    let mut work = ApprovalWork {
+        records: Vec::new(),
+        to_approve: Vec::new(),
+        to_lock: Vec::new(),
+    };
+    for (i, item) in batch.items.iter().enumerate() {
+        let (Plan::Write, Some(approval), Some((op, inserted))) = (
+            &plans[i],
+            &item.approval,
+            found.get(item.new.business_key.as_str()),
+        ) else {
+            continue;
+        };
+        let record = (
+            op.id.as_str().to_string(),
+            approval.details_hash.as_str().to_string(),
+            bounded(&approval.approved_by),
+        );
+        if *inserted {
+            if op.status == Status::Ready && !inserted_alone {
+                work.records.push(record);
+            }
+        } else if op.status == Status::AwaitingApproval && op.details_hash == approval.details_hash
+        {
+            work.to_lock.push(json!({ "id": op.id.as_str() }));
+            work.to_approve.push(record);
+        }
+    }
+    work
+}
+
 /// The JSON array of the approvals to record: `(operation id, details hash, approved by)`.
-fn approval_rows(approvals: &[(String, String, String)]) -> String {
+fn approval_rows(approvals: &[ApprovalRow]) -> String {
     let rows: Vec<Value> = approvals
         .iter()
         .map(|(operation, hash, by)| {
@@ -469,61 +522,15 @@ impl<DB: Dialect> Store<DB> {
                 found.insert(op.business_key.as_str().to_string(), (op, false));
             }
         }
-        // The approvals to record: of the rows this transaction inserted, those it inserted
-        // `ready` (created with their approval); of the others, those still awaiting approval
-        // with the approved details, once the update below has moved them.
-        let mut records = Vec::new();
-        let mut to_approve = Vec::new();
-        // Rows this batch did not insert, which other transactions may be writing.
-        let mut to_lock = Vec::new();
-        for (i, item) in batch.items.iter().enumerate() {
-            let (Plan::Write, Some(approval), Some((op, inserted))) = (
-                &plans[i],
-                &item.approval,
-                found.get(item.new.business_key.as_str()),
-            ) else {
-                continue;
-            };
-            let record = (
-                op.id.as_str().to_string(),
-                approval.details_hash.as_str().to_string(),
-                bounded(&approval.approved_by),
-            );
-            if *inserted {
-                if op.status == Status::Ready && !inserted_alone {
-                    records.push(record);
-                }
-            } else if op.status == Status::AwaitingApproval
-                && op.details_hash == approval.details_hash
-            {
-                to_lock.push(json!({ "id": op.id.as_str() }));
-                to_approve.push(record);
-            }
-        }
+        let ApprovalWork {
+            mut records,
+            to_approve,
+            to_lock,
+        } = approval_work(batch, plans, &found, inserted_alone);
         if !to_approve.is_empty() {
-            if let Some(lock) = &sql.lock {
-                DB::execute(
-                    &mut *tx,
-                    Stmt::new(lock.as_str()).bind(Value::Array(to_lock).to_string()),
-                )
+            let moved = self
+                .approve_awaiting(&mut tx, batch, to_lock, &to_approve, &mut found, now)
                 .await?;
-            }
-            let approved = DB::fetch_all(
-                &mut *tx,
-                Stmt::new(sql.approve.as_str())
-                    .bind(&batch.tenant)
-                    .bind(batch.approval_expires_at)
-                    .bind(now)
-                    .bind(bounded(&batch.method))
-                    .bind(approval_rows(&to_approve)),
-            )
-            .await?;
-            let mut moved = std::collections::HashSet::new();
-            for row in &approved {
-                let op = decode_operation(row)?;
-                moved.insert(op.id.as_str().to_string());
-                found.insert(op.business_key.as_str().to_string(), (op, false));
-            }
             // Only the approvals that enqueued their row are recorded (a row that changed between
             // the read and the update is answered from its state below).
             records.extend(
@@ -546,6 +553,44 @@ impl<DB: Dialect> Store<DB> {
         }
         tx.commit().await?;
         Ok((enqueued, found))
+    }
+
+    /// Moves the rows awaiting approval that `to_approve` names to `ready` (locking them first
+    /// where the store needs it), updating `found`; the ids it moved.
+    async fn approve_awaiting(
+        &self,
+        tx: &mut sqlx::Transaction<'static, DB>,
+        batch: &Batch,
+        to_lock: Vec<Value>,
+        to_approve: &[ApprovalRow],
+        found: &mut HashMap<String, (Operation, bool)>,
+        now: Timestamp,
+    ) -> Result<std::collections::HashSet<String>, LedgerError> {
+        let sql = DB::intake();
+        if let Some(lock) = &sql.lock {
+            DB::execute(
+                &mut **tx,
+                Stmt::new(lock.as_str()).bind(Value::Array(to_lock).to_string()),
+            )
+            .await?;
+        }
+        let approved = DB::fetch_all(
+            &mut **tx,
+            Stmt::new(sql.approve.as_str())
+                .bind(&batch.tenant)
+                .bind(batch.approval_expires_at)
+                .bind(now)
+                .bind(bounded(&batch.method))
+                .bind(approval_rows(to_approve)),
+        )
+        .await?;
+        let mut moved = std::collections::HashSet::new();
+        for row in &approved {
+            let op = decode_operation(row)?;
+            moved.insert(op.id.as_str().to_string());
+            found.insert(op.business_key.as_str().to_string(), (op, false));
+        }
+        Ok(moved)
     }
 
     /// The operations holding `keys` in `tenant`, read inside the batch's transaction.

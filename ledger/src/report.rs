@@ -75,25 +75,83 @@ pub fn plan_report(
     report: &Report,
     source: &str,
 ) -> Result<Plan, LedgerError> {
-    use Status as S;
-    let status = current.status;
-    let stored = format!(
-        "row says {} (reference {})",
-        status.as_str(),
-        current.external_ref.as_deref().unwrap_or("none")
-    );
-    let note = |what: &str| Plan::Note {
-        event: "report_ignored",
-        detail: format!("{source}: {what}; {stored}"),
-        applied: Applied::Ignored(status),
-    };
-    // Money that moved for an operation nobody approved (or whose approval was withdrawn by a
-    // cancel) is the loudest alert payonce raises; the row says so in its detail.
-    let unapproved =
-        current.approved_hash.is_none() || matches!(status, S::AwaitingApproval | S::Cancelled);
-    let conflict = |what: &str, paid: bool| -> Result<Plan, LedgerError> {
-        transition(status, Event::ConflictingReport)?;
-        let (applied, alert) = if paid && unapproved {
+    let row = RowAsRead::new(current, source);
+    match report {
+        // Only a row the scan has just made (awaiting approval, nothing submitted): any other is
+        // an existing row, for which the payment is an ordinary report.
+        Report::Recreated(paid)
+            if row.status == Status::AwaitingApproval && current.first_submitted_at.is_none() =>
+        {
+            transition(row.status, Event::ConflictingReport)?;
+            Ok(Plan::Conflict {
+                detail: recreated_detail(&current.id, &paid.reference),
+                applied: Applied::LostRowRecreated,
+                recreated: Some(paid.clone()),
+            })
+        }
+        Report::Recreated(paid) => plan_report(current, &Report::Succeeded(paid.clone()), source),
+        Report::Succeeded(paid) => row.succeeded(paid),
+        Report::Failed(declined) => row.failed(declined),
+        Report::Mismatch {
+            reference,
+            paid,
+            detail,
+        } => row.mismatch(reference, *paid, detail),
+    }
+}
+
+/// The row a report is applied to, with what every plan's detail says of it.
+struct RowAsRead<'a> {
+    current: &'a Operation,
+    status: Status,
+    /// Where the report came from (a webhook, a lookup), first in every detail.
+    source: &'a str,
+    /// "row says … (reference …)", last in every detail.
+    stored: String,
+    /// Money that moved for an operation nobody approved (or whose approval was withdrawn by a
+    /// cancel) is the loudest alert payonce raises; the row says so in its detail.
+    unapproved: bool,
+}
+
+impl<'a> RowAsRead<'a> {
+    fn new(current: &'a Operation, source: &'a str) -> Self {
+        let status = current.status;
+        RowAsRead {
+            current,
+            status,
+            source,
+            stored: format!(
+                "row says {} (reference {})",
+                status.as_str(),
+                current.external_ref.as_deref().unwrap_or("none")
+            ),
+            unapproved: current.approved_hash.is_none()
+                || matches!(status, Status::AwaitingApproval | Status::Cancelled),
+        }
+    }
+
+    /// The report is kept on the row as an event; nothing moves.
+    fn note(&self, what: &str) -> Plan {
+        Plan::Note {
+            event: "report_ignored",
+            detail: format!("{}: {what}; {}", self.source, self.stored),
+            applied: Applied::Ignored(self.status),
+        }
+    }
+
+    /// A row already in `needs_attention` keeps the conflicting report as an event.
+    fn conflicting_note(&self, what: &str) -> Plan {
+        Plan::Note {
+            event: Event::ConflictingReport.as_str(),
+            detail: format!("{}: {what}; {}", self.source, self.stored),
+            applied: Applied::Ignored(self.status),
+        }
+    }
+
+    /// The report contradicts the row: `needs_attention`, loudest when money moved unapproved.
+    fn conflict(&self, what: &str, paid: bool) -> Result<Plan, LedgerError> {
+        transition(self.status, Event::ConflictingReport)?;
+        let (applied, alert) = if paid && self.unapproved {
             (
                 Applied::PaymentWithoutApproval,
                 "PAYMENT WITHOUT APPROVAL: ",
@@ -102,102 +160,88 @@ pub fn plan_report(
             (Applied::Conflict, "")
         };
         Ok(Plan::Conflict {
-            detail: format!("{alert}{source} reports {what}; {stored}"),
+            detail: format!("{alert}{} reports {what}; {}", self.source, self.stored),
             applied,
             recreated: None,
         })
-    };
-    match report {
-        // Only a row the scan has just made (awaiting approval, nothing submitted): any other is
-        // an existing row, for which the payment is an ordinary report.
-        Report::Recreated(paid)
-            if status == S::AwaitingApproval && current.first_submitted_at.is_none() =>
-        {
-            transition(status, Event::ConflictingReport)?;
-            Ok(Plan::Conflict {
-                detail: recreated_detail(&current.id, &paid.reference),
-                applied: Applied::LostRowRecreated,
-                recreated: Some(paid.clone()),
-            })
-        }
-        Report::Recreated(paid) => plan_report(current, &Report::Succeeded(paid.clone()), source),
-        Report::Succeeded(Paid { reference, result }) => match status {
+    }
+
+    fn succeeded(&self, Paid { reference, result }: &Paid) -> Result<Plan, LedgerError> {
+        use Status as S;
+        match self.status {
             S::Executing | S::Unknown => {
-                let to = transition(status, Event::ProcessorSucceeded)?;
+                let to = transition(self.status, Event::ProcessorSucceeded)?;
                 Ok(Plan::Succeed {
                     event: Event::ProcessorSucceeded,
                     reference: reference.clone(),
                     result: Some(result.clone()),
-                    detail: super::recovery::found_detail(source, reference),
+                    detail: super::recovery::found_detail(self.source, reference),
                     applied: Applied::Moved(to),
                 })
             }
-            S::Succeeded if current.external_ref.as_deref() == Some(reference.as_str()) => {
+            S::Succeeded if self.current.external_ref.as_deref() == Some(reference.as_str()) => {
                 Ok(Plan::Nothing(Applied::AlreadyKnown))
             }
             S::Succeeded | S::Failed | S::Rejected | S::Cancelled | S::AwaitingApproval => {
-                conflict(&format!("a successful payment {reference}"), true)
+                self.conflict(&format!("a successful payment {reference}"), true)
             }
-            S::NeedsAttention => Ok(Plan::Note {
-                event: Event::ConflictingReport.as_str(),
-                detail: format!("{source}: succeeded as {reference}; {stored}"),
-                applied: Applied::Ignored(status),
-            }),
+            S::NeedsAttention => Ok(self.conflicting_note(&format!("succeeded as {reference}"))),
             // Approved and not yet claimed: an earlier attempt's payment (before an on-call retry);
             // the same-key claim finds it, so the fact is kept and nothing moves.
-            S::Ready => Ok(note(&format!("succeeded as {reference}"))),
-        },
-        Report::Failed(Declined {
+            S::Ready => Ok(self.note(&format!("succeeded as {reference}"))),
+        }
+    }
+
+    fn failed(
+        &self,
+        Declined {
             code,
             message,
             reference,
-        }) => match status {
+        }: &Declined,
+    ) -> Result<Plan, LedgerError> {
+        use Status as S;
+        match self.status {
             S::Executing | S::Unknown => {
-                let to = transition(status, Event::ProcessorFailed)?;
+                let to = transition(self.status, Event::ProcessorFailed)?;
                 Ok(Plan::Fail {
                     event: Event::ProcessorFailed,
                     reference: reference.clone(),
                     code: code.clone(),
                     message: message.clone(),
-                    detail: format!("{source}: failed with {code}"),
+                    detail: format!("{}: failed with {code}", self.source),
                     applied: Applied::Moved(to),
                 })
             }
             S::Failed => Ok(Plan::Nothing(Applied::AlreadyKnown)),
-            S::Succeeded => conflict(&format!("a failure ({code})"), false),
+            S::Succeeded => self.conflict(&format!("a failure ({code})"), false),
             // No money moved on a failure: keep the fact, change nothing.
             S::Rejected | S::Cancelled | S::NeedsAttention | S::AwaitingApproval | S::Ready => {
-                Ok(note(&format!("failed with {code}")))
+                Ok(self.note(&format!("failed with {code}")))
             }
-        },
-        Report::Mismatch {
-            reference,
-            paid,
-            detail,
-        } => {
-            let what = format!(
-                "{} {reference} that does not match the approved details ({detail})",
-                if *paid {
-                    "a successful payment"
-                } else {
-                    "a processor object"
-                }
-            );
-            match status {
-                S::NeedsAttention => Ok(Plan::Note {
-                    event: Event::ConflictingReport.as_str(),
-                    detail: format!("{source}: {what}; {stored}"),
-                    applied: Applied::Ignored(status),
-                }),
-                S::AwaitingApproval
-                | S::Ready
-                | S::Executing
-                | S::Unknown
-                | S::Succeeded
-                | S::Failed
-                | S::Rejected
-                | S::Cancelled => conflict(&what, *paid),
+        }
+    }
+
+    fn mismatch(&self, reference: &str, paid: bool, detail: &str) -> Result<Plan, LedgerError> {
+        use Status as S;
+        let what = format!(
+            "{} {reference} that does not match the approved details ({detail})",
+            if paid {
+                "a successful payment"
+            } else {
+                "a processor object"
             }
+        );
+        match self.status {
+            S::NeedsAttention => Ok(self.conflicting_note(&what)),
+            S::AwaitingApproval
+            | S::Ready
+            | S::Executing
+            | S::Unknown
+            | S::Succeeded
+            | S::Failed
+            | S::Rejected
+            | S::Cancelled => self.conflict(&what, paid),
         }
     }
 }

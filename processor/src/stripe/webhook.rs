@@ -72,11 +72,6 @@ impl WebhookError {
         "signature_mismatch",
     ];
 
-    /// Whether the delivery was refused for its signature (a wrong or rotated secret, or a forger).
-    pub fn is_signature_failure(&self) -> bool {
-        Self::SIGNATURE_CODES.contains(&self.code())
-    }
-
     /// Stable code for logs, metrics and API errors.
     pub fn code(&self) -> &'static str {
         match self {
