@@ -178,7 +178,7 @@ pub enum FoundStatus {
     /// Paid.
     Succeeded {
         /// The processor's object, stored as the result; serialized as its summary only.
-        #[serde(serialize_with = "summary::serialize_summary_of")]
+        #[serde(serialize_with = "payonce_core::summary::serialize_summary_of")]
         result: serde_json::Value,
     },
     /// Definitively not paid.
@@ -253,7 +253,7 @@ pub struct ProcessorObject {
     /// What its status says about the operation.
     pub status: FoundStatus,
     /// The whole object (stored as the result; shown only through [`summary::summary`]).
-    #[serde(serialize_with = "summary::serialize_summary_of")]
+    #[serde(serialize_with = "payonce_core::summary::serialize_summary_of")]
     pub object: serde_json::Value,
 }
 
