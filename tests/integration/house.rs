@@ -268,7 +268,12 @@ fn module_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             let top = rel
                 .components()
                 .next()
-                .map(|c| c.as_os_str().to_string_lossy().trim_end_matches(".rs").to_string())
+                .map(|c| {
+                    c.as_os_str()
+                        .to_string_lossy()
+                        .trim_end_matches(".rs")
+                        .to_string()
+                })
                 .unwrap_or_default();
             if path.extension().is_some_and(|e| e == "rs") && top != "lib" && top != "main" {
                 files.entry(top).or_default().push(path);
@@ -370,11 +375,24 @@ fn the_cycle_finder_finds_a_circle_and_passes_a_tree() {
         g
     };
     assert_eq!(
-        find_cycle(&graph(&[("app", "errors"), ("errors", "auth"), ("auth", "app")])),
-        Some(vec!["app".into(), "errors".into(), "auth".into(), "app".into()])
+        find_cycle(&graph(&[
+            ("app", "errors"),
+            ("errors", "auth"),
+            ("auth", "app")
+        ])),
+        Some(vec![
+            "app".into(),
+            "errors".into(),
+            "auth".into(),
+            "app".into()
+        ])
     );
     assert_eq!(
-        find_cycle(&graph(&[("app", "errors"), ("app", "auth"), ("auth", "errors")])),
+        find_cycle(&graph(&[
+            ("app", "errors"),
+            ("app", "auth"),
+            ("auth", "errors")
+        ])),
         None
     );
 }
@@ -383,11 +401,55 @@ fn the_cycle_finder_finds_a_circle_and_passes_a_tree() {
 fn no_crate_has_an_import_circle_among_its_modules() {
     // The ledger's modules each implement one of its traits for its `Store`, which holds them
     // all: one unit by design (docs/architecture.md); the simulator stands apart.
-    for crate_dir in ["api", "worker", "reconciler", "execution", "processor", "core"] {
+    for crate_dir in [
+        "api",
+        "worker",
+        "reconciler",
+        "execution",
+        "processor",
+        "core",
+    ] {
         let graph = module_imports(&root().join(crate_dir).join("src"));
         assert!(graph.len() > 1, "{crate_dir}: no modules found");
         if let Some(cycle) = find_cycle(&graph) {
-            panic!("{crate_dir}: modules import each other in a circle: {}", cycle.join(" → "));
+            panic!(
+                "{crate_dir}: modules import each other in a circle: {}",
+                cycle.join(" → ")
+            );
         }
+    }
+}
+
+/// Longest decision record, in lines.
+const DECISION_LINES_MAX: usize = 120;
+
+#[test]
+fn each_decision_is_one_short_record_with_a_status() {
+    let dir = root().join("docs/decisions");
+    let mut records: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("docs/decisions/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    records.sort();
+    assert!(records.len() >= 5, "docs/decisions/ holds the decisions");
+    for (i, path) in records.iter().enumerate() {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let text = std::fs::read_to_string(path).expect("readable record");
+        assert!(
+            name.starts_with(&format!("{:03}-", i + 1)),
+            "{name}: records are numbered NNN-title.md, one after another (expected {:03}-…)",
+            i + 1
+        );
+        assert!(
+            text.lines().count() <= DECISION_LINES_MAX,
+            "{name} is over {DECISION_LINES_MAX} lines"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start_matches(['*', '-', ' ']).starts_with("Status")),
+            "{name} says no status"
+        );
     }
 }
