@@ -19,6 +19,7 @@ mod evidence;
 mod failure_injection;
 mod full_disk;
 mod fuzz_bodies;
+mod house;
 mod ledger_conformance;
 mod limiter;
 mod lost_ledger;
