@@ -2,7 +2,8 @@
 
 use crate::faults::FaultRule;
 use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX, CLOCK_ADVANCE_MS_MAX};
-use crate::payment_intents::{detached, settle_due};
+use crate::lookup::detached;
+use crate::payment_intents::settle_due;
 use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
 use axum::Json;

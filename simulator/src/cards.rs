@@ -2,7 +2,7 @@
 
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
-use crate::payment_intents::Retrieve;
+use crate::lookup::Retrieve;
 use crate::routes::Shared;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::HeaderMap;

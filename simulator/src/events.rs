@@ -3,11 +3,11 @@
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::form;
-use crate::objects;
-use crate::payment_intents::{detached, read_faults, settle_due};
-use crate::routes::{Ctx, Shared};
+use crate::lookup::{self, detached};
+use crate::payment_intents::settle_due;
+use crate::routes::Shared;
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
 const PATH: &str = "/v1/events";
@@ -19,14 +19,11 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = form::parse_pairs(raw.unwrap_or_default().as_bytes());
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", PATH, pairs.as_ref().ok()) {
+    let pairs = lookup::query_pairs(raw.as_deref());
+    let ctx = match lookup::begin(&app, conn, &headers, PATH, pairs.as_ref().ok()).await {
         Ok(ctx) => ctx,
         Err(response) => return response,
     };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
     let pairs = match pairs {
         Ok(p) => p,
         Err(e) => return ctx.error(&e),
@@ -39,13 +36,7 @@ pub(crate) async fn list(
             "limit" => limit = Some(v.as_str()),
             "starting_after" => starting_after = Some(v.clone()),
             "type" => kind = Some(v.clone()),
-            other => {
-                return ctx.error(&ApiError::invalid_param(
-                    "parameter_unknown",
-                    other,
-                    format!("Received unknown parameter: {other}"),
-                ));
-            }
+            other => return ctx.error(&form::unknown(other)),
         }
     }
     let limit = match form::limit(limit) {
@@ -93,10 +84,7 @@ pub(crate) async fn list(
     })
     .await;
     match page {
-        Ok(Some((data, has_more))) => {
-            let body = serde_json::to_vec(&objects::list(PATH, data, has_more)).unwrap_or_default();
-            ctx.finish(ctx.respond(StatusCode::OK, body, false))
-        }
+        Ok(Some((data, has_more))) => lookup::page(&ctx, PATH, data, has_more),
         Ok(None) => ctx.error(&ApiError::invalid_param(
             "resource_missing",
             "starting_after",

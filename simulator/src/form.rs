@@ -151,7 +151,8 @@ fn metadata_entry(
     Ok(())
 }
 
-fn unknown(param: &str) -> ApiError {
+/// Stripe's refusal of a parameter the endpoint does not take.
+pub(crate) fn unknown(param: &str) -> ApiError {
     ApiError::invalid_param(
         "parameter_unknown",
         param,
@@ -301,6 +302,44 @@ pub(crate) fn limit(raw: Option<&str>) -> Result<i64, ApiError> {
             "limit",
             format!("This value must be between 1 and {LIST_LIMIT_MAX}."),
         )),
+    }
+}
+
+/// A list's `created` filter: the inclusive range of Unix seconds it keeps (all of them by default).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CreatedRange {
+    /// The earliest `created` kept.
+    pub(crate) gte: i64,
+    /// The latest `created` kept.
+    pub(crate) lte: i64,
+}
+
+impl Default for CreatedRange {
+    fn default() -> Self {
+        CreatedRange {
+            gte: i64::MIN,
+            lte: i64::MAX,
+        }
+    }
+}
+
+impl CreatedRange {
+    /// Narrows the range by `created`, `created[gte]`, `created[gt]`, `created[lte]` or
+    /// `created[lt]`; false (and unchanged) for any other parameter.
+    pub(crate) fn narrow(&mut self, k: &str, v: &str) -> Result<bool, ApiError> {
+        match k {
+            "created" => {
+                let t = timestamp(k, v)?;
+                self.gte = self.gte.max(t);
+                self.lte = self.lte.min(t);
+            }
+            "created[gte]" => self.gte = self.gte.max(timestamp(k, v)?),
+            "created[gt]" => self.gte = self.gte.max(timestamp(k, v)?.saturating_add(1)),
+            "created[lte]" => self.lte = self.lte.min(timestamp(k, v)?),
+            "created[lt]" => self.lte = self.lte.min(timestamp(k, v)?.saturating_sub(1)),
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 

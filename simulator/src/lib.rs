@@ -9,6 +9,8 @@
 //! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
 //! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
 //! - `routes`: the HTTP surface (Stripe API under `/v1`, admin under `/_sim`).
+//! - `creation`: the create path every Stripe `POST` shares (key claim, replay, faults, saved answer).
+//! - `lookup`: what every `GET` shares (read faults, detached store reads, the one-object retrieve).
 //! - `payment_intents`, `refunds` (create, settle), `refund_reads` (retrieve, list), `events`: the Stripe resources.
 //! - `admin`: fault rules, audits and health for tests.
 //! - [`payment_audit`]: reading every page of the payment audit, for callers outside the simulator.
@@ -51,6 +53,7 @@ mod adyen;
 mod audit;
 mod cards;
 mod connection;
+mod creation;
 mod error;
 mod events;
 mod expand;
@@ -58,6 +61,7 @@ mod faults;
 mod form;
 mod idempotency;
 mod limits;
+mod lookup;
 mod objects;
 mod payment_intents;
 mod rate_limits;

@@ -5,22 +5,19 @@
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::form::{self, Pairs};
+use crate::lookup::{self, Retrieve, detached};
 use crate::objects;
-use crate::payment_intents::{Retrieve, detached, read_faults, settle_due};
+use crate::payment_intents::settle_due;
 use crate::refunds::PATH;
-use crate::routes::{Ctx, Shared};
+use crate::routes::Shared;
 use crate::store::{RefundPage, RefundRow};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
 
 fn object(row: &RefundRow) -> Value {
     serde_json::from_slice(&row.body).unwrap_or(Value::Null)
-}
-
-fn body(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_default()
 }
 
 /// `GET /v1/refunds/{id}[?expand[]=payment_intent&expand[]=charge]`.
@@ -68,8 +65,7 @@ pub(crate) async fn retrieve(
 struct ListFilter {
     payment_intent: Option<String>,
     charge: Option<String>,
-    gte: i64,
-    lte: i64,
+    created: form::CreatedRange,
     limit: i64,
     starting_after: Option<String>,
     ending_before: Option<String>,
@@ -79,36 +75,23 @@ fn list_filter(pairs: &Pairs) -> Result<ListFilter, ApiError> {
     let mut f = ListFilter {
         payment_intent: None,
         charge: None,
-        gte: i64::MIN,
-        lte: i64::MAX,
+        created: form::CreatedRange::default(),
         limit: 0,
         starting_after: None,
         ending_before: None,
     };
     let mut limit = None;
     for (k, v) in pairs {
+        if f.created.narrow(k, v)? {
+            continue;
+        }
         match k.as_str() {
             "payment_intent" => f.payment_intent = Some(v.clone()),
             "charge" => f.charge = Some(v.clone()),
-            "created" => {
-                let t = form::timestamp(k, v)?;
-                f.gte = f.gte.max(t);
-                f.lte = f.lte.min(t);
-            }
-            "created[gte]" => f.gte = f.gte.max(form::timestamp(k, v)?),
-            "created[gt]" => f.gte = f.gte.max(form::timestamp(k, v)?.saturating_add(1)),
-            "created[lte]" => f.lte = f.lte.min(form::timestamp(k, v)?),
-            "created[lt]" => f.lte = f.lte.min(form::timestamp(k, v)?.saturating_sub(1)),
             "limit" => limit = Some(v.as_str()),
             "starting_after" => f.starting_after = Some(v.clone()),
             "ending_before" => f.ending_before = Some(v.clone()),
-            other => {
-                return Err(ApiError::invalid_param(
-                    "parameter_unknown",
-                    other,
-                    format!("Received unknown parameter: {other}"),
-                ));
-            }
+            other => return Err(form::unknown(other)),
         }
     }
     if f.starting_after.is_some() && f.ending_before.is_some() {
@@ -143,8 +126,8 @@ async fn read_page(app: Shared, f: ListFilter) -> Result<Listed, sqlx::Error> {
     let page = RefundPage {
         payment_intent: f.payment_intent.as_deref(),
         charge: f.charge.as_deref(),
-        created_gte: f.gte,
-        created_lte: f.lte,
+        created_gte: f.created.gte,
+        created_lte: f.created.lte,
         cursor,
         limit: f.limit + 1,
     };
@@ -165,26 +148,18 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = form::parse_pairs(raw.unwrap_or_default().as_bytes());
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", PATH, pairs.as_ref().ok()) {
+    let pairs = lookup::query_pairs(raw.as_deref());
+    let ctx = match lookup::begin(&app, conn, &headers, PATH, pairs.as_ref().ok()).await {
         Ok(ctx) => ctx,
         Err(response) => return response,
     };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
     let filter = match pairs.and_then(|p| list_filter(&p)) {
         Ok(f) => f,
         Err(e) => return ctx.error(&e),
     };
     match detached(read_page(app.clone(), filter)).await {
         Ok(Listed::Page(rows, has_more)) => {
-            let data = rows.iter().map(object).collect();
-            ctx.finish(ctx.respond(
-                StatusCode::OK,
-                body(&objects::list(PATH, data, has_more)),
-                false,
-            ))
+            lookup::page(&ctx, PATH, rows.iter().map(object).collect(), has_more)
         }
         Ok(Listed::NoSuchCursor(param, id)) => ctx.error(&ApiError::invalid_param(
             "resource_missing",

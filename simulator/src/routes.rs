@@ -7,7 +7,7 @@ use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::faults::{FaultKind, Faults};
 use crate::form::{self, Pairs};
-use crate::idempotency::InFlight;
+use crate::idempotency::{self, InFlight, KeyState};
 use crate::limits::{BODY_BYTES_MAX, IDEMPOTENCY_KEY_LEN_MAX};
 use crate::objects::API_VERSION;
 use crate::rng::{IdGen, now_ms};
@@ -63,6 +63,25 @@ impl App {
     /// The oldest save time a remembered key may have and still count.
     pub(crate) fn key_not_before_ms(&self, now_ms: i64) -> i64 {
         now_ms - self.config.key_retention.as_millis() as i64
+    }
+
+    /// What `key` says a request with `fingerprint` arriving at `now_ms` should do (claiming it when
+    /// fresh), under the running contract and key retention.
+    pub(crate) async fn key_state(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        now_ms: i64,
+    ) -> Result<KeyState, sqlx::Error> {
+        idempotency::begin(
+            &self.in_flight,
+            &self.store,
+            self.config.contract,
+            key,
+            fingerprint,
+            self.key_not_before_ms(now_ms),
+        )
+        .await
     }
 }
 
