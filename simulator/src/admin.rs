@@ -3,9 +3,9 @@
 use crate::faults::FaultRule;
 use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX, CLOCK_ADVANCE_MS_MAX};
 use crate::lookup::detached;
-use crate::payment_intents::settle_due;
 use crate::rate_limits::RateLimits;
 use crate::routes::Shared;
+use crate::settlement::settle_due;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};

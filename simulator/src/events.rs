@@ -1,16 +1,25 @@
-//! Events: `GET /v1/events`, newest first, paginated with `starting_after`.
+//! Events: `GET /v1/events`, newest first, paginated with `starting_after`; and [`new_event`], the
+//! one way an Event is rendered for the store.
 
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
-use crate::form;
+use crate::form::ListShape;
 use crate::lookup::{self, detached};
-use crate::payment_intents::settle_due;
+use crate::objects::{self, EventCause};
 use crate::routes::Shared;
+use crate::settlement::settle_due;
+use crate::store::NewEvent;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 
 const PATH: &str = "/v1/events";
+/// What `GET /v1/events` takes besides `limit` and `starting_after`.
+const LIST_SHAPE: ListShape = ListShape {
+    filters: &["type"],
+    created: false,
+    ending_before: false,
+};
 
 /// `GET /v1/events?limit=&starting_after=&type=`.
 pub(crate) async fn list(
@@ -19,30 +28,14 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = lookup::query_pairs(raw.as_deref());
-    let ctx = match lookup::begin(&app, conn, &headers, PATH, pairs.as_ref().ok()).await {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let pairs = match pairs {
-        Ok(p) => p,
-        Err(e) => return ctx.error(&e),
-    };
-    let mut limit = None;
-    let mut starting_after = None;
-    let mut kind = None;
-    for (k, v) in &pairs {
-        match k.as_str() {
-            "limit" => limit = Some(v.as_str()),
-            "starting_after" => starting_after = Some(v.clone()),
-            "type" => kind = Some(v.clone()),
-            other => return ctx.error(&form::unknown(other)),
-        }
-    }
-    let limit = match form::limit(limit) {
-        Ok(l) => l,
-        Err(e) => return ctx.error(&e),
-    };
+    let (ctx, query) =
+        match lookup::begin_list(&app, conn, &headers, PATH, raw.as_deref(), LIST_SHAPE).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
+    let limit = query.limit;
+    let kind = query.filter("type").map(str::to_string);
+    let starting_after = query.starting_after;
     let worker = app.clone();
     let page = detached(async move {
         settle_due(&worker).await?;
@@ -91,5 +84,28 @@ pub(crate) async fn list(
             "No such event given as starting_after",
         )),
         Err(e) => ctx.internal("event list", &e),
+    }
+}
+
+/// A Stripe Event to store (its body rendered now, `previous` the changed fields' old values), with
+/// a fresh id.
+pub(crate) fn new_event(
+    app: &Shared,
+    created: i64,
+    kind: &'static str,
+    object: serde_json::Value,
+    previous: Option<serde_json::Value>,
+    cause: EventCause<'_>,
+) -> NewEvent {
+    let id = app.ids.id("evt");
+    let body = serde_json::to_vec(&objects::event_with_previous(
+        &id, created, kind, object, previous, cause,
+    ))
+    .unwrap_or_default();
+    NewEvent {
+        id,
+        created,
+        kind,
+        body,
     }
 }

@@ -343,6 +343,77 @@ impl CreatedRange {
     }
 }
 
+/// Which parameters a list endpoint takes besides `limit` and `starting_after`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ListShape {
+    /// The plain filters it takes (`customer`, `type`, …), each kept as sent.
+    pub(crate) filters: &'static [&'static str],
+    /// Whether it takes the `created` range ([`CreatedRange::narrow`]).
+    pub(crate) created: bool,
+    /// Whether it takes `ending_before` (never together with `starting_after`).
+    pub(crate) ending_before: bool,
+}
+
+/// What a list request asks for: its filters, `created` range, page size and cursor.
+#[derive(Debug, Clone)]
+pub(crate) struct ListQuery {
+    filters: Vec<(&'static str, String)>,
+    /// The `created` range (everything when the endpoint takes none).
+    pub(crate) created: CreatedRange,
+    /// The page size ([`limit`]).
+    pub(crate) limit: i64,
+    /// The id the page starts after, newest first.
+    pub(crate) starting_after: Option<String>,
+    /// The id the page ends before.
+    pub(crate) ending_before: Option<String>,
+}
+
+impl ListQuery {
+    /// Parses a list's query: a parameter `shape` does not take is Stripe's `parameter_unknown`, a
+    /// repeated one counts as sent last.
+    pub(crate) fn parse(pairs: &Pairs, shape: ListShape) -> Result<ListQuery, ApiError> {
+        let mut q = ListQuery {
+            filters: Vec::new(),
+            created: CreatedRange::default(),
+            limit: 0,
+            starting_after: None,
+            ending_before: None,
+        };
+        let mut limit_raw = None;
+        for (k, v) in pairs {
+            if shape.created && q.created.narrow(k, v)? {
+                continue;
+            }
+            match k.as_str() {
+                "limit" => limit_raw = Some(v.as_str()),
+                "starting_after" => q.starting_after = Some(v.clone()),
+                "ending_before" if shape.ending_before => q.ending_before = Some(v.clone()),
+                other => match shape.filters.iter().find(|f| **f == other) {
+                    Some(name) => q.filters.push((name, v.clone())),
+                    None => return Err(unknown(other)),
+                },
+            }
+        }
+        if q.starting_after.is_some() && q.ending_before.is_some() {
+            return Err(ApiError::invalid_request(
+                "parameters_exclusive",
+                "You may only specify one of these parameters: ending_before, starting_after.",
+            ));
+        }
+        q.limit = limit(limit_raw)?;
+        Ok(q)
+    }
+
+    /// The value of the filter `name`, if the request sent it.
+    pub(crate) fn filter(&self, name: &str) -> Option<&str> {
+        self.filters
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// Parses a Unix-seconds timestamp parameter.
 pub(crate) fn timestamp(param: &str, raw: &str) -> Result<i64, ApiError> {
     raw.parse().map_err(|_| {

@@ -12,6 +12,7 @@
 //! - `creation`: the create path every Stripe `POST` shares (key claim, replay, faults, saved answer).
 //! - `lookup`: what every `GET` shares (read faults, detached store reads, the one-object retrieve).
 //! - `payment_intents`, `refunds` (create, settle), `refund_reads` (retrieve, list), `events`: the Stripe resources.
+//! - `settlement`: settling `processing` payments and asynchronous refunds whose time has come.
 //! - `admin`: fault rules, audits and health for tests.
 //! - [`payment_audit`]: reading every page of the payment audit, for callers outside the simulator.
 //! - `audit`: the recent requests and the parameter names each sent.
@@ -71,6 +72,7 @@ mod rng;
 mod routes;
 mod search;
 mod server;
+mod settlement;
 mod store;
 mod webhooks;
 

@@ -7,9 +7,9 @@
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::faults::FaultKind;
-use crate::form::{self, Pairs};
-use crate::payment_intents::settle_due;
+use crate::form::{self, ListQuery, ListShape, Pairs};
 use crate::routes::{Ctx, Shared};
+use crate::settlement::settle_due;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
@@ -77,7 +77,7 @@ impl Retrieve<'_> {
 
 /// A lookup's start: its context ([`Ctx::begin`], with the query's `pairs` for the audit), then the
 /// read faults. `Err` is the response to send.
-pub(crate) async fn begin(
+async fn begin(
     app: &Shared,
     conn: ConnHandle,
     headers: &HeaderMap,
@@ -89,6 +89,37 @@ pub(crate) async fn begin(
         Some(refused) => Err(refused),
         None => Ok(ctx),
     }
+}
+
+/// A lookup with a query string: [`begin`], then the query parsed by `parse`. `Err` is the
+/// response to send.
+pub(crate) async fn begin_query<P>(
+    app: &Shared,
+    conn: ConnHandle,
+    headers: &HeaderMap,
+    path: &str,
+    raw: Option<&str>,
+    parse: impl FnOnce(&Pairs) -> Result<P, ApiError>,
+) -> Result<(Ctx, P), Response> {
+    let pairs = form::parse_pairs(raw.unwrap_or("").as_bytes());
+    let ctx = begin(app, conn, headers, path, pairs.as_ref().ok()).await?;
+    match pairs.and_then(|p| parse(&p)) {
+        Ok(parsed) => Ok((ctx, parsed)),
+        Err(e) => Err(ctx.error(&e)),
+    }
+}
+
+/// A list lookup: [`begin_query`] with the list parameters `shape` takes ([`ListQuery::parse`]).
+pub(crate) async fn begin_list(
+    app: &Shared,
+    conn: ConnHandle,
+    headers: &HeaderMap,
+    path: &str,
+    raw: Option<&str>,
+    shape: ListShape,
+) -> Result<(Ctx, ListQuery), Response> {
+    let parse = |pairs: &Pairs| ListQuery::parse(pairs, shape);
+    begin_query(app, conn, headers, path, raw, parse).await
 }
 
 /// A found object, answered 200.
@@ -119,9 +150,4 @@ async fn read_faults(app: &Shared, ctx: &Ctx) -> Option<Response> {
         }
         _ => None,
     }
-}
-
-/// The query string's parameters (none when there is no query).
-pub(crate) fn query_pairs(raw: Option<&str>) -> Result<Pairs, ApiError> {
-    form::parse_pairs(raw.unwrap_or("").as_bytes())
 }

@@ -245,18 +245,7 @@ pub(crate) struct EventCause<'a> {
     pub(crate) api_version: &'a str,
 }
 
-/// An Event object.
-pub(crate) fn event(
-    id: &str,
-    created: i64,
-    kind: &str,
-    object: Value,
-    cause: EventCause<'_>,
-) -> Value {
-    event_with_previous(id, created, kind, object, None, cause)
-}
-
-/// An Event object for an update: `data.previous_attributes` holds the changed fields' old values.
+/// An Event object; for an update, `data.previous_attributes` holds the changed fields' old values.
 pub(crate) fn event_with_previous(
     id: &str,
     created: i64,
@@ -290,7 +279,7 @@ pub(crate) fn event_with_previous(
 }
 
 /// An Event object's JSON text for an object already rendered (`object_json`, compact JSON): the
-/// bytes `serde_json::to_vec(&event(...))` gives (the same keys, in the same sorted order), without
+/// bytes `serde_json::to_vec(&event_with_previous(.., None, ..))` gives (the same keys, in the same sorted order), without
 /// a copy of the object's tree per event and a second rendering of it. A payment's create renders
 /// its PaymentIntent once for its answer and its two events (measured: the copies and renderings
 /// were about a seventh of the simulator's instructions per payment).
@@ -413,7 +402,8 @@ mod tests {
                 api_version: version,
             };
             for (created, kind) in [(1_700_000_000, "payment_intent.created"), (-1, "x.y")] {
-                let value = event("evt_1", created, kind, object.clone(), cause);
+                let value =
+                    event_with_previous("evt_1", created, kind, object.clone(), None, cause);
                 assert_eq!(
                     String::from_utf8(event_json("evt_1", created, kind, &rendered, cause))
                         .unwrap(),

@@ -1,16 +1,18 @@
-//! PaymentIntents: create (with confirm), retrieve, list, search, and the settling of `processing` ones.
+//! PaymentIntents: create (with confirm), retrieve, list and search (`processing` ones settle in
+//! `settlement`).
 
 use crate::cards::{self, CardOutcome};
 use crate::connection::ConnHandle;
 use crate::creation::Creation;
 use crate::error::ApiError;
 use crate::expand;
-use crate::form::{self, Pairs};
+use crate::form::{self, ListShape, Pairs};
 use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
-use crate::lookup::{self, Retrieve, detached, query_pairs};
+use crate::lookup::{self, Retrieve, detached};
 use crate::objects::{self, EventCause};
 use crate::routes::{Ctx, Shared};
 use crate::search::Query;
+use crate::settlement::settle_due;
 use crate::store::{NewEvent, PaymentCommit, PaymentRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
@@ -18,9 +20,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::json;
 
-/// Most `processing` payments settled in one pass.
-const SETTLE_BATCH_MAX: i64 = 100;
 const PATH: &str = "/v1/payment_intents";
+/// What `GET /v1/payment_intents` takes besides `limit` and `starting_after`.
+const LIST_SHAPE: ListShape = ListShape {
+    filters: &["customer"],
+    created: true,
+    ending_before: false,
+};
 
 /// What executing a create produces, before it is committed.
 struct Execution {
@@ -182,71 +188,6 @@ fn validate(pairs: &Pairs) -> Result<form::PaymentIntentParams, ApiError> {
     Ok(p)
 }
 
-/// Settles every `processing` payment whose time has come (`succeeded`, with `payment_intent.succeeded`),
-/// then every asynchronous refund whose time has come ([`crate::refunds::settle_due`]): every read
-/// calls this first, so what it returns never lags behind the configured delays.
-pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let payments = settle_payments_due(app).await?;
-    Ok(payments + crate::refunds::settle_due(app).await?)
-}
-
-async fn settle_payments_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let now = app.now_ms();
-    let due = app.store.processing_due(now, SETTLE_BATCH_MAX).await?;
-    let mut settled = 0;
-    for mut row in due {
-        if row.client_secret == crate::adyen::ADYEN_ROW {
-            // A received Adyen payment: authorised now, said by its AUTHORISATION notification.
-            let event = crate::adyen::settled(app, &row, now);
-            if app
-                .store
-                .settle(&row.id, &row.id, &event, app.webhooks_due_ms(now))
-                .await?
-            {
-                settled += 1;
-            }
-            continue;
-        }
-        let charge = app.ids.id("ch");
-        row.status = "succeeded".into();
-        row.latest_charge = Some(charge.clone());
-        row.amount_received = row.amount;
-        row.settle_at_ms = None;
-        let id = app.ids.id("evt");
-        let created = now / 1000;
-        let cause = EventCause {
-            request_id: Some(&row.request_id),
-            idempotency_key: row.idempotency_key.as_deref(),
-            api_version: objects::API_VERSION,
-        };
-        let body = serde_json::to_vec(&objects::event(
-            &id,
-            created,
-            "payment_intent.succeeded",
-            objects::payment_intent(&row),
-            cause,
-        ))
-        .unwrap_or_default();
-        let event = NewEvent {
-            id,
-            created,
-            kind: "payment_intent.succeeded",
-            body,
-        };
-        if app
-            .store
-            .settle(&row.id, &charge, &event, app.webhooks_due_ms(now))
-            .await?
-        {
-            settled += 1;
-        }
-    }
-    if settled > 0 {
-        app.webhook_wake.notify_one();
-    }
-    Ok(settled)
-}
-
 /// `GET /v1/payment_intents/{id}[?expand[]=latest_charge]`.
 pub(crate) async fn retrieve(
     State(app): State<Shared>,
@@ -288,15 +229,11 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = query_pairs(raw.as_deref());
-    let ctx = match lookup::begin(&app, conn, &headers, PATH, pairs.as_ref().ok()).await {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let filter = match pairs.and_then(|p| list_filter(&p)) {
-        Ok(f) => f,
-        Err(e) => return ctx.error(&e),
-    };
+    let (ctx, filter) =
+        match lookup::begin_list(&app, conn, &headers, PATH, raw.as_deref(), LIST_SHAPE).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
     let worker = app.clone();
     let page = detached(async move {
         settle_due(&worker).await?;
@@ -310,7 +247,7 @@ pub(crate) async fn list(
         let rows = worker
             .store
             .list_payments(
-                filter.customer.as_deref(),
+                filter.filter("customer"),
                 filter.created.gte,
                 filter.created.lte,
                 before_seq,
@@ -336,36 +273,6 @@ pub(crate) async fn list(
     }
 }
 
-struct ListFilter {
-    customer: Option<String>,
-    created: form::CreatedRange,
-    limit: i64,
-    starting_after: Option<String>,
-}
-
-fn list_filter(pairs: &Pairs) -> Result<ListFilter, ApiError> {
-    let mut f = ListFilter {
-        customer: None,
-        created: form::CreatedRange::default(),
-        limit: 0,
-        starting_after: None,
-    };
-    let mut limit = None;
-    for (k, v) in pairs {
-        if f.created.narrow(k, v)? {
-            continue;
-        }
-        match k.as_str() {
-            "customer" => f.customer = Some(v.clone()),
-            "limit" => limit = Some(v.as_str()),
-            "starting_after" => f.starting_after = Some(v.clone()),
-            other => return Err(form::unknown(other)),
-        }
-    }
-    f.limit = form::limit(limit)?;
-    Ok(f)
-}
-
 /// `GET /v1/payment_intents/search?query=metadata['k']:'v'`: sees a payment only `search_lag` after creation.
 pub(crate) async fn search(
     State(app): State<Shared>,
@@ -373,17 +280,13 @@ pub(crate) async fn search(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = query_pairs(raw.as_deref());
     let path = format!("{PATH}/search");
-    let ctx = match lookup::begin(&app, conn, &headers, &path, pairs.as_ref().ok()).await {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let parsed = pairs.and_then(|p| search_params(&p));
-    let (query, limit, page) = match parsed {
-        Ok(v) => v,
-        Err(e) => return ctx.error(&e),
-    };
+    let raw = raw.as_deref();
+    let (ctx, (query, limit, page)) =
+        match lookup::begin_query(&app, conn, &headers, &path, raw, search_params).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
     let visible_ms = ctx.now_ms - app.config.search_lag.as_millis() as i64;
     let worker = app.clone();
     let rows = detached(async move {

@@ -4,12 +4,12 @@
 
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
-use crate::form::{self, Pairs};
+use crate::form::{ListQuery, ListShape};
 use crate::lookup::{self, Retrieve, detached};
 use crate::objects;
-use crate::payment_intents::settle_due;
 use crate::refunds::PATH;
 use crate::routes::Shared;
+use crate::settlement::settle_due;
 use crate::store::{RefundPage, RefundRow};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::HeaderMap;
@@ -62,47 +62,12 @@ pub(crate) async fn retrieve(
         .await
 }
 
-struct ListFilter {
-    payment_intent: Option<String>,
-    charge: Option<String>,
-    created: form::CreatedRange,
-    limit: i64,
-    starting_after: Option<String>,
-    ending_before: Option<String>,
-}
-
-fn list_filter(pairs: &Pairs) -> Result<ListFilter, ApiError> {
-    let mut f = ListFilter {
-        payment_intent: None,
-        charge: None,
-        created: form::CreatedRange::default(),
-        limit: 0,
-        starting_after: None,
-        ending_before: None,
-    };
-    let mut limit = None;
-    for (k, v) in pairs {
-        if f.created.narrow(k, v)? {
-            continue;
-        }
-        match k.as_str() {
-            "payment_intent" => f.payment_intent = Some(v.clone()),
-            "charge" => f.charge = Some(v.clone()),
-            "limit" => limit = Some(v.as_str()),
-            "starting_after" => f.starting_after = Some(v.clone()),
-            "ending_before" => f.ending_before = Some(v.clone()),
-            other => return Err(form::unknown(other)),
-        }
-    }
-    if f.starting_after.is_some() && f.ending_before.is_some() {
-        return Err(ApiError::invalid_request(
-            "parameters_exclusive",
-            "You may only specify one of these parameters: ending_before, starting_after.",
-        ));
-    }
-    f.limit = form::limit(limit)?;
-    Ok(f)
-}
+/// What `GET /v1/refunds` takes besides `limit` and `starting_after`.
+const LIST_SHAPE: ListShape = ListShape {
+    filters: &["payment_intent", "charge"],
+    created: true,
+    ending_before: true,
+};
 
 /// What a list read found: the page, or the cursor parameter naming no refund.
 enum Listed {
@@ -110,7 +75,7 @@ enum Listed {
     NoSuchCursor(&'static str, String),
 }
 
-async fn read_page(app: Shared, f: ListFilter) -> Result<Listed, sqlx::Error> {
+async fn read_page(app: Shared, f: ListQuery) -> Result<Listed, sqlx::Error> {
     settle_due(&app).await?;
     let cursor = match (&f.starting_after, &f.ending_before) {
         (Some(id), _) => match app.store.refund(id).await? {
@@ -124,8 +89,8 @@ async fn read_page(app: Shared, f: ListFilter) -> Result<Listed, sqlx::Error> {
         (None, None) => Ok(i64::MAX),
     };
     let page = RefundPage {
-        payment_intent: f.payment_intent.as_deref(),
-        charge: f.charge.as_deref(),
+        payment_intent: f.filter("payment_intent"),
+        charge: f.filter("charge"),
         created_gte: f.created.gte,
         created_lte: f.created.lte,
         cursor,
@@ -148,15 +113,11 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = lookup::query_pairs(raw.as_deref());
-    let ctx = match lookup::begin(&app, conn, &headers, PATH, pairs.as_ref().ok()).await {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let filter = match pairs.and_then(|p| list_filter(&p)) {
-        Ok(f) => f,
-        Err(e) => return ctx.error(&e),
-    };
+    let (ctx, filter) =
+        match lookup::begin_list(&app, conn, &headers, PATH, raw.as_deref(), LIST_SHAPE).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
     match detached(read_page(app.clone(), filter)).await {
         Ok(Listed::Page(rows, has_more)) => {
             lookup::page(&ctx, PATH, rows.iter().map(object).collect(), has_more)

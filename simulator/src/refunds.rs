@@ -1,6 +1,6 @@
 //! Refunds: `POST /v1/refunds` (whole or partial, never more than what is left), idempotent like every POST;
-//! `GET /v1/refunds/{id}` and `GET /v1/refunds` (in `refund_reads`); and the settling of asynchronous
-//! refunds (Stripe's `pm_card_pendingRefund` and `pm_card_refundFail`, see [`crate::cards::refund_behaviour`]).
+//! `GET /v1/refunds/{id}` and `GET /v1/refunds` (in `refund_reads`); asynchronous refunds settle in
+//! `settlement` (Stripe's `pm_card_pendingRefund` and `pm_card_refundFail`, see [`crate::cards::refund_behaviour`]).
 //!
 //! Events, as Stripe sends them: `refund.created` and `charge.refunded` at creation; `refund.updated`
 //! and `charge.refund.updated` when an asynchronous refund takes its final status, with
@@ -10,10 +10,11 @@ use crate::cards;
 use crate::connection::ConnHandle;
 use crate::creation::Creation;
 use crate::error::ApiError;
+use crate::events;
 use crate::form;
 use crate::objects::{self, EventCause};
 use crate::routes::{Ctx, Shared};
-use crate::store::{NewEvent, PaymentRow, RefundCommit, RefundRow, RefundSettle};
+use crate::store::{NewEvent, PaymentRow, RefundCommit, RefundRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -21,8 +22,6 @@ use axum::response::Response;
 
 /// The refunds path.
 pub(crate) const PATH: &str = "/v1/refunds";
-/// Most asynchronous refunds settled in one pass.
-const SETTLE_BATCH_MAX: i64 = 100;
 
 fn exceeds(amount: i64, left: i64) -> ApiError {
     ApiError::invalid_param(
@@ -173,76 +172,6 @@ fn created_events(
         ),
     ]
     .into_iter()
-    .map(|(kind, object)| new_event(app, ctx.now_ms / 1000, kind, object, None, cause))
+    .map(|(kind, object)| events::new_event(app, ctx.now_ms / 1000, kind, object, None, cause))
     .collect()
-}
-
-fn new_event(
-    app: &Shared,
-    created: i64,
-    kind: &'static str,
-    object: serde_json::Value,
-    previous: Option<serde_json::Value>,
-    cause: EventCause<'_>,
-) -> NewEvent {
-    let id = app.ids.id("evt");
-    let body = serde_json::to_vec(&objects::event_with_previous(
-        &id, created, kind, object, previous, cause,
-    ))
-    .unwrap_or_default();
-    NewEvent {
-        id,
-        created,
-        kind,
-        body,
-    }
-}
-
-/// Moves every asynchronous refund whose time has come to its final status, with its events.
-pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let now = app.now_ms();
-    let due = app.store.refunds_settle_due(now, SETTLE_BATCH_MAX).await?;
-    let mut settled = 0;
-    for row in due {
-        let Some(to) = row.settle_to.clone() else {
-            continue;
-        };
-        let stored: serde_json::Value = serde_json::from_slice(&row.body).unwrap_or_default();
-        let object = objects::refund_settled(stored, &to);
-        let created = now / 1000;
-        // Stripe's asynchronous events name no request: nobody asked for this change.
-        let cause = EventCause {
-            request_id: None,
-            idempotency_key: None,
-            api_version: objects::API_VERSION,
-        };
-        let previous = Some(serde_json::json!({ "status": row.status }));
-        let kinds: &[&'static str] = if to == "failed" {
-            &["refund.failed", "refund.updated", "charge.refund.updated"]
-        } else {
-            &["refund.updated", "charge.refund.updated"]
-        };
-        let events: Vec<NewEvent> = kinds
-            .iter()
-            .map(|kind| new_event(app, created, kind, object.clone(), previous.clone(), cause))
-            .collect();
-        let body = serde_json::to_vec(&object).unwrap_or_default();
-        let settle = RefundSettle {
-            row: &row,
-            to: &to,
-            body: &body,
-            events: &events,
-        };
-        if app
-            .store
-            .settle_refund(&settle, app.webhooks_due_ms(now))
-            .await?
-        {
-            settled += 1;
-        }
-    }
-    if settled > 0 {
-        app.webhook_wake.notify_one();
-    }
-    Ok(settled)
 }
