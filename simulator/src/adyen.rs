@@ -23,8 +23,8 @@ pub(crate) use notifications::settled;
 pub(crate) use payments::payments;
 pub(crate) use refunds::refunds;
 
+use crate::app::Shared;
 use crate::faults::FaultKind;
-use crate::routes::Shared;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use session::Ctx;

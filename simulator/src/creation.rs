@@ -8,12 +8,13 @@
 //! client hangs up first. Failure: a store error is logged once and answered with an opaque 500 that
 //! is never saved under the key.
 
+use crate::app::App;
 use crate::connection::ConnHandle;
+use crate::context::Ctx;
 use crate::error::ApiError;
 use crate::faults::FaultKind;
 use crate::form::{self, Pairs};
 use crate::idempotency::{self, Held, KeyState};
-use crate::routes::{App, Ctx};
 use crate::store::KeyRecord;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;

@@ -1,14 +1,12 @@
-//! Events: `GET /v1/events`, newest first, paginated with `starting_after`; and [`new_event`], the
-//! one way an Event is rendered for the store.
+//! Events: `GET /v1/events`, newest first, paginated with `starting_after`.
 
+use crate::app::Shared;
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::form::ListShape;
-use crate::lookup::{self, detached};
-use crate::objects::{self, EventCause};
-use crate::routes::Shared;
+use crate::lookup;
 use crate::settlement::settle_due;
-use crate::store::NewEvent;
+use crate::store::detached;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -84,28 +82,5 @@ pub(crate) async fn list(
             "No such event given as starting_after",
         )),
         Err(e) => ctx.internal("event list", &e),
-    }
-}
-
-/// A Stripe Event to store (its body rendered now, `previous` the changed fields' old values), with
-/// a fresh id.
-pub(crate) fn new_event(
-    app: &Shared,
-    created: i64,
-    kind: &'static str,
-    object: serde_json::Value,
-    previous: Option<serde_json::Value>,
-    cause: EventCause<'_>,
-) -> NewEvent {
-    let id = app.ids.id("evt");
-    let body = serde_json::to_vec(&objects::event_with_previous(
-        &id, created, kind, object, previous, cause,
-    ))
-    .unwrap_or_default();
-    NewEvent {
-        id,
-        created,
-        kind,
-        body,
     }
 }

@@ -8,10 +8,13 @@
 //! - `limits`: every bound the simulator enforces, with its name.
 //! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
 //! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
+//! - `app`: the state every handler reaches.
+//! - `context`: one `/v1` request's context (authentication, faults, headers) and response shape.
 //! - `routes`: the HTTP surface (Stripe API under `/v1`, admin under `/_sim`).
 //! - `creation`: the create path every Stripe `POST` shares (key claim, replay, faults, saved answer).
 //! - `lookup`: what every `GET` shares (read faults, detached store reads, the one-object retrieve).
-//! - `payment_intents`, `refunds` (create, settle), `refund_reads` (retrieve, list), `events`: the Stripe resources.
+//! - `payment_intents`, `refunds` (create), `refund_reads` (retrieve, list), `events`,
+//!   `payment_methods`: the Stripe resources.
 //! - `settlement`: settling `processing` payments and asynchronous refunds whose time has come.
 //! - `admin`: fault rules, audits and health for tests.
 //! - [`payment_audit`]: reading every page of the payment audit, for callers outside the simulator.
@@ -51,9 +54,11 @@ pub mod payment_audit;
 
 mod admin;
 mod adyen;
+mod app;
 mod audit;
 mod cards;
 mod connection;
+mod context;
 mod creation;
 mod error;
 mod events;
@@ -65,6 +70,7 @@ mod limits;
 mod lookup;
 mod objects;
 mod payment_intents;
+mod payment_methods;
 mod rate_limits;
 mod refund_reads;
 mod refunds;

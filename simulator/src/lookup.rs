@@ -1,28 +1,19 @@
 //! What every lookup (`GET` of payments, refunds, events, and the admin audits' reads) shares: the
-//! read faults, store work detached from the request, and the one-object `GET` ([`Retrieve`]).
+//! read faults, the query parsed, the one-object `GET` ([`Retrieve`]) and a list's page.
 //!
 //! Every lookup settles what is due first ([`settle_due`]), so what it returns never lags behind the
 //! configured delays. Failure: a store error is logged once and answered with an opaque 500.
 
+use crate::app::Shared;
 use crate::connection::ConnHandle;
+use crate::context::Ctx;
 use crate::error::ApiError;
 use crate::faults::FaultKind;
 use crate::form::{self, ListQuery, ListShape, Pairs};
-use crate::routes::{Ctx, Shared};
 use crate::settlement::settle_due;
+use crate::store::detached;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-
-/// Runs store work in its own task so a client hanging up cannot cancel it half way.
-pub(crate) async fn detached<T: Send + 'static>(
-    work: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::spawn(work).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
 
 /// One `GET` of a stored object (a payment intent, a refund): the read faults, then what is due
 /// settled, then the object; Stripe's missing-resource error naming `param` and `kind` when there is

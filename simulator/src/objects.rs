@@ -1,7 +1,8 @@
 //! JSON rendering of the Stripe objects the simulator serves: PaymentIntent, Refund, Event, lists.
 //! Field names and enum values follow Stripe's spec (see `tests/fixtures/stripe/`).
 
-use crate::store::PaymentRow;
+use crate::rng::IdGen;
+use crate::store::{NewEvent, PaymentRow};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -276,6 +277,29 @@ pub(crate) fn event_with_previous(
     );
     event.insert("type".into(), kind.into());
     Value::Object(event)
+}
+
+/// A Stripe Event to store (its body rendered now, `previous` the changed fields' old values), with
+/// a fresh id.
+pub(crate) fn new_event(
+    ids: &IdGen,
+    created: i64,
+    kind: &'static str,
+    object: Value,
+    previous: Option<Value>,
+    cause: EventCause<'_>,
+) -> NewEvent {
+    let id = ids.id("evt");
+    let body = serde_json::to_vec(&event_with_previous(
+        &id, created, kind, object, previous, cause,
+    ))
+    .unwrap_or_default();
+    NewEvent {
+        id,
+        created,
+        kind,
+        body,
+    }
 }
 
 /// An Event object's JSON text for an object already rendered (`object_json`, compact JSON): the

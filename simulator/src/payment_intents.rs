@@ -1,18 +1,20 @@
 //! PaymentIntents: create (with confirm), retrieve, list and search (`processing` ones settle in
 //! `settlement`).
 
+use crate::app::Shared;
 use crate::cards::{self, CardOutcome};
 use crate::connection::ConnHandle;
+use crate::context::Ctx;
 use crate::creation::Creation;
 use crate::error::ApiError;
 use crate::expand;
 use crate::form::{self, ListShape, Pairs};
 use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
-use crate::lookup::{self, Retrieve, detached};
+use crate::lookup::{self, Retrieve};
 use crate::objects::{self, EventCause};
-use crate::routes::{Ctx, Shared};
 use crate::search::Query;
 use crate::settlement::settle_due;
+use crate::store::detached;
 use crate::store::{NewEvent, PaymentCommit, PaymentRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
@@ -197,10 +199,7 @@ pub(crate) async fn retrieve(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let path = format!("{PATH}/{id}");
-    let (expand, query_error) = match expand::parse(raw.as_deref(), expand::PAYMENT_INTENT) {
-        Ok(fields) => (fields, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
+    let (expand, query_error) = expand::requested(raw.as_deref(), expand::PAYMENT_INTENT);
     let found = Retrieve {
         path: &path,
         param: "intent",

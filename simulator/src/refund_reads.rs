@@ -2,14 +2,15 @@
 //! `payment_intent` or `charge` and `created`; paginated with `starting_after` or `ending_before`),
 //! both read-after-write consistent, as Stripe's are.
 
+use crate::app::Shared;
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
 use crate::form::{ListQuery, ListShape};
-use crate::lookup::{self, Retrieve, detached};
+use crate::lookup::{self, Retrieve};
 use crate::objects;
 use crate::refunds::PATH;
-use crate::routes::Shared;
 use crate::settlement::settle_due;
+use crate::store::detached;
 use crate::store::{RefundPage, RefundRow};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::HeaderMap;
@@ -29,10 +30,7 @@ pub(crate) async fn retrieve(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let path = format!("{PATH}/{id}");
-    let (expand, query_error) = match crate::expand::parse(raw.as_deref(), crate::expand::REFUND) {
-        Ok(fields) => (fields, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
+    let (expand, query_error) = crate::expand::requested(raw.as_deref(), crate::expand::REFUND);
     let found = Retrieve {
         path: &path,
         param: "id",

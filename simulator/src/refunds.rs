@@ -6,14 +6,14 @@
 //! and `charge.refund.updated` when an asynchronous refund takes its final status, with
 //! `refund.failed` before them when it failed.
 
+use crate::app::Shared;
 use crate::cards;
 use crate::connection::ConnHandle;
+use crate::context::Ctx;
 use crate::creation::Creation;
 use crate::error::ApiError;
-use crate::events;
 use crate::form;
 use crate::objects::{self, EventCause};
-use crate::routes::{Ctx, Shared};
 use crate::store::{NewEvent, PaymentRow, RefundCommit, RefundRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
@@ -172,6 +172,8 @@ fn created_events(
         ),
     ]
     .into_iter()
-    .map(|(kind, object)| events::new_event(app, ctx.now_ms / 1000, kind, object, None, cause))
+    .map(|(kind, object)| {
+        objects::new_event(&app.ids, ctx.now_ms / 1000, kind, object, None, cause)
+    })
     .collect()
 }

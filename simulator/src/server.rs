@@ -1,6 +1,7 @@
 //! The running simulator: binds, opens the store, serves, and runs the background tasks (settling
 //! `processing` payments, forgetting expired keys, delivering webhooks) until shutdown.
 
+use crate::app::{App, Shared};
 use crate::audit::RequestAudit;
 use crate::config::SimulatorConfig;
 use crate::connection::{self, KillableListener};
@@ -8,7 +9,7 @@ use crate::error::SimulatorError;
 use crate::faults::Faults;
 use crate::idempotency::InFlight;
 use crate::rng::IdGen;
-use crate::routes::{self, App, Shared};
+use crate::routes;
 use crate::settlement::settle_due;
 use crate::store::Store;
 use crate::webhooks;

@@ -6,9 +6,8 @@
 //! Bound: at most [`SETTLE_BATCH_MAX`] payments and as many refunds per pass; what is left waits for
 //! the next. Failure: a store error ends the pass; a row another pass settled first is skipped.
 
-use crate::events;
+use crate::app::Shared;
 use crate::objects::{self, EventCause};
-use crate::routes::Shared;
 use crate::store::{NewEvent, RefundSettle};
 
 /// Most `processing` payments, and most asynchronous refunds, settled in one pass.
@@ -50,8 +49,8 @@ async fn settle_payments_due(app: &Shared) -> Result<usize, sqlx::Error> {
             api_version: objects::API_VERSION,
         };
         let object = objects::payment_intent(&row);
-        let event = events::new_event(
-            app,
+        let event = objects::new_event(
+            &app.ids,
             now / 1000,
             "payment_intent.succeeded",
             object,
@@ -99,7 +98,14 @@ async fn settle_refunds_due(app: &Shared) -> Result<usize, sqlx::Error> {
         let events: Vec<NewEvent> = kinds
             .iter()
             .map(|kind| {
-                events::new_event(app, created, kind, object.clone(), previous.clone(), cause)
+                objects::new_event(
+                    &app.ids,
+                    created,
+                    kind,
+                    object.clone(),
+                    previous.clone(),
+                    cause,
+                )
             })
             .collect();
         let body = serde_json::to_vec(&object).unwrap_or_default();

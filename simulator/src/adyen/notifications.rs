@@ -3,7 +3,7 @@
 //! configured hex key, queued in the same outbox as Stripe's events. A key that is not hex signs with
 //! an empty key (start-up refuses one, so this never happens while serving).
 
-use crate::routes::Shared;
+use crate::app::Shared;
 use crate::store::{NewEvent, PaymentRow};
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac};

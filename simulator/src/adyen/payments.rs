@@ -10,9 +10,9 @@ use super::{
     ADYEN_ROW, PAYMENTS_PATH, ServiceError, amount_of, executed_answer, merchant_of, psp_reference,
     text,
 };
+use crate::app::Shared;
 use crate::cards::{self, CardOutcome};
 use crate::connection::ConnHandle;
-use crate::routes::Shared;
 use crate::store::{NewEvent, PaymentCommit, PaymentRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};

@@ -9,8 +9,8 @@ use super::{
     ADYEN_ROW, PAYMENTS_PATH, ServiceError, amount_of, executed_answer, merchant_of, psp_reference,
     text,
 };
+use crate::app::Shared;
 use crate::connection::ConnHandle;
-use crate::routes::Shared;
 use crate::store::{NewEvent, PaymentRow, RefundCommit, RefundRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
@@ -158,7 +158,7 @@ pub(crate) async fn refunds(
     );
     let store = app.store.clone();
     // In its own task, holding the key's claim to the end: a client hanging up cannot cancel it.
-    let committed = crate::lookup::detached(async move {
+    let committed = crate::store::detached(async move {
         let done = if fits {
             store
                 .commit_refund(&row, &[accepted], key.as_ref(), due)

@@ -5,10 +5,10 @@
 //! that strike before execution. Failure: every refusal is an Adyen `ServiceError` answered at once.
 
 use super::{ADYEN_KEY_LEN_MAX, IN_PROGRESS, ServiceError};
+use crate::app::{App, Shared};
 use crate::connection::ConnHandle;
 use crate::faults::FaultKind;
 use crate::idempotency::{self, Held, KeyState};
-use crate::routes::{App, Shared};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
