@@ -32,6 +32,7 @@ pub(crate) struct Retrieve<'a> {
 }
 
 impl Retrieve<'_> {
+    /// Answers the `GET`: `fetch` (in its own task, after settling) finds the object `id` names.
     pub(crate) async fn run<F, Fut>(
         &self,
         app: Shared,
