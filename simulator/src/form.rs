@@ -475,4 +475,50 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("metadata"));
         assert!(parse_pairs(b"amount=1&amount=2").is_err());
     }
+
+    const REFUNDS: ListShape = ListShape {
+        filters: &["payment_intent", "charge"],
+        created: true,
+        ending_before: true,
+    };
+    const EVENTS: ListShape = ListShape {
+        filters: &["type"],
+        created: false,
+        ending_before: false,
+    };
+
+    #[test]
+    fn a_list_query_takes_its_shape_and_narrows_created() {
+        let q = ListQuery::parse(
+            &pairs("charge=ch_1&created[gt]=10&created[lte]=20&limit=5&ending_before=re_1"),
+            REFUNDS,
+        )
+        .unwrap();
+        assert_eq!(q.filter("charge"), Some("ch_1"));
+        assert_eq!(q.filter("payment_intent"), None);
+        assert_eq!((q.created.gte, q.created.lte), (11, 20));
+        assert_eq!(q.limit, 5);
+        assert_eq!(q.ending_before.as_deref(), Some("re_1"));
+        let all = ListQuery::parse(&pairs("type=refund.created"), EVENTS).unwrap();
+        assert_eq!(all.filter("type"), Some("refund.created"));
+        assert_eq!((all.created.gte, all.created.lte), (i64::MIN, i64::MAX));
+        assert_eq!(all.limit, crate::limits::LIST_LIMIT_DEFAULT);
+    }
+
+    #[test]
+    fn a_list_query_refuses_what_its_shape_does_not_take() {
+        let cases = [
+            ("created=1", EVENTS, Some("created")),
+            ("ending_before=evt_1", EVENTS, Some("ending_before")),
+            ("customer=cus_1", REFUNDS, Some("customer")),
+            ("created[gte]=soon", REFUNDS, Some("created[gte]")),
+            ("limit=0", REFUNDS, Some("limit")),
+            ("starting_after=re_1&ending_before=re_2", REFUNDS, None),
+        ];
+        for (raw, shape, param) in cases {
+            let e = ListQuery::parse(&pairs(raw), shape).unwrap_err();
+            assert_eq!(e.param.as_deref(), param, "{raw}");
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{raw}");
+        }
+    }
 }
