@@ -1,10 +1,11 @@
 //! The admin API under `/_sim` (loopback, no authentication): fault rules, audits and health.
 
+use crate::app::Shared;
 use crate::faults::FaultRule;
 use crate::limits::{AUDIT_PAYMENTS_MAX, AUDIT_REFUNDS_MAX, CLOCK_ADVANCE_MS_MAX};
-use crate::payment_intents::{detached, settle_due};
 use crate::rate_limits::RateLimits;
-use crate::routes::Shared;
+use crate::settlement::settle_due;
+use crate::store::detached;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};

@@ -1,12 +1,6 @@
 //! The test payment methods and the outcome each one decides when confirmed.
 
-use crate::connection::ConnHandle;
 use crate::error::ApiError;
-use crate::payment_intents::Retrieve;
-use crate::routes::Shared;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
 use serde_json::{Value, json};
 
 /// What confirming a payment method does.
@@ -112,7 +106,7 @@ fn card_of(payment_method: &str) -> Option<(&'static str, &'static str)> {
 
 /// A PaymentMethod object of type `card`, in Stripe's shape (the fields payonce reads and a few
 /// around them).
-fn payment_method_object(id: &str) -> Option<Value> {
+pub(crate) fn payment_method_object(id: &str) -> Option<Value> {
     let (brand, last4) = card_of(id)?;
     Some(json!({
         "id": id,
@@ -121,32 +115,6 @@ fn payment_method_object(id: &str) -> Option<Value> {
         "livemode": false,
         "card": { "brand": brand, "last4": last4, "exp_month": 12, "exp_year": 2034, "funding": "credit", "country": "US" },
     }))
-}
-
-/// `GET /v1/payment_methods/{id}`: the test payment method's card, or Stripe's missing-resource error.
-pub(crate) async fn retrieve(
-    State(app): State<Shared>,
-    ConnectInfo(conn): ConnectInfo<ConnHandle>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    axum::extract::RawQuery(raw): axum::extract::RawQuery,
-) -> Response {
-    let path = format!("/v1/payment_methods/{id}");
-    // Nothing of a payment method is expandable here: any query parameter is refused, as Stripe
-    // refuses one it does not know.
-    let query_error = crate::expand::parse(raw.as_deref(), &[]).err();
-    let found = Retrieve {
-        path: &path,
-        param: "payment_method",
-        kind: "payment_method",
-        what: "payment method retrieve",
-        query_error,
-    };
-    found
-        .run(app, conn, &headers, id, |_, id| async move {
-            Ok(payment_method_object(&id))
-        })
-        .await
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The processor contract the simulator runs (`payonce simulator --contract NAME`): Stripe's, or one
 //! documented behaviour of another processor on Stripe's wire. Each one is implemented where the
-//! behaviour lives: the idempotency layer ([`crate::idempotency`]: other payloads, what is saved),
-//! the key retention ([`crate::config`]), and the lookup routes ([`crate::routes`]). The fault
+//! behaviour lives: the idempotency layer (`idempotency`: other payloads, what is saved),
+//! the key retention ([`crate::config`]), and the lookup routes (`routes`). The fault
 //! injection works the same under every contract.
 //!
 //! The names are payonce's contract registry's on Stripe's wire (`payonce_shared::processor::
@@ -33,7 +33,7 @@ pub enum Contract {
     Only2xxSaved,
     /// Stripe's, except that retrieve, list and search are refused (404, no such endpoint).
     NoLookup,
-    /// Adyen Checkout's, on Adyen's own wire ([`crate::config::Wire::Adyen`], `crate::adyen`): the
+    /// Adyen Checkout's, on Adyen's own wire ([`crate::config::Wire::Adyen`], `adyen`): the
     /// same key with another payload refused (422 `704`), a concurrent one a transient 409, the
     /// result saved, keys kept 31 days, no lookup: notifications.
     Adyen,

@@ -1,16 +1,23 @@
 //! Events: `GET /v1/events`, newest first, paginated with `starting_after`.
 
+use crate::app::Shared;
 use crate::connection::ConnHandle;
 use crate::error::ApiError;
-use crate::form;
-use crate::objects;
-use crate::payment_intents::{detached, read_faults, settle_due};
-use crate::routes::{Ctx, Shared};
+use crate::form::ListShape;
+use crate::lookup;
+use crate::settlement::settle_due;
+use crate::store::detached;
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
 const PATH: &str = "/v1/events";
+/// What `GET /v1/events` takes besides `limit` and `starting_after`.
+const LIST_SHAPE: ListShape = ListShape {
+    filters: &["type"],
+    created: false,
+    ending_before: false,
+};
 
 /// `GET /v1/events?limit=&starting_after=&type=`.
 pub(crate) async fn list(
@@ -19,39 +26,14 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = form::parse_pairs(raw.unwrap_or_default().as_bytes());
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", PATH, pairs.as_ref().ok()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
-    let pairs = match pairs {
-        Ok(p) => p,
-        Err(e) => return ctx.error(&e),
-    };
-    let mut limit = None;
-    let mut starting_after = None;
-    let mut kind = None;
-    for (k, v) in &pairs {
-        match k.as_str() {
-            "limit" => limit = Some(v.as_str()),
-            "starting_after" => starting_after = Some(v.clone()),
-            "type" => kind = Some(v.clone()),
-            other => {
-                return ctx.error(&ApiError::invalid_param(
-                    "parameter_unknown",
-                    other,
-                    format!("Received unknown parameter: {other}"),
-                ));
-            }
-        }
-    }
-    let limit = match form::limit(limit) {
-        Ok(l) => l,
-        Err(e) => return ctx.error(&e),
-    };
+    let (ctx, query) =
+        match lookup::begin_list(&app, conn, &headers, PATH, raw.as_deref(), LIST_SHAPE).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
+    let limit = query.limit;
+    let kind = query.filter("type").map(str::to_string);
+    let starting_after = query.starting_after;
     let worker = app.clone();
     let page = detached(async move {
         settle_due(&worker).await?;
@@ -93,10 +75,7 @@ pub(crate) async fn list(
     })
     .await;
     match page {
-        Ok(Some((data, has_more))) => {
-            let body = serde_json::to_vec(&objects::list(PATH, data, has_more)).unwrap_or_default();
-            ctx.finish(ctx.respond(StatusCode::OK, body, false))
-        }
+        Ok(Some((data, has_more))) => lookup::page(&ctx, PATH, data, has_more),
         Ok(None) => ctx.error(&ApiError::invalid_param(
             "resource_missing",
             "starting_after",

@@ -13,6 +13,18 @@ pub(crate) const PAYMENT_INTENT: Expandable = &["latest_charge"];
 /// What a refund retrieve can expand.
 pub(crate) const REFUND: Expandable = &["payment_intent", "charge"];
 
+/// [`parse`] for a retrieve, which refuses a bad query only after its faults: the fields to expand
+/// (none when the query is refused) and why it was refused, if it was.
+pub(crate) fn requested(
+    raw: Option<&str>,
+    expandable: Expandable,
+) -> (Vec<String>, Option<ApiError>) {
+    match parse(raw, expandable) {
+        Ok(fields) => (fields, None),
+        Err(e) => (Vec::new(), Some(e)),
+    }
+}
+
 /// The fields `raw` (the query string) asks to expand; `expand[]` may repeat (and `expand[N]`).
 pub(crate) fn parse(raw: Option<&str>, expandable: Expandable) -> Result<Vec<String>, ApiError> {
     let pairs: Vec<(String, String)> =

@@ -151,7 +151,8 @@ fn metadata_entry(
     Ok(())
 }
 
-fn unknown(param: &str) -> ApiError {
+/// Stripe's refusal of a parameter the endpoint does not take.
+pub(crate) fn unknown(param: &str) -> ApiError {
     ApiError::invalid_param(
         "parameter_unknown",
         param,
@@ -304,6 +305,115 @@ pub(crate) fn limit(raw: Option<&str>) -> Result<i64, ApiError> {
     }
 }
 
+/// A list's `created` filter: the inclusive range of Unix seconds it keeps (all of them by default).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CreatedRange {
+    /// The earliest `created` kept.
+    pub(crate) gte: i64,
+    /// The latest `created` kept.
+    pub(crate) lte: i64,
+}
+
+impl Default for CreatedRange {
+    fn default() -> Self {
+        CreatedRange {
+            gte: i64::MIN,
+            lte: i64::MAX,
+        }
+    }
+}
+
+impl CreatedRange {
+    /// Narrows the range by `created`, `created[gte]`, `created[gt]`, `created[lte]` or
+    /// `created[lt]`; false (and unchanged) for any other parameter.
+    pub(crate) fn narrow(&mut self, k: &str, v: &str) -> Result<bool, ApiError> {
+        match k {
+            "created" => {
+                let t = timestamp(k, v)?;
+                self.gte = self.gte.max(t);
+                self.lte = self.lte.min(t);
+            }
+            "created[gte]" => self.gte = self.gte.max(timestamp(k, v)?),
+            "created[gt]" => self.gte = self.gte.max(timestamp(k, v)?.saturating_add(1)),
+            "created[lte]" => self.lte = self.lte.min(timestamp(k, v)?),
+            "created[lt]" => self.lte = self.lte.min(timestamp(k, v)?.saturating_sub(1)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Which parameters a list endpoint takes besides `limit` and `starting_after`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ListShape {
+    /// The plain filters it takes (`customer`, `type`, …), each kept as sent.
+    pub(crate) filters: &'static [&'static str],
+    /// Whether it takes the `created` range ([`CreatedRange::narrow`]).
+    pub(crate) created: bool,
+    /// Whether it takes `ending_before` (never together with `starting_after`).
+    pub(crate) ending_before: bool,
+}
+
+/// What a list request asks for: its filters, `created` range, page size and cursor.
+#[derive(Debug, Clone)]
+pub(crate) struct ListQuery {
+    filters: Vec<(&'static str, String)>,
+    /// The `created` range (everything when the endpoint takes none).
+    pub(crate) created: CreatedRange,
+    /// The page size ([`limit`]).
+    pub(crate) limit: i64,
+    /// The id the page starts after, newest first.
+    pub(crate) starting_after: Option<String>,
+    /// The id the page ends before.
+    pub(crate) ending_before: Option<String>,
+}
+
+impl ListQuery {
+    /// Parses a list's query: a parameter `shape` does not take is Stripe's `parameter_unknown`, a
+    /// repeated one counts as sent last.
+    pub(crate) fn parse(pairs: &Pairs, shape: ListShape) -> Result<ListQuery, ApiError> {
+        let mut q = ListQuery {
+            filters: Vec::new(),
+            created: CreatedRange::default(),
+            limit: 0,
+            starting_after: None,
+            ending_before: None,
+        };
+        let mut limit_raw = None;
+        for (k, v) in pairs {
+            if shape.created && q.created.narrow(k, v)? {
+                continue;
+            }
+            match k.as_str() {
+                "limit" => limit_raw = Some(v.as_str()),
+                "starting_after" => q.starting_after = Some(v.clone()),
+                "ending_before" if shape.ending_before => q.ending_before = Some(v.clone()),
+                other => match shape.filters.iter().find(|f| **f == other) {
+                    Some(name) => q.filters.push((name, v.clone())),
+                    None => return Err(unknown(other)),
+                },
+            }
+        }
+        if q.starting_after.is_some() && q.ending_before.is_some() {
+            return Err(ApiError::invalid_request(
+                "parameters_exclusive",
+                "You may only specify one of these parameters: ending_before, starting_after.",
+            ));
+        }
+        q.limit = limit(limit_raw)?;
+        Ok(q)
+    }
+
+    /// The value of the filter `name`, if the request sent it.
+    pub(crate) fn filter(&self, name: &str) -> Option<&str> {
+        self.filters
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// Parses a Unix-seconds timestamp parameter.
 pub(crate) fn timestamp(param: &str, raw: &str) -> Result<i64, ApiError> {
     raw.parse().map_err(|_| {
@@ -364,5 +474,51 @@ mod tests {
         let e = payment_intent_params(&pairs(&format!("amount=1&currency=usd{many}"))).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("metadata"));
         assert!(parse_pairs(b"amount=1&amount=2").is_err());
+    }
+
+    const REFUNDS: ListShape = ListShape {
+        filters: &["payment_intent", "charge"],
+        created: true,
+        ending_before: true,
+    };
+    const EVENTS: ListShape = ListShape {
+        filters: &["type"],
+        created: false,
+        ending_before: false,
+    };
+
+    #[test]
+    fn a_list_query_takes_its_shape_and_narrows_created() {
+        let q = ListQuery::parse(
+            &pairs("charge=ch_1&created[gt]=10&created[lte]=20&limit=5&ending_before=re_1"),
+            REFUNDS,
+        )
+        .unwrap();
+        assert_eq!(q.filter("charge"), Some("ch_1"));
+        assert_eq!(q.filter("payment_intent"), None);
+        assert_eq!((q.created.gte, q.created.lte), (11, 20));
+        assert_eq!(q.limit, 5);
+        assert_eq!(q.ending_before.as_deref(), Some("re_1"));
+        let all = ListQuery::parse(&pairs("type=refund.created"), EVENTS).unwrap();
+        assert_eq!(all.filter("type"), Some("refund.created"));
+        assert_eq!((all.created.gte, all.created.lte), (i64::MIN, i64::MAX));
+        assert_eq!(all.limit, crate::limits::LIST_LIMIT_DEFAULT);
+    }
+
+    #[test]
+    fn a_list_query_refuses_what_its_shape_does_not_take() {
+        let cases = [
+            ("created=1", EVENTS, Some("created")),
+            ("ending_before=evt_1", EVENTS, Some("ending_before")),
+            ("customer=cus_1", REFUNDS, Some("customer")),
+            ("created[gte]=soon", REFUNDS, Some("created[gte]")),
+            ("limit=0", REFUNDS, Some("limit")),
+            ("starting_after=re_1&ending_before=re_2", REFUNDS, None),
+        ];
+        for (raw, shape, param) in cases {
+            let e = ListQuery::parse(&pairs(raw), shape).unwrap_err();
+            assert_eq!(e.param.as_deref(), param, "{raw}");
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{raw}");
+        }
     }
 }

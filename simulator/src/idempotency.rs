@@ -16,7 +16,7 @@
 
 use crate::contract::Contract;
 use crate::form::Pairs;
-use crate::store::{SavedResponse, Store};
+use crate::store::{KeyRecord, SavedResponse, Store};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -62,6 +62,32 @@ pub(crate) struct Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         lock(&self.keys).remove(&self.key);
+    }
+}
+
+/// A fresh key held by the request that executes under it: the claim (released on drop, so it is
+/// held until the request's work commits) and what the key's record will name.
+#[derive(Debug)]
+pub(crate) struct Held {
+    claim: Claim,
+    fingerprint: String,
+}
+
+impl Held {
+    /// Holds `claim` for a request whose parameters have `fingerprint`.
+    pub(crate) fn new(claim: Claim, fingerprint: String) -> Self {
+        Held { claim, fingerprint }
+    }
+
+    /// What to remember under the key: this answer, saved at `created_ms`.
+    pub(crate) fn record(&self, status: u16, body: &[u8], created_ms: i64) -> KeyRecord {
+        KeyRecord {
+            key: self.claim.key.clone(),
+            fingerprint: self.fingerprint.clone(),
+            status,
+            body: body.to_vec(),
+            created_ms,
+        }
     }
 }
 

@@ -8,8 +8,14 @@
 //! - `limits`: every bound the simulator enforces, with its name.
 //! - `server`: the running simulator ([`Simulator`], [`run`]) and its background tasks.
 //! - `connection`: the accept loop wrapper that lets a handler abort its own TCP connection.
+//! - `app`: the state every handler reaches.
+//! - `context`: one `/v1` request's context (authentication, faults, headers) and response shape.
 //! - `routes`: the HTTP surface (Stripe API under `/v1`, admin under `/_sim`).
-//! - `payment_intents`, `refunds` (create, settle), `refund_reads` (retrieve, list), `events`: the Stripe resources.
+//! - `creation`: the create path every Stripe `POST` shares (key claim, replay, faults, saved answer).
+//! - `lookup`: what every `GET` shares (read faults, detached store reads, the one-object retrieve).
+//! - `payment_intents`, `refunds` (create), `refund_reads` (retrieve, list), `events`,
+//!   `payment_methods`: the Stripe resources.
+//! - `settlement`: settling `processing` payments and asynchronous refunds whose time has come.
 //! - `admin`: fault rules, audits and health for tests.
 //! - [`payment_audit`]: reading every page of the payment audit, for callers outside the simulator.
 //! - `audit`: the recent requests and the parameter names each sent.
@@ -48,9 +54,12 @@ pub mod payment_audit;
 
 mod admin;
 mod adyen;
+mod app;
 mod audit;
 mod cards;
 mod connection;
+mod context;
+mod creation;
 mod error;
 mod events;
 mod expand;
@@ -58,8 +67,10 @@ mod faults;
 mod form;
 mod idempotency;
 mod limits;
+mod lookup;
 mod objects;
 mod payment_intents;
+mod payment_methods;
 mod rate_limits;
 mod refund_reads;
 mod refunds;
@@ -67,6 +78,7 @@ mod rng;
 mod routes;
 mod search;
 mod server;
+mod settlement;
 mod store;
 mod webhooks;
 

@@ -1,7 +1,8 @@
 //! JSON rendering of the Stripe objects the simulator serves: PaymentIntent, Refund, Event, lists.
 //! Field names and enum values follow Stripe's spec (see `tests/fixtures/stripe/`).
 
-use crate::store::PaymentRow;
+use crate::rng::IdGen;
+use crate::store::{NewEvent, PaymentRow};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -245,18 +246,7 @@ pub(crate) struct EventCause<'a> {
     pub(crate) api_version: &'a str,
 }
 
-/// An Event object.
-pub(crate) fn event(
-    id: &str,
-    created: i64,
-    kind: &str,
-    object: Value,
-    cause: EventCause<'_>,
-) -> Value {
-    event_with_previous(id, created, kind, object, None, cause)
-}
-
-/// An Event object for an update: `data.previous_attributes` holds the changed fields' old values.
+/// An Event object; for an update, `data.previous_attributes` holds the changed fields' old values.
 pub(crate) fn event_with_previous(
     id: &str,
     created: i64,
@@ -289,8 +279,31 @@ pub(crate) fn event_with_previous(
     Value::Object(event)
 }
 
+/// A Stripe Event to store (its body rendered now, `previous` the changed fields' old values), with
+/// a fresh id.
+pub(crate) fn new_event(
+    ids: &IdGen,
+    created: i64,
+    kind: &'static str,
+    object: Value,
+    previous: Option<Value>,
+    cause: EventCause<'_>,
+) -> NewEvent {
+    let id = ids.id("evt");
+    let body = serde_json::to_vec(&event_with_previous(
+        &id, created, kind, object, previous, cause,
+    ))
+    .unwrap_or_default();
+    NewEvent {
+        id,
+        created,
+        kind,
+        body,
+    }
+}
+
 /// An Event object's JSON text for an object already rendered (`object_json`, compact JSON): the
-/// bytes `serde_json::to_vec(&event(...))` gives (the same keys, in the same sorted order), without
+/// bytes `serde_json::to_vec(&event_with_previous(.., None, ..))` gives (the same keys, in the same sorted order), without
 /// a copy of the object's tree per event and a second rendering of it. A payment's create renders
 /// its PaymentIntent once for its answer and its two events (measured: the copies and renderings
 /// were about a seventh of the simulator's instructions per payment).
@@ -413,7 +426,8 @@ mod tests {
                 api_version: version,
             };
             for (created, kind) in [(1_700_000_000, "payment_intent.created"), (-1, "x.y")] {
-                let value = event("evt_1", created, kind, object.clone(), cause);
+                let value =
+                    event_with_previous("evt_1", created, kind, object.clone(), None, cause);
                 assert_eq!(
                     String::from_utf8(event_json("evt_1", created, kind, &rendered, cause))
                         .unwrap(),

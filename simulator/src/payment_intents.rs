@@ -1,26 +1,34 @@
-//! PaymentIntents: create (with confirm), retrieve, list, search, and the settling of `processing` ones.
+//! PaymentIntents: create (with confirm), retrieve, list and search (`processing` ones settle in
+//! `settlement`).
 
+use crate::app::Shared;
 use crate::cards::{self, CardOutcome};
 use crate::connection::ConnHandle;
+use crate::context::Ctx;
+use crate::creation::Creation;
 use crate::error::ApiError;
 use crate::expand;
-use crate::faults::FaultKind;
-use crate::form::{self, Pairs};
-use crate::idempotency::{self, KeyState};
+use crate::form::{self, ListShape, Pairs};
 use crate::limits::{AUDIT_PAYMENTS_MAX, SEARCH_QUERY_LEN_MAX};
+use crate::lookup::{self, Retrieve};
 use crate::objects::{self, EventCause};
-use crate::routes::{Ctx, Shared};
 use crate::search::Query;
-use crate::store::{KeyRecord, NewEvent, PaymentCommit, PaymentRow};
+use crate::settlement::settle_due;
+use crate::store::detached;
+use crate::store::{NewEvent, PaymentCommit, PaymentRow};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::json;
 
-/// Most `processing` payments settled in one pass.
-const SETTLE_BATCH_MAX: i64 = 100;
 const PATH: &str = "/v1/payment_intents";
+/// What `GET /v1/payment_intents` takes besides `limit` and `starting_after`.
+const LIST_SHAPE: ListShape = ListShape {
+    filters: &["customer"],
+    created: true,
+    ending_before: false,
+};
 
 /// What executing a create produces, before it is committed.
 struct Execution {
@@ -141,86 +149,31 @@ fn execute(app: &Shared, ctx: &Ctx, p: form::PaymentIntentParams) -> Execution {
     }
 }
 
-/// `POST /v1/payment_intents`.
+/// `POST /v1/payment_intents`: the shared create path ([`Creation`]) around [`execute`].
 pub(crate) async fn create(
     State(app): State<Shared>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let pairs = form::parse_pairs(&body);
-    let ctx = match Ctx::begin(&app, conn, &headers, "POST", PATH, pairs.as_ref().ok()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    let pairs = match pairs {
-        Ok(p) => p,
-        Err(e) => return ctx.error(&e),
-    };
-    let claim = match &ctx.key {
-        None => None,
-        Some(key) => {
-            let fp = idempotency::fingerprint("POST", PATH, &pairs);
-            match idempotency::begin(
-                &app.in_flight,
-                &app.store,
-                app.config.contract,
-                key,
-                &fp,
-                app.key_not_before_ms(ctx.now_ms),
-            )
-            .await
-            {
-                Ok(KeyState::Fresh(claim)) => Some((claim, fp)),
-                Ok(KeyState::Replay(saved)) => return ctx.finish(ctx.replay(saved)),
-                Ok(KeyState::Mismatch) => return ctx.error(&ApiError::idempotency_mismatch(key)),
-                Ok(KeyState::InUse) => return ctx.error(&ApiError::key_in_use()),
-                Err(e) => return ctx.internal("idempotency lookup", &e),
-            }
-        }
-    };
-    match ctx.fault {
-        Some(FaultKind::Hang) => return ctx.hang(&app).await,
-        Some(FaultKind::Error500BeforeCommit) => {
-            return ctx.error(&ApiError::internal("An unknown error occurred."));
-        }
-        _ => {}
-    }
-    let params = match validate(&pairs) {
-        Ok(p) => p,
-        Err(e) => return ctx.error(&e),
-    };
-    let mut exec = execute(&app, &ctx, params);
-    if ctx.fault == Some(FaultKind::Error500AfterCommit) {
-        // Stripe remembers a 500 from a request that began executing, and replays it.
-        exec.status = StatusCode::INTERNAL_SERVER_ERROR;
-        exec.body = ApiError::internal("An unknown error occurred.").body();
-    }
-    // What the contract saves: every answer of a request that began executing (Stripe), or only
-    // 2xx ones (`only-2xx-saved`: a retry of this request executes it again).
-    let key_record = claim
-        .as_ref()
-        .zip(ctx.key.as_ref())
-        .filter(|_| app.config.contract.saves(exec.status.as_u16()))
-        .map(|((_, fp), key)| KeyRecord {
-            key: key.clone(),
-            fingerprint: fp.clone(),
-            status: exec.status.as_u16(),
-            body: exec.body.clone(),
-            created_ms: ctx.now_ms,
-        });
+    let (mut creation, params) =
+        match Creation::begin(&app, conn, &headers, PATH, &body, validate).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
+    let exec = execute(&app, &creation.ctx, params);
+    let (status, body) = creation.answer((exec.status, exec.body));
     let commit = PaymentCommit {
         row: exec.row,
         events: exec.events,
-        key: key_record,
-        webhooks_due_ms: app.webhooks_due_ms(ctx.now_ms),
+        key: creation.key_record(&app, status, &body),
+        webhooks_due_ms: app.webhooks_due_ms(creation.ctx.now_ms),
     };
     // The claim is held until the commit has finished, even if the client hangs up first.
-    if let Err(e) = app.store.commit_payment(commit, claim).await {
-        return ctx.internal("payment commit", &e);
+    if let Err(e) = app.store.commit_payment(commit, creation.held.take()).await {
+        return creation.ctx.internal("payment commit", &e);
     }
-    app.webhook_wake.notify_one();
-    ctx.finish(ctx.respond(exec.status, exec.body, false))
+    creation.committed(&app, status, body)
 }
 
 fn validate(pairs: &Pairs) -> Result<form::PaymentIntentParams, ApiError> {
@@ -237,82 +190,6 @@ fn validate(pairs: &Pairs) -> Result<form::PaymentIntentParams, ApiError> {
     Ok(p)
 }
 
-/// Settles every `processing` payment whose time has come (`succeeded`, with `payment_intent.succeeded`),
-/// then every asynchronous refund whose time has come ([`crate::refunds::settle_due`]): every read
-/// calls this first, so what it returns never lags behind the configured delays.
-pub(crate) async fn settle_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let payments = settle_payments_due(app).await?;
-    Ok(payments + crate::refunds::settle_due(app).await?)
-}
-
-async fn settle_payments_due(app: &Shared) -> Result<usize, sqlx::Error> {
-    let now = app.now_ms();
-    let due = app.store.processing_due(now, SETTLE_BATCH_MAX).await?;
-    let mut settled = 0;
-    for mut row in due {
-        if row.client_secret == crate::adyen::ADYEN_ROW {
-            // A received Adyen payment: authorised now, said by its AUTHORISATION notification.
-            let event = crate::adyen::settled(app, &row, now);
-            if app
-                .store
-                .settle(&row.id, &row.id, &event, app.webhooks_due_ms(now))
-                .await?
-            {
-                settled += 1;
-            }
-            continue;
-        }
-        let charge = app.ids.id("ch");
-        row.status = "succeeded".into();
-        row.latest_charge = Some(charge.clone());
-        row.amount_received = row.amount;
-        row.settle_at_ms = None;
-        let id = app.ids.id("evt");
-        let created = now / 1000;
-        let cause = EventCause {
-            request_id: Some(&row.request_id),
-            idempotency_key: row.idempotency_key.as_deref(),
-            api_version: objects::API_VERSION,
-        };
-        let body = serde_json::to_vec(&objects::event(
-            &id,
-            created,
-            "payment_intent.succeeded",
-            objects::payment_intent(&row),
-            cause,
-        ))
-        .unwrap_or_default();
-        let event = NewEvent {
-            id,
-            created,
-            kind: "payment_intent.succeeded",
-            body,
-        };
-        if app
-            .store
-            .settle(&row.id, &charge, &event, app.webhooks_due_ms(now))
-            .await?
-        {
-            settled += 1;
-        }
-    }
-    if settled > 0 {
-        app.webhook_wake.notify_one();
-    }
-    Ok(settled)
-}
-
-/// Runs store work in its own task so a client hanging up cannot cancel it half way.
-pub(crate) async fn detached<T: Send + 'static>(
-    work: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::spawn(work).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// `GET /v1/payment_intents/{id}[?expand[]=latest_charge]`.
 pub(crate) async fn retrieve(
     State(app): State<Shared>,
@@ -322,10 +199,7 @@ pub(crate) async fn retrieve(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let path = format!("{PATH}/{id}");
-    let (expand, query_error) = match expand::parse(raw.as_deref(), expand::PAYMENT_INTENT) {
-        Ok(fields) => (fields, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
+    let (expand, query_error) = expand::requested(raw.as_deref(), expand::PAYMENT_INTENT);
     let found = Retrieve {
         path: &path,
         param: "intent",
@@ -347,79 +221,6 @@ pub(crate) async fn retrieve(
         .await
 }
 
-/// One `GET` of a stored object (a payment intent, a refund): the read faults, then what is due
-/// settled, then the object; Stripe's missing-resource error naming `param` and `kind` when there is
-/// none.
-pub(crate) struct Retrieve<'a> {
-    /// The request path.
-    pub path: &'a str,
-    /// The parameter Stripe's 404 names.
-    pub param: &'a str,
-    /// The object kind Stripe's 404 names.
-    pub kind: &'a str,
-    /// What failed, for an internal error.
-    pub what: &'a str,
-    /// Why the query was refused (an unknown parameter, a field that cannot be expanded), if it was.
-    pub query_error: Option<ApiError>,
-}
-
-impl Retrieve<'_> {
-    pub(crate) async fn run<F, Fut>(
-        &self,
-        app: Shared,
-        conn: ConnHandle,
-        headers: &HeaderMap,
-        id: String,
-        fetch: F,
-    ) -> Response
-    where
-        F: FnOnce(Shared, String) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Option<serde_json::Value>, sqlx::Error>> + Send + 'static,
-    {
-        let ctx = match Ctx::begin(&app, conn, headers, "GET", self.path, None) {
-            Ok(ctx) => ctx,
-            Err(response) => return response,
-        };
-        if let Some(r) = read_faults(&app, &ctx).await {
-            return r;
-        }
-        if let Some(e) = &self.query_error {
-            return ctx.error(e);
-        }
-        let worker = app.clone();
-        let missing = ApiError::missing(self.param, self.kind, &id);
-        let found = detached(async move {
-            settle_due(&worker).await?;
-            fetch(worker, id).await
-        })
-        .await;
-        match found {
-            Ok(Some(object)) => ctx.finish(ctx.respond(StatusCode::OK, body(&object), false)),
-            Ok(None) => ctx.error(&missing),
-            Err(e) => ctx.internal(self.what, &e),
-        }
-    }
-}
-
-fn body(v: &serde_json::Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_default()
-}
-
-/// Faults on read endpoints: `hang` and `error_500_*` apply before reading (`reset` and 429 already did).
-pub(crate) async fn read_faults(app: &Shared, ctx: &Ctx) -> Option<Response> {
-    match ctx.fault {
-        Some(FaultKind::Hang) => Some(ctx.hang(app).await),
-        Some(FaultKind::Error500BeforeCommit | FaultKind::Error500AfterCommit) => {
-            Some(ctx.error(&ApiError::internal("An unknown error occurred.")))
-        }
-        _ => None,
-    }
-}
-
-fn query_pairs(raw: Option<&str>) -> Result<Pairs, ApiError> {
-    form::parse_pairs(raw.unwrap_or("").as_bytes())
-}
-
 /// `GET /v1/payment_intents?customer=&created[gte]=&created[lte]=&limit=&starting_after=`.
 pub(crate) async fn list(
     State(app): State<Shared>,
@@ -427,18 +228,11 @@ pub(crate) async fn list(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = query_pairs(raw.as_deref());
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", PATH, pairs.as_ref().ok()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
-    let filter = match pairs.and_then(|p| list_filter(&p)) {
-        Ok(f) => f,
-        Err(e) => return ctx.error(&e),
-    };
+    let (ctx, filter) =
+        match lookup::begin_list(&app, conn, &headers, PATH, raw.as_deref(), LIST_SHAPE).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
     let worker = app.clone();
     let page = detached(async move {
         settle_due(&worker).await?;
@@ -452,9 +246,9 @@ pub(crate) async fn list(
         let rows = worker
             .store
             .list_payments(
-                filter.customer.as_deref(),
-                filter.gte,
-                filter.lte,
+                filter.filter("customer"),
+                filter.created.gte,
+                filter.created.lte,
                 before_seq,
                 filter.limit + 1,
             )
@@ -467,11 +261,7 @@ pub(crate) async fn list(
             let has_more = rows.len() as i64 > limit;
             rows.truncate(limit as usize);
             let data = rows.iter().map(objects::payment_intent).collect();
-            ctx.finish(ctx.respond(
-                StatusCode::OK,
-                body(&objects::list(PATH, data, has_more)),
-                false,
-            ))
+            lookup::page(&ctx, PATH, data, has_more)
         }
         Ok(None) => ctx.error(&ApiError::invalid_param(
             "resource_missing",
@@ -482,50 +272,6 @@ pub(crate) async fn list(
     }
 }
 
-struct ListFilter {
-    customer: Option<String>,
-    gte: i64,
-    lte: i64,
-    limit: i64,
-    starting_after: Option<String>,
-}
-
-fn list_filter(pairs: &Pairs) -> Result<ListFilter, ApiError> {
-    let mut f = ListFilter {
-        customer: None,
-        gte: i64::MIN,
-        lte: i64::MAX,
-        limit: 0,
-        starting_after: None,
-    };
-    let mut limit = None;
-    for (k, v) in pairs {
-        match k.as_str() {
-            "customer" => f.customer = Some(v.clone()),
-            "created" => {
-                let t = form::timestamp(k, v)?;
-                f.gte = f.gte.max(t);
-                f.lte = f.lte.min(t);
-            }
-            "created[gte]" => f.gte = f.gte.max(form::timestamp(k, v)?),
-            "created[gt]" => f.gte = f.gte.max(form::timestamp(k, v)?.saturating_add(1)),
-            "created[lte]" => f.lte = f.lte.min(form::timestamp(k, v)?),
-            "created[lt]" => f.lte = f.lte.min(form::timestamp(k, v)?.saturating_sub(1)),
-            "limit" => limit = Some(v.as_str()),
-            "starting_after" => f.starting_after = Some(v.clone()),
-            other => {
-                return Err(ApiError::invalid_param(
-                    "parameter_unknown",
-                    other,
-                    format!("Received unknown parameter: {other}"),
-                ));
-            }
-        }
-    }
-    f.limit = form::limit(limit)?;
-    Ok(f)
-}
-
 /// `GET /v1/payment_intents/search?query=metadata['k']:'v'`: sees a payment only `search_lag` after creation.
 pub(crate) async fn search(
     State(app): State<Shared>,
@@ -533,20 +279,13 @@ pub(crate) async fn search(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let pairs = query_pairs(raw.as_deref());
     let path = format!("{PATH}/search");
-    let ctx = match Ctx::begin(&app, conn, &headers, "GET", &path, pairs.as_ref().ok()) {
-        Ok(ctx) => ctx,
-        Err(response) => return response,
-    };
-    if let Some(r) = read_faults(&app, &ctx).await {
-        return r;
-    }
-    let parsed = pairs.and_then(|p| search_params(&p));
-    let (query, limit, page) = match parsed {
-        Ok(v) => v,
-        Err(e) => return ctx.error(&e),
-    };
+    let raw = raw.as_deref();
+    let (ctx, (query, limit, page)) =
+        match lookup::begin_query(&app, conn, &headers, &path, raw, search_params).await {
+            Ok(begun) => begun,
+            Err(response) => return response,
+        };
     let visible_ms = ctx.now_ms - app.config.search_lag.as_millis() as i64;
     let worker = app.clone();
     let rows = detached(async move {
@@ -579,7 +318,7 @@ pub(crate) async fn search(
                 "next_page": next_page,
                 "url": path,
             });
-            ctx.finish(ctx.respond(StatusCode::OK, body(&v), false))
+            lookup::found(&ctx, &v)
         }
         Err(e) => ctx.internal("payment search", &e),
     }
@@ -610,13 +349,7 @@ fn search_params(pairs: &Pairs) -> Result<(Query, usize, i64), ApiError> {
                     ApiError::invalid_param("parameter_invalid_string", k, "Invalid page")
                 })?
             }
-            other => {
-                return Err(ApiError::invalid_param(
-                    "parameter_unknown",
-                    other,
-                    format!("Received unknown parameter: {other}"),
-                ));
-            }
+            other => return Err(form::unknown(other)),
         }
     }
     let query = query.ok_or_else(|| {

@@ -1,15 +1,16 @@
 //! The running simulator: binds, opens the store, serves, and runs the background tasks (settling
 //! `processing` payments, forgetting expired keys, delivering webhooks) until shutdown.
 
+use crate::app::{App, Shared};
 use crate::audit::RequestAudit;
 use crate::config::SimulatorConfig;
 use crate::connection::{self, KillableListener};
 use crate::error::SimulatorError;
 use crate::faults::Faults;
 use crate::idempotency::InFlight;
-use crate::payment_intents::settle_due;
 use crate::rng::IdGen;
-use crate::routes::{self, App, Shared};
+use crate::routes;
+use crate::settlement::settle_due;
 use crate::store::Store;
 use crate::webhooks;
 use std::net::SocketAddr;
@@ -65,54 +66,63 @@ async fn maintenance(app: Shared) {
     }
 }
 
+/// Refuses a configuration the simulator cannot run faithfully: a duplicate rate over 1000 per
+/// mille, a contract spoken on another wire, a short-retention contract keeping keys longer than it
+/// says, an empty API key, a webhook secret without `whsec_`, missing Adyen credentials, or
+/// inconsistent rate limits.
+fn validate(config: &SimulatorConfig) -> Result<(), SimulatorError> {
+    if config.webhook_duplicates_per_mille > 1000 {
+        return Err(SimulatorError::Config(
+            "webhook_duplicates_per_mille must be at most 1000".into(),
+        ));
+    }
+    if config.contract.wire() != config.wire {
+        return Err(SimulatorError::Config(format!(
+            "the {} contract is not spoken on the {:?} wire",
+            config.contract, config.wire
+        )));
+    }
+    if config.contract == crate::contract::Contract::ShortRetention
+        && config.key_retention > crate::contract::SHORT_RETENTION_DEFAULT
+    {
+        return Err(SimulatorError::Config(format!(
+            "the short-retention contract keeps keys at most {:?}, not {:?}",
+            crate::contract::SHORT_RETENTION_DEFAULT,
+            config.key_retention
+        )));
+    }
+    if config.api_key.is_empty() {
+        return Err(SimulatorError::Config("api_key must not be empty".into()));
+    }
+    if config.webhook_url.is_some() && !config.webhook_secret.starts_with("whsec_") {
+        return Err(SimulatorError::Config(
+            "webhook_secret must start with whsec_".into(),
+        ));
+    }
+    if config.wire == crate::config::Wire::Adyen {
+        let adyen = &config.adyen;
+        if adyen.api_key.is_empty() || adyen.merchant_account.is_empty() {
+            return Err(SimulatorError::Config(
+                "the Adyen API key and merchant account must not be empty".into(),
+            ));
+        }
+        if adyen.hmac_key_hex.is_empty() || hex::decode(&adyen.hmac_key_hex).is_err() {
+            return Err(SimulatorError::Config(
+                "the Adyen HMAC key must be non-empty hex".into(),
+            ));
+        }
+    }
+    config
+        .rate_limits
+        .validate()
+        .map_err(SimulatorError::Config)?;
+    Ok(())
+}
+
 impl Simulator {
     /// Binds `config.listen`, opens `config.database` and starts serving.
     pub async fn start(config: SimulatorConfig) -> Result<Simulator, SimulatorError> {
-        if config.webhook_duplicates_per_mille > 1000 {
-            return Err(SimulatorError::Config(
-                "webhook_duplicates_per_mille must be at most 1000".into(),
-            ));
-        }
-        if config.contract.wire() != config.wire {
-            return Err(SimulatorError::Config(format!(
-                "the {} contract is not spoken on the {:?} wire",
-                config.contract, config.wire
-            )));
-        }
-        if config.contract == crate::contract::Contract::ShortRetention
-            && config.key_retention > crate::contract::SHORT_RETENTION_DEFAULT
-        {
-            return Err(SimulatorError::Config(format!(
-                "the short-retention contract keeps keys at most {:?}, not {:?}",
-                crate::contract::SHORT_RETENTION_DEFAULT,
-                config.key_retention
-            )));
-        }
-        if config.api_key.is_empty() {
-            return Err(SimulatorError::Config("api_key must not be empty".into()));
-        }
-        if config.webhook_url.is_some() && !config.webhook_secret.starts_with("whsec_") {
-            return Err(SimulatorError::Config(
-                "webhook_secret must start with whsec_".into(),
-            ));
-        }
-        if config.wire == crate::config::Wire::Adyen {
-            let adyen = &config.adyen;
-            if adyen.api_key.is_empty() || adyen.merchant_account.is_empty() {
-                return Err(SimulatorError::Config(
-                    "the Adyen API key and merchant account must not be empty".into(),
-                ));
-            }
-            if adyen.hmac_key_hex.is_empty() || hex::decode(&adyen.hmac_key_hex).is_err() {
-                return Err(SimulatorError::Config(
-                    "the Adyen HMAC key must be non-empty hex".into(),
-                ));
-            }
-        }
-        config
-            .rate_limits
-            .validate()
-            .map_err(SimulatorError::Config)?;
+        validate(&config)?;
         let rate_limits = config.rate_limits.clone();
         install_crypto_provider();
         let store = Store::open(&config.database).await?;

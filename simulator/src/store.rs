@@ -292,6 +292,17 @@ pub(crate) use groups::PaymentCommit;
 pub(crate) use refunds::{RefundCommit, RefundPage, RefundRow, RefundSettle};
 use writes::insert_events;
 
+/// Runs store work in its own task so a client hanging up cannot cancel it half way.
+pub(crate) async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::spawn(work).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) `sqlite::memory:`, a `sqlite:` URL or a file path, and creates the schema.
     pub(crate) async fn open(database: &str) -> Result<Store, sqlx::Error> {

@@ -7,8 +7,8 @@
 //! [`WEBHOOK_ATTEMPTS_MAX`] attempts. On request, a delivered event is sent again (`webhook_duplicates_per_mille`,
 //! seeded), deliveries are held and sent newest first (`webhook_reorder`), and first attempts wait `webhook_delay`.
 
+use crate::app::Shared;
 use crate::rng::{SeededRng, now_ms};
-use crate::routes::Shared;
 use crate::store::OutboxRow;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
