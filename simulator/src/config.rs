@@ -1,6 +1,7 @@
 //! What a simulator is started with.
 
 use crate::contract::Contract;
+pub use crate::contract::{ADYEN_KEY_RETENTION_DEFAULT, Wire};
 use crate::rate_limits::RateLimits;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -16,8 +17,6 @@ pub const REFUND_SETTLE_DEFAULT: Duration = Duration::from_secs(2);
 pub const API_KEY_DEFAULT: &str = "sk_test_payonce";
 /// Default webhook signing secret.
 pub const WEBHOOK_SECRET_DEFAULT: &str = "whsec_payonce_simulator";
-/// Adyen's idempotency-key retention: at least 31 days.
-pub const ADYEN_KEY_RETENTION_DEFAULT: Duration = Duration::from_secs(31 * 24 * 60 * 60);
 /// Default accepted Adyen API key (`X-API-Key`).
 pub const ADYEN_API_KEY_DEFAULT: &str = "adyen_test_payonce";
 /// Default Adyen merchant account.
@@ -25,16 +24,6 @@ pub const ADYEN_MERCHANT_ACCOUNT_DEFAULT: &str = "PayonceECOM";
 /// Default Adyen HMAC key (hex, 32 bytes) notifications are signed with.
 pub const ADYEN_HMAC_KEY_DEFAULT: &str =
     "7061796f6e63655f73696d756c61746f725f616479656e5f686d61635f6b3031";
-
-/// Which processor's wire the simulator speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Wire {
-    /// Stripe's API under `/v1`, Stripe-signed events.
-    #[default]
-    Stripe,
-    /// Adyen Checkout v71 under `/v71`, HMAC-signed standard notifications.
-    Adyen,
-}
 
 /// What the simulator needs to speak Adyen's wire.
 #[derive(Clone)]

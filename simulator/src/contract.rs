@@ -1,7 +1,7 @@
 //! The processor contract the simulator runs (`payonce simulator --contract NAME`): Stripe's, or one
 //! documented behaviour of another processor on Stripe's wire. Each one is implemented where the
 //! behaviour lives: the idempotency layer (`idempotency`: other payloads, what is saved),
-//! the key retention ([`crate::config`]), and the lookup routes (`routes`). The fault
+//! the key retention (`config`), and the lookup routes (`routes`). The fault
 //! injection works the same under every contract.
 //!
 //! The names are payonce's contract registry's on Stripe's wire (`payonce_shared::processor::
@@ -9,6 +9,19 @@
 //! is added here as a variant with its wire's routes.
 
 use std::time::Duration;
+
+/// Adyen's idempotency-key retention: at least 31 days.
+pub const ADYEN_KEY_RETENTION_DEFAULT: Duration = Duration::from_secs(31 * 24 * 60 * 60);
+
+/// Which processor's wire the simulator speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wire {
+    /// Stripe's API under `/v1`, Stripe-signed events.
+    #[default]
+    Stripe,
+    /// Adyen Checkout v71 under `/v71`, HMAC-signed standard notifications.
+    Adyen,
+}
 
 /// Thirty minutes: `short-retention`'s default key retention (Qonto's documented one).
 pub const SHORT_RETENTION_DEFAULT: Duration = Duration::from_secs(30 * 60);
@@ -33,7 +46,7 @@ pub enum Contract {
     Only2xxSaved,
     /// Stripe's, except that retrieve, list and search are refused (404, no such endpoint).
     NoLookup,
-    /// Adyen Checkout's, on Adyen's own wire ([`crate::config::Wire::Adyen`], `adyen`): the
+    /// Adyen Checkout's, on Adyen's own wire ([`Wire::Adyen`], `adyen`): the
     /// same key with another payload refused (422 `704`), a concurrent one a transient 409, the
     /// result saved, keys kept 31 days, no lookup: notifications.
     Adyen,
@@ -80,7 +93,7 @@ impl Contract {
     pub fn key_retention_default(self) -> Duration {
         match self {
             Contract::ShortRetention => SHORT_RETENTION_DEFAULT,
-            Contract::Adyen => crate::config::ADYEN_KEY_RETENTION_DEFAULT,
+            Contract::Adyen => ADYEN_KEY_RETENTION_DEFAULT,
             _ => STRIPE_RETENTION,
         }
     }
@@ -105,10 +118,10 @@ impl Contract {
     }
 
     /// The wire this contract is spoken on.
-    pub fn wire(self) -> crate::config::Wire {
+    pub fn wire(self) -> Wire {
         match self {
-            Contract::Adyen => crate::config::Wire::Adyen,
-            _ => crate::config::Wire::Stripe,
+            Contract::Adyen => Wire::Adyen,
+            _ => Wire::Stripe,
         }
     }
 }
@@ -153,11 +166,11 @@ mod tests {
         );
         assert_eq!(differs(Contract::Only2xxSaved), [false, false, true, false]);
         assert_eq!(differs(Contract::NoLookup), [false, false, false, true]);
-        assert_eq!(Contract::Adyen.wire(), crate::config::Wire::Adyen);
+        assert_eq!(Contract::Adyen.wire(), Wire::Adyen);
         assert!(
             CONTRACTS
                 .iter()
-                .all(|c| (c.wire() == crate::config::Wire::Adyen) == (*c == Contract::Adyen))
+                .all(|c| (c.wire() == Wire::Adyen) == (*c == Contract::Adyen))
         );
         assert!(Contract::Only2xxSaved.saves(200));
     }
