@@ -188,11 +188,6 @@ impl ApiConfig {
     }
 }
 
-/// Milliseconds in a duration, saturating (a configured TTL never overflows the clock arithmetic).
-pub fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
