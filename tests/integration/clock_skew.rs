@@ -162,7 +162,7 @@ async fn paid_once_each(ledger: &SharedLedger, sim: &Simulator, ops: &[Operation
 /// claims and pays every operation, and reports the drift.
 #[tokio::test]
 async fn a_worker_ten_minutes_behind_claims_and_pays() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut ops = Vec::new();
     for i in 0..20 {

@@ -131,7 +131,7 @@ async fn metrics_of(rec: &Reconciler, ledger: &SharedLedger) -> String {
 
 #[tokio::test]
 async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
 
@@ -319,7 +319,7 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
 
 #[tokio::test]
 async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E5").await;
     let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
@@ -512,7 +512,7 @@ async fn the_ledger_keeps_a_payment_reported_for_a_cancelled_unapproved_operatio
 
 #[tokio::test]
 async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     // Unknown outcome; the processor holds a payment carrying the operation id, for amount 1.
@@ -720,7 +720,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
 #[tokio::test]
 async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
     use payonce_shared::limiter::{Budget, Decision, Limiter, LocalLimiter, Rates};
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E9").await;
     let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
@@ -790,7 +790,7 @@ async fn sim_requests(sim: &Simulator) -> u64 {
 /// operation to a human with both facts, instead of deferring the check forever.
 #[tokio::test]
 async fn a_lookup_finding_another_operations_payment_by_reference_needs_attention() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     let (op, attempt) = executing(&ledger, "INV-E11").await;
@@ -920,7 +920,7 @@ async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_ob
 /// processor read; its duplicate too. The backlog gauge says what is left.
 #[tokio::test]
 async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E10").await;
     let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
@@ -977,7 +977,7 @@ async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
 async fn a_backlog_of_several_batches_is_checked_in_one_pass() {
     const BATCH: u32 = 4;
     const HINTS: u32 = 3 * BATCH + 1;
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E11").await;
     let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;

@@ -131,7 +131,7 @@ fn the_log_check_refuses_a_move_the_table_does_not_allow() {
 #[tokio::test]
 async fn the_ledgers_time_is_the_servers_on_postgres_and_the_callers_on_sqlite() {
     use payonce_shared::clock::{Clock, SystemClock};
-    let postgres = support::postgres_ledger().await.0;
+    let (postgres, _db) = support::postgres_ledger().await;
     let off = at(T0);
     let before = SystemClock.now();
     let server = postgres.now(off).await.unwrap();
@@ -143,7 +143,7 @@ async fn the_ledgers_time_is_the_servers_on_postgres_and_the_callers_on_sqlite()
         "{server} not within [{before}, {after}] (± {slack:?})"
     );
     assert_eq!(support::sqlite_ledger().await.now(off).await.unwrap(), off);
-    let by_hand = support::postgres_ledger_on_callers_clock().await.0;
+    let (by_hand, _by_hand_db) = support::postgres_ledger_on_callers_clock().await;
     assert_eq!(by_hand.now(off).await.unwrap(), off);
 }
 
@@ -1200,7 +1200,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
 
 #[tokio::test]
 async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     for i in 0..1_000 {
         ready_operation(&ledger, &format!("INV-C{i}"), "pm_card_visa", at(T0)).await;
     }
@@ -1234,7 +1234,7 @@ async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
 
 #[tokio::test]
 async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let ledger = ledger.clone();
@@ -1288,7 +1288,7 @@ async fn autocommit_writes_are_committed(ledger: &SharedLedger, url: &str, prefi
 
 #[tokio::test]
 async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", at(T0)).await;
     ledger.claim(&holder("zombie"), 1, at(T0)).await.unwrap();
     let expired = ledger.expired_leases(at(T0 + LEASE_MS), 10).await.unwrap();
@@ -1654,7 +1654,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
 async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     // Renewal locks every row its owner holds; batches lock theirs. Before both locked in id order
     // they deadlocked: Postgres killed one after deadlock_timeout and the renewal failed.
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let mut ops = Vec::new();
     for i in 0..200 {
         ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", at(T0)).await);
@@ -1811,7 +1811,7 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
     use payonce_shared::ledger::verification::{
         CodeAttempt, LinkOrigin, NewLink, NoticeLimit, UsedNonce,
     };
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let op = ledger
         .create_or_get(new_op("INV-V3", 2048), at(T0))
         .await

@@ -149,7 +149,7 @@ async fn converge_on(
 
 #[tokio::test]
 async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_key() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(
         &ledger,
@@ -269,7 +269,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
 
 #[tokio::test]
 async fn expired_leases_split_on_submission_and_processing_payments_are_polled() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig {
         processing_settle: Duration::from_millis(600),
         ..Default::default()
@@ -357,7 +357,7 @@ struct PastTheWindow {
 }
 
 async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     // A minute's retention on both sides (Stripe's 24 h would outlive the approval, which then
     // stops any resubmission on its own); both clocks are moved past it, nobody waits for it.
     let retention = Duration::from_secs(60);
@@ -450,7 +450,7 @@ async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_land
 
 #[tokio::test]
 async fn two_reconcilers_racing_pay_each_operation_once() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut ops = Vec::new();
     for i in 0..40 {
@@ -533,7 +533,7 @@ fn signed(secret: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(
         &ledger,
@@ -659,7 +659,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
 
 #[tokio::test]
 async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(
         &ledger,
@@ -743,7 +743,7 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
 
 #[tokio::test]
 async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut config = config("rec", Duration::from_secs(60));
     config.check_backoff_base = Duration::from_secs(2);
@@ -870,7 +870,7 @@ impl Processor for GatedLookups {
 /// lease is dropped.
 #[tokio::test]
 async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-LEASE", "pm_card_visa", now()).await;
     let c = ledger
         .claim(

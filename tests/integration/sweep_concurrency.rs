@@ -97,7 +97,7 @@ async fn crashed_after_marking(
 
 #[tokio::test]
 async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // One crashed worker held them all with a submission recorded; the even ones reached the
     // processor (response dropped), the odd ones never left.
@@ -164,7 +164,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
 
 #[tokio::test]
 async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let op = ready_operation(&ledger, "INV-Z1", "pm_card_visa", now()).await;
     let claimed = ledger
@@ -201,10 +201,8 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
 /// the sweep's concurrency), and every operation is still moved and resolved once, on both stores.
 #[tokio::test]
 async fn a_sweep_writes_more_rows_than_one_group_holds() {
-    let stores = [
-        support::postgres_ledger_on_callers_clock().await.0,
-        support::sqlite_ledger().await,
-    ];
+    let (postgres, _db) = support::postgres_ledger_on_callers_clock().await;
+    let stores = [postgres, support::sqlite_ledger().await];
     for ledger in stores {
         sweep_in_groups(&ledger, 10).await;
     }

@@ -226,7 +226,7 @@ async fn each_tenant_pays_once_on_its_own_processor_and_a_switch_keeps_older_ope
 
     // One worker, configured for Stripe (its default) and Adyen beside it.
     let mut worker = payonce(&dir, &["worker"])
-        .env("PAYONCE_DATABASE_URL", &url)
+        .env("PAYONCE_DATABASE_URL", url.url())
         .env("PAYONCE_KEY_SECRET", KEY_SECRET)
         .env("PAYONCE_PROCESSOR_URL", &stripe_base)
         .env("PAYONCE_ADYEN_URL", &adyen_base)

@@ -1,5 +1,6 @@
 //! The worker against real Postgres and the simulator over HTTP, with real processes.
 
+use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
@@ -205,7 +206,7 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
 
 #[tokio::test]
 async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // Time moves only when the test says so: the lease lapses because the clock is moved past it.
     let manual = ManualClock::new(now());
@@ -330,7 +331,7 @@ impl processes::SubmitHook for WebhookFirst {
 /// never as a success of this worker.
 #[tokio::test]
 async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let processor: Arc<dyn payonce_shared::processor::Processor> = Arc::new(processes::Hooked {
         inner: processes::stripe(&sim, None),
@@ -504,16 +505,17 @@ impl processes::SubmitHook for Gate {
 }
 
 /// `n` ready operations on a fresh Postgres ledger (invoices `{prefix}0`, ...) and the Stripe
-/// adapter to a fresh simulator behind a closed [`Gate`].
+/// adapter to a fresh simulator behind a closed [`Gate`]; the database goes with its handle.
 async fn behind_a_gate(
     prefix: &str,
     n: usize,
 ) -> (
     SharedLedger,
+    TestDatabase,
     payonce_simulator::Simulator,
     Arc<processes::Hooked<Gate>>,
 ) {
-    let (ledger, _url) = support::postgres_ledger().await;
+    let (ledger, database) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let t0 = now();
     for i in 0..n {
@@ -527,7 +529,7 @@ async fn behind_a_gate(
             answered: Default::default(),
         },
     });
-    (ledger, sim, processor)
+    (ledger, database, sim, processor)
 }
 
 /// Waits until `n` operations of `ledger` succeeded.
@@ -593,7 +595,7 @@ async fn claims_and_records_in_groups(
     claim_with_outcomes: bool,
 ) -> (Arc<payonce_worker::metrics::WorkerMetrics>, usize) {
     use std::sync::atomic::Ordering::SeqCst;
-    let (ledger, sim, processor) = behind_a_gate(prefix, 8).await;
+    let (ledger, _db, sim, processor) = behind_a_gate(prefix, 8).await;
     let mut config = WorkerConfig::new(format!("worker-{prefix}"));
     config.concurrency = 4;
     config.batch_size = 4;
@@ -643,7 +645,7 @@ async fn claims_and_records_in_groups(
 #[tokio::test]
 async fn pipelines_claim_into_their_own_share_of_the_slots() {
     use std::sync::atomic::Ordering::SeqCst;
-    let (ledger, sim, processor) = behind_a_gate("INV-PIPE", 8).await;
+    let (ledger, _db, sim, processor) = behind_a_gate("INV-PIPE", 8).await;
     let mut config = WorkerConfig::new("worker-pipelines");
     config.concurrency = 4;
     config.batch_size = 4;

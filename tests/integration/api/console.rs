@@ -4,7 +4,7 @@
 //! (another tenant's operation is not found), search and keyset pagination, resolve with and without
 //! a reason, the JSON export without `client_secret`, and the list queries' plans on a large table.
 
-use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, tenant};
+use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, spawn_on_postgres, tenant};
 use crate::support::{postgres_ledger, recording, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
@@ -1164,7 +1164,7 @@ fn at(ms: i64) -> Timestamp {
 
 #[tokio::test]
 async fn a_read_only_on_call_key_sees_everything_and_resolves_nothing() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let reader = keys::issue_read_only(
         api.ledger.as_ref(),
         &tenant(),
@@ -1351,7 +1351,7 @@ async fn keys_create_read_only_is_for_on_call_keys() {
 
 #[tokio::test]
 async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_its_event() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let session = sign_in(&api, &api.on_call).await;
     let csrf = csrf_of(&api, &session).await;
     let a = needs_attention(&api, "INV-B1").await;

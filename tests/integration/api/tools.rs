@@ -1,8 +1,8 @@
 //! The assistant's tools over `/v1/tool-calls` in every provider shape: concurrency on one operation,
 //! regenerated calls, refused arguments, and the answer for every state.
 
-use super::{TestApi, spawn, tenant};
-use crate::support::{postgres_ledger, recording, sqlite_ledger};
+use super::{TestApi, spawn, spawn_on_postgres, tenant};
+use crate::support::{recording, sqlite_ledger};
 use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
@@ -83,7 +83,7 @@ const FORMATS: [&str; 4] = ["openai_chat", "openai_responses", "anthropic", "mcp
 
 #[tokio::test]
 async fn fifty_concurrent_tool_calls_and_executes_give_one_operation_unchanged() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let op = api.create_ready("INV-50").await;
     let id = op["id"].as_str().unwrap().to_string();
     let before = api

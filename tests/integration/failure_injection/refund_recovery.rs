@@ -174,7 +174,7 @@ async fn crashed_refunding(
 #[tokio::test]
 async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_new_key() {
     // The reconciler's manual clock is the ledger's: the window closes when the test says so.
-    let (ledger, _) = postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = postgres_ledger_on_callers_clock().await;
     let retention = Duration::from_secs(60);
     let sim = simulator(SimulatorConfig {
         key_retention: retention,
@@ -321,7 +321,7 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
 /// forever while holding the payment's refundable amount.
 #[tokio::test]
 async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_with_both_facts() {
-    let (ledger, _) = postgres_ledger().await;
+    let (ledger, _db) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
     let payment = paid_payment(&ledger, &sim, "INV-RW9", "pm_card_visa").await;
     let pi = payment.external_ref.clone().unwrap();

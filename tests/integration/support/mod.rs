@@ -51,26 +51,30 @@ pub fn recording<'a>(fence: &'a Fence, outcome: &'a Recorded, actor: &'a str) ->
     }
 }
 
-/// A Postgres ledger on a database of its own.
-pub async fn postgres_ledger() -> (SharedLedger, String) {
-    let url = postgres::fresh_database().await;
-    let ledger = ledger::connect(&url, 20)
+/// A Postgres ledger on a database of its own; the database is dropped with the handle returned
+/// beside it, so keep that bound for the test (`let (ledger, _db) = …`).
+pub async fn postgres_ledger() -> (SharedLedger, postgres::TestDatabase) {
+    let database = postgres::fresh_database().await;
+    let ledger = ledger::connect(database.url(), 20)
         .await
         .expect("connect to the test database");
-    (ledger, url)
+    (ledger, database)
 }
 
 /// A Postgres ledger on a database of its own whose time is its callers' clocks
 /// (`Store::on_callers_clock`), as SQLite's is: for tests that move a worker's or a reconciler's
 /// time by hand (a manual clock, a clock ahead to lapse a lease at once) and the ledger's with it.
-pub async fn postgres_ledger_on_callers_clock() -> (SharedLedger, String) {
-    let url = postgres::fresh_database().await;
-    let ledger =
-        ledger::postgres::PostgresLedger::connect(&url, 20, ledger::CONNECT_TIMEOUT_DEFAULT)
-            .await
-            .expect("connect to the test database")
-            .on_callers_clock();
-    (std::sync::Arc::new(ledger), url)
+pub async fn postgres_ledger_on_callers_clock() -> (SharedLedger, postgres::TestDatabase) {
+    let database = postgres::fresh_database().await;
+    let ledger = ledger::postgres::PostgresLedger::connect(
+        database.url(),
+        20,
+        ledger::CONNECT_TIMEOUT_DEFAULT,
+    )
+    .await
+    .expect("connect to the test database")
+    .on_callers_clock();
+    (std::sync::Arc::new(ledger), database)
 }
 
 /// A private in-memory SQLite ledger.
@@ -80,9 +84,27 @@ pub async fn sqlite_ledger() -> SharedLedger {
         .expect("open in-memory sqlite")
 }
 
-/// Both stores, for the conformance suite: every test runs against each.
-pub async fn every_store() -> Vec<SharedLedger> {
-    vec![postgres_ledger().await.0, sqlite_ledger().await]
+/// Both stores, for the conformance suite: every test runs against each (`for ledger in
+/// every_store().await`). The Postgres database is dropped when the loop is done with them.
+pub async fn every_store() -> Stores {
+    let (postgres, database) = postgres_ledger().await;
+    Stores {
+        ledgers: vec![postgres, sqlite_ledger().await].into_iter(),
+        _database: database,
+    }
+}
+
+/// [`every_store`]'s ledgers, one store after the other, and the Postgres database they hold.
+pub struct Stores {
+    ledgers: std::vec::IntoIter<SharedLedger>,
+    _database: postgres::TestDatabase,
+}
+
+impl Iterator for Stores {
+    type Item = SharedLedger;
+    fn next(&mut self) -> Option<SharedLedger> {
+        self.ledgers.next()
+    }
 }
 
 /// Waits until `check` returns `Some`, polling every 20 ms, failing the test after `deadline`.
