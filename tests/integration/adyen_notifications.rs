@@ -5,9 +5,10 @@
 
 use crate::adyen_adapter::{Op, adapter, adyen_sim};
 use crate::api::{ADYEN_HMAC_KEY, ADYEN_MERCHANT, spawn};
+use crate::support::now;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::clock::{SystemClock, Timestamp};
 use payonce_shared::ledger::{Fence, LeaseHolder, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::adyen::webhook::{NotificationItem, decode_key, sign};
 use payonce_shared::processor::{Processor, SubmitOutcome};
@@ -17,10 +18,6 @@ use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// A notification item for `reference` (the operation id), signed with `key_hex` unless `None`.
 pub(crate) fn item(

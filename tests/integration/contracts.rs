@@ -2,10 +2,11 @@
 //! naive retry with the same key pays twice (or believes the wrong payment), shown on the
 //! simulator itself; then payonce's worker and reconciler on the same case, paying once.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, details, key_secret, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
+use payonce_shared::clock::{ManualClock, SystemClock};
 use payonce_shared::execution::submit::submit;
 use payonce_shared::id::{BusinessKey, IdempotencyKey};
 use payonce_shared::ledger::{NewApproval, NewOperation, Operation, SharedLedger};
@@ -19,10 +20,6 @@ use std::time::Duration;
 
 /// Longest one submission of these tests may take.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// The simulator running `contract` with `retention`, and the Stripe adapter declaring the same.
 async fn pair(contract: Contract, retention: Option<Duration>) -> (Simulator, Arc<dyn Processor>) {

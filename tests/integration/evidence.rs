@@ -3,10 +3,11 @@
 //! real HTTP), checks amount, currency, customer and operation id against the operation, and applies
 //! only what the processor holds. Money that moved without an approval is the loudest alert.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
     Applied, ApplyReport, Cancel, Declined, LeaseHolder, LedgerError, NewOperation, Operation,
@@ -24,10 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const SECRET: &str = "whsec_evidence_test";
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
     let mut config = ReconcilerConfig::new("rec-evidence");

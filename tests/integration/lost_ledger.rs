@@ -7,11 +7,12 @@
 //! --once` process.
 
 use crate::failure_injection::refund_fixtures::{approved_refund, refund_audit};
+use crate::support::now;
 use crate::support::postgres::{TestDatabase, fresh_database};
 use crate::support::processes::{self, audit};
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::clock::SystemClock;
 use payonce_shared::id::BusinessKey;
 use payonce_shared::ledger::{self, NewApproval, NewOperation, SharedLedger};
 use payonce_shared::state::Status;
@@ -20,10 +21,6 @@ use payonce_worker::{Worker, WorkerConfig};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 const INVOICE: &str = "INV-2048";
 

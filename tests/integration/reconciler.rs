@@ -1,10 +1,11 @@
 //! The reconciler against real Postgres and the simulator: every sweep path, webhooks in any order,
 //! a retention window that closes, and two reconcilers racing.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
+use payonce_shared::clock::{ManualClock, SystemClock, Timestamp};
 use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::Processor;
@@ -15,10 +16,6 @@ use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// Test limits: quick re-checks, the given retention margin.
 fn config(name: &str, margin: Duration) -> ReconcilerConfig {

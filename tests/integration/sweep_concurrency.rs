@@ -2,10 +2,11 @@
 //! every one is still resolved exactly once, with one fenced write per step and one payment each,
 //! and a concurrency of zero is taken as one rather than sweeping nothing.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, tenant};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::clock::{Clock, Timestamp};
 use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -13,10 +14,6 @@ use payonce_simulator::SimulatorConfig;
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// The reconciler's clock, this far ahead of the wall clock: the crashed leases have lapsed for it
 /// (its ledgers are on their callers' clocks: `support::postgres_ledger_on_callers_clock`).

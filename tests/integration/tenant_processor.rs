@@ -6,13 +6,14 @@
 use crate::adyen_notifications::{deliver, item};
 use crate::api::{ADYEN_HMAC_KEY, spawn};
 use crate::serve::{free_port, payonce, scratch};
+use crate::support::now;
 use crate::support::processes::{simulator, stripe};
 use crate::support::refunds::{create_refund, succeeded_payment};
 use crate::support::{
     self, KEY_SECRET, details, every_store, key_secret, recording, sqlite_ledger, tenant, wait_for,
 };
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
 use payonce_shared::ledger::{
@@ -34,10 +35,6 @@ use tokio::process::Child;
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The Stripe webhook secret of the in-process tests.
 const STRIPE_SECRET: &str = "whsec_tenant_processor_test";
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 fn globex() -> TenantId {
     TenantId::parse("globex").unwrap()

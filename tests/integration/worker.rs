@@ -1,10 +1,11 @@
 //! The worker against real Postgres and the simulator over HTTP, with real processes.
 
+use crate::support::now;
 use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
+use payonce_shared::clock::{ManualClock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
     ApplyReport, Declined, LeaseHolder, LedgerError, Paid, Recorded, SharedLedger,
@@ -17,10 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 async fn statuses(ledger: &SharedLedger) -> HashMap<Status, usize> {
     let mut m = HashMap::new();

@@ -3,18 +3,14 @@
 //! and the test delivers a real SIGKILL from outside.
 
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
+use crate::support::now;
 use crate::support::processes::{self, simulator};
 use crate::support::{postgres_ledger, ready_operation, recording, tenant};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::ledger::Recorded;
 use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 #[tokio::test]
 async fn scenario_2_a_worker_sigkilled_after_processor_acceptance_pays_once() {

@@ -3,9 +3,9 @@
 //! and the ledger's row, totals and history).
 
 use super::fleet::successful_payments;
+use crate::support::now;
 use crate::support::refunds::create_refund;
 use crate::support::{processes, ready_operation, recording, tenant};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
@@ -19,10 +19,6 @@ use std::time::Duration;
 
 /// The amount every scenario's payment collects.
 pub const PAYMENT_MINOR: i64 = 2048;
-
-pub fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// A payment of [`PAYMENT_MINOR`] usd for `invoice`, paid at the simulator with `payment_method`
 /// (claimed, submitted with its stored key, recorded): the succeeded row with its real `pi_...`.

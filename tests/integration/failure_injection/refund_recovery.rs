@@ -5,9 +5,10 @@
 
 use super::fleet::{self, DEADLINE, settled};
 use super::refund_fixtures::{
-    approved_refund, assert_refunded_once, assert_totals_agree, now, paid_payment,
+    approved_refund, assert_refunded_once, assert_totals_agree, paid_payment,
     refunded_at_processor, refunds_for,
 };
+use crate::support::now;
 use crate::support::processes::{self, advance_clock, simulator};
 use crate::support::refunds::create_refund;
 use crate::support::{

@@ -17,6 +17,13 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The wall clock's now: the one clock helper of the test binary (tests that move time use a
+/// `ManualClock` instead).
+pub fn now() -> Timestamp {
+    use payonce_shared::clock::Clock;
+    payonce_shared::clock::SystemClock.now()
+}
+
 /// The `payonce` binary built for this test run.
 pub fn payonce_bin() -> &'static str {
     env!("CARGO_BIN_EXE_payonce")
