@@ -6,9 +6,10 @@
 use crate::adyen_adapter::{Op, adapter, adyen_sim};
 use crate::api::{ADYEN_HMAC_KEY, ADYEN_MERCHANT, spawn};
 use crate::support::now;
+use crate::support::reconciler;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{SystemClock, Timestamp};
+use payonce_reconciler::Reconciler;
+use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::{Fence, LeaseHolder, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::adyen::webhook::{NotificationItem, decode_key, sign};
 use payonce_shared::processor::{Processor, SubmitOutcome};
@@ -269,10 +270,12 @@ async fn the_simulators_notifications_reach_the_api_signed_as_python_verifies_th
 }
 
 fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
-    let mut config = ReconcilerConfig::new("rec-adyen");
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config)
+    reconciler::build(
+        ledger,
+        processor,
+        "rec-adyen",
+        reconciler::immediate_rechecks,
+    )
 }
 
 /// An operation whose submission reached Adyen and came back unknown, recorded with `reference`.

@@ -3,8 +3,9 @@
 //! The skewed clocks are the system clock plus or minus an offset, so time still runs.
 
 use crate::support::processes::{self, Hooked, SubmitHook, audit, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{Clock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::{LeaseHolder, Operation, SharedLedger};
 use payonce_shared::metrics::Exposition;
@@ -90,10 +91,13 @@ fn reconciler_on(
     processor: Arc<dyn Processor>,
     clock: SharedClock,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new("reconciler-skewed");
-    config.retry = WorkerConfig::new("reconciler-skewed").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    Reconciler::new(ledger.clone(), processor, clock, config)
+    reconciler::build_on(
+        ledger,
+        processor,
+        clock,
+        "reconciler-skewed",
+        reconciler::quick_rechecks,
+    )
 }
 
 /// A worker with a short lease, renewed often.

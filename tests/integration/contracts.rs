@@ -4,8 +4,8 @@
 
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, details, key_secret, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{ManualClock, SystemClock};
 use payonce_shared::execution::submit::submit;
 use payonce_shared::id::{BusinessKey, IdempotencyKey};
@@ -130,11 +130,16 @@ async fn payonce_on(
     if !meanwhile.is_zero() {
         processes::advance_clock(sim, meanwhile).await;
     }
-    let mut config = ReconcilerConfig::new("contract-reconciler");
-    config.retry = WorkerConfig::new("contract-reconciler").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    config.retention_margin = Duration::from_millis(200);
-    let rec = Reconciler::new(ledger.clone(), processor, clock.clone(), config);
+    let rec = reconciler::build_on(
+        &ledger,
+        processor,
+        clock.clone(),
+        "contract-reconciler",
+        |c| {
+            reconciler::quick_rechecks(c);
+            c.retention_margin = Duration::from_millis(200);
+        },
+    );
     support::wait_for("reconciled", Duration::from_secs(20), || async {
         rec.sweep_once(false).await.unwrap();
         clock.advance(Duration::from_secs(1));
@@ -300,12 +305,7 @@ async fn no_lookup_past_the_retention_a_retry_pays_again_and_payonce_asks_a_huma
         "the retry says why it is safe: {history:?}"
     );
     // Nothing to scan without a list: the sweep does not ask.
-    let rec = Reconciler::new(
-        ledger.clone(),
-        processor.clone(),
-        Arc::new(SystemClock),
-        ReconcilerConfig::new("scan-check"),
-    );
+    let rec = reconciler::build(&ledger, processor.clone(), "scan-check", |_| {});
     assert!(rec.sweep_once(false).await.unwrap().scan.is_none());
 
     let again = naive_retry(&sim, processor.as_ref(), &naive, "drop_after_commit", past).await;

@@ -5,9 +5,9 @@
 
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::SystemClock;
+use payonce_reconciler::Reconciler;
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
     Applied, ApplyReport, Cancel, Declined, LeaseHolder, LedgerError, NewOperation, Operation,
@@ -27,11 +27,13 @@ use std::time::Duration;
 const SECRET: &str = "whsec_evidence_test";
 
 fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
-    let mut config = ReconcilerConfig::new("rec-evidence");
     // Short backoff: a deferred hint is due again at once in these tests (the clock is real).
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config)
+    reconciler::build(
+        ledger,
+        processor,
+        "rec-evidence",
+        reconciler::immediate_rechecks,
+    )
 }
 
 /// A signed delivery of `event_type` about `object` (as a forger with the secret, or Stripe).
@@ -736,16 +738,15 @@ async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
         burst: 1,
     }));
     assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
-    let mut config = ReconcilerConfig::new("rec-evidence-limited");
-    config.lookup_permit_wait_max = Duration::from_millis(1);
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    config.retry.limiter = spent.clone();
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build(
+        &ledger,
         processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
+        "rec-evidence-limited",
+        |c| {
+            c.lookup_permit_wait_max = Duration::from_millis(1);
+            reconciler::immediate_rechecks(c);
+            c.retry.limiter = spent.clone();
+        },
     );
     let requests_before = sim_requests(&sim).await;
     let pass = rec.check_hints_once().await.unwrap();
@@ -978,13 +979,13 @@ async fn a_backlog_of_several_batches_is_checked_in_one_pass() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E11").await;
     let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
-    let mut config = ReconcilerConfig::new("rec-evidence");
-    config.batch_size = BATCH;
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build(
+        &ledger,
         processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
+        "rec-evidence",
+        |c| {
+            c.batch_size = BATCH;
+        },
     );
     deliver(
         &ledger,

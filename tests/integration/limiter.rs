@@ -5,6 +5,7 @@
 //! Keys on the shared Redis (127.0.0.1:6379) carry a prefix per test run; they expire on their own.
 
 use crate::support::processes;
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::ledger::{Fence, LeaseHolder};
@@ -452,25 +453,18 @@ async fn sim_requests(sim: &payonce_simulator::Simulator) -> u64 {
 
 #[tokio::test]
 async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check() {
-    use payonce_reconciler::{Reconciler, ReconcilerConfig};
     let (ledger, _url) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let op = unknown_never_sent(&ledger, "INV-LK1").await;
 
     // The fleet limiter has no read permit to give within the wait bound: deferred, nothing sent.
-    let mut config = ReconcilerConfig::new("rec-limited");
-    config.retry = WorkerConfig::new("rec-limited").submit;
-    config.check_backoff_base = Duration::from_millis(20);
-    config.lookup_permit_wait_max = Duration::from_millis(1);
     let spent = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
     assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
-    config.retry.limiter = spent.clone();
-    let rec = Reconciler::new(
-        ledger.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec = reconciler::build(&ledger, processes::stripe(&sim, None), "rec-limited", |c| {
+        c.check_backoff_base = Duration::from_millis(20);
+        c.lookup_permit_wait_max = Duration::from_millis(1);
+        c.retry.limiter = spent.clone();
+    });
     let before = sim_requests(&sim).await;
     let report = rec.sweep_once(false).await.unwrap();
     assert_eq!(report.deferred, 1, "{report:?}");
@@ -487,15 +481,9 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
         serde_json::json!([{ "match": "*", "fault": "rate_limit_429" }]),
     )
     .await;
-    let mut config = ReconcilerConfig::new("rec-429");
-    config.retry = WorkerConfig::new("rec-429").submit;
-    config.check_backoff_base = Duration::from_millis(20);
-    let rec = Reconciler::new(
-        ledger.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec = reconciler::build(&ledger, processes::stripe(&sim, None), "rec-429", |c| {
+        c.check_backoff_base = Duration::from_millis(20);
+    });
     let deferred = wait_for("a sweep that checks the operation", DEADLINE, || async {
         let r = rec.sweep_once(false).await.unwrap();
         (r.deferred > 0).then_some(r)

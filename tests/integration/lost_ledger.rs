@@ -10,8 +10,9 @@ use crate::failure_injection::refund_fixtures::{approved_refund, refund_audit};
 use crate::support::now;
 use crate::support::postgres::{TestDatabase, fresh_database};
 use crate::support::processes::{self, audit};
+use crate::support::reconciler;
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_reconciler::Reconciler;
 use payonce_shared::clock::SystemClock;
 use payonce_shared::id::BusinessKey;
 use payonce_shared::ledger::{self, NewApproval, NewOperation, SharedLedger};
@@ -122,14 +123,9 @@ pub(crate) fn scanning_reconciler(
     sim: &Simulator,
     name: &str,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new(name);
-    config.key_secret = Some(key_secret());
-    Reconciler::new(
-        ledger.clone(),
-        processes::stripe(sim, None),
-        Arc::new(SystemClock),
-        config,
-    )
+    reconciler::build(ledger, processes::stripe(sim, None), name, |c| {
+        c.key_secret = Some(key_secret());
+    })
 }
 
 /// `pg_dump` of `url` as plain SQL.

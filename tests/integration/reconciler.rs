@@ -3,9 +3,10 @@
 
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{ManualClock, SystemClock, Timestamp};
+use payonce_shared::clock::{ManualClock, Timestamp};
 use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::Processor;
@@ -18,26 +19,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Test limits: quick re-checks, the given retention margin.
-fn config(name: &str, margin: Duration) -> ReconcilerConfig {
-    let mut config = ReconcilerConfig::new(name);
-    config.retry = WorkerConfig::new(name).submit;
-    config.check_backoff_base = Duration::from_millis(50);
+fn limits(config: &mut ReconcilerConfig, margin: Duration) {
+    reconciler::quick_rechecks(config);
     config.retention_margin = margin;
-    config
 }
 
-fn reconciler(
+/// A reconciler on the wall clock with [`limits`].
+fn with_margin(
     ledger: &SharedLedger,
     processor: Arc<dyn Processor>,
     name: &str,
     margin: Duration,
 ) -> Reconciler {
-    Reconciler::new(
-        ledger.clone(),
-        processor,
-        Arc::new(SystemClock),
-        config(name, margin),
-    )
+    reconciler::build(ledger, processor, name, |c| limits(c, margin))
 }
 
 /// The wall clock moved `ahead` into the future: a reconciler on it, over a ledger on its callers'
@@ -148,7 +142,7 @@ async fn converge_on(
 async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_key() {
     let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
+    let rec = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec",
@@ -273,13 +267,14 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
     })
     .await;
     // The reconciler's clock runs past the 100 ms lease: no waiting for it to lapse.
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build_on(
+        &ledger,
         processes::stripe(&sim, None),
         Arc::new(AheadClock {
             ahead: Duration::from_secs(1),
         }),
-        config("rec", Duration::from_secs(60)),
+        "rec",
+        |c| limits(c, Duration::from_secs(60)),
     );
     let a = ready_operation(&ledger, "INV-L1", "pm_card_visa", now()).await;
     let b = ready_operation(
@@ -369,8 +364,6 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
         Some(payonce_shared::processor::contract::Consistency::ReadAfterWrite),
         "the policy only acts on a read-after-write consistent lookup"
     );
-    let mut config = config("rec", Duration::from_millis(200));
-    config.resubmit_after_window = resubmit_after_window;
     let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
     let never = crashed_mid_flight(&ledger, &sim, "INV-W2", false).await;
     // Past the window for both sides: the simulator has forgotten the keys, the reconciler knows it.
@@ -378,7 +371,10 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     let clock = ManualClock::new(now());
     clock.advance(past);
     processes::advance_clock(&sim, past).await;
-    let rec = Reconciler::new(ledger.clone(), processor, clock.clone(), config);
+    let rec = reconciler::build_on(&ledger, processor, clock.clone(), "rec", |c| {
+        limits(c, Duration::from_millis(200));
+        c.resubmit_after_window = resubmit_after_window;
+    });
     let paid = converge_on(&ledger, &rec, &clock, &paid).await;
     let never = converge_on(&ledger, &rec, &clock, &never).await;
     PastTheWindow {
@@ -491,13 +487,13 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
             .unwrap();
         ops.push(op);
     }
-    let r1 = reconciler(
+    let r1 = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec-shared",
         Duration::from_secs(60),
     );
-    let r2 = reconciler(
+    let r2 = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec-shared",
@@ -532,7 +528,7 @@ fn signed(secret: &str, body: &str) -> String {
 async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
+    let rec = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec",
@@ -658,7 +654,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
 async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check() {
     let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
+    let rec = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec",
@@ -742,16 +738,18 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
 async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
     let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let mut config = config("rec", Duration::from_secs(60));
-    config.check_backoff_base = Duration::from_secs(2);
     // The reconciler's clock runs past the crashed worker's lease: no waiting for it to lapse.
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build_on(
+        &ledger,
         processes::stripe(&sim, None),
         Arc::new(AheadClock {
             ahead: CRASHED_LEASE + Duration::from_millis(100),
         }),
-        config,
+        "rec",
+        |c| {
+            limits(c, Duration::from_secs(60));
+            c.check_backoff_base = Duration::from_secs(2);
+        },
     );
     // Declined at the processor, the response lost, the worker gone.
     let declined =
@@ -903,8 +901,8 @@ async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
     let p1 = Arc::new(GatedLookups::new(entered_tx.clone(), Some(gate.clone())));
     // No gate for the second: if it swept without the lease it would look up and write at once.
     let p2 = Arc::new(GatedLookups::new(entered_tx, None));
-    let r1 = reconciler(&ledger, p1.clone(), "rec-one", Duration::from_secs(60));
-    let r2 = reconciler(&ledger, p2.clone(), "rec-two", Duration::from_secs(60));
+    let r1 = with_margin(&ledger, p1.clone(), "rec-one", Duration::from_secs(60));
+    let r2 = with_margin(&ledger, p2.clone(), "rec-two", Duration::from_secs(60));
 
     let holder = tokio::spawn(async move { r1.sweep_once(false).await });
     // rec-one holds the sweep lease and is mid-sweep, waiting on its lookup.

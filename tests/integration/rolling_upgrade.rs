@@ -9,8 +9,8 @@
 use crate::serve::{free_port, get, payonce, scratch};
 use crate::support::postgres::{TestDatabase, fresh_database, migrated_database};
 use crate::support::processes::{arm_faults, payments_for, simulator, stripe};
+use crate::support::reconciler;
 use crate::support::{KEY_SECRET, postgres_ledger, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::ledger::schema::SCHEMA_CHECK_INTERVAL;
 use payonce_shared::ledger::{Role, SCHEMA_FAILURE_UNREADY};
@@ -18,7 +18,6 @@ use payonce_simulator::{Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::process::Child;
 
@@ -399,9 +398,9 @@ async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
     .await
     .expect("the failing reconciler opens the ledger");
     let reconciler = |ledger: payonce_shared::ledger::SharedLedger, owner: &str| {
-        let mut config = ReconcilerConfig::new(owner);
-        config.sweep_lease_ttl = Duration::from_secs(60);
-        Reconciler::new(ledger, stripe(&sim, None), Arc::new(SystemClock), config)
+        reconciler::build(&ledger, stripe(&sim, None), owner, |c| {
+            c.sweep_lease_ttl = Duration::from_secs(60);
+        })
     };
     let failing_rec = reconciler(failing.clone(), "rec-failing");
     let healthy_rec = reconciler(ledger.clone(), "rec-healthy");

@@ -4,14 +4,14 @@
 
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{Clock, Timestamp};
 use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,14 +47,12 @@ fn reconciler(
     sim: &payonce_simulator::Simulator,
     concurrency: usize,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec").submit;
-    config.concurrency = concurrency;
-    Reconciler::new(
-        ledger.clone(),
+    reconciler::build_on(
+        ledger,
         processes::stripe(sim, None),
         Arc::new(Ahead(Duration::from_secs(1))),
-        config,
+        "rec",
+        |c| c.concurrency = concurrency,
     )
 }
 
@@ -221,14 +219,12 @@ async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: u
         );
     }
 
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec").submit;
-    config.write_batch = 2;
-    let report = Reconciler::new(
-        ledger.clone(),
+    let report = reconciler::build_on(
+        ledger,
         processes::stripe(&sim, None),
         Arc::new(Ahead(Duration::from_secs(1))),
-        config,
+        "rec",
+        |c| c.write_batch = 2,
     )
     .sweep_once(false)
     .await

@@ -8,11 +8,11 @@ use crate::api::{ADYEN_HMAC_KEY, spawn};
 use crate::serve::{free_port, payonce, scratch};
 use crate::support::now;
 use crate::support::processes::{simulator, stripe};
+use crate::support::reconciler;
 use crate::support::refunds::{create_refund, succeeded_payment};
 use crate::support::{
     self, KEY_SECRET, details, every_store, key_secret, recording, sqlite_ledger, tenant, wait_for,
 };
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
@@ -337,9 +337,9 @@ async fn an_operation_naming_a_processor_this_process_is_not_configured_for_is_n
 
     // An unknown outcome on Adyen is never looked up or retried on Stripe: a human sees why.
     let doubt = unknown(&ledger, &globex(), "INV-TP-NC2", "ADYENPSP00000001").await;
-    let mut config = ReconcilerConfig::new("rec-stripe-only");
-    config.lookup_permit_wait_max = Duration::from_secs(1);
-    let rec = Reconciler::new(ledger.clone(), stripe_only, Arc::new(SystemClock), config);
+    let rec = reconciler::build(&ledger, stripe_only, "rec-stripe-only", |c| {
+        c.lookup_permit_wait_max = Duration::from_secs(1);
+    });
     let requests_before = sim_requests(&sim).await;
     let report = rec.sweep_once(false).await.unwrap();
     assert_eq!(report.escalated, 1, "{report:?}");
@@ -476,11 +476,13 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
             Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
         )
         .unwrap();
-    let mut config = ReconcilerConfig::new("rec-tenant-processor");
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    let rec =
-        Reconciler::with_processors(ledger.clone(), processors, Arc::new(SystemClock), config);
+    let rec = reconciler::build_serving(
+        &ledger,
+        processors,
+        Arc::new(SystemClock),
+        "rec-tenant-processor",
+        reconciler::immediate_rechecks,
+    );
 
     // Signed, authentic, and each naming the other processor's operation: nothing applied.
     let pi = paid_at_stripe(&sim, &on_adyen).await;
@@ -713,11 +715,12 @@ async fn the_reconciler_decides_under_the_contract_of_the_operations_own_process
             Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
         )
         .unwrap();
-    let rec = Reconciler::with_processors(
-        ledger.clone(),
+    let rec = reconciler::build_serving(
+        &ledger,
         processors,
         Arc::new(SystemClock),
-        ReconcilerConfig::new("rec-contracts"),
+        "rec-contracts",
+        |_| {},
     );
     // Submitted once two days ago, no reference, nothing found: past Stripe's 24 h key retention,
     // inside Adyen's 31 days.
@@ -813,11 +816,12 @@ async fn a_payment_the_scan_finds_at_another_processor_than_its_rows_goes_to_a_h
             Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
         )
         .unwrap();
-    let rec = Reconciler::with_processors(
-        ledger.clone(),
+    let rec = reconciler::build_serving(
+        &ledger,
         processors,
         Arc::new(SystemClock),
-        ReconcilerConfig::new("rec-scan"),
+        "rec-scan",
+        |_| {},
     );
     let report = rec.sweep_once(false).await.unwrap();
     let scan = report.scan.expect("Stripe lists: the sweep scans it");

@@ -3,8 +3,9 @@
 use crate::support::now;
 use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{ManualClock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
@@ -94,10 +95,13 @@ fn reconciler_on(
     sim: &payonce_simulator::Simulator,
     clock: SharedClock,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new("reconciler-test");
-    config.retry = WorkerConfig::new("reconciler-test").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    Reconciler::new(ledger.clone(), processes::stripe(sim, None), clock, config)
+    reconciler::build_on(
+        ledger,
+        processes::stripe(sim, None),
+        clock,
+        "reconciler-test",
+        reconciler::quick_rechecks,
+    )
 }
 
 /// A worker killed at each failure point leaves a row the reconciler (and a fresh worker) finishes

@@ -10,11 +10,11 @@ use super::refund_fixtures::{
 };
 use crate::support::now;
 use crate::support::processes::{self, advance_clock, simulator};
+use crate::support::reconciler;
 use crate::support::refunds::create_refund;
 use crate::support::{
     postgres_ledger, postgres_ledger_on_callers_clock, recording, tenant, wait_for,
 };
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
@@ -23,7 +23,6 @@ use payonce_shared::ledger::{
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::WorkerConfig;
 use std::time::Duration;
 
 fn webhook_sim_config(base: &str) -> SimulatorConfig {
@@ -192,15 +191,15 @@ async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_
     let clock = ManualClock::new(now());
     clock.advance(past);
     advance_clock(&sim, past).await;
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    config.retention_margin = Duration::from_millis(200);
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build_on(
+        &ledger,
         processes::stripe(&sim, Some(retention)),
         clock.clone(),
-        config,
+        "rec",
+        |c| {
+            reconciler::quick_rechecks(c);
+            c.retention_margin = Duration::from_millis(200);
+        },
     );
     for op in [&landed, &never] {
         wait_for("reconciled", DEADLINE, || async {
@@ -377,11 +376,11 @@ async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_wit
         .await
         .unwrap();
 
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build(
+        &ledger,
         processes::stripe(&sim, None),
-        std::sync::Arc::new(payonce_shared::clock::SystemClock),
-        ReconcilerConfig::new("rec-refund-reference"),
+        "rec-refund-reference",
+        |_| {},
     );
     let sweep = rec.sweep_once(false).await.unwrap();
     assert_eq!((sweep.escalated, sweep.deferred), (1, 0), "{sweep:?}");

@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod postgres;
 pub mod processes;
+pub mod reconciler;
 pub mod refunds;
 pub mod replication;
 
