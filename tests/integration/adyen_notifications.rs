@@ -7,10 +7,11 @@ use crate::adyen_adapter::{Op, adapter, adyen_sim};
 use crate::api::{ADYEN_HMAC_KEY, ADYEN_MERCHANT, spawn};
 use crate::support::now;
 use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant, wait_for};
 use payonce_reconciler::Reconciler;
 use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::{Fence, LeaseHolder, Operation, Recorded, SharedLedger};
+use payonce_shared::ledger::{Fence, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::adyen::webhook::{NotificationItem, decode_key, sign};
 use payonce_shared::processor::{Processor, SubmitOutcome};
 use payonce_shared::state::Status;
@@ -281,23 +282,13 @@ fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconcile
 /// An operation whose submission reached Adyen and came back unknown, recorded with `reference`.
 async fn unknown(ledger: &SharedLedger, invoice: &str, reference: Option<&str>) -> Operation {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(600_000)),
+        now(),
+    )
+    .await;
     ledger
         .record(
             &recording(
@@ -726,23 +717,13 @@ async fn received_and_recorded(
     next_check_at: Timestamp,
 ) -> (Operation, String, Operation) {
     let op = ready_operation(ledger, invoice, "pm_card_processing", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(600_000)),
+        now(),
+    )
+    .await;
     let outcome = payonce_shared::processor::operation::submit(p, &c).await;
     let SubmitOutcome::Unknown {
         reference: Some(psp),

@@ -6,6 +6,7 @@
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_reconciler::Reconciler;
 use payonce_shared::id::{BusinessKey, OperationId};
@@ -91,26 +92,13 @@ async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, custom
 /// the worker still holds its lease.
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(600_000)),
+        now(),
+    )
+    .await;
     (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
 }
 
@@ -516,11 +504,7 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     // Unknown outcome; the processor holds a payment carrying the operation id, for amount 1.
     let (op, attempt) = executing(&ledger, "INV-E9").await;
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now(),
-    };
+    let unknown = rows::unknown_outcome("timeout", None, now());
     ledger
         .record(
             &recording(

@@ -1,6 +1,7 @@
 //! One conformance suite, run against every store (Postgres and SQLite), plus the Postgres
 //! concurrency tests the design depends on.
 
+use crate::support::rows;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
@@ -693,11 +694,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
             .claim_to_submit(&holder("w"), 1, at(T0))
             .await
             .unwrap();
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 1))
             .await
@@ -790,11 +787,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
                 .unwrap(),
             [true]
         );
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
             .await
@@ -1967,11 +1960,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
                 .unwrap(),
             [true]
         );
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
         ledger
             .record(&recording(&fence(&op.id, 2), &unknown, "w"), at(T0 + 5))
             .await
@@ -2059,11 +2048,7 @@ async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves
                 .unwrap(),
             [true]
         );
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
             .await

@@ -6,9 +6,9 @@
 
 use crate::support::processes;
 use crate::support::reconciler;
-use crate::support::{self, ready_operation, recording, tenant, wait_for};
+use crate::support::rows;
+use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::limiter::{
     Budget, Decision, Limiter, Rates, RedisLimiter, RedisLimiterConfig, acquire,
 };
@@ -412,32 +412,15 @@ async fn unknown_never_sent(
 ) -> payonce_shared::ledger::Operation {
     let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "crashed-worker",
-                lease_ttl: Duration::from_secs(60),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    assert_eq!(
-        ledger.mark_submitting(&[Fence::of(&c)], now).await.unwrap(),
-        [true]
-    );
-    let unknown = payonce_shared::ledger::Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now,
-    };
-    ledger
-        .record(&recording(&Fence::of(&c), &unknown, "crashed-worker"), now)
-        .await
-        .unwrap();
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("crashed-worker", Duration::from_secs(60)),
+        now,
+    )
+    .await;
+    let unknown = rows::unknown_outcome("timeout", None, now);
+    rows::record(&ledger, &c, &unknown, "crashed-worker", now).await;
     op
 }
 

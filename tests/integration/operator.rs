@@ -3,9 +3,10 @@
 //! the fix where one is known, and `config show` output that cannot poison a config file.
 
 use crate::serve::{free_port, payonce, scratch};
+use crate::support::rows;
 use crate::support::{ready_operation, recording, tenant};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::{Fence, LeaseHolder, Recorded};
+use payonce_shared::ledger::{Fence, LeaseHolder};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -452,11 +453,7 @@ async fn the_cli_records_an_on_call_actor_as_the_console_does() {
         .mark_submitting(std::slice::from_ref(&fence), now)
         .await
         .unwrap();
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now + Duration::from_secs(60),
-    };
+    let unknown = rows::unknown_outcome("timeout", None, now + Duration::from_secs(60));
     ledger
         .record(&recording(&fence, &unknown, "test-worker"), now)
         .await

@@ -2,6 +2,7 @@
 //! duplicate or reordered webhook reports, lookups and worker records against a real ledger (SQLite
 //! in memory, for speed) converging to one final state with one success.
 
+use crate::support::rows;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::Fence;
@@ -127,11 +128,7 @@ async fn apply(
                 .map(drop)
         }
         Step::WorkerRecordsUnknown => {
-            let r = Recorded::Unknown {
-                reason: "answer lost".into(),
-                reference: None,
-                next_check_at: at,
-            };
+            let r = rows::unknown_outcome("answer lost", None, at);
             ledger
                 .record(&recording(&fence, &r, "worker-prop"), at)
                 .await

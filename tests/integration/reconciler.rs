@@ -4,6 +4,7 @@
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{ManualClock, Timestamp};
@@ -73,26 +74,13 @@ async fn crashed_paying_with(
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
     // Claimed and marked at one instant: a slow machine cannot lapse the lease in between.
     let claimed_at = now();
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "crashed-worker",
-                lease_ttl: CRASHED_LEASE,
-            },
-            1,
-            claimed_at,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(claimed.id, op.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed)], claimed_at)
-            .await
-            .unwrap(),
-        [true]
-    );
+    let claimed = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("crashed-worker", CRASHED_LEASE),
+        claimed_at,
+    )
+    .await;
     if submit {
         processes::arm_faults(sim, serde_json::json!([{"match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
         let outcome = payonce_shared::execution::submit::submit(
@@ -185,10 +173,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         c.attempt,
         now().saturating_sub_span(Duration::from_secs(10)),
     );
-    ledger
-        .record(&recording(&Fence::of(&c), &recorded, "w"), now())
-        .await
-        .unwrap();
+    rows::record(&ledger, &c, &recorded, "w", now()).await;
     assert_eq!(
         ledger.get(&tenant(), &paid.id).await.unwrap().status,
         Status::Unknown
@@ -214,15 +199,8 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
             .unwrap(),
         [true]
     );
-    let unknown = payonce_shared::ledger::Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&Fence::of(&c2), &unknown, "w"), now())
-        .await
-        .unwrap();
+    let unknown = rows::unknown_outcome("timeout", None, now());
+    rows::record(&ledger, &c2, &unknown, "w", now()).await;
 
     let dry = rec.sweep_once(true).await.unwrap();
     assert!(dry.dry_run && dry.actions.len() >= 2, "{dry:?}");
@@ -476,15 +454,8 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
             )
             .await;
         }
-        let unknown = payonce_shared::ledger::Recorded::Unknown {
-            reason: "crash".into(),
-            reference: None,
-            next_check_at: now(),
-        };
-        ledger
-            .record(&recording(&Fence::of(&c), &unknown, "w"), now())
-            .await
-            .unwrap();
+        let unknown = rows::unknown_outcome("crash", None, now());
+        rows::record(&ledger, &c, &unknown, "w", now()).await;
         ops.push(op);
     }
     let r1 = with_margin(
@@ -886,15 +857,8 @@ async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
             .unwrap(),
         [true]
     );
-    let unknown = payonce_shared::ledger::Recorded::Unknown {
-        reason: "crash".into(),
-        reference: None,
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&Fence::of(&c), &unknown, "w"), now())
-        .await
-        .unwrap();
+    let unknown = rows::unknown_outcome("crash", None, now());
+    rows::record(&ledger, &c, &unknown, "w", now()).await;
 
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
     let gate = Arc::new(tokio::sync::Notify::new());

@@ -10,15 +10,14 @@ use crate::support::now;
 use crate::support::processes::{simulator, stripe};
 use crate::support::reconciler;
 use crate::support::refunds::{create_refund, succeeded_payment};
+use crate::support::rows;
 use crate::support::{
     self, KEY_SECRET, details, every_store, key_secret, recording, sqlite_ledger, tenant, wait_for,
 };
 use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{
-    Fence, LeaseHolder, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
-};
+use payonce_shared::ledger::{Fence, NewApproval, NewOperation, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::processor::{ProcessorKind, Processors};
 use payonce_shared::state::Status;
@@ -86,23 +85,13 @@ async fn unknown(
     reference: &str,
 ) -> Operation {
     let op = approved(ledger, &created(ledger, tenant, invoice).await).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_secs(600),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id, "the fixture claims its own operation only");
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_secs(600)),
+        now(),
+    )
+    .await;
     ledger
         .record(
             &recording(

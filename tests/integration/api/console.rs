@@ -5,6 +5,7 @@
 //! a reason, the JSON export without `client_secret`, and the list queries' plans on a large table.
 
 use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, spawn_on_postgres, tenant};
+use crate::support::rows;
 use crate::support::{postgres_ledger, recording, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
@@ -190,11 +191,7 @@ pub(super) async fn needs_attention_because(
             .unwrap(),
         [true]
     );
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now + Duration::from_secs(60),
-    };
+    let unknown = rows::unknown_outcome("timeout", None, now + Duration::from_secs(60));
     api.ledger
         .record(
             &recording(

@@ -2,6 +2,7 @@
 //! regenerated calls, refused arguments, and the answer for every state.
 
 use super::{TestApi, spawn, spawn_on_postgres, tenant};
+use crate::support::rows;
 use crate::support::{recording, sqlite_ledger};
 use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
@@ -508,11 +509,7 @@ async fn every_state_has_its_answer() {
     let op = api.create_ready("INV-62").await;
     let id = ready_id(&op);
     let fence = claim_and_submit(&api, &id).await;
-    let outcome = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now() + Duration::from_millis(60_000),
-    };
+    let outcome = rows::unknown_outcome("timeout", None, now() + Duration::from_millis(60_000));
     api.ledger
         .record(&recording(&fence, &outcome, "test-worker"), now())
         .await

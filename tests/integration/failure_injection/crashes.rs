@@ -5,8 +5,8 @@
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
 use crate::support::now;
 use crate::support::processes::{self, simulator};
+use crate::support::rows;
 use crate::support::{postgres_ledger, ready_operation, recording, tenant};
-use payonce_shared::ledger::Recorded;
 use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -91,11 +91,7 @@ async fn unknown_rows(
             )
             .await;
         }
-        let unknown = Recorded::Unknown {
-            reason: "crash".into(),
-            reference: None,
-            next_check_at: now(),
-        };
+        let unknown = rows::unknown_outcome("crash", None, now());
         ledger
             .record(
                 &recording(&Fence::of(&c), &unknown, "crashed-worker"),

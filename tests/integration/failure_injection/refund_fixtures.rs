@@ -5,11 +5,12 @@
 use super::fleet::successful_payments;
 use crate::support::now;
 use crate::support::refunds::create_refund;
+use crate::support::rows;
 use crate::support::{processes, ready_operation, recording, tenant};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
-    LeaseHolder, NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
+    NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
 };
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -29,26 +30,13 @@ pub async fn paid_payment(
     payment_method: &str,
 ) -> Operation {
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "payer",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id, "the fixture pays its own payment");
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("payer", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(sim, None).as_ref(),
         &c,

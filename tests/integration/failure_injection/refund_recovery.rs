@@ -12,6 +12,7 @@ use crate::support::now;
 use crate::support::processes::{self, advance_clock, simulator};
 use crate::support::reconciler;
 use crate::support::refunds::create_refund;
+use crate::support::rows;
 use crate::support::{
     postgres_ledger, postgres_ledger_on_callers_clock, recording, tenant, wait_for,
 };
@@ -128,26 +129,13 @@ async fn crashed_refunding(
     refund: &Operation,
     submit: bool,
 ) {
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "crashed",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, refund.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        &ledger,
+        &refund.id,
+        &rows::holder("crashed", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     if submit {
         let outcome = payonce_shared::execution::submit::submit(
             processes::stripe(sim, None).as_ref(),
@@ -160,15 +148,8 @@ async fn crashed_refunding(
             "{outcome:?}"
         );
     }
-    let unknown = Recorded::Unknown {
-        reason: "crash".into(),
-        reference: None,
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&Fence::of(&c), &unknown, "crashed"), now())
-        .await
-        .unwrap();
+    let unknown = rows::unknown_outcome("crash", None, now());
+    rows::record(&ledger, &c, &unknown, "crashed", now()).await;
 }
 
 #[tokio::test]

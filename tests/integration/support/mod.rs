@@ -7,13 +7,15 @@ pub mod processes;
 pub mod reconciler;
 pub mod refunds;
 pub mod replication;
+pub mod rows;
+
+/// [`rows::ready`], under the name most tests import.
+pub use rows::ready as ready_operation;
 
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::{BusinessKey, TenantId};
-use payonce_shared::ledger::{
-    self, Fence, NewApproval, NewOperation, Operation, RecordOutcome, Recorded, SharedLedger,
-};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{self, Fence, RecordOutcome, Recorded, SharedLedger};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -165,42 +167,4 @@ pub fn details(invoice: &str, amount: i64, payment_method: &str) -> Details {
         refund_of: None,
     })
     .unwrap()
-}
-
-/// Creates and approves an operation for `invoice`; returns it in `ready`.
-pub async fn ready_operation(
-    ledger: &SharedLedger,
-    invoice: &str,
-    payment_method: &str,
-    now: Timestamp,
-) -> Operation {
-    let d = details(invoice, 2048, payment_method);
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now,
-        )
-        .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now + Duration::from_secs(86_400),
-            },
-            now,
-        )
-        .await
-        .unwrap()
 }
