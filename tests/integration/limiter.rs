@@ -412,15 +412,14 @@ async fn unknown_never_sent(
 ) -> payonce_shared::ledger::Operation {
     let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
-    let c = rows::executing(
-        &ledger,
+    rows::unknown(
+        ledger,
         &op.id,
         &rows::holder("crashed-worker", Duration::from_secs(60)),
         now,
+        now,
     )
     .await;
-    let unknown = rows::unknown_outcome("timeout", None, now);
-    rows::record(&ledger, &c, &unknown, "crashed-worker", now).await;
     op
 }
 

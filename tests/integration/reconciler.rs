@@ -138,25 +138,13 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     );
     // Paid but the response was lost: found by lookup.
     let paid = ready_operation(&ledger, "INV-R1", "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        &ledger,
+        &paid.id,
+        &rows::holder("w", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     processes::arm_faults(
         &sim,
         serde_json::json!([{"match": paid.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
@@ -180,27 +168,14 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     );
     // Never submitted although recorded as started: not found, window open, same-key retry.
     let lost = ready_operation(&ledger, "INV-R2", "pm_card_visa", now()).await;
-    let c2 = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c2)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = rows::unknown_outcome("timeout", None, now());
-    rows::record(&ledger, &c2, &unknown, "w", now()).await;
+    rows::unknown(
+        &ledger,
+        &lost.id,
+        &rows::holder("w", Duration::from_millis(60_000)),
+        now(),
+        now(),
+    )
+    .await;
 
     let dry = rec.sweep_once(true).await.unwrap();
     assert!(dry.dry_run && dry.actions.len() >= 2, "{dry:?}");
@@ -426,25 +401,13 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
     let mut ops = Vec::new();
     for i in 0..40 {
         let op = ready_operation(&ledger, &format!("INV-RR{i}"), "pm_card_visa", now()).await;
-        let c = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: Duration::from_millis(60_000),
-                },
-                1,
-                now(),
-            )
-            .await
-            .unwrap()
-            .remove(0);
-        assert_eq!(
-            ledger
-                .mark_submitting(&[Fence::of(&c)], now())
-                .await
-                .unwrap(),
-            [true]
-        );
+        let c = rows::executing(
+            &ledger,
+            &op.id,
+            &rows::holder("w", Duration::from_millis(60_000)),
+            now(),
+        )
+        .await;
         if i % 2 == 0 {
             // Half reached the processor before the worker vanished.
             let _ = payonce_shared::execution::submit::submit(
@@ -633,25 +596,13 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
     );
     let t0 = now();
     let op = ready_operation(&ledger, "INV-AGE", "pm_card_visa", t0).await;
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(100),
-            },
-            1,
-            t0,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed)], t0)
-            .await
-            .unwrap(),
-        [true]
-    );
+    let claimed = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(100)),
+        t0,
+    )
+    .await;
     let lease = ledger
         .expired_leases(t0 + Duration::from_millis(1_000), 10)
         .await
@@ -838,25 +789,13 @@ impl Processor for GatedLookups {
 async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
     let (ledger, _db) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-LEASE", "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     let unknown = rows::unknown_outcome("crash", None, now());
     rows::record(&ledger, &c, &unknown, "w", now()).await;
 

@@ -4,6 +4,7 @@ use crate::support::now;
 use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{ManualClock, SharedClock, SystemClock, Timestamp};
@@ -215,25 +216,7 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", clock.now()).await;
     let claimed_at = clock.now();
     let lease = Duration::from_millis(300);
-    let zombie = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "zombie",
-                lease_ttl: lease,
-            },
-            1,
-            claimed_at,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&zombie)], claimed_at)
-            .await
-            .unwrap(),
-        [true]
-    );
+    let zombie = rows::executing(&ledger, &op.id, &rows::holder("zombie", lease), claimed_at).await;
     // The zombie stalls past its lease; the reconciler takes over and finishes with the same key.
     manual.advance(lease + Duration::from_millis(1));
     let rec = reconciler_on(&ledger, &sim, clock.clone());
