@@ -11,7 +11,7 @@ use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::console::{Chart, OperationQuery, counts_statement, page_statement};
-use payonce_shared::ledger::{Escalate, Fence, LeaseHolder, Paid};
+use payonce_shared::ledger::{Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Recorded, Role};
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -164,62 +164,16 @@ pub(super) async fn needs_attention_because(
     let op = api.create_ready(invoice).await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "test-worker",
-                lease_ttl: Duration::from_secs(30),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed[0].id, id);
-    let attempt = claimed[0].attempt;
-    assert_eq!(
-        api.ledger
-            .mark_submitting(
-                &[Fence {
-                    id: id.clone(),
-                    attempt
-                }],
-                now
-            )
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = rows::unknown_outcome("timeout", None, now + Duration::from_secs(60));
-    api.ledger
-        .record(
-            &recording(
-                &Fence {
-                    id: id.clone(),
-                    attempt,
-                },
-                &unknown,
-                "test-worker",
-            ),
-            now,
-        )
-        .await
-        .unwrap();
-    api.ledger
-        .escalate(
-            &Escalate {
-                fence: &Fence {
-                    id: id.clone(),
-                    attempt,
-                },
-                reason,
-                actor: "reconciler",
-            },
-            now,
-        )
-        .await
-        .unwrap();
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    let unknown = rows::unknown(
+        &api.ledger,
+        &id,
+        &worker,
+        now + Duration::from_secs(60),
+        now,
+    )
+    .await;
+    rows::needs_attention(&api.ledger, &unknown, reason, "reconciler", now).await;
     id
 }
 

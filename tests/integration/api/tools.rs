@@ -375,30 +375,9 @@ async fn tool_definitions_are_served_in_each_providers_shape() {
 /// Moves the only ready operation of `api` to executing with a submission recorded; returns the
 /// fence the test worker then writes with.
 async fn claim_and_submit(api: &TestApi, id: &OperationId) -> Fence {
-    let now = api.clock.now();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "test-worker",
-                lease_ttl: Duration::from_secs(30),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 1);
-    assert_eq!(&claimed[0].id, id);
-    let fence = Fence::of(&claimed[0]);
-    assert_eq!(
-        api.ledger
-            .mark_submitting(std::slice::from_ref(&fence), now)
-            .await
-            .unwrap(),
-        [true]
-    );
-    fence
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    let row = rows::executing(&api.ledger, id, &worker, api.clock.now()).await;
+    Fence::of(&row)
 }
 
 #[tokio::test]
