@@ -6,7 +6,7 @@
 
 use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, spawn_on_postgres, tenant};
 use crate::support::rows;
-use crate::support::{postgres_ledger, recording, sqlite_ledger};
+use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{OperationId, TenantId};
@@ -600,43 +600,15 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     let op = api.create_ready("INV-S1").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        api.ledger
-            .mark_submitting(
-                &[Fence {
-                    id: id.clone(),
-                    attempt: claimed[0].attempt
-                }],
-                now
-            )
-            .await
-            .unwrap(),
-        [true]
-    );
+    let worker = rows::holder("w", Duration::from_millis(30_000));
+    let executing = rows::executing(&api.ledger, &id, &worker, now).await;
     let secret = "pi_s1_secret_DO_NOT_SHOW";
-    api.ledger
-        .record(&recording(&Fence {
-                id: id.clone(),
-                attempt: claimed[0].attempt,
-            }, &Recorded::Succeeded(Paid {
-                reference: "pi_s1".into(),
-                result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
-                               "status": "succeeded", "client_secret": secret}),
-            }), "w"), now)
-        .await
-        .unwrap();
+    let paid = Recorded::Succeeded(Paid {
+        reference: "pi_s1".into(),
+        result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
+                       "status": "succeeded", "client_secret": secret}),
+    });
+    rows::record(&api.ledger, &executing, &paid, "w", now).await;
     let page = get(&api, &format!("/console/operations/{id}"), Some(&session)).await;
     assert_eq!(page.status, 200);
     assert!(page.text.contains("pi_s1") && page.text.contains("approve"));
