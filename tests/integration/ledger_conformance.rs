@@ -779,19 +779,11 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-5", "pm_card_visa", at(T0)).await;
-        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
-                .await
-                .unwrap(),
-            [true]
-        );
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0)).await;
+        assert_eq!(executing.attempt, 1);
+        rows::start_submission(&ledger, &executing, at(T0 + 1)).await;
         let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
-        ledger
-            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
-            .await
-            .unwrap();
+        rows::record(&ledger, &executing, &unknown, "w", at(T0 + 2)).await;
         // The reconciler retries with the same key under its own lease; that request is refused.
         let c = ledger
             .claim_unknown(
@@ -883,14 +875,9 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
 async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-6", "pm_card_visa", at(T0)).await;
-        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
-                .await
-                .unwrap(),
-            [true]
-        );
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0)).await;
+        assert_eq!(executing.attempt, 1);
+        rows::start_submission(&ledger, &executing, at(T0 + 1)).await;
         // The webhook beats the worker.
         let ok = Report::Succeeded(Paid {
             reference: "pi_9".into(),
@@ -1952,19 +1939,11 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
 
         // An earlier attempt submitted: giving the lease back leaves the outcome unknown, due for a
         // check at once.
-        ledger.claim(&holder("w"), 1, at(T0 + 3)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 2)], at(T0 + 4))
-                .await
-                .unwrap(),
-            [true]
-        );
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0 + 3)).await;
+        assert_eq!(executing.attempt, 2);
+        rows::start_submission(&ledger, &executing, at(T0 + 4)).await;
         let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
-        ledger
-            .record(&recording(&fence(&op.id, 2), &unknown, "w"), at(T0 + 5))
-            .await
-            .unwrap();
+        rows::record(&ledger, &executing, &unknown, "w", at(T0 + 5)).await;
         let c = ledger
             .claim_unknown(
                 &ClaimUnknown {
@@ -2040,19 +2019,11 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
 async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", at(T0)).await;
-        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
-                .await
-                .unwrap(),
-            [true]
-        );
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0)).await;
+        assert_eq!(executing.attempt, 1);
+        rows::start_submission(&ledger, &executing, at(T0 + 1)).await;
         let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
-        ledger
-            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
-            .await
-            .unwrap();
+        rows::record(&ledger, &executing, &unknown, "w", at(T0 + 2)).await;
         let due = ledger.due_for_check(at(T0 + 100), 10).await.unwrap();
         assert_eq!(due.iter().map(|o| &o.id).collect::<Vec<_>>(), vec![&op.id]);
         ledger

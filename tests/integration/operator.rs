@@ -4,9 +4,8 @@
 
 use crate::serve::{free_port, payonce, scratch};
 use crate::support::rows;
-use crate::support::{ready_operation, recording, tenant};
+use crate::support::{ready_operation, tenant};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::{Fence, LeaseHolder};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -440,24 +439,8 @@ async fn the_cli_records_an_on_call_actor_as_the_console_does() {
     let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
     let now = SystemClock.now();
     let op = ready_operation(&ledger, "INV-39", "pm_card_visa", now).await;
-    let holder = LeaseHolder {
-        owner: "test-worker",
-        lease_ttl: Duration::from_secs(30),
-    };
-    let attempt = ledger.claim(&holder, 1, now).await.unwrap()[0].attempt;
-    let fence = Fence {
-        id: op.id.clone(),
-        attempt,
-    };
-    ledger
-        .mark_submitting(std::slice::from_ref(&fence), now)
-        .await
-        .unwrap();
-    let unknown = rows::unknown_outcome("timeout", None, now + Duration::from_secs(60));
-    ledger
-        .record(&recording(&fence, &unknown, "test-worker"), now)
-        .await
-        .unwrap();
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    rows::unknown(&ledger, &op.id, &worker, now + Duration::from_secs(60), now).await;
     drop(ledger);
     let out = run(
         &dir,

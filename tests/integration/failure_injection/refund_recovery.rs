@@ -18,9 +18,7 @@ use crate::support::{
 };
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{
-    Declined, LeaseHolder, LedgerError, Operation, Recorded, SharedLedger,
-};
+use payonce_shared::ledger::{Declined, LedgerError, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -245,25 +243,8 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     let payment = paid_payment(&ledger, &sim, "INV-RW5", "pm_card_visa").await;
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW5:1", 900).await;
     // The zombie claims with a short lease, reaches the processor, then stalls.
-    let zombie = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "zombie",
-                lease_ttl: Duration::from_millis(300),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&zombie)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let holder = rows::holder("zombie", Duration::from_millis(300));
+    let zombie = rows::executing(&ledger, &refund.id, &holder, now()).await;
     let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         &zombie,
@@ -326,36 +307,11 @@ async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_wit
     assert!(re.starts_with("re_"), "{theirs}");
 
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW9:1", 700).await;
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(claimed.id, refund.id);
-    let fence = Fence::of(&claimed);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: Some(re.clone()),
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&fence, &unknown, "w"), now())
-        .await
-        .unwrap();
+    let holder = rows::holder("w", Duration::from_millis(60_000));
+    let claimed = rows::claimed(&ledger, &refund.id, &holder, now()).await;
+    rows::start_submission(&ledger, &claimed, now()).await;
+    let unknown = rows::unknown_outcome("timeout", Some(&re), now());
+    rows::record(&ledger, &claimed, &unknown, "w", now()).await;
 
     let rec = reconciler::build(
         &ledger,
