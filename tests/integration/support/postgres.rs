@@ -319,3 +319,45 @@ fn only_this_suites_databases_older_than_the_limit_are_stale() {
         Some(1_700_000_000)
     );
 }
+
+/// Whether a database named `name` exists on the test server.
+async fn database_exists(name: &str) -> bool {
+    let mut conn = sqlx::PgConnection::connect(&admin_url().await)
+        .await
+        .expect("connect to the admin database");
+    let found: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.ok();
+    found == 1
+}
+
+#[test]
+fn a_test_database_is_dropped_when_its_test_ends_passing_or_panicking() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Passing: the handle goes out of scope at the end of the test.
+    let passed = runtime.block_on(async {
+        let database = fresh_database().await;
+        assert!(database_exists(&database.name).await);
+        database.name.clone()
+    });
+    assert!(!runtime.block_on(database_exists(&passed)), "{passed}");
+    // Panicking: the handle is dropped while the test unwinds.
+    let name = std::sync::Mutex::new(String::new());
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let database = fresh_database().await;
+            *name.lock().unwrap() = database.name.clone();
+            panic!("a failing test on {database}");
+        })
+    }));
+    assert!(failed.is_err());
+    let name = name.into_inner().unwrap();
+    assert!(!name.is_empty());
+    assert!(!runtime.block_on(database_exists(&name)), "{name}");
+}
