@@ -283,27 +283,20 @@ fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconcile
 async fn unknown(ledger: &SharedLedger, invoice: &str, reference: Option<&str>) -> Operation {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
     let c = rows::executing(
-        &ledger,
+        ledger,
         &op.id,
         &rows::holder("w", Duration::from_millis(600_000)),
         now(),
     )
     .await;
-    ledger
-        .record(
-            &recording(
-                &Fence::of(&c),
-                &Recorded::Unknown {
-                    reason: "test".into(),
-                    reference: reference.map(str::to_string),
-                    next_check_at: now() + Duration::from_secs(3600),
-                },
-                "w",
-            ),
-            now(),
-        )
-        .await
-        .unwrap()
+    rows::record(
+        ledger,
+        &c,
+        &rows::unknown_outcome("test", reference, now() + Duration::from_secs(3600)),
+        "w",
+        now(),
+    )
+    .await
 }
 
 /// Stores a signed notification of `items` as the api's Adyen route does.
@@ -718,7 +711,7 @@ async fn received_and_recorded(
 ) -> (Operation, String, Operation) {
     let op = ready_operation(ledger, invoice, "pm_card_processing", now()).await;
     let c = rows::executing(
-        &ledger,
+        ledger,
         &op.id,
         &rows::holder("w", Duration::from_millis(600_000)),
         now(),

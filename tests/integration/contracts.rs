@@ -131,7 +131,7 @@ async fn payonce_on(
         processes::advance_clock(sim, meanwhile).await;
     }
     let rec = reconciler::build_on(
-        &ledger,
+        ledger,
         processor,
         clock.clone(),
         "contract-reconciler",

@@ -93,7 +93,7 @@ async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, custom
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
     let c = rows::executing(
-        &ledger,
+        ledger,
         &op.id,
         &rows::holder("w", Duration::from_millis(600_000)),
         now(),

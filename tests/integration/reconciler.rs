@@ -75,7 +75,7 @@ async fn crashed_paying_with(
     // Claimed and marked at one instant: a slow machine cannot lapse the lease in between.
     let claimed_at = now();
     let claimed = rows::executing(
-        &ledger,
+        ledger,
         &op.id,
         &rows::holder("crashed-worker", CRASHED_LEASE),
         claimed_at,

@@ -12,12 +12,12 @@ use crate::support::reconciler;
 use crate::support::refunds::{create_refund, succeeded_payment};
 use crate::support::rows;
 use crate::support::{
-    self, KEY_SECRET, details, every_store, key_secret, recording, sqlite_ledger, tenant, wait_for,
+    self, KEY_SECRET, details, every_store, key_secret, sqlite_ledger, tenant, wait_for,
 };
 use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{Fence, NewApproval, NewOperation, Operation, Recorded, SharedLedger};
+use payonce_shared::ledger::{NewApproval, NewOperation, Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::processor::{ProcessorKind, Processors};
 use payonce_shared::state::Status;
@@ -86,27 +86,20 @@ async fn unknown(
 ) -> Operation {
     let op = approved(ledger, &created(ledger, tenant, invoice).await).await;
     let c = rows::executing(
-        &ledger,
+        ledger,
         &op.id,
         &rows::holder("w", Duration::from_secs(600)),
         now(),
     )
     .await;
-    ledger
-        .record(
-            &recording(
-                &Fence::of(&c),
-                &Recorded::Unknown {
-                    reason: "test".into(),
-                    reference: Some(reference.into()),
-                    next_check_at: now(),
-                },
-                "w",
-            ),
-            now(),
-        )
-        .await
-        .unwrap()
+    rows::record(
+        ledger,
+        &c,
+        &rows::unknown_outcome("test", Some(reference), now()),
+        "w",
+        now(),
+    )
+    .await
 }
 
 /// `payonce simulator ARGS` on a free port, answering its health probe; with its base URL.

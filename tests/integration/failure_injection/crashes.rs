@@ -65,7 +65,7 @@ async fn unknown_rows(
     for i in 0..n {
         let op = ready_operation(ledger, &format!("INV-FI9-{i}"), "pm_card_visa", now()).await;
         let c = rows::executing(
-            &ledger,
+            ledger,
             &op.id,
             &rows::holder("crashed-worker", Duration::from_secs(60)),
             now(),

@@ -31,7 +31,7 @@ pub async fn paid_payment(
 ) -> Operation {
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
     let c = rows::executing(
-        &ledger,
+        ledger,
         &op.id,
         &rows::holder("payer", Duration::from_millis(60_000)),
         now(),

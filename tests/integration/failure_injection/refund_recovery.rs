@@ -128,7 +128,7 @@ async fn crashed_refunding(
     submit: bool,
 ) {
     let c = rows::executing(
-        &ledger,
+        ledger,
         &refund.id,
         &rows::holder("crashed", Duration::from_millis(60_000)),
         now(),
@@ -147,7 +147,7 @@ async fn crashed_refunding(
         );
     }
     let unknown = rows::unknown_outcome("crash", None, now());
-    rows::record(&ledger, &c, &unknown, "crashed", now()).await;
+    rows::record(ledger, &c, &unknown, "crashed", now()).await;
 }
 
 #[tokio::test]
