@@ -5,11 +5,12 @@
 use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
-use crate::support::{self, details, key_secret, tenant};
+use crate::support::rows;
+use crate::support::{self, details, tenant};
 use payonce_shared::clock::{ManualClock, SystemClock};
 use payonce_shared::execution::submit::submit;
-use payonce_shared::id::{BusinessKey, IdempotencyKey};
-use payonce_shared::ledger::{NewApproval, NewOperation, Operation, SharedLedger};
+use payonce_shared::id::IdempotencyKey;
+use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_shared::processor::{Processor, SubmitOutcome, contract};
 use payonce_shared::state::Status;
@@ -41,35 +42,12 @@ async fn pair(contract: Contract, retention: Option<Duration>) -> (Simulator, Ar
 
 /// An approved payment of `amount` for `invoice`, in `ready`.
 async fn approved(ledger: &SharedLedger, invoice: &str, amount: i64) -> Operation {
+    let now = now();
     let d = details(invoice, amount, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now(),
-        )
+    let row = rows::created(ledger, &tenant(), invoice, d, now)
         .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now() + Duration::from_secs(3 * 86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap()
+        .operation;
+    rows::approved(ledger, &row, now + Duration::from_secs(3 * 86_400), now).await
 }
 
 /// Arms `fault` once for `op`'s key.

@@ -11,11 +11,12 @@ use crate::support::now;
 use crate::support::postgres::{TestDatabase, fresh_database};
 use crate::support::processes::{self, audit};
 use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
 use payonce_reconciler::Reconciler;
 use payonce_shared::clock::SystemClock;
 use payonce_shared::id::BusinessKey;
-use payonce_shared::ledger::{self, NewApproval, NewOperation, SharedLedger};
+use payonce_shared::ledger::{self, NewOperation, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
@@ -44,36 +45,17 @@ pub(crate) async fn create_and_approve_amount(
     invoice: &str,
     amount: i64,
 ) -> payonce_shared::ledger::Operation {
+    let now = now();
     let d = details(invoice, amount, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now(),
-        )
-        .await
-        .unwrap();
+    let created = rows::created(ledger, &tenant(), invoice, d, now).await;
     assert!(created.inserted, "a new row in this ledger");
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now() + Duration::from_secs(86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap()
+    rows::approved(
+        ledger,
+        &created.operation,
+        now + Duration::from_secs(86_400),
+        now,
+    )
+    .await
 }
 
 /// Worker passes until nothing is ready; how many operations they ran.

@@ -566,38 +566,12 @@ async fn approved_until(
     invoice: &str,
     expires_at: payonce_shared::clock::Timestamp,
 ) -> payonce_shared::id::OperationId {
-    use payonce_shared::id::BusinessKey;
-    use payonce_shared::ledger::{NewApproval, NewOperation};
+    let now = SystemClock.now();
     let d = crate::support::details(invoice, 2048, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &crate::support::key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            SystemClock.now(),
-        )
+    let row = rows::created(ledger, &tenant(), invoice, d, now)
         .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at,
-            },
-            SystemClock.now(),
-        )
-        .await
-        .unwrap();
-    created.operation.id
+        .operation;
+    rows::approved(ledger, &row, expires_at, now).await.id
 }
 
 /// A worker of `ledger` whose submissions go to `processor`, retrying what could not reach it after

@@ -17,7 +17,7 @@ use crate::support::{
 use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{NewApproval, NewOperation, Operation, SharedLedger};
+use payonce_shared::ledger::{NewOperation, Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::processor::{ProcessorKind, Processors};
 use payonce_shared::state::Status;
@@ -41,38 +41,15 @@ fn globex() -> TenantId {
 
 /// Creates an operation of `tenant` for `invoice` (awaiting approval).
 async fn created(ledger: &SharedLedger, tenant: &TenantId, invoice: &str) -> Operation {
-    ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant.clone(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                details(invoice, 2048, "pm_card_visa"),
-                "service:test".into(),
-            ),
-            now(),
-        )
+    let d = details(invoice, 2048, "pm_card_visa");
+    rows::created(ledger, tenant, invoice, d, now())
         .await
-        .unwrap()
         .operation
 }
 
 /// Approves `op`; returns it in `ready`.
 async fn approved(ledger: &SharedLedger, op: &Operation) -> Operation {
-    ledger
-        .approve(
-            &op.tenant,
-            NewApproval {
-                operation: op.id.clone(),
-                details_hash: op.details_hash.clone(),
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now() + Duration::from_secs(86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap()
+    rows::approved(ledger, op, now() + Duration::from_secs(86_400), now()).await
 }
 
 /// An operation of `tenant` whose submission may have reached its processor, recorded unknown

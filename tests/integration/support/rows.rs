@@ -5,15 +5,66 @@
 
 use super::{details, key_secret, recording, tenant};
 use payonce_shared::clock::Timestamp;
-use payonce_shared::id::{BusinessKey, OperationId};
+use payonce_shared::details::Details;
+use payonce_shared::id::{BusinessKey, OperationId, TenantId};
 use payonce_shared::ledger::{
-    Escalate, Fence, LeaseHolder, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
+    Created, Escalate, Fence, LeaseHolder, NewApproval, NewOperation, Operation, Recorded,
+    SharedLedger,
 };
 use payonce_shared::state::Status;
 use std::time::Duration;
 
-/// Creates and approves an operation for `invoice` (2048 usd, `payment_method`) at `now`; returns
-/// it in `ready`.
+/// Creates the payment of `invoice` that `details` describe for `tenant`, as the billing service
+/// does (keyed `invoice:{invoice}:pay`) at `now`: a new row in `awaiting_approval`, or the one
+/// already there ([`Created::inserted`] says which).
+pub async fn created(
+    ledger: &SharedLedger,
+    tenant: &TenantId,
+    invoice: &str,
+    details: Details,
+    now: Timestamp,
+) -> Created {
+    ledger
+        .create_or_get(
+            NewOperation::keyed(
+                &key_secret(),
+                tenant.clone(),
+                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+                details,
+                "service:test".into(),
+            ),
+            now,
+        )
+        .await
+        .unwrap()
+}
+
+/// Approves `row` as its customer does (its own details hash) at `now`, the approval valid until
+/// `expires_at`; the row in `ready`.
+pub async fn approved(
+    ledger: &SharedLedger,
+    row: &Operation,
+    expires_at: Timestamp,
+    now: Timestamp,
+) -> Operation {
+    ledger
+        .approve(
+            &row.tenant,
+            NewApproval {
+                operation: row.id.clone(),
+                details_hash: row.details_hash.clone(),
+                approved_by: "customer:cus_test".into(),
+                method: "test".into(),
+                expires_at,
+            },
+            now,
+        )
+        .await
+        .unwrap()
+}
+
+/// A payment of 2048 usd for `invoice` with `payment_method`, created and approved (for a day) at
+/// `now`: the row in `ready`.
 pub async fn ready(
     ledger: &SharedLedger,
     invoice: &str,
@@ -21,34 +72,8 @@ pub async fn ready(
     now: Timestamp,
 ) -> Operation {
     let d = details(invoice, 2048, payment_method);
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now,
-        )
-        .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now + Duration::from_secs(86_400),
-            },
-            now,
-        )
-        .await
-        .unwrap()
+    let row = created(ledger, &tenant(), invoice, d, now).await.operation;
+    approved(ledger, &row, now + Duration::from_secs(86_400), now).await
 }
 
 /// A worker's identity: `owner`, holding each lease `lease_ttl`.
