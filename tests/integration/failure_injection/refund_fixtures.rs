@@ -2,7 +2,7 @@
 //! approved refund operations of it, and the checks made on both sides (the simulator's refund audit
 //! and the ledger's row, totals and history).
 
-use super::fleet::successful_payments;
+use super::fleet::{assert_history_succeeded_once, successful_payments};
 use crate::support::now;
 use crate::support::refunds::create_refund;
 use crate::support::rows;
@@ -162,28 +162,7 @@ pub async fn assert_refunded_once(
         row.details.money().amount_minor(),
         "{id}"
     );
-    let events = ledger.events_unscoped(id).await.unwrap();
-    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
-    assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");
-    assert!(names.contains(&"approve"), "{id}: no approve in {names:?}");
-    assert!(
-        events.iter().any(|e| e.is_claim()),
-        "{id}: no claim in {names:?}"
-    );
-    let into_succeeded = events
-        .iter()
-        .filter(|e| e.to_status == "succeeded" && e.from_status.as_deref() != Some("succeeded"))
-        .count();
-    assert_eq!(
-        into_succeeded, 1,
-        "{id}: one move into succeeded: {names:?}"
-    );
-    assert_eq!(
-        events.last().unwrap().to_status,
-        "succeeded",
-        "{id}: {names:?}"
-    );
-    events
+    assert_history_succeeded_once(ledger, id).await
 }
 
 /// The ledger's totals for `payment` agree with the simulator: what succeeded in the ledger is what
