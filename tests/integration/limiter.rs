@@ -383,13 +383,7 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
         assert_eq!(per_op.get(id.as_str()), Some(&1), "{id} paid once");
     }
     assert_eq!(audit.len(), ids.len());
-    let refused: serde_json::Value =
-        reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let refused = processes::rate_limits(&sim).await;
     let total_429 = refused["total_429"].as_u64().unwrap();
     let m = worker.metrics();
     assert!(total_429 > 0, "the simulator refused some submissions");
@@ -423,16 +417,6 @@ async fn unknown_never_sent(
     op
 }
 
-async fn sim_requests(sim: &payonce_simulator::Simulator) -> u64 {
-    let v: serde_json::Value = reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["requests_total"].as_u64().unwrap()
-}
-
 #[tokio::test]
 async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check() {
     let (ledger, _url) = support::postgres_ledger().await;
@@ -447,10 +431,14 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
         c.lookup_permit_wait_max = Duration::from_millis(1);
         c.retry.limiter = spent.clone();
     });
-    let before = sim_requests(&sim).await;
+    let before = processes::requests_served(&sim).await;
     let report = rec.sweep_once(false).await.unwrap();
     assert_eq!(report.deferred, 1, "{report:?}");
-    assert_eq!(sim_requests(&sim).await, before, "no lookup was sent");
+    assert_eq!(
+        processes::requests_served(&sim).await,
+        before,
+        "no lookup was sent"
+    );
     assert!(spent.metrics().denied.get() >= 1);
     assert_eq!(
         ledger.get(&tenant(), &op.id).await.unwrap().status,

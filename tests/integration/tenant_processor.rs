@@ -389,24 +389,7 @@ fn stripe_delivery(event_id: &str, object: Value) -> (String, String) {
 
 /// A PaymentIntent created at the simulator directly for `op` (as the worker's request would).
 async fn paid_at_stripe(sim: &payonce_simulator::Simulator, op: &Operation) -> Value {
-    let form = [
-        ("amount", "2048".to_string()),
-        ("currency", "usd".to_string()),
-        ("customer", "cus_test".to_string()),
-        ("payment_method", "pm_card_visa".to_string()),
-        ("confirm", "true".to_string()),
-        ("off_session", "true".to_string()),
-        ("metadata[payonce_operation_id]", op.id.as_str().to_string()),
-    ];
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/payment_intents", sim.base_url()))
-        .bearer_auth("sk_test_payonce")
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
-    r.json().await.unwrap()
+    crate::support::processes::pay_directly(sim, &op.id, 2048, "cus_test").await
 }
 
 #[tokio::test]
