@@ -20,35 +20,8 @@ pub async fn succeeded_payment(
     now: Timestamp,
 ) -> Operation {
     let d = details(invoice, amount, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &crate::support::key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now,
-        )
-        .await
-        .unwrap()
-        .operation;
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now + Duration::from_secs(86_400),
-            },
-            now,
-        )
-        .await
-        .unwrap();
+    let created = rows::created(ledger, &tenant(), invoice, d, now).await.operation;
+    rows::approved(ledger, &created, now + Duration::from_secs(86_400), now).await;
     let worker = rows::holder("fixture", Duration::from_millis(30_000));
     let executing = rows::executing(ledger, &created.id, &worker, now).await;
     let succeeded = Recorded::Succeeded(Paid {
