@@ -47,6 +47,19 @@ async fn created(ledger: &SharedLedger, tenant: &TenantId, invoice: &str) -> Ope
         .operation
 }
 
+/// The Stripe adapter `stripe` and the Adyen adapter to `adyen_base`, each for its own operations.
+fn stripe_and_adyen(
+    stripe: Arc<dyn payonce_shared::processor::Processor>,
+    adyen_base: &str,
+) -> Processors {
+    Processors::single(stripe)
+        .with(
+            ProcessorKind::Adyen,
+            Arc::new(crate::adyen_adapter::adapter(adyen_base)),
+        )
+        .unwrap()
+}
+
 /// Approves `op`; returns it in `ready`.
 async fn approved(ledger: &SharedLedger, op: &Operation) -> Operation {
     rows::approved(ledger, op, now() + Duration::from_secs(86_400), now()).await
@@ -318,12 +331,7 @@ async fn an_operation_naming_a_processor_this_process_is_not_configured_for_is_n
 
     // The same worker configured for Adyen too pays the next one there, and Stripe still nothing.
     let adyen = crate::adyen_adapter::adyen_sim().await;
-    let both = Processors::single(stripe(&sim, None))
-        .with(
-            ProcessorKind::Adyen,
-            Arc::new(crate::adyen_adapter::adapter(&adyen.base)),
-        )
-        .unwrap();
+    let both = stripe_and_adyen(stripe(&sim, None), &adyen.base);
     let worker = Worker::with_processors(
         ledger.clone(),
         both,
@@ -411,13 +419,8 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
     let on_adyen = unknown(&ledger, &globex(), "INV-TP-WA", psp).await;
     assert_eq!(on_stripe.processor, Some(ProcessorKind::Stripe));
     assert_eq!(on_adyen.processor, Some(ProcessorKind::Adyen));
-    let processors = Processors::single(stripe(&sim, None))
-        .with(
-            ProcessorKind::Adyen,
-            // Never asked: Adyen's notifications are checked against the operation.
-            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
-        )
-        .unwrap();
+    // Never asked: Adyen's notifications are checked against the operation.
+    let processors = stripe_and_adyen(stripe(&sim, None), "http://127.0.0.1:9");
     let rec = reconciler::build_serving(
         &ledger,
         processors,
@@ -651,12 +654,10 @@ async fn no_api_key_sets_a_tenants_processor() {
 #[tokio::test]
 async fn the_reconciler_decides_under_the_contract_of_the_operations_own_processor() {
     let ledger = sqlite_ledger().await;
-    let processors = Processors::single(stripe(&simulator(SimulatorConfig::default()).await, None))
-        .with(
-            ProcessorKind::Adyen,
-            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
-        )
-        .unwrap();
+    let processors = stripe_and_adyen(
+        stripe(&simulator(SimulatorConfig::default()).await, None),
+        "http://127.0.0.1:9",
+    );
     let rec = reconciler::build_serving(
         &ledger,
         processors,
@@ -752,12 +753,7 @@ async fn a_payment_the_scan_finds_at_another_processor_than_its_rows_goes_to_a_h
     // Money for each at Stripe: only for the Adyen-bound one is that a contradiction.
     let wrong = paid_at_stripe(&sim, &on_adyen).await;
     let right = paid_at_stripe(&sim, &on_stripe).await;
-    let processors = Processors::single(stripe(&sim, None))
-        .with(
-            ProcessorKind::Adyen,
-            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
-        )
-        .unwrap();
+    let processors = stripe_and_adyen(stripe(&sim, None), "http://127.0.0.1:9");
     let rec = reconciler::build_serving(
         &ledger,
         processors,

@@ -20,7 +20,9 @@ pub async fn succeeded_payment(
     now: Timestamp,
 ) -> Operation {
     let d = details(invoice, amount, "pm_card_visa");
-    let created = rows::created(ledger, &tenant(), invoice, d, now).await.operation;
+    let created = rows::created(ledger, &tenant(), invoice, d, now)
+        .await
+        .operation;
     rows::approved(ledger, &created, now + Duration::from_secs(86_400), now).await;
     let worker = rows::holder("fixture", Duration::from_millis(30_000));
     let executing = rows::executing(ledger, &created.id, &worker, now).await;
