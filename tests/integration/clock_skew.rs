@@ -13,7 +13,6 @@ use payonce_shared::processor::{Processor, SubmitRequest};
 use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -146,14 +145,7 @@ fn gated(
 
 /// Every operation was paid exactly once at the processor, and its row says succeeded.
 async fn paid_once_each(ledger: &SharedLedger, sim: &Simulator, ops: &[Operation]) {
-    let mut per_op: HashMap<String, usize> = HashMap::new();
-    for p in audit(sim).await {
-        let id = p["metadata"]["payonce_operation_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        *per_op.entry(id).or_default() += 1;
-    }
+    let per_op = crate::support::processes::payments_per_operation(&audit(sim).await);
     for op in ops {
         assert_eq!(per_op.get(op.id.as_str()), Some(&1), "{} paid once", op.id);
         let row = ledger.get(&tenant(), &op.id).await.unwrap();

@@ -15,7 +15,6 @@ use payonce_shared::limiter::{
 use payonce_shared::state::Status;
 use payonce_simulator::{RateLimits, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -368,17 +367,7 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
         assert_eq!(op.attempt, 1, "{id}: a 429 is not a failed attempt");
     }
     let audit = processes::audit(&sim).await;
-    let mut per_op: HashMap<String, usize> = HashMap::new();
-    for p in &audit {
-        *per_op
-            .entry(
-                p["metadata"]["payonce_operation_id"]
-                    .as_str()
-                    .unwrap()
-                    .into(),
-            )
-            .or_default() += 1;
-    }
+    let per_op = processes::payments_per_operation(&audit);
     for id in &ids {
         assert_eq!(per_op.get(id.as_str()), Some(&1), "{id} paid once");
     }

@@ -58,17 +58,7 @@ async fn two_worker_processes_pay_each_of_500_operations_exactly_once() {
     assert!(processes::terminate(&mut b).await.success());
     let audit = processes::audit(&sim).await;
     assert_eq!(audit.len(), 500, "exactly 500 payments at the processor");
-    let mut per_op: HashMap<String, usize> = HashMap::new();
-    for p in &audit {
-        *per_op
-            .entry(
-                p["metadata"]["payonce_operation_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            )
-            .or_default() += 1;
-    }
+    let per_op = processes::payments_per_operation(&audit);
     for id in &ids {
         assert_eq!(per_op.get(id.as_str()), Some(&1), "{id} paid once");
     }

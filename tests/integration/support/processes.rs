@@ -33,6 +33,18 @@ pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
     .unwrap()
 }
 
+/// How many payments of `audit` name each operation (by metadata).
+pub fn payments_per_operation(
+    audit: &[serde_json::Value],
+) -> std::collections::HashMap<String, usize> {
+    let mut per_op = std::collections::HashMap::new();
+    for p in audit {
+        let id = p["metadata"]["payonce_operation_id"].as_str().unwrap();
+        *per_op.entry(id.to_string()).or_default() += 1;
+    }
+    per_op
+}
+
 /// Payments the simulator holds for one operation (by metadata).
 pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
     audit(sim)
