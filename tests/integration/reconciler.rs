@@ -2,6 +2,7 @@
 //! a retention window that closes, and two reconcilers racing.
 
 use crate::support::now;
+use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
@@ -299,10 +300,12 @@ struct PastTheWindow {
     rec: Reconciler,
     paid: Operation,
     never: Operation,
+    /// The database under `ledger`, dropped with it: bind it for as long as the test runs.
+    database: TestDatabase,
 }
 
 async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
-    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, database) = support::postgres_ledger_on_callers_clock().await;
     // A minute's retention on both sides (Stripe's 24 h would outlive the approval, which then
     // stops any resubmission on its own); both clocks are moved past it, nobody waits for it.
     let retention = Duration::from_secs(60);
@@ -336,13 +339,18 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
         rec,
         paid,
         never,
+        database,
     }
 }
 
 #[tokio::test]
 async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
     let PastTheWindow {
-        sim, paid, never, ..
+        sim,
+        paid,
+        never,
+        database: _db,
+        ..
     } = past_the_window(false).await;
     // The paid one is still found by lookup after the window.
     assert_eq!(paid.status, Status::Succeeded);
@@ -364,6 +372,7 @@ async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_land
         rec,
         paid,
         never,
+        database: _db,
     } = past_the_window(true).await;
     // The paid one must be found by lookup (a resubmit would pay twice); the other may be submitted once.
     assert_eq!(paid.status, Status::Succeeded);
