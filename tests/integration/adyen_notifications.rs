@@ -5,10 +5,13 @@
 
 use crate::adyen_adapter::{Op, adapter, adyen_sim};
 use crate::api::{ADYEN_HMAC_KEY, ADYEN_MERCHANT, spawn};
+use crate::support::now;
+use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::ledger::{Fence, LeaseHolder, Operation, Recorded, SharedLedger};
+use payonce_reconciler::Reconciler;
+use payonce_shared::clock::Timestamp;
+use payonce_shared::ledger::{Fence, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::adyen::webhook::{NotificationItem, decode_key, sign};
 use payonce_shared::processor::{Processor, SubmitOutcome};
 use payonce_shared::state::Status;
@@ -17,10 +20,6 @@ use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// A notification item for `reference` (the operation id), signed with `key_hex` unless `None`.
 pub(crate) fn item(
@@ -272,47 +271,32 @@ async fn the_simulators_notifications_reach_the_api_signed_as_python_verifies_th
 }
 
 fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
-    let mut config = ReconcilerConfig::new("rec-adyen");
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config)
+    reconciler::build(
+        ledger,
+        processor,
+        "rec-adyen",
+        reconciler::immediate_rechecks,
+    )
 }
 
 /// An operation whose submission reached Adyen and came back unknown, recorded with `reference`.
 async fn unknown(ledger: &SharedLedger, invoice: &str, reference: Option<&str>) -> Operation {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
-    ledger
-        .record(
-            &recording(
-                &Fence::of(&c),
-                &Recorded::Unknown {
-                    reason: "test".into(),
-                    reference: reference.map(str::to_string),
-                    next_check_at: now() + Duration::from_secs(3600),
-                },
-                "w",
-            ),
-            now(),
-        )
-        .await
-        .unwrap()
+    let c = rows::executing(
+        ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(600_000)),
+        now(),
+    )
+    .await;
+    rows::record(
+        ledger,
+        &c,
+        &rows::unknown_outcome("test", reference, now() + Duration::from_secs(3600)),
+        "w",
+        now(),
+    )
+    .await
 }
 
 /// Stores a signed notification of `items` as the api's Adyen route does.
@@ -726,23 +710,13 @@ async fn received_and_recorded(
     next_check_at: Timestamp,
 ) -> (Operation, String, Operation) {
     let op = ready_operation(ledger, invoice, "pm_card_processing", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
+    let c = rows::executing(
+        ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(600_000)),
+        now(),
+    )
+    .await;
     let outcome = payonce_shared::processor::operation::submit(p, &c).await;
     let SubmitOutcome::Unknown {
         reference: Some(psp),

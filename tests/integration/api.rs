@@ -64,6 +64,9 @@ pub struct TestApi {
     pub assertion_key: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The Postgres database under `ledger` when this API made it ([`spawn_on_postgres`]): dropped
+    /// with the API, after the fields above.
+    database: Option<crate::support::postgres::TestDatabase>,
 }
 
 /// One HTTP answer, fully read.
@@ -111,6 +114,12 @@ pub fn tenant() -> TenantId {
 /// Starts the API on `ledger` with a manual clock at [`T0_MS`].
 pub async fn spawn(ledger: SharedLedger) -> TestApi {
     spawn_with(ledger, |_| {}).await
+}
+
+/// Starts the API on a Postgres ledger of its own, dropped with the API.
+pub async fn spawn_on_postgres() -> TestApi {
+    let (ledger, database) = crate::support::postgres_ledger().await;
+    spawn(ledger).await.holding(database)
 }
 
 /// Starts the API with `tweak` applied to its config (listen and base URL are forced).
@@ -200,10 +209,17 @@ async fn spawn_full(
         assertion_key,
         stop: Some(stop),
         task: Some(task),
+        database: None,
     }
 }
 
 impl TestApi {
+    /// This API, keeping `database` (the one under its ledger) until it is dropped.
+    pub fn holding(mut self, database: crate::support::postgres::TestDatabase) -> Self {
+        self.database = Some(database);
+        self
+    }
+
     /// Sends a request with an optional bearer key and JSON body.
     pub async fn send(
         &self,

@@ -3,8 +3,9 @@
 //! The skewed clocks are the system clock plus or minus an offset, so time still runs.
 
 use crate::support::processes::{self, Hooked, SubmitHook, audit, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
+use payonce_reconciler::Reconciler;
 use payonce_shared::clock::{Clock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::{LeaseHolder, Operation, SharedLedger};
 use payonce_shared::metrics::Exposition;
@@ -12,7 +13,6 @@ use payonce_shared::processor::{Processor, SubmitRequest};
 use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -90,10 +90,13 @@ fn reconciler_on(
     processor: Arc<dyn Processor>,
     clock: SharedClock,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new("reconciler-skewed");
-    config.retry = WorkerConfig::new("reconciler-skewed").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    Reconciler::new(ledger.clone(), processor, clock, config)
+    reconciler::build_on(
+        ledger,
+        processor,
+        clock,
+        "reconciler-skewed",
+        reconciler::quick_rechecks,
+    )
 }
 
 /// A worker with a short lease, renewed often.
@@ -142,14 +145,7 @@ fn gated(
 
 /// Every operation was paid exactly once at the processor, and its row says succeeded.
 async fn paid_once_each(ledger: &SharedLedger, sim: &Simulator, ops: &[Operation]) {
-    let mut per_op: HashMap<String, usize> = HashMap::new();
-    for p in audit(sim).await {
-        let id = p["metadata"]["payonce_operation_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        *per_op.entry(id).or_default() += 1;
-    }
+    let per_op = crate::support::processes::payments_per_operation(&audit(sim).await);
     for op in ops {
         assert_eq!(per_op.get(op.id.as_str()), Some(&1), "{} paid once", op.id);
         let row = ledger.get(&tenant(), &op.id).await.unwrap();
@@ -162,7 +158,7 @@ async fn paid_once_each(ledger: &SharedLedger, sim: &Simulator, ops: &[Operation
 /// claims and pays every operation, and reports the drift.
 #[tokio::test]
 async fn a_worker_ten_minutes_behind_claims_and_pays() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut ops = Vec::new();
     for i in 0..20 {

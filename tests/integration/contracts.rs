@@ -2,13 +2,15 @@
 //! naive retry with the same key pays twice (or believes the wrong payment), shown on the
 //! simulator itself; then payonce's worker and reconciler on the same case, paying once.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
-use crate::support::{self, details, key_secret, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
+use crate::support::reconciler;
+use crate::support::rows;
+use crate::support::{self, details, tenant};
+use payonce_shared::clock::{ManualClock, SystemClock};
 use payonce_shared::execution::submit::submit;
-use payonce_shared::id::{BusinessKey, IdempotencyKey};
-use payonce_shared::ledger::{NewApproval, NewOperation, Operation, SharedLedger};
+use payonce_shared::id::IdempotencyKey;
+use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_shared::processor::{Processor, SubmitOutcome, contract};
 use payonce_shared::state::Status;
@@ -19,10 +21,6 @@ use std::time::Duration;
 
 /// Longest one submission of these tests may take.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// The simulator running `contract` with `retention`, and the Stripe adapter declaring the same.
 async fn pair(contract: Contract, retention: Option<Duration>) -> (Simulator, Arc<dyn Processor>) {
@@ -44,35 +42,12 @@ async fn pair(contract: Contract, retention: Option<Duration>) -> (Simulator, Ar
 
 /// An approved payment of `amount` for `invoice`, in `ready`.
 async fn approved(ledger: &SharedLedger, invoice: &str, amount: i64) -> Operation {
+    let now = now();
     let d = details(invoice, amount, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now(),
-        )
+    let row = rows::created(ledger, &tenant(), invoice, d, now)
         .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now() + Duration::from_secs(3 * 86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap()
+        .operation;
+    rows::approved(ledger, &row, now + Duration::from_secs(3 * 86_400), now).await
 }
 
 /// Arms `fault` once for `op`'s key.
@@ -133,11 +108,16 @@ async fn payonce_on(
     if !meanwhile.is_zero() {
         processes::advance_clock(sim, meanwhile).await;
     }
-    let mut config = ReconcilerConfig::new("contract-reconciler");
-    config.retry = WorkerConfig::new("contract-reconciler").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    config.retention_margin = Duration::from_millis(200);
-    let rec = Reconciler::new(ledger.clone(), processor, clock.clone(), config);
+    let rec = reconciler::build_on(
+        ledger,
+        processor,
+        clock.clone(),
+        "contract-reconciler",
+        |c| {
+            reconciler::quick_rechecks(c);
+            c.retention_margin = Duration::from_millis(200);
+        },
+    );
     support::wait_for("reconciled", Duration::from_secs(20), || async {
         rec.sweep_once(false).await.unwrap();
         clock.advance(Duration::from_secs(1));
@@ -303,12 +283,7 @@ async fn no_lookup_past_the_retention_a_retry_pays_again_and_payonce_asks_a_huma
         "the retry says why it is safe: {history:?}"
     );
     // Nothing to scan without a list: the sweep does not ask.
-    let rec = Reconciler::new(
-        ledger.clone(),
-        processor.clone(),
-        Arc::new(SystemClock),
-        ReconcilerConfig::new("scan-check"),
-    );
+    let rec = reconciler::build(&ledger, processor.clone(), "scan-check", |_| {});
     assert!(rec.sweep_once(false).await.unwrap().scan.is_none());
 
     let again = naive_retry(&sim, processor.as_ref(), &naive, "drop_after_commit", past).await;

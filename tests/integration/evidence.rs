@@ -3,10 +3,12 @@
 //! real HTTP), checks amount, currency, customer and operation id against the operation, and applies
 //! only what the processor holds. Money that moved without an approval is the loudest alert.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_reconciler::Reconciler;
 use payonce_shared::id::{BusinessKey, OperationId};
 use payonce_shared::ledger::{
     Applied, ApplyReport, Cancel, Declined, LeaseHolder, LedgerError, NewOperation, Operation,
@@ -18,23 +20,21 @@ use payonce_shared::processor::Processor;
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::state::Status;
 use payonce_shared::webhooks;
-use payonce_simulator::{Simulator, SimulatorConfig};
+use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
 const SECRET: &str = "whsec_evidence_test";
 
-fn now() -> Timestamp {
-    SystemClock.now()
-}
-
 fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconciler {
-    let mut config = ReconcilerConfig::new("rec-evidence");
     // Short backoff: a deferred hint is due again at once in these tests (the clock is real).
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    Reconciler::new(ledger.clone(), processor, Arc::new(SystemClock), config)
+    reconciler::build(
+        ledger,
+        processor,
+        "rec-evidence",
+        reconciler::immediate_rechecks,
+    )
 }
 
 /// A signed delivery of `event_type` about `object` (as a forger with the secret, or Stripe).
@@ -65,53 +65,17 @@ async fn deliver(
     .unwrap()
 }
 
-/// Creates a PaymentIntent at the simulator directly (someone else's request, or Stripe's record of
-/// ours), naming `op` in its metadata; returns the object.
-async fn pay_at_processor(sim: &Simulator, op: &OperationId, amount: i64, customer: &str) -> Value {
-    let form = [
-        ("amount", amount.to_string()),
-        ("currency", "usd".to_string()),
-        ("customer", customer.to_string()),
-        ("payment_method", "pm_card_visa".to_string()),
-        ("confirm", "true".to_string()),
-        ("off_session", "true".to_string()),
-        ("metadata[payonce_operation_id]", op.as_str().to_string()),
-    ];
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/payment_intents", sim.base_url()))
-        .bearer_auth("sk_test_payonce")
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
-    r.json().await.unwrap()
-}
-
 /// An executing operation whose submission reached the processor (the response is not recorded):
 /// the worker still holds its lease.
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
     let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(600_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(600_000)),
+        now(),
+    )
+    .await;
     (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
 }
 
@@ -131,13 +95,13 @@ async fn metrics_of(rec: &Reconciler, ledger: &SharedLedger) -> String {
 
 #[tokio::test]
 async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
 
     // A genuine payment: the hint is stored, nothing changes until the object is retrieved.
     let (paid, attempt) = executing(&ledger, "INV-E1").await;
-    let pi = pay_at_processor(&sim, &paid.id, 2048, "cus_test").await;
+    let pi = processes::pay_directly(&sim, &paid.id, 2048, "cus_test").await;
     let pi_id = pi["id"].as_str().unwrap().to_string();
     let genuine = delivery("evt_e1", "payment_intent.succeeded", slim(&pi));
     let first = deliver(&ledger, &genuine).await;
@@ -257,7 +221,7 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     // A real object naming the operation but not its approved details (amount 1): both facts, a
     // human, and the worker's record is fenced.
     let (odd, odd_attempt) = executing(&ledger, "INV-E3").await;
-    let wrong = pay_at_processor(&sim, &odd.id, 1, "cus_test").await;
+    let wrong = processes::pay_directly(&sim, &odd.id, 1, "cus_test").await;
     deliver(
         &ledger,
         &delivery("evt_e3", "payment_intent.succeeded", slim(&wrong)),
@@ -291,7 +255,7 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
     );
     // Another customer's payment carrying the operation id: the same.
     let (other, _) = executing(&ledger, "INV-E4").await;
-    let theirs = pay_at_processor(&sim, &other.id, 2048, "cus_someone_else").await;
+    let theirs = processes::pay_directly(&sim, &other.id, 2048, "cus_someone_else").await;
     deliver(
         &ledger,
         &delivery("evt_e4", "payment_intent.succeeded", slim(&theirs)),
@@ -319,10 +283,10 @@ async fn a_webhook_is_a_hint_applied_only_from_the_retrieved_object() {
 
 #[tokio::test]
 async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E5").await;
-    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    let pi = processes::pay_directly(&sim, &op.id, 2048, "cus_test").await;
     deliver(
         &ledger,
         &delivery("evt_e5", "payment_intent.succeeded", slim(&pi)),
@@ -411,7 +375,7 @@ async fn a_payment_nobody_approved_needs_attention_loudly_on_every_store() {
         // Still awaiting approval, and money moved.
         let waiting = unapproved(&ledger, "INV-E7").await;
         for (i, op) in [&cancelled, &waiting].into_iter().enumerate() {
-            let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+            let pi = processes::pay_directly(&sim, &op.id, 2048, "cus_test").await;
             let event_id = format!("evt_e6_{i}_{}", ledger.store());
             let outcome = deliver(
                 &ledger,
@@ -512,16 +476,12 @@ async fn the_ledger_keeps_a_payment_reported_for_a_cancelled_unapproved_operatio
 
 #[tokio::test]
 async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     // Unknown outcome; the processor holds a payment carrying the operation id, for amount 1.
     let (op, attempt) = executing(&ledger, "INV-E9").await;
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now(),
-    };
+    let unknown = rows::unknown_outcome("timeout", None, now());
     ledger
         .record(
             &recording(
@@ -536,7 +496,7 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
         )
         .await
         .unwrap();
-    let wrong = pay_at_processor(&sim, &op.id, 1, "cus_test").await;
+    let wrong = processes::pay_directly(&sim, &op.id, 1, "cus_test").await;
     // And one whose payment is the approved one: a dry run names it by its summary only (on-call
     // output never carries the client secret).
     let (fine, fine_attempt) = executing(&ledger, "INV-E10").await;
@@ -554,7 +514,7 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
         )
         .await
         .unwrap();
-    pay_at_processor(&sim, &fine.id, 2048, "cus_test").await;
+    processes::pay_directly(&sim, &fine.id, 2048, "cus_test").await;
     let dry = rec.sweep_once(true).await.unwrap();
     let actions = dry.actions.join("\n");
     assert!(actions.contains("Record(Succeeded"), "{actions}");
@@ -720,10 +680,10 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
 #[tokio::test]
 async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
     use payonce_shared::limiter::{Budget, Decision, Limiter, LocalLimiter, Rates};
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E9").await;
-    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    let pi = processes::pay_directly(&sim, &op.id, 2048, "cus_test").await;
     deliver(
         &ledger,
         &delivery("evt_e9", "payment_intent.succeeded", slim(&pi)),
@@ -739,22 +699,21 @@ async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
         burst: 1,
     }));
     assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
-    let mut config = ReconcilerConfig::new("rec-evidence-limited");
-    config.lookup_permit_wait_max = Duration::from_millis(1);
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    config.retry.limiter = spent.clone();
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build(
+        &ledger,
         processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
+        "rec-evidence-limited",
+        |c| {
+            c.lookup_permit_wait_max = Duration::from_millis(1);
+            reconciler::immediate_rechecks(c);
+            c.retry.limiter = spent.clone();
+        },
     );
-    let requests_before = sim_requests(&sim).await;
+    let requests_before = processes::requests_served(&sim).await;
     let pass = rec.check_hints_once().await.unwrap();
     assert_eq!((pass.deferred, pass.applied), (1, 0), "{pass:?}");
     assert_eq!(
-        sim_requests(&sim).await,
+        processes::requests_served(&sim).await,
         requests_before,
         "no retrieval was sent"
     );
@@ -774,29 +733,18 @@ async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
     sim.shutdown().await;
 }
 
-/// Requests the simulator has served (its audit of limits).
-async fn sim_requests(sim: &Simulator) -> u64 {
-    let v: Value = reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["requests_total"].as_u64().unwrap()
-}
-
 /// An unknown operation whose stored reference names another operation's payment: the lookup by
 /// reference retrieves it, and the same rule as a webhook's (`evidence::report_of`) sends the
 /// operation to a human with both facts, instead of deferring the check forever.
 #[tokio::test]
 async fn a_lookup_finding_another_operations_payment_by_reference_needs_attention() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     let (op, attempt) = executing(&ledger, "INV-E11").await;
     // The same amount, currency and customer: only the operation it belongs to differs.
     let other = OperationId::generate();
-    let theirs = pay_at_processor(&sim, &other, 2048, "cus_test").await;
+    let theirs = processes::pay_directly(&sim, &other, 2048, "cus_test").await;
     let pi = theirs["id"].as_str().unwrap();
     let unknown = Recorded::Unknown {
         reason: "timeout".into(),
@@ -846,7 +794,7 @@ async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_ob
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     let named = unapproved(&ledger, "INV-E12").await;
     let (owner, _) = executing(&ledger, "INV-E13").await;
-    let pi = pay_at_processor(&sim, &owner.id, 2048, "cus_test").await;
+    let pi = processes::pay_directly(&sim, &owner.id, 2048, "cus_test").await;
     let mut misnamed = slim(&pi);
     misnamed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
     let events_before = ledger.events_unscoped(&named.id).await.unwrap().len();
@@ -890,7 +838,7 @@ async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_ob
         "{outcome}"
     );
     // An object carrying an operation id this ledger does not have: nothing is applied anywhere.
-    let foreign = pay_at_processor(&sim, &OperationId::generate(), 2048, "cus_test").await;
+    let foreign = processes::pay_directly(&sim, &OperationId::generate(), 2048, "cus_test").await;
     let mut misnamed = slim(&foreign);
     misnamed["metadata"]["payonce_operation_id"] = json!(named.id.as_str());
     deliver(
@@ -920,10 +868,10 @@ async fn a_webhook_naming_the_wrong_operation_is_applied_to_the_operation_the_ob
 /// processor read; its duplicate too. The backlog gauge says what is left.
 #[tokio::test]
 async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E10").await;
-    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
+    let pi = processes::pay_directly(&sim, &op.id, 2048, "cus_test").await;
     let rec = reconciler(&ledger, processes::stripe(&sim, None));
     deliver(
         &ledger,
@@ -943,10 +891,14 @@ async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
         &delivery("evt_e10b", "payment_intent.succeeded", slim(&pi)),
     )
     .await;
-    let requests_before = sim_requests(&sim).await;
+    let requests_before = processes::requests_served(&sim).await;
     let second = rec.check_hints_once().await.unwrap();
     assert_eq!((second.known, second.applied), (1, 0), "{second:?}");
-    assert_eq!(sim_requests(&sim).await, requests_before, "no retrieval");
+    assert_eq!(
+        processes::requests_served(&sim).await,
+        requests_before,
+        "no retrieval"
+    );
     let metrics = metrics_of(&rec, &ledger).await;
     assert!(
         metrics.contains("payonce_webhook_hint_backlog 0"),
@@ -966,7 +918,7 @@ async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
     .await;
     let third = rec.check_hints_once().await.unwrap();
     assert_eq!(third.known, 0, "{third:?}");
-    assert!(sim_requests(&sim).await > requests_before);
+    assert!(processes::requests_served(&sim).await > requests_before);
     sim.shutdown().await;
 }
 
@@ -977,17 +929,17 @@ async fn a_hint_the_row_already_agrees_with_costs_no_processor_read() {
 async fn a_backlog_of_several_batches_is_checked_in_one_pass() {
     const BATCH: u32 = 4;
     const HINTS: u32 = 3 * BATCH + 1;
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E11").await;
-    let pi = pay_at_processor(&sim, &op.id, 2048, "cus_test").await;
-    let mut config = ReconcilerConfig::new("rec-evidence");
-    config.batch_size = BATCH;
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let pi = processes::pay_directly(&sim, &op.id, 2048, "cus_test").await;
+    let rec = reconciler::build(
+        &ledger,
         processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
+        "rec-evidence",
+        |c| {
+            c.batch_size = BATCH;
+        },
     );
     deliver(
         &ledger,
@@ -1029,10 +981,14 @@ async fn a_backlog_of_several_batches_is_checked_in_one_pass() {
         )
         .await;
     }
-    let requests_before = sim_requests(&sim).await;
+    let requests_before = processes::requests_served(&sim).await;
     let pass = rec.check_hints_once().await.unwrap();
     assert_eq!(pass.known, HINTS, "{pass:?}");
-    assert_eq!(sim_requests(&sim).await, requests_before, "no read");
+    assert_eq!(
+        processes::requests_served(&sim).await,
+        requests_before,
+        "no read"
+    );
     assert_eq!(ledger.processor_event_backlog().await.unwrap().0, 0);
     sim.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! One conformance suite, run against every store (Postgres and SQLite), plus the Postgres
 //! concurrency tests the design depends on.
 
+use crate::support::rows;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{BusinessKey, OperationId, TenantId};
@@ -131,7 +132,7 @@ fn the_log_check_refuses_a_move_the_table_does_not_allow() {
 #[tokio::test]
 async fn the_ledgers_time_is_the_servers_on_postgres_and_the_callers_on_sqlite() {
     use payonce_shared::clock::{Clock, SystemClock};
-    let postgres = support::postgres_ledger().await.0;
+    let (postgres, _db) = support::postgres_ledger().await;
     let off = at(T0);
     let before = SystemClock.now();
     let server = postgres.now(off).await.unwrap();
@@ -143,7 +144,7 @@ async fn the_ledgers_time_is_the_servers_on_postgres_and_the_callers_on_sqlite()
         "{server} not within [{before}, {after}] (± {slack:?})"
     );
     assert_eq!(support::sqlite_ledger().await.now(off).await.unwrap(), off);
-    let by_hand = support::postgres_ledger_on_callers_clock().await.0;
+    let (by_hand, _by_hand_db) = support::postgres_ledger_on_callers_clock().await;
     assert_eq!(by_hand.now(off).await.unwrap(), off);
 }
 
@@ -693,11 +694,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
             .claim_to_submit(&holder("w"), 1, at(T0))
             .await
             .unwrap();
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
         ledger
             .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 1))
             .await
@@ -782,23 +779,11 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
 async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-5", "pm_card_visa", at(T0)).await;
-        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
-                .await
-                .unwrap(),
-            [true]
-        );
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
-        ledger
-            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
-            .await
-            .unwrap();
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0)).await;
+        assert_eq!(executing.attempt, 1);
+        rows::start_submission(&ledger, &executing, at(T0 + 1)).await;
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
+        rows::record(&ledger, &executing, &unknown, "w", at(T0 + 2)).await;
         // The reconciler retries with the same key under its own lease; that request is refused.
         let c = ledger
             .claim_unknown(
@@ -890,14 +875,9 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
 async fn reports_apply_in_any_order_and_contradictions_keep_both_facts() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-6", "pm_card_visa", at(T0)).await;
-        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
-                .await
-                .unwrap(),
-            [true]
-        );
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0)).await;
+        assert_eq!(executing.attempt, 1);
+        rows::start_submission(&ledger, &executing, at(T0 + 1)).await;
         // The webhook beats the worker.
         let ok = Report::Succeeded(Paid {
             reference: "pi_9".into(),
@@ -1200,7 +1180,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
 
 #[tokio::test]
 async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     for i in 0..1_000 {
         ready_operation(&ledger, &format!("INV-C{i}"), "pm_card_visa", at(T0)).await;
     }
@@ -1234,7 +1214,7 @@ async fn postgres_sixteen_claimers_never_claim_a_row_twice() {
 
 #[tokio::test]
 async fn postgres_fifty_concurrent_create_or_get_make_one_row() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let ledger = ledger.clone();
@@ -1288,7 +1268,7 @@ async fn autocommit_writes_are_committed(ledger: &SharedLedger, url: &str, prefi
 
 #[tokio::test]
 async fn postgres_a_stale_attempt_cannot_overwrite_a_newer_one() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-Z", "pm_card_visa", at(T0)).await;
     ledger.claim(&holder("zombie"), 1, at(T0)).await.unwrap();
     let expired = ledger.expired_leases(at(T0 + LEASE_MS), 10).await.unwrap();
@@ -1654,7 +1634,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
 async fn postgres_renewal_racing_batched_writes_never_deadlocks() {
     // Renewal locks every row its owner holds; batches lock theirs. Before both locked in id order
     // they deadlocked: Postgres killed one after deadlock_timeout and the renewal failed.
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let mut ops = Vec::new();
     for i in 0..200 {
         ops.push(ready_operation(&ledger, &format!("INV-R{i}"), "pm_card_visa", at(T0)).await);
@@ -1811,7 +1791,7 @@ async fn postgres_racing_proofs_and_requests_each_win_once() {
     use payonce_shared::ledger::verification::{
         CodeAttempt, LinkOrigin, NewLink, NoticeLimit, UsedNonce,
     };
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let op = ledger
         .create_or_get(new_op("INV-V3", 2048), at(T0))
         .await
@@ -1959,23 +1939,11 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
 
         // An earlier attempt submitted: giving the lease back leaves the outcome unknown, due for a
         // check at once.
-        ledger.claim(&holder("w"), 1, at(T0 + 3)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 2)], at(T0 + 4))
-                .await
-                .unwrap(),
-            [true]
-        );
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
-        ledger
-            .record(&recording(&fence(&op.id, 2), &unknown, "w"), at(T0 + 5))
-            .await
-            .unwrap();
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0 + 3)).await;
+        assert_eq!(executing.attempt, 2);
+        rows::start_submission(&ledger, &executing, at(T0 + 4)).await;
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
+        rows::record(&ledger, &executing, &unknown, "w", at(T0 + 5)).await;
         let c = ledger
             .claim_unknown(
                 &ClaimUnknown {
@@ -2051,23 +2019,11 @@ async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
 async fn an_unknown_outcome_is_deferred_then_escalated_and_logged_as_legal_moves() {
     for_each_store(|ledger| async move {
         let op = ready_operation(&ledger, "INV-DEF-1", "pm_card_visa", at(T0)).await;
-        ledger.claim(&holder("w"), 1, at(T0)).await.unwrap();
-        assert_eq!(
-            ledger
-                .mark_submitting(&[fence(&op.id, 1)], at(T0 + 1))
-                .await
-                .unwrap(),
-            [true]
-        );
-        let unknown = Recorded::Unknown {
-            reason: "timeout".into(),
-            reference: None,
-            next_check_at: at(T0 + 100),
-        };
-        ledger
-            .record(&recording(&fence(&op.id, 1), &unknown, "w"), at(T0 + 2))
-            .await
-            .unwrap();
+        let executing = rows::claimed(&ledger, &op.id, &holder("w"), at(T0)).await;
+        assert_eq!(executing.attempt, 1);
+        rows::start_submission(&ledger, &executing, at(T0 + 1)).await;
+        let unknown = rows::unknown_outcome("timeout", None, at(T0 + 100));
+        rows::record(&ledger, &executing, &unknown, "w", at(T0 + 2)).await;
         let due = ledger.due_for_check(at(T0 + 100), 10).await.unwrap();
         assert_eq!(due.iter().map(|o| &o.id).collect::<Vec<_>>(), vec![&op.id]);
         ledger

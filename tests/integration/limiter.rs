@@ -5,16 +5,16 @@
 //! Keys on the shared Redis (127.0.0.1:6379) carry a prefix per test run; they expire on their own.
 
 use crate::support::processes;
-use crate::support::{self, ready_operation, recording, tenant, wait_for};
+use crate::support::reconciler;
+use crate::support::rows;
+use crate::support::{self, ready_operation, tenant, wait_for};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::limiter::{
     Budget, Decision, Limiter, Rates, RedisLimiter, RedisLimiterConfig, acquire,
 };
 use payonce_shared::state::Status;
 use payonce_simulator::{RateLimits, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -367,28 +367,12 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
         assert_eq!(op.attempt, 1, "{id}: a 429 is not a failed attempt");
     }
     let audit = processes::audit(&sim).await;
-    let mut per_op: HashMap<String, usize> = HashMap::new();
-    for p in &audit {
-        *per_op
-            .entry(
-                p["metadata"]["payonce_operation_id"]
-                    .as_str()
-                    .unwrap()
-                    .into(),
-            )
-            .or_default() += 1;
-    }
+    let per_op = processes::payments_per_operation(&audit);
     for id in &ids {
         assert_eq!(per_op.get(id.as_str()), Some(&1), "{id} paid once");
     }
     assert_eq!(audit.len(), ids.len());
-    let refused: serde_json::Value =
-        reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let refused = processes::rate_limits(&sim).await;
     let total_429 = refused["total_429"].as_u64().unwrap();
     let m = worker.metrics();
     assert!(total_429 > 0, "the simulator refused some submissions");
@@ -411,70 +395,39 @@ async fn unknown_never_sent(
 ) -> payonce_shared::ledger::Operation {
     let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "crashed-worker",
-                lease_ttl: Duration::from_secs(60),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id);
-    assert_eq!(
-        ledger.mark_submitting(&[Fence::of(&c)], now).await.unwrap(),
-        [true]
-    );
-    let unknown = payonce_shared::ledger::Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now,
-    };
-    ledger
-        .record(&recording(&Fence::of(&c), &unknown, "crashed-worker"), now)
-        .await
-        .unwrap();
+    rows::unknown(
+        ledger,
+        &op.id,
+        &rows::holder("crashed-worker", Duration::from_secs(60)),
+        now,
+        now,
+    )
+    .await;
     op
-}
-
-async fn sim_requests(sim: &payonce_simulator::Simulator) -> u64 {
-    let v: serde_json::Value = reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["requests_total"].as_u64().unwrap()
 }
 
 #[tokio::test]
 async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check() {
-    use payonce_reconciler::{Reconciler, ReconcilerConfig};
     let (ledger, _url) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let op = unknown_never_sent(&ledger, "INV-LK1").await;
 
     // The fleet limiter has no read permit to give within the wait bound: deferred, nothing sent.
-    let mut config = ReconcilerConfig::new("rec-limited");
-    config.retry = WorkerConfig::new("rec-limited").submit;
-    config.check_backoff_base = Duration::from_millis(20);
-    config.lookup_permit_wait_max = Duration::from_millis(1);
     let spent = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
     assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
-    config.retry.limiter = spent.clone();
-    let rec = Reconciler::new(
-        ledger.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
-    let before = sim_requests(&sim).await;
+    let rec = reconciler::build(&ledger, processes::stripe(&sim, None), "rec-limited", |c| {
+        c.check_backoff_base = Duration::from_millis(20);
+        c.lookup_permit_wait_max = Duration::from_millis(1);
+        c.retry.limiter = spent.clone();
+    });
+    let before = processes::requests_served(&sim).await;
     let report = rec.sweep_once(false).await.unwrap();
     assert_eq!(report.deferred, 1, "{report:?}");
-    assert_eq!(sim_requests(&sim).await, before, "no lookup was sent");
+    assert_eq!(
+        processes::requests_served(&sim).await,
+        before,
+        "no lookup was sent"
+    );
     assert!(spent.metrics().denied.get() >= 1);
     assert_eq!(
         ledger.get(&tenant(), &op.id).await.unwrap().status,
@@ -487,15 +440,9 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
         serde_json::json!([{ "match": "*", "fault": "rate_limit_429" }]),
     )
     .await;
-    let mut config = ReconcilerConfig::new("rec-429");
-    config.retry = WorkerConfig::new("rec-429").submit;
-    config.check_backoff_base = Duration::from_millis(20);
-    let rec = Reconciler::new(
-        ledger.clone(),
-        processes::stripe(&sim, None),
-        Arc::new(SystemClock),
-        config,
-    );
+    let rec = reconciler::build(&ledger, processes::stripe(&sim, None), "rec-429", |c| {
+        c.check_backoff_base = Duration::from_millis(20);
+    });
     let deferred = wait_for("a sweep that checks the operation", DEADLINE, || async {
         let r = rec.sweep_once(false).await.unwrap();
         (r.deferred > 0).then_some(r)

@@ -7,23 +7,22 @@
 //! --once` process.
 
 use crate::failure_injection::refund_fixtures::{approved_refund, refund_audit};
-use crate::support::postgres::fresh_database;
+use crate::support::now;
+use crate::support::postgres::{TestDatabase, fresh_database};
 use crate::support::processes::{self, audit};
+use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_reconciler::Reconciler;
+use payonce_shared::clock::SystemClock;
 use payonce_shared::id::BusinessKey;
-use payonce_shared::ledger::{self, NewApproval, NewOperation, SharedLedger};
+use payonce_shared::ledger::{self, NewOperation, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 const INVOICE: &str = "INV-2048";
 
@@ -46,36 +45,17 @@ pub(crate) async fn create_and_approve_amount(
     invoice: &str,
     amount: i64,
 ) -> payonce_shared::ledger::Operation {
+    let now = now();
     let d = details(invoice, amount, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now(),
-        )
-        .await
-        .unwrap();
+    let created = rows::created(ledger, &tenant(), invoice, d, now).await;
     assert!(created.inserted, "a new row in this ledger");
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now() + Duration::from_secs(86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap()
+    rows::approved(
+        ledger,
+        &created.operation,
+        now + Duration::from_secs(86_400),
+        now,
+    )
+    .await
 }
 
 /// Worker passes until nothing is ready; how many operations they ran.
@@ -125,14 +105,9 @@ pub(crate) fn scanning_reconciler(
     sim: &Simulator,
     name: &str,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new(name);
-    config.key_secret = Some(key_secret());
-    Reconciler::new(
-        ledger.clone(),
-        processes::stripe(sim, None),
-        Arc::new(SystemClock),
-        config,
-    )
+    reconciler::build(ledger, processes::stripe(sim, None), name, |c| {
+        c.key_secret = Some(key_secret());
+    })
 }
 
 /// `pg_dump` of `url` as plain SQL.
@@ -149,8 +124,8 @@ pub(crate) fn backup(url: &str) -> Vec<u8> {
     out.stdout
 }
 
-/// A new database loaded from `dump`; its URL.
-pub(crate) async fn restore(dump: &[u8]) -> String {
+/// A new database loaded from `dump`, dropped with the handle returned.
+pub(crate) async fn restore(dump: &[u8]) -> TestDatabase {
     let url = fresh_database().await;
     let path = std::env::temp_dir().join(format!(
         "payonce-backup-{}.sql",
@@ -158,7 +133,7 @@ pub(crate) async fn restore(dump: &[u8]) -> String {
     ));
     std::fs::write(&path, dump).unwrap();
     let out = Command::new("psql")
-        .args(["-q", "-v", "ON_ERROR_STOP=1", "--dbname", &url, "-f"])
+        .args(["-q", "-v", "ON_ERROR_STOP=1", "--dbname", url.url(), "-f"])
         .arg(&path)
         .output()
         .expect("run psql");
@@ -203,7 +178,7 @@ async fn a_restored_ledger_pays_the_same_intention_once_and_the_sweep_names_the_
     // (tokio's Command: the simulator answers on this test's runtime while the sweep runs.)
     let out = tokio::process::Command::new(support::payonce_bin())
         .args(["reconciler", "sweep", "--once"])
-        .env("PAYONCE_DATABASE_URL", &first)
+        .env("PAYONCE_DATABASE_URL", first.url())
         .env("PAYONCE_PROCESSOR_URL", sim.base_url())
         .env("PAYONCE_KEY_SECRET", KEY_SECRET)
         .env("RUST_LOG", "warn")
@@ -286,7 +261,8 @@ async fn the_scan_walks_again_the_period_a_restored_watermark_covers() {
     assert_eq!((live.scanned, live.findings()), (1, 0));
 
     // The restored ledger's watermark is the backup's, before the payment: found.
-    let restored = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let restored_db = restore(&dump).await;
+    let restored = ledger::connect(&restored_db, 4).await.unwrap();
     let found = rec(&restored)
         .sweep_once(false)
         .await
@@ -494,7 +470,8 @@ async fn a_refund_the_restored_ledger_lost_is_recreated_from_its_payment_and_rep
     assert_eq!(refunded.status, Status::Succeeded);
     let reference = refunded.external_ref.clone().unwrap();
 
-    let restored = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let restored_db = restore(&dump).await;
+    let restored = ledger::connect(&restored_db, 4).await.unwrap();
     let rec = scanning_reconciler(&restored, &sim, "refund-scan-rec");
     let scan = rec.sweep_once(false).await.unwrap().scan.unwrap();
     assert_eq!(
@@ -627,7 +604,8 @@ async fn past_the_key_retention_the_check_before_submission_pays_each_business_k
         .unwrap()
     };
     // The same intention re-driven on a ledger restored from before it: recorded, not paid again.
-    let same = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let same_db = restore(&dump).await;
+    let same = ledger::connect(&same_db, 4).await.unwrap();
     let again = create_and_approve(&same).await;
     assert_eq!(checking(&same).run_once().await.unwrap(), 1);
     let row = same.get(&tenant(), &again.id).await.unwrap();
@@ -637,7 +615,8 @@ async fn past_the_key_retention_the_check_before_submission_pays_each_business_k
     );
 
     // Other details under the paid business key: a human decides, nothing is submitted.
-    let other = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let other_db = restore(&dump).await;
+    let other = ledger::connect(&other_db, 4).await.unwrap();
     let created = create_and_approve_amount(&other, INVOICE, 4096).await;
     assert_eq!(checking(&other).run_once().await.unwrap(), 1);
     let row = other.get(&tenant(), &created.id).await.unwrap();

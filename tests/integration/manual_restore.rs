@@ -200,7 +200,8 @@ async fn a_recomputed_resend_after_a_restore_pays_once_and_names_the_first_payme
         .unwrap();
 
     // The restore loses the row; upstream re-sends the invoice with a recomputed total, approved.
-    let restored = ledger::connect(&restore(&dump).await, 4).await.unwrap();
+    let restored_db = restore(&dump).await;
+    let restored = ledger::connect(&restored_db, 4).await.unwrap();
     let resent = create_and_approve_amount(&restored, "INV-4903", 2049).await;
     assert_eq!(resent.id, first.id, "the id names the business action");
     assert_eq!(

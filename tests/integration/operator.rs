@@ -3,9 +3,9 @@
 //! the fix where one is known, and `config show` output that cannot poison a config file.
 
 use crate::serve::{free_port, payonce, scratch};
-use crate::support::{ready_operation, recording, tenant};
+use crate::support::rows;
+use crate::support::{ready_operation, tenant};
 use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::{Fence, LeaseHolder, Recorded};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -439,28 +439,8 @@ async fn the_cli_records_an_on_call_actor_as_the_console_does() {
     let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
     let now = SystemClock.now();
     let op = ready_operation(&ledger, "INV-39", "pm_card_visa", now).await;
-    let holder = LeaseHolder {
-        owner: "test-worker",
-        lease_ttl: Duration::from_secs(30),
-    };
-    let attempt = ledger.claim(&holder, 1, now).await.unwrap()[0].attempt;
-    let fence = Fence {
-        id: op.id.clone(),
-        attempt,
-    };
-    ledger
-        .mark_submitting(std::slice::from_ref(&fence), now)
-        .await
-        .unwrap();
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now + Duration::from_secs(60),
-    };
-    ledger
-        .record(&recording(&fence, &unknown, "test-worker"), now)
-        .await
-        .unwrap();
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    rows::unknown(&ledger, &op.id, &worker, now + Duration::from_secs(60), now).await;
     drop(ledger);
     let out = run(
         &dir,
@@ -586,38 +566,12 @@ async fn approved_until(
     invoice: &str,
     expires_at: payonce_shared::clock::Timestamp,
 ) -> payonce_shared::id::OperationId {
-    use payonce_shared::id::BusinessKey;
-    use payonce_shared::ledger::{NewApproval, NewOperation};
+    let now = SystemClock.now();
     let d = crate::support::details(invoice, 2048, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &crate::support::key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            SystemClock.now(),
-        )
+    let row = rows::created(ledger, &tenant(), invoice, d, now)
         .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at,
-            },
-            SystemClock.now(),
-        )
-        .await
-        .unwrap();
-    created.operation.id
+        .operation;
+    rows::approved(ledger, &row, expires_at, now).await.id
 }
 
 /// A worker of `ledger` whose submissions go to `processor`, retrying what could not reach it after

@@ -2,10 +2,11 @@
 //! duplicate or reordered webhook reports, lookups and worker records against a real ledger (SQLite
 //! in memory, for speed) converging to one final state with one success.
 
+use crate::support::rows;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{ApplyReport, LeaseHolder, Paid, Recorded, Report, SharedLedger};
+use payonce_shared::ledger::{ApplyReport, Paid, Recorded, Report, SharedLedger};
 use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -127,11 +128,7 @@ async fn apply(
                 .map(drop)
         }
         Step::WorkerRecordsUnknown => {
-            let r = Recorded::Unknown {
-                reason: "answer lost".into(),
-                reference: None,
-                next_check_at: at,
-            };
+            let r = rows::unknown_outcome("answer lost", None, at);
             ledger
                 .record(&recording(&fence, &r, "worker-prop"), at)
                 .await
@@ -151,25 +148,13 @@ fn run_interleaving(steps: &[Step]) -> (Status, (Status, Option<String>, usize))
         let ledger = sqlite_ledger().await;
         let t0 = Timestamp::from_millis(1_800_000_000_000);
         let op = ready_operation(&ledger, "INV-PROP", "pm_card_visa", t0).await;
-        let claimed = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "worker-prop",
-                    lease_ttl: Duration::from_secs(60),
-                },
-                1,
-                t0,
-            )
-            .await
-            .unwrap()
-            .remove(0);
-        assert_eq!(
-            ledger
-                .mark_submitting(&[Fence::of(&claimed)], t0)
-                .await
-                .unwrap(),
-            [true]
-        );
+        let claimed = rows::executing(
+            &ledger,
+            &op.id,
+            &rows::holder("worker-prop", Duration::from_secs(60)),
+            t0,
+        )
+        .await;
         for (i, step) in steps.iter().enumerate() {
             apply(
                 &ledger,

@@ -1,10 +1,14 @@
 //! The reconciler against real Postgres and the simulator: every sweep path, webhooks in any order,
 //! a retention window that closes, and two reconcilers racing.
 
+use crate::support::now;
+use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SystemClock, Timestamp};
+use payonce_shared::clock::{ManualClock, Timestamp};
 use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Operation, SharedLedger};
 use payonce_shared::processor::Processor;
@@ -16,31 +20,20 @@ use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn now() -> Timestamp {
-    SystemClock.now()
-}
-
 /// Test limits: quick re-checks, the given retention margin.
-fn config(name: &str, margin: Duration) -> ReconcilerConfig {
-    let mut config = ReconcilerConfig::new(name);
-    config.retry = WorkerConfig::new(name).submit;
-    config.check_backoff_base = Duration::from_millis(50);
+fn limits(config: &mut ReconcilerConfig, margin: Duration) {
+    reconciler::quick_rechecks(config);
     config.retention_margin = margin;
-    config
 }
 
-fn reconciler(
+/// A reconciler on the wall clock with [`limits`].
+fn with_margin(
     ledger: &SharedLedger,
     processor: Arc<dyn Processor>,
     name: &str,
     margin: Duration,
 ) -> Reconciler {
-    Reconciler::new(
-        ledger.clone(),
-        processor,
-        Arc::new(SystemClock),
-        config(name, margin),
-    )
+    reconciler::build(ledger, processor, name, |c| limits(c, margin))
 }
 
 /// The wall clock moved `ahead` into the future: a reconciler on it, over a ledger on its callers'
@@ -82,26 +75,13 @@ async fn crashed_paying_with(
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
     // Claimed and marked at one instant: a slow machine cannot lapse the lease in between.
     let claimed_at = now();
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "crashed-worker",
-                lease_ttl: CRASHED_LEASE,
-            },
-            1,
-            claimed_at,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(claimed.id, op.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed)], claimed_at)
-            .await
-            .unwrap(),
-        [true]
-    );
+    let claimed = rows::executing(
+        ledger,
+        &op.id,
+        &rows::holder("crashed-worker", CRASHED_LEASE),
+        claimed_at,
+    )
+    .await;
     if submit {
         processes::arm_faults(sim, serde_json::json!([{"match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
         let outcome = payonce_shared::execution::submit::submit(
@@ -149,9 +129,9 @@ async fn converge_on(
 
 #[tokio::test]
 async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_key() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
+    let rec = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec",
@@ -159,25 +139,13 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
     );
     // Paid but the response was lost: found by lookup.
     let paid = ready_operation(&ledger, "INV-R1", "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        &ledger,
+        &paid.id,
+        &rows::holder("w", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     processes::arm_faults(
         &sim,
         serde_json::json!([{"match": paid.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
@@ -194,44 +162,21 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         c.attempt,
         now().saturating_sub_span(Duration::from_secs(10)),
     );
-    ledger
-        .record(&recording(&Fence::of(&c), &recorded, "w"), now())
-        .await
-        .unwrap();
+    rows::record(&ledger, &c, &recorded, "w", now()).await;
     assert_eq!(
         ledger.get(&tenant(), &paid.id).await.unwrap().status,
         Status::Unknown
     );
     // Never submitted although recorded as started: not found, window open, same-key retry.
     let lost = ready_operation(&ledger, "INV-R2", "pm_card_visa", now()).await;
-    let c2 = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c2)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = payonce_shared::ledger::Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&Fence::of(&c2), &unknown, "w"), now())
-        .await
-        .unwrap();
+    rows::unknown(
+        &ledger,
+        &lost.id,
+        &rows::holder("w", Duration::from_millis(60_000)),
+        now(),
+        now(),
+    )
+    .await;
 
     let dry = rec.sweep_once(true).await.unwrap();
     assert!(dry.dry_run && dry.actions.len() >= 2, "{dry:?}");
@@ -269,20 +214,21 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
 
 #[tokio::test]
 async fn expired_leases_split_on_submission_and_processing_payments_are_polled() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig {
         processing_settle: Duration::from_millis(600),
         ..Default::default()
     })
     .await;
     // The reconciler's clock runs past the 100 ms lease: no waiting for it to lapse.
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build_on(
+        &ledger,
         processes::stripe(&sim, None),
         Arc::new(AheadClock {
             ahead: Duration::from_secs(1),
         }),
-        config("rec", Duration::from_secs(60)),
+        "rec",
+        |c| limits(c, Duration::from_secs(60)),
     );
     let a = ready_operation(&ledger, "INV-L1", "pm_card_visa", now()).await;
     let b = ready_operation(
@@ -354,10 +300,12 @@ struct PastTheWindow {
     rec: Reconciler,
     paid: Operation,
     never: Operation,
+    /// The database under `ledger`, dropped with it: bind it for as long as the test runs.
+    database: TestDatabase,
 }
 
 async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, database) = support::postgres_ledger_on_callers_clock().await;
     // A minute's retention on both sides (Stripe's 24 h would outlive the approval, which then
     // stops any resubmission on its own); both clocks are moved past it, nobody waits for it.
     let retention = Duration::from_secs(60);
@@ -372,8 +320,6 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
         Some(payonce_shared::processor::contract::Consistency::ReadAfterWrite),
         "the policy only acts on a read-after-write consistent lookup"
     );
-    let mut config = config("rec", Duration::from_millis(200));
-    config.resubmit_after_window = resubmit_after_window;
     let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
     let never = crashed_mid_flight(&ledger, &sim, "INV-W2", false).await;
     // Past the window for both sides: the simulator has forgotten the keys, the reconciler knows it.
@@ -381,7 +327,10 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     let clock = ManualClock::new(now());
     clock.advance(past);
     processes::advance_clock(&sim, past).await;
-    let rec = Reconciler::new(ledger.clone(), processor, clock.clone(), config);
+    let rec = reconciler::build_on(&ledger, processor, clock.clone(), "rec", |c| {
+        limits(c, Duration::from_millis(200));
+        c.resubmit_after_window = resubmit_after_window;
+    });
     let paid = converge_on(&ledger, &rec, &clock, &paid).await;
     let never = converge_on(&ledger, &rec, &clock, &never).await;
     PastTheWindow {
@@ -390,13 +339,18 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
         rec,
         paid,
         never,
+        database,
     }
 }
 
 #[tokio::test]
 async fn a_closed_retention_window_goes_to_a_human_never_to_a_second_payment() {
     let PastTheWindow {
-        sim, paid, never, ..
+        sim,
+        paid,
+        never,
+        database: _db,
+        ..
     } = past_the_window(false).await;
     // The paid one is still found by lookup after the window.
     assert_eq!(paid.status, Status::Succeeded);
@@ -418,6 +372,7 @@ async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_land
         rec,
         paid,
         never,
+        database: _db,
     } = past_the_window(true).await;
     // The paid one must be found by lookup (a resubmit would pay twice); the other may be submitted once.
     assert_eq!(paid.status, Status::Succeeded);
@@ -450,30 +405,18 @@ async fn after_the_window_the_resubmit_policy_pays_once_and_only_what_never_land
 
 #[tokio::test]
 async fn two_reconcilers_racing_pay_each_operation_once() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let mut ops = Vec::new();
     for i in 0..40 {
         let op = ready_operation(&ledger, &format!("INV-RR{i}"), "pm_card_visa", now()).await;
-        let c = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "w",
-                    lease_ttl: Duration::from_millis(60_000),
-                },
-                1,
-                now(),
-            )
-            .await
-            .unwrap()
-            .remove(0);
-        assert_eq!(
-            ledger
-                .mark_submitting(&[Fence::of(&c)], now())
-                .await
-                .unwrap(),
-            [true]
-        );
+        let c = rows::executing(
+            &ledger,
+            &op.id,
+            &rows::holder("w", Duration::from_millis(60_000)),
+            now(),
+        )
+        .await;
         if i % 2 == 0 {
             // Half reached the processor before the worker vanished.
             let _ = payonce_shared::execution::submit::submit(
@@ -483,24 +426,17 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
             )
             .await;
         }
-        let unknown = payonce_shared::ledger::Recorded::Unknown {
-            reason: "crash".into(),
-            reference: None,
-            next_check_at: now(),
-        };
-        ledger
-            .record(&recording(&Fence::of(&c), &unknown, "w"), now())
-            .await
-            .unwrap();
+        let unknown = rows::unknown_outcome("crash", None, now());
+        rows::record(&ledger, &c, &unknown, "w", now()).await;
         ops.push(op);
     }
-    let r1 = reconciler(
+    let r1 = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec-shared",
         Duration::from_secs(60),
     );
-    let r2 = reconciler(
+    let r2 = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec-shared",
@@ -533,9 +469,9 @@ fn signed(secret: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
+    let rec = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec",
@@ -659,9 +595,9 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
 
 #[tokio::test]
 async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let rec = reconciler(
+    let rec = with_margin(
         &ledger,
         processes::stripe(&sim, None),
         "rec",
@@ -669,25 +605,13 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
     );
     let t0 = now();
     let op = ready_operation(&ledger, "INV-AGE", "pm_card_visa", t0).await;
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(100),
-            },
-            1,
-            t0,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed)], t0)
-            .await
-            .unwrap(),
-        [true]
-    );
+    let claimed = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(100)),
+        t0,
+    )
+    .await;
     let lease = ledger
         .expired_leases(t0 + Duration::from_millis(1_000), 10)
         .await
@@ -743,18 +667,20 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
 
 #[tokio::test]
 async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_failed() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let mut config = config("rec", Duration::from_secs(60));
-    config.check_backoff_base = Duration::from_secs(2);
     // The reconciler's clock runs past the crashed worker's lease: no waiting for it to lapse.
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build_on(
+        &ledger,
         processes::stripe(&sim, None),
         Arc::new(AheadClock {
             ahead: CRASHED_LEASE + Duration::from_millis(100),
         }),
-        config,
+        "rec",
+        |c| {
+            limits(c, Duration::from_secs(60));
+            c.check_backoff_base = Duration::from_secs(2);
+        },
     );
     // Declined at the processor, the response lost, the worker gone.
     let declined =
@@ -870,44 +796,25 @@ impl Processor for GatedLookups {
 /// lease is dropped.
 #[tokio::test]
 async fn the_sweep_lease_admits_one_reconciler_at_a_time() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let op = ready_operation(&ledger, "INV-LEASE", "pm_card_visa", now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = payonce_shared::ledger::Recorded::Unknown {
-        reason: "crash".into(),
-        reference: None,
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&Fence::of(&c), &unknown, "w"), now())
-        .await
-        .unwrap();
+    let c = rows::executing(
+        &ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
+    let unknown = rows::unknown_outcome("crash", None, now());
+    rows::record(&ledger, &c, &unknown, "w", now()).await;
 
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
     let gate = Arc::new(tokio::sync::Notify::new());
     let p1 = Arc::new(GatedLookups::new(entered_tx.clone(), Some(gate.clone())));
     // No gate for the second: if it swept without the lease it would look up and write at once.
     let p2 = Arc::new(GatedLookups::new(entered_tx, None));
-    let r1 = reconciler(&ledger, p1.clone(), "rec-one", Duration::from_secs(60));
-    let r2 = reconciler(&ledger, p2.clone(), "rec-two", Duration::from_secs(60));
+    let r1 = with_margin(&ledger, p1.clone(), "rec-one", Duration::from_secs(60));
+    let r2 = with_margin(&ledger, p2.clone(), "rec-two", Duration::from_secs(60));
 
     let holder = tokio::spawn(async move { r1.sweep_once(false).await });
     // rec-one holds the sweep lease and is mid-sweep, waiting on its lookup.

@@ -7,6 +7,7 @@
 // Test harness: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+use crate::support::now;
 use crate::support::processes::{simulator, stripe};
 use crate::support::{ready_operation, sqlite_ledger};
 use payonce_reconciler::evidence::{differences, report_of};
@@ -18,25 +19,12 @@ use payonce_shared::processor::{
     FoundStatus, LookupOutcome, Processor, Retrieved, SubmitOutcome, operation,
 };
 use payonce_simulator::SimulatorConfig;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+use std::time::Duration;
 
 /// A paid payment operation (2048 usd) and its `pi_...`.
 async fn paid(p: &dyn Processor, invoice: &str, payment_method: &str) -> (Operation, String) {
     let ledger = sqlite_ledger().await;
-    let mut op = ready_operation(
-        &ledger,
-        invoice,
-        payment_method,
-        Timestamp::from_millis(now()),
-    )
-    .await;
+    let mut op = ready_operation(&ledger, invoice, payment_method, now()).await;
     let SubmitOutcome::Succeeded { reference, .. } = operation::submit(p, &op).await else {
         panic!("the payment is paid")
     };
@@ -107,7 +95,13 @@ async fn a_refund_operation_is_submitted_found_and_checked_as_a_refund() {
         }
     }
     // The payment's own lookup still finds the payment, not the refund.
-    match operation::lookup(p.as_ref(), &payment, Timestamp::from_millis(now() - 60_000)).await {
+    match operation::lookup(
+        p.as_ref(),
+        &payment,
+        now().saturating_sub_span(Duration::from_secs(60)),
+    )
+    .await
+    {
         LookupOutcome::Found { reference, .. } => assert_eq!(reference, pi),
         other => panic!("{other:?}"),
     }

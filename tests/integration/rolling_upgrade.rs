@@ -7,10 +7,10 @@
 //! lease back. Each test has a database of its own; the shared server is never stopped.
 
 use crate::serve::{free_port, get, payonce, scratch};
-use crate::support::postgres::{fresh_database, migrated_database};
+use crate::support::postgres::{TestDatabase, fresh_database, migrated_database};
 use crate::support::processes::{arm_faults, payments_for, simulator, stripe};
+use crate::support::reconciler;
 use crate::support::{KEY_SECRET, postgres_ledger, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::{Clock, SystemClock};
 use payonce_shared::ledger::schema::SCHEMA_CHECK_INTERVAL;
 use payonce_shared::ledger::{Role, SCHEMA_FAILURE_UNREADY};
@@ -18,7 +18,6 @@ use payonce_simulator::{Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::process::Child;
 
@@ -52,8 +51,8 @@ async fn ready(base: &str) -> u16 {
     get(&format!("{base}/readyz")).await.0
 }
 
-/// The URL of a migrated Postgres database of its own, and a service key of the test tenant in it.
-async fn database_with_service_key() -> (String, String) {
+/// A migrated Postgres database of its own, and a service key of the test tenant in it.
+async fn database_with_service_key() -> (TestDatabase, String) {
     let (ledger, url) = postgres_ledger().await;
     let key = payonce_api::create_api_key(
         ledger.as_ref(),
@@ -218,7 +217,7 @@ async fn a_serving_process_on_an_empty_database_refuses_with_the_sentence_and_cr
         let out = tokio::time::timeout(
             DEADLINE,
             payonce(&dir, &args)
-                .env("PAYONCE_DATABASE_URL", &url)
+                .env("PAYONCE_DATABASE_URL", url.url())
                 .env("PAYONCE_KEY_SECRET", KEY_SECRET)
                 .env("PAYONCE_PROCESSOR_URL", "http://127.0.0.1:9")
                 .output(),
@@ -291,7 +290,7 @@ async fn a_serving_process_runs_beside_expand_steps_and_refuses_a_contract_it_pr
     let out = tokio::time::timeout(
         DEADLINE,
         payonce(&dir, &["api", "--listen", "127.0.0.1:0"])
-            .env("PAYONCE_DATABASE_URL", &url)
+            .env("PAYONCE_DATABASE_URL", url.url())
             .env("PAYONCE_KEY_SECRET", KEY_SECRET)
             .output(),
     )
@@ -399,9 +398,9 @@ async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
     .await
     .expect("the failing reconciler opens the ledger");
     let reconciler = |ledger: payonce_shared::ledger::SharedLedger, owner: &str| {
-        let mut config = ReconcilerConfig::new(owner);
-        config.sweep_lease_ttl = Duration::from_secs(60);
-        Reconciler::new(ledger, stripe(&sim, None), Arc::new(SystemClock), config)
+        reconciler::build(&ledger, stripe(&sim, None), owner, |c| {
+            c.sweep_lease_ttl = Duration::from_secs(60);
+        })
     };
     let failing_rec = reconciler(failing.clone(), "rec-failing");
     let healthy_rec = reconciler(ledger.clone(), "rec-healthy");

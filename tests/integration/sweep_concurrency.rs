@@ -2,21 +2,18 @@
 //! every one is still resolved exactly once, with one fenced write per step and one payment each,
 //! and a concurrency of zero is taken as one rather than sweeping nothing.
 
+use crate::support::now;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
 use crate::support::{self, ready_operation, tenant};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_reconciler::Reconciler;
+use payonce_shared::clock::{Clock, Timestamp};
 use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::WorkerConfig;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 /// The reconciler's clock, this far ahead of the wall clock: the crashed leases have lapsed for it
 /// (its ledgers are on their callers' clocks: `support::postgres_ledger_on_callers_clock`).
@@ -50,14 +47,12 @@ fn reconciler(
     sim: &payonce_simulator::Simulator,
     concurrency: usize,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec").submit;
-    config.concurrency = concurrency;
-    Reconciler::new(
-        ledger.clone(),
+    reconciler::build_on(
+        ledger,
         processes::stripe(sim, None),
         Arc::new(Ahead(Duration::from_secs(1))),
-        config,
+        "rec",
+        |c| c.concurrency = concurrency,
     )
 }
 
@@ -97,7 +92,7 @@ async fn crashed_after_marking(
 
 #[tokio::test]
 async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // One crashed worker held them all with a submission recorded; the even ones reached the
     // processor (response dropped), the odd ones never left.
@@ -164,7 +159,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
 
 #[tokio::test]
 async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let op = ready_operation(&ledger, "INV-Z1", "pm_card_visa", now()).await;
     let claimed = ledger
@@ -201,10 +196,8 @@ async fn a_sweep_concurrency_of_zero_still_sweeps_one_at_a_time() {
 /// the sweep's concurrency), and every operation is still moved and resolved once, on both stores.
 #[tokio::test]
 async fn a_sweep_writes_more_rows_than_one_group_holds() {
-    let stores = [
-        support::postgres_ledger_on_callers_clock().await.0,
-        support::sqlite_ledger().await,
-    ];
+    let (postgres, _db) = support::postgres_ledger_on_callers_clock().await;
+    let stores = [postgres, support::sqlite_ledger().await];
     for ledger in stores {
         sweep_in_groups(&ledger, 10).await;
     }
@@ -226,14 +219,12 @@ async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: u
         );
     }
 
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec").submit;
-    config.write_batch = 2;
-    let report = Reconciler::new(
-        ledger.clone(),
+    let report = reconciler::build_on(
+        ledger,
         processes::stripe(&sim, None),
         Arc::new(Ahead(Duration::from_secs(1))),
-        config,
+        "rec",
+        |c| c.write_batch = 2,
     )
     .sweep_once(false)
     .await

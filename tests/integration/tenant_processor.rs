@@ -6,18 +6,18 @@
 use crate::adyen_notifications::{deliver, item};
 use crate::api::{ADYEN_HMAC_KEY, spawn};
 use crate::serve::{free_port, payonce, scratch};
+use crate::support::now;
 use crate::support::processes::{simulator, stripe};
+use crate::support::reconciler;
 use crate::support::refunds::{create_refund, succeeded_payment};
+use crate::support::rows;
 use crate::support::{
-    self, KEY_SECRET, details, every_store, key_secret, recording, sqlite_ledger, tenant, wait_for,
+    self, KEY_SECRET, details, every_store, key_secret, sqlite_ledger, tenant, wait_for,
 };
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_shared::clock::SystemClock;
 use payonce_shared::id::{BusinessKey, TenantId};
 use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{
-    Fence, LeaseHolder, NewApproval, NewOperation, Operation, Recorded, SharedLedger,
-};
+use payonce_shared::ledger::{NewOperation, Operation, SharedLedger};
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::processor::{ProcessorKind, Processors};
 use payonce_shared::state::Status;
@@ -35,48 +35,34 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// The Stripe webhook secret of the in-process tests.
 const STRIPE_SECRET: &str = "whsec_tenant_processor_test";
 
-fn now() -> Timestamp {
-    SystemClock.now()
-}
-
 fn globex() -> TenantId {
     TenantId::parse("globex").unwrap()
 }
 
 /// Creates an operation of `tenant` for `invoice` (awaiting approval).
 async fn created(ledger: &SharedLedger, tenant: &TenantId, invoice: &str) -> Operation {
-    ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant.clone(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                details(invoice, 2048, "pm_card_visa"),
-                "service:test".into(),
-            ),
-            now(),
-        )
+    let d = details(invoice, 2048, "pm_card_visa");
+    rows::created(ledger, tenant, invoice, d, now())
         .await
-        .unwrap()
         .operation
+}
+
+/// The Stripe adapter `stripe` and the Adyen adapter to `adyen_base`, each for its own operations.
+fn stripe_and_adyen(
+    stripe: Arc<dyn payonce_shared::processor::Processor>,
+    adyen_base: &str,
+) -> Processors {
+    Processors::single(stripe)
+        .with(
+            ProcessorKind::Adyen,
+            Arc::new(crate::adyen_adapter::adapter(adyen_base)),
+        )
+        .unwrap()
 }
 
 /// Approves `op`; returns it in `ready`.
 async fn approved(ledger: &SharedLedger, op: &Operation) -> Operation {
-    ledger
-        .approve(
-            &op.tenant,
-            NewApproval {
-                operation: op.id.clone(),
-                details_hash: op.details_hash.clone(),
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now() + Duration::from_secs(86_400),
-            },
-            now(),
-        )
-        .await
-        .unwrap()
+    rows::approved(ledger, op, now() + Duration::from_secs(86_400), now()).await
 }
 
 /// An operation of `tenant` whose submission may have reached its processor, recorded unknown
@@ -89,38 +75,21 @@ async fn unknown(
     reference: &str,
 ) -> Operation {
     let op = approved(ledger, &created(ledger, tenant, invoice).await).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_secs(600),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id, "the fixture claims its own operation only");
-    ledger
-        .mark_submitting(&[Fence::of(&c)], now())
-        .await
-        .unwrap();
-    ledger
-        .record(
-            &recording(
-                &Fence::of(&c),
-                &Recorded::Unknown {
-                    reason: "test".into(),
-                    reference: Some(reference.into()),
-                    next_check_at: now(),
-                },
-                "w",
-            ),
-            now(),
-        )
-        .await
-        .unwrap()
+    let c = rows::executing(
+        ledger,
+        &op.id,
+        &rows::holder("w", Duration::from_secs(600)),
+        now(),
+    )
+    .await;
+    rows::record(
+        ledger,
+        &c,
+        &rows::unknown_outcome("test", Some(reference), now()),
+        "w",
+        now(),
+    )
+    .await
 }
 
 /// `payonce simulator ARGS` on a free port, answering its health probe; with its base URL.
@@ -226,7 +195,7 @@ async fn each_tenant_pays_once_on_its_own_processor_and_a_switch_keeps_older_ope
 
     // One worker, configured for Stripe (its default) and Adyen beside it.
     let mut worker = payonce(&dir, &["worker"])
-        .env("PAYONCE_DATABASE_URL", &url)
+        .env("PAYONCE_DATABASE_URL", url.url())
         .env("PAYONCE_KEY_SECRET", KEY_SECRET)
         .env("PAYONCE_PROCESSOR_URL", &stripe_base)
         .env("PAYONCE_ADYEN_URL", &adyen_base)
@@ -340,9 +309,9 @@ async fn an_operation_naming_a_processor_this_process_is_not_configured_for_is_n
 
     // An unknown outcome on Adyen is never looked up or retried on Stripe: a human sees why.
     let doubt = unknown(&ledger, &globex(), "INV-TP-NC2", "ADYENPSP00000001").await;
-    let mut config = ReconcilerConfig::new("rec-stripe-only");
-    config.lookup_permit_wait_max = Duration::from_secs(1);
-    let rec = Reconciler::new(ledger.clone(), stripe_only, Arc::new(SystemClock), config);
+    let rec = reconciler::build(&ledger, stripe_only, "rec-stripe-only", |c| {
+        c.lookup_permit_wait_max = Duration::from_secs(1);
+    });
     let requests_before = sim_requests(&sim).await;
     let report = rec.sweep_once(false).await.unwrap();
     assert_eq!(report.escalated, 1, "{report:?}");
@@ -362,12 +331,7 @@ async fn an_operation_naming_a_processor_this_process_is_not_configured_for_is_n
 
     // The same worker configured for Adyen too pays the next one there, and Stripe still nothing.
     let adyen = crate::adyen_adapter::adyen_sim().await;
-    let both = Processors::single(stripe(&sim, None))
-        .with(
-            ProcessorKind::Adyen,
-            Arc::new(crate::adyen_adapter::adapter(&adyen.base)),
-        )
-        .unwrap();
+    let both = stripe_and_adyen(stripe(&sim, None), &adyen.base);
     let worker = Worker::with_processors(
         ledger.clone(),
         both,
@@ -433,24 +397,7 @@ fn stripe_delivery(event_id: &str, object: Value) -> (String, String) {
 
 /// A PaymentIntent created at the simulator directly for `op` (as the worker's request would).
 async fn paid_at_stripe(sim: &payonce_simulator::Simulator, op: &Operation) -> Value {
-    let form = [
-        ("amount", "2048".to_string()),
-        ("currency", "usd".to_string()),
-        ("customer", "cus_test".to_string()),
-        ("payment_method", "pm_card_visa".to_string()),
-        ("confirm", "true".to_string()),
-        ("off_session", "true".to_string()),
-        ("metadata[payonce_operation_id]", op.id.as_str().to_string()),
-    ];
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/payment_intents", sim.base_url()))
-        .bearer_auth("sk_test_payonce")
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
-    r.json().await.unwrap()
+    crate::support::processes::pay_directly(sim, &op.id, 2048, "cus_test").await
 }
 
 #[tokio::test]
@@ -472,18 +419,15 @@ async fn a_webhook_applies_only_to_an_operation_of_its_own_processor() {
     let on_adyen = unknown(&ledger, &globex(), "INV-TP-WA", psp).await;
     assert_eq!(on_stripe.processor, Some(ProcessorKind::Stripe));
     assert_eq!(on_adyen.processor, Some(ProcessorKind::Adyen));
-    let processors = Processors::single(stripe(&sim, None))
-        .with(
-            ProcessorKind::Adyen,
-            // Never asked: Adyen's notifications are checked against the operation.
-            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
-        )
-        .unwrap();
-    let mut config = ReconcilerConfig::new("rec-tenant-processor");
-    config.check_backoff_base = Duration::from_millis(1);
-    config.check_backoff_max = Duration::from_millis(1);
-    let rec =
-        Reconciler::with_processors(ledger.clone(), processors, Arc::new(SystemClock), config);
+    // Never asked: Adyen's notifications are checked against the operation.
+    let processors = stripe_and_adyen(stripe(&sim, None), "http://127.0.0.1:9");
+    let rec = reconciler::build_serving(
+        &ledger,
+        processors,
+        Arc::new(SystemClock),
+        "rec-tenant-processor",
+        reconciler::immediate_rechecks,
+    );
 
     // Signed, authentic, and each naming the other processor's operation: nothing applied.
     let pi = paid_at_stripe(&sim, &on_adyen).await;
@@ -710,17 +654,16 @@ async fn no_api_key_sets_a_tenants_processor() {
 #[tokio::test]
 async fn the_reconciler_decides_under_the_contract_of_the_operations_own_processor() {
     let ledger = sqlite_ledger().await;
-    let processors = Processors::single(stripe(&simulator(SimulatorConfig::default()).await, None))
-        .with(
-            ProcessorKind::Adyen,
-            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
-        )
-        .unwrap();
-    let rec = Reconciler::with_processors(
-        ledger.clone(),
+    let processors = stripe_and_adyen(
+        stripe(&simulator(SimulatorConfig::default()).await, None),
+        "http://127.0.0.1:9",
+    );
+    let rec = reconciler::build_serving(
+        &ledger,
         processors,
         Arc::new(SystemClock),
-        ReconcilerConfig::new("rec-contracts"),
+        "rec-contracts",
+        |_| {},
     );
     // Submitted once two days ago, no reference, nothing found: past Stripe's 24 h key retention,
     // inside Adyen's 31 days.
@@ -810,17 +753,13 @@ async fn a_payment_the_scan_finds_at_another_processor_than_its_rows_goes_to_a_h
     // Money for each at Stripe: only for the Adyen-bound one is that a contradiction.
     let wrong = paid_at_stripe(&sim, &on_adyen).await;
     let right = paid_at_stripe(&sim, &on_stripe).await;
-    let processors = Processors::single(stripe(&sim, None))
-        .with(
-            ProcessorKind::Adyen,
-            Arc::new(crate::adyen_adapter::adapter("http://127.0.0.1:9")),
-        )
-        .unwrap();
-    let rec = Reconciler::with_processors(
-        ledger.clone(),
+    let processors = stripe_and_adyen(stripe(&sim, None), "http://127.0.0.1:9");
+    let rec = reconciler::build_serving(
+        &ledger,
         processors,
         Arc::new(SystemClock),
-        ReconcilerConfig::new("rec-scan"),
+        "rec-scan",
+        |_| {},
     );
     let report = rec.sweep_once(false).await.unwrap();
     let scan = report.scan.expect("Stripe lists: the sweep scans it");

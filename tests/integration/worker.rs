@@ -1,9 +1,13 @@
 //! The worker against real Postgres and the simulator over HTTP, with real processes.
 
+use crate::support::now;
+use crate::support::postgres::TestDatabase;
 use crate::support::processes::{self, payments_for};
+use crate::support::reconciler;
+use crate::support::rows;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
+use payonce_reconciler::Reconciler;
+use payonce_shared::clock::{ManualClock, SharedClock, SystemClock, Timestamp};
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
     ApplyReport, Declined, LeaseHolder, LedgerError, Paid, Recorded, SharedLedger,
@@ -16,10 +20,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 async fn statuses(ledger: &SharedLedger) -> HashMap<Status, usize> {
     let mut m = HashMap::new();
@@ -58,17 +58,7 @@ async fn two_worker_processes_pay_each_of_500_operations_exactly_once() {
     assert!(processes::terminate(&mut b).await.success());
     let audit = processes::audit(&sim).await;
     assert_eq!(audit.len(), 500, "exactly 500 payments at the processor");
-    let mut per_op: HashMap<String, usize> = HashMap::new();
-    for p in &audit {
-        *per_op
-            .entry(
-                p["metadata"]["payonce_operation_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            )
-            .or_default() += 1;
-    }
+    let per_op = processes::payments_per_operation(&audit);
     for id in &ids {
         assert_eq!(per_op.get(id.as_str()), Some(&1), "{id} paid once");
     }
@@ -96,10 +86,13 @@ fn reconciler_on(
     sim: &payonce_simulator::Simulator,
     clock: SharedClock,
 ) -> Reconciler {
-    let mut config = ReconcilerConfig::new("reconciler-test");
-    config.retry = WorkerConfig::new("reconciler-test").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    Reconciler::new(ledger.clone(), processes::stripe(sim, None), clock, config)
+    reconciler::build_on(
+        ledger,
+        processes::stripe(sim, None),
+        clock,
+        "reconciler-test",
+        reconciler::quick_rechecks,
+    )
 }
 
 /// A worker killed at each failure point leaves a row the reconciler (and a fresh worker) finishes
@@ -205,7 +198,7 @@ async fn a_worker_killed_at_each_failure_point_is_finished_without_a_second_paym
 
 #[tokio::test]
 async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
-    let (ledger, _) = support::postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = support::postgres_ledger_on_callers_clock().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // Time moves only when the test says so: the lease lapses because the clock is moved past it.
     let manual = ManualClock::new(now());
@@ -213,25 +206,7 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     let op = ready_operation(&ledger, "INV-ZOMBIE", "pm_card_visa", clock.now()).await;
     let claimed_at = clock.now();
     let lease = Duration::from_millis(300);
-    let zombie = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "zombie",
-                lease_ttl: lease,
-            },
-            1,
-            claimed_at,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&zombie)], claimed_at)
-            .await
-            .unwrap(),
-        [true]
-    );
+    let zombie = rows::executing(&ledger, &op.id, &rows::holder("zombie", lease), claimed_at).await;
     // The zombie stalls past its lease; the reconciler takes over and finishes with the same key.
     manual.advance(lease + Duration::from_millis(1));
     let rec = reconciler_on(&ledger, &sim, clock.clone());
@@ -330,7 +305,7 @@ impl processes::SubmitHook for WebhookFirst {
 /// never as a success of this worker.
 #[tokio::test]
 async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let processor: Arc<dyn payonce_shared::processor::Processor> = Arc::new(processes::Hooked {
         inner: processes::stripe(&sim, None),
@@ -504,16 +479,17 @@ impl processes::SubmitHook for Gate {
 }
 
 /// `n` ready operations on a fresh Postgres ledger (invoices `{prefix}0`, ...) and the Stripe
-/// adapter to a fresh simulator behind a closed [`Gate`].
+/// adapter to a fresh simulator behind a closed [`Gate`]; the database goes with its handle.
 async fn behind_a_gate(
     prefix: &str,
     n: usize,
 ) -> (
     SharedLedger,
+    TestDatabase,
     payonce_simulator::Simulator,
     Arc<processes::Hooked<Gate>>,
 ) {
-    let (ledger, _url) = support::postgres_ledger().await;
+    let (ledger, database) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let t0 = now();
     for i in 0..n {
@@ -527,7 +503,7 @@ async fn behind_a_gate(
             answered: Default::default(),
         },
     });
-    (ledger, sim, processor)
+    (ledger, database, sim, processor)
 }
 
 /// Waits until `n` operations of `ledger` succeeded.
@@ -593,7 +569,7 @@ async fn claims_and_records_in_groups(
     claim_with_outcomes: bool,
 ) -> (Arc<payonce_worker::metrics::WorkerMetrics>, usize) {
     use std::sync::atomic::Ordering::SeqCst;
-    let (ledger, sim, processor) = behind_a_gate(prefix, 8).await;
+    let (ledger, _db, sim, processor) = behind_a_gate(prefix, 8).await;
     let mut config = WorkerConfig::new(format!("worker-{prefix}"));
     config.concurrency = 4;
     config.batch_size = 4;
@@ -643,7 +619,7 @@ async fn claims_and_records_in_groups(
 #[tokio::test]
 async fn pipelines_claim_into_their_own_share_of_the_slots() {
     use std::sync::atomic::Ordering::SeqCst;
-    let (ledger, sim, processor) = behind_a_gate("INV-PIPE", 8).await;
+    let (ledger, _db, sim, processor) = behind_a_gate("INV-PIPE", 8).await;
     let mut config = WorkerConfig::new("worker-pipelines");
     config.concurrency = 4;
     config.batch_size = 4;

@@ -3,8 +3,8 @@
 //! or a retried batch, the limits, and who may not call it. `payonce enqueue` as a real process:
 //! killed mid-file and run again, it creates each line's operation once and names refused lines.
 
-use super::{OTHER_TENANT, T0, TestApi, raw_details, spawn, tenant};
-use crate::support::{payonce_bin, postgres_ledger, wait_for};
+use super::{OTHER_TENANT, T0, TestApi, raw_details, spawn_on_postgres, tenant};
+use crate::support::{payonce_bin, wait_for};
 use payonce_api::intake::BATCH_BODY_LIMIT_BYTES;
 use payonce_shared::details::{Details, RawDetails};
 use payonce_shared::id::TenantId;
@@ -57,7 +57,7 @@ async fn rows(ledger: &SharedLedger, tenant: &TenantId) -> Vec<(String, Status, 
 }
 
 async fn api() -> TestApi {
-    spawn(postgres_ledger().await.0).await
+    spawn_on_postgres().await
 }
 
 #[tokio::test]

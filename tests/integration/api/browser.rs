@@ -4,9 +4,9 @@
 
 use super::tenant;
 use super::verification::{Inbox, use_codes_for};
-use super::{OTHER_TENANT, raw_details, repo_root, spawn, spawn_with_processor};
+use super::{OTHER_TENANT, raw_details, repo_root, spawn, spawn_on_postgres, spawn_with_processor};
+use crate::support::postgres_ledger_on_callers_clock;
 use crate::support::processes::{self, payments_for};
-use crate::support::{postgres_ledger, postgres_ledger_on_callers_clock};
 use payonce_shared::clock::Clock;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::signing::TIMESTAMP_TOLERANCE_S;
@@ -225,7 +225,10 @@ async fn run_node(script: &str, envs: &[(&str, String)]) -> String {
 async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code() {
     ensure_browser();
     // The worker runs on the api's manual clock, and the ledger with it.
-    let api = spawn(postgres_ledger_on_callers_clock().await.0).await;
+    let api = {
+        let (ledger, database) = postgres_ledger_on_callers_clock().await;
+        spawn(ledger).await.holding(database)
+    };
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let worker = Worker::new(
         api.ledger.clone(),
@@ -347,7 +350,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
 #[tokio::test]
 async fn chromium_on_call_console_signs_in_searches_and_resolves() {
     ensure_browser();
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     for i in 0..3 {
         api.create(&format!("INV-C{i}"), 2048).await;
     }

@@ -3,8 +3,8 @@
 //! the same page in Chromium; `verification.rs` covers the proofs themselves.)
 
 use super::tenant;
-use super::{Reply, TestApi, spawn, token_of};
-use crate::support::{postgres_ledger, sqlite_ledger};
+use super::{Reply, TestApi, spawn, spawn_on_postgres, token_of};
+use crate::support::sqlite_ledger;
 use payonce_shared::id::OperationId;
 use serde_json::Value;
 
@@ -61,7 +61,7 @@ pub fn assert_secure(r: &Reply) {
 
 #[tokio::test]
 async fn a_link_shows_the_exact_details_and_approves_once() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let op = api.create("INV-70", 2048).await;
     let url = api.link(op["id"].as_str().unwrap()).await;
     assert_eq!(token_of(&url).len(), 64, "256-bit token");
@@ -216,7 +216,7 @@ async fn tampered_details_approve_nothing() {
 
 #[tokio::test]
 async fn racing_submits_of_one_link_approve_exactly_once() {
-    let api = std::sync::Arc::new(spawn(postgres_ledger().await.0).await);
+    let api = std::sync::Arc::new(spawn_on_postgres().await);
     let op = api.create("INV-74", 2048).await;
     // Two links and one assertion, raced: the nonce and each link are single-use.
     let urls = [

@@ -4,13 +4,14 @@
 //! (another tenant's operation is not found), search and keyset pagination, resolve with and without
 //! a reason, the JSON export without `client_secret`, and the list queries' plans on a large table.
 
-use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, tenant};
-use crate::support::{postgres_ledger, recording, sqlite_ledger};
+use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, spawn_on_postgres, tenant};
+use crate::support::rows;
+use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_api::keys;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::{OperationId, TenantId};
 use payonce_shared::ledger::console::{Chart, OperationQuery, counts_statement, page_statement};
-use payonce_shared::ledger::{Escalate, Fence, LeaseHolder, Paid};
+use payonce_shared::ledger::{Fence, LeaseHolder, Paid};
 use payonce_shared::ledger::{Recorded, Role};
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -163,66 +164,16 @@ pub(super) async fn needs_attention_because(
     let op = api.create_ready(invoice).await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "test-worker",
-                lease_ttl: Duration::from_secs(30),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed[0].id, id);
-    let attempt = claimed[0].attempt;
-    assert_eq!(
-        api.ledger
-            .mark_submitting(
-                &[Fence {
-                    id: id.clone(),
-                    attempt
-                }],
-                now
-            )
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now + Duration::from_secs(60),
-    };
-    api.ledger
-        .record(
-            &recording(
-                &Fence {
-                    id: id.clone(),
-                    attempt,
-                },
-                &unknown,
-                "test-worker",
-            ),
-            now,
-        )
-        .await
-        .unwrap();
-    api.ledger
-        .escalate(
-            &Escalate {
-                fence: &Fence {
-                    id: id.clone(),
-                    attempt,
-                },
-                reason,
-                actor: "reconciler",
-            },
-            now,
-        )
-        .await
-        .unwrap();
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    let unknown = rows::unknown(
+        &api.ledger,
+        &id,
+        &worker,
+        now + Duration::from_secs(60),
+        now,
+    )
+    .await;
+    rows::needs_attention(&api.ledger, &unknown, reason, "reconciler", now).await;
     id
 }
 
@@ -649,43 +600,15 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     let op = api.create_ready("INV-S1").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock_now();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        api.ledger
-            .mark_submitting(
-                &[Fence {
-                    id: id.clone(),
-                    attempt: claimed[0].attempt
-                }],
-                now
-            )
-            .await
-            .unwrap(),
-        [true]
-    );
+    let worker = rows::holder("w", Duration::from_millis(30_000));
+    let executing = rows::executing(&api.ledger, &id, &worker, now).await;
     let secret = "pi_s1_secret_DO_NOT_SHOW";
-    api.ledger
-        .record(&recording(&Fence {
-                id: id.clone(),
-                attempt: claimed[0].attempt,
-            }, &Recorded::Succeeded(Paid {
-                reference: "pi_s1".into(),
-                result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
-                               "status": "succeeded", "client_secret": secret}),
-            }), "w"), now)
-        .await
-        .unwrap();
+    let paid = Recorded::Succeeded(Paid {
+        reference: "pi_s1".into(),
+        result: json!({"id": "pi_s1", "object": "payment_intent", "amount": 2048, "currency": "usd",
+                       "status": "succeeded", "client_secret": secret}),
+    });
+    rows::record(&api.ledger, &executing, &paid, "w", now).await;
     let page = get(&api, &format!("/console/operations/{id}"), Some(&session)).await;
     assert_eq!(page.status, 200);
     assert!(page.text.contains("pi_s1") && page.text.contains("approve"));
@@ -1164,7 +1087,7 @@ fn at(ms: i64) -> Timestamp {
 
 #[tokio::test]
 async fn a_read_only_on_call_key_sees_everything_and_resolves_nothing() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let reader = keys::issue_read_only(
         api.ledger.as_ref(),
         &tenant(),
@@ -1351,7 +1274,7 @@ async fn keys_create_read_only_is_for_on_call_keys() {
 
 #[tokio::test]
 async fn several_operations_resolve_together_only_for_one_reason_and_each_gets_its_event() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let session = sign_in(&api, &api.on_call).await;
     let csrf = csrf_of(&api, &session).await;
     let a = needs_attention(&api, "INV-B1").await;

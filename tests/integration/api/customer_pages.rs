@@ -3,7 +3,7 @@
 //! the amount on the confirmation page, Decline, and refusals that say how to get a new link.
 
 use super::confirm::{hidden_hash, page, submit};
-use super::{OTHER_TENANT, TestApi, raw_details, spawn, spawn_with_processor, tenant};
+use super::{OTHER_TENANT, TestApi, raw_details, spawn_on_postgres, spawn_with_processor, tenant};
 use crate::support::postgres_ledger;
 use crate::support::processes::{self};
 use payonce_api::profile::DISPLAY_NAME_CHARS_MAX;
@@ -46,7 +46,7 @@ fn id(op: &Value) -> &str {
 
 #[tokio::test]
 async fn only_a_tenants_service_key_sets_its_profile_and_bad_input_changes_nothing() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let unset = api.get(PROFILE, &api.service).await;
     assert_eq!(unset.status, 200, "{}", unset.text);
     assert_eq!(unset.json()["set"], false);
@@ -137,7 +137,7 @@ async fn only_a_tenants_service_key_sets_its_profile_and_bad_input_changes_nothi
 
 #[tokio::test]
 async fn an_unknown_currency_is_refused_and_creates_nothing() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let before = api.operation_count().await;
     let mut details = raw_details("INV-X1", 100);
     details["currency"] = json!("xyz");
@@ -157,7 +157,12 @@ async fn an_unknown_currency_is_refused_and_creates_nothing() {
 #[tokio::test]
 async fn the_page_names_the_merchant_the_card_and_yen_as_people_read_them() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let api = spawn_with_processor(postgres_ledger().await.0, processes::stripe(&sim, None)).await;
+    let api = {
+        let (ledger, database) = postgres_ledger().await;
+        spawn_with_processor(ledger, processes::stripe(&sim, None))
+            .await
+            .holding(database)
+    };
     assert_eq!(
         put_profile(&api, Some(&api.service), acme()).await.status,
         200
@@ -218,7 +223,7 @@ async fn the_page_names_the_merchant_the_card_and_yen_as_people_read_them() {
 
 #[tokio::test]
 async fn declining_cancels_with_the_customers_proof_spends_the_link_and_the_assistant_says_so() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     assert_eq!(
         put_profile(&api, Some(&api.service), acme()).await.status,
         200
@@ -344,7 +349,7 @@ async fn declining_cancels_with_the_customers_proof_spends_the_link_and_the_assi
 
 #[tokio::test]
 async fn an_expired_link_says_what_happened_and_whom_to_ask() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     assert_eq!(
         put_profile(&api, Some(&api.service), acme()).await.status,
         200

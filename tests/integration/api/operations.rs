@@ -2,7 +2,7 @@
 //! roles, tenant isolation, error codes, limits, health and the OpenAPI document.
 
 use super::tenant;
-use super::{raw_details, spawn, spawn_with};
+use super::{raw_details, spawn, spawn_on_postgres, spawn_with};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use serde_json::{Value, json};
 
@@ -12,7 +12,7 @@ fn id(op: &Value) -> String {
 
 #[tokio::test]
 async fn create_is_create_or_get_by_business_key() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let body = json!({"business_key": "invoice:INV-1:pay", "details": raw_details("INV-1", 2048)});
     let first = api.post("/v1/operations", &api.service, body.clone()).await;
     assert_eq!(first.status, 201, "{}", first.text);

@@ -320,7 +320,7 @@ async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_reco
 
     let mut worker = Command::new(payonce_bin())
         .arg("worker")
-        .env("PAYONCE_DATABASE_URL", &url)
+        .env("PAYONCE_DATABASE_URL", url.url())
         .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
         .env("PAYONCE_PROCESSOR_URL", &processor_url)
         .env("PAYONCE_POLL_MS", "100")

@@ -4,9 +4,9 @@
 
 use super::tenant;
 use super::tools::call_tool;
-use super::{T0, TestApi, spawn};
+use super::{T0, TestApi, spawn, spawn_on_postgres};
 use crate::support::refunds::succeeded_payment;
-use crate::support::{postgres_ledger, sqlite_ledger};
+use crate::support::sqlite_ledger;
 use payonce_shared::ledger::refunds::{PROPOSAL_KEY_PREFIX, PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
 use serde_json::{Value, json};
 
@@ -281,7 +281,7 @@ async fn request_refund_is_defined_in_every_providers_shape() {
 async fn an_assistants_proposals_are_bounded_and_expire_so_the_service_can_still_refund() {
     const CALLS: i64 = 40;
     const OPEN_MAX: usize = PROPOSALS_OPEN_MAX as usize;
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let payment = paid(&api, "INV-RF9", 2048).await;
     let propose = |call: String, i: i64| {
         let (api, payment) = (&api, &payment);

@@ -2,8 +2,7 @@
 //! of the merchant (on-call key), read beside their payment. Exact states, codes and row counts.
 //! (The assistant's `request_refund` tool: `refund_tool.rs`.)
 
-use super::{T0, TestApi, spawn, tenant};
-use crate::support::postgres_ledger;
+use super::{T0, TestApi, spawn_on_postgres, tenant};
 use crate::support::refunds::succeeded_payment;
 use serde_json::{Value, json};
 
@@ -25,7 +24,7 @@ fn refund_body(key: &str, payment: &str, amount: Option<i64>, reason: &str) -> V
 
 #[tokio::test]
 async fn a_service_creates_refunds_from_the_payment_and_only_an_on_call_person_approves() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let payment = paid(&api, "INV-RF1", 2048).await;
     let create = |key: &str, amount: Option<i64>| {
         api.post(

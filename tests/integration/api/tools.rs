@@ -1,8 +1,9 @@
 //! The assistant's tools over `/v1/tool-calls` in every provider shape: concurrency on one operation,
 //! regenerated calls, refused arguments, and the answer for every state.
 
-use super::{TestApi, spawn, tenant};
-use crate::support::{postgres_ledger, recording, sqlite_ledger};
+use super::{TestApi, spawn, spawn_on_postgres, tenant};
+use crate::support::rows;
+use crate::support::{recording, sqlite_ledger};
 use payonce_api::confirm::OPEN_LINKS_MAX;
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
@@ -83,7 +84,7 @@ const FORMATS: [&str; 4] = ["openai_chat", "openai_responses", "anthropic", "mcp
 
 #[tokio::test]
 async fn fifty_concurrent_tool_calls_and_executes_give_one_operation_unchanged() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let op = api.create_ready("INV-50").await;
     let id = op["id"].as_str().unwrap().to_string();
     let before = api
@@ -374,30 +375,9 @@ async fn tool_definitions_are_served_in_each_providers_shape() {
 /// Moves the only ready operation of `api` to executing with a submission recorded; returns the
 /// fence the test worker then writes with.
 async fn claim_and_submit(api: &TestApi, id: &OperationId) -> Fence {
-    let now = api.clock.now();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "test-worker",
-                lease_ttl: Duration::from_secs(30),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 1);
-    assert_eq!(&claimed[0].id, id);
-    let fence = Fence::of(&claimed[0]);
-    assert_eq!(
-        api.ledger
-            .mark_submitting(std::slice::from_ref(&fence), now)
-            .await
-            .unwrap(),
-        [true]
-    );
-    fence
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    let row = rows::executing(&api.ledger, id, &worker, api.clock.now()).await;
+    Fence::of(&row)
 }
 
 #[tokio::test]
@@ -508,11 +488,7 @@ async fn every_state_has_its_answer() {
     let op = api.create_ready("INV-62").await;
     let id = ready_id(&op);
     let fence = claim_and_submit(&api, &id).await;
-    let outcome = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: None,
-        next_check_at: now() + Duration::from_millis(60_000),
-    };
+    let outcome = rows::unknown_outcome("timeout", None, now() + Duration::from_millis(60_000));
     api.ledger
         .record(&recording(&fence, &outcome, "test-worker"), now())
         .await

@@ -5,7 +5,7 @@
 
 use super::confirm::{hidden_hash, page, status_of, submit};
 use super::tools::call_tool;
-use super::{TestApi, spawn, tenant};
+use super::{TestApi, spawn, spawn_on_postgres, tenant};
 use crate::support::processes::{self, payments_for};
 use crate::support::{postgres_ledger, sqlite_ledger};
 use axum::body::Bytes;
@@ -350,7 +350,7 @@ async fn an_assistant_cannot_approve_its_own_payment() {
 
 #[tokio::test]
 async fn bad_assertions_are_refused_with_stable_codes_and_change_nothing() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let op = api.create("INV-131", 2048).await;
     let other = api.create("INV-132", 2048).await;
     let url = api.link(&id_of(&op)).await;
@@ -608,7 +608,7 @@ async fn a_notification_is_signed_and_retried_until_accepted() {
 
 #[tokio::test]
 async fn an_assistant_cannot_starve_the_services_links_and_asks_the_customer_within_limits() {
-    let api = spawn(postgres_ledger().await.0).await;
+    let api = spawn_on_postgres().await;
     let inbox = Inbox::start(0).await;
     use_codes(&api, &inbox).await;
     let op = api.create("INV-137", 2048).await;

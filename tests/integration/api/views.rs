@@ -3,12 +3,13 @@
 //! method options or metadata, to any role. Assistant keys also get no audit trail.
 
 use super::{T0_MS, spawn};
-use crate::support::{recording, sqlite_ledger};
+use crate::support::rows;
+use crate::support::sqlite_ledger;
 use payonce_reconciler::oncall::{self, Format};
 use payonce_shared::clock::Clock;
 use payonce_shared::id::OperationId;
+use payonce_shared::ledger::Paid;
 use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Fence, LeaseHolder, Paid};
 use serde_json::json;
 use std::time::Duration;
 
@@ -29,29 +30,8 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     let op = api.create_ready("INV-V1").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
     let now = api.clock.now();
-    let c = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    api.ledger
-        .mark_submitting(
-            &[Fence {
-                id: id.clone(),
-                attempt: c.attempt,
-            }],
-            now,
-        )
-        .await
-        .unwrap();
+    let worker = rows::holder("w", Duration::from_millis(30_000));
+    let c = rows::executing(&api.ledger, &id, &worker, now).await;
     let stored = json!({"id": "pi_v", "object": "payment_intent", "status": "succeeded", "amount": 2048,
         "amount_received": 2048, "currency": "usd", "customer": "cus_test", "created": T0_MS / 1000,
         "client_secret": "pi_v_secret_abc", "latest_charge": "ch_v", "payment_method": "pm_card_visa_v",
@@ -61,20 +41,7 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
         reference: "pi_v".into(),
         result: stored.clone(),
     });
-    api.ledger
-        .record(
-            &recording(
-                &Fence {
-                    id: id.clone(),
-                    attempt: c.attempt,
-                },
-                &outcome,
-                "w",
-            ),
-            now,
-        )
-        .await
-        .unwrap();
+    rows::record(&api.ledger, &c, &outcome, "w", now).await;
     // The ledger keeps the whole object: the evidence is not thrown away, only never shown.
     let row = api.ledger.get_unscoped(&id).await.unwrap();
     assert_eq!(row.result.as_ref(), Some(&stored));

@@ -5,11 +5,11 @@
 
 use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
+use crate::support::rows;
 use crate::support::sqlite_ledger;
 use payonce_shared::clock::Clock;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{Fence, LeaseHolder};
 use payonce_shared::processor::stripe::webhook::sign;
 use payonce_shared::state::Status;
 use serde_json::{Value, json};
@@ -20,28 +20,8 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create_ready("INV-80").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let claimed = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            api.clock.now(),
-        )
-        .await
-        .unwrap();
-    api.ledger
-        .mark_submitting(
-            &[Fence {
-                id: id.clone(),
-                attempt: claimed[0].attempt,
-            }],
-            api.clock.now(),
-        )
-        .await
-        .unwrap();
+    let worker = rows::holder("w", Duration::from_millis(30_000));
+    rows::executing(&api.ledger, &id, &worker, api.clock.now()).await;
 
     let event = json!({"id": "evt_80", "object": "event", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_80", "object": "payment_intent", "status": "succeeded", "amount": 2048,
@@ -157,28 +137,8 @@ async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create_ready("INV-81").await;
     let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let c = api
-        .ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            api.clock.now(),
-        )
-        .await
-        .unwrap();
-    api.ledger
-        .mark_submitting(
-            &[Fence {
-                id: id.clone(),
-                attempt: c[0].attempt,
-            }],
-            api.clock.now(),
-        )
-        .await
-        .unwrap();
+    let worker = rows::holder("w", Duration::from_millis(30_000));
+    rows::executing(&api.ledger, &id, &worker, api.clock.now()).await;
     // Whoever holds the signing secret says amount 1 succeeded; no payment exists anywhere.
     let forged = json!({"id": "evt_81", "object": "event", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_forged", "object": "payment_intent", "status": "succeeded", "amount": 1,

@@ -3,18 +3,14 @@
 //! and the test delivers a real SIGKILL from outside.
 
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
+use crate::support::now;
 use crate::support::processes::{self, simulator};
+use crate::support::rows;
 use crate::support::{postgres_ledger, ready_operation, recording, tenant};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Fence, LeaseHolder};
+use payonce_shared::ledger::Fence;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 #[tokio::test]
 async fn scenario_2_a_worker_sigkilled_after_processor_acceptance_pays_once() {
@@ -68,25 +64,13 @@ async fn unknown_rows(
     let mut ops = Vec::new();
     for i in 0..n {
         let op = ready_operation(ledger, &format!("INV-FI9-{i}"), "pm_card_visa", now()).await;
-        let c = ledger
-            .claim(
-                &LeaseHolder {
-                    owner: "crashed-worker",
-                    lease_ttl: Duration::from_secs(60),
-                },
-                1,
-                now(),
-            )
-            .await
-            .unwrap()
-            .remove(0);
-        assert_eq!(
-            ledger
-                .mark_submitting(&[Fence::of(&c)], now())
-                .await
-                .unwrap(),
-            [true]
-        );
+        let c = rows::executing(
+            ledger,
+            &op.id,
+            &rows::holder("crashed-worker", Duration::from_secs(60)),
+            now(),
+        )
+        .await;
         if i % 3 == 0 {
             let _ = payonce_shared::execution::submit::submit(
                 processes::stripe(sim, None).as_ref(),
@@ -95,11 +79,7 @@ async fn unknown_rows(
             )
             .await;
         }
-        let unknown = Recorded::Unknown {
-            reason: "crash".into(),
-            reference: None,
-            next_check_at: now(),
-        };
+        let unknown = rows::unknown_outcome("crash", None, now());
         ledger
             .record(
                 &recording(&Fence::of(&c), &unknown, "crashed-worker"),

@@ -199,6 +199,15 @@ pub async fn assert_paid_once(
         payments[0]["id"].as_str(),
         "{id}: the ledger holds the processor's reference"
     );
+    assert_history_succeeded_once(ledger, id).await
+}
+
+/// The history of a row that succeeded once: created, approved, claimed, one move into
+/// `succeeded`, and ending there. Returns it for scenario-specific checks.
+pub async fn assert_history_succeeded_once(
+    ledger: &SharedLedger,
+    id: &OperationId,
+) -> Vec<OperationEvent> {
     let events = ledger.events_unscoped(id).await.unwrap();
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");

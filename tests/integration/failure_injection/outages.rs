@@ -3,9 +3,9 @@
 
 use super::fleet::{self, assert_paid_once, successful_payments};
 use crate::support::cluster::Cluster;
+use crate::support::now;
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::{postgres_ledger, ready_operation, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::ledger::{self, Operation, SharedLedger};
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
@@ -14,10 +14,6 @@ use std::time::Duration;
 
 /// How long a run under outages may take to settle.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 async fn in_progress(ledger: &SharedLedger) -> Option<i64> {
     let counts = ledger.count_by_status().await.ok()?;

@@ -2,14 +2,15 @@
 //! approved refund operations of it, and the checks made on both sides (the simulator's refund audit
 //! and the ledger's row, totals and history).
 
-use super::fleet::successful_payments;
+use super::fleet::{assert_history_succeeded_once, successful_payments};
+use crate::support::now;
 use crate::support::refunds::create_refund;
+use crate::support::rows;
 use crate::support::{processes, ready_operation, recording, tenant};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Fence;
 use payonce_shared::ledger::{
-    LeaseHolder, NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
+    NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
 };
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
@@ -20,10 +21,6 @@ use std::time::Duration;
 /// The amount every scenario's payment collects.
 pub const PAYMENT_MINOR: i64 = 2048;
 
-pub fn now() -> Timestamp {
-    SystemClock.now()
-}
-
 /// A payment of [`PAYMENT_MINOR`] usd for `invoice`, paid at the simulator with `payment_method`
 /// (claimed, submitted with its stored key, recorded): the succeeded row with its real `pi_...`.
 pub async fn paid_payment(
@@ -33,26 +30,13 @@ pub async fn paid_payment(
     payment_method: &str,
 ) -> Operation {
     let op = ready_operation(ledger, invoice, payment_method, now()).await;
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "payer",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, op.id, "the fixture pays its own payment");
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        ledger,
+        &op.id,
+        &rows::holder("payer", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(sim, None).as_ref(),
         &c,
@@ -178,28 +162,7 @@ pub async fn assert_refunded_once(
         row.details.money().amount_minor(),
         "{id}"
     );
-    let events = ledger.events_unscoped(id).await.unwrap();
-    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
-    assert_eq!(names.first(), Some(&"create"), "{id}: {names:?}");
-    assert!(names.contains(&"approve"), "{id}: no approve in {names:?}");
-    assert!(
-        events.iter().any(|e| e.is_claim()),
-        "{id}: no claim in {names:?}"
-    );
-    let into_succeeded = events
-        .iter()
-        .filter(|e| e.to_status == "succeeded" && e.from_status.as_deref() != Some("succeeded"))
-        .count();
-    assert_eq!(
-        into_succeeded, 1,
-        "{id}: one move into succeeded: {names:?}"
-    );
-    assert_eq!(
-        events.last().unwrap().to_status,
-        "succeeded",
-        "{id}: {names:?}"
-    );
-    events
+    assert_history_succeeded_once(ledger, id).await
 }
 
 /// The ledger's totals for `payment` agree with the simulator: what succeeded in the ledger is what

@@ -5,24 +5,23 @@
 
 use super::fleet::{self, DEADLINE, settled};
 use super::refund_fixtures::{
-    approved_refund, assert_refunded_once, assert_totals_agree, now, paid_payment,
+    approved_refund, assert_refunded_once, assert_totals_agree, paid_payment,
     refunded_at_processor, refunds_for,
 };
+use crate::support::now;
 use crate::support::processes::{self, advance_clock, simulator};
+use crate::support::reconciler;
 use crate::support::refunds::create_refund;
+use crate::support::rows;
 use crate::support::{
     postgres_ledger, postgres_ledger_on_callers_clock, recording, tenant, wait_for,
 };
-use payonce_reconciler::{Reconciler, ReconcilerConfig};
 use payonce_shared::clock::ManualClock;
 use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{
-    Declined, LeaseHolder, LedgerError, Operation, Recorded, SharedLedger,
-};
+use payonce_shared::ledger::{Declined, LedgerError, Operation, Recorded, SharedLedger};
 use payonce_shared::processor::SubmitOutcome;
 use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::WorkerConfig;
 use std::time::Duration;
 
 fn webhook_sim_config(base: &str) -> SimulatorConfig {
@@ -128,26 +127,13 @@ async fn crashed_refunding(
     refund: &Operation,
     submit: bool,
 ) {
-    let c = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "crashed",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(c.id, refund.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&c)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let c = rows::executing(
+        ledger,
+        &refund.id,
+        &rows::holder("crashed", Duration::from_millis(60_000)),
+        now(),
+    )
+    .await;
     if submit {
         let outcome = payonce_shared::execution::submit::submit(
             processes::stripe(sim, None).as_ref(),
@@ -160,21 +146,14 @@ async fn crashed_refunding(
             "{outcome:?}"
         );
     }
-    let unknown = Recorded::Unknown {
-        reason: "crash".into(),
-        reference: None,
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&Fence::of(&c), &unknown, "crashed"), now())
-        .await
-        .unwrap();
+    let unknown = rows::unknown_outcome("crash", None, now());
+    rows::record(ledger, &c, &unknown, "crashed", now()).await;
 }
 
 #[tokio::test]
 async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_new_key() {
     // The reconciler's manual clock is the ledger's: the window closes when the test says so.
-    let (ledger, _) = postgres_ledger_on_callers_clock().await;
+    let (ledger, _db) = postgres_ledger_on_callers_clock().await;
     let retention = Duration::from_secs(60);
     let sim = simulator(SimulatorConfig {
         key_retention: retention,
@@ -191,15 +170,15 @@ async fn refund_past_the_key_window_is_found_if_it_landed_and_never_made_with_a_
     let clock = ManualClock::new(now());
     clock.advance(past);
     advance_clock(&sim, past).await;
-    let mut config = ReconcilerConfig::new("rec");
-    config.retry = WorkerConfig::new("rec").submit;
-    config.check_backoff_base = Duration::from_millis(50);
-    config.retention_margin = Duration::from_millis(200);
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build_on(
+        &ledger,
         processes::stripe(&sim, Some(retention)),
         clock.clone(),
-        config,
+        "rec",
+        |c| {
+            reconciler::quick_rechecks(c);
+            c.retention_margin = Duration::from_millis(200);
+        },
     );
     for op in [&landed, &never] {
         wait_for("reconciled", DEADLINE, || async {
@@ -264,25 +243,8 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     let payment = paid_payment(&ledger, &sim, "INV-RW5", "pm_card_visa").await;
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW5:1", 900).await;
     // The zombie claims with a short lease, reaches the processor, then stalls.
-    let zombie = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "zombie",
-                lease_ttl: Duration::from_millis(300),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&zombie)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
+    let holder = rows::holder("zombie", Duration::from_millis(300));
+    let zombie = rows::executing(&ledger, &refund.id, &holder, now()).await;
     let outcome = payonce_shared::execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         &zombie,
@@ -321,7 +283,7 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
 /// forever while holding the payment's refundable amount.
 #[tokio::test]
 async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_with_both_facts() {
-    let (ledger, _) = postgres_ledger().await;
+    let (ledger, _db) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
     let payment = paid_payment(&ledger, &sim, "INV-RW9", "pm_card_visa").await;
     let pi = payment.external_ref.clone().unwrap();
@@ -345,42 +307,17 @@ async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_wit
     assert!(re.starts_with("re_"), "{theirs}");
 
     let refund = approved_refund(&ledger, &payment, "refund:INV-RW9:1", 700).await;
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "w",
-                lease_ttl: Duration::from_millis(60_000),
-            },
-            1,
-            now(),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    assert_eq!(claimed.id, refund.id);
-    let fence = Fence::of(&claimed);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed)], now())
-            .await
-            .unwrap(),
-        [true]
-    );
-    let unknown = Recorded::Unknown {
-        reason: "timeout".into(),
-        reference: Some(re.clone()),
-        next_check_at: now(),
-    };
-    ledger
-        .record(&recording(&fence, &unknown, "w"), now())
-        .await
-        .unwrap();
+    let holder = rows::holder("w", Duration::from_millis(60_000));
+    let claimed = rows::claimed(&ledger, &refund.id, &holder, now()).await;
+    rows::start_submission(&ledger, &claimed, now()).await;
+    let unknown = rows::unknown_outcome("timeout", Some(&re), now());
+    rows::record(&ledger, &claimed, &unknown, "w", now()).await;
 
-    let rec = Reconciler::new(
-        ledger.clone(),
+    let rec = reconciler::build(
+        &ledger,
         processes::stripe(&sim, None),
-        std::sync::Arc::new(payonce_shared::clock::SystemClock),
-        ReconcilerConfig::new("rec-refund-reference"),
+        "rec-refund-reference",
+        |_| {},
     );
     let sweep = rec.sweep_once(false).await.unwrap();
     assert_eq!((sweep.escalated, sweep.deferred), (1, 0), "{sweep:?}");

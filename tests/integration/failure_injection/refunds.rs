@@ -6,9 +6,10 @@
 
 use super::fleet::{self, DEADLINE, settled};
 use super::refund_fixtures::{
-    PAYMENT_MINOR, approve, approved_refund, assert_refunded_once, assert_totals_agree, now,
+    PAYMENT_MINOR, approve, approved_refund, assert_refunded_once, assert_totals_agree,
     paid_payment, refund_audit, refunds_for,
 };
+use crate::support::now;
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::refunds::create_refund;
 use crate::support::{postgres_ledger, tenant};

@@ -4,9 +4,9 @@
 //! process, real worker processes and the simulator.
 
 use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payments};
+use crate::support::now;
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::{postgres_ledger, ready_operation, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
 use payonce_shared::id::OperationId;
 use payonce_shared::ledger::Role;
 use payonce_shared::state::Status;
@@ -18,10 +18,6 @@ use tokio::io::AsyncWriteExt;
 const CONCURRENT_REQUESTS: usize = 40;
 /// Worker processes racing in scenario 1.
 const WORKERS: usize = 3;
-
-fn now() -> Timestamp {
-    SystemClock.now()
-}
 
 async fn keys(ledger: &payonce_shared::ledger::SharedLedger) -> (String, String) {
     let service =

@@ -32,7 +32,7 @@ async fn a_short_chaos_soak_pays_nothing_twice_and_loses_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_261_202);
-    let mut config = SoakConfig::new(support::payonce_bin().into(), url, seed);
+    let mut config = SoakConfig::new(support::payonce_bin().into(), url.to_string(), seed);
     config.operations = OPERATIONS;
     config.kill_every = (Duration::from_millis(200), Duration::from_millis(700));
     // Each reconciler kill stalls sweeping for the fleet's 3 s sweep lease.
@@ -106,7 +106,7 @@ async fn a_short_chaos_soak_on_adyens_wire_pays_nothing_twice_and_loses_nothing(
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_261_207);
-    let mut config = SoakConfig::new(support::payonce_bin().into(), url, seed);
+    let mut config = SoakConfig::new(support::payonce_bin().into(), url.to_string(), seed);
     config.operations = ADYEN_OPERATIONS;
     config.contract = ContractRun {
         contract: payonce_simulator::Contract::Adyen,

@@ -320,7 +320,7 @@ async fn proposals_are_bounded_per_payment_and_expire_on_both_stores() {
 
 #[tokio::test]
 async fn postgres_eight_callers_racing_for_the_last_money_create_exactly_what_fits() {
-    let (ledger, _) = support::postgres_ledger().await;
+    let (ledger, _db) = support::postgres_ledger().await;
     assert_races(&[ledger]).await;
 }
 

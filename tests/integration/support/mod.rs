@@ -4,18 +4,28 @@
 pub mod cluster;
 pub mod postgres;
 pub mod processes;
+pub mod reconciler;
 pub mod refunds;
 pub mod replication;
+pub mod rows;
+
+/// [`rows::ready`], under the name most tests import.
+pub use rows::ready as ready_operation;
 
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::{BusinessKey, TenantId};
-use payonce_shared::ledger::{
-    self, Fence, NewApproval, NewOperation, Operation, RecordOutcome, Recorded, SharedLedger,
-};
+use payonce_shared::id::TenantId;
+use payonce_shared::ledger::{self, Fence, RecordOutcome, Recorded, SharedLedger};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The wall clock's now: the one clock helper of the test binary (tests that move time use a
+/// `ManualClock` instead).
+pub fn now() -> Timestamp {
+    use payonce_shared::clock::Clock;
+    payonce_shared::clock::SystemClock.now()
+}
 
 /// The `payonce` binary built for this test run.
 pub fn payonce_bin() -> &'static str {
@@ -51,26 +61,30 @@ pub fn recording<'a>(fence: &'a Fence, outcome: &'a Recorded, actor: &'a str) ->
     }
 }
 
-/// A Postgres ledger on a database of its own.
-pub async fn postgres_ledger() -> (SharedLedger, String) {
-    let url = postgres::fresh_database().await;
-    let ledger = ledger::connect(&url, 20)
+/// A Postgres ledger on a database of its own; the database is dropped with the handle returned
+/// beside it, so keep that bound for the test (`let (ledger, _db) = …`).
+pub async fn postgres_ledger() -> (SharedLedger, postgres::TestDatabase) {
+    let database = postgres::fresh_database().await;
+    let ledger = ledger::connect(database.url(), 20)
         .await
         .expect("connect to the test database");
-    (ledger, url)
+    (ledger, database)
 }
 
 /// A Postgres ledger on a database of its own whose time is its callers' clocks
 /// (`Store::on_callers_clock`), as SQLite's is: for tests that move a worker's or a reconciler's
 /// time by hand (a manual clock, a clock ahead to lapse a lease at once) and the ledger's with it.
-pub async fn postgres_ledger_on_callers_clock() -> (SharedLedger, String) {
-    let url = postgres::fresh_database().await;
-    let ledger =
-        ledger::postgres::PostgresLedger::connect(&url, 20, ledger::CONNECT_TIMEOUT_DEFAULT)
-            .await
-            .expect("connect to the test database")
-            .on_callers_clock();
-    (std::sync::Arc::new(ledger), url)
+pub async fn postgres_ledger_on_callers_clock() -> (SharedLedger, postgres::TestDatabase) {
+    let database = postgres::fresh_database().await;
+    let ledger = ledger::postgres::PostgresLedger::connect(
+        database.url(),
+        20,
+        ledger::CONNECT_TIMEOUT_DEFAULT,
+    )
+    .await
+    .expect("connect to the test database")
+    .on_callers_clock();
+    (std::sync::Arc::new(ledger), database)
 }
 
 /// A private in-memory SQLite ledger.
@@ -80,9 +94,27 @@ pub async fn sqlite_ledger() -> SharedLedger {
         .expect("open in-memory sqlite")
 }
 
-/// Both stores, for the conformance suite: every test runs against each.
-pub async fn every_store() -> Vec<SharedLedger> {
-    vec![postgres_ledger().await.0, sqlite_ledger().await]
+/// Both stores, for the conformance suite: every test runs against each (`for ledger in
+/// every_store().await`). The Postgres database is dropped when the loop is done with them.
+pub async fn every_store() -> Stores {
+    let (postgres, database) = postgres_ledger().await;
+    Stores {
+        ledgers: vec![postgres, sqlite_ledger().await].into_iter(),
+        _database: database,
+    }
+}
+
+/// [`every_store`]'s ledgers, one store after the other, and the Postgres database they hold.
+pub struct Stores {
+    ledgers: std::vec::IntoIter<SharedLedger>,
+    _database: postgres::TestDatabase,
+}
+
+impl Iterator for Stores {
+    type Item = SharedLedger;
+    fn next(&mut self) -> Option<SharedLedger> {
+        self.ledgers.next()
+    }
 }
 
 /// Waits until `check` returns `Some`, polling every 20 ms, failing the test after `deadline`.
@@ -135,42 +167,4 @@ pub fn details(invoice: &str, amount: i64, payment_method: &str) -> Details {
         refund_of: None,
     })
     .unwrap()
-}
-
-/// Creates and approves an operation for `invoice`; returns it in `ready`.
-pub async fn ready_operation(
-    ledger: &SharedLedger,
-    invoice: &str,
-    payment_method: &str,
-    now: Timestamp,
-) -> Operation {
-    let d = details(invoice, 2048, payment_method);
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now,
-        )
-        .await
-        .unwrap();
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.operation.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now + Duration::from_secs(86_400),
-            },
-            now,
-        )
-        .await
-        .unwrap()
 }

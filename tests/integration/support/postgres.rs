@@ -1,6 +1,8 @@
 //! Postgres for tests: `DATABASE_URL` when set, else the server on 127.0.0.1:5432, else a throwaway
 //! cluster started from the installed Postgres binaries. Never skipped silently: with no Postgres at
-//! all, the test fails and says how to install one. Each call makes a new database.
+//! all, the test fails and says how to install one. Each call makes a new database, owned by a
+//! [`TestDatabase`] that drops it when the test ends, passing or panicking; a run killed before its
+//! handles dropped leaves databases the stale sweep of a later run drops.
 
 use sqlx::Connection;
 use std::path::PathBuf;
@@ -13,9 +15,89 @@ const THROWAWAY_PORT: u16 = 55432;
 /// What every test database's name starts with: `payonce_t_<unix seconds>_<random hex>`.
 const TEST_DATABASE_PREFIX: &str = "payonce_t_";
 /// A test database older than this was left by an earlier run (no run takes this long: CI's limit is
-/// 90 minutes) and is dropped by the next [`fresh_database`]. Each test makes one on the shared server
-/// and nothing else drops it; about 90 a run, 10 MiB each.
+/// 90 minutes) and is dropped by the next [`fresh_database`]. Only a run killed before its
+/// [`TestDatabase`] handles dropped leaves one (10 MiB each).
 const STALE_TEST_DATABASE_AGE: Duration = Duration::from_secs(3 * 60 * 60);
+/// How long dropping a test database at the end of a test may take before the drop gives up and
+/// leaves it to the stale sweep (`WITH (FORCE)` ends its sessions, so this is a server in trouble).
+const DROP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One test's database: its URL, and the database dropped (`DROP DATABASE … WITH (FORCE)`, which ends
+/// any session still on it) when this handle is, the test passing or panicking. Keep it bound for as
+/// long as the test uses the database (`let (ledger, _db) = …`: a bare `_` drops it at once).
+#[must_use = "the database is dropped with this handle"]
+pub struct TestDatabase {
+    url: String,
+    admin: String,
+    name: String,
+}
+
+impl TestDatabase {
+    /// The URL of the database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl std::ops::Deref for TestDatabase {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.url
+    }
+}
+
+impl std::fmt::Display for TestDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+impl std::fmt::Debug for TestDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TestDatabase").field(&self.url).finish()
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let admin = std::mem::take(&mut self.admin);
+        let name = std::mem::take(&mut self.name);
+        // Drop cannot await, and runs inside the test's runtime, which refuses a nested `block_on`: a
+        // thread of its own with a small runtime of its own does the drop, and the test waits for it.
+        let dropping = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                tokio::time::timeout(DROP_TIMEOUT, drop_database(&admin, &name))
+                    .await
+                    .map_err(|_| format!("no answer in {DROP_TIMEOUT:?}"))?
+                    .map_err(|e| e.to_string())
+            })?;
+            Ok::<_, String>(name)
+        });
+        // Never panic here: this may run while a failed test unwinds.
+        match dropping.join() {
+            Ok(Ok(name)) => eprintln!("test database {name}: dropped"),
+            Ok(Err(e)) => eprintln!("could not drop the test database {}: {e}", self.url),
+            Err(_) => eprintln!("dropping the test database {} panicked", self.url),
+        }
+    }
+}
+
+/// Drops the database `name` on the server `admin` names; one already gone is not an error.
+async fn drop_database(admin: &str, name: &str) -> Result<(), sqlx::Error> {
+    let mut conn = sqlx::PgConnection::connect(admin).await?;
+    // Made by `fresh_database` as prefix, digits and hex: nothing to quote.
+    let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+    let dropped = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+        .execute(&mut conn)
+        .await
+        .map(|_| ());
+    conn.close().await.ok();
+    dropped
+}
 
 fn unix_secs() -> u64 {
     std::time::SystemTime::now()
@@ -67,16 +149,16 @@ pub async fn migrate(url: &str) {
         .unwrap_or_else(|e| panic!("migrating {url}: {e}"));
 }
 
-/// A new database with every migration applied (what `payonce migrate` leaves); its URL. For tests
-/// that start serving processes on it.
-pub async fn migrated_database() -> String {
-    let url = fresh_database().await;
-    migrate(&url).await;
-    url
+/// A new database with every migration applied (what `payonce migrate` leaves). For tests that
+/// start serving processes on it.
+pub async fn migrated_database() -> TestDatabase {
+    let database = fresh_database().await;
+    migrate(database.url()).await;
+    database
 }
 
-/// Creates a new, empty database and returns its URL.
-pub async fn fresh_database() -> String {
+/// Creates a new, empty database, dropped when the handle returned is.
+pub async fn fresh_database() -> TestDatabase {
     let admin = admin_url().await;
     let name = format!(
         "{TEST_DATABASE_PREFIX}{}_{}",
@@ -100,10 +182,12 @@ pub async fn fresh_database() -> String {
             .unwrap();
     }
     conn.close().await.ok();
-    match admin.rsplit_once('/') {
+    let url = match admin.rsplit_once('/') {
         Some((base, _)) => format!("{base}/{name}"),
         None => panic!("admin URL {admin} has no database part"),
-    }
+    };
+    eprintln!("test database {name}: created");
+    TestDatabase { url, admin, name }
 }
 
 async fn reachable(url: &str) -> bool {
@@ -234,4 +318,46 @@ fn only_this_suites_databases_older_than_the_limit_are_stale() {
         test_database_created_secs(&named(1_700_000_000)),
         Some(1_700_000_000)
     );
+}
+
+/// Whether a database named `name` exists on the test server.
+async fn database_exists(name: &str) -> bool {
+    let mut conn = sqlx::PgConnection::connect(&admin_url().await)
+        .await
+        .expect("connect to the admin database");
+    let found: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.ok();
+    found == 1
+}
+
+#[test]
+fn a_test_database_is_dropped_when_its_test_ends_passing_or_panicking() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Passing: the handle goes out of scope at the end of the test.
+    let passed = runtime.block_on(async {
+        let database = fresh_database().await;
+        assert!(database_exists(&database.name).await);
+        database.name.clone()
+    });
+    assert!(!runtime.block_on(database_exists(&passed)), "{passed}");
+    // Panicking: the handle is dropped while the test unwinds.
+    let name = std::sync::Mutex::new(String::new());
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let database = fresh_database().await;
+            *name.lock().unwrap() = database.name.clone();
+            panic!("a failing test on {database}");
+        })
+    }));
+    assert!(failed.is_err());
+    let name = name.into_inner().unwrap();
+    assert!(!name.is_empty());
+    assert!(!runtime.block_on(database_exists(&name)), "{name}");
 }

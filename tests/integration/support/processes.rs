@@ -33,6 +33,18 @@ pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
     .unwrap()
 }
 
+/// How many payments of `audit` name each operation (by metadata).
+pub fn payments_per_operation(
+    audit: &[serde_json::Value],
+) -> std::collections::HashMap<String, usize> {
+    let mut per_op = std::collections::HashMap::new();
+    for p in audit {
+        let id = p["metadata"]["payonce_operation_id"].as_str().unwrap();
+        *per_op.entry(id.to_string()).or_default() += 1;
+    }
+    per_op
+}
+
 /// Payments the simulator holds for one operation (by metadata).
 pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
     audit(sim)
@@ -40,6 +52,49 @@ pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
         .iter()
         .filter(|p| p["metadata"]["payonce_operation_id"] == operation)
         .count()
+}
+
+/// The simulator's audit of its rate limits (`GET /_sim/audit/rate_limits`).
+pub async fn rate_limits(sim: &Simulator) -> serde_json::Value {
+    reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Requests the simulator has served (its audit of limits).
+pub async fn requests_served(sim: &Simulator) -> u64 {
+    rate_limits(sim).await["requests_total"].as_u64().unwrap()
+}
+
+/// Creates a PaymentIntent at the simulator directly (someone else's request, or Stripe's record of
+/// ours), naming `op` in its metadata; returns the object.
+pub async fn pay_directly(
+    sim: &Simulator,
+    op: &payonce_shared::id::OperationId,
+    amount: i64,
+    customer: &str,
+) -> serde_json::Value {
+    let form = [
+        ("amount", amount.to_string()),
+        ("currency", "usd".to_string()),
+        ("customer", customer.to_string()),
+        ("payment_method", "pm_card_visa".to_string()),
+        ("confirm", "true".to_string()),
+        ("off_session", "true".to_string()),
+        ("metadata[payonce_operation_id]", op.as_str().to_string()),
+    ];
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/payment_intents", sim.base_url()))
+        .bearer_auth("sk_test_payonce")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    r.json().await.unwrap()
 }
 
 /// Moves the simulator's clock forward by `by` (`POST /_sim/clock`); answers its new `now_ms`.

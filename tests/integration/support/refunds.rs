@@ -1,14 +1,12 @@
 //! Refund fixtures: a payment taken to `succeeded` through the ledger's own moves, and refund
 //! operations of it.
 
-use super::{details, tenant};
-use crate::support::recording;
+use super::{details, rows, tenant};
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::{Details, RefundReason};
 use payonce_shared::id::BusinessKey;
 use payonce_shared::ledger::{
-    Created, Fence, LeaseHolder, LedgerError, NewApproval, NewOperation, Operation, Paid, Recorded,
-    SharedLedger,
+    Created, LedgerError, NewApproval, NewOperation, Operation, Paid, Recorded, SharedLedger,
 };
 use payonce_shared::state::Status;
 use std::time::Duration;
@@ -22,72 +20,17 @@ pub async fn succeeded_payment(
     now: Timestamp,
 ) -> Operation {
     let d = details(invoice, amount, "pm_card_visa");
-    let hash = d.hash();
-    let created = ledger
-        .create_or_get(
-            NewOperation::keyed(
-                &crate::support::key_secret(),
-                tenant(),
-                BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
-                d,
-                "service:test".into(),
-            ),
-            now,
-        )
+    let created = rows::created(ledger, &tenant(), invoice, d, now)
         .await
-        .unwrap()
         .operation;
-    ledger
-        .approve(
-            &tenant(),
-            NewApproval {
-                operation: created.id.clone(),
-                details_hash: hash,
-                approved_by: "customer:cus_test".into(),
-                method: "test".into(),
-                expires_at: now + Duration::from_secs(86_400),
-            },
-            now,
-        )
-        .await
-        .unwrap();
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "fixture",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 1, "the fixture claims its own payment only");
-    let attempt = claimed[0].attempt;
-    assert_eq!(claimed[0].id, created.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(
-                &[Fence {
-                    id: created.id.clone(),
-                    attempt
-                }],
-                now
-            )
-            .await
-            .unwrap(),
-        [true]
-    );
-    let paid = ledger
-        .record(&recording(&Fence {
-                id: created.id.clone(),
-                attempt,
-            }, &Recorded::Succeeded(Paid {
-                reference: format!("pi_{invoice}"),
-                result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
-            }), "fixture"), now)
-        .await
-        .unwrap();
+    rows::approved(ledger, &created, now + Duration::from_secs(86_400), now).await;
+    let worker = rows::holder("fixture", Duration::from_millis(30_000));
+    let executing = rows::executing(ledger, &created.id, &worker, now).await;
+    let succeeded = Recorded::Succeeded(Paid {
+        reference: format!("pi_{invoice}"),
+        result: serde_json::json!({"id": format!("pi_{invoice}"), "status": "succeeded"}),
+    });
+    let paid = rows::record(ledger, &executing, &succeeded, "fixture", now).await;
     assert_eq!(paid.status, Status::Succeeded);
     paid
 }
@@ -148,31 +91,7 @@ pub async fn settle_refund(
         )
         .await
         .unwrap();
-    let claimed = ledger
-        .claim(
-            &LeaseHolder {
-                owner: "fixture",
-                lease_ttl: Duration::from_millis(30_000),
-            },
-            1,
-            now,
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 1, "the fixture claims its own refund only");
-    assert_eq!(claimed[0].id, refund.id);
-    assert_eq!(
-        ledger
-            .mark_submitting(&[Fence::of(&claimed[0])], now)
-            .await
-            .unwrap(),
-        [true]
-    );
-    ledger
-        .record(
-            &recording(&Fence::of(&claimed[0]), &outcome, "fixture"),
-            now,
-        )
-        .await
-        .unwrap()
+    let worker = rows::holder("fixture", Duration::from_millis(30_000));
+    let executing = rows::executing(ledger, &refund.id, &worker, now).await;
+    rows::record(ledger, &executing, &outcome, "fixture", now).await
 }
