@@ -85,20 +85,11 @@ impl Pipeline {
     /// slot at a time. An idle worker's first claim is not delayed: its last claim is long past.
     /// `None`: shutdown.
     async fn free_slots(&mut self, full_claim: usize) -> Option<OwnedSemaphorePermit> {
-        let mut free = loop {
-            let mut stop = self.stop.clone();
-            let wake = tokio::select! {
-                biased;
-                _ = stop.wait_for(|s| *s) => Wake::Stop,
-                permit = self.slots.clone().acquire_owned() => match permit {
-                    Ok(p) => Wake::Slots(p),
-                    Err(_) => Wake::Stop,
-                },
-            };
-            match wake {
-                Wake::Stop => return None,
-                Wake::Slots(p) => break p,
-            }
+        let mut stop = self.stop.clone();
+        let mut free = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return None,
+            permit = self.slots.clone().acquire_owned() => permit.ok()?,
         };
         let Some(last) = self.last_claim else {
             return Some(free);
