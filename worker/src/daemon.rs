@@ -5,7 +5,7 @@
 //! all. Only a claim loop claims, and only a writer records: a written outcome gives its slot back
 //! to its pipeline's semaphore, which wakes that claim loop at once, so claims and outcome writes
 //! overlap without either waiting on the other. How the slots are split and how long claims and
-//! writes wait to group is [`tuning`], internal.
+//! writes wait to group is [`Tuning`], internal.
 
 mod claim;
 mod record;
