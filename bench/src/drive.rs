@@ -7,6 +7,7 @@ use payonce_shared::clock::SystemClock;
 use payonce_shared::ledger::SharedLedger;
 use payonce_shared::processor::Processor;
 use payonce_shared::state::Status;
+use payonce_worker::daemon::Tuning;
 use payonce_worker::{Worker, WorkerConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ pub struct Fleet {
     pub workers: usize,
     /// Each engine's limits.
     pub config: WorkerConfig,
+    /// Each engine's internal grouping and pipelining (the default unless a run overrides it).
+    pub tuning: Tuning,
 }
 
 /// Starts the fleet, waits until `expected` outcomes are recorded (failing after `deadline`), stops
@@ -66,7 +69,9 @@ pub async fn until_recorded_on(
                 Arc::new(SystemClock),
                 config,
             )
-            .map_err(|e| anyhow::anyhow!("worker config: {e}"))?,
+            .map_err(|e| anyhow::anyhow!("worker config: {e}"))?
+            .tuned(fleet.tuning.clone())
+            .map_err(|e| anyhow::anyhow!("worker tuning: {e}"))?,
         );
         metrics.push(worker.metrics());
         let mut stop = stop_rx.clone();

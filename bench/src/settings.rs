@@ -3,6 +3,7 @@
 
 use crate::drive::Fleet;
 use payonce_worker::WorkerConfig;
+use payonce_worker::daemon::Tuning;
 use std::time::Duration;
 
 /// One run's sizes and limits.
@@ -71,19 +72,20 @@ fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
     config.batch_size = batch;
     // Idle workers poll this often when no wake-up arrives; short, so a drained run ends promptly.
     config.poll_interval = Duration::from_millis(50);
-    Fleet { workers, config }
+    Fleet {
+        workers,
+        config,
+        tuning: Tuning::default(),
+    }
 }
 
 impl Settings {
-    /// Every in-process worker configuration the run uses (for overrides that apply to all).
-    pub fn worker_configs_mut(&mut self) -> impl Iterator<Item = &mut WorkerConfig> {
-        [&mut self.fleet.config, &mut self.http_fleet.config]
+    /// Every in-process worker's tuning the run uses (for overrides that apply to all).
+    pub fn worker_tunings_mut(&mut self) -> impl Iterator<Item = &mut Tuning> {
+        [&mut self.fleet, &mut self.http_fleet]
             .into_iter()
-            .chain(
-                self.http_ceiling
-                    .as_mut()
-                    .map(|(fleet, _)| &mut fleet.config),
-            )
+            .chain(self.http_ceiling.as_mut().map(|(fleet, _)| fleet))
+            .map(|fleet| &mut fleet.tuning)
     }
 
     /// The figures docs/benchmarks.md reports.

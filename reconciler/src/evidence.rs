@@ -15,6 +15,10 @@
 //! - the processor cannot be asked: the hint stays pending and is retried with backoff.
 //!
 //! The reconciler runs this every sweep, so a webhook takes effect within one sweep interval.
+//! Adyen's notifications, which cannot be retrieved by id, are checked against the operation
+//! instead ([`notification`]).
+
+pub mod notification;
 
 use crate::metrics::ReconcilerMetrics;
 use futures_util::stream::{self, StreamExt};
@@ -382,9 +386,9 @@ async fn check_one(
         event_id: &hint.event_id,
     };
     // Adyen cannot be asked for a payment by id: its notifications are checked against the
-    // operation instead (`crate::notification`).
+    // operation instead (`notification`).
     if hint.processor == payonce_shared::processor::adyen::webhook::PROCESSOR {
-        return crate::notification::check(ledger, processors, metrics, hint, now, report).await;
+        return notification::check(ledger, processors, metrics, hint, now, report).await;
     }
     let close =
         |outcome: String| async move { ledger.mark_processor_event(&key, &outcome, now).await };

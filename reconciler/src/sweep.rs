@@ -1,7 +1,7 @@
 //! Sweeps, in bounded batches served by partial indexes, each step a plan then one write per row:
 //! 1. expired leases ([`leases`]): nothing submitted → `ready`; a submission recorded → `unknown`;
 //! 2. webhook hints ([`crate::evidence`]): retrieve the object each stored webhook names (an Adyen
-//!    notification: check it alone, [`crate::notification`]), check it against the operation, apply
+//!    notification: check it alone, [`crate::evidence::notification`]), check it against the operation, apply
 //!    only what the processor holds;
 //! 3. unknown outcomes ([`unknown`]): look up → a pure decision ([`decide`]) → one fenced write;
 //!

@@ -227,6 +227,16 @@ pub fn run_worker(
     processor: Arc<dyn Processor>,
     config: payonce_worker::WorkerConfig,
 ) -> RunningWorker {
+    run_tuned_worker(ledger, processor, config, Default::default())
+}
+
+/// Starts a worker daemon (see [`RunningWorker`]) with the daemon's internal `tuning` set.
+pub fn run_tuned_worker(
+    ledger: Arc<dyn payonce_shared::ledger::Queue>,
+    processor: Arc<dyn Processor>,
+    config: payonce_worker::WorkerConfig,
+    tuning: payonce_worker::daemon::Tuning,
+) -> RunningWorker {
     let worker = Arc::new(
         payonce_worker::Worker::new(
             ledger,
@@ -234,7 +244,9 @@ pub fn run_worker(
             Arc::new(payonce_shared::clock::SystemClock),
             config,
         )
-        .expect("a valid worker configuration"),
+        .expect("a valid worker configuration")
+        .tuned(tuning)
+        .expect("a valid worker tuning"),
     );
     let metrics = worker.metrics();
     let (stop, mut stopping) = tokio::sync::watch::channel(false);

@@ -8,7 +8,7 @@
 //! - it is applied only when it names the `pspReference` Adyen itself answered this operation with
 //!   (recorded from a `Received`/`Pending` payment or a received refund): a fact payonce already
 //!   holds from the processor, and an unknown operation holding it waits for this notification
-//!   instead of being retried (`sweep::unknown::NOTIFICATION_WAIT_MAX`);
+//!   instead of being retried (`sweep::unknown::decision::NOTIFICATION_WAIT_MAX`);
 //! - an unknown operation without that reference is made due at once, so the sweep resubmits it
 //!   with the SAME key (Adyen replays the saved result, which records the reference) and the
 //!   notification waits, pending, for the next pass;
@@ -16,7 +16,7 @@
 //!   operation, money for a failed or never-approved operation) goes to `needs_attention` with both
 //!   facts, through the same fenced report path as every lookup.
 
-use crate::evidence::{HintReport, apply_to_row};
+use super::{HintReport, apply_to_row};
 use crate::metrics::ReconcilerMetrics;
 use payonce_shared::clock::Timestamp;
 use payonce_shared::details::OperationKind;
@@ -283,7 +283,7 @@ pub(crate) async fn check(
         return close("closed: names no operation or is unreadable".into()).await;
     };
     let Some(op) =
-        crate::evidence::hint_operation(ledger, processors, metrics, hint, id, now, report).await?
+        super::hint_operation(ledger, processors, metrics, hint, id, now, report).await?
     else {
         return Ok(());
     };
