@@ -12,15 +12,15 @@ pub const FUZZ_WEBHOOK_SECRET: &str = "whsec_fuzz";
 pub fn webhook_body(data: &[u8]) {
     use std::sync::OnceLock;
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    static LEDGER: OnceLock<payonce_shared::ledger::SharedLedger> = OnceLock::new();
+    static LEDGER: OnceLock<payonce_ledger::SharedLedger> = OnceLock::new();
 
     let split = data.iter().position(|b| *b == b'\n').unwrap_or(data.len());
     let (header_bytes, rest) = data.split_at(split);
     let body = rest.strip_prefix(b"\n").unwrap_or(rest);
     let header = String::from_utf8_lossy(header_bytes);
     let secrets = vec![FUZZ_WEBHOOK_SECRET.to_string()];
-    let _ = payonce_shared::processor::stripe::webhook::parse_signature_header(&header);
-    let _ = payonce_shared::processor::stripe::webhook::verify_signature(
+    let _ = payonce_processor::stripe::webhook::parse_signature_header(&header);
+    let _ = payonce_processor::stripe::webhook::verify_signature(
         &secrets,
         &header,
         body,
@@ -38,27 +38,27 @@ pub fn webhook_body(data: &[u8]) {
         let ledger = match LEDGER.get() {
             Some(l) => l.clone(),
             None => {
-                let l = payonce_shared::ledger::connect("sqlite::memory:", 1)
+                let l = payonce_ledger::connect("sqlite::memory:", 1)
                     .await
                     .expect("an in-memory ledger");
                 LEDGER.get_or_init(|| l).clone()
             }
         };
-        let now = payonce_shared::clock::Timestamp::from_millis(1_800_000_000_000);
+        let now = payonce_core::clock::Timestamp::from_millis(1_800_000_000_000);
         let signed = format!(
             "t={},v1={}",
             now.as_millis() / 1000,
-            payonce_shared::processor::stripe::webhook::sign(
+            payonce_processor::stripe::webhook::sign(
                 FUZZ_WEBHOOK_SECRET,
                 now.as_millis() / 1000,
                 body
             )
         );
         let _ =
-            payonce_shared::webhooks::ingest(ledger.as_ref(), &secrets, Some(&signed), body, now)
+            payonce_processor::ingest::ingest(ledger.as_ref(), &secrets, Some(&signed), body, now)
                 .await;
         let _ =
-            payonce_shared::webhooks::ingest(ledger.as_ref(), &secrets, Some(&header), body, now)
+            payonce_processor::ingest::ingest(ledger.as_ref(), &secrets, Some(&header), body, now)
                 .await;
     });
 }

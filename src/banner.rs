@@ -2,9 +2,9 @@
 //! variables they set expand, from creating an operation to reading its status, the console, and an
 //! MCP client's configuration (a test runs them as printed).
 
-use payonce_shared::id::TenantId;
-use payonce_shared::intention::INTENTION_KEY_PREFIX;
-use payonce_shared::ledger::Role;
+use payonce_core::id::TenantId;
+use payonce_core::intention::INTENTION_KEY_PREFIX;
+use payonce_ledger::Role;
 
 /// The variable each role's key is exported as.
 fn variable(role: Role) -> &'static str {

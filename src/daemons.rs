@@ -3,9 +3,9 @@
 
 use crate::ops;
 use crate::settings::{ApiArgs, Common, GraceArgs, ReconcilerArgs, SubmitArgs, WorkerArgs};
+use payonce_core::clock::{SharedClock, SystemClock};
+use payonce_ledger::SharedLedger;
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{SharedClock, SystemClock};
-use payonce_shared::ledger::SharedLedger;
 use payonce_worker::Worker;
 use payonce_worker::config::owner_name;
 use std::process::ExitCode;
@@ -125,7 +125,7 @@ pub async fn reconciler(
 async fn key_secret_for_scan(
     common: &Common,
     ledger: &SharedLedger,
-) -> anyhow::Result<Option<payonce_shared::intention::KeySecret>> {
+) -> anyhow::Result<Option<payonce_core::intention::KeySecret>> {
     if !common.key_secret_set() {
         tracing::warn!(
             "no key secret (PAYONCE_KEY_SECRET): payments the ledger lost will be reported, not recreated"

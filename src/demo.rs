@@ -8,12 +8,12 @@ use crate::serve::{Plan, Stack};
 use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs, builtin_defaults};
 use anyhow::Context;
 use clap::Args;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::id::{OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::{Operation, Role, SharedLedger};
 use payonce_reconciler::Reconciler;
 use payonce_reconciler::oncall::{self, Format};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::{Operation, Role, SharedLedger};
-use payonce_shared::state::Status;
 use payonce_simulator::{SimulatorConfig, payment_audit};
 use payonce_worker::Worker;
 use std::net::SocketAddr;
@@ -46,7 +46,7 @@ pub struct DemoArgs {
     /// (`payonce simulator --list-contracts`, those on Stripe's wire;
     /// `--processor adyen` runs Adyen's).
     #[arg(long = "contract", default_value = "stripe",
-          value_parser = clap::builder::PossibleValuesParser::new(payonce_shared::processor::contract::names()))]
+          value_parser = clap::builder::PossibleValuesParser::new(payonce_processor::contract::names()))]
     pub processor_contract: String,
     /// The processor wire the built-in simulator speaks and the adapter uses: `stripe` or `adyen`.
     #[arg(long, default_value = "stripe", value_parser = ["stripe", "adyen"])]
@@ -236,7 +236,7 @@ impl Story {
             &self.ledger,
             &self.tenant,
             &payonce_api::verify::VerificationRequest {
-                method: payonce_shared::ledger::verification::VerificationMethod::SignedAssertion,
+                method: payonce_ledger::verification::VerificationMethod::SignedAssertion,
                 assertion_key_id: Some("acme-app".into()),
                 notify_url: None,
             },
@@ -288,7 +288,7 @@ impl Story {
                 sub: "cus_demo".into(),
                 op: op_id.as_str().into(),
                 exp: self.clock.now().as_millis() + 60_000,
-                nonce: payonce_shared::id::random_hex(16),
+                nonce: payonce_core::id::random_hex(16),
             },
         );
         let page = self
@@ -344,7 +344,7 @@ impl Story {
             .env("PAYONCE_LEASE_RENEW_MS", "500")
             .env("PAYONCE_SUBMIT_TIMEOUT_MS", "5000")
             .env("PAYONCE_SHUTDOWN_GRACE_MS", "5000")
-            .env(payonce_shared::failpoint::ENV, "after_processor_accepted")
+            .env(payonce_core::failpoint::ENV, "after_processor_accepted")
             .env("RUST_LOG", "error")
             .stdin(std::process::Stdio::null())
             // Its last words ("failure point … hit; aborting") are the next step's line.

@@ -11,8 +11,8 @@
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use payonce_api::intake::BATCH_BODY_LIMIT_BYTES;
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::ledger::intake::BATCH_ITEMS_MAX;
+use payonce_core::details::{Details, RawDetails};
+use payonce_ledger::intake::BATCH_ITEMS_MAX;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};

@@ -1,4 +1,4 @@
-//! Where the key secret (`payonce_shared::intention`) comes from, and the check that it is this
+//! Where the key secret (`payonce_core::intention`) comes from, and the check that it is this
 //! ledger's: configuration first; a quick-start SQLite ledger keeps one in a file beside it, so
 //! `payonce serve` and the commands run after it on the same file derive the same keys without
 //! anyone setting one. Every process that derives keys compares the secret's fingerprint with the
@@ -6,9 +6,9 @@
 //! restore would pay every lost invoice again.
 
 use anyhow::Context;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::intention::{KeySecret, KeySecretError};
-use payonce_shared::ledger::identity::{IdentityLedger, SecretEvidence};
+use payonce_core::clock::Timestamp;
+use payonce_core::intention::{KeySecret, KeySecretError};
+use payonce_ledger::identity::{IdentityLedger, SecretEvidence};
 use std::path::{Path, PathBuf};
 
 /// Suffix of the file next to a SQLite database that keeps its key secret (mode 0600).
@@ -174,7 +174,7 @@ mod tests {
 
         let dir = std::env::temp_dir().join(format!(
             "payonce-key-secret-{}",
-            payonce_shared::id::random_hex(6)
+            payonce_core::id::random_hex(6)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let url = format!("sqlite:{}/ledger.db", dir.display());

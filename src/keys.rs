@@ -5,10 +5,10 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use payonce_api::keys::{self, IssuedKey, KeyError};
+use payonce_core::clock::{Clock, SystemClock, Timestamp};
+use payonce_core::id::TenantId;
+use payonce_ledger::{ApiKeyRecord, Role, SharedLedger};
 use payonce_reconciler::oncall::table;
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{ApiKeyRecord, Role, SharedLedger};
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use std::time::Duration;

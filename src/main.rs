@@ -42,8 +42,8 @@ use anyhow::Context;
 use clap::{ArgMatches, FromArgMatches};
 use cli::{Cli, Command, ConfigCommand, ReconcilerCommand};
 use config_file::ConfigFile;
-use payonce_shared::clock::SystemClock;
-use payonce_shared::ledger::{self, SharedLedger};
+use payonce_core::clock::SystemClock;
+use payonce_ledger::{self as ledger, SharedLedger};
 use settings::{Common, ReconcilerArgs};
 use std::process::ExitCode;
 
@@ -213,7 +213,7 @@ async fn prune(common: &Common, reconciler: &ReconcilerArgs) -> anyhow::Result<E
     let ledger = open_existing(common).await?;
     // Retention windows on the database's clock (the process's own on SQLite).
     let now = ledger
-        .now(payonce_shared::clock::Clock::now(&SystemClock))
+        .now(payonce_core::clock::Clock::now(&SystemClock))
         .await?;
     let pruned = ledger.prune(&reconciler.retention(), now).await?;
     println!("{}", serde_json::to_string(&pruned)?);

@@ -4,11 +4,11 @@
 use crate::cli::ResolveAs;
 use crate::settings::{Common, ReconcilerArgs, SubmitArgs};
 use anyhow::Context;
+use payonce_core::clock::{Clock, SystemClock, Timestamp};
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::{self as ledger, Resolution, SharedLedger};
 use payonce_reconciler::oncall::{self, Format};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{self, Resolution, SharedLedger};
-use payonce_shared::state::Status;
 use std::process::ExitCode;
 
 fn format(json: bool) -> Format {
@@ -86,7 +86,7 @@ pub async fn list(
         .iter()
         .map(|s| {
             Status::parse(s).with_context(|| {
-                let known = payonce_shared::state::ALL_STATUSES.map(|s| s.as_str());
+                let known = payonce_core::state::ALL_STATUSES.map(|s| s.as_str());
                 format!(
                     "unknown status {s:?}{}; the states are {}",
                     crate::suggestion::hint(s, known),

@@ -5,10 +5,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::metrics::Exposition;
+use payonce_ledger::SharedLedger;
 use payonce_reconciler::metrics::ReconcilerMetrics;
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::SharedLedger;
-use payonce_shared::metrics::Exposition;
 use payonce_worker::WorkerMetrics;
 use std::sync::Arc;
 
@@ -166,7 +166,7 @@ pub async fn record_reachability(
     owner: String,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    use payonce_shared::processor::reachability::{RECORD_RETRY, process};
+    use payonce_processor::reachability::{RECORD_RETRY, process};
     tokio::select! {
         () = process().record_into(ledger.outage(), &owner, &SystemClock, RECORD_RETRY) => {}
         () = stop => {}
@@ -183,14 +183,14 @@ pub struct MetricsState {
     /// Reconciler counters, if this process runs a reconciler.
     pub reconciler: Option<Arc<ReconcilerMetrics>>,
     /// The process's fleet limiter (waits, denials, fallback).
-    pub limiter: Option<payonce_shared::limiter::SharedLimiter>,
+    pub limiter: Option<payonce_processor::limiter::SharedLimiter>,
 }
 
 async fn metrics(State(s): State<MetricsState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
     if let Some(w) = &s.worker {
         w.render(&mut e);
-        payonce_shared::processor::reachability::process().render(&mut e);
+        payonce_processor::reachability::process().render(&mut e);
     }
     if let Some(l) = &s.limiter {
         l.metrics().render(&mut e);

@@ -6,12 +6,12 @@ use crate::ops;
 use crate::settings::{ApiArgs, Common, ReconcilerArgs, WorkerArgs};
 use anyhow::Context;
 use clap::{ArgAction, Args};
+use payonce_core::clock::{Clock, SharedClock, SystemClock};
+use payonce_core::id::TenantId;
+use payonce_ledger::SharedLedger;
+use payonce_processor::Processors;
+use payonce_processor::limiter::SharedLimiter;
 use payonce_reconciler::Reconciler;
-use payonce_shared::clock::{Clock, SharedClock, SystemClock};
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::SharedLedger;
-use payonce_shared::limiter::SharedLimiter;
-use payonce_shared::processor::Processors;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::Worker;
 use payonce_worker::config::owner_name;
@@ -100,7 +100,7 @@ fn adyen_simulator(
     sim.adyen.merchant_account = common.adyen_merchant_account.clone();
     let key = api_config
         .adyen_hmac_key
-        .get_or_insert_with(|| payonce_shared::id::random_hex(32));
+        .get_or_insert_with(|| payonce_core::id::random_hex(32));
     sim.adyen.hmac_key_hex = key.clone();
 }
 
@@ -131,8 +131,7 @@ impl Stack {
             .with_context(|| format!("cannot listen on {} (api_listen)", plan.api.listen))?;
         let bound = reachable(listener.local_addr()?);
         let mut api_config = plan.api.config();
-        api_config.key_secret =
-            payonce_shared::intention::KeySecret::parse(&plan.common.key_secret)?;
+        api_config.key_secret = payonce_core::intention::KeySecret::parse(&plan.common.key_secret)?;
         api_config.listen = bound;
         if plan.api.public_base_url.is_none() {
             api_config.public_base_url = format!("http://{bound}");
@@ -148,7 +147,7 @@ impl Stack {
                 } else if api_config.webhook_secrets.is_empty() {
                     // A fresh secret per run: the simulator's published default would let anyone
                     // who reads the docs sign webhooks for this stack.
-                    let secret = format!("whsec_{}", payonce_shared::id::random_hex(24));
+                    let secret = format!("whsec_{}", payonce_core::id::random_hex(24));
                     api_config.webhook_secrets.push(secret.clone());
                     sim.webhook_secret = secret;
                 } else {
@@ -238,7 +237,7 @@ impl Stack {
         let mut config = self.plan.reconciler.config(owner, &self.plan.worker.submit);
         config.retry.limiter = self.limiter.clone();
         config.key_secret =
-            payonce_shared::intention::KeySecret::parse(&self.plan.common.key_secret).ok();
+            payonce_core::intention::KeySecret::parse(&self.plan.common.key_secret).ok();
         let reconciler = Arc::new(Reconciler::with_processors(
             self.ledger.clone(),
             self.processors.clone(),
@@ -275,7 +274,7 @@ impl Stack {
 /// the in-process tenant app (`tenant_app.rs`) as the notification endpoint.
 async fn start_tenant_app(stack: &mut Stack, tenant: &TenantId) -> anyhow::Result<()> {
     use payonce_api::verify::{VerificationRequest, set_tenant_verification};
-    use payonce_shared::ledger::verification::VerificationMethod;
+    use payonce_ledger::verification::VerificationMethod;
     let (listener, notify_url) = crate::tenant_app::bind().await?;
     let request = VerificationRequest {
         method: VerificationMethod::OneTimeCode,

@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn the_simulators_contracts_are_the_registrys_on_stripes_wire_and_adyens() {
-        use payonce_shared::processor::contract::{ADYEN_CHECKOUT, ON_STRIPE_WIRE, by_name};
+        use payonce_processor::contract::{ADYEN_CHECKOUT, ON_STRIPE_WIRE, by_name};
         let simulator: Vec<&str> = payonce_simulator::CONTRACTS
             .iter()
             .map(|c| c.name())

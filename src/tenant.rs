@@ -13,11 +13,11 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use payonce_api::profile::{ProfileRequest, set_profile};
 use payonce_api::verify::{VerificationRequest, set_tenant_verification};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::SharedLedger;
-use payonce_shared::ledger::verification::VerificationMethod;
-use payonce_shared::processor::ProcessorKind;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::id::TenantId;
+use payonce_ledger::SharedLedger;
+use payonce_ledger::verification::VerificationMethod;
+use payonce_processor::ProcessorKind;
 
 /// The tenant commands (each sets one of the tenant's settings, as the command names say).
 #[derive(Debug, Clone, Subcommand)]

@@ -10,8 +10,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S, verify};
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S, verify};
 use std::sync::Arc;
 use tokio::sync::watch;
 

@@ -7,11 +7,11 @@
 
 use crate::state::AppState;
 use crate::verify::{self, Asked};
-use payonce_shared::details::OperationKind;
-use payonce_shared::ledger::verification::VerificationMethod;
-use payonce_shared::ledger::{LedgerError, Operation, approvals};
-use payonce_shared::processor::summary::summary;
-use payonce_shared::state::Status;
+use payonce_core::details::OperationKind;
+use payonce_core::state::Status;
+use payonce_core::summary::summary;
+use payonce_ledger::verification::VerificationMethod;
+use payonce_ledger::{LedgerError, Operation, approvals};
 use serde::Serialize;
 use serde_json::Value;
 

@@ -77,9 +77,9 @@ pub struct ApiConfig {
     /// Browser origins (`scheme://host[:port]`) allowed to call `/mcp` besides the public base
     /// URL's own; a request without `Origin` (not from a browser) is not affected.
     pub mcp_allowed_origins: Vec<String>,
-    /// Derives each new operation's processor key from its intention (`payonce_shared::intention`);
+    /// Derives each new operation's processor key from its intention (`payonce_core::intention`);
     /// the default is a fresh random one, which only a ledger nothing will restore may use.
-    pub key_secret: payonce_shared::intention::KeySecret,
+    pub key_secret: payonce_core::intention::KeySecret,
 }
 
 impl Default for ApiConfig {
@@ -97,7 +97,7 @@ impl Default for ApiConfig {
             header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
             mcp_allowed_origins: Vec::new(),
-            key_secret: payonce_shared::intention::KeySecret::generate(),
+            key_secret: payonce_core::intention::KeySecret::generate(),
         }
     }
 }

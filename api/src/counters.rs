@@ -3,8 +3,8 @@
 //! reason. Fixed in size: one counter per class and reason, none per tenant or route.
 
 use axum::http::StatusCode;
-use payonce_shared::metrics::{Counter, Exposition, Histogram};
-use payonce_shared::processor::stripe::webhook::WebhookError;
+use payonce_core::metrics::{Counter, Exposition, Histogram};
+use payonce_processor::stripe::webhook::WebhookError;
 
 /// Status classes counted, in label order: 1xx..5xx.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -105,7 +105,7 @@ impl ApiMetrics {
             "Ledger statements and commits the store refused for lack of space or an I/O error; \
              none of their writes was stored or acknowledged.",
             &[],
-            payonce_shared::ledger::storage_failures_counter(),
+            payonce_ledger::storage_failures_counter(),
         );
     }
 }

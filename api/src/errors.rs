@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use payonce_shared::ledger::LedgerError;
+use payonce_ledger::LedgerError;
 
 /// Every error code the API answers with. The strings are a contract: never rename one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

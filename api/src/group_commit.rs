@@ -22,11 +22,11 @@
 //! row. Ten callers sending one create each now share those costs the way one batch request does.
 
 use crate::errors::HttpError;
-use payonce_shared::clock::SharedClock;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::intake::{Batch, BatchItem};
-use payonce_shared::ledger::{Created, LedgerError, TenantLedger};
-use payonce_shared::metrics::Counter;
+use payonce_core::clock::SharedClock;
+use payonce_core::id::TenantId;
+use payonce_core::metrics::Counter;
+use payonce_ledger::intake::{Batch, BatchItem};
+use payonce_ledger::{Created, LedgerError, TenantLedger};
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

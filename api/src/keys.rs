@@ -3,11 +3,9 @@
 //! secret's SHA-256. `payonce keys …` (the binary's `keys` module) is the front end.
 
 use crate::auth::sha256_hex;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::id::{TenantId, random_hex};
-use payonce_shared::ledger::{
-    ApiKeyRecord, Keys, LedgerError, LimitError, RevokeKey, Role, RotateKey,
-};
+use payonce_core::clock::Timestamp;
+use payonce_core::id::{TenantId, random_hex};
+use payonce_ledger::{ApiKeyRecord, Keys, LedgerError, LimitError, RevokeKey, Role, RotateKey};
 use std::time::Duration;
 
 /// Bytes of randomness in a key secret (256 bits).

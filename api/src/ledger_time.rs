@@ -5,9 +5,9 @@
 //! drift last measured ([`LedgerClock`]'s `now`), so a request costs no extra round trip. A drift
 //! past `CLOCK_DRIFT_WARN` is logged, as the worker and reconciler log theirs.
 
-use payonce_shared::clock::SharedClock;
-use payonce_shared::ledger::{LedgerError, Queue};
-use payonce_shared::ledger_clock::{Drift, LedgerClock};
+use payonce_core::clock::SharedClock;
+use payonce_ledger::time::{Drift, LedgerClock};
+use payonce_ledger::{LedgerError, Queue};
 use std::sync::Arc;
 use std::time::Duration;
 

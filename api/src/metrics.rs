@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
-use payonce_shared::metrics::Exposition;
+use payonce_core::metrics::Exposition;
 use std::time::Instant;
 
 /// The webhook routes, whose deliveries are counted apart: a rise in refusals means a wrong secret.

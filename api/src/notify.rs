@@ -1,10 +1,10 @@
 //! Deliveries to a tenant's notification endpoint (approval requests, one-time codes): a JSON POST
-//! signed with the tenant's secret ([`payonce_shared::signing`]), explicit timeouts, retried with
+//! signed with the tenant's secret ([`payonce_core::signing`]), explicit timeouts, retried with
 //! exponential backoff on transport errors, 429 and 5xx. Deliveries run in the background: the
 //! caller has already answered, and a slow endpoint must not hold a request open.
 
 use backon::{ExponentialBuilder, Retryable};
-use payonce_shared::signing::{SIGNATURE_HEADER, sign};
+use payonce_core::signing::{SIGNATURE_HEADER, sign};
 use std::time::Duration;
 
 /// Connect timeout of a delivery.

@@ -8,9 +8,9 @@ use crate::counters::ApiMetrics;
 use crate::group_commit::GroupCommit;
 use crate::notify::Notifier;
 use crate::shared_reads::SharedReads;
-use payonce_shared::clock::{SharedClock, Timestamp};
-use payonce_shared::ledger::{ApiKeyRecord, TenantLedger};
-use payonce_shared::processor::{Processor, Processors};
+use payonce_core::clock::{SharedClock, Timestamp};
+use payonce_ledger::{ApiKeyRecord, TenantLedger};
+use payonce_processor::{Processor, Processors};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -76,10 +76,7 @@ impl AppState {
     }
     /// The adapter of `op`'s processor, if this api is configured for it (never another's: a
     /// reference or payment method means nothing at a processor that did not issue it).
-    pub fn processor_for(
-        &self,
-        op: &payonce_shared::ledger::Operation,
-    ) -> Option<&Arc<dyn Processor>> {
+    pub fn processor_for(&self, op: &payonce_ledger::Operation) -> Option<&Arc<dyn Processor>> {
         // Called by path: the route-table test reads every method call of that name here as a route.
         Processors::route(self.processors.as_ref()?, op).ok()
     }

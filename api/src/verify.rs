@@ -5,14 +5,14 @@
 
 use crate::auth::sha256_hex;
 use crate::state::AppState;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::OperationKind;
-use payonce_shared::id::{TenantId, random_hex};
-use payonce_shared::ledger::verification::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::OperationKind;
+use payonce_core::id::{TenantId, random_hex};
+use payonce_core::state::Status;
+use payonce_ledger::verification::{
     ApprovalCode, LinkOrigin, NewLink, NoticeLimit, TenantVerification, VerificationMethod,
 };
-use payonce_shared::ledger::{ApprovalLink, LedgerError, Operation};
-use payonce_shared::state::Status;
+use payonce_ledger::{ApprovalLink, LedgerError, Operation};
 use serde::Serialize;
 use serde_json::json;
 use std::time::Duration;
@@ -359,7 +359,7 @@ pub enum SetupError {
 /// Checks and stores a tenant's verification method with freshly generated secrets (never typed by
 /// the operator, so never in a shell history).
 pub async fn set_tenant_verification(
-    ledger: &payonce_shared::ledger::SharedLedger,
+    ledger: &payonce_ledger::SharedLedger,
     tenant: &TenantId,
     request: &VerificationRequest,
     now: Timestamp,
@@ -428,7 +428,7 @@ pub async fn set_tenant_verification(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use payonce_shared::id::OperationId;
+    use payonce_core::id::OperationId;
 
     #[test]
     fn codes_have_their_digits_and_match_only_themselves() {

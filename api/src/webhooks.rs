@@ -1,8 +1,8 @@
 //! `POST /v1/webhooks/stripe` and `POST /v1/webhooks/adyen`. Stripe: the raw body and `Stripe-Signature` go to
-//! [`payonce_shared::webhooks::ingest`], which verifies (beside the Stripe adapter) and stores once;
+//! [`payonce_processor::ingest::ingest`], which verifies (beside the Stripe adapter) and stores once;
 //! the stored event is a hint the reconciler checks against the processor before anything changes.
 //! Adyen: every item's HMAC signature and merchant account are verified and each item is stored once
-//! ([`payonce_shared::webhooks::ingest_adyen`]); the answer is `[accepted]`, as Adyen requires.
+//! ([`payonce_processor::ingest::ingest_adyen`]); the answer is `[accepted]`, as Adyen requires.
 
 use crate::errors::{ErrorCode, HttpError};
 use crate::state::AppState;
@@ -13,9 +13,9 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use payonce_shared::processor::adyen::webhook::{self as adyen_webhook, AdyenWebhookError};
-use payonce_shared::processor::stripe::webhook::{PAYLOAD_LEN_MAX, WebhookError};
-use payonce_shared::webhooks;
+use payonce_processor::adyen::webhook::{self as adyen_webhook, AdyenWebhookError};
+use payonce_processor::ingest as webhooks;
+use payonce_processor::stripe::webhook::{PAYLOAD_LEN_MAX, WebhookError};
 use serde_json::{Value, json};
 
 /// Body limit of this route: the webhook parser's payload limit, so a large but genuine event is

@@ -1,8 +1,8 @@
 //! Fresh databases, one per section, so no section measures another's leftovers.
 
 use anyhow::Context;
-use payonce_shared::ledger::sqlite::SqliteLedger;
-use payonce_shared::ledger::{self, postgres::PostgresLedger};
+use payonce_ledger::sqlite::SqliteLedger;
+use payonce_ledger::{self as ledger, postgres::PostgresLedger};
 use sqlx::Connection;
 use std::path::PathBuf;
 
@@ -21,7 +21,7 @@ pub struct ScratchDatabase {
 impl ScratchDatabase {
     /// Creates an empty database on the server `admin_url` names.
     pub async fn create(admin_url: &str) -> anyhow::Result<Self> {
-        let name = format!("payonce_bench_{}", payonce_shared::id::random_hex(6));
+        let name = format!("payonce_bench_{}", payonce_core::id::random_hex(6));
         let mut conn = sqlx::PgConnection::connect(admin_url)
             .await
             .with_context(|| format!("connect to {admin_url}"))?;
@@ -65,7 +65,7 @@ impl ScratchDatabase {
 pub async fn sqlite_file() -> anyhow::Result<(SqliteLedger, PathBuf)> {
     let path = std::env::temp_dir().join(format!(
         "payonce-bench-{}.sqlite",
-        payonce_shared::id::random_hex(6)
+        payonce_core::id::random_hex(6)
     ));
     let ledger = SqliteLedger::connect(&format!("sqlite:{}", path.display()))
         .await

@@ -3,10 +3,10 @@
 
 use crate::report::Rate;
 use anyhow::Context;
-use payonce_shared::clock::SystemClock;
-use payonce_shared::ledger::SharedLedger;
-use payonce_shared::processor::Processor;
-use payonce_shared::state::Status;
+use payonce_core::clock::SystemClock;
+use payonce_core::state::Status;
+use payonce_ledger::SharedLedger;
+use payonce_processor::Processor;
 use payonce_worker::daemon::Tuning;
 use payonce_worker::{Worker, WorkerConfig};
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use crate::drive::{self, Fleet};
 use crate::inprocess::InProcessProcessor;
 use crate::load;
 use crate::report::Rate;
-use payonce_shared::ledger::SharedLedger;
+use payonce_ledger::SharedLedger;
 use std::sync::Arc;
 use std::time::Duration;
 

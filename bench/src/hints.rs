@@ -7,9 +7,9 @@
 use crate::database::ScratchDatabase;
 use crate::inprocess::InProcessProcessor;
 use crate::load::{self, Kind};
+use payonce_core::clock::SystemClock;
+use payonce_ledger::SharedLedger;
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::SystemClock;
-use payonce_shared::ledger::SharedLedger;
 use sqlx::{Connection, PgConnection};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

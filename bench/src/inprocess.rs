@@ -6,7 +6,7 @@
 //! format, faults, webhooks, persistence, asynchronous refunds.
 
 use async_trait::async_trait;
-use payonce_shared::processor::{
+use payonce_processor::{
     Contract, FoundStatus, LookupOutcome, LookupQuery, Processor, RefundLookupQuery, RefundRequest,
     SubmitOutcome, SubmitRequest,
 };
@@ -44,7 +44,7 @@ impl Default for InProcessProcessor {
         InProcessProcessor {
             contract: Contract {
                 name: "in-process simulator",
-                ..payonce_shared::processor::contract::STRIPE
+                ..payonce_processor::contract::STRIPE
             },
             book: Mutex::new(Book::default()),
         }
@@ -96,8 +96,8 @@ impl InProcessProcessor {
 }
 
 /// Every `operation → reference` of the book on one scan page.
-fn one_page(paid: &HashMap<String, String>) -> payonce_shared::processor::RecentPage {
-    payonce_shared::processor::RecentPage::Page {
+fn one_page(paid: &HashMap<String, String>) -> payonce_processor::RecentPage {
+    payonce_processor::RecentPage::Page {
         payments: paid
             .iter()
             .map(|(operation, reference)| scanned(operation, reference))
@@ -108,10 +108,10 @@ fn one_page(paid: &HashMap<String, String>) -> payonce_shared::processor::Recent
 
 /// A paid object of the book as a scan reads it: its reference and the operation it names; no
 /// intention or details (this processor keeps neither), so a lost row is reported, not recreated.
-fn scanned(operation: &str, reference: &str) -> payonce_shared::processor::ScannedPayment {
+fn scanned(operation: &str, reference: &str) -> payonce_processor::ScannedPayment {
     let object = serde_json::json!({ "id": reference, "status": "succeeded" });
-    payonce_shared::processor::ScannedPayment {
-        object: payonce_shared::processor::ProcessorObject {
+    payonce_processor::ScannedPayment {
+        object: payonce_processor::ProcessorObject {
             reference: reference.to_string(),
             amount_minor: None,
             currency: None,
@@ -185,16 +185,16 @@ impl Processor for InProcessProcessor {
     /// for lost rows reads it (a scan that cannot complete is never "all clear").
     async fn recent_payments(
         &self,
-        _query: &payonce_shared::processor::RecentQuery<'_>,
-    ) -> payonce_shared::processor::RecentPage {
+        _query: &payonce_processor::RecentQuery<'_>,
+    ) -> payonce_processor::RecentPage {
         self.with_book(|b| one_page(&b.by_operation))
     }
 
     /// Every refund it holds, on one page (see `recent_payments`).
     async fn recent_refunds(
         &self,
-        _query: &payonce_shared::processor::RecentQuery<'_>,
-    ) -> payonce_shared::processor::RecentPage {
+        _query: &payonce_processor::RecentQuery<'_>,
+    ) -> payonce_processor::RecentPage {
         self.with_book(|b| one_page(&b.refund_by_operation))
     }
 
@@ -270,8 +270,8 @@ impl Processor for InProcessProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use payonce_shared::details::{Details, RawDetails, RefundReason};
-    use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+    use payonce_core::details::{Details, RawDetails, RefundReason};
+    use payonce_core::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 
     #[tokio::test]
     async fn refunds_replay_by_key_never_exceed_the_payment_and_are_found() {

@@ -10,9 +10,9 @@ use crate::database::ScratchDatabase;
 use crate::load::bench_details;
 use crate::report::Rate;
 use anyhow::Context;
-use payonce_shared::id::{BusinessKey, TenantId};
-use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
-use payonce_shared::state::Status;
+use payonce_core::id::{BusinessKey, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::{NewApproval, NewOperation, SharedLedger};
 use sqlx::postgres::PgPoolOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ pub const BATCH_ROWS_SCALE: u64 = 4;
 /// sends at least one, none more than the route takes.
 pub fn batch_size(clients: u32, operations: u64) -> u64 {
     let per_client = operations.div_ceil(u64::from(clients.max(1))).max(1);
-    per_client.min(payonce_shared::ledger::intake::BATCH_ITEMS_MAX as u64)
+    per_client.min(payonce_ledger::intake::BATCH_ITEMS_MAX as u64)
 }
 
 /// How the HTTP rows send their operations.
@@ -154,7 +154,7 @@ async fn ensure_ready(ledger: &SharedLedger, operations: u64) -> anyhow::Result<
 /// The api served in this process on a loopback port over a fresh database, with one service key.
 struct ServedApi {
     db: ScratchDatabase,
-    ledger: payonce_shared::ledger::postgres::PostgresLedger,
+    ledger: payonce_ledger::postgres::PostgresLedger,
     shared: SharedLedger,
     base: String,
     key: String,
@@ -172,7 +172,7 @@ impl ServedApi {
         let key = payonce_api::create_api_key(
             shared.as_ref(),
             &tenant,
-            payonce_shared::ledger::Role::Service,
+            payonce_ledger::Role::Service,
             "bench-billing",
             crate::now(),
         )
@@ -186,7 +186,7 @@ impl ServedApi {
         };
         let state = payonce_api::AppState::new(
             shared.clone(),
-            Arc::new(payonce_shared::clock::SystemClock),
+            Arc::new(payonce_core::clock::SystemClock),
             config,
         );
         let group = Arc::clone(state.group_commit());
@@ -275,9 +275,9 @@ fn approved_body(i: u64) -> serde_json::Value {
         "kind": "payment", "amount": 2048, "currency": "usd", "customer": "cus_bench",
         "payment_method": "pm_card_visa", "invoice": format!("INV-BENCH-{i}"),
     });
-    let raw: payonce_shared::details::RawDetails =
+    let raw: payonce_core::details::RawDetails =
         serde_json::from_value(details.clone()).unwrap_or_else(|e| unreachable!("{e}"));
-    let hash = payonce_shared::details::Details::parse(&raw)
+    let hash = payonce_core::details::Details::parse(&raw)
         .unwrap_or_else(|e| unreachable!("the bench details are valid: {e}"))
         .hash();
     serde_json::json!({
@@ -440,7 +440,7 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
     let created = ledger
         .create_or_get(
             NewOperation::keyed(
-                &payonce_shared::intention::KeySecret::generate(),
+                &payonce_core::intention::KeySecret::generate(),
                 tenant.clone(),
                 BusinessKey::parse(business_key)?,
                 details,

@@ -46,7 +46,7 @@ pub mod throughput;
 pub use run::{Outcome, run};
 pub use settings::Settings;
 
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
+use payonce_core::clock::{Clock, SystemClock, Timestamp};
 
 /// Now, from the system clock.
 pub fn now() -> Timestamp {

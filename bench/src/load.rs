@@ -6,7 +6,7 @@
 //! worker's server-side check passes) and its own id, business key and idempotency key.
 
 use anyhow::Context;
-use payonce_shared::details::{Details, RawDetails};
+use payonce_core::details::{Details, RawDetails};
 use sqlx::{Connection, PgConnection, SqlitePool};
 
 /// Rows per statement: bounds one transaction's size during the 1M-row loads.

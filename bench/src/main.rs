@@ -129,9 +129,7 @@ fn init_logging() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 // The LISTEN task of a ledger whose pool a section closed warns once; not a finding.
                 .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(
-                        "warn,payonce_shared::ledger::postgres=error",
-                    )
+                    tracing_subscriber::EnvFilter::new("warn,payonce_ledger::postgres=error")
                 }),
         )
         .with_writer(std::io::stderr)

@@ -3,7 +3,7 @@
 
 use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
-use payonce_shared::ledger::{Fence, LeaseHolder, Paid, Queue, Recorded};
+use payonce_ledger::{Fence, LeaseHolder, Paid, Queue, Recorded};
 use std::time::{Duration, Instant};
 
 /// Mean time per call of each hot-path step.

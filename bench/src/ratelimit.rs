@@ -8,7 +8,7 @@ use crate::database::ScratchDatabase;
 use crate::load::{self, Kind};
 use crate::process::{free_port, metric_sum, sigterm, succeeded};
 use anyhow::Context;
-use payonce_shared::ledger::SharedLedger;
+use payonce_ledger::SharedLedger;
 use payonce_simulator::{RateLimits, Simulator, SimulatorConfig, payment_audit};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ impl OwnRedis {
         let port = free_port()?;
         let dir = std::env::temp_dir().join(format!(
             "payonce-bench-redis-{port}-{}",
-            payonce_shared::id::random_hex(4)
+            payonce_core::id::random_hex(4)
         ));
         std::fs::create_dir_all(&dir)?;
         let mut r = OwnRedis {

@@ -9,7 +9,7 @@ use crate::inprocess::InProcessProcessor;
 use crate::load::{self, Kind};
 use crate::memory;
 use crate::report::Rate;
-use payonce_shared::ledger::SharedLedger;
+use payonce_ledger::SharedLedger;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! adyen`), and the api verifies the simulator's webhooks or notifications with this run's secret.
 
 use anyhow::Context;
-use payonce_shared::failpoint::{self, FailPoint};
+use payonce_core::failpoint::{self, FailPoint};
 use payonce_simulator::Wire;
 use payonce_simulator::config::{ADYEN_API_KEY_DEFAULT, ADYEN_MERCHANT_ACCOUNT_DEFAULT};
 use std::fs::File;
@@ -84,10 +84,10 @@ impl Signing {
     pub fn fresh(wire: Wire) -> Signing {
         match wire {
             Wire::Stripe => Signing::Stripe {
-                secret: format!("whsec_{}", payonce_shared::id::random_hex(24)),
+                secret: format!("whsec_{}", payonce_core::id::random_hex(24)),
             },
             Wire::Adyen => Signing::Adyen {
-                hmac_key_hex: payonce_shared::id::random_hex(ADYEN_HMAC_KEY_BYTES),
+                hmac_key_hex: payonce_core::id::random_hex(ADYEN_HMAC_KEY_BYTES),
             },
         }
     }

@@ -29,11 +29,11 @@ pub use report::SoakReport;
 
 use anyhow::Context;
 use fleet::{Launch, exited, sigkill};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::failpoint::FailPoint;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{self, Role, SharedLedger};
-use payonce_shared::state::Status;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::failpoint::FailPoint;
+use payonce_core::id::TenantId;
+use payonce_core::state::Status;
+use payonce_ledger::{self as ledger, Role, SharedLedger};
 use payonce_simulator::Simulator;
 use rng::SoakRng;
 use std::path::PathBuf;
@@ -656,7 +656,7 @@ fn shuffled_targets(
     ops: &[operations::PlannedOp],
     rng: &mut SoakRng,
     duplicate_per_mille: u32,
-) -> Vec<(payonce_shared::id::OperationId, bool)> {
+) -> Vec<(payonce_core::id::OperationId, bool)> {
     let mut targets: Vec<_> = ops
         .iter()
         .map(|o| (o.id.clone(), rng.per_mille(duplicate_per_mille)))

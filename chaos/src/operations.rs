@@ -2,10 +2,10 @@
 //! api) and the assistant's tool calls against them, some sent twice at once.
 
 use anyhow::Context;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{NewApproval, NewOperation, SharedLedger};
+use payonce_core::clock::Timestamp;
+use payonce_core::details::{Details, RawDetails};
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_ledger::{NewApproval, NewOperation, SharedLedger};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ pub async fn create_one(
     let created = ledger
         .create_or_get(
             NewOperation::keyed(
-                &payonce_shared::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
+                &payonce_core::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
                 tenant.clone(),
                 BusinessKey::parse(&format!("invoice:{invoice}:pay"))
                     .map_err(|e| anyhow::anyhow!("business key: {e:?}"))?,

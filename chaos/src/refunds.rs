@@ -7,11 +7,11 @@
 
 use crate::operations::{AMOUNT_MINOR, PlannedOp, TENANT};
 use anyhow::Context;
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::details::{Details, RefundReason};
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{LedgerError, NewApproval, NewOperation, Operation, SharedLedger};
-use payonce_shared::state::Status;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::details::{Details, RefundReason};
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::{LedgerError, NewApproval, NewOperation, Operation, SharedLedger};
 use payonce_simulator::{Simulator, Wire};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ async fn create(
     let created = ledger
         .create_or_get(
             NewOperation::keyed(
-                &payonce_shared::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
+                &payonce_core::intention::KeySecret::parse(crate::fleet::CHAOS_KEY_SECRET)?,
                 tenant.clone(),
                 BusinessKey::parse(&key).map_err(|e| anyhow::anyhow!("{e:?}"))?,
                 details,

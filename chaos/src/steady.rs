@@ -11,11 +11,11 @@
 use crate::fleet::{self, sigkill};
 use crate::operations::{self, TENANT};
 use anyhow::Context;
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::retention::{Pruned, Retention};
-use payonce_shared::ledger::{self, Role, SharedLedger};
-use payonce_shared::state::Status;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::id::TenantId;
+use payonce_core::state::Status;
+use payonce_ledger::retention::{Pruned, Retention};
+use payonce_ledger::{self as ledger, Role, SharedLedger};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,9 +4,9 @@
 use crate::operations::{PlannedOp, TENANT};
 use crate::report::{Path, SoakReport};
 use anyhow::Context;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::SharedLedger;
-use payonce_shared::state::{Event, EventName, Status};
+use payonce_core::id::TenantId;
+use payonce_core::state::{Event, EventName, Status};
+use payonce_ledger::SharedLedger;
 use payonce_simulator::{Simulator, Wire, payment_audit};
 use serde_json::Value;
 use std::collections::HashMap;

@@ -131,6 +131,11 @@ impl std::fmt::Display for ProcessorKind {
     }
 }
 
+/// How the reason of an operation whose key the processor refused (the adapter's `KeyReused`)
+/// begins: on-call, the console and the runbook find it by these words.
+pub const KEY_REUSED_HEAD: &str =
+    "the processor already holds a different payment for this business key";
+
 /// Rows per state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusCount {

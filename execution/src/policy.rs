@@ -9,10 +9,7 @@ use payonce_processor::limiter::{SharedLimiter, Unlimited};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How the reason of an operation whose key the processor refused (`SubmitOutcome::KeyReused`)
-/// begins: on-call, the console and the runbook find it by these words.
-pub const KEY_REUSED_HEAD: &str =
-    "the processor already holds a different payment for this business key";
+pub use payonce_core::operation::KEY_REUSED_HEAD;
 
 /// Limits of one submission and the schedule of what follows it.
 #[derive(Debug, Clone)]

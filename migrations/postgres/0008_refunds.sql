@@ -1,6 +1,6 @@
 -- Refunds (issue 19): an operation of kind `refund` names the succeeded payment operation it gives
 -- money back from, that payment's processor reference (copied at creation) and Stripe's reason.
--- The over-refund guard is transactional (`shared/src/ledger/refunds.rs`): the payment's row is
+-- The over-refund guard is transactional (`ledger/src/refunds.rs`): the payment's row is
 -- locked, then one INSERT ... SELECT checks the sum; the CHECKs below mirror `Details`.
 ALTER TABLE operations ADD COLUMN refund_of TEXT REFERENCES operations (id);
 ALTER TABLE operations ADD COLUMN refund_payment_reference TEXT;

@@ -1,6 +1,6 @@
 -- Refunds (issue 19): an operation of kind `refund` names the succeeded payment operation it gives
 -- money back from, that payment's processor reference (copied at creation) and Stripe's reason.
--- The over-refund guard is one INSERT ... SELECT (`shared/src/ledger/refunds.rs`), atomic under
+-- The over-refund guard is one INSERT ... SELECT (`ledger/src/refunds.rs`), atomic under
 -- SQLite's single writer; the CHECKs below mirror `Details` and Postgres's 0008.
 -- SQLite cannot alter a CHECK: the table is rebuilt as in 0006 (foreign keys are off while SQLite
 -- migrations run, and checked before the migrator finishes). The rebuild drops the table's indexes

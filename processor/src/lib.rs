@@ -21,8 +21,6 @@ use serde::{Deserialize, Serialize};
 
 pub use contract::Contract;
 pub use payonce_core::operation::ProcessorKind;
-/// Facade path (removed with `shared/`).
-pub use payonce_core::summary;
 pub use routing::{Processors, Unconfigured};
 
 /// What a submission asks the processor to do. Everything comes from the ledger record.

@@ -1,6 +1,6 @@
 //! Reconciler limits and policy, every one named.
 
-use payonce_shared::execution::SubmitPolicy;
+use payonce_execution::SubmitPolicy;
 use std::time::Duration;
 
 /// Stuck operations one sweep step works on at once (lease expiries; lookups and their writes).
@@ -44,15 +44,15 @@ pub struct ReconcilerConfig {
     /// Longest a lookup waits for a read permit from the fleet limiter (`retry.limiter`, the process's
     /// limiter) before the check is deferred instead.
     pub lookup_permit_wait_max: Duration,
-    /// Derives the key of a row the processor scan recreates (`payonce_shared::intention`); `None`:
+    /// Derives the key of a row the processor scan recreates (`payonce_core::intention`); `None`:
     /// lost rows are reported, not recreated.
-    pub key_secret: Option<payonce_shared::intention::KeySecret>,
+    pub key_secret: Option<payonce_core::intention::KeySecret>,
     /// Time between scans of the processor's recent payments (every `sweep --once` scans).
     pub scan_interval: Duration,
     /// How far back a ledger's first scan looks ([`crate::scan::SCAN_LOOKBACK_DEFAULT`]).
     pub scan_lookback: Duration,
-    /// How long prunable rows are kept (`payonce_shared::ledger::retention`).
-    pub retention: payonce_shared::ledger::retention::Retention,
+    /// How long prunable rows are kept (`payonce_ledger::retention`).
+    pub retention: payonce_ledger::retention::Retention,
     /// Time between prunes in daemon mode (under the sweep lease).
     pub prune_interval: Duration,
     /// Limits for same-key retries (submit timeout, rate-limit waits) and the process's fleet
@@ -85,7 +85,7 @@ impl ReconcilerConfig {
             key_secret: None,
             scan_interval: Duration::from_secs(60),
             scan_lookback: crate::scan::SCAN_LOOKBACK_DEFAULT,
-            retention: payonce_shared::ledger::retention::Retention::default(),
+            retention: payonce_ledger::retention::Retention::default(),
             prune_interval: Duration::from_secs(60 * 60),
         }
     }

@@ -22,18 +22,16 @@ pub mod notification;
 
 use crate::metrics::ReconcilerMetrics;
 use futures_util::stream::{self, StreamExt};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::OperationKind;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::OperationKind;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::{
     Applied, ApplyReport, Declined, LedgerError, Operation, Paid, ProcessorEventKey, Recovery,
     Report, StoredProcessorEvent,
 };
-use payonce_shared::processor::stripe::webhook::{object_status_of, reference_of};
-use payonce_shared::processor::{
-    FoundStatus, ProcessorKind, ProcessorObject, Processors, Retrieved,
-};
-use payonce_shared::state::Status;
+use payonce_processor::stripe::webhook::{object_status_of, reference_of};
+use payonce_processor::{FoundStatus, ProcessorKind, ProcessorObject, Processors, Retrieved};
 use std::time::Duration;
 
 /// Limits of one pass over pending hints.
@@ -46,7 +44,7 @@ pub struct HintLimits {
     /// Longest delay between tries.
     pub backoff_max: Duration,
     /// The fleet limiter: a retrieval is a read, drawn from the same budget as lookups.
-    pub limiter: payonce_shared::limiter::SharedLimiter,
+    pub limiter: payonce_processor::limiter::SharedLimiter,
     /// Longest wait for a read permit; none in time keeps the hint for a later pass.
     pub permit_wait_max: Duration,
     /// Hints checked at once (each retrieval still takes a read permit from the fleet limiter);
@@ -58,7 +56,7 @@ pub struct HintLimits {
 }
 
 /// Most hints one bulk statement closes as known
-/// ([`HintChecks::close_known_hints`](payonce_shared::ledger::HintChecks::close_known_hints)).
+/// ([`HintChecks::close_known_hints`](payonce_ledger::HintChecks::close_known_hints)).
 pub const KNOWN_HINTS_PER_STATEMENT: u32 = 1_000;
 
 /// Hints checked at once by default: one at a time fell behind for good at 50 payments/s (a
@@ -387,7 +385,7 @@ async fn check_one(
     };
     // Adyen cannot be asked for a payment by id: its notifications are checked against the
     // operation instead (`notification`).
-    if hint.processor == payonce_shared::processor::adyen::webhook::PROCESSOR {
+    if hint.processor == payonce_processor::adyen::webhook::PROCESSOR {
         return notification::check(ledger, processors, metrics, hint, now, report).await;
     }
     let close =
@@ -457,13 +455,13 @@ async fn check_one(
 /// The processor's object behind `reference`, read within the fleet's read budget (a read the
 /// limiter refuses is answered as unavailable: the hint is kept and checked again).
 async fn retrieve_within_budget(
-    processor: &dyn payonce_shared::processor::Processor,
+    processor: &dyn payonce_processor::Processor,
     limits: &HintLimits,
     reference: &str,
 ) -> Retrieved {
-    match payonce_shared::limiter::acquire(
+    match payonce_processor::limiter::acquire(
         limits.limiter.as_ref(),
-        payonce_shared::limiter::Budget::Read,
+        payonce_processor::limiter::Budget::Read,
         limits.permit_wait_max,
     )
     .await

@@ -1,10 +1,10 @@
 //! Rows the reconciler's unit tests decide on.
 
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
-use payonce_shared::ledger::Operation;
-use payonce_shared::state::Status;
+use payonce_core::clock::Timestamp;
+use payonce_core::details::{Details, RawDetails};
+use payonce_core::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::Operation;
 use std::time::Duration;
 
 const HOUR: Duration = Duration::from_secs(3_600);

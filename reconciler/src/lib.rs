@@ -2,8 +2,8 @@
 //!
 //! - [`config`]: sweep limits and the resubmission policy.
 //! - [`sweep`]: expired leases and unknown outcomes, each a plan then one write, in bounded batches,
-//!   with a dry run; a same-key retry runs the one execution path (`payonce_shared::execution`).
-//! - [`evidence`]: stored webhooks (verified and stored by `payonce_shared::webhooks`) checked by retrieving the processor object before anything applies;
+//!   with a dry run; a same-key retry runs the one execution path (`payonce_execution`).
+//! - [`evidence`]: stored webhooks (verified and stored by `payonce_processor::ingest`) checked by retrieving the processor object before anything applies;
 //!   stored Adyen notifications checked against the operation instead ([`evidence::notification`]: Adyen has no lookup by id).
 //! - [`scan`]: the processor's recent payments checked against the ledger (money a restore or failover lost).
 //! - [`oncall`]: listing, showing and resolving operations by hand, as tables or JSON.

@@ -1,10 +1,10 @@
 //! What the reconciler counts, rendered for `/metrics`.
 
-use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::{LedgerError, Operations};
-use payonce_shared::ledger_clock::Drift;
-use payonce_shared::metrics::{Counter, Exposition, Gauge};
-use payonce_shared::state::Status;
+use payonce_core::clock::Timestamp;
+use payonce_core::metrics::{Counter, Exposition, Gauge};
+use payonce_core::state::Status;
+use payonce_ledger::time::Drift;
+use payonce_ledger::{LedgerError, Operations};
 use std::sync::Arc;
 
 /// Resolutions and failures by path.

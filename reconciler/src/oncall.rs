@@ -2,15 +2,15 @@
 //! processor's view (a payment with its refunds beside it, a refund with its payment), resolve one
 //! by hand with a mandatory reason. Tables by default, JSON on request.
 
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::OperationKind;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::refunds::RefundTotals;
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::OperationKind;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::refunds::RefundTotals;
+use payonce_ledger::{
     Inspection, Ledger, LedgerError, ListFilter, Operation, Recovery, Refunds, Resolution, Resolve,
 };
-use payonce_shared::processor::{FoundStatus, LookupOutcome, Processors, operation};
-use payonce_shared::state::Status;
+use payonce_processor::{FoundStatus, LookupOutcome, Processors, operation};
 use serde_json::json;
 
 /// Most refunds `show` lists beside a payment (oldest first); the totals count them all.
@@ -124,7 +124,7 @@ pub async fn list(
 }
 
 /// The operations of [`list`] as a table.
-fn list_table(ops: &[payonce_shared::ledger::Operation], now: Timestamp) -> String {
+fn list_table(ops: &[payonce_ledger::Operation], now: Timestamp) -> String {
     let rows: Vec<Vec<String>> = ops
         .iter()
         .map(|o| {

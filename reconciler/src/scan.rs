@@ -24,15 +24,15 @@
 
 use crate::evidence::report_of;
 use crate::metrics::ReconcilerMetrics;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::intention::{Intention, KeySecret};
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::intention::{Intention, KeySecret};
+use payonce_core::state::Status;
+use payonce_ledger::{
     Applied, ApplyReport, LedgerError, NewOperation, Operation, Recovery, Report,
 };
-use payonce_shared::processor::{
+use payonce_processor::{
     FoundStatus, Processor, ProcessorKind, RecentPage, RecentQuery, ScannedPayment,
 };
-use payonce_shared::state::Status;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ pub struct ScanLimits {
     /// How far back a ledger's first scan looks.
     pub lookback: Duration,
     /// The fleet limiter: each page is a read.
-    pub limiter: payonce_shared::limiter::SharedLimiter,
+    pub limiter: payonce_processor::limiter::SharedLimiter,
     /// Longest wait for a read permit; none in time ends the scan early.
     pub permit_wait_max: Duration,
     /// The processor of rows that name none (the process's configured one): a payment found at
@@ -170,9 +170,9 @@ async fn walk(
     let errors_before = report.errors;
     let mut cursor: Option<String> = None;
     for _ in 0..SCAN_PAGES_MAX {
-        if let Err(denied) = payonce_shared::limiter::acquire(
+        if let Err(denied) = payonce_processor::limiter::acquire(
             limits.limiter.as_ref(),
-            payonce_shared::limiter::Budget::Read,
+            payonce_processor::limiter::Budget::Read,
             limits.permit_wait_max,
         )
         .await
@@ -240,7 +240,7 @@ async fn check(
     let Some(id) = object
         .operation_id
         .as_deref()
-        .and_then(|raw| payonce_shared::id::OperationId::parse(raw).ok())
+        .and_then(|raw| payonce_core::id::OperationId::parse(raw).ok())
     else {
         return Ok(());
     };
@@ -375,7 +375,7 @@ async fn recreate(
     ledger: &dyn Recovery,
     limits: &ScanLimits,
     payment: &ScannedPayment,
-    id: &payonce_shared::id::OperationId,
+    id: &payonce_core::id::OperationId,
     found_at: Option<ProcessorKind>,
     now: Timestamp,
 ) -> Result<Option<(Operation, bool)>, LedgerError> {
@@ -386,8 +386,8 @@ async fn recreate(
         return Ok(None);
     };
     let (Ok(tenant), Ok(business_key)) = (
-        payonce_shared::id::TenantId::parse(&intention.tenant),
-        payonce_shared::id::BusinessKey::parse(&intention.business_key),
+        payonce_core::id::TenantId::parse(&intention.tenant),
+        payonce_core::id::BusinessKey::parse(&intention.business_key),
     ) else {
         return Ok(None);
     };
@@ -437,8 +437,8 @@ async fn recreate(
 async fn refund_details(
     ledger: &dyn Recovery,
     refund: &ScannedPayment,
-    payment_operation: &payonce_shared::id::OperationId,
-) -> Result<Option<payonce_shared::details::Details>, LedgerError> {
+    payment_operation: &payonce_core::id::OperationId,
+) -> Result<Option<payonce_core::details::Details>, LedgerError> {
     let payment = match ledger.get_unscoped(payment_operation).await {
         Ok(payment) => payment,
         Err(LedgerError::NotFound) => return Ok(None),
@@ -449,7 +449,7 @@ async fn refund_details(
         .object
         .get("reason")
         .and_then(serde_json::Value::as_str)
-        .and_then(|raw| payonce_shared::details::RefundReason::parse(raw).ok());
+        .and_then(|raw| payonce_core::details::RefundReason::parse(raw).ok());
     let (Some(reason), Some(amount), Some(reference)) = (
         reason,
         object.amount_minor,
@@ -457,7 +457,7 @@ async fn refund_details(
     ) else {
         return Ok(None);
     };
-    Ok(payonce_shared::details::Details::refund(
+    Ok(payonce_core::details::Details::refund(
         &payment.details,
         &payment.id,
         reference,

@@ -22,11 +22,11 @@ use crate::config::ReconcilerConfig;
 use crate::evidence::{HintLimits, HintReport, check_hints};
 use crate::metrics::ReconcilerMetrics;
 use crate::scan::{ScanLimits, ScanReport};
-use payonce_shared::clock::{SharedClock, Timestamp};
-use payonce_shared::execution::ExecutionMetrics;
-use payonce_shared::ledger::{Ledger, LedgerError, MaintenanceLease, Queue, Recovery};
-use payonce_shared::ledger_clock::LedgerClock;
-use payonce_shared::processor::{Processor, Processors};
+use payonce_core::clock::{SharedClock, Timestamp};
+use payonce_execution::ExecutionMetrics;
+use payonce_ledger::time::LedgerClock;
+use payonce_ledger::{Ledger, LedgerError, MaintenanceLease, Queue, Recovery};
+use payonce_processor::{Processor, Processors};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -77,7 +77,7 @@ pub struct SweepReport {
     /// `ledger::lost_rows`), alerted in this sweep.
     pub lost_rows: u32,
     /// What a prune deleted, when one ran.
-    pub pruned: Option<payonce_shared::ledger::retention::Pruned>,
+    pub pruned: Option<payonce_ledger::retention::Pruned>,
     /// One line per action, for dry runs and logs.
     pub actions: Vec<String>,
 }
@@ -255,7 +255,7 @@ impl Reconciler {
     }
 
     /// The fleet limiter its lookups and same-key retries draw from.
-    pub fn limiter(&self) -> payonce_shared::limiter::SharedLimiter {
+    pub fn limiter(&self) -> payonce_processor::limiter::SharedLimiter {
         self.config.retry.limiter.clone()
     }
 
@@ -435,11 +435,9 @@ impl Reconciler {
         .await
     }
 
-    /// Prunes ([`payonce_shared::ledger::retention`]) when this process has not in the last
+    /// Prunes ([`payonce_ledger::retention`]) when this process has not in the last
     /// `prune_interval`.
-    async fn prune_if_due(
-        &self,
-    ) -> Result<Option<payonce_shared::ledger::retention::Pruned>, LedgerError> {
+    async fn prune_if_due(&self) -> Result<Option<payonce_ledger::retention::Pruned>, LedgerError> {
         // Retention windows on the database's clock, like leases.
         let now = self.clock.read().await?;
         {

@@ -4,7 +4,7 @@
 //! the key retention (`config`), and the lookup routes (`routes`). The fault
 //! injection works the same under every contract.
 //!
-//! The names are payonce's contract registry's on Stripe's wire (`payonce_shared::processor::
+//! The names are payonce's contract registry's on Stripe's wire (`payonce_processor::
 //! contract::ON_STRIPE_WIRE`; a test compares the two lists). Another wire's contract (`adyen`)
 //! is added here as a variant with its wire's routes.
 

@@ -3,14 +3,14 @@
 
 use anyhow::Context;
 use clap::Args;
-use payonce_shared::intention::KeySecret;
-use payonce_shared::ledger::postgres::{Pooler, Route};
-use payonce_shared::limiter::{
+use payonce_core::intention::KeySecret;
+use payonce_ledger::postgres::{Pooler, Route};
+use payonce_processor::adyen::{AdyenConfig, AdyenProcessor};
+use payonce_processor::limiter::{
     LocalLimiter, Rates, RedisLimiter, RedisLimiterConfig, SharedLimiter, Unlimited,
 };
-use payonce_shared::processor::adyen::{AdyenConfig, AdyenProcessor};
-use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
-use payonce_shared::processor::{Processor, ProcessorKind, Processors};
+use payonce_processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_processor::{Processor, ProcessorKind, Processors};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,7 +111,7 @@ pub struct Common {
     /// worker's rules follow: `stripe`, or the contract a simulator runs (`payonce simulator
     /// --list-contracts`); serve's built-in simulator runs the same one.
     #[arg(long, global = true, env = "PAYONCE_PROCESSOR_CONTRACT", default_value = "stripe",
-          value_parser = clap::builder::PossibleValuesParser::new(payonce_shared::processor::contract::names()))]
+          value_parser = clap::builder::PossibleValuesParser::new(payonce_processor::contract::names()))]
     pub processor_contract: String,
     /// Override of the processor's key retention in seconds (only for a simulator configured shorter).
     #[arg(long, global = true, env = "PAYONCE_KEY_RETENTION_S")]
@@ -258,11 +258,11 @@ impl Common {
     /// requires it configured.
     pub async fn key_secret(
         &self,
-        ledger: &payonce_shared::ledger::SharedLedger,
+        ledger: &payonce_ledger::SharedLedger,
     ) -> anyhow::Result<KeySecret> {
         let now = ledger
-            .now(payonce_shared::clock::Clock::now(
-                &payonce_shared::clock::SystemClock,
+            .now(payonce_core::clock::Clock::now(
+                &payonce_core::clock::SystemClock,
             ))
             .await?;
         crate::key_secret::checked(&self.key_secret, &self.database_url, ledger.identity(), now)
@@ -279,25 +279,23 @@ impl Common {
     /// The declared processor contract, with `key_retention_s` if set: Adyen's for `processor =
     /// adyen`, else `processor_contract` (Stripe's wire). A contract on Stripe's wire named beside
     /// `processor = adyen` is refused rather than ignored.
-    pub fn contract(&self) -> anyhow::Result<payonce_shared::processor::Contract> {
+    pub fn contract(&self) -> anyhow::Result<payonce_processor::Contract> {
         let contract = if self.processor == "adyen" {
             anyhow::ensure!(
-                self.processor_contract == payonce_shared::processor::contract::STRIPE.name,
+                self.processor_contract == payonce_processor::contract::STRIPE.name,
                 "processor_contract {:?} runs on Stripe's wire; processor adyen runs Adyen's own \
                  contract (leave processor_contract unset)",
                 self.processor_contract
             );
-            payonce_shared::processor::contract::ADYEN_CHECKOUT
+            payonce_processor::contract::ADYEN_CHECKOUT
         } else {
-            payonce_shared::processor::contract::by_name(&self.processor_contract).with_context(
-                || {
-                    format!(
-                        "processor_contract {:?} is not one of {}",
-                        self.processor_contract,
-                        payonce_shared::processor::contract::names().join(", ")
-                    )
-                },
-            )?
+            payonce_processor::contract::by_name(&self.processor_contract).with_context(|| {
+                format!(
+                    "processor_contract {:?} is not one of {}",
+                    self.processor_contract,
+                    payonce_processor::contract::names().join(", ")
+                )
+            })?
         };
         Ok(match self.key_retention_s {
             Some(s) => contract.with_key_retention(Duration::from_secs(s)),
@@ -378,7 +376,7 @@ impl Common {
         config.idle_connections = usize::try_from(self.processor_idle_connections)?;
         config.http2 = self.processor_http2;
         let contract = if self.processor == "adyen" {
-            payonce_shared::processor::contract::by_name(&self.processor_contract)
+            payonce_processor::contract::by_name(&self.processor_contract)
                 .context("processor_contract is one of the registry")?
         } else {
             self.contract()?

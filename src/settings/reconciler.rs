@@ -86,10 +86,10 @@ impl ReconcilerArgs {
 
 impl ReconcilerArgs {
     /// How long each kind of prunable row is kept.
-    pub fn retention(&self) -> payonce_shared::ledger::retention::Retention {
+    pub fn retention(&self) -> payonce_ledger::retention::Retention {
         const DAY: Duration = Duration::from_secs(24 * 60 * 60);
         let days = |n: u64| DAY.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
-        payonce_shared::ledger::retention::Retention {
+        payonce_ledger::retention::Retention {
             webhooks: days(self.webhook_retention_days),
             tool_calls: days(self.tool_call_retention_days),
             expired_tokens: days(self.expired_token_retention_days),

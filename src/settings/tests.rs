@@ -2,8 +2,8 @@
 
 use super::{Common, builtin_defaults};
 use clap::{Args, Command, FromArgMatches};
-use payonce_shared::limiter::Budget;
-use payonce_shared::processor::ProcessorKind;
+use payonce_processor::ProcessorKind;
+use payonce_processor::limiter::Budget;
 use std::time::Duration;
 
 #[tokio::test]

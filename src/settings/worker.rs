@@ -2,7 +2,7 @@
 //! retries), with the shutdown grace of both daemons.
 
 use clap::Args;
-use payonce_shared::execution::SubmitPolicy;
+use payonce_execution::SubmitPolicy;
 use payonce_worker::WorkerConfig;
 use std::time::Duration;
 

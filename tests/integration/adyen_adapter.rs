@@ -6,11 +6,11 @@ use crate::simulator::{Sim, start};
 use crate::support::{details, key_secret, tenant};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use payonce_shared::details::{Details, DetailsHash, RefundReason};
-use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
-use payonce_shared::money::Money;
-use payonce_shared::processor::adyen::{AdyenConfig, AdyenProcessor};
-use payonce_shared::processor::{Processor, RefundRequest, SubmitOutcome, SubmitRequest};
+use payonce_core::details::{Details, DetailsHash, RefundReason};
+use payonce_core::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+use payonce_core::money::Money;
+use payonce_processor::adyen::{AdyenConfig, AdyenProcessor};
+use payonce_processor::{Processor, RefundRequest, SubmitOutcome, SubmitRequest};
 use payonce_simulator::SimulatorConfig;
 use payonce_simulator::config::{ADYEN_API_KEY_DEFAULT, ADYEN_MERCHANT_ACCOUNT_DEFAULT};
 use serde_json::{Value, json};
@@ -43,7 +43,7 @@ impl Op {
         let invoice = format!("INV-{}", &id.as_str()[3..11]);
         let details = details(&invoice, amount, payment_method);
         let business_key = BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap();
-        let key = key_secret().key_for(&payonce_shared::intention::Intention {
+        let key = key_secret().key_for(&payonce_core::intention::Intention {
             tenant: &tenant(),
             business_key: &business_key,
             generation: 0,
@@ -772,10 +772,10 @@ async fn a_key_longer_than_adyens_64_characters_is_never_sent() {
 async fn the_simulator_refuses_keys_over_64_characters_and_unknown_fields() {
     let s = adyen_sim().await;
     let op = Op::new("pm_card_visa");
-    let body = payonce_shared::processor::adyen::wire::payment_body(
+    let body = payonce_processor::adyen::wire::payment_body(
         &op.request(),
         ADYEN_MERCHANT_ACCOUNT_DEFAULT,
-        payonce_shared::processor::adyen::RETURN_URL_DEFAULT,
+        payonce_processor::adyen::RETURN_URL_DEFAULT,
     )
     .unwrap();
     let post = |key: String, body: Value| {

@@ -9,13 +9,13 @@ use crate::support::now;
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant, wait_for};
+use payonce_core::clock::Timestamp;
+use payonce_core::state::Status;
+use payonce_ledger::{Fence, Operation, Recorded, SharedLedger};
+use payonce_processor::adyen::webhook::{NotificationItem, decode_key, sign};
+use payonce_processor::ingest as webhooks;
+use payonce_processor::{Processor, SubmitOutcome};
 use payonce_reconciler::Reconciler;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::{Fence, Operation, Recorded, SharedLedger};
-use payonce_shared::processor::adyen::webhook::{NotificationItem, decode_key, sign};
-use payonce_shared::processor::{Processor, SubmitOutcome};
-use payonce_shared::state::Status;
-use payonce_shared::webhooks;
 use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -362,7 +362,7 @@ async fn a_notification_without_the_reference_waits_for_the_same_key_resubmissio
         json!([{ "match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1 }]),
     )
     .await;
-    let lost = payonce_shared::processor::operation::submit(&p, &op).await;
+    let lost = payonce_processor::operation::submit(&p, &op).await;
     assert!(
         matches!(
             lost,
@@ -569,7 +569,7 @@ async fn notification_limits_refuse_with_nothing_stored() {
         )
     };
     // More items than ITEMS_MAX, each one signed: refused, nothing stored.
-    let max = payonce_shared::processor::adyen::webhook::ITEMS_MAX;
+    let max = payonce_processor::adyen::webhook::ITEMS_MAX;
     let r = api
         .http
         .post(&url)
@@ -717,7 +717,7 @@ async fn received_and_recorded(
         now(),
     )
     .await;
-    let outcome = payonce_shared::processor::operation::submit(p, &c).await;
+    let outcome = payonce_processor::operation::submit(p, &c).await;
     let SubmitOutcome::Unknown {
         reference: Some(psp),
         reason,

@@ -5,13 +5,13 @@
 //! types and enum values must match; `oneOf`/`anyOf` pass when one branch does.
 
 use crate::adyen_adapter::{Op, adapter, adyen_sim};
-use payonce_shared::details::RefundReason;
-use payonce_shared::id::{BusinessKey, IdempotencyKey, OperationId};
-use payonce_shared::money::Money;
-use payonce_shared::processor::RefundRequest;
-use payonce_shared::processor::SubmitOutcome;
-use payonce_shared::processor::adyen::RETURN_URL_DEFAULT;
-use payonce_shared::processor::adyen::wire::{payment_body, refund_body};
+use payonce_core::details::RefundReason;
+use payonce_core::id::{BusinessKey, IdempotencyKey, OperationId};
+use payonce_core::money::Money;
+use payonce_processor::RefundRequest;
+use payonce_processor::SubmitOutcome;
+use payonce_processor::adyen::RETURN_URL_DEFAULT;
+use payonce_processor::adyen::wire::{payment_body, refund_body};
 use payonce_simulator::config::{ADYEN_API_KEY_DEFAULT, ADYEN_MERCHANT_ACCOUNT_DEFAULT};
 use serde_json::{Value, json};
 use std::path::PathBuf;

@@ -24,11 +24,11 @@ mod views;
 mod webhooks;
 
 use payonce_api::{ApiConfig, AppState, create_api_key, serve_listener};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::clock::{Clock, ManualClock};
-use payonce_shared::details::RawDetails;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{Role, SharedLedger};
+use payonce_core::clock::Timestamp;
+use payonce_core::clock::{Clock, ManualClock};
+use payonce_core::details::RawDetails;
+use payonce_core::id::TenantId;
+use payonce_ledger::{Role, SharedLedger};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -130,7 +130,7 @@ pub async fn spawn_with(ledger: SharedLedger, tweak: impl FnOnce(&mut ApiConfig)
 /// Starts the API reading payment methods' cards from `processor` (the confirmation page's card).
 pub async fn spawn_with_processor(
     ledger: SharedLedger,
-    processor: Arc<dyn payonce_shared::processor::Processor>,
+    processor: Arc<dyn payonce_processor::Processor>,
 ) -> TestApi {
     spawn_full(ledger, |_| {}, Some(processor)).await
 }
@@ -138,7 +138,7 @@ pub async fn spawn_with_processor(
 async fn spawn_full(
     ledger: SharedLedger,
     tweak: impl FnOnce(&mut ApiConfig),
-    processor: Option<Arc<dyn payonce_shared::processor::Processor>>,
+    processor: Option<Arc<dyn payonce_processor::Processor>>,
 ) -> TestApi {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -175,7 +175,7 @@ async fn spawn_full(
         &ledger,
         &tenant(),
         &payonce_api::verify::VerificationRequest {
-            method: payonce_shared::ledger::verification::VerificationMethod::SignedAssertion,
+            method: payonce_ledger::verification::VerificationMethod::SignedAssertion,
             assertion_key_id: Some(ASSERTION_KEY_ID.into()),
             notify_url: None,
         },
@@ -305,7 +305,7 @@ impl TestApi {
                 sub: customer.into(),
                 op: op_id.into(),
                 exp: self.clock.now().as_millis() + ttl_ms,
-                nonce: payonce_shared::id::random_hex(16),
+                nonce: payonce_core::id::random_hex(16),
             },
         )
     }
@@ -322,7 +322,7 @@ impl TestApi {
     pub async fn operation_count(&self) -> usize {
         let all = self
             .ledger
-            .list(&payonce_shared::ledger::ListFilter {
+            .list(&payonce_ledger::ListFilter {
                 tenant: Some(tenant()),
                 limit: 1000,
                 ..Default::default()

@@ -5,12 +5,12 @@
 use crate::support::processes::{self, Hooked, SubmitHook, audit, payments_for};
 use crate::support::reconciler;
 use crate::support::{self, ready_operation, tenant, wait_for};
+use payonce_core::clock::{Clock, SharedClock, SystemClock, Timestamp};
+use payonce_core::metrics::Exposition;
+use payonce_core::state::Status;
+use payonce_ledger::{LeaseHolder, Operation, SharedLedger};
+use payonce_processor::{Processor, SubmitRequest};
 use payonce_reconciler::Reconciler;
-use payonce_shared::clock::{Clock, SharedClock, SystemClock, Timestamp};
-use payonce_shared::ledger::{LeaseHolder, Operation, SharedLedger};
-use payonce_shared::metrics::Exposition;
-use payonce_shared::processor::{Processor, SubmitRequest};
-use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
 use std::sync::Arc;
@@ -415,7 +415,7 @@ async fn a_reconciler_ten_minutes_ahead_keeps_the_retention_window_open() {
 #[tokio::test]
 async fn an_api_ten_minutes_off_gives_approvals_the_databases_expiry() {
     use payonce_api::{ApiConfig, AppState, create_api_key, database_clock, serve_listener};
-    use payonce_shared::ledger::Role;
+    use payonce_ledger::Role;
     for (local, name) in [(ahead(), "ahead"), (behind(), "behind")] {
         let (ledger, url) = support::postgres_ledger().await;
         let key = create_api_key(
@@ -468,7 +468,7 @@ async fn an_api_ten_minutes_off_gives_approvals_the_databases_expiry() {
         let op = ledger
             .get(
                 &tenant(),
-                &payonce_shared::id::OperationId::parse(&id).unwrap(),
+                &payonce_core::id::OperationId::parse(&id).unwrap(),
             )
             .await
             .unwrap();

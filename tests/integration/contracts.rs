@@ -7,13 +7,13 @@ use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{self, details, tenant};
-use payonce_shared::clock::{ManualClock, SystemClock};
-use payonce_shared::execution::submit::submit;
-use payonce_shared::id::IdempotencyKey;
-use payonce_shared::ledger::{Operation, SharedLedger};
-use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
-use payonce_shared::processor::{Processor, SubmitOutcome, contract};
-use payonce_shared::state::Status;
+use payonce_core::clock::{ManualClock, SystemClock};
+use payonce_core::id::IdempotencyKey;
+use payonce_core::state::Status;
+use payonce_execution::submit::submit;
+use payonce_ledger::{Operation, SharedLedger};
+use payonce_processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_processor::{Processor, SubmitOutcome, contract};
 use payonce_simulator::{Contract, Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
 use std::sync::Arc;
@@ -255,10 +255,9 @@ async fn no_lookup_past_the_retention_a_retry_pays_again_and_payonce_asks_a_huma
     let past = contract::DAY + Duration::from_secs(60);
     // The adapter does not even ask.
     let naive = approved(&naive_ledger, "INV-N1", 2048).await;
-    let found =
-        payonce_shared::processor::operation::lookup(processor.as_ref(), &naive, now()).await;
+    let found = payonce_processor::operation::lookup(processor.as_ref(), &naive, now()).await;
     assert!(
-        matches!(&found, payonce_shared::processor::LookupOutcome::Unavailable { reason } if reason.contains("no-lookup")),
+        matches!(&found, payonce_processor::LookupOutcome::Unavailable { reason } if reason.contains("no-lookup")),
         "{found:?}"
     );
     // Inside the retention, payonce's same-key retry gets the first payment back.
@@ -325,40 +324,34 @@ struct UnderKey {
 
 #[async_trait::async_trait]
 impl Processor for UnderKey {
-    fn contract(&self) -> &payonce_shared::processor::Contract {
+    fn contract(&self) -> &payonce_processor::Contract {
         self.inner.contract()
     }
-    async fn submit(
-        &self,
-        request: &payonce_shared::processor::SubmitRequest<'_>,
-    ) -> SubmitOutcome {
+    async fn submit(&self, request: &payonce_processor::SubmitRequest<'_>) -> SubmitOutcome {
         let mut forced = request.clone();
         forced.idempotency_key = &self.key;
         self.inner.submit(&forced).await
     }
     async fn lookup(
         &self,
-        query: &payonce_shared::processor::LookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
+        query: &payonce_processor::LookupQuery<'_>,
+    ) -> payonce_processor::LookupOutcome {
         self.inner.lookup(query).await
     }
-    async fn submit_refund(
-        &self,
-        request: &payonce_shared::processor::RefundRequest<'_>,
-    ) -> SubmitOutcome {
+    async fn submit_refund(&self, request: &payonce_processor::RefundRequest<'_>) -> SubmitOutcome {
         self.inner.submit_refund(request).await
     }
     async fn lookup_refund(
         &self,
-        query: &payonce_shared::processor::RefundLookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
+        query: &payonce_processor::RefundLookupQuery<'_>,
+    ) -> payonce_processor::LookupOutcome {
         self.inner.lookup_refund(query).await
     }
     fn facts(
         &self,
         reference: &str,
         object: &serde_json::Value,
-    ) -> Option<payonce_shared::processor::ProcessorObject> {
+    ) -> Option<payonce_processor::ProcessorObject> {
         self.inner.facts(reference, object)
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::serve::{START_DEADLINE, free_port, get, payonce, scratch, sigterm_and_wait};
 use crate::support::{recording, wait_for};
-use payonce_shared::ledger::Fence;
+use payonce_ledger::Fence;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -319,7 +319,7 @@ async fn deploy_files_name_only_real_settings() {
 
 #[tokio::test]
 async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
-    use payonce_shared::ledger::{self, LeaseHolder, Recorded};
+    use payonce_ledger::{self as ledger, LeaseHolder, Recorded};
     let dir = scratch("sweep-codes");
     let db = format!("sqlite:{}", dir.join("sweep.db").display());
     // Only `migrate`, `serve` and `demo` create a ledger; cron's sweep refuses a missing one.
@@ -346,7 +346,7 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
 
     // One operation whose attempts ran out without a request leaving: needs a human.
     let ledger = ledger::connect(&db, 1).await.unwrap();
-    let now = payonce_shared::clock::Clock::now(&payonce_shared::clock::SystemClock);
+    let now = payonce_core::clock::Clock::now(&payonce_core::clock::SystemClock);
     crate::support::ready_operation(&ledger, "INV-3", "pm_card_visa", now).await;
     let claimed = ledger
         .claim(

@@ -8,18 +8,18 @@ use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
-use payonce_reconciler::Reconciler;
-use payonce_shared::id::{BusinessKey, OperationId};
-use payonce_shared::ledger::{
+use payonce_core::id::{BusinessKey, OperationId};
+use payonce_core::metrics::Exposition;
+use payonce_core::state::Status;
+use payonce_ledger::{
     Applied, ApplyReport, Cancel, Declined, LeaseHolder, LedgerError, NewOperation, Operation,
     Paid, Recorded, Report, Resolution, SharedLedger,
 };
-use payonce_shared::ledger::{Fence, Resolve};
-use payonce_shared::metrics::Exposition;
-use payonce_shared::processor::Processor;
-use payonce_shared::processor::stripe::webhook::sign;
-use payonce_shared::state::Status;
-use payonce_shared::webhooks;
+use payonce_ledger::{Fence, Resolve};
+use payonce_processor::Processor;
+use payonce_processor::ingest as webhooks;
+use payonce_processor::stripe::webhook::sign;
+use payonce_reconciler::Reconciler;
 use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -294,11 +294,8 @@ async fn an_unreachable_processor_keeps_the_hint_and_applies_nothing() {
     .await;
     // Nothing listens on port 9: the retrieve fails before anything is known.
     let dead = Arc::new(
-        payonce_shared::processor::stripe::StripeProcessor::new(
-            payonce_shared::processor::stripe::StripeConfig::new(
-                "http://127.0.0.1:9",
-                "sk_test_payonce",
-            ),
+        payonce_processor::stripe::StripeProcessor::new(
+            payonce_processor::stripe::StripeConfig::new("http://127.0.0.1:9", "sk_test_payonce"),
         )
         .unwrap(),
     );
@@ -549,7 +546,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     use std::str::FromStr;
     let path = std::env::temp_dir().join(format!(
         "payonce-0003-{}.db",
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     ));
     let url = format!("sqlite:{}", path.display());
     let id = OperationId::generate();
@@ -597,7 +594,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
         .unwrap();
         conn.close().await.unwrap();
     }
-    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&url, 1).await.unwrap();
     let row = ledger.get_unscoped(&id).await.unwrap();
     assert_eq!(
         (row.status, row.external_ref.as_deref()),
@@ -679,7 +676,7 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
 /// sends nothing and applies nothing.
 #[tokio::test]
 async fn a_hint_without_a_read_permit_is_kept_and_nothing_is_sent() {
-    use payonce_shared::limiter::{Budget, Decision, Limiter, LocalLimiter, Rates};
+    use payonce_processor::limiter::{Budget, Decision, Limiter, LocalLimiter, Rates};
     let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (op, _) = executing(&ledger, "INV-E9").await;

@@ -8,8 +8,8 @@
 use crate::api::{Reply, TestApi, raw_details, spawn};
 use crate::serve::scratch;
 use crate::support::every_store;
-use payonce_shared::ledger::sqlite::SqliteLedger;
-use payonce_shared::ledger::{LedgerError, Operations, WRITE_HEADROOM_PAGES_MIN};
+use payonce_ledger::sqlite::SqliteLedger;
+use payonce_ledger::{LedgerError, Operations, WRITE_HEADROOM_PAGES_MIN};
 use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};

@@ -48,7 +48,7 @@ fn the_checked_in_seeds_run_through_both_bodies() {
     let signed = by_name(&webhooks, "signed_succeeded");
     let (header, body) = signed.split_at(signed.iter().position(|b| *b == b'\n').unwrap());
     let secrets = vec![bodies::FUZZ_WEBHOOK_SECRET.to_string()];
-    payonce_shared::processor::stripe::webhook::verify_signature(
+    payonce_processor::stripe::webhook::verify_signature(
         &secrets,
         std::str::from_utf8(header).unwrap(),
         &body[1..],
@@ -74,7 +74,7 @@ fn an_extreme_timestamp_is_stale_not_an_overflow() {
     let secrets = vec![bodies::FUZZ_WEBHOOK_SECRET.to_string()];
     for t in [i64::MIN, i64::MIN + 1] {
         let header = format!("t={t},v1=00");
-        let verdict = payonce_shared::processor::stripe::webhook::verify_signature(
+        let verdict = payonce_processor::stripe::webhook::verify_signature(
             &secrets,
             &header,
             b"{}",
@@ -84,7 +84,7 @@ fn an_extreme_timestamp_is_stale_not_an_overflow() {
         assert!(
             matches!(
                 verdict,
-                Err(payonce_shared::processor::stripe::webhook::WebhookError::StaleTimestamp)
+                Err(payonce_processor::stripe::webhook::WebhookError::StaleTimestamp)
             ),
             "{verdict:?}"
         );

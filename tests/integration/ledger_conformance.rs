@@ -3,15 +3,15 @@
 
 use crate::support::rows;
 use crate::support::{self, details, every_store, ready_operation, recording, tenant};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_core::state::{Status, legal_log_entry};
+use payonce_ledger::{
     Applied, ApplyReport, Cancel, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLease, Fence,
     LeaseHolder, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, NewProcessorEvent,
     NewToolCall, PAGE_MAX, Paid, ProcessorEventKey, RecordOutcome, Recorded, Report, Resolution,
     Resolve, SharedLedger, ToolAnswer,
 };
-use payonce_shared::state::{Status, legal_log_entry};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ fn new_op(invoice: &str, amount: i64) -> NewOperation {
 }
 
 /// The customer's approval of `op` as it was created (its own details hash), valid for a minute from `T0`.
-fn approval_of(op: &payonce_shared::ledger::Operation) -> NewApproval {
+fn approval_of(op: &payonce_ledger::Operation) -> NewApproval {
     NewApproval {
         operation: op.id.clone(),
         details_hash: op.details_hash.clone(),
@@ -131,7 +131,7 @@ fn the_log_check_refuses_a_move_the_table_does_not_allow() {
 /// answer the caller's.
 #[tokio::test]
 async fn the_ledgers_time_is_the_servers_on_postgres_and_the_callers_on_sqlite() {
-    use payonce_shared::clock::{Clock, SystemClock};
+    use payonce_core::clock::{Clock, SystemClock};
     let (postgres, _db) = support::postgres_ledger().await;
     let off = at(T0);
     let before = SystemClock.now();
@@ -184,7 +184,7 @@ async fn create_or_get_returns_the_same_operation_and_refuses_changed_details() 
             2048,
             "a conflict never updates"
         );
-        let other_tenant = payonce_shared::id::TenantId::parse("globex").unwrap();
+        let other_tenant = payonce_core::id::TenantId::parse("globex").unwrap();
         assert!(matches!(
             ledger.get(&other_tenant, &first.operation.id).await,
             Err(LedgerError::NotFound)
@@ -727,7 +727,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
                 .collect::<Vec<_>>(),
             [(2, Some(1), Some(at(T0)), Some(at(T0 + 3)), 2)]
         );
-        let tail = |events: Vec<payonce_shared::ledger::OperationEvent>, n: usize| {
+        let tail = |events: Vec<payonce_ledger::OperationEvent>, n: usize| {
             let k = events.len() - n;
             events[k..]
                 .iter()
@@ -1132,7 +1132,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
             Some("call_1")
         );
 
-        let link = payonce_shared::ledger::ApprovalLink {
+        let link = payonce_ledger::ApprovalLink {
             token_hash: "h1".into(),
             operation_id: op.id.clone(),
             details_hash: op.details_hash.as_str().into(),
@@ -1141,11 +1141,11 @@ async fn cancel_listing_links_events_keys_and_limits() {
             used_at: None,
         };
         assert!(ledger.create_approval_link(&link, 2).await.unwrap());
-        let second = payonce_shared::ledger::ApprovalLink {
+        let second = payonce_ledger::ApprovalLink {
             token_hash: "h2".into(),
             ..link.clone()
         };
-        let third = payonce_shared::ledger::ApprovalLink {
+        let third = payonce_ledger::ApprovalLink {
             token_hash: "h3".into(),
             ..link.clone()
         };
@@ -1156,7 +1156,7 @@ async fn cancel_listing_links_events_keys_and_limits() {
         );
         assert!(ledger.approval_link("h3").await.unwrap().is_none());
         // Once the open ones have expired, a new one may be issued.
-        let later = payonce_shared::ledger::ApprovalLink {
+        let later = payonce_ledger::ApprovalLink {
             created_at: at(T0 + 1_000),
             expires_at: at(T0 + 2_000),
             ..third.clone()
@@ -1257,7 +1257,7 @@ async fn autocommit_writes_are_committed(ledger: &SharedLedger, url: &str, prefi
                 .id,
         );
     }
-    let reader = payonce_shared::ledger::connect(url, 1).await.unwrap();
+    let reader = payonce_ledger::connect(url, 1).await.unwrap();
     for id in &written {
         reader
             .get(&tenant(), id)
@@ -1458,7 +1458,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
             .claim_to_submit(&holder("w"), 2, at(T0 + 10))
             .await
             .unwrap();
-        let ids = |claimed: &[payonce_shared::ledger::Claimed]| -> Vec<OperationId> {
+        let ids = |claimed: &[payonce_ledger::Claimed]| -> Vec<OperationId> {
             claimed.iter().map(|op| op.id.clone()).collect()
         };
         assert_eq!(ids(&first), vec![a.id.clone(), b.id.clone()]);
@@ -1689,8 +1689,8 @@ fn code_for(
     delivery: &str,
     expires_at: Timestamp,
     attempt_max: i64,
-) -> payonce_shared::ledger::verification::ApprovalCode {
-    payonce_shared::ledger::verification::ApprovalCode {
+) -> payonce_ledger::verification::ApprovalCode {
+    payonce_ledger::verification::ApprovalCode {
         delivery_id: delivery.into(),
         operation_id: op.clone(),
         link_hash: link_hash.into(),
@@ -1703,11 +1703,8 @@ fn code_for(
     }
 }
 
-fn link_for(
-    op: &payonce_shared::ledger::Operation,
-    token_hash: &str,
-) -> payonce_shared::ledger::ApprovalLink {
-    payonce_shared::ledger::ApprovalLink {
+fn link_for(op: &payonce_ledger::Operation, token_hash: &str) -> payonce_ledger::ApprovalLink {
+    payonce_ledger::ApprovalLink {
         token_hash: token_hash.into(),
         operation_id: op.id.clone(),
         details_hash: op.details_hash.as_str().into(),
@@ -1719,7 +1716,7 @@ fn link_for(
 
 #[tokio::test]
 async fn customer_verification_is_stored_single_use_and_bounded() {
-    use payonce_shared::ledger::verification::{
+    use payonce_ledger::verification::{
         CodeAttempt, LinkOrigin, NewLink, NoticeLimit, TenantVerification, UsedNonce,
         VerificationMethod,
     };
@@ -1788,9 +1785,7 @@ async fn customer_verification_is_stored_single_use_and_bounded() {
 
 #[tokio::test]
 async fn postgres_racing_proofs_and_requests_each_win_once() {
-    use payonce_shared::ledger::verification::{
-        CodeAttempt, LinkOrigin, NewLink, NoticeLimit, UsedNonce,
-    };
+    use payonce_ledger::verification::{CodeAttempt, LinkOrigin, NewLink, NoticeLimit, UsedNonce};
     let (ledger, _db) = support::postgres_ledger().await;
     let op = ledger
         .create_or_get(new_op("INV-V3", 2048), at(T0))
@@ -1982,7 +1977,7 @@ async fn a_released_lease_goes_back_to_ready_or_to_unknown_by_the_tables_moves()
 /// `GLOB 'op_[0-9a-f]*'` let anything follow the first hex digit.
 #[tokio::test]
 async fn sqlite_refuses_the_operation_ids_postgres_refuses() {
-    let ledger = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+    let ledger = payonce_ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
         .await
         .unwrap();
     let shared: SharedLedger = std::sync::Arc::new(ledger.clone());
@@ -2198,7 +2193,7 @@ async fn postgres_checks_accept_exactly_the_ids_and_currencies_of_their_patterns
 async fn both_stores_refuse_to_change_what_the_search_directory_copies() {
     let (pg, url) = support::postgres_ledger().await;
     let pg_db = sqlx::PgPool::connect(&url).await.unwrap();
-    let lite = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+    let lite = payonce_ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
         .await
         .unwrap();
     let lite_shared: SharedLedger = std::sync::Arc::new(lite.clone());
@@ -2292,8 +2287,8 @@ async fn postgres_migrations_13_to_15_fill_the_directory_from_existing_rows() {
         .unwrap();
         conn.close().await.unwrap();
     }
-    let ledger = payonce_shared::ledger::connect(&url, 2).await.unwrap();
-    let search = |text: Option<&str>| payonce_shared::ledger::console::OperationQuery {
+    let ledger = payonce_ledger::connect(&url, 2).await.unwrap();
+    let search = |text: Option<&str>| payonce_ledger::console::OperationQuery {
         search: text.map(str::to_string),
         limit: 10,
         ..Default::default()
@@ -2335,8 +2330,8 @@ async fn postgres_migrations_13_to_15_fill_the_directory_from_existing_rows() {
 /// pending hints, recent rows, operations and their events stay.
 #[tokio::test]
 async fn prune_deletes_only_what_retention_lets_go() {
-    use payonce_shared::ledger::retention::{Pruned, Retention};
-    use payonce_shared::ledger::{NewProcessorEvent, NewToolCall, ProcessorEventKey};
+    use payonce_ledger::retention::{Pruned, Retention};
+    use payonce_ledger::{NewProcessorEvent, NewToolCall, ProcessorEventKey};
     const DAY: i64 = 24 * 60 * 60 * 1000;
     for ledger in every_store().await {
         let op = ready_operation(&ledger, "INV-PRUNE", "pm_card_visa", at(T0)).await;

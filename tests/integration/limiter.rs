@@ -8,11 +8,11 @@ use crate::support::processes;
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{self, ready_operation, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::limiter::{
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::state::Status;
+use payonce_processor::limiter::{
     Budget, Decision, Limiter, Rates, RedisLimiter, RedisLimiterConfig, acquire,
 };
-use payonce_shared::state::Status;
 use payonce_simulator::{RateLimits, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn prefix(test: &str) -> String {
-    format!("payonce-test:{test}:{}", payonce_shared::id::random_hex(6))
+    format!("payonce-test:{test}:{}", payonce_core::id::random_hex(6))
 }
 
 fn rates(write: u32, read: u32, burst: u32) -> Rates {
@@ -195,7 +195,7 @@ impl OwnRedis {
         let port = crate::serve::free_port();
         let dir = std::env::temp_dir().join(format!(
             "payonce-redis-{port}-{}",
-            payonce_shared::id::random_hex(4)
+            payonce_core::id::random_hex(4)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let mut r = OwnRedis {
@@ -390,9 +390,9 @@ async fn a_worker_meeting_429s_pays_every_operation_once_without_failing_or_spen
 
 /// An operation whose submission was recorded and never sent, now `unknown` and due for a check.
 async fn unknown_never_sent(
-    ledger: &payonce_shared::ledger::SharedLedger,
+    ledger: &payonce_ledger::SharedLedger,
     invoice: &str,
-) -> payonce_shared::ledger::Operation {
+) -> payonce_ledger::Operation {
     let now = SystemClock.now();
     let op = ready_operation(ledger, invoice, "pm_card_visa", now).await;
     rows::unknown(
@@ -413,7 +413,9 @@ async fn a_lookup_refused_by_the_processor_or_the_fleet_limiter_defers_the_check
     let op = unknown_never_sent(&ledger, "INV-LK1").await;
 
     // The fleet limiter has no read permit to give within the wait bound: deferred, nothing sent.
-    let spent = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
+    let spent = Arc::new(payonce_processor::limiter::LocalLimiter::new(rates(
+        1, 1, 1,
+    )));
     assert_eq!(spent.try_acquire(Budget::Read).await, Decision::Granted);
     let rec = reconciler::build(&ledger, processes::stripe(&sim, None), "rec-limited", |c| {
         c.check_backoff_base = Duration::from_millis(20);
@@ -497,7 +499,9 @@ async fn shutdown_does_not_wait_for_permits_and_unsent_operations_go_back_to_rea
     let mut config = WorkerConfig::new("worker-shutdown");
     config.concurrency = 30;
     config.batch_size = 30;
-    config.submit.limiter = Arc::new(payonce_shared::limiter::LocalLimiter::new(rates(1, 1, 1)));
+    config.submit.limiter = Arc::new(payonce_processor::limiter::LocalLimiter::new(rates(
+        1, 1, 1,
+    )));
     let running = processes::run_worker(ledger.clone(), processes::stripe(&sim, None), config);
     wait_for("the first payment", DEADLINE, || async {
         (processes::audit(&sim).await.len() == 1).then_some(())

@@ -13,11 +13,11 @@ use crate::support::processes::{self, audit};
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
+use payonce_core::clock::SystemClock;
+use payonce_core::id::BusinessKey;
+use payonce_core::state::Status;
+use payonce_ledger::{self as ledger, NewOperation, SharedLedger};
 use payonce_reconciler::Reconciler;
-use payonce_shared::clock::SystemClock;
-use payonce_shared::id::BusinessKey;
-use payonce_shared::ledger::{self, NewOperation, SharedLedger};
-use payonce_shared::state::Status;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::{Worker, WorkerConfig};
 use std::process::Command;
@@ -27,7 +27,7 @@ use std::time::Duration;
 const INVOICE: &str = "INV-2048";
 
 /// Upstream asks for `invoice:INV-2048:pay` with the same details, and the customer approves.
-async fn create_and_approve(ledger: &SharedLedger) -> payonce_shared::ledger::Operation {
+async fn create_and_approve(ledger: &SharedLedger) -> payonce_ledger::Operation {
     create_and_approve_invoice(ledger, INVOICE).await
 }
 
@@ -35,7 +35,7 @@ async fn create_and_approve(ledger: &SharedLedger) -> payonce_shared::ledger::Op
 async fn create_and_approve_invoice(
     ledger: &SharedLedger,
     invoice: &str,
-) -> payonce_shared::ledger::Operation {
+) -> payonce_ledger::Operation {
     create_and_approve_amount(ledger, invoice, 2048).await
 }
 
@@ -44,7 +44,7 @@ pub(crate) async fn create_and_approve_amount(
     ledger: &SharedLedger,
     invoice: &str,
     amount: i64,
-) -> payonce_shared::ledger::Operation {
+) -> payonce_ledger::Operation {
     let now = now();
     let d = details(invoice, amount, "pm_card_visa");
     let created = rows::created(ledger, &tenant(), invoice, d, now).await;
@@ -129,7 +129,7 @@ pub(crate) async fn restore(dump: &[u8]) -> TestDatabase {
     let url = fresh_database().await;
     let path = std::env::temp_dir().join(format!(
         "payonce-backup-{}.sql",
-        payonce_shared::id::random_hex(6)
+        payonce_core::id::random_hex(6)
     ));
     std::fs::write(&path, dump).unwrap();
     let out = Command::new("psql")
@@ -278,7 +278,7 @@ async fn the_scan_walks_again_the_period_a_restored_watermark_covers() {
             .detail
             .as_deref()
             .unwrap_or("")
-            .starts_with(payonce_shared::ledger::report::RECREATED_HEAD)),
+            .starts_with(payonce_ledger::report::RECREATED_HEAD)),
         "{events:?}"
     );
     assert!(

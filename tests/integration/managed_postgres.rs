@@ -8,7 +8,7 @@ use crate::support::cluster::{Cluster, as_postgres};
 use crate::support::postgres::postgres_bin_dir;
 use crate::support::processes::simulator;
 use crate::support::{self, wait_for};
-use payonce_shared::ledger::postgres::PostgresLedger;
+use payonce_ledger::postgres::PostgresLedger;
 use payonce_simulator::SimulatorConfig;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -154,7 +154,7 @@ impl Scratch {
     pub(crate) fn new(what: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!(
             "payonce-{what}-{}",
-            payonce_shared::id::random_hex(6)
+            payonce_core::id::random_hex(6)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)

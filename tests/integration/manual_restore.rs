@@ -14,12 +14,13 @@
 use crate::lost_ledger::{backup, create_and_approve_amount, paid, restore, work};
 use crate::support::processes::{self};
 use crate::support::{self, KEY_SECRET, details, key_secret, tenant};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::id::BusinessKey;
-use payonce_shared::ledger::{
-    self, LOST_ROW_RECREATED, NewOperation, intake::Batch, intake::BatchApproval, intake::BatchItem,
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::id::BusinessKey;
+use payonce_core::state::Status;
+use payonce_ledger::{
+    self as ledger, LOST_ROW_RECREATED, NewOperation, intake::Batch, intake::BatchApproval,
+    intake::BatchItem,
 };
-use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
 
@@ -143,7 +144,7 @@ async fn a_sqlite_ledger_copied_without_its_secret_file_is_refused() {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let dir = std::env::temp_dir().join(format!(
         "payonce-copied-{}",
-        payonce_shared::id::random_hex(6)
+        payonce_core::id::random_hex(6)
     ));
     std::fs::create_dir_all(dir.join("copy")).unwrap();
     let original = format!("sqlite:{}/ledger.db", dir.display());
@@ -214,7 +215,7 @@ async fn a_recomputed_resend_after_a_restore_pays_once_and_names_the_first_payme
     assert_eq!(row.status, Status::NeedsAttention);
     let why = row.failure_message.unwrap_or_default();
     assert!(
-        why.starts_with(payonce_shared::execution::KEY_REUSED_HEAD)
+        why.starts_with(payonce_execution::KEY_REUSED_HEAD)
             && why.contains(&format!(
                 "the first payment is {first_ref} (paid, 2048 usd)"
             ))
@@ -258,7 +259,7 @@ async fn the_same_intention_resent_to_a_recreated_row_settles_it_without_a_human
         );
         let detail = row.failure_message.unwrap_or_default();
         assert!(
-            detail.starts_with(payonce_shared::ledger::report::RECREATED_HEAD)
+            detail.starts_with(payonce_ledger::report::RECREATED_HEAD)
                 && detail.contains("do not refund it")
                 && !detail.contains("PAYMENT WITHOUT APPROVAL"),
             "one alert, one instruction: {detail}"
@@ -456,7 +457,7 @@ async fn a_replayed_first_submission_is_alerted_once_noted_and_listed() {
         "{listed}"
     );
     // The console's overview shows it to the tenant's on-call, and no other tenant's.
-    let chart = payonce_shared::ledger::console::Chart {
+    let chart = payonce_ledger::console::Chart {
         bucket: Duration::from_secs(300),
         buckets: 12,
     };
@@ -480,7 +481,7 @@ async fn a_replayed_first_submission_is_alerted_once_noted_and_listed() {
         page.contains("Paid by a row the ledger had lost") && page.contains(lost.id.as_str()),
         "{page}"
     );
-    let other = payonce_shared::id::TenantId::parse("another-tenant").unwrap();
+    let other = payonce_core::id::TenantId::parse("another-tenant").unwrap();
     let theirs = restored
         .console()
         .overview(&other, chart, SystemClock.now())

@@ -3,10 +3,10 @@
 
 use crate::support::refunds::{create_refund, settle_refund, succeeded_payment};
 use crate::support::{sqlite_ledger, tenant};
+use payonce_core::clock::Timestamp;
+use payonce_core::state::Status;
+use payonce_ledger::{Cancel, Paid, Recorded};
 use payonce_reconciler::oncall::{self, Format};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::{Cancel, Paid, Recorded};
-use payonce_shared::state::Status;
 use serde_json::{Value, json};
 use std::time::Duration;
 

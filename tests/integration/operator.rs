@@ -5,7 +5,7 @@
 use crate::serve::{free_port, payonce, scratch};
 use crate::support::rows;
 use crate::support::{ready_operation, tenant};
-use payonce_shared::clock::{Clock, SystemClock};
+use payonce_core::clock::{Clock, SystemClock};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -436,7 +436,7 @@ async fn an_error_prints_once_without_colour_or_internal_detail_and_suggests_the
 async fn the_cli_records_an_on_call_actor_as_the_console_does() {
     let dir = scratch("op-actor");
     let url = migrated(&dir, "ledger.db").await;
-    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&url, 1).await.unwrap();
     let now = SystemClock.now();
     let op = ready_operation(&ledger, "INV-39", "pm_card_visa", now).await;
     let worker = rows::holder("test-worker", Duration::from_secs(30));
@@ -461,7 +461,7 @@ async fn the_cli_records_an_on_call_actor_as_the_console_does() {
     )
     .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&url, 1).await.unwrap();
     let events = ledger.events(&tenant(), &op.id).await.unwrap();
     let resolved = events.last().unwrap();
     assert_eq!(resolved.actor, "on_call:ann", "{events:#?}");
@@ -544,7 +544,7 @@ async fn a_payment_method_the_processor_does_not_know_fails_after_one_submission
         .unwrap();
         assert_eq!(worker.run_once().await.unwrap(), 1);
         let after = ledger.get(&tenant(), &op.id).await.unwrap();
-        assert_eq!(after.status, payonce_shared::state::Status::Failed);
+        assert_eq!(after.status, payonce_core::state::Status::Failed);
         assert_eq!(after.submit_count, 1);
         assert_eq!(after.failure_code.as_deref(), Some("resource_missing"));
         assert_eq!(
@@ -562,10 +562,10 @@ async fn a_payment_method_the_processor_does_not_know_fails_after_one_submission
 
 /// Creates `invoice`'s payment approved until `expires_at`; returns its id.
 async fn approved_until(
-    ledger: &payonce_shared::ledger::SharedLedger,
+    ledger: &payonce_ledger::SharedLedger,
     invoice: &str,
-    expires_at: payonce_shared::clock::Timestamp,
-) -> payonce_shared::id::OperationId {
+    expires_at: payonce_core::clock::Timestamp,
+) -> payonce_core::id::OperationId {
     let now = SystemClock.now();
     let d = crate::support::details(invoice, 2048, "pm_card_visa");
     let row = rows::created(ledger, &tenant(), invoice, d, now)
@@ -577,8 +577,8 @@ async fn approved_until(
 /// A worker of `ledger` whose submissions go to `processor`, retrying what could not reach it after
 /// `retry_base` up to `retry_max`.
 fn outage_worker(
-    ledger: &payonce_shared::ledger::SharedLedger,
-    processor: std::sync::Arc<dyn payonce_shared::processor::Processor>,
+    ledger: &payonce_ledger::SharedLedger,
+    processor: std::sync::Arc<dyn payonce_processor::Processor>,
     retry_base: Duration,
     retry_max: Duration,
 ) -> payonce_worker::Worker {
@@ -597,11 +597,11 @@ fn outage_worker(
 
 #[tokio::test]
 async fn an_unreachable_processor_keeps_payments_waiting_until_their_approval_runs_out() {
-    use payonce_shared::processor::reachability;
-    use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
-    use payonce_shared::state::Status;
+    use payonce_core::state::Status;
+    use payonce_processor::reachability;
+    use payonce_processor::stripe::{StripeConfig, StripeProcessor};
     let port = free_port();
-    let processor: std::sync::Arc<dyn payonce_shared::processor::Processor> = std::sync::Arc::new(
+    let processor: std::sync::Arc<dyn payonce_processor::Processor> = std::sync::Arc::new(
         StripeProcessor::new(StripeConfig::new(
             format!("http://127.0.0.1:{port}"),
             "sk_test_payonce",
@@ -655,7 +655,7 @@ async fn an_unreachable_processor_keeps_payments_waiting_until_their_approval_ru
     let op = ledger.get(&tenant(), &waits).await.unwrap();
     assert_eq!(op.status, Status::Ready, "{op:?}");
     assert!(reachability::process().down_since().is_some());
-    let mut e = payonce_shared::metrics::Exposition::default();
+    let mut e = payonce_core::metrics::Exposition::default();
     reachability::process().render(&mut e);
     assert!(e.finish().contains("payonce_processor_reachable 0\n"));
 

@@ -4,10 +4,10 @@
 
 use crate::support::rows;
 use crate::support::{ready_operation, recording, sqlite_ledger, tenant};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{ApplyReport, Paid, Recorded, Report, SharedLedger};
-use payonce_shared::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
+use payonce_core::clock::Timestamp;
+use payonce_core::state::{ALL_EVENTS, ALL_STATUSES, Event, Status, transition};
+use payonce_ledger::Fence;
+use payonce_ledger::{ApplyReport, Paid, Recorded, Report, SharedLedger};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -84,7 +84,7 @@ fn succeeded_report() -> Report {
 
 async fn apply(
     ledger: &SharedLedger,
-    id: &payonce_shared::id::OperationId,
+    id: &payonce_core::id::OperationId,
     attempt: i64,
     step: Step,
     at: Timestamp,

@@ -7,14 +7,14 @@ use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
+use payonce_core::clock::{ManualClock, Timestamp};
+use payonce_core::state::Status;
+use payonce_ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
+use payonce_ledger::{Operation, SharedLedger};
+use payonce_processor::Processor;
+use payonce_processor::ingest as webhooks;
+use payonce_processor::stripe::webhook::WebhookError;
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{ManualClock, Timestamp};
-use payonce_shared::ledger::{DeferCheck, ExpireLease, Fence, LeaseHolder, Paid};
-use payonce_shared::ledger::{Operation, SharedLedger};
-use payonce_shared::processor::Processor;
-use payonce_shared::processor::stripe::webhook::WebhookError;
-use payonce_shared::state::Status;
-use payonce_shared::webhooks;
 use payonce_simulator::{Simulator, SimulatorConfig};
 use payonce_worker::WorkerConfig;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ struct AheadClock {
     ahead: Duration,
 }
 
-impl payonce_shared::clock::Clock for AheadClock {
+impl payonce_core::clock::Clock for AheadClock {
     fn now(&self) -> Timestamp {
         now() + self.ahead
     }
@@ -84,17 +84,14 @@ async fn crashed_paying_with(
     .await;
     if submit {
         processes::arm_faults(sim, serde_json::json!([{"match": op.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}])).await;
-        let outcome = payonce_shared::execution::submit::submit(
+        let outcome = payonce_execution::submit::submit(
             processes::stripe(sim, None).as_ref(),
             &claimed,
             Duration::from_secs(5),
         )
         .await;
         assert!(
-            matches!(
-                outcome,
-                payonce_shared::processor::SubmitOutcome::Unknown { .. }
-            ),
+            matches!(outcome, payonce_processor::SubmitOutcome::Unknown { .. }),
             "{outcome:?}"
         );
         assert_eq!(payments_for(sim, op.id.as_str()).await, 1);
@@ -151,7 +148,7 @@ async fn lookups_resolve_unknown_outcomes_and_not_found_retries_with_the_same_ke
         serde_json::json!([{"match": paid.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
     )
     .await;
-    let outcome = payonce_shared::execution::submit::submit(
+    let outcome = payonce_execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         &c,
         Duration::from_secs(5),
@@ -260,7 +257,7 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
             .unwrap(),
         [true]
     );
-    let outcome = payonce_shared::execution::submit::submit(
+    let outcome = payonce_execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         cb,
         Duration::from_secs(5),
@@ -269,7 +266,7 @@ async fn expired_leases_split_on_submission_and_processing_payments_are_polled()
     assert!(
         matches!(
             outcome,
-            payonce_shared::processor::SubmitOutcome::Unknown {
+            payonce_processor::SubmitOutcome::Unknown {
                 reference: Some(_),
                 ..
             }
@@ -317,7 +314,7 @@ async fn past_the_window(resubmit_after_window: bool) -> PastTheWindow {
     let processor = processes::stripe(&sim, Some(retention));
     assert_eq!(
         processor.contract().lookups.finding(false),
-        Some(payonce_shared::processor::contract::Consistency::ReadAfterWrite),
+        Some(payonce_processor::contract::Consistency::ReadAfterWrite),
         "the policy only acts on a read-after-write consistent lookup"
     );
     let paid = crashed_mid_flight(&ledger, &sim, "INV-W1", true).await;
@@ -419,7 +416,7 @@ async fn two_reconcilers_racing_pay_each_operation_once() {
         .await;
         if i % 2 == 0 {
             // Half reached the processor before the worker vanished.
-            let _ = payonce_shared::execution::submit::submit(
+            let _ = payonce_execution::submit::submit(
                 processes::stripe(&sim, None).as_ref(),
                 &c,
                 Duration::from_secs(5),
@@ -533,7 +530,7 @@ async fn webhooks_apply_in_any_order_once_and_forged_ones_are_refused() {
     assert_eq!((pass.applied, pass.closed), (1, 0), "{pass:?}");
     assert_eq!(rec.check_hints_once().await.unwrap().applied, 0);
     // The worker's late record loses to the stored truth.
-    let late = payonce_shared::ledger::Recorded::Succeeded(Paid {
+    let late = payonce_ledger::Recorded::Succeeded(Paid {
         reference: reference.clone(),
         result: serde_json::json!({}),
     });
@@ -645,7 +642,7 @@ async fn the_oldest_unknown_is_aged_from_its_first_submission_not_its_last_check
         )
         .await
         .unwrap();
-    let mut exposition = payonce_shared::metrics::Exposition::default();
+    let mut exposition = payonce_core::metrics::Exposition::default();
     rec.metrics()
         .render(
             ledger.as_ref(),
@@ -725,7 +722,7 @@ async fn an_unavailable_lookup_backs_off_and_a_found_decline_is_recorded_as_fail
 /// A processor whose lookups wait at a gate (if it has one), so a sweep can be held mid-way while
 /// it owns the sweep lease; every lookup is counted, and each finds the payment declined.
 struct GatedLookups {
-    contract: payonce_shared::processor::Contract,
+    contract: payonce_processor::Contract,
     entered: tokio::sync::mpsc::UnboundedSender<()>,
     gate: Option<Arc<tokio::sync::Notify>>,
     lookups: std::sync::atomic::AtomicUsize,
@@ -737,9 +734,9 @@ impl GatedLookups {
         gate: Option<Arc<tokio::sync::Notify>>,
     ) -> Self {
         GatedLookups {
-            contract: payonce_shared::processor::Contract {
+            contract: payonce_processor::Contract {
                 name: "gated",
-                ..payonce_shared::processor::contract::STRIPE
+                ..payonce_processor::contract::STRIPE
             },
             entered,
             gate,
@@ -750,40 +747,40 @@ impl GatedLookups {
 
 #[async_trait::async_trait]
 impl Processor for GatedLookups {
-    fn contract(&self) -> &payonce_shared::processor::Contract {
+    fn contract(&self) -> &payonce_processor::Contract {
         &self.contract
     }
     async fn submit(
         &self,
-        _request: &payonce_shared::processor::SubmitRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
+        _request: &payonce_processor::SubmitRequest<'_>,
+    ) -> payonce_processor::SubmitOutcome {
         panic!("the sweep-lease test never submits")
     }
     async fn submit_refund(
         &self,
-        _request: &payonce_shared::processor::RefundRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
+        _request: &payonce_processor::RefundRequest<'_>,
+    ) -> payonce_processor::SubmitOutcome {
         panic!("the sweep-lease test never refunds")
     }
     async fn lookup_refund(
         &self,
-        _query: &payonce_shared::processor::RefundLookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
+        _query: &payonce_processor::RefundLookupQuery<'_>,
+    ) -> payonce_processor::LookupOutcome {
         panic!("the sweep-lease test sweeps no refund")
     }
     async fn lookup(
         &self,
-        query: &payonce_shared::processor::LookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
+        query: &payonce_processor::LookupQuery<'_>,
+    ) -> payonce_processor::LookupOutcome {
         self.lookups
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let _ = self.entered.send(());
         if let Some(gate) = &self.gate {
             gate.notified().await;
         }
-        payonce_shared::processor::LookupOutcome::Found {
+        payonce_processor::LookupOutcome::Found {
             reference: format!("pi_{}", query.operation_id),
-            status: payonce_shared::processor::FoundStatus::Failed {
+            status: payonce_processor::FoundStatus::Failed {
                 code: "card_declined".into(),
                 message: "declined".into(),
             },

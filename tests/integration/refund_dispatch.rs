@@ -10,14 +10,14 @@
 use crate::support::now;
 use crate::support::processes::{simulator, stripe};
 use crate::support::{ready_operation, sqlite_ledger};
-use payonce_reconciler::evidence::{differences, report_of};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::{Details, RefundReason};
-use payonce_shared::id::{IdempotencyKey, OperationId};
-use payonce_shared::ledger::{Declined, Operation, Paid, Report};
-use payonce_shared::processor::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::{Details, RefundReason};
+use payonce_core::id::{IdempotencyKey, OperationId};
+use payonce_ledger::{Declined, Operation, Paid, Report};
+use payonce_processor::{
     FoundStatus, LookupOutcome, Processor, Retrieved, SubmitOutcome, operation,
 };
+use payonce_reconciler::evidence::{differences, report_of};
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ fn refund_of(payment: &Operation, payment_reference: &str, amount: i64) -> Opera
     }
 }
 
-async fn facts(p: &dyn Processor, reference: &str) -> payonce_shared::processor::ProcessorObject {
+async fn facts(p: &dyn Processor, reference: &str) -> payonce_processor::ProcessorObject {
     match p.retrieve(reference).await {
         Retrieved::Found(object) => *object,
         other => panic!("{reference}: {other:?}"),
@@ -162,7 +162,7 @@ async fn evidence_names_every_difference_between_a_refund_and_its_approval() {
     // Another refund operation's Refund: another business key, the same facts otherwise.
     let mut stranger = refund_of(&payment, &pi, 500);
     stranger.business_key =
-        payonce_shared::id::BusinessKey::parse("refund:another-intention").unwrap();
+        payonce_core::id::BusinessKey::parse("refund:another-intention").unwrap();
     let diffs = differences(&stranger, &object);
     assert_eq!(diffs.len(), 1, "{diffs:?}");
     assert!(

@@ -11,9 +11,9 @@ use crate::support::postgres::{TestDatabase, fresh_database, migrated_database};
 use crate::support::processes::{arm_faults, payments_for, simulator, stripe};
 use crate::support::reconciler;
 use crate::support::{KEY_SECRET, postgres_ledger, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::schema::SCHEMA_CHECK_INTERVAL;
-use payonce_shared::ledger::{Role, SCHEMA_FAILURE_UNREADY};
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_ledger::schema::SCHEMA_CHECK_INTERVAL;
+use payonce_ledger::{Role, SCHEMA_FAILURE_UNREADY};
 use payonce_simulator::{Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -374,7 +374,7 @@ async fn a_process_whose_ledger_statements_fail_goes_unready_within_seconds() {
 async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
-    let role = format!("payonce_t_role_{}", payonce_shared::id::random_hex(6));
+    let role = format!("payonce_t_role_{}", payonce_core::id::random_hex(6));
     let mut admin = sqlx::PgConnection::connect(&url).await.expect("connect");
     for grant in [
         format!("CREATE ROLE {role} LOGIN"),
@@ -389,15 +389,15 @@ async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
     let (scheme, rest) = url.split_once("://").expect("a URL");
     let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
     let failing_url = format!("{scheme}://{role}@{host}");
-    let failing = payonce_shared::ledger::connect_serving(
+    let failing = payonce_ledger::connect_serving(
         &failing_url,
-        &payonce_shared::ledger::postgres::Route::default(),
+        &payonce_ledger::postgres::Route::default(),
         1,
-        payonce_shared::ledger::CONNECT_TIMEOUT_DEFAULT,
+        payonce_ledger::CONNECT_TIMEOUT_DEFAULT,
     )
     .await
     .expect("the failing reconciler opens the ledger");
-    let reconciler = |ledger: payonce_shared::ledger::SharedLedger, owner: &str| {
+    let reconciler = |ledger: payonce_ledger::SharedLedger, owner: &str| {
         reconciler::build(&ledger, stripe(&sim, None), owner, |c| {
             c.sweep_lease_ttl = Duration::from_secs(60);
         })
@@ -443,11 +443,11 @@ async fn a_reconciler_whose_sweeps_fail_lets_another_sweep() {
 async fn a_statement_whose_cached_plan_went_stale_is_prepared_again_not_failed() {
     let url = migrated_database().await;
     // One connection: the statement below is prepared on it, then meets the change on it.
-    let ledger = payonce_shared::ledger::connect_serving(
+    let ledger = payonce_ledger::connect_serving(
         &url,
-        &payonce_shared::ledger::postgres::Route::default(),
+        &payonce_ledger::postgres::Route::default(),
         1,
-        payonce_shared::ledger::CONNECT_TIMEOUT_DEFAULT,
+        payonce_ledger::CONNECT_TIMEOUT_DEFAULT,
     )
     .await
     .expect("the ledger");

@@ -434,9 +434,7 @@ async fn serve_keeps_its_keys_across_restarts() {
     let file = dir.join("keep.db.serve-keys.json");
     let mode = std::fs::metadata(&file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the keys file is private");
-    let ledger = payonce_shared::ledger::connect(&database_url, 1)
-        .await
-        .unwrap();
+    let ledger = payonce_ledger::connect(&database_url, 1).await.unwrap();
     let rows = ledger.list_api_keys(None, 100).await.unwrap();
     assert_eq!(
         rows.len(),
@@ -455,7 +453,7 @@ async fn serve_keeps_its_keys_across_restarts() {
         line.contains(
             &rows
                 .iter()
-                .find(|k| k.role == payonce_shared::ledger::Role::Service)
+                .find(|k| k.role == payonce_ledger::Role::Service)
                 .unwrap()
                 .key_id
         ) && line.contains(&format!(

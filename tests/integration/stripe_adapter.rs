@@ -6,11 +6,11 @@
 
 use crate::simulator::{API_KEY, DEADLINE, Sim, start, start_default};
 use crate::support::{details, tenant, wait_for};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::Details;
-use payonce_shared::id::{IdempotencyKey, OperationId};
-use payonce_shared::processor::stripe::{STRIPE_VERSION, StripeConfig, StripeProcessor};
-use payonce_shared::processor::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::Details;
+use payonce_core::id::{IdempotencyKey, OperationId};
+use payonce_processor::stripe::{STRIPE_VERSION, StripeConfig, StripeProcessor};
+use payonce_processor::{
     FoundStatus, LookupOutcome, LookupQuery, Processor, SubmitOutcome, SubmitRequest,
 };
 use payonce_simulator::SimulatorConfig;
@@ -35,7 +35,7 @@ pub(crate) fn adapter(base: &str) -> StripeProcessor {
 pub(crate) struct Op {
     id: OperationId,
     key: IdempotencyKey,
-    business_key: payonce_shared::id::BusinessKey,
+    business_key: payonce_core::id::BusinessKey,
     details: Details,
     submitted_ms: i64,
 }
@@ -46,8 +46,8 @@ impl Op {
         let invoice = format!("INV-{}", &id.as_str()[3..11]);
         let details = details(&invoice, 2048, payment_method);
         let business_key =
-            payonce_shared::id::BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap();
-        let key = crate::support::key_secret().key_for(&payonce_shared::intention::Intention {
+            payonce_core::id::BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap();
+        let key = crate::support::key_secret().key_for(&payonce_core::intention::Intention {
             tenant: &tenant(),
             business_key: &business_key,
             generation: 0,
@@ -530,7 +530,7 @@ async fn every_sent_parameter_is_a_documented_payment_intent_create_parameter() 
     let s = start_default().await;
     let p = adapter(&s.base);
     let mut op = Op::new("pm_card_visa");
-    op.details = Details::parse(&payonce_shared::details::RawDetails {
+    op.details = Details::parse(&payonce_core::details::RawDetails {
         destination: Some("acct_1Dest".into()),
         ..op.details.to_raw()
     })
@@ -614,7 +614,7 @@ async fn a_lookup_past_its_page_limit_is_inconclusive_and_the_same_key_replays_t
     with_fault(&s, &op, "drop_after_commit").await;
     assert!(matches!(op.submit(&p).await, SubmitOutcome::Unknown { .. }));
     // The same customer pays more than the lookup's pages hold after it (the list is newest first).
-    let others = payonce_shared::processor::stripe::LOOKUP_PAGES_MAX * 100 + 5;
+    let others = payonce_processor::stripe::LOOKUP_PAGES_MAX * 100 + 5;
     let mut tasks = tokio::task::JoinSet::new();
     for worker in 0..16 {
         let p = p.clone();

@@ -9,11 +9,11 @@
 use crate::simulator::{DEADLINE, Sim, start, start_default};
 use crate::stripe_adapter::{Op, adapter};
 use crate::support::{tenant, wait_for};
-use payonce_shared::details::RefundReason;
-use payonce_shared::id::{IdempotencyKey, OperationId};
-use payonce_shared::money::{Currency, Money};
-use payonce_shared::processor::stripe::StripeProcessor;
-use payonce_shared::processor::{
+use payonce_core::details::RefundReason;
+use payonce_core::id::{IdempotencyKey, OperationId};
+use payonce_core::money::{Currency, Money};
+use payonce_processor::stripe::StripeProcessor;
+use payonce_processor::{
     FoundStatus, LookupOutcome, Processor, RefundLookupQuery, RefundRequest, Retrieved,
     SubmitOutcome,
 };
@@ -28,8 +28,8 @@ const REFUND_SETTLE: Duration = Duration::from_millis(300);
 struct RefundOp {
     id: OperationId,
     key: IdempotencyKey,
-    business_key: payonce_shared::id::BusinessKey,
-    details_hash: payonce_shared::details::DetailsHash,
+    business_key: payonce_core::id::BusinessKey,
+    details_hash: payonce_core::details::DetailsHash,
     payment: String,
     amount: i64,
 }
@@ -39,8 +39,8 @@ impl RefundOp {
         let id = OperationId::generate();
         RefundOp {
             key: IdempotencyKey::parse(&format!("po1_{}", &id.as_str()[3..])).unwrap(),
-            business_key: payonce_shared::id::BusinessKey::parse(&format!("refund:{id}")).unwrap(),
-            details_hash: payonce_shared::details::DetailsHash::parse(&"0".repeat(64)).unwrap(),
+            business_key: payonce_core::id::BusinessKey::parse(&format!("refund:{id}")).unwrap(),
+            details_hash: payonce_core::details::DetailsHash::parse(&"0".repeat(64)).unwrap(),
             id,
             payment: payment.to_string(),
             amount,
@@ -394,7 +394,7 @@ async fn faults_classify_like_payments_and_never_make_a_second_refund() {
 async fn a_hung_refund_times_out_as_unknown() {
     let s = start_default().await;
     let mut config =
-        payonce_shared::processor::stripe::StripeConfig::new(&s.base, crate::simulator::API_KEY);
+        payonce_processor::stripe::StripeConfig::new(&s.base, crate::simulator::API_KEY);
     config.request_timeout = Duration::from_millis(500);
     let p = StripeProcessor::new(config).unwrap();
     let pi = paid(&p, "pm_card_visa").await;
@@ -479,7 +479,7 @@ async fn every_sent_refund_parameter_is_a_documented_refund_create_parameter() {
     assert_eq!(sent[0]["idempotency_key"], op.key.as_str());
     assert_eq!(
         sent[0]["stripe_version"],
-        payonce_shared::processor::stripe::STRIPE_VERSION
+        payonce_processor::stripe::STRIPE_VERSION
     );
     s.sim.shutdown().await;
 }

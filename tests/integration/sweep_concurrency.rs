@@ -6,11 +6,11 @@ use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::{self, ready_operation, tenant};
+use payonce_core::clock::{Clock, Timestamp};
+use payonce_core::state::Status;
+use payonce_ledger::{Fence, LeaseHolder};
+use payonce_processor::SubmitOutcome;
 use payonce_reconciler::Reconciler;
-use payonce_shared::clock::{Clock, Timestamp};
-use payonce_shared::ledger::{Fence, LeaseHolder};
-use payonce_shared::processor::SubmitOutcome;
-use payonce_shared::state::Status;
 use payonce_simulator::SimulatorConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +43,7 @@ fn counts(report: &payonce_reconciler::SweepReport) -> (u32, u32, u32, u32, u32)
 }
 
 fn reconciler(
-    ledger: &payonce_shared::ledger::SharedLedger,
+    ledger: &payonce_ledger::SharedLedger,
     sim: &payonce_simulator::Simulator,
     concurrency: usize,
 ) -> Reconciler {
@@ -59,12 +59,12 @@ fn reconciler(
 /// `n` ready operations that one crashed worker claimed, all with a submission recorded; the
 /// operations (in creation order) and the claimed rows.
 async fn crashed_after_marking(
-    ledger: &payonce_shared::ledger::SharedLedger,
+    ledger: &payonce_ledger::SharedLedger,
     prefix: &str,
     n: usize,
 ) -> (
-    Vec<payonce_shared::ledger::Operation>,
-    Vec<payonce_shared::ledger::Operation>,
+    Vec<payonce_ledger::Operation>,
+    Vec<payonce_ledger::Operation>,
 ) {
     let mut ops = Vec::new();
     for i in 0..n {
@@ -104,7 +104,7 @@ async fn a_concurrent_sweep_resolves_every_stuck_operation_once() {
             serde_json::json!([{"match": c.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1}]),
         )
         .await;
-        let outcome = payonce_shared::execution::submit::submit(
+        let outcome = payonce_execution::submit::submit(
             processes::stripe(&sim, None).as_ref(),
             c,
             Duration::from_secs(5),
@@ -203,7 +203,7 @@ async fn a_sweep_writes_more_rows_than_one_group_holds() {
     }
 }
 
-async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: usize) {
+async fn sweep_in_groups(ledger: &payonce_ledger::SharedLedger, stuck: usize) {
     let sim = processes::simulator(SimulatorConfig::default()).await;
     // A crashed worker recorded every submission and every payment reached the processor; no
     // outcome reached the ledger.
@@ -211,8 +211,7 @@ async fn sweep_in_groups(ledger: &payonce_shared::ledger::SharedLedger, stuck: u
     let stripe = processes::stripe(&sim, None);
     for c in &claimed {
         let outcome =
-            payonce_shared::execution::submit::submit(stripe.as_ref(), c, Duration::from_secs(5))
-                .await;
+            payonce_execution::submit::submit(stripe.as_ref(), c, Duration::from_secs(5)).await;
         assert!(
             matches!(outcome, SubmitOutcome::Succeeded { .. }),
             "{outcome:?}"

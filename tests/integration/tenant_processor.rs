@@ -14,14 +14,14 @@ use crate::support::rows;
 use crate::support::{
     self, KEY_SECRET, details, every_store, key_secret, sqlite_ledger, tenant, wait_for,
 };
-use payonce_shared::clock::SystemClock;
-use payonce_shared::id::{BusinessKey, TenantId};
-use payonce_shared::ledger::intake::{Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{NewOperation, Operation, SharedLedger};
-use payonce_shared::processor::stripe::webhook::sign;
-use payonce_shared::processor::{ProcessorKind, Processors};
-use payonce_shared::state::Status;
-use payonce_shared::webhooks;
+use payonce_core::clock::SystemClock;
+use payonce_core::id::{BusinessKey, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::intake::{Batch, BatchApproval, BatchItem};
+use payonce_ledger::{NewOperation, Operation, SharedLedger};
+use payonce_processor::ingest as webhooks;
+use payonce_processor::stripe::webhook::sign;
+use payonce_processor::{ProcessorKind, Processors};
 use payonce_simulator::{SimulatorConfig, payment_audit};
 use payonce_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
@@ -48,10 +48,7 @@ async fn created(ledger: &SharedLedger, tenant: &TenantId, invoice: &str) -> Ope
 }
 
 /// The Stripe adapter `stripe` and the Adyen adapter to `adyen_base`, each for its own operations.
-fn stripe_and_adyen(
-    stripe: Arc<dyn payonce_shared::processor::Processor>,
-    adyen_base: &str,
-) -> Processors {
+fn stripe_and_adyen(stripe: Arc<dyn payonce_processor::Processor>, adyen_base: &str) -> Processors {
     Processors::single(stripe)
         .with(
             ProcessorKind::Adyen,
@@ -701,7 +698,7 @@ async fn the_reconciler_decides_under_the_contract_of_the_operations_own_process
 async fn both_stores_refuse_a_processor_they_do_not_know() {
     let (pg, url) = support::postgres_ledger().await;
     let pg_db = sqlx::PgPool::connect(&url).await.unwrap();
-    let lite = payonce_shared::ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
+    let lite = payonce_ledger::sqlite::SqliteLedger::connect("sqlite::memory:")
         .await
         .unwrap();
     let lite_shared: SharedLedger = Arc::new(lite.clone());

@@ -6,13 +6,13 @@ use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
 use crate::support::{self, ready_operation, recording, tenant, wait_for};
-use payonce_reconciler::Reconciler;
-use payonce_shared::clock::{ManualClock, SharedClock, SystemClock, Timestamp};
-use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{
+use payonce_core::clock::{ManualClock, SharedClock, SystemClock, Timestamp};
+use payonce_core::state::Status;
+use payonce_ledger::Fence;
+use payonce_ledger::{
     ApplyReport, Declined, LeaseHolder, LedgerError, Paid, Recorded, SharedLedger,
 };
-use payonce_shared::state::Status;
+use payonce_reconciler::Reconciler;
 use payonce_simulator::SimulatorConfig;
 use payonce_worker::daemon::{BATCH_WAIT_MAX, Tuning};
 use payonce_worker::{Worker, WorkerConfig};
@@ -224,12 +224,9 @@ async fn a_zombie_worker_whose_lease_was_reclaimed_cannot_record() {
     .await;
     // The zombie wakes, submits with the same key (replayed, not a new charge) and tries to record.
     let processor = processes::stripe(&sim, None);
-    let outcome = payonce_shared::execution::submit::submit(
-        processor.as_ref(),
-        &zombie,
-        Duration::from_secs(5),
-    )
-    .await;
+    let outcome =
+        payonce_execution::submit::submit(processor.as_ref(), &zombie, Duration::from_secs(5))
+            .await;
     let recorded =
         WorkerConfig::new("zombie")
             .submit
@@ -275,14 +272,14 @@ struct WebhookFirst {
 impl processes::SubmitHook for WebhookFirst {
     async fn after(
         &self,
-        request: &payonce_shared::processor::SubmitRequest<'_>,
-        outcome: &payonce_shared::processor::SubmitOutcome,
+        request: &payonce_processor::SubmitRequest<'_>,
+        outcome: &payonce_processor::SubmitOutcome,
     ) {
-        if let payonce_shared::processor::SubmitOutcome::Succeeded {
+        if let payonce_processor::SubmitOutcome::Succeeded {
             reference, result, ..
         } = outcome
         {
-            let report = payonce_shared::ledger::Report::Succeeded(Paid {
+            let report = payonce_ledger::Report::Succeeded(Paid {
                 reference: reference.clone(),
                 result: result.clone(),
             });
@@ -308,7 +305,7 @@ impl processes::SubmitHook for WebhookFirst {
 async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
     let (ledger, _db) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let processor: Arc<dyn payonce_shared::processor::Processor> = Arc::new(processes::Hooked {
+    let processor: Arc<dyn payonce_processor::Processor> = Arc::new(processes::Hooked {
         inner: processes::stripe(&sim, None),
         hook: WebhookFirst {
             ledger: ledger.clone(),
@@ -329,10 +326,10 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         .await
         .unwrap()
         .remove(0);
-    let metrics = payonce_shared::execution::ExecutionMetrics::default();
+    let metrics = payonce_execution::ExecutionMetrics::default();
     let config = WorkerConfig::new("single");
-    let processors = payonce_shared::processor::Processors::single(processor.clone());
-    let ex = payonce_shared::execution::Execution {
+    let processors = payonce_processor::Processors::single(processor.clone());
+    let ex = payonce_execution::Execution {
         processors: &processors,
         clock: &clock,
         policy: &config.submit,
@@ -341,13 +338,13 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         stop: None,
         lost_rows: None,
     };
-    let inline = payonce_shared::execution::Inline {
+    let inline = payonce_execution::Inline {
         ledger: ledger.as_ref(),
         clock: &clock,
         actor: "single",
         metrics: &metrics,
     };
-    let status = payonce_shared::execution::execute(&ex, claimed, inline)
+    let status = payonce_execution::execute(&ex, claimed, inline)
         .await
         .unwrap();
     assert_eq!(status, Status::Succeeded);
@@ -396,7 +393,7 @@ struct AheadOfTheLedger {
 
 #[async_trait::async_trait]
 impl processes::SubmitHook for AheadOfTheLedger {
-    async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {
+    async fn before(&self, _request: &payonce_processor::SubmitRequest<'_>) {
         use std::sync::atomic::Ordering::SeqCst;
         let executing = statuses(&self.ledger)
             .await
@@ -463,7 +460,7 @@ struct Gate {
 
 #[async_trait::async_trait]
 impl processes::SubmitHook for Gate {
-    async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {
+    async fn before(&self, _request: &payonce_processor::SubmitRequest<'_>) {
         self.started
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.door
@@ -474,8 +471,8 @@ impl processes::SubmitHook for Gate {
     }
     async fn after(
         &self,
-        _request: &payonce_shared::processor::SubmitRequest<'_>,
-        _outcome: &payonce_shared::processor::SubmitOutcome,
+        _request: &payonce_processor::SubmitRequest<'_>,
+        _outcome: &payonce_processor::SubmitOutcome,
     ) {
         self.answered
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -702,20 +699,20 @@ impl Hooked {
 }
 
 #[async_trait::async_trait]
-impl payonce_shared::ledger::LedgerTime for Hooked {
+impl payonce_ledger::LedgerTime for Hooked {
     async fn now(&self, local: Timestamp) -> Result<Timestamp, LedgerError> {
         self.inner.now(local).await
     }
 }
 
 #[async_trait::async_trait]
-impl payonce_shared::ledger::Queue for Hooked {
+impl payonce_ledger::Queue for Hooked {
     async fn claim(
         &self,
         holder: &LeaseHolder<'_>,
         batch: u32,
         now: Timestamp,
-    ) -> Result<Vec<payonce_shared::ledger::Claimed>, LedgerError> {
+    ) -> Result<Vec<payonce_ledger::Claimed>, LedgerError> {
         self.inner.claim(holder, batch, now).await
     }
     async fn claim_to_submit(
@@ -723,7 +720,7 @@ impl payonce_shared::ledger::Queue for Hooked {
         holder: &LeaseHolder<'_>,
         batch: u32,
         now: Timestamp,
-    ) -> Result<Vec<payonce_shared::ledger::Claimed>, LedgerError> {
+    ) -> Result<Vec<payonce_ledger::Claimed>, LedgerError> {
         if self.first_claim_panics.swap(false, SeqCst) {
             panic!("a bug in one pipeline's claim");
         }
@@ -742,9 +739,9 @@ impl payonce_shared::ledger::Queue for Hooked {
     async fn renew(
         &self,
         holder: &LeaseHolder<'_>,
-        held: &[payonce_shared::id::OperationId],
+        held: &[payonce_core::id::OperationId],
         now: Timestamp,
-    ) -> Result<Vec<(payonce_shared::id::OperationId, i64)>, LedgerError> {
+    ) -> Result<Vec<(payonce_core::id::OperationId, i64)>, LedgerError> {
         let renewed = self.inner.renew(holder, held, now).await;
         self.renewals.fetch_add(1, SeqCst);
         self.renewed.notify_waiters();
@@ -762,9 +759,9 @@ impl payonce_shared::ledger::Queue for Hooked {
     }
     async fn record(
         &self,
-        request: &payonce_shared::ledger::RecordOutcome<'_>,
+        request: &payonce_ledger::RecordOutcome<'_>,
         now: Timestamp,
-    ) -> Result<payonce_shared::ledger::Operation, LedgerError> {
+    ) -> Result<payonce_ledger::Operation, LedgerError> {
         self.inner.record(request, now).await
     }
     async fn record_batch(
@@ -791,12 +788,12 @@ impl payonce_shared::ledger::Queue for Hooked {
         holder: &LeaseHolder<'_>,
         batch: u32,
         now: Timestamp,
-    ) -> Result<(Vec<bool>, Vec<payonce_shared::ledger::Claimed>), LedgerError> {
+    ) -> Result<(Vec<bool>, Vec<payonce_ledger::Claimed>), LedgerError> {
         self.inner.record_and_claim(items, holder, batch, now).await
     }
     async fn record_lost_row(
         &self,
-        id: &payonce_shared::id::OperationId,
+        id: &payonce_core::id::OperationId,
         reference: &str,
         found_by: &str,
         now: Timestamp,
@@ -805,10 +802,7 @@ impl payonce_shared::ledger::Queue for Hooked {
             .record_lost_row(id, reference, found_by, now)
             .await
     }
-    async fn current(
-        &self,
-        fence: &Fence,
-    ) -> Result<payonce_shared::ledger::Operation, LedgerError> {
+    async fn current(&self, fence: &Fence) -> Result<payonce_ledger::Operation, LedgerError> {
         self.inner.current(fence).await
     }
     async fn wait_for_ready(&self, max_wait: Duration) {

@@ -1,7 +1,7 @@
 //! Worker limits. Every one is named, has a default, and is set explicitly by the binary.
 
-use payonce_shared::execution::SubmitPolicy;
-use payonce_shared::ledger::LeaseHolder;
+use payonce_execution::SubmitPolicy;
+use payonce_ledger::LeaseHolder;
 use std::time::Duration;
 
 /// What a worker may do and how long it may take. The daemon's grouping and pipelining are not
@@ -106,10 +106,7 @@ pub enum ConfigError {
 
 impl WorkerConfig {
     /// Refuses settings the processor's declared contract cannot serve (beside [`Self::validate`]).
-    pub fn validate_for(
-        &self,
-        contract: &payonce_shared::processor::Contract,
-    ) -> Result<(), ConfigError> {
+    pub fn validate_for(&self, contract: &payonce_processor::Contract) -> Result<(), ConfigError> {
         if self.submit.check_before_submit && contract.lookups.search.is_none() {
             return Err(ConfigError::CheckWithoutSearch);
         }
@@ -130,7 +127,7 @@ pub fn owner_name(role: &str) -> String {
     format!(
         "{role}-{host}-{}-{}",
         std::process::id(),
-        payonce_shared::id::random_hex(3)
+        payonce_core::id::random_hex(3)
     )
 }
 
@@ -140,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_check_before_submission_needs_a_contract_with_a_search() {
-        use payonce_shared::processor::contract;
+        use payonce_processor::contract;
         let mut c = WorkerConfig::new("w");
         assert!(
             c.validate_for(&contract::NO_LOOKUP).is_ok(),

@@ -20,11 +20,11 @@ pub use tuning::{
 
 use crate::config::{ConfigError, WorkerConfig};
 use crate::metrics::WorkerMetrics;
-use payonce_shared::clock::SharedClock;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{LedgerError, Operation, Queue, Recorded};
-use payonce_shared::ledger_clock::LedgerClock;
-use payonce_shared::processor::{Processor, Processors};
+use payonce_core::clock::SharedClock;
+use payonce_core::id::OperationId;
+use payonce_ledger::time::LedgerClock;
+use payonce_ledger::{LedgerError, Operation, Queue, Recorded};
+use payonce_processor::{Processor, Processors};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

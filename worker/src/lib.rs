@@ -4,7 +4,7 @@
 //! - [`config`]: every limit, named, with defaults.
 //! - [`daemon`]: the claim loop (the only place work is claimed), lease renewal, group-committed
 //!   recording of outcomes, graceful shutdown, and its internal tuning; each operation runs through
-//!   `payonce_shared::execution::execute`.
+//!   `payonce_execution::execute`.
 //! - [`metrics`]: what the worker counts.
 
 pub mod config;

@@ -1,8 +1,8 @@
 //! What the worker counts, rendered for `/metrics`.
 
-use payonce_shared::execution::ExecutionMetrics;
-use payonce_shared::ledger_clock::Drift;
-use payonce_shared::metrics::{Counter, Exposition, Histogram};
+use payonce_core::metrics::{Counter, Exposition, Histogram};
+use payonce_execution::ExecutionMetrics;
+use payonce_ledger::time::Drift;
 use std::sync::Arc;
 
 /// Worker counters.

@@ -11,7 +11,7 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use payonce_shared::ledger::Role;
+use payonce_ledger::Role;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

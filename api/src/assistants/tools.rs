@@ -11,10 +11,10 @@ use crate::answer;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
 use crate::state::AppState;
-use payonce_shared::details::OperationKind;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{LedgerError, NewToolCall, Operation, Role};
-use payonce_shared::state::Status;
+use payonce_core::details::OperationKind;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::{LedgerError, NewToolCall, Operation, Role};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -616,7 +616,7 @@ mod tests {
             .unwrap()
             .clone();
         assert_eq!(listed.len(), 9);
-        for status in payonce_shared::state::ALL_STATUSES {
+        for status in payonce_core::state::ALL_STATUSES {
             let o = ToolOutcome::of_status(status);
             assert!(listed.contains(&json!(o.as_str())), "{status:?}");
             assert_eq!(serde_json::to_value(o).unwrap(), json!(o.as_str()));

@@ -25,16 +25,16 @@ use axum::middleware;
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Form, extract::FromRequest as _};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::DetailsHash;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::profiles::OperationCard;
-use payonce_shared::ledger::verification::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::DetailsHash;
+use payonce_core::id::TenantId;
+use payonce_core::state::Status;
+use payonce_ledger::profiles::OperationCard;
+use payonce_ledger::verification::{
     CodeAttempt, TenantVerification, UsedNonce, VerificationMethod,
 };
-use payonce_shared::ledger::{ApprovalLink, CustomerDecline, LedgerError, NewApproval, Operation};
-use payonce_shared::processor::{Card, CardLookup};
-use payonce_shared::state::Status;
+use payonce_ledger::{ApprovalLink, CustomerDecline, LedgerError, NewApproval, Operation};
+use payonce_processor::{Card, CardLookup};
 use serde::Deserialize;
 use view::{Merchant, Proof, Review, result_page};
 

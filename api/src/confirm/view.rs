@@ -9,11 +9,11 @@ use crate::page::{self, escape};
 use crate::verify;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::profiles::TenantProfile;
-use payonce_shared::ledger::{ApprovalLink, Operation};
-use payonce_shared::processor::Card;
-use payonce_shared::state::Status;
+use payonce_core::id::TenantId;
+use payonce_core::state::Status;
+use payonce_ledger::profiles::TenantProfile;
+use payonce_ledger::{ApprovalLink, Operation};
+use payonce_processor::Card;
 
 /// Who is asking, as the customer's pages name them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //! The advice is docs/runbook.md's own text ("## needs_attention", its numbered reasons), compiled
 //! in and read here, so the console and the runbook cannot say different things.
 
-use payonce_shared::ledger::OperationEvent;
-use payonce_shared::state::{Event, EventName};
+use payonce_core::state::{Event, EventName};
+use payonce_ledger::OperationEvent;
 
 /// The runbook, as built.
 const RUNBOOK: &str = include_str!("../../../docs/runbook.md");
@@ -50,9 +50,9 @@ impl Reason {
             Reason::AttemptsExhausted
         } else if detail.starts_with("PAYMENT WITHOUT APPROVAL") {
             Reason::PaymentWithoutApproval
-        } else if detail.starts_with(payonce_shared::ledger::report::RECREATED_HEAD) {
+        } else if detail.starts_with(payonce_ledger::report::RECREATED_HEAD) {
             Reason::LostRowRecreated
-        } else if detail.starts_with(payonce_shared::execution::KEY_REUSED_HEAD) {
+        } else if detail.starts_with(payonce_core::operation::KEY_REUSED_HEAD) {
             Reason::KeyReused
         } else if detail.contains("does not match the approved details") {
             Reason::DetailsMismatch
@@ -196,7 +196,7 @@ pub fn submissions_seen(submit_count: i64, events: &[OperationEvent]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use payonce_shared::clock::Timestamp;
+    use payonce_core::clock::Timestamp;
 
     fn entered(event: &str, from: &str, detail: &str) -> OperationEvent {
         OperationEvent {
@@ -298,7 +298,7 @@ mod tests {
                 "executing",
                 &format!(
                     "{}: the first payment is pi_1",
-                    payonce_shared::execution::KEY_REUSED_HEAD
+                    payonce_core::operation::KEY_REUSED_HEAD
                 )
             )),
             Reason::KeyReused

@@ -11,9 +11,9 @@ use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{DETAIL_LEN_MAX, Operation, Resolution, Resolve};
-use payonce_shared::state::Status;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::{DETAIL_LEN_MAX, Operation, Resolution, Resolve};
 
 /// Most operations one bulk resolution covers: each is shown with its facts first, and a page of
 /// more than this is not read.

@@ -7,11 +7,11 @@ use super::session::OnCall;
 use super::views::utc;
 use crate::errors::HttpError;
 use crate::state::AppState;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::console::{ApprovalRow, LinkRow, Related, ToolCallRow, WebhookRow};
-use payonce_shared::ledger::{Operation, OperationEvent};
-use payonce_shared::processor::summary::summary;
-use payonce_shared::state::{Event, EventName};
+use payonce_core::id::OperationId;
+use payonce_core::state::{Event, EventName};
+use payonce_core::summary::summary;
+use payonce_ledger::console::{ApprovalRow, LinkRow, Related, ToolCallRow, WebhookRow};
+use payonce_ledger::{Operation, OperationEvent};
 use serde_json::Value;
 
 /// One line of an operation's evidence chain.
@@ -178,7 +178,7 @@ fn of_tool_call(t: &ToolCallRow) -> TimelineEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use payonce_shared::clock::Timestamp;
+    use payonce_core::clock::Timestamp;
 
     fn event(at_ms: i64, name: &str) -> OperationEvent {
         OperationEvent {

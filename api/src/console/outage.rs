@@ -1,15 +1,15 @@
 //! The console's processor-outage banner, on every signed-in page while the processor is
 //! unreachable: as the ledger records it (the submitting processes write each change they see,
-//! `payonce_shared::ledger::outage`), so an api running apart from the workers shows it too, or as
+//! `payonce_ledger::outage`), so an api running apart from the workers shows it too, or as
 //! this process's own submissions find it (`payonce serve`). The ledger's row is read at most once
 //! per [`LEDGER_READ_TTL`] per process, and kept process-wide like the process's own view.
 
 use super::views::utc;
 use maud::{Markup, html};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::outage::OutageLedger;
-use payonce_shared::metrics::Exposition;
-use payonce_shared::processor::reachability;
+use payonce_core::clock::Timestamp;
+use payonce_core::metrics::Exposition;
+use payonce_ledger::outage::OutageLedger;
+use payonce_processor::reachability;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -15,11 +15,11 @@ use axum::extract::{Form, Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{Markup, html};
-use payonce_shared::details::{DetailsHash, OperationKind};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::refunds::RefundTotals;
-use payonce_shared::ledger::{Cancel, NewApproval, Operation};
-use payonce_shared::state::Status;
+use payonce_core::details::{DetailsHash, OperationKind};
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::refunds::RefundTotals;
+use payonce_ledger::{Cancel, NewApproval, Operation};
 use std::collections::HashMap;
 
 /// The approval method recorded for a refund approved in the console.
@@ -42,7 +42,7 @@ pub async fn beside(
     match op.details.kind() {
         OperationKind::Refund => Ok(None),
         // Refund figures mean something only for money that was taken.
-        OperationKind::Payment if op.status != payonce_shared::state::Status::Succeeded => Ok(None),
+        OperationKind::Payment if op.status != payonce_core::state::Status::Succeeded => Ok(None),
         OperationKind::Payment => {
             let ledger = state.ledger();
             Ok(Some(Beside {

@@ -11,9 +11,9 @@ use crate::errors::{ErrorCode, HttpError};
 use crate::state::AppState;
 use axum::http::HeaderMap;
 use axum::http::header::COOKIE;
-use payonce_shared::id::{TenantId, random_hex};
-use payonce_shared::ledger::Role;
-use payonce_shared::ledger::console::ConsoleSession;
+use payonce_core::id::{TenantId, random_hex};
+use payonce_ledger::Role;
+use payonce_ledger::console::ConsoleSession;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 

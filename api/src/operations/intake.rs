@@ -1,6 +1,6 @@
 //! `POST /v1/operations/batch` (service): a billing run's payments created, and those carrying the
 //! service's approval enqueued, up to [`BATCH_ITEMS_MAX`] per request in one ledger transaction
-//! (`payonce_shared::ledger::intake`). Each item is checked as `POST /v1/operations` checks its body
+//! (`payonce_ledger::intake`). Each item is checked as `POST /v1/operations` checks its body
 //! (and its approval as `POST /v1/operations/{id}/approve` does) and answered, in request order,
 //! with the status and body that route would give it alone; a refused item changes nothing. A
 //! retried batch is answered from the rows the first one wrote (idempotent per business key).
@@ -14,9 +14,9 @@ use crate::operations::{
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
-use payonce_shared::details::RawDetails;
-use payonce_shared::ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{Created, LimitError, NewOperation, Role};
+use payonce_core::details::RawDetails;
+use payonce_ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
+use payonce_ledger::{Created, LimitError, NewOperation, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -170,7 +170,7 @@ pub async fn create_batch(
             Ok((new, approval)) => {
                 let key = new.business_key.as_str().to_string();
                 if let Some(at) = first.get(&key) {
-                    let e = HttpError::from(payonce_shared::ledger::LedgerError::from(
+                    let e = HttpError::from(payonce_ledger::LedgerError::from(
                         LimitError::BatchRepeat(*at),
                     ));
                     answers[index] = Some(ItemAnswer::refused(index, &e));

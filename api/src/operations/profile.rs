@@ -10,10 +10,10 @@ use crate::errors::{ErrorCode, HttpError};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::profiles::{ProfileLedger, TenantProfile};
-use payonce_shared::ledger::{LedgerError, Role};
+use payonce_core::clock::Timestamp;
+use payonce_core::id::TenantId;
+use payonce_ledger::profiles::{ProfileLedger, TenantProfile};
+use payonce_ledger::{LedgerError, Role};
 use serde::{Deserialize, Serialize};
 
 /// Longest display name, in characters (the migration's CHECK says the same).

@@ -12,11 +12,11 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use payonce_shared::details::{Details, DetailsHash, OperationKind, RefundReason};
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::refunds::{PROPOSAL_KEY_PREFIX, RefundTotals};
-use payonce_shared::ledger::{LedgerError, NewApproval, NewOperation, Operation, Role};
-use payonce_shared::state::Status;
+use payonce_core::details::{Details, DetailsHash, OperationKind, RefundReason};
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::refunds::{PROPOSAL_KEY_PREFIX, RefundTotals};
+use payonce_ledger::{LedgerError, NewApproval, NewOperation, Operation, Role};
 use serde::{Deserialize, Serialize};
 
 /// Most refunds `GET /v1/operations/{id}/refunds` lists (oldest first); the totals count them all.

@@ -18,14 +18,14 @@
 
 use super::{HintReport, apply_to_row};
 use crate::metrics::ReconcilerMetrics;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::OperationKind;
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::OperationKind;
+use payonce_core::state::Status;
+use payonce_ledger::{
     Applied, Declined, DeferCheck, Fence, LedgerError, Operation, Paid, ProcessorEventKey,
     Recovery, Report, StoredProcessorEvent,
 };
-use payonce_shared::processor::adyen::webhook::{NotificationItem, item_of};
-use payonce_shared::state::Status;
+use payonce_processor::adyen::webhook::{NotificationItem, item_of};
 use std::time::Duration;
 
 /// How long a notification first waits for its operation's same-key resubmission (or its worker's
@@ -266,7 +266,7 @@ fn tally(
 /// Checks one stored Adyen notification against its operation (see the module's rules).
 pub(crate) async fn check(
     ledger: &dyn Recovery,
-    processors: &payonce_shared::processor::Processors,
+    processors: &payonce_processor::Processors,
     metrics: &ReconcilerMetrics,
     hint: &StoredProcessorEvent,
     now: Timestamp,

@@ -2,8 +2,8 @@
 
 use super::{Reconciler, SweepReport, Tally};
 use futures_util::stream::{self, StreamExt};
-use payonce_shared::ledger::{ExpireLeases, ExpiredLease, LedgerError};
-use payonce_shared::state::Status;
+use payonce_core::state::Status;
+use payonce_ledger::{ExpireLeases, ExpiredLease, LedgerError};
 
 impl Reconciler {
     /// Expired leases, one page: nothing submitted → `ready`, a submission recorded → `unknown`;

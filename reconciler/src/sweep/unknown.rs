@@ -9,16 +9,16 @@ pub use decision::{Case, Decision, can_look_up, decide};
 
 use super::{Reconciler, SweepReport, Tally};
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
-use payonce_shared::clock::{SharedClock, Timestamp};
-use payonce_shared::execution::{Execution, Inline, execute};
-use payonce_shared::failpoint::{self, FailPoint};
-use payonce_shared::ledger::{
+use payonce_core::clock::{SharedClock, Timestamp};
+use payonce_core::failpoint::{self, FailPoint};
+use payonce_core::state::Status;
+use payonce_execution::{Execution, Inline, execute};
+use payonce_ledger::{
     ApplyReport, ClaimUnknown, DeferCheck, Escalate, Fence, LeaseHolder, LedgerError, LookupFound,
     Operation, Paid, RecordLookups, Report,
 };
-use payonce_shared::limiter::{Budget, acquire};
-use payonce_shared::processor::{LookupOutcome, operation};
-use payonce_shared::state::Status;
+use payonce_processor::limiter::{Budget, acquire};
+use payonce_processor::{LookupOutcome, operation};
 use std::time::Duration;
 
 impl Reconciler {

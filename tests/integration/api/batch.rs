@@ -6,11 +6,11 @@
 use super::{OTHER_TENANT, T0, TestApi, raw_details, spawn_on_postgres, tenant};
 use crate::support::{payonce_bin, wait_for};
 use payonce_api::intake::BATCH_BODY_LIMIT_BYTES;
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::intake::BATCH_ITEMS_MAX;
-use payonce_shared::ledger::{ListFilter, SharedLedger};
-use payonce_shared::state::{ALL_STATUSES, Status};
+use payonce_core::details::{Details, RawDetails};
+use payonce_core::id::TenantId;
+use payonce_core::state::{ALL_STATUSES, Status};
+use payonce_ledger::intake::BATCH_ITEMS_MAX;
+use payonce_ledger::{ListFilter, SharedLedger};
 use serde_json::{Value, json};
 use std::time::Duration;
 

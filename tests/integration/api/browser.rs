@@ -7,9 +7,9 @@ use super::verification::{Inbox, use_codes_for};
 use super::{OTHER_TENANT, raw_details, repo_root, spawn, spawn_on_postgres, spawn_with_processor};
 use crate::support::postgres_ledger_on_callers_clock;
 use crate::support::processes::{self, payments_for};
-use payonce_shared::clock::Clock;
-use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::signing::TIMESTAMP_TOLERANCE_S;
+use payonce_core::clock::Clock;
+use payonce_core::id::{OperationId, TenantId};
+use payonce_core::signing::TIMESTAMP_TOLERANCE_S;
 use payonce_simulator::SimulatorConfig;
 use payonce_worker::{Worker, WorkerConfig};
 use serde_json::json;
@@ -286,7 +286,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
     assert_eq!(link.status, 201, "{}", link.text);
     let code_url = link.json()["url"].as_str().unwrap().to_string();
     let delivery = inbox.wait_for(1).await.remove(0);
-    payonce_shared::signing::verify(
+    payonce_core::signing::verify(
         &secret,
         &delivery.signature,
         &delivery.body,

@@ -5,7 +5,7 @@
 use super::tenant;
 use super::{Reply, TestApi, spawn, spawn_on_postgres, token_of};
 use crate::support::sqlite_ledger;
-use payonce_shared::id::OperationId;
+use payonce_core::id::OperationId;
 use serde_json::Value;
 
 pub async fn page(api: &TestApi, url: &str) -> Reply {

@@ -8,12 +8,12 @@ use super::{OTHER_TENANT, T0, T0_MS, TestApi, raw_details, spawn, spawn_on_postg
 use crate::support::rows;
 use crate::support::{postgres_ledger, sqlite_ledger};
 use payonce_api::keys;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::console::{Chart, OperationQuery, counts_statement, page_statement};
-use payonce_shared::ledger::{Fence, LeaseHolder, Paid};
-use payonce_shared::ledger::{Recorded, Role};
-use payonce_shared::state::Status;
+use payonce_core::clock::Timestamp;
+use payonce_core::id::{OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::console::{Chart, OperationQuery, counts_statement, page_statement};
+use payonce_ledger::{Fence, LeaseHolder, Paid};
+use payonce_ledger::{Recorded, Role};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -142,7 +142,7 @@ trait Now {
 }
 impl Now for TestApi {
     fn clock_now(&self) -> Timestamp {
-        use payonce_shared::clock::Clock;
+        use payonce_core::clock::Clock;
         self.clock.now()
     }
 }
@@ -858,8 +858,8 @@ async fn list_queries_use_indexes_on_a_large_table() {
 #[tokio::test]
 async fn the_console_store_behaves_the_same_on_both_stores() {
     use crate::support::{every_store, ready_operation};
-    use payonce_shared::ledger::LedgerError;
-    use payonce_shared::ledger::console::ConsoleSession;
+    use payonce_ledger::LedgerError;
+    use payonce_ledger::console::ConsoleSession;
     for ledger in every_store().await {
         let store = ledger.store();
         let c = ledger.console();
@@ -1266,7 +1266,7 @@ async fn keys_create_read_only_is_for_on_call_keys() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
-    let ledger = payonce_shared::ledger::connect(&db, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&db, 1).await.unwrap();
     let listed = ledger.list_api_keys(None, 10).await.unwrap();
     assert_eq!(listed.len(), 1, "the refused key was not stored");
     assert!(listed[0].read_only);

@@ -7,7 +7,7 @@ use super::tenant;
 use super::{T0, spawn};
 use crate::support::refunds::succeeded_payment;
 use crate::support::sqlite_ledger;
-use payonce_shared::id::OperationId;
+use payonce_core::id::OperationId;
 use serde_json::json;
 
 #[tokio::test]

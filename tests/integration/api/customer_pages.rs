@@ -7,7 +7,7 @@ use super::{OTHER_TENANT, TestApi, raw_details, spawn_on_postgres, spawn_with_pr
 use crate::support::postgres_ledger;
 use crate::support::processes::{self};
 use payonce_api::profile::DISPLAY_NAME_CHARS_MAX;
-use payonce_shared::id::{OperationId, TenantId};
+use payonce_core::id::{OperationId, TenantId};
 use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -409,7 +409,7 @@ async fn the_operator_command_sets_a_profile_and_refuses_bad_input() {
     ])
     .await;
     assert!(set.status.success(), "{set:?}");
-    let ledger = payonce_shared::ledger::connect(&db, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&db, 1).await.unwrap();
     let acme = TenantId::parse("acme").unwrap();
     let stored = ledger.profiles().profile(&acme).await.unwrap().unwrap();
     assert_eq!(stored.display_name, "Acme Hosting");

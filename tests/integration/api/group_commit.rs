@@ -7,9 +7,9 @@
 use super::{TestApi, raw_details, spawn, tenant};
 use crate::support::{postgres_ledger, wait_for};
 use payonce_api::group_commit::GROUP_WRITERS_MAX;
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::OperationId;
-use payonce_shared::state::Status;
+use payonce_core::details::{Details, RawDetails};
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
 use serde_json::{Value, json};
 use sqlx::Connection;
 use std::sync::Arc;

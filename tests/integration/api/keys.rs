@@ -8,10 +8,10 @@ use crate::support::processes::terminate;
 use crate::support::{every_store, payonce_bin, postgres_ledger, sqlite_ledger, wait_for};
 use payonce_api::auth::{LAST_USED_RESOLUTION, sha256_hex};
 use payonce_api::keys::{self, KeyError};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{LedgerError, Role};
-use payonce_shared::ledger::{RevokeKey, RotateKey};
+use payonce_core::clock::Timestamp;
+use payonce_core::id::TenantId;
+use payonce_ledger::{LedgerError, Role};
+use payonce_ledger::{RevokeKey, RotateKey};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -268,7 +268,7 @@ async fn keys_expire_revoke_and_rotate_on_every_store() {
             .touch_api_key(id, t0 + Duration::from_millis(4_000), LAST_USED_RESOLUTION)
             .await
             .unwrap();
-        let used = |ledger: &payonce_shared::ledger::SharedLedger| {
+        let used = |ledger: &payonce_ledger::SharedLedger| {
             let (ledger, id) = (ledger.clone(), id.clone());
             async move { ledger.api_key(&id).await.unwrap().unwrap().last_used_at }
         };
@@ -328,7 +328,7 @@ async fn expired_and_revoked_keys_are_refused_with_401() {
         &doomed.key_id,
         "oncall:alice",
         "test",
-        payonce_shared::clock::Clock::now(api.clock.as_ref()),
+        payonce_core::clock::Clock::now(api.clock.as_ref()),
     )
     .await
     .unwrap();
@@ -508,7 +508,7 @@ async fn legacy_key_survives_migration<C: sqlx::Connection>(
     .execute(&mut *conn)
     .await
     .unwrap();
-    let ledger = payonce_shared::ledger::connect(url, 2).await.unwrap();
+    let ledger = payonce_ledger::connect(url, 2).await.unwrap();
     let key = ledger
         .find_api_key(&sha256_hex(secret), T0)
         .await

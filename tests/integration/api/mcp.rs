@@ -4,7 +4,7 @@
 use super::tenant;
 use super::{repo_root, spawn};
 use crate::support::{pinned_python, sqlite_ledger};
-use payonce_shared::id::OperationId;
+use payonce_core::id::OperationId;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;

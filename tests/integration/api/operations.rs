@@ -106,7 +106,7 @@ async fn roles_are_enforced_before_anything_is_read() {
 async fn another_tenants_operation_is_indistinguishable_from_an_unknown_one() {
     let api = spawn(sqlite_ledger().await).await;
     let op = api.create_ready("INV-3").await;
-    let unknown = payonce_shared::id::OperationId::generate();
+    let unknown = payonce_core::id::OperationId::generate();
     let theirs = api
         .get(&format!("/v1/operations/{}", id(&op)), &api.other_service)
         .await;
@@ -203,7 +203,7 @@ async fn approval_binds_to_the_details_hash_and_enqueues() {
         .ledger
         .latest_approval(
             &tenant(),
-            &payonce_shared::id::OperationId::parse(&id(&op)).unwrap(),
+            &payonce_core::id::OperationId::parse(&id(&op)).unwrap(),
         )
         .await
         .unwrap()
@@ -478,7 +478,7 @@ async fn health_and_readiness() {
         .get(
             &format!(
                 "/v1/operations/{}",
-                payonce_shared::id::OperationId::generate()
+                payonce_core::id::OperationId::generate()
             ),
             &api.service,
         )

@@ -6,8 +6,8 @@ use super::http_client;
 use super::tools::{answer_of, call_object};
 use crate::support::processes::{payments_for, simulator, terminate, worker_process};
 use crate::support::{payonce_bin, postgres_ledger, tenant, wait_for};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::ledger::Role;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_ledger::Role;
 use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -199,7 +199,7 @@ async fn two_api_processes_one_operation_one_payment() {
         "exactly one payment at the processor"
     );
     let all = ledger
-        .list(&payonce_shared::ledger::ListFilter {
+        .list(&payonce_ledger::ListFilter {
             limit: 100,
             ..Default::default()
         })
@@ -209,7 +209,7 @@ async fn two_api_processes_one_operation_one_payment() {
     let calls = ledger
         .tool_calls(
             &tenant(),
-            &payonce_shared::id::OperationId::parse(&id).unwrap(),
+            &payonce_core::id::OperationId::parse(&id).unwrap(),
         )
         .await
         .unwrap();

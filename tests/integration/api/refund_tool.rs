@@ -7,7 +7,7 @@ use super::tools::call_tool;
 use super::{T0, TestApi, spawn, spawn_on_postgres};
 use crate::support::refunds::succeeded_payment;
 use crate::support::sqlite_ledger;
-use payonce_shared::ledger::refunds::{PROPOSAL_KEY_PREFIX, PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
+use payonce_ledger::refunds::{PROPOSAL_KEY_PREFIX, PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
 use serde_json::{Value, json};
 
 const FORMATS: [&str; 4] = ["openai_chat", "openai_responses", "anthropic", "mcp"];
@@ -101,7 +101,7 @@ async fn request_refund_proposes_once_in_every_format_and_never_asks_a_customer(
         .ledger
         .tool_calls(
             &tenant(),
-            &payonce_shared::id::OperationId::parse(refund).unwrap(),
+            &payonce_core::id::OperationId::parse(refund).unwrap(),
         )
         .await
         .unwrap();

@@ -246,7 +246,7 @@ async fn a_service_creates_refunds_from_the_payment_and_only_an_on_call_person_a
         .ledger
         .latest_approval(
             &tenant(),
-            &payonce_shared::id::OperationId::parse(&id).unwrap(),
+            &payonce_core::id::OperationId::parse(&id).unwrap(),
         )
         .await
         .unwrap()

@@ -15,7 +15,7 @@ use super::{TestApi, WEBHOOK_SECRET, raw_details, spawn, tenant, token_of};
 use crate::support::postgres_ledger;
 use crate::support::refunds::{create_refund, succeeded_payment};
 use payonce_api::keys;
-use payonce_shared::ledger::Role;
+use payonce_ledger::Role;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -513,8 +513,8 @@ struct Keys {
 
 impl Keys {
     async fn make(api: &TestApi) -> Keys {
-        let other = payonce_shared::id::TenantId::parse(super::OTHER_TENANT).unwrap();
-        let issue = |tenant: payonce_shared::id::TenantId, role, ttl: Option<Duration>| {
+        let other = payonce_core::id::TenantId::parse(super::OTHER_TENANT).unwrap();
+        let issue = |tenant: payonce_core::id::TenantId, role, ttl: Option<Duration>| {
             let ledger = api.ledger.clone();
             async move {
                 keys::issue(ledger.as_ref(), &tenant, role, "matrix", ttl, super::T0)
@@ -706,7 +706,7 @@ async fn send(
         Body::CreateBatch => {
             let invoice = format!("INV-B{cell}");
             let details = raw_details(&invoice, 2048);
-            let hash = payonce_shared::details::Details::parse(
+            let hash = payonce_core::details::Details::parse(
                 &serde_json::from_value(details.clone()).unwrap(),
             )
             .unwrap()
@@ -782,7 +782,7 @@ async fn no_route_or_tool_lets_a_caller_exceed_its_role() {
     let db = sqlx::PgPool::connect(&url).await.unwrap();
     let api = spawn(ledger).await;
     let keys = Keys::make(&api).await;
-    let profile = payonce_shared::ledger::profiles::TenantProfile {
+    let profile = payonce_ledger::profiles::TenantProfile {
         tenant: super::tenant(),
         display_name: "Acme".into(),
         support_url: None,

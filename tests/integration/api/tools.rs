@@ -5,10 +5,10 @@ use super::{TestApi, spawn, spawn_on_postgres, tenant};
 use crate::support::rows;
 use crate::support::{recording, sqlite_ledger};
 use payonce_api::confirm::OPEN_LINKS_MAX;
-use payonce_shared::clock::Clock;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::Recorded;
-use payonce_shared::ledger::{Declined, Escalate, Fence, LeaseHolder, Paid};
+use payonce_core::clock::Clock;
+use payonce_core::id::OperationId;
+use payonce_ledger::Recorded;
+use payonce_ledger::{Declined, Escalate, Fence, LeaseHolder, Paid};
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -16,11 +16,11 @@ use payonce_api::verify::{
     ASSISTANT_REQUEST_INTERVAL, ASSISTANT_REQUESTS_MAX, CODE_ATTEMPTS_MAX, CODE_TTL,
     OPEN_LINKS_MAX, VerificationRequest, set_tenant_verification,
 };
-use payonce_shared::clock::Clock;
-use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::ApprovalLink;
-use payonce_shared::ledger::verification::{UsedNonce, VerificationMethod};
-use payonce_shared::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S};
+use payonce_core::clock::Clock;
+use payonce_core::id::{OperationId, TenantId};
+use payonce_core::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S};
+use payonce_ledger::ApprovalLink;
+use payonce_ledger::verification::{UsedNonce, VerificationMethod};
 use payonce_simulator::SimulatorConfig;
 use payonce_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
@@ -465,7 +465,7 @@ async fn one_time_codes_are_signed_counted_expire_and_work_once() {
     let url = api.link(&id_of(&op)).await;
     let got = inbox.wait_for(1).await;
     let delivery = &got[0];
-    payonce_shared::signing::verify(
+    payonce_core::signing::verify(
         &secret,
         &delivery.signature,
         &delivery.body,
@@ -583,7 +583,7 @@ async fn a_notification_is_signed_and_retried_until_accepted() {
     for r in &got {
         assert_eq!(r.delivery_id, got[0].delivery_id, "one delivery, retried");
         assert_eq!(r.body, got[0].body);
-        payonce_shared::signing::verify(
+        payonce_core::signing::verify(
             &secret,
             &r.signature,
             &r.body,
@@ -594,7 +594,7 @@ async fn a_notification_is_signed_and_retried_until_accepted() {
     }
     // A receiver with another secret, or a changed body, refuses it.
     assert!(
-        payonce_shared::signing::verify(
+        payonce_core::signing::verify(
             "nsec_other",
             &got[0].signature,
             &got[0].body,
@@ -998,7 +998,7 @@ async fn the_operator_command_sets_a_tenants_verification() {
         .unwrap_or_else(|| panic!("{out}"))
         .to_string();
     assert_eq!(key.len(), 64, "256 bits, hex");
-    let ledger = payonce_shared::ledger::connect(&db, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&db, 1).await.unwrap();
     let stored = ledger
         .verification()
         .tenant_verification(&TenantId::parse("acme").unwrap())

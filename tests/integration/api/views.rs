@@ -5,11 +5,11 @@
 use super::{T0_MS, spawn};
 use crate::support::rows;
 use crate::support::sqlite_ledger;
+use payonce_core::clock::Clock;
+use payonce_core::id::OperationId;
+use payonce_ledger::Paid;
+use payonce_ledger::Recorded;
 use payonce_reconciler::oncall::{self, Format};
-use payonce_shared::clock::Clock;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::Paid;
-use payonce_shared::ledger::Recorded;
 use serde_json::json;
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
         .unwrap();
     let listed = oncall::list(
         api.ledger.as_ref(),
-        vec![payonce_shared::state::Status::Succeeded],
+        vec![payonce_core::state::Status::Succeeded],
         -1,
         10,
         now,

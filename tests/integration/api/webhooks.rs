@@ -1,4 +1,4 @@
-//! `POST /v1/webhooks/stripe`: the raw body and signature reach `payonce_shared::webhooks::ingest`
+//! `POST /v1/webhooks/stripe`: the raw body and signature reach `payonce_processor::ingest::ingest`
 //! (the api does not depend on the reconciler crate); signed events are stored once as hints (applied
 //! only after the reconciler retrieved the object: evidence.rs); bad signatures are 400; the
 //! simulator's published secret is refused.
@@ -7,11 +7,11 @@ use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
 use crate::support::rows;
 use crate::support::sqlite_ledger;
-use payonce_shared::clock::Clock;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::id::OperationId;
-use payonce_shared::processor::stripe::webhook::sign;
-use payonce_shared::state::Status;
+use payonce_core::clock::Clock;
+use payonce_core::clock::Timestamp;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_processor::stripe::webhook::sign;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
         (status, bad["error"]["code"].as_str()),
         (400, Some("webhook_payload_invalid"))
     );
-    let huge = "x".repeat(payonce_shared::processor::stripe::webhook::PAYLOAD_LEN_MAX + 1);
+    let huge = "x".repeat(payonce_processor::stripe::webhook::PAYLOAD_LEN_MAX + 1);
     let (status, bad) = post(header, huge).await;
     assert_eq!(
         (status, bad["error"]["code"].as_str()),
@@ -197,7 +197,7 @@ async fn the_simulators_published_secret_is_refused_outside_its_dev_mode() {
             simulator_dev_mode: dev_mode,
             ..payonce_api::ApiConfig::default()
         };
-        let clock = payonce_shared::clock::ManualClock::new(Timestamp::from_millis(T0_MS));
+        let clock = payonce_core::clock::ManualClock::new(Timestamp::from_millis(T0_MS));
         let state = payonce_api::AppState::new(sqlite_ledger().await, clock, config);
         // A dev-mode server starts and stops at once (the shutdown future is ready).
         payonce_api::serve_listener(listener, state, async {}).await
@@ -220,7 +220,7 @@ fn the_api_parses_webhooks_without_the_reconciler_crate() {
             assert!(
                 !deps.contains_key("payonce-reconciler"),
                 "api/Cargo.toml [{section}] names payonce-reconciler: Stripe webhook parsing is in \
-                 payonce-shared (processor::stripe::webhook, webhooks::ingest)"
+                 payonce-processor (stripe::webhook, ingest)"
             );
         }
     }

@@ -7,8 +7,8 @@ use crate::support::now;
 use crate::support::processes::{self, simulator};
 use crate::support::rows;
 use crate::support::{postgres_ledger, ready_operation, recording, tenant};
-use payonce_shared::ledger::Fence;
-use payonce_shared::state::Status;
+use payonce_core::state::Status;
+use payonce_ledger::Fence;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
 
@@ -57,10 +57,10 @@ async fn scenario_2_a_worker_sigkilled_after_processor_acceptance_pays_once() {
 
 /// Unknown rows as a crashed worker leaves them: every third one reached the processor.
 async fn unknown_rows(
-    ledger: &payonce_shared::ledger::SharedLedger,
+    ledger: &payonce_ledger::SharedLedger,
     sim: &payonce_simulator::Simulator,
     n: usize,
-) -> Vec<payonce_shared::ledger::Operation> {
+) -> Vec<payonce_ledger::Operation> {
     let mut ops = Vec::new();
     for i in 0..n {
         let op = ready_operation(ledger, &format!("INV-FI9-{i}"), "pm_card_visa", now()).await;
@@ -72,7 +72,7 @@ async fn unknown_rows(
         )
         .await;
         if i % 3 == 0 {
-            let _ = payonce_shared::execution::submit::submit(
+            let _ = payonce_execution::submit::submit(
                 processes::stripe(sim, None).as_ref(),
                 &c,
                 Duration::from_secs(5),

@@ -4,10 +4,10 @@
 
 use crate::support::processes::audit;
 use crate::support::{payonce_bin, tenant, wait_for};
-use payonce_shared::failpoint::PAUSED_MARKER;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{OperationEvent, SharedLedger};
-use payonce_shared::state::Status;
+use payonce_core::failpoint::PAUSED_MARKER;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::{OperationEvent, SharedLedger};
 use payonce_simulator::Simulator;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -51,7 +51,7 @@ pub fn spawn(args: &[&str], database_url: &str, processor_url: &str, env: &[(&st
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .envs(FAST)
-        .env_remove(payonce_shared::failpoint::ENV)
+        .env_remove(payonce_core::failpoint::ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -7,13 +7,11 @@ use crate::support::now;
 use crate::support::refunds::create_refund;
 use crate::support::rows;
 use crate::support::{processes, ready_operation, recording, tenant};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{
-    NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger,
-};
-use payonce_shared::processor::SubmitOutcome;
-use payonce_shared::state::Status;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::Fence;
+use payonce_ledger::{NewApproval, Operation, OperationEvent, Paid, Recorded, SharedLedger};
+use payonce_processor::SubmitOutcome;
 use payonce_simulator::Simulator;
 use serde_json::Value;
 use std::time::Duration;
@@ -37,7 +35,7 @@ pub async fn paid_payment(
         now(),
     )
     .await;
-    let outcome = payonce_shared::execution::submit::submit(
+    let outcome = payonce_execution::submit::submit(
         processes::stripe(sim, None).as_ref(),
         &c,
         Duration::from_secs(5),

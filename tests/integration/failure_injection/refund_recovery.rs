@@ -16,11 +16,11 @@ use crate::support::rows;
 use crate::support::{
     postgres_ledger, postgres_ledger_on_callers_clock, recording, tenant, wait_for,
 };
-use payonce_shared::clock::ManualClock;
-use payonce_shared::ledger::Fence;
-use payonce_shared::ledger::{Declined, LedgerError, Operation, Recorded, SharedLedger};
-use payonce_shared::processor::SubmitOutcome;
-use payonce_shared::state::Status;
+use payonce_core::clock::ManualClock;
+use payonce_core::state::Status;
+use payonce_ledger::Fence;
+use payonce_ledger::{Declined, LedgerError, Operation, Recorded, SharedLedger};
+use payonce_processor::SubmitOutcome;
 use payonce_simulator::SimulatorConfig;
 use std::time::Duration;
 
@@ -135,7 +135,7 @@ async fn crashed_refunding(
     )
     .await;
     if submit {
-        let outcome = payonce_shared::execution::submit::submit(
+        let outcome = payonce_execution::submit::submit(
             processes::stripe(sim, None).as_ref(),
             &c,
             Duration::from_secs(5),
@@ -245,7 +245,7 @@ async fn refund_a_zombie_worker_whose_lease_was_taken_over_cannot_record() {
     // The zombie claims with a short lease, reaches the processor, then stalls.
     let holder = rows::holder("zombie", Duration::from_millis(300));
     let zombie = rows::executing(&ledger, &refund.id, &holder, now()).await;
-    let outcome = payonce_shared::execution::submit::submit(
+    let outcome = payonce_execution::submit::submit(
         processes::stripe(&sim, None).as_ref(),
         &zombie,
         Duration::from_secs(5),
@@ -288,7 +288,7 @@ async fn refund_whose_reference_is_another_operations_refund_goes_to_a_human_wit
     let payment = paid_payment(&ledger, &sim, "INV-RW9", "pm_card_visa").await;
     let pi = payment.external_ref.clone().unwrap();
     // Someone else's refund of the same payment, carrying another operation's id.
-    let other = payonce_shared::id::OperationId::generate();
+    let other = payonce_core::id::OperationId::generate();
     let theirs: serde_json::Value = reqwest::Client::new()
         .post(format!("{}/v1/refunds", sim.base_url()))
         .bearer_auth("sk_test_payonce")

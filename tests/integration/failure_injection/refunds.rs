@@ -13,9 +13,9 @@ use crate::support::now;
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::refunds::create_refund;
 use crate::support::{postgres_ledger, tenant};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{LedgerError, Role};
-use payonce_shared::state::Status;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::{LedgerError, Role};
 use payonce_simulator::SimulatorConfig;
 use serde_json::json;
 

@@ -7,9 +7,9 @@ use super::fleet::{self, DEADLINE, assert_paid_once, settled, successful_payment
 use crate::support::now;
 use crate::support::processes::{arm_faults, simulator};
 use crate::support::{postgres_ledger, ready_operation, tenant, wait_for};
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::Role;
-use payonce_shared::state::Status;
+use payonce_core::id::OperationId;
+use payonce_core::state::Status;
+use payonce_ledger::Role;
 use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -19,7 +19,7 @@ const CONCURRENT_REQUESTS: usize = 40;
 /// Worker processes racing in scenario 1.
 const WORKERS: usize = 3;
 
-async fn keys(ledger: &payonce_shared::ledger::SharedLedger) -> (String, String) {
+async fn keys(ledger: &payonce_ledger::SharedLedger) -> (String, String) {
     let service =
         payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now())
             .await

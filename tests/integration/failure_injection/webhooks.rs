@@ -6,8 +6,8 @@
 use super::fleet::{self, DEADLINE, assert_paid_once, settled};
 use crate::support::processes::simulator;
 use crate::support::{postgres_ledger, ready_operation, tenant};
-use payonce_shared::clock::{Clock, SystemClock};
-use payonce_shared::state::Status;
+use payonce_core::clock::{Clock, SystemClock};
+use payonce_core::state::Status;
 use payonce_simulator::SimulatorConfig;
 
 #[tokio::test]

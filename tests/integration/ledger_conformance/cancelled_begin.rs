@@ -138,7 +138,7 @@ async fn postgres_a_begin_dropped_before_its_answer_leaves_no_open_transaction()
         format!("{proxied}?sslmode=disable")
     };
     // One connection: whatever the dropped approval leaves on it, the next writes get.
-    let ledger = payonce_shared::ledger::connect(&proxied, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&proxied, 1).await.unwrap();
     let op = ledger
         .create_or_get(new_op("INV-GATE", 100), at(T0))
         .await

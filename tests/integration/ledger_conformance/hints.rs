@@ -4,7 +4,7 @@
 use super::{T0, at, for_each_store};
 use crate::support::ready_operation;
 use crate::support::refunds::succeeded_payment;
-use payonce_shared::ledger::{NewProcessorEvent, ProcessorEventKey};
+use payonce_ledger::{NewProcessorEvent, ProcessorEventKey};
 use serde_json::json;
 
 #[tokio::test]

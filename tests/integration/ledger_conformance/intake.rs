@@ -4,11 +4,11 @@
 
 use super::{T0, at};
 use crate::support::{details, every_store, key_secret, tenant};
-use payonce_shared::details::Details;
-use payonce_shared::id::BusinessKey;
-use payonce_shared::ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
-use payonce_shared::ledger::{LedgerError, LimitError, NewApproval, NewOperation, SharedLedger};
-use payonce_shared::state::Status;
+use payonce_core::details::Details;
+use payonce_core::id::BusinessKey;
+use payonce_core::state::Status;
+use payonce_ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
+use payonce_ledger::{LedgerError, LimitError, NewApproval, NewOperation, SharedLedger};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ fn batch(items: Vec<BatchItem>) -> Batch {
 }
 
 /// The audit trail's events of an operation, by name.
-async fn events(ledger: &SharedLedger, id: &payonce_shared::id::OperationId) -> Vec<String> {
+async fn events(ledger: &SharedLedger, id: &payonce_core::id::OperationId) -> Vec<String> {
     ledger
         .events(&tenant(), id)
         .await
@@ -61,9 +61,9 @@ async fn events(ledger: &SharedLedger, id: &payonce_shared::id::OperationId) -> 
 /// Every operation of the tenant with its events and approvals, for "nothing changed" checks.
 async fn snapshot(ledger: &SharedLedger) -> Vec<(String, String, usize, bool)> {
     let mut all = Vec::new();
-    for status in payonce_shared::state::ALL_STATUSES {
+    for status in payonce_core::state::ALL_STATUSES {
         let listed = ledger
-            .list(&payonce_shared::ledger::ListFilter {
+            .list(&payonce_ledger::ListFilter {
                 statuses: vec![status],
                 updated_before: None,
                 tenant: Some(tenant()),
@@ -339,7 +339,7 @@ async fn racing_batches_with_overlapping_keys_create_and_enqueue_each_operation_
             "{store}: each created by one batch"
         );
         for id in inserted.keys() {
-            let id = payonce_shared::id::OperationId::parse(id).unwrap();
+            let id = payonce_core::id::OperationId::parse(id).unwrap();
             assert_eq!(events(&ledger, &id).await, ["create", "approve"], "{store}");
         }
         let counts = ledger.count_by_status().await.unwrap();
@@ -353,7 +353,7 @@ async fn a_batch_that_enqueues_wakes_the_workers_of_other_processes() {
     let (ledger, url) = crate::support::postgres_ledger().await;
     let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
     listener
-        .listen(payonce_shared::ledger::postgres::READY_CHANNEL)
+        .listen(payonce_ledger::postgres::READY_CHANNEL)
         .await
         .unwrap();
     let items: Vec<BatchItem> = (0..20).map(|i| item(&format!("W{i}"), true)).collect();
@@ -362,10 +362,7 @@ async fn a_batch_that_enqueues_wakes_the_workers_of_other_processes() {
         .await
         .expect("a wake-up within 10 s")
         .unwrap();
-    assert_eq!(
-        woken.channel(),
-        payonce_shared::ledger::postgres::READY_CHANNEL
-    );
+    assert_eq!(woken.channel(), payonce_ledger::postgres::READY_CHANNEL);
 }
 
 /// Whether a new row's business key is free is one probe of the directory's unique index per row,
@@ -375,7 +372,7 @@ async fn a_batch_that_enqueues_wakes_the_workers_of_other_processes() {
 /// row of a tenant).
 #[tokio::test]
 async fn a_batch_insert_probes_the_directory_per_row_whatever_the_tenants_size() {
-    use payonce_shared::ledger::Dialect;
+    use payonce_ledger::Dialect;
     let (ledger, url) = crate::support::postgres_ledger().await;
     for round in 0..2 {
         let items: Vec<BatchItem> = (0..BATCH_ITEMS_MAX)

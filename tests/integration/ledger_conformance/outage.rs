@@ -5,11 +5,11 @@
 //! included.
 
 use crate::support::{every_store, wait_for};
-use payonce_shared::clock::{Clock, SystemClock, Timestamp};
-use payonce_shared::ledger::LedgerError;
-use payonce_shared::ledger::outage::{CHANGED_BY_LEN_MAX, OutageLedger, RecordedReachability};
-use payonce_shared::processor::SubmitOutcome;
-use payonce_shared::processor::reachability::{RECORD_RETRY, Reachability};
+use payonce_core::clock::{Clock, SystemClock, Timestamp};
+use payonce_ledger::LedgerError;
+use payonce_ledger::outage::{CHANGED_BY_LEN_MAX, OutageLedger, RecordedReachability};
+use payonce_processor::SubmitOutcome;
+use payonce_processor::reachability::{RECORD_RETRY, Reachability};
 use std::time::Duration;
 
 #[tokio::test]

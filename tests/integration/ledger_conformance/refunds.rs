@@ -5,16 +5,16 @@
 use super::{T0, at, for_each_store};
 use crate::support::refunds::{create_refund, refund_details, settle_refund, succeeded_payment};
 use crate::support::{self, tenant};
-use payonce_shared::details::{OperationKind, RefundReason};
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::refunds::{
+use payonce_core::details::{OperationKind, RefundReason};
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::refunds::{
     PROPOSAL_KEY_PREFIX, PROPOSAL_TTL, PROPOSALS_OPEN_MAX, RefundTotals,
 };
-use payonce_shared::ledger::{
+use payonce_ledger::{
     Cancel, Declined, LedgerError, LimitError, NewOperation, Operation, Paid, Recorded,
     SharedLedger,
 };
-use payonce_shared::state::Status;
 
 fn totals(payment_minor: i64, refunded: i64, in_flight: i64, count: i64) -> RefundTotals {
     RefundTotals {
@@ -125,7 +125,7 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
         };
 
         // A refund of a refund.
-        let d = payonce_shared::details::Details::refund(
+        let d = payonce_core::details::Details::refund(
             &payment.details,
             &refund.id,
             "pi_INV-R2",
@@ -140,7 +140,7 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
 
         // A payment that has not succeeded.
         let pending = support::ready_operation(&ledger, "INV-R2b", "pm_card_visa", at(T0)).await;
-        let d = payonce_shared::details::Details::refund(
+        let d = payonce_core::details::Details::refund(
             &pending.details,
             &pending.id,
             "pi_INV-R2b",
@@ -154,7 +154,7 @@ async fn only_a_succeeded_payment_of_the_tenant_matching_its_record_is_refunded(
         assert_eq!(refused(r), "only a succeeded payment can be refunded");
 
         // A processor reference that is not the payment's.
-        let d = payonce_shared::details::Details::refund(
+        let d = payonce_core::details::Details::refund(
             &payment.details,
             &payment.id,
             "pi_forged",
@@ -328,12 +328,12 @@ async fn postgres_eight_callers_racing_for_the_last_money_create_exactly_what_fi
 async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
     let path = std::env::temp_dir().join(format!(
         "payonce-refund-race-{}.db",
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     ));
     let url = format!("sqlite:{}", path.display());
     let mut ledgers = Vec::new();
     for _ in 0..3 {
-        ledgers.push(payonce_shared::ledger::connect(&url, 1).await.unwrap());
+        ledgers.push(payonce_ledger::connect(&url, 1).await.unwrap());
     }
     assert_races(&ledgers).await;
     drop(ledgers);
@@ -416,12 +416,10 @@ async fn both_stores_check_the_refund_shape_whatever_writes_the_row() {
     let payment = succeeded_payment(&ledger, "INV-SHAPE", 1_000, at(T0)).await;
     let path = std::env::temp_dir().join(format!(
         "payonce-refund-shape-{}.db",
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     ));
     let sqlite_url = format!("sqlite:{}", path.display());
-    let sqlite = payonce_shared::ledger::connect(&sqlite_url, 1)
-        .await
-        .unwrap();
+    let sqlite = payonce_ledger::connect(&sqlite_url, 1).await.unwrap();
     let sqlite_payment = succeeded_payment(&sqlite, "INV-SHAPE", 1_000, at(T0)).await;
     drop(sqlite);
     let mut pg = sqlx::PgConnection::connect(&url).await.unwrap();
@@ -523,7 +521,7 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
     use std::str::FromStr;
     let path = std::env::temp_dir().join(format!(
         "payonce-0008-{}.db",
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     ));
     let url = format!("sqlite:{}", path.display());
     let id = OperationId::generate();
@@ -573,7 +571,7 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         .unwrap();
         conn.close().await.unwrap();
     }
-    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&url, 1).await.unwrap();
     let payment = ledger.get_unscoped(&id).await.unwrap();
     assert_eq!(
         payment.details, details,
@@ -608,7 +606,7 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         .console()
         .page(
             &TenantId::parse("acme").unwrap(),
-            &payonce_shared::ledger::console::OperationQuery {
+            &payonce_ledger::console::OperationQuery {
                 limit: 10,
                 ..Default::default()
             },
@@ -624,7 +622,7 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         .console()
         .page(
             &TenantId::parse("acme").unwrap(),
-            &payonce_shared::ledger::console::OperationQuery {
+            &payonce_ledger::console::OperationQuery {
                 search: Some("INV-M8".into()),
                 limit: 10,
                 ..Default::default()
@@ -642,7 +640,7 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         .console()
         .page(
             &TenantId::parse("acme").unwrap(),
-            &payonce_shared::ledger::console::OperationQuery {
+            &payonce_ledger::console::OperationQuery {
                 search: Some("invoice:INV-M8:pay".into()),
                 limit: 10,
                 ..Default::default()

@@ -5,10 +5,10 @@
 use super::{T0, at, for_each_store};
 use crate::support::refunds::{create_refund, settle_refund, succeeded_payment};
 use crate::support::{self, details, ready_operation, tenant};
-use payonce_shared::id::{BusinessKey, TenantId};
-use payonce_shared::ledger::retention::{OPERATION_RETENTION_DAYS_MIN, Pruned, Retention};
-use payonce_shared::ledger::{LedgerError, LimitError, NewOperation, Paid, Recorded};
-use payonce_shared::state::Status;
+use payonce_core::id::{BusinessKey, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::retention::{OPERATION_RETENTION_DAYS_MIN, Pruned, Retention};
+use payonce_ledger::{LedgerError, LimitError, NewOperation, Paid, Recorded};
 
 const DAY: i64 = 24 * 60 * 60 * 1000;
 
@@ -151,7 +151,7 @@ fn the_cli_sets_refuses_and_clears_a_period() {
     let file = std::env::temp_dir().join(format!(
         "payonce-retention-cli-{}-{}.db",
         std::process::id(),
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     ));
     let url = format!("sqlite:{}", file.display());
     let run = |args: &[&str]| {

@@ -3,8 +3,8 @@
 
 use super::{LEASE_MS, T0, at, fence, for_each_store, holder, ms};
 use crate::support::{ready_operation, tenant};
-use payonce_shared::ledger::{ExpireLeases, LookupFound, RecordLookups};
-use payonce_shared::state::Status;
+use payonce_core::state::Status;
+use payonce_ledger::{ExpireLeases, LookupFound, RecordLookups};
 
 #[tokio::test]
 async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
@@ -126,7 +126,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
 
         // Lookups: a (unknown at attempt 1) is recorded; b is still executing and e's entry names
         // a stale attempt: both lose, as does a repeat of a.
-        let found = |id: &payonce_shared::id::OperationId, attempt, reference: &str| LookupFound {
+        let found = |id: &payonce_core::id::OperationId, attempt, reference: &str| LookupFound {
             fence: fence(id, attempt),
             reference: reference.into(),
             result: serde_json::json!({ "id": reference, "status": "succeeded" }),

@@ -3,8 +3,8 @@
 
 use super::{T0, at, for_each_store};
 use crate::support::{self, ready_operation, tenant};
-use payonce_shared::id::{OperationId, TenantId};
-use payonce_shared::ledger::{NewToolCall, SharedLedger};
+use payonce_core::id::{OperationId, TenantId};
+use payonce_ledger::{NewToolCall, SharedLedger};
 
 /// Records `call_id` (of `provider`) for `operation` as tenant `tenant`.
 async fn record(
@@ -113,7 +113,7 @@ async fn the_migration_keeps_the_first_of_each_repeated_call_on_both_stores() {
     for sql in UNDO.into_iter().chain([DUPLICATES]) {
         sqlx::raw_sql(sql).execute(&mut pg).await.unwrap();
     }
-    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&url, 1).await.unwrap();
     let left: Vec<(String, i64)> = sqlx::query_as(LEFT).fetch_all(&mut pg).await.unwrap();
     assert_eq!(left, expected, "postgres");
     record(&ledger, &tenant(), None, "openai", Some("call_dup")).await;
@@ -126,10 +126,10 @@ async fn the_migration_keeps_the_first_of_each_repeated_call_on_both_stores() {
 
     let path = std::env::temp_dir().join(format!(
         "payonce-tool-calls-{}.db",
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     ));
     let url = format!("sqlite:{}", path.display());
-    drop(payonce_shared::ledger::connect(&url, 1).await.unwrap());
+    drop(payonce_ledger::connect(&url, 1).await.unwrap());
     let mut lite = sqlx::SqliteConnection::connect(&format!("{url}?mode=rw"))
         .await
         .unwrap();
@@ -137,7 +137,7 @@ async fn the_migration_keeps_the_first_of_each_repeated_call_on_both_stores() {
         sqlx::raw_sql(sql).execute(&mut lite).await.unwrap();
     }
     lite.close().await.unwrap();
-    let ledger = payonce_shared::ledger::connect(&url, 1).await.unwrap();
+    let ledger = payonce_ledger::connect(&url, 1).await.unwrap();
     record(&ledger, &tenant(), None, "openai", Some("call_dup")).await;
     drop(ledger);
     let mut lite = sqlx::SqliteConnection::connect(&format!("{url}?mode=rw"))

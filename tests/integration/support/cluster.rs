@@ -63,7 +63,7 @@ impl Cluster {
     pub fn empty(bin: PathBuf, settings: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "payonce-cluster-{}",
-            payonce_shared::id::random_hex(6)
+            payonce_core::id::random_hex(6)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let _ = Command::new("chown")

@@ -12,10 +12,10 @@ pub mod rows;
 /// [`rows::ready`], under the name most tests import.
 pub use rows::ready as ready_operation;
 
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::{Details, RawDetails};
-use payonce_shared::id::TenantId;
-use payonce_shared::ledger::{self, Fence, RecordOutcome, Recorded, SharedLedger};
+use payonce_core::clock::Timestamp;
+use payonce_core::details::{Details, RawDetails};
+use payonce_core::id::TenantId;
+use payonce_ledger::{self as ledger, Fence, RecordOutcome, Recorded, SharedLedger};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 /// The wall clock's now: the one clock helper of the test binary (tests that move time use a
 /// `ManualClock` instead).
 pub fn now() -> Timestamp {
-    use payonce_shared::clock::Clock;
-    payonce_shared::clock::SystemClock.now()
+    use payonce_core::clock::Clock;
+    payonce_core::clock::SystemClock.now()
 }
 
 /// The `payonce` binary built for this test run.
@@ -141,8 +141,8 @@ where
 
 /// The key secret of every test ledger (fixed, so a test that stands for two processes, or a
 /// restore, derives the same keys in both).
-pub fn key_secret() -> payonce_shared::intention::KeySecret {
-    payonce_shared::intention::KeySecret::parse(KEY_SECRET).unwrap()
+pub fn key_secret() -> payonce_core::intention::KeySecret {
+    payonce_core::intention::KeySecret::parse(KEY_SECRET).unwrap()
 }
 
 /// [`key_secret`]'s text, for processes the tests start (`PAYONCE_KEY_SECRET`).

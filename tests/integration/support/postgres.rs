@@ -144,7 +144,7 @@ async fn drop_stale_test_databases(conn: &mut sqlx::PgConnection) {
 /// processes (`api`, `worker`, `reconciler`, `serve`) never migrate a Postgres ledger, they refuse a
 /// schema behind them (issue 56).
 pub async fn migrate(url: &str) {
-    payonce_shared::ledger::connect(url, 1)
+    payonce_ledger::connect(url, 1)
         .await
         .unwrap_or_else(|e| panic!("migrating {url}: {e}"));
 }
@@ -163,7 +163,7 @@ pub async fn fresh_database() -> TestDatabase {
     let name = format!(
         "{TEST_DATABASE_PREFIX}{}_{}",
         unix_secs(),
-        payonce_shared::id::random_hex(8)
+        payonce_core::id::random_hex(8)
     );
     let mut conn = sqlx::PgConnection::connect(&admin)
         .await

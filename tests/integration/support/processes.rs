@@ -1,7 +1,7 @@
 //! Real processes and the simulator for end-to-end tests.
 
-use payonce_shared::processor::Processor;
-use payonce_shared::processor::stripe::{StripeConfig, StripeProcessor};
+use payonce_processor::Processor;
+use payonce_processor::stripe::{StripeConfig, StripeProcessor};
 use payonce_simulator::{Simulator, SimulatorConfig, payment_audit};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -73,7 +73,7 @@ pub async fn requests_served(sim: &Simulator) -> u64 {
 /// ours), naming `op` in its metadata; returns the object.
 pub async fn pay_directly(
     sim: &Simulator,
-    op: &payonce_shared::id::OperationId,
+    op: &payonce_core::id::OperationId,
     amount: i64,
     customer: &str,
 ) -> serde_json::Value {
@@ -161,12 +161,12 @@ pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
 #[async_trait::async_trait]
 pub trait SubmitHook: Send + Sync {
     /// Before the request leaves.
-    async fn before(&self, _request: &payonce_shared::processor::SubmitRequest<'_>) {}
+    async fn before(&self, _request: &payonce_processor::SubmitRequest<'_>) {}
     /// After the processor answered, before the worker sees the answer.
     async fn after(
         &self,
-        _request: &payonce_shared::processor::SubmitRequest<'_>,
-        _outcome: &payonce_shared::processor::SubmitOutcome,
+        _request: &payonce_processor::SubmitRequest<'_>,
+        _outcome: &payonce_processor::SubmitOutcome,
     ) {
     }
 }
@@ -180,13 +180,13 @@ pub struct Hooked<H> {
 
 #[async_trait::async_trait]
 impl<H: SubmitHook> Processor for Hooked<H> {
-    fn contract(&self) -> &payonce_shared::processor::Contract {
+    fn contract(&self) -> &payonce_processor::Contract {
         self.inner.contract()
     }
     async fn submit(
         &self,
-        request: &payonce_shared::processor::SubmitRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
+        request: &payonce_processor::SubmitRequest<'_>,
+    ) -> payonce_processor::SubmitOutcome {
         self.hook.before(request).await;
         let outcome = self.inner.submit(request).await;
         self.hook.after(request, &outcome).await;
@@ -194,20 +194,20 @@ impl<H: SubmitHook> Processor for Hooked<H> {
     }
     async fn lookup(
         &self,
-        query: &payonce_shared::processor::LookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
+        query: &payonce_processor::LookupQuery<'_>,
+    ) -> payonce_processor::LookupOutcome {
         self.inner.lookup(query).await
     }
     async fn submit_refund(
         &self,
-        request: &payonce_shared::processor::RefundRequest<'_>,
-    ) -> payonce_shared::processor::SubmitOutcome {
+        request: &payonce_processor::RefundRequest<'_>,
+    ) -> payonce_processor::SubmitOutcome {
         self.inner.submit_refund(request).await
     }
     async fn lookup_refund(
         &self,
-        query: &payonce_shared::processor::RefundLookupQuery<'_>,
-    ) -> payonce_shared::processor::LookupOutcome {
+        query: &payonce_processor::RefundLookupQuery<'_>,
+    ) -> payonce_processor::LookupOutcome {
         self.inner.lookup_refund(query).await
     }
 }
@@ -223,7 +223,7 @@ pub struct RunningWorker {
 
 /// Starts a worker daemon (see [`RunningWorker`]).
 pub fn run_worker(
-    ledger: Arc<dyn payonce_shared::ledger::Queue>,
+    ledger: Arc<dyn payonce_ledger::Queue>,
     processor: Arc<dyn Processor>,
     config: payonce_worker::WorkerConfig,
 ) -> RunningWorker {
@@ -232,7 +232,7 @@ pub fn run_worker(
 
 /// Starts a worker daemon (see [`RunningWorker`]) with the daemon's internal `tuning` set.
 pub fn run_tuned_worker(
-    ledger: Arc<dyn payonce_shared::ledger::Queue>,
+    ledger: Arc<dyn payonce_ledger::Queue>,
     processor: Arc<dyn Processor>,
     config: payonce_worker::WorkerConfig,
     tuning: payonce_worker::daemon::Tuning,
@@ -241,7 +241,7 @@ pub fn run_tuned_worker(
         payonce_worker::Worker::new(
             ledger,
             processor,
-            Arc::new(payonce_shared::clock::SystemClock),
+            Arc::new(payonce_core::clock::SystemClock),
             config,
         )
         .expect("a valid worker configuration")

@@ -1,10 +1,10 @@
 //! The one way the tests build a reconciler: `ReconcilerConfig::new(name)` with the test's own limits
 //! set by a closure, on the wall clock unless the test hands in another. Nothing here runs a sweep.
 
+use payonce_core::clock::{SharedClock, SystemClock};
+use payonce_ledger::SharedLedger;
+use payonce_processor::{Processor, Processors};
 use payonce_reconciler::{Reconciler, ReconcilerConfig};
-use payonce_shared::clock::{SharedClock, SystemClock};
-use payonce_shared::ledger::SharedLedger;
-use payonce_shared::processor::{Processor, Processors};
 use std::sync::Arc;
 use std::time::Duration;
 

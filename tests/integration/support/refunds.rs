@@ -2,13 +2,13 @@
 //! operations of it.
 
 use super::{details, rows, tenant};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::{Details, RefundReason};
-use payonce_shared::id::BusinessKey;
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::{Details, RefundReason};
+use payonce_core::id::BusinessKey;
+use payonce_core::state::Status;
+use payonce_ledger::{
     Created, LedgerError, NewApproval, NewOperation, Operation, Paid, Recorded, SharedLedger,
 };
-use payonce_shared::state::Status;
 use std::time::Duration;
 
 /// A payment of `amount` for `invoice`, created, approved, claimed, submitted and recorded as

@@ -4,14 +4,14 @@
 //! that its move took, so a fixture that no longer reaches its state fails where the row is built.
 
 use super::{details, key_secret, recording, tenant};
-use payonce_shared::clock::Timestamp;
-use payonce_shared::details::Details;
-use payonce_shared::id::{BusinessKey, OperationId, TenantId};
-use payonce_shared::ledger::{
+use payonce_core::clock::Timestamp;
+use payonce_core::details::Details;
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_core::state::Status;
+use payonce_ledger::{
     Created, Escalate, Fence, LeaseHolder, NewApproval, NewOperation, Operation, Recorded,
     SharedLedger,
 };
-use payonce_shared::state::Status;
 use std::time::Duration;
 
 /// Creates the payment of `invoice` that `details` describe for `tenant`, as the billing service

@@ -5,7 +5,7 @@
 //! drains within the grace.
 
 use super::{LEDGER_ERROR_PAUSE, Pending, RECORD_QUEUE_LEN, Worker};
-use payonce_shared::ledger::{LedgerError, Operation};
+use payonce_ledger::{LedgerError, Operation};
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};

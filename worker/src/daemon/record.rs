@@ -6,8 +6,8 @@
 use super::{LEDGER_ERROR_PAUSE, Pending, Worker};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use payonce_shared::execution::settle;
-use payonce_shared::ledger::{Fence, LedgerError, Operation, Recorded};
+use payonce_execution::settle;
+use payonce_ledger::{Fence, LedgerError, Operation, Recorded};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 

@@ -2,8 +2,8 @@
 //! shutdown, so in-flight submissions keep theirs); work not started is given back.
 
 use super::Worker;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::{Fence, Operation};
+use payonce_core::id::OperationId;
+use payonce_ledger::{Fence, Operation};
 use tokio::sync::watch;
 
 impl Worker {

@@ -3,10 +3,10 @@
 
 use super::{Pending, Worker};
 use crate::metrics::WorkerMetrics;
-use payonce_shared::clock::SharedClock;
-use payonce_shared::execution::{Execution, Recorder, execute};
-use payonce_shared::failpoint::{self, FailPoint};
-use payonce_shared::ledger::{LedgerError, Operation, Recorded};
+use payonce_core::clock::SharedClock;
+use payonce_core::failpoint::{self, FailPoint};
+use payonce_execution::{Execution, Recorder, execute};
+use payonce_ledger::{LedgerError, Operation, Recorded};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};

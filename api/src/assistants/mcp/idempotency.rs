@@ -9,7 +9,7 @@ use super::transport::ReplayKey;
 use crate::auth::Caller;
 use crate::errors::cause_chain;
 use crate::state::AppState;
-use payonce_shared::ledger::ToolAnswer;
+use payonce_ledger::ToolAnswer;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ExperimentalCapabilities, JsonObject};
 use serde_json::{Value, json};
@@ -54,7 +54,7 @@ pub fn fingerprint(tool: &str, arguments: &Value) -> String {
     hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 
-fn unavailable(e: &payonce_shared::ledger::LedgerError) -> ErrorData {
+fn unavailable(e: &payonce_ledger::LedgerError) -> ErrorData {
     tracing::error!(cause = %cause_chain(e), "idempotency key store failed");
     ErrorData::internal_error(
         "the idempotency key could not be checked; nothing was run, retry shortly",

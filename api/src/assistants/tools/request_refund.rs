@@ -6,11 +6,11 @@ use super::{ToolError, ToolOutcome, ToolReply, internal, reply_of};
 use crate::auth::Caller;
 use crate::operations::refunds::{self, RefundError};
 use crate::state::AppState;
-use payonce_shared::details::RefundReason;
-use payonce_shared::id::OperationId;
-use payonce_shared::ledger::refunds::{PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
-use payonce_shared::ledger::{LedgerError, LimitError};
-use payonce_shared::money::AMOUNT_MINOR_MAX;
+use payonce_core::details::RefundReason;
+use payonce_core::id::OperationId;
+use payonce_core::money::AMOUNT_MINOR_MAX;
+use payonce_ledger::refunds::{PROPOSAL_TTL, PROPOSALS_OPEN_MAX};
+use payonce_ledger::{LedgerError, LimitError};
 use serde_json::{Value, json};
 
 /// The payment argument.

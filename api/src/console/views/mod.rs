@@ -5,9 +5,9 @@
 
 use super::PAGE_SIZE_DEFAULT;
 use maud::{DOCTYPE, Markup, html};
-use payonce_shared::ledger::Operation;
-use payonce_shared::ledger::console::{Bucket, Overview};
-use payonce_shared::state::{ALL_STATUSES, Status};
+use payonce_core::state::{ALL_STATUSES, Status};
+use payonce_ledger::Operation;
+use payonce_ledger::console::{Bucket, Overview};
 
 mod operation_page;
 

@@ -8,8 +8,8 @@ use super::{age, layout, state_badge, utc};
 use crate::console::advice::Reason;
 use crate::console::evidence::TimelineEntry;
 use maud::{Markup, html};
-use payonce_shared::ledger::Operation;
-use payonce_shared::state::Status;
+use payonce_core::state::Status;
+use payonce_ledger::Operation;
 
 /// The resolve form's state: empty, or refused with what on-call typed.
 #[derive(Debug, Clone, Default)]
@@ -53,7 +53,7 @@ impl ProcessorFacts {
         let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
         let amount = match (o["amount"].as_i64(), o["currency"].as_str()) {
             (Some(a), Some(c)) => Some(
-                payonce_shared::money::Currency::parse(c)
+                payonce_core::money::Currency::parse(c)
                     .map(|cur| cur.display_total(a))
                     .unwrap_or_else(|_| format!("{a} {c} (minor units)")),
             ),
@@ -335,7 +335,7 @@ pub fn resolve_many(
 /// What a bulk resolution did, one row per operation.
 pub fn resolved_many(
     csrf: &str,
-    results: &[(payonce_shared::id::OperationId, Result<String, String>)],
+    results: &[(payonce_core::id::OperationId, Result<String, String>)],
 ) -> Markup {
     layout(
         "Resolved",

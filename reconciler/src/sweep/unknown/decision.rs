@@ -20,10 +20,10 @@
 
 use crate::config::ReconcilerConfig;
 use crate::sweep::Reconciler;
-use payonce_shared::clock::Timestamp;
-use payonce_shared::ledger::{Declined, Operation, Paid, Report};
-use payonce_shared::processor::contract::Consistency;
-use payonce_shared::processor::{Contract, FoundStatus, LookupOutcome, ProcessorObject};
+use payonce_core::clock::Timestamp;
+use payonce_ledger::{Declined, Operation, Paid, Report};
+use payonce_processor::contract::Consistency;
+use payonce_processor::{Contract, FoundStatus, LookupOutcome, ProcessorObject};
 use std::time::Duration;
 
 /// What to do with one unknown operation, decided from the lookup and the adapter's contract.
@@ -50,7 +50,7 @@ impl Decision {
         match self {
             Decision::Record(Report::Succeeded(Paid { reference, result })) => format!(
                 "Record(Succeeded {{ reference: {reference:?}, result: {} }})",
-                payonce_shared::processor::summary::summary(result)
+                payonce_core::summary::summary(result)
             ),
             other => format!("{other:?}"),
         }

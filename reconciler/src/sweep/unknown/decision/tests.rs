@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::fixtures::unknown_since;
-use payonce_shared::processor::contract;
+use payonce_processor::contract;
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -89,7 +89,7 @@ const UNKEYED: Contract = Contract {
     name: "unkeyed",
     processor: "a processor without keys or lookups",
     key: None,
-    lookups: payonce_shared::processor::contract::Lookups::NONE,
+    lookups: payonce_processor::contract::Lookups::NONE,
     ..contract::STRIPE
 };
 
