@@ -7,7 +7,6 @@ use payonce_core::clock::SystemClock;
 use payonce_core::state::Status;
 use payonce_ledger::SharedLedger;
 use payonce_processor::Processor;
-use payonce_worker::daemon::Tuning;
 use payonce_worker::{Worker, WorkerConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,8 +21,6 @@ pub struct Fleet {
     pub workers: usize,
     /// Each engine's limits.
     pub config: WorkerConfig,
-    /// Each engine's internal grouping and pipelining (the default unless a run overrides it).
-    pub tuning: Tuning,
 }
 
 /// Starts the fleet, waits until `expected` outcomes are recorded (failing after `deadline`), stops
@@ -69,9 +66,7 @@ pub async fn until_recorded_on(
                 Arc::new(SystemClock),
                 config,
             )
-            .map_err(|e| anyhow::anyhow!("worker config: {e}"))?
-            .tuned(fleet.tuning.clone())
-            .map_err(|e| anyhow::anyhow!("worker tuning: {e}"))?,
+            .map_err(|e| anyhow::anyhow!("worker config: {e}"))?,
         );
         metrics.push(worker.metrics());
         let mut stop = stop_rx.clone();

@@ -67,6 +67,9 @@ struct Args {
     /// `payonce worker` processes, which this does not reach).
     #[arg(long)]
     claim_cooldown_ms: Option<u64>,
+    /// Whether an in-process worker's outcome writes also claim into the slots they free (default: true).
+    #[arg(long, action = clap::ArgAction::Set)]
+    claim_with_outcomes: Option<bool>,
     /// Outcome writes one in-process pipeline keeps under way at once (default: 2).
     #[arg(long)]
     record_writes: Option<usize>,
@@ -195,18 +198,21 @@ impl Args {
         if self.http_ceiling == Some(false) {
             settings.http_ceiling = None;
         }
-        for tuning in settings.worker_tunings_mut() {
+        for config in settings.worker_configs_mut() {
+            if let Some(on) = self.claim_with_outcomes {
+                config.claim_with_outcomes = on;
+            }
             if let Some(n) = self.record_writes {
-                tuning.record_writes = n;
+                config.record_writes = n;
             }
             if let Some(ms) = self.claim_cooldown_ms {
-                tuning.claim_cooldown = std::time::Duration::from_millis(ms);
+                config.claim_cooldown = std::time::Duration::from_millis(ms);
             }
             if let Some(ms) = self.record_linger_ms {
-                tuning.record_linger = std::time::Duration::from_millis(ms);
+                config.record_linger = std::time::Duration::from_millis(ms);
             }
             if let Some(n) = self.pipelines {
-                tuning.pipelines = n;
+                config.pipelines = n;
             }
         }
     }

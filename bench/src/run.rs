@@ -151,7 +151,7 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
             thousands(s.operations),
             s.fleet.workers,
             s.fleet.config.concurrency,
-            s.fleet.tuning.pipeline_slots(s.fleet.config.concurrency).len(),
+            s.fleet.config.pipeline_slots().len(),
             s.fleet.config.batch_size,
             s.clients,
             t.payonce_samples.len(),

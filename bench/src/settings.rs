@@ -3,7 +3,6 @@
 
 use crate::drive::Fleet;
 use payonce_worker::WorkerConfig;
-use payonce_worker::daemon::Tuning;
 use std::time::Duration;
 
 /// One run's sizes and limits.
@@ -72,20 +71,19 @@ fn fleet(owner: &str, workers: usize, concurrency: usize, batch: u32) -> Fleet {
     config.batch_size = batch;
     // Idle workers poll this often when no wake-up arrives; short, so a drained run ends promptly.
     config.poll_interval = Duration::from_millis(50);
-    Fleet {
-        workers,
-        config,
-        tuning: Tuning::default(),
-    }
+    Fleet { workers, config }
 }
 
 impl Settings {
-    /// Every in-process worker's tuning the run uses (for overrides that apply to all).
-    pub fn worker_tunings_mut(&mut self) -> impl Iterator<Item = &mut Tuning> {
-        [&mut self.fleet, &mut self.http_fleet]
+    /// Every in-process worker configuration the run uses (for overrides that apply to all).
+    pub fn worker_configs_mut(&mut self) -> impl Iterator<Item = &mut WorkerConfig> {
+        [&mut self.fleet.config, &mut self.http_fleet.config]
             .into_iter()
-            .chain(self.http_ceiling.as_mut().map(|(fleet, _)| fleet))
-            .map(|fleet| &mut fleet.tuning)
+            .chain(
+                self.http_ceiling
+                    .as_mut()
+                    .map(|(fleet, _)| &mut fleet.config),
+            )
     }
 
     /// The figures docs/benchmarks.md reports.

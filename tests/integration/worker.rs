@@ -14,7 +14,6 @@ use payonce_ledger::{
 };
 use payonce_reconciler::Reconciler;
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::daemon::{BATCH_WAIT_MAX, Tuning};
 use payonce_worker::{Worker, WorkerConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -384,7 +383,7 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
 /// Counts the submissions started and, at each, how many operations the ledger holds claimed and
 /// unrecorded (`executing`), read in one snapshot. (Comparing a count of recorded outcomes read
 /// before the submission with a count of starts taken after it overstated the gap whenever a
-/// write recorded outcomes and the claim loop started new work in their slots in between.)
+/// write recorded outcomes and started their refills in between.)
 struct AheadOfTheLedger {
     ledger: SharedLedger,
     started: std::sync::atomic::AtomicUsize,
@@ -430,11 +429,8 @@ async fn answered_submissions_hold_their_slot_until_the_outcome_is_recorded() {
     config.concurrency = CONCURRENCY;
     config.batch_size = 2;
     // The bound holds for the worker as a whole, over its pipelines' shares of the slots.
-    let tuning = Tuning {
-        pipelines: 2,
-        ..Tuning::default()
-    };
-    let running = processes::run_tuned_worker(ledger.clone(), processor.clone(), config, tuning);
+    config.pipelines = 2;
+    let running = processes::run_worker(ledger.clone(), processor.clone(), config);
     wait_for("every operation succeeded", Duration::from_secs(60), || {
         let ledger = ledger.clone();
         async move {
@@ -520,11 +516,11 @@ async fn all_succeeded(ledger: &SharedLedger, n: usize) {
 /// `record_batch_max` per commit (they wait up to `record_linger` for each other), and slots that
 /// free up one write at a time are claimed together once a full claim's worth is free (the next
 /// claim waits up to `claim_cooldown`). Without the linger every answer is its own write; without
-/// the cooldown the first freed slots are claimed at once, two by two (the next test). Outcome
-/// writes never claim: the claim loop does.
+/// the cooldown the first freed slots are claimed at once, two by two. Here outcome writes do not
+/// claim (`claim_with_outcomes` off); the next test has them refill.
 #[tokio::test]
 async fn a_busy_worker_claims_and_records_in_groups() {
-    let (metrics, payments) = claims_and_records_in_groups("INV-GROUP", BATCH_WAIT_MAX).await;
+    let (metrics, payments) = claims_and_records_in_groups("INV-GROUP", false).await;
     // 8 claimed in 2 claims of at most 4 (`batch_size`), none by a write: two claims of 4. 8 outcomes
     // in 4 writes of at most 2 (`record_batch_max`): four writes of 2. The counters are the ones
     // on-call sees.
@@ -536,14 +532,14 @@ async fn a_busy_worker_claims_and_records_in_groups() {
     );
 }
 
-/// A written outcome's slot wakes the claim loop at once: with no claim cooldown, the first claim
-/// takes 4, the writes of answers 1–2 and 3–4 each free 2 slots that the claim loop claims 2 more
-/// into straight away, and after the last two writes nothing is ready. Outcome writes claim
-/// nothing. Never more than 4 in flight.
+/// With `claim_with_outcomes` (the default), a write refills the slots its outcomes held in its
+/// own commit: the first claim takes 4, the writes of answers 1–2 and 3–4 each claim 2 more into
+/// the 2 slots they free (nothing else claims: no slot is ever free), the last two writes find
+/// nothing ready and give their slots back. Never more than 4 in flight.
 #[tokio::test]
-async fn written_outcomes_free_their_slots_for_the_claim_loop_at_once() {
-    let (metrics, payments) = claims_and_records_in_groups("INV-REFILL", Duration::ZERO).await;
-    assert_eq!(group_counts(&metrics, payments), (8, 3, 0, 8, 4, 8));
+async fn outcome_writes_refill_the_slots_they_free() {
+    let (metrics, payments) = claims_and_records_in_groups("INV-REFILL", true).await;
+    assert_eq!(group_counts(&metrics, payments), (8, 3, 2, 8, 4, 8));
 }
 
 /// Operations claimed, claims, claims made by outcome writes, outcomes recorded as succeeded,
@@ -563,29 +559,25 @@ fn group_counts(
 }
 
 /// 8 operations through a worker of 4 slots, one pipeline, claims of up to 4 and writes of up to
-/// 2, the linger at its longest and the claim cooldown `claim_cooldown`; the answers let through
-/// one at a time, each after the one before came back. The worker's counters and the simulator's
-/// payments.
+/// 2, the cooldown and linger at their longest; the answers let through one at a time, each after
+/// the one before came back. The worker's counters and the simulator's payments.
 async fn claims_and_records_in_groups(
     prefix: &str,
-    claim_cooldown: Duration,
+    claim_with_outcomes: bool,
 ) -> (Arc<payonce_worker::metrics::WorkerMetrics>, usize) {
     use std::sync::atomic::Ordering::SeqCst;
     let (ledger, _db, sim, processor) = behind_a_gate(prefix, 8).await;
     let mut config = WorkerConfig::new(format!("worker-{prefix}"));
     config.concurrency = 4;
     config.batch_size = 4;
+    // One claim loop: with two, each claims into its own two slots (the next test).
+    config.pipelines = 1;
     config.record_batch_max = 2;
-    let tuning = Tuning {
-        // One claim loop: with two, each claims into its own two slots.
-        pipelines: 1,
-        // The longest the linger may be (and the cooldown, but for the test of waking at once):
-        // every step below happens well inside it.
-        claim_cooldown,
-        record_linger: BATCH_WAIT_MAX,
-        ..Tuning::default()
-    };
-    let running = processes::run_tuned_worker(ledger.clone(), processor.clone(), config, tuning);
+    config.claim_with_outcomes = claim_with_outcomes;
+    // The longest both may be: every step below happens well inside them.
+    config.claim_cooldown = payonce_worker::config::BATCH_WAIT_MAX;
+    config.record_linger = payonce_worker::config::BATCH_WAIT_MAX;
+    let running = processes::run_worker(ledger.clone(), processor.clone(), config);
     let gate = &processor.hook;
     for wave in 1..=2 {
         wait_for(
@@ -628,12 +620,9 @@ async fn pipelines_claim_into_their_own_share_of_the_slots() {
     let mut config = WorkerConfig::new("worker-pipelines");
     config.concurrency = 4;
     config.batch_size = 4;
-    let tuning = Tuning {
-        pipelines: 2,
-        ..Tuning::default()
-    };
-    assert_eq!(tuning.pipeline_slots(config.concurrency), vec![2, 2]);
-    let running = processes::run_tuned_worker(ledger.clone(), processor.clone(), config, tuning);
+    config.pipelines = 2;
+    assert_eq!(config.pipeline_slots(), vec![2, 2]);
+    let running = processes::run_worker(ledger.clone(), processor.clone(), config);
     let gate = &processor.hook;
     wait_for(
         "every slot is submitting",
@@ -662,16 +651,15 @@ async fn pipelines_claim_into_their_own_share_of_the_slots() {
 }
 
 /// The ledger's queue with test hooks: the first claim panics (`first_claim_panics`: a bug in one
-/// pipeline); every claim after the first waits until the worker has renewed its leases twice, its
-/// start and then its shutdown (`hold_later_claims`: a claim under way when shutdown begins);
-/// every outcome write waits for a permit of `writes_open` (`hold_writes`), counting how many are
-/// under way at once.
+/// pipeline); an outcome write that would also claim waits until the worker has renewed its leases
+/// twice, its start and then its shutdown (`hold_refills`: a refill under way when shutdown
+/// begins); every outcome write waits for a permit of `writes_open` (`hold_writes`), counting how
+/// many are under way at once.
 struct Hooked {
     inner: SharedLedger,
     first_claim_panics: AtomicBool,
-    hold_later_claims: bool,
-    claims_asked: AtomicUsize,
-    claim_waiting: AtomicBool,
+    hold_refills: bool,
+    refill_waiting: AtomicBool,
     renewals: AtomicUsize,
     renewed: tokio::sync::Notify,
     hold_writes: bool,
@@ -685,9 +673,8 @@ impl Hooked {
         Hooked {
             inner,
             first_claim_panics: AtomicBool::new(false),
-            hold_later_claims: false,
-            claims_asked: AtomicUsize::new(0),
-            claim_waiting: AtomicBool::new(false),
+            hold_refills: false,
+            refill_waiting: AtomicBool::new(false),
             renewals: AtomicUsize::new(0),
             renewed: tokio::sync::Notify::new(),
             hold_writes: false,
@@ -723,16 +710,6 @@ impl payonce_ledger::Queue for Hooked {
     ) -> Result<Vec<payonce_ledger::Claimed>, LedgerError> {
         if self.first_claim_panics.swap(false, SeqCst) {
             panic!("a bug in one pipeline's claim");
-        }
-        if self.hold_later_claims && self.claims_asked.fetch_add(1, SeqCst) > 0 {
-            self.claim_waiting.store(true, SeqCst);
-            loop {
-                let renewed = self.renewed.notified();
-                if self.renewals.load(SeqCst) >= 2 {
-                    break;
-                }
-                renewed.await;
-            }
         }
         self.inner.claim_to_submit(holder, batch, now).await
     }
@@ -770,6 +747,25 @@ impl payonce_ledger::Queue for Hooked {
         actor: &str,
         now: Timestamp,
     ) -> Result<Vec<bool>, LedgerError> {
+        self.inner.record_batch(items, actor, now).await
+    }
+    async fn record_and_claim(
+        &self,
+        items: &[(Fence, Recorded)],
+        holder: &LeaseHolder<'_>,
+        batch: u32,
+        now: Timestamp,
+    ) -> Result<(Vec<bool>, Vec<payonce_ledger::Claimed>), LedgerError> {
+        if self.hold_refills && batch > 0 {
+            self.refill_waiting.store(true, SeqCst);
+            loop {
+                let renewed = self.renewed.notified();
+                if self.renewals.load(SeqCst) >= 2 {
+                    break;
+                }
+                renewed.await;
+            }
+        }
         if self.hold_writes {
             let under_way = self.writing.fetch_add(1, SeqCst) + 1;
             self.most_writing.fetch_max(under_way, SeqCst);
@@ -780,15 +776,6 @@ impl payonce_ledger::Queue for Hooked {
                 .forget();
             self.writing.fetch_sub(1, SeqCst);
         }
-        self.inner.record_batch(items, actor, now).await
-    }
-    async fn record_and_claim(
-        &self,
-        items: &[(Fence, Recorded)],
-        holder: &LeaseHolder<'_>,
-        batch: u32,
-        now: Timestamp,
-    ) -> Result<(Vec<bool>, Vec<payonce_ledger::Claimed>), LedgerError> {
         self.inner.record_and_claim(items, holder, batch, now).await
     }
     async fn record_lost_row(
@@ -827,10 +814,7 @@ async fn a_panicking_pipeline_stops_the_worker_and_leaves_nothing_executing() {
     let mut config = WorkerConfig::new("worker-panics");
     config.concurrency = 4;
     config.batch_size = 2;
-    let tuning = Tuning {
-        pipelines: 2,
-        ..Tuning::default()
-    };
+    config.pipelines = 2;
     let worker = Arc::new(
         Worker::new(
             queue,
@@ -838,8 +822,6 @@ async fn a_panicking_pipeline_stops_the_worker_and_leaves_nothing_executing() {
             Arc::new(SystemClock),
             config,
         )
-        .unwrap()
-        .tuned(tuning)
         .unwrap(),
     );
     // Never asked to stop: it must stop by itself.
@@ -858,13 +840,12 @@ async fn a_panicking_pipeline_stops_the_worker_and_leaves_nothing_executing() {
     sim.shutdown().await;
 }
 
-/// A claim under way while shutdown begins: the claim commits, and the operations it took go back
-/// to `ready` (released, this attempt's submission record withdrawn), never submitted. The claim
-/// (the second: the first written outcomes free its slots) is held until the worker's renewer has
-/// seen the shutdown, so the window is hit every run: 2 paid and recorded, 2 claimed and released,
-/// 2 payments.
+/// An outcome write that claims while shutdown begins: the claim commits with the outcomes, and the
+/// operations it took go back to `ready` (released, this attempt's submission record withdrawn),
+/// never submitted. The write is held until the worker's renewer has seen the shutdown, so the
+/// window is hit every run: 2 paid and recorded, 2 claimed by the write and released, 2 payments.
 #[tokio::test]
-async fn a_claim_under_way_as_shutdown_begins_is_given_back_unsent() {
+async fn a_refill_claimed_as_shutdown_begins_is_given_back_unsent() {
     let (ledger, _url) = support::postgres_ledger().await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let t0 = now();
@@ -873,31 +854,28 @@ async fn a_claim_under_way_as_shutdown_begins_is_given_back_unsent() {
         ops.push(ready_operation(&ledger, &format!("INV-STOPREFILL{i}"), "pm_card_visa", t0).await);
     }
     let mut hooked = Hooked::new(ledger.clone());
-    hooked.hold_later_claims = true;
+    hooked.hold_refills = true;
     let queue = Arc::new(hooked);
     let mut config = WorkerConfig::new("worker-stop-refill");
     config.concurrency = 2;
     config.batch_size = 2;
+    config.pipelines = 1;
     config.record_batch_max = 2;
+    config.record_linger = payonce_worker::config::BATCH_WAIT_MAX;
     // The renewer runs at its start and then only at shutdown, within the test.
     config.lease_ttl = Duration::from_secs(60);
     config.renew_interval = Duration::from_secs(50);
-    let tuning = Tuning {
-        pipelines: 1,
-        record_linger: BATCH_WAIT_MAX,
-        ..Tuning::default()
-    };
-    let running = Running::start(queue.clone(), &sim, config, tuning);
+    let running = Running::start(queue.clone(), &sim, config);
     let metrics = running.metrics.clone();
     wait_for(
-        "the second claim is held",
+        "a write that claims is held",
         Duration::from_secs(30),
-        || async { queue.claim_waiting.load(SeqCst).then_some(()) },
+        || async { queue.refill_waiting.load(SeqCst).then_some(()) },
     )
     .await;
     let summary = running.stop().await;
     assert_eq!((summary.claimed, summary.released), (4, 2));
-    assert_eq!(metrics.claims.get(), 2);
+    assert_eq!(metrics.claims_with_outcomes.get(), 1);
     let by_status = statuses(&ledger).await;
     assert_eq!(
         (
@@ -940,7 +918,6 @@ impl Running {
         queue: Arc<Hooked>,
         sim: &payonce_simulator::Simulator,
         config: WorkerConfig,
-        tuning: Tuning,
     ) -> Running {
         let worker = Arc::new(
             Worker::new(
@@ -949,8 +926,6 @@ impl Running {
                 Arc::new(SystemClock),
                 config,
             )
-            .unwrap()
-            .tuned(tuning)
             .unwrap(),
         );
         let metrics = worker.metrics();
@@ -995,14 +970,12 @@ async fn a_pipeline_keeps_record_writes_writes_under_way() {
         let mut config = WorkerConfig::new(format!("worker-writes-{record_writes}"));
         config.concurrency = 6;
         config.batch_size = 6;
+        config.pipelines = 1;
         config.record_batch_max = 1;
-        let tuning = Tuning {
-            pipelines: 1,
-            record_linger: Duration::ZERO,
-            record_writes,
-            ..Tuning::default()
-        };
-        let running = Running::start(queue.clone(), &sim, config, tuning);
+        config.record_linger = Duration::ZERO;
+        config.claim_with_outcomes = false;
+        config.record_writes = record_writes;
+        let running = Running::start(queue.clone(), &sim, config);
         let metrics = running.metrics.clone();
         wait_for(
             "every answer is in and the writes are held",

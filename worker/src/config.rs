@@ -4,8 +4,31 @@ use payonce_execution::SubmitPolicy;
 use payonce_ledger::LeaseHolder;
 use std::time::Duration;
 
-/// What a worker may do and how long it may take. The daemon's grouping and pipelining are not
-/// here: they are internal ([`crate::daemon::Tuning`]).
+/// Default [`WorkerConfig::claim_cooldown`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
+pub const CLAIM_COOLDOWN_DEFAULT: Duration = Duration::from_millis(5);
+/// Default [`WorkerConfig::record_linger`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
+pub const RECORD_LINGER_DEFAULT: Duration = Duration::from_millis(2);
+/// Default [`WorkerConfig::pipelines`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
+pub const PIPELINES_DEFAULT: usize = 2;
+/// Most [`WorkerConfig::pipelines`]: each keeps a claim and an outcome write of its own running,
+/// so more than a few per worker only adds statements competing for the same database.
+pub const PIPELINES_MAX: usize = 16;
+/// Default [`WorkerConfig::record_writes`]: internal, not a setting; chosen by measurement
+/// (docs/decisions.md, "The worker's tuning is internal").
+pub const RECORD_WRITES_DEFAULT: usize = 2;
+/// Most [`WorkerConfig::record_writes`]: each holds a database connection for its transaction, and
+/// a worker's pool is shared by its pipelines, claims, renewals and writes.
+pub const RECORD_WRITES_MAX: usize = 8;
+/// Longest [`WorkerConfig::claim_cooldown`] and [`WorkerConfig::record_linger`]: each delays work
+/// that is ready, so neither may approach a processor's own latency.
+pub const BATCH_WAIT_MAX: Duration = Duration::from_millis(1_000);
+
+/// What a worker may do and how long it may take. Of the grouping and pipelining fields
+/// (`pipelines`, `claim_cooldown`, `claim_with_outcomes`, `record_linger`, `record_writes`) none is
+/// an operator's setting: the binary keeps their defaults; tests and the bench vary them.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// This process's lease owner name (unique per process).
@@ -15,6 +38,18 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most operations claimed per statement.
     pub batch_size: u32,
+    /// Independent claim → submit → record loops the in-flight slots are split over (at most one
+    /// per slot): each claims into its own share of `concurrency` and writes its own outcomes, so
+    /// one worker keeps a claim and an outcome write of each running at once. The total in flight
+    /// is still `concurrency`.
+    pub pipelines: usize,
+    /// With fewer than a full claim's worth of free slots, how long after the previous claim
+    /// started the next one waits for more slots to free up. Zero claims at every free slot.
+    pub claim_cooldown: Duration,
+    /// An outcome write also claims ready work into the slots it frees, in the same commit
+    /// (`Queue::record_and_claim`): a busy worker refills its slots with one commit per group
+    /// instead of a write and a claim. Off: only the claim loop claims.
+    pub claim_with_outcomes: bool,
     /// How long a lease lasts without renewal.
     pub lease_ttl: Duration,
     /// How often held leases are renewed (well under `lease_ttl`).
@@ -26,6 +61,13 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// Most outcomes written in one transaction.
     pub record_batch_max: usize,
+    /// How long an outcome waits for others to join its write (the write starts sooner when
+    /// `record_batch_max` are queued). Zero writes what is queued at once.
+    pub record_linger: Duration,
+    /// Outcome writes one pipeline keeps under way at once (1 to [`RECORD_WRITES_MAX`]): outcomes
+    /// that arrive during a write form the next group and start it, instead of waiting for that
+    /// write's commit.
+    pub record_writes: usize,
     /// How long shutdown waits for in-flight submissions.
     pub shutdown_grace: Duration,
 }
@@ -45,19 +87,39 @@ impl WorkerConfig {
             owner: owner.into(),
             concurrency: 64,
             batch_size: 32,
+            pipelines: PIPELINES_DEFAULT,
+            claim_cooldown: CLAIM_COOLDOWN_DEFAULT,
+            claim_with_outcomes: true,
             lease_ttl: Duration::from_secs(30),
             renew_interval: Duration::from_secs(10),
             submit: SubmitPolicy::default(),
             poll_interval: Duration::from_millis(500),
             record_batch_max: 128,
+            record_linger: RECORD_LINGER_DEFAULT,
+            record_writes: RECORD_WRITES_DEFAULT,
             shutdown_grace: Duration::from_secs(25),
         }
+    }
+
+    /// Each pipeline's share of the in-flight slots: `pipelines` shares (fewer when there are fewer
+    /// slots: a pipeline needs one), as even as they divide, together exactly `concurrency`.
+    pub fn pipeline_slots(&self) -> Vec<usize> {
+        let n = self.pipelines.clamp(1, self.concurrency.max(1));
+        (0..n)
+            .map(|i| self.concurrency / n + usize::from(i < self.concurrency % n))
+            .collect()
     }
 
     /// Refuses settings that would break the lease discipline.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.concurrency == 0 || self.batch_size == 0 || self.record_batch_max == 0 {
             return Err(ConfigError::ZeroCapacity);
+        }
+        if self.pipelines == 0 || self.pipelines > PIPELINES_MAX {
+            return Err(ConfigError::Pipelines);
+        }
+        if self.record_writes == 0 || self.record_writes > RECORD_WRITES_MAX {
+            return Err(ConfigError::RecordWrites);
         }
         if self.renew_interval >= self.lease_ttl {
             return Err(ConfigError::RenewalNotInsideLease);
@@ -71,6 +133,9 @@ impl WorkerConfig {
             || submit.rate_limit_wait_max.is_zero()
         {
             return Err(ConfigError::RateLimitBounds);
+        }
+        if self.claim_cooldown > BATCH_WAIT_MAX || self.record_linger > BATCH_WAIT_MAX {
+            return Err(ConfigError::BatchWaitTooLong);
         }
         if submit.attempt_max < 1 {
             return Err(ConfigError::NoAttempts);
@@ -95,6 +160,16 @@ pub enum ConfigError {
     /// Rate-limit backoff and wait bounds are zero or out of order.
     #[error("rate-limit backoff and wait bounds must be positive and ordered")]
     RateLimitBounds,
+    /// Zero pipelines would never claim; more than [`PIPELINES_MAX`] only add competing statements.
+    #[error("pipelines must be between 1 and {max}", max = PIPELINES_MAX)]
+    Pipelines,
+    /// No outcome write at a time would never record; more than [`RECORD_WRITES_MAX`] would take
+    /// the pool's connections from claims and renewals.
+    #[error("record writes must be between 1 and {max}", max = RECORD_WRITES_MAX)]
+    RecordWrites,
+    /// A claim cooldown or record linger over [`BATCH_WAIT_MAX`] would hold ready work back.
+    #[error("claim cooldown and record linger must be at most 1000 ms")]
+    BatchWaitTooLong,
     /// `attempt_max` below 1 would exhaust operations before their first submission.
     #[error("attempt_max must be at least 1")]
     NoAttempts,
@@ -185,6 +260,60 @@ mod tests {
             refused(|c| c.submit.attempt_max = 0),
             ConfigError::NoAttempts
         );
+        assert_eq!(
+            refused(|c| c.claim_cooldown = BATCH_WAIT_MAX + Duration::from_millis(1)),
+            ConfigError::BatchWaitTooLong
+        );
+        assert_eq!(
+            refused(|c| c.record_linger = BATCH_WAIT_MAX + Duration::from_millis(1)),
+            ConfigError::BatchWaitTooLong
+        );
+        assert_eq!(refused(|c| c.pipelines = 0), ConfigError::Pipelines);
+        assert_eq!(
+            ConfigError::Pipelines.to_string(),
+            format!("pipelines must be between 1 and {PIPELINES_MAX}")
+        );
+        assert_eq!(
+            refused(|c| c.pipelines = PIPELINES_MAX + 1),
+            ConfigError::Pipelines
+        );
+        assert_eq!(refused(|c| c.record_writes = 0), ConfigError::RecordWrites);
+        assert_eq!(
+            ConfigError::RecordWrites.to_string(),
+            format!("record writes must be between 1 and {RECORD_WRITES_MAX}")
+        );
+        assert_eq!(
+            refused(|c| c.record_writes = RECORD_WRITES_MAX + 1),
+            ConfigError::RecordWrites
+        );
+        let mut at_the_limit = ok.clone();
+        at_the_limit.record_writes = RECORD_WRITES_MAX;
+        at_the_limit.claim_cooldown = BATCH_WAIT_MAX;
+        at_the_limit.record_linger = BATCH_WAIT_MAX;
+        at_the_limit.pipelines = PIPELINES_MAX;
+        assert!(at_the_limit.validate().is_ok());
         assert_ne!(owner_name("worker"), owner_name("worker"));
+    }
+
+    #[test]
+    fn the_slots_are_split_evenly_over_the_pipelines_one_slot_at_least_each() {
+        let split = |concurrency: usize, pipelines: usize| {
+            let mut c = WorkerConfig::new("w");
+            c.concurrency = concurrency;
+            c.pipelines = pipelines;
+            c.pipeline_slots()
+        };
+        assert_eq!(split(512, 2), vec![256, 256]);
+        assert_eq!(split(64, 1), vec![64]);
+        assert_eq!(split(7, 3), vec![3, 2, 2]);
+        // Fewer slots than pipelines: one pipeline per slot.
+        assert_eq!(split(1, PIPELINES_DEFAULT), vec![1]);
+        assert_eq!(split(3, 16), vec![1, 1, 1]);
+        for (concurrency, pipelines) in [(512, 2), (7, 3), (3, 16), (100, 16)] {
+            assert_eq!(
+                split(concurrency, pipelines).iter().sum::<usize>(),
+                concurrency
+            );
+        }
     }
 }

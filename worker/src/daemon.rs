@@ -1,22 +1,13 @@
 //! The worker daemon, by role: [`claim`] batches with a lease (their submission starts recorded
 //! in the same commit), [`submit`] each operation through the one execution path, [`record`]
-//! outcomes in group commits, [`renew`] the held leases; stop only at safe points. The in-flight
-//! slots are split over pipelines, each a claim loop with its own writer; one renewer serves them
-//! all. Only a claim loop claims, and only a writer records: a written outcome gives its slot back
-//! to its pipeline's semaphore, which wakes that claim loop at once, so claims and outcome writes
-//! overlap without either waiting on the other. How the slots are split and how long claims and
-//! writes wait to group is [`Tuning`], internal.
+//! outcomes in group commits whose writes also claim into the slots they free, [`renew`] the held
+//! leases; stop only at safe points. The in-flight slots are split over pipelines, each a claim
+//! loop with its own writer; one renewer serves them all.
 
 mod claim;
 mod record;
 mod renew;
 mod submit;
-mod tuning;
-
-pub use tuning::{
-    BATCH_WAIT_MAX, CLAIM_COOLDOWN_DEFAULT, PIPELINES_DEFAULT, PIPELINES_MAX,
-    RECORD_LINGER_DEFAULT, RECORD_WRITES_DEFAULT, RECORD_WRITES_MAX, Tuning, TuningError,
-};
 
 use crate::config::{ConfigError, WorkerConfig};
 use crate::metrics::WorkerMetrics;
@@ -45,7 +36,6 @@ pub struct Worker {
     /// release; the process's own clock only measures the drift.
     clock: Arc<LedgerClock>,
     config: WorkerConfig,
-    tuning: Tuning,
     metrics: Arc<WorkerMetrics>,
     /// Operations claimed and not yet finished (recorded, fenced, released or given up): the only
     /// leases renewal extends. A lease the worker gave up on must lapse to the reconciler.
@@ -68,8 +58,22 @@ struct Pending {
     known_at: Instant,
     /// The submission's in-flight slot, given back once the outcome is written (or given up on):
     /// `concurrency` bounds claimed-and-unrecorded work, and with it the worker's memory and what a
-    /// crash leaves to the reconciler's lookups. Given back, it wakes the pipeline's claim loop.
+    /// crash leaves to the reconciler's lookups. A write that refills (`claim_with_outcomes`)
+    /// hands it on to the operation it claims.
     slot: Option<OwnedSemaphorePermit>,
+}
+
+/// What a pipeline's recorder needs to refill the slots its writes free (`claim_with_outcomes`).
+struct Refill {
+    stop: watch::Receiver<bool>,
+    /// To the pipeline's claim loop, which starts each claimed batch as it starts its own.
+    claimed: mpsc::UnboundedSender<Claimed>,
+}
+
+/// Operations an outcome write claimed, with one in-flight slot each.
+struct Claimed {
+    ops: Vec<Operation>,
+    slots: OwnedSemaphorePermit,
 }
 
 impl Worker {
@@ -105,18 +109,9 @@ impl Worker {
             processors: Arc::new(processors),
             clock: Arc::new(clock),
             config,
-            tuning: Tuning::default(),
             metrics,
             held: Mutex::new(HashSet::new()),
         })
-    }
-
-    /// This worker with `tuning` instead of the default (tests and the bench measure it; the
-    /// binary keeps the default); refuses a value outside its bound.
-    pub fn tuned(mut self, tuning: Tuning) -> Result<Self, TuningError> {
-        tuning.validate()?;
-        self.tuning = tuning;
-        Ok(self)
     }
 
     /// The worker's counters.
@@ -141,7 +136,7 @@ impl Worker {
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
         let batch = self.batch(claimed, tx, stop_rx, None);
-        let recorder = self.recorder(rx);
+        let recorder = self.recorder(rx, None);
         let ((), ()) = tokio::join!(batch, recorder);
         Ok(n)
     }
@@ -149,7 +144,7 @@ impl Worker {
     /// Runs until `shutdown` resolves: then stops claiming, gives back leases of work not started,
     /// lets in-flight submissions finish within `shutdown_grace`, flushes outcomes, and returns.
     /// The in-flight slots are split over `pipelines` loops that claim and record on their own
-    /// ([`Tuning::pipeline_slots`]); leases are renewed for all of them by one task.
+    /// (`WorkerConfig::pipeline_slots`); leases are renewed for all of them by one task.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
         let (stop_tx, stop_rx) = watch::channel(false);
         let renewer = {
@@ -157,7 +152,7 @@ impl Worker {
             let stop = stop_rx.clone();
             tokio::spawn(async move { this.renew_loop(stop).await })
         };
-        let shares = self.tuning.pipeline_slots(self.config.concurrency);
+        let shares = self.config.pipeline_slots();
         tracing::info!(owner = %self.config.owner, concurrency = self.config.concurrency,
             pipelines = shares.len(), "worker started");
         let mut pipelines = JoinSet::new();

@@ -2,9 +2,8 @@
 //! machines as needed.
 //!
 //! - [`config`]: every limit, named, with defaults.
-//! - [`daemon`]: the claim loop (the only place work is claimed), lease renewal, group-committed
-//!   recording of outcomes, graceful shutdown, and its internal tuning; each operation runs through
-//!   `payonce_execution::execute`.
+//! - [`daemon`]: the claim loop, lease renewal, group-committed recording, graceful shutdown;
+//!   each operation runs through `payonce_execution::execute`.
 //! - [`metrics`]: what the worker counts.
 
 pub mod config;

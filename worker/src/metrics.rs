@@ -12,8 +12,7 @@ pub struct WorkerMetrics {
     pub claimed: Counter,
     /// Claim statements that returned operations (`claimed / claims` is the mean claim size).
     pub claims: Counter,
-    /// Claims an outcome write made in its own commit: none since only the claim loop claims. The
-    /// series is still rendered, always 0, so `/metrics` keeps its names until it is retired.
+    /// Of those, claims an outcome write made in its own commit (`claim_with_outcomes`).
     pub claims_with_outcomes: Counter,
     /// Group writes of outcomes (`outcomes / record_writes` is the mean group size).
     pub record_writes: Counter,
@@ -27,7 +26,7 @@ pub struct WorkerMetrics {
     /// committed: the record linger, the wait behind an earlier write, the write. The submission's
     /// slot is held all that time.
     pub known_to_recorded: Histogram,
-    /// One group write of outcomes, from sending it to its commit: the
+    /// One group write of outcomes (with the claim it makes), from sending it to its commit: the
     /// part of `known_to_recorded` the database takes.
     pub record_write: Histogram,
     /// The database's clock minus the worker's, measured at each read of the database's time.

@@ -227,16 +227,6 @@ pub fn run_worker(
     processor: Arc<dyn Processor>,
     config: payonce_worker::WorkerConfig,
 ) -> RunningWorker {
-    run_tuned_worker(ledger, processor, config, Default::default())
-}
-
-/// Starts a worker daemon (see [`RunningWorker`]) with the daemon's internal `tuning` set.
-pub fn run_tuned_worker(
-    ledger: Arc<dyn payonce_ledger::Queue>,
-    processor: Arc<dyn Processor>,
-    config: payonce_worker::WorkerConfig,
-    tuning: payonce_worker::daemon::Tuning,
-) -> RunningWorker {
     let worker = Arc::new(
         payonce_worker::Worker::new(
             ledger,
@@ -244,9 +234,7 @@ pub fn run_tuned_worker(
             Arc::new(payonce_core::clock::SystemClock),
             config,
         )
-        .expect("a valid worker configuration")
-        .tuned(tuning)
-        .expect("a valid worker tuning"),
+        .expect("a valid worker configuration"),
     );
     let metrics = worker.metrics();
     let (stop, mut stopping) = tokio::sync::watch::channel(false);

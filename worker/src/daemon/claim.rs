@@ -1,10 +1,8 @@
-//! Claim: each pipeline's loop is the only place its work is claimed. It waits for free in-flight
-//! slots (a slot frees when its outcome is written, and the freeing wakes the loop at once),
-//! claims that many ready operations (their submission starts recorded in the same commit) and
-//! starts them as a batch, while the pipeline's writer records earlier outcomes. At shutdown it
-//! drains within the grace.
+//! Claim: each pipeline's loop waits for free in-flight slots, claims that many ready operations
+//! (their submission starts recorded in the same commit) and starts them as a batch; it also
+//! starts what its writer's outcome writes claimed. At shutdown it drains within the grace.
 
-use super::{LEDGER_ERROR_PAUSE, Pending, RECORD_QUEUE_LEN, Worker};
+use super::{Claimed, LEDGER_ERROR_PAUSE, Pending, RECORD_QUEUE_LEN, Refill, Worker};
 use payonce_ledger::{LedgerError, Operation};
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -20,8 +18,10 @@ struct Pipeline {
     batches: JoinSet<()>,
     /// To the writer.
     record_tx: mpsc::Sender<Pending>,
+    /// What the writer's outcome writes claimed, with their slots.
+    refilled: mpsc::UnboundedReceiver<Claimed>,
     stop: watch::Receiver<bool>,
-    /// Operations claimed.
+    /// Operations claimed, by either path.
     claimed_total: u64,
     /// When the last claim started (`None`: none yet).
     last_claim: Option<Instant>,
@@ -30,6 +30,7 @@ struct Pipeline {
 /// What woke the claim loop.
 enum Wake {
     Stop,
+    Refilled(Claimed),
     Slots(OwnedSemaphorePermit),
 }
 
@@ -43,15 +44,21 @@ impl Worker {
         stop: watch::Receiver<bool>,
     ) -> u64 {
         let (record_tx, record_rx) = mpsc::channel(RECORD_QUEUE_LEN);
+        let (refill_tx, refilled) = mpsc::unbounded_channel();
+        let refill = self.config.claim_with_outcomes.then(|| Refill {
+            stop: stop.clone(),
+            claimed: refill_tx,
+        });
         let writer = {
             let this = self.clone();
-            tokio::spawn(async move { this.recorder(record_rx).await })
+            tokio::spawn(async move { this.recorder(record_rx, refill).await })
         };
         let mut pipeline = Pipeline {
             worker: self,
             slots: Arc::new(Semaphore::new(concurrency)),
             batches: JoinSet::new(),
             record_tx,
+            refilled,
             stop,
             claimed_total: 0,
             last_claim: None,
@@ -83,24 +90,36 @@ impl Pipeline {
     /// full claim's worth, the next claim waits until `claim_cooldown` after the last one started,
     /// so a busy worker claims (and records its submission starts) in larger groups instead of one
     /// slot at a time. An idle worker's first claim is not delayed: its last claim is long past.
-    /// `None`: shutdown.
+    /// What a write claimed meanwhile starts at once. `None`: shutdown.
     async fn free_slots(&mut self, full_claim: usize) -> Option<OwnedSemaphorePermit> {
-        let mut stop = self.stop.clone();
-        let mut free = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => return None,
-            permit = self.slots.clone().acquire_owned() => permit.ok()?,
+        let mut free = loop {
+            let mut stop = self.stop.clone();
+            let wake = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => Wake::Stop,
+                Some(c) = self.refilled.recv() => Wake::Refilled(c),
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(p) => Wake::Slots(p),
+                    Err(_) => Wake::Stop,
+                },
+            };
+            match wake {
+                Wake::Stop => return None,
+                Wake::Refilled(c) => self.start_refill(c),
+                Wake::Slots(p) => break p,
+            }
         };
         let Some(last) = self.last_claim else {
             return Some(free);
         };
-        let until = last + self.worker.tuning.claim_cooldown;
+        let until = last + self.worker.config.claim_cooldown;
         while free.num_permits() + self.slots.available_permits() < full_claim {
             let mut stop = self.stop.clone();
             let wake = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => Wake::Stop,
                 () = tokio::time::sleep_until(until) => break,
+                Some(c) = self.refilled.recv() => Wake::Refilled(c),
                 more = self.slots.clone().acquire_owned() => match more {
                     Ok(p) => Wake::Slots(p),
                     Err(_) => break,
@@ -108,6 +127,7 @@ impl Pipeline {
             };
             match wake {
                 Wake::Stop => return None,
+                Wake::Refilled(c) => self.start_refill(c),
                 Wake::Slots(p) => free.merge(p),
             }
         }
@@ -179,13 +199,24 @@ impl Pipeline {
         while self.batches.try_join_next().is_some() {}
     }
 
-    /// After shutdown: waits for the batches within the grace (a batch started after shutdown
-    /// began gives its leases back at once) and flushes the writer. Returns how many operations
-    /// this pipeline claimed.
+    /// Starts what an outcome write claimed.
+    fn start_refill(&mut self, refill: Claimed) {
+        self.claimed_total += refill.ops.len() as u64;
+        self.start(refill.ops, refill.slots);
+    }
+
+    /// After shutdown: waits for the batches within the grace (what a write claimed meanwhile is
+    /// started too: a stopped batch gives its leases back at once), flushes the writer, and gives
+    /// back what its last write claimed. Returns how many operations this pipeline claimed.
     async fn drain(mut self, writer: JoinHandle<()>) -> u64 {
         let grace = self.worker.config.shutdown_grace;
         let drained = tokio::time::timeout(grace, async {
-            while self.batches.join_next().await.is_some() {}
+            loop {
+                tokio::select! {
+                    done = self.batches.join_next() => if done.is_none() { break },
+                    Some(c) = self.refilled.recv() => self.start_refill(c),
+                }
+            }
         })
         .await;
         if drained.is_err() {
@@ -196,6 +227,12 @@ impl Pipeline {
         }
         drop(self.record_tx);
         let _ = tokio::time::timeout(grace, writer).await;
+        // The writer is done (or given up on): what its last write claimed goes back.
+        self.refilled.close();
+        while let Ok(c) = self.refilled.try_recv() {
+            self.claimed_total += c.ops.len() as u64;
+            self.worker.release_all(&c.ops).await;
+        }
         self.claimed_total
     }
 }

@@ -1,9 +1,7 @@
-//! Record: outcomes are written in group commits, each group fenced row by row; a written group
-//! gives its in-flight slots back, which wakes the pipeline's claim loop. A write records outcomes
-//! only: it never claims. A group the ledger refuses for as long as its leases could be ours is
-//! left to the reconciler.
+//! Record: outcomes are written in group commits, each group fenced row by row; a write may also
+//! claim ready work into the slots its group frees (`claim_with_outcomes`), in the same commit.
 
-use super::{LEDGER_ERROR_PAUSE, Pending, Worker};
+use super::{Claimed, LEDGER_ERROR_PAUSE, Pending, Refill, Worker};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use payonce_execution::settle;
@@ -14,16 +12,17 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 impl Worker {
     /// Writes outcomes in group commits: what is queued when a write starts goes in it, and what
     /// arrives within `record_linger` of the first outcome joins it (up to `record_batch_max`), so
-    /// answers that come back spread out are still written a group per commit.
+    /// answers that come back spread out are still written a group per commit. With `refill`, each
+    /// write also claims ready work into the slots it frees (`claim_with_outcomes`).
     ///
     /// Up to `record_writes` groups are written at once, so outcomes that arrive while a write is
     /// under way form the next group and start it instead of waiting for that write's commit.
-    pub(super) async fn recorder(&self, mut rx: mpsc::Receiver<Pending>) {
+    pub(super) async fn recorder(&self, mut rx: mpsc::Receiver<Pending>, refill: Option<Refill>) {
         let max = self.config.record_batch_max;
         let mut writes = FuturesUnordered::new();
         let mut open = true;
         while open || !writes.is_empty() {
-            if !open || writes.len() >= self.tuning.record_writes {
+            if !open || writes.len() >= self.config.record_writes {
                 writes.next().await;
                 continue;
             }
@@ -38,7 +37,7 @@ impl Worker {
                     }
                 },
             };
-            let until = tokio::time::Instant::now() + self.tuning.record_linger;
+            let until = tokio::time::Instant::now() + self.config.record_linger;
             let mut batch = vec![first];
             while batch.len() < max {
                 match rx.try_recv() {
@@ -56,15 +55,16 @@ impl Worker {
                     }
                 }
             }
-            writes.push(self.record(batch));
+            writes.push(self.record(batch, refill.as_ref()));
         }
     }
 
-    /// Writes one group of outcomes, then gives the group's slots back (waking the claim loop) and
-    /// settles each outcome.
-    async fn record(&self, batch: Vec<Pending>) {
+    /// Writes one group of outcomes. With `refill` (and shutdown not begun) the write also claims
+    /// into the slots the group held, in the same commit, and sends what it claimed to the
+    /// pipeline on those slots; the slots it could not fill go back.
+    async fn record(&self, batch: Vec<Pending>, refill: Option<&Refill>) {
         // The outcomes move into the write (no copy of the processor's objects); the group's slots,
-        // one permit, are held until the write is done (or given up on).
+        // one permit, are held until the write is done, or handed on to what it claims.
         let mut ops = Vec::with_capacity(batch.len());
         let mut items = Vec::with_capacity(batch.len());
         let mut freed: Option<OwnedSemaphorePermit> = None;
@@ -78,12 +78,22 @@ impl Worker {
             items.push((Fence::of(&p.op), p.recorded));
             ops.push((p.op, p.known_at));
         }
-        let written = self.write_group(&items, &ops).await;
+        let refill = refill.filter(|r| !*r.stop.borrow());
+        let want = match (refill, freed.as_ref()) {
+            (Some(_), Some(f)) => u32::try_from(f.num_permits())
+                .unwrap_or(u32::MAX)
+                .min(self.config.batch_size),
+            _ => 0,
+        };
+        let written = self.write_group(&items, &ops, want).await;
         self.let_go(ops.iter().map(|(op, _)| op));
-        drop(freed);
-        let Some(results) = written else {
+        let Some((results, claimed)) = written else {
             return;
         };
+        if let (Some(refill), Some(slots)) = (refill, freed.take()) {
+            self.hand_on(claimed, refill, slots).await;
+        }
+        drop(freed);
         for (((op, _), (_, recorded)), ok) in ops.iter().zip(&items).zip(results) {
             if ok {
                 tracing::info!(operation = %op.id, attempt = op.attempt, "recorded {}", outcome_name(recorded));
@@ -99,15 +109,18 @@ impl Worker {
         }
     }
 
-    /// The group's write: per item whether it was recorded. `None`: the ledger refused for as
-    /// long as the leases could still be ours; the reconciler resolves the rows.
+    /// The group's write (claiming up to `want` in the same commit): per item whether it was
+    /// recorded, and what it claimed. `None`: the ledger refused for as long as the leases could
+    /// still be ours; the reconciler resolves the rows.
     async fn write_group(
         &self,
         items: &[(Fence, Recorded)],
         ops: &[(Operation, Instant)],
-    ) -> Option<Vec<bool>> {
+        mut want: u32,
+    ) -> Option<(Vec<bool>, Vec<Operation>)> {
         // The outcome is the one fact we must not drop: retry through ledger outages for as long as
-        // the lease could still be ours; after that the reconciler owns the row.
+        // the lease could still be ours; after that the reconciler owns the row. A retry claims
+        // nothing: the write alone matters then.
         let deadline = Instant::now() + self.config.lease_ttl;
         loop {
             let write = async {
@@ -115,7 +128,7 @@ impl Worker {
                 let started = Instant::now();
                 let written = self
                     .ledger
-                    .record_batch(items, &self.config.owner, now)
+                    .record_and_claim(items, &self.config.lease_holder(), want, now)
                     .await?;
                 Ok::<_, LedgerError>((written, started.elapsed()))
             };
@@ -130,6 +143,7 @@ impl Worker {
                 }
                 Err(error) if Instant::now() < deadline => {
                     tracing::warn!(%error, n = items.len(), "recording outcomes failed; retrying");
+                    want = 0;
                     tokio::time::sleep(LEDGER_ERROR_PAUSE).await;
                 }
                 Err(error) => {
@@ -137,6 +151,33 @@ impl Worker {
                     return None;
                 }
             }
+        }
+    }
+
+    /// Sends what a write claimed to its pipeline on the slots the write freed (the ones it could
+    /// not fill go back); a pipeline that is gone gets nothing, and the leases are given back.
+    async fn hand_on(
+        &self,
+        claimed: Vec<Operation>,
+        refill: &Refill,
+        mut slots: OwnedSemaphorePermit,
+    ) {
+        if claimed.is_empty() {
+            return;
+        }
+        self.hold(&claimed);
+        self.metrics.claimed.inc_by(claimed.len() as u64);
+        self.metrics.claims.inc_by(1);
+        self.metrics.claims_with_outcomes.inc_by(1);
+        if slots.num_permits() > claimed.len() {
+            drop(slots.split(slots.num_permits() - claimed.len()));
+        }
+        if let Err(unsent) = refill.claimed.send(Claimed {
+            ops: claimed,
+            slots,
+        }) {
+            // The pipeline is gone (it stopped): give the leases back.
+            self.release_all(&unsent.0.ops).await;
         }
     }
 }
