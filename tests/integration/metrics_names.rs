@@ -117,24 +117,16 @@ async fn every_deployable_exposes_the_golden_metric_names_types_and_labels() {
     let dir = scratch("metric-names");
     let db = "sqlite:metric-names.db";
     // With the secret the processes run with: the ledger keeps its fingerprint.
-    let migrate = payonce(&dir, &["migrate", "--database-url", db])
-        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
-        .output()
-        .await
-        .unwrap();
-    assert!(migrate.status.success(), "{migrate:?}");
+    crate::serve::migrate(
+        &dir,
+        db,
+        &[("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)],
+    )
+    .await;
     let listen = || format!("127.0.0.1:{}", free_port());
     let (api, worker, reconciler, sim, serve) = (listen(), listen(), listen(), listen(), listen());
-    let spawn = |args: Vec<&str>| {
-        payonce(&dir, &args)
-            .env("PAYONCE_DATABASE_URL", db)
-            .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
-            .env("PAYONCE_PROCESSOR_URL", format!("http://{sim}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let processor_url = format!("http://{sim}");
+    let spawn = |args: Vec<&str>| crate::serve::spawn_deployable(&dir, db, &processor_url, &args);
     let mut children = vec![
         spawn(vec!["simulator", "--listen", &sim]),
         spawn(vec!["api", "--listen", &api]),

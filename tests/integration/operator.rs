@@ -707,7 +707,6 @@ async fn shell(script: &str) -> (i32, String, String) {
 
 #[tokio::test]
 async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid() {
-    use tokio::io::AsyncBufReadExt;
     let dir = scratch("op-banner");
     let mut child = payonce(
         &dir,
@@ -730,19 +729,8 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
     .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
     .spawn()
     .unwrap();
-    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(crate::serve::START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
+    let mut stdout = crate::serve::stdout_lines(&mut child);
+    let banner = crate::serve::read_banner(&mut stdout, crate::serve::START_DEADLINE).await;
     let lines: Vec<&str> = banner.iter().map(|l| l.trim()).collect();
     let exports: Vec<&str> = lines
         .iter()
@@ -799,16 +787,7 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
     let requested: serde_json::Value = serde_json::from_str(&sh(request, &prelude).await).unwrap();
     assert!(requested["expires_at_ms"].is_i64(), "{requested}");
     // The customer: the tenant app's marked line carries the link and its code.
-    let sms = tokio::time::timeout(crate::serve::START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            if line.starts_with(">>> [tenant app]") {
-                return line;
-            }
-        }
-        panic!("serve's stdout ended")
-    })
-    .await
-    .expect("the tenant app prints the link");
+    let sms = crate::serve::tenant_app_line(&mut stdout, crate::serve::START_DEADLINE).await;
     let words: Vec<&str> = sms.split_whitespace().collect();
     let link = words.iter().find(|w| w.contains("/confirm/")).unwrap();
     let otp = words.last().unwrap();

@@ -36,6 +36,34 @@ pub(crate) fn payonce(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// Runs `payonce migrate` in `dir` on `database_url` with `env` set; asserts it succeeds.
+pub(crate) async fn migrate(dir: &Path, database_url: &str, env: &[(&str, &str)]) {
+    let migrated = payonce(dir, &["migrate", "--database-url", database_url])
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+}
+
+/// Spawns `payonce ARGS` in `dir` as a deployable runs: on `database_url` with the test key
+/// secret, its processor at `processor_url`, output discarded.
+pub(crate) fn spawn_deployable(
+    dir: &Path,
+    database_url: &str,
+    processor_url: &str,
+    args: &[&str],
+) -> Child {
+    payonce(dir, args)
+        .env("PAYONCE_DATABASE_URL", database_url)
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
+        .env("PAYONCE_PROCESSOR_URL", processor_url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// A loopback port nobody listens on right now.
 pub(crate) fn free_port() -> u16 {
     payonce_chaos::fleet::free_port().expect("a free loopback port")
@@ -63,6 +91,57 @@ pub(crate) async fn get(url: &str) -> (u16, String) {
         Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
         Err(_) => (0, String::new()),
     }
+}
+
+/// A spawned process's piped stdout, line by line.
+pub(crate) type StdoutLines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
+
+/// Takes `child`'s piped stdout to read it line by line.
+pub(crate) fn stdout_lines(child: &mut Child) -> StdoutLines {
+    BufReader::new(child.stdout.take().expect("stdout is piped")).lines()
+}
+
+/// Reads `payonce serve`'s banner from `stdout`: every line up to and including "Stop with
+/// Ctrl-C"; panics if it has not come within `deadline`.
+pub(crate) async fn read_banner(stdout: &mut StdoutLines, deadline: Duration) -> Vec<String> {
+    let mut banner = Vec::new();
+    tokio::time::timeout(deadline, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            let stop = line.starts_with("Stop with Ctrl-C");
+            banner.push(line);
+            if stop {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("serve prints its banner");
+    banner
+}
+
+/// The next line the in-process tenant app prints to `stdout` (its "SMS": ">>> [tenant app] to
+/// customer …: please confirm … at URL with code N"); panics if none comes within `deadline`.
+pub(crate) async fn tenant_app_line(stdout: &mut StdoutLines, deadline: Duration) -> String {
+    tokio::time::timeout(deadline, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            if line.starts_with(">>> [tenant app]") {
+                return line;
+            }
+        }
+        panic!("serve's stdout ended")
+    })
+    .await
+    .expect("the tenant app prints the request")
+}
+
+/// The URL on the banner's "api" line (its first word).
+pub(crate) fn banner_api(banner: &[String]) -> String {
+    banner
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("api "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no api line in {banner:#?}"))
+        .to_string()
 }
 
 #[tokio::test]
@@ -107,19 +186,8 @@ async fn serve_pays_once(name: &str, database_url: &str) {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, START_DEADLINE).await;
     // Banner lines: "  api        URL  (…)", "  processor  URL  (…)", "  service key    (tenant) KEY".
     let line = |label: &str| -> Vec<String> {
         banner
@@ -348,24 +416,13 @@ async fn serve_banner(dir: &Path, database_url: &str) -> (Child, Vec<String>) {
     .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
     .spawn()
     .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, START_DEADLINE).await;
     (child, banner)
 }
 
 /// The last word of the banner line starting with `label`.
-fn banner_word(banner: &[String], label: &str) -> String {
+pub(crate) fn banner_word(banner: &[String], label: &str) -> String {
     banner
         .iter()
         .find_map(|l| l.trim_start().strip_prefix(label))
@@ -384,12 +441,7 @@ async fn serve_keeps_its_keys_across_restarts() {
     let mut keys_seen = Vec::new();
     for start in 0..2 {
         let (mut child, banner) = serve_banner(&dir, &database_url).await;
-        let api = banner
-            .iter()
-            .find_map(|l| l.trim_start().strip_prefix("api "))
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no api line in {banner:#?}"))
-            .to_string();
+        let api = banner_api(&banner);
         let service = banner_word(&banner, "service key");
         let assistant = banner_word(&banner, "assistant key");
         assert!(service.starts_with("po_service_"), "{banner:#?}");

@@ -1231,11 +1231,7 @@ async fn keys_create_read_only_is_for_on_call_keys() {
     let dir = scratch("keys-read-only");
     let db = format!("sqlite:{}", dir.join("keys.db").display());
     // Every command but migrate, serve and demo refuses a ledger that does not exist yet.
-    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
-        .output()
-        .await
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+    crate::serve::migrate(&dir, &db, &[]).await;
     let run = |role: &'static str| {
         let args = [
             "keys",
