@@ -22,7 +22,6 @@ use payonce_core::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S};
 use payonce_ledger::ApprovalLink;
 use payonce_ledger::verification::{UsedNonce, VerificationMethod};
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -248,13 +247,7 @@ fn assert_no_capability(seen: &[String], details_hash: &str, code: Option<&str>)
 async fn an_assistant_cannot_approve_its_own_payment() {
     let api = spawn(sqlite_ledger().await).await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let worker = Worker::new(
-        api.ledger.clone(),
-        processes::stripe(&sim, None),
-        api.clock.clone(),
-        WorkerConfig::new("self-approval-worker"),
-    )
-    .unwrap();
+    let worker = api.worker(&sim, "self-approval-worker");
     let op = api.create("INV-130", 2048).await;
 
     // 1. Assertion tenant (the default): the assistant's answers say the customer must confirm and

@@ -5,23 +5,16 @@
 
 use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
-use crate::support::rows;
 use crate::support::sqlite_ledger;
-use payonce_core::clock::Clock;
 use payonce_core::clock::Timestamp;
-use payonce_core::id::OperationId;
 use payonce_core::state::Status;
 use payonce_processor::stripe::webhook::sign;
 use serde_json::{Value, json};
-use std::time::Duration;
 
 #[tokio::test]
 async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     let api = spawn(sqlite_ledger().await).await;
-    let op = api.create_ready("INV-80").await;
-    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let worker = rows::holder("w", Duration::from_millis(30_000));
-    rows::executing(&api.ledger, &id, &worker, api.clock.now()).await;
+    let (id, _) = api.create_executing("INV-80").await;
 
     let event = json!({"id": "evt_80", "object": "event", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_80", "object": "payment_intent", "status": "succeeded", "amount": 2048,
@@ -135,10 +128,7 @@ async fn post_signed(api: &super::TestApi, event: &Value) -> (u16, Value) {
 #[tokio::test]
 async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
     let api = spawn(sqlite_ledger().await).await;
-    let op = api.create_ready("INV-81").await;
-    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let worker = rows::holder("w", Duration::from_millis(30_000));
-    rows::executing(&api.ledger, &id, &worker, api.clock.now()).await;
+    let (id, _) = api.create_executing("INV-81").await;
     // Whoever holds the signing secret says amount 1 succeeded; no payment exists anywhere.
     let forged = json!({"id": "evt_81", "object": "event", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_forged", "object": "payment_intent", "status": "succeeded", "amount": 1,

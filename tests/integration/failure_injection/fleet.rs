@@ -100,15 +100,7 @@ pub async fn api(database_url: &str) -> (Proc, String) {
         &[("PAYONCE_WEBHOOK_SECRETS", secret)],
     );
     let base = format!("http://{listen}");
-    let http = crate::api::http_client();
-    wait_for("payonce api is ready", DEADLINE, || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
+    crate::support::processes::wait_ready(&crate::api::http_client(), &base, DEADLINE).await;
     (p, base)
 }
 

@@ -189,15 +189,8 @@ async fn post(
     key: &str,
     body: serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let r = crate::api::http_client()
-        .post(format!("{base}{path}"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    let http = crate::api::http_client();
+    crate::api::post_json(&http, format!("{base}{path}"), key, body).await
 }
 
 async fn get(base: &str, path: &str, key: &str) -> serde_json::Value {

@@ -32,15 +32,8 @@ async fn keys(ledger: &payonce_ledger::SharedLedger) -> (String, String) {
 }
 
 async fn post(base: &str, path: &str, key: &str, body: Value) -> (u16, Value) {
-    let r = crate::api::http_client()
-        .post(format!("{base}{path}"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    let http = crate::api::http_client();
+    crate::api::post_json(&http, format!("{base}{path}"), key, body).await
 }
 
 fn tool_call_body(call_id: &str, input: Value) -> Value {

@@ -143,6 +143,18 @@ pub fn worker_process(database_url: &str, sim: &Simulator, env: &[(&str, &str)])
     cmd.spawn().expect("spawn payonce worker")
 }
 
+/// Waits, up to `deadline`, until `GET {base}/readyz` answers with a success.
+pub async fn wait_ready(http: &reqwest::Client, base: &str, deadline: Duration) {
+    super::wait_for("payonce api is ready", deadline, || {
+        let (http, base) = (http.clone(), base.to_string());
+        async move {
+            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
 /// Sends SIGTERM and waits for the exit status.
 pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let pid = child.id().expect("child still running");
