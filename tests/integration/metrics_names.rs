@@ -5,7 +5,7 @@
 //! After a deliberate change, rewrite the golden files with `PAYONCE_BLESS_METRICS=1` and say in
 //! the commit which dashboards it breaks.
 
-use crate::serve::{START_DEADLINE, free_port, get, payonce, scratch, sigterm_and_wait};
+use crate::serve::{START_DEADLINE, free_port, get, scratch, sigterm_and_wait};
 use crate::support::wait_for;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -134,20 +134,13 @@ async fn every_deployable_exposes_the_golden_metric_names_types_and_labels() {
         spawn(vec!["reconciler", "--metrics-listen", &reconciler, "run"]),
         // Every component in one process, on a database of its own: its daemon endpoint carries
         // the worker's and the reconciler's series together.
-        payonce(
+        crate::serve::serve_command(
             &dir,
+            &[],
+            "sqlite:metric-names-serve.db",
             &[
-                "serve",
                 "--metrics-listen",
                 &serve,
-                "--database-url",
-                "sqlite:metric-names-serve.db",
-                "--listen",
-                "127.0.0.1:0",
-                "--simulator-listen",
-                "127.0.0.1:0",
-                "--tenant",
-                "acme",
                 "--key-secret",
                 crate::support::KEY_SECRET,
             ],

@@ -708,22 +708,12 @@ async fn shell(script: &str) -> (i32, String, String) {
 #[tokio::test]
 async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid() {
     let dir = scratch("op-banner");
-    let mut child = payonce(
+    let mut child = crate::serve::serve_command(
         &dir,
-        &[
-            "serve",
-            "--database-url",
-            "sqlite:banner.db",
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
-            // As the README's walk-through: a lost outcome reaches on-call instead of a same-key retry.
-            "--key-retention-s",
-            "1",
-        ],
+        &[],
+        "sqlite:banner.db",
+        // As the README's walk-through: a lost outcome reaches on-call instead of a same-key retry.
+        &["--key-retention-s", "1"],
     )
     .stdout(std::process::Stdio::piped())
     .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())

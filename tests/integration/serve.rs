@@ -93,6 +93,52 @@ pub(crate) async fn get(url: &str) -> (u16, String) {
     }
 }
 
+/// `payonce BEFORE serve` in `dir` on `database_url`, its api and simulator on free loopback
+/// ports, for tenant acme, then `after` (more `serve` flags).
+pub(crate) fn serve_command(
+    dir: &Path,
+    before: &[&str],
+    database_url: &str,
+    after: &[&str],
+) -> Command {
+    let serve = [
+        "serve",
+        "--database-url",
+        database_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--simulator-listen",
+        "127.0.0.1:0",
+        "--tenant",
+        "acme",
+    ];
+    payonce(dir, &[before, &serve[..], after].concat())
+}
+
+/// Waits (up to `deadline`) until operation `id` reads `succeeded` through the api at `api`
+/// (with `key`); the operation's JSON.
+pub(crate) async fn succeeded_over_http(
+    http: &reqwest::Client,
+    api: &str,
+    key: &str,
+    id: &str,
+    deadline: Duration,
+) -> serde_json::Value {
+    wait_for(&format!("{id} succeeded"), deadline, || async {
+        let op: serde_json::Value = http
+            .get(format!("{api}/v1/operations/{id}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (op["status"] == "succeeded").then_some(op)
+    })
+    .await
+}
+
 /// A spawned process's piped stdout, line by line.
 pub(crate) type StdoutLines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
 
@@ -161,22 +207,13 @@ async fn serve_runs_every_component_in_one_process_and_pays_once_on_postgres() {
 async fn serve_pays_once(name: &str, database_url: &str) {
     let dir = scratch(name);
     let metrics_listen = format!("127.0.0.1:{}", free_port());
-    let mut child = payonce(
+    let mut child = serve_command(
         &dir,
+        &["--log-format", "json"],
+        database_url,
         &[
-            "--log-format",
-            "json",
-            "serve",
             "--metrics-listen",
             &metrics_listen,
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
             // Postgres needs it configured (a SQLite file keeps one beside it).
             "--key-secret",
             crate::support::KEY_SECRET,
@@ -224,19 +261,7 @@ async fn serve_pays_once(name: &str, database_url: &str) {
     assert!(approved.status().is_success(), "{approved:?}");
 
     // The in-process worker pays it through the built-in simulator.
-    let op = wait_for("the operation to succeed", START_DEADLINE, || async {
-        let op: serde_json::Value = http
-            .get(format!("{api}/v1/operations/{id}"))
-            .bearer_auth(&service)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (op["status"] == "succeeded").then_some(op)
-    })
-    .await;
+    let op = succeeded_over_http(&http, &api, &service, &id, START_DEADLINE).await;
     assert!(
         op["external_ref"].as_str().unwrap().starts_with("pi_"),
         "{op}"
@@ -398,24 +423,11 @@ async fn demo_on_a_terminal_shows_a_spinner_with_elapsed_time() {
 
 /// Starts `payonce serve` in `dir` on `database_url` and returns it with its banner lines.
 async fn serve_banner(dir: &Path, database_url: &str) -> (Child, Vec<String>) {
-    let mut child = payonce(
-        dir,
-        &[
-            "serve",
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-    .spawn()
-    .unwrap();
+    let mut child = serve_command(dir, &[], database_url, &[])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
     let mut stdout = stdout_lines(&mut child);
     let banner = read_banner(&mut stdout, START_DEADLINE).await;
     (child, banner)

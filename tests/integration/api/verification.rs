@@ -815,30 +815,17 @@ async fn repro_assistant_starves_service_links() {
 #[tokio::test]
 async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_code() {
     use crate::serve::{
-        banner_api, banner_word, payonce, read_banner, scratch, sigterm_and_wait, stdout_lines,
-        tenant_app_line,
+        banner_api, banner_word, read_banner, scratch, serve_command, sigterm_and_wait,
+        stdout_lines, succeeded_over_http, tenant_app_line,
     };
     use std::process::Stdio;
     const SERVE_DEADLINE: Duration = Duration::from_secs(60);
     let dir = scratch("serve-tenant-app");
-    let mut child = payonce(
-        &dir,
-        &[
-            "serve",
-            "--database-url",
-            "sqlite:serve.db",
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = serve_command(&dir, &[], "sqlite:serve.db", &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut stdout = stdout_lines(&mut child);
     let banner = read_banner(&mut stdout, SERVE_DEADLINE).await;
     let api = banner_api(&banner);
@@ -888,19 +875,7 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
         .await
         .unwrap();
     assert_eq!(approved.status(), 200);
-    let paid = crate::support::wait_for("the payment", SERVE_DEADLINE, || async {
-        let op: Value = http
-            .get(format!("{api}/v1/operations/{id}"))
-            .bearer_auth(&service)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (op["status"] == "succeeded").then_some(op)
-    })
-    .await;
+    let paid = succeeded_over_http(&http, &api, &service, &id, SERVE_DEADLINE).await;
     assert!(paid["approved_by"] == "customer:cus_9", "{paid}");
     let exit = sigterm_and_wait(&mut child).await;
     assert!(exit.success(), "{exit}");
