@@ -817,17 +817,7 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
         "{paid}"
     );
     let (_, processor, _) = shell(&format!("{prelude}\nprintf %s \"$PAYONCE_PROCESSOR\"")).await;
-    let payments = payonce_simulator::payment_audit::read_all(
-        &http,
-        &processor,
-        payonce_simulator::payment_audit::PAGE_SIZE_MAX,
-    )
-    .await
-    .unwrap();
-    let ours = payments
-        .iter()
-        .filter(|p| p["metadata"]["payonce_operation_id"] == id)
-        .count();
+    let ours = crate::support::processes::payments_at(&processor, id).await;
     assert_eq!(ours, 1, "one payment at the processor");
 
     // 4. The console at the printed address takes the printed on-call key.

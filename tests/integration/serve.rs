@@ -266,17 +266,7 @@ async fn serve_pays_once(name: &str, database_url: &str) {
         op["external_ref"].as_str().unwrap().starts_with("pi_"),
         "{op}"
     );
-    let payments = payonce_simulator::payment_audit::read_all(
-        &crate::api::http_client(),
-        &processor,
-        payonce_simulator::payment_audit::PAGE_SIZE_MAX,
-    )
-    .await
-    .unwrap();
-    let ours = payments
-        .iter()
-        .filter(|p| p["metadata"]["payonce_operation_id"] == id.as_str())
-        .count();
+    let ours = crate::support::processes::payments_at(&processor, &id).await;
     assert_eq!(ours, 1, "exactly one payment at the processor");
 
     assert_eq!(get(&format!("{api}/healthz")).await.0, 200);

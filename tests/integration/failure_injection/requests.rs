@@ -165,8 +165,7 @@ async fn scenario_3_a_lost_tool_result_and_a_lost_processor_answer_never_pay_twi
     .await;
     drop(conn);
 
-    let _worker = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
     // The assistant asks again, with fresh call ids, until it hears the outcome.
     let mut asked = 0usize;
     let answer = wait_for("the assistant hears the outcome", DEADLINE, || {

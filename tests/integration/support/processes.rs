@@ -24,9 +24,14 @@ pub fn stripe(sim: &Simulator, retention: Option<Duration>) -> Arc<dyn Processor
 
 /// Every payment the simulator holds, as JSON rows (every page of its audit).
 pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
+    audit_at(&sim.base_url()).await
+}
+
+/// Every payment the simulator at `base_url` (one in another process) holds, as JSON rows.
+pub async fn audit_at(base_url: &str) -> Vec<serde_json::Value> {
     payment_audit::read_all(
         &crate::api::http_client(),
-        &sim.base_url(),
+        base_url,
         payment_audit::PAGE_SIZE_MAX,
     )
     .await
@@ -47,7 +52,12 @@ pub fn payments_per_operation(
 
 /// Payments the simulator holds for one operation (by metadata).
 pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
-    audit(sim)
+    payments_at(&sim.base_url(), operation).await
+}
+
+/// Payments the simulator at `base_url` (one in another process) holds for one operation.
+pub async fn payments_at(base_url: &str, operation: &str) -> usize {
+    audit_at(base_url)
         .await
         .iter()
         .filter(|p| p["metadata"]["payonce_operation_id"] == operation)
