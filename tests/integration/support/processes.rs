@@ -38,6 +38,18 @@ pub async fn audit_at(base_url: &str) -> Vec<serde_json::Value> {
     .unwrap()
 }
 
+/// The refund audit of the simulator at `base_url` (`GET /_sim/audit/refunds`).
+pub async fn refunds_audit_at(base_url: &str) -> serde_json::Value {
+    crate::api::http_client()
+        .get(format!("{base_url}/_sim/audit/refunds"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// How many payments of `audit` name each operation (by metadata).
 pub fn payments_per_operation(
     audit: &[serde_json::Value],
