@@ -7,7 +7,7 @@ use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
-use crate::support::{self, details, every_store, ready_operation, recording, tenant};
+use crate::support::{self, details, every_store, recording, tenant};
 use payonce_core::id::{BusinessKey, OperationId};
 use payonce_core::metrics::Exposition;
 use payonce_core::state::Status;
@@ -68,14 +68,7 @@ async fn deliver(
 /// An executing operation whose submission reached the processor (the response is not recorded):
 /// the worker still holds its lease.
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
-    let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = rows::executing(
-        ledger,
-        &op.id,
-        &rows::holder("w", Duration::from_millis(600_000)),
-        now(),
-    )
-    .await;
+    let (op, c) = rows::ready_executing(ledger, invoice, "pm_card_visa", now()).await;
     (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
 }
 
