@@ -537,11 +537,8 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
 async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     use sqlx::Connection;
     use std::str::FromStr;
-    let path = std::env::temp_dir().join(format!(
-        "payonce-0003-{}.db",
-        payonce_core::id::random_hex(8)
-    ));
-    let url = format!("sqlite:{}", path.display());
+    let file = support::SqliteFile::new("0003");
+    let url = file.url.clone();
     let id = OperationId::generate();
     let hash = details("INV-M1", 2048, "pm_card_visa").hash();
     {
@@ -661,7 +658,6 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
         .unwrap();
     assert!(dangling.is_empty());
     conn.close().await.unwrap();
-    let _ = std::fs::remove_file(&path);
 }
 
 /// A retrieval is a read: it draws from the fleet limiter's read budget like every lookup, so a
