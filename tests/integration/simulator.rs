@@ -166,14 +166,7 @@ impl Sim {
 
     /// The JSON of an admin endpoint (`/_sim/…`).
     pub async fn admin(&self, path: &str) -> Value {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        crate::support::processes::admin_json(&self.http, &self.base, path).await
     }
 
     /// The simulator's audit of refunds (`GET /_sim/audit/refunds`).

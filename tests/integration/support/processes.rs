@@ -38,16 +38,20 @@ pub async fn audit_at(base_url: &str) -> Vec<serde_json::Value> {
     .unwrap()
 }
 
-/// The refund audit of the simulator at `base_url` (`GET /_sim/audit/refunds`).
-pub async fn refunds_audit_at(base_url: &str) -> serde_json::Value {
-    crate::api::http_client()
-        .get(format!("{base_url}/_sim/audit/refunds"))
+/// The JSON of the admin endpoint `path` (`/_sim/…`) of the simulator at `base_url`, read with `http`.
+pub async fn admin_json(http: &reqwest::Client, base_url: &str, path: &str) -> serde_json::Value {
+    http.get(format!("{base_url}{path}"))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap()
+}
+
+/// The refund audit of the simulator at `base_url` (`GET /_sim/audit/refunds`).
+pub async fn refunds_audit_at(base_url: &str) -> serde_json::Value {
+    admin_json(&crate::api::http_client(), base_url, "/_sim/audit/refunds").await
 }
 
 /// How many payments of `audit` name each operation (by metadata).
@@ -78,12 +82,12 @@ pub async fn payments_at(base_url: &str, operation: &str) -> usize {
 
 /// The simulator's audit of its rate limits (`GET /_sim/audit/rate_limits`).
 pub async fn rate_limits(sim: &Simulator) -> serde_json::Value {
-    reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    admin_json(
+        &crate::api::http_client(),
+        &sim.base_url(),
+        "/_sim/audit/rate_limits",
+    )
+    .await
 }
 
 /// Requests the simulator has served (its audit of limits).
