@@ -54,15 +54,7 @@ async fn ready(base: &str) -> u16 {
 /// A migrated Postgres database of its own, and a service key of the test tenant in it.
 async fn database_with_service_key() -> (TestDatabase, String) {
     let (ledger, url) = postgres_ledger().await;
-    let key = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant(),
-        Role::Service,
-        "billing",
-        SystemClock.now(),
-    )
-    .await
-    .expect("a service key");
+    let key = crate::support::api_key(&ledger, Role::Service, "billing").await;
     (url, key)
 }
 

@@ -5,7 +5,7 @@
 use super::tools::{answer_of, call_object};
 use super::{http_client, post_json as post};
 use crate::support::processes::{payments_for, simulator, terminate, wait_ready, worker_process};
-use crate::support::{payonce_bin, postgres_ledger, tenant, wait_for};
+use crate::support::{api_key, payonce_bin, postgres_ledger, tenant, wait_for};
 use payonce_core::clock::{Clock, SystemClock};
 use payonce_ledger::Role;
 use payonce_simulator::SimulatorConfig;
@@ -62,15 +62,8 @@ pub(super) async fn two_api_processes(
 async fn two_api_processes_one_operation_one_payment() {
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
-    let now = SystemClock.now();
-    let service =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now)
-            .await
-            .unwrap();
-    let assistant =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Assistant, "bot", now)
-            .await
-            .unwrap();
+    let service = api_key(&ledger, Role::Service, "billing").await;
+    let assistant = api_key(&ledger, Role::Assistant, "bot").await;
     let http = http_client();
     let (mut apis, bases) = two_api_processes(&url, &http, DEADLINE).await;
 
@@ -279,10 +272,7 @@ async fn page_text(http: &reqwest::Client, base: &str, path: &str, cookie: Optio
 async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_records() {
     let (ledger, url) = postgres_ledger().await;
     let now = SystemClock.now();
-    let on_call =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::OnCall, "alice", now)
-            .await
-            .unwrap();
+    let on_call = api_key(&ledger, Role::OnCall, "alice").await;
     let waiting =
         crate::support::ready_operation(&ledger, "INV-OUTAGE-1", "pm_card_visa", now).await;
     // Nothing listens on the processor's port until the simulator starts there below.

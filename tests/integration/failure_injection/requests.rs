@@ -20,14 +20,8 @@ const CONCURRENT_REQUESTS: usize = 40;
 const WORKERS: usize = 3;
 
 async fn keys(ledger: &payonce_ledger::SharedLedger) -> (String, String) {
-    let service =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now())
-            .await
-            .unwrap();
-    let assistant =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Assistant, "bot", now())
-            .await
-            .unwrap();
+    let service = crate::support::api_key(ledger, Role::Service, "billing").await;
+    let assistant = crate::support::api_key(ledger, Role::Assistant, "bot").await;
     (service, assistant)
 }
 

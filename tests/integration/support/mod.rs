@@ -94,6 +94,14 @@ pub async fn sqlite_ledger() -> SharedLedger {
         .expect("open in-memory sqlite")
 }
 
+/// A new api key of the test tenant in `ledger`, for `role`, labelled `label`, made now (system
+/// clock) as `payonce keys create` makes one: its secret.
+pub async fn api_key(ledger: &SharedLedger, role: payonce_ledger::Role, label: &str) -> String {
+    payonce_api::create_api_key(ledger.as_ref(), &tenant(), role, label, now())
+        .await
+        .expect("an api key")
+}
+
 /// A SQLite ledger file of a test's own in the temp directory (nothing is created until something
 /// opens it); the file and its `-wal` and `-shm` companions are removed when this is dropped.
 pub struct SqliteFile {
