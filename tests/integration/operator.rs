@@ -2,7 +2,7 @@
 //! instead of reported "all clear", errors printed once without colour or internal detail and with
 //! the fix where one is known, and `config show` output that cannot poison a config file.
 
-use crate::serve::{free_port, payonce, scratch};
+use crate::serve::{free_port, payonce, scratch, serve_args};
 use crate::support::rows;
 use crate::support::{ready_operation, tenant};
 use payonce_core::clock::{Clock, SystemClock};
@@ -912,19 +912,7 @@ async fn serve_exits_when_its_api_cannot_start() {
             crate::serve::START_DEADLINE,
             run(
                 &dir,
-                &[
-                    "serve",
-                    "--database-url",
-                    "sqlite:refused.db",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--simulator-listen",
-                    "127.0.0.1:0",
-                    "--tenant",
-                    "acme",
-                    flag,
-                    value,
-                ],
+                &[&serve_args("sqlite:refused.db")[..], &[flag, value]].concat(),
                 &[],
             ),
         )

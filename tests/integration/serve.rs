@@ -93,15 +93,9 @@ pub(crate) async fn get(url: &str) -> (u16, String) {
     }
 }
 
-/// `payonce BEFORE serve` in `dir` on `database_url`, its api and simulator on free loopback
-/// ports, for tenant acme, then `after` (more `serve` flags).
-pub(crate) fn serve_command(
-    dir: &Path,
-    before: &[&str],
-    database_url: &str,
-    after: &[&str],
-) -> Command {
-    let serve = [
+/// `serve` on `database_url`, its api and simulator on free loopback ports, for tenant acme.
+pub(crate) fn serve_args(database_url: &str) -> [&str; 9] {
+    [
         "serve",
         "--database-url",
         database_url,
@@ -111,8 +105,20 @@ pub(crate) fn serve_command(
         "127.0.0.1:0",
         "--tenant",
         "acme",
-    ];
-    payonce(dir, &[before, &serve[..], after].concat())
+    ]
+}
+
+/// `payonce BEFORE` and [`serve_args`] in `dir`, then `after` (more `serve` flags).
+pub(crate) fn serve_command(
+    dir: &Path,
+    before: &[&str],
+    database_url: &str,
+    after: &[&str],
+) -> Command {
+    payonce(
+        dir,
+        &[before, &serve_args(database_url)[..], after].concat(),
+    )
 }
 
 /// Waits (up to `deadline`) until operation `id` reads `succeeded` through the api at `api`
