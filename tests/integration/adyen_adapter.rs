@@ -712,7 +712,7 @@ async fn refunds_are_received_once_per_key_and_never_exceed_the_payment() {
     };
     let again = refund(&p, &paid, &psp, 500, (&id, &key)).await;
     assert_eq!(reference(&again).as_deref(), Some(rfd.as_str()));
-    let refunds = s.admin("/_sim/audit/refunds").await;
+    let refunds = s.refunds_audit().await;
     let ours: Vec<&Value> = refunds["data"]
         .as_array()
         .unwrap()
@@ -729,7 +729,7 @@ async fn refunds_are_received_once_per_key_and_never_exceed_the_payment() {
             ..
         }
     ));
-    let refunds = s.admin("/_sim/audit/refunds").await;
+    let refunds = s.refunds_audit().await;
     assert_eq!(
         refunds["data"]
             .as_array()

@@ -8,7 +8,7 @@ use crate::api::{ADYEN_HMAC_KEY, ADYEN_MERCHANT, spawn};
 use crate::support::now;
 use crate::support::reconciler;
 use crate::support::rows;
-use crate::support::{ready_operation, recording, sqlite_ledger, tenant, wait_for};
+use crate::support::{recording, sqlite_ledger, tenant, wait_for};
 use payonce_core::clock::Timestamp;
 use payonce_core::state::Status;
 use payonce_ledger::{Fence, Operation, Recorded, SharedLedger};
@@ -281,14 +281,7 @@ fn reconciler(ledger: &SharedLedger, processor: Arc<dyn Processor>) -> Reconcile
 
 /// An operation whose submission reached Adyen and came back unknown, recorded with `reference`.
 async fn unknown(ledger: &SharedLedger, invoice: &str, reference: Option<&str>) -> Operation {
-    let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = rows::executing(
-        ledger,
-        &op.id,
-        &rows::holder("w", Duration::from_millis(600_000)),
-        now(),
-    )
-    .await;
+    let (_, c) = rows::ready_executing(ledger, invoice, "pm_card_visa", now()).await;
     rows::record(
         ledger,
         &c,
@@ -709,14 +702,7 @@ async fn received_and_recorded(
     invoice: &str,
     next_check_at: Timestamp,
 ) -> (Operation, String, Operation) {
-    let op = ready_operation(ledger, invoice, "pm_card_processing", now()).await;
-    let c = rows::executing(
-        ledger,
-        &op.id,
-        &rows::holder("w", Duration::from_millis(600_000)),
-        now(),
-    )
-    .await;
+    let (op, c) = rows::ready_executing(ledger, invoice, "pm_card_processing", now()).await;
     let outcome = payonce_processor::operation::submit(p, &c).await;
     let SubmitOutcome::Unknown {
         reference: Some(psp),

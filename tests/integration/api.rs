@@ -106,6 +106,24 @@ pub fn http_client() -> reqwest::Client {
         .unwrap()
 }
 
+/// POSTs `body` as JSON to `url` with `key` as the bearer: (status, JSON answer).
+pub async fn post_json(
+    http: &reqwest::Client,
+    url: String,
+    key: &str,
+    body: Value,
+) -> (u16, Value) {
+    let r = http
+        .post(url)
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
 /// The tenant most tests use.
 pub fn tenant() -> TenantId {
     crate::support::tenant()
@@ -214,6 +232,18 @@ async fn spawn_full(
 }
 
 impl TestApi {
+    /// A worker named `name` on this API's ledger and clock, paying at `sim` through the Stripe
+    /// adapter; the test drives it with `run_once`.
+    pub fn worker(&self, sim: &payonce_simulator::Simulator, name: &str) -> payonce_worker::Worker {
+        payonce_worker::Worker::new(
+            self.ledger.clone(),
+            crate::support::processes::stripe(sim, None),
+            self.clock.clone(),
+            payonce_worker::WorkerConfig::new(name),
+        )
+        .unwrap()
+    }
+
     /// This API, keeping `database` (the one under its ledger) until it is dropped.
     pub fn holding(mut self, database: crate::support::postgres::TestDatabase) -> Self {
         self.database = Some(database);
@@ -266,6 +296,20 @@ impl TestApi {
             .await;
         assert_eq!(r.status, 201, "{}", r.text);
         r.json()
+    }
+
+    /// [`TestApi::create_ready`] for `invoice`, then claimed by worker "w" (a 30 s lease) with its
+    /// submission started, at this API's clock: the id and the `executing` row.
+    pub async fn create_executing(
+        &self,
+        invoice: &str,
+    ) -> (payonce_core::id::OperationId, payonce_ledger::Operation) {
+        let op = self.create_ready(invoice).await;
+        let id = payonce_core::id::OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+        let worker = crate::support::rows::holder("w", Duration::from_millis(30_000));
+        let row =
+            crate::support::rows::executing(&self.ledger, &id, &worker, self.clock.now()).await;
+        (id, row)
     }
 
     /// Creates and approves (as the service) an operation; returns its JSON, now `ready`.

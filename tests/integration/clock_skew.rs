@@ -414,19 +414,11 @@ async fn a_reconciler_ten_minutes_ahead_keeps_the_retention_window_open() {
 /// clock, so a skewed api would hand out approvals 10 minutes too long or too short).
 #[tokio::test]
 async fn an_api_ten_minutes_off_gives_approvals_the_databases_expiry() {
-    use payonce_api::{ApiConfig, AppState, create_api_key, database_clock, serve_listener};
+    use payonce_api::{ApiConfig, AppState, database_clock, serve_listener};
     use payonce_ledger::Role;
     for (local, name) in [(ahead(), "ahead"), (behind(), "behind")] {
         let (ledger, url) = support::postgres_ledger().await;
-        let key = create_api_key(
-            ledger.as_ref(),
-            &tenant(),
-            Role::Service,
-            "billing",
-            SystemClock.now(),
-        )
-        .await
-        .unwrap();
+        let key = support::api_key(&ledger, Role::Service, "billing").await;
         let clock = database_clock(ledger.clone(), local).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -6,7 +6,6 @@ use crate::serve::{START_DEADLINE, free_port, get, payonce, scratch, sigterm_and
 use crate::support::{recording, wait_for};
 use payonce_ledger::Fence;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 /// `payonce config show` in `dir` with `env`, returning stdout or panicking with stderr.
@@ -128,28 +127,20 @@ async fn every_deployable_answers_liveness_readiness_and_metrics() {
     let dir = scratch("probes");
     let db = "sqlite:probes.db";
     // With the secret the processes run with: the ledger keeps its fingerprint.
-    let migrate = payonce(&dir, &["migrate", "--database-url", db])
-        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
-        .output()
-        .await
-        .unwrap();
-    assert!(migrate.status.success(), "{migrate:?}");
+    crate::serve::migrate(
+        &dir,
+        db,
+        &[("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)],
+    )
+    .await;
     let (api_port, worker_port, reconciler_port, sim_port) =
         (free_port(), free_port(), free_port(), free_port());
     let api_listen = format!("127.0.0.1:{api_port}");
     let worker_listen = format!("127.0.0.1:{worker_port}");
     let reconciler_listen = format!("127.0.0.1:{reconciler_port}");
     let sim_listen = format!("127.0.0.1:{sim_port}");
-    let spawn = |args: Vec<&str>| {
-        payonce(&dir, &args)
-            .env("PAYONCE_DATABASE_URL", db)
-            .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
-            .env("PAYONCE_PROCESSOR_URL", format!("http://{sim_listen}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let processor_url = format!("http://{sim_listen}");
+    let spawn = |args: Vec<&str>| crate::serve::spawn_deployable(&dir, db, &processor_url, &args);
     let mut children = vec![
         spawn(vec!["api", "--listen", &api_listen]),
         spawn(vec!["worker", "--metrics-listen", &worker_listen]),
@@ -323,11 +314,7 @@ async fn scheduled_sweep_exit_codes_are_what_cron_and_the_runbook_expect() {
     let dir = scratch("sweep-codes");
     let db = format!("sqlite:{}", dir.join("sweep.db").display());
     // Only `migrate`, `serve` and `demo` create a ledger; cron's sweep refuses a missing one.
-    let migrated = payonce(&dir, &["migrate", "--database-url", &db])
-        .output()
-        .await
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+    crate::serve::migrate(&dir, &db, &[]).await;
     // The processor it scans answers: one that cannot be reached is never "all clear" (exit 1).
     let sim =
         crate::support::processes::simulator(payonce_simulator::SimulatorConfig::default()).await;

@@ -7,7 +7,7 @@ use crate::support::now;
 use crate::support::processes::{self, payments_for};
 use crate::support::reconciler;
 use crate::support::rows;
-use crate::support::{self, details, every_store, ready_operation, recording, tenant};
+use crate::support::{self, details, every_store, recording, tenant};
 use payonce_core::id::{BusinessKey, OperationId};
 use payonce_core::metrics::Exposition;
 use payonce_core::state::Status;
@@ -68,14 +68,7 @@ async fn deliver(
 /// An executing operation whose submission reached the processor (the response is not recorded):
 /// the worker still holds its lease.
 async fn executing(ledger: &SharedLedger, invoice: &str) -> (Operation, i64) {
-    let op = ready_operation(ledger, invoice, "pm_card_visa", now()).await;
-    let c = rows::executing(
-        ledger,
-        &op.id,
-        &rows::holder("w", Duration::from_millis(600_000)),
-        now(),
-    )
-    .await;
+    let (op, c) = rows::ready_executing(ledger, invoice, "pm_card_visa", now()).await;
     (ledger.get(&tenant(), &op.id).await.unwrap(), c.attempt)
 }
 
@@ -544,11 +537,8 @@ async fn a_lookup_applies_a_found_payment_only_if_it_is_the_approved_one() {
 async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
     use sqlx::Connection;
     use std::str::FromStr;
-    let path = std::env::temp_dir().join(format!(
-        "payonce-0003-{}.db",
-        payonce_core::id::random_hex(8)
-    ));
-    let url = format!("sqlite:{}", path.display());
+    let file = support::SqliteFile::new("0003");
+    let url = file.url.clone();
     let id = OperationId::generate();
     let hash = details("INV-M1", 2048, "pm_card_visa").hash();
     {
@@ -668,7 +658,6 @@ async fn migration_0003_keeps_sqlite_rows_references_and_triggers() {
         .unwrap();
     assert!(dangling.is_empty());
     conn.close().await.unwrap();
-    let _ = std::fs::remove_file(&path);
 }
 
 /// A retrieval is a read: it draws from the fleet limiter's read budget like every lookup, so a

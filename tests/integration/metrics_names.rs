@@ -5,7 +5,7 @@
 //! After a deliberate change, rewrite the golden files with `PAYONCE_BLESS_METRICS=1` and say in
 //! the commit which dashboards it breaks.
 
-use crate::serve::{START_DEADLINE, free_port, get, payonce, scratch, sigterm_and_wait};
+use crate::serve::{START_DEADLINE, free_port, get, scratch, sigterm_and_wait};
 use crate::support::wait_for;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -117,24 +117,16 @@ async fn every_deployable_exposes_the_golden_metric_names_types_and_labels() {
     let dir = scratch("metric-names");
     let db = "sqlite:metric-names.db";
     // With the secret the processes run with: the ledger keeps its fingerprint.
-    let migrate = payonce(&dir, &["migrate", "--database-url", db])
-        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
-        .output()
-        .await
-        .unwrap();
-    assert!(migrate.status.success(), "{migrate:?}");
+    crate::serve::migrate(
+        &dir,
+        db,
+        &[("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)],
+    )
+    .await;
     let listen = || format!("127.0.0.1:{}", free_port());
     let (api, worker, reconciler, sim, serve) = (listen(), listen(), listen(), listen(), listen());
-    let spawn = |args: Vec<&str>| {
-        payonce(&dir, &args)
-            .env("PAYONCE_DATABASE_URL", db)
-            .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
-            .env("PAYONCE_PROCESSOR_URL", format!("http://{sim}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let processor_url = format!("http://{sim}");
+    let spawn = |args: Vec<&str>| crate::serve::spawn_deployable(&dir, db, &processor_url, &args);
     let mut children = vec![
         spawn(vec!["simulator", "--listen", &sim]),
         spawn(vec!["api", "--listen", &api]),
@@ -142,20 +134,13 @@ async fn every_deployable_exposes_the_golden_metric_names_types_and_labels() {
         spawn(vec!["reconciler", "--metrics-listen", &reconciler, "run"]),
         // Every component in one process, on a database of its own: its daemon endpoint carries
         // the worker's and the reconciler's series together.
-        payonce(
+        crate::serve::serve_command(
             &dir,
+            &[],
+            "sqlite:metric-names-serve.db",
             &[
-                "serve",
                 "--metrics-listen",
                 &serve,
-                "--database-url",
-                "sqlite:metric-names-serve.db",
-                "--listen",
-                "127.0.0.1:0",
-                "--simulator-listen",
-                "127.0.0.1:0",
-                "--tenant",
-                "acme",
                 "--key-secret",
                 crate::support::KEY_SECRET,
             ],

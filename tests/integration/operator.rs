@@ -2,7 +2,7 @@
 //! instead of reported "all clear", errors printed once without colour or internal detail and with
 //! the fix where one is known, and `config show` output that cannot poison a config file.
 
-use crate::serve::{free_port, payonce, scratch};
+use crate::serve::{free_port, payonce, scratch, serve_args};
 use crate::support::rows;
 use crate::support::{ready_operation, tenant};
 use payonce_core::clock::{Clock, SystemClock};
@@ -707,42 +707,20 @@ async fn shell(script: &str) -> (i32, String, String) {
 
 #[tokio::test]
 async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid() {
-    use tokio::io::AsyncBufReadExt;
     let dir = scratch("op-banner");
-    let mut child = payonce(
+    let mut child = crate::serve::serve_command(
         &dir,
-        &[
-            "serve",
-            "--database-url",
-            "sqlite:banner.db",
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
-            // As the README's walk-through: a lost outcome reaches on-call instead of a same-key retry.
-            "--key-retention-s",
-            "1",
-        ],
+        &[],
+        "sqlite:banner.db",
+        // As the README's walk-through: a lost outcome reaches on-call instead of a same-key retry.
+        &["--key-retention-s", "1"],
     )
     .stdout(std::process::Stdio::piped())
     .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
     .spawn()
     .unwrap();
-    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(crate::serve::START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
+    let mut stdout = crate::serve::stdout_lines(&mut child);
+    let banner = crate::serve::read_banner(&mut stdout, crate::serve::START_DEADLINE).await;
     let lines: Vec<&str> = banner.iter().map(|l| l.trim()).collect();
     let exports: Vec<&str> = lines
         .iter()
@@ -799,16 +777,7 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
     let requested: serde_json::Value = serde_json::from_str(&sh(request, &prelude).await).unwrap();
     assert!(requested["expires_at_ms"].is_i64(), "{requested}");
     // The customer: the tenant app's marked line carries the link and its code.
-    let sms = tokio::time::timeout(crate::serve::START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            if line.starts_with(">>> [tenant app]") {
-                return line;
-            }
-        }
-        panic!("serve's stdout ended")
-    })
-    .await
-    .expect("the tenant app prints the link");
+    let sms = crate::serve::tenant_app_line(&mut stdout, crate::serve::START_DEADLINE).await;
     let words: Vec<&str> = sms.split_whitespace().collect();
     let link = words.iter().find(|w| w.contains("/confirm/")).unwrap();
     let otp = words.last().unwrap();
@@ -848,17 +817,7 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
         "{paid}"
     );
     let (_, processor, _) = shell(&format!("{prelude}\nprintf %s \"$PAYONCE_PROCESSOR\"")).await;
-    let payments = payonce_simulator::payment_audit::read_all(
-        &http,
-        &processor,
-        payonce_simulator::payment_audit::PAGE_SIZE_MAX,
-    )
-    .await
-    .unwrap();
-    let ours = payments
-        .iter()
-        .filter(|p| p["metadata"]["payonce_operation_id"] == id)
-        .count();
+    let ours = crate::support::processes::payments_at(&processor, id).await;
     assert_eq!(ours, 1, "one payment at the processor");
 
     // 4. The console at the printed address takes the printed on-call key.
@@ -953,19 +912,7 @@ async fn serve_exits_when_its_api_cannot_start() {
             crate::serve::START_DEADLINE,
             run(
                 &dir,
-                &[
-                    "serve",
-                    "--database-url",
-                    "sqlite:refused.db",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--simulator-listen",
-                    "127.0.0.1:0",
-                    "--tenant",
-                    "acme",
-                    flag,
-                    value,
-                ],
+                &[&serve_args("sqlite:refused.db")[..], &[flag, value]].concat(),
                 &[],
             ),
         )

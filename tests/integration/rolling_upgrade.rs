@@ -54,15 +54,7 @@ async fn ready(base: &str) -> u16 {
 /// A migrated Postgres database of its own, and a service key of the test tenant in it.
 async fn database_with_service_key() -> (TestDatabase, String) {
     let (ledger, url) = postgres_ledger().await;
-    let key = payonce_api::create_api_key(
-        ledger.as_ref(),
-        &tenant(),
-        Role::Service,
-        "billing",
-        SystemClock.now(),
-    )
-    .await
-    .expect("a service key");
+    let key = crate::support::api_key(&ledger, Role::Service, "billing").await;
     (url, key)
 }
 
@@ -105,17 +97,7 @@ async fn create_and_approve(http: &reqwest::Client, api: &str, key: &str, invoic
 
 /// Waits until `id` succeeded (read through the api) and checks the processor has one payment.
 async fn paid_once(http: &reqwest::Client, api: &str, key: &str, sim: &Simulator, id: &str) {
-    wait_for(&format!("{id} succeeded"), DEADLINE, || async {
-        let r = http
-            .get(format!("{api}/v1/operations/{id}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .ok()?;
-        let body: Value = r.json().await.ok()?;
-        (body["status"] == "succeeded").then_some(())
-    })
-    .await;
+    crate::serve::succeeded_over_http(http, api, key, id, DEADLINE).await;
     assert_eq!(payments_for(sim, id).await, 1, "{id}: one payment");
 }
 

@@ -36,6 +36,34 @@ pub(crate) fn payonce(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// Runs `payonce migrate` in `dir` on `database_url` with `env` set; asserts it succeeds.
+pub(crate) async fn migrate(dir: &Path, database_url: &str, env: &[(&str, &str)]) {
+    let migrated = payonce(dir, &["migrate", "--database-url", database_url])
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+}
+
+/// Spawns `payonce ARGS` in `dir` as a deployable runs: on `database_url` with the test key
+/// secret, its processor at `processor_url`, output discarded.
+pub(crate) fn spawn_deployable(
+    dir: &Path,
+    database_url: &str,
+    processor_url: &str,
+    args: &[&str],
+) -> Child {
+    payonce(dir, args)
+        .env("PAYONCE_DATABASE_URL", database_url)
+        .env("PAYONCE_KEY_SECRET", crate::support::KEY_SECRET)
+        .env("PAYONCE_PROCESSOR_URL", processor_url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// A loopback port nobody listens on right now.
 pub(crate) fn free_port() -> u16 {
     payonce_chaos::fleet::free_port().expect("a free loopback port")
@@ -65,6 +93,109 @@ pub(crate) async fn get(url: &str) -> (u16, String) {
     }
 }
 
+/// `serve` on `database_url`, its api and simulator on free loopback ports, for tenant acme.
+pub(crate) fn serve_args(database_url: &str) -> [&str; 9] {
+    [
+        "serve",
+        "--database-url",
+        database_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--simulator-listen",
+        "127.0.0.1:0",
+        "--tenant",
+        "acme",
+    ]
+}
+
+/// `payonce BEFORE` and [`serve_args`] in `dir`, then `after` (more `serve` flags).
+pub(crate) fn serve_command(
+    dir: &Path,
+    before: &[&str],
+    database_url: &str,
+    after: &[&str],
+) -> Command {
+    payonce(
+        dir,
+        &[before, &serve_args(database_url)[..], after].concat(),
+    )
+}
+
+/// Waits (up to `deadline`) until operation `id` reads `succeeded` through the api at `api`
+/// (with `key`); the operation's JSON.
+pub(crate) async fn succeeded_over_http(
+    http: &reqwest::Client,
+    api: &str,
+    key: &str,
+    id: &str,
+    deadline: Duration,
+) -> serde_json::Value {
+    wait_for(&format!("{id} succeeded"), deadline, || async {
+        let op: serde_json::Value = http
+            .get(format!("{api}/v1/operations/{id}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (op["status"] == "succeeded").then_some(op)
+    })
+    .await
+}
+
+/// A spawned process's piped stdout, line by line.
+pub(crate) type StdoutLines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
+
+/// Takes `child`'s piped stdout to read it line by line.
+pub(crate) fn stdout_lines(child: &mut Child) -> StdoutLines {
+    BufReader::new(child.stdout.take().expect("stdout is piped")).lines()
+}
+
+/// Reads `payonce serve`'s banner from `stdout`: every line up to and including "Stop with
+/// Ctrl-C"; panics if it has not come within `deadline`.
+pub(crate) async fn read_banner(stdout: &mut StdoutLines, deadline: Duration) -> Vec<String> {
+    let mut banner = Vec::new();
+    tokio::time::timeout(deadline, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            let stop = line.starts_with("Stop with Ctrl-C");
+            banner.push(line);
+            if stop {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("serve prints its banner");
+    banner
+}
+
+/// The next line the in-process tenant app prints to `stdout` (its "SMS": ">>> [tenant app] to
+/// customer …: please confirm … at URL with code N"); panics if none comes within `deadline`.
+pub(crate) async fn tenant_app_line(stdout: &mut StdoutLines, deadline: Duration) -> String {
+    tokio::time::timeout(deadline, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            if line.starts_with(">>> [tenant app]") {
+                return line;
+            }
+        }
+        panic!("serve's stdout ended")
+    })
+    .await
+    .expect("the tenant app prints the request")
+}
+
+/// The URL on the banner's "api" line (its first word).
+pub(crate) fn banner_api(banner: &[String]) -> String {
+    banner
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("api "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no api line in {banner:#?}"))
+        .to_string()
+}
+
 #[tokio::test]
 async fn serve_runs_every_component_in_one_process_and_pays_once_on_sqlite() {
     serve_pays_once("serve-sqlite", "sqlite:serve.db").await;
@@ -82,22 +213,13 @@ async fn serve_runs_every_component_in_one_process_and_pays_once_on_postgres() {
 async fn serve_pays_once(name: &str, database_url: &str) {
     let dir = scratch(name);
     let metrics_listen = format!("127.0.0.1:{}", free_port());
-    let mut child = payonce(
+    let mut child = serve_command(
         &dir,
+        &["--log-format", "json"],
+        database_url,
         &[
-            "--log-format",
-            "json",
-            "serve",
             "--metrics-listen",
             &metrics_listen,
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
             // Postgres needs it configured (a SQLite file keeps one beside it).
             "--key-secret",
             crate::support::KEY_SECRET,
@@ -107,19 +229,8 @@ async fn serve_pays_once(name: &str, database_url: &str) {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, START_DEADLINE).await;
     // Banner lines: "  api        URL  (…)", "  processor  URL  (…)", "  service key    (tenant) KEY".
     let line = |label: &str| -> Vec<String> {
         banner
@@ -156,34 +267,12 @@ async fn serve_pays_once(name: &str, database_url: &str) {
     assert!(approved.status().is_success(), "{approved:?}");
 
     // The in-process worker pays it through the built-in simulator.
-    let op = wait_for("the operation to succeed", START_DEADLINE, || async {
-        let op: serde_json::Value = http
-            .get(format!("{api}/v1/operations/{id}"))
-            .bearer_auth(&service)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (op["status"] == "succeeded").then_some(op)
-    })
-    .await;
+    let op = succeeded_over_http(&http, &api, &service, &id, START_DEADLINE).await;
     assert!(
         op["external_ref"].as_str().unwrap().starts_with("pi_"),
         "{op}"
     );
-    let payments = payonce_simulator::payment_audit::read_all(
-        &crate::api::http_client(),
-        &processor,
-        payonce_simulator::payment_audit::PAGE_SIZE_MAX,
-    )
-    .await
-    .unwrap();
-    let ours = payments
-        .iter()
-        .filter(|p| p["metadata"]["payonce_operation_id"] == id.as_str())
-        .count();
+    let ours = crate::support::processes::payments_at(&processor, &id).await;
     assert_eq!(ours, 1, "exactly one payment at the processor");
 
     assert_eq!(get(&format!("{api}/healthz")).await.0, 200);
@@ -330,42 +419,18 @@ async fn demo_on_a_terminal_shows_a_spinner_with_elapsed_time() {
 
 /// Starts `payonce serve` in `dir` on `database_url` and returns it with its banner lines.
 async fn serve_banner(dir: &Path, database_url: &str) -> (Child, Vec<String>) {
-    let mut child = payonce(
-        dir,
-        &[
-            "serve",
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-    .spawn()
-    .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(START_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
+    let mut child = serve_command(dir, &[], database_url, &[])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, START_DEADLINE).await;
     (child, banner)
 }
 
 /// The last word of the banner line starting with `label`.
-fn banner_word(banner: &[String], label: &str) -> String {
+pub(crate) fn banner_word(banner: &[String], label: &str) -> String {
     banner
         .iter()
         .find_map(|l| l.trim_start().strip_prefix(label))
@@ -384,12 +449,7 @@ async fn serve_keeps_its_keys_across_restarts() {
     let mut keys_seen = Vec::new();
     for start in 0..2 {
         let (mut child, banner) = serve_banner(&dir, &database_url).await;
-        let api = banner
-            .iter()
-            .find_map(|l| l.trim_start().strip_prefix("api "))
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no api line in {banner:#?}"))
-            .to_string();
+        let api = banner_api(&banner);
         let service = banner_word(&banner, "service key");
         let assistant = banner_word(&banner, "assistant key");
         assert!(service.starts_with("po_service_"), "{banner:#?}");

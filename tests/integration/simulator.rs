@@ -62,6 +62,18 @@ pub async fn start_default() -> Sim {
     start(SimulatorConfig::default()).await
 }
 
+/// A short asynchronous-refund delay, so settling tests wait on a condition for little time.
+pub const REFUND_SETTLE: Duration = Duration::from_millis(300);
+
+/// A default simulator whose asynchronous refunds settle after [`REFUND_SETTLE`].
+pub async fn start_settling_refunds() -> Sim {
+    start(SimulatorConfig {
+        refund_settle: REFUND_SETTLE,
+        ..SimulatorConfig::default()
+    })
+    .await
+}
+
 impl Sim {
     /// Moves the simulator's clock forward (`POST /_sim/clock`); answers its new now, ms.
     pub async fn advance_clock(&self, by: Duration) -> i64 {
@@ -154,14 +166,12 @@ impl Sim {
 
     /// The JSON of an admin endpoint (`/_sim/…`).
     pub async fn admin(&self, path: &str) -> Value {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        crate::support::processes::admin_json(&self.http, &self.base, path).await
+    }
+
+    /// The simulator's audit of refunds (`GET /_sim/audit/refunds`).
+    pub async fn refunds_audit(&self) -> Value {
+        self.admin("/_sim/audit/refunds").await
     }
 
     /// Every PaymentIntent, oldest first (every page of the audit).

@@ -7,17 +7,16 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::api::repo_root;
-use crate::simulator::{API_KEY, DEADLINE, Sim, create_form, start, start_default};
+use crate::simulator::{
+    API_KEY, DEADLINE, Sim, create_form, start_default, start_settling_refunds,
+};
 use crate::support::{pinned_python, wait_for};
-use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
 
 /// How long the stripe-python run may take (interpreter start-up included).
 const PYTHON_DEADLINE: Duration = Duration::from_secs(60);
-/// A short asynchronous-refund delay, so settling tests wait on a condition for little time.
-const REFUND_SETTLE: Duration = Duration::from_millis(300);
 
 fn ensure_stripe_python() -> std::path::PathBuf {
     pinned_python("stripe", |_| true)
@@ -47,17 +46,6 @@ async fn refund_event_types(s: &Sim, re: &str) -> Vec<String> {
         .collect();
     types.reverse();
     types
-}
-
-async fn audit(s: &Sim) -> Value {
-    s.http
-        .get(format!("{}/_sim/audit/refunds", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 fn unrecognized(method: &str, path: &str) -> String {
@@ -133,7 +121,7 @@ async fn stripe_python_lists_refunds_by_both_cursors_and_gets_stripes_error_on_a
     assert_eq!(out["rest"], json!({"amount": 900, "status": "succeeded"}));
     assert_eq!(out["already_refunded"]["code"], "charge_already_refunded");
     // The processor's side: four refunds, one per key, the payment exactly refunded.
-    let a = audit(&s).await;
+    let a = s.refunds_audit().await;
     assert_eq!(a["count_by_payment_intent"], json!({ pi: 4 }));
     // stripe-python sends a key of its own with a POST that has none (the remainder refund).
     let keys = a["count_by_idempotency_key"].as_object().unwrap();
@@ -240,11 +228,7 @@ async fn settled(s: &Sim, re: &str, status: &str) -> Value {
 
 #[tokio::test]
 async fn asynchronous_refunds_settle_after_the_delay_with_stripes_events() {
-    let s = start(SimulatorConfig {
-        refund_settle: REFUND_SETTLE,
-        ..SimulatorConfig::default()
-    })
-    .await;
+    let s = start_settling_refunds().await;
     // pm_card_pendingRefund: pending, then succeeded.
     let pi = paid(&s, 1000, "pm_card_pendingRefund").await;
     let r = s
@@ -336,7 +320,7 @@ async fn asynchronous_refunds_settle_after_the_delay_with_stripes_events() {
             "charge.refund.updated"
         ]
     );
-    let a = audit(&s).await;
+    let a = s.refunds_audit().await;
     assert_eq!(
         a["count_by_idempotency_key"],
         json!({"k-fail": 1, "k-pending": 1})

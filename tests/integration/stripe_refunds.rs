@@ -6,7 +6,7 @@
 // Test harness: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
-use crate::simulator::{DEADLINE, Sim, start, start_default};
+use crate::simulator::{DEADLINE, Sim, start_default, start_settling_refunds};
 use crate::stripe_adapter::{Op, adapter};
 use crate::support::{tenant, wait_for};
 use payonce_core::details::RefundReason;
@@ -17,12 +17,8 @@ use payonce_processor::{
     FoundStatus, LookupOutcome, Processor, RefundLookupQuery, RefundRequest, Retrieved,
     SubmitOutcome,
 };
-use payonce_simulator::SimulatorConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
-
-/// A short asynchronous-refund delay for the simulator.
-const REFUND_SETTLE: Duration = Duration::from_millis(300);
 
 /// A refund operation as the worker would submit it.
 struct RefundOp {
@@ -84,19 +80,8 @@ async fn paid(p: &StripeProcessor, payment_method: &str) -> String {
     }
 }
 
-async fn refunds_audit(s: &Sim) -> Value {
-    s.http
-        .get(format!("{}/_sim/audit/refunds", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn refunds_with_key(s: &Sim, key: &IdempotencyKey) -> u64 {
-    refunds_audit(s).await["count_by_idempotency_key"][key.as_str()]
+    s.refunds_audit().await["count_by_idempotency_key"][key.as_str()]
         .as_u64()
         .unwrap_or(0)
 }
@@ -208,7 +193,7 @@ async fn more_than_is_left_and_nothing_left_are_definitive_declines() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        refunds_audit(&s).await["amount_by_payment_intent"][pi.as_str()],
+        s.refunds_audit().await["amount_by_payment_intent"][pi.as_str()],
         2048
     );
     // A payment that does not exist: refused before anything ran.
@@ -235,11 +220,7 @@ async fn settled_lookup(p: &StripeProcessor, op: &RefundOp, reference: &str) -> 
 
 #[tokio::test]
 async fn a_pending_refund_is_unknown_with_its_reference_and_lookup_follows_it_to_either_end() {
-    let s = start(SimulatorConfig {
-        refund_settle: REFUND_SETTLE,
-        ..SimulatorConfig::default()
-    })
-    .await;
+    let s = start_settling_refunds().await;
     let p = adapter(&s.base);
     for (pm, ends) in [
         ("pm_card_pendingRefund", "succeeded"),
@@ -383,7 +364,7 @@ async fn faults_classify_like_payments_and_never_make_a_second_refund() {
     ));
     assert_eq!(refunds_with_key(&s, &reset.key).await, 0);
     assert_eq!(
-        refunds_audit(&s).await["count_by_payment_intent"][pi.as_str()],
+        s.refunds_audit().await["count_by_payment_intent"][pi.as_str()],
         2,
         "the dropped one and the 500-after-commit one, nothing else"
     );

@@ -134,14 +134,7 @@ async fn held_for(base: &str, what: &str, operation: &Operation) -> Vec<Value> {
             .await
             .unwrap()
     } else {
-        let page: Value = http
-            .get(format!("{base}/_sim/audit/refunds"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page = crate::support::processes::refunds_audit_at(base).await;
         page["data"].as_array().cloned().unwrap_or_default()
     };
     // By the key only this operation sends (Adyen's refund answers carry no metadata).

@@ -11,7 +11,6 @@ use payonce_core::clock::Clock;
 use payonce_core::id::{OperationId, TenantId};
 use payonce_core::signing::TIMESTAMP_TOLERANCE_S;
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::{Worker, WorkerConfig};
 use serde_json::json;
 use std::path::Path;
 use std::process::Stdio;
@@ -58,13 +57,7 @@ async fn chromium_approves_declines_and_refuses_double_submit_expired_and_tamper
     let sim = processes::simulator(SimulatorConfig::default()).await;
     let (ledger, _db) = postgres_ledger_on_callers_clock().await;
     let api = spawn_with_processor(ledger, processes::stripe(&sim, None)).await;
-    let worker = Worker::new(
-        api.ledger.clone(),
-        processes::stripe(&sim, None),
-        api.clock.clone(),
-        WorkerConfig::new("browser-worker"),
-    )
-    .unwrap();
+    let worker = api.worker(&sim, "browser-worker");
     let profile = api
         .send(
             "PUT",
@@ -230,13 +223,7 @@ async fn chromium_refuses_an_assistants_link_and_a_customer_approves_with_a_code
         spawn(ledger).await.holding(database)
     };
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let worker = Worker::new(
-        api.ledger.clone(),
-        processes::stripe(&sim, None),
-        api.clock.clone(),
-        WorkerConfig::new("browser-worker"),
-    )
-    .unwrap();
+    let worker = api.worker(&sim, "browser-worker");
 
     // The assistant's target, in the signed-assertion tenant: its answer has no link, and a link it
     // got hold of anyway, bare or with an assertion it signed itself, is refused.

@@ -597,11 +597,8 @@ async fn another_tenants_operation_is_not_found_and_the_chain_never_shows_a_secr
     );
 
     // A succeeded operation whose processor object carries a client_secret.
-    let op = api.create_ready("INV-S1").await;
-    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+    let (id, executing) = api.create_executing("INV-S1").await;
     let now = api.clock_now();
-    let worker = rows::holder("w", Duration::from_millis(30_000));
-    let executing = rows::executing(&api.ledger, &id, &worker, now).await;
     let secret = "pi_s1_secret_DO_NOT_SHOW";
     let paid = Recorded::Succeeded(Paid {
         reference: "pi_s1".into(),
@@ -1231,11 +1228,7 @@ async fn keys_create_read_only_is_for_on_call_keys() {
     let dir = scratch("keys-read-only");
     let db = format!("sqlite:{}", dir.join("keys.db").display());
     // Every command but migrate, serve and demo refuses a ledger that does not exist yet.
-    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
-        .output()
-        .await
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+    crate::serve::migrate(&dir, &db, &[]).await;
     let run = |role: &'static str| {
         let args = [
             "keys",

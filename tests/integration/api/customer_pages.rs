@@ -383,11 +383,7 @@ async fn the_operator_command_sets_a_profile_and_refuses_bad_input() {
     let dir = scratch("tenant-set-profile");
     let db = format!("sqlite:{}", dir.join("tenant.db").display());
     // Every command but migrate, serve and demo refuses a ledger that does not exist yet.
-    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
-        .output()
-        .await
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+    crate::serve::migrate(&dir, &db, &[]).await;
     let run = |args: Vec<&str>| {
         let mut all = vec![
             "tenant",

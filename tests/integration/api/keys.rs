@@ -2,7 +2,7 @@
 //! over HTTP, and `payonce keys …` revoking a key in two running `payonce api` processes on one
 //! Postgres database within one second.
 
-use super::processes::{api_process, free_port};
+use super::processes::two_api_processes;
 use super::{T0, http_client, spawn, tenant};
 use crate::support::processes::terminate;
 use crate::support::{every_store, payonce_bin, postgres_ledger, sqlite_ledger, wait_for};
@@ -406,23 +406,8 @@ async fn a_key_revoked_with_the_cli_is_refused_by_every_api_process_within_a_sec
     assert_eq!(listed.key_hash, sha256_hex(&secret), "stored hashed");
     assert!(listed.expires_at.unwrap() > listed.created_at + Duration::from_secs(89 * 86_400));
 
-    let ports = [free_port(), free_port()];
-    let mut apis = [api_process(&url, ports[0]), api_process(&url, ports[1])];
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
     let http = http_client();
-    for base in &bases {
-        wait_for("payonce api is ready", START_DEADLINE, || {
-            let (http, base) = (http.clone(), base.clone());
-            async move {
-                let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-                r.status().is_success().then_some(())
-            }
-        })
-        .await;
-    }
+    let (mut apis, bases) = two_api_processes(&url, &http, START_DEADLINE).await;
     // Authenticated: an unknown operation id is a 404, not a 401.
     assert_eq!(statuses(&http, &bases, &secret).await, [404, 404]);
 

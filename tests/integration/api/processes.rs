@@ -2,14 +2,14 @@
 //! creates the same business key through both, an assistant hammers both with tool calls and execute
 //! requests while the worker pays, and the processor sees exactly one payment.
 
-use super::http_client;
 use super::tools::{answer_of, call_object};
-use crate::support::processes::{payments_for, simulator, terminate, worker_process};
-use crate::support::{payonce_bin, postgres_ledger, tenant, wait_for};
+use super::{http_client, post_json as post};
+use crate::support::processes::{payments_for, simulator, terminate, wait_ready, worker_process};
+use crate::support::{api_key, payonce_bin, postgres_ledger, tenant, wait_for};
 use payonce_core::clock::{Clock, SystemClock};
 use payonce_ledger::Role;
 use payonce_simulator::SimulatorConfig;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::{Child, Command};
@@ -36,48 +36,36 @@ pub(super) fn api_process(database_url: &str, port: u16) -> Child {
         .expect("spawn payonce api")
 }
 
-async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> (u16, Value) {
-    let r = http
-        .post(url)
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+/// Two `payonce api` processes on `database_url`, each on a free port, once both are ready
+/// (within `deadline`); with their base URLs.
+pub(super) async fn two_api_processes(
+    database_url: &str,
+    http: &reqwest::Client,
+    deadline: Duration,
+) -> ([Child; 2], Vec<String>) {
+    let ports = [free_port(), free_port()];
+    let apis = [
+        api_process(database_url, ports[0]),
+        api_process(database_url, ports[1]),
+    ];
+    let bases: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    for base in &bases {
+        wait_ready(http, base, deadline).await;
+    }
+    (apis, bases)
 }
 
 #[tokio::test]
 async fn two_api_processes_one_operation_one_payment() {
     let (ledger, url) = postgres_ledger().await;
     let sim = simulator(SimulatorConfig::default()).await;
-    let now = SystemClock.now();
-    let service =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now)
-            .await
-            .unwrap();
-    let assistant =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Assistant, "bot", now)
-            .await
-            .unwrap();
-    let ports = [free_port(), free_port()];
-    let mut apis = [api_process(&url, ports[0]), api_process(&url, ports[1])];
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
+    let service = api_key(&ledger, Role::Service, "billing").await;
+    let assistant = api_key(&ledger, Role::Assistant, "bot").await;
     let http = http_client();
-    for base in &bases {
-        wait_for("payonce api is ready", DEADLINE, || {
-            let (http, base) = (http.clone(), base.clone());
-            async move {
-                let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-                r.status().is_success().then_some(())
-            }
-        })
-        .await;
-    }
+    let (mut apis, bases) = two_api_processes(&url, &http, DEADLINE).await;
 
     // Upstream creates the same business key through both processes at once: one operation.
     let body = json!({"business_key": "invoice:INV-200:pay", "details": super::raw_details("INV-200", 2048)});
@@ -284,10 +272,7 @@ async fn page_text(http: &reqwest::Client, base: &str, path: &str, cookie: Optio
 async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_records() {
     let (ledger, url) = postgres_ledger().await;
     let now = SystemClock.now();
-    let on_call =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::OnCall, "alice", now)
-            .await
-            .unwrap();
+    let on_call = api_key(&ledger, Role::OnCall, "alice").await;
     let waiting =
         crate::support::ready_operation(&ledger, "INV-OUTAGE-1", "pm_card_visa", now).await;
     // Nothing listens on the processor's port until the simulator starts there below.
@@ -297,14 +282,7 @@ async fn an_api_apart_from_its_worker_shows_the_processor_outage_the_worker_reco
     let base = format!("http://127.0.0.1:{api_port}");
     let mut api = api_process(&url, api_port);
     let http = http_client();
-    wait_for("payonce api is ready", DEADLINE, || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
+    wait_ready(&http, &base, DEADLINE).await;
     let cookie = console_session(&http, &base, &on_call).await;
     // Before any worker ran: no banner, the gauge says reachable.
     assert!(

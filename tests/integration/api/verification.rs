@@ -22,7 +22,6 @@ use payonce_core::signing::{SIGNATURE_HEADER, TIMESTAMP_TOLERANCE_S};
 use payonce_ledger::ApprovalLink;
 use payonce_ledger::verification::{UsedNonce, VerificationMethod};
 use payonce_simulator::SimulatorConfig;
-use payonce_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -248,13 +247,7 @@ fn assert_no_capability(seen: &[String], details_hash: &str, code: Option<&str>)
 async fn an_assistant_cannot_approve_its_own_payment() {
     let api = spawn(sqlite_ledger().await).await;
     let sim = processes::simulator(SimulatorConfig::default()).await;
-    let worker = Worker::new(
-        api.ledger.clone(),
-        processes::stripe(&sim, None),
-        api.clock.clone(),
-        WorkerConfig::new("self-approval-worker"),
-    )
-    .unwrap();
+    let worker = api.worker(&sim, "self-approval-worker");
     let op = api.create("INV-130", 2048).await;
 
     // 1. Assertion tenant (the default): the assistant's answers say the customer must confirm and
@@ -821,62 +814,23 @@ async fn repro_assistant_starves_service_links() {
 /// page approves, and the stack pays once.
 #[tokio::test]
 async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_code() {
-    use crate::serve::{payonce, scratch, sigterm_and_wait};
+    use crate::serve::{
+        banner_api, banner_word, read_banner, scratch, serve_command, sigterm_and_wait,
+        stdout_lines, succeeded_over_http, tenant_app_line,
+    };
     use std::process::Stdio;
-    use tokio::io::AsyncBufReadExt;
     const SERVE_DEADLINE: Duration = Duration::from_secs(60);
     let dir = scratch("serve-tenant-app");
-    let mut child = payonce(
-        &dir,
-        &[
-            "serve",
-            "--database-url",
-            "sqlite:serve.db",
-            "--listen",
-            "127.0.0.1:0",
-            "--simulator-listen",
-            "127.0.0.1:0",
-            "--tenant",
-            "acme",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut banner = Vec::new();
-    tokio::time::timeout(SERVE_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            let stop = line.starts_with("Stop with Ctrl-C");
-            banner.push(line);
-            if stop {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("serve prints its banner");
-    let field = |label: &str| -> String {
-        banner
-            .iter()
-            .find_map(|l| l.trim_start().strip_prefix(label))
-            .unwrap_or_else(|| panic!("no {label:?} line in {banner:#?}"))
-            .split_whitespace()
-            .last()
-            .unwrap()
-            .to_string()
-    };
-    let api = banner
-        .iter()
-        .find_map(|l| l.trim_start().strip_prefix("api "))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    let service = field("service key");
-    let assistant = field("assistant key");
+    let mut child = serve_command(&dir, &[], "sqlite:serve.db", &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, SERVE_DEADLINE).await;
+    let api = banner_api(&banner);
+    let service = banner_word(&banner, "service key");
+    let assistant = banner_word(&banner, "assistant key");
     assert!(
         banner.iter().any(|l| l.contains("one-time code")),
         "{banner:#?}"
@@ -903,16 +857,7 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
     assert!(!answer.to_string().contains("/confirm/"), "{answer}");
 
     // The tenant app's "SMS": ">>> [tenant app] to customer cus_9: please confirm … at URL with code N".
-    let line = tokio::time::timeout(SERVE_DEADLINE, async {
-        while let Some(line) = stdout.next_line().await.unwrap() {
-            if line.starts_with(">>> [tenant app]") {
-                return line;
-            }
-        }
-        panic!("serve's stdout ended")
-    })
-    .await
-    .expect("the tenant app prints the request");
+    let line = tenant_app_line(&mut stdout, SERVE_DEADLINE).await;
     let words: Vec<&str> = line.split_whitespace().collect();
     let url = words.iter().find(|w| w.contains("/confirm/")).unwrap();
     let code = words.last().unwrap();
@@ -930,19 +875,7 @@ async fn serve_plays_the_tenant_app_and_a_customer_approves_with_the_printed_cod
         .await
         .unwrap();
     assert_eq!(approved.status(), 200);
-    let paid = crate::support::wait_for("the payment", SERVE_DEADLINE, || async {
-        let op: Value = http
-            .get(format!("{api}/v1/operations/{id}"))
-            .bearer_auth(&service)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (op["status"] == "succeeded").then_some(op)
-    })
-    .await;
+    let paid = succeeded_over_http(&http, &api, &service, &id, SERVE_DEADLINE).await;
     assert!(paid["approved_by"] == "customer:cus_9", "{paid}");
     let exit = sigterm_and_wait(&mut child).await;
     assert!(exit.success(), "{exit}");
@@ -961,11 +894,7 @@ async fn the_operator_command_sets_a_tenants_verification() {
         let mut command = payonce(&dir, &all);
         async move { command.output().await.unwrap() }
     };
-    let migrated = payonce(&dir, &["migrate", "--database-url", db.as_str()])
-        .output()
-        .await
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+    crate::serve::migrate(&dir, &db, &[]).await;
     let refused = run(vec![
         "set-verification",
         "--tenant",

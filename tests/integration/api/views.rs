@@ -6,12 +6,10 @@ use super::{T0_MS, spawn};
 use crate::support::rows;
 use crate::support::sqlite_ledger;
 use payonce_core::clock::Clock;
-use payonce_core::id::OperationId;
 use payonce_ledger::Paid;
 use payonce_ledger::Recorded;
 use payonce_reconciler::oncall::{self, Format};
 use serde_json::json;
-use std::time::Duration;
 
 /// Strings of the stored object no view may contain.
 const HIDDEN: &[&str] = &[
@@ -27,11 +25,8 @@ const HIDDEN: &[&str] = &[
 #[tokio::test]
 async fn every_role_and_route_sees_the_summary_never_the_client_secret() {
     let api = spawn(sqlite_ledger().await).await;
-    let op = api.create_ready("INV-V1").await;
-    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+    let (id, c) = api.create_executing("INV-V1").await;
     let now = api.clock.now();
-    let worker = rows::holder("w", Duration::from_millis(30_000));
-    let c = rows::executing(&api.ledger, &id, &worker, now).await;
     let stored = json!({"id": "pi_v", "object": "payment_intent", "status": "succeeded", "amount": 2048,
         "amount_received": 2048, "currency": "usd", "customer": "cus_test", "created": T0_MS / 1000,
         "client_secret": "pi_v_secret_abc", "latest_charge": "ch_v", "payment_method": "pm_card_visa_v",

@@ -5,27 +5,26 @@
 
 use super::tools::call_tool;
 use super::{T0_MS, WEBHOOK_SECRET, spawn};
-use crate::support::rows;
 use crate::support::sqlite_ledger;
-use payonce_core::clock::Clock;
 use payonce_core::clock::Timestamp;
-use payonce_core::id::OperationId;
 use payonce_core::state::Status;
 use payonce_processor::stripe::webhook::sign;
 use serde_json::{Value, json};
-use std::time::Duration;
+
+/// A Stripe `payment_intent.succeeded` event `event` about PaymentIntent `pi` of `amount` cents USD,
+/// naming `operation` in its metadata.
+fn succeeded_event(event: &str, pi: &str, amount: i64, operation: &str) -> Value {
+    json!({"id": event, "object": "event", "type": "payment_intent.succeeded",
+        "data": {"object": {"id": pi, "object": "payment_intent", "status": "succeeded", "amount": amount,
+                            "currency": "usd", "metadata": {"payonce_operation_id": operation}}}})
+}
 
 #[tokio::test]
 async fn signed_events_are_stored_once_as_hints_and_bad_signatures_refused() {
     let api = spawn(sqlite_ledger().await).await;
-    let op = api.create_ready("INV-80").await;
-    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let worker = rows::holder("w", Duration::from_millis(30_000));
-    rows::executing(&api.ledger, &id, &worker, api.clock.now()).await;
+    let (id, _) = api.create_executing("INV-80").await;
 
-    let event = json!({"id": "evt_80", "object": "event", "type": "payment_intent.succeeded",
-        "data": {"object": {"id": "pi_80", "object": "payment_intent", "status": "succeeded", "amount": 2048,
-                            "currency": "usd", "metadata": {"payonce_operation_id": id.as_str()}}}});
+    let event = succeeded_event("evt_80", "pi_80", 2048, id.as_str());
     let body = event.to_string();
     let t = T0_MS / 1000;
     let header = format!("t={t},v1={}", sign(WEBHOOK_SECRET, t, body.as_bytes()));
@@ -135,14 +134,9 @@ async fn post_signed(api: &super::TestApi, event: &Value) -> (u16, Value) {
 #[tokio::test]
 async fn a_signed_forged_success_does_not_mark_an_executing_operation_paid() {
     let api = spawn(sqlite_ledger().await).await;
-    let op = api.create_ready("INV-81").await;
-    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
-    let worker = rows::holder("w", Duration::from_millis(30_000));
-    rows::executing(&api.ledger, &id, &worker, api.clock.now()).await;
+    let (id, _) = api.create_executing("INV-81").await;
     // Whoever holds the signing secret says amount 1 succeeded; no payment exists anywhere.
-    let forged = json!({"id": "evt_81", "object": "event", "type": "payment_intent.succeeded",
-        "data": {"object": {"id": "pi_forged", "object": "payment_intent", "status": "succeeded", "amount": 1,
-                            "currency": "usd", "metadata": {"payonce_operation_id": id.as_str()}}}});
+    let forged = succeeded_event("evt_81", "pi_forged", 1, id.as_str());
     let (status, body) = post_signed(&api, &forged).await;
     assert_eq!(status, 200, "stored and acknowledged: {body}");
     let row = api.ledger.get_unscoped(&id).await.unwrap();
@@ -167,9 +161,7 @@ async fn a_signed_success_for_an_operation_cancelled_before_approval_is_acknowle
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let event = json!({"id": "evt_82", "object": "event", "type": "payment_intent.succeeded",
-        "data": {"object": {"id": "pi_82", "object": "payment_intent", "status": "succeeded", "amount": 2048,
-                            "currency": "usd", "metadata": {"payonce_operation_id": raw}}}});
+    let event = succeeded_event("evt_82", "pi_82", 2048, raw);
     // Before issue 13 this was 503 on every delivery, forever (a CHECK refused the move).
     for _ in 0..2 {
         let (status, body) = post_signed(&api, &event).await;

@@ -32,8 +32,7 @@ async fn scenario_2_a_worker_sigkilled_after_processor_acceptance_pays_once() {
 
     // A fresh worker and the reconciler take over: the lease lapses, the outcome is unknown, a
     // lookup finds the payment. Nothing is submitted under a new key.
-    let _fresh = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
     assert_eq!(settled(&ledger, &op.id, DEADLINE).await, Status::Succeeded);
     let events = assert_paid_once(&ledger, &sim, &op.id).await;
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();

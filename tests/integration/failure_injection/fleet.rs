@@ -83,6 +83,15 @@ pub fn reconciler(database_url: &str, sim: &Simulator, env: &[(&str, &str)]) -> 
     spawn(&["reconciler", "run"], database_url, &sim.base_url(), env)
 }
 
+/// A fresh `payonce worker`, then `payonce reconciler run`, against the simulator with no more
+/// environment; both run until the pair is dropped.
+pub fn worker_and_reconciler(database_url: &str, sim: &Simulator) -> (Proc, Proc) {
+    (
+        worker(database_url, sim, &[]),
+        reconciler(database_url, sim, &[]),
+    )
+}
+
 /// The webhook secret fleet apis accept; simulators that deliver to them sign with it (the api
 /// refuses the simulator's published default).
 pub const WEBHOOK_SECRET: &str = "whsec_fleet_c0ffee_not_the_published_default";
@@ -100,15 +109,7 @@ pub async fn api(database_url: &str) -> (Proc, String) {
         &[("PAYONCE_WEBHOOK_SECRETS", secret)],
     );
     let base = format!("http://{listen}");
-    let http = crate::api::http_client();
-    wait_for("payonce api is ready", DEADLINE, || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
+    crate::support::processes::wait_ready(&crate::api::http_client(), &base, DEADLINE).await;
     (p, base)
 }
 

@@ -117,8 +117,7 @@ async fn scenario_8_processor_5xx_storms_429s_and_hangs_end_in_the_truth() {
         ]),
     )
     .await;
-    let _worker = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
     all_settled(&ledger).await;
 
     let rules: serde_json::Value = reqwest::get(format!("{}/_sim/faults", sim.base_url()))

@@ -99,12 +99,7 @@ pub async fn approved_refund(
 
 /// The simulator's refund audit (`GET /_sim/audit/refunds`).
 pub async fn refund_audit(sim: &Simulator) -> Value {
-    reqwest::get(format!("{}/_sim/audit/refunds", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    crate::support::processes::refunds_audit_at(&sim.base_url()).await
 }
 
 /// The refunds the simulator holds for refund operation `id` (by metadata) that still give money back.

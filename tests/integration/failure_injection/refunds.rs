@@ -134,8 +134,7 @@ async fn refund_a_worker_sigkilled_after_processor_acceptance_refunds_once() {
     doomed.sigkill().await;
 
     // The lease lapses, the outcome is unknown, lookup_refund finds it in the payment's refunds.
-    let _fresh = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
     assert_eq!(
         settled(&ledger, &refund.id, DEADLINE).await,
         Status::Succeeded
@@ -166,8 +165,7 @@ async fn refund_a_result_lost_after_commit_is_found_never_made_again() {
         json!([{ "match": refund.idempotency_key.as_str(), "fault": "drop_after_commit", "times": 1 }]),
     )
     .await;
-    let _worker = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
     assert_eq!(
         settled(&ledger, &refund.id, DEADLINE).await,
         Status::Succeeded
@@ -189,15 +187,8 @@ async fn post(
     key: &str,
     body: serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let r = crate::api::http_client()
-        .post(format!("{base}{path}"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    let http = crate::api::http_client();
+    crate::api::post_json(&http, format!("{base}{path}"), key, body).await
 }
 
 async fn get(base: &str, path: &str, key: &str) -> serde_json::Value {
@@ -236,8 +227,7 @@ async fn refund_proposed_by_the_assistant_approved_on_call_executed_by_a_worker_
     let assistant = key(Role::Assistant).await.unwrap();
     let oncall = key(Role::OnCall).await.unwrap();
     let payment = paid_payment(&ledger, &sim, "INV-RF4", "pm_card_visa").await;
-    let _worker = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
 
     let input = json!({"payment_operation_id": payment.id.as_str(), "amount": 700, "reason": "requested_by_customer"});
     let proposal = request_refund(&base, &assistant, "toolu_1", input.clone()).await;

@@ -20,27 +20,14 @@ const CONCURRENT_REQUESTS: usize = 40;
 const WORKERS: usize = 3;
 
 async fn keys(ledger: &payonce_ledger::SharedLedger) -> (String, String) {
-    let service =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Service, "billing", now())
-            .await
-            .unwrap();
-    let assistant =
-        payonce_api::create_api_key(ledger.as_ref(), &tenant(), Role::Assistant, "bot", now())
-            .await
-            .unwrap();
+    let service = crate::support::api_key(ledger, Role::Service, "billing").await;
+    let assistant = crate::support::api_key(ledger, Role::Assistant, "bot").await;
     (service, assistant)
 }
 
 async fn post(base: &str, path: &str, key: &str, body: Value) -> (u16, Value) {
-    let r = crate::api::http_client()
-        .post(format!("{base}{path}"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    let http = crate::api::http_client();
+    crate::api::post_json(&http, format!("{base}{path}"), key, body).await
 }
 
 fn tool_call_body(call_id: &str, input: Value) -> Value {
@@ -172,8 +159,7 @@ async fn scenario_3_a_lost_tool_result_and_a_lost_processor_answer_never_pay_twi
     .await;
     drop(conn);
 
-    let _worker = fleet::worker(&url, &sim, &[]);
-    let _rec = fleet::reconciler(&url, &sim, &[]);
+    let _fleet = fleet::worker_and_reconciler(&url, &sim);
     // The assistant asks again, with fresh call ids, until it hears the outcome.
     let mut asked = 0usize;
     let answer = wait_for("the assistant hears the outcome", DEADLINE, || {

@@ -326,11 +326,8 @@ async fn postgres_eight_callers_racing_for_the_last_money_create_exactly_what_fi
 
 #[tokio::test]
 async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
-    let path = std::env::temp_dir().join(format!(
-        "payonce-refund-race-{}.db",
-        payonce_core::id::random_hex(8)
-    ));
-    let url = format!("sqlite:{}", path.display());
+    let file = support::SqliteFile::new("refund-race");
+    let url = file.url.clone();
     let mut ledgers = Vec::new();
     for _ in 0..3 {
         ledgers.push(payonce_ledger::connect(&url, 1).await.unwrap());
@@ -368,9 +365,6 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
         ]
     );
     conn.close().await.unwrap();
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }
 
 /// A raw refund row with `kind`, `refund_of`, reference and reason as given: what the CHECKs see
@@ -414,11 +408,8 @@ async fn both_stores_check_the_refund_shape_whatever_writes_the_row() {
     use sqlx::Connection;
     let (ledger, url) = support::postgres_ledger().await;
     let payment = succeeded_payment(&ledger, "INV-SHAPE", 1_000, at(T0)).await;
-    let path = std::env::temp_dir().join(format!(
-        "payonce-refund-shape-{}.db",
-        payonce_core::id::random_hex(8)
-    ));
-    let sqlite_url = format!("sqlite:{}", path.display());
+    let file = support::SqliteFile::new("refund-shape");
+    let sqlite_url = file.url.clone();
     let sqlite = payonce_ledger::connect(&sqlite_url, 1).await.unwrap();
     let sqlite_payment = succeeded_payment(&sqlite, "INV-SHAPE", 1_000, at(T0)).await;
     drop(sqlite);
@@ -510,20 +501,14 @@ async fn both_stores_check_the_refund_shape_whatever_writes_the_row() {
         .unwrap();
     pg.close().await.unwrap();
     lite.close().await.unwrap();
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }
 
 #[tokio::test]
 async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_ledger() {
     use sqlx::Connection;
     use std::str::FromStr;
-    let path = std::env::temp_dir().join(format!(
-        "payonce-0008-{}.db",
-        payonce_core::id::random_hex(8)
-    ));
-    let url = format!("sqlite:{}", path.display());
+    let file = support::SqliteFile::new("0008");
+    let url = file.url.clone();
     let id = OperationId::generate();
     let details = support::details("INV-M8", 2048, "pm_card_visa");
     let hash = details.hash();
@@ -661,7 +646,4 @@ async fn sqlite_migration_0008_keeps_the_rows_hashes_and_trail_of_an_existing_le
         "{over:?}"
     );
     drop(ledger);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }

@@ -148,12 +148,8 @@ async fn a_tenants_period_prunes_settled_operations_refunds_first_and_nothing_op
 /// (non-zero exit, nothing set), and clears it with `--forever`.
 #[test]
 fn the_cli_sets_refuses_and_clears_a_period() {
-    let file = std::env::temp_dir().join(format!(
-        "payonce-retention-cli-{}-{}.db",
-        std::process::id(),
-        payonce_core::id::random_hex(8)
-    ));
-    let url = format!("sqlite:{}", file.display());
+    let file = support::SqliteFile::new("retention-cli");
+    let url = file.url.clone();
     let run = |args: &[&str]| {
         let out = std::process::Command::new(support::payonce_bin())
             .args(["migrate", "--database-url", &url])
@@ -208,7 +204,6 @@ fn the_cli_sets_refuses_and_clears_a_period() {
     );
     let neither = run(&[]);
     assert_eq!(neither.status.code(), Some(2), "a usage error");
-    for suffix in ["", "-wal", "-shm", ".key-secret"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-    }
+    // The file and its companions go with `file`; the secret kept beside it is this test's.
+    let _ = std::fs::remove_file(format!("{}.key-secret", file.path.display()));
 }

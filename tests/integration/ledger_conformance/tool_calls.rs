@@ -124,11 +124,8 @@ async fn the_migration_keeps_the_first_of_each_repeated_call_on_both_stores() {
     );
     pg.close().await.unwrap();
 
-    let path = std::env::temp_dir().join(format!(
-        "payonce-tool-calls-{}.db",
-        payonce_core::id::random_hex(8)
-    ));
-    let url = format!("sqlite:{}", path.display());
+    let file = support::SqliteFile::new("tool-calls");
+    let url = file.url.clone();
     drop(payonce_ledger::connect(&url, 1).await.unwrap());
     let mut lite = sqlx::SqliteConnection::connect(&format!("{url}?mode=rw"))
         .await
@@ -146,7 +143,4 @@ async fn the_migration_keeps_the_first_of_each_repeated_call_on_both_stores() {
     let left: Vec<(String, i64)> = sqlx::query_as(LEFT).fetch_all(&mut lite).await.unwrap();
     assert_eq!(left, expected, "sqlite");
     lite.close().await.unwrap();
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }

@@ -94,6 +94,43 @@ pub async fn sqlite_ledger() -> SharedLedger {
         .expect("open in-memory sqlite")
 }
 
+/// A new api key of the test tenant in `ledger`, for `role`, labelled `label`, made now (system
+/// clock) as `payonce keys create` makes one: its secret.
+pub async fn api_key(ledger: &SharedLedger, role: payonce_ledger::Role, label: &str) -> String {
+    payonce_api::create_api_key(ledger.as_ref(), &tenant(), role, label, now())
+        .await
+        .expect("an api key")
+}
+
+/// A SQLite ledger file of a test's own in the temp directory (nothing is created until something
+/// opens it); the file and its `-wal` and `-shm` companions are removed when this is dropped.
+pub struct SqliteFile {
+    /// Where the file is.
+    pub path: std::path::PathBuf,
+    /// Its URL: `sqlite:` and the path.
+    pub url: String,
+}
+
+impl SqliteFile {
+    /// A fresh file named `payonce-{what}-{random}.db`.
+    pub fn new(what: &str) -> SqliteFile {
+        let path = std::env::temp_dir().join(format!(
+            "payonce-{what}-{}.db",
+            payonce_core::id::random_hex(8)
+        ));
+        let url = format!("sqlite:{}", path.display());
+        SqliteFile { path, url }
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
+        }
+    }
+}
+
 /// Both stores, for the conformance suite: every test runs against each (`for ledger in
 /// every_store().await`). The Postgres database is dropped when the loop is done with them.
 pub async fn every_store() -> Stores {

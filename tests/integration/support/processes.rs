@@ -24,13 +24,34 @@ pub fn stripe(sim: &Simulator, retention: Option<Duration>) -> Arc<dyn Processor
 
 /// Every payment the simulator holds, as JSON rows (every page of its audit).
 pub async fn audit(sim: &Simulator) -> Vec<serde_json::Value> {
+    audit_at(&sim.base_url()).await
+}
+
+/// Every payment the simulator at `base_url` (one in another process) holds, as JSON rows.
+pub async fn audit_at(base_url: &str) -> Vec<serde_json::Value> {
     payment_audit::read_all(
         &crate::api::http_client(),
-        &sim.base_url(),
+        base_url,
         payment_audit::PAGE_SIZE_MAX,
     )
     .await
     .unwrap()
+}
+
+/// The JSON of the admin endpoint `path` (`/_sim/…`) of the simulator at `base_url`, read with `http`.
+pub async fn admin_json(http: &reqwest::Client, base_url: &str, path: &str) -> serde_json::Value {
+    http.get(format!("{base_url}{path}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The refund audit of the simulator at `base_url` (`GET /_sim/audit/refunds`).
+pub async fn refunds_audit_at(base_url: &str) -> serde_json::Value {
+    admin_json(&crate::api::http_client(), base_url, "/_sim/audit/refunds").await
 }
 
 /// How many payments of `audit` name each operation (by metadata).
@@ -47,7 +68,12 @@ pub fn payments_per_operation(
 
 /// Payments the simulator holds for one operation (by metadata).
 pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
-    audit(sim)
+    payments_at(&sim.base_url(), operation).await
+}
+
+/// Payments the simulator at `base_url` (one in another process) holds for one operation.
+pub async fn payments_at(base_url: &str, operation: &str) -> usize {
+    audit_at(base_url)
         .await
         .iter()
         .filter(|p| p["metadata"]["payonce_operation_id"] == operation)
@@ -56,12 +82,12 @@ pub async fn payments_for(sim: &Simulator, operation: &str) -> usize {
 
 /// The simulator's audit of its rate limits (`GET /_sim/audit/rate_limits`).
 pub async fn rate_limits(sim: &Simulator) -> serde_json::Value {
-    reqwest::get(format!("{}/_sim/audit/rate_limits", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    admin_json(
+        &crate::api::http_client(),
+        &sim.base_url(),
+        "/_sim/audit/rate_limits",
+    )
+    .await
 }
 
 /// Requests the simulator has served (its audit of limits).
@@ -141,6 +167,18 @@ pub fn worker_process(database_url: &str, sim: &Simulator, env: &[(&str, &str)])
         cmd.env(k, v);
     }
     cmd.spawn().expect("spawn payonce worker")
+}
+
+/// Waits, up to `deadline`, until `GET {base}/readyz` answers with a success.
+pub async fn wait_ready(http: &reqwest::Client, base: &str, deadline: Duration) {
+    super::wait_for("payonce api is ready", deadline, || {
+        let (http, base) = (http.clone(), base.to_string());
+        async move {
+            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
 }
 
 /// Sends SIGTERM and waits for the exit status.

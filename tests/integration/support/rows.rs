@@ -76,6 +76,21 @@ pub async fn ready(
     approved(ledger, &row, now + Duration::from_secs(86_400), now).await
 }
 
+/// [`ready`], then claimed by worker "w" (a ten-minute lease, longer than any test) with its
+/// submission started, all at `at`: the row as approved, and as it is now, `executing` with its
+/// request sent as far as the ledger knows.
+pub async fn ready_executing(
+    ledger: &SharedLedger,
+    invoice: &str,
+    payment_method: &str,
+    at: Timestamp,
+) -> (Operation, Operation) {
+    let op = ready(ledger, invoice, payment_method, at).await;
+    let worker = holder("w", Duration::from_millis(600_000));
+    let row = executing(ledger, &op.id, &worker, at).await;
+    (op, row)
+}
+
 /// A worker's identity: `owner`, holding each lease `lease_ttl`.
 pub fn holder(owner: &str, lease_ttl: Duration) -> LeaseHolder<'_> {
     LeaseHolder { owner, lease_ttl }
