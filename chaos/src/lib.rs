@@ -544,12 +544,21 @@ impl Soak {
             if let Some(faults) = self.backend_faults.as_mut() {
                 faults.tick(&mut self.rng).await?;
             }
-            if self.database_restarts == 0 && chaos_start.elapsed() >= self.config.chaos_window / 2
+            // The restart comes at half the window or once half the payments are settled,
+            // whichever is first: on a fast machine the work can converge before half the window,
+            // and the restart must still land while operations are in flight.
+            let pending = in_progress(&self.ledger).await?;
+            let half_settled =
+                usize::try_from(pending).is_ok_and(|p| p <= self.config.operations / 2);
+            if self.config.database_restart.is_some()
+                && self.database_restarts == 0
+                && (chaos_start.elapsed() >= self.config.chaos_window / 2 || half_settled)
             {
                 self.restart_database().await?;
+                continue;
             }
             // Refunds are created as payments succeed: the chaos lasts until they are made too.
-            if in_progress(&self.ledger).await? == 0 && self.refunder.is_finished() {
+            if pending == 0 && self.refunder.is_finished() {
                 break;
             }
             self.fleet
