@@ -6,6 +6,7 @@
 //! ledger: none made twice, no payment over-refunded on either side, none lost or contradicted.
 
 use crate::operations::{AMOUNT_MINOR, PlannedOp, TENANT};
+pub use crate::report::RefundTally;
 use anyhow::Context;
 use payonce_core::clock::{Clock, SystemClock};
 use payonce_core::details::{Details, RefundReason};
@@ -176,32 +177,6 @@ pub async fn refund_some(
         }
     }
     Ok(run)
-}
-
-/// What the soak's refunds came to, on both sides.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RefundTally {
-    /// Refunds the processor made (not failed or canceled) for the soak's refund operations.
-    pub at_processor: usize,
-    /// Refunds beyond the first per refund operation.
-    pub duplicated: usize,
-    /// Payments refunded beyond their amount, at the processor or in the ledger (succeeded plus in flight).
-    pub over_refunded: usize,
-    /// Refund operations the ledger calls succeeded with no refund behind them, or approved ones
-    /// left with no refund and no honest final state.
-    pub lost: usize,
-    /// Refunds the processor made whose row says failed, rejected or cancelled.
-    pub mismatched: usize,
-    /// Payments whose ledger total of succeeded refunds is not what the processor gave back.
-    pub disagreements: usize,
-    /// Refund rows per final state.
-    pub statuses: HashMap<String, usize>,
-    /// Refund operations sent to a human that hold the reference the processor answered with: on
-    /// Adyen's wire a `received` refund, which its REFUND notification settles.
-    pub sent_to_human_with_reference: usize,
-    /// Refund operations a verified webhook or notification reached (on Adyen's wire, a refund
-    /// answered `received` succeeds only by its REFUND notification).
-    pub notified: usize,
 }
 
 /// Compares the refunder's operations with the simulator's refund audit on `wire`.

@@ -121,7 +121,7 @@ pub struct SoakReport {
     /// Refusals the refund plans call for (one per pair racing for more than a payment holds).
     pub refund_refusals_expected: usize,
     /// The refunds on both sides.
-    pub refunds: crate::refunds::RefundTally,
+    pub refunds: RefundTally,
     /// Whether every operation reached a final state before the deadline.
     pub converged: bool,
     /// How long the chaos phase (kills, faults) lasted.
@@ -327,6 +327,32 @@ impl SoakReport {
     }
 }
 
+/// What the soak's refunds came to, on both sides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RefundTally {
+    /// Refunds the processor made (not failed or canceled) for the soak's refund operations.
+    pub at_processor: usize,
+    /// Refunds beyond the first per refund operation.
+    pub duplicated: usize,
+    /// Payments refunded beyond their amount, at the processor or in the ledger (succeeded plus in flight).
+    pub over_refunded: usize,
+    /// Refund operations the ledger calls succeeded with no refund behind them, or approved ones
+    /// left with no refund and no honest final state.
+    pub lost: usize,
+    /// Refunds the processor made whose row says failed, rejected or cancelled.
+    pub mismatched: usize,
+    /// Payments whose ledger total of succeeded refunds is not what the processor gave back.
+    pub disagreements: usize,
+    /// Refund rows per final state.
+    pub statuses: std::collections::HashMap<String, usize>,
+    /// Refund operations sent to a human that hold the reference the processor answered with: on
+    /// Adyen's wire a `received` refund, which its REFUND notification settles.
+    pub sent_to_human_with_reference: usize,
+    /// Refund operations a verified webhook or notification reached (on Adyen's wire, a refund
+    /// answered `received` succeeds only by its REFUND notification).
+    pub notified: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,19 +427,19 @@ mod tests {
             .is_clean()
         );
         for refunds in [
-            crate::refunds::RefundTally {
+            RefundTally {
                 duplicated: 1,
                 ..Default::default()
             },
-            crate::refunds::RefundTally {
+            RefundTally {
                 over_refunded: 1,
                 ..Default::default()
             },
-            crate::refunds::RefundTally {
+            RefundTally {
                 lost: 1,
                 ..Default::default()
             },
-            crate::refunds::RefundTally {
+            RefundTally {
                 disagreements: 1,
                 ..Default::default()
             },
