@@ -201,7 +201,9 @@ impl Running {
         Ok(())
     }
 
-    /// SIGKILLs one process (a worker, or one time in five the reconciler) and starts a replacement.
+    /// SIGKILLs one process (a worker, or one time in five the reconciler, and the reconciler at the
+    /// fifth kill at the latest: a short soak on a fast machine kills it at least once) and starts a
+    /// replacement.
     async fn kill_one(
         &mut self,
         rng: &mut SoakRng,
@@ -209,7 +211,8 @@ impl Running {
         reconciler_kills_max: usize,
     ) -> anyhow::Result<()> {
         self.sigkills += 1;
-        if rng.below(5) == 0 && self.reconciler_kills < reconciler_kills_max {
+        let overdue = self.reconciler_kills == 0 && self.sigkills >= 5;
+        if (overdue || rng.below(5) == 0) && self.reconciler_kills < reconciler_kills_max {
             self.reconciler_kills += 1;
             sigkill(&mut self.reconciler.0).await;
             let point = rng.per_mille(per_mille).then_some(FailPoint::MidSweep);
