@@ -100,6 +100,11 @@ pub fn plan_report(
     }
 }
 
+/// The event of a report kept on a row it does not move.
+const IGNORED: &str = "report_ignored";
+/// The event of a contradicting report kept on a row already in `needs_attention`.
+const CONFLICTING: &str = Event::ConflictingReport.as_str();
+
 /// The row a report is applied to, with what every plan's detail says of it.
 struct RowAsRead<'a> {
     current: &'a Operation,
@@ -130,19 +135,11 @@ impl<'a> RowAsRead<'a> {
         }
     }
 
-    /// The report is kept on the row as an event; nothing moves.
-    fn note(&self, what: &str) -> Plan {
+    /// The report is kept on the row as an `event`; nothing moves (`report_ignored`, or a
+    /// `conflicting_report` on a row already in `needs_attention`).
+    fn note(&self, event: &'static str, what: &str) -> Plan {
         Plan::Note {
-            event: "report_ignored",
-            detail: format!("{}: {what}; {}", self.source, self.stored),
-            applied: Applied::Ignored(self.status),
-        }
-    }
-
-    /// A row already in `needs_attention` keeps the conflicting report as an event.
-    fn conflicting_note(&self, what: &str) -> Plan {
-        Plan::Note {
-            event: Event::ConflictingReport.as_str(),
+            event,
             detail: format!("{}: {what}; {}", self.source, self.stored),
             applied: Applied::Ignored(self.status),
         }
@@ -185,10 +182,10 @@ impl<'a> RowAsRead<'a> {
             S::Succeeded | S::Failed | S::Rejected | S::Cancelled | S::AwaitingApproval => {
                 self.conflict(&format!("a successful payment {reference}"), true)
             }
-            S::NeedsAttention => Ok(self.conflicting_note(&format!("succeeded as {reference}"))),
+            S::NeedsAttention => Ok(self.note(CONFLICTING, &format!("succeeded as {reference}"))),
             // Approved and not yet claimed: an earlier attempt's payment (before an on-call retry);
             // the same-key claim finds it, so the fact is kept and nothing moves.
-            S::Ready => Ok(self.note(&format!("succeeded as {reference}"))),
+            S::Ready => Ok(self.note(IGNORED, &format!("succeeded as {reference}"))),
         }
     }
 
@@ -217,7 +214,7 @@ impl<'a> RowAsRead<'a> {
             S::Succeeded => self.conflict(&format!("a failure ({code})"), false),
             // No money moved on a failure: keep the fact, change nothing.
             S::Rejected | S::Cancelled | S::NeedsAttention | S::AwaitingApproval | S::Ready => {
-                Ok(self.note(&format!("failed with {code}")))
+                Ok(self.note(IGNORED, &format!("failed with {code}")))
             }
         }
     }
@@ -233,7 +230,7 @@ impl<'a> RowAsRead<'a> {
             }
         );
         match self.status {
-            S::NeedsAttention => Ok(self.conflicting_note(&what)),
+            S::NeedsAttention => Ok(self.note(CONFLICTING, &what)),
             S::AwaitingApproval
             | S::Ready
             | S::Executing
