@@ -458,6 +458,7 @@ pub async fn create_and_approve(ledger: &SharedLedger, business_key: &str) -> an
                 approved_by: "bench".into(),
                 method: "bench".into(),
                 expires_at: now + Duration::from_secs(86_400),
+                priority: None,
             },
             crate::now(),
         )

@@ -108,6 +108,7 @@ pub async fn create_one(
                     approved_by: "customer:cus_chaos".into(),
                     method: "chaos".into(),
                     expires_at: now + std::time::Duration::from_secs(86_400),
+                    priority: None,
                 },
                 now,
             )

@@ -86,6 +86,7 @@ async fn create(
                 approved_by: "oncall:chaos".into(),
                 method: "chaos".into(),
                 expires_at: now + std::time::Duration::from_secs(86_400),
+                priority: None,
             },
             now,
         )

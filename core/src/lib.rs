@@ -24,6 +24,7 @@ pub mod intention;
 pub mod metrics;
 pub mod money;
 pub mod operation;
+pub mod priority;
 pub mod signing;
 pub mod state;
 pub mod summary;

@@ -5,6 +5,7 @@
 use crate::clock::Timestamp;
 use crate::details::{Details, DetailsHash};
 use crate::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
+use crate::priority::Priority;
 use crate::state::Status;
 use serde::Serialize;
 
@@ -77,6 +78,11 @@ pub struct Operation {
     /// the configured processor of whichever process serves it (rows from before tenants chose,
     /// and tenants that never chose).
     pub processor: Option<ProcessorKind>,
+    /// Who waits for it: the order workers claim it in ([`crate::priority`]).
+    pub priority: Priority,
+    /// Not claimed before this, ms: a scheduled payment; `None`: as soon as it is approved.
+    #[serde(rename = "not_before_ms")]
+    pub not_before: Option<Timestamp>,
 }
 
 fn serialize_details<S: serde::Serializer>(d: &Details, s: S) -> Result<S::Ok, S::Error> {

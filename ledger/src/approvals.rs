@@ -16,6 +16,7 @@ use super::{
 use async_trait::async_trait;
 use payonce_core::clock::Timestamp;
 use payonce_core::id::{OperationId, TenantId, random_hex};
+use payonce_core::priority::Priority;
 use payonce_core::state::{Event, Status};
 use std::sync::LazyLock;
 
@@ -23,8 +24,9 @@ use std::sync::LazyLock;
 static APPROVE: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::AwaitingApproval], Event::Approve),
-        "approved_hash = $3, approved_by = $4, approval_expires_at = $5, available_at = $6, \
-         updated_at = $6, last_actor = $4, last_detail = $7",
+        "approved_hash = $3, approved_by = $4, approval_expires_at = $5, \
+         available_at = CASE WHEN not_before > $6 THEN not_before ELSE $6 END, \
+         updated_at = $6, last_actor = $4, last_detail = $7, priority = COALESCE($8, priority)",
         "id = $1 AND tenant_id = $2 AND details_hash = $3",
         true,
     )
@@ -76,7 +78,8 @@ impl<DB: Dialect> Approvals for Store<DB> {
                 .bind(bounded(&approval.approved_by))
                 .bind(approval.expires_at)
                 .bind(now)
-                .bind(bounded(&approval.method)),
+                .bind(bounded(&approval.method))
+                .bind(approval.priority.map(Priority::stored)),
         )
         .await?;
         let Some(row) = row else {

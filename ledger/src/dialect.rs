@@ -70,6 +70,13 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// submission start (`queue::submission_started_at_claim`).
     fn claim(to_submit: bool) -> &'static str;
 
+    /// How the store claims by lanes (`Queue::claim_lanes`).
+    fn claim_lanes() -> super::lanes::LanesClaim;
+
+    /// The lanes' discovery (`Queue::ready_lanes`): `$1` most lanes; columns `priority`,
+    /// `tenant_id`, `oldest`, `share`.
+    const READY_LANES: &'static str;
+
     /// Pages the store may still grow by, if it knows (SQLite: under `max_page_count` and in the
     /// filesystem's free space), for the readiness probe (`Operations::probe_write`). Postgres
     /// knows nothing of its room: it tries a write that needs a new page instead, and answers `None`

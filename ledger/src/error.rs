@@ -310,6 +310,9 @@ pub enum LimitError {
     /// A claim asked for no rows or more than [`CLAIM_BATCH_MAX`].
     #[error("claim batch must be 1..={CLAIM_BATCH_MAX}")]
     ClaimBatch,
+    /// A tenant's share outside `priority::SHARE_MIN..=SHARE_MAX`.
+    #[error("{0}")]
+    Share(String),
     /// A lease shorter than one millisecond (the stored unit).
     #[error("lease TTL must be at least one millisecond")]
     LeaseTtl,

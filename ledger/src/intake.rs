@@ -48,7 +48,7 @@ pub enum JsonColumn {
 }
 
 /// The columns of a new row, as [`new_rows`] writes them.
-const NEW_COLUMNS: [(&str, JsonColumn); 13] = [
+const NEW_COLUMNS: [(&str, JsonColumn); 15] = [
     ("id", JsonColumn::Text),
     ("business_key", JsonColumn::Text),
     ("amount_minor", JsonColumn::Int),
@@ -64,6 +64,9 @@ const NEW_COLUMNS: [(&str, JsonColumn); 13] = [
     ("approved_by", JsonColumn::Text),
     // Its approval record's id (`null` without one), for the insert that records it.
     ("approval_id", JsonColumn::Text),
+    // `Priority::stored`, and the scheduled time (`null`: none).
+    ("priority", JsonColumn::Int),
+    ("not_before", JsonColumn::Int),
 ];
 /// The columns of an approval, as [`approval_rows`] writes them.
 const APPROVAL_COLUMNS: [(&str, JsonColumn); 4] = [
@@ -129,16 +132,17 @@ impl IntakeSql {
                customer, payment_method, invoice, destination, description, details_hash, status, \
                attempt, idempotency_key, available_at, approved_hash, approved_by, \
                approval_expires_at, last_event, last_actor, last_detail, created_at, updated_at, \
-               processor) \
+               processor, priority, not_before) \
              SELECT b.id, $1, b.business_key, '{kind}', b.amount_minor, b.currency, b.customer, \
                b.payment_method, b.invoice, b.destination, b.description, b.details_hash, \
                CASE WHEN b.approved_by IS NULL THEN '{awaiting}' ELSE '{ready}' END, 0, \
-               b.idempotency_key, $2, \
+               b.idempotency_key, CASE WHEN b.not_before > $2 THEN b.not_before ELSE $2 END, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE b.details_hash END, b.approved_by, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE $5 END, \
                CASE WHEN b.approved_by IS NULL THEN 'create' ELSE '{approved}' END, $3, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE $6 END, $2, $2, \
-               (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $1) \
+               (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $1), \
+               b.priority, b.not_before \
              FROM {rows} WHERE (SELECT 1 FROM operation_search s \
                WHERE s.tenant_id = $1 AND s.business_key = b.business_key LIMIT 1) IS NULL \
              ORDER BY b.id ON CONFLICT DO NOTHING RETURNING {columns}",
@@ -172,7 +176,8 @@ impl IntakeSql {
             approve: format!(
                 "UPDATE operations SET status = '{to}', last_event = '{event}', \
                    approved_hash = b.details_hash, approved_by = b.approved_by, \
-                   approval_expires_at = $2, available_at = $3, updated_at = $3, \
+                   approval_expires_at = $2, updated_at = $3, available_at = CASE \
+                   WHEN operations.not_before > $3 THEN operations.not_before ELSE $3 END, \
                    last_actor = b.approved_by, last_detail = $4 \
                  FROM {rows} WHERE operations.id = b.operation_id AND operations.tenant_id = $1 \
                    AND operations.details_hash = b.details_hash AND {from} RETURNING {returning}",
@@ -287,6 +292,8 @@ fn new_rows<'a>(items: impl Iterator<Item = &'a BatchItem>) -> String {
                 "idempotency_key": new.idempotency_key.as_str(),
                 "approved_by": item.approval.as_ref().map(|a| bounded(&a.approved_by)),
                 "approval_id": item.approval.as_ref().map(|_| format!("apv_{}", random_hex(16))),
+                "priority": new.priority.stored(),
+                "not_before": new.not_before,
             })
         })
         .collect();

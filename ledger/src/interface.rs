@@ -7,6 +7,7 @@
 //! tenants that workers and on-call need are in [`Inspection`], which the api's
 //! [`TenantLedger`] does not include.
 
+use super::lanes::{Pick, ReadyLane, Take};
 use super::requests::{
     ApplyReport, Cancel, ClaimUnknown, DeferCheck, Escalate, ExpireLease, ExpireLeases, Fence,
     LeaseHolder, MaintenanceLease, NewProcessorEvent, NewToolCall, ProcessorEventKey,
@@ -253,14 +254,28 @@ pub trait Queue: LedgerTime {
     /// Records outcomes as `record_batch` does (`holder.owner` the actor) and, in the same
     /// commit, claims up to `batch` ready operations as `claim_to_submit` does: a busy worker
     /// refills the slots its outcomes free with one commit instead of two. Nothing is committed if
-    /// either part fails. `batch` 0 claims nothing (and is not an error, as it is for a claim).
+    /// either part fails. A `pick` of nothing claims nothing (and is not an error, as it is for a
+    /// claim).
     async fn record_and_claim(
         &self,
         items: &[(Fence, Recorded)],
         holder: &LeaseHolder<'_>,
-        batch: u32,
+        pick: Pick<'_>,
         now: Timestamp,
     ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError>;
+    /// Claims as `claim_to_submit` does, from the lanes `takes` names, up to its `n` oldest due
+    /// rows from each: the worker's fair scheduler decides the plan. One statement on Postgres
+    /// (`FOR UPDATE SKIP LOCKED` inside each lane), one transaction on SQLite. A plan of no lanes,
+    /// a lane of no rows, or more than `CLAIM_BATCH_MAX` rows in all is refused.
+    async fn claim_lanes(
+        &self,
+        holder: &LeaseHolder<'_>,
+        takes: &[Take],
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>, LedgerError>;
+    /// The lanes (priority, tenant) that hold ready rows, each with its earliest `available_at`
+    /// and its tenant's share, interactive first, at most `limit` (≤ `lanes::LANES_MAX`).
+    async fn ready_lanes(&self, limit: u32) -> Result<Vec<ReadyLane>, LedgerError>;
     /// Reads the operation a worker holds (or held): what its fence lost to.
     async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError>;
     /// Records that the processor answered `id`'s first submission with `reference` as a replay:

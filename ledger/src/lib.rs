@@ -25,6 +25,7 @@ pub mod identity;
 pub mod intake;
 mod interface;
 mod keys;
+pub mod lanes;
 pub mod lost_rows;
 mod migrate;
 mod moves;

@@ -181,6 +181,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "write_probe_page",
         include_str!("../../migrations/postgres/0033_write_probe_page.sql"),
     ),
+    // Priority classes, scheduled payments and tenant shares: fair claims (issue 51).
+    (
+        34,
+        "fair_claims",
+        include_str!("../../migrations/postgres/0034_fair_claims.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -313,6 +319,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         26,
         "key_secret_fingerprint",
         include_str!("../../migrations/sqlite/0026_key_secret_fingerprint.sql"),
+    ),
+    (
+        27,
+        "fair_claims",
+        include_str!("../../migrations/sqlite/0027_fair_claims.sql"),
     ),
 ];
 

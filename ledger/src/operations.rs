@@ -29,9 +29,9 @@ use std::sync::LazyLock;
 const INSERT_OPERATION: &str = concat!(
     "INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, \
      customer, payment_method, invoice, destination, description, details_hash, status, attempt, idempotency_key, \
-     available_at, last_event, last_actor, last_detail, created_at, updated_at, processor) \
+     available_at, last_event, last_actor, last_detail, created_at, updated_at, processor, priority, not_before) \
      VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $14, $15, $9, 'awaiting_approval', 0, $10, $11, 'create', $12, NULL, $11, $11, \
-     COALESCE($16, (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $2))) \
+     COALESCE($16, (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $2)), $17, $18) \
      ON CONFLICT DO NOTHING RETURNING ",
     operation_columns!()
 );
@@ -122,6 +122,7 @@ impl<DB: Dialect> Operations for Store<DB> {
         let inserted = insert(INSERT_OPERATION, &new, &hash, now).bind(d.kind().as_str());
         let inserted = inserted.bind(d.destination()).bind(d.description());
         let inserted = inserted.bind(Arg::from(new.processor.map(|p| p.as_str())));
+        let inserted = inserted.bind(new.priority.stored()).bind(new.not_before);
         if let Some(operation) = taken_as_none(self.first(inserted, decode_operation).await)? {
             return Ok(Created {
                 operation,

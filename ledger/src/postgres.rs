@@ -2,6 +2,7 @@
 
 use super::dialect::Dialect;
 use super::intake::{IntakeSql, JsonColumn};
+use super::lanes::LanesClaim;
 use super::moves::{legal, status_in};
 use super::queue::{record_on, submission_started_at_claim};
 use super::record::operation_columns;
@@ -35,26 +36,56 @@ pub(crate) const CONNECT_RETRY_MIN: Duration = Duration::from_millis(100);
 /// Longest pause between connection attempts at start-up.
 pub(crate) const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// Claims the oldest ready rows, skipping rows another claimer holds locked.
-static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), ""));
+/// Claims ready rows, interactive before bulk and then the oldest, skipping rows another claimer
+/// holds locked.
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), "", &oldest()));
 /// The same claim, also recording in the same row version that each claimed operation's request is
 /// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).
-static CLAIM_TO_SUBMIT: LazyLock<String> =
-    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("o.")));
+static CLAIM_TO_SUBMIT: LazyLock<String> = LazyLock::new(|| {
+    claim(
+        SUBMITTING_CLAIM,
+        &submission_started_at_claim("o."),
+        &oldest(),
+    )
+});
+/// The claim by lanes (`Queue::claim_lanes`): `$2` the plan, a JSON array of `{priority,
+/// tenant_id, n}`; in each lane the `n` oldest due rows, one descent of `operations_lanes_idx`
+/// each, rows another claimer holds locked skipped. One statement whatever the plan's length.
+static CLAIM_LANES: LazyLock<String> = LazyLock::new(|| {
+    let from = status_in("status", &legal(&[Status::Ready], Event::Claim).from);
+    let picked = format!(
+        "SELECT x.id FROM {rows} CROSS JOIN LATERAL ( \
+           SELECT id FROM operations WHERE {from} AND priority = b.priority \
+           AND tenant_id = b.tenant_id AND available_at <= $1 \
+           ORDER BY available_at LIMIT b.n FOR UPDATE SKIP LOCKED) x",
+        rows = json_rows("$2", &super::lanes::PLAN_COLUMNS),
+    );
+    claim(
+        SUBMITTING_CLAIM,
+        &submission_started_at_claim("o."),
+        &picked,
+    )
+});
+
+/// The unplanned claim's pick: `$2` due rows, interactive first, then the oldest.
+fn oldest() -> String {
+    let from = status_in("status", &legal(&[Status::Ready], Event::Claim).from);
+    format!(
+        "SELECT id FROM operations WHERE {from} AND available_at <= $1 \
+         ORDER BY priority, available_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+    )
+}
 
 /// The claim statement, logged as `logged`, with `also` (`, column = …` assignments, on the old
-/// row `o`) added to its update.
-fn claim(logged: &str, also: &str) -> String {
+/// row `o`) added to its update, of the rows `picked` selects (and locks).
+fn claim(logged: &str, also: &str, picked: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
     format!(
-        "WITH picked AS ( \
-           SELECT id FROM operations WHERE {from} AND available_at <= $1 \
-           ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+        "WITH picked AS ({picked}) \
          UPDATE operations o SET status = '{to}', last_event = '{logged}', attempt = o.attempt + 1, \
            lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
          FROM picked WHERE o.id = picked.id AND {o_from} RETURNING {columns}",
         columns = operation_columns!("o."),
-        from = status_in("status", &claim.from),
         o_from = status_in("o.status", &claim.from),
         to = claim.to.as_str(),
     )
@@ -268,6 +299,12 @@ impl Dialect for Postgres {
         tx.rollback().await?;
         Ok(None)
     }
+
+    fn claim_lanes() -> LanesClaim {
+        LanesClaim::Once(CLAIM_LANES.as_str())
+    }
+
+    const READY_LANES: &'static str = super::lanes::READY_LANES_POSTGRES;
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

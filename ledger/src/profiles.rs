@@ -68,6 +68,17 @@ pub trait ProfileLedger: Send + Sync {
     /// A tenant's processor; `None` when none was set (its operations name none, and each process
     /// serves them with its configured one).
     async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError>;
+    /// Sets a tenant's share of the claims within a class (`None`: back to the default,
+    /// `priority::SHARE_DEFAULT`); a share outside `SHARE_MIN..=SHARE_MAX` is refused.
+    async fn set_share(
+        &self,
+        tenant: &TenantId,
+        share: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+    /// Every share set, by tenant.
+    async fn shares(&self) -> Result<Vec<(TenantId, u32)>, LedgerError>;
 }
 
 const UPSERT_PROFILE: &str = "INSERT INTO tenant_profiles (tenant_id, display_name, support_url, support_email, \
@@ -149,6 +160,20 @@ impl<DB: Dialect> ProfileLedger for Store<DB> {
             .bind(now);
         self.execute(stmt).await?;
         Ok(())
+    }
+
+    async fn set_share(
+        &self,
+        tenant: &TenantId,
+        share: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        self.set_share_now(tenant, share, actor, now).await
+    }
+
+    async fn shares(&self) -> Result<Vec<(TenantId, u32)>, LedgerError> {
+        self.shares_now().await
     }
 
     async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError> {

@@ -3,6 +3,7 @@
 //! by the attempt the worker holds.
 
 use super::dialect::Dialect;
+use super::lanes::{Pick, ReadyLane, Take, claim_lanes_on};
 use super::moves::{legal, update};
 use super::record::decode_operation;
 use super::row::LedgerRow;
@@ -256,25 +257,42 @@ impl<DB: Dialect> Queue for Store<DB> {
         &self,
         items: &[(Fence, Recorded)],
         holder: &LeaseHolder<'_>,
-        batch: u32,
+        pick: Pick<'_>,
         now: Timestamp,
     ) -> Result<(Vec<bool>, Vec<Claimed>), LedgerError> {
-        if batch == 0 {
+        if pick.is_empty() {
             return Ok((
                 self.record_batch(items, holder.owner, now).await?,
                 Vec::new(),
             ));
         }
-        let claim = claim_statement::<DB>(holder, batch, now, true)?;
         let mut tx = self.begin().await?;
         let recorded = DB::record_batch_on(&mut tx, items, holder.owner, now).await?;
-        let rows = DB::fetch_all(&mut *tx, claim).await?;
+        let claimed = match pick {
+            Pick::Oldest(batch) => {
+                let claim = claim_statement::<DB>(holder, batch, now, true)?;
+                let rows = DB::fetch_all(&mut *tx, claim).await?;
+                rows.iter()
+                    .map(decode_operation)
+                    .collect::<Result<_, _>>()?
+            }
+            Pick::Lanes(takes) => claim_lanes_on::<DB>(&mut tx, holder, takes, now).await?,
+        };
         tx.commit().await?;
-        let claimed = rows
-            .iter()
-            .map(decode_operation)
-            .collect::<Result<_, _>>()?;
         Ok((recorded, claimed))
+    }
+
+    async fn claim_lanes(
+        &self,
+        holder: &LeaseHolder<'_>,
+        takes: &[Take],
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>, LedgerError> {
+        self.claim_lanes_now(holder, takes, now).await
+    }
+
+    async fn ready_lanes(&self, limit: u32) -> Result<Vec<ReadyLane>, LedgerError> {
+        self.ready_lanes_now(limit).await
     }
 
     async fn current(&self, fence: &Fence) -> Result<Operation, LedgerError> {
@@ -327,14 +345,20 @@ fn claim_statement<'a, DB: Dialect>(
     if batch == 0 || batch > CLAIM_BATCH_MAX {
         return Err(LimitError::ClaimBatch.into());
     }
-    if holder.lease_ttl.as_millis() == 0 {
-        return Err(LimitError::LeaseTtl.into());
-    }
+    lease_checked(holder)?;
     Ok(Stmt::new(DB::claim(to_submit))
         .bind(now)
         .bind(i64::from(batch))
         .bind(holder.owner)
         .bind(now + holder.lease_ttl))
+}
+
+/// A lease that lasts at least a millisecond (the stored unit).
+pub(crate) fn lease_checked(holder: &LeaseHolder<'_>) -> Result<(), LedgerError> {
+    if holder.lease_ttl.as_millis() == 0 {
+        return Err(LimitError::LeaseTtl.into());
+    }
+    Ok(())
 }
 
 /// `Ok` if a fenced write changed its one row, else [`LedgerError::Fenced`].

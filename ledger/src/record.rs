@@ -6,6 +6,7 @@ use payonce_core::clock::Timestamp;
 use payonce_core::details::{Details, DetailsHash, RawDetails, RawRefundOf};
 use payonce_core::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use payonce_core::operation::Operation;
+use payonce_core::priority::Priority;
 use payonce_core::state::EventName;
 use serde::Serialize;
 
@@ -249,7 +250,11 @@ macro_rules! operation_columns {
             $p,
             "updated_at, ",
             $p,
-            "processor"
+            "processor, ",
+            $p,
+            "priority, ",
+            $p,
+            "not_before"
         )
     };
     () => {
@@ -351,6 +356,12 @@ pub(crate) fn decode_operation(row: &impl LedgerRow) -> Result<Operation, Ledger
                 })?,
             ),
         },
+        priority: {
+            let stored: i64 = row.get("priority")?;
+            Priority::from_stored(stored)
+                .ok_or_else(|| corrupt(format!("operation has an unknown priority {stored}")))?
+        },
+        not_before: row.get("not_before")?,
     })
 }
 

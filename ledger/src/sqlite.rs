@@ -3,6 +3,7 @@
 
 use super::dialect::Dialect;
 use super::intake::{IntakeSql, JsonColumn};
+use super::lanes::LanesClaim;
 use super::moves::{legal, status_in, update_logged_as};
 use super::queue::{record_on, submission_started_at_claim};
 use super::recovery::{
@@ -30,15 +31,32 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long SQLite itself waits on a lock held by another process sharing the file.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Claims the oldest ready rows (the `ready` partial index serves the inner select).
-static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), ""));
+/// Claims ready rows, interactive first, then the oldest (`operations_ready_priority_idx` serves the
+/// inner select).
+static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), "", ORDER_OLDEST));
 /// The same claim, also recording in the same row version that each claimed operation's request is
 /// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).
-static CLAIM_TO_SUBMIT: LazyLock<String> =
-    LazyLock::new(|| claim(SUBMITTING_CLAIM, &submission_started_at_claim("")));
+static CLAIM_TO_SUBMIT: LazyLock<String> = LazyLock::new(|| {
+    claim(
+        SUBMITTING_CLAIM,
+        &submission_started_at_claim(""),
+        ORDER_OLDEST,
+    )
+});
+/// One lane's claim (`Queue::claim_lanes`, run per lane in one transaction: SQLite takes no
+/// per-row limit from a joined row): `$2` rows of priority `$5` and tenant `$6`, oldest first.
+static CLAIM_LANE: LazyLock<String> = LazyLock::new(|| {
+    claim(
+        SUBMITTING_CLAIM,
+        &submission_started_at_claim(""),
+        "AND priority = $5 AND tenant_id = $6 ORDER BY available_at",
+    )
+});
+const ORDER_OLDEST: &str = "ORDER BY priority, available_at";
 
-/// The claim statement, logged as `logged`, with `also` (`, column = …` assignments) added to its update.
-fn claim(logged: &str, also: &str) -> String {
+/// The claim statement, logged as `logged`, with `also` (`, column = …` assignments) added to its
+/// update, picking with `pick` (further conditions and the order).
+fn claim(logged: &str, also: &str, pick: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
     update_logged_as(
         &claim,
@@ -48,7 +66,7 @@ fn claim(logged: &str, also: &str) -> String {
              last_actor = $3, last_detail = NULL{also}"
         ),
         &format!(
-            "id IN (SELECT id FROM operations WHERE {} AND available_at <= $1 ORDER BY available_at LIMIT $2)",
+            "id IN (SELECT id FROM operations WHERE {} AND available_at <= $1 {pick} LIMIT $2)",
             status_in("status", &claim.from)
         ),
         true,
@@ -178,6 +196,12 @@ impl Dialect for Sqlite {
     fn intake() -> &'static IntakeSql {
         &INTAKE
     }
+
+    fn claim_lanes() -> LanesClaim {
+        LanesClaim::PerLane(CLAIM_LANE.as_str())
+    }
+
+    const READY_LANES: &'static str = super::lanes::READY_LANES_SQLITE;
 
     fn claim(to_submit: bool) -> &'static str {
         if to_submit {

@@ -175,6 +175,12 @@ impl<'a> From<Option<&'a str>> for Arg<'a> {
     }
 }
 
+impl From<Option<i64>> for Arg<'_> {
+    fn from(v: Option<i64>) -> Self {
+        v.map_or(Arg::NullInt, Arg::from)
+    }
+}
+
 impl From<Option<Timestamp>> for Arg<'_> {
     fn from(v: Option<Timestamp>) -> Self {
         v.map_or(Arg::NullInt, Arg::from)

@@ -7,6 +7,7 @@ use payonce_core::details::{Details, DetailsHash};
 use payonce_core::id::{BusinessKey, IdempotencyKey, OperationId, TenantId};
 use payonce_core::intention::{Intention, KeySecret};
 use payonce_core::operation::{Declined, Paid};
+use payonce_core::priority::Priority;
 use payonce_core::state::Status;
 
 /// The `failure_code` of a row the processor scan made again from its payment
@@ -33,6 +34,10 @@ pub struct NewOperation {
     /// The processor to bind it to; `None` (every create from upstream): its tenant's choice at
     /// the insert. A payment the processor scan recreates names the processor it was found at.
     pub processor: Option<payonce_core::operation::ProcessorKind>,
+    /// Who waits for it ([`payonce_core::priority`]): stored when the business key is new.
+    pub priority: Priority,
+    /// Not claimed before this, ms (checked by the caller: `priority::check_not_before`).
+    pub not_before: Option<Timestamp>,
 }
 
 impl NewOperation {
@@ -57,6 +62,8 @@ impl NewOperation {
             actor,
             idempotency_key,
             processor: None,
+            priority: Priority::Interactive,
+            not_before: None,
         }
     }
 }
@@ -83,6 +90,9 @@ pub struct NewApproval {
     pub method: String,
     /// When it stops being valid, ms.
     pub expires_at: Timestamp,
+    /// The priority the approval gives the operation (`interactive` when the customer approves it
+    /// on the confirmation page); `None` keeps the one it was created with.
+    pub priority: Option<Priority>,
 }
 
 /// A processor's report about an operation (webhook or lookup), applied in any arrival order.

@@ -52,5 +52,7 @@ pub(crate) fn unknown_since(first_submitted_ms: i64) -> Operation {
         created_at: at,
         updated_at: at,
         processor: None,
+        priority: payonce_core::priority::Priority::Interactive,
+        not_before: None,
     }
 }

@@ -418,6 +418,9 @@ async fn recreate(
         actor: SCAN_ACTOR.into(),
         idempotency_key,
         processor: found_at,
+        // Recreated already paid (or refunded): no worker claims it.
+        priority: payonce_core::priority::Priority::Bulk,
+        not_before: None,
     };
     match ledger.recreate(new, now).await {
         Ok(created) => Ok(Some((created.operation, created.inserted))),

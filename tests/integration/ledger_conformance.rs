@@ -6,6 +6,7 @@ use crate::support::{self, details, every_store, ready_operation, recording, ten
 use payonce_core::clock::Timestamp;
 use payonce_core::id::{BusinessKey, OperationId, TenantId};
 use payonce_core::state::{Status, legal_log_entry};
+use payonce_ledger::lanes::Pick;
 use payonce_ledger::{
     Applied, ApplyReport, Cancel, ClaimUnknown, Declined, DeferCheck, Escalate, ExpireLease, Fence,
     LeaseHolder, LedgerError, LimitError, ListFilter, NewApproval, NewOperation, NewProcessorEvent,
@@ -69,6 +70,7 @@ fn approval_of(op: &payonce_ledger::Operation) -> NewApproval {
         approved_by: "customer:cus_test".into(),
         method: "confirmation_page".into(),
         expires_at: at(T0 + 60_000),
+        priority: None,
     }
 }
 
@@ -212,6 +214,7 @@ async fn approval_binds_to_the_details_hash() {
             approved_by: "customer:cus_test".into(),
             method: "confirmation_page".into(),
             expires_at: at(T0 + 60_000),
+            priority: None,
         };
         let refused = ledger.approve(&tenant(), approval(wrong), at(T0)).await;
         assert!(
@@ -1474,7 +1477,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
                 .record_and_claim(
                     &[(fence(&a.id, 1), paid("pi_a"))],
                     &holder("w"),
-                    1_001,
+                    Pick::Oldest(1_001),
                     at(T0 + 20)
                 )
                 .await,
@@ -1492,7 +1495,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
                     (fence(&b.id, 0), paid("pi_stale")),
                 ],
                 &holder("w"),
-                2,
+                Pick::Oldest(2),
                 at(T0 + 30),
             )
             .await
@@ -1554,7 +1557,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
                     ),
                 ],
                 &holder("w"),
-                2,
+                Pick::Oldest(2),
                 at(T0 + 40),
             )
             .await
@@ -1565,7 +1568,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
             .record_and_claim(
                 &[(fence(&d.id, 1), paid("pi_d"))],
                 &holder("w"),
-                0,
+                Pick::Oldest(0),
                 at(T0 + 50),
             )
             .await
@@ -1587,7 +1590,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
             .record_and_claim(
                 &[(fence(&e.id, 1), paid("pi_e_stale"))],
                 &holder("w"),
-                5,
+                Pick::Oldest(5),
                 at(T0 + 70),
             )
             .await
@@ -1599,7 +1602,7 @@ async fn an_outcome_write_claims_in_the_same_commit() {
             .record_and_claim(
                 &[(fence(&e.id, 2), paid("pi_e"))],
                 &holder("w"),
-                5,
+                Pick::Oldest(5),
                 at(T0 + 80),
             )
             .await

@@ -713,6 +713,23 @@ impl payonce_ledger::Queue for Hooked {
         }
         self.inner.claim_to_submit(holder, batch, now).await
     }
+    async fn claim_lanes(
+        &self,
+        holder: &LeaseHolder<'_>,
+        takes: &[payonce_ledger::lanes::Take],
+        now: Timestamp,
+    ) -> Result<Vec<payonce_ledger::Claimed>, LedgerError> {
+        if self.first_claim_panics.swap(false, SeqCst) {
+            panic!("a bug in one pipeline's claim");
+        }
+        self.inner.claim_lanes(holder, takes, now).await
+    }
+    async fn ready_lanes(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<payonce_ledger::lanes::ReadyLane>, LedgerError> {
+        self.inner.ready_lanes(limit).await
+    }
     async fn renew(
         &self,
         holder: &LeaseHolder<'_>,
@@ -753,10 +770,10 @@ impl payonce_ledger::Queue for Hooked {
         &self,
         items: &[(Fence, Recorded)],
         holder: &LeaseHolder<'_>,
-        batch: u32,
+        pick: payonce_ledger::lanes::Pick<'_>,
         now: Timestamp,
     ) -> Result<(Vec<bool>, Vec<payonce_ledger::Claimed>), LedgerError> {
-        if self.hold_refills && batch > 0 {
+        if self.hold_refills && !pick.is_empty() {
             self.refill_waiting.store(true, SeqCst);
             loop {
                 let renewed = self.renewed.notified();
@@ -776,7 +793,7 @@ impl payonce_ledger::Queue for Hooked {
                 .forget();
             self.writing.fetch_sub(1, SeqCst);
         }
-        self.inner.record_and_claim(items, holder, batch, now).await
+        self.inner.record_and_claim(items, holder, pick, now).await
     }
     async fn record_lost_row(
         &self,

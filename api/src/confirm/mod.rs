@@ -495,6 +495,7 @@ async fn record(
                 approved_by: actor,
                 method,
                 expires_at: now + state.config().approval_ttl,
+                priority: Some(payonce_core::priority::Priority::Interactive),
             };
             ledger
                 .approve(&op.tenant, approval, now)

@@ -160,6 +160,7 @@ async fn approve_checked(
         approved_by: who.actor(),
         method: CONSOLE_APPROVAL.to_string(),
         expires_at: now + state.config().approval_ttl,
+        priority: None,
     };
     state.ledger().approve(&who.tenant, approval, now).await?;
     Ok(id)

@@ -334,6 +334,7 @@ pub async fn approve(
         approved_by,
         method: SERVICE_APPROVAL.to_string(),
         expires_at: now + state.config().approval_ttl,
+        priority: None,
     };
     let op = state
         .ledger()

@@ -221,6 +221,7 @@ pub async fn approve(
         approved_by: caller.actor(),
         method: ON_CALL_APPROVAL.to_string(),
         expires_at: now + state.config().approval_ttl,
+        priority: None,
     };
     let approved = state
         .ledger()

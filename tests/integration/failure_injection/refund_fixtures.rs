@@ -74,6 +74,7 @@ pub async fn approve(ledger: &SharedLedger, refund: &Operation) -> Operation {
                 approved_by: "oncall:alice".into(),
                 method: "test".into(),
                 expires_at: now() + Duration::from_millis(86_400_000),
+                priority: None,
             },
             now(),
         )

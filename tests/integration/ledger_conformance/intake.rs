@@ -114,6 +114,7 @@ async fn a_mixed_batch_answers_each_item_as_one_by_one_and_refused_items_change_
                     approved_by: "customer:B".into(),
                     method: "service".into(),
                     expires_at: at(T0) + DAY,
+                    priority: None,
                 },
                 at(T0),
             )

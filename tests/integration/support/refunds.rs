@@ -86,6 +86,7 @@ pub async fn settle_refund(
                 approved_by: "on_call:key_test".into(),
                 method: "on_call_key".into(),
                 expires_at: now + Duration::from_secs(86_400),
+                priority: None,
             },
             now,
         )

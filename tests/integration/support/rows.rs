@@ -56,6 +56,7 @@ pub async fn approved(
                 approved_by: "customer:cus_test".into(),
                 method: "test".into(),
                 expires_at,
+                priority: None,
             },
             now,
         )

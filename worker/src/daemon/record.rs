@@ -5,6 +5,7 @@ use super::{Claimed, LEDGER_ERROR_PAUSE, Pending, Refill, Worker};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use payonce_execution::settle;
+use payonce_ledger::lanes::Pick;
 use payonce_ledger::{Fence, LedgerError, Operation, Recorded};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -128,7 +129,7 @@ impl Worker {
                 let started = Instant::now();
                 let written = self
                     .ledger
-                    .record_and_claim(items, &self.config.lease_holder(), want, now)
+                    .record_and_claim(items, &self.config.lease_holder(), Pick::Oldest(want), now)
                     .await?;
                 Ok::<_, LedgerError>((written, started.elapsed()))
             };

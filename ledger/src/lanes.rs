@@ -1,0 +1,247 @@
+//! Lanes: the ready work of one tenant at one priority. Workers find the lanes that hold due work
+//! ([`Queue::ready_lanes`](super::Queue::ready_lanes)) and claim from the lanes they choose, so much
+//! from each ([`Queue::claim_lanes`](super::Queue::claim_lanes)): the order across tenants and
+//! classes is the worker's scheduler's (`payonce_worker`'s `fair`), the order within a lane the
+//! oldest first. Tenants' shares are kept here too (`payonce tenant set-share`).
+
+use super::dialect::Dialect;
+use super::intake::JsonColumn;
+use super::queue::lease_checked;
+use super::record::decode_operation;
+use super::row::LedgerRow;
+use super::statement::Stmt;
+use super::store::Store;
+use super::{CLAIM_BATCH_MAX, Claimed, LeaseHolder, LedgerError, LimitError, bounded};
+use payonce_core::clock::Timestamp;
+use payonce_core::id::TenantId;
+use payonce_core::priority::{Priority, SHARE_DEFAULT, check_share};
+use serde_json::{Value, json};
+
+/// Most lanes one discovery returns: more tenants than this with ready work at once are served
+/// in the order of the index (priority, then tenant), the rest at the next discovery.
+pub const LANES_MAX: u32 = 10_000;
+
+/// The columns of a claim's plan, as [`plan_rows`] writes them.
+pub(crate) const PLAN_COLUMNS: [(&str, JsonColumn); 3] = [
+    ("priority", JsonColumn::Int),
+    ("tenant_id", JsonColumn::Text),
+    ("n", JsonColumn::Int),
+];
+
+/// The ready work of one tenant at one priority.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lane {
+    /// Interactive or bulk.
+    pub priority: Priority,
+    /// Whose.
+    pub tenant: TenantId,
+}
+
+/// A lane that holds ready rows, as a discovery found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyLane {
+    /// Which.
+    pub lane: Lane,
+    /// The earliest `available_at` among its ready rows: due now, or when its first scheduled or
+    /// deferred row becomes due.
+    pub oldest: Timestamp,
+    /// Its tenant's share ([`SHARE_DEFAULT`] without one set).
+    pub share: u32,
+}
+
+/// How many rows a claim takes from one lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    /// Which.
+    pub lane: Lane,
+    /// At most this many (≥ 1).
+    pub n: u32,
+}
+
+/// What a claim that rides on an outcome write takes (`Queue::record_and_claim`).
+#[derive(Debug, Clone, Copy)]
+pub enum Pick<'a> {
+    /// Up to this many due rows, interactive first, then the oldest (0: none).
+    Oldest(u32),
+    /// By lanes (empty: none).
+    Lanes(&'a [Take]),
+}
+
+impl Pick<'_> {
+    /// Whether it takes nothing.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Pick::Oldest(n) => *n == 0,
+            Pick::Lanes(takes) => takes.is_empty(),
+        }
+    }
+}
+
+/// How a store claims by lanes (`Dialect::claim_lanes`).
+pub enum LanesClaim {
+    /// One statement over the whole plan: `$1` now, `$2` the plan (a JSON array of
+    /// [`PLAN_COLUMNS`]), `$3` owner, `$4` lease expiry.
+    Once(&'static str),
+    /// One statement per lane, in one transaction: `$1` now, `$2` n, `$3` owner, `$4` lease
+    /// expiry, `$5` priority, `$6` tenant.
+    PerLane(&'static str),
+}
+
+/// The lanes' discovery: `$1` most lanes. Postgres walks `operations_lanes_idx` one descent per
+/// lane (a loose index scan), whatever the number of ready rows; SQLite groups its ready rows.
+pub(crate) const READY_LANES_POSTGRES: &str = "WITH RECURSIVE lanes AS ( \
+       (SELECT priority, tenant_id FROM operations WHERE status = 'ready' \
+        ORDER BY priority, tenant_id LIMIT 1) \
+       UNION ALL \
+       SELECT n.priority, n.tenant_id FROM lanes l CROSS JOIN LATERAL ( \
+         SELECT priority, tenant_id FROM operations WHERE status = 'ready' \
+         AND (priority, tenant_id) > (l.priority, l.tenant_id) \
+         ORDER BY priority, tenant_id LIMIT 1) n) \
+     SELECT l.priority, l.tenant_id, \
+       (SELECT min(available_at) FROM operations o WHERE o.status = 'ready' \
+        AND o.priority = l.priority AND o.tenant_id = l.tenant_id) AS oldest, s.share \
+     FROM (SELECT * FROM lanes LIMIT $1) l LEFT JOIN tenant_shares s ON s.tenant_id = l.tenant_id";
+pub(crate) const READY_LANES_SQLITE: &str = "SELECT o.priority, o.tenant_id, min(o.available_at) AS oldest, \
+       (SELECT s.share FROM tenant_shares s WHERE s.tenant_id = o.tenant_id) AS share \
+     FROM operations o WHERE o.status = 'ready' GROUP BY o.priority, o.tenant_id \
+     ORDER BY o.priority, o.tenant_id LIMIT $1";
+const SET_SHARE: &str = "INSERT INTO tenant_shares (tenant_id, share, updated_at, updated_by) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id) DO UPDATE SET share = excluded.share, \
+     updated_at = excluded.updated_at, updated_by = excluded.updated_by";
+const CLEAR_SHARE: &str = "DELETE FROM tenant_shares WHERE tenant_id = $1";
+const SHARES: &str = "SELECT tenant_id, share FROM tenant_shares ORDER BY tenant_id";
+
+/// The plan of a claim, as the JSON array its statement reads.
+fn plan_rows(takes: &[Take]) -> String {
+    let rows: Vec<Value> = takes
+        .iter()
+        .map(|t| {
+            json!({
+                "priority": t.lane.priority.stored(),
+                "tenant_id": t.lane.tenant.as_str(),
+                "n": i64::from(t.n),
+            })
+        })
+        .collect();
+    Value::Array(rows).to_string()
+}
+
+/// Checks a plan: at least one lane, each taking at least one row, together at most
+/// [`CLAIM_BATCH_MAX`].
+fn checked(takes: &[Take]) -> Result<(), LedgerError> {
+    let total: u64 = takes.iter().map(|t| u64::from(t.n)).sum();
+    if takes.is_empty() || takes.iter().any(|t| t.n == 0) || total > u64::from(CLAIM_BATCH_MAX) {
+        return Err(LimitError::ClaimBatch.into());
+    }
+    Ok(())
+}
+
+/// Claims by `takes` on `conn` (the caller's transaction when the store runs one statement per
+/// lane), each claimed row's submission start recorded as `claim_to_submit` records it.
+pub(crate) async fn claim_lanes_on<DB: Dialect>(
+    conn: &mut DB::Connection,
+    holder: &LeaseHolder<'_>,
+    takes: &[Take],
+    now: Timestamp,
+) -> Result<Vec<Claimed>, LedgerError> {
+    checked(takes)?;
+    lease_checked(holder)?;
+    let expiry = now + holder.lease_ttl;
+    let rows = match DB::claim_lanes() {
+        LanesClaim::Once(sql) => {
+            let stmt = Stmt::new(sql).bind(now).bind(plan_rows(takes));
+            DB::fetch_all(&mut *conn, stmt.bind(holder.owner).bind(expiry)).await?
+        }
+        LanesClaim::PerLane(sql) => {
+            let mut rows = Vec::new();
+            for take in takes {
+                let stmt = Stmt::new(sql).bind(now).bind(i64::from(take.n));
+                let stmt = stmt.bind(holder.owner).bind(expiry);
+                let stmt = stmt.bind(take.lane.priority.stored());
+                rows.extend(DB::fetch_all(&mut *conn, stmt.bind(&take.lane.tenant)).await?);
+            }
+            rows
+        }
+    };
+    rows.iter().map(decode_operation).collect()
+}
+
+impl<DB: Dialect> Store<DB> {
+    /// `Queue::claim_lanes`: one statement on a store that claims a plan at once, else one
+    /// transaction.
+    pub(crate) async fn claim_lanes_now(
+        &self,
+        holder: &LeaseHolder<'_>,
+        takes: &[Take],
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>, LedgerError> {
+        match DB::claim_lanes() {
+            LanesClaim::Once(_) => {
+                let mut one = super::statement::Single::take(&self.pool).await?;
+                let claimed = claim_lanes_on::<DB>(one.conn(), holder, takes, now).await?;
+                one.done().await?;
+                Ok(claimed)
+            }
+            LanesClaim::PerLane(_) => {
+                let mut tx = self.begin().await?;
+                let claimed = claim_lanes_on::<DB>(&mut tx, holder, takes, now).await?;
+                tx.commit().await?;
+                Ok(claimed)
+            }
+        }
+    }
+
+    /// `Queue::ready_lanes`.
+    pub(crate) async fn ready_lanes_now(&self, limit: u32) -> Result<Vec<ReadyLane>, LedgerError> {
+        let stmt = Stmt::new(DB::READY_LANES).bind(i64::from(limit.clamp(1, LANES_MAX)));
+        self.all(stmt, |r| {
+            let stored: i64 = r.get("priority")?;
+            let share: Option<i64> = r.get("share")?;
+            Ok(ReadyLane {
+                lane: Lane {
+                    priority: Priority::from_stored(stored).ok_or_else(|| {
+                        LedgerError::Corrupt(format!("a lane has an unknown priority {stored}"))
+                    })?,
+                    tenant: r.get("tenant_id")?,
+                },
+                oldest: r.get("oldest")?,
+                share: share.map_or(SHARE_DEFAULT, |s| u32::try_from(s).unwrap_or(SHARE_DEFAULT)),
+            })
+        })
+        .await
+    }
+
+    /// `ProfileLedger::set_share`.
+    pub(crate) async fn set_share_now(
+        &self,
+        tenant: &TenantId,
+        share: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let stmt = match share {
+            Some(share) => {
+                let share = check_share(share).map_err(LimitError::Share)?;
+                Stmt::new(SET_SHARE)
+                    .bind(tenant)
+                    .bind(i64::from(share))
+                    .bind(now)
+                    .bind(bounded(actor))
+            }
+            None => Stmt::new(CLEAR_SHARE).bind(tenant),
+        };
+        self.execute(stmt).await.map(|_| ())
+    }
+
+    /// `ProfileLedger::shares`.
+    pub(crate) async fn shares_now(&self) -> Result<Vec<(TenantId, u32)>, LedgerError> {
+        self.all(Stmt::new(SHARES), |r| {
+            let share: i64 = r.get("share")?;
+            Ok((
+                r.get("tenant_id")?,
+                u32::try_from(share).unwrap_or(SHARE_DEFAULT),
+            ))
+        })
+        .await
+    }
+}
