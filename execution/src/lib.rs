@@ -60,6 +60,9 @@ pub struct Execution<'a> {
     /// Where a first submission answered as a replay is recorded (`ledger::lost_rows`): the
     /// ledger had lost the row that made it.
     pub lost_rows: Option<&'a dyn payonce_ledger::Queue>,
+    /// The caller took this submission's first write permit before claiming it (the worker's claim
+    /// is paced by the limiter: `limiter::acquire_up_to`): the first request does not ask again.
+    pub prepaid: bool,
 }
 
 /// Runs one claimed operation: refused by [`precheck`] (nothing external happens), sent to a

@@ -165,21 +165,13 @@ async fn submit_paced(
     let give_up_at = tokio::time::Instant::now() + ex.wait_max;
     let stopped = || ex.stop.is_some_and(|s| *s.borrow());
     let mut refusals: u32 = 0;
+    let mut prepaid = ex.prepaid;
     loop {
         let left = give_up_at.saturating_duration_since(tokio::time::Instant::now());
-        let permit = acquire(policy.limiter.as_ref(), Budget::Write, left);
-        // Shutdown does not wait for a permit: nothing was sent, so the row goes back to ready.
-        let permit = match ex.stop {
-            Some(stop) => {
-                let mut stop = stop.clone();
-                tokio::select! {
-                    p = permit => p.map_err(|denied| format!("fleet limiter: {denied}")),
-                    _ = stop.wait_for(|s| *s) => Err("shutdown while waiting for a permit".to_string()),
-                }
-            }
-            None => permit
-                .await
-                .map_err(|denied| format!("fleet limiter: {denied}")),
+        let permit = if std::mem::take(&mut prepaid) {
+            Ok(Duration::ZERO)
+        } else {
+            permit_within(ex, left).await
         };
         if let Err(reason) = permit {
             ex.metrics.rate_limited_requeued.inc();
@@ -216,6 +208,25 @@ async fn submit_paced(
             }
             None => tokio::time::sleep(pause).await,
         }
+    }
+}
+
+/// One write permit within `left`, or why not (denied in time, or shutdown while waiting: nothing
+/// was sent either way).
+async fn permit_within(ex: &Execution<'_>, left: Duration) -> Result<Duration, String> {
+    let permit = acquire(ex.policy.limiter.as_ref(), Budget::Write, left);
+    // Shutdown does not wait for a permit: nothing was sent, so the row goes back to ready.
+    match ex.stop {
+        Some(stop) => {
+            let mut stop = stop.clone();
+            tokio::select! {
+                p = permit => p.map_err(|denied| format!("fleet limiter: {denied}")),
+                _ = stop.wait_for(|s| *s) => Err("shutdown while waiting for a permit".to_string()),
+            }
+        }
+        None => permit
+            .await
+            .map_err(|denied| format!("fleet limiter: {denied}")),
     }
 }
 

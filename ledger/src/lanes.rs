@@ -100,7 +100,8 @@ pub(crate) const READY_LANES_POSTGRES: &str = "WITH RECURSIVE lanes AS ( \
      SELECT l.priority, l.tenant_id, \
        (SELECT min(available_at) FROM operations o WHERE o.status = 'ready' \
         AND o.priority = l.priority AND o.tenant_id = l.tenant_id) AS oldest, s.share \
-     FROM (SELECT * FROM lanes LIMIT $1) l LEFT JOIN tenant_shares s ON s.tenant_id = l.tenant_id";
+     FROM (SELECT * FROM lanes LIMIT $1) l LEFT JOIN tenant_shares s ON s.tenant_id = l.tenant_id \
+     ORDER BY l.priority, l.tenant_id";
 pub(crate) const READY_LANES_SQLITE: &str = "SELECT o.priority, o.tenant_id, min(o.available_at) AS oldest, \
        (SELECT s.share FROM tenant_shares s WHERE s.tenant_id = o.tenant_id) AS share \
      FROM operations o WHERE o.status = 'ready' GROUP BY o.priority, o.tenant_id \

@@ -19,6 +19,7 @@ use std::time::Duration;
 mod cancelled_begin;
 mod hints;
 mod intake;
+mod lanes;
 mod outage;
 mod refunds;
 mod retention;

@@ -336,6 +336,7 @@ async fn both_execution_paths_count_a_write_lost_to_a_webhook_the_same_way() {
         wait_max: config.submit.rate_limit_wait_max,
         stop: None,
         lost_rows: None,
+        prepaid: false,
     };
     let inline = payonce_execution::Inline {
         ledger: ledger.as_ref(),

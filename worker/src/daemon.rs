@@ -5,6 +5,7 @@
 //! loop with its own writer; one renewer serves them all.
 
 mod claim;
+mod lanes;
 mod record;
 mod renew;
 mod submit;
@@ -40,6 +41,8 @@ pub struct Worker {
     /// Operations claimed and not yet finished (recorded, fenced, released or given up): the only
     /// leases renewal extends. A lease the worker gave up on must lapse to the reconciler.
     held: Mutex<HashSet<OperationId>>,
+    /// Which lanes hold due work and whose turn it is, shared by the pipelines.
+    fair: lanes::SharedFair,
 }
 
 /// What a run did, for the exit log line.
@@ -70,7 +73,7 @@ struct Refill {
     claimed: mpsc::UnboundedSender<Claimed>,
 }
 
-/// Operations an outcome write claimed, with one in-flight slot each.
+/// Operations an outcome write claimed, with one in-flight slot and one write permit each.
 struct Claimed {
     ops: Vec<Operation>,
     slots: OwnedSemaphorePermit,
@@ -111,6 +114,7 @@ impl Worker {
             config,
             metrics,
             held: Mutex::new(HashSet::new()),
+            fair: lanes::SharedFair::default(),
         })
     }
 
@@ -128,14 +132,14 @@ impl Worker {
             .claim_to_submit(&self.config.lease_holder(), self.config.batch_size, now)
             .await?;
         let n = claimed.len();
-        self.metrics.claimed.inc_by(n as u64);
+        self.metrics.count_claimed(&claimed);
         if n > 0 {
             self.metrics.claims.inc_by(1);
         }
         self.hold(&claimed);
         let (tx, rx) = mpsc::channel(RECORD_QUEUE_LEN);
         let (_stop_tx, stop_rx) = watch::channel(false);
-        let batch = self.batch(claimed, tx, stop_rx, None);
+        let batch = self.batch(claimed, tx, stop_rx, None, false);
         let recorder = self.recorder(rx, None);
         let ((), ()) = tokio::join!(batch, recorder);
         Ok(n)

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod daemon;
+pub mod fair;
 pub mod metrics;
 
 pub use config::{ConfigError, WorkerConfig};

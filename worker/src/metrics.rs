@@ -1,6 +1,7 @@
 //! What the worker counts, rendered for `/metrics`.
 
 use payonce_core::metrics::{Counter, Exposition, Histogram};
+use payonce_core::priority::{ALL_PRIORITIES, Priority};
 use payonce_execution::ExecutionMetrics;
 use payonce_ledger::time::Drift;
 use std::sync::Arc;
@@ -14,6 +15,10 @@ pub struct WorkerMetrics {
     pub claims: Counter,
     /// Of those, claims an outcome write made in its own commit (`claim_with_outcomes`).
     pub claims_with_outcomes: Counter,
+    /// Operations claimed, by priority: interactive, bulk.
+    pub claimed_by_priority: [Counter; 2],
+    /// Reads of the lanes with due work (`fair`).
+    pub lane_reads: Counter,
     /// Group writes of outcomes (`outcomes / record_writes` is the mean group size).
     pub record_writes: Counter,
     /// What the execution path counts: outcomes, lost writes, 429s, submission latency.
@@ -34,6 +39,15 @@ pub struct WorkerMetrics {
 }
 
 impl WorkerMetrics {
+    /// Counts claimed operations, in all and by priority.
+    pub fn count_claimed(&self, claimed: &[payonce_ledger::Operation]) {
+        self.claimed.inc_by(claimed.len() as u64);
+        for op in claimed {
+            let i = usize::from(op.priority == Priority::Bulk);
+            self.claimed_by_priority[i].inc();
+        }
+    }
+
     /// Appends the worker's metrics.
     pub fn render(&self, e: &mut Exposition) {
         e.counter(
@@ -53,6 +67,20 @@ impl WorkerMetrics {
             "Of those, claims an outcome write made in its own commit (refilling the slots it freed).",
             &[],
             &self.claims_with_outcomes,
+        );
+        for (priority, counter) in ALL_PRIORITIES.iter().zip(&self.claimed_by_priority) {
+            e.counter(
+                "payonce_worker_claimed_by_priority_total",
+                "Operations claimed, by priority (interactive: a customer or an assistant waits).",
+                &[("priority", priority.as_str())],
+                counter,
+            );
+        }
+        e.counter(
+            "payonce_worker_lane_reads_total",
+            "Reads of the lanes (tenant and priority) holding due work, by the fair scheduler.",
+            &[],
+            &self.lane_reads,
         );
         e.counter(
             "payonce_worker_record_writes_total",

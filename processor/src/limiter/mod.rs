@@ -327,6 +327,22 @@ pub async fn acquire(
     budget: Budget,
     wait_max: Duration,
 ) -> Result<Duration, Denied> {
+    acquire_up_to(limiter, budget, 1, wait_max)
+        .await
+        .map(|(_, waited)| waited)
+}
+
+/// Waits for one permit of `budget` as [`acquire`] does, then takes up to `n − 1` more while they
+/// are granted without waiting, all in this process's line: the worker takes the permits for a
+/// claim before it claims, so work waits for the budget in the ledger's order (interactive first,
+/// tenants in turn) instead of in a line of already-claimed work. Returns how many were granted
+/// (at least one) and how long the first took.
+pub async fn acquire_up_to(
+    limiter: &dyn Limiter,
+    budget: Budget,
+    n: u32,
+    wait_max: Duration,
+) -> Result<(u32, Duration), Denied> {
     let started = tokio::time::Instant::now();
     let deny = |waited| {
         limiter.metrics().denied.inc();
@@ -345,7 +361,11 @@ pub async fn acquire(
                     limiter.metrics().waited.inc();
                 }
                 limiter.metrics().wait.observe(waited);
-                return Ok(waited);
+                let mut granted = 1;
+                while granted < n && limiter.try_acquire(budget).await == Decision::Granted {
+                    granted += 1;
+                }
+                return Ok((granted, waited));
             }
             Decision::Retry(after) => {
                 let waited = started.elapsed();
@@ -361,6 +381,19 @@ pub async fn acquire(
             }
         }
     }
+}
+
+/// Takes up to `n` permits of `budget` that are granted without waiting; none while another
+/// caller of this process waits in line (it is ahead). Returns how many.
+pub async fn take_ready(limiter: &dyn Limiter, budget: Budget, n: u32) -> u32 {
+    let Ok(_turn) = limiter.lines().of(budget).try_lock() else {
+        return 0;
+    };
+    let mut granted = 0;
+    while granted < n && limiter.try_acquire(budget).await == Decision::Granted {
+        granted += 1;
+    }
+    granted
 }
 
 #[cfg(test)]

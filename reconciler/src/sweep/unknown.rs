@@ -326,6 +326,7 @@ impl Reconciler {
                 .min(self.config.retry_lease_ttl / 2),
             stop: None,
             lost_rows: Some(self.queue.as_ref()),
+            prepaid: false,
         };
         let inline = Inline {
             ledger: self.queue.as_ref(),

@@ -25,6 +25,9 @@ struct Pipeline {
     claimed_total: u64,
     /// When the last claim started (`None`: none yet).
     last_claim: Option<Instant>,
+    /// Write permits taken for a claim and not used by it (a lane came back short): the next
+    /// claim, at once, uses them first.
+    prepaid: u32,
 }
 
 /// What woke the claim loop.
@@ -62,6 +65,7 @@ impl Worker {
             stop,
             claimed_total: 0,
             last_claim: None,
+            prepaid: 0,
         };
         let full_claim = pipeline
             .worker
@@ -74,14 +78,6 @@ impl Worker {
             }
         }
         pipeline.drain(writer).await
-    }
-
-    /// Claims up to `want` ready operations, on the database's time.
-    pub(super) async fn claim(&self, want: u32) -> Result<Vec<Operation>, LedgerError> {
-        let now = self.clock.read().await?;
-        self.ledger
-            .claim_to_submit(&self.config.lease_holder(), want, now)
-            .await
     }
 }
 
@@ -134,41 +130,49 @@ impl Pipeline {
         Some(free)
     }
 
-    /// Claims into `free` (and the slots free besides) and starts what it claimed; an error or an
-    /// empty queue pauses instead. False: shutdown began during the pause.
+    /// Claims into `free` (and the slots free besides) and starts what it claimed; an error or
+    /// no due work pauses instead. The claim holds one write permit per row it asks for, taken
+    /// once the lanes say work is due: work waits for the budget in the ledger, in the fair
+    /// scheduler's order, not in this worker's line. False: shutdown began during the pause.
     async fn claim_into(&mut self, free: OwnedSemaphorePermit) -> bool {
         let config = &self.worker.config;
         let want = u32::try_from(free.num_permits() + self.slots.available_permits())
             .unwrap_or(u32::MAX)
             .min(config.batch_size);
-        self.last_claim = Some(Instant::now());
-        let claimed = match self.worker.claim(want).await {
-            Ok(claimed) if !claimed.is_empty() => claimed,
+        match self.worker.lanes_known().await {
+            Ok(true) => {}
             outcome => {
                 drop(free);
-                let pause = async {
-                    match outcome {
-                        Err(error) => {
-                            tracing::warn!(%error, "claim failed; pausing");
-                            tokio::time::sleep(LEDGER_ERROR_PAUSE).await;
-                        }
-                        Ok(_) => {
-                            self.worker
-                                .ledger
-                                .wait_for_ready(config.poll_interval)
-                                .await
-                        }
-                    }
-                };
-                let mut stop = self.stop.clone();
-                return tokio::select! {
-                    _ = stop.wait_for(|s| *s) => false,
-                    () = pause => true,
-                };
+                return self.pause(outcome.map(|_| ())).await;
+            }
+        }
+        if self.prepaid == 0 {
+            let mut stop = self.stop.clone();
+            let permits = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return false,
+                permits = self.worker.permits(want) => permits,
+            };
+            match permits {
+                Some(n) => self.prepaid = n,
+                // None within the wait bound: ask again (the lanes may have changed meanwhile).
+                None => return true,
+            }
+        }
+        self.last_claim = Some(Instant::now());
+        let claimed = match self.worker.claim_fair(want.min(self.prepaid)).await {
+            Ok(claimed) if !claimed.is_empty() => claimed,
+            outcome => {
+                // The known lanes were dry (drained, or held by other workers) or the ledger
+                // failed: read them again after the pause; the permits lapse.
+                drop(free);
+                self.prepaid = 0;
+                self.worker.forget_lanes().await;
+                return self.pause(outcome.map(|_| ())).await;
             }
         };
+        self.prepaid -= u32::try_from(claimed.len()).unwrap_or(self.prepaid);
         self.claimed_total += claimed.len() as u64;
-        self.worker.metrics.claimed.inc_by(claimed.len() as u64);
+        self.worker.metrics.count_claimed(&claimed);
         self.worker.metrics.claims.inc_by(1);
         self.worker.hold(&claimed);
         // One slot per claimed operation: give back what the claim did not fill, take the rest
@@ -188,13 +192,33 @@ impl Pipeline {
         true
     }
 
+    /// After a failed claim (`Err`) or one that found nothing due: waits `LEDGER_ERROR_PAUSE`, or
+    /// for new work (an approval's wake-up, at most `poll_interval`). False: shutdown began.
+    async fn pause(&mut self, outcome: Result<(), LedgerError>) -> bool {
+        let poll = self.worker.config.poll_interval;
+        let pause = async {
+            match outcome {
+                Err(error) => {
+                    tracing::warn!(%error, "claim failed; pausing");
+                    tokio::time::sleep(LEDGER_ERROR_PAUSE).await;
+                }
+                Ok(()) => self.worker.ledger.wait_for_ready(poll).await,
+            }
+        };
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => false,
+            () = pause => true,
+        }
+    }
+
     /// Starts a claimed batch on its slots (after shutdown began, the batch gives its leases back).
     fn start(&mut self, claimed: Vec<Operation>, slots: OwnedSemaphorePermit) {
         let worker = self.worker.clone();
         let tx = self.record_tx.clone();
         let stop = self.stop.clone();
         self.batches.spawn(async move {
-            worker.batch(claimed, tx, stop, Some(slots)).await;
+            worker.batch(claimed, tx, stop, Some(slots), true).await;
         });
         while self.batches.try_join_next().is_some() {}
     }

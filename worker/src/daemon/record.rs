@@ -5,7 +5,7 @@ use super::{Claimed, LEDGER_ERROR_PAUSE, Pending, Refill, Worker};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use payonce_execution::settle;
-use payonce_ledger::lanes::Pick;
+use payonce_ledger::lanes::{Pick, Take};
 use payonce_ledger::{Fence, LedgerError, Operation, Recorded};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -86,11 +86,22 @@ impl Worker {
                 .min(self.config.batch_size),
             _ => 0,
         };
-        let written = self.write_group(&items, &ops, want).await;
+        // The refill holds a write permit per row, as the claim loop's claims do, and takes them
+        // only if granted at once and lanes are known: an outcome write never waits for either.
+        let takes = match want {
+            0 => Vec::new(),
+            _ => match self.lanes_known().await {
+                Ok(true) => self.plan(self.permits_ready(want).await).await,
+                _ => Vec::new(),
+            },
+        };
+        let written = self.write_group(&items, &ops, &takes).await;
         self.let_go(ops.iter().map(|(op, _)| op));
         let Some((results, claimed)) = written else {
+            self.settle(&takes, &[]).await;
             return;
         };
+        self.settle(&takes, &claimed).await;
         if let (Some(refill), Some(slots)) = (refill, freed.take()) {
             self.hand_on(claimed, refill, slots).await;
         }
@@ -110,15 +121,16 @@ impl Worker {
         }
     }
 
-    /// The group's write (claiming up to `want` in the same commit): per item whether it was
+    /// The group's write (claiming the plan `takes` in the same commit): per item whether it was
     /// recorded, and what it claimed. `None`: the ledger refused for as long as the leases could
     /// still be ours; the reconciler resolves the rows.
     async fn write_group(
         &self,
         items: &[(Fence, Recorded)],
         ops: &[(Operation, Instant)],
-        mut want: u32,
+        takes: &[Take],
     ) -> Option<(Vec<bool>, Vec<Operation>)> {
+        let mut pick = Pick::Lanes(takes);
         // The outcome is the one fact we must not drop: retry through ledger outages for as long as
         // the lease could still be ours; after that the reconciler owns the row. A retry claims
         // nothing: the write alone matters then.
@@ -129,7 +141,7 @@ impl Worker {
                 let started = Instant::now();
                 let written = self
                     .ledger
-                    .record_and_claim(items, &self.config.lease_holder(), Pick::Oldest(want), now)
+                    .record_and_claim(items, &self.config.lease_holder(), pick, now)
                     .await?;
                 Ok::<_, LedgerError>((written, started.elapsed()))
             };
@@ -144,7 +156,7 @@ impl Worker {
                 }
                 Err(error) if Instant::now() < deadline => {
                     tracing::warn!(%error, n = items.len(), "recording outcomes failed; retrying");
-                    want = 0;
+                    pick = Pick::Lanes(&[]);
                     tokio::time::sleep(LEDGER_ERROR_PAUSE).await;
                 }
                 Err(error) => {
@@ -167,7 +179,7 @@ impl Worker {
             return;
         }
         self.hold(&claimed);
-        self.metrics.claimed.inc_by(claimed.len() as u64);
+        self.metrics.count_claimed(&claimed);
         self.metrics.claims.inc_by(1);
         self.metrics.claims_with_outcomes.inc_by(1);
         if slots.num_permits() > claimed.len() {

@@ -51,7 +51,8 @@ impl Recorder for Grouped {
 
 impl Worker {
     /// One claimed batch (its claim also recorded every submission start): each operation runs
-    /// through [`execute`] at once, its outcome handed to the recorder ([`Grouped`]).
+    /// through [`execute`] at once, its outcome handed to the recorder ([`Grouped`]). `prepaid`:
+    /// the claim took one write permit per operation already.
     /// `slots` holds one in-flight slot per claimed operation (the daemon's; none for `run_once`):
     /// each execution hands its own to the recorder with its outcome, which gives it back once
     /// that outcome is written, so one slow answer does not hold the batch's other slots and
@@ -62,6 +63,7 @@ impl Worker {
         tx: mpsc::Sender<Pending>,
         stop: watch::Receiver<bool>,
         mut slots: Option<OwnedSemaphorePermit>,
+        prepaid: bool,
     ) {
         let claimed_at = Instant::now();
         failpoint::hit(FailPoint::AfterClaim);
@@ -96,6 +98,7 @@ impl Worker {
                         wait_max: config.submit.rate_limit_wait_max,
                         stop: Some(&stop),
                         lost_rows: Some(ledger.as_ref()),
+                        prepaid,
                     };
                     // The grouped recorder cannot fail: its writes happen in the recorder task.
                     let _ = execute(&ex, op, recorder).await;

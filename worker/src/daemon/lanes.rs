@@ -1,0 +1,84 @@
+//! The claim's plan and budget: the worker reads the lanes with due work into its [`Fair`]
+//! scheduler, takes write permits before it claims (so work waits for the processor's budget in
+//! the ledger, in the scheduler's order, not in a line of claimed work), and claims the plan.
+
+use super::Worker;
+use crate::fair::Fair;
+use payonce_ledger::lanes::{LANES_MAX, Take};
+use payonce_ledger::{LedgerError, Operation};
+use payonce_processor::limiter::{Budget, acquire_up_to, take_ready};
+use std::time::Instant;
+
+impl Worker {
+    /// Whether any lane holds due work, reading the lanes first when the scheduler's read is stale
+    /// (one read at a time per process: the pipelines share the scheduler).
+    pub(super) async fn lanes_known(&self) -> Result<bool, LedgerError> {
+        let mut fair = self.fair.lock().await;
+        if fair.stale(Instant::now()) {
+            let now = self.clock.read().await?;
+            let read = self.ledger.ready_lanes(LANES_MAX).await?;
+            fair.refresh(read, now, Instant::now());
+            self.metrics.lane_reads.inc();
+        }
+        Ok(fair.has_work())
+    }
+
+    /// The next plan reads the lanes first.
+    pub(super) async fn forget_lanes(&self) {
+        self.fair.lock().await.forget();
+    }
+
+    /// Up to `want` write permits: waits for the first (within the policy's wait bound), then
+    /// takes those granted at once. `None`: none within the bound.
+    pub(super) async fn permits(&self, want: u32) -> Option<u32> {
+        let policy = &self.config.submit;
+        acquire_up_to(
+            policy.limiter.as_ref(),
+            Budget::Write,
+            want,
+            policy.rate_limit_wait_max,
+        )
+        .await
+        .ok()
+        .map(|(granted, _)| granted)
+    }
+
+    /// Up to `want` write permits granted without waiting (an outcome write's refill).
+    pub(super) async fn permits_ready(&self, want: u32) -> u32 {
+        take_ready(self.config.submit.limiter.as_ref(), Budget::Write, want).await
+    }
+
+    /// The plan of a claim of up to `want` rows (empty: no lane known).
+    pub(super) async fn plan(&self, want: u32) -> Vec<Take> {
+        if want == 0 {
+            return Vec::new();
+        }
+        self.fair.lock().await.plan(want)
+    }
+
+    /// Tells the scheduler what a claim of `takes` returned.
+    pub(super) async fn settle(&self, takes: &[Take], claimed: &[Operation]) {
+        if !takes.is_empty() {
+            self.fair.lock().await.settle(takes, claimed);
+        }
+    }
+
+    /// Claims by the scheduler's plan of up to `want` rows, on the database's time.
+    pub(super) async fn claim_fair(&self, want: u32) -> Result<Vec<Operation>, LedgerError> {
+        let now = self.clock.read().await?;
+        let takes = self.plan(want).await;
+        if takes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let claimed = self
+            .ledger
+            .claim_lanes(&self.config.lease_holder(), &takes, now)
+            .await;
+        self.settle(&takes, claimed.as_deref().unwrap_or_default())
+            .await;
+        claimed
+    }
+}
+
+/// The scheduler a worker process's pipelines share.
+pub(super) type SharedFair = tokio::sync::Mutex<Fair>;
