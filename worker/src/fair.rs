@@ -29,7 +29,7 @@ pub const LANE_REFRESH: Duration = Duration::from_millis(250);
 const STRIDE_ONE: u64 = 1_000_000_000;
 
 /// Which lanes hold due work and whose turn it is.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Fair {
     /// Lanes with due work as last read, less those found dry since, with their pass.
     lanes: BTreeMap<Lane, LanePass>,
@@ -64,16 +64,6 @@ fn class_stride(c: usize) -> u64 {
 
 fn lane_stride(share: u32) -> u64 {
     STRIDE_ONE / u64::from(share.max(1))
-}
-
-impl Default for Fair {
-    fn default() -> Self {
-        Fair {
-            lanes: BTreeMap::new(),
-            class_pass: [0, 0],
-            read_at: None,
-        }
-    }
 }
 
 impl Fair {
