@@ -15,6 +15,7 @@ mod clock_skew;
 mod contracts;
 mod deployables;
 mod evidence;
+mod fair_claims;
 
 mod failure_injection;
 mod full_disk;
