@@ -41,6 +41,7 @@ pub mod report;
 pub mod run;
 pub mod settings;
 pub mod sweep;
+pub mod tenants;
 pub mod throughput;
 
 pub use run::{Outcome, run};

@@ -27,10 +27,15 @@ macro_rules! columns {
 /// Approvals are valid for a day; stuck leases expired a minute ago (a crashed worker's).
 macro_rules! common_values {
     ($hex:literal) => {
+        common_values!($hex, "'bench'")
+    };
+    ($hex:literal, $tenant:literal) => {
         concat!(
             "'op_' || ",
             $hex,
-            ", 'bench', 'bench:' || i, 'payment', 2048, 'usd', 'cus_bench', 'pm_card_visa', 'INV-BENCH', \
+            ", ",
+            $tenant,
+            ", 'bench:' || i, 'payment', 2048, 'usd', 'cus_bench', 'pm_card_visa', 'INV-BENCH', \
              $3, $3, 'bench', $4 + 86400000, 'payonce-op_' || ",
             $hex,
             ", $4, 'approve', 'bench', $4, $4, "
@@ -43,6 +48,17 @@ const PG_READY: &str = concat!(
     columns!(),
     "SELECT ",
     common_values!("lpad(to_hex(i), 32, '0')"),
+    "'ready', 0, NULL, NULL, NULL, NULL, 0, NULL, NULL FROM generate_series($1::bigint, $2::bigint) AS i"
+);
+/// Approved, enqueued bulk operations spread over `$5` tenants (`bench-0000`, `bench-0001`, …),
+/// tenant by tenant in turn: the fair claims section's load.
+const PG_READY_TENANTS: &str = concat!(
+    columns!(),
+    "SELECT ",
+    common_values!(
+        "lpad(to_hex(i), 32, '0')",
+        "'bench-' || lpad((i % $5)::text, 4, '0')"
+    ),
     "'ready', 0, NULL, NULL, NULL, NULL, 0, NULL, NULL FROM generate_series($1::bigint, $2::bigint) AS i"
 );
 /// Paid operations: the history a sweep must not pay for.
@@ -84,6 +100,8 @@ pub enum Kind {
     Succeeded,
     /// Executing under an expired lease, with a submission recorded.
     Stuck,
+    /// Approved and enqueued, spread over this many tenants.
+    ReadyTenants(i64),
 }
 
 /// The details every loaded row carries (matching the statements' literals).
@@ -120,17 +138,22 @@ pub async fn postgres(
         Kind::Ready => PG_READY,
         Kind::Succeeded => PG_SUCCEEDED,
         Kind::Stuck => PG_STUCK,
+        Kind::ReadyTenants(_) => PG_READY_TENANTS,
     };
     let hash = bench_details().hash();
     let mut conn = PgConnection::connect(url).await?;
     let mut from = first;
     while from <= last {
         let to = (from + LOAD_CHUNK_ROWS - 1).min(last);
-        sqlx::query(statement)
+        let mut query = sqlx::query(statement)
             .bind(from)
             .bind(to)
             .bind(hash.as_str())
-            .bind(now_ms)
+            .bind(now_ms);
+        if let Kind::ReadyTenants(tenants) = kind {
+            query = query.bind(tenants);
+        }
+        query
             .execute(&mut conn)
             .await
             .with_context(|| format!("load {kind:?} rows {from}..={to}"))?;

@@ -3,7 +3,9 @@
 use crate::report::{Rate, Table, Target, per_second, thousands};
 use crate::settings::Settings;
 use crate::sweep::SweepCost;
-use crate::{embedded, hints, http, intake, latency, process, ratelimit, sweep, throughput};
+use crate::{
+    embedded, hints, http, intake, latency, process, ratelimit, sweep, tenants, throughput,
+};
 use std::time::Duration;
 
 mod processes;
@@ -33,6 +35,12 @@ pub const TARGET_INTAKE_ONE: f64 = 0.25;
 /// The least rate of operations created and enqueued through the batch route, against plain
 /// single-row inserts (issue 42).
 pub const TARGET_INTAKE_BATCH: f64 = 1.0;
+/// The most a claim of the worker's batch over many tenants' lanes may take against the same claim
+/// from one tenant's (issue 51: claim latency stays flat with 1,000 tenants).
+pub const TARGET_CLAIM_TENANTS: f64 = 1.5;
+/// The least the drain with many tenants may reach against the same drain with one (issue 51: the
+/// end-to-end rate does not drop).
+pub const TARGET_DRAIN_TENANTS: f64 = 0.9;
 /// The absolute throughput target on the reference machine (2 cores).
 pub const TARGET_OPS_PER_SECOND: f64 = 3_000.0;
 
@@ -57,6 +65,8 @@ pub enum Section {
     Process,
     /// Four worker processes and a reconciler under the processor's rate limits.
     RateLimit,
+    /// Fair claims: many tenants' ready rows against one tenant's.
+    Tenants,
 }
 
 /// Everything a run measured (a section not run is `None`).
@@ -84,6 +94,8 @@ pub struct Outcome {
     pub process: Option<process::WorkerProcess>,
     /// Rate-limit section: shared limiter, no limiter, Redis killed mid-run.
     pub ratelimit: Option<Vec<ratelimit::FleetRun>>,
+    /// Fair claims section: one tenant, many.
+    pub tenants: Option<(tenants::LaneCost, tenants::LaneCost)>,
 }
 
 /// Runs every section (or only `only`); fails on the first section whose correctness check fails.
@@ -116,6 +128,9 @@ pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome>
     }
     if wanted(Section::RateLimit) {
         ratelimit_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Tenants) {
+        tenant_rows(s, &mut out).await?;
     }
     Ok(out)
 }
@@ -464,6 +479,51 @@ async fn sweep_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
         );
     }
     out.sweep = Some((small, large));
+    Ok(())
+}
+
+async fn tenant_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    let (tenants, rows, drained) = s.tenants;
+    progress("fair claims, one tenant (bulk load first)");
+    let one = tenants::measure(&s.admin_url, 1, rows, &s.fleet, drained, s.deadline).await?;
+    progress("fair claims, many tenants");
+    let many = tenants::measure(&s.admin_url, tenants, rows, &s.fleet, drained, s.deadline).await?;
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    let load = |c: &tenants::LaneCost| {
+        format!(
+            "{} ready over {} tenant(s)",
+            thousands(c.rows.unsigned_abs()),
+            thousands(c.tenants.unsigned_abs())
+        )
+    };
+    out.table.fact(
+        format!("lanes read (median of 25), {}", load(&many)),
+        format!("{:.1} ms for {} lanes", ms(many.read), many.lanes),
+    );
+    out.table.compare(
+        format!(
+            "claim of {} by the fair plan (median of 25): {} lanes of {} vs 1 lane of {}",
+            s.fleet.config.batch_size,
+            many.claim_lanes,
+            load(&many),
+            load(&one)
+        ),
+        (ms(many.claim), &format!("{:.2} ms", ms(many.claim))),
+        (ms(one.claim), &format!("{:.2} ms", ms(one.claim))),
+        Some(Target::AtMost(TARGET_CLAIM_TENANTS)),
+    );
+    out.table.compare(
+        format!(
+            "end to end, {} drained: {} vs {}",
+            thousands(drained),
+            load(&many),
+            load(&one)
+        ),
+        (many.drain.per_second(), &per_second(&many.drain)),
+        (one.drain.per_second(), &per_second(&one.drain)),
+        Some(Target::AtLeast(TARGET_DRAIN_TENANTS)),
+    );
+    out.tenants = Some((one, many));
     Ok(())
 }
 

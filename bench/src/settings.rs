@@ -57,6 +57,8 @@ pub struct Settings {
     pub process_ceiling: Option<(usize, Duration)>,
     /// Operations each rate-limit run drains.
     pub ratelimit_operations: u64,
+    /// Fair claims section: tenants, ready rows spread over them, and rows drained end to end.
+    pub tenants: (i64, i64, u64),
 }
 
 /// Operations drained over HTTP at 512 (and 64) in flight: 19 whole rounds of 512, so every slot
@@ -119,6 +121,7 @@ impl Settings {
             process_latency: Duration::from_millis(200),
             process_ceiling: Some((64, Duration::from_millis(1))),
             ratelimit_operations: 3_000,
+            tenants: (1_000, 1_000_000, 20_000),
         }
     }
 
@@ -153,6 +156,7 @@ impl Settings {
             process_latency: Duration::from_millis(5),
             process_ceiling: Some((8, Duration::from_millis(1))),
             ratelimit_operations: 100,
+            tenants: (10, 2_000, 200),
         }
     }
 }
