@@ -39,6 +39,24 @@ pub struct WorkerMetrics {
 }
 
 impl WorkerMetrics {
+    /// The fair claims' counters: claims by priority, lane reads.
+    fn render_fair(&self, e: &mut Exposition) {
+        for (priority, counter) in ALL_PRIORITIES.iter().zip(&self.claimed_by_priority) {
+            e.counter(
+                "payonce_worker_claimed_by_priority_total",
+                "Operations claimed, by priority (interactive: a customer or an assistant waits).",
+                &[("priority", priority.as_str())],
+                counter,
+            );
+        }
+        e.counter(
+            "payonce_worker_lane_reads_total",
+            "Reads of the lanes (tenant and priority) holding due work, by the fair scheduler.",
+            &[],
+            &self.lane_reads,
+        );
+    }
+
     /// Counts claimed operations, in all and by priority.
     pub fn count_claimed(&self, claimed: &[payonce_ledger::Operation]) {
         self.claimed.inc_by(claimed.len() as u64);
@@ -68,20 +86,7 @@ impl WorkerMetrics {
             &[],
             &self.claims_with_outcomes,
         );
-        for (priority, counter) in ALL_PRIORITIES.iter().zip(&self.claimed_by_priority) {
-            e.counter(
-                "payonce_worker_claimed_by_priority_total",
-                "Operations claimed, by priority (interactive: a customer or an assistant waits).",
-                &[("priority", priority.as_str())],
-                counter,
-            );
-        }
-        e.counter(
-            "payonce_worker_lane_reads_total",
-            "Reads of the lanes (tenant and priority) holding due work, by the fair scheduler.",
-            &[],
-            &self.lane_reads,
-        );
+        self.render_fair(e);
         e.counter(
             "payonce_worker_record_writes_total",
             "Group writes of outcomes (outcomes_total / record_writes_total: the mean group size).",
