@@ -28,6 +28,9 @@ pub const SHARE_MIN: u32 = 1;
 /// for more than a thousand claims in a row.
 pub const SHARE_MAX: u32 = 1_000;
 
+/// Largest cap of a tenant's submissions a second (the fleet limiter's largest rate).
+pub const CAP_PER_SECOND_MAX: u32 = 100_000;
+
 /// Who waits for an operation; lower claims first.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
@@ -117,6 +120,17 @@ pub fn check_share(share: u32) -> Result<u32, String> {
     }
 }
 
+/// Checks a tenant's cap: within 1..=[`CAP_PER_SECOND_MAX`] submissions a second.
+pub fn check_cap(per_second: u32) -> Result<u32, String> {
+    if (1..=CAP_PER_SECOND_MAX).contains(&per_second) {
+        Ok(per_second)
+    } else {
+        Err(format!(
+            "a cap must be between 1 and {CAP_PER_SECOND_MAX} submissions a second; got {per_second}"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +175,9 @@ mod tests {
         assert_eq!(check_share(SHARE_MAX), Ok(SHARE_MAX));
         assert!(check_share(0).unwrap_err().contains("between 1 and 1000"));
         assert!(check_share(SHARE_MAX + 1).is_err());
+        assert_eq!(check_cap(1), Ok(1));
+        assert_eq!(check_cap(CAP_PER_SECOND_MAX), Ok(CAP_PER_SECOND_MAX));
+        assert!(check_cap(0).unwrap_err().contains("between 1 and 100000"));
+        assert!(check_cap(CAP_PER_SECOND_MAX + 1).is_err());
     }
 }

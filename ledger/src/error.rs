@@ -310,7 +310,8 @@ pub enum LimitError {
     /// A claim asked for no rows or more than [`CLAIM_BATCH_MAX`].
     #[error("claim batch must be 1..={CLAIM_BATCH_MAX}")]
     ClaimBatch,
-    /// A tenant's share outside `priority::SHARE_MIN..=SHARE_MAX`.
+    /// A tenant's share outside `priority::SHARE_MIN..=SHARE_MAX`, or a cap outside
+    /// `1..=priority::CAP_PER_SECOND_MAX`.
     #[error("{0}")]
     Share(String),
     /// A lease shorter than one millisecond (the stored unit).

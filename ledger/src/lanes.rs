@@ -14,7 +14,7 @@ use super::store::Store;
 use super::{CLAIM_BATCH_MAX, Claimed, LeaseHolder, LedgerError, LimitError, bounded};
 use payonce_core::clock::Timestamp;
 use payonce_core::id::TenantId;
-use payonce_core::priority::{Priority, SHARE_DEFAULT, check_share};
+use payonce_core::priority::{Priority, SHARE_DEFAULT, check_cap, check_share};
 use serde_json::{Value, json};
 
 /// Most lanes one discovery returns: more tenants than this with ready work at once are served
@@ -47,6 +47,8 @@ pub struct ReadyLane {
     pub oldest: Timestamp,
     /// Its tenant's share ([`SHARE_DEFAULT`] without one set).
     pub share: u32,
+    /// Its tenant's own cap of the fleet's submissions a second, if one is set.
+    pub cap_per_second: Option<u32>,
 }
 
 /// How many rows a claim takes from one lane.
@@ -99,11 +101,14 @@ pub(crate) const READY_LANES_POSTGRES: &str = "WITH RECURSIVE lanes AS ( \
          ORDER BY priority, tenant_id LIMIT 1) n) \
      SELECT l.priority, l.tenant_id, \
        (SELECT min(available_at) FROM operations o WHERE o.status = 'ready' \
-        AND o.priority = l.priority AND o.tenant_id = l.tenant_id) AS oldest, s.share \
+        AND o.priority = l.priority AND o.tenant_id = l.tenant_id) AS oldest, s.share, \
+       c.per_second AS cap \
      FROM (SELECT * FROM lanes LIMIT $1) l LEFT JOIN tenant_shares s ON s.tenant_id = l.tenant_id \
+     LEFT JOIN tenant_caps c ON c.tenant_id = l.tenant_id \
      ORDER BY l.priority, l.tenant_id";
 pub(crate) const READY_LANES_SQLITE: &str = "SELECT o.priority, o.tenant_id, min(o.available_at) AS oldest, \
-       (SELECT s.share FROM tenant_shares s WHERE s.tenant_id = o.tenant_id) AS share \
+       (SELECT s.share FROM tenant_shares s WHERE s.tenant_id = o.tenant_id) AS share, \
+       (SELECT c.per_second FROM tenant_caps c WHERE c.tenant_id = o.tenant_id) AS cap \
      FROM operations o WHERE o.status = 'ready' GROUP BY o.priority, o.tenant_id \
      ORDER BY o.priority, o.tenant_id LIMIT $1";
 const SET_SHARE: &str = "INSERT INTO tenant_shares (tenant_id, share, updated_at, updated_by) \
@@ -111,6 +116,11 @@ const SET_SHARE: &str = "INSERT INTO tenant_shares (tenant_id, share, updated_at
      updated_at = excluded.updated_at, updated_by = excluded.updated_by";
 const CLEAR_SHARE: &str = "DELETE FROM tenant_shares WHERE tenant_id = $1";
 const SHARES: &str = "SELECT tenant_id, share FROM tenant_shares ORDER BY tenant_id";
+const SET_CAP: &str = "INSERT INTO tenant_caps (tenant_id, per_second, updated_at, updated_by) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id) DO UPDATE SET per_second = excluded.per_second, \
+     updated_at = excluded.updated_at, updated_by = excluded.updated_by";
+const CLEAR_CAP: &str = "DELETE FROM tenant_caps WHERE tenant_id = $1";
+const CAPS: &str = "SELECT tenant_id, per_second FROM tenant_caps ORDER BY tenant_id";
 
 /// The plan of a claim, as the JSON array its statement reads.
 fn plan_rows(takes: &[Take]) -> String {
@@ -198,6 +208,7 @@ impl<DB: Dialect> Store<DB> {
         self.all(stmt, |r| {
             let stored: i64 = r.get("priority")?;
             let share: Option<i64> = r.get("share")?;
+            let cap: Option<i64> = r.get("cap")?;
             Ok(ReadyLane {
                 lane: Lane {
                     priority: Priority::from_stored(stored).ok_or_else(|| {
@@ -207,6 +218,7 @@ impl<DB: Dialect> Store<DB> {
                 },
                 oldest: r.get("oldest")?,
                 share: share.map_or(SHARE_DEFAULT, |s| u32::try_from(s).unwrap_or(SHARE_DEFAULT)),
+                cap_per_second: cap.and_then(|c| u32::try_from(c).ok()),
             })
         })
         .await
@@ -232,6 +244,37 @@ impl<DB: Dialect> Store<DB> {
             None => Stmt::new(CLEAR_SHARE).bind(tenant),
         };
         self.execute(stmt).await.map(|_| ())
+    }
+
+    /// `ProfileLedger::set_cap`.
+    pub(crate) async fn set_cap_now(
+        &self,
+        tenant: &TenantId,
+        per_second: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let stmt = match per_second {
+            Some(cap) => {
+                let cap = check_cap(cap).map_err(LimitError::Share)?;
+                Stmt::new(SET_CAP)
+                    .bind(tenant)
+                    .bind(i64::from(cap))
+                    .bind(now)
+                    .bind(bounded(actor))
+            }
+            None => Stmt::new(CLEAR_CAP).bind(tenant),
+        };
+        self.execute(stmt).await.map(|_| ())
+    }
+
+    /// `ProfileLedger::caps`.
+    pub(crate) async fn caps_now(&self) -> Result<Vec<(TenantId, u32)>, LedgerError> {
+        self.all(Stmt::new(CAPS), |r| {
+            let cap: i64 = r.get("per_second")?;
+            Ok((r.get("tenant_id")?, u32::try_from(cap).unwrap_or(u32::MAX)))
+        })
+        .await
     }
 
     /// `ProfileLedger::shares`.

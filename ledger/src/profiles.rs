@@ -79,6 +79,17 @@ pub trait ProfileLedger: Send + Sync {
     ) -> Result<(), LedgerError>;
     /// Every share set, by tenant.
     async fn shares(&self) -> Result<Vec<(TenantId, u32)>, LedgerError>;
+    /// Sets a tenant's own cap of the fleet's submissions a second (`None`: no cap beyond the
+    /// fleet's); a cap outside `1..=priority::CAP_PER_SECOND_MAX` is refused.
+    async fn set_cap(
+        &self,
+        tenant: &TenantId,
+        per_second: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError>;
+    /// Every cap set, by tenant.
+    async fn caps(&self) -> Result<Vec<(TenantId, u32)>, LedgerError>;
 }
 
 const UPSERT_PROFILE: &str = "INSERT INTO tenant_profiles (tenant_id, display_name, support_url, support_email, \
@@ -174,6 +185,20 @@ impl<DB: Dialect> ProfileLedger for Store<DB> {
 
     async fn shares(&self) -> Result<Vec<(TenantId, u32)>, LedgerError> {
         self.shares_now().await
+    }
+
+    async fn set_cap(
+        &self,
+        tenant: &TenantId,
+        per_second: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        self.set_cap_now(tenant, per_second, actor, now).await
+    }
+
+    async fn caps(&self) -> Result<Vec<(TenantId, u32)>, LedgerError> {
+        self.caps_now().await
     }
 
     async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError> {

@@ -19,3 +19,11 @@ CREATE TABLE tenant_shares (
     updated_at BIGINT NOT NULL,
     updated_by TEXT NOT NULL
 );
+-- A tenant's own cap of the fleet's write budget, submissions a second across every worker
+-- (`payonce tenant set-cap`); a tenant without a row has none beyond the fleet's.
+CREATE TABLE tenant_caps (
+    tenant_id  TEXT PRIMARY KEY,
+    per_second BIGINT NOT NULL CHECK (per_second BETWEEN 1 AND 100000),
+    updated_at BIGINT NOT NULL,
+    updated_by TEXT NOT NULL
+);

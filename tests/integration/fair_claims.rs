@@ -218,3 +218,82 @@ async fn customers_are_paid_ahead_of_a_billing_run_tenants_take_turns_and_schedu
         "no operation was paid twice"
     );
 }
+
+/// A tenant's own cap of the fleet's submissions (`payonce tenant set-cap`) holds its run to its
+/// rate while another tenant's run drains at the fleet's: the worker takes a cap permit per row of
+/// a capped lane before it claims, and holds the lane back when the cap has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_cap_holds_its_run_to_its_rate_while_another_drains_at_the_fleets() {
+    const CAP: u32 = 10;
+    const CAPPED: usize = 40;
+    const OTHER: usize = 300;
+    let (ledger, database) = postgres_ledger().await;
+    let pool = sqlx::PgPool::connect(database.url()).await.unwrap();
+    let sim = simulator(SimulatorConfig::default()).await;
+    let now = ledger.now(SystemClock.now()).await.unwrap();
+    let capped = TenantId::parse("tenant-capped").unwrap();
+    ledger
+        .profiles()
+        .set_cap(&capped, Some(CAP), "oncall:test", now)
+        .await
+        .unwrap();
+    billing_run(&ledger, "tenant-capped", CAPPED, now).await;
+    billing_run(&ledger, "tenant-free", OTHER, now).await;
+    let mut config = payonce_worker::WorkerConfig::new("capped-test");
+    config.poll_interval = Duration::from_millis(50);
+    config.submit.limiter = std::sync::Arc::new(payonce_processor::limiter::LocalLimiter::new(
+        payonce_processor::limiter::Rates {
+            write_per_second: 1_000,
+            read_per_second: 1_000,
+            global_per_second: None,
+            read_reserved_percent: 0,
+            write_reserved_percent: 0,
+            burst: 100,
+        },
+    ));
+    let worker = crate::support::processes::run_worker(
+        ledger.clone(),
+        crate::support::processes::stripe(&sim, None),
+        config,
+    );
+    let capped_left_when_free_done = wait_for("the uncapped run is paid", DEADLINE, || {
+        let pool = pool.clone();
+        async move {
+            let (free, _) = paid(&pool, Some("tenant-free")).await;
+            (free == OTHER as i64).then_some(())?;
+            Some(CAPPED as i64 - paid(&pool, Some("tenant-capped")).await.0)
+        }
+    })
+    .await;
+    wait_for("the capped run is paid", DEADLINE, || {
+        let pool = pool.clone();
+        async move { (paid(&pool, Some("tenant-capped")).await.0 == CAPPED as i64).then_some(()) }
+    })
+    .await;
+    worker.stop().await.unwrap();
+    let (first, last): (i64, i64) = sqlx::query_as(
+        "SELECT min(first_submitted_at), max(first_submitted_at) FROM operations \
+         WHERE tenant_id = 'tenant-capped'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    // GCRA at 10/s with one second's burst: 40 submissions take at least 3 s from the first.
+    let least = (CAPPED as i64 - i64::from(CAP)) * 1_000 / i64::from(CAP);
+    eprintln!(
+        "capped run: {} ms from first to last; {capped_left_when_free_done} left when the other run was paid",
+        last - first
+    );
+    assert!(
+        last - first >= least - 50,
+        "the capped tenant's {CAPPED} left within {} ms, faster than its cap allows ({least} ms)",
+        last - first
+    );
+    assert!(
+        capped_left_when_free_done >= 10,
+        "the other tenant's run waited for the capped one ({capped_left_when_free_done} capped left)"
+    );
+    let per_op = payments_per_operation(&audit(&sim).await);
+    assert_eq!(per_op.len(), CAPPED + OTHER);
+    assert!(per_op.values().all(|&n| n == 1));
+}

@@ -43,6 +43,8 @@ pub struct Fair {
 struct LanePass {
     pass: u64,
     share: u32,
+    /// Its tenant's own cap, submissions a second across the fleet.
+    cap: Option<u32>,
 }
 
 fn class(priority: Priority) -> usize {
@@ -110,6 +112,7 @@ impl Fair {
                 LanePass {
                     pass,
                     share: r.share,
+                    cap: r.cap_per_second,
                 },
             );
         }
@@ -174,6 +177,20 @@ impl Fair {
             .collect()
     }
 
+    /// The cap of a planned lane's tenant, if it has one.
+    pub fn cap(&self, lane: &Lane) -> Option<u32> {
+        self.lanes.get(lane).and_then(|p| p.cap)
+    }
+
+    /// A planned lane whose tenant's cap allowed `unfilled` fewer rows than planned: dropped until
+    /// the next read, and the passes of those slots given back.
+    pub fn hold_back(&mut self, lane: &Lane, unfilled: u32) {
+        let c = class(lane.priority);
+        self.class_pass[c] =
+            self.class_pass[c].saturating_sub(u64::from(unfilled) * class_stride(c));
+        self.lanes.remove(lane);
+    }
+
     /// After a claim of `takes` returned `claimed`: a lane that returned fewer rows than asked is
     /// dropped until the next read, and the passes its unfilled slots took are given back.
     pub fn settle(&mut self, takes: &[Take], claimed: &[Operation]) {
@@ -190,10 +207,7 @@ impl Fair {
             if filled >= take.n {
                 continue;
             }
-            let unfilled = u64::from(take.n - filled);
-            let c = class(take.lane.priority);
-            self.class_pass[c] = self.class_pass[c].saturating_sub(unfilled * class_stride(c));
-            self.lanes.remove(&take.lane);
+            self.hold_back(&take.lane, take.n - filled);
         }
     }
 }
@@ -215,6 +229,7 @@ mod tests {
             lane: lane(priority, tenant),
             oldest: Timestamp::from_millis(0),
             share,
+            cap_per_second: None,
         }
     }
 

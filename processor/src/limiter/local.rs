@@ -34,6 +34,8 @@ pub struct LocalLimiter {
     rates: Rates,
     epoch: Instant,
     tats: Mutex<HashMap<&'static str, i64>>,
+    /// Each capped tenant's bucket's TAT.
+    caps: Mutex<HashMap<String, i64>>,
     metrics: LimiterMetrics,
     lines: WaitingLines,
 }
@@ -45,6 +47,7 @@ impl LocalLimiter {
             rates,
             epoch: Instant::now(),
             tats: Mutex::new(HashMap::new()),
+            caps: Mutex::new(HashMap::new()),
             metrics: LimiterMetrics::default(),
             lines: WaitingLines::default(),
         }
@@ -87,8 +90,37 @@ impl LocalLimiter {
     }
 }
 
+impl LocalLimiter {
+    /// Decides one permit of `tenant`'s cap of `per_second`.
+    pub(crate) fn decide_cap(&self, tenant: &str, per_second: u32) -> Decision {
+        let now_us = i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX);
+        self.decide_cap_at(tenant, per_second, now_us)
+    }
+
+    /// [`LocalLimiter::decide_cap`] at `now_us` after this limiter's epoch.
+    pub(crate) fn decide_cap_at(&self, tenant: &str, per_second: u32, now_us: i64) -> Decision {
+        let rate = BucketRate::cap(per_second, self.rates.burst);
+        let mut caps = self
+            .caps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match gcra(&[caps.get(tenant).copied()], &[rate], now_us) {
+            Ok(next) => {
+                caps.insert(tenant.to_string(), next[0]);
+                Decision::Granted
+            }
+            Err(wait_us) => {
+                Decision::Retry(Duration::from_micros(u64::try_from(wait_us).unwrap_or(1)))
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Limiter for LocalLimiter {
+    async fn try_acquire_cap(&self, tenant: &str, per_second: u32) -> Decision {
+        self.decide_cap(tenant, per_second)
+    }
     async fn try_acquire(&self, budget: Budget) -> Decision {
         let d = self.decide(budget);
         if d == Decision::Granted {
@@ -137,6 +169,31 @@ mod tests {
         ];
         let first = gcra(&[None, None], &r, 0).unwrap();
         assert_eq!(gcra(&[Some(first[0]), Some(first[1])], &r, 0), Err(50_000));
+    }
+
+    #[test]
+    fn a_tenants_cap_is_its_own_bucket() {
+        let l = LocalLimiter::new(Rates {
+            write_per_second: 1000,
+            read_per_second: 1000,
+            global_per_second: None,
+            read_reserved_percent: 0,
+            write_reserved_percent: 0,
+            burst: 100,
+        });
+        // A cap of 5/s grants its one second's worth at once, then one per 200 ms.
+        let granted = (0..10)
+            .filter(|_| l.decide_cap_at("a", 5, 0) == Decision::Granted)
+            .count();
+        assert_eq!(granted, 5);
+        assert_eq!(
+            l.decide_cap_at("a", 5, 0),
+            Decision::Retry(Duration::from_millis(200))
+        );
+        assert_eq!(l.decide_cap_at("a", 5, 200_000), Decision::Granted);
+        // Another tenant's cap and the write budget are untouched.
+        assert_eq!(l.decide_cap_at("b", 5, 0), Decision::Granted);
+        assert_eq!(l.decide_at(Budget::Write, 0), Decision::Granted);
     }
 
     #[test]

@@ -82,6 +82,13 @@ impl BucketRate {
     }
 }
 
+impl BucketRate {
+    /// A tenant's cap: `per_second`, with the budgets' burst but never more than one second's worth.
+    pub(crate) fn cap(per_second: u32, burst: u32) -> BucketRate {
+        BucketRate::per_second(per_second, burst.min(per_second))
+    }
+}
+
 impl Rates {
     /// Refuses zero or absurd rates and reserves that leave a class nothing.
     pub fn validate(&self) -> Result<(), String> {
@@ -281,6 +288,13 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     /// Takes one permit of `budget` if one is free now; never waits.
     async fn try_acquire(&self, budget: Budget) -> Decision;
     /// The limiter's counters.
+    /// Decides one permit of a tenant's own cap: `per_second` submissions a second across the
+    /// fleet (`payonce tenant set-cap`), apart from the budgets (the caller holds a write permit
+    /// already). A limiter that paces nothing grants it.
+    async fn try_acquire_cap(&self, tenant: &str, per_second: u32) -> Decision {
+        let _ = (tenant, per_second);
+        Decision::Granted
+    }
     fn metrics(&self) -> &LimiterMetrics;
     /// This process's waiting lines.
     fn lines(&self) -> &WaitingLines;

@@ -6,7 +6,7 @@
 //! Nothing is lost or duplicated either way: a permit only paces a request, it never decides one.
 
 use super::local::LocalLimiter;
-use super::{Budget, Decision, Limiter, LimiterMetrics, Rates, WaitingLines};
+use super::{BucketRate, Budget, Decision, Limiter, LimiterMetrics, Rates, WaitingLines};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,6 +84,12 @@ pub struct RedisLimiter {
     metrics: LimiterMetrics,
     lines: WaitingLines,
     account: String,
+    /// The first part of every tenant cap's key (`{prefix}:{account}:cap:`).
+    cap_prefix: String,
+    /// The budgets' burst (a cap's is never more).
+    burst: u32,
+    /// Processes sharing the budget: a cap's fallback share is the cap divided by it.
+    expected_processes: u32,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -168,6 +174,9 @@ impl RedisLimiter {
             next_probe: std::sync::Mutex::new(None),
             metrics: LimiterMetrics::default(),
             lines: WaitingLines::default(),
+            cap_prefix: format!("{}:{}:cap:", config.key_prefix, config.account),
+            burst: config.rates.burst,
+            expected_processes: config.expected_processes,
             account: config.account,
         })
     }
@@ -181,6 +190,11 @@ impl RedisLimiter {
         let Some((_, keys, args)) = self.keys.iter().find(|(b, _, _)| *b == budget) else {
             return Err("no buckets for this budget".into());
         };
+        self.invoke(keys, args).await
+    }
+
+    /// Runs the GCRA script over `keys` with `args`.
+    async fn invoke(&self, keys: &[String], args: &[i64]) -> Result<Decision, String> {
         let mut invocation = self.script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -206,6 +220,19 @@ impl RedisLimiter {
 
 #[async_trait]
 impl Limiter for RedisLimiter {
+    /// The cap's bucket in Redis; while Redis cannot answer, this process's share of the cap.
+    async fn try_acquire_cap(&self, tenant: &str, per_second: u32) -> Decision {
+        if !self.in_fallback.load(Ordering::Relaxed) {
+            let rate = BucketRate::cap(per_second, self.burst);
+            let key = format!("{}{tenant}", self.cap_prefix);
+            if let Ok(decision) = self.invoke(&[key], &[rate.interval_us, rate.burst]).await {
+                return decision;
+            }
+        }
+        let share = (per_second / self.expected_processes.max(1)).max(1);
+        self.fallback.decide_cap(tenant, share)
+    }
+
     async fn try_acquire(&self, budget: Budget) -> Decision {
         let now = tokio::time::Instant::now();
         let probe_due = {

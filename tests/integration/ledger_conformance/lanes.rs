@@ -5,7 +5,7 @@
 use super::{T0, at, for_each_store, holder};
 use crate::support::details;
 use payonce_core::id::{BusinessKey, TenantId};
-use payonce_core::priority::{Priority, SHARE_DEFAULT};
+use payonce_core::priority::{CAP_PER_SECOND_MAX, Priority, SHARE_DEFAULT};
 use payonce_core::state::Status;
 use payonce_ledger::lanes::{Lane, ReadyLane, Take};
 use payonce_ledger::{
@@ -100,6 +100,7 @@ async fn lanes_are_found_and_a_plan_claims_each_lanes_oldest_due_rows() {
             lane: lane(priority, tenant),
             oldest: at(oldest),
             share,
+            cap_per_second: None,
         };
         assert_eq!(
             lanes,
@@ -279,6 +280,42 @@ async fn a_plan_outside_the_claim_limits_and_a_share_outside_its_range_are_refus
             .await
             .unwrap();
         assert!(ledger.profiles().shares().await.unwrap().is_empty());
+        // A tenant's cap: 1..=CAP_PER_SECOND_MAX, shown with its lanes.
+        for cap in [0, CAP_PER_SECOND_MAX + 1] {
+            assert!(matches!(
+                ledger
+                    .profiles()
+                    .set_cap(&tenant, Some(cap), "oncall:test", at(T0))
+                    .await,
+                Err(LedgerError::Limit(LimitError::Share(_)))
+            ));
+        }
+        assert!(
+            ledger.profiles().caps().await.unwrap().is_empty(),
+            "nothing was written"
+        );
+        ledger
+            .profiles()
+            .set_cap(&tenant, Some(7), "oncall:test", at(T0))
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.profiles().caps().await.unwrap(),
+            vec![(tenant.clone(), 7)]
+        );
+        assert_eq!(
+            ledger.ready_lanes(10).await.unwrap()[0].cap_per_second,
+            Some(7)
+        );
+        ledger
+            .profiles()
+            .set_cap(&tenant, None, "oncall:test", at(T0))
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.ready_lanes(10).await.unwrap()[0].cap_per_second,
+            None
+        );
     })
     .await;
 }

@@ -6,7 +6,7 @@ use super::Worker;
 use crate::fair::Fair;
 use payonce_ledger::lanes::{LANES_MAX, Take};
 use payonce_ledger::{LedgerError, Operation};
-use payonce_processor::limiter::{Budget, acquire_up_to, take_ready};
+use payonce_processor::limiter::{Budget, Decision, acquire_up_to, take_ready};
 use std::time::Instant;
 
 impl Worker {
@@ -48,12 +48,35 @@ impl Worker {
         take_ready(self.config.submit.limiter.as_ref(), Budget::Write, want).await
     }
 
-    /// The plan of a claim of up to `want` rows (empty: no lane known).
+    /// The plan of a claim of up to `want` rows (empty: no lane known), each capped tenant's part
+    /// cut to the permits its cap grants now (its lane held back until the next read if cut).
     pub(super) async fn plan(&self, want: u32) -> Vec<Take> {
         if want == 0 {
             return Vec::new();
         }
-        self.fair.lock().await.plan(want)
+        let mut fair = self.fair.lock().await;
+        let mut takes = fair.plan(want);
+        let limiter = self.config.submit.limiter.as_ref();
+        for take in &mut takes {
+            let Some(cap) = fair.cap(&take.lane) else {
+                continue;
+            };
+            let mut granted = 0;
+            while granted < take.n
+                && limiter
+                    .try_acquire_cap(take.lane.tenant.as_str(), cap)
+                    .await
+                    == Decision::Granted
+            {
+                granted += 1;
+            }
+            if granted < take.n {
+                fair.hold_back(&take.lane, take.n - granted);
+                take.n = granted;
+            }
+        }
+        takes.retain(|t| t.n > 0);
+        takes
     }
 
     /// Tells the scheduler what a claim of `takes` returned.
