@@ -187,6 +187,61 @@ impl Exposition {
         self
     }
 
+    /// The ready queue by class (`payonce_ready_operations`, `payonce_ready_due_operations`,
+    /// `payonce_ready_oldest_age_seconds`), every class even when empty: a class that empties must
+    /// read 0, not vanish. The age is that of the oldest due row at `now` (0: none due).
+    pub fn ready_by_class(
+        &mut self,
+        classes: &[crate::queue_depth::ClassDepth],
+        now: crate::clock::Timestamp,
+    ) -> &mut Self {
+        for class in crate::queue_depth::every_class(classes) {
+            let priority = [("priority", class.priority.as_str())];
+            let wait_ms = i64::try_from(class.oldest_wait(now).as_millis()).unwrap_or(i64::MAX);
+            self.gauge(
+                "payonce_ready_operations",
+                "Ready operations per class, due or scheduled for later.",
+                &priority,
+                class.ready,
+            )
+            .gauge(
+                "payonce_ready_due_operations",
+                "Ready operations per class that are due now (claimable).",
+                &priority,
+                class.due,
+            )
+            .gauge_seconds(
+                "payonce_ready_oldest_age_seconds",
+                "How long the oldest due ready operation of the class has waited (0: none due).",
+                &priority,
+                wait_ms,
+            );
+        }
+        self
+    }
+
+    /// The ready queue by tenant and class (`payonce_ready_tenant_operations`,
+    /// `payonce_ready_tenant_due_operations`): the tenants with the most ready rows, the rest under
+    /// `tenant="(other)"`, so at most `QUEUE_TENANTS_SHOWN + 1` tenants per class.
+    pub fn ready_by_tenant(&mut self, tenants: &[crate::queue_depth::TenantDepth]) -> &mut Self {
+        for t in tenants {
+            let pairs = [("tenant", t.label()), ("priority", t.priority.as_str())];
+            self.gauge(
+                "payonce_ready_tenant_operations",
+                "Ready operations of the tenants with the most, per class; the others summed as (other).",
+                &pairs,
+                t.ready,
+            )
+            .gauge(
+                "payonce_ready_tenant_due_operations",
+                "Due ready operations of the tenants with the most ready, per class; the others summed as (other).",
+                &pairs,
+                t.due,
+            );
+        }
+        self
+    }
+
     /// The document, in the Prometheus text format.
     pub fn finish(self) -> String {
         let mut registry = Registry::default();

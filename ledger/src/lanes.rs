@@ -15,6 +15,7 @@ use super::{CLAIM_BATCH_MAX, Claimed, LeaseHolder, LedgerError, LimitError, boun
 use payonce_core::clock::Timestamp;
 use payonce_core::id::TenantId;
 use payonce_core::priority::{Priority, SHARE_DEFAULT, check_share};
+use payonce_core::queue_depth::{ClassDepth, QUEUE_TENANTS_SHOWN, QueueDepth, TenantDepth, every_class};
 use serde_json::{Value, json};
 
 /// Most lanes one discovery returns: more tenants than this with ready work at once are served
@@ -110,6 +111,61 @@ const SET_SHARE: &str = "INSERT INTO tenant_shares (tenant_id, share, updated_at
      updated_at = excluded.updated_at, updated_by = excluded.updated_by";
 const CLEAR_SHARE: &str = "DELETE FROM tenant_shares WHERE tenant_id = $1";
 const SHARES: &str = "SELECT tenant_id, share FROM tenant_shares ORDER BY tenant_id";
+
+/// The ready queue by class and tenant (metrics): `$1` now, `$2` most tenants named. One pass over
+/// the ready rows in the order of `operations_lanes_idx` (priority, tenant, available_at), which
+/// holds every column read: an index-only scan on Postgres. One row per class and named tenant, and
+/// one per class for the rest (`tenant_id` NULL): at most 2 × (`$2` + 1) rows.
+const QUEUE_DEPTH: &str = "WITH lanes AS ( \
+       SELECT priority, tenant_id, COUNT(*) AS n, \
+         COUNT(*) FILTER (WHERE available_at <= $1) AS due, \
+         MIN(available_at) FILTER (WHERE available_at <= $1) AS oldest_due \
+       FROM operations WHERE status = 'ready' GROUP BY priority, tenant_id), \
+     shown AS (SELECT tenant_id FROM lanes GROUP BY tenant_id \
+       ORDER BY SUM(n) DESC, tenant_id LIMIT $2) \
+     SELECT l.priority, s.tenant_id, CAST(SUM(l.n) AS BIGINT) AS n, \
+       CAST(SUM(l.due) AS BIGINT) AS due, MIN(l.oldest_due) AS oldest_due \
+     FROM lanes l LEFT JOIN shown s ON s.tenant_id = l.tenant_id \
+     GROUP BY l.priority, s.tenant_id ORDER BY l.priority, s.tenant_id";
+/// One tenant's ready queue by class (the console's overview): `$1` tenant, `$2` now. The classes
+/// are spelled out (the stored numbers of `Priority`) so each is one range of `operations_lanes_idx`.
+const TENANT_QUEUE: &str = "SELECT priority, COUNT(*) AS n, \
+       COUNT(*) FILTER (WHERE available_at <= $2) AS due, \
+       MIN(available_at) FILTER (WHERE available_at <= $2) AS oldest_due \
+     FROM operations WHERE status = 'ready' AND priority IN (0, 1) AND tenant_id = $1 \
+     GROUP BY priority";
+
+/// The class a stored priority names (an unknown one is a corrupt row).
+fn priority_of(row: &impl LedgerRow) -> Result<Priority, LedgerError> {
+    let stored: i64 = row.get("priority")?;
+    Priority::from_stored(stored)
+        .ok_or_else(|| LedgerError::Corrupt(format!("a ready row has an unknown priority {stored}")))
+}
+
+/// A class's figures from a row of [`QUEUE_DEPTH`] or [`TENANT_QUEUE`].
+fn decode_class(row: &impl LedgerRow) -> Result<ClassDepth, LedgerError> {
+    Ok(ClassDepth {
+        priority: priority_of(row)?,
+        ready: row.get("n")?,
+        due: row.get("due")?,
+        oldest_due: row.get("oldest_due")?,
+    })
+}
+
+/// Folds the tenants' rows of one class into the class's figures.
+fn add_to(classes: &mut Vec<ClassDepth>, row: &ClassDepth) {
+    match classes.iter_mut().find(|c| c.priority == row.priority) {
+        Some(c) => {
+            c.ready += row.ready;
+            c.due += row.due;
+            c.oldest_due = match (c.oldest_due, row.oldest_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        None => classes.push(row.clone()),
+    }
+}
 
 /// The plan of a claim, as the JSON array its statement reads.
 fn plan_rows(takes: &[Take]) -> String {
@@ -209,6 +265,47 @@ impl<DB: Dialect> Store<DB> {
             })
         })
         .await
+    }
+
+    /// `Operations::queue_depth`.
+    pub(crate) async fn queue_depth_now(&self, now: Timestamp) -> Result<QueueDepth, LedgerError> {
+        let stmt = Stmt::new(QUEUE_DEPTH).bind(now);
+        let rows = self
+            .all(stmt.bind(i64::from(QUEUE_TENANTS_SHOWN)), |r| {
+                let tenant: Option<String> = r.get("tenant_id")?;
+                let tenant = tenant
+                    .map(|t| TenantId::parse(&t).map_err(super::row::corrupt))
+                    .transpose()?;
+                Ok((tenant, decode_class(r)?))
+            })
+            .await?;
+        let mut classes = Vec::new();
+        for (_, class) in &rows {
+            add_to(&mut classes, class);
+        }
+        let tenants = rows
+            .into_iter()
+            .map(|(tenant, c)| TenantDepth {
+                tenant,
+                priority: c.priority,
+                ready: c.ready,
+                due: c.due,
+            })
+            .collect();
+        Ok(QueueDepth {
+            classes: every_class(&classes),
+            tenants,
+        })
+    }
+
+    /// One tenant's ready queue by class, every class listed (`ConsoleLedger::overview`).
+    pub(crate) async fn tenant_queue_now(
+        &self,
+        tenant: &TenantId,
+        now: Timestamp,
+    ) -> Result<Vec<ClassDepth>, LedgerError> {
+        let stmt = Stmt::new(TENANT_QUEUE).bind(tenant).bind(now);
+        Ok(every_class(&self.all(stmt, decode_class).await?))
     }
 
     /// `ProfileLedger::set_share`.
