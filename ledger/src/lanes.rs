@@ -15,7 +15,9 @@ use super::{CLAIM_BATCH_MAX, Claimed, LeaseHolder, LedgerError, LimitError, boun
 use payonce_core::clock::Timestamp;
 use payonce_core::id::TenantId;
 use payonce_core::priority::{Priority, SHARE_DEFAULT, check_share};
-use payonce_core::queue_depth::{ClassDepth, QUEUE_TENANTS_SHOWN, QueueDepth, TenantDepth, every_class};
+use payonce_core::queue_depth::{
+    ClassDepth, QUEUE_TENANTS_SHOWN, QueueDepth, TenantDepth, every_class,
+};
 use serde_json::{Value, json};
 
 /// Most lanes one discovery returns: more tenants than this with ready work at once are served
@@ -126,7 +128,7 @@ const QUEUE_DEPTH: &str = "WITH lanes AS ( \
      SELECT l.priority, s.tenant_id, CAST(SUM(l.n) AS BIGINT) AS n, \
        CAST(SUM(l.due) AS BIGINT) AS due, MIN(l.oldest_due) AS oldest_due \
      FROM lanes l LEFT JOIN shown s ON s.tenant_id = l.tenant_id \
-     GROUP BY l.priority, s.tenant_id ORDER BY l.priority, s.tenant_id";
+     GROUP BY l.priority, s.tenant_id";
 /// One tenant's ready queue by class (the console's overview): `$1` tenant, `$2` now. The classes
 /// are spelled out (the stored numbers of `Priority`) so each is one range of `operations_lanes_idx`.
 const TENANT_QUEUE: &str = "SELECT priority, COUNT(*) AS n, \
@@ -138,8 +140,9 @@ const TENANT_QUEUE: &str = "SELECT priority, COUNT(*) AS n, \
 /// The class a stored priority names (an unknown one is a corrupt row).
 fn priority_of(row: &impl LedgerRow) -> Result<Priority, LedgerError> {
     let stored: i64 = row.get("priority")?;
-    Priority::from_stored(stored)
-        .ok_or_else(|| LedgerError::Corrupt(format!("a ready row has an unknown priority {stored}")))
+    Priority::from_stored(stored).ok_or_else(|| {
+        LedgerError::Corrupt(format!("a ready row has an unknown priority {stored}"))
+    })
 }
 
 /// A class's figures from a row of [`QUEUE_DEPTH`] or [`TENANT_QUEUE`].
@@ -283,7 +286,7 @@ impl<DB: Dialect> Store<DB> {
         for (_, class) in &rows {
             add_to(&mut classes, class);
         }
-        let tenants = rows
+        let mut tenants: Vec<TenantDepth> = rows
             .into_iter()
             .map(|(tenant, c)| TenantDepth {
                 tenant,
@@ -292,6 +295,14 @@ impl<DB: Dialect> Store<DB> {
                 due: c.due,
             })
             .collect();
+        // The stores order NULL differently: the rest comes last on both.
+        tenants.sort_by(|a, b| {
+            (a.tenant.is_none(), &a.tenant, a.priority).cmp(&(
+                b.tenant.is_none(),
+                &b.tenant,
+                b.priority,
+            ))
+        });
         Ok(QueueDepth {
             classes: every_class(&classes),
             tenants,

@@ -20,6 +20,7 @@ mod cancelled_begin;
 mod hints;
 mod intake;
 mod outage;
+mod queue_depth;
 mod refunds;
 mod retention;
 mod sweep_batches;
