@@ -42,4 +42,5 @@ mod stripe_adapter;
 mod stripe_refunds;
 mod sweep_concurrency;
 mod tenant_processor;
+mod tenant_share;
 mod worker;
