@@ -359,6 +359,53 @@ mod tests {
     }
 
     #[test]
+    fn the_ready_queue_reads_every_class_and_the_tenants_shown_with_the_rest_as_other() {
+        use crate::clock::Timestamp;
+        use crate::id::TenantId;
+        use crate::priority::Priority;
+        use crate::queue_depth::{ClassDepth, TenantDepth};
+        let bulk = ClassDepth {
+            priority: Priority::Bulk,
+            ready: 7,
+            due: 5,
+            oldest_due: Some(Timestamp::from_millis(10_000)),
+        };
+        let tenants = [
+            TenantDepth {
+                tenant: Some(TenantId::parse("acme").unwrap()),
+                priority: Priority::Bulk,
+                ready: 4,
+                due: 3,
+            },
+            TenantDepth {
+                tenant: None,
+                priority: Priority::Bulk,
+                ready: 3,
+                due: 2,
+            },
+        ];
+        let mut e = Exposition::default();
+        e.ready_by_class(&[bulk], Timestamp::from_millis(100_500))
+            .ready_by_tenant(&tenants);
+        let text = e.finish();
+        for line in [
+            "payonce_ready_operations{priority=\"interactive\"} 0\n",
+            "payonce_ready_operations{priority=\"bulk\"} 7\n",
+            "payonce_ready_due_operations{priority=\"interactive\"} 0\n",
+            "payonce_ready_due_operations{priority=\"bulk\"} 5\n",
+            "payonce_ready_oldest_age_seconds{priority=\"interactive\"} 0.0\n",
+            "payonce_ready_oldest_age_seconds{priority=\"bulk\"} 90.5\n",
+            "payonce_ready_tenant_operations{tenant=\"acme\",priority=\"bulk\"} 4\n",
+            "payonce_ready_tenant_operations{tenant=\"(other)\",priority=\"bulk\"} 3\n",
+            "payonce_ready_tenant_due_operations{tenant=\"acme\",priority=\"bulk\"} 3\n",
+            "payonce_ready_tenant_due_operations{tenant=\"(other)\",priority=\"bulk\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert_eq!(text.matches("# TYPE payonce_ready_operations gauge").count(), 1);
+    }
+
+    #[test]
     fn an_observation_on_a_bound_falls_in_that_bucket() {
         let h = Histogram::default();
         for ms in LATENCY_BUCKETS_MS {

@@ -30,6 +30,7 @@ mod oncall_refunds;
 mod operator;
 mod poolers;
 mod properties;
+mod queue_metrics;
 mod reconciler;
 mod refund_dispatch;
 mod replication_harness;
