@@ -222,9 +222,24 @@ impl Exposition {
 
     /// The ready queue by tenant and class (`payonce_ready_tenant_operations`,
     /// `payonce_ready_tenant_due_operations`): the tenants with the most ready rows, the rest under
-    /// `tenant="(other)"`, so at most `QUEUE_TENANTS_SHOWN + 1` tenants per class.
+    /// `tenant="(other)"`, so at most `QUEUE_TENANTS_SHOWN + 1` tenants per class. `(other)` is
+    /// there for every class, 0 when no tenant is folded, so the families never vanish.
     pub fn ready_by_tenant(&mut self, tenants: &[crate::queue_depth::TenantDepth]) -> &mut Self {
-        for t in tenants {
+        let none_folded = crate::priority::ALL_PRIORITIES
+            .into_iter()
+            .filter(|p| {
+                !tenants
+                    .iter()
+                    .any(|t| t.tenant.is_none() && t.priority == *p)
+            })
+            .map(|priority| crate::queue_depth::TenantDepth {
+                tenant: None,
+                priority,
+                ready: 0,
+                due: 0,
+            })
+            .collect::<Vec<_>>();
+        for t in tenants.iter().chain(&none_folded) {
             let pairs = [("tenant", t.label()), ("priority", t.priority.as_str())];
             self.gauge(
                 "payonce_ready_tenant_operations",
@@ -399,10 +414,15 @@ mod tests {
             "payonce_ready_tenant_operations{tenant=\"(other)\",priority=\"bulk\"} 3\n",
             "payonce_ready_tenant_due_operations{tenant=\"acme\",priority=\"bulk\"} 3\n",
             "payonce_ready_tenant_due_operations{tenant=\"(other)\",priority=\"bulk\"} 2\n",
+            "payonce_ready_tenant_operations{tenant=\"(other)\",priority=\"interactive\"} 0\n",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
-        assert_eq!(text.matches("# TYPE payonce_ready_operations gauge").count(), 1);
+        assert_eq!(
+            text.matches("# TYPE payonce_ready_operations gauge")
+                .count(),
+            1
+        );
     }
 
     #[test]

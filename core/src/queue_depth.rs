@@ -63,7 +63,9 @@ pub struct TenantDepth {
 impl TenantDepth {
     /// The tenant's label value: its id, or [`QUEUE_TENANTS_OTHER`].
     pub fn label(&self) -> &str {
-        self.tenant.as_ref().map_or(QUEUE_TENANTS_OTHER, TenantId::as_str)
+        self.tenant
+            .as_ref()
+            .map_or(QUEUE_TENANTS_OTHER, TenantId::as_str)
     }
 }
 

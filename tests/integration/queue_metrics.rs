@@ -94,9 +94,13 @@ async fn the_reconciler_exports_the_most_loaded_tenants_and_the_rest_as_other() 
         .lines()
         .filter(|l| l.starts_with("payonce_ready_tenant_operations{"))
         .count();
+    // Ten named, the rest, and the interactive class's (other), 0.
+    assert!(text.contains(
+        "payonce_ready_tenant_operations{tenant=\"(other)\",priority=\"interactive\"} 0\n"
+    ));
     assert_eq!(
         series,
-        usize::try_from(QUEUE_TENANTS_SHOWN).unwrap() + 1,
+        usize::try_from(QUEUE_TENANTS_SHOWN).unwrap() + 2,
         "{text}"
     );
     assert!(!text.contains(&format!("tenant=\"t{named:02}\"")), "{text}");
