@@ -137,6 +137,12 @@ const TENANT_QUEUE: &str = "SELECT priority, COUNT(*) AS n, \
      FROM operations WHERE status = 'ready' AND priority IN (0, 1) AND tenant_id = $1 \
      GROUP BY priority";
 
+/// The queue depth's statements, for the plan tests: across tenants ([`QUEUE_DEPTH`]: `$1` now,
+/// `$2` most tenants named) and of one tenant ([`TENANT_QUEUE`]: `$1` tenant, `$2` now).
+pub fn queue_depth_statements() -> [&'static str; 2] {
+    [QUEUE_DEPTH, TENANT_QUEUE]
+}
+
 /// The class a stored priority names (an unknown one is a corrupt row).
 fn priority_of(row: &impl LedgerRow) -> Result<Priority, LedgerError> {
     let stored: i64 = row.get("priority")?;

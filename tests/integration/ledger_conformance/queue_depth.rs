@@ -137,3 +137,56 @@ async fn the_queue_depth_counts_ready_and_due_rows_by_class_and_folds_the_smalle
     })
     .await;
 }
+
+/// The queue depth at scale on Postgres: on a table of settled rows and ready ones of two classes
+/// and many tenants, with fresh statistics, both statements find the ready rows through a partial
+/// index of them (`operations_lanes_idx`, index-only once the table is vacuumed and no older
+/// transaction holds the pages back; else `operations_ready_priority_idx` as a bitmap), never by
+/// reading the whole table. Without the partial indexes this fails.
+#[tokio::test]
+async fn the_queue_depth_reads_the_ready_rows_through_their_index_on_a_large_table() {
+    let (_ledger, url) = crate::support::postgres_ledger().await;
+    let db = sqlx::PgPool::connect(&url).await.unwrap();
+    // 200,000 operations: three in four succeeded, the rest ready over 500 tenants, one in five
+    // interactive, one in ten scheduled for later (the audit trigger off for the bulk load).
+    sqlx::raw_sql(
+        "ALTER TABLE operations DISABLE TRIGGER operations_audit_insert;
+         INSERT INTO operations (id, tenant_id, business_key, kind, amount_minor, currency, customer,
+             payment_method, invoice, details_hash, status, idempotency_key, available_at, external_ref,
+             created_at, updated_at, approved_hash, priority)
+         SELECT 'op_' || lpad(to_hex(g), 32, '0'), 'tenant' || (g % 500), 'invoice:INV-' || g || ':pay',
+             'payment', 100 + g % 1000, 'usd', 'cus_' || (g % 5000), 'pm_card_visa', 'INV-' || g,
+             repeat('a', 64), CASE WHEN g % 4 = 0 THEN 'ready' ELSE 'succeeded' END,
+             'payonce-op_' || lpad(to_hex(g), 32, '0'),
+             CASE WHEN g % 40 = 0 THEN 1900000000000 ELSE 1800000000000 + g END,
+             CASE WHEN g % 4 <> 0 THEN 'pi_' || g END, 1800000000000 + g, 1800000000000 + g,
+             repeat('a', 64), CASE WHEN g % 20 = 0 THEN 0 ELSE 1 END
+         FROM generate_series(1, 200000) g;
+         ALTER TABLE operations ENABLE TRIGGER operations_audit_insert;",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    sqlx::raw_sql("VACUUM ANALYZE operations")
+        .execute(&db)
+        .await
+        .unwrap();
+    let [across, one] = payonce_ledger::lanes::queue_depth_statements();
+    let now = "1800100000000";
+    for sql in [
+        across.replace("$1", now).replace("$2", "10"),
+        one.replace("$1", "'tenant7'").replace("$2", now),
+    ] {
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
+            .fetch_all(&db)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            (plan.contains("operations_lanes_idx")
+                || plan.contains("operations_ready_priority_idx"))
+                && !plan.contains("Seq Scan on operations"),
+            "{sql}\n{plan}"
+        );
+    }
+}
