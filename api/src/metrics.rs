@@ -52,7 +52,8 @@ pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
     match counted.await {
         Ok((counts, queue)) => {
             // By class only: this endpoint names no tenant (the reconciler's adds the tenants).
-            e.operations_per_state(&counts).ready_by_class(&queue.classes, now);
+            e.operations_per_state(&counts)
+                .ready_by_class(&queue.classes, now);
             (StatusCode::OK, e.finish())
         }
         Err(error) => {
