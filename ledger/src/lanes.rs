@@ -116,7 +116,8 @@ const SHARES: &str = "SELECT tenant_id, share FROM tenant_shares ORDER BY tenant
 
 /// The ready queue by class and tenant (metrics): `$1` now, `$2` most tenants named. One pass over
 /// the ready rows in the order of `operations_lanes_idx` (priority, tenant, available_at), which
-/// holds every column read: an index-only scan on Postgres. One row per class and named tenant, and
+/// holds every column read: an index-only scan on a vacuumed Postgres table (0.15–0.5 s at a
+/// million ready rows), whatever the number of settled rows. One row per class and named tenant, and
 /// one per class for the rest (`tenant_id` NULL): at most 2 × (`$2` + 1) rows.
 const QUEUE_DEPTH: &str = "WITH lanes AS ( \
        SELECT priority, tenant_id, COUNT(*) AS n, \
