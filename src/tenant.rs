@@ -8,6 +8,10 @@
 //!
 //! `payonce tenant set-processor TENANT stripe|adyen`: the processor the tenant's operations are
 //! bound to from now on (docs/runbook.md, "A tenant's processor"); those created before keep theirs.
+//!
+//! `payonce tenant set-share TENANT SHARE` (or `--default`): the tenant's share of the claims within
+//! each class while other tenants' work waits too (docs/runbook.md, "Interactive payments wait");
+//! `payonce tenant shares` lists the shares set.
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
@@ -15,6 +19,7 @@ use payonce_api::profile::{ProfileRequest, set_profile};
 use payonce_api::verify::{VerificationRequest, set_tenant_verification};
 use payonce_core::clock::{Clock, SystemClock};
 use payonce_core::id::TenantId;
+use payonce_core::priority::{SHARE_DEFAULT, SHARE_MAX, SHARE_MIN, check_share};
 use payonce_ledger::SharedLedger;
 use payonce_ledger::verification::VerificationMethod;
 use payonce_processor::ProcessorKind;
@@ -63,6 +68,25 @@ pub enum TenantCommand {
         #[arg(id = "tenant_processor", value_name = "PROCESSOR", value_enum)]
         choice: ProcessorChoice,
     },
+    /// Sets the tenant's share of the claims within each class while other tenants' work waits
+    /// too (1..=1000, by default 100: a tenant with 200 is served twice as often as one with 100),
+    /// or with `--default` gives it the default again. Prints the share in force.
+    SetShare {
+        /// The tenant.
+        tenant: String,
+        /// The share, 1..=1000.
+        #[arg(
+            value_parser = parse_share,
+            conflicts_with = "default",
+            required_unless_present = "default"
+        )]
+        share: Option<u32>,
+        /// Back to the default share (clears the one set).
+        #[arg(long)]
+        default: bool,
+    },
+    /// Lists the tenants with a share set and their shares; every other tenant has the default.
+    Shares,
     /// Sets the tenant's public profile, shown on every page a customer sees.
     SetProfile {
         /// The tenant.
@@ -78,6 +102,21 @@ pub enum TenantCommand {
         #[arg(long)]
         support_email: Option<String>,
     },
+}
+
+/// Who a share set from the command line is recorded as set by.
+const SHARE_ACTOR: &str = "cli:tenant set-share";
+
+/// A share as typed: a whole number within `SHARE_MIN..=SHARE_MAX`, refused before anything opens
+/// (a usage error, as a processor name `set-processor` does not know).
+fn parse_share(raw: &str) -> Result<u32, String> {
+    let share = raw.parse::<u32>().map_err(|_| {
+        format!(
+            "share must be a whole number between {SHARE_MIN} and {SHARE_MAX} (the default is \
+             {SHARE_DEFAULT}); got {raw:?}"
+        )
+    })?;
+    check_share(share)
 }
 
 /// A verification method as typed.
@@ -113,6 +152,8 @@ pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Resul
         TenantCommand::SetProcessor { tenant, choice } => {
             set_processor(ledger, &tenant, choice).await
         }
+        TenantCommand::SetShare { tenant, share, .. } => set_share(ledger, &tenant, share).await,
+        TenantCommand::Shares => shares(ledger).await,
         TenantCommand::SetRetention {
             tenant,
             operation_days,
@@ -161,6 +202,39 @@ async fn set_processor(
          operations created earlier stay on theirs",
         before.map_or("the configured processor", ProcessorKind::as_str)
     );
+    Ok(())
+}
+
+/// The share `tenant` has in `set` (the shares set), in words.
+fn share_in(set: &[(TenantId, u32)], tenant: &TenantId) -> String {
+    match set.iter().find(|(t, _)| t == tenant) {
+        Some((_, share)) => share.to_string(),
+        None => format!("{SHARE_DEFAULT}, the default"),
+    }
+}
+
+/// `tenant set-share`: the tenant's share of the claims within each class (`None`: the default).
+async fn set_share(ledger: &SharedLedger, tenant: &str, share: Option<u32>) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(tenant)?;
+    let profiles = ledger.profiles();
+    let before = share_in(&profiles.shares().await?, &tenant);
+    profiles
+        .set_share(&tenant, share, SHARE_ACTOR, SystemClock.now())
+        .await?;
+    let now = share_in(&profiles.shares().await?, &tenant);
+    println!("tenant {tenant}: share {now} (before: {before})");
+    Ok(())
+}
+
+/// `tenant shares`: every share set, one tenant a line.
+async fn shares(ledger: &SharedLedger) -> anyhow::Result<()> {
+    let set = ledger.profiles().shares().await?;
+    if set.is_empty() {
+        println!("no tenant has a share set: every tenant has the default, {SHARE_DEFAULT}");
+    }
+    for (tenant, share) in set {
+        println!("tenant {tenant}: share {share}");
+    }
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! `GET /metrics`: what the front door counts (the counters of [`crate::counters`], the group
-//! commit's), the processor's reachability, the ledger's storage failures and rows per state, in the
-//! Prometheus text format; and the middleware that counts every response. Scraped from inside the
+//! commit's), the processor's reachability, the ledger's storage failures, rows per state and the
+//! ready queue by class, in the Prometheus text format; and the middleware that counts every response. Scraped from inside the
 //! cluster; it names no tenant.
 
 use crate::group_commit::GroupCommit;
@@ -35,7 +35,7 @@ pub async fn count(State(state): State<AppState>, request: Request, next: Next) 
     response
 }
 
-/// `GET /metrics`: the counters, then rows per state (503 with an empty body when the ledger is down,
+/// `GET /metrics`: the counters, then rows per state and the ready queue by class (503 with an empty body when the ledger is down,
 /// so a scrape failure is visible rather than a page of zeros).
 pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
     let mut e = Exposition::default();
@@ -44,9 +44,16 @@ pub async fn render(State(state): State<AppState>) -> (StatusCode, String) {
     // The processor's reachability as the submitting processes recorded it in the ledger.
     crate::console::outage::refresh(state.ledger().outage()).await;
     crate::console::outage::render(&mut e);
-    match state.ledger().count_by_status().await {
-        Ok(counts) => {
-            e.operations_per_state(&counts);
+    let now = state.now();
+    let counted = async {
+        let counts = state.ledger().count_by_status().await?;
+        Ok::<_, payonce_ledger::LedgerError>((counts, state.ledger().queue_depth(now).await?))
+    };
+    match counted.await {
+        Ok((counts, queue)) => {
+            // By class only: this endpoint names no tenant (the reconciler's adds the tenants).
+            e.operations_per_state(&counts)
+                .ready_by_class(&queue.classes, now);
             (StatusCode::OK, e.finish())
         }
         Err(error) => {

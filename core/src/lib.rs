@@ -6,6 +6,8 @@
 //! - [`details`]: an operation's consequential details and the hash approvals bind to.
 //! - [`state`]: the operation state machine, one transition function.
 //! - [`operation`]: the operation row, the outcomes recorded on it, and the processor kinds it binds to.
+//! - [`priority`]: who waits for an operation (interactive, bulk), tenants' shares, `not_before`.
+//! - [`queue_depth`]: how much ready work waits, by class and by tenant.
 //! - [`summary`]: what of a processor's object is ever shown or serialized.
 //! - [`clock`]: injected time.
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
@@ -25,6 +27,7 @@ pub mod metrics;
 pub mod money;
 pub mod operation;
 pub mod priority;
+pub mod queue_depth;
 pub mod signing;
 pub mod state;
 pub mod summary;

@@ -187,6 +187,76 @@ impl Exposition {
         self
     }
 
+    /// The ready queue by class (`payonce_ready_operations`, `payonce_ready_due_operations`,
+    /// `payonce_ready_oldest_age_seconds`), every class even when empty: a class that empties must
+    /// read 0, not vanish. The age is that of the oldest due row at `now` (0: none due).
+    pub fn ready_by_class(
+        &mut self,
+        classes: &[crate::queue_depth::ClassDepth],
+        now: crate::clock::Timestamp,
+    ) -> &mut Self {
+        for class in crate::queue_depth::every_class(classes) {
+            let priority = [("priority", class.priority.as_str())];
+            let wait_ms = i64::try_from(class.oldest_wait(now).as_millis()).unwrap_or(i64::MAX);
+            self.gauge(
+                "payonce_ready_operations",
+                "Ready operations per class, due or scheduled for later.",
+                &priority,
+                class.ready,
+            )
+            .gauge(
+                "payonce_ready_due_operations",
+                "Ready operations per class that are due now (claimable).",
+                &priority,
+                class.due,
+            )
+            .gauge_seconds(
+                "payonce_ready_oldest_age_seconds",
+                "How long the oldest due ready operation of the class has waited (0: none due).",
+                &priority,
+                wait_ms,
+            );
+        }
+        self
+    }
+
+    /// The ready queue by tenant and class (`payonce_ready_tenant_operations`,
+    /// `payonce_ready_tenant_due_operations`): the tenants with the most ready rows, the rest under
+    /// `tenant="(other)"`, so at most `QUEUE_TENANTS_SHOWN + 1` tenants per class. `(other)` is
+    /// there for every class, 0 when no tenant is folded, so the families never vanish.
+    pub fn ready_by_tenant(&mut self, tenants: &[crate::queue_depth::TenantDepth]) -> &mut Self {
+        let none_folded = crate::priority::ALL_PRIORITIES
+            .into_iter()
+            .filter(|p| {
+                !tenants
+                    .iter()
+                    .any(|t| t.tenant.is_none() && t.priority == *p)
+            })
+            .map(|priority| crate::queue_depth::TenantDepth {
+                tenant: None,
+                priority,
+                ready: 0,
+                due: 0,
+            })
+            .collect::<Vec<_>>();
+        for t in tenants.iter().chain(&none_folded) {
+            let pairs = [("tenant", t.label()), ("priority", t.priority.as_str())];
+            self.gauge(
+                "payonce_ready_tenant_operations",
+                "Ready operations of the tenants with the most, per class; the others summed as (other).",
+                &pairs,
+                t.ready,
+            )
+            .gauge(
+                "payonce_ready_tenant_due_operations",
+                "Due ready operations of the tenants with the most ready, per class; the others summed as (other).",
+                &pairs,
+                t.due,
+            );
+        }
+        self
+    }
+
     /// The document, in the Prometheus text format.
     pub fn finish(self) -> String {
         let mut registry = Registry::default();
@@ -301,6 +371,58 @@ mod tests {
             .parse()
             .expect("a number");
         assert!((sum - 0.70325).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn the_ready_queue_reads_every_class_and_the_tenants_shown_with_the_rest_as_other() {
+        use crate::clock::Timestamp;
+        use crate::id::TenantId;
+        use crate::priority::Priority;
+        use crate::queue_depth::{ClassDepth, TenantDepth};
+        let bulk = ClassDepth {
+            priority: Priority::Bulk,
+            ready: 7,
+            due: 5,
+            oldest_due: Some(Timestamp::from_millis(10_000)),
+        };
+        let tenants = [
+            TenantDepth {
+                tenant: Some(TenantId::parse("acme").unwrap()),
+                priority: Priority::Bulk,
+                ready: 4,
+                due: 3,
+            },
+            TenantDepth {
+                tenant: None,
+                priority: Priority::Bulk,
+                ready: 3,
+                due: 2,
+            },
+        ];
+        let mut e = Exposition::default();
+        e.ready_by_class(&[bulk], Timestamp::from_millis(100_500))
+            .ready_by_tenant(&tenants);
+        let text = e.finish();
+        for line in [
+            "payonce_ready_operations{priority=\"interactive\"} 0\n",
+            "payonce_ready_operations{priority=\"bulk\"} 7\n",
+            "payonce_ready_due_operations{priority=\"interactive\"} 0\n",
+            "payonce_ready_due_operations{priority=\"bulk\"} 5\n",
+            "payonce_ready_oldest_age_seconds{priority=\"interactive\"} 0.0\n",
+            "payonce_ready_oldest_age_seconds{priority=\"bulk\"} 90.5\n",
+            "payonce_ready_tenant_operations{tenant=\"acme\",priority=\"bulk\"} 4\n",
+            "payonce_ready_tenant_operations{tenant=\"(other)\",priority=\"bulk\"} 3\n",
+            "payonce_ready_tenant_due_operations{tenant=\"acme\",priority=\"bulk\"} 3\n",
+            "payonce_ready_tenant_due_operations{tenant=\"(other)\",priority=\"bulk\"} 2\n",
+            "payonce_ready_tenant_operations{tenant=\"(other)\",priority=\"interactive\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert_eq!(
+            text.matches("# TYPE payonce_ready_operations gauge")
+                .count(),
+            1
+        );
     }
 
     #[test]

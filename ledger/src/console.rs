@@ -84,6 +84,8 @@ pub struct Overview {
     /// The tenant's operations paid by a row the ledger had lost, learned of in the last
     /// [`LOST_ROWS_SHOWN_FOR`] (newest first, at most [`LOST_ROWS_SHOWN_MAX`]).
     pub lost_rows: Vec<super::lost_rows::LostRow>,
+    /// The tenant's ready operations by class, every class listed, at the call's `now`.
+    pub queue: Vec<payonce_core::queue_depth::ClassDepth>,
 }
 
 /// How long the overview shows a lost row after a worker learned of it.
@@ -468,6 +470,7 @@ impl<DB: Dialect> ConsoleLedger for Store<DB> {
             by_status,
             buckets: chart,
             lost_rows: self.all(lost, super::lost_rows::decode).await?,
+            queue: self.tenant_queue_now(tenant, now).await?,
         })
     }
 

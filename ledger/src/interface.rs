@@ -89,6 +89,13 @@ pub trait Operations: Send + Sync {
     async fn probe_write(&self, now: Timestamp) -> Result<(), LedgerError>;
     /// Operations per state over every tenant, and the oldest `updated_at` in each (metrics).
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, LedgerError>;
+    /// The ready queue at `now` (metrics): per class the ready rows, those due and the oldest due;
+    /// per class the [`QUEUE_TENANTS_SHOWN`](payonce_core::queue_depth::QUEUE_TENANTS_SHOWN)
+    /// tenants with the most ready rows and the rest summed. One pass over the ready rows' index.
+    async fn queue_depth(
+        &self,
+        now: Timestamp,
+    ) -> Result<payonce_core::queue_depth::QueueDepth, LedgerError>;
 }
 
 /// A payment's refunds, as its tenant sees them (refunds are created through

@@ -15,6 +15,9 @@ use super::{CLAIM_BATCH_MAX, Claimed, LeaseHolder, LedgerError, LimitError, boun
 use payonce_core::clock::Timestamp;
 use payonce_core::id::TenantId;
 use payonce_core::priority::{Priority, SHARE_DEFAULT, check_cap, check_share};
+use payonce_core::queue_depth::{
+    ClassDepth, QUEUE_TENANTS_SHOWN, QueueDepth, TenantDepth, every_class,
+};
 use serde_json::{Value, json};
 
 /// Most lanes one discovery returns: more tenants than this with ready work at once are served
@@ -122,6 +125,69 @@ const SET_CAP: &str = "INSERT INTO tenant_caps (tenant_id, per_second, updated_a
 const CLEAR_CAP: &str = "DELETE FROM tenant_caps WHERE tenant_id = $1";
 const CAPS: &str = "SELECT tenant_id, per_second FROM tenant_caps ORDER BY tenant_id";
 
+/// The ready queue by class and tenant (metrics): `$1` now, `$2` most tenants named. One pass over
+/// the ready rows in the order of `operations_lanes_idx` (priority, tenant, available_at), which
+/// holds every column read: an index-only scan on a vacuumed Postgres table (0.15–0.5 s at a
+/// million ready rows), whatever the number of settled rows. One row per class and named tenant, and
+/// one per class for the rest (`tenant_id` NULL): at most 2 × (`$2` + 1) rows.
+const QUEUE_DEPTH: &str = "WITH lanes AS ( \
+       SELECT priority, tenant_id, COUNT(*) AS n, \
+         COUNT(*) FILTER (WHERE available_at <= $1) AS due, \
+         MIN(available_at) FILTER (WHERE available_at <= $1) AS oldest_due \
+       FROM operations WHERE status = 'ready' GROUP BY priority, tenant_id), \
+     shown AS (SELECT tenant_id FROM lanes GROUP BY tenant_id \
+       ORDER BY SUM(n) DESC, tenant_id LIMIT $2) \
+     SELECT l.priority, s.tenant_id, CAST(SUM(l.n) AS BIGINT) AS n, \
+       CAST(SUM(l.due) AS BIGINT) AS due, MIN(l.oldest_due) AS oldest_due \
+     FROM lanes l LEFT JOIN shown s ON s.tenant_id = l.tenant_id \
+     GROUP BY l.priority, s.tenant_id";
+/// One tenant's ready queue by class (the console's overview): `$1` tenant, `$2` now. The classes
+/// are spelled out (the stored numbers of `Priority`) so each is one range of `operations_lanes_idx`.
+const TENANT_QUEUE: &str = "SELECT priority, COUNT(*) AS n, \
+       COUNT(*) FILTER (WHERE available_at <= $2) AS due, \
+       MIN(available_at) FILTER (WHERE available_at <= $2) AS oldest_due \
+     FROM operations WHERE status = 'ready' AND priority IN (0, 1) AND tenant_id = $1 \
+     GROUP BY priority";
+
+/// The queue depth's statements, for the plan tests: across tenants ([`QUEUE_DEPTH`]: `$1` now,
+/// `$2` most tenants named) and of one tenant ([`TENANT_QUEUE`]: `$1` tenant, `$2` now).
+pub fn queue_depth_statements() -> [&'static str; 2] {
+    [QUEUE_DEPTH, TENANT_QUEUE]
+}
+
+/// The class a stored priority names (an unknown one is a corrupt row).
+fn priority_of(row: &impl LedgerRow) -> Result<Priority, LedgerError> {
+    let stored: i64 = row.get("priority")?;
+    Priority::from_stored(stored).ok_or_else(|| {
+        LedgerError::Corrupt(format!("a ready row has an unknown priority {stored}"))
+    })
+}
+
+/// A class's figures from a row of [`QUEUE_DEPTH`] or [`TENANT_QUEUE`].
+fn decode_class(row: &impl LedgerRow) -> Result<ClassDepth, LedgerError> {
+    Ok(ClassDepth {
+        priority: priority_of(row)?,
+        ready: row.get("n")?,
+        due: row.get("due")?,
+        oldest_due: row.get("oldest_due")?,
+    })
+}
+
+/// Folds the tenants' rows of one class into the class's figures.
+fn add_to(classes: &mut Vec<ClassDepth>, row: &ClassDepth) {
+    match classes.iter_mut().find(|c| c.priority == row.priority) {
+        Some(c) => {
+            c.ready += row.ready;
+            c.due += row.due;
+            c.oldest_due = match (c.oldest_due, row.oldest_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        None => classes.push(row.clone()),
+    }
+}
+
 /// The plan of a claim, as the JSON array its statement reads.
 fn plan_rows(takes: &[Take]) -> String {
     let rows: Vec<Value> = takes
@@ -222,6 +288,55 @@ impl<DB: Dialect> Store<DB> {
             })
         })
         .await
+    }
+
+    /// `Operations::queue_depth`.
+    pub(crate) async fn queue_depth_now(&self, now: Timestamp) -> Result<QueueDepth, LedgerError> {
+        let stmt = Stmt::new(QUEUE_DEPTH).bind(now);
+        let rows = self
+            .all(stmt.bind(i64::from(QUEUE_TENANTS_SHOWN)), |r| {
+                let tenant: Option<String> = r.get("tenant_id")?;
+                let tenant = tenant
+                    .map(|t| TenantId::parse(&t).map_err(super::row::corrupt))
+                    .transpose()?;
+                Ok((tenant, decode_class(r)?))
+            })
+            .await?;
+        let mut classes = Vec::new();
+        for (_, class) in &rows {
+            add_to(&mut classes, class);
+        }
+        let mut tenants: Vec<TenantDepth> = rows
+            .into_iter()
+            .map(|(tenant, c)| TenantDepth {
+                tenant,
+                priority: c.priority,
+                ready: c.ready,
+                due: c.due,
+            })
+            .collect();
+        // The stores order NULL differently: the rest comes last on both.
+        tenants.sort_by(|a, b| {
+            (a.tenant.is_none(), &a.tenant, a.priority).cmp(&(
+                b.tenant.is_none(),
+                &b.tenant,
+                b.priority,
+            ))
+        });
+        Ok(QueueDepth {
+            classes: every_class(&classes),
+            tenants,
+        })
+    }
+
+    /// One tenant's ready queue by class, every class listed (`ConsoleLedger::overview`).
+    pub(crate) async fn tenant_queue_now(
+        &self,
+        tenant: &TenantId,
+        now: Timestamp,
+    ) -> Result<Vec<ClassDepth>, LedgerError> {
+        let stmt = Stmt::new(TENANT_QUEUE).bind(tenant).bind(now);
+        Ok(every_class(&self.all(stmt, decode_class).await?))
     }
 
     /// `ProfileLedger::set_share`.

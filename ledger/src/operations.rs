@@ -233,6 +233,13 @@ impl<DB: Dialect> Operations for Store<DB> {
         })
         .await
     }
+
+    async fn queue_depth(
+        &self,
+        now: Timestamp,
+    ) -> Result<payonce_core::queue_depth::QueueDepth, LedgerError> {
+        self.queue_depth_now(now).await
+    }
 }
 
 /// `$1`–`$12` of both inserts (this module's `INSERT_OPERATION`, the refund guard's

@@ -52,7 +52,8 @@ pub struct ReconcilerMetrics {
 }
 
 impl ReconcilerMetrics {
-    /// Appends resolution counters, then rows per state and the oldest unknown's age from the ledger.
+    /// Appends resolution counters, then rows per state, the ready queue by class and by tenant (the
+    /// most loaded, the rest summed) and the oldest unknown's age from the ledger.
     pub async fn render(
         &self,
         ledger: &dyn Operations,
@@ -129,6 +130,9 @@ impl ReconcilerMetrics {
         self.clock_drift.render(e, "reconciler");
         let counts = ledger.count_by_status().await?;
         e.operations_per_state(&counts);
+        let queue = ledger.queue_depth(now).await?;
+        e.ready_by_class(&queue.classes, now)
+            .ready_by_tenant(&queue.tenants);
         let oldest = counts
             .iter()
             .find(|c| c.status == Status::Unknown)

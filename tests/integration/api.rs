@@ -7,6 +7,7 @@ mod batch;
 mod browser;
 mod confirm;
 mod console;
+mod console_queue;
 mod console_refunds;
 mod customer_pages;
 mod group_commit;

@@ -21,6 +21,7 @@ mod hints;
 mod intake;
 mod lanes;
 mod outage;
+mod queue_depth;
 mod refunds;
 mod retention;
 mod sweep_batches;

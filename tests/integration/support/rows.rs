@@ -7,6 +7,7 @@ use super::{details, key_secret, recording, tenant};
 use payonce_core::clock::Timestamp;
 use payonce_core::details::Details;
 use payonce_core::id::{BusinessKey, OperationId, TenantId};
+use payonce_core::priority::Priority;
 use payonce_core::state::Status;
 use payonce_ledger::{
     Created, Escalate, Fence, LeaseHolder, NewApproval, NewOperation, Operation, Recorded,
@@ -75,6 +76,34 @@ pub async fn ready(
     let d = details(invoice, 2048, payment_method);
     let row = created(ledger, &tenant(), invoice, d, now).await.operation;
     approved(ledger, &row, now + Duration::from_secs(86_400), now).await
+}
+
+/// A payment of 2048 usd of `tenant` for `invoice` in class `priority`, not to be claimed before
+/// `not_before`, created and approved (for a day) at `now`: the row in `ready`, available at the
+/// later of `now` and `not_before`.
+pub async fn ready_in_class(
+    ledger: &SharedLedger,
+    tenant: &TenantId,
+    invoice: &str,
+    (priority, not_before): (Priority, Option<Timestamp>),
+    now: Timestamp,
+) -> Operation {
+    let mut new = NewOperation::keyed(
+        &key_secret(),
+        tenant.clone(),
+        BusinessKey::parse(&format!("invoice:{invoice}:pay")).unwrap(),
+        details(invoice, 2048, "pm_card_visa"),
+        "service:test".into(),
+    );
+    new.priority = priority;
+    new.not_before = not_before;
+    let row = ledger.create_or_get(new, now).await.unwrap().operation;
+    let ready = approved(ledger, &row, now + Duration::from_secs(86_400), now).await;
+    assert_eq!(
+        (ready.status, ready.priority, ready.not_before),
+        (Status::Ready, priority, not_before)
+    );
+    ready
 }
 
 /// [`ready`], then claimed by worker "w" (a ten-minute lease, longer than any test) with its

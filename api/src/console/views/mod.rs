@@ -5,6 +5,7 @@
 
 use super::PAGE_SIZE_DEFAULT;
 use maud::{DOCTYPE, Markup, html};
+use payonce_core::queue_depth::ClassDepth;
 use payonce_core::state::{ALL_STATUSES, Status};
 use payonce_ledger::Operation;
 use payonce_ledger::console::{Bucket, Overview};
@@ -212,6 +213,30 @@ fn chart(buckets: &[Bucket]) -> Markup {
     }
 }
 
+/// The tenant's ready operations by class: how many, how many are due, how long the oldest due one
+/// has waited (docs/runbook.md, "Interactive payments wait").
+fn queue_section(classes: &[ClassDepth], now_ms: i64) -> Markup {
+    html! {
+        section {
+            h2 { "Waiting to run" }
+            table id="queue" {
+                thead { tr { th { "Class" } th { "Ready" } th { "Due now" } th { "Oldest wait" } } }
+                tbody {
+                    @for c in classes {
+                        tr id=(format!("queue-{}", c.priority.as_str())) {
+                            td { (c.priority.as_str()) }
+                            td { (c.ready) }
+                            td { (c.due) }
+                            td { (c.oldest_due.map_or_else(|| "none due".to_string(), |at| age(now_ms - at.as_millis()))) }
+                        }
+                    }
+                }
+            }
+            p.fine { "Ready but not due: scheduled for later (not_before) or put off before a retry. Interactive work is claimed before bulk; tenants take turns by their shares." }
+        }
+    }
+}
+
 /// The overview.
 pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) -> Markup {
     let oldest = |s: Status| {
@@ -247,6 +272,7 @@ pub fn overview(csrf: &str, o: &Overview, now_ms: i64, webhooks_refused: u64) ->
                     div.figure id="webhooks-refused" { "Webhooks refused (this api process)" b { (webhooks_refused) } }
                 }
             }
+            (queue_section(&o.queue, now_ms))
             section {
                 h2 { "Operations by state" }
                 table id="by-state" {
@@ -378,7 +404,7 @@ pub fn list(
                     }
                 }
                 table id="operations" {
-                    thead { tr { @if selectable { th { span.visually-hidden { "Select" } } } th { "Operation" } th { "State" } th { "Amount" } th { "Invoice" } th { "Customer" } th { "Reference" } th { "Created" } th { "Updated" } } }
+                    thead { tr { @if selectable { th { span.visually-hidden { "Select" } } } th { "Operation" } th { "State" } th { "Priority" } th { "Amount" } th { "Invoice" } th { "Customer" } th { "Reference" } th { "Created" } th { "Updated" } } }
                     tbody {
                         @for o in ops {
                             tr {
@@ -387,6 +413,7 @@ pub fn list(
                                 }
                                 td { a.mono href=(format!("/console/operations/{}", o.id)) { (o.id.as_str()) } }
                                 td { (state_badge(o.status.as_str())) }
+                                td { (o.priority.as_str()) }
                                 td { (o.details.money().display()) }
                                 td { (o.details.invoice()) }
                                 td { (o.details.customer()) }

@@ -184,6 +184,10 @@ fn facts_section(op: &Operation, extras: &Extras, now_ms: i64) -> Markup {
             table id="facts" {
                 tr { th { "Business key" } td { (op.business_key.as_str()) } }
                 tr { th { "Kind" } td { (d.kind().as_str()) } }
+                tr { th { "Priority" } td id="priority" { (op.priority.as_str()) } }
+                @if let Some(at) = op.not_before {
+                    tr { th { "Scheduled for" } td id="not-before" { (scheduled(at.as_millis(), now_ms)) } }
+                }
                 tr { th { "Amount" } td { (d.money().display()) } }
                 tr { th { "Customer" } td { (d.customer()) } }
                 tr { th { "Invoice" } td { (d.invoice()) } }
@@ -198,6 +202,15 @@ fn facts_section(op: &Operation, extras: &Extras, now_ms: i64) -> Markup {
             }
             p { a id="export" href=(format!("/console/operations/{id}/export")) { "Export the evidence chain (JSON)" } }
         }
+    }
+}
+
+/// A `not_before` as on-call reads it: the instant, and how far off it is (or that it has come).
+fn scheduled(at_ms: i64, now_ms: i64) -> String {
+    if at_ms > now_ms {
+        format!("{} (in {})", utc(at_ms), age(at_ms - now_ms))
+    } else {
+        format!("{} (due {} ago)", utc(at_ms), age(now_ms - at_ms))
     }
 }
 
