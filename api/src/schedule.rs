@@ -20,7 +20,7 @@ pub struct ScheduleFields {
     /// An RFC 3339 time with its offset.
     #[serde(default)]
     pub not_before: Option<Value>,
-    /// Milliseconds since the Unix epoch (the same instant as `not_before`; at most one of the two).
+    /// Milliseconds since the Unix epoch (at most one of `not_before` and this).
     #[serde(default)]
     pub not_before_ms: Option<Value>,
 }
@@ -46,9 +46,9 @@ pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
 pub fn parse_priority(field: &str, raw: Option<&Value>) -> Result<Option<Priority>, String> {
     match raw {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(name)) => Priority::parse(name).map(Some).ok_or_else(|| {
-            format!("{field}: must be \"interactive\" or \"bulk\"; got {name:?}")
-        }),
+        Some(Value::String(name)) => Priority::parse(name)
+            .map(Some)
+            .ok_or_else(|| format!("{field}: must be \"interactive\" or \"bulk\"; got {name:?}")),
         Some(other) => Err(format!(
             "{field}: must be the string \"interactive\" or \"bulk\"; got {}",
             kind_of(other)
@@ -71,7 +71,7 @@ pub fn parse_schedule(
         (None, None) => ("", None),
         (Some(_), Some(_)) => {
             return Err(format!(
-                "{prefix}not_before, {prefix}not_before_ms: give at most one of them (the same instant)"
+                "{prefix}not_before, {prefix}not_before_ms: give at most one of them"
             ));
         }
         (Some(Value::String(text)), None) => match parse_rfc3339(&text) {
@@ -157,7 +157,8 @@ mod tests {
     fn both_time_forms_name_the_same_instant() {
         // 2027-01-15T08:00:00Z is NOW; a day later:
         let later = NOW + std::time::Duration::from_secs(86_400);
-        let rfc = schedule(json!({"priority": "interactive", "not_before": "2027-01-16T08:00:00Z"}));
+        let rfc =
+            schedule(json!({"priority": "interactive", "not_before": "2027-01-16T08:00:00Z"}));
         assert_eq!(
             rfc,
             Ok(Schedule {
@@ -179,14 +180,38 @@ mod tests {
         let cases = [
             (json!({"priority": "urgent"}), "priority: must be"),
             (json!({"priority": 1}), "priority: must be the string"),
-            (json!({"not_before": "2027-01-16"}), "not_before: must be an RFC 3339 time"),
-            (json!({"not_before": now}), "not_before: must be an RFC 3339 string"),
-            (json!({"not_before_ms": "soon"}), "not_before_ms: must be an integer"),
-            (json!({"not_before_ms": 1.5}), "not_before_ms: must be an integer"),
-            (json!({"not_before_ms": now - tol - 1_000}), "not_before_ms: not_before lies 601 s in the past"),
-            (json!({"not_before_ms": now + horizon + 1}), "not_before_ms: not_before lies more than 366 days ahead"),
-            (json!({"not_before": "2026-01-01T00:00:00Z"}), "not_before: not_before lies"),
-            (json!({"not_before": "2027-01-16T08:00:00Z", "not_before_ms": now}), "not_before, not_before_ms: give at most one"),
+            (
+                json!({"not_before": "2027-01-16"}),
+                "not_before: must be an RFC 3339 time",
+            ),
+            (
+                json!({"not_before": now}),
+                "not_before: must be an RFC 3339 string",
+            ),
+            (
+                json!({"not_before_ms": "soon"}),
+                "not_before_ms: must be an integer",
+            ),
+            (
+                json!({"not_before_ms": 1.5}),
+                "not_before_ms: must be an integer",
+            ),
+            (
+                json!({"not_before_ms": now - tol - 1_000}),
+                "not_before_ms: not_before lies 601 s in the past",
+            ),
+            (
+                json!({"not_before_ms": now + horizon + 1}),
+                "not_before_ms: not_before lies more than 366 days ahead",
+            ),
+            (
+                json!({"not_before": "2026-01-01T00:00:00Z"}),
+                "not_before: not_before lies",
+            ),
+            (
+                json!({"not_before": "2027-01-16T08:00:00Z", "not_before_ms": now}),
+                "not_before, not_before_ms: give at most one",
+            ),
         ];
         for (fields, start) in cases {
             let e = schedule(fields.clone()).unwrap_err();
