@@ -5,6 +5,10 @@
 //! A run that was killed is resumed by running it again: every item is idempotent by business key,
 //! so what the first run wrote is answered `existing` and nothing is created twice.
 //!
+//! A line may schedule its payment (`not_before` as RFC 3339, or `not_before_ms`) and name its
+//! `priority` (default `bulk`, as the batch route's); a bad value is refused here, with its line
+//! number and field, before anything is sent (`api::schedule` checks it as the API does).
+//!
 //! On a terminal a progress line shows the lines sent and the answers so far; the summary counts
 //! created, existing, conflicts and invalid lines, and lists the refused lines by number.
 
