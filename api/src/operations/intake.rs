@@ -17,6 +17,7 @@ use crate::schedule::{ScheduleFields, parse_schedule};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
+use payonce_core::clock::Timestamp;
 use payonce_core::details::RawDetails;
 use payonce_core::priority::Priority;
 use payonce_ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
@@ -142,14 +143,15 @@ impl BatchSummary {
     }
 }
 
-/// Reads the item at `index` as the single create route reads its body, except that its priority
-/// defaults to bulk (a billing run); a schedule field's error names the item and the field
-/// (`operations[3].not_before: ...`).
+/// Reads the item at `index` as the single create route reads its body, its schedule checked
+/// against `now`, except that its priority defaults to bulk (a billing run); a schedule field's
+/// error names the item and the field (`operations[3].not_before: ...`).
 fn parse_item(
     state: &AppState,
     caller: &Caller,
     index: usize,
     raw: Value,
+    now: Timestamp,
 ) -> Result<(NewOperation, Option<BatchApproval>), HttpError> {
     let item: ItemRequest = serde_json::from_value(raw)
         .map_err(|e| HttpError::new(ErrorCode::InvalidJson, e.to_string()))?;
@@ -158,13 +160,8 @@ fn parse_item(
         not_before: item.not_before,
         not_before_ms: item.not_before_ms,
     };
-    let schedule = parse_schedule(
-        &fields,
-        Priority::Bulk,
-        state.now(),
-        &format!("operations[{index}]."),
-    )
-    .map_err(invalid)?;
+    let prefix = format!("operations[{index}].");
+    let schedule = parse_schedule(&fields, Priority::Bulk, now, &prefix).map_err(invalid)?;
     let new = new_operation(state, caller, &item.business_key, &item.details, schedule)?;
     let approval = item.approval.as_ref().map(parse_approval).transpose()?;
     Ok((new, approval))
@@ -186,12 +183,14 @@ pub async fn create_batch(
         )));
     }
     let count = body.operations.len();
+    // One now for the whole batch: every item's schedule is checked, and written, at it.
+    let now = state.now();
     let mut answers: Vec<Option<ItemAnswer>> = vec![None; count];
     let mut items = Vec::new();
     let mut positions = Vec::new();
     let mut first: HashMap<String, usize> = HashMap::new();
     for (index, raw) in body.operations.into_iter().enumerate() {
-        match parse_item(&state, &caller, index, raw) {
+        match parse_item(&state, &caller, index, raw, now) {
             Ok((new, approval)) => {
                 let key = new.business_key.as_str().to_string();
                 if let Some(at) = first.get(&key) {
@@ -209,7 +208,6 @@ pub async fn create_batch(
         }
     }
     if !items.is_empty() {
-        let now = state.now();
         let batch = Batch {
             tenant: caller.tenant.clone(),
             items,
