@@ -5,13 +5,20 @@
 //! A run that was killed is resumed by running it again: every item is idempotent by business key,
 //! so what the first run wrote is answered `existing` and nothing is created twice.
 //!
+//! A line may schedule its payment (`not_before` as RFC 3339, or `not_before_ms`) and name its
+//! `priority` (default `bulk`, as the batch route's); a bad value is refused here, with its line
+//! number and field, before anything is sent (`api::schedule` checks it as the API does).
+//!
 //! On a terminal a progress line shows the lines sent and the answers so far; the summary counts
 //! created, existing, conflicts and invalid lines, and lists the refused lines by number.
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use payonce_api::intake::BATCH_BODY_LIMIT_BYTES;
+use payonce_api::schedule::{ScheduleFields, parse_schedule};
+use payonce_core::clock::{Clock, SystemClock, Timestamp};
 use payonce_core::details::{Details, RawDetails};
+use payonce_core::priority::Priority;
 use payonce_ledger::intake::BATCH_ITEMS_MAX;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -38,7 +45,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Exit status when some lines were refused (the others were written).
 pub const EXIT_REFUSED: u8 = 3;
 /// The CSV columns, in any order; the first six are required.
-const CSV_COLUMNS: [&str; 10] = [
+const CSV_COLUMNS: [&str; 13] = [
     "business_key",
     "amount",
     "currency",
@@ -49,6 +56,9 @@ const CSV_COLUMNS: [&str; 10] = [
     "description",
     "approved_by",
     "details_hash",
+    "priority",
+    "not_before",
+    "not_before_ms",
 ];
 const CSV_REQUIRED: usize = 6;
 
@@ -56,8 +66,9 @@ const CSV_REQUIRED: usize = 6;
 #[derive(Debug, Clone, Args)]
 pub struct EnqueueArgs {
     /// The file: CSV with a header row (columns: business_key, amount, currency, customer,
-    /// payment_method, invoice, and optionally destination, description, approved_by, details_hash)
-    /// or NDJSON (one `POST /v1/operations` body a line).
+    /// payment_method, invoice, and optionally destination, description, approved_by, details_hash,
+    /// priority (interactive or bulk; default bulk), not_before (RFC 3339) or not_before_ms)
+    /// or NDJSON (one `POST /v1/operations` body a line; its priority too defaults to bulk).
     pub file: PathBuf,
     /// The API's base URL.
     #[arg(long, env = "PAYONCE_API_URL", default_value = "http://127.0.0.1:8080")]
@@ -216,9 +227,9 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<ExitCode> {
                     header = Some(csv_header(&text)?);
                     continue;
                 }
-                Some(columns) => csv_item(&text, columns),
+                Some(columns) => csv_item(&text, columns, SystemClock.now()),
             },
-            _ => ndjson_item(&text),
+            _ => ndjson_item(&text, SystemClock.now()),
         };
         sender.summary.lines += 1;
         match item {
@@ -356,8 +367,8 @@ fn csv_header(line: &str) -> anyhow::Result<Vec<usize>> {
     Ok(positions)
 }
 
-/// A CSV line as a batch item.
-fn csv_item(line: &str, columns: &[usize]) -> Result<Value, String> {
+/// A CSV line as a batch item, its schedule checked against `now`.
+fn csv_item(line: &str, columns: &[usize], now: Timestamp) -> Result<Value, String> {
     let fields = csv_fields(line)?;
     let width = columns.iter().filter(|&&c| c != usize::MAX).count();
     if fields.len() != width {
@@ -397,12 +408,44 @@ fn csv_item(line: &str, columns: &[usize]) -> Result<Value, String> {
         (None, Some(_)) => return Err("details_hash without approved_by".into()),
         (None, None) => {}
     }
+    for name in ["priority", "not_before"] {
+        if let Some(v) = get(name) {
+            item[name] = v.trim().into();
+        }
+    }
+    if let Some(ms) = get("not_before_ms") {
+        item["not_before_ms"] = match ms.trim().parse::<i64>() {
+            Ok(ms) => ms.into(),
+            // Sent as written: the check below names the field and its type.
+            Err(_) => ms.into(),
+        };
+    }
+    scheduled(item, now)
+}
+
+/// `item` with its schedule (`priority`, `not_before`, `not_before_ms`) checked against `now` as
+/// the API checks it, so a bad value is refused here, with its line, before anything is sent; the
+/// item then carries `priority` (default `bulk`) and `not_before_ms` as the batch route reads them.
+fn scheduled(mut item: Value, now: Timestamp) -> Result<Value, String> {
+    let Some(fields) = item.as_object_mut() else {
+        return Err("not a JSON object".into());
+    };
+    let schedule = ScheduleFields {
+        priority: fields.remove("priority"),
+        not_before: fields.remove("not_before"),
+        not_before_ms: fields.remove("not_before_ms"),
+    };
+    let schedule = parse_schedule(&schedule, Priority::Bulk, now, "")?;
+    fields.insert("priority".into(), schedule.priority.as_str().into());
+    if let Some(at) = schedule.not_before {
+        fields.insert("not_before_ms".into(), at.as_millis().into());
+    }
     Ok(item)
 }
 
 /// An NDJSON line as a batch item: a `POST /v1/operations` body; an approval without
-/// `details_hash` approves the line's own details.
-fn ndjson_item(line: &str) -> Result<Value, String> {
+/// `details_hash` approves the line's own details; its schedule is checked against `now`.
+fn ndjson_item(line: &str, now: Timestamp) -> Result<Value, String> {
     let mut item: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     if !item.is_object() {
         return Err("not a JSON object".into());
@@ -413,7 +456,7 @@ fn ndjson_item(line: &str) -> Result<Value, String> {
     {
         approval.insert("details_hash".into(), hash_of(&details).into());
     }
-    Ok(item)
+    scheduled(item, now)
 }
 
 /// The hash of details as the API computes it; empty when they do not parse (the API then names
@@ -597,6 +640,10 @@ impl Sender {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use payonce_core::priority::{NOT_BEFORE_HORIZON, NOT_BEFORE_PAST_TOLERANCE};
+
+    /// The tests' now: 2027-01-15T08:00:00Z.
+    const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
     #[test]
     fn csv_fields_follow_rfc_4180_quoting() {
@@ -616,6 +663,7 @@ mod tests {
         let item = csv_item(
             "inv:1:pay,2048,usd,cus_1,pm_card_visa,INV-1,mandate:cus_1",
             &columns,
+            NOW,
         )
         .unwrap();
         assert_eq!(item["details"]["amount"], 2048);
@@ -623,8 +671,8 @@ mod tests {
         let hash = item["approval"]["details_hash"].as_str().unwrap();
         assert_eq!(hash, hash_of(&item["details"]));
         assert_eq!(hash.len(), 64);
-        assert!(csv_item("inv:1:pay,20.48,usd,cus_1,pm,INV-1,x", &columns).is_err());
-        assert!(csv_item("inv:1:pay,2048,usd", &columns).is_err());
+        assert!(csv_item("inv:1:pay,20.48,usd,cus_1,pm,INV-1,x", &columns, NOW).is_err());
+        assert!(csv_item("inv:1:pay,2048,usd", &columns, NOW).is_err());
         assert!(csv_header("business_key,amount").is_err());
         assert!(
             csv_header("business_key,amount,currency,customer,payment_method,invoice,colour")
@@ -635,18 +683,94 @@ mod tests {
     #[test]
     fn an_ndjson_line_is_the_single_routes_body_and_an_approval_without_a_hash_gets_its_own() {
         let line = r#"{"business_key":"inv:2:pay","details":{"amount":100,"currency":"usd","customer":"c","payment_method":"pm","invoice":"I"},"approval":{"approved_by":"mandate:c"}}"#;
-        let item = ndjson_item(line).unwrap();
+        let item = ndjson_item(line, NOW).unwrap();
         assert_eq!(
             item["approval"]["details_hash"].as_str().unwrap(),
             hash_of(&item["details"])
         );
         let given = r#"{"business_key":"k","details":{},"approval":{"approved_by":"m","details_hash":"abc"}}"#;
         assert_eq!(
-            ndjson_item(given).unwrap()["approval"]["details_hash"],
+            ndjson_item(given, NOW).unwrap()["approval"]["details_hash"],
             "abc"
         );
-        assert!(ndjson_item("[1, 2]").is_err());
-        assert!(ndjson_item("{not json").is_err());
+        assert!(ndjson_item("[1, 2]", NOW).is_err());
+        assert!(ndjson_item("{not json", NOW).is_err());
+    }
+
+    #[test]
+    fn csv_schedule_columns_default_to_bulk_and_are_checked_before_sending() {
+        let columns = csv_header(
+            "business_key,amount,currency,customer,payment_method,invoice,priority,not_before",
+        )
+        .unwrap();
+        let line = |rest: &str| csv_item(&format!("k,100,usd,c,pm,I,{rest}"), &columns, NOW);
+        let plain = line(",").unwrap();
+        assert_eq!(plain["priority"], "bulk");
+        assert_eq!(plain.get("not_before_ms"), None);
+        assert_eq!(plain.get("not_before"), None);
+        let first_of_month = line("interactive,2027-02-01T00:00:00Z").unwrap();
+        assert_eq!(first_of_month["priority"], "interactive");
+        assert_eq!(first_of_month["not_before_ms"], 1_801_440_000_000_i64);
+        assert_eq!(first_of_month.get("not_before"), None);
+        let tokyo = line("bulk,2027-02-01T09:00:00+09:00").unwrap();
+        assert_eq!(tokyo["not_before_ms"], 1_801_440_000_000_i64);
+        assert_eq!(
+            line("urgent,").unwrap_err(),
+            "priority: must be \"interactive\" or \"bulk\"; got \"urgent\""
+        );
+        assert!(
+            line(",2027-02-01")
+                .unwrap_err()
+                .starts_with("not_before: must be an RFC 3339 time")
+        );
+        assert!(
+            line(",2026-01-01T00:00:00Z")
+                .unwrap_err()
+                .starts_with("not_before: not_before lies")
+        );
+
+        let ms_columns = csv_header(
+            "business_key,amount,currency,customer,payment_method,invoice,not_before_ms",
+        )
+        .unwrap();
+        let ms = |v: i64| csv_item(&format!("k,100,usd,c,pm,I,{v}"), &ms_columns, NOW);
+        let horizon = NOT_BEFORE_HORIZON.as_millis() as i64;
+        let tolerance = NOT_BEFORE_PAST_TOLERANCE.as_millis() as i64;
+        assert_eq!(
+            ms(NOW.as_millis() + horizon).unwrap()["not_before_ms"],
+            NOW.as_millis() + horizon
+        );
+        assert_eq!(
+            ms(NOW.as_millis() + horizon + 1).unwrap_err(),
+            "not_before_ms: not_before lies more than 366 days ahead"
+        );
+        assert_eq!(
+            ms(NOW.as_millis() - tolerance - 1_000).unwrap_err(),
+            "not_before_ms: not_before lies 601 s in the past; at most 600 s are taken as now"
+        );
+        assert!(
+            csv_item("k,100,usd,c,pm,I,soon", &ms_columns, NOW)
+                .unwrap_err()
+                .starts_with("not_before_ms: must be an integer")
+        );
+    }
+
+    #[test]
+    fn ndjson_schedule_fields_default_to_bulk_and_are_checked_before_sending() {
+        let body = r#"{"business_key":"k","details":{}"#;
+        let plain = ndjson_item(&format!("{body}}}"), NOW).unwrap();
+        assert_eq!(plain["priority"], "bulk");
+        let given = ndjson_item(
+            &format!(r#"{body},"priority":"interactive","not_before":"2027-02-01T00:00:00Z"}}"#),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(given["priority"], "interactive");
+        assert_eq!(given["not_before_ms"], 1_801_440_000_000_i64);
+        assert_eq!(
+            ndjson_item(&format!(r#"{body},"priority":2}}"#), NOW).unwrap_err(),
+            "priority: must be the string \"interactive\" or \"bulk\"; got a number"
+        );
     }
 
     #[test]

@@ -196,6 +196,8 @@ impl GroupCommit {
             items,
             actor: key.actor,
             method: SERVICE_APPROVAL.to_string(),
+            // Each item keeps its own priority and `not_before` (its `NewOperation`); one scheduled
+            // later keeps its approval as long after its `not_before` (`Batch::approval_expires_at`).
             approval_expires_at: now + self.approval_ttl,
         };
         match self.ledger.create_batch(&batch, now).await {

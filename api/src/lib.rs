@@ -13,6 +13,7 @@
 //! - [`page`]: HTML escaping, the layout the confirmation pages share, the HTML pages' security headers.
 //! - [`ledger_time`]: the database's clock, checked against this process's.
 //! - [`assertion`]: the signed customer assertion a tenant's app hands the page.
+//! - [`schedule`]: a new operation's `priority` and `not_before` as callers write them, checked.
 //! - [`notify`]: signed, retried deliveries to a tenant's notification endpoint.
 //! - [`shared_reads`]: reads shared by the requests that arrive together, each from a read taken after it arrived (API keys).
 //! - [`counters`]: the API's own counters (responses, latency, webhook deliveries).
@@ -63,6 +64,7 @@ pub mod notify;
 pub mod openapi;
 pub mod operations;
 pub mod page;
+pub mod schedule;
 pub mod server;
 pub mod shared_reads;
 pub mod state;

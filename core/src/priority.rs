@@ -109,6 +109,17 @@ pub fn check_not_before(
     Ok((not_before > now).then_some(not_before))
 }
 
+/// When an approval given at `now` for an operation scheduled at `not_before` stops being valid:
+/// `approval_ttl` after the later of the two, so an approval never expires before the payment may
+/// run (a billing run approved today for the 1st of next month keeps a whole TTL from the 1st).
+pub fn approval_expires_at(
+    now: Timestamp,
+    not_before: Option<Timestamp>,
+    approval_ttl: Duration,
+) -> Timestamp {
+    not_before.map_or(now, |at| at.max(now)) + approval_ttl
+}
+
 /// Checks a tenant's share: within [`SHARE_MIN`]..=[`SHARE_MAX`].
 pub fn check_share(share: u32) -> Result<u32, String> {
     if (SHARE_MIN..=SHARE_MAX).contains(&share) {
@@ -166,6 +177,18 @@ mod tests {
         assert_eq!(
             check_not_before(t(now + horizon + 1), t(now)),
             Err(NotBeforeError::Beyond)
+        );
+    }
+
+    #[test]
+    fn an_approval_lasts_its_ttl_from_when_the_payment_may_run() {
+        let t = Timestamp::from_millis;
+        let ttl = Duration::from_secs(60);
+        assert_eq!(approval_expires_at(t(1_000), None, ttl), t(61_000));
+        assert_eq!(approval_expires_at(t(1_000), Some(t(500)), ttl), t(61_000));
+        assert_eq!(
+            approval_expires_at(t(1_000), Some(t(9_000)), ttl),
+            t(69_000)
         );
     }
 

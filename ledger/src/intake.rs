@@ -104,7 +104,7 @@ pub struct IntakeSql {
     /// `$1` tenant, `$2` approval expiry, `$3` now, `$4` method, `$5` approvals: enqueues the
     /// rows awaiting approval whose details are the approved ones; returns them.
     pub approve: String,
-    /// `$1` method, `$2` now, `$3` approval expiry, `$4` approvals: the approval records.
+    /// `$1` method, `$2` now, `$3` expiry (if the row has none), `$4` approvals: the records.
     pub record_approvals: String,
 }
 
@@ -123,7 +123,9 @@ impl IntakeSql {
         let record = format!(
             "INSERT INTO approvals (id, operation_id, details_hash, approved_by, method, \
                approved_at, expires_at) \
-             SELECT b.id, b.operation_id, b.details_hash, b.approved_by, $1, $2, $3 FROM {rows}",
+             SELECT b.id, b.operation_id, b.details_hash, b.approved_by, $1, $2, COALESCE( \
+               (SELECT o.approval_expires_at FROM operations o WHERE o.id = b.operation_id), $3) \
+             FROM {rows}",
             rows = rows("$4", &APPROVAL_COLUMNS),
         );
         let approve = legal(&[Status::AwaitingApproval], Event::Approve);
@@ -138,7 +140,8 @@ impl IntakeSql {
                CASE WHEN b.approved_by IS NULL THEN '{awaiting}' ELSE '{ready}' END, 0, \
                b.idempotency_key, CASE WHEN b.not_before > $2 THEN b.not_before ELSE $2 END, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE b.details_hash END, b.approved_by, \
-               CASE WHEN b.approved_by IS NULL THEN NULL ELSE $5 END, \
+               CASE WHEN b.approved_by IS NULL THEN NULL \
+                 WHEN b.not_before > $2 THEN b.not_before + ($5 - $2) ELSE $5 END, \
                CASE WHEN b.approved_by IS NULL THEN 'create' ELSE '{approved}' END, $3, \
                CASE WHEN b.approved_by IS NULL THEN NULL ELSE $6 END, $2, $2, \
                (SELECT tp.processor FROM tenant_processors tp WHERE tp.tenant_id = $1), \
@@ -158,7 +161,8 @@ impl IntakeSql {
                 format!(
                     "WITH ins AS ({insert}), recorded AS (INSERT INTO approvals (id, operation_id, \
                        details_hash, approved_by, method, approved_at, expires_at) \
-                     SELECT b.approval_id, ins.id, ins.details_hash, ins.approved_by, $6, $2, $5 \
+                     SELECT b.approval_id, ins.id, ins.details_hash, ins.approved_by, $6, $2, \
+                       ins.approval_expires_at \
                      FROM ins JOIN {rows} ON b.id = ins.id WHERE b.approval_id IS NOT NULL) \
                      SELECT {columns} FROM ins",
                     columns = operation_columns!(),
@@ -176,7 +180,9 @@ impl IntakeSql {
             approve: format!(
                 "UPDATE operations SET status = '{to}', last_event = '{event}', \
                    approved_hash = b.details_hash, approved_by = b.approved_by, \
-                   approval_expires_at = $2, updated_at = $3, available_at = CASE \
+                   approval_expires_at = CASE WHEN operations.not_before > $3 THEN \
+                   operations.not_before + ($2 - $3) ELSE $2 END, updated_at = $3, \
+                   available_at = CASE \
                    WHEN operations.not_before > $3 THEN operations.not_before ELSE $3 END, \
                    last_actor = b.approved_by, last_detail = $4 \
                  FROM {rows} WHERE operations.id = b.operation_id AND operations.tenant_id = $1 \
@@ -207,7 +213,8 @@ pub struct Batch {
     pub actor: String,
     /// How the batch's approvals were given (`service`).
     pub method: String,
-    /// When the batch's approvals stop being valid.
+    /// When the approvals of items that may run now expire; an item scheduled later keeps its
+    /// approval as long after its `not_before` (`priority::approval_expires_at`).
     pub approval_expires_at: Timestamp,
 }
 
@@ -304,6 +311,7 @@ fn new_rows<'a>(items: impl Iterator<Item = &'a BatchItem>) -> String {
 type ApprovalRow = (String, String, String);
 
 /// The approvals a batch's transaction writes.
+#[derive(Default)]
 struct ApprovalWork {
     /// Of the rows this transaction inserted, those it inserted `ready` (created with their
     /// approval).
@@ -322,11 +330,7 @@ fn approval_work(
     found: &HashMap<String, (Operation, bool)>,
     inserted_alone: bool,
 ) -> ApprovalWork {
-    let mut work = ApprovalWork {
-        records: Vec::new(),
-        to_approve: Vec::new(),
-        to_lock: Vec::new(),
-    };
+    let mut work = ApprovalWork::default();
     for (i, item) in batch.items.iter().enumerate() {
         let (Plan::Write, Some(approval), Some((op, inserted))) = (
             &plans[i],
@@ -477,11 +481,8 @@ impl<DB: Dialect> Store<DB> {
         plans: &[Plan],
         now: Timestamp,
     ) -> Result<Vec<Operation>, LedgerError> {
-        self.all(
-            insert_statement(insert, batch, plans, now),
-            decode_operation,
-        )
-        .await
+        let insert = insert_statement(insert, batch, plans, now);
+        self.all(insert, decode_operation).await
     }
 
     /// The batch's writes in one transaction, or none if nothing is left to write: the insert

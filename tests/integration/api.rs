@@ -14,6 +14,7 @@ mod group_commit;
 mod keys;
 mod mcp;
 mod operations;
+mod priority;
 mod processes;
 mod refund_tool;
 mod refunds;

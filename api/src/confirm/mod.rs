@@ -494,7 +494,12 @@ async fn record(
                 details_hash: shown,
                 approved_by: actor,
                 method,
-                expires_at: now + state.config().approval_ttl,
+                // Never before the payment may run (a scheduled one waits for its `not_before`).
+                expires_at: payonce_core::priority::approval_expires_at(
+                    now,
+                    op.not_before,
+                    state.config().approval_ttl,
+                ),
                 priority: Some(payonce_core::priority::Priority::Interactive),
             };
             ledger

@@ -4,6 +4,8 @@
 //! (and its approval as `POST /v1/operations/{id}/approve` does) and answered, in request order,
 //! with the status and body that route would give it alone; a refused item changes nothing. A
 //! retried batch is answered from the rows the first one wrote (idempotent per business key).
+//! One difference: an item's `priority` defaults to `bulk` (a billing run), where the single
+//! route's defaults to `interactive`.
 
 use crate::auth::Caller;
 use crate::body::ApiJson;
@@ -11,10 +13,13 @@ use crate::errors::{ErrorCode, HttpError};
 use crate::operations::{
     ApproveRequest, OperationView, SERVICE_APPROVAL, invalid, new_operation, parse_approval,
 };
+use crate::schedule::{ScheduleFields, parse_schedule};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
+use payonce_core::clock::Timestamp;
 use payonce_core::details::RawDetails;
+use payonce_core::priority::Priority;
 use payonce_ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
 use payonce_ledger::{Created, LimitError, NewOperation, Role};
 use serde::{Deserialize, Serialize};
@@ -31,7 +36,7 @@ pub const BATCH_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// The operations, each a `POST /v1/operations` body (`business_key`, `details`, and
-    /// optionally `approval`).
+    /// optionally `approval`, `priority` (default `bulk`), `not_before` or `not_before_ms`).
     pub operations: Vec<Value>,
 }
 
@@ -43,6 +48,12 @@ struct ItemRequest {
     details: RawDetails,
     #[serde(default)]
     approval: Option<ApproveRequest>,
+    #[serde(default)]
+    priority: Option<Value>,
+    #[serde(default)]
+    not_before: Option<Value>,
+    #[serde(default)]
+    not_before_ms: Option<Value>,
 }
 
 /// An item's error, as the error body of the single route.
@@ -132,15 +143,26 @@ impl BatchSummary {
     }
 }
 
-/// Reads one item as the single create route reads its body.
+/// Reads the item at `index` as the single create route reads its body, its schedule checked
+/// against `now`, except that its priority defaults to bulk (a billing run); a schedule field's
+/// error names the item and the field (`operations[3].not_before: ...`).
 fn parse_item(
     state: &AppState,
     caller: &Caller,
+    index: usize,
     raw: Value,
+    now: Timestamp,
 ) -> Result<(NewOperation, Option<BatchApproval>), HttpError> {
     let item: ItemRequest = serde_json::from_value(raw)
         .map_err(|e| HttpError::new(ErrorCode::InvalidJson, e.to_string()))?;
-    let new = new_operation(state, caller, &item.business_key, &item.details)?;
+    let fields = ScheduleFields {
+        priority: item.priority,
+        not_before: item.not_before,
+        not_before_ms: item.not_before_ms,
+    };
+    let prefix = format!("operations[{index}].");
+    let schedule = parse_schedule(&fields, Priority::Bulk, now, &prefix).map_err(invalid)?;
+    let new = new_operation(state, caller, &item.business_key, &item.details, schedule)?;
     let approval = item.approval.as_ref().map(parse_approval).transpose()?;
     Ok((new, approval))
 }
@@ -161,12 +183,14 @@ pub async fn create_batch(
         )));
     }
     let count = body.operations.len();
+    // One now for the whole batch: every item's schedule is checked, and written, at it.
+    let now = state.now();
     let mut answers: Vec<Option<ItemAnswer>> = vec![None; count];
     let mut items = Vec::new();
     let mut positions = Vec::new();
     let mut first: HashMap<String, usize> = HashMap::new();
     for (index, raw) in body.operations.into_iter().enumerate() {
-        match parse_item(&state, &caller, raw) {
+        match parse_item(&state, &caller, index, raw, now) {
             Ok((new, approval)) => {
                 let key = new.business_key.as_str().to_string();
                 if let Some(at) = first.get(&key) {
@@ -184,12 +208,13 @@ pub async fn create_batch(
         }
     }
     if !items.is_empty() {
-        let now = state.now();
         let batch = Batch {
             tenant: caller.tenant.clone(),
             items,
             actor: caller.actor(),
             method: SERVICE_APPROVAL.to_string(),
+            // An item scheduled later keeps its approval as long after its `not_before`
+            // (`Batch::approval_expires_at`).
             approval_expires_at: now + state.config().approval_ttl,
         };
         let results = state.ledger().create_batch(&batch, now).await?;

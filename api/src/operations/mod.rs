@@ -12,6 +12,7 @@ use crate::answer::{self, Answer};
 use crate::auth::Caller;
 use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
+use crate::schedule::{Schedule, ScheduleFields, parse_schedule};
 use crate::state::AppState;
 use crate::verify::{self, Issue, IssuedLink, OPEN_LINKS_MAX};
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -21,6 +22,7 @@ use axum::{Json, Router};
 use payonce_core::clock::Timestamp;
 use payonce_core::details::{Details, DetailsHash, OperationKind, RawDetails};
 use payonce_core::id::{BusinessKey, OperationId};
+use payonce_core::priority::{Priority, approval_expires_at};
 use payonce_core::state::Status;
 use payonce_core::summary::summary;
 use payonce_ledger::intake::{BatchApproval, BatchItem};
@@ -45,6 +47,26 @@ pub struct CreateRequest {
     /// The service's approval of these details (a mandate it holds): create and enqueue at once.
     #[serde(default)]
     pub approval: Option<ApproveRequest>,
+    /// `"interactive"` (the default here) or `"bulk"` (`schedule`).
+    #[serde(default)]
+    pub priority: Option<Value>,
+    /// Not run before this RFC 3339 time (`schedule`).
+    #[serde(default)]
+    pub not_before: Option<Value>,
+    /// Not run before this, ms since the epoch (at most one of `not_before` and this).
+    #[serde(default)]
+    pub not_before_ms: Option<Value>,
+}
+
+impl CreateRequest {
+    /// The schedule fields, unread.
+    pub fn schedule_fields(&self) -> ScheduleFields {
+        ScheduleFields {
+            priority: self.priority.clone(),
+            not_before: self.not_before.clone(),
+            not_before_ms: self.not_before_ms.clone(),
+        }
+    }
 }
 
 /// `POST /v1/operations/{id}/approve` body.
@@ -84,9 +106,15 @@ pub struct OperationView {
     pub failure_message: Option<String>,
     /// Who approved.
     pub approved_by: Option<String>,
-    /// When the approval expires, ms.
+    /// When the approval expires, ms: `approval_ttl` after the later of the approval and
+    /// `not_before_ms`.
     #[serde(rename = "approval_expires_at_ms")]
     pub approval_expires_at: Option<Timestamp>,
+    /// Who waits for it: `interactive` or `bulk`.
+    pub priority: Priority,
+    /// Not run before this, ms; `null` when it may run as soon as it is approved.
+    #[serde(rename = "not_before_ms")]
+    pub not_before: Option<Timestamp>,
     /// Created, ms.
     #[serde(rename = "created_at_ms")]
     pub created_at: Timestamp,
@@ -111,6 +139,8 @@ impl From<&Operation> for OperationView {
             failure_message: op.failure_message.clone(),
             approved_by: op.approved_by.clone(),
             approval_expires_at: op.approval_expires_at,
+            priority: op.priority,
+            not_before: op.not_before,
             created_at: op.created_at,
             updated_at: op.updated_at,
         }
@@ -191,7 +221,14 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateRequest>,
 ) -> Result<(StatusCode, Json<OperationView>), HttpError> {
     caller.require(&[Role::Service], "create operations")?;
-    let new = new_operation(&state, &caller, &body.business_key, &body.details)?;
+    let schedule = parse_schedule(
+        &body.schedule_fields(),
+        Priority::Interactive,
+        state.now(),
+        "",
+    )
+    .map_err(invalid)?;
+    let new = new_operation(&state, &caller, &body.business_key, &body.details, schedule)?;
     let created = match body.approval {
         Some(approval) => {
             let approval = parse_approval(&approval)?;
@@ -214,13 +251,15 @@ pub async fn create(
     Ok((status, Json(OperationView::from(&created.operation))))
 }
 
-/// A new payment of the caller's tenant from a request's business key and details, checked as
-/// every create route checks them (`POST /v1/operations` and each item of its batch).
+/// A new payment of the caller's tenant from a request's business key, details and checked
+/// schedule, checked as every create route checks them (`POST /v1/operations` and each item of its
+/// batch).
 pub fn new_operation(
     state: &AppState,
     caller: &Caller,
     business_key: &str,
     details: &RawDetails,
+    schedule: Schedule,
 ) -> Result<NewOperation, HttpError> {
     let business_key = BusinessKey::parse(business_key).map_err(invalid)?;
     let details = Details::parse(details).map_err(invalid)?;
@@ -234,13 +273,16 @@ pub fn new_operation(
             ));
         }
     }
-    Ok(NewOperation::keyed(
+    let mut new = NewOperation::keyed(
         &state.config().key_secret,
         caller.tenant.clone(),
         business_key,
         details,
         caller.actor(),
-    ))
+    );
+    new.priority = schedule.priority;
+    new.not_before = schedule.not_before;
+    Ok(new)
 }
 
 /// An approval's details hash and approver, checked as `POST /v1/operations/{id}/approve` checks
@@ -333,7 +375,8 @@ pub async fn approve(
         details_hash,
         approved_by,
         method: SERVICE_APPROVAL.to_string(),
-        expires_at: now + state.config().approval_ttl,
+        // Never before the payment may run (a scheduled one waits for its `not_before`).
+        expires_at: approval_expires_at(now, op.not_before, state.config().approval_ttl),
         priority: None,
     };
     let op = state

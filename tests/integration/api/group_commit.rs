@@ -2,13 +2,17 @@
 //! real HTTP on Postgres. The writers are held on a real table lock while requests queue, so the
 //! groups are formed deliberately: every request is still answered as it would be alone, a
 //! repeated business key is never written twice, another tenant's request is never in the group,
-//! and an item the database refuses fails only its own request.
+//! and an item the database refuses fails only its own request; each request keeps its own
+//! priority, `not_before` and approval expiry.
 
 use super::{TestApi, raw_details, spawn, tenant};
 use crate::support::{postgres_ledger, wait_for};
+use payonce_api::config::APPROVAL_TTL_DEFAULT;
 use payonce_api::group_commit::GROUP_WRITERS_MAX;
+use payonce_core::clock::Timestamp;
 use payonce_core::details::{Details, RawDetails};
 use payonce_core::id::OperationId;
+use payonce_core::priority::Priority;
 use payonce_core::state::Status;
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -238,5 +242,63 @@ async fn an_item_the_database_refuses_fails_only_its_own_request_in_a_group() {
     assert_eq!(
         metric(&api, "payonce_api_intake_groups_total").await,
         u64::try_from(lone + 2).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn each_request_of_a_group_keeps_its_own_priority_schedule_and_approval_expiry() {
+    let (ledger, url) = postgres_ledger().await;
+    let api = Arc::new(spawn(ledger).await);
+    let held = HeldWriters::hold(&url).await;
+    let (lone, first) = lone_requests(&api, &url).await;
+    let day_ms = 86_400_000;
+    let t0 = super::T0_MS;
+    let schedules = [
+        (json!({}), Priority::Interactive, None),
+        (
+            json!({"priority": "bulk", "not_before_ms": t0 + 3 * day_ms}),
+            Priority::Bulk,
+            Some(t0 + 3 * day_ms),
+        ),
+        (
+            json!({"not_before": "2027-01-20T08:00:00Z"}),
+            Priority::Interactive,
+            Some(t0 + 5 * day_ms),
+        ),
+    ];
+    let requests: Vec<(String, Value)> = schedules
+        .iter()
+        .enumerate()
+        .map(|(i, (extra, _, _))| {
+            let mut body = approved(&format!("SG{i}"), 2048, None);
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            (api.service.clone(), body)
+        })
+        .collect();
+    let rest = send_all(&api, requests).await;
+    queued(&api, &url, GROUP_WRITERS_MAX, 3).await;
+    held.release().await;
+    for lone in first {
+        assert_eq!(lone.await.unwrap().status, 201);
+    }
+    let ttl_ms = i64::try_from(APPROVAL_TTL_DEFAULT.as_millis()).unwrap();
+    for (handle, (_, priority, not_before)) in rest.into_iter().zip(schedules) {
+        let reply = handle.await.unwrap();
+        assert_eq!(reply.status, 201, "{}", reply.text);
+        let id = OperationId::parse(reply.json()["id"].as_str().unwrap()).unwrap();
+        let op = api.ledger.get(&tenant(), &id).await.unwrap();
+        assert_eq!(op.priority, priority);
+        assert_eq!(op.not_before, not_before.map(Timestamp::from_millis));
+        let expires = Timestamp::from_millis(not_before.unwrap_or(t0) + ttl_ms);
+        assert_eq!(op.approval_expires_at, Some(expires));
+        let approval = api.ledger.latest_approval(&tenant(), &id).await.unwrap();
+        assert_eq!(approval.unwrap().expires_at, expires);
+    }
+    // The three were written as one group (after the lone ones).
+    assert_eq!(
+        metric(&api, "payonce_api_intake_groups_total").await,
+        u64::try_from(lone + 1).unwrap()
     );
 }
