@@ -11,7 +11,8 @@
 //!
 //! `payonce tenant set-share TENANT SHARE` (or `--default`): the tenant's share of the claims within
 //! each class while other tenants' work waits too (docs/runbook.md, "Interactive payments wait");
-//! `payonce tenant shares` lists the shares set.
+//! `payonce tenant shares` lists the shares set. `payonce tenant set-cap TENANT N` (or `--none`): the
+//! tenant's own cap of the fleet's submissions a second.
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
@@ -19,7 +20,9 @@ use payonce_api::profile::{ProfileRequest, set_profile};
 use payonce_api::verify::{VerificationRequest, set_tenant_verification};
 use payonce_core::clock::{Clock, SystemClock};
 use payonce_core::id::TenantId;
-use payonce_core::priority::{SHARE_DEFAULT, SHARE_MAX, SHARE_MIN, check_share};
+use payonce_core::priority::{
+    CAP_PER_SECOND_MAX, SHARE_DEFAULT, SHARE_MAX, SHARE_MIN, check_cap, check_share,
+};
 use payonce_ledger::SharedLedger;
 use payonce_ledger::verification::VerificationMethod;
 use payonce_processor::ProcessorKind;
@@ -85,8 +88,25 @@ pub enum TenantCommand {
         #[arg(long)]
         default: bool,
     },
-    /// Lists the tenants with a share set and their shares; every other tenant has the default.
+    /// Lists the tenants with a share or a cap set; every other tenant has the default share and
+    /// no cap of its own.
     Shares,
+    /// Caps the tenant's submissions at N a second across every worker (1..=100000), within the
+    /// fleet's budget, or with `--none` lifts its cap. Prints the cap in force.
+    SetCap {
+        /// The tenant.
+        tenant: String,
+        /// Submissions a second, 1..=100000.
+        #[arg(
+            value_parser = parse_cap,
+            conflicts_with = "none",
+            required_unless_present = "none"
+        )]
+        per_second: Option<u32>,
+        /// No cap beyond the fleet's budget (clears the one set).
+        #[arg(long)]
+        none: bool,
+    },
     /// Sets the tenant's public profile, shown on every page a customer sees.
     SetProfile {
         /// The tenant.
@@ -117,6 +137,19 @@ fn parse_share(raw: &str) -> Result<u32, String> {
         )
     })?;
     check_share(share)
+}
+
+/// Who a cap set from the command line is recorded as set by.
+const CAP_ACTOR: &str = "cli:tenant set-cap";
+
+/// A cap as typed: a whole number within `1..=CAP_PER_SECOND_MAX`, refused before anything opens.
+fn parse_cap(raw: &str) -> Result<u32, String> {
+    let cap = raw.parse::<u32>().map_err(|_| {
+        format!(
+            "a cap must be a whole number of submissions a second between 1 and              {CAP_PER_SECOND_MAX}; got {raw:?}"
+        )
+    })?;
+    check_cap(cap)
 }
 
 /// A verification method as typed.
@@ -154,6 +187,9 @@ pub async fn run(ledger: &SharedLedger, command: TenantCommand) -> anyhow::Resul
         }
         TenantCommand::SetShare { tenant, share, .. } => set_share(ledger, &tenant, share).await,
         TenantCommand::Shares => shares(ledger).await,
+        TenantCommand::SetCap {
+            tenant, per_second, ..
+        } => set_cap(ledger, &tenant, per_second).await,
         TenantCommand::SetRetention {
             tenant,
             operation_days,
@@ -226,7 +262,7 @@ async fn set_share(ledger: &SharedLedger, tenant: &str, share: Option<u32>) -> a
     Ok(())
 }
 
-/// `tenant shares`: every share set, one tenant a line.
+/// `tenant shares`: every share set, one tenant a line, then every cap set.
 async fn shares(ledger: &SharedLedger) -> anyhow::Result<()> {
     let set = ledger.profiles().shares().await?;
     if set.is_empty() {
@@ -235,6 +271,30 @@ async fn shares(ledger: &SharedLedger) -> anyhow::Result<()> {
     for (tenant, share) in set {
         println!("tenant {tenant}: share {share}");
     }
+    for (tenant, cap) in ledger.profiles().caps().await? {
+        println!("tenant {tenant}: capped at {cap} submissions a second");
+    }
+    Ok(())
+}
+
+/// The cap `tenant` has in `set` (the caps set), in words.
+fn cap_in(set: &[(TenantId, u32)], tenant: &TenantId) -> String {
+    match set.iter().find(|(t, _)| t == tenant) {
+        Some((_, cap)) => format!("capped at {cap} submissions a second"),
+        None => "no cap beyond the fleet's".to_string(),
+    }
+}
+
+/// `tenant set-cap`: the tenant's own cap of the fleet's submissions (`None`: none).
+async fn set_cap(ledger: &SharedLedger, tenant: &str, cap: Option<u32>) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(tenant)?;
+    let profiles = ledger.profiles();
+    let before = cap_in(&profiles.caps().await?, &tenant);
+    profiles
+        .set_cap(&tenant, cap, CAP_ACTOR, SystemClock.now())
+        .await?;
+    let now = cap_in(&profiles.caps().await?, &tenant);
+    println!("tenant {tenant}: {now} (before: {before})");
     Ok(())
 }
 
