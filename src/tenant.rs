@@ -146,7 +146,8 @@ const CAP_ACTOR: &str = "cli:tenant set-cap";
 fn parse_cap(raw: &str) -> Result<u32, String> {
     let cap = raw.parse::<u32>().map_err(|_| {
         format!(
-            "a cap must be a whole number of submissions a second between 1 and              {CAP_PER_SECOND_MAX}; got {raw:?}"
+            "a cap must be a whole number of submissions a second between 1 and \
+             {CAP_PER_SECOND_MAX}; got {raw:?}"
         )
     })?;
     check_cap(cap)

@@ -589,7 +589,7 @@ mod tests {
             s.hints.unsigned_abs()
         );
         // 4 throughput rows + one per engine count, 4 intake (+ enqueue), 2 http (whole drain, first
-        // claim to last outcome) (+ ceiling), 2 latency, 3 sweep, 1 hints, sqlite.
+        // claim to last outcome) (+ ceiling), 2 latency, 3 sweep, 1 hints, sqlite, 3 tenants.
         let intake = outcome.intake.as_ref().expect("intake ran");
         let rows = 4
             + s.engines.len()
@@ -600,7 +600,11 @@ mod tests {
             + 3
             + 1
             + 1
+            + 3
             + usize::from(s.http_ceiling.is_some());
+        let (one, many) = outcome.tenants.as_ref().expect("tenants ran");
+        assert_eq!((one.lanes, many.lanes), (1, s.tenants.0 as usize));
+        assert!(one.drain.count >= s.tenants.2 && many.drain.count >= s.tenants.2);
         assert_eq!(outcome.engines.len(), s.engines.len());
         assert!(outcome.engines.iter().all(|(_, r)| r.count == s.operations));
         assert_eq!(intake.payonce.count, s.intake_operations);

@@ -322,6 +322,24 @@ async fn a_process_whose_ledger_statements_fail_goes_unready_within_seconds() {
         })
         .await;
     }
+    // A payment scheduled a few seconds ahead: the idle worker claims nothing (it reads only the
+    // lanes) until it is due, and then its claim fails as the api's create does.
+    let ledger = payonce_ledger::connect(&url, 2).await.expect("connect");
+    let now = ledger.now(SystemClock.now()).await.unwrap();
+    let mut scheduled = payonce_ledger::NewOperation::keyed(
+        &crate::support::key_secret(),
+        tenant(),
+        payonce_core::id::BusinessKey::parse("invoice:INV-DUE-SOON:pay").unwrap(),
+        crate::support::details("INV-DUE-SOON", 2048, "pm_card_visa"),
+        "service:test".into(),
+    );
+    scheduled.not_before = Some(now + Duration::from_secs(3));
+    let row = ledger
+        .create_or_get(scheduled, now)
+        .await
+        .unwrap()
+        .operation;
+    crate::support::rows::approved(&ledger, &row, now + Duration::from_secs(600), now).await;
     let mut admin = sqlx::PgConnection::connect(&url).await.expect("connect");
     sqlx::raw_sql("ALTER TABLE operations RENAME COLUMN description TO description_gone")
         .execute(&mut admin)
@@ -338,7 +356,7 @@ async fn a_process_whose_ledger_statements_fail_goes_unready_within_seconds() {
     )
     .await;
     assert!(status >= 500, "the create fails: {status} {body}");
-    // The worker's idle claim (every 50 ms) fails the same way without any request.
+    // The worker's claim of the scheduled payment, once due, fails the same way without any request.
     for b in &bases {
         wait_for(&format!("{b} unready"), Duration::from_secs(10), || async {
             (ready(b).await == 503).then_some(())
