@@ -115,6 +115,87 @@ async fn many_acquirers_on_separate_connections_never_exceed_one_budget() {
     );
 }
 
+/// A tenant's cap (`payonce tenant set-cap`) is one bucket in Redis for every process: four limiters
+/// asking for one tenant's cap together get no more than the cap allows, another tenant's cap and
+/// the write budget are untouched, and with Redis unreachable each process keeps to its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_cap_is_one_bucket_across_processes() {
+    let p = prefix("cap");
+    let (cap, burst) = (3, 10);
+    let limiters: Vec<Arc<RedisLimiter>> = (0..4)
+        .map(|_| {
+            Arc::new(limiter(
+                SHARED_REDIS,
+                &p,
+                rates(1_000, 1_000, burst),
+                Duration::from_secs(2),
+            ))
+        })
+        .collect();
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for l in &limiters {
+        let l = l.clone();
+        tasks.spawn(async move {
+            let mut n = 0;
+            for _ in 0..20 {
+                if l.try_acquire_cap("capped", cap).await == Decision::Granted {
+                    n += 1;
+                }
+            }
+            n
+        });
+    }
+    let mut granted = 0;
+    while let Some(n) = tasks.join_next().await {
+        granted += n.unwrap();
+    }
+    let elapsed = started.elapsed();
+    // A cap's burst is at most one second's worth: 3.
+    assert!(
+        granted >= cap as usize,
+        "the cap's burst is granted: {granted}"
+    );
+    assert!(
+        granted <= budget_bound(cap, cap, elapsed),
+        "80 asks on 4 connections got {granted} cap permits in {elapsed:?}: more than a 3/s cap"
+    );
+    assert_eq!(
+        limiters[0].try_acquire_cap("other", cap).await,
+        Decision::Granted
+    );
+    assert_eq!(
+        limiters[0].try_acquire(Budget::Write).await,
+        Decision::Granted
+    );
+    for l in &limiters {
+        assert_eq!(
+            l.metrics().backend_errors.get(),
+            0,
+            "Redis answered every call"
+        );
+    }
+    // Redis unreachable: a process decides its share of the cap itself (3 / 4 processes: 1).
+    let away = limiter(
+        "redis://127.0.0.1:1",
+        &p,
+        rates(1_000, 1_000, burst),
+        Duration::from_millis(200),
+    );
+    let started = Instant::now();
+    let mut alone = 0;
+    for _ in 0..10 {
+        if away.try_acquire_cap("capped", cap).await == Decision::Granted {
+            alone += 1;
+        }
+    }
+    assert!(
+        alone >= 1 && alone <= budget_bound(1, 1, started.elapsed()),
+        "{alone} permits of a 1/s share in {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reads_and_writes_have_separate_budgets_and_reads_keep_their_reserved_share() {
     // Separate budgets: spent writes leave reads untouched.
