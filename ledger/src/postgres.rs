@@ -77,14 +77,17 @@ fn oldest() -> String {
 }
 
 /// The claim statement, logged as `logged`, with `also` (`, column = …` assignments, on the old
-/// row `o`) added to its update, of the rows `picked` selects (and locks).
+/// row `o`) added to its update, of the rows `picked` selects (and locks). The update finds them
+/// by primary key (`id = ANY(ARRAY(…))`): joined to the lanes' plan instead (`FROM picked`), whose
+/// row count the planner cannot know, it hashed every row of the table (a claim of 128 among 20,000
+/// ready rows: 15–22 ms against 3.5–4.3 ms, EXPLAIN ANALYZE).
 fn claim(logged: &str, also: &str, picked: &str) -> String {
     let claim = legal(&[Status::Ready], Event::Claim);
     format!(
-        "WITH picked AS ({picked}) \
+        "WITH picked AS MATERIALIZED ({picked}) \
          UPDATE operations o SET status = '{to}', last_event = '{logged}', attempt = o.attempt + 1, \
            lease_owner = $3, lease_expires_at = $4, updated_at = $1, last_actor = $3, last_detail = NULL{also} \
-         FROM picked WHERE o.id = picked.id AND {o_from} RETURNING {columns}",
+         WHERE o.id = ANY(ARRAY(SELECT id FROM picked)) AND {o_from} RETURNING {columns}",
         columns = operation_columns!("o."),
         o_from = status_in("o.status", &claim.from),
         to = claim.to.as_str(),

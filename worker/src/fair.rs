@@ -191,8 +191,10 @@ impl Fair {
         self.lanes.remove(lane);
     }
 
-    /// After a claim of `takes` returned `claimed`: a lane that returned fewer rows than asked is
-    /// dropped until the next read, and the passes its unfilled slots took are given back.
+    /// After a claim of `takes` returned `claimed`: the passes of the slots it did not fill are
+    /// given back, and a lane that returned nothing is dropped until the next read (one that
+    /// returned some but fewer is kept: another claimer's locked rows, skipped, are not an empty
+    /// lane; the next claim or read tells).
     pub fn settle(&mut self, takes: &[Take], claimed: &[Operation]) {
         let mut got: HashMap<Lane, u32> = HashMap::new();
         for op in claimed {
@@ -207,7 +209,13 @@ impl Fair {
             if filled >= take.n {
                 continue;
             }
-            self.hold_back(&take.lane, take.n - filled);
+            if filled == 0 {
+                self.hold_back(&take.lane, take.n);
+            } else {
+                let c = class(take.lane.priority);
+                let unfilled = u64::from(take.n - filled);
+                self.class_pass[c] = self.class_pass[c].saturating_sub(unfilled * class_stride(c));
+            }
         }
     }
 }

@@ -287,7 +287,6 @@ impl WaitingLines {
 pub trait Limiter: Send + Sync + std::fmt::Debug {
     /// Takes one permit of `budget` if one is free now; never waits.
     async fn try_acquire(&self, budget: Budget) -> Decision;
-    /// The limiter's counters.
     /// Decides one permit of a tenant's own cap: `per_second` submissions a second across the
     /// fleet (`payonce tenant set-cap`), apart from the budgets (the caller holds a write permit
     /// already). A limiter that paces nothing grants it.
@@ -295,9 +294,15 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
         let _ = (tenant, per_second);
         Decision::Granted
     }
+    /// The limiter's counters.
     fn metrics(&self) -> &LimiterMetrics;
     /// This process's waiting lines.
     fn lines(&self) -> &WaitingLines;
+    /// Whether it paces anything: `false` for [`Unlimited`], whose permits callers may skip asking
+    /// for (a worker then claims without taking permits first).
+    fn paces(&self) -> bool {
+        true
+    }
 }
 
 /// Shared handle to a limiter.
@@ -315,6 +320,9 @@ impl Limiter for Unlimited {
     async fn try_acquire(&self, budget: Budget) -> Decision {
         self.metrics.count_grant(budget);
         Decision::Granted
+    }
+    fn paces(&self) -> bool {
+        false
     }
     fn metrics(&self) -> &LimiterMetrics {
         &self.metrics

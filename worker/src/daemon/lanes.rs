@@ -32,6 +32,9 @@ impl Worker {
     /// takes those granted at once. `None`: none within the bound.
     pub(super) async fn permits(&self, want: u32) -> Option<u32> {
         let policy = &self.config.submit;
+        if !policy.limiter.paces() {
+            return Some(want);
+        }
         acquire_up_to(
             policy.limiter.as_ref(),
             Budget::Write,
@@ -45,6 +48,9 @@ impl Worker {
 
     /// Up to `want` write permits granted without waiting (an outcome write's refill).
     pub(super) async fn permits_ready(&self, want: u32) -> u32 {
+        if !self.config.submit.limiter.paces() {
+            return want;
+        }
         take_ready(self.config.submit.limiter.as_ref(), Budget::Write, want).await
     }
 
@@ -86,12 +92,21 @@ impl Worker {
         }
     }
 
-    /// Claims by the scheduler's plan of up to `want` rows, on the database's time.
+    /// Claims by the scheduler's plan of up to `want` rows, on the database's time. A plan left
+    /// empty by another pipeline's claim (it found the lanes dry meanwhile) reads the lanes again
+    /// first.
     pub(super) async fn claim_fair(&self, want: u32) -> Result<Vec<Operation>, LedgerError> {
         let now = self.clock.read().await?;
-        let takes = self.plan(want).await;
+        let mut takes = self.plan(want).await;
         if takes.is_empty() {
-            return Ok(Vec::new());
+            self.forget_lanes().await;
+            if !self.lanes_known().await? {
+                return Ok(Vec::new());
+            }
+            takes = self.plan(want).await;
+            if takes.is_empty() {
+                return Ok(Vec::new());
+            }
         }
         let claimed = self
             .ledger
