@@ -97,6 +97,18 @@ pub async fn until_recorded_on(
         tokio::time::sleep(PROGRESS_POLL).await;
     }
     let elapsed = started.elapsed();
+    if std::env::var_os("PAYONCE_BENCH_DEBUG").is_some() {
+        for m in &metrics {
+            eprintln!(
+                "claims {} with outcomes {} claimed {} lane reads {} record writes {}",
+                m.claims.get(),
+                m.claims_with_outcomes.get(),
+                m.claimed.get(),
+                m.lane_reads.get(),
+                m.record_writes.get()
+            );
+        }
+    }
     let _ = stop_tx.send(true);
     for run in runs {
         run.await.context("a worker engine panicked")?;

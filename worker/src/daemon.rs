@@ -43,6 +43,8 @@ pub struct Worker {
     held: Mutex<HashSet<OperationId>>,
     /// Which lanes hold due work and whose turn it is, shared by the pipelines.
     fair: lanes::SharedFair,
+    /// Held while this process reads the lanes (one read at a time).
+    lane_read: tokio::sync::Mutex<()>,
 }
 
 /// What a run did, for the exit log line.
@@ -115,6 +117,7 @@ impl Worker {
             metrics,
             held: Mutex::new(HashSet::new()),
             fair: lanes::SharedFair::default(),
+            lane_read: tokio::sync::Mutex::new(()),
         })
     }
 

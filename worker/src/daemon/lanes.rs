@@ -10,16 +10,37 @@ use payonce_processor::limiter::{Budget, Decision, acquire_up_to, take_ready};
 use std::time::Instant;
 
 impl Worker {
-    /// Whether any lane holds due work, reading the lanes first when the scheduler's read is stale
-    /// (one read at a time per process: the pipelines share the scheduler).
+    /// Whether any lane holds due work, reading the lanes first when the scheduler's read is stale.
+    /// One read at a time per process, and the scheduler is not locked during it: while lanes are
+    /// known, a caller that finds a read under way goes on with them; with none known, it waits
+    /// for that read.
     pub(super) async fn lanes_known(&self) -> Result<bool, LedgerError> {
+        let known = {
+            let fair = self.fair.lock().await;
+            if !fair.stale(Instant::now()) {
+                return Ok(fair.has_work());
+            }
+            fair.has_work()
+        };
+        let reading = match self.lane_read.try_lock() {
+            Ok(reading) => reading,
+            Err(_) if known => return Ok(true),
+            Err(_) => {
+                let reading = self.lane_read.lock().await;
+                let fair = self.fair.lock().await;
+                if !fair.stale(Instant::now()) {
+                    return Ok(fair.has_work());
+                }
+                drop(fair);
+                reading
+            }
+        };
+        let now = self.clock.read().await?;
+        let read = self.ledger.ready_lanes(LANES_MAX).await?;
         let mut fair = self.fair.lock().await;
-        if fair.stale(Instant::now()) {
-            let now = self.clock.read().await?;
-            let read = self.ledger.ready_lanes(LANES_MAX).await?;
-            fair.refresh(read, now, Instant::now());
-            self.metrics.lane_reads.inc();
-        }
+        fair.refresh(read, now, Instant::now());
+        drop(reading);
+        self.metrics.lane_reads.inc();
         Ok(fair.has_work())
     }
 
