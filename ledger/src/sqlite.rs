@@ -31,8 +31,8 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long SQLite itself waits on a lock held by another process sharing the file.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Claims ready rows, interactive first, then the oldest (`operations_ready_priority_idx` serves the
-/// inner select).
+/// Claims ready rows, interactive first, then the oldest (the due rows read through
+/// `operations_lanes_idx`, then sorted: the daemon claims by lanes instead).
 static CLAIM: LazyLock<String> = LazyLock::new(|| claim(Event::Claim.as_str(), "", ORDER_OLDEST));
 /// The same claim, also recording in the same row version that each claimed operation's request is
 /// about to leave (`Queue::claim_to_submit`), logged as one `submission_started` (`SUBMITTING_CLAIM`).

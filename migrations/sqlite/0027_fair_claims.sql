@@ -7,9 +7,8 @@ ALTER TABLE operations ADD COLUMN priority INTEGER NOT NULL DEFAULT 1;
 -- later of now and this.
 ALTER TABLE operations ADD COLUMN not_before INTEGER;
 -- Claims by lane (priority, tenant), oldest first, and the lanes' discovery (one descent per lane).
+-- The one index of ready rows: the unplanned claim (tools, tests) sorts the due rows it reads here.
 CREATE INDEX operations_lanes_idx ON operations (priority, tenant_id, available_at) WHERE status = 'ready';
--- The unplanned claim (`--once`, tools): interactive first, then oldest.
-CREATE INDEX operations_ready_priority_idx ON operations (priority, available_at) WHERE status = 'ready';
 DROP INDEX operations_ready_idx;
 -- A tenant's share of the claims within a class (`payonce tenant set-share`); a tenant without a
 -- row has the default share (`priority::SHARE_DEFAULT`).

@@ -126,14 +126,14 @@ impl Worker {
         self.metrics.clone()
     }
 
-    /// Claims one batch and drives every operation in it to a recorded outcome. Returns how many
-    /// were claimed. For tests and `--once` runs; the daemon overlaps batches instead.
+    /// Claims one batch (by the fair plan, as the daemon does) and drives every operation in it to
+    /// a recorded outcome. Returns how many were claimed. For tests and `--once` runs; the daemon overlaps batches instead.
     pub async fn run_once(&self) -> Result<usize, LedgerError> {
-        let now = self.clock.read().await?;
-        let claimed = self
-            .ledger
-            .claim_to_submit(&self.config.lease_holder(), self.config.batch_size, now)
-            .await?;
+        self.forget_lanes().await;
+        let claimed = match self.lanes_known().await? {
+            true => self.claim_fair(self.config.batch_size).await?,
+            false => Vec::new(),
+        };
         let n = claimed.len();
         self.metrics.count_claimed(&claimed);
         if n > 0 {

@@ -151,8 +151,8 @@ impl Fair {
     /// what a claim did not fill).
     pub fn plan(&mut self, want: u32) -> Vec<Take> {
         let mut counts: BTreeMap<Lane, u32> = BTreeMap::new();
+        let active = self.active();
         for _ in 0..want {
-            let active = self.active();
             let c = match active {
                 [false, false] => break,
                 [true, false] => 0,
@@ -164,7 +164,8 @@ impl Fair {
                 .lanes
                 .iter_mut()
                 .filter(|(lane, _)| class(lane.priority) == c)
-                .min_by_key(|(lane, p)| (p.pass, (*lane).clone()))
+                // The first of equal passes: the lanes' order breaks ties.
+                .min_by_key(|(_, p)| p.pass)
             else {
                 break;
             };

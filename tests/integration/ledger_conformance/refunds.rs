@@ -336,8 +336,8 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
     drop(ledgers);
     // Migration 0008 rebuilt `operations`: every index and trigger 0001-0007 made is back (less the
     // three console indexes migration 0010 moved to `operation_search`, plus its two triggers, plus
-    // the insert trigger of a row created approved, 0025; the claim's indexes by priority and lane,
-    // 0027, in place of the ready index).
+    // the insert trigger of a row created approved, 0025; the claim's index by lane, 0027, in place
+    // of the ready index).
     use sqlx::Connection;
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
     let mut names: Vec<String> = sqlx::query_scalar(
@@ -360,7 +360,6 @@ async fn sqlite_eight_callers_on_three_connections_create_exactly_what_fits() {
             "operations_due_idx",
             "operations_lanes_idx",
             "operations_lease_idx",
-            "operations_ready_priority_idx",
             "operations_refund_of_idx",
             "operations_search_columns_fixed",
             "operations_search_insert",
