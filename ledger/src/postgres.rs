@@ -575,5 +575,7 @@ mod tests {
         let limit = format!("statement_timeout = {STATEMENT_TIMEOUT_MS}");
         assert!(connect::SET_STATEMENT_TIMEOUT.ends_with(&limit));
         assert!(super::super::statement::POOLED_BEGIN.ends_with(&limit));
+        assert!(connect::SET_STATEMENT_TIMEOUT.starts_with("SET jit = off;"));
+        assert!(super::super::statement::POOLED_BEGIN.contains("SET LOCAL jit = off;"));
     }
 }

@@ -26,11 +26,13 @@ use std::time::Duration;
 /// transaction reach sqlx here without a store at hand, and a process opens one ledger.
 static TRANSACTION_POOLER: AtomicBool = AtomicBool::new(false);
 
-/// How a transaction starts behind a transaction pooler: the statement timeout is set for the
-/// transaction (`SET LOCAL`), as a session setting would leak to whichever client the pooler
-/// hands the server connection next, or be lost. Sent as one simple query (one round trip).
-/// Only the Postgres store turns the pooler mode on.
-pub(crate) const POOLED_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 15000";
+/// How a transaction starts behind a transaction pooler: the statement timeout (and JIT off, as
+/// `connect::SET_STATEMENT_TIMEOUT` says why) is set for the transaction (`SET LOCAL`), as a
+/// session setting would leak to whichever client the pooler hands the server connection next, or
+/// be lost. Sent as one simple query (one round trip). Only the Postgres store turns the pooler
+/// mode on.
+pub(crate) const POOLED_BEGIN: &str =
+    "BEGIN; SET LOCAL jit = off; SET LOCAL statement_timeout = 15000";
 
 /// Marks this process's ledger as behind a transaction pooler ([`TRANSACTION_POOLER`]).
 pub(crate) fn set_behind_transaction_pooler() {

@@ -19,7 +19,8 @@ use payonce_core::clock::Timestamp;
 use payonce_core::priority::{BULK_SHARE_PERCENT, Priority};
 use payonce_ledger::Operation;
 use payonce_ledger::lanes::{Lane, ReadyLane, Take};
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
 /// How often a busy worker reads the lanes again: a new tenant's or a new interactive payment's
@@ -150,8 +151,15 @@ impl Fair {
     /// lane is known. The passes move on as if every slot were filled ([`Fair::settle`] gives back
     /// what a claim did not fill).
     pub fn plan(&mut self, want: u32) -> Vec<Take> {
-        let mut counts: BTreeMap<Lane, u32> = BTreeMap::new();
         let active = self.active();
+        // Each class's lanes in a heap by (pass, position in the lanes' order): one slot costs
+        // O(log lanes), so a claim of 128 over 1,000 lanes stays cheap.
+        let mut entries: Vec<(&Lane, &mut LanePass, u32)> =
+            self.lanes.iter_mut().map(|(l, p)| (l, p, 0)).collect();
+        let mut heaps: [BinaryHeap<Reverse<(u64, usize)>>; 2] = Default::default();
+        for (i, (lane, p, _)) in entries.iter().enumerate() {
+            heaps[class(lane.priority)].push(Reverse((p.pass, i)));
+        }
         for _ in 0..want {
             let c = match active {
                 [false, false] => break,
@@ -159,22 +167,22 @@ impl Fair {
                 [false, true] => 1,
                 [true, true] => usize::from(self.class_pass[1] < self.class_pass[0]),
             };
-            self.class_pass[c] += class_stride(c);
-            let Some((lane, p)) = self
-                .lanes
-                .iter_mut()
-                .filter(|(lane, _)| class(lane.priority) == c)
-                // The first of equal passes: the lanes' order breaks ties.
-                .min_by_key(|(_, p)| p.pass)
-            else {
+            let Some(Reverse((pass, i))) = heaps[c].pop() else {
                 break;
             };
-            p.pass += lane_stride(p.share);
-            *counts.entry(lane.clone()).or_default() += 1;
+            self.class_pass[c] += class_stride(c);
+            let (_, p, n) = &mut entries[i];
+            p.pass = pass + lane_stride(p.share);
+            *n += 1;
+            heaps[c].push(Reverse((p.pass, i)));
         }
-        counts
+        entries
             .into_iter()
-            .map(|(lane, n)| Take { lane, n })
+            .filter(|(_, _, n)| *n > 0)
+            .map(|(lane, _, n)| Take {
+                lane: lane.clone(),
+                n,
+            })
             .collect()
     }
 
