@@ -188,6 +188,13 @@ fn add_to(classes: &mut Vec<ClassDepth>, row: &ClassDepth) {
     }
 }
 
+/// A tenant's setting kept in a table of its own: `set` (`$1` tenant, `$2` value, `$3` now, `$4`
+/// actor) and `clear` (`$1` tenant).
+struct TenantSetting {
+    set: &'static str,
+    clear: &'static str,
+}
+
 /// The plan of a claim, as the JSON array its statement reads.
 fn plan_rows(takes: &[Take]) -> String {
     let rows: Vec<Value> = takes
@@ -347,18 +354,19 @@ impl<DB: Dialect> Store<DB> {
         actor: &str,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let stmt = match share {
-            Some(share) => {
-                let share = check_share(share).map_err(LimitError::Share)?;
-                Stmt::new(SET_SHARE)
-                    .bind(tenant)
-                    .bind(i64::from(share))
-                    .bind(now)
-                    .bind(bounded(actor))
-            }
-            None => Stmt::new(CLEAR_SHARE).bind(tenant),
+        let share = share.map(check_share).transpose();
+        let setting = TenantSetting {
+            set: SET_SHARE,
+            clear: CLEAR_SHARE,
         };
-        self.execute(stmt).await.map(|_| ())
+        self.set_tenant(
+            setting,
+            tenant,
+            share.map_err(LimitError::Share)?,
+            actor,
+            now,
+        )
+        .await
     }
 
     /// `ProfileLedger::set_cap`.
@@ -369,16 +377,31 @@ impl<DB: Dialect> Store<DB> {
         actor: &str,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        let stmt = match per_second {
-            Some(cap) => {
-                let cap = check_cap(cap).map_err(LimitError::Share)?;
-                Stmt::new(SET_CAP)
-                    .bind(tenant)
-                    .bind(i64::from(cap))
-                    .bind(now)
-                    .bind(bounded(actor))
-            }
-            None => Stmt::new(CLEAR_CAP).bind(tenant),
+        let cap = per_second.map(check_cap).transpose();
+        let setting = TenantSetting {
+            set: SET_CAP,
+            clear: CLEAR_CAP,
+        };
+        self.set_tenant(setting, tenant, cap.map_err(LimitError::Share)?, actor, now)
+            .await
+    }
+
+    /// Sets (`Some`, checked) or clears a tenant's row of `setting`.
+    async fn set_tenant(
+        &self,
+        setting: TenantSetting,
+        tenant: &TenantId,
+        value: Option<u32>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let stmt = match value {
+            Some(value) => Stmt::new(setting.set)
+                .bind(tenant)
+                .bind(i64::from(value))
+                .bind(now)
+                .bind(bounded(actor)),
+            None => Stmt::new(setting.clear).bind(tenant),
         };
         self.execute(stmt).await.map(|_| ())
     }
