@@ -246,6 +246,11 @@ async fn a_ledger_that_requires_tls_is_migrated_and_paid_through_verify_full() {
         timeout, "15s",
         "set after connecting, on a pooled connection"
     );
+    let jit: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(ledger.pool())
+        .await
+        .unwrap();
+    assert_eq!(jit, "off", "JIT turned off after connecting (issue 51)");
 }
 
 /// What a retry cannot change fails the first attempt with its cause, not after the whole connect

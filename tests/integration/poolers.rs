@@ -254,4 +254,12 @@ async fn session_pooling_keeps_the_statement_timeout_and_pays_once_each() {
         .await
         .unwrap();
     assert_eq!(timeout, "15s", "set after connecting, kept by the session");
+    let jit: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(through.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        jit, "off",
+        "JIT turned off after connecting, kept by the session"
+    );
 }

@@ -6,6 +6,7 @@
 //! statements fail goes unready within seconds; a reconciler whose sweeps fail gives the sweep
 //! lease back. Each test has a database of its own; the shared server is never stopped.
 
+use crate::api::post_json as post;
 use crate::serve::{free_port, get, payonce, scratch};
 use crate::support::postgres::{TestDatabase, fresh_database, migrated_database};
 use crate::support::processes::{arm_faults, payments_for, simulator, stripe};
@@ -15,7 +16,7 @@ use payonce_core::clock::{Clock, SystemClock};
 use payonce_ledger::schema::SCHEMA_CHECK_INTERVAL;
 use payonce_ledger::{Role, SCHEMA_FAILURE_UNREADY};
 use payonce_simulator::{Simulator, SimulatorConfig};
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::Connection;
 use std::process::Stdio;
 use std::time::Duration;
@@ -56,18 +57,6 @@ async fn database_with_service_key() -> (TestDatabase, String) {
     let (ledger, url) = postgres_ledger().await;
     let key = crate::support::api_key(&ledger, Role::Service, "billing").await;
     (url, key)
-}
-
-async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> (u16, Value) {
-    let r = http
-        .post(url)
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .expect("the api answers");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// Creates and approves `invoice` through the api with a service key; its id. Every answer must be

@@ -79,12 +79,6 @@ impl Fair {
         }
     }
 
-    /// Whether the lanes were read less than `gap` ago (a fresh read found nothing due: wait
-    /// for work instead of reading again at once).
-    pub fn read_within(&self, gap: Duration, now: Instant) -> bool {
-        self.read_at.is_some_and(|at| now.duration_since(at) < gap)
-    }
-
     /// The next plan reads the lanes first (after a wait for new work).
     pub fn forget(&mut self) {
         self.read_at = None;
