@@ -15,6 +15,7 @@
 //! - [`process`]: a real `payonce worker` process draining over HTTP, and its own peak memory.
 //! - [`ratelimit`]: four worker processes and a reconciler under the processor's rate limits (shared
 //!   limiter, none, Redis killed mid-run).
+//! - [`peers`]: graphile-worker on the same server, alternating with payonce's drain.
 //! - [`drive`]: runs worker engines until a count of outcomes is recorded.
 //! - [`inprocess`]: the simulator's payment semantics without HTTP.
 //! - [`load`]: bulk loads through the real schema.
@@ -22,6 +23,7 @@
 //! - [`memory`]: peak resident memory.
 //! - [`profile`]: the hot-path ledger calls timed one by one (`--profile`).
 //! - [`report`]: rates and the Markdown table.
+//! - [`wal`]: WAL bytes, records, commits and statements a stretch wrote in one database.
 
 pub mod baseline;
 pub mod database;
@@ -34,6 +36,7 @@ pub mod intake;
 pub mod latency;
 pub mod load;
 pub mod memory;
+pub mod peers;
 pub mod process;
 pub mod profile;
 pub mod ratelimit;
@@ -43,6 +46,7 @@ pub mod settings;
 pub mod sweep;
 pub mod tenants;
 pub mod throughput;
+pub mod wal;
 
 pub use run::{Outcome, run};
 pub use settings::Settings;

@@ -53,6 +53,9 @@ pub struct WorkerProcess {
     pub start_up: Duration,
     /// TCP connections the worker opened to the simulator (the simulator's count, less the bench's own reads).
     pub connections: u64,
+    /// What the ledger's database wrote while the worker ran (ready → succeeded, with the
+    /// process's start-up and shutdown writes).
+    pub wal: crate::wal::Cost,
 }
 
 /// The worker's claims and outcome writes over one drain (its `/metrics` counters).
@@ -246,6 +249,7 @@ pub async fn drain(
     let (mut sim, sim_pid, sim_url) = start_simulator(payonce_bin, latency).await?;
 
     let connections_before = crate::http::simulator_connections(&sim_url).await?;
+    let mark = crate::wal::Mark::take(&db.url).await?;
     let cpu_before = CpuBefore::read(sim_pid)?;
     let started = Instant::now();
     let spawned_ms = crate::now_ms();
@@ -288,6 +292,7 @@ pub async fn drain(
     let peak_kib = peak_kib_of(pid).context("read the worker's VmHWM")?;
     let grouping = Grouping::scrape(&metrics_url).await?;
     stop(&mut child, "worker").await?;
+    let wal = mark.cost().await?;
     // Less this read's own connection.
     let connections = (crate::http::simulator_connections(&sim_url).await?)
         .saturating_sub(connections_before + 1);
@@ -312,6 +317,7 @@ pub async fn drain(
         working: window.rate(operations),
         start_up: Duration::from_millis((window.first_claim_ms - spawned_ms).max(0).unsigned_abs()),
         connections,
+        wal,
     })
 }
 
@@ -529,8 +535,19 @@ fn ticks(n: u64) -> Duration {
     Duration::from_millis(n * 1000 / TICKS_PER_SECOND)
 }
 
-/// CPU time of every process named `postgres` that is running now.
-fn postgres_cpu() -> Duration {
+/// The CPU time of a process's children that exited and were waited for (`cutime`, `cstime`, the
+/// two fields after utime and stime): the postmaster's holds every backend that closed.
+fn reaped_children_cpu(stat: &str) -> Option<Duration> {
+    let close = stat.rfind(')')?;
+    let mut fields = stat.get(close + 1..)?.split_whitespace().skip(13);
+    let cutime: u64 = fields.next()?.parse().ok()?;
+    let cstime: u64 = fields.next()?.parse().ok()?;
+    Some(ticks(cutime + cstime))
+}
+
+/// CPU time of every process named `postgres` that is running now, with that of its children that
+/// exited (a backend whose client disconnected during a drain still counts).
+pub(crate) fn postgres_cpu() -> Duration {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Duration::ZERO;
     };
@@ -543,7 +560,8 @@ fn postgres_cpu() -> Duration {
         })
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|stat| {
-            cpu_of_stat(&stat).and_then(|(name, cpu)| (name == "postgres").then_some(cpu))
+            let (name, cpu) = cpu_of_stat(&stat)?;
+            (name == "postgres").then(|| cpu + reaped_children_cpu(&stat).unwrap_or_default())
         })
         .sum()
 }

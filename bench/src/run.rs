@@ -41,6 +41,10 @@ pub const TARGET_CLAIM_TENANTS: f64 = 1.5;
 /// The least the drain with many tenants may reach against the same drain with one (issue 51: the
 /// end-to-end rate does not drop).
 pub const TARGET_DRAIN_TENANTS: f64 = 0.9;
+/// The most WAL bytes a payment may write from `ready` to `succeeded` in the in-process drain
+/// (issue 52).
+const WAL_BYTES_TARGET: f64 = 800.0;
+
 /// The absolute throughput target on the reference machine (2 cores).
 pub const TARGET_OPS_PER_SECOND: f64 = 3_000.0;
 
@@ -67,6 +71,8 @@ pub enum Section {
     RateLimit,
     /// Fair claims: many tenants' ready rows against one tenant's.
     Tenants,
+    /// graphile-worker on the same server, alternating with payonce's drain (needs node and npm).
+    Peers,
 }
 
 /// Everything a run measured (a section not run is `None`).
@@ -96,6 +102,8 @@ pub struct Outcome {
     pub ratelimit: Option<Vec<ratelimit::FleetRun>>,
     /// Fair claims section: one tenant, many.
     pub tenants: Option<(tenants::LaneCost, tenants::LaneCost)>,
+    /// Peer section: (graphile-worker, payonce) pairs.
+    pub peers: Option<crate::peers::Peers>,
 }
 
 /// Runs every section (or only `only`); fails on the first section whose correctness check fails.
@@ -131,6 +139,9 @@ pub async fn run(s: &Settings, only: Option<Section>) -> anyhow::Result<Outcome>
     }
     if wanted(Section::Tenants) {
         tenant_rows(s, &mut out).await?;
+    }
+    if wanted(Section::Peers) && s.peer_pairs > 0 {
+        processes::peer_rows(s, &mut out).await?;
     }
     Ok(out)
 }
@@ -200,6 +211,34 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
         (TARGET_OPS_PER_SECOND, "3,000/s"),
         Some(Target::AtLeast(1.0)),
     );
+    if let (Some(paid), Some(plain)) = (
+        throughput::median_cost(&t.payonce_wal),
+        throughput::median_cost(&t.batched_wal),
+    ) {
+        let jobs = t.baseline_batched.count;
+        out.table.compare(
+            format!(
+                "Postgres written per payment, ready → succeeded (median drain's WAL): {}",
+                paid.per(s.operations)
+            ),
+            (
+                paid.bytes_per(s.operations),
+                &format!("{:.0} B", paid.bytes_per(s.operations)),
+            ),
+            (
+                WAL_BYTES_TARGET,
+                &format!("{WAL_BYTES_TARGET} B (issue 52)"),
+            ),
+            Some(Target::AtMost(1.0)),
+        );
+        out.table.fact(
+            format!(
+                "plain lifecycle written per job (insert, claim, done; {} jobs/statement)",
+                throughput::BASELINE_BATCH
+            ),
+            plain.per(jobs),
+        );
+    }
     out.table.fact(
         format!(
             "peak RSS (VmHWM) of the bench process while the workers ran{}",
@@ -218,8 +257,9 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
         ));
         let mut fleet = s.fleet.clone();
         fleet.workers = n;
-        let r =
-            throughput::drain(&s.admin_url, n, s.clients, &fleet, s.operations, s.deadline).await?;
+        let r = throughput::drain(&s.admin_url, n, s.clients, &fleet, s.operations, s.deadline)
+            .await?
+            .rate;
         out.table.compare(
             format!(
                 "same drain, {n} worker engine(s) × concurrency {} on one database, each its own pool of {} connections",
@@ -588,10 +628,13 @@ mod tests {
             outcome.hints.as_ref().expect("hints ran").hints,
             s.hints.unsigned_abs()
         );
-        // 4 throughput rows + one per engine count, 4 intake (+ enqueue), 2 http (whole drain, first
+        // Every drain counted what it wrote, and wrote something for each payment.
+        assert_eq!(t.payonce_wal.len(), s.throughput_repeats);
+        assert!(t.payonce_wal.iter().all(|c| c.bytes >= s.operations));
+        // 6 throughput rows (2 of them WAL) + one per engine count, 4 intake (+ enqueue), 2 http (whole drain, first
         // claim to last outcome) (+ ceiling), 2 latency, 3 sweep, 1 hints, sqlite, 3 tenants.
         let intake = outcome.intake.as_ref().expect("intake ran");
-        let rows = 4
+        let rows = 6
             + s.engines.len()
             + 4
             + usize::from(intake.enqueue.is_some())

@@ -59,6 +59,9 @@ pub struct Settings {
     pub ratelimit_operations: u64,
     /// Fair claims section: tenants, ready rows spread over them, and rows drained end to end.
     pub tenants: (i64, i64, u64),
+    /// Alternating pairs of the peer section (graphile-worker, then payonce, [`Settings::operations`]
+    /// each); 0: not run.
+    pub peer_pairs: usize,
 }
 
 /// Operations drained over HTTP at 512 (and 64) in flight: 19 whole rounds of 512, so every slot
@@ -122,6 +125,7 @@ impl Settings {
             process_ceiling: Some((64, Duration::from_millis(1))),
             ratelimit_operations: 3_000,
             tenants: (1_000, 1_000_000, 20_000),
+            peer_pairs: 5,
         }
     }
 
@@ -157,6 +161,8 @@ impl Settings {
             process_ceiling: Some((8, Duration::from_millis(1))),
             ratelimit_operations: 100,
             tenants: (10, 2_000, 200),
+            // Not in the quick run: it installs graphile-worker from npm.
+            peer_pairs: 0,
         }
     }
 }

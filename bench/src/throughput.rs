@@ -9,6 +9,7 @@ use crate::inprocess::InProcessProcessor;
 use crate::load::{self, Kind};
 use crate::memory;
 use crate::report::Rate;
+use crate::wal::{Cost, Mark};
 use payonce_ledger::SharedLedger;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,12 +25,16 @@ pub struct Throughput {
     pub payonce: Rate,
     /// Each repetition's payonce drain, in the order run.
     pub payonce_samples: Vec<Rate>,
+    /// What each of those drains wrote, ready → succeeded, in the same order.
+    pub payonce_wal: Vec<Cost>,
     /// Plain lifecycle, one job per statement (measured once: it is the slow baseline).
     pub baseline_single: Rate,
     /// Plain lifecycle, [`BASELINE_BATCH`] jobs per statement: the median of its samples.
     pub baseline_batched: Rate,
     /// Each repetition's batched baseline, in the order run.
     pub batched_samples: Vec<Rate>,
+    /// What each batched baseline wrote (insert, claim, done), in the same order.
+    pub batched_wal: Vec<Cost>,
     /// Peak resident memory of this process while the workers ran, KiB.
     pub peak_kib: Option<u64>,
     /// Whether the peak was reset before the workers started (else it covers the run so far).
@@ -62,12 +67,17 @@ pub async fn postgres(
     let peak_reset = memory::reset_peak();
     let mut batched_samples = Vec::with_capacity(repeats);
     let mut payonce_samples = Vec::with_capacity(repeats);
+    let (mut payonce_wal, mut batched_wal) = (Vec::new(), Vec::new());
     for _ in 0..repeats {
         let db = ScratchDatabase::create(admin_url).await?;
+        let mark = Mark::take(&db.url).await?;
         batched_samples
             .push(baseline::job_lifecycle(&db.url, clients, batch, rounds(batch)).await?);
+        batched_wal.push(mark.cost().await?);
         db.drop_now().await?;
-        payonce_samples.push(drain(admin_url, 1, clients, fleet, operations, deadline).await?);
+        let drained = drain(admin_url, 1, clients, fleet, operations, deadline).await?;
+        payonce_samples.push(drained.rate);
+        payonce_wal.push(drained.wal);
     }
     let peak_kib = memory::peak_kib();
     let (Some(payonce), Some(baseline_batched)) =
@@ -78,9 +88,11 @@ pub async fn postgres(
     Ok(Throughput {
         payonce,
         payonce_samples,
+        payonce_wal,
         baseline_single,
         baseline_batched,
         batched_samples,
+        batched_wal,
         peak_kib,
         peak_reset,
     })
@@ -90,6 +102,24 @@ pub async fn postgres(
 fn median(samples: &[Rate]) -> Option<Rate> {
     let mut sorted = samples.to_vec();
     sorted.sort_by(|a, b| a.per_second().total_cmp(&b.per_second()));
+    sorted.get(sorted.len() / 2).copied()
+}
+
+/// One drain: its rate and what it wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct Drain {
+    /// Operations recorded per second.
+    pub rate: Rate,
+    /// WAL, commits and statements from the first claim to the last outcome.
+    pub wal: Cost,
+    /// CPU time of every `postgres` process over the drain (the machine's: other work counts).
+    pub postgres_cpu: Duration,
+}
+
+/// The cost with the median WAL bytes among `costs`, if any.
+pub fn median_cost(costs: &[Cost]) -> Option<Cost> {
+    let mut sorted = costs.to_vec();
+    sorted.sort_by_key(|c| c.bytes);
     sorted.get(sorted.len() / 2).copied()
 }
 
@@ -103,7 +133,7 @@ pub async fn drain(
     fleet: &Fleet,
     operations: u64,
     deadline: Duration,
-) -> anyhow::Result<Rate> {
+) -> anyhow::Result<Drain> {
     let db = ScratchDatabase::create(admin_url).await?;
     let mut ledgers = Vec::with_capacity(pools);
     for _ in 0..pools.max(1) {
@@ -122,13 +152,21 @@ pub async fn drain(
         .map(|l| Arc::new(l.clone()) as SharedLedger)
         .collect();
     let processor = Arc::new(InProcessProcessor::default());
+    let mark = Mark::take(&db.url).await?;
+    let cpu = crate::process::postgres_cpu();
     let rate =
         drive::until_recorded_on(&shared, processor.clone(), fleet, operations, deadline).await?;
+    let postgres_cpu = crate::process::postgres_cpu().saturating_sub(cpu);
+    let wal = mark.cost().await?;
     drive::check_all_succeeded(&shared[0], operations).await?;
     crate::check_paid_once(&processor, operations)?;
     for ledger in ledgers {
         ledger.pool().close().await;
     }
     db.drop_now().await?;
-    Ok(rate)
+    Ok(Drain {
+        rate,
+        wal,
+        postgres_cpu,
+    })
 }

@@ -1,11 +1,16 @@
-//! The sections that run real `payonce` processes: one worker process draining from a simulator
-//! process (its rates, memory and CPU), and a fleet under the processor's rate limits.
+//! The sections that run real processes: one `payonce worker` process draining from a simulator
+//! process (its rates, memory and CPU), a fleet under the processor's rate limits, and the peer
+//! (graphile-worker's node processes) against payonce's drain.
 
 use super::{Outcome, TARGET_HTTP_SHARE, TARGET_WORKER_MIB, progress};
 use crate::process;
 use crate::ratelimit;
 use crate::report::{Target, per_second, thousands};
 use crate::settings::Settings;
+
+/// The most WAL bytes a payment may write from `ready` to `succeeded` under a real worker process
+/// (issue 52).
+const PROCESS_WAL_BYTES_TARGET: f64 = 1_000.0;
 
 /// The worker-process section: a real `payonce worker` draining from a `payonce simulator`, over
 /// each protocol.
@@ -110,6 +115,15 @@ fn drain_rows(out: &mut Outcome, s: &Settings, what: &str, p: &process::WorkerPr
         format!("{:.1} MiB", p.peak_anon_kib as f64 / 1024.0),
     );
     cpu_row(out, what, p);
+    out.table.compare(
+        format!(
+            "{what}: Postgres written per payment while the worker ran (ready → succeeded, with its start-up): {}",
+            p.wal.per(p.rate.count)
+        ),
+        (p.wal.bytes_per(p.rate.count), &format!("{:.0} B", p.wal.bytes_per(p.rate.count))),
+        (PROCESS_WAL_BYTES_TARGET, &format!("{PROCESS_WAL_BYTES_TARGET} B (issue 52)")),
+        Some(Target::AtMost(1.0)),
+    );
     out.table.fact(
         format!(
             "{what}: TCP connections the worker opened to the simulator (the simulator's count)"
@@ -232,5 +246,89 @@ pub(super) async fn ratelimit_rows(s: &Settings, out: &mut Outcome) -> anyhow::R
         runs.push(r);
     }
     out.ratelimit = Some(runs);
+    Ok(())
+}
+
+/// The least payonce / graphile-worker ratio, end to end on the same server (issue 52).
+const TARGET_VS_GRAPHILE_WORKER: f64 = 1.0;
+/// The most Postgres CPU per payment in the in-process drain, µs (issue 52).
+const TARGET_POSTGRES_CPU_US: f64 = 25.0;
+
+/// The peer section: graphile-worker and payonce's drain in alternating pairs on the same server.
+pub(super) async fn peer_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
+    progress(
+        "graphile-worker and payonce in alternating pairs (installs graphile-worker from npm once)",
+    );
+    let Some(peers) = crate::peers::measure(
+        &s.admin_url,
+        s.clients,
+        &s.fleet,
+        s.operations,
+        s.peer_pairs,
+        s.deadline,
+    )
+    .await?
+    else {
+        progress("peers: skipped (no npm)");
+        return Ok(());
+    };
+    let Some((peer, ours)) = crate::peers::median_pair(&peers.pairs) else {
+        return Ok(());
+    };
+    let pairs = peers
+        .pairs
+        .iter()
+        .map(|(p, o)| format!("{:.2}", o.rate.per_second() / p.rate.per_second()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let jobs = s.operations;
+    out.table.compare(
+        format!(
+            "payonce end to end against graphile-worker {} ({} instances × 24 jobs, local queue 500), {} each, same server, alternating (median pair of {}; ratios {pairs})",
+            "0.18.0",
+            crate::peers::PEER_INSTANCES,
+            thousands(jobs),
+            peers.pairs.len(),
+        ),
+        (ours.rate.per_second(), &per_second(&ours.rate)),
+        (peer.rate.per_second(), &per_second(&peer.rate)),
+        Some(Target::AtLeast(TARGET_VS_GRAPHILE_WORKER)),
+    );
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / jobs.max(1) as f64;
+    out.table.compare(
+        "that pair: Postgres CPU per payment (payonce) against per job (graphile-worker), every `postgres` process",
+        (us(ours.postgres_cpu), &format!("{:.1} µs", us(ours.postgres_cpu))),
+        (us(peer.postgres_cpu), &format!("{:.1} µs", us(peer.postgres_cpu))),
+        None,
+    );
+    out.table.compare(
+        "that pair: Postgres CPU per payment against the target",
+        (
+            us(ours.postgres_cpu),
+            &format!("{:.1} µs", us(ours.postgres_cpu)),
+        ),
+        (
+            TARGET_POSTGRES_CPU_US,
+            &format!("{TARGET_POSTGRES_CPU_US:.0} µs (issue 52)"),
+        ),
+        Some(Target::AtMost(1.0)),
+    );
+    out.table.compare(
+        format!(
+            "that pair: WAL per payment {} against per job {}",
+            ours.wal.per(jobs),
+            peer.wal.per(jobs)
+        ),
+        (
+            ours.wal.bytes_per(jobs),
+            &format!("{:.0} B", ours.wal.bytes_per(jobs)),
+        ),
+        (
+            peer.wal.bytes_per(jobs),
+            &format!("{:.0} B", peer.wal.bytes_per(jobs)),
+        ),
+        None,
+    );
+    out.peers = Some(peers);
     Ok(())
 }
