@@ -127,8 +127,9 @@ pub enum Command {
         timeout_ms: u64,
     },
     /// Deletes, in bounded batches, the rows past their retention (checked webhook payloads, tool-call
-    /// correlation rows, expired links and console sessions; never an operation or its events) and
-    /// prints how many, as JSON. The reconciler daemon does the same every `prune_interval_ms`.
+    /// correlation rows, expired links and console sessions; and, only for a tenant that set a period
+    /// with `tenant set-retention`, its final operations past it with every row they own) and prints
+    /// how many, as JSON. The reconciler daemon does the same every `prune_interval_ms`.
     Prune {
         #[command(flatten)]
         common: Common,

@@ -54,34 +54,13 @@ pub fn file_for(database_url: &str) -> Option<PathBuf> {
 
 fn read_or_create(path: &Path, in_use: bool) -> anyhow::Result<KeySecret> {
     use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let mode = std::fs::metadata(path)?.permissions().mode();
-            anyhow::ensure!(
-                mode & 0o077 == 0,
-                "{} is readable by others (mode {:o}): chmod 600 it",
-                path.display(),
-                mode & 0o777
-            );
-            return KeySecret::parse(text.trim())
-                .with_context(|| format!("the key secret in {}", path.display()));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && in_use => {
-            anyhow::bail!(
-                "the ledger beside {} already holds operations, but its key secret file {} is \
-                 missing: copy that file from where the ledger came from (or set \
-                 PAYONCE_KEY_SECRET to the secret it was used with). A new secret would derive new \
-                 keys and pay every invoice a restore lost a second time, so none is made",
-                path.display(),
-                path.display()
-            )
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(secret) = read(path, in_use)? {
+        return Ok(secret);
     }
     let secret = KeySecret::generate();
-    // create_new: two processes starting at once keep the first one's secret.
+    // create_new: two processes starting at once keep the first one's secret (and nothing is
+    // ever written through a link: O_EXCL refuses one, even dangling).
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -93,8 +72,63 @@ fn read_or_create(path: &Path, in_use: bool) -> anyhow::Result<KeySecret> {
             file.sync_all()?;
             Ok(secret)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create(path, in_use),
+        // Another process made it meanwhile: read its secret, once (a file that is there to
+        // create and gone to read is refused by `read`, never tried again in a loop).
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(path, in_use)?
+            .with_context(|| {
+                format!(
+                    "{} appeared while this process made a key secret, then vanished: \
+                     start again once one process has made it",
+                    path.display()
+                )
+            }),
         Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
+/// The secret in the file at `path`, or `None` when there is none there to read and one may be made.
+fn read(path: &Path, in_use: bool) -> anyhow::Result<Option<KeySecret>> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let mode = std::fs::metadata(path)?.permissions().mode();
+            anyhow::ensure!(
+                mode & 0o077 == 0,
+                "{} is readable by others (mode {:o}): chmod 600 it",
+                path.display(),
+                mode & 0o777
+            );
+            KeySecret::parse(text.trim())
+                .with_context(|| format!("the key secret in {}", path.display()))
+                .map(Some)
+        }
+        // Not found, yet something is there: a link to nothing (issue 53). Creating the file
+        // would fail (it exists) and reading it again would fail the same way for ever.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(path).is_ok() =>
+        {
+            let target = std::fs::read_link(path)
+                .map_or_else(|_| "nothing".to_string(), |t| t.display().to_string());
+            anyhow::bail!(
+                "the key secret file {} is a symbolic link to {target}, which does not exist: \
+                 restore the file it points to (or point the link at this ledger's key secret \
+                 file, or set PAYONCE_KEY_SECRET); no secret is made through a broken link",
+                path.display()
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && in_use => {
+            anyhow::bail!(
+                "the ledger beside {} already holds operations, but its key secret file {} is \
+                 missing: copy that file from where the ledger came from (or set \
+                 PAYONCE_KEY_SECRET to the secret it was used with). A new secret would derive new \
+                 keys and pay every invoice a restore lost a second time, so none is made",
+                path.display(),
+                path.display()
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
 }
 

@@ -257,15 +257,34 @@ impl Stack {
         }
     }
 
-    /// Stops everything: the worker and reconciler reach a safe point, the api finishes in-flight
-    /// requests, then the simulator stops.
+    /// Stops everything within the grace (`shutdown_grace_ms`), as the separate daemons do: the
+    /// worker and reconciler reach a safe point, the api finishes in-flight requests, then the
+    /// simulator stops. Past the grace (a ledger that cannot take the last outcomes, a full disk:
+    /// issue 53) what is still blocked is left as a kill would leave it, with a warning.
     pub async fn shutdown(self) {
+        let grace = std::time::Duration::from_millis(self.plan.worker.grace.shutdown_grace_ms);
+        let deadline = tokio::time::Instant::now() + grace;
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
-        }
-        if let Some(sim) = self.simulator {
-            sim.shutdown().await;
+        let tasks = self.tasks;
+        let stopped = tokio::time::timeout_at(deadline, async move {
+            for task in tasks {
+                let _ = task.await;
+            }
+        })
+        .await;
+        let stopped = match (stopped, self.simulator) {
+            (Ok(()), Some(sim)) => tokio::time::timeout_at(deadline, sim.shutdown())
+                .await
+                .is_ok(),
+            (Ok(()), None) => true,
+            (Err(_), _) => false,
+        };
+        if !stopped {
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "shutdown grace passed with work still blocked; stopping now (leases expire and the \
+                 reconciler finishes anything in flight)"
+            );
         }
     }
 }

@@ -15,13 +15,18 @@
 //! The queue holds one item per request in flight, so the listener's connection limit
 //! (`CONNECTIONS_MAX_DEFAULT`, `connections_max`) bounds it. A request that times out or whose
 //! client hangs up while queued is still written (creates are idempotent by business key: a retry
-//! is answered from the row), as a single write already under way would have been.
+//! is answered from the row), as a single write already under way would have been. If its write
+//! meets an unavailable ledger (a failover, a statement timeout) when nobody is left to hear the
+//! `503`, it is queued again after [`ABANDONED_RETRY_PAUSE`], up to [`ABANDONED_RETRIES_MAX`] times
+//! and [`ABANDONED_ITEMS_MAX`] items at once; past those bounds (or when the process stops) it is
+//! dropped with an error in the log, and only its client's own retry (it heard nothing, so it
+//! retries) writes it. A request still waiting hears the `503` and retries itself.
 //!
 //! Why: on Postgres most of a create's cost is per statement (the executor's start, the CHECK
 //! constraints compiled for each statement, the audit and directory triggers, the commit), not per
 //! row. Ten callers sending one create each now share those costs the way one batch request does.
 
-use crate::errors::HttpError;
+use crate::errors::{ErrorCode, HttpError};
 use payonce_core::clock::SharedClock;
 use payonce_core::id::TenantId;
 use payonce_core::metrics::Counter;
@@ -46,6 +51,16 @@ pub const GROUP_ITEMS_MAX: usize = 64;
 /// 0.24–0.28× (median 0.26×), four 1.5 per write and 0.21–0.22×.
 pub const GROUP_WRITERS_MAX: usize = 1;
 
+/// How long an item whose client went away waits before its write is tried again, after the
+/// ledger was unavailable (the `Retry-After` the client would have heard).
+pub const ABANDONED_RETRY_PAUSE: Duration = Duration::from_secs(2);
+/// Most times such an item is tried again: with the pause and the statement timeout (15 s) about
+/// three minutes of an unavailable ledger.
+pub const ABANDONED_RETRIES_MAX: u32 = 10;
+/// Most such items waiting to be tried again at once (the listener's default connection limit:
+/// as many as were in flight).
+pub const ABANDONED_ITEMS_MAX: usize = crate::config::CONNECTIONS_MAX_DEFAULT;
+
 /// Who a group writes for: one tenant, one key's actor (a batch has one of each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct GroupKey {
@@ -53,11 +68,13 @@ struct GroupKey {
     actor: String,
 }
 
-/// A request waiting for its item's answer.
+/// A request waiting for its item's answer (or, tried again, an item nobody waits for).
 struct Waiting {
     key: GroupKey,
     item: BatchItem,
     answer: oneshot::Sender<Result<Created, HttpError>>,
+    /// Times the item was queued again after its client went away.
+    retries: u32,
 }
 
 /// The requests waiting and the writers running.
@@ -65,6 +82,8 @@ struct Waiting {
 struct Queue {
     waiting: VecDeque<Waiting>,
     writers: usize,
+    /// Items whose client went away, waiting out [`ABANDONED_RETRY_PAUSE`].
+    abandoned: usize,
 }
 
 /// The single creates waiting to be written, shared by every request of one api process, and the
@@ -143,14 +162,25 @@ impl GroupCommit {
         item: BatchItem,
     ) -> Result<Created, HttpError> {
         let (answer, answered) = oneshot::channel();
+        self.enqueue(vec![Waiting {
+            key: GroupKey { tenant, actor },
+            item,
+            answer,
+            retries: 0,
+        }]);
+        answered.await.map_err(|_| {
+            HttpError::internal(std::io::Error::other(
+                "the group writer stopped before answering",
+            ))
+        })?
+    }
+
+    /// Queues `items` and starts a writer if one may run.
+    fn enqueue(self: &Arc<Self>, items: Vec<Waiting>) {
         let start_writer = {
             let mut queue = self.lock();
-            queue.waiting.push_back(Waiting {
-                key: GroupKey { tenant, actor },
-                item,
-                answer,
-            });
-            let free = queue.writers < GROUP_WRITERS_MAX;
+            queue.waiting.extend(items);
+            let free = queue.writers < GROUP_WRITERS_MAX && !queue.waiting.is_empty();
             if free {
                 queue.writers += 1;
             }
@@ -161,11 +191,64 @@ impl GroupCommit {
             // others queued behind it.
             tokio::spawn(Arc::clone(self).write_groups());
         }
-        answered.await.map_err(|_| {
-            HttpError::internal(std::io::Error::other(
-                "the group writer stopped before answering",
-            ))
-        })?
+    }
+
+    /// Answers `waiting` with `result`; an item the ledger could not take (unavailable) whose
+    /// client is gone (nobody received the answer) goes to `again`, to be written later.
+    fn answer(waiting: Waiting, result: Result<Created, HttpError>, again: &mut Vec<Waiting>) {
+        let Waiting {
+            key,
+            item,
+            answer,
+            retries,
+        } = waiting;
+        let unavailable = matches!(&result, Err(e) if e.code() == ErrorCode::Unavailable);
+        if answer.send(result).is_err() && unavailable {
+            let (answer, _nobody) = oneshot::channel();
+            again.push(Waiting {
+                key,
+                item,
+                answer,
+                retries,
+            });
+        }
+    }
+
+    /// Queues `items` (their clients gone, the ledger unavailable) again after
+    /// [`ABANDONED_RETRY_PAUSE`], within [`ABANDONED_RETRIES_MAX`] and [`ABANDONED_ITEMS_MAX`];
+    /// the others are dropped, each with an error in the log.
+    fn retry_later(self: &Arc<Self>, items: Vec<Waiting>) {
+        if items.is_empty() {
+            return;
+        }
+        let mut kept = Vec::with_capacity(items.len());
+        {
+            let mut queue = self.lock();
+            for mut w in items {
+                if w.retries < ABANDONED_RETRIES_MAX && queue.abandoned < ABANDONED_ITEMS_MAX {
+                    w.retries += 1;
+                    queue.abandoned += 1;
+                    kept.push(w);
+                } else {
+                    tracing::error!(
+                        tenant = w.key.tenant.as_str(),
+                        business_key = w.item.new.business_key.as_str(),
+                        retries = w.retries,
+                        "a create whose client went away was not written (the ledger stayed \
+                         unavailable); only the client's own retry writes it"
+                    );
+                }
+            }
+        }
+        if kept.is_empty() {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(ABANDONED_RETRY_PAUSE).await;
+            this.lock().abandoned -= kept.len();
+            this.enqueue(kept);
+        });
     }
 
     /// A writer: writes groups until nothing is queued.
@@ -185,62 +268,57 @@ impl GroupCommit {
     }
 
     /// Writes one group as one ledger batch and answers every request in it.
-    async fn write_group(&self, group: Vec<Waiting>) {
+    async fn write_group(self: &Arc<Self>, group: Vec<Waiting>) {
         let key = group[0].key.clone();
-        let (items, answers): (Vec<BatchItem>, Vec<_>) =
-            group.into_iter().map(|w| (w.item, w.answer)).unzip();
-        let count = items.len();
+        let count = group.len();
         let now = self.clock.now();
         let batch = Batch {
             tenant: key.tenant,
-            items,
+            items: group.iter().map(|w| w.item.clone()).collect(),
             actor: key.actor,
             method: SERVICE_APPROVAL.to_string(),
             // Each item keeps its own priority and `not_before` (its `NewOperation`); one scheduled
             // later keeps its approval as long after its `not_before` (`Batch::approval_expires_at`).
             approval_expires_at: now + self.approval_ttl,
         };
+        let mut again = Vec::new();
         match self.ledger.create_batch(&batch, now).await {
             Ok(results) if results.len() == count => {
-                for (answer, result) in answers.into_iter().zip(results) {
-                    let _ = answer.send(result.map_err(HttpError::from));
+                for (w, result) in group.into_iter().zip(results) {
+                    Self::answer(w, result.map_err(HttpError::from), &mut again);
                 }
             }
             Ok(_) => {
-                for answer in answers {
-                    let _ = answer.send(Err(HttpError::internal(std::io::Error::other(
+                for w in group {
+                    let e = HttpError::internal(std::io::Error::other(
                         "the ledger answered a group with another number of items",
-                    ))));
+                    ));
+                    Self::answer(w, Err(e), &mut again);
                 }
             }
             Err(e) if count == 1 || e.is_unavailable() => {
                 let error = HttpError::from(e);
-                for answer in answers {
-                    let _ = answer.send(Err(error.for_another()));
+                for w in group {
+                    Self::answer(w, Err(error.for_another()), &mut again);
                 }
             }
             // Something in the group was refused by the database: each item alone, so it fails only
             // its own request.
             Err(_) => {
-                let Batch {
-                    tenant,
-                    items,
-                    actor,
-                    method,
-                    approval_expires_at,
-                } = batch;
-                for (item, answer) in items.into_iter().zip(answers) {
+                for w in group {
                     let alone = Batch {
-                        tenant: tenant.clone(),
-                        items: vec![item],
-                        actor: actor.clone(),
-                        method: method.clone(),
-                        approval_expires_at,
+                        tenant: batch.tenant.clone(),
+                        items: vec![w.item.clone()],
+                        actor: batch.actor.clone(),
+                        method: batch.method.clone(),
+                        approval_expires_at: batch.approval_expires_at,
                     };
-                    let _ = answer.send(one(self.ledger.create_batch(&alone, now).await));
+                    let result = one(self.ledger.create_batch(&alone, now).await);
+                    Self::answer(w, result, &mut again);
                 }
             }
         }
+        self.retry_later(again);
     }
 }
 

@@ -54,9 +54,15 @@ pub trait Dialect: Driver + sqlx::Database<Row: LedgerRow> {
     /// ([`HintChecks::close_known_hints`](super::HintChecks::close_known_hints)): the payload's
     /// object is read with the store's own JSON functions.
     const CLOSE_KNOWN_HINTS: &'static str;
-    /// Deletes every row of the operations in `$1` (a JSON array of ids), the rows that refer to
-    /// an operation first.
-    const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES];
+    /// Every foreign key of the ledger's schema, from the store's catalog: columns `table_name`,
+    /// `column_name`, `parent_name`, `parent_column`, `columns` (`ownership.rs` plans a prune's
+    /// deletes from them).
+    const FOREIGN_KEYS: &'static str;
+    /// The ledger's tables with an `operation_id` column, from the store's catalog: column
+    /// `table_name`.
+    const KEYED_TABLES: &'static str;
+    /// A table expression of the ids in the JSON array bound at `$1`.
+    const JSON_IDS: &'static str;
 
     /// A table expression named `b` of the objects of the JSON array bound at `param`, one column
     /// per `(name, type)` read from the member of the same name (`null` or absent: `NULL`).

@@ -236,6 +236,8 @@ pub fn recent_schema_failure() -> Option<LedgerError> {
 /// SQLSTATEs that mean "the server is going away or not taking connections": a failover, a
 /// restart, a backend terminated by an operator, no free connection slot.
 const UNAVAILABLE_SQLSTATES: [&str; 4] = ["57P01", "57P02", "57P03", "53300"];
+/// `query_canceled`: a statement timeout, or a cancel request ([`timed_out`]).
+const QUERY_CANCELED: &str = "57014";
 /// SQLite primary result codes of a store that could not keep a write: `SQLITE_IOERR` (10) and
 /// `SQLITE_FULL` (13) (sqlite.org/rescode.html; an extended code carries its primary one in its low
 /// byte). SQLite has rolled the statement or the whole transaction back by then.
@@ -245,7 +247,8 @@ const STORAGE_SQLSTATES: [&str; 2] = ["53100", "58030"];
 
 impl LedgerError {
     /// Whether the database could not be reached or dropped the connection (a failover, a restart,
-    /// a terminated backend, a full pool), or could not store a write (a full disk, an I/O error:
+    /// a terminated backend, a full pool), ran out of its statement timeout (SQLSTATE 57014), or
+    /// could not store a write (a full disk, an I/O error:
     /// [`is_storage_failure`](Self::is_storage_failure), [`LedgerError::Full`]): the caller answers
     /// "unavailable, retry" instead of an internal error. What ran before the drop is unknown to the
     /// caller, so only an idempotent request may be retried as it is (every create is: by business
@@ -256,6 +259,7 @@ impl LedgerError {
         }
         match self {
             LedgerError::Full { .. } => true,
+            LedgerError::Database(e) if timed_out(e) => true,
             LedgerError::Database(e) | LedgerError::Connect { cause: e, .. } => unavailable(e),
             _ => false,
         }
@@ -295,6 +299,16 @@ pub(crate) fn unavailable(e: &sqlx::Error) -> bool {
         }),
         _ => false,
     }
+}
+
+/// Whether the server cancelled the statement (`query_canceled`, SQLSTATE 57014): the statement
+/// timeout every ledger connection sets (`SET_STATEMENT_TIMEOUT`) ran out, on a ledger stalled by
+/// a lock or an overloaded server, or an operator cancelled it. Nothing of it was kept, and the
+/// same request may succeed a moment later: unavailable, never an internal error (issue 53). Not
+/// a reason to retry opening the ledger ([`unavailable`]): a connection's first statements do
+/// not wait on locks.
+fn timed_out(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(QUERY_CANCELED))
 }
 
 /// Whether an I/O error is rustls refusing the handshake (its own error or the server's alert),

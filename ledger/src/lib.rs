@@ -13,7 +13,8 @@
 //! `statement.rs` (a `Stmt` and its `Arg`s, and the one place they meet sqlx)
 //! and `row.rs` (reading a row of either store) are the layer that keeps module code free of
 //! sqlx's bounds; `error.rs`, `values.rs`, `requests.rs` and `record.rs` the types the traits speak
-//! (`record.rs` also the column lists every statement names instead of `*`); `migrate.rs` the
+//! (`record.rs` also the column lists every statement names instead of `*`); `ownership.rs` the rows an
+//! operation owns, read from the catalog for the prune; `migrate.rs` the
 //! migrations `payonce migrate` applies, and `schema.rs` the check a serving process makes instead
 //! (docs/decisions/004-expand-contract-migrations.md).
 
@@ -31,6 +32,7 @@ mod migrate;
 mod moves;
 mod operations;
 pub mod outage;
+pub mod ownership;
 pub mod postgres;
 pub mod profiles;
 mod queue;

@@ -281,8 +281,9 @@ impl Dialect for Postgres {
     const NOW: Option<&'static str> = Some(NOW);
     const LOCK_PRUNABLE: &'static str = super::retention::LOCK_PRUNABLE_POSTGRES;
     const CLOSE_KNOWN_HINTS: &'static str = super::webhooks::CLOSE_KNOWN_HINTS_POSTGRES;
-    const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
-        super::retention::DELETE_OPERATIONS_POSTGRES;
+    const FOREIGN_KEYS: &'static str = super::ownership::FOREIGN_KEYS_POSTGRES;
+    const KEYED_TABLES: &'static str = super::ownership::KEYED_TABLES_POSTGRES;
+    const JSON_IDS: &'static str = "(SELECT jsonb_array_elements_text($1::jsonb))";
 
     fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
         json_rows(param, columns)

@@ -7,14 +7,18 @@
 //!   reused key carries the same arguments ends with the period;
 //! - confirmation links and console sessions past their expiry by their period (with the codes
 //!   sent for them);
-//! - operations, with their events and approval rows, only for a tenant that set a period
+//! - operations, with every row they own (each table whose foreign key leads to `operations`,
+//!   read from the catalog: `ownership.rs`), only for a tenant that set a period
 //!   (`payonce tenant set-retention`, at least [`OPERATION_RETENTION_DAYS_MIN`] days; without one,
 //!   kept for ever): an operation in a final state with no refund referring to it, created and last
 //!   changed more than the period ago. Operations are the evidence of what was paid: nothing
 //!   unknown, waiting for a human, executing or ready is ever deleted, and a payment goes only
-//!   after its refunds (each refund is its own operation and goes first).
+//!   after its refunds (each refund is its own operation and goes first). A tenant whose prune
+//!   fails is logged and counted ([`Pruned::operation_tenants_failed`]), and the next goes on:
+//!   one stuck row never holds every later tenant's back.
 
 use super::dialect::Dialect;
+use super::ownership::OwnedRows;
 use super::row::LedgerRow;
 use super::statement::Stmt;
 use super::store::Store;
@@ -85,8 +89,11 @@ pub struct Pruned {
     pub links: u64,
     /// Expired console sessions.
     pub sessions: u64,
-    /// Operations past their tenant's period, with their events and approval rows.
+    /// Operations past their tenant's period, with every row they own.
     pub operations: u64,
+    /// Tenants whose operations could not be pruned this time (each logged with its cause; the
+    /// others were pruned).
+    pub operation_tenants_failed: u64,
 }
 
 /// The shortest retention period a tenant may set for its operations, days: the longest window in
@@ -95,9 +102,6 @@ pub struct Pruned {
 pub const OPERATION_RETENTION_DAYS_MIN: u32 = 540;
 /// The longest, days (a century: beyond it, "for ever" is the honest setting).
 pub const OPERATION_RETENTION_DAYS_MAX: u32 = 36_500;
-
-/// Tables holding an operation's rows ([`Dialect::DELETE_OPERATIONS`]).
-pub const OPERATION_TABLES: usize = 8;
 
 const TENANT_PERIODS: &str =
     "SELECT tenant_id, operation_days FROM tenant_retention ORDER BY tenant_id";
@@ -133,29 +137,6 @@ pub(crate) const LOCK_PRUNABLE_SQLITE: &str = concat!(
     prunable!(),
     " ORDER BY o.id"
 );
-/// Every table holding an operation's rows, those referring to another first; `$set` selects the
-/// ids from the JSON array `$1`.
-macro_rules! delete_operations {
-    ($set:literal) => {
-        [
-            concat!("DELETE FROM approval_codes WHERE operation_id IN ", $set),
-            concat!("DELETE FROM approval_notices WHERE operation_id IN ", $set),
-            concat!("DELETE FROM used_assertions WHERE operation_id IN ", $set),
-            concat!("DELETE FROM approval_links WHERE operation_id IN ", $set),
-            concat!("DELETE FROM approvals WHERE operation_id IN ", $set),
-            concat!("DELETE FROM operation_events WHERE operation_id IN ", $set),
-            concat!("DELETE FROM operation_search WHERE id IN ", $set),
-            concat!("DELETE FROM operations WHERE id IN ", $set),
-        ]
-    };
-}
-/// [`Dialect::DELETE_OPERATIONS`] on Postgres.
-pub(crate) const DELETE_OPERATIONS_POSTGRES: [&str; OPERATION_TABLES] =
-    delete_operations!("(SELECT jsonb_array_elements_text($1::jsonb))");
-/// [`Dialect::DELETE_OPERATIONS`] on SQLite.
-pub(crate) const DELETE_OPERATIONS_SQLITE: [&str; OPERATION_TABLES] =
-    delete_operations!("(SELECT value FROM json_each($1))");
-
 /// Checks a period a tenant asks for.
 pub fn operation_period(days: u32) -> Result<u32, LimitError> {
     if (OPERATION_RETENTION_DAYS_MIN..=OPERATION_RETENTION_DAYS_MAX).contains(&days) {
@@ -213,7 +194,7 @@ impl<DB: Dialect> Store<DB> {
                     retention.batch,
                 )
                 .await?,
-            operations: self.prune_operations(now, retention.batch).await?,
+            ..self.prune_operations(now, retention.batch).await?
         })
     }
 
@@ -249,35 +230,67 @@ impl<DB: Dialect> Store<DB> {
         Ok(days.and_then(|d| u32::try_from(d).ok()))
     }
 
-    /// Deletes every tenant's operations past its period, in bounded batches; how many.
-    async fn prune_operations(&self, now: Timestamp, batch: u32) -> Result<u64, LedgerError> {
+    /// Deletes every tenant's operations past its period, in bounded batches: how many, and how
+    /// many tenants failed (logged, then the next tenant goes on).
+    async fn prune_operations(&self, now: Timestamp, batch: u32) -> Result<Pruned, LedgerError> {
         let periods: Vec<(String, i64)> = self
             .all(Stmt::new(TENANT_PERIODS), |r| {
                 Ok((r.get("tenant_id")?, r.get("operation_days")?))
             })
             .await?;
-        let batch = batch.max(1);
-        let mut deleted = 0;
+        let mut pruned = Pruned::default();
+        if periods.is_empty() {
+            return Ok(pruned);
+        }
+        // Read once a prune: a migration adding a table that refers to operations is followed by
+        // the next prune without a release.
+        let owned = self.owned_rows().await?;
         for (tenant, days) in periods {
             let period = Duration::from_secs(u64::try_from(days).unwrap_or(u64::MAX) * 86_400);
             let cutoff = now.saturating_sub_span(period);
-            for _ in 0..PRUNE_BATCHES_MAX {
-                let ids: Vec<String> = self
-                    .all(
-                        Stmt::new(PRUNABLE)
-                            .bind(tenant.as_str())
-                            .bind(cutoff)
-                            .bind(i64::from(batch)),
-                        |r| r.get("id"),
-                    )
-                    .await?;
-                if ids.is_empty() {
-                    break;
+            match self
+                .prune_tenant(&owned, &tenant, cutoff, batch.max(1))
+                .await
+            {
+                Ok(n) => pruned.operations += n,
+                Err(error) => {
+                    pruned.operation_tenants_failed += 1;
+                    tracing::error!(
+                        tenant,
+                        %error,
+                        "prune: this tenant's operations were not pruned; the other tenants go on"
+                    );
                 }
-                deleted += self.delete_operations(&ids, cutoff).await?;
-                if ids.len() < usize::try_from(batch).unwrap_or(usize::MAX) {
-                    break;
-                }
+            }
+        }
+        Ok(pruned)
+    }
+
+    /// Deletes one tenant's operations prunable at `cutoff`, oldest first, in bounded batches.
+    async fn prune_tenant(
+        &self,
+        owned: &OwnedRows,
+        tenant: &str,
+        cutoff: Timestamp,
+        batch: u32,
+    ) -> Result<u64, LedgerError> {
+        let mut deleted = 0;
+        for _ in 0..PRUNE_BATCHES_MAX {
+            let ids: Vec<String> = self
+                .all(
+                    Stmt::new(PRUNABLE)
+                        .bind(tenant)
+                        .bind(cutoff)
+                        .bind(i64::from(batch)),
+                    |r| r.get("id"),
+                )
+                .await?;
+            if ids.is_empty() {
+                break;
+            }
+            deleted += self.delete_operations(owned, &ids, cutoff).await?;
+            if ids.len() < usize::try_from(batch).unwrap_or(usize::MAX) {
+                break;
             }
         }
         Ok(deleted)
@@ -287,6 +300,7 @@ impl<DB: Dialect> Store<DB> {
     /// the row locks) with every row of theirs; how many operations.
     async fn delete_operations(
         &self,
+        owned: &OwnedRows,
         ids: &[String],
         cutoff: Timestamp,
     ) -> Result<u64, LedgerError> {
@@ -311,8 +325,12 @@ impl<DB: Dialect> Store<DB> {
         let locked_json = serde_json::to_string(&locked)
             .map_err(|e| LedgerError::Corrupt(format!("prune ids: {e}")))?;
         let mut operations = 0;
-        for sql in DB::DELETE_OPERATIONS {
-            operations = DB::execute(&mut *tx, Stmt::new(sql).bind(locked_json.as_str())).await?;
+        for sql in owned.deletes() {
+            operations = DB::execute(
+                &mut *tx,
+                Stmt::built(sql.clone()).bind(locked_json.as_str()),
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(operations)

@@ -186,8 +186,9 @@ impl Dialect for Sqlite {
     // The single writer holds the file for the transaction: nothing changes between the statements.
     const LOCK_PRUNABLE: &'static str = super::retention::LOCK_PRUNABLE_SQLITE;
     const CLOSE_KNOWN_HINTS: &'static str = super::webhooks::CLOSE_KNOWN_HINTS_SQLITE;
-    const DELETE_OPERATIONS: [&'static str; super::retention::OPERATION_TABLES] =
-        super::retention::DELETE_OPERATIONS_SQLITE;
+    const FOREIGN_KEYS: &'static str = super::ownership::FOREIGN_KEYS_SQLITE;
+    const KEYED_TABLES: &'static str = super::ownership::KEYED_TABLES_SQLITE;
+    const JSON_IDS: &'static str = "(SELECT value FROM json_each($1))";
 
     fn json_rows(param: &str, columns: &[(&str, JsonColumn)]) -> String {
         json_rows(param, columns)

@@ -3,7 +3,7 @@
 //! answers every write it could not commit with `503` + `Retry-After`, every `201` names a row a
 //! fresh connection finds in the file, `/readyz` is not 200 while full, the metrics count the
 //! failures, and once there is room again new writes commit (the one connection is not left inside
-//! a transaction).
+//! a transaction). `payonce serve` on a full disk still stops within its grace of SIGTERM.
 
 use crate::api::{Reply, TestApi, raw_details, spawn};
 use crate::serve::scratch;
@@ -410,4 +410,150 @@ async fn a_commit_that_fails_on_a_full_filesystem_is_never_acknowledged() {
     assert_writes_commit_again(&api, &path, &again).await;
     api.stop().await;
     ledger.pool().close().await;
+}
+
+/// `serve`'s shutdown grace in [`serve_on_a_full_disk_stops_within_its_grace_of_sigterm`].
+const SERVE_GRACE: std::time::Duration = std::time::Duration::from_secs(6);
+/// Its submit timeout: the payments in flight at SIGTERM end (unknown outcomes to record) well
+/// inside the grace, and their outcomes then meet the full disk.
+const SERVE_SUBMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(5_500);
+/// What a process may take past its grace to exit (the runtime winding down, a loaded machine).
+const EXIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(3);
+/// Payments in flight when the disk fills.
+const IN_FLIGHT: usize = 4;
+
+/// The single create route's body for `invoice`, carrying its own approval (enqueued at once).
+fn approved_create(invoice: &str) -> serde_json::Value {
+    let details = raw_details(invoice, 2048);
+    let raw: payonce_core::details::RawDetails = serde_json::from_value(details.clone()).unwrap();
+    let hash = payonce_core::details::Details::parse(&raw).unwrap().hash();
+    json!({
+        "business_key": business_key(invoice),
+        "details": details,
+        "approval": {"details_hash": hash.as_str(), "approved_by": format!("mandate:{invoice}")},
+    })
+}
+
+/// Issue 53, item 6: `payonce serve` on a SQLite ledger whose filesystem is full, with payments in
+/// flight (the processor not answering until the submit timeout) and outcomes it then cannot
+/// write, exits within its `shutdown_grace_ms` of SIGTERM, as the separate daemons do (it used to
+/// wait a grace for the submissions, then another for the outcomes, and had no bound of its own):
+/// the real binary on a real tmpfs.
+#[tokio::test]
+async fn serve_on_a_full_disk_stops_within_its_grace_of_sigterm() {
+    use crate::serve::{banner_api, banner_word, read_banner, serve_command, stdout_lines};
+    let Some(fs) = Tmpfs::mount("full-serve", TMPFS_SIZE) else {
+        return;
+    };
+    let database_url = format!("sqlite:{}", fs.0.join("ledger.db").display());
+    let grace_ms = SERVE_GRACE.as_millis().to_string();
+    let submit_timeout_ms = SERVE_SUBMIT_TIMEOUT.as_millis().to_string();
+    let mut child = serve_command(
+        &fs.0,
+        &[],
+        &database_url,
+        &[
+            "--shutdown-grace-ms",
+            &grace_ms,
+            "--submit-timeout-ms",
+            &submit_timeout_ms,
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, crate::serve::START_DEADLINE).await;
+    // Keep reading: a full pipe must not be what holds the process.
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    let api = banner_api(&banner);
+    let service = banner_word(&banner, "service key");
+    let processor = banner
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("processor "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    // The processor takes the payments and does not answer: they stay in flight until the worker's
+    // submit timeout.
+    let armed = http
+        .post(format!("{processor}/_sim/faults"))
+        .json(&json!([{"match": "*", "fault": "hang"}]))
+        .send()
+        .await
+        .unwrap();
+    assert!(armed.status().is_success(), "{armed:?}");
+    let mut ids = Vec::new();
+    for i in 0..IN_FLIGHT {
+        let r = http
+            .post(format!("{api}/v1/operations"))
+            .bearer_auth(&service)
+            .json(&approved_create(&format!("FS-{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        let op: serde_json::Value = r.json().await.unwrap();
+        ids.push(op["id"].as_str().unwrap().to_string());
+    }
+    crate::support::wait_for(
+        "every payment submitted and in flight",
+        std::time::Duration::from_secs(30),
+        || {
+            let (http, api, service, ids) =
+                (http.clone(), api.clone(), service.clone(), ids.clone());
+            async move {
+                for id in ids {
+                    let op: serde_json::Value = http
+                        .get(format!("{api}/v1/operations/{id}"))
+                        .bearer_auth(&service)
+                        .send()
+                        .await
+                        .ok()?
+                        .json()
+                        .await
+                        .ok()?;
+                    if op["status"] != "executing" {
+                        return None;
+                    }
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
+    let _filler = fs.fill("filler");
+    // Writes now fail: the disk is full for the ledger too.
+    let refused = http
+        .post(format!("{api}/v1/operations"))
+        .bearer_auth(&service)
+        .json(&approved_create("FS-full"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+
+    let pid = child.id().unwrap().to_string();
+    let asked = std::time::Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let within = SERVE_GRACE + EXIT_MARGIN;
+    let exited = tokio::time::timeout(within * 10, child.wait()).await;
+    let took = asked.elapsed();
+    eprintln!("serve stopped {took:?} after SIGTERM (grace {SERVE_GRACE:?})");
+    assert!(
+        exited.is_ok() && took <= within,
+        "serve took {took:?} (still running: {}) to stop after SIGTERM; its grace is {SERVE_GRACE:?}",
+        exited.is_err()
+    );
 }

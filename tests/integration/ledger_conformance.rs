@@ -2416,7 +2416,8 @@ async fn prune_deletes_only_what_retention_lets_go() {
                 tool_answers: 1,
                 links: 0,
                 sessions: 0,
-                operations: 0
+                operations: 0,
+                operation_tenants_failed: 0,
             },
             "{}",
             ledger.store()

@@ -2,7 +2,8 @@
 //! alarm must not stay silent.
 //!
 //! - daemons started with another key secret after a restore refuse to run (the ledger keeps the
-//!   secret's fingerprint), and a SQLite ledger copied without its secret file is refused;
+//!   secret's fingerprint), and a SQLite ledger copied without its secret file is refused, as is
+//!   a secret file that is a link to nothing;
 //! - upstream re-sending a lost invoice with a recomputed amount reaches the processor under the
 //!   business action's key: one payment, and a human sees both with the first one's reference;
 //! - the same intention re-sent to a row the scan recreated settles it, without a human;
@@ -183,6 +184,42 @@ async fn a_sqlite_ledger_copied_without_its_secret_file_is_refused() {
     .unwrap();
     let (code, stdout, stderr) = payonce(&["migrate"], &copy, "", &sim.base_url()).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 53, item 7: a key secret file that is a link to nothing (a volume not mounted, a secret
+/// not restored) is refused with a sentence naming it, by every process, on the real binary; it
+/// used to overflow the stack (reading said "not found", creating said "exists", for ever).
+#[tokio::test]
+async fn a_key_secret_link_to_nothing_is_refused_with_a_sentence() {
+    let sim = processes::simulator(SimulatorConfig::default()).await;
+    let dir = std::env::temp_dir().join(format!(
+        "payonce-dangling-{}",
+        payonce_core::id::random_hex(6)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("ledger.db.key-secret");
+    std::os::unix::fs::symlink(dir.join("vault/not-mounted"), &link).unwrap();
+    let url = format!("sqlite:{}/ledger.db", dir.display());
+    for args in [vec!["migrate"], vec!["reconciler", "sweep", "--once"]] {
+        let (code, stdout, stderr) = payonce(&args, &url, "", &sim.base_url()).await;
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "payonce {args:?} with a dangling key secret link: exit {code:?} (a signal: none)\n\
+             {stdout}\n{stderr}"
+        );
+        assert!(
+            stderr.contains("is a symbolic link to")
+                && stderr.contains("not-mounted")
+                && stderr.contains("does not exist"),
+            "{stderr}"
+        );
+    }
+    assert!(
+        std::fs::symlink_metadata(&link).unwrap().is_symlink()
+            && !dir.join("vault/not-mounted").exists(),
+        "the link is left as it was, and nothing is written through it"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -153,8 +153,16 @@ fn parse_item(
     raw: Value,
     now: Timestamp,
 ) -> Result<(NewOperation, Option<BatchApproval>), HttpError> {
-    let item: ItemRequest = serde_json::from_value(raw)
-        .map_err(|e| HttpError::new(ErrorCode::InvalidJson, e.to_string()))?;
+    let item: ItemRequest = serde_path_to_error::deserialize(raw).map_err(|e| {
+        HttpError::new(
+            ErrorCode::InvalidJson,
+            // The path as the single route's `invalid_json` gives it (none at the item's root).
+            match e.path().to_string().as_str() {
+                "." => format!("operations[{index}]: {}", e.inner()),
+                path => format!("operations[{index}].{path}: {}", e.inner()),
+            },
+        )
+    })?;
     let fields = ScheduleFields {
         priority: item.priority,
         not_before: item.not_before,

@@ -113,6 +113,16 @@ async fn details_of(
         _ => return Err(not_refundable("only a succeeded payment can be refunded")),
     };
     let amount = amount.unwrap_or(paid.details.money().amount_minor());
+    // More than the whole payment is more than its refunds can ever leave: the documented
+    // `over_refund` (REST and the tool alike), not a malformed request (issue 53).
+    if amount > paid.details.money().amount_minor() {
+        let totals = state.ledger().refund_totals(tenant, payment).await?;
+        return Err(RefundError::Ledger(LedgerError::OverRefund {
+            payment: payment.clone(),
+            requested_minor: amount,
+            refundable_minor: totals.refundable_minor(),
+        }));
+    }
     Details::refund(&paid.details, &paid.id, reference, amount, reason)
         .map_err(|e| RefundError::Invalid(e.to_string()))
 }

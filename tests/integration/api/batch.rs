@@ -167,6 +167,45 @@ async fn a_mixed_batch_answers_each_item_as_the_single_route_would() {
     assert_eq!(after.len(), before.len() + 2);
 }
 
+/// Issue 53, item 9: a batch item whose body the single route would refuse as `invalid_json` names
+/// the same field, prefixed with the item (`operations[1].details.amount: …`).
+#[tokio::test]
+async fn a_malformed_item_names_its_field_as_the_single_route_does() {
+    let api = super::spawn(crate::support::sqlite_ledger().await).await;
+    let mut wrong_type = item("WT", false);
+    wrong_type["details"]["amount"] = json!("lots");
+    let single = api
+        .post("/v1/operations", &api.service, wrong_type.clone())
+        .await;
+    assert_eq!(single.status, 400, "{}", single.text);
+    assert_eq!(single.code(), "invalid_json");
+    let single_message = single.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        single_message.contains("details.amount"),
+        "{single_message}"
+    );
+
+    let body =
+        json!({"operations": [item("OK", false), wrong_type, {"business_key": "invoice:NF:pay"}]});
+    let r = api.post(BATCH, &api.service, body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let results = r.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results[1]["error"]["code"], "invalid_json");
+    let message = results[1]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("operations[1].details.amount: invalid type"),
+        "{message} (the single route: {single_message})"
+    );
+    let missing = results[2]["error"]["message"].as_str().unwrap();
+    assert!(
+        missing.starts_with("operations[2]: missing field `details`"),
+        "{missing}"
+    );
+}
+
 #[tokio::test]
 async fn a_batch_retried_after_its_response_was_lost_enqueues_nothing_twice() {
     let api = api().await;

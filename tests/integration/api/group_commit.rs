@@ -3,7 +3,8 @@
 //! groups are formed deliberately: every request is still answered as it would be alone, a
 //! repeated business key is never written twice, another tenant's request is never in the group,
 //! and an item the database refuses fails only its own request; each request keeps its own
-//! priority, `not_before` and approval expiry.
+//! priority, `not_before` and approval expiry. Held past the statement timeout, every request is
+//! answered `503` and every request whose client gave up is still written.
 
 use super::{TestApi, raw_details, spawn, tenant};
 use crate::support::{postgres_ledger, wait_for};
@@ -301,4 +302,131 @@ async fn each_request_of_a_group_keeps_its_own_priority_schedule_and_approval_ex
         metric(&api, "payonce_api_intake_groups_total").await,
         u64::try_from(lone + 1).unwrap()
     );
+}
+
+/// Clients that give up on a create after this long: long enough for a loaded machine to queue
+/// their request, well inside the statement timeout the ledger stalls past.
+const GIVE_UP: Duration = Duration::from_secs(3);
+/// Clients that wait: longer than two statement timeouts (15 s each) in a row.
+const PATIENT: Duration = Duration::from_secs(60);
+
+/// POSTs a create to `api` with a client of its own that gives up after `patience`: the answer,
+/// or `None` when the client gave up first.
+async fn create_within(api: &TestApi, body: Value, patience: Duration) -> Option<super::Reply> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(patience)
+        .build()
+        .unwrap();
+    let r = http
+        .post(format!("{}{CREATE}", api.base))
+        .bearer_auth(&api.service)
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.ok()?;
+    Some(super::Reply {
+        status,
+        headers,
+        text,
+    })
+}
+
+/// A retryable `503 unavailable`, with the pause to take.
+fn assert_unavailable_503(r: &super::Reply) {
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.code(), "unavailable", "{}", r.text);
+    assert!(!r.header("retry-after").is_empty(), "no Retry-After");
+}
+
+/// Issue 53, item 5: with the ledger stalled past its statement timeout (a lock held for longer
+/// than the 15 s every ledger connection allows a statement), every create is answered `503
+/// unavailable` with `Retry-After` (never `500`), and every create whose client gave up is written
+/// once the ledger takes writes again, as the module promises.
+#[tokio::test]
+async fn a_ledger_stalled_past_its_statement_timeout_answers_503_and_still_writes_the_abandoned() {
+    const GONE: usize = 6;
+    const WAITING: usize = 4;
+    let (ledger, url) = postgres_ledger().await;
+    let api = Arc::new(spawn(ledger).await);
+    let held = HeldWriters::hold(&url).await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    // One writer blocked on the lock with a patient request...
+    let lone = {
+        let api = Arc::clone(&api);
+        tokio::spawn(async move { create_within(&api, approved("L0", 2048, None), PATIENT).await })
+    };
+    queued(&api, &url, GROUP_WRITERS_MAX, 0).await;
+    // ...long enough that the next group's timeout comes well inside the server's request limit.
+    wait_for(
+        "the lone write blocked for 8 s",
+        Duration::from_secs(20),
+        || {
+            let pool = pool.clone();
+            async move {
+                let blocked: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO operations%' \
+                     AND now() - query_start > interval '8 seconds'",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (blocked == 1).then_some(())
+            }
+        },
+    )
+    .await;
+    let send = |invoice: String, patience: Duration| {
+        let api = Arc::clone(&api);
+        tokio::spawn(
+            async move { create_within(&api, approved(&invoice, 2048, None), patience).await },
+        )
+    };
+    let gone: Vec<_> = (0..GONE).map(|i| send(format!("G{i}"), GIVE_UP)).collect();
+    let waiting: Vec<_> = (0..WAITING)
+        .map(|i| send(format!("P{i}"), PATIENT))
+        .collect();
+    queued(
+        &api,
+        &url,
+        GROUP_WRITERS_MAX,
+        u64::try_from(GONE + WAITING).unwrap(),
+    )
+    .await;
+    for g in gone {
+        assert!(
+            g.await.unwrap().is_none(),
+            "a client that gave up heard an answer"
+        );
+    }
+    // The lone write meets the statement timeout; then the queued group does.
+    assert_unavailable_503(&lone.await.unwrap().expect("an answer within the patience"));
+    for w in waiting {
+        assert_unavailable_503(&w.await.unwrap().expect("an answer within the patience"));
+    }
+    held.release().await;
+    // Every create whose client gave up is written (once: one row per business key).
+    wait_for(
+        "every abandoned create written",
+        Duration::from_secs(60),
+        || {
+            let pool = pool.clone();
+            async move {
+                let written: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM operations WHERE business_key LIKE 'invoice:G%:pay' \
+                     AND status = 'ready'",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (written == i64::try_from(GONE).unwrap()).then_some(())
+            }
+        },
+    )
+    .await;
+    pool.close().await;
 }

@@ -658,6 +658,11 @@ async fn the_confirmation_question_and_a_declined_retry_on_the_wire() {
             .contains("/confirm/")
     );
     assert!(result.get("content").is_none() && result.get("structuredContent").is_none());
+    // Issue 53, item 9: the spec requires a URL-mode elicitation to carry a unique, non-empty id.
+    let elicitation_id = request["params"]["elicitationId"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!elicitation_id.is_empty(), "no elicitationId: {text}");
 
     let (_, _, text) = raw_post(
         &api,
@@ -690,6 +695,14 @@ async fn the_confirmation_question_and_a_declined_retry_on_the_wire() {
     .await;
     let keyed: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(keyed["result"]["resultType"], "input_required", "{text}");
+    let again =
+        &keyed["result"]["inputRequests"]["payonce_confirmation"]["params"]["elicitationId"];
+    assert!(
+        again
+            .as_str()
+            .is_some_and(|a| !a.is_empty() && a != elicitation_id),
+        "each question has an id of its own: {text}"
+    );
 
     // Without the capability: the plain outcome, no question.
     let plain = serde_json::to_vec(&modern_call(

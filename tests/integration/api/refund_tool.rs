@@ -205,6 +205,45 @@ async fn request_refund_proposes_once_in_every_format_and_never_asks_a_customer(
     api.stop().await;
 }
 
+/// Issue 53, item 9: a refund of more than the whole payment is the documented `over_refund`, through
+/// the tool (a tool error, not `invalid_arguments`) and through `POST /v1/refunds` alike.
+#[tokio::test]
+async fn a_refund_above_the_whole_payment_is_an_over_refund_through_the_tool_and_the_route() {
+    let api = spawn(sqlite_ledger().await).await;
+    let payment = paid(&api, "INV-RF9", 2048).await;
+    for format in FORMATS {
+        let (a, is_error) = call_tool(
+            &api,
+            &api.assistant,
+            format,
+            "call_above",
+            "request_refund",
+            json!({"payment_operation_id": payment, "amount": 2049, "reason": "duplicate"}),
+        )
+        .await;
+        assert!(is_error, "{format}: {a}");
+        assert_eq!(
+            (a["outcome"].as_str(), a["error"]["code"].as_str()),
+            (Some("conflict"), Some("over_refund")),
+            "{format}: {a}"
+        );
+        assert!(
+            a["error"]["message"].as_str().unwrap().contains("2048"),
+            "{format}: what is left is named: {a}"
+        );
+    }
+    let r = api
+        .post(
+            "/v1/refunds",
+            &api.service,
+            json!({"business_key": "refund:RF9", "payment_operation_id": payment, "amount": 2049, "reason": "duplicate"}),
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert_eq!(r.code(), "over_refund");
+    assert_eq!(api.operation_count().await, 1, "nothing was proposed");
+}
+
 #[tokio::test]
 async fn request_refund_is_defined_in_every_providers_shape() {
     let api = spawn(sqlite_ledger().await).await;

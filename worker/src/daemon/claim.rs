@@ -233,8 +233,10 @@ impl Pipeline {
     /// started too: a stopped batch gives its leases back at once), flushes the writer, and gives
     /// back what its last write claimed. Returns how many operations this pipeline claimed.
     async fn drain(mut self, writer: JoinHandle<()>) -> u64 {
-        let grace = self.worker.config.shutdown_grace;
-        let drained = tokio::time::timeout(grace, async {
+        // One deadline for the batches and the writer together: outcomes the ledger cannot take (a
+        // full disk) must not add a second grace to the first (issue 53).
+        let deadline = tokio::time::Instant::now() + self.worker.config.shutdown_grace;
+        let drained = tokio::time::timeout_at(deadline, async {
             loop {
                 tokio::select! {
                     done = self.batches.join_next() => if done.is_none() { break },
@@ -250,7 +252,11 @@ impl Pipeline {
             self.batches.abort_all();
         }
         drop(self.record_tx);
-        let _ = tokio::time::timeout(grace, writer).await;
+        if tokio::time::timeout_at(deadline, writer).await.is_err() {
+            tracing::warn!(
+                "shutdown grace elapsed with outcomes not yet written; their leases will lapse to the reconciler"
+            );
+        }
         // The writer is done (or given up on): what its last write claimed goes back.
         self.refilled.close();
         while let Ok(c) = self.refilled.try_recv() {

@@ -92,10 +92,14 @@ fn question(url: String, reply: &ToolReply) -> Result<InputRequiredResult, Error
         "Approve the payment of {amount} for invoice {invoice} on payonce's confirmation page. Nothing is \
          charged until you approve it there."
     );
+    // The spec requires a URL-mode elicitation to carry a unique `elicitationId` (the client
+    // correlates its completion notice with it); one of its own, unrelated to the link's token.
+    let elicitation_id = format!("elicit_{}", payonce_core::id::random_hex(16));
     serde_json::from_value(json!({
         "resultType": "input_required",
         "inputRequests": {INPUT_KEY: {"method": "elicitation/create",
-                                      "params": {"mode": "url", "message": message, "url": url}}},
+                                      "params": {"mode": "url", "message": message, "url": url,
+                                                 "elicitationId": elicitation_id}}},
     }))
     .map_err(|e| ErrorData::internal_error(format!("input request does not encode: {e}"), None))
 }
