@@ -129,6 +129,9 @@ impl SubmitPolicy {
             SubmitOutcome::KeyReused { reason } => Recorded::NeedsAttention {
                 reason: format!("{KEY_REUSED_HEAD}: {reason}"),
             },
+            // The processor answered: never retried automatically (it would refuse every attempt
+            // the same way), never exhausted as if nothing had been sent.
+            SubmitOutcome::Misconfigured { reason } => Recorded::NeedsAttention { reason },
         }
     }
 }

@@ -83,7 +83,8 @@ impl Reachability {
             | SubmitOutcome::Declined { .. }
             | SubmitOutcome::NotSubmitted { .. }
             | SubmitOutcome::RateLimited { .. }
-            | SubmitOutcome::KeyReused { .. } => {
+            | SubmitOutcome::KeyReused { .. }
+            | SubmitOutcome::Misconfigured { .. } => {
                 match self.down_since_ms.swap(REACHABLE, Ordering::AcqRel) {
                     REACHABLE => None,
                     UNOBSERVED => {
