@@ -183,6 +183,8 @@ pub fn while_unreachable(
         Some(expiry) if retry_at < expiry => Recorded::RetryLater {
             reason,
             available_at: retry_at,
+            // Waiting out an outage spends none of `attempt_max`.
+            counted: false,
         },
         _ => Recorded::Exhausted {
             reason: format!(
@@ -248,7 +250,9 @@ mod tests {
             Recorded::RetryLater {
                 reason,
                 available_at: available_at_ms,
+                counted,
             } => {
+                assert!(!counted, "an outage spends none of attempt_max");
                 assert_eq!(reason, "refused");
                 assert_eq!(available_at_ms, at(160_000));
             }

@@ -242,55 +242,66 @@ async fn a_processor_redirect_is_never_followed_and_a_sent_write_is_unknown() {
 
 // ---- 3: an answer after an outage ------------------------------------------------------------
 
-/// A Stripe error answer: `status` with `{"error": {"type": ..., "code": ..., "message": ...}}`.
-fn stripe_error(status: u16, code: &str) -> (u16, Value) {
-    (
-        status,
-        json!({"error": {"type": "invalid_request_error", "code": code, "message": format!("refused: {code}")}}),
-    )
-}
+/// What the processor answers once it is back: a status, a JSON body, and whether Adyen's
+/// `Transient-Error: true` header comes with it.
+type Answer = (u16, Value, bool);
 
 /// Serves `answer` on `port` (which refused connections until now).
-async fn answering_on(port: u16, (status, body): (u16, Value)) {
+async fn answering_on(port: u16, (status, body, transient): Answer) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
     let app = axum::Router::new().fallback(move || {
         let body = body.clone();
         async move {
-            (
+            let mut response = axum::response::IntoResponse::into_response((
                 axum::http::StatusCode::from_u16(status).unwrap(),
                 [("content-type", "application/json")],
                 body.to_string(),
-            )
+            ));
+            if transient {
+                response
+                    .headers_mut()
+                    .insert("transient-error", "true".parse().unwrap());
+            }
+            response
         }
     });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 }
 
-/// A worker on `port` through the Stripe adapter, retrying at once (1 ms backoff).
-fn worker_on(ledger: &SharedLedger, port: u16) -> Worker {
-    let processor: Arc<dyn Processor> = Arc::new(
-        StripeProcessor::new(StripeConfig::new(
-            format!("http://127.0.0.1:{port}"),
-            "sk_test_payonce",
-        ))
-        .unwrap(),
-    );
-    let mut config = WorkerConfig::new("w-outage");
-    config.submit.retry_base = Duration::from_millis(1);
-    config.submit.retry_max = Duration::from_millis(2);
-    Worker::new(ledger.clone(), processor, Arc::new(SystemClock), config).unwrap()
+/// The Stripe adapter to `base`.
+fn stripe_at(base: String) -> Arc<dyn Processor> {
+    Arc::new(StripeProcessor::new(StripeConfig::new(base, "sk_test_payonce")).unwrap())
 }
 
-/// Runs `op` through `attempt_max` refused connections, then a processor answering `answer`: the
-/// row once it has left `ready`.
-async fn outage_then(ledger: &SharedLedger, op: &Operation, answer: (u16, Value)) -> Operation {
+/// The Adyen adapter to `base`.
+fn adyen_at(base: String) -> Arc<dyn Processor> {
+    Arc::new(adapter(&base))
+}
+
+/// Runs `op` through `attempt_max` refused connections, then a processor (`processor` at the same
+/// address, retrying at once: 1 ms backoff) answering `answer`: the row once it has left `ready`.
+async fn outage_then(
+    ledger: &SharedLedger,
+    op: &Operation,
+    processor: fn(String) -> Arc<dyn Processor>,
+    answer: Answer,
+) -> Operation {
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = free.local_addr().unwrap().port();
     drop(free);
-    let worker = worker_on(ledger, port);
-    let attempt_max = WorkerConfig::new("x").submit.attempt_max;
+    let mut config = WorkerConfig::new("w-outage");
+    config.submit.retry_base = Duration::from_millis(1);
+    config.submit.retry_max = Duration::from_millis(2);
+    let attempt_max = config.submit.attempt_max;
+    let worker = Worker::with_processors(
+        ledger.clone(),
+        Processors::single(processor(format!("http://127.0.0.1:{port}"))),
+        Arc::new(SystemClock),
+        config,
+    )
+    .unwrap();
     let refused = wait_for("the refused claims", DEADLINE, || async {
         worker.run_once().await.unwrap();
         let row = ledger.get(&op.tenant, &op.id).await.unwrap();
@@ -298,7 +309,11 @@ async fn outage_then(ledger: &SharedLedger, op: &Operation, answer: (u16, Value)
         (row.attempt >= attempt_max).then_some(row)
     })
     .await;
-    assert_eq!(refused.attempt, attempt_max);
+    assert_eq!(
+        (refused.attempt, refused.not_sent_attempts),
+        (attempt_max, 0),
+        "an outage spends none of attempt_max"
+    );
     answering_on(port, answer).await;
     wait_for("the answer recorded", DEADLINE, || async {
         worker.run_once().await.unwrap();
@@ -306,6 +321,15 @@ async fn outage_then(ledger: &SharedLedger, op: &Operation, answer: (u16, Value)
         (row.status != Status::Ready).then_some(row)
     })
     .await
+}
+
+/// A Stripe error answer: `status` with `{"error": {"type": ..., "code": ..., "message": ...}}`.
+fn stripe_error(status: u16, code: &str) -> Answer {
+    (
+        status,
+        json!({"error": {"type": "invalid_request_error", "code": code, "message": format!("refused: {code}")}}),
+        false,
+    )
 }
 
 #[tokio::test]
@@ -317,7 +341,13 @@ async fn a_refund_answered_400_after_an_outage_fails_by_its_code() {
         .unwrap()
         .operation;
     let refund = rows::approved(&ledger, &refund, now() + Duration::from_secs(3600), now()).await;
-    let after = outage_then(&ledger, &refund, stripe_error(400, "resource_missing")).await;
+    let after = outage_then(
+        &ledger,
+        &refund,
+        stripe_at,
+        stripe_error(400, "resource_missing"),
+    )
+    .await;
     assert_eq!(after.status, Status::Failed, "{after:?}");
     assert_eq!(after.failure_code.as_deref(), Some("resource_missing"));
     let message = after.failure_message.unwrap_or_default();
@@ -330,12 +360,12 @@ async fn a_payment_answered_4xx_after_an_outage_is_the_processors_answer_not_a_r
 {
     let ledger = sqlite_ledger().await;
     let op = rows::ready(&ledger, "INV-OUTAGE-P", "pm_card_visa", now()).await;
-    let after = outage_then(&ledger, &op, stripe_error(400, "parameter_missing")).await;
+    let after = outage_then(&ledger, &op, stripe_at, stripe_error(400, "parameter_missing")).await;
     assert_eq!(after.status, Status::Failed, "{after:?}");
     assert_eq!(after.failure_code.as_deref(), Some("parameter_missing"));
     // A wrong key after an outage: the processor answered, a configuration error for a human.
     let op = rows::ready(&ledger, "INV-OUTAGE-K", "pm_card_visa", now()).await;
-    let after = outage_then(&ledger, &op, stripe_error(401, "")).await;
+    let after = outage_then(&ledger, &op, stripe_at, stripe_error(401, "")).await;
     assert_eq!(after.status, Status::NeedsAttention, "{after:?}");
     let message = after.failure_message.unwrap_or_default();
     assert!(
@@ -343,6 +373,32 @@ async fn a_payment_answered_4xx_after_an_outage_is_the_processors_answer_not_a_r
         "{message}"
     );
     assert!(!message.contains("attempt 6 of 5"), "{message}");
+}
+
+#[tokio::test]
+async fn after_an_outage_the_attempt_cap_counts_only_attempts_that_executed_nothing() {
+    let ledger = sqlite_ledger().await;
+    let op = rows::ready(&ledger, "INV-OUTAGE-T", "pm_card_visa", now()).await;
+    // Adyen answers 500 with `Transient-Error: true` every time: nothing reached the issuer.
+    let transient = (
+        500,
+        json!({"status": 500, "errorCode": "000", "errorType": "internal", "message": "m"}),
+        true,
+    );
+    let after = outage_then(&ledger, &op, adyen_at, transient).await;
+    let attempt_max = WorkerConfig::new("x").submit.attempt_max;
+    assert_eq!(after.status, Status::NeedsAttention, "{after:?}");
+    assert_eq!(after.failure_code.as_deref(), Some("attempts_exhausted"));
+    let message = after.failure_message.unwrap_or_default();
+    assert!(
+        message.ends_with(&format!("(attempt {attempt_max} of {attempt_max} that executed nothing)")),
+        "{message}"
+    );
+    assert_eq!(
+        (after.attempt, after.not_sent_attempts),
+        (2 * attempt_max, attempt_max - 1),
+        "five refused claims, then five that executed nothing; the cap reached, never passed"
+    );
 }
 
 // ---- 8: Adyen notifications -------------------------------------------------------------------
