@@ -76,7 +76,11 @@ async fn a_destination_for_a_tenant_on_adyen_is_refused_at_creation_alone_and_in
     assert_eq!(results[0]["error"]["code"], single.code());
     assert_eq!(results[0]["error"]["message"], message.as_str());
     assert_eq!(results[1]["status"], 201, "{results}");
-    assert_eq!(api.operation_count().await, 1, "nothing created for the refused");
+    assert_eq!(
+        api.operation_count().await,
+        1,
+        "nothing created for the refused"
+    );
 
     // The same details for a tenant on Stripe, which carries a destination: created.
     ledger
@@ -115,9 +119,15 @@ async fn an_approved_destination_is_never_sent_to_adyen_without_it() {
         .set_processor(&tenant(), ProcessorKind::Adyen, now())
         .await
         .unwrap();
-    let row = rows::created(&ledger, &tenant(), "INV-DEST-3", to_destination("INV-DEST-3"), now())
-        .await
-        .operation;
+    let row = rows::created(
+        &ledger,
+        &tenant(),
+        "INV-DEST-3",
+        to_destination("INV-DEST-3"),
+        now(),
+    )
+    .await
+    .operation;
     assert_eq!(row.processor, Some(ProcessorKind::Adyen));
     let ready = rows::approved(&ledger, &row, now() + Duration::from_secs(3600), now()).await;
     let processors = Processors::single(Arc::new(adapter(&s.base)));
@@ -131,7 +141,10 @@ async fn an_approved_destination_is_never_sent_to_adyen_without_it() {
     assert_eq!(worker.run_once().await.unwrap(), 1);
     let after = ledger.get(&tenant(), &ready.id).await.unwrap();
     assert_eq!(after.status, Status::Rejected, "{after:?}");
-    assert_eq!(after.failure_code.as_deref(), Some("destination_unsupported"));
+    assert_eq!(
+        after.failure_code.as_deref(),
+        Some("destination_unsupported")
+    );
     assert_eq!(
         after.first_submitted_at, None,
         "a rejection withdraws the claim's submission record: nothing was sent"
@@ -152,9 +165,15 @@ async fn an_approved_destination_is_never_sent_to_adyen_without_it() {
 async fn a_switch_to_adyen_is_refused_while_an_operation_with_a_destination_is_open() {
     let dir = crate::serve::scratch("edge-switch");
     let (ledger, url) = support::postgres_ledger().await;
-    let open = rows::created(&ledger, &tenant(), "INV-DEST-4", to_destination("INV-DEST-4"), now())
-        .await
-        .operation;
+    let open = rows::created(
+        &ledger,
+        &tenant(),
+        "INV-DEST-4",
+        to_destination("INV-DEST-4"),
+        now(),
+    )
+    .await
+    .operation;
     let refused = crate::tenant_processor::set_processor(&dir, &url, "acme", "adyen").await;
     assert!(!refused.status.success(), "{refused:?}");
     let said = String::from_utf8_lossy(&refused.stderr);
@@ -305,7 +324,11 @@ async fn outage_then(
     let refused = wait_for("the refused claims", DEADLINE, || async {
         worker.run_once().await.unwrap();
         let row = ledger.get(&op.tenant, &op.id).await.unwrap();
-        assert_eq!(row.status, Status::Ready, "refused connections send nothing");
+        assert_eq!(
+            row.status,
+            Status::Ready,
+            "refused connections send nothing"
+        );
         (row.attempt >= attempt_max).then_some(row)
     })
     .await;
@@ -360,7 +383,13 @@ async fn a_payment_answered_4xx_after_an_outage_is_the_processors_answer_not_a_r
 {
     let ledger = sqlite_ledger().await;
     let op = rows::ready(&ledger, "INV-OUTAGE-P", "pm_card_visa", now()).await;
-    let after = outage_then(&ledger, &op, stripe_at, stripe_error(400, "parameter_missing")).await;
+    let after = outage_then(
+        &ledger,
+        &op,
+        stripe_at,
+        stripe_error(400, "parameter_missing"),
+    )
+    .await;
     assert_eq!(after.status, Status::Failed, "{after:?}");
     assert_eq!(after.failure_code.as_deref(), Some("parameter_missing"));
     // A wrong key after an outage: the processor answered, a configuration error for a human.
@@ -391,7 +420,9 @@ async fn after_an_outage_the_attempt_cap_counts_only_attempts_that_executed_noth
     assert_eq!(after.failure_code.as_deref(), Some("attempts_exhausted"));
     let message = after.failure_message.unwrap_or_default();
     assert!(
-        message.ends_with(&format!("(attempt {attempt_max} of {attempt_max} that executed nothing)")),
+        message.ends_with(&format!(
+            "(attempt {attempt_max} of {attempt_max} that executed nothing)"
+        )),
         "{message}"
     );
     assert_eq!(
@@ -435,18 +466,16 @@ async fn an_unverifiable_notification_leaves_an_operation_never_submitted_alone(
     )
     .await;
     let pass = rec.check_hints_once().await.unwrap();
-    assert_eq!(
-        (pass.without_approval, pass.unproven),
-        (0, 1),
-        "{pass:?}"
-    );
+    assert_eq!((pass.without_approval, pass.unproven), (0, 1), "{pass:?}");
     let row = ledger.get(&tenant(), &awaiting.id).await.unwrap();
     assert_eq!(row.status, Status::AwaitingApproval, "{row:?}");
     let events = ledger.events(&tenant(), &awaiting.id).await.unwrap();
     assert!(
-        events
-            .iter()
-            .all(|e| !e.detail.as_deref().unwrap_or("").contains("WITHOUT APPROVAL")),
+        events.iter().all(|e| !e
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("WITHOUT APPROVAL")),
         "{events:?}"
     );
     s.sim.shutdown().await;
@@ -469,7 +498,13 @@ async fn a_saved_500_contradicted_by_a_signed_notification_is_escalated_naming_i
         .await;
     let outcome = payonce_processor::operation::submit(&p, &c).await;
     assert!(
-        matches!(outcome, SubmitOutcome::Unknown { reference: None, .. }),
+        matches!(
+            outcome,
+            SubmitOutcome::Unknown {
+                reference: None,
+                ..
+            }
+        ),
         "{outcome:?}"
     );
     rows::record(

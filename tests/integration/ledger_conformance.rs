@@ -462,7 +462,10 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             .unwrap();
         assert_eq!(op.status, Status::Ready);
         assert_eq!(op.first_submitted_at, None, "nothing ever left");
-        assert_eq!(op.not_sent_attempts, 1, "a counted attempt spends attempt_max");
+        assert_eq!(
+            op.not_sent_attempts, 1,
+            "a counted attempt spends attempt_max"
+        );
         assert!(
             ledger
                 .claim(&holder("w3"), 10, later + ms(4_999))
@@ -654,7 +657,11 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
             .await
             .unwrap();
         assert_eq!(
-            (b_row.status, b_row.first_submitted_at, b_row.not_sent_attempts),
+            (
+                b_row.status,
+                b_row.first_submitted_at,
+                b_row.not_sent_attempts
+            ),
             (Status::Ready, None, 0),
             "a rate limit waits and spends none of attempt_max"
         );

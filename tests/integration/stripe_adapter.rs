@@ -428,7 +428,10 @@ async fn an_unknown_payment_method_is_final_and_wrong_keys_and_missing_endpoints
     let op = Op::new("pm_card_visa");
     match op.submit(&wrong_key).await {
         SubmitOutcome::Misconfigured { reason } => {
-            assert!(reason.contains("401") && reason.contains("configuration error"), "{reason}")
+            assert!(
+                reason.contains("401") && reason.contains("configuration error"),
+                "{reason}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -143,7 +143,11 @@ fn classify_error(status: u16, transient: bool, body: &[u8]) -> SubmitOutcome {
             } else {
                 format!("adyen_{code}")
             },
-            message: if message.is_empty() { described } else { message },
+            message: if message.is_empty() {
+                described
+            } else {
+                message
+            },
             reference: None,
         },
         500..=599 if transient => SubmitOutcome::NotSubmitted {

@@ -172,7 +172,11 @@ pub fn classify_response(status: u16, body: &[u8]) -> SubmitOutcome {
             } else {
                 code
             },
-            message: if message.is_empty() { described } else { message },
+            message: if message.is_empty() {
+                described
+            } else {
+                message
+            },
             reference,
         },
         _ => SubmitOutcome::Unknown {

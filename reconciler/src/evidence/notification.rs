@@ -483,7 +483,11 @@ mod tests {
 
     #[test]
     fn a_notification_for_an_operation_never_submitted_is_unproven_whatever_it_says() {
-        for status in [Status::AwaitingApproval, Status::Cancelled, Status::Rejected] {
+        for status in [
+            Status::AwaitingApproval,
+            Status::Cancelled,
+            Status::Rejected,
+        ] {
             for item in [
                 authorisation("PSPMADEUP0000001", 2048, true),
                 authorisation("PSPMADEUP0000001", 999, true),

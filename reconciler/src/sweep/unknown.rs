@@ -258,7 +258,8 @@ impl Reconciler {
             return Ok(why);
         }
         Ok(
-            match crate::evidence::notification::reported_payments(self.ledger.as_ref(), op).await? {
+            match crate::evidence::notification::reported_payments(self.ledger.as_ref(), op).await?
+            {
                 Some(reported) => format!("{why}; {reported}"),
                 None => why,
             },
