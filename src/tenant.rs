@@ -25,7 +25,7 @@ use payonce_core::priority::{
 };
 use payonce_ledger::SharedLedger;
 use payonce_ledger::verification::VerificationMethod;
-use payonce_processor::ProcessorKind;
+use payonce_processor::{ProcessorKind, carry};
 
 /// The tenant commands (each sets one of the tenant's settings, as the command names say).
 #[derive(Debug, Clone, Subcommand)]
@@ -123,6 +123,9 @@ pub enum TenantCommand {
         support_email: Option<String>,
     },
 }
+
+/// Most open operations `set-processor` names when it refuses a switch.
+const OPEN_SHOWN_MAX: u32 = 5;
 
 /// Who a share set from the command line is recorded as set by.
 const SHARE_ACTOR: &str = "cli:tenant set-share";
@@ -226,9 +229,30 @@ async fn set_processor(
 ) -> anyhow::Result<()> {
     let tenant = TenantId::parse(tenant)?;
     let profiles = ledger.profiles();
+    let kind: ProcessorKind = choice.into();
+    // What executes must be what was approved (issue 53): no switch to a processor that cannot
+    // carry a destination while one is open, so none is created for it meanwhile.
+    if !carry::carries_destination(kind) {
+        let open = profiles
+            .open_with_destination(&tenant, OPEN_SHOWN_MAX)
+            .await?;
+        if !open.is_empty() {
+            let ids: Vec<&str> = open.iter().map(|id| id.as_str()).collect();
+            anyhow::bail!(
+                "tenant {tenant} has open operations carrying a destination ({}{}), which {kind} \
+                 cannot carry: settle or cancel them first; nothing was changed",
+                ids.join(", "),
+                if open.len() >= OPEN_SHOWN_MAX as usize {
+                    ", …"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     let before = profiles.processor(&tenant).await?;
     profiles
-        .set_processor(&tenant, choice.into(), SystemClock.now())
+        .set_processor(&tenant, kind, SystemClock.now())
         .await?;
     let now = profiles
         .processor(&tenant)

@@ -80,6 +80,10 @@ impl AppState {
         // Called by path: the route-table test reads every method call of that name here as a route.
         Processors::route(self.processors.as_ref()?, op).ok()
     }
+    /// The processor an operation naming none is served by, if this api is configured for one.
+    pub fn default_processor(&self) -> Option<payonce_processor::ProcessorKind> {
+        self.processors.as_ref().map(Processors::default_kind)
+    }
     /// The tenant-facing ledger.
     pub fn ledger(&self) -> &Arc<dyn TenantLedger> {
         &self.ledger

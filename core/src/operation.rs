@@ -44,6 +44,9 @@ pub struct Operation {
     pub last_submitted_at: Option<Timestamp>,
     /// How many requests may have left (all with the same key).
     pub submit_count: i64,
+    /// The attempts since the last human decision that ended with nothing executed and count toward
+    /// `attempt_max` (a refused connection or a rate limit never counts).
+    pub not_sent_attempts: i64,
     /// Processor reference.
     pub external_ref: Option<String>,
     /// Stored processor result (kept whole as evidence; serialized as its summary only).
@@ -192,6 +195,9 @@ pub enum Recorded {
         reason: String,
         /// When it may be claimed again.
         available_at: Timestamp,
+        /// Whether this attempt counts toward `attempt_max` (`not_sent_attempts`): false for a
+        /// refused connection or a rate limit, which only wait.
+        counted: bool,
     },
     /// Nothing was sent and the attempt limit is spent.
     Exhausted {

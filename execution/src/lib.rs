@@ -89,9 +89,24 @@ pub async fn execute<R: Recorder>(
             }
         }
         (None, Ok(processor)) => {
-            recorder.started(&op).await?;
-            failpoint::hit(FailPoint::AfterSubmissionRecorded);
-            submit::submit_claimed(ex, processor.as_ref(), &op).await
+            match payonce_processor::carry::uncarried(ex.processors.kind_of(&op), &op.details) {
+                // Created before its tenant's processor could not carry it (a switch raced the
+                // create, or a row naming no processor served by a process configured for
+                // another): refused before anything is sent, never sent without the detail.
+                Some(uncarried) => {
+                    tracing::error!(operation = %op.id, tenant = %op.tenant,
+                        "rejected before submission: {uncarried}");
+                    Recorded::Rejected {
+                        code: uncarried.code(),
+                        message: format!("{uncarried}; nothing was sent"),
+                    }
+                }
+                None => {
+                    recorder.started(&op).await?;
+                    failpoint::hit(FailPoint::AfterSubmissionRecorded);
+                    submit::submit_claimed(ex, processor.as_ref(), &op).await
+                }
+            }
         }
     };
     recorder.record(op, recorded).await

@@ -77,7 +77,9 @@ impl SubmitPolicy {
         )
     }
 
-    /// Maps a submission outcome to the fenced write that records it.
+    /// Maps a submission outcome to the fenced write that records it; `attempt` is this attempt's
+    /// number among those that count toward `attempt_max` (the row's `not_sent_attempts` + 1: a
+    /// refused connection or a rate limit never counts, so an outage never spends the cap).
     pub fn to_recorded(&self, outcome: SubmitOutcome, attempt: i64, now: Timestamp) -> Recorded {
         match outcome {
             SubmitOutcome::Succeeded {
@@ -94,17 +96,24 @@ impl SubmitPolicy {
             }),
             // Without the operation's approval at hand (see `submit_claimed`), like any attempt
             // that sent nothing.
+            // The cap is reached, never passed: a count above it (a lowered `attempt_max`) is
+            // reported at it.
             SubmitOutcome::NotSubmitted { reason } | SubmitOutcome::Unreachable { reason }
                 if attempt >= self.attempt_max =>
             {
                 Recorded::Exhausted {
-                    reason: format!("{reason} (attempt {attempt} of {})", self.attempt_max),
+                    reason: format!(
+                        "{reason} (attempt {} of {} that executed nothing)",
+                        attempt.min(self.attempt_max),
+                        self.attempt_max
+                    ),
                 }
             }
             SubmitOutcome::NotSubmitted { reason } | SubmitOutcome::Unreachable { reason } => {
                 Recorded::RetryLater {
                     reason,
                     available_at: now + self.retry_delay(attempt),
+                    counted: true,
                 }
             }
             // Only reached after `rate_limit_wait_max` of pacing and in-place retries (or at
@@ -118,6 +127,7 @@ impl SubmitPolicy {
                 available_at: now
                     + retry_after_ms
                         .map_or_else(|| self.rate_limit_delay(1), Duration::from_millis),
+                counted: false,
             },
             SubmitOutcome::Unknown { reason, reference } => Recorded::Unknown {
                 reason,
@@ -129,6 +139,9 @@ impl SubmitPolicy {
             SubmitOutcome::KeyReused { reason } => Recorded::NeedsAttention {
                 reason: format!("{KEY_REUSED_HEAD}: {reason}"),
             },
+            // The processor answered: never retried automatically (it would refuse every attempt
+            // the same way), never exhausted as if nothing had been sent.
+            SubmitOutcome::Misconfigured { reason } => Recorded::NeedsAttention { reason },
         }
     }
 }

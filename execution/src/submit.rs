@@ -84,7 +84,8 @@ pub(super) async fn submit_claimed(
         let delay = ex.policy.retry_delay(op.attempt);
         return reachability::while_unreachable(reason, op.approval_expires_at, now, delay);
     }
-    ex.policy.to_recorded(outcome, op.attempt, now)
+    ex.policy
+        .to_recorded(outcome, op.not_sent_attempts + 1, now)
 }
 
 /// Why a success answer is not the approved payment or refund, if it is not: its amount, its
@@ -259,7 +260,7 @@ async fn check_before_submit(
                 format!("the check before submission could not ask the processor: {reason}");
             return Some(policy.to_recorded(
                 SubmitOutcome::NotSubmitted { reason },
-                op.attempt,
+                op.not_sent_attempts + 1,
                 now,
             ));
         }

@@ -456,6 +456,13 @@ pub trait HintChecks: Webhooks {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<StoredProcessorEvent>, LedgerError>;
+    /// An operation's stored webhooks, checked or not, oldest first, at most `limit` (an
+    /// escalation names what they report).
+    async fn processor_events_of(
+        &self,
+        id: &OperationId,
+        limit: u32,
+    ) -> Result<Vec<StoredProcessorEvent>, LedgerError>;
     /// The stored webhooks not yet checked: how many, and when the oldest arrived (`None`: none).
     async fn processor_event_backlog(&self) -> Result<(i64, Option<Timestamp>), LedgerError>;
     /// Closes, in one statement, those of the `limit` oldest due hints that say what their

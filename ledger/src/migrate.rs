@@ -187,6 +187,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "fair_claims",
         include_str!("../../migrations/postgres/0034_fair_claims.sql"),
     ),
+    // The attempts that count toward `attempt_max`: not an outage's claims (issue 53).
+    (
+        35,
+        "not_sent_attempts",
+        include_str!("../../migrations/postgres/0035_not_sent_attempts.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[
@@ -324,6 +330,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         27,
         "fair_claims",
         include_str!("../../migrations/sqlite/0027_fair_claims.sql"),
+    ),
+    (
+        28,
+        "not_sent_attempts",
+        include_str!("../../migrations/sqlite/0028_not_sent_attempts.sql"),
     ),
 ];
 

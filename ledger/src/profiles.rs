@@ -13,6 +13,8 @@ use async_trait::async_trait;
 use payonce_core::clock::Timestamp;
 use payonce_core::id::{OperationId, TenantId};
 use payonce_core::operation::ProcessorKind;
+use payonce_core::state::ALL_STATUSES;
+use std::sync::LazyLock;
 
 /// A tenant's public profile, as stored (the api checks every field before it gets here).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -68,6 +70,14 @@ pub trait ProfileLedger: Send + Sync {
     /// A tenant's processor; `None` when none was set (its operations name none, and each process
     /// serves them with its configured one).
     async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError>;
+    /// Up to `limit` of the tenant's open operations (not in a terminal state) that carry a
+    /// `destination`, oldest id first: `tenant set-processor` refuses a switch to a processor that
+    /// cannot carry one while any is open.
+    async fn open_with_destination(
+        &self,
+        tenant: &TenantId,
+        limit: u32,
+    ) -> Result<Vec<OperationId>, LedgerError>;
     /// Sets a tenant's share of the claims within a class (`None`: back to the default,
     /// `priority::SHARE_DEFAULT`); a share outside `SHARE_MIN..=SHARE_MAX` is refused.
     async fn set_share(
@@ -104,6 +114,19 @@ const SELECT_CARD: &str = "SELECT operation_id, payment_method, brand, last4, fe
 const UPSERT_PROCESSOR: &str = "INSERT INTO tenant_processors (tenant_id, processor, updated_at) \
      VALUES ($1, $2, $3) ON CONFLICT (tenant_id) DO UPDATE SET processor = $2, updated_at = $3";
 const SELECT_PROCESSOR: &str = "SELECT processor FROM tenant_processors WHERE tenant_id = $1";
+/// `$1` tenant, `$2` limit: its open operations carrying a destination.
+static OPEN_WITH_DESTINATION: LazyLock<String> = LazyLock::new(|| {
+    let terminal: Vec<String> = ALL_STATUSES
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    format!(
+        "SELECT id FROM operations WHERE tenant_id = $1 AND destination IS NOT NULL \
+         AND status NOT IN ({}) ORDER BY id LIMIT $2",
+        terminal.join(", ")
+    )
+});
 
 fn decode_profile(row: &impl LedgerRow) -> Result<TenantProfile, LedgerError> {
     Ok(TenantProfile {
@@ -199,6 +222,17 @@ impl<DB: Dialect> ProfileLedger for Store<DB> {
 
     async fn caps(&self) -> Result<Vec<(TenantId, u32)>, LedgerError> {
         self.caps_now().await
+    }
+
+    async fn open_with_destination(
+        &self,
+        tenant: &TenantId,
+        limit: u32,
+    ) -> Result<Vec<OperationId>, LedgerError> {
+        let stmt = Stmt::new(OPEN_WITH_DESTINATION.as_str())
+            .bind(tenant)
+            .bind(i64::from(limit));
+        self.all(stmt, |row| row.get("id")).await
     }
 
     async fn processor(&self, tenant: &TenantId) -> Result<Option<ProcessorKind>, LedgerError> {

@@ -98,12 +98,14 @@ static RECORD_FAILED: LazyLock<String> = LazyLock::new(|| {
     )
 });
 /// Nothing was sent by this attempt and no earlier attempt sent anything: back to `ready`.
+/// `$7`: 1 when the attempt counts toward `attempt_max`, else 0.
 static RECORD_RETRY: LazyLock<String> = LazyLock::new(|| {
     update(
         &legal(&[Status::Executing], Event::NotSubmittedRetry),
         &format!(
             "available_at = $3, failure_message = $4, {OWN_SUBMISSION_CLEARED}, \
-          {LEASE_CLEARED}, updated_at = $6, last_actor = $5, last_detail = $4"
+          {LEASE_CLEARED}, updated_at = $6, last_actor = $5, last_detail = $4, \
+          not_sent_attempts = not_sent_attempts + $7"
         ),
         &format!("{FENCE} AND {NO_EARLIER_SUBMISSION}"),
         true,
@@ -446,11 +448,13 @@ async fn write_outcome<DB: Dialect>(
         Recorded::RetryLater {
             reason,
             available_at: available_at_ms,
+            counted,
         } => fence(&RECORD_RETRY)
             .bind(*available_at_ms)
             .bind(bounded(reason))
             .bind(actor)
-            .bind(now),
+            .bind(now)
+            .bind(i64::from(*counted)),
         Recorded::Exhausted { reason } => fence(&RECORD_EXHAUSTED)
             .bind(bounded(reason))
             .bind(actor)

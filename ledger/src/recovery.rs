@@ -101,7 +101,7 @@ const SET_CONFLICT: &str = concat!(
 /// On-call retry with the same key.
 const SET_RETRY: &str = concat!(
     "UPDATE operations SET status = $4, last_event = $5, available_at = $6, \
-     next_check_at = NULL, updated_at = $6, last_actor = $7, last_detail = $8 \
+     next_check_at = NULL, updated_at = $6, last_actor = $7, last_detail = $8, not_sent_attempts = 0 \
      WHERE id = $1 AND attempt = $2 AND status = $3 RETURNING ",
     operation_columns!()
 );

@@ -19,12 +19,28 @@ const INSERT_PROCESSOR_EVENT: &str = "INSERT INTO processor_events (processor, e
 const PENDING_PROCESSOR_EVENTS: &str = "SELECT processor, event_id, event_type, operation_id, payload, \
      checks FROM processor_events WHERE applied_at IS NULL AND (check_after IS NULL OR check_after <= $1) \
      ORDER BY received_at LIMIT $2";
+/// An operation's stored webhooks, checked or not, oldest first (served by
+/// `processor_events_operation_idx`).
+const OPERATION_PROCESSOR_EVENTS: &str = "SELECT processor, event_id, event_type, operation_id, \
+     payload, checks FROM processor_events WHERE operation_id = $1 ORDER BY received_at, event_id \
+     LIMIT $2";
 /// The backlog of hints still to check (served by `processor_events_pending_idx`).
 const PROCESSOR_EVENT_BACKLOG: &str = "SELECT COUNT(*) AS n, MIN(received_at) AS oldest FROM processor_events \
      WHERE applied_at IS NULL";
 const DEFER_PROCESSOR_EVENT: &str = "UPDATE processor_events SET check_after = $3, checks = checks + 1, \
      outcome = $4 WHERE processor = $1 AND event_id = $2 AND applied_at IS NULL";
 const MARK_PROCESSOR_EVENT: &str = "UPDATE processor_events SET applied_at = $3, outcome = $4 WHERE processor = $1 AND event_id = $2";
+
+fn decode_stored(r: &impl LedgerRow) -> Result<StoredProcessorEvent, LedgerError> {
+    Ok(StoredProcessorEvent {
+        processor: r.get("processor")?,
+        event_id: r.get("event_id")?,
+        event_type: r.get("event_type")?,
+        operation: r.get("operation_id")?,
+        payload: r.get("payload")?,
+        checks: r.get("checks")?,
+    })
+}
 
 #[async_trait]
 impl<DB: Dialect> Webhooks for Store<DB> {
@@ -102,17 +118,17 @@ impl<DB: Dialect> HintChecks for Store<DB> {
     ) -> Result<Vec<StoredProcessorEvent>, LedgerError> {
         let limit = limit.min(PAGE_MAX);
         let stmt = Stmt::new(PENDING_PROCESSOR_EVENTS).bind(now);
-        self.all(stmt.bind(i64::from(limit)), |r| {
-            Ok(StoredProcessorEvent {
-                processor: r.get("processor")?,
-                event_id: r.get("event_id")?,
-                event_type: r.get("event_type")?,
-                operation: r.get("operation_id")?,
-                payload: r.get("payload")?,
-                checks: r.get("checks")?,
-            })
-        })
-        .await
+        self.all(stmt.bind(i64::from(limit)), decode_stored).await
+    }
+
+    async fn processor_events_of(
+        &self,
+        id: &OperationId,
+        limit: u32,
+    ) -> Result<Vec<StoredProcessorEvent>, LedgerError> {
+        let limit = limit.min(PAGE_MAX);
+        let stmt = Stmt::new(OPERATION_PROCESSOR_EVENTS).bind(id);
+        self.all(stmt.bind(i64::from(limit)), decode_stored).await
     }
 
     async fn processor_event_backlog(&self) -> Result<(i64, Option<Timestamp>), LedgerError> {

@@ -5,11 +5,13 @@
 //! operation.
 
 pub mod adyen;
+pub mod carry;
 pub mod contract;
 pub mod ingest;
 pub mod limiter;
 pub mod operation;
 pub mod reachability;
+pub mod redirect;
 pub mod routing;
 pub mod stripe;
 
@@ -147,6 +149,26 @@ pub enum SubmitOutcome {
         /// What the processor said.
         reason: String,
     },
+    /// The processor answered, refusing payonce's credentials, permissions or URL (HTTP 401, 403,
+    /// 404): a configuration error. The request reached it, so it is never "not submitted"; nothing
+    /// ran, so once a human mends the configuration a retry with the same key is safe.
+    Misconfigured {
+        /// What the processor said, and that the configuration is at fault.
+        reason: String,
+    },
+}
+
+impl SubmitOutcome {
+    /// A [`SubmitOutcome::Misconfigured`] for the processor's answer `described`.
+    pub fn misconfigured(described: &str) -> SubmitOutcome {
+        SubmitOutcome::Misconfigured {
+            reason: format!(
+                "{described}: the processor refused payonce's credentials, permissions or URL, a \
+                 configuration error (nothing ran; once it is mended, `resolve --as retry` sends \
+                 the same key again)"
+            ),
+        }
+    }
 }
 
 /// What a lookup is asked to find.

@@ -83,7 +83,8 @@ impl Reachability {
             | SubmitOutcome::Declined { .. }
             | SubmitOutcome::NotSubmitted { .. }
             | SubmitOutcome::RateLimited { .. }
-            | SubmitOutcome::KeyReused { .. } => {
+            | SubmitOutcome::KeyReused { .. }
+            | SubmitOutcome::Misconfigured { .. } => {
                 match self.down_since_ms.swap(REACHABLE, Ordering::AcqRel) {
                     REACHABLE => None,
                     UNOBSERVED => {
@@ -182,6 +183,8 @@ pub fn while_unreachable(
         Some(expiry) if retry_at < expiry => Recorded::RetryLater {
             reason,
             available_at: retry_at,
+            // Waiting out an outage spends none of `attempt_max`.
+            counted: false,
         },
         _ => Recorded::Exhausted {
             reason: format!(
@@ -247,7 +250,9 @@ mod tests {
             Recorded::RetryLater {
                 reason,
                 available_at: available_at_ms,
+                counted,
             } => {
+                assert!(!counted, "an outage spends none of attempt_max");
                 assert_eq!(reason, "refused");
                 assert_eq!(available_at_ms, at(160_000));
             }

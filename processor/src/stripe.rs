@@ -155,6 +155,7 @@ impl StripeProcessor {
             .timeout(config.request_timeout)
             .pool_max_idle_per_host(config.idle_connections)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .redirect(crate::redirect::policy())
             .user_agent(concat!("payonce/", env!("CARGO_PKG_VERSION")));
         let builder = match (config.http2, config.api_base.starts_with("http://")) {
             (false, _) => builder.http1_only(),
@@ -277,6 +278,9 @@ impl StripeProcessor {
             Ok(r) => r,
             Err(e) => return classify_transport(&e),
         };
+        if let Some(why) = crate::redirect::redirected(&response) {
+            return crate::redirect::unknown_after(why);
+        }
         let status = response.status().as_u16();
         let retry_after_ms = retry_after_ms(response.headers());
         let replayed = response

@@ -40,6 +40,7 @@ pub(crate) fn unknown_since(first_submitted_ms: i64) -> Operation {
         first_submitted_attempt: Some(1),
         last_submitted_at: Some(at),
         submit_count: 1,
+        not_sent_attempts: 0,
         external_ref: None,
         result: None,
         failure_code: None,

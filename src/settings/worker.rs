@@ -67,7 +67,8 @@ pub struct SubmitArgs {
     /// Submission timeout, ms.
     #[arg(long, env = "PAYONCE_SUBMIT_TIMEOUT_MS", default_value_t = 20_000)]
     pub submit_timeout_ms: u64,
-    /// Claims before a never-submitted operation goes to a human.
+    /// Attempts that executed nothing (refused connections and rate limits not counted) before an
+    /// operation goes to a human.
     #[arg(long, env = "PAYONCE_ATTEMPT_MAX", default_value_t = 5)]
     pub attempt_max: i64,
     /// First check of an unknown outcome, ms after it was recorded.

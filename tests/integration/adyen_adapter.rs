@@ -266,7 +266,7 @@ async fn every_row_of_the_payment_table_over_real_http() {
                 transient: false,
                 body: error(401, "000", "security"),
             },
-            "not_submitted",
+            "misconfigured",
             false,
         ),
         (
@@ -276,7 +276,7 @@ async fn every_row_of_the_payment_table_over_real_http() {
                 transient: false,
                 body: error(403, "010", "security"),
             },
-            "not_submitted",
+            "misconfigured",
             false,
         ),
         (
@@ -286,7 +286,7 @@ async fn every_row_of_the_payment_table_over_real_http() {
                 transient: false,
                 body: json!({}),
             },
-            "not_submitted",
+            "misconfigured",
             false,
         ),
         (
@@ -330,13 +330,13 @@ async fn every_row_of_the_payment_table_over_real_http() {
             false,
         ),
         (
-            "422 payonce's own mistake",
+            "422 another validation error",
             Scripted {
                 status: 422,
                 transient: false,
                 body: error(422, "702", "validation"),
             },
-            "not_submitted",
+            "declined",
             false,
         ),
         (
@@ -346,7 +346,7 @@ async fn every_row_of_the_payment_table_over_real_http() {
                 transient: false,
                 body: error(400, "702", "validation"),
             },
-            "not_submitted",
+            "declined",
             false,
         ),
         (
@@ -637,13 +637,13 @@ async fn faults_apply_on_the_adyen_wire_and_the_same_key_pays_once() {
         SubmitOutcome::RateLimited { .. }
     ));
     assert_eq!(payments_with_key(&s, &limited.key).await, 0);
-    // A wrong API key: refused before anything runs.
+    // A wrong API key: Adyen answered, refusing it before anything ran (a configuration error).
     let mut config = AdyenConfig::new(&s.base, "wrong", ADYEN_MERCHANT_ACCOUNT_DEFAULT);
     config.request_timeout = Duration::from_secs(5);
     let wrong = AdyenProcessor::new(config).unwrap();
     assert!(matches!(
         Op::new("pm_card_visa").submit(&wrong).await,
-        SubmitOutcome::NotSubmitted { .. }
+        SubmitOutcome::Misconfigured { .. }
     ));
     // Another merchant account: refused (403) before anything runs.
     let other = AdyenProcessor::new(AdyenConfig::new(
@@ -654,7 +654,7 @@ async fn faults_apply_on_the_adyen_wire_and_the_same_key_pays_once() {
     .unwrap();
     assert!(matches!(
         Op::new("pm_card_visa").submit(&other).await,
-        SubmitOutcome::NotSubmitted { .. }
+        SubmitOutcome::Misconfigured { .. }
     ));
     s.sim.shutdown().await;
 }

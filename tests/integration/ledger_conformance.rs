@@ -454,6 +454,7 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
         let retry = Recorded::RetryLater {
             reason: "connection refused".into(),
             available_at: later + ms(5_000),
+            counted: true,
         };
         let op = ledger
             .record(&recording(&fence(&b.id, 2), &retry, "w2"), later + ms(3))
@@ -461,6 +462,10 @@ async fn not_submitted_goes_back_to_ready_and_expired_leases_split_on_submission
             .unwrap();
         assert_eq!(op.status, Status::Ready);
         assert_eq!(op.first_submitted_at, None, "nothing ever left");
+        assert_eq!(
+            op.not_sent_attempts, 1,
+            "a counted attempt spends attempt_max"
+        );
         assert!(
             ledger
                 .claim(&holder("w3"), 10, later + ms(4_999))
@@ -645,14 +650,20 @@ async fn a_claim_to_submit_records_the_start_and_only_its_own_attempt_withdraws_
         let later = Recorded::RetryLater {
             reason: "rate limited".into(),
             available_at: lapse + ms(1_000),
+            counted: false,
         };
         let b_row = ledger
             .record(&recording(&fence(&b, 2), &later, "w2"), lapse + ms(1))
             .await
             .unwrap();
         assert_eq!(
-            (b_row.status, b_row.first_submitted_at),
-            (Status::Ready, None)
+            (
+                b_row.status,
+                b_row.first_submitted_at,
+                b_row.not_sent_attempts
+            ),
+            (Status::Ready, None, 0),
+            "a rate limit waits and spends none of attempt_max"
         );
 
         // An earlier attempt's record is never withdrawn: the reconciler's attempt on d is rejected
@@ -750,6 +761,7 @@ async fn a_claim_after_resolve_retry_keeps_the_earlier_submission_on_record() {
         let later = Recorded::RetryLater {
             reason: "rate limited".into(),
             available_at: at(T0 + 1_000),
+            counted: true,
         };
         let row = ledger
             .record(&recording(&fence(&op.id, 2), &later, "w2"), at(T0 + 4))
@@ -831,6 +843,7 @@ async fn retry_after_an_earlier_submission_is_unknown_not_ready() {
         let retry = Recorded::RetryLater {
             reason: "connection refused".into(),
             available_at: at(T0 + 300),
+            counted: true,
         };
         let after = ledger
             .record(

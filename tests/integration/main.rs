@@ -10,6 +10,7 @@ mod adyen_adapter;
 mod adyen_notifications;
 mod adyen_spec;
 mod api;
+mod approved_edges;
 mod bench;
 mod clock_skew;
 mod contracts;

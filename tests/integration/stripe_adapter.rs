@@ -97,7 +97,8 @@ fn reference_of(outcome: &SubmitOutcome) -> Option<String> {
         SubmitOutcome::NotSubmitted { .. }
         | SubmitOutcome::Unreachable { .. }
         | SubmitOutcome::RateLimited { .. }
-        | SubmitOutcome::KeyReused { .. } => None,
+        | SubmitOutcome::KeyReused { .. }
+        | SubmitOutcome::Misconfigured { .. } => None,
     }
 }
 
@@ -411,8 +412,8 @@ async fn a_key_reused_with_other_parameters_is_key_reused() {
 }
 
 #[tokio::test]
-async fn an_unknown_payment_method_is_final_and_wrong_keys_and_missing_endpoints_are_not_submitted()
-{
+async fn an_unknown_payment_method_is_final_and_wrong_keys_and_missing_endpoints_are_configuration_errors()
+ {
     let s = start_default().await;
     let unknown_card = Op::new("pm_card_doesNotExist");
     assert_eq!(
@@ -426,12 +427,17 @@ async fn an_unknown_payment_method_is_final_and_wrong_keys_and_missing_endpoints
     let wrong_key = StripeProcessor::new(StripeConfig::new(&s.base, "sk_test_wrong")).unwrap();
     let op = Op::new("pm_card_visa");
     match op.submit(&wrong_key).await {
-        SubmitOutcome::NotSubmitted { reason } => assert!(reason.contains("401"), "{reason}"),
+        SubmitOutcome::Misconfigured { reason } => {
+            assert!(
+                reason.contains("401") && reason.contains("configuration error"),
+                "{reason}"
+            )
+        }
         other => panic!("{other:?}"),
     }
     let wrong_path = adapter(&format!("{}/not-stripe", s.base));
     match op.submit(&wrong_path).await {
-        SubmitOutcome::NotSubmitted { reason } => assert!(reason.contains("404"), "{reason}"),
+        SubmitOutcome::Misconfigured { reason } => assert!(reason.contains("404"), "{reason}"),
         other => panic!("{other:?}"),
     }
     assert!(s.payments().await.is_empty());

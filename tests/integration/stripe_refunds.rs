@@ -196,10 +196,11 @@ async fn more_than_is_left_and_nothing_left_are_definitive_declines() {
         s.refunds_audit().await["amount_by_payment_intent"][pi.as_str()],
         2048
     );
-    // A payment that does not exist: refused before anything ran.
+    // A payment that does not exist: Stripe answered, refusing it by its code (never "not
+    // submitted": a request that got an answer reached the processor).
     assert!(matches!(
         RefundOp::new("pi_missing", 1).submit(&p).await,
-        SubmitOutcome::NotSubmitted { .. }
+        SubmitOutcome::Declined { ref code, reference: None, .. } if code == "resource_missing"
     ));
     s.sim.shutdown().await;
 }

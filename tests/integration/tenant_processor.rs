@@ -113,7 +113,7 @@ async fn simulator_process(dir: &Path, args: &[&str]) -> (Child, String) {
 }
 
 /// `payonce tenant set-processor TENANT PROCESSOR` on `database_url`: its exit status and output.
-async fn set_processor(
+pub(crate) async fn set_processor(
     dir: &Path,
     database_url: &str,
     tenant: &str,

@@ -12,6 +12,7 @@ use crate::body::ApiJson;
 use crate::errors::{ErrorCode, HttpError};
 use crate::operations::{
     ApproveRequest, OperationView, SERVICE_APPROVAL, invalid, new_operation, parse_approval,
+    refuse_uncarried, tenant_processor,
 };
 use crate::schedule::{ScheduleFields, parse_schedule};
 use crate::state::AppState;
@@ -22,6 +23,7 @@ use payonce_core::details::RawDetails;
 use payonce_core::priority::Priority;
 use payonce_ledger::intake::{BATCH_ITEMS_MAX, Batch, BatchApproval, BatchItem};
 use payonce_ledger::{Created, LimitError, NewOperation, Role};
+use payonce_processor::carry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -197,8 +199,19 @@ pub async fn create_batch(
     let mut items = Vec::new();
     let mut positions = Vec::new();
     let mut first: HashMap<String, usize> = HashMap::new();
+    // Read once, and only for a batch with an item whose details a processor may refuse.
+    let mut processor = None;
     for (index, raw) in body.operations.into_iter().enumerate() {
-        match parse_item(&state, &caller, index, raw, now) {
+        let parsed = match parse_item(&state, &caller, index, raw, now) {
+            Ok((new, approval)) if carry::may_be_uncarried(&new.details) => {
+                if processor.is_none() {
+                    processor = Some(tenant_processor(&state, &caller.tenant).await?);
+                }
+                refuse_uncarried(processor.flatten(), &new.details).map(|()| (new, approval))
+            }
+            other => other,
+        };
+        match parsed {
             Ok((new, approval)) => {
                 let key = new.business_key.as_str().to_string();
                 if let Some(at) = first.get(&key) {

@@ -21,13 +21,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use payonce_core::clock::Timestamp;
 use payonce_core::details::{Details, DetailsHash, OperationKind, RawDetails};
-use payonce_core::id::{BusinessKey, OperationId};
+use payonce_core::id::{BusinessKey, OperationId, TenantId};
 use payonce_core::priority::{Priority, approval_expires_at};
 use payonce_core::state::Status;
 use payonce_core::summary::summary;
 use payonce_ledger::intake::{BatchApproval, BatchItem};
 use payonce_ledger::verification::LinkOrigin;
 use payonce_ledger::{Cancel, NewApproval, NewOperation, Operation, OperationEvent, Role};
+use payonce_processor::{ProcessorKind, carry};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -229,6 +230,10 @@ pub async fn create(
     )
     .map_err(invalid)?;
     let new = new_operation(&state, &caller, &body.business_key, &body.details, schedule)?;
+    if carry::may_be_uncarried(&new.details) {
+        let processor = tenant_processor(&state, &caller.tenant).await?;
+        refuse_uncarried(processor, &new.details)?;
+    }
     let created = match body.approval {
         Some(approval) => {
             let approval = parse_approval(&approval)?;
@@ -283,6 +288,31 @@ pub fn new_operation(
     new.priority = schedule.priority;
     new.not_before = schedule.not_before;
     Ok(new)
+}
+
+/// The processor `tenant`'s new operations are bound to: its own choice, else this api's
+/// configured one (`None`: neither is known here; the submission step refuses what it cannot carry).
+pub(crate) async fn tenant_processor(
+    state: &AppState,
+    tenant: &TenantId,
+) -> Result<Option<ProcessorKind>, HttpError> {
+    let chosen = state.ledger().profiles().processor(tenant).await?;
+    Ok(chosen.or_else(|| state.default_processor()))
+}
+
+/// A 400 naming the detail `processor` cannot carry, if any (issue 53: a `destination` on Adyen):
+/// what executes must be what was approved, so nothing is created that would be sent without it.
+pub(crate) fn refuse_uncarried(
+    processor: Option<ProcessorKind>,
+    details: &Details,
+) -> Result<(), HttpError> {
+    match processor.and_then(|kind| carry::uncarried(kind, details)) {
+        Some(uncarried) => Err(invalid(format!(
+            "{uncarried}; create it without one, or for a tenant on a processor that carries it; \
+             nothing was created"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// An approval's details hash and approver, checked as `POST /v1/operations/{id}/approve` checks

@@ -16,12 +16,12 @@
 //! | 200 `Received`, `Pending` | Unknown (with reference) | settles later; the AUTHORISATION notification says how |
 //! | 200 `RedirectShopper`, `IdentifyShopper`, `ChallengeShopper`, `PresentToShopper` | Declined (with reference) | merchant-initiated: no shopper is there to act |
 //! | 200 any other `resultCode`, no `pspReference`, unparseable | Unknown | |
-//! | 401, 403 | NotSubmitted | authentication and permission are checked before anything runs |
-//! | 404 | NotSubmitted | no such endpoint |
 //! | 409 `704` (request already processed or in progress) | Unknown | the key's first request is still executing; retry with the same key later |
 //! | 422 `704` with another body under the key | KeyReused | the key names the business action: Adyen holds another request (another amount) for this business key; a human sees both |
-//! | 422 with an `errorCode` in [`FINAL_VALIDATION_CODES`] | Declined (no reference) | the operation's own details are refused, the same way every time |
-//! | 400, 422 any other | NotSubmitted | Adyen validates before executing and saves no result; payonce's request is at fault |
+//! | 400, 422 naming a `pspReference` | Unknown (with reference) | something was created |
+//! | 401, 403, 404 | Misconfigured | Adyen answered, refusing payonce's API key, its permissions (another merchant account) or its URL: a configuration error a human mends, then retries with the same key |
+//! | any other 4xx (422 `800` "Contract not found", `137` "Invalid amount", `702`, …) | Declined (code `adyen_<errorCode>`, else `http_<status>`; no reference) | the request reached Adyen and was refused for what it says, the same way every time (a request that got an answer is never "not submitted") |
+//! | 3xx | Unknown | a redirect is never followed ([`crate::redirect`]): a configuration error, and the request was sent |
 //! | 429 | RateLimited | refused before execution |
 //! | 5xx with `Transient-Error: true` | NotSubmitted | nothing reached the issuer; the same key runs it afresh |
 //! | 5xx | Unknown | Adyen may have executed it (and stores the error under the key) |
@@ -35,12 +35,6 @@ use serde_json::Value;
 
 /// Adyen's `errorCode` for "request already processed or in progress" under an idempotency key.
 pub const IN_PROGRESS_CODE: &str = "704";
-
-/// Adyen validation `errorCode`s (HTTP 422) that refuse the operation's own details: `800`
-/// "Contract not found" (the stored payment method does not exist for this shopper), `137` "Invalid
-/// amount specified". Sending the same details again fails the same way, so one submission ends it
-/// `failed`. Codes that point at payonce's request (a missing or unknown field) are not in it.
-pub const FINAL_VALIDATION_CODES: [&str; 2] = ["800", "137"];
 
 /// The result codes that need a shopper to act (redirect, 3-D Secure, a voucher): a
 /// merchant-initiated payment has nobody to act on them.
@@ -133,20 +127,28 @@ fn classify_error(status: u16, transient: bool, body: &[u8]) -> SubmitOutcome {
             reference,
         },
         422 if code == IN_PROGRESS_CODE => SubmitOutcome::KeyReused { reason: described },
-        422 if FINAL_VALIDATION_CODES.contains(&code.as_str()) => SubmitOutcome::Declined {
-            code: format!("adyen_{code}"),
-            message,
-            reference: None,
-        },
         // A validation error that names a payment: something was created.
         400 | 422 if reference.is_some() => SubmitOutcome::Unknown {
             reason: described,
             reference,
         },
-        400 | 401 | 403 | 404 | 422 => SubmitOutcome::NotSubmitted { reason: described },
+        401 | 403 | 404 => SubmitOutcome::misconfigured(&described),
         429 => SubmitOutcome::RateLimited {
             reason: described,
             retry_after_ms: None,
+        },
+        400..=499 => SubmitOutcome::Declined {
+            code: if code.is_empty() {
+                format!("http_{status}")
+            } else {
+                format!("adyen_{code}")
+            },
+            message: if message.is_empty() {
+                described
+            } else {
+                message
+            },
+            reference: None,
         },
         500..=599 if transient => SubmitOutcome::NotSubmitted {
             reason: format!("{described} (Transient-Error: nothing reached the issuer)"),
@@ -260,11 +262,23 @@ mod tests {
                 ..
             }
         ));
-        for s in [400, 401, 403, 404, 422] {
+        // An answered request is never "not submitted".
+        for s in [400, 422] {
+            assert_eq!(
+                classify_payment(s, false, &error(s, "702")),
+                SubmitOutcome::Declined {
+                    code: "adyen_702".into(),
+                    message: "m".into(),
+                    reference: None
+                },
+                "{s}"
+            );
+        }
+        for s in [401, 403, 404] {
             assert!(
                 matches!(
-                    classify_payment(s, false, &error(s, "702")),
-                    SubmitOutcome::NotSubmitted { .. }
+                    classify_payment(s, false, &error(s, "010")),
+                    SubmitOutcome::Misconfigured { .. }
                 ),
                 "{s}"
             );
@@ -277,7 +291,7 @@ mod tests {
             classify_payment(500, true, &error(500, "")),
             SubmitOutcome::NotSubmitted { .. }
         ));
-        for s in [500, 502, 503, 418] {
+        for s in [301, 307, 500, 502, 503] {
             assert!(matches!(
                 classify_payment(s, false, b"<html>"),
                 SubmitOutcome::Unknown { .. }

@@ -17,10 +17,7 @@ mod classify;
 pub mod webhook;
 pub mod wire;
 
-pub use classify::{
-    FINAL_VALIDATION_CODES, IN_PROGRESS_CODE, SHOPPER_ACTION_CODES, classify_payment,
-    classify_refund,
-};
+pub use classify::{IN_PROGRESS_CODE, SHOPPER_ACTION_CODES, classify_payment, classify_refund};
 
 use crate::stripe::{CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT, classify_transport};
 use crate::{
@@ -138,6 +135,7 @@ impl AdyenProcessor {
             .timeout(config.request_timeout)
             .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .redirect(crate::redirect::policy())
             .http1_only()
             .user_agent(concat!("payonce/", env!("CARGO_PKG_VERSION")))
             .build()?;
@@ -181,6 +179,9 @@ impl AdyenProcessor {
             Ok(r) => r,
             Err(e) => return classify_transport(&e),
         };
+        if let Some(why) = crate::redirect::redirected(&response) {
+            return crate::redirect::unknown_after(why);
+        }
         let status = response.status().as_u16();
         let transient = response
             .headers()

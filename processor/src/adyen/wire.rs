@@ -74,6 +74,10 @@ pub enum WireError {
         /// Adyen's maximum.
         max: usize,
     },
+    /// A consequential detail Adyen's wire cannot carry (a `destination`): sending the payment
+    /// without it would execute something other than what was approved.
+    #[error(transparent)]
+    Uncarried(#[from] crate::carry::Uncarried),
 }
 
 impl WireError {
@@ -83,6 +87,7 @@ impl WireError {
             WireError::KeyTooLong(_) => "adyen_idempotency_key_too_long",
             WireError::MetadataTooLong { .. } => "adyen_metadata_too_long",
             WireError::FieldLength { .. } => "adyen_field_length",
+            WireError::Uncarried(_) => "adyen_destination_unsupported",
         }
     }
 }
@@ -149,6 +154,9 @@ pub fn payment_body(
 ) -> Result<Value, WireError> {
     check_key(request.idempotency_key.as_str())?;
     let d = request.details;
+    if let Some(uncarried) = crate::carry::uncarried(crate::ProcessorKind::Adyen, d) {
+        return Err(uncarried.into());
+    }
     bounded(
         "reference",
         request.operation_id.as_str(),
@@ -312,6 +320,43 @@ mod tests {
             payment_body(
                 &SubmitRequest {
                     business_key: &ok_bk,
+                    ..req.clone()
+                },
+                "M",
+                "u"
+            )
+            .is_ok()
+        );
+        // A destination is refused, never dropped.
+        let mut raw = RawDetails {
+            kind: "payment".into(),
+            amount: 2048,
+            currency: "eur".into(),
+            customer: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            invoice: "INV-1".into(),
+            destination: Some("acct_1Dest".into()),
+            description: None,
+            refund_of: None,
+        };
+        let to_another = Details::parse(&raw).unwrap();
+        let err = payment_body(
+            &SubmitRequest {
+                details: &to_another,
+                ..req.clone()
+            },
+            "M",
+            "u",
+        );
+        assert_eq!(
+            err.map_err(|e| e.code()),
+            Err("adyen_destination_unsupported")
+        );
+        raw.destination = None;
+        assert!(
+            payment_body(
+                &SubmitRequest {
+                    details: &Details::parse(&raw).unwrap(),
                     ..req.clone()
                 },
                 "M",

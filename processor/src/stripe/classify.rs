@@ -11,13 +11,12 @@
 //! | 200, any other status or an unparseable body | Unknown | |
 //! | 402 `card_error` | Declined (with `error.payment_intent.id`) | Stripe's definitive card failure |
 //! | 400 `idempotency_error` | KeyReused | the key names the business action: an earlier request under it carried other parameters (another amount), so the processor holds another request for this business key; a human sees both |
-//! | 400 `invalid_request_error` without a PaymentIntent, code in [`FINAL_INVALID_REQUEST_CODES`] (`resource_missing`, `parameter_invalid_*`, …) | Declined (no reference) | the operation's own details are invalid (a payment method that does not exist): the same request fails the same way every time, so one submission ends it `failed` with Stripe's message |
-//! | 400 `invalid_request_error` without a PaymentIntent, any other code | NotSubmitted | Stripe validates before executing and saves no result |
-//! | 400 `invalid_request_error` naming a PaymentIntent | Unknown (with reference) | something was created |
-//! | 401, 403 | NotSubmitted | authentication and permission are checked before anything runs |
-//! | 404 | NotSubmitted | no such endpoint: nothing ran |
+//! | 400 naming a PaymentIntent | Unknown (with reference) | something was created |
+//! | 401, 403, 404 | Misconfigured | Stripe answered, refusing payonce's key, its permissions or its URL: a configuration error a human mends, then retries with the same key |
 //! | 409 (`idempotency_key_in_use`, `lock_timeout`) | Unknown | the key's first request is still executing |
 //! | 429 (`rate_limit`, `lock_timeout`) | RateLimited | Stripe's limiters run before execution and before the idempotency layer: nothing ran, nothing is stored under the key; send the same request again after a pause |
+//! | any other 4xx (`invalid_request_error` `resource_missing`, `parameter_*`, `amount_too_small`, …) | Declined (code: Stripe's `code`, else `http_<status>`) | the request reached Stripe and was refused for what it says: the same request fails the same way every time, so one submission ends it `failed` with Stripe's message (a request that got an answer is never "not submitted") |
+//! | 3xx | Unknown | a redirect is never followed ([`crate::redirect`]): a configuration error, and the request was sent |
 //! | 5xx | Unknown | Stripe may have executed it (and replays the 500 under the key) |
 //! | any other status | Unknown | unknown means "ask lookup", never "retry with a new key" |
 //!
@@ -25,21 +24,6 @@
 
 use crate::SubmitOutcome;
 use serde_json::Value;
-
-/// Stripe's `invalid_request_error` codes that refuse the operation's own details (an object it names
-/// does not exist, a parameter value is invalid), answered before anything executes: sending the same
-/// details again fails the same way, so the operation ends `failed` after one submission instead of
-/// being retried until a human is paged. Codes that point at payonce's request rather than the
-/// operation (`parameter_unknown`, `parameter_missing`: payonce builds every parameter, so either is
-/// an adapter bug a deploy fixes) are not in it.
-pub const FINAL_INVALID_REQUEST_CODES: [&str; 3] =
-    ["resource_missing", "amount_too_small", "amount_too_large"];
-
-/// Whether a 400 `invalid_request_error` with `code` refuses the operation for good (see
-/// [`FINAL_INVALID_REQUEST_CODES`]; every `parameter_invalid_*` code too).
-pub fn invalid_request_is_final(code: &str) -> bool {
-    FINAL_INVALID_REQUEST_CODES.contains(&code) || code.starts_with("parameter_invalid")
-}
 
 /// Classifies a request that got no HTTP response.
 pub fn classify_transport(e: &reqwest::Error) -> SubmitOutcome {
@@ -173,20 +157,28 @@ pub fn classify_response(status: u16, body: &[u8]) -> SubmitOutcome {
             reason: described,
             reference,
         },
+        (409, _) => SubmitOutcome::Unknown {
+            reason: described,
+            reference,
+        },
         (429, _) => SubmitOutcome::RateLimited {
             reason: described,
             retry_after_ms: None,
         },
-        (400, "invalid_request_error") if invalid_request_is_final(&code) => {
-            SubmitOutcome::Declined {
-                code,
-                message,
-                reference: None,
-            }
-        }
-        (400, "invalid_request_error") | (401 | 403 | 404, _) => {
-            SubmitOutcome::NotSubmitted { reason: described }
-        }
+        (401 | 403 | 404, _) => SubmitOutcome::misconfigured(&described),
+        (400..=499, _) => SubmitOutcome::Declined {
+            code: if code.is_empty() {
+                format!("http_{status}")
+            } else {
+                code
+            },
+            message: if message.is_empty() {
+                described
+            } else {
+                message
+            },
+            reference,
+        },
         _ => SubmitOutcome::Unknown {
             reason: described,
             reference,
@@ -262,18 +254,13 @@ mod tests {
             classify_response(400, &err("idempotency_error", "")),
             SubmitOutcome::KeyReused { .. }
         ));
-        assert!(matches!(
-            classify_response(400, &err("invalid_request_error", "parameter_missing")),
-            SubmitOutcome::NotSubmitted { .. }
-        ));
-        assert!(matches!(
-            classify_response(400, &err("invalid_request_error", "parameter_unknown")),
-            SubmitOutcome::NotSubmitted { .. }
-        ));
+        // An answered request is never "not submitted": a 4xx is a failure by its code.
         for code in [
             "resource_missing",
             "parameter_invalid_integer",
             "amount_too_small",
+            "parameter_missing",
+            "parameter_unknown",
         ] {
             assert_eq!(
                 classify_response(400, &err("invalid_request_error", code)),
@@ -285,11 +272,20 @@ mod tests {
                 "{code}"
             );
         }
-        // The same code at 404 (a path that names no object) is not about the operation's details.
+        // The same code at 404 (a path that names no object) is payonce's configuration, not the
+        // operation's details.
         assert!(matches!(
             classify_response(404, &err("invalid_request_error", "resource_missing")),
-            SubmitOutcome::NotSubmitted { .. }
+            SubmitOutcome::Misconfigured { .. }
         ));
+        assert_eq!(
+            classify_response(410, b""),
+            SubmitOutcome::Declined {
+                code: "http_410".into(),
+                message: "HTTP 410  : ".into(),
+                reference: None
+            }
+        );
         assert!(matches!(
             classify_response(429, &err("invalid_request_error", "rate_limit")),
             SubmitOutcome::RateLimited {
@@ -300,10 +296,10 @@ mod tests {
         for s in [401, 403, 404] {
             assert!(matches!(
                 classify_response(s, &err("invalid_request_error", "x")),
-                SubmitOutcome::NotSubmitted { .. }
+                SubmitOutcome::Misconfigured { .. }
             ));
         }
-        for s in [409, 500, 502, 503, 504, 418] {
+        for s in [301, 307, 409, 500, 502, 503, 504] {
             assert!(
                 matches!(
                     classify_response(s, &err("api_error", "")),

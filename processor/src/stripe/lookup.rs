@@ -90,6 +90,9 @@ pub(crate) enum GetError {
     /// A status came back, its body did not.
     #[error(transparent)]
     Body(#[from] BodyError),
+    /// A redirect, not followed ([`crate::redirect`]).
+    #[error("{0}")]
+    Redirected(String),
     /// The body is not JSON.
     #[error("HTTP {status} with an unparseable body: {source}")]
     Unparseable {
@@ -106,6 +109,9 @@ pub(crate) async fn get_json(p: &StripeProcessor, url: String) -> Result<(u16, V
         .send()
         .await
         .map_err(GetError::Request)?;
+    if let Some(why) = crate::redirect::redirected(&response) {
+        return Err(GetError::Redirected(why));
+    }
     let status = response.status().as_u16();
     let body = read_body(response).await?;
     let v =

@@ -12,10 +12,12 @@
 //!
 //! Errors: 400 `invalid_request_error` with a code in [`DEFINITIVE_REFUND_ERRORS`] is Declined (Stripe
 //! refused this refund for what the payment is, and executing nothing); every other status follows the
-//! payment table in [`super::classify`] (5xx and transport failures after sending: Unknown; 429: RateLimited).
+//! payment table in [`super::classify`] (any other 4xx: Declined by its code, e.g. `resource_missing`;
+//! 401, 403, 404: Misconfigured; 5xx and transport failures after sending: Unknown; 429: RateLimited).
+//! A request that got an answer reached Stripe: it is never "not submitted".
 
 use super::StripeProcessor;
-use super::classify::{classify_response, invalid_request_is_final};
+use super::classify::classify_response;
 use super::lookup::{Owner, by_reference, error_message, get_json, is_id, list_page, unavailable};
 use super::wire::{belongs, intention_of, operation_of};
 use crate::{
@@ -170,17 +172,6 @@ pub fn classify_refund_response(status: u16, body: &[u8]) -> SubmitOutcome {
             code: code.to_string(),
             message: text(&error, "message").unwrap_or("").to_string(),
             reference: None,
-        };
-    }
-    // A refund names a payment the ledger holds as paid: "no such payment_intent" or an invalid
-    // parameter means a wrong account key or an adapter bug, which a fix makes succeed, not a refund
-    // that can never happen, so the payment table's final invalid requests stay retryable here.
-    if status == 400 && kind == "invalid_request_error" && invalid_request_is_final(code) {
-        return SubmitOutcome::NotSubmitted {
-            reason: format!(
-                "HTTP 400 invalid_request_error {code}: {}",
-                text(&error, "message").unwrap_or("")
-            ),
         };
     }
     // Every other answer means for a refund what it means for a payment.
@@ -378,7 +369,7 @@ mod tests {
             bytes(json!({"error": {"type": "invalid_request_error", "code": "resource_missing"}}));
         assert!(matches!(
             classify_refund_response(400, &missing),
-            SubmitOutcome::NotSubmitted { .. }
+            SubmitOutcome::Declined { ref code, .. } if code == "resource_missing"
         ));
         let rate = bytes(json!({"error": {"type": "invalid_request_error", "code": "rate_limit"}}));
         assert!(matches!(

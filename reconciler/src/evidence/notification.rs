@@ -13,8 +13,17 @@
 //!   with the SAME key (Adyen replays the saved result, which records the reference) and the
 //!   notification waits, pending, for the next pass;
 //! - anything that contradicts the row (another amount, a second successful payment under the same
-//!   operation, money for a failed or never-approved operation) goes to `needs_attention` with both
-//!   facts, through the same fenced report path as every lookup.
+//!   operation, money for a failed operation) goes to `needs_attention` with both facts, through the
+//!   same fenced report path as every lookup;
+//! - a notification about an operation payonce never sent a request for (awaiting approval,
+//!   cancelled or rejected before any submission) cannot be verified at all: Adyen cannot be asked
+//!   whether its `pspReference` exists, and payonce holds nothing to compare it with. It is closed
+//!   as unproven with an alert, and the operation is left as it is: a made-up reference must not send
+//!   a human to refund a payment "without approval".
+//!
+//! An unknown operation whose same-key retries only replay a saved error (a 500 Adyen stored under
+//! the key) goes to a human; the escalation names the references its signed notifications report
+//! ([`reported_payments`]), so the human confirms that payment instead of searching for it.
 
 use super::{HintReport, apply_to_row};
 use crate::metrics::ReconcilerMetrics;
@@ -165,6 +174,9 @@ enum Verdict {
     Defer(String),
     /// Nothing to apply: closed with this outcome.
     Close(String),
+    /// About an operation payonce never submitted: nothing can verify it; closed with this outcome
+    /// and an alert.
+    Unproven(String),
 }
 
 /// The notification `item` (event `event_id`) weighed against `op` (see the module's rules).
@@ -172,6 +184,23 @@ enum Verdict {
 fn verdict(op: &Operation, item: &NotificationItem, event_id: &str) -> Verdict {
     let psp = item.psp_reference.as_str();
     let named = op.external_ref.as_deref() == Some(psp);
+    // No request of payonce's ever left for it (in flight ones excepted: their answer comes first),
+    // and Adyen has no lookup: the notification alone is no evidence of anything.
+    let in_flight = matches!(op.status, Status::Ready | Status::Executing);
+    if op.first_submitted_at.is_none() && !named && !in_flight {
+        return Verdict::Unproven(format!(
+            "unproven: {} reports {psp} ({}) for {}, which payonce never submitted (status {}); \
+             Adyen cannot be asked whether {psp} exists; nothing applied",
+            item.event_code,
+            if item.succeeded() {
+                "successful"
+            } else {
+                "unsuccessful"
+            },
+            op.id,
+            op.status.as_str()
+        ));
+    }
     let diffs = differences(op, item);
     // A second successful payment or refund under one operation is a contradiction even when it
     // matches: one of the two references is money paid twice.
@@ -300,6 +329,14 @@ pub(crate) async fn check(
             report.closed += 1;
             return close(outcome).await;
         }
+        Verdict::Unproven(outcome) => {
+            report.unproven += 1;
+            metrics.webhook_mismatches.inc();
+            tracing::error!(alert = "webhook_lookup_mismatch", event_id = %hint.event_id,
+                operation = %op.id, reference = psp, status = op.status.as_str(),
+                "a signed Adyen notification names an operation payonce never submitted; nothing applied");
+            return close(outcome).await;
+        }
     };
     let source = format!(
         "adyen notification {} checked against the operation",
@@ -319,6 +356,47 @@ pub(crate) async fn check(
         &hint.event_id,
     );
     close(format!("checked: {applied:?} on {}", op.id)).await
+}
+
+/// Most stored notifications read for one escalation.
+const NOTIFICATIONS_READ_MAX: u32 = 20;
+
+/// What `op`'s stored Adyen notifications report that its row does not hold: each successful
+/// notification of its kind, for its approved amount and currency, naming another reference than the
+/// row's, as one sentence for an escalation (`None`: none). The api stored each only after verifying
+/// its HMAC signature and merchant account.
+pub(crate) async fn reported_payments(
+    ledger: &dyn Recovery,
+    op: &Operation,
+) -> Result<Option<String>, LedgerError> {
+    let stored = ledger
+        .processor_events_of(&op.id, NOTIFICATIONS_READ_MAX)
+        .await?;
+    let reported: Vec<(String, &str)> = stored
+        .iter()
+        .filter(|hint| hint.processor == payonce_processor::adyen::webhook::PROCESSOR)
+        .filter_map(|hint| Some((item_of(&hint.payload)?, hint.event_id.as_str())))
+        .filter(|(item, _)| {
+            item.succeeded()
+                && differences(op, item).is_empty()
+                && op.external_ref.as_deref() != Some(item.psp_reference.as_str())
+        })
+        .map(|(item, event_id)| (item.psp_reference, event_id))
+        .collect();
+    let Some((first, _)) = reported.first() else {
+        return Ok(None);
+    };
+    let named: Vec<String> = reported
+        .iter()
+        .map(|(psp, event_id)| format!("{psp} (notification {event_id})"))
+        .collect();
+    Ok(Some(format!(
+        "signed Adyen notifications report what the saved answer does not: {} succeeded for the \
+         approved amount. Confirm it in Adyen's Customer Area, then `payonce reconciler resolve {} \
+         --as succeeded --reference {first}`",
+        named.join(", "),
+        op.id,
+    )))
 }
 
 #[cfg(test)]
@@ -355,6 +433,7 @@ mod tests {
             Verdict::Nudge => "nudge".into(),
             Verdict::Defer(_) => "defer".into(),
             Verdict::Close(_) => "close".into(),
+            Verdict::Unproven(_) => "unproven".into(),
         }
     }
 
@@ -399,6 +478,30 @@ mod tests {
                 "{status:?} holding {reference:?}, notification success={}",
                 item.success
             );
+        }
+    }
+
+    #[test]
+    fn a_notification_for_an_operation_never_submitted_is_unproven_whatever_it_says() {
+        for status in [
+            Status::AwaitingApproval,
+            Status::Cancelled,
+            Status::Rejected,
+        ] {
+            for item in [
+                authorisation("PSPMADEUP0000001", 2048, true),
+                authorisation("PSPMADEUP0000001", 999, true),
+                authorisation("PSPMADEUP0000001", 2048, false),
+            ] {
+                let mut op = unknown_since(1_000);
+                op.status = status;
+                op.external_ref = None;
+                op.first_submitted_at = None;
+                let Verdict::Unproven(why) = verdict(&op, &item, "evt_1") else {
+                    panic!("{status:?}: not unproven")
+                };
+                assert!(why.contains("never submitted"), "{why}");
+            }
         }
     }
 

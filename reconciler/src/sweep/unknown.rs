@@ -18,7 +18,7 @@ use payonce_ledger::{
     Operation, Paid, RecordLookups, Report,
 };
 use payonce_processor::limiter::{Budget, acquire};
-use payonce_processor::{LookupOutcome, operation};
+use payonce_processor::{LookupOutcome, ProcessorKind, operation};
 use std::time::Duration;
 
 impl Reconciler {
@@ -237,6 +237,7 @@ impl Reconciler {
                 fenced(self.ledger.defer_check(&defer, now).await, Tally::Deferred)
             }
             Decision::Escalate(why) => {
+                let why = self.with_notifications(op, why).await?;
                 let escalate = Escalate {
                     fence: &fence,
                     reason: &why,
@@ -247,6 +248,22 @@ impl Reconciler {
             Decision::RetrySameKey => self.retry_same_key(op, false, now).await,
             Decision::Resubmit => self.retry_same_key(op, true, now).await,
         }
+    }
+
+    /// An escalation's reason, with what the operation's signed notifications report beside it
+    /// when its processor is one only notifications settle (Adyen: a saved 500 replayed to every
+    /// same-key retry, contradicted by an AUTHORISATION naming the payment).
+    async fn with_notifications(&self, op: &Operation, why: String) -> Result<String, LedgerError> {
+        if self.processors.kind_of(op) != ProcessorKind::Adyen {
+            return Ok(why);
+        }
+        Ok(
+            match crate::evidence::notification::reported_payments(self.ledger.as_ref(), op).await?
+            {
+                Some(reported) => format!("{why}; {reported}"),
+                None => why,
+            },
+        )
     }
 
     /// Applies what a lookup found as a processor report, per the state machine.
