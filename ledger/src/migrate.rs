@@ -193,6 +193,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "not_sent_attempts",
         include_str!("../../migrations/postgres/0035_not_sent_attempts.sql"),
     ),
+    (
+        36,
+        "room_for_updates",
+        include_str!("../../migrations/postgres/0036_room_for_updates.sql"),
+    ),
 ];
 /// SQLite migrations, in order.
 pub(crate) const SQLITE: &[Migration] = &[

@@ -1,0 +1,12 @@
+-- Issue 52: a worker's two row versions of an operation (the claim, the outcome) stay on the page
+-- of the version they replace. An update whose new version does not fit on the old version's page
+-- writes the whole new tuple to the WAL, and first a lock record on the old one (Postgres locks it
+-- before releasing the page to look for room elsewhere); one that fits writes only the bytes that
+-- changed between the unchanged prefix and suffix of the tuple, and no lock record. At fillfactor
+-- 85 a page of ready operations kept room for one or two new versions, so most of a claimed
+-- batch's went elsewhere. Half of each page is now left free on insert: room for a claim's new
+-- version of every row on the page, and, once the page is pruned of the versions the claim left
+-- dead, for their outcomes. The table takes about 1.7 times the pages for its newest rows; measured
+-- in docs/benchmarks.md (WAL per payment) and docs/decisions/083-postgres-cost.md. Only pages
+-- written from now on are affected; an existing table keeps its pages as they are.
+ALTER TABLE operations SET (fillfactor = 50);
