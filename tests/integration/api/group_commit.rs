@@ -79,6 +79,19 @@ async fn send_all(
         .collect()
 }
 
+/// Inserts into `operations` waiting on a lock for more than `seconds`.
+async fn blocked_inserts(pool: &sqlx::PgPool, seconds: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO operations%' \
+         AND now() - query_start > make_interval(secs => $1)",
+    )
+    .bind(seconds as f64)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 /// Waits until `writers` writers are blocked on the held lock and `waiting` requests are queued.
 async fn queued(api: &TestApi, url: &str, writers: usize, waiting: u64) {
     let pool = sqlx::PgPool::connect(url).await.unwrap();
@@ -88,13 +101,7 @@ async fn queued(api: &TestApi, url: &str, writers: usize, waiting: u64) {
         || {
             let pool = pool.clone();
             async move {
-                let blocked: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO operations%'",
-                )
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+                let blocked = blocked_inserts(&pool, 0).await;
                 let queued = metric(api, "payonce_api_intake_waiting").await;
                 (blocked == i64::try_from(writers).unwrap() && queued == waiting).then_some(())
             }
@@ -367,14 +374,7 @@ async fn a_ledger_stalled_past_its_statement_timeout_answers_503_and_still_write
         || {
             let pool = pool.clone();
             async move {
-                let blocked: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO operations%' \
-                     AND now() - query_start > interval '8 seconds'",
-                )
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+                let blocked = blocked_inserts(&pool, 8).await;
                 (blocked == 1).then_some(())
             }
         },

@@ -305,6 +305,15 @@ async fn set_periods(ledger: &SharedLedger, tenants: &[&TenantId]) {
     }
 }
 
+/// Sets the shortest period for `tenants` and prunes 600 days on: every settled row is past it.
+async fn prune_past_periods(ledger: &SharedLedger, tenants: &[&TenantId]) -> Pruned {
+    set_periods(ledger, tenants).await;
+    ledger
+        .prune(&Retention::default(), at(T0 + 600 * DAY))
+        .await
+        .unwrap_or_else(|e| panic!("prune on {}: {e}", ledger.store()))
+}
+
 /// Issue 53, item 4: a payment whose confirmation page showed a card (`operation_cards` refers to
 /// it) is pruned with its card, and the next tenant's operations go in the same prune.
 #[tokio::test]
@@ -324,12 +333,7 @@ async fn a_payment_whose_page_showed_a_card_is_pruned_with_it_and_so_is_the_next
             .await
             .unwrap();
         let theirs = proposal(&ledger, &zeta, "INV-CARD2", T0).await;
-        set_periods(&ledger, &[&tenant(), &zeta]).await;
-
-        let pruned = ledger
-            .prune(&Retention::default(), at(T0 + 600 * DAY))
-            .await
-            .unwrap_or_else(|e| panic!("prune on {}: {e}", ledger.store()));
+        let pruned = prune_past_periods(&ledger, &[&tenant(), &zeta]).await;
         assert_eq!(
             pruned,
             Pruned {
@@ -405,12 +409,7 @@ async fn a_table_the_prune_was_never_told_of_is_pruned_and_a_stuck_tenant_holds_
                 }
             }
         }
-        set_periods(&ledger, &[&tenant(), &zeta]).await;
-
-        let pruned = ledger
-            .prune(&Retention::default(), at(T0 + 600 * DAY))
-            .await
-            .unwrap_or_else(|e| panic!("prune on {}: {e}", ledger.store()));
+        let pruned = prune_past_periods(&ledger, &[&tenant(), &zeta]).await;
         assert_eq!(
             pruned,
             Pruned {
