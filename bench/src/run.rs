@@ -211,34 +211,7 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
         (TARGET_OPS_PER_SECOND, "3,000/s"),
         Some(Target::AtLeast(1.0)),
     );
-    if let (Some(paid), Some(plain)) = (
-        throughput::median_cost(&t.payonce_wal),
-        throughput::median_cost(&t.batched_wal),
-    ) {
-        let jobs = t.baseline_batched.count;
-        out.table.compare(
-            format!(
-                "Postgres written per payment, ready → succeeded (median drain's WAL): {}",
-                paid.per(s.operations)
-            ),
-            (
-                paid.bytes_per(s.operations),
-                &format!("{:.0} B", paid.bytes_per(s.operations)),
-            ),
-            (
-                WAL_BYTES_TARGET,
-                &format!("{WAL_BYTES_TARGET} B (issue 52)"),
-            ),
-            Some(Target::AtMost(1.0)),
-        );
-        out.table.fact(
-            format!(
-                "plain lifecycle written per job (insert, claim, done; {} jobs/statement)",
-                throughput::BASELINE_BATCH
-            ),
-            plain.per(jobs),
-        );
-    }
+    wal_rows(s, &t, out);
     out.table.fact(
         format!(
             "peak RSS (VmHWM) of the bench process while the workers ran{}",
@@ -273,6 +246,38 @@ async fn throughput_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> 
     }
     out.throughput = Some(t);
     Ok(())
+}
+
+/// What the throughput section's drains wrote per payment, and the batched lifecycle per job.
+fn wal_rows(s: &Settings, t: &throughput::Throughput, out: &mut Outcome) {
+    if let (Some(paid), Some(plain)) = (
+        throughput::median_cost(&t.payonce_wal),
+        throughput::median_cost(&t.batched_wal),
+    ) {
+        let jobs = t.baseline_batched.count;
+        out.table.compare(
+            format!(
+                "Postgres written per payment, ready → succeeded (median drain's WAL): {}",
+                paid.per(s.operations)
+            ),
+            (
+                paid.bytes_per(s.operations),
+                &format!("{:.0} B", paid.bytes_per(s.operations)),
+            ),
+            (
+                WAL_BYTES_TARGET,
+                &format!("{WAL_BYTES_TARGET} B (issue 52)"),
+            ),
+            Some(Target::AtMost(1.0)),
+        );
+        out.table.fact(
+            format!(
+                "plain lifecycle written per job (insert, claim, done; {} jobs/statement)",
+                throughput::BASELINE_BATCH
+            ),
+            plain.per(jobs),
+        );
+    }
 }
 
 async fn intake_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result<()> {
