@@ -4,15 +4,18 @@
 //! lookup, JSON, validation, the same ledger calls); `POST /v1/operations` with its approval (one
 //! request); `POST /v1/operations/batch`; and `payonce enqueue` on a CSV file. All next to a plain
 //! single-row insert on the same server in the same run, with the same number of clients, each
-//! plain insert its own commit.
+//! plain insert its own commit, and the batch route next to one `COPY` of as many plain rows; each
+//! with the WAL it wrote.
 
 use crate::database::ScratchDatabase;
 use crate::load::bench_details;
 use crate::report::Rate;
+use crate::wal::{Cost, Mark};
 use anyhow::Context;
 use payonce_core::id::{BusinessKey, TenantId};
 use payonce_core::state::Status;
 use payonce_ledger::{NewApproval, NewOperation, SharedLedger};
+use sqlx::Connection;
 use sqlx::postgres::PgPoolOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +24,8 @@ const SCHEMA: &str = "CREATE TABLE intake (id BIGSERIAL PRIMARY KEY, business_ke
      payload TEXT NOT NULL, created_at BIGINT NOT NULL)";
 const INSERT: &str = "INSERT INTO intake (business_key, payload, created_at) VALUES ($1, $2, $3)";
 const COUNT: &str = "SELECT COUNT(*) FROM intake";
+/// The same rows as the plain inserts, streamed in one `COPY` (text format).
+const COPY: &str = "COPY intake (business_key, payload, created_at) FROM STDIN";
 
 /// Every rate of the section.
 #[derive(Debug, Clone)]
@@ -41,6 +46,24 @@ pub struct Intake {
     pub enqueue: Option<Rate>,
     /// Plain single-row inserts, per second.
     pub baseline: Rate,
+    /// The batch route's row count in one `COPY` into the plain table, one client, per second.
+    pub copy: Rate,
+    /// What each wrote, for as many items as its rate counts: the plain inserts, `COPY`, one
+    /// request per operation, the batch route.
+    pub wal: IntakeWal,
+}
+
+/// The WAL of the intake rows (see [`Intake::wal`]).
+#[derive(Debug, Clone, Copy)]
+pub struct IntakeWal {
+    /// Plain single-row inserts.
+    pub baseline: Cost,
+    /// `COPY` of the plain rows.
+    pub copy: Cost,
+    /// `POST /v1/operations` with its approval, one request per operation.
+    pub http_one: Cost,
+    /// `POST /v1/operations/batch`.
+    pub http_batch: Cost,
 }
 
 /// How many times the section's operation count the batch and enqueue rows create: a batch of
@@ -82,6 +105,7 @@ pub async fn measure(
         .context("connect for the insert baseline")?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
     let pool_for_loops = pool.clone();
+    let mark = Mark::take(&db.url).await?;
     let baseline = spread(clients, operations, move |i| {
         let pool = pool_for_loops.clone();
         async move {
@@ -100,6 +124,7 @@ pub async fn measure(
         u64::try_from(rows).ok() == Some(operations),
         "the insert baseline left {rows} rows for {operations}"
     );
+    let baseline_wal = mark.cost().await?;
     pool.close().await;
 
     let ledger = db.ledger(clients).await?;
@@ -113,11 +138,12 @@ pub async fn measure(
     ensure_ready(&shared, operations).await?;
     ledger.pool().close().await;
     db.drop_now().await?;
-    let (http, _) = through_api(admin_url, clients, operations, Way::CreateThenApprove).await?;
-    let (http_one, http_one_per_group) =
+    let (http, _, _) = through_api(admin_url, clients, operations, Way::CreateThenApprove).await?;
+    let (http_one, http_one_per_group, http_one_wal) =
         through_api(admin_url, clients, operations, Way::OneRequest).await?;
     let scaled = operations * BATCH_ROWS_SCALE;
-    let (http_batch, _) = through_api(
+    let (copy, copy_wal) = copy_rows(admin_url, scaled).await?;
+    let (http_batch, _, http_batch_wal) = through_api(
         admin_url,
         clients,
         scaled,
@@ -136,7 +162,44 @@ pub async fn measure(
         http_batch,
         enqueue,
         baseline,
+        copy,
+        wal: IntakeWal {
+            baseline: baseline_wal,
+            copy: copy_wal,
+            http_one: http_one_wal,
+            http_batch: http_batch_wal,
+        },
     })
+}
+
+/// `rows` of the plain insert baseline's rows streamed into its table in one `COPY` on one
+/// connection (as `psql \copy` would), on a fresh database; checks the table holds them all.
+async fn copy_rows(admin_url: &str, rows: u64) -> anyhow::Result<(Rate, Cost)> {
+    let db = ScratchDatabase::create(admin_url).await?;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await?;
+    sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+    let now = crate::now_ms();
+    let mut data = String::with_capacity(usize::try_from(rows)? * 64);
+    for i in 0..rows {
+        data.push_str(&format!(
+            "bench:intake:{i}\t{{\"invoice\":\"INV-BENCH\",\"amount\":2048}}\t{now}\n"
+        ));
+    }
+    let mark = Mark::take(&db.url).await?;
+    let started = Instant::now();
+    let mut copy = conn.copy_in_raw(COPY).await?;
+    copy.send(data.as_bytes()).await?;
+    let copied = copy.finish().await?;
+    let rate = Rate::new(copied, started.elapsed());
+    let wal = mark.cost().await?;
+    let in_table: i64 = sqlx::query_scalar(COUNT).fetch_one(&mut conn).await?;
+    anyhow::ensure!(
+        copied == rows && u64::try_from(in_table).ok() == Some(rows),
+        "COPY wrote {copied} rows, the table has {in_table}, for {rows}"
+    );
+    conn.close().await.ok();
+    db.drop_now().await?;
+    Ok((rate, wal))
 }
 
 /// Checks every operation of the ledger is `ready` and there are `operations` of them.
@@ -224,8 +287,9 @@ async fn through_api(
     clients: u32,
     operations: u64,
     way: Way,
-) -> anyhow::Result<(Rate, f64)> {
+) -> anyhow::Result<(Rate, f64, Cost)> {
     let api = ServedApi::start(admin_url, clients).await?;
+    let mark = Mark::take(&api.db.url).await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::try_from(clients)?)
         .build()?;
@@ -257,6 +321,7 @@ async fn through_api(
             Rate::new(operations, started.elapsed())
         }
     };
+    let wal = mark.cost().await?;
     ensure_ready(&api.shared, operations).await?;
     let (items, groups) = (api.group.items().get(), api.group.groups().get());
     let per_group = if groups == 0 {
@@ -265,7 +330,7 @@ async fn through_api(
         items as f64 / groups as f64
     };
     api.finish().await?;
-    Ok((rate, per_group))
+    Ok((rate, per_group, wal))
 }
 
 /// The JSON body of operation `i` with its approval, as a billing system holding the customer's
