@@ -375,6 +375,23 @@ async fn demo_tells_the_inv_2048_story_with_one_payment() {
                 "{processor}: {expected:?} missing from:\n{stdout}"
             );
         }
+        // Times as RFC 3339, never a raw epoch; the last line is the next step.
+        let expired = stdout
+            .lines()
+            .find(|l| l.contains("lease_expired_submitted"))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(
+            expired.contains(" expired at 20") && expired.trim_end().ends_with('Z'),
+            "{expired}"
+        );
+        assert!(
+            !stdout
+                .split_whitespace()
+                .any(|w| w.len() >= 12 && w.bytes().all(|b| b.is_ascii_digit())),
+            "a raw epoch in:\n{stdout}"
+        );
+        let last = stdout.trim_end().lines().last().unwrap();
+        assert!(last.starts_with("Next: `payonce serve`"), "{last}");
         // Not a terminal: plain lines, no spinner redraws.
         assert!(!stdout.contains('\r'), "{stdout:?}");
         assert!(dir.join("demo.db").exists());
