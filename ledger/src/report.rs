@@ -249,7 +249,6 @@ pub const RESOLVED_FAILED_BY_HAND: &str = "resolved_failed_by_hand";
 
 /// How the detail of a row the scan made again begins: the console, `reconciler list` and the
 /// runbook name it by these words.
-
 pub const RECREATED_HEAD: &str = "LOST ROW RECREATED";
 
 /// The one instruction a recreated row carries: it was paid for its intention before the ledger

@@ -621,7 +621,10 @@ async fn an_mcp_session_logs_no_rmcp_info_line_at_the_default_filter() {
     assert!(exit.success(), "{exit}");
     let text = std::fs::read_to_string(&log).unwrap();
     let info = |l: &&str| l.contains(" INFO ");
-    assert!(text.lines().any(|l| info(&l)), "serve still logs at info: {text}");
+    assert!(
+        text.lines().any(|l| info(&l)),
+        "serve still logs at info: {text}"
+    );
     let rmcp: Vec<&str> = text
         .lines()
         .filter(info)

@@ -536,7 +536,10 @@ async fn the_enqueue_command_resumes_after_a_kill_and_names_refused_lines() {
         "{text}"
     );
     // Line numbers are the file's everywhere: the header is one of its 3001 lines.
-    assert!(text.starts_with("3001 lines, 3000 operations, in "), "{text}");
+    assert!(
+        text.starts_with("3001 lines, 3000 operations, in "),
+        "{text}"
+    );
     assert!(text.contains("line 12: 400 invalid_line: amount"), "{text}");
     assert!(text.contains("line 22: 400 invalid_request"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
@@ -545,9 +548,8 @@ async fn the_enqueue_command_resumes_after_a_kill_and_names_refused_lines() {
 /// A CSV of `n` approved payments, `prefix`-keyed, after its header (line 1).
 fn billing_run(dir: &std::path::Path, prefix: &str, n: usize) -> std::path::PathBuf {
     let file = dir.join(format!("{prefix}.csv"));
-    let mut csv = String::from(
-        "business_key,amount,currency,customer,payment_method,invoice,approved_by\n",
-    );
+    let mut csv =
+        String::from("business_key,amount,currency,customer,payment_method,invoice,approved_by\n");
     for i in 0..n {
         csv.push_str(&format!(
             "invoice:{prefix}{i}:pay,2048,usd,cus_1,pm_card_visa,{prefix}{i},mandate:cus_1\n"
@@ -633,7 +635,11 @@ async fn enqueue_on_a_terminal_shows_the_line_of_the_total_a_percentage_and_an_e
     let dir = std::env::temp_dir().join(format!("payonce-enqueue-tty-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = billing_run(&dir, "T", 50);
-    let command = format!("{} enqueue {} --batch-size 10", payonce_bin(), file.display());
+    let command = format!(
+        "{} enqueue {} --batch-size 10",
+        payonce_bin(),
+        file.display()
+    );
     let out = tokio::process::Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .env("PAYONCE_API_URL", &api.base)

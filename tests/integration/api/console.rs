@@ -1275,8 +1275,16 @@ async fn keys_create_read_only_is_for_on_call_keys() {
     };
     let create = |role: &'static str, read_only: bool| {
         let mut args = vec![
-            "keys", "--database-url", &db, "create", "--tenant", "acme", "--role", role,
-            "--label", role,
+            "keys",
+            "--database-url",
+            &db,
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            role,
+            "--label",
+            role,
         ];
         if read_only {
             args.push("--read-only");

@@ -852,7 +852,10 @@ async fn the_confirmation_question_writes_the_amount_as_the_page_does() {
     let asked: Value = serde_json::from_str(&text).unwrap();
     let params = &asked["result"]["inputRequests"]["payonce_confirmation"]["params"];
     let message = params["message"].as_str().unwrap();
-    assert!(message.contains("the payment of ¥1,299 for invoice INV-151"), "{message}");
+    assert!(
+        message.contains("the payment of ¥1,299 for invoice INV-151"),
+        "{message}"
+    );
     // The page the customer then opens (signed in by the tenant's app) writes the same amount.
     let url = api.signed_in(params["url"].as_str().unwrap(), &id);
     let page = super::confirm::page(&api, &url).await;

@@ -9,8 +9,7 @@ fn only_operation_id_is_accepted() {
         operation_id_of(&json!({"operation_id": id.as_str()})).unwrap(),
         id
     );
-    let extra =
-        operation_id_of(&json!({"operation_id": id.as_str(), "amount": 1})).unwrap_err();
+    let extra = operation_id_of(&json!({"operation_id": id.as_str(), "amount": 1})).unwrap_err();
     assert!(extra.is_error() && extra.message().contains("only operation_id"));
     assert!(operation_id_of(&json!({})).is_err());
     assert!(operation_id_of(&json!({"operation_id": 5})).is_err());
