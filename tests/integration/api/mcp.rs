@@ -197,7 +197,12 @@ async fn url_elicitation_takes_the_customer_to_the_page_and_the_retry_proceeds()
     assert_eq!(asked.len(), 1, "{out}");
     assert_eq!(asked[0]["mode"], "url");
     assert!(asked[0]["url"].as_str().unwrap().contains("/confirm/"));
-    assert!(asked[0]["message"].as_str().unwrap().contains("75.00 USD"));
+    assert!(
+        asked[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the payment of $75.00 for invoice INV-111")
+    );
     let paid = &out["calls"]["pay_waiting"];
     assert_eq!(structured(paid)["outcome"], "pending", "{paid}");
     for call in out["calls"].as_object().unwrap().values() {
