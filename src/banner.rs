@@ -21,6 +21,9 @@ pub struct Stack<'a> {
     pub api_url: &'a str,
     /// The built-in simulator's base URL, when serve runs one.
     pub simulator_url: Option<&'a str>,
+    /// serve's `key_retention_s`, when set: the CLI's sweeps then judge a key's window as serve's
+    /// reconciler does.
+    pub key_retention_s: Option<u64>,
     /// The ledger's URL as a command may carry it (no password).
     pub database_url: &'a str,
     /// This binary, as a shell runs it.
@@ -44,8 +47,12 @@ pub fn walkthrough(
 ) -> Vec<String> {
     // One `export` line: one paste sets every variable the commands below use.
     let mut variables = vec![format!("PAYONCE_API=\"{}\"", stack.api_url)];
+    // The variable the CLI reads, so `reconciler show` and `sweep --once` reach serve's simulator.
     if let Some(sim) = stack.simulator_url {
-        variables.push(format!("PAYONCE_PROCESSOR=\"{sim}\""));
+        variables.push(format!("PAYONCE_PROCESSOR_URL=\"{sim}\""));
+    }
+    if let Some(seconds) = stack.key_retention_s {
+        variables.push(format!("PAYONCE_KEY_RETENTION_S=\"{seconds}\""));
     }
     variables.push(format!("PAYONCE=\"{}\"", stack.binary));
     variables.push(format!("PAYONCE_DATABASE_URL=\"{}\"", stack.database_url));
@@ -65,6 +72,13 @@ pub fn walkthrough(
         format!("  export {}", variables.join(" ")),
     ];
     out.extend(missing);
+    // The fault first: it must be armed before the payment it breaks is submitted.
+    if stack.simulator_url.is_some() {
+        out.extend([
+            "0. Optional, to see on-call's step 5: make the simulator's next answer a 500 (with serve --key-retention-s 1 nothing retries it for you):".into(),
+            format!("  curl -sSf -X POST \"$PAYONCE_PROCESSOR_URL/_sim/faults\" -H \"content-type: application/json\" -d '{}'", fault()),
+        ]);
+    }
     out.extend([
         "1. Create an operation for invoice INV-1 (the service creates it; note the \"id\" it prints):".into(),
         "  curl -sSf \"$PAYONCE_API/v1/operations\" -H \"authorization: Bearer $SERVICE_KEY\" -H \"content-type: application/json\" -d '{\"business_key\":\"invoice:INV-1:pay\",\"details\":{\"amount\":2048,\"currency\":\"usd\",\"customer\":\"cus_1\",\"payment_method\":\"pm_card_visa\",\"invoice\":\"INV-1\"}}'".into(),
@@ -75,15 +89,11 @@ pub fn walkthrough(
         "  curl -sSf \"$PAYONCE_API/v1/operations/$OP_ID\" -H \"authorization: Bearer $SERVICE_KEY\"".into(),
         "4. On-call console: open it in a browser and sign in with $ON_CALL_KEY:".into(),
         format!("  {}/console", stack.api_url),
-        "5. On-call resolves what needs a human, by operation id (after checking the processor), e.g. retry with the same key:".into(),
+        "5. On-call resolves what needs a human, by operation id: first what the ledger and the processor say,".into(),
+        "  \"$PAYONCE\" reconciler show \"$OP_ID\"".into(),
+        "   then a decision, e.g. retry with the same key:".into(),
         "  \"$PAYONCE\" reconciler resolve \"$OP_ID\" --as retry --reason \"not at the processor: retry with the same key\"".into(),
     ]);
-    if stack.simulator_url.is_some() {
-        out.extend([
-            "   To see one: before step 1, make the simulator's next answer a 500 (with serve --key-retention-s 1 nothing retries it for you):".into(),
-            format!("  curl -sSf -X POST \"$PAYONCE_PROCESSOR/_sim/faults\" -H \"content-type: application/json\" -d '{}'", fault()),
-        ]);
-    }
     out.extend([
         "MCP client configuration (the assistant key; every tool call returns the operation's real state):".into(),
         format!("  {}", mcp_config(stack.api_url, secrets)),
@@ -119,14 +129,15 @@ mod tests {
         let stack = Stack {
             api_url: "http://127.0.0.1:8080",
             simulator_url: Some("http://127.0.0.1:12111"),
+            key_retention_s: Some(1),
             database_url: "sqlite:payonce.db",
             binary: "/usr/local/bin/payonce",
         };
         let lines = walkthrough(&stack, &tenant, &[(Role::Service, "po_service_x".into())]);
         assert_eq!(
             lines[1],
-            "  export PAYONCE_API=\"http://127.0.0.1:8080\" PAYONCE_PROCESSOR=\"http://127.0.0.1:12111\" \
-             PAYONCE=\"/usr/local/bin/payonce\" PAYONCE_DATABASE_URL=\"sqlite:payonce.db\" \
+            "  export PAYONCE_API=\"http://127.0.0.1:8080\" PAYONCE_PROCESSOR_URL=\"http://127.0.0.1:12111\" \
+             PAYONCE_KEY_RETENTION_S=\"1\" PAYONCE=\"/usr/local/bin/payonce\" PAYONCE_DATABASE_URL=\"sqlite:payonce.db\" \
              SERVICE_KEY=\"po_service_x\""
         );
         assert!(
@@ -138,10 +149,13 @@ mod tests {
             let api = curl.contains("\"$PAYONCE_API/")
                 && curl.contains("\"authorization: Bearer $SERVICE_KEY\"");
             assert!(
-                api || curl.contains("\"$PAYONCE_PROCESSOR/_sim/faults\""),
+                api || curl.contains("\"$PAYONCE_PROCESSOR_URL/_sim/faults\""),
                 "{curl}"
             );
         }
+        // Printed in the order they run: the fault before the payment it breaks.
+        let at = |what: &str| lines.iter().position(|l| l.contains(what)).unwrap();
+        assert!(at("/_sim/faults") < at("\"$PAYONCE_API/v1/operations\""));
 
         let mcp: serde_json::Value = serde_json::from_str(lines.last().unwrap().trim()).unwrap();
         assert_eq!(

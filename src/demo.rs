@@ -33,6 +33,10 @@ const WEBHOOK_DEADLINE: Duration = Duration::from_secs(10);
 const WEBHOOK_DELAY: Duration = Duration::from_secs(3);
 /// How often the demo looks at the ledger or the api's metrics while waiting.
 const POLL: Duration = Duration::from_millis(100);
+/// The demo's last line: where a newcomer goes from here.
+const NEXT_STEP: &str = "Next: `payonce serve` (from a clone: cargo run --release -- serve) keeps the same \
+     stack running for you to drive; its banner prints every command to paste, from a new invoice to \
+     on-call's resolve (README, \"Your first hour\").";
 /// Every step the demo prints, for the progress display's "n/total".
 const STEPS: u32 = 11;
 
@@ -544,6 +548,7 @@ impl Story {
             "One approved intention, one payment. Ledger kept in {}.",
             self.args.database
         );
+        println!("{NEXT_STEP}");
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -9,8 +9,11 @@
 //! `priority` (default `bulk`, as the batch route's); a bad value is refused here, with its line
 //! number and field, before anything is sent (`api::schedule` checks it as the API does).
 //!
-//! On a terminal a progress line shows the lines sent and the answers so far; the summary counts
-//! created, existing, conflicts and invalid lines, and lists the refused lines by number.
+//! Every line number is the file's (header and blank lines counted), as an editor shows it. On a
+//! terminal a progress line shows the line reached of the file's total, the percentage, an ETA and
+//! the answers so far; the summary counts created, existing, conflicts and invalid lines, and lists
+//! the refused lines by number. Ctrl-C stops at once and names the last line whose answer came
+//! back: everything up to it is written, and running again resumes.
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
@@ -45,6 +48,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Exit status when some lines were refused (the others were written).
 pub const EXIT_REFUSED: u8 = 3;
+/// Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// `payonce enqueue` arguments.
 #[derive(Debug, Clone, Args)]
@@ -99,6 +104,8 @@ pub struct Refused {
 /// What a run did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Summary {
+    /// Lines of the file, header and blank lines included: the numbers lines are named by.
+    pub file_lines: u64,
     /// Lines holding an operation (blank lines and the CSV header excluded).
     pub lines: u64,
     /// Created by this run.
@@ -164,8 +171,21 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<ExitCode> {
         FileFormat::Auto => by_extension(&args.file)?,
         other => other,
     };
-    let file = std::fs::File::open(&args.file)
-        .with_context(|| format!("cannot open {}", args.file.display()))?;
+    let open = || {
+        std::fs::File::open(&args.file)
+            .with_context(|| format!("cannot open {}", args.file.display()))
+    };
+    // A first pass for the total the progress line counts towards.
+    let file_lines = lines::count(&mut BufReader::new(open()?))?;
+    let file = open()?;
+    // Ctrl-C: the sender stops where it is; the lines it had no answer for are sent again by the
+    // next run, which answers what this one wrote `existing`.
+    let (interrupt, interrupted) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = interrupt.send(true);
+        }
+    });
     let http = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
@@ -175,7 +195,12 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<ExitCode> {
         http,
         url: format!("{}/v1/operations/batch", args.api_url.trim_end_matches('/')),
         key: args.key.clone(),
-        summary: Summary::default(),
+        summary: Summary {
+            file_lines,
+            ..Summary::default()
+        },
+        answered_line: 0,
+        interrupted,
         started: Instant::now(),
         terminal: std::io::stderr().is_terminal(),
         batch: Vec::new(),
@@ -186,6 +211,9 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<ExitCode> {
     let mut header: Option<Vec<usize>> = None;
     let mut number = 0_u64;
     while let Some(line) = next_line(&mut reader)? {
+        if *sender.interrupted.borrow() {
+            return Ok(sender.stopped());
+        }
         number += 1;
         let text = match line {
             Line::Text(text) => text,
@@ -217,11 +245,17 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<ExitCode> {
         };
         sender.summary.lines += 1;
         match item {
-            Ok(item) => sender.push(number, item).await?,
+            Ok(item) => {
+                if !sender.push(number, item).await? {
+                    return Ok(sender.stopped());
+                }
+            }
             Err(why) => sender.summary.invalid_line(number, why),
         }
     }
-    sender.flush().await?;
+    if !sender.flush().await? {
+        return Ok(sender.stopped());
+    }
     sender.finish(args.json)
 }
 
@@ -242,6 +276,10 @@ struct Sender {
     url: String,
     key: String,
     summary: Summary,
+    /// The last file line whose answer came back (0: none yet): every line up to it is written.
+    answered_line: u64,
+    /// Becomes true on Ctrl-C.
+    interrupted: tokio::sync::watch::Receiver<bool>,
     started: Instant,
     terminal: bool,
     /// The batch being filled: (line number, item).
@@ -251,28 +289,35 @@ struct Sender {
 }
 
 impl Sender {
-    async fn push(&mut self, line: u64, item: Value) -> anyhow::Result<()> {
+    /// Adds `item` of file line `line`, sending the batch when full; false: interrupted.
+    async fn push(&mut self, line: u64, item: Value) -> anyhow::Result<bool> {
         let item = item.to_string();
         if !self.batch.is_empty()
             && self.bytes + item.len() + 1 > BATCH_BODY_LIMIT_BYTES - ENVELOPE_BYTES
+            && !self.flush().await?
         {
-            self.flush().await?;
+            return Ok(false);
         }
         self.bytes += item.len() + 1;
         self.batch.push((line, item));
         if self.batch.len() >= self.batch_size {
-            self.flush().await?;
+            return self.flush().await;
         }
-        Ok(())
+        Ok(true)
     }
 
-    async fn flush(&mut self) -> anyhow::Result<()> {
+    /// Sends the batch and counts its answers; false: interrupted before the answer came.
+    async fn flush(&mut self) -> anyhow::Result<bool> {
         if self.batch.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let items: Vec<&str> = self.batch.iter().map(|(_, i)| i.as_str()).collect();
         let body = format!("{{\"operations\":[{}]}}", items.join(","));
-        let answer = self.send(body).await?;
+        let mut interrupted = self.interrupted.clone();
+        let answer = tokio::select! {
+            answer = self.send(body) => answer?,
+            _ = interrupted.wait_for(|stop| *stop) => return Ok(false),
+        };
         if answer.results.len() != self.batch.len() {
             bail!(
                 "the API answered {} items for a batch of {}",
@@ -302,11 +347,24 @@ impl Sender {
                 }
             }
         }
-        let last = self.batch.last().map_or(0, |(line, _)| *line);
+        self.answered_line = self.batch.last().map_or(0, |(line, _)| *line);
         self.batch.clear();
         self.bytes = 0;
-        self.progress(last);
-        Ok(())
+        self.progress();
+        Ok(true)
+    }
+
+    /// Says where a Ctrl-C stopped the run and how to go on.
+    fn stopped(&self) -> ExitCode {
+        if self.terminal {
+            eprintln!();
+        }
+        eprintln!(
+            "stopped at line {} of {}; run again to resume (what was written is answered existing, \
+             nothing is created twice)",
+            self.answered_line, self.summary.file_lines
+        );
+        ExitCode::from(EXIT_INTERRUPTED)
     }
 
     /// Sends one batch, trying again while the API cannot take it now.
@@ -354,14 +412,14 @@ impl Sender {
         }
     }
 
-    fn progress(&self, line: u64) {
+    fn progress(&self) {
         if !self.terminal {
             return;
         }
         let s = &self.summary;
         eprint!(
-            "\r\x1b[2K[{:>6.1}s] line {line}: created {}, existing {}, conflicts {}, invalid {}",
-            self.started.elapsed().as_secs_f64(),
+            "\r\x1b[2K{}: created {}, existing {}, conflicts {}, invalid {}",
+            reached(self.answered_line, s.file_lines, self.started.elapsed()),
             s.created,
             s.existing,
             s.conflicts,
@@ -382,8 +440,9 @@ impl Sender {
         } else {
             let rate = s.lines as f64 / s.seconds.max(0.001);
             println!(
-                "{} lines in {:.1} s ({rate:.0} per second): created {}, existing {}, conflicts {}, invalid {}",
-                s.lines, s.seconds, s.created, s.existing, s.conflicts, s.invalid
+                "{} lines, {} operations, in {:.1} s ({rate:.0} operations per second): created {}, \
+                 existing {}, conflicts {}, invalid {}",
+                s.file_lines, s.lines, s.seconds, s.created, s.existing, s.conflicts, s.invalid
             );
             for r in &s.refused {
                 println!("line {}: {} {}: {}", r.line, r.status, r.code, r.message);
@@ -401,5 +460,49 @@ impl Sender {
         } else {
             ExitCode::from(EXIT_REFUSED)
         })
+    }
+}
+
+/// How far a run is: `[  3.2s] line 4000 of 20001 (20%), ETA 13s`, the ETA from the pace so far.
+fn reached(line: u64, total: u64, elapsed: Duration) -> String {
+    let percent = line.saturating_mul(100) / total.max(1);
+    let eta = if line == 0 {
+        "ETA unknown".to_string()
+    } else {
+        let left = elapsed.as_secs_f64() * total.saturating_sub(line) as f64 / line as f64;
+        format!("ETA {}", span(Duration::from_secs_f64(left)))
+    };
+    format!(
+        "[{:>6.1}s] line {line} of {total} ({percent}%), {eta}",
+        elapsed.as_secs_f64()
+    )
+}
+
+/// A duration as a person reads an ETA: `45s`, `3m 20s`, `2h 5m`.
+fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3_599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_counts_file_lines_towards_the_total_with_an_eta() {
+        assert_eq!(
+            reached(4_000, 20_001, Duration::from_secs(4)),
+            "[   4.0s] line 4000 of 20001 (19%), ETA 16s"
+        );
+        assert_eq!(
+            reached(0, 10, Duration::ZERO),
+            "[   0.0s] line 0 of 10 (0%), ETA unknown"
+        );
+        assert_eq!(span(Duration::from_secs(200)), "3m 20s");
+        assert_eq!(span(Duration::from_secs(7_500)), "2h 5m");
     }
 }

@@ -148,13 +148,22 @@ fn issued_json(key: &IssuedKey, now: Timestamp) -> Value {
     v
 }
 
+/// A key's role as a person reads it: a read-only key says so, as the console does.
+fn role_label(k: &ApiKeyRecord) -> String {
+    if k.read_only {
+        format!("{} (read-only)", k.role.as_str())
+    } else {
+        k.role.as_str().to_string()
+    }
+}
+
 fn print_issued(key: &IssuedKey, now: Timestamp) {
     let r = &key.record;
     println!(
         "{}  tenant {}  role {}  label {:?}  expires {}",
         key.key_id,
         r.tenant,
-        r.role.as_str(),
+        role_label(r),
         r.label,
         r.expires_at
             .map_or_else(|| "never".to_string(), |at| when(now, at))
@@ -274,7 +283,7 @@ fn row(k: &ApiKeyRecord, now: Timestamp) -> Vec<String> {
     vec![
         k.key_id.clone(),
         k.tenant.to_string(),
-        k.role.as_str().to_string(),
+        role_label(k),
         k.label.clone(),
         when(now, k.created_at),
         k.expires_at

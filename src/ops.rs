@@ -21,8 +21,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// The log filter when `RUST_LOG` is unset: daemons log at info.
-pub const LOG_FILTER_DEFAULT: &str = "info,sqlx=warn";
+/// The log filter when `RUST_LOG` is unset: daemons log at info. rmcp logs three info lines per MCP
+/// request (initialized, input ended, finished): a billing run's calls would bury serve's `>>>` lines.
+pub const LOG_FILTER_DEFAULT: &str = "info,sqlx=warn,rmcp=warn";
 /// The log filter of interactive commands (demo, config) when `RUST_LOG` is unset: their stdout is the
 /// story; logs would bury it.
 pub const LOG_FILTER_QUIET: &str = "warn";

@@ -430,6 +430,7 @@ async fn welcome_tenant(stack: &mut Stack, tenant: &TenantId) -> anyhow::Result<
     let walk = crate::banner::Stack {
         api_url: &stack.api_url,
         simulator_url: simulator_url.as_deref(),
+        key_retention_s: stack.plan.common.key_retention_s,
         database_url: &database_url,
         binary: &binary,
     };

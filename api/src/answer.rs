@@ -10,6 +10,7 @@ use crate::verify::{self, Asked};
 use payonce_core::details::OperationKind;
 use payonce_core::state::Status;
 use payonce_core::summary::summary;
+use payonce_ledger::report::RESOLVED_FAILED_BY_HAND;
 use payonce_ledger::verification::VerificationMethod;
 use payonce_ledger::{LedgerError, Operation, approvals};
 use serde::Serialize;
@@ -195,6 +196,11 @@ fn outcome_of(
                      confirm it."
                 ),
             },
+        ),
+        // A person's resolution: their note is for on-call, never relayed to the customer.
+        Status::Failed if op.failure_code.as_deref() == Some(RESOLVED_FAILED_BY_HAND) => (
+            Outcome::Failed,
+            format!("{what} was resolved by the merchant: it was not made and will not be."),
         ),
         Status::Failed => (
             Outcome::Failed,

@@ -42,6 +42,30 @@ impl Timestamp {
     pub fn saturating_sub_span(self, span: Duration) -> Timestamp {
         Timestamp(self.0.saturating_sub(span_ms(span)))
     }
+
+    /// This instant in UTC as RFC 3339 with milliseconds (`2026-12-08T00:52:15.043Z`), for a person
+    /// reading a message or an event's detail; the stored form stays the integer.
+    pub fn rfc3339(self) -> String {
+        let secs = self.0.div_euclid(1000);
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        // Howard Hinnant's days-to-civil.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            self.0.rem_euclid(1000)
+        )
+    }
 }
 
 /// A span in whole milliseconds, saturating at `i64::MAX`.
@@ -146,6 +170,19 @@ mod tests {
             Timestamp::from_millis(i64::MAX)
         );
         assert_eq!(t.to_string(), "1000");
+    }
+
+    #[test]
+    fn rfc3339_is_utc_with_milliseconds() {
+        assert_eq!(Timestamp::EPOCH.rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp::from_millis(1_764_765_296_007).rfc3339(),
+            "2025-12-03T12:34:56.007Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(1_796_650_938_087).rfc3339(),
+            "2026-12-07T13:42:18.087Z"
+        );
     }
 
     #[test]

@@ -403,7 +403,8 @@ pub(crate) async fn settle_recreated<DB: Dialect>(
 pub(crate) fn expiry_detail(lease: &ExpiredLease) -> String {
     format!(
         "lease of {} expired at {}",
-        lease.lease_owner, lease.lease_expires_at
+        lease.lease_owner,
+        lease.lease_expires_at.rfc3339()
     )
 }
 

@@ -243,6 +243,10 @@ impl<'a> RowAsRead<'a> {
     }
 }
 
+/// The failure code of an operation a person resolved as failed (`reconciler resolve --as failed`,
+/// the console): its message is their note, for the ledger and on-call only.
+pub const RESOLVED_FAILED_BY_HAND: &str = "resolved_failed_by_hand";
+
 /// How the detail of a row the scan made again begins: the console, `reconciler list` and the
 /// runbook name it by these words.
 pub const RECREATED_HEAD: &str = "LOST ROW RECREATED";
@@ -296,7 +300,7 @@ pub fn plan_resolution(
             Ok(Plan::Fail {
                 event: Event::ResolveFailed,
                 reference: None,
-                code: "resolved_failed_by_hand".into(),
+                code: RESOLVED_FAILED_BY_HAND.into(),
                 message: reason.to_string(),
                 detail: reason.to_string(),
                 applied: Applied::Moved(to),

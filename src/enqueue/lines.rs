@@ -70,6 +70,23 @@ pub(super) fn next_line(reader: &mut impl BufRead) -> anyhow::Result<Option<Line
     }))
 }
 
+/// Lines in `reader` as [`next_line`] numbers them (a last line without a newline counts).
+pub(super) fn count(reader: &mut impl BufRead) -> anyhow::Result<u64> {
+    let mut lines = 0_u64;
+    let mut ends_open = false;
+    loop {
+        let buffer = reader.fill_buf().context("cannot read the file")?;
+        if buffer.is_empty() {
+            break;
+        }
+        lines += buffer.iter().filter(|&&b| b == b'\n').count() as u64;
+        ends_open = buffer.last() != Some(&b'\n');
+        let n = buffer.len();
+        reader.consume(n);
+    }
+    Ok(lines + u64::from(ends_open))
+}
+
 /// Splits a CSV line (RFC 4180 quoting: `"a, b"`, `""` for a quote; one record a line).
 fn csv_fields(line: &str) -> Result<Vec<String>, String> {
     let mut fields = Vec::new();
@@ -380,6 +397,14 @@ mod tests {
             ndjson_item(&format!(r#"{body},"priority":2}}"#), NOW).unwrap_err(),
             "priority: must be the string \"interactive\" or \"bulk\"; got a number"
         );
+    }
+
+    #[test]
+    fn the_count_is_of_the_lines_next_line_reads() {
+        for (text, lines) in [("", 0), ("a\nb\n", 2), ("a\n\nb", 3), ("\n", 1)] {
+            let mut reader = std::io::BufReader::with_capacity(2, text.as_bytes());
+            assert_eq!(count(&mut reader).unwrap(), lines, "{text:?}");
+        }
     }
 
     #[test]

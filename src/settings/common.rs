@@ -59,7 +59,7 @@ pub struct Common {
     pub direct_database_url: String,
     /// Which processor's wire: `stripe` (Stripe's API) or `adyen` (Adyen Checkout v71, HMAC-signed
     /// notifications; no lookup by id: unknown outcomes are resolved by the same key and by notifications).
-    // Not `PAYONCE_PROCESSOR`: the serve banner exports that as the simulator's URL.
+    // Not `PAYONCE_PROCESSOR`: a name that reads as the processor's address.
     #[arg(long, global = true, env = "PAYONCE_PROCESSOR_KIND", default_value = "stripe",
           value_parser = ["stripe", "adyen"])]
     pub processor: String,

@@ -734,7 +734,8 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
     );
     for variable in [
         "PAYONCE_API=",
-        "PAYONCE_PROCESSOR=",
+        "PAYONCE_PROCESSOR_URL=",
+        "PAYONCE_KEY_RETENTION_S=",
         "PAYONCE=",
         "PAYONCE_DATABASE_URL=",
         "SERVICE_KEY=",
@@ -757,7 +758,10 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
     let create = printed("\"$PAYONCE_API/v1/operations\"");
     let request = printed("/approval-requests");
     let status = printed("\"$PAYONCE_API/v1/operations/$OP_ID\"");
+    let show = printed("reconciler show");
     let resolve = printed("reconciler resolve");
+    let at = |command: &str| lines.iter().position(|l| *l == command).unwrap();
+    assert!(at(fault) < at(create), "printed in the order they run");
     let prelude = exports.join("\n");
     let sh = |command: &str, prelude: &str| {
         let script = format!("{prelude}\n{command}");
@@ -809,6 +813,10 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
         }
     };
     status_is("needs_attention").await;
+    // On-call checks first, as printed: the CLI looks it up at serve's simulator (at any other
+    // processor the lookup is unavailable).
+    let shown = sh(show, &prelude).await;
+    assert!(shown.contains("no payment found"), "{shown}");
     // On-call resolves it as printed; the worker retries with the same key and it is paid once.
     sh(resolve, &prelude).await;
     let paid = status_is("succeeded").await;
@@ -816,9 +824,21 @@ async fn the_serve_banners_commands_run_as_printed_from_needs_attention_to_paid(
         paid["external_ref"].as_str().unwrap().starts_with("pi_"),
         "{paid}"
     );
-    let (_, processor, _) = shell(&format!("{prelude}\nprintf %s \"$PAYONCE_PROCESSOR\"")).await;
+    let (_, processor, _) =
+        shell(&format!("{prelude}\nprintf %s \"$PAYONCE_PROCESSOR_URL\"")).await;
     let ours = crate::support::processes::payments_at(&processor, id).await;
     assert_eq!(ours, 1, "one payment at the processor");
+    // The CLI after the export line: `show` finds the payment and a cron sweep scans serve's simulator.
+    let shown = sh(show, &prelude).await;
+    assert!(shown.contains(" succeeded ("), "{shown}");
+    let swept: serde_json::Value =
+        serde_json::from_str(&sh("\"$PAYONCE\" reconciler sweep --once --json", &prelude).await)
+            .unwrap();
+    assert_eq!(swept["report"]["scan"]["complete"], true, "{swept}");
+    assert!(
+        swept["report"]["scan"]["scanned"].as_u64() >= Some(1),
+        "{swept}"
+    );
 
     // 4. The console at the printed address takes the printed on-call key.
     let console = banner

@@ -375,6 +375,23 @@ async fn demo_tells_the_inv_2048_story_with_one_payment() {
                 "{processor}: {expected:?} missing from:\n{stdout}"
             );
         }
+        // Times as RFC 3339, never a raw epoch; the last line is the next step.
+        let expired = stdout
+            .lines()
+            .find(|l| l.contains("lease_expired_submitted"))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(
+            expired.contains(" expired at 20") && expired.trim_end().ends_with('Z'),
+            "{expired}"
+        );
+        assert!(
+            !stdout
+                .split_whitespace()
+                .any(|w| w.len() >= 12 && w.bytes().all(|b| b.is_ascii_digit())),
+            "a raw epoch in:\n{stdout}"
+        );
+        let last = stdout.trim_end().lines().last().unwrap();
+        assert!(last.starts_with("Next: `payonce serve`"), "{last}");
         // Not a terminal: plain lines, no spinner redraws.
         assert!(!stdout.contains('\r'), "{stdout:?}");
         assert!(dir.join("demo.db").exists());
@@ -528,4 +545,90 @@ async fn serve_keeps_its_keys_across_restarts() {
         std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
     );
     assert_eq!(ledger.list_api_keys(None, 100).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn an_mcp_session_logs_no_rmcp_info_line_at_the_default_filter() {
+    let dir = scratch("serve-mcp-log");
+    let log = dir.join("serve.log");
+    let mut child = serve_command(&dir, &[], "sqlite:mcp-log.db", &[])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut stdout = stdout_lines(&mut child);
+    let banner = read_banner(&mut stdout, START_DEADLINE).await;
+    let mcp: serde_json::Value = banner
+        .iter()
+        .find_map(|l| serde_json::from_str(l.trim()).ok())
+        .unwrap_or_else(|| panic!("{banner:#?}"));
+    let server = &mcp["mcpServers"]["payonce"];
+    let (url, auth) = (
+        server["url"].as_str().unwrap(),
+        server["headers"]["Authorization"].as_str().unwrap(),
+    );
+    // A whole session as a client makes one: initialize, initialized, a request, its end.
+    let http = crate::api::http_client();
+    let post = |session: Option<String>, body: serde_json::Value| {
+        let mut request = http
+            .post(url)
+            .header("authorization", auth)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&body);
+        if let Some(id) = session {
+            request = request.header("mcp-session-id", id);
+        }
+        request.send()
+    };
+    let init = post(
+        None,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "log", "version": "0"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(init.status(), 200);
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let _ = init.text().await.unwrap();
+    let initialized = post(
+        session.clone(),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .unwrap();
+    assert!(initialized.status().is_success(), "{initialized:?}");
+    let tools = post(
+        session.clone(),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(tools.status(), 200);
+    assert!(tools.text().await.unwrap().contains("pay_invoice"));
+    if let Some(id) = session {
+        let mut end = http.delete(url).header("authorization", auth);
+        end = end.header("mcp-session-id", id);
+        let _ = end.send().await.unwrap();
+    }
+    // Once serve has exited its log is whole: whatever the session logged is in it.
+    let exit = sigterm_and_wait(&mut child).await;
+    assert!(exit.success(), "{exit}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let info = |l: &&str| l.contains(" INFO ");
+    assert!(
+        text.lines().any(|l| info(&l)),
+        "serve still logs at info: {text}"
+    );
+    let rmcp: Vec<&str> = text
+        .lines()
+        .filter(info)
+        .filter(|l| l.contains("rmcp"))
+        .collect();
+    assert!(rmcp.is_empty(), "{rmcp:#?}");
 }

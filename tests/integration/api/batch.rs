@@ -535,7 +535,125 @@ async fn the_enqueue_command_resumes_after_a_kill_and_names_refused_lines() {
         text.contains("created 0, existing 2998, conflicts 0, invalid 2"),
         "{text}"
     );
+    // Line numbers are the file's everywhere: the header is one of its 3001 lines.
+    assert!(
+        text.starts_with("3001 lines, 3000 operations, in "),
+        "{text}"
+    );
     assert!(text.contains("line 12: 400 invalid_line: amount"), "{text}");
     assert!(text.contains("line 22: 400 invalid_request"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A CSV of `n` approved payments, `prefix`-keyed, after its header (line 1).
+fn billing_run(dir: &std::path::Path, prefix: &str, n: usize) -> std::path::PathBuf {
+    let file = dir.join(format!("{prefix}.csv"));
+    let mut csv =
+        String::from("business_key,amount,currency,customer,payment_method,invoice,approved_by\n");
+    for i in 0..n {
+        csv.push_str(&format!(
+            "invoice:{prefix}{i}:pay,2048,usd,cus_1,pm_card_visa,{prefix}{i},mandate:cus_1\n"
+        ));
+    }
+    std::fs::write(&file, csv).unwrap();
+    file
+}
+
+/// Operations of the test tenant, every state.
+async fn written(ledger: &SharedLedger) -> i64 {
+    ledger
+        .count_by_status()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.count)
+        .sum()
+}
+
+#[tokio::test]
+async fn enqueue_stopped_by_ctrl_c_names_the_line_it_reached_and_the_next_run_resumes_there() {
+    let api = api().await;
+    let dir = std::env::temp_dir().join(format!("payonce-enqueue-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    const LINES: i64 = 3_000;
+    let file = billing_run(&dir, "C", 3_000);
+    let first = enqueue(&api, &file, &["--batch-size", "10"]);
+    let ledger = api.ledger.clone();
+    wait_for("the first batches", Duration::from_secs(60), || {
+        let ledger = ledger.clone();
+        async move { (written(&ledger).await >= 100).then_some(()) }
+    })
+    .await;
+    let pid = first.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = tokio::time::timeout(Duration::from_secs(30), first.wait_with_output())
+        .await
+        .expect("Ctrl-C stops it")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let said = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("stopped at line "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(said.contains(" of 3001; run again to resume"), "{stderr}");
+    let line: i64 = said.split(' ').next().unwrap().parse().unwrap();
+    // Every line up to it is written (the header is line 1); at most the batch in flight beyond.
+    let at_stop = written(&api.ledger).await;
+    assert!(
+        line > 1 && line < LINES && at_stop >= line - 1 && at_stop <= line - 1 + 10,
+        "stopped at line {line}, {at_stop} written"
+    );
+    let second = enqueue(&api, &file, &["--json"])
+        .wait_with_output()
+        .await
+        .unwrap();
+    assert!(second.status.success(), "{second:?}");
+    let summary: Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(summary["file_lines"], 3_001, "{summary}");
+    // What the stopped run wrote is answered existing (plus at most the batch it left in flight,
+    // which the api may still have been committing when the count was read).
+    let existing = summary["existing"].as_i64().unwrap();
+    assert!(
+        existing >= at_stop && existing <= at_stop + 10,
+        "{existing} existing, {at_stop} at the stop"
+    );
+    assert_eq!(summary["created"].as_i64().unwrap() + existing, LINES);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn enqueue_on_a_terminal_shows_the_line_of_the_total_a_percentage_and_an_eta() {
+    // `script` (util-linux) gives enqueue a pseudo-terminal, as an operator's shell does.
+    let api = api().await;
+    let dir = std::env::temp_dir().join(format!("payonce-enqueue-tty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = billing_run(&dir, "T", 50);
+    let command = format!(
+        "{} enqueue {} --batch-size 10",
+        payonce_bin(),
+        file.display()
+    );
+    let out = tokio::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("PAYONCE_API_URL", &api.base)
+        .env("PAYONCE_API_KEY", &api.service)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("`script` is installed (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for reached in ["line 11 of 51 (21%), ETA ", "line 51 of 51 (100%), ETA 0s"] {
+        assert!(text.contains(reached), "{reached:?} in {text:?}");
+    }
+    assert!(text.contains("51 lines, 50 operations, in "), "{text:?}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1263,6 +1263,48 @@ async fn keys_create_read_only_is_for_on_call_keys() {
     let listed = ledger.list_api_keys(None, 10).await.unwrap();
     assert_eq!(listed.len(), 1, "the refused key was not stored");
     assert!(listed[0].read_only);
+
+    // A person reads it too: `keys create` and `keys list` say "read-only" of that key only.
+    let text = |args: &[&str]| {
+        let mut command = payonce(&dir, args);
+        async move {
+            let out = command.output().await.unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let create = |role: &'static str, read_only: bool| {
+        let mut args = vec![
+            "keys",
+            "--database-url",
+            &db,
+            "create",
+            "--tenant",
+            "acme",
+            "--role",
+            role,
+            "--label",
+            role,
+        ];
+        if read_only {
+            args.push("--read-only");
+        }
+        text(&args)
+    };
+    let made = create("on_call", true).await;
+    assert!(made.contains("role on_call (read-only)"), "{made}");
+    let full = create("on_call", false).await;
+    assert!(!full.contains("read-only"), "{full}");
+    let list = text(&["keys", "--database-url", &db, "list"]).await;
+    let rows: Vec<&str> = list.lines().filter(|l| l.contains(" acme ")).collect();
+    assert_eq!(rows.len(), 3, "{list}");
+    for row in rows {
+        assert_eq!(
+            row.contains("on_call (read-only)"),
+            !row.contains(full.split_whitespace().next().unwrap()),
+            "{list}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -197,7 +197,12 @@ async fn url_elicitation_takes_the_customer_to_the_page_and_the_retry_proceeds()
     assert_eq!(asked.len(), 1, "{out}");
     assert_eq!(asked[0]["mode"], "url");
     assert!(asked[0]["url"].as_str().unwrap().contains("/confirm/"));
-    assert!(asked[0]["message"].as_str().unwrap().contains("75.00 USD"));
+    assert!(
+        asked[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the payment of $75.00 for invoice INV-111")
+    );
     let paid = &out["calls"]["pay_waiting"];
     assert_eq!(structured(paid)["outcome"], "pending", "{paid}");
     for call in out["calls"].as_object().unwrap().values() {
@@ -823,5 +828,43 @@ async fn elicited_links_are_bounded_for_good() {
     assert!(elicited_per_round[0] >= 1, "{elicited_per_round:?}");
     assert!(total <= ASSISTANT_LINKS_TOTAL_MAX, "{elicited_per_round:?}");
     assert_eq!(elicited_per_round[3], 0, "{elicited_per_round:?}");
+    api.stop().await;
+}
+
+/// The question names the amount as the page it opens writes it (`¥1,299`, not `1299 JPY`).
+#[tokio::test]
+async fn the_confirmation_question_writes_the_amount_as_the_page_does() {
+    let api = spawn(sqlite_ledger().await).await;
+    let mut details = super::raw_details("INV-151", 1_299);
+    details["currency"] = json!("jpy");
+    let created = api
+        .post(
+            "/v1/operations",
+            &api.service,
+            json!({"business_key": "invoice:INV-151:pay", "details": details}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let mut call = modern_call(
+        1,
+        json!({"name": "pay_invoice", "arguments": {"operation_id": id}}),
+    );
+    call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"elicitation": {"url": {}}});
+    let (status, _, text) = raw_post(&api, serde_json::to_vec(&call).unwrap(), &MODERN_PAY).await;
+    assert_eq!(status, 200, "{text}");
+    let asked: Value = serde_json::from_str(&text).unwrap();
+    let params = &asked["result"]["inputRequests"]["payonce_confirmation"]["params"];
+    let message = params["message"].as_str().unwrap();
+    assert!(
+        message.contains("the payment of ¥1,299 for invoice INV-151"),
+        "{message}"
+    );
+    // The page the customer then opens (signed in by the tenant's app) writes the same amount.
+    let url = api.signed_in(params["url"].as_str().unwrap(), &id);
+    let page = super::confirm::page(&api, &url).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.contains("¥1,299"), "{}", page.text);
     api.stop().await;
 }

@@ -611,3 +611,54 @@ async fn every_state_has_its_answer() {
     assert_eq!(pay, cancelled);
     api.stop().await;
 }
+
+#[tokio::test]
+async fn an_on_call_resolution_reaches_the_assistant_as_the_merchants_without_its_note() {
+    let api = spawn(sqlite_ledger().await).await;
+    let now = || api.clock.now();
+    let op = api.create_ready("INV-70").await;
+    let id = OperationId::parse(op["id"].as_str().unwrap()).unwrap();
+    let worker = rows::holder("test-worker", Duration::from_secs(30));
+    let unknown = rows::unknown(&api.ledger, &id, &worker, now(), now()).await;
+    rows::needs_attention(&api.ledger, &unknown, "no lookup left", "reconciler", now()).await;
+    // As `reconciler resolve --as failed` and the console's resolve write it.
+    let note = "checked Stripe dashboard 13:40, nothing there";
+    api.ledger
+        .resolve(
+            &payonce_ledger::Resolve {
+                id: &id,
+                resolution: &payonce_ledger::Resolution::Failed,
+                actor: "oncall:ann",
+                reason: note,
+            },
+            now(),
+        )
+        .await
+        .unwrap();
+    for format in FORMATS {
+        for tool in ["get_payment_status", "pay_invoice"] {
+            let (a, is_error) = call_tool(
+                &api,
+                &api.assistant,
+                format,
+                "call_resolved",
+                tool,
+                json!({"operation_id": id.as_str()}),
+            )
+            .await;
+            assert!(!is_error, "{a}");
+            let text = a.to_string();
+            assert!(!text.contains("dashboard"), "the on-call's note: {a}");
+            assert!(!text.to_lowercase().contains("declined"), "{a}");
+            assert_eq!(a["status"], "failed", "{a}");
+            assert!(
+                a["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("resolved by the merchant"),
+                "{a}"
+            );
+        }
+    }
+    api.stop().await;
+}

@@ -117,7 +117,7 @@ async fn batched_lease_expiries_and_found_lookups_are_fenced_one_by_one() {
                 Some(
                     format!(
                         "lease of crashed expired at {}",
-                        lease(&a.id).lease_expires_at
+                        lease(&a.id).lease_expires_at.rfc3339()
                     )
                     .as_str()
                 )

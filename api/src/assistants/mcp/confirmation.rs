@@ -85,9 +85,10 @@ fn after_question(mut reply: ToolReply, action: &str) -> ToolReply {
     reply
 }
 
-fn question(url: String, reply: &ToolReply) -> Result<InputRequiredResult, ErrorData> {
-    let amount = reply.structured["amount"].as_str().unwrap_or_default();
-    let invoice = reply.structured["invoice"].as_str().unwrap_or_default();
+/// The question for the person, with the amount as the page they are sent to writes it (`¥1,299`).
+fn question(url: String, op: &Operation) -> Result<InputRequiredResult, ErrorData> {
+    let amount = op.details.money().for_people();
+    let invoice = op.details.invoice();
     let message = format!(
         "Approve the payment of {amount} for invoice {invoice} on payonce's confirmation page. Nothing is \
          charged until you approve it there."
@@ -142,7 +143,7 @@ pub async fn step(
         .await
         .map_err(|e| internal(&e))?;
     match confirmation_url(state, &op).await {
-        Ok(Some(url)) => Ok(Step::AskTheUser(question(url, &reply)?)),
+        Ok(Some(url)) => Ok(Step::AskTheUser(question(url, &op)?)),
         // Every allowed link is open: the customer has one already; say so without a new one.
         Ok(None) => Ok(Step::Answer(reply)),
         // The state moved on between the read and the link (approved meanwhile): answer as is.

@@ -60,24 +60,8 @@ pre { background: #f6f8fa; padding: .6rem; border-radius: 6px; overflow-x: auto;
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let rfc3339 = payonce_core::clock::Timestamp::from_millis(ms).rfc3339();
+    format!("{} {} UTC", &rfc3339[..10], &rfc3339[11..19])
 }
 
 /// A duration in ms as on-call reads it: `45s`, `12m`, `3h`, `2d`.
