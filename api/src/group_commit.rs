@@ -77,6 +77,24 @@ struct Waiting {
     retries: u32,
 }
 
+/// A [`Waiting`] without its item, while the item is in a batch being written.
+type Holder = (GroupKey, oneshot::Sender<Result<Created, HttpError>>, u32);
+
+impl Waiting {
+    fn into_parts(self) -> (BatchItem, Holder) {
+        (self.item, (self.key, self.answer, self.retries))
+    }
+
+    fn from_parts(item: BatchItem, (key, answer, retries): Holder) -> Waiting {
+        Waiting {
+            key,
+            item,
+            answer,
+            retries,
+        }
+    }
+}
+
 /// The requests waiting and the writers running.
 #[derive(Default)]
 struct Queue {
@@ -267,24 +285,32 @@ impl GroupCommit {
         }
     }
 
-    /// Writes one group as one ledger batch and answers every request in it.
+    /// Writes one group as one ledger batch and answers every request in it. The items move into
+    /// the batch and back out of it after the write (a retry needs them), never copied.
     async fn write_group(self: &Arc<Self>, group: Vec<Waiting>) {
         let key = group[0].key.clone();
         let count = group.len();
         let now = self.clock.now();
-        let batch = Batch {
+        let (items, holders): (Vec<BatchItem>, Vec<Holder>) =
+            group.into_iter().map(Waiting::into_parts).unzip();
+        let mut batch = Batch {
             tenant: key.tenant,
-            items: group.iter().map(|w| w.item.clone()).collect(),
+            items,
             actor: key.actor,
             method: SERVICE_APPROVAL.to_string(),
             // Each item keeps its own priority and `not_before` (its `NewOperation`); one scheduled
             // later keeps its approval as long after its `not_before` (`Batch::approval_expires_at`).
             approval_expires_at: now + self.approval_ttl,
         };
+        let written = self.ledger.create_batch(&batch, now).await;
+        let group = holders
+            .into_iter()
+            .zip(std::mem::take(&mut batch.items))
+            .map(|(holder, item)| Waiting::from_parts(item, holder));
         let mut again = Vec::new();
-        match self.ledger.create_batch(&batch, now).await {
+        match written {
             Ok(results) if results.len() == count => {
-                for (w, result) in group.into_iter().zip(results) {
+                for (w, result) in group.zip(results) {
                     Self::answer(w, result.map_err(HttpError::from), &mut again);
                 }
             }
@@ -306,15 +332,14 @@ impl GroupCommit {
             // its own request.
             Err(_) => {
                 for w in group {
-                    let alone = Batch {
-                        tenant: batch.tenant.clone(),
-                        items: vec![w.item.clone()],
-                        actor: batch.actor.clone(),
-                        method: batch.method.clone(),
-                        approval_expires_at: batch.approval_expires_at,
-                    };
-                    let result = one(self.ledger.create_batch(&alone, now).await);
-                    Self::answer(w, result, &mut again);
+                    let (item, holder) = w.into_parts();
+                    batch.items.push(item);
+                    let result = one(self.ledger.create_batch(&batch, now).await);
+                    let item = batch
+                        .items
+                        .pop()
+                        .unwrap_or_else(|| unreachable!("pushed above"));
+                    Self::answer(Waiting::from_parts(item, holder), result, &mut again);
                 }
             }
         }

@@ -269,7 +269,7 @@ pub(super) async fn peer_rows(s: &Settings, out: &mut Outcome) -> anyhow::Result
     )
     .await?
     else {
-        progress("peers: skipped (no npm)");
+        progress("peers: skipped (graphile-worker could not be installed: no npm, or no registry)");
         return Ok(());
     };
     let Some((peer, ours)) = crate::peers::median_pair(&peers.pairs) else {

@@ -247,6 +247,15 @@ impl Raw {
         .unwrap();
     }
 
+    /// Runs one statement, the same on both stores, with `$1` bound to `value`.
+    async fn run_with(&self, sql: &'static str, value: &str) {
+        match self {
+            Raw::Postgres(pool) => sqlx::query(sql).bind(value).execute(pool).await.map(drop),
+            Raw::Sqlite(pool) => sqlx::query(sql).bind(value).execute(pool).await.map(drop),
+        }
+        .unwrap();
+    }
+
     async fn count(&self, table: &'static str) -> i64 {
         let sql = match table {
             "extra_claims" => "SELECT count(*) FROM extra_claims",
@@ -387,27 +396,9 @@ async fn a_table_the_prune_was_never_told_of_is_pruned_and_a_stuck_tenant_holds_
         // `acme` (pruned first) has a row that refuses to go; `zeta` a claim and a mark on it.
         let stuck = proposal(&ledger, &tenant(), "INV-OWN1", T0).await;
         let theirs = proposal(&ledger, &zeta, "INV-OWN2", T0).await;
-        match &raw {
-            Raw::Postgres(pool) => {
-                for (sql, id) in owned_rows_sql() {
-                    let id = if id { &theirs.id } else { &stuck.id };
-                    sqlx::query(sql)
-                        .bind(id.as_str())
-                        .execute(pool)
-                        .await
-                        .unwrap();
-                }
-            }
-            Raw::Sqlite(pool) => {
-                for (sql, id) in owned_rows_sql() {
-                    let id = if id { &theirs.id } else { &stuck.id };
-                    sqlx::query(sql)
-                        .bind(id.as_str())
-                        .execute(pool)
-                        .await
-                        .unwrap();
-                }
-            }
+        for (sql, id) in owned_rows_sql() {
+            let id = if id { &theirs.id } else { &stuck.id };
+            raw.run_with(sql, id.as_str()).await;
         }
         let pruned = prune_past_periods(&ledger, &[&tenant(), &zeta]).await;
         assert_eq!(
