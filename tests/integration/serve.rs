@@ -288,13 +288,15 @@ async fn serve_pays_once(name: &str, database_url: &str) {
         "{metrics}"
     );
 
-    // The in-process worker paid it; its and the reconciler's counters are on metrics_listen.
-    let (status, inner) = get(&format!("http://{metrics_listen}/metrics")).await;
-    assert_eq!(status, 200);
-    assert!(
-        inner.contains("payonce_worker_outcomes_total{outcome=\"succeeded\"} 1\n"),
-        "{inner}"
-    );
+    // The in-process worker paid it; its and the reconciler's counters are on metrics_listen. The
+    // worker counts an outcome once its write returned, so the row can read succeeded just before.
+    let inner = wait_for("the worker counts the outcome", START_DEADLINE, || async {
+        let (status, inner) = get(&format!("http://{metrics_listen}/metrics")).await;
+        (status == 200
+            && inner.contains("payonce_worker_outcomes_total{outcome=\"succeeded\"} 1\n"))
+        .then_some(inner)
+    })
+    .await;
     assert!(
         inner.contains("payonce_reconciler_actions_total"),
         "{inner}"
